@@ -1,0 +1,109 @@
+#include "engine/comm.hpp"
+
+#include <cstring>
+
+#include "engine/error.hpp"
+#include "kernels/cpu/kernels.hpp"
+
+namespace dp {
+
+namespace {
+// Make dst's stream wait for everything already enqueued on src's stream.
+void order_after(Device& dst, Device& src) {
+  if (&dst != &src) dst.stream().wait(src.stream().record());
+}
+}  // namespace
+
+void copy_async(const Tensor& dst, const Tensor& src) {
+  if (dst.bytes() != src.bytes())
+    throw RuntimeError("copy of " + shape_str(src.shape()) + " into " + shape_str(dst.shape()) + ": sizes differ");
+  if (dst.bytes() == 0) return;
+  order_after(dst.device(), src.device());
+  dst.device().stream().enqueue([dst, src] { std::memcpy(dst.data<char>(), src.data<char>(), src.bytes()); });
+}
+
+std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes, const std::vector<Device*>& devices,
+                            MemCategory category) {
+  std::vector<Tensor> out(sizes.size());
+  int64_t row = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) continue;
+    Tensor part = src.rows(row, sizes[i]);
+    row += sizes[i];
+    if (devices[i] == &src.device()) {
+      out[i] = part;  // stays where it is: a view, no copy
+    } else {
+      out[i] = Tensor::empty(*devices[i], part.shape(), category, part.dtype());
+      copy_async(out[i], part);
+    }
+  }
+  if (row != src.dim(0))
+    throw RuntimeError("scatter: chunk sizes sum to " + std::to_string(row) + ", not " + std::to_string(src.dim(0)));
+  return out;
+}
+
+Tensor gather(const std::vector<Tensor>& parts, Device& dst, MemCategory category) {
+  Shape shape;
+  int64_t rows = 0;
+  DType dtype = DType::F32;
+  for (const auto& p : parts) {
+    if (!p.defined()) continue;
+    if (shape.empty()) shape = p.shape(), dtype = p.dtype();
+    rows += p.dim(0);
+  }
+  if (shape.empty()) throw RuntimeError("gather: nothing to gather");
+  shape[0] = rows;
+  Tensor out = Tensor::empty(dst, shape, category, dtype);
+  int64_t row = 0;
+  for (const auto& p : parts) {
+    if (!p.defined()) continue;
+    copy_async(out.rows(row, p.dim(0)), p);
+    row += p.dim(0);
+  }
+  return out;
+}
+
+std::vector<Tensor> broadcast_coalesced(const Tensor& src, const std::vector<Device*>& targets, MemCategory category,
+                                        size_t bucket_bytes) {
+  const int64_t n = src.numel();
+  const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / dtype_size(src.dtype())));
+  std::vector<Tensor> out;
+  for (Device* d : targets) {
+    if (d == &src.device()) {
+      out.push_back(src);
+      continue;
+    }
+    Tensor copy = Tensor::empty(*d, src.shape(), category, src.dtype());
+    for (int64_t off = 0; off < n; off += bucket) {
+      const int64_t len = std::min(bucket, n - off);
+      copy_async(copy.slice_flat(off, {len}), src.slice_flat(off, {len}));
+    }
+    out.push_back(copy);
+  }
+  return out;
+}
+
+void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes) {
+  Device& home = dst.device();
+  for (const auto& s : srcs) {
+    if (s.numel() != dst.numel()) throw RuntimeError("reduce_add: sources and destination differ in size");
+    order_after(home, s.device());
+  }
+  const int64_t n = dst.numel();
+  const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / sizeof(float)));
+  for (int64_t off = 0; off < n; off += bucket) {
+    const int64_t len = std::min(bucket, n - off);
+    home.stream().enqueue([&home, dst, srcs, off, len] {
+      // Receive this bucket from every source into buffers on the destination, then sum.
+      std::vector<Tensor> received;
+      for (const auto& s : srcs) {
+        Tensor buf = Tensor::empty(home, {len}, MemCategory::CommBuffers);
+        std::memcpy(buf.data(), s.data() + off, static_cast<size_t>(len) * sizeof(float));
+        received.push_back(std::move(buf));
+      }
+      for (const auto& buf : received) cpu::add_inplace(home.pool(), dst.data() + off, buf.data(), len);
+    });
+  }
+}
+
+}  // namespace dp

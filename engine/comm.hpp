@@ -1,0 +1,37 @@
+// Communication between devices, as PyTorch's torch/csrc/cuda/comm.cpp does it for
+// DataParallel: scatter and gather along dim 0, broadcast_coalesced and reduce_add_coalesced in
+// ~10 MiB buckets. All of it is asynchronous: a copy into device j is enqueued on j's stream
+// after an event recorded on the source's stream, so it runs once the source is ready.
+// Tensors are captured by the enqueued work and stay alive until it has run.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "engine/device.hpp"
+#include "engine/tensor.hpp"
+
+namespace dp {
+
+constexpr size_t kBucketBytes = 10u << 20;  // PyTorch's default buffer size for coalesced comm
+
+// dst.bytes() must equal src.bytes(). Same device: ordered on that device's stream.
+void copy_async(const Tensor& dst, const Tensor& src);
+
+// Chunk i of src (rows per sizes[i]) on devices[i]; chunk 0 is a view when devices[0] holds src.
+// Entries with size 0 come back undefined.
+std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes, const std::vector<Device*>& devices,
+                            MemCategory category);
+
+// Concatenate the defined parts along dim 0 into a new tensor on dst.
+Tensor gather(const std::vector<Tensor>& parts, Device& dst, MemCategory category);
+
+// A copy of src on each target (the source itself where a target is src's device), moved in
+// buckets of bucket_bytes so copies of early buckets overlap later ones.
+std::vector<Tensor> broadcast_coalesced(const Tensor& src, const std::vector<Device*>& targets, MemCategory category,
+                                        size_t bucket_bytes = kBucketBytes);
+
+// dst += Σ srcs, on dst's device, bucket by bucket: each bucket of every source is received into
+// a buffer on dst's device (counted as reduce buffers), then added.
+void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes = kBucketBytes);
+
+}  // namespace dp

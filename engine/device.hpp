@@ -1,0 +1,63 @@
+// A logical device: its index (0 = the output device, "GPU0"), its stream, its caching
+// allocator with per-category accounting, and the threads its kernels run on.
+//
+// The host backend simulates devices on the CPU: a stream is a worker thread, memory is host
+// memory under an optional capacity. The engine above only sees Device and DeviceSet.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device_spec.hpp"
+#include "engine/memory.hpp"
+#include "engine/stream.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+
+namespace dp {
+
+struct DeviceOptions {
+  int threads_per_device = 1;
+  std::vector<int64_t> capacity;  // bytes per device; empty or 0 = unlimited; one value = all
+};
+
+class Device {
+ public:
+  Device(int index, std::string name, int64_t capacity, int threads);
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int index() const { return index_; }
+  const std::string& name() const { return name_; }
+  CachingAllocator& allocator() { return allocator_; }
+  Stream& stream() { return stream_; }
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  int index_;
+  std::string name_;
+  HostRawMemory raw_;
+  CachingAllocator allocator_;
+  ThreadPool pool_;
+  Stream stream_;  // last: its worker must stop before the rest goes away
+};
+
+class DeviceSet {
+ public:
+  DeviceSet(const DeviceSpec& spec, const DeviceOptions& options);
+  int size() const { return static_cast<int>(devices_.size()); }
+  Device& operator[](int i) { return *devices_.at(static_cast<size_t>(i)); }
+  const std::string& description() const { return description_; }
+  // Wait for every device's stream; rethrow the first error.
+  void synchronize();
+
+ private:
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::string description_;
+};
+
+// Make one OpenBLAS call run in the calling thread: parallelism comes from devices and
+// --threads-per-device, not from BLAS's own pool.
+void configure_host_blas();
+
+}  // namespace dp

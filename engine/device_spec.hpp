@@ -1,0 +1,21 @@
+// --devices: host:N (simulated), cuda (all GPUs), cuda:0,1 (listed GPUs), cuda:0x4 (four logical
+// devices on GPU 0; terms combine: cuda:0x2,1x2), auto (all GPUs, else host:2).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace dp {
+
+struct DeviceSpec {
+  enum class Kind { Host, Cuda, Auto };
+  Kind kind = Kind::Auto;
+  int host_count = 0;            // Host
+  bool all_gpus = false;         // Cuda: "cuda"
+  std::vector<int> cuda_gpus;    // Cuda: physical GPU of each logical device, in order
+  std::string text;
+};
+
+// Throws UsageError naming what is wrong.
+DeviceSpec parse_device_spec(const std::string& text);
+
+}  // namespace dp

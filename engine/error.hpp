@@ -1,0 +1,33 @@
+// Error kinds the CLI maps to exit codes: a usage error (2) is the caller's input,
+// a runtime error (1) is what went wrong while running, out of memory has its own type (3).
+#pragma once
+#include <stdexcept>
+#include <string>
+
+namespace dp {
+
+// Bad flags, specs or arguments: the message names what is wrong.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Bad files (corrupt IDX, safetensors) and failures during a run.
+struct RuntimeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace dp
+
+namespace dp {
+
+// An error inside one replica's work, raised on the host after every worker has stopped:
+// "in replica 2 on device 2: ...". Keeps whether the cause was out of memory (exit code 3).
+struct ReplicaError : RuntimeError {
+  ReplicaError(int replica, int device, const std::string& what, bool out_of_memory)
+      : RuntimeError("in replica " + std::to_string(replica) + " on device " + std::to_string(device) + ": " + what),
+        replica(replica), device(device), out_of_memory(out_of_memory) {}
+  int replica, device;
+  bool out_of_memory;
+};
+
+}  // namespace dp

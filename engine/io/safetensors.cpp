@@ -1,0 +1,122 @@
+#include "engine/io/safetensors.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "engine/error.hpp"
+#include "engine/io/atomic_file.hpp"
+
+namespace dp {
+
+namespace {
+constexpr uint64_t kMaxHeader = 100u << 20;  // the format's own limit on the JSON header
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw RuntimeError("cannot open " + path + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+const char* dtype_of(const StateEntry& e) { return e.decl.integer ? "I64" : "F32"; }
+size_t elem_size(const std::string& dtype) { return dtype == "I64" ? 8 : 4; }
+}  // namespace
+
+ModelState load_safetensors(const std::string& path, const ModelLayout& layout) {
+  const std::string data = read_all(path);
+  auto fail = [&](const std::string& why) -> RuntimeError { return RuntimeError(path + ": not a valid safetensors file: " + why); };
+  if (data.size() < 8) throw fail("the file is " + std::to_string(data.size()) + " bytes, too short for a header");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(data[static_cast<size_t>(i)]);
+  if (header_len > kMaxHeader || header_len > data.size() - 8)
+    throw fail("header length " + std::to_string(header_len) + " exceeds the file");
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+  } catch (const std::exception& e) {
+    throw fail(std::string("header is not JSON (") + e.what() + ")");
+  }
+  if (!header.is_object()) throw fail("header is not a JSON object");
+  const size_t body = 8 + header_len, body_len = data.size() - body;
+
+  ModelState state;
+  state.params.assign(static_cast<size_t>(layout.parameter_count), 0.f);
+  state.buffers.assign(static_cast<size_t>(layout.buffer_count), 0.f);
+  std::set<std::string> expected;
+  for (const auto& e : layout.entries) expected.insert(e.name);
+  for (auto it = header.begin(); it != header.end(); ++it)
+    if (it.key() != "__metadata__" && !expected.count(it.key()))
+      throw RuntimeError(path + ": unexpected tensor '" + it.key() + "' (not in the model's state dict)");
+
+  for (const auto& e : layout.entries) {
+    if (!header.contains(e.name)) throw RuntimeError(path + ": missing tensor '" + e.name + "'");
+    const auto& t = header[e.name];
+    try {
+      const std::string dtype = t.at("dtype").get<std::string>();
+      const auto shape = t.at("shape").get<std::vector<int64_t>>();
+      const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
+      if (shape != e.shape)
+        throw RuntimeError(path + ": tensor '" + e.name + "' has shape " + shape_str(shape) + ", the model needs " +
+                           shape_str(e.shape));
+      const bool ok_dtype = e.decl.integer ? (dtype == "I64" || dtype == "F32") : dtype == "F32";
+      if (!ok_dtype) throw RuntimeError(path + ": tensor '" + e.name + "' has dtype " + dtype + ", expected " + dtype_of(e));
+      const uint64_t n = static_cast<uint64_t>(numel(e.shape));
+      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > body_len)
+        throw fail("tensor '" + e.name + "' has data offsets outside the file");
+      if (offsets[1] - offsets[0] != n * elem_size(dtype))
+        throw fail("tensor '" + e.name + "' has " + std::to_string(offsets[1] - offsets[0]) + " bytes for " +
+                   std::to_string(n) + " elements of " + dtype);
+      float* dst = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
+      const char* src = data.data() + body + offsets[0];
+      for (uint64_t i = 0; i < n; ++i) {
+        if (dtype == "I64") {
+          int64_t v;
+          std::memcpy(&v, src + i * 8, 8);
+          dst[i] = static_cast<float>(v);
+        } else {
+          std::memcpy(dst + i, src + i * 4, 4);
+        }
+      }
+    } catch (const nlohmann::json::exception& ex) {
+      throw fail("entry '" + e.name + "' is malformed (" + ex.what() + ")");
+    }
+  }
+  return state;
+}
+
+std::string encode_safetensors(const ModelLayout& layout, const ModelState& state) {
+  nlohmann::ordered_json header;
+  header["__metadata__"] = {{"format", "pt"}, {"producer", "dp-engine"}};
+  std::string payload;
+  for (const auto& e : layout.entries) {
+    const float* src = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
+    const int64_t n = numel(e.shape);
+    const uint64_t begin = payload.size();
+    if (e.decl.integer) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t v = std::llround(src[i]);
+        payload.append(reinterpret_cast<const char*>(&v), 8);
+      }
+    } else {
+      payload.append(reinterpret_cast<const char*>(src), static_cast<size_t>(n) * 4);
+    }
+    header[e.name] = {{"dtype", dtype_of(e)}, {"shape", e.shape}, {"data_offsets", {begin, payload.size()}}};
+  }
+  std::string json = header.dump();
+  while ((json.size() + 8) % 8 != 0) json.push_back(' ');  // align the data section to 8 bytes
+  std::string out(8, '\0');
+  uint64_t len = json.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+  return out + json + payload;
+}
+
+void save_safetensors(const std::string& path, const ModelLayout& layout, const ModelState& state) {
+  write_file_atomically(path, encode_safetensors(layout, state));
+}
+
+}  // namespace dp

@@ -1,0 +1,23 @@
+// safetensors checkpoints whose names and layouts are those of the PyTorch nn.Sequential state
+// dict ("0.weight", "1.running_mean", "1.num_batches_tracked" as int64, ...), so a file written
+// here loads in PyTorch with safetensors.torch.load_file and the reverse.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+
+namespace dp {
+
+struct ModelState {
+  std::vector<float> params;   // ModelLayout parameter order
+  std::vector<float> buffers;  // ModelLayout buffer order
+};
+
+// Reads and checks the file against the layout: every name present with its shape and dtype,
+// no unknown names, offsets inside the file. RuntimeError naming the problem otherwise.
+ModelState load_safetensors(const std::string& path, const ModelLayout& layout);
+std::string encode_safetensors(const ModelLayout& layout, const ModelState& state);
+void save_safetensors(const std::string& path, const ModelLayout& layout, const ModelState& state);  // atomic
+
+}  // namespace dp

@@ -1,0 +1,155 @@
+#include "engine/memory.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <sstream>
+
+namespace dp {
+
+namespace {
+constexpr size_t kRound = 512;       // like PyTorch's caching allocator
+constexpr size_t kAlignment = 64;    // cache line; fine for SIMD loads
+size_t round_size(size_t bytes) { return bytes == 0 ? kRound : (bytes + kRound - 1) / kRound * kRound; }
+}  // namespace
+
+const char* category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::Parameters: return "parameters";
+    case MemCategory::Gradients: return "gradients";
+    case MemCategory::Optimizer: return "optimizer";
+    case MemCategory::Inputs: return "inputs";
+    case MemCategory::Activations: return "activations";
+    case MemCategory::GatheredOutputs: return "gathered outputs";
+    case MemCategory::Loss: return "loss";
+    case MemCategory::CommBuffers: return "reduce buffers";
+    case MemCategory::Workspace: return "workspace";
+    case MemCategory::Count: break;
+  }
+  return "?";
+}
+
+std::string format_bytes(int64_t bytes) {
+  char buf[64];
+  double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+std::string format_breakdown(const CategoryBytes& bytes) {
+  std::ostringstream os;
+  bool first = true;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    if (bytes[c] == 0) continue;
+    os << (first ? "" : ", ") << category_name(static_cast<MemCategory>(c)) << " " << format_bytes(bytes[c]);
+    first = false;
+  }
+  return first ? std::string("nothing") : os.str();
+}
+
+void* HostRawMemory::allocate(size_t bytes) {
+  return ::operator new(bytes, std::align_val_t(kAlignment), std::nothrow);
+}
+void HostRawMemory::release(void* ptr, size_t) { ::operator delete(ptr, std::align_val_t(kAlignment)); }
+
+CachingAllocator::CachingAllocator(int device, std::string device_name, RawMemory& raw, int64_t capacity)
+    : device_(device), device_name_(std::move(device_name)), raw_(raw), capacity_(capacity) {}
+
+CachingAllocator::~CachingAllocator() {
+  std::lock_guard lock(mutex_);
+  release_cached_locked();
+  // Blocks still in use here are a leak in the caller; the tests check in_use returns to 0.
+}
+
+void CachingAllocator::set_capacity(int64_t bytes) {
+  std::lock_guard lock(mutex_);
+  capacity_ = bytes;
+}
+
+void CachingAllocator::note_alloc_locked(const Block& b) {
+  auto sz = static_cast<int64_t>(b.size);
+  int c = static_cast<int>(b.category);
+  stats_.in_use += sz;
+  stats_.in_use_by_category[c] += sz;
+  if (stats_.in_use_by_category[c] > stats_.peak_by_category[c]) stats_.peak_by_category[c] = stats_.in_use_by_category[c];
+  if (stats_.in_use > stats_.peak) {
+    stats_.peak = stats_.in_use;
+    stats_.at_peak = stats_.in_use_by_category;
+  }
+  ++stats_.allocations;
+}
+
+Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
+  const size_t size = round_size(bytes);
+  std::lock_guard lock(mutex_);
+  // Best fit from the cache, but never a block more than twice the request (avoids waste).
+  auto it = cache_.lower_bound(size);
+  if (it != cache_.end() && it->first <= 2 * size) {
+    Block* b = it->second;
+    cache_.erase(it);
+    b->category = category;
+    b->requested = bytes;
+    ++stats_.cache_hits;
+    note_alloc_locked(*b);
+    return b;
+  }
+  auto over_capacity = [&] { return capacity_ > 0 && stats_.reserved + static_cast<int64_t>(size) > capacity_; };
+  if (over_capacity()) release_cached_locked();  // like PyTorch: free the cache, retry once
+  void* ptr = over_capacity() ? nullptr : raw_.allocate(size);
+  if (!ptr) {
+    release_cached_locked();
+    if (!over_capacity()) ptr = raw_.allocate(size);
+  }
+  if (!ptr) {
+    std::ostringstream os;
+    os << "device " << device_ << " (" << device_name_ << ") ran out of memory trying to allocate "
+       << format_bytes(static_cast<int64_t>(bytes)) << ": " << format_bytes(stats_.in_use) << " of "
+       << (capacity_ > 0 ? format_bytes(capacity_) : std::string("the system's memory")) << " in use ("
+       << format_breakdown(stats_.in_use_by_category) << ")";
+    throw OutOfMemoryError(os.str(), device_, static_cast<int64_t>(bytes));
+  }
+  stats_.reserved += static_cast<int64_t>(size);
+  auto* b = new Block{ptr, size, category, bytes};
+  note_alloc_locked(*b);
+  return b;
+}
+
+void CachingAllocator::free(Block* b) {
+  if (!b) return;
+  std::lock_guard lock(mutex_);
+  auto sz = static_cast<int64_t>(b->size);
+  stats_.in_use -= sz;
+  stats_.in_use_by_category[static_cast<int>(b->category)] -= sz;
+  cache_.emplace(b->size, b);
+}
+
+void CachingAllocator::release_cached_locked() {
+  for (auto& [size, b] : cache_) {
+    raw_.release(b->ptr, b->size);
+    stats_.reserved -= static_cast<int64_t>(b->size);
+    delete b;
+  }
+  cache_.clear();
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard lock(mutex_);
+  release_cached_locked();
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.in_use;
+  stats_.at_peak = stats_.in_use_by_category;
+  stats_.peak_by_category = stats_.in_use_by_category;
+}
+
+}  // namespace dp

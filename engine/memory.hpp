@@ -1,0 +1,107 @@
+// Per-device caching allocator with a running byte count per category.
+//
+// Every allocation names what it is for (parameters, activations, ...), so a profile can show
+// where a device's memory goes, and why device 0 fills first under DataParallel. A capacity
+// makes the out-of-memory of a small GPU reproducible on simulated devices.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace dp {
+
+enum class MemCategory : int {
+  Parameters = 0,
+  Gradients,
+  Optimizer,
+  Inputs,
+  Activations,
+  GatheredOutputs,
+  Loss,
+  CommBuffers,
+  Workspace,
+  Count
+};
+constexpr int kNumMemCategories = static_cast<int>(MemCategory::Count);
+const char* category_name(MemCategory c);
+
+using CategoryBytes = std::array<int64_t, kNumMemCategories>;
+
+struct MemoryStats {
+  int64_t in_use = 0;       // bytes handed out and not yet freed
+  int64_t peak = 0;         // high-water mark of in_use
+  int64_t reserved = 0;     // bytes held from the system (in use + cached)
+  CategoryBytes in_use_by_category{};
+  CategoryBytes peak_by_category{};
+  CategoryBytes at_peak{};  // composition of in_use when the peak was reached
+  int64_t allocations = 0;  // number of allocate() calls
+  int64_t cache_hits = 0;   // of which served from the cache
+};
+
+// "device 0 (host:0) ran out of memory trying to allocate 2.59 GiB: ..." (DESIGN.md).
+struct OutOfMemoryError : std::runtime_error {
+  OutOfMemoryError(const std::string& msg, int device, int64_t request)
+      : std::runtime_error(msg), device(device), request(request) {}
+  int device;
+  int64_t request;
+};
+
+std::string format_bytes(int64_t bytes);        // "2.59 GiB"
+std::string format_breakdown(const CategoryBytes& bytes);  // "parameters 0.4, ..." (GiB)
+
+// Raw memory source of one backend: host memory for simulated devices, cudaMalloc on CUDA.
+class RawMemory {
+ public:
+  virtual ~RawMemory() = default;
+  virtual void* allocate(size_t bytes) = 0;  // nullptr when the system is out
+  virtual void release(void* ptr, size_t bytes) = 0;
+};
+
+class HostRawMemory final : public RawMemory {
+ public:
+  void* allocate(size_t bytes) override;
+  void release(void* ptr, size_t bytes) override;
+};
+
+struct Block {
+  void* ptr = nullptr;
+  size_t size = 0;  // rounded size actually held
+  MemCategory category = MemCategory::Workspace;
+  size_t requested = 0;
+};
+
+class CachingAllocator {
+ public:
+  CachingAllocator(int device, std::string device_name, RawMemory& raw, int64_t capacity);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Throws OutOfMemoryError when the capacity (or the system) cannot supply the bytes.
+  Block* allocate(size_t bytes, MemCategory category);
+  void free(Block* block);
+  void empty_cache();  // return cached, unused blocks to the system
+
+  MemoryStats stats() const;
+  void reset_peak();
+  int64_t capacity() const { return capacity_; }
+  void set_capacity(int64_t bytes);  // 0 = unlimited
+
+ private:
+  void release_cached_locked();
+  void note_alloc_locked(const Block& b);
+
+  int device_;
+  std::string device_name_;
+  RawMemory& raw_;
+  int64_t capacity_;
+  mutable std::mutex mutex_;
+  std::multimap<size_t, Block*> cache_;  // free blocks by size, best fit
+  MemoryStats stats_;
+};
+
+}  // namespace dp

@@ -1,0 +1,28 @@
+// SGD on device 0 with torch.optim.SGD's semantics; its momentum buffer (the optimizer state)
+// lives on device 0 only and is created at the first step, as PyTorch does.
+#pragma once
+#include "engine/tensor.hpp"
+#include "kernels/cpu/kernels.hpp"
+
+namespace dp {
+
+using SgdConfig = cpu::SgdConfig;
+
+// Throws UsageError for settings PyTorch rejects (lr < 0 or not finite, nesterov without
+// momentum or with dampening, ...).
+void validate(const SgdConfig& cfg);
+
+class Sgd {
+ public:
+  explicit Sgd(const SgdConfig& cfg);
+  // Enqueued on the parameters' device stream.
+  void step(const Tensor& params, const Tensor& grads);
+  const SgdConfig& config() const { return cfg_; }
+  const Tensor& momentum_buffer() const { return momentum_; }
+
+ private:
+  SgdConfig cfg_;
+  Tensor momentum_;
+};
+
+}  // namespace dp

@@ -1,0 +1,34 @@
+// How a batch is cut into per-device chunks along dim 0 (--split).
+//   even          PyTorch chunk(): ceil(B/N) each, so fewer chunks when B is small or unlucky
+//                 (B=10 on 4: 3,3,3,1; B=9 on 4: 3,3,3,0 — the last device sits this step out)
+//   chunks:A,B,.. explicit sizes (positive, summing to --batch); a short last batch is cut in
+//                 the same proportions
+//   ratios:R0,..  one weight per device (MXNet's work_load_list), largest-remainder rounding
+//   gpu0:K        device 0 takes K (0: it only coordinates), the rest split evenly
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dp {
+
+struct SplitPolicy {
+  enum class Mode { Even, Chunks, Ratios, Gpu0 };
+  Mode mode = Mode::Even;
+  std::vector<int64_t> chunks;
+  std::vector<double> ratios;
+  int64_t gpu0 = 0;
+  std::string text = "even";
+};
+
+// Validates against the device count and the batch size; throws UsageError naming the problem.
+SplitPolicy parse_split(const std::string& text, int num_devices, int64_t batch);
+
+// Chunk size per device (length num_devices, zeros for devices that sit the step out).
+std::vector<int64_t> split_sizes(const SplitPolicy& policy, int64_t batch, int num_devices);
+
+// Integer shares of total proportional to weights, rounding by largest remainder (ties to the
+// lower index), so the shares sum exactly to total.
+std::vector<int64_t> largest_remainder(const std::vector<double>& weights, int64_t total);
+
+}  // namespace dp

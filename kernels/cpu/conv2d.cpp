@@ -1,0 +1,132 @@
+// Conv2d as im2col + one GEMM per sample (Caffe's approach): out_n[K, OH·OW] = W[K, C·kh·kw] · col_n.
+// Samples are split across the device's threads, each thread with its own column buffer (and,
+// in backward, its own weight-gradient accumulator, summed at the end).
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/kernels.hpp"
+
+namespace dp::cpu {
+
+namespace {
+
+void im2col(const float* in, float* col, const ConvShape& s) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t ki = 0; ki < s.kh; ++ki)
+      for (int64_t kj = 0; kj < s.kw; ++kj) {
+        float* row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
+        const float* plane = in + c * s.H * s.W;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          int64_t ih = oh * s.stride - s.pad + ki;
+          float* r = row + oh * OW;
+          if (ih < 0 || ih >= s.H) {
+            std::fill(r, r + OW, 0.f);
+            continue;
+          }
+          const float* src = plane + ih * s.W;
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t iw = ow * s.stride - s.pad + kj;
+            r[ow] = (iw >= 0 && iw < s.W) ? src[iw] : 0.f;
+          }
+        }
+      }
+}
+
+void col2im(const float* col, float* in, const ConvShape& s) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  std::fill(in, in + s.C * s.H * s.W, 0.f);
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t ki = 0; ki < s.kh; ++ki)
+      for (int64_t kj = 0; kj < s.kw; ++kj) {
+        const float* row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
+        float* plane = in + c * s.H * s.W;
+        for (int64_t oh = 0; oh < OH; ++oh) {
+          int64_t ih = oh * s.stride - s.pad + ki;
+          if (ih < 0 || ih >= s.H) continue;
+          float* dst = plane + ih * s.W;
+          const float* r = row + oh * OW;
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t iw = ow * s.stride - s.pad + kj;
+            if (iw >= 0 && iw < s.W) dst[iw] += r[ow];
+          }
+        }
+      }
+}
+
+int parts_for(ThreadPool& pool, int64_t n) { return static_cast<int>(std::min<int64_t>(pool.size(), std::max<int64_t>(n, 1))); }
+
+}  // namespace
+
+int64_t conv2d_workspace_floats(const ConvShape& s, int threads, bool backward) {
+  int64_t col = s.col_rows() * s.col_cols();
+  int64_t dw = s.K * s.col_rows() + s.K;  // per-thread weight and bias gradient partials
+  return threads * (col + (backward ? dw : 0));
+}
+
+void conv2d_forward(ThreadPool& pool, float* out, const float* in, const float* w, const float* b,
+                    const ConvShape& s, float* workspace) {
+  const int64_t rows = s.col_rows(), cols = s.col_cols();
+  const int parts = parts_for(pool, s.N);
+  pool.parallel_for(parts, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* col = workspace + p * rows * cols;
+      for (int64_t n = s.N * p / parts; n < s.N * (p + 1) / parts; ++n) {
+        float* o = out + n * s.K * cols;
+        im2col(in + n * s.C * s.H * s.W, col, s);
+        for (int64_t k = 0; k < s.K; ++k) std::fill(o + k * cols, o + (k + 1) * cols, b ? b[k] : 0.f);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(s.K), static_cast<int>(cols),
+                    static_cast<int>(rows), 1.f, w, static_cast<int>(rows), col, static_cast<int>(cols), 1.f, o,
+                    static_cast<int>(cols));
+      }
+    }
+  });
+}
+
+void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const float* dout, const float* in,
+                     const float* w, const ConvShape& s, float* workspace) {
+  const int64_t rows = s.col_rows(), cols = s.col_cols();
+  const int parts = parts_for(pool, s.N);
+  const int64_t col_floats = rows * cols, dw_floats = s.K * rows + s.K;
+  float* partials = workspace + static_cast<int64_t>(pool.size()) * col_floats;
+  pool.parallel_for(parts, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* col = workspace + p * col_floats;
+      float* pdw = p == 0 ? dw : partials + p * dw_floats;  // part 0 writes straight to dw
+      float* pdb = p == 0 ? db : partials + p * dw_floats + s.K * rows;
+      std::fill(pdw, pdw + s.K * rows, 0.f);
+      if (pdb) std::fill(pdb, pdb + s.K, 0.f);
+      for (int64_t n = s.N * p / parts; n < s.N * (p + 1) / parts; ++n) {
+        const float* dy = dout + n * s.K * cols;
+        im2col(in + n * s.C * s.H * s.W, col, s);
+        // dW += dY_n[K, cols] · col^T[cols, rows]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(s.K), static_cast<int>(rows),
+                    static_cast<int>(cols), 1.f, dy, static_cast<int>(cols), col, static_cast<int>(cols), 1.f, pdw,
+                    static_cast<int>(rows));
+        if (pdb)
+          for (int64_t k = 0; k < s.K; ++k) {
+            float acc = 0.f;
+            for (int64_t j = 0; j < cols; ++j) acc += dy[k * cols + j];
+            pdb[k] += acc;
+          }
+        if (din) {
+          // dcol[rows, cols] = W^T[rows, K] · dY_n[K, cols], then scatter back to the input.
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(cols),
+                      static_cast<int>(s.K), 1.f, w, static_cast<int>(rows), dy, static_cast<int>(cols), 0.f, col,
+                      static_cast<int>(cols));
+          col2im(col, din + n * s.C * s.H * s.W, s);
+        }
+      }
+    }
+  });
+  for (int p = 1; p < parts; ++p) {
+    const float* pdw = partials + p * dw_floats;
+    for (int64_t i = 0; i < s.K * rows; ++i) dw[i] += pdw[i];
+    if (db)
+      for (int64_t k = 0; k < s.K; ++k) db[k] += pdw[s.K * rows + k];
+  }
+}
+
+}  // namespace dp::cpu

@@ -1,0 +1,45 @@
+// Device discovery through the CUDA runtime. With no driver, cudaGetDeviceCount returns
+// cudaErrorInsufficientDriver (35) and leaves the count unwritten: initialise it first.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/device_query.hpp"
+
+namespace dp {
+
+CudaDevices query_cuda_devices() {
+  CudaDevices out;
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    out.status = std::string("CUDA runtime: ") + cudaGetErrorString(err) + " (error " +
+                 std::to_string(static_cast<int>(err)) + ")";
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return out;
+  }
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  out.status = "driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
+               ", runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    err = cudaGetDeviceProperties(&prop, i);
+    if (err != cudaSuccess) {
+      out.status += "; device " + std::to_string(i) + ": " + cudaGetErrorString(err);
+      continue;
+    }
+    out.gpus.push_back({i, prop.name, static_cast<int64_t>(prop.totalGlobalMem), prop.multiProcessorCount,
+                        prop.major, prop.minor});
+  }
+  const int n = static_cast<int>(out.gpus.size());
+  out.peer_access.assign(n, std::vector<bool>(n, false));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      int can = i == j;
+      if (i != j && cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess) can = 0;
+      out.peer_access[i][j] = can != 0;
+    }
+  return out;
+}
+
+}  // namespace dp

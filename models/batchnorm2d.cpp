@@ -1,0 +1,77 @@
+#include <sstream>
+
+#include "engine/device.hpp"
+#include "engine/error.hpp"
+#include "kernels/cpu/kernels.hpp"
+#include "models/layer.hpp"
+
+namespace dp {
+namespace {
+
+// Parameters: weight, bias. Buffers: running_mean, running_var, num_batches_tracked (kept as a
+// float in the flat buffer storage; written to the state dict as int64).
+class BatchNorm2d final : public Layer {
+ public:
+  BatchNorm2d(int64_t c, float momentum, float eps) : c_(c), momentum_(momentum), eps_(eps) {}
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "BatchNorm2d(" << c_ << ", eps=" << eps_ << ", momentum=" << momentum_ << ")";
+    return os.str();
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (in.size() != 3 || in[0] != c_) throw RuntimeError(describe() + " cannot take inputs of shape " + shape_str(in));
+    return in;
+  }
+  std::vector<ParamDecl> params() const override {
+    using K = ParamDecl::Kind;
+    using I = ParamDecl::Init;
+    return {{"weight", {c_}, K::Parameter, I::Ones},
+            {"bias", {c_}, K::Parameter, I::Zeros},
+            {"running_mean", {c_}, K::Buffer, I::Zeros},
+            {"running_var", {c_}, K::Buffer, I::Ones},
+            {"num_batches_tracked", {}, K::Buffer, I::Zeros, 0, true}};
+  }
+  Tensor forward(Device& dev, const Tensor& in, bool training) override {
+    const int64_t N = in.dim(0), HW = in.dim(2) * in.dim(3);
+    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
+    if (!training) {
+      cpu::batchnorm_forward_eval(dev.pool(), out.data(), in.data(), values_[0].data(), values_[1].data(),
+                                  values_[2].data(), values_[3].data(), N, c_, HW, eps_);
+      return out;
+    }
+    input_ = in;
+    stats_ = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
+    cpu::batchnorm_forward_train(dev.pool(), out.data(), stats_.data(), stats_.data() + c_, in.data(),
+                                 values_[0].data(), values_[1].data(), values_[2].data(), values_[3].data(), N, c_,
+                                 HW, momentum_, eps_);
+    values_[4].data()[0] += 1.f;
+    return out;
+  }
+  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+    const int64_t N = input_.dim(0), HW = input_.dim(2) * input_.dim(3);
+    Tensor grad_in;
+    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
+    cpu::batchnorm_backward(dev.pool(), need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
+                            grad_out.data(), input_.data(), values_[0].data(), stats_.data(), stats_.data() + c_, N,
+                            c_, HW);
+    clear_cache();
+    return grad_in;
+  }
+  void clear_cache() override {
+    input_ = Tensor();
+    stats_ = Tensor();
+  }
+
+ private:
+  int64_t c_;
+  float momentum_, eps_;
+  Tensor input_, stats_;  // stats_: [mean; 1/std] of the batch
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_batchnorm2d(int64_t channels, float momentum, float eps) {
+  return std::make_unique<BatchNorm2d>(channels, momentum, eps);
+}
+
+}  // namespace dp

@@ -1,0 +1,58 @@
+#include <cmath>
+#include <sstream>
+
+#include "engine/device.hpp"
+#include "engine/error.hpp"
+#include "kernels/cpu/kernels.hpp"
+#include "models/layer.hpp"
+
+namespace dp {
+namespace {
+
+class Linear final : public Layer {
+ public:
+  Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "Linear(in_features=" << in_ << ", out_features=" << out_ << ")";
+    return os.str();
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (in.size() != 1 || in[0] != in_)
+      throw RuntimeError(describe() + " expects inputs of shape [" + std::to_string(in_) + "], got " + shape_str(in));
+    return {out_};
+  }
+  std::vector<ParamDecl> params() const override {
+    // PyTorch's default: kaiming_uniform(a=√5) on the weight gives U(±1/√fan_in), same for the bias.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
+    return {{"weight", {out_, in_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound},
+            {"bias", {out_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound}};
+  }
+  Tensor forward(Device& dev, const Tensor& in, bool) override {
+    const int64_t B = in.dim(0);
+    input_ = in;
+    Tensor out = Tensor::empty(dev, {B, out_}, MemCategory::Activations);
+    cpu::linear_forward(dev.pool(), out.data(), in.data(), values_[0].data(), values_[1].data(), B, in_, out_);
+    return out;
+  }
+  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+    const int64_t B = grad_out.dim(0);
+    Tensor grad_in;
+    if (need_grad_in) grad_in = Tensor::empty(dev, {B, in_}, MemCategory::Activations);
+    cpu::linear_backward(dev.pool(), need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
+                         grad_out.data(), input_.data(), values_[0].data(), B, in_, out_);
+    input_ = Tensor();
+    return grad_in;
+  }
+  void clear_cache() override { input_ = Tensor(); }
+
+ private:
+  int64_t in_, out_;
+  Tensor input_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_linear(int64_t in, int64_t out) { return std::make_unique<Linear>(in, out); }
+
+}  // namespace dp

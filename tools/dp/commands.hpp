@@ -1,0 +1,13 @@
+// Subcommands of the dp CLI. Each registers its flags on the app and returns the function
+// that runs it (after parsing).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace dp::cli {
+
+using Run = std::function<int()>;
+Run add_train_command(CLI::App& app);
+Run add_devices_command(CLI::App& app);
+
+}  // namespace dp::cli

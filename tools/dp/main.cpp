@@ -1,0 +1,57 @@
+// dp: the dp-engine command line. Exit codes: 0 ok, 1 runtime error, 2 usage error,
+// 3 out of memory.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "engine/error.hpp"
+#include "engine/memory.hpp"
+#include "tools/dp/commands.hpp"
+
+namespace {
+
+// Debian's OpenBLAS 0.3.21 does not recognise newer CPUs (AMD Zen 4, ...) and falls back to
+// slow generic kernels. The core type is read when the library loads, before main, so set it
+// and start again once. DP_OPENBLAS_REEXEC=0 turns this off.
+void select_openblas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("DP_OPENBLAS_REEXEC")) return;
+  const char* core = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+  if (!core) return;
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  setenv("DP_OPENBLAS_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);  // on failure, carry on with the kernels we have
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  select_openblas_kernels(argv);
+  CLI::App app{"dp-engine: single-process multi-device DataParallel training"};
+  app.require_subcommand(1);
+  auto train = dp::cli::add_train_command(app);
+  auto devices = dp::cli::add_devices_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    if (app.got_subcommand("train")) return train();
+    if (app.got_subcommand("devices")) return devices();
+  } catch (const dp::UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const dp::OutOfMemoryError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 3;
+  } catch (const dp::ReplicaError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return e.out_of_memory ? 3 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}

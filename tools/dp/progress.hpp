@@ -1,0 +1,24 @@
+// Training progress on stderr: a live bar on a terminal, a plain line now and then otherwise.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace dp::cli {
+
+class Progress {
+ public:
+  Progress(int64_t total_steps, bool terminal);
+  void update(int64_t step, int epoch, double loss, double samples_per_s);
+  void message(const std::string& line);  // a line that does not break the bar
+  void finish();
+
+ private:
+  int64_t total_;
+  bool terminal_;
+  bool bar_shown_ = false;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+  int64_t next_plain_ = 1;
+};
+
+}  // namespace dp::cli

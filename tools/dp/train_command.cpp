@@ -1,0 +1,196 @@
+// dp train: the DataParallel step over a dataset, with metrics, evaluation and checkpoints.
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "engine/io/atomic_file.hpp"
+#include "engine/io/loader.hpp"
+#include "engine/io/safetensors.hpp"
+#include "tools/dp/commands.hpp"
+#include "tools/dp/progress.hpp"
+
+namespace dp::cli {
+
+namespace {
+
+struct TrainOptions {
+  std::string model = "convnet";
+  std::string data;  // empty: the generated dataset
+  std::string devices = "auto";
+  int64_t batch = 128;
+  std::string split = "even";
+  int epochs = 1;
+  int64_t steps = 0;  // 0: no limit
+  bool steps_given = false;
+  float lr = 0.05f, momentum = 0.9f, weight_decay = 0.f;
+  bool nesterov = false;
+  uint64_t seed = 0;
+  bool no_shuffle = false;
+  std::string init, save, metrics;
+  bool eval = false;
+  int threads_per_device = 1;
+  int64_t generated_train = 12000, generated_test = 2000;
+};
+
+EvalResult evaluate_dataset(DataParallel& dp, const Dataset& test, int64_t batch) {
+  EvalResult total;
+  std::vector<int64_t> order(static_cast<size_t>(test.count));
+  std::iota(order.begin(), order.end(), 0);
+  for (int64_t begin = 0; begin < test.count; begin += batch) {
+    const int64_t n = std::min(batch, test.count - begin);
+    Batch b = make_batch(test, order.data() + begin, n);
+    EvalResult r = dp.evaluate(b.images.data(), b.labels.data(), n);
+    total.loss_sum += r.loss_sum;
+    total.correct += r.correct;
+    total.count += r.count;
+  }
+  return total;
+}
+
+int run_train(const TrainOptions& o) {
+  // Everything that can be checked is checked before any training starts.
+  if (o.batch <= 0) throw UsageError("--batch must be > 0");
+  if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
+  if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
+  const ModelDef& model = find_model(o.model);
+  const DeviceSpec spec = parse_device_spec(o.devices);
+  SgdConfig sgd;
+  sgd.lr = o.lr;
+  sgd.momentum = o.momentum;
+  sgd.weight_decay = o.weight_decay;
+  sgd.nesterov = o.nesterov;
+  validate(sgd);
+  if (!o.save.empty()) check_writable(o.save, "--save");
+  std::ofstream metrics;
+  if (!o.metrics.empty()) {
+    check_writable(o.metrics, "--metrics");
+    metrics.open(o.metrics, std::ios::trunc);
+    if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
+  }
+  if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
+  DeviceOptions dev_opts;
+  dev_opts.threads_per_device = o.threads_per_device;
+  DeviceSet devices(spec, dev_opts);
+  SplitPolicy split = parse_split(o.split, devices.size(), o.batch);
+
+  TrainTest data = o.data.empty() ? generate_dataset(o.generated_train, o.generated_test, 1234) : load_mnist_dir(o.data);
+  const Shape sample{1, data.train.rows, data.train.cols};
+  if (sample != model.input_shape)
+    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data has " +
+                       shape_str(sample));
+
+  DataParallel dp(devices, model, split, sgd, o.seed);
+  if (!o.init.empty()) {
+    ModelState s = load_safetensors(o.init, dp.layout());
+    dp.load_state(s.params, s.buffers);
+  }
+
+  BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps);
+  const int64_t total = loader.total_steps();
+  std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %lld steps over %s\n", model.name.c_str(),
+               devices.description().c_str(), split.text.c_str(), static_cast<long long>(o.batch),
+               static_cast<long long>(total), data.description.c_str());
+  Progress progress(total, ::isatty(STDERR_FILENO) == 1);
+
+  PhaseTimes phase_total{};
+  int64_t step = 0, samples = 0;
+  double last_loss = NAN, train_seconds = 0;
+  int current_epoch = 0;
+  auto end_epoch = [&](int epoch) {
+    if (!o.eval) return;
+    EvalResult r = evaluate_dataset(dp, data.test, o.batch);
+    const double loss = r.loss_sum / static_cast<double>(r.count), acc = static_cast<double>(r.correct) / r.count;
+    char line[160];
+    std::snprintf(line, sizeof line, "epoch %d: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", epoch, loss,
+                  100 * acc, static_cast<long long>(r.correct), static_cast<long long>(r.count));
+    progress.message(line);
+    if (metrics.is_open())
+      metrics << nlohmann::json{{"epoch", epoch}, {"test_loss", loss}, {"test_accuracy", acc}}.dump() << "\n"
+              << std::flush;
+  };
+
+  while (auto batch = loader.next()) {
+    if (batch->epoch != current_epoch) {
+      if (current_epoch) end_epoch(current_epoch);
+      current_epoch = batch->epoch;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    StepResult r = dp.step(batch->images.data(), batch->labels.data(), batch->size);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++step;
+    samples += r.batch;
+    train_seconds += secs;
+    last_loss = r.loss;
+    for (int p = 0; p < kNumPhases; ++p) phase_total[p] += r.seconds[p];
+    if (!std::isfinite(r.loss)) throw RuntimeError("the loss became " + std::to_string(r.loss) + " at step " + std::to_string(step) + "; try a smaller --lr");
+    const double sps = static_cast<double>(r.batch) / secs;
+    if (metrics.is_open()) {
+      nlohmann::json phases;
+      for (int p = 0; p < kNumPhases; ++p) phases[phase_name(static_cast<Phase>(p))] = r.seconds[p] * 1e3;
+      metrics << nlohmann::json{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss},
+                                {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases}}
+                     .dump()
+              << "\n"
+              << std::flush;
+    }
+    progress.update(step, batch->epoch, r.loss, static_cast<double>(samples) / train_seconds);
+  }
+  if (current_epoch) end_epoch(current_epoch);
+  progress.finish();
+  if (metrics.is_open() && !metrics) throw RuntimeError("--metrics " + o.metrics + ": write failed");
+
+  std::printf("trained %lld steps, %lld samples in %.2f s: %.0f samples/s, last loss %.4f\n",
+              static_cast<long long>(step), static_cast<long long>(samples), train_seconds,
+              samples / std::max(train_seconds, 1e-9), last_loss);
+  std::printf("time per step by phase (ms):");
+  for (int p = 0; p < kNumPhases; ++p)
+    std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)), step ? phase_total[p] * 1e3 / step : 0.0);
+  std::printf("\n");
+  if (!o.save.empty()) {
+    save_safetensors(o.save, dp.layout(), {dp.parameters(), dp.buffers()});
+    std::printf("saved %s\n", o.save.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto* cmd = app.add_subcommand("train", "Train a model with the DataParallel step");
+  cmd->add_option("--model", o->model, "mlp or convnet")->capture_default_str();
+  cmd->add_option("--data", o->data, "directory with the four MNIST IDX files (default: generated data)");
+  cmd->add_option("--devices", o->devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "global batch size")->capture_default_str();
+  cmd->add_option("--split", o->split, "even, chunks:A,B,.., ratios:R0,R1,.. or gpu0:K")->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();
+  cmd->add_option("--steps", o->steps, "stop after this many steps");
+  cmd->add_option("--lr", o->lr, "learning rate")->capture_default_str();
+  cmd->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
+  cmd->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
+  cmd->add_option("--weight-decay", o->weight_decay, "L2 penalty")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "initialisation and shuffling seed")->capture_default_str();
+  cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");
+  cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)");
+  cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)");
+  cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)");
+  cmd->add_flag("--eval", o->eval, "evaluate on the test set after each epoch");
+  cmd->add_option("--threads-per-device", o->threads_per_device, "kernel threads per host device")
+      ->capture_default_str();
+  cmd->add_option("--generated-size", o->generated_train, "training samples of the generated dataset")
+      ->capture_default_str();
+  return [o, cmd] {
+    o->steps_given = cmd->count("--steps") > 0;
+    return run_train(*o);
+  };
+}
+
+}  // namespace dp::cli
