@@ -114,7 +114,10 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
         dp.devices_.synchronize();
       } catch (...) {
       }
-      for (auto& net : dp.nets_) net->unbind();
+      for (auto& net : dp.nets_) {
+        net->clear_cache();  // a step that failed part-way leaves activations cached
+        net->unbind();
+      }
     }
   } s{*this, std::vector<Tensor>(n), std::vector<Tensor>(n), std::vector<Tensor>(n), {}, {}, {}};
 

@@ -67,6 +67,7 @@ CachingAllocator::~CachingAllocator() {
 void CachingAllocator::set_capacity(int64_t bytes) {
   std::lock_guard lock(mutex_);
   capacity_ = bytes;
+  if (capacity_ > 0 && stats_.reserved > capacity_) release_cached_locked();
 }
 
 void CachingAllocator::note_alloc_locked(const Block& b) {

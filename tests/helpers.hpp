@@ -1,0 +1,56 @@
+// Shared helpers for the doctest suites.
+#pragma once
+#include <cstdint>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/device.hpp"
+#include "engine/tensor.hpp"
+
+namespace dp::test {
+
+inline DeviceSet host_devices(int n, std::vector<int64_t> capacity = {}, int threads = 1) {
+  DeviceSpec spec;
+  spec.kind = DeviceSpec::Kind::Host;
+  spec.host_count = n;
+  DeviceOptions opts;
+  opts.threads_per_device = threads;
+  opts.capacity = std::move(capacity);
+  return DeviceSet(spec, opts);
+}
+
+inline std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+inline Tensor tensor_from(Device& dev, Shape shape, const std::vector<float>& values,
+                          MemCategory cat = MemCategory::Activations) {
+  Tensor t = Tensor::empty(dev, std::move(shape), cat);
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+
+inline std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); }
+
+// A fresh directory under the system temp dir, removed at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("dp_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+}  // namespace dp::test

@@ -1,0 +1,152 @@
+// Comm primitives and splits: exact results for 1..8 devices, odd sizes, every split mode.
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "engine/comm.hpp"
+#include "engine/error.hpp"
+#include "engine/split.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+std::vector<Device*> all_of(DeviceSet& d) {
+  std::vector<Device*> v;
+  for (int i = 0; i < d.size(); ++i) v.push_back(&d[i]);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("split: even is PyTorch chunk(), with fewer chunks when the batch is small") {
+  auto even = parse_split("even", 4, 10);
+  CHECK(split_sizes(even, 10, 4) == std::vector<int64_t>{3, 3, 3, 1});
+  CHECK(split_sizes(even, 9, 4) == std::vector<int64_t>{3, 3, 3, 0});
+  CHECK(split_sizes(even, 3, 4) == std::vector<int64_t>{1, 1, 1, 0});
+  CHECK(split_sizes(even, 128, 2) == std::vector<int64_t>{64, 64});
+  CHECK(split_sizes(even, 5, 1) == std::vector<int64_t>{5});
+  CHECK(split_sizes(even, 7, 8) == std::vector<int64_t>{1, 1, 1, 1, 1, 1, 1, 0});
+  for (int n = 1; n <= 8; ++n)
+    for (int64_t b = 1; b <= 40; ++b) {
+      auto s = split_sizes(even, b, n);
+      CHECK(std::accumulate(s.begin(), s.end(), int64_t{0}) == b);
+      const int64_t chunk = (b + n - 1) / n;
+      // torch.chunk: every non-empty chunk but the last has exactly ceil(B/N) rows
+      int64_t nonzero = std::count_if(s.begin(), s.end(), [](int64_t x) { return x > 0; });
+      CHECK(nonzero == (b + chunk - 1) / chunk);
+      for (int64_t i = 0; i + 1 < nonzero; ++i) CHECK(s[i] == chunk);
+    }
+}
+
+TEST_CASE("split: explicit chunks, ratios, gpu0 share") {
+  auto c = parse_split("chunks:5,20,7,4", 4, 36);
+  CHECK(split_sizes(c, 36, 4) == std::vector<int64_t>{5, 20, 7, 4});
+  CHECK(split_sizes(c, 18, 4) == std::vector<int64_t>{3, 10, 3, 2});  // short last batch: same proportions
+  auto few = parse_split("chunks:6,4", 3, 10);
+  CHECK(split_sizes(few, 10, 3) == std::vector<int64_t>{6, 4, 0});
+  auto r = parse_split("ratios:4,1", 2, 50);
+  CHECK(split_sizes(r, 50, 2) == std::vector<int64_t>{40, 10});
+  CHECK(split_sizes(r, 100, 2) == std::vector<int64_t>{80, 20});
+  CHECK(split_sizes(r, 7, 2) == std::vector<int64_t>{6, 1});
+  auto r3 = parse_split("ratios:1,1,1", 3, 10);
+  CHECK(split_sizes(r3, 10, 3) == std::vector<int64_t>{4, 3, 3});
+  auto g = parse_split("gpu0:2", 4, 11);
+  CHECK(split_sizes(g, 11, 4) == std::vector<int64_t>{2, 3, 3, 3});
+  CHECK(split_sizes(g, 10, 4) == std::vector<int64_t>{2, 3, 3, 2});
+  CHECK(split_sizes(g, 1, 4) == std::vector<int64_t>{1, 0, 0, 0});
+  auto g0 = parse_split("gpu0:0", 3, 9);
+  CHECK(split_sizes(g0, 9, 3) == std::vector<int64_t>{0, 5, 4});
+  CHECK(largest_remainder({1, 1, 1}, 2) == std::vector<int64_t>{1, 1, 0});
+}
+
+TEST_CASE("split: malformed specs are usage errors naming the problem") {
+  auto bad = [](const std::string& s, int n, int64_t b, const char* needle) {
+    INFO(s);
+    CHECK_THROWS_WITH_AS(parse_split(s, n, b), doctest::Contains(needle), UsageError);
+  };
+  bad("chunks:5,-1", 2, 4, "positive");
+  bad("chunks:5,0", 2, 5, "positive");
+  bad("chunks:5,5", 2, 12, "sum to 10");
+  bad("chunks:1,1,1", 2, 3, "3 chunks for 2 devices");
+  bad("ratios:1,2,3", 2, 10, "one per device");
+  bad("ratios:1,-2", 2, 10, ">= 0");
+  bad("ratios:0,0", 2, 10, "positive");
+  bad("ratios:1,nan", 2, 10, "finite");
+  bad("gpu0:20", 2, 10, "larger than the batch");
+  bad("gpu0:-1", 2, 10, ">= 0");
+  bad("gpu0:3", 1, 10, "whole batch");
+  bad("fastest", 2, 10, "unknown mode");
+  bad("chunks:", 2, 10, "empty");
+  bad("chunks:1,x", 2, 10, "not a number");
+}
+
+TEST_CASE("scatter and gather round-trip exactly on 1..8 devices, odd sizes") {
+  for (int n = 1; n <= 8; ++n) {
+    auto devs = host_devices(n);
+    for (int64_t b : {1, 7, 13, 29}) {
+      CAPTURE(n);
+      CAPTURE(b);
+      std::vector<float> v(static_cast<size_t>(b * 3));
+      std::iota(v.begin(), v.end(), 0.f);
+      Tensor src = tensor_from(devs[0], {b, 3}, v, MemCategory::Inputs);
+      auto sizes = split_sizes(parse_split("even", n, b), b, n);
+      auto parts = scatter(src, sizes, all_of(devs), MemCategory::Inputs);
+      devs.synchronize();
+      int64_t row = 0;
+      for (int i = 0; i < n; ++i) {
+        if (sizes[i] == 0) {
+          CHECK_FALSE(parts[i].defined());
+          continue;
+        }
+        CHECK(&parts[i].device() == &devs[i]);
+        CHECK(parts[i].shape() == Shape{sizes[i], 3});
+        CHECK(to_vector(parts[i]) == std::vector<float>(v.begin() + row * 3, v.begin() + (row + sizes[i]) * 3));
+        row += sizes[i];
+      }
+      CHECK(parts[0].shares_storage(src));  // chunk 0 is a view, not a copy
+      Tensor back = gather(parts, devs[0], MemCategory::GatheredOutputs);
+      devs.synchronize();
+      CHECK(to_vector(back) == v);
+    }
+  }
+}
+
+TEST_CASE("broadcast_coalesced copies exactly, across bucket boundaries") {
+  for (int n : {1, 2, 3, 8}) {
+    auto devs = host_devices(n);
+    auto v = random_vector(1001, static_cast<uint64_t>(n));
+    Tensor src = tensor_from(devs[0], {1001}, v, MemCategory::Parameters);
+    auto copies = broadcast_coalesced(src, all_of(devs), MemCategory::Parameters, 64 * sizeof(float) + 4);
+    devs.synchronize();
+    REQUIRE(copies.size() == static_cast<size_t>(n));
+    CHECK(copies[0].shares_storage(src));  // replica 0 aliases the master
+    for (int i = 0; i < n; ++i) {
+      CHECK(&copies[i].device() == &devs[i]);
+      CHECK(to_vector(copies[i]) == v);
+    }
+  }
+}
+
+TEST_CASE("reduce_add_coalesced sums exactly onto device 0 and frees its buffers") {
+  for (int n : {2, 3, 5, 8}) {
+    auto devs = host_devices(n);
+    const int64_t len = 777;
+    std::vector<float> base(len), want(len);
+    for (int64_t i = 0; i < len; ++i) base[i] = want[i] = static_cast<float>(i % 17);
+    Tensor dst = tensor_from(devs[0], {len}, base, MemCategory::Gradients);
+    std::vector<Tensor> srcs;
+    for (int d = 1; d < n; ++d) {
+      std::vector<float> v(len);
+      for (int64_t i = 0; i < len; ++i) v[i] = static_cast<float>(d * 1000 + i % 5);  // exact in float
+      for (int64_t i = 0; i < len; ++i) want[i] += v[i];
+      srcs.push_back(tensor_from(devs[d], {len}, v, MemCategory::Gradients));
+    }
+    reduce_add_coalesced(dst, srcs, 100 * sizeof(float));
+    devs.synchronize();
+    CHECK(to_vector(dst) == want);
+    auto stats = devs[0].allocator().stats();
+    CHECK(stats.in_use_by_category[static_cast<int>(MemCategory::CommBuffers)] == 0);
+    CHECK(stats.peak_by_category[static_cast<int>(MemCategory::CommBuffers)] == (n - 1) * 512);  // 400 B rounded
+  }
+}

@@ -1,0 +1,174 @@
+// The DataParallel step: N devices equal one device on the full batch (no BatchNorm), for even,
+// uneven and B<N splits; BatchNorm's per-chunk statistics and replica-0 running stats; an
+// error inside one replica; memory left behind.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<float> params, buffers;
+  std::vector<std::vector<int64_t>> chunks;
+};
+
+SgdConfig sgd(float lr = 0.05f, float momentum = 0.9f) {
+  SgdConfig c;
+  c.lr = lr;
+  c.momentum = momentum;
+  return c;
+}
+
+Run train(const std::string& model, int n, const std::string& split, int64_t batch, int steps, uint64_t data_seed,
+          std::vector<int64_t> capacity = {}) {
+  auto devs = host_devices(n, capacity);
+  DataParallel dp(devs, find_model(model), parse_split(split, n, batch), sgd(), 3);
+  Run r;
+  for (int s = 0; s < steps; ++s) {
+    auto x = random_vector(static_cast<size_t>(batch * 784), data_seed + s);
+    std::vector<int32_t> y(static_cast<size_t>(batch));
+    for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 7 + s) % 10);
+    StepResult res = dp.step(x.data(), y.data(), batch);
+    r.losses.push_back(res.loss);
+    r.chunks.push_back(res.chunks);
+  }
+  r.params = dp.parameters();
+  r.buffers = dp.buffers();
+  return r;
+}
+
+void check_close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
+  CHECK(worst <= tol);
+}
+
+}  // namespace
+
+TEST_CASE("N devices give the same training as one device on the full batch (mlp, no BatchNorm)") {
+  const Run one = train("mlp", 1, "even", 30, 3, 11);
+  struct Case {
+    int n;
+    std::string split;
+    std::vector<int64_t> first_chunks;
+  };
+  for (const Case& c : {Case{2, "even", {15, 15}}, Case{4, "even", {8, 8, 8, 6}}, Case{3, "chunks:2,21,7", {2, 21, 7}},
+                        Case{4, "ratios:3,1,0,1", {18, 6, 0, 6}}, Case{3, "gpu0:0", {0, 15, 15}},
+                        Case{8, "gpu0:9", {9, 3, 3, 3, 3, 3, 3, 3}}}) {
+    CAPTURE(c.n);
+    CAPTURE(c.split);
+    const Run many = train("mlp", c.n, c.split, 30, 3, 11);
+    CHECK(many.chunks[0] == c.first_chunks);
+    for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
+    check_close(many.params, one.params, 2e-5);
+  }
+  SUBCASE("a batch smaller than the device count: fewer replicas run") {
+    const Run tiny1 = train("mlp", 1, "even", 3, 3, 5);
+    const Run tiny4 = train("mlp", 4, "even", 3, 3, 5);
+    CHECK(tiny4.chunks[0] == std::vector<int64_t>{1, 1, 1, 0});
+    for (size_t s = 0; s < tiny1.losses.size(); ++s) CHECK(tiny4.losses[s] == doctest::Approx(tiny1.losses[s]).epsilon(1e-5));
+    check_close(tiny4.params, tiny1.params, 2e-5);
+  }
+}
+
+TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running stats survive") {
+  const int64_t batch = 8;
+  auto x = random_vector(static_cast<size_t>(batch * 784), 77);
+  std::vector<int32_t> y = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto devs2 = host_devices(2);
+  DataParallel two(devs2, find_model("convnet"), parse_split("even", 2, batch), sgd(), 9);
+  const StepResult r2 = two.step(x.data(), y.data(), batch);
+  CHECK(r2.chunks == std::vector<int64_t>{4, 4});
+
+  // The same first step on each chunk alone, on one device, from the same initial weights.
+  auto chunk_step = [&](int64_t begin) {
+    auto devs1 = host_devices(1);
+    DataParallel one(devs1, find_model("convnet"), parse_split("even", 1, 4), sgd(), 9);
+    StepResult r = one.step(x.data() + begin * 784, y.data() + begin, 4);
+    return std::make_pair(r.loss, one.buffers());
+  };
+  auto [loss0, buffers0] = chunk_step(0);
+  auto [loss1, buffers1] = chunk_step(4);
+  // Normalising each chunk with its own statistics: the gathered loss is the mean of the chunks'.
+  CHECK(r2.loss == doctest::Approx((loss0 + loss1) / 2).epsilon(1e-5));
+  // Running stats (and num_batches_tracked = 1) are replica 0's, not chunk 1's.
+  check_close(two.buffers(), buffers0, 1e-6);
+  std::vector<float> b = two.buffers();
+  double diff1 = 0;
+  for (size_t i = 0; i < b.size(); ++i) diff1 += std::abs(b[i] - buffers1[i]);
+  CHECK(diff1 > 1e-3);
+}
+
+TEST_CASE("an exception inside one replica names the replica and device, after every worker stopped") {
+  auto devs = host_devices(3);
+  const int64_t batch = 12;
+  DataParallel dp(devs, find_model("convnet"), parse_split("even", 3, batch), sgd(), 1);
+  auto x = random_vector(static_cast<size_t>(batch * 784), 3);
+  std::vector<int32_t> y(batch, 1);
+  dp.step(x.data(), y.data(), batch);
+  const auto params_before = dp.parameters();
+  const int64_t d0_before = devs[0].allocator().stats().in_use;
+
+  devs[2].allocator().set_capacity(160 * 1024);  // room for the replica, not its activations
+  try {
+    dp.step(x.data(), y.data(), batch);
+    FAIL("expected an error from replica 2");
+  } catch (const ReplicaError& e) {
+    CHECK(e.replica == 2);
+    CHECK(e.device == 2);
+    CHECK(e.out_of_memory);
+    CHECK(std::string(e.what()).find("in replica 2 on device 2: device 2 (host:2) ran out of memory") == 0);
+  }
+  // Nothing half-done: the master is untouched and every replica's memory came back.
+  CHECK(dp.parameters() == params_before);
+  CHECK(devs[0].allocator().stats().in_use == d0_before);
+  CHECK(devs[1].allocator().stats().in_use == 0);
+  CHECK(devs[2].allocator().stats().in_use == 0);
+  // And the engine carries on once the device has room again.
+  devs[2].allocator().set_capacity(0);
+  CHECK(std::isfinite(dp.step(x.data(), y.data(), batch).loss));
+}
+
+TEST_CASE("between steps only device 0 holds memory: master parameters, gradients, optimizer state") {
+  auto devs = host_devices(4);
+  const int64_t batch = 16;
+  DataParallel dp(devs, find_model("mlp"), parse_split("even", 4, batch), sgd(), 1);
+  auto x = random_vector(static_cast<size_t>(batch * 784), 3);
+  std::vector<int32_t> y(batch, 2);
+  dp.step(x.data(), y.data(), batch);
+  const int64_t params = dp.layout().parameter_count * 4;
+  auto s0 = devs[0].allocator().stats();
+  auto rounded = [](int64_t b) { return (b + 511) / 512 * 512; };
+  CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Gradients)] == rounded(params));
+  CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Optimizer)] == rounded(params));
+  CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Activations)] == 0);
+  for (int d = 1; d < 4; ++d) {
+    CHECK(devs[d].allocator().stats().in_use == 0);
+    CHECK(devs[d].allocator().stats().peak > 0);  // they did hold a replica during the step
+  }
+  // Device 0 is the hotspot: its peak exceeds every other device's.
+  for (int d = 1; d < 4; ++d) CHECK(s0.peak > devs[d].allocator().stats().peak);
+}
+
+TEST_CASE("evaluation uses running statistics on device 0 and counts hits") {
+  auto devs = host_devices(2);
+  DataParallel dp(devs, find_model("convnet"), parse_split("even", 2, 4), sgd(), 1);
+  auto x = random_vector(4 * 784, 8);
+  std::vector<int32_t> y = {0, 1, 2, 3};
+  EvalResult a = dp.evaluate(x.data(), y.data(), 4);
+  EvalResult b = dp.evaluate(x.data(), y.data(), 4);
+  CHECK(a.count == 4);
+  CHECK(a.loss_sum == b.loss_sum);  // eval mode changes nothing
+  CHECK(a.correct >= 0);
+  CHECK(a.correct <= 4);
+  CHECK(dp.buffers() == std::vector<float>(dp.buffers()));
+}

@@ -1,0 +1,229 @@
+// Finite-difference gradient checks for every layer and the loss (Caffe's GradientChecker
+// idea): with L = Σ out·R for a random R, backward(R) must match (L(θ+ε) − L(θ−ε)) / 2ε for
+// inputs and parameters, evaluated in double.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/error.hpp"
+#include "helpers.hpp"
+#include "kernels/cpu/kernels.hpp"
+#include "models/layer.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+
+struct Bound {
+  std::vector<Tensor> values, grads;
+};
+
+Bound bind_params(Layer& layer, Device& dev, uint64_t seed) {
+  Bound b;
+  uint64_t s = seed;
+  for (const auto& d : layer.params()) {
+    auto v = random_vector(static_cast<size_t>(numel(d.shape)), ++s, -0.5f, 0.5f);
+    if (d.name == "weight" && d.init == ParamDecl::Init::Ones)  // BN gamma: keep it away from 0
+      for (auto& x : v) x += 1.f;
+    if (d.name == "running_var")
+      for (auto& x : v) x = std::abs(x) + 0.5f;
+    b.values.push_back(tensor_from(dev, d.shape, v, MemCategory::Parameters));
+    b.grads.push_back(d.kind == ParamDecl::Kind::Buffer ? Tensor() : Tensor::zeros(dev, d.shape, MemCategory::Gradients));
+  }
+  layer.bind(b.values, b.grads);
+  return b;
+}
+
+double weighted_sum(const Tensor& out, const std::vector<float>& r) {
+  double s = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) s += static_cast<double>(out.data()[i]) * r[static_cast<size_t>(i)];
+  return s;
+}
+
+// Perturbs up to `samples` entries of `x` and compares with the analytic gradient `g`.
+void check_entries(const char* what, float* x, const float* g, int64_t n, const std::function<double()>& loss,
+                   float eps, double tol) {
+  const int64_t step = std::max<int64_t>(1, n / 40);
+  for (int64_t i = 0; i < n; i += step) {
+    const float saved = x[i];
+    x[i] = saved + eps;
+    const double up = loss();
+    x[i] = saved - eps;
+    const double down = loss();
+    x[i] = saved;
+    const double numeric = (up - down) / (2.0 * eps);
+    INFO(what << "[" << i << "]: analytic " << g[i] << ", numeric " << numeric);
+    CHECK(std::abs(numeric - g[i]) <= tol * std::max(1.0, std::abs(numeric)));
+  }
+}
+
+void gradcheck(Layer& layer, Shape in_shape, std::vector<float> input, bool check_input = true, float eps = 1e-2f,
+               double tol = 1e-2) {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  Bound b = bind_params(layer, dev, 42);
+  Tensor in = tensor_from(dev, in_shape, input);
+  Tensor out = layer.forward(dev, in, true);
+  auto r = random_vector(static_cast<size_t>(out.numel()), 7);
+  Tensor dout = tensor_from(dev, out.shape(), r);
+  Tensor din = layer.backward(dev, dout, check_input);
+  auto loss = [&] {
+    Tensor o = layer.forward(dev, in, true);
+    layer.clear_cache();
+    return weighted_sum(o, r);
+  };
+  if (check_input) {
+    REQUIRE(din.defined());
+    CHECK(din.shape() == in.shape());
+    std::vector<float> g = to_vector(din);
+    check_entries("input", in.data(), g.data(), in.numel(), loss, eps, tol);
+  }
+  auto decls = layer.params();
+  for (size_t k = 0; k < decls.size(); ++k) {
+    if (decls[k].kind == ParamDecl::Kind::Buffer) continue;
+    std::vector<float> g = to_vector(b.grads[k]);
+    check_entries(decls[k].name.c_str(), b.values[k].data(), g.data(), b.values[k].numel(), loss, eps, tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Linear gradients match finite differences") {
+  auto layer = make_linear(7, 5);
+  gradcheck(*layer, {4, 7}, random_vector(28, 1));
+}
+
+TEST_CASE("Conv2d gradients match finite differences (padding, stride)") {
+  SUBCASE("3x3, stride 1, padding 1") {
+    auto layer = make_conv2d(2, 3, 3, 1, 1);
+    gradcheck(*layer, {2, 2, 5, 6}, random_vector(120, 2));
+  }
+  SUBCASE("5x5, stride 2, padding 2") {
+    auto layer = make_conv2d(3, 2, 5, 2, 2);
+    gradcheck(*layer, {2, 3, 7, 7}, random_vector(294, 3));
+  }
+  SUBCASE("first layer: no input gradient asked for") {
+    auto layer = make_conv2d(1, 2, 3, 1, 0);
+    gradcheck(*layer, {3, 1, 5, 5}, random_vector(75, 4), false);
+  }
+}
+
+TEST_CASE("BatchNorm2d gradients match finite differences (training mode)") {
+  auto layer = make_batchnorm2d(3);
+  gradcheck(*layer, {4, 3, 3, 2}, random_vector(72, 5, -2.f, 2.f), true, 1e-2f, 2e-2);
+}
+
+TEST_CASE("ReLU gradients match finite differences away from the kink") {
+  auto v = random_vector(60, 6);
+  for (auto& x : v) x = x < 0 ? x - 0.1f : x + 0.1f;
+  auto layer = make_relu();
+  gradcheck(*layer, {3, 20}, v);
+}
+
+TEST_CASE("MaxPool2d gradients match finite differences with distinct inputs") {
+  std::vector<float> v(2 * 2 * 6 * 6);
+  std::iota(v.begin(), v.end(), 0.f);
+  std::shuffle(v.begin(), v.end(), std::mt19937(9));
+  for (auto& x : v) x *= 0.05f;  // spacing well above eps: no argmax flips
+  auto layer = make_maxpool2d(2, 2);
+  gradcheck(*layer, {2, 2, 6, 6}, v);
+  auto overlapping = make_maxpool2d(3, 2);
+  gradcheck(*overlapping, {2, 2, 6, 6}, v);
+}
+
+TEST_CASE("Flatten passes gradients through unchanged") {
+  auto layer = make_flatten();
+  gradcheck(*layer, {2, 3, 2, 2}, random_vector(24, 8));
+}
+
+TEST_CASE("softmax cross-entropy: value and gradient") {
+  const int64_t B = 5, K = 4;
+  auto logits = random_vector(B * K, 10, -3.f, 3.f);
+  std::vector<int32_t> labels = {0, 3, 1, 2, 3};
+  std::vector<float> grad(B * K);
+  const double sum = cpu::softmax_xent(logits.data(), labels.data(), B, K, grad.data(), 1.f / B, nullptr);
+  // value against a direct formula
+  double want = 0;
+  for (int64_t r = 0; r < B; ++r) {
+    double z = 0;
+    for (int64_t j = 0; j < K; ++j) z += std::exp(logits[r * K + j]);
+    want += std::log(z) - logits[r * K + labels[r]];
+  }
+  CHECK(sum == doctest::Approx(want).epsilon(1e-6));
+  const float eps = 1e-3f;
+  for (int64_t i = 0; i < B * K; ++i) {
+    auto l = logits;
+    l[i] += eps;
+    const double up = cpu::softmax_xent(l.data(), labels.data(), B, K, nullptr, 0, nullptr) / B;
+    l[i] -= 2 * eps;
+    const double down = cpu::softmax_xent(l.data(), labels.data(), B, K, nullptr, 0, nullptr) / B;
+    CHECK(grad[i] == doctest::Approx((up - down) / (2 * eps)).epsilon(1e-3).scale(1));
+  }
+  int64_t correct = 0;
+  std::vector<float> sure = {5, 0, 0, 0, 0, 0, 0, 5};
+  std::vector<int32_t> sure_labels = {0, 2};
+  cpu::softmax_xent(sure.data(), sure_labels.data(), 2, 4, nullptr, 0, &correct);
+  CHECK(correct == 1);
+  std::vector<int32_t> bad = {0, 4};
+  CHECK_THROWS_WITH_AS(cpu::softmax_xent(sure.data(), bad.data(), 2, 4, nullptr, 0, nullptr),
+                       doctest::Contains("label 4"), RuntimeError);
+}
+
+TEST_CASE("BatchNorm2d running statistics follow PyTorch (momentum 0.1, unbiased variance)") {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  auto layer = make_batchnorm2d(1);
+  std::vector<Tensor> values = {tensor_from(dev, {1}, {1.f}), tensor_from(dev, {1}, {0.f}),
+                                tensor_from(dev, {1}, {0.f}), tensor_from(dev, {1}, {1.f}),
+                                Tensor::zeros(dev, {}, MemCategory::Parameters)};
+  std::vector<Tensor> grads = {Tensor::zeros(dev, {1}, MemCategory::Gradients),
+                               Tensor::zeros(dev, {1}, MemCategory::Gradients), Tensor(), Tensor(), Tensor()};
+  layer->bind(values, grads);
+  Tensor in = tensor_from(dev, {2, 1, 1, 2}, {1.f, 2.f, 3.f, 6.f});  // mean 3, biased var 3.5, unbiased 14/3
+  Tensor out = layer->forward(dev, in, true);
+  CHECK(values[2].data()[0] == doctest::Approx(0.3));
+  CHECK(values[3].data()[0] == doctest::Approx(0.9 + 0.1 * 14.0 / 3.0));
+  CHECK(values[4].data()[0] == 1.f);
+  CHECK(out.data()[0] == doctest::Approx((1 - 3) / std::sqrt(3.5 + 1e-5)));
+  Tensor eval = layer->forward(dev, in, false);  // eval: running statistics
+  CHECK(eval.data()[0] == doctest::Approx((1 - 0.3) / std::sqrt(0.9 + 0.1 * 14.0 / 3.0 + 1e-5)));
+}
+
+TEST_CASE("SGD follows torch.optim.SGD: momentum, dampening, nesterov, weight decay") {
+  auto devs = host_devices(1);
+  ThreadPool& pool = devs[0].pool();
+  cpu::SgdConfig c;
+  c.lr = 0.1f;
+  c.momentum = 0.9f;
+  c.weight_decay = 0.01f;
+  c.dampening = 0.f;
+  float p = 1.f, buf = 0.f;
+  const float g1 = 0.5f, g2 = -0.25f;
+  cpu::sgd_update(pool, &p, &g1, &buf, true, c, 1);
+  float d1 = g1 + 0.01f * 1.f;
+  CHECK(buf == doctest::Approx(d1));
+  CHECK(p == doctest::Approx(1.f - 0.1f * d1));
+  const float p1 = p;
+  cpu::sgd_update(pool, &p, &g2, &buf, false, c, 1);
+  float d2 = g2 + 0.01f * p1, b2 = 0.9f * d1 + d2;
+  CHECK(buf == doctest::Approx(b2));
+  CHECK(p == doctest::Approx(p1 - 0.1f * b2));
+  SUBCASE("nesterov") {
+    c.nesterov = true;
+    float q = 1.f, qb = 0.f;
+    cpu::sgd_update(pool, &q, &g1, &qb, true, c, 1);
+    CHECK(q == doctest::Approx(1.f - 0.1f * (d1 + 0.9f * d1)));
+  }
+  SUBCASE("dampening applies after the first step") {
+    c.dampening = 0.5f;
+    float q = 1.f, qb = 0.f;
+    cpu::sgd_update(pool, &q, &g1, &qb, true, c, 1);
+    CHECK(qb == doctest::Approx(d1));  // the first buffer is the gradient itself
+    const float q1 = q;
+    cpu::sgd_update(pool, &q, &g2, &qb, false, c, 1);
+    CHECK(qb == doctest::Approx(0.9f * d1 + 0.5f * (g2 + 0.01f * q1)));
+  }
+}

@@ -1,0 +1,88 @@
+// The caching allocator's accounting by category, its cache, and the out-of-memory error.
+#include <doctest/doctest.h>
+
+#include "engine/error.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+int64_t cat(const CategoryBytes& b, MemCategory c) { return b[static_cast<int>(c)]; }
+int64_t sum(const CategoryBytes& b) {
+  int64_t s = 0;
+  for (auto v : b) s += v;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("allocations are counted by category, with peaks and the composition at the peak") {
+  auto devs = host_devices(1);
+  auto& alloc = devs[0].allocator();
+  {
+    Tensor p = Tensor::empty(devs[0], {1000}, MemCategory::Parameters);  // 4000 -> 4096
+    Tensor a = Tensor::empty(devs[0], {256}, MemCategory::Activations);  // 1024
+    auto s = alloc.stats();
+    CHECK(s.in_use == 4096 + 1024);
+    CHECK(cat(s.in_use_by_category, MemCategory::Parameters) == 4096);
+    CHECK(cat(s.in_use_by_category, MemCategory::Activations) == 1024);
+    CHECK(sum(s.in_use_by_category) == s.in_use);
+    {
+      Tensor w = Tensor::empty(devs[0], {2048}, MemCategory::Workspace);
+      CHECK(alloc.stats().peak == 4096 + 1024 + 8192);
+    }
+    s = alloc.stats();
+    CHECK(s.in_use == 4096 + 1024);
+    CHECK(s.peak == 4096 + 1024 + 8192);
+    CHECK(cat(s.at_peak, MemCategory::Workspace) == 8192);
+    CHECK(sum(s.at_peak) == s.peak);
+    CHECK(cat(s.peak_by_category, MemCategory::Workspace) == 8192);
+    // Views share storage and cost nothing.
+    Tensor v = p.rows(0, 10);
+    CHECK(alloc.stats().in_use == 4096 + 1024);
+  }
+  auto s = alloc.stats();
+  CHECK(s.in_use == 0);
+  CHECK(sum(s.in_use_by_category) == 0);
+}
+
+TEST_CASE("freed blocks are reused from the cache") {
+  auto devs = host_devices(1);
+  auto& alloc = devs[0].allocator();
+  void* first;
+  {
+    Tensor t = Tensor::empty(devs[0], {1000}, MemCategory::Activations);
+    first = t.data();
+  }
+  const auto reserved = alloc.stats().reserved;
+  Tensor again = Tensor::empty(devs[0], {900}, MemCategory::Gradients);  // same 512-rounded size class fits
+  CHECK(again.data() == first);
+  CHECK(alloc.stats().reserved == reserved);
+  CHECK(alloc.stats().cache_hits == 1);
+  CHECK(cat(alloc.stats().in_use_by_category, MemCategory::Gradients) == 4096);
+}
+
+TEST_CASE("exceeding the capacity raises DESIGN.md's out-of-memory message, and nothing leaks") {
+  auto devs = host_devices(2, {64 * 1024});
+  Tensor p = Tensor::empty(devs[0], {4096}, MemCategory::Parameters);   // 16 KiB
+  Tensor g = Tensor::empty(devs[0], {4096}, MemCategory::Gradients);    // 16 KiB
+  {
+    Tensor cached = Tensor::empty(devs[0], {4096}, MemCategory::Workspace);  // freed into the cache
+  }
+  // The cached 16 KiB are given back before failing: 48 KiB in total fits.
+  Tensor a = Tensor::empty(devs[0], {6000}, MemCategory::Activations);
+  try {
+    Tensor huge = Tensor::empty(devs[0], {100000}, MemCategory::Activations);
+    FAIL("expected out of memory");
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    CHECK(e.device == 0);
+    CHECK(msg.find("device 0 (host:0) ran out of memory trying to allocate 390.62 KiB") != std::string::npos);
+    CHECK(msg.find("of 64.00 KiB in use") != std::string::npos);
+    CHECK(msg.find("parameters 16.00 KiB") != std::string::npos);
+    CHECK(msg.find("gradients 16.00 KiB") != std::string::npos);
+    CHECK(msg.find("activations 23.50 KiB") != std::string::npos);
+  }
+  CHECK(devs[0].allocator().stats().in_use == 16384 * 2 + 24064);
+  CHECK(devs[1].allocator().stats().in_use == 0);
+}

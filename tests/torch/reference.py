@@ -1,0 +1,88 @@
+"""PyTorch reference of dp-engine's faithful DataParallel step, on the CPU.
+
+nn.DataParallel needs GPUs, so this emulates exactly what it computes: each chunk runs through a
+replica (replica 0 is the master module, the others deep copies), BatchNorm normalises with each
+chunk's own statistics, only replica 0's running-stat update survives, and the gradients of the
+other replicas are added into the master's, as DataParallel's reduce-add does.
+"""
+import copy
+import gzip
+import struct
+
+import torch
+import torch.nn as nn
+
+
+def make_model(name):
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    if name == "convnet":
+        return nn.Sequential(nn.Conv2d(1, 16, 5, 1, 2), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2, 2),
+                             nn.Conv2d(16, 32, 5, 1, 2), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2, 2),
+                             nn.Flatten(), nn.Linear(1568, 10))
+    raise ValueError(name)
+
+
+def chunk_sizes(split, batch, n):
+    """dp-engine's --split rules (PyTorch chunk() for even)."""
+    if split == "even":
+        c = -(-batch // n)
+        out, left = [], batch
+        for _ in range(n):
+            take = min(c, left)
+            out.append(take)
+            left -= take
+        return out
+    mode, body = split.split(":")
+    vals = [float(v) for v in body.split(",")]
+    if mode == "gpu0":
+        k = min(int(vals[0]), batch)
+        rest = batch - k
+        return [k] + [rest // (n - 1) + (1 if i < rest % (n - 1) else 0) for i in range(n - 1)]
+    weights = vals + [0.0] * (n - len(vals))
+    total = sum(weights)
+    exact = [w / total * batch for w in weights]
+    out = [int(e) for e in exact]
+    order = sorted(range(n), key=lambda i: -(exact[i] - out[i]))  # stable: ties to lower index
+    for k in range(batch - sum(out)):
+        out[order[k % n]] += 1
+    return out
+
+
+def write_idx(images, labels, img_path, lbl_path):
+    n, r, c = images.shape
+    with gzip.open(img_path, "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, r, c) + images.numpy().astype("uint8").tobytes())
+    with gzip.open(lbl_path, "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + labels.numpy().astype("uint8").tobytes())
+
+
+def normalise(images_u8):
+    return ((images_u8.float() / 255.0) - 0.1307) / 0.3081
+
+
+def dp_step(model, opt, x, y, sizes):
+    """One faithful DataParallel step; returns the gathered-batch loss."""
+    opt.zero_grad()
+    outs, replicas, start = [], [], 0
+    for r, size in enumerate(sizes):
+        if size == 0:
+            continue
+        # Replica 0 is the master itself (its running-stat update survives); the others are
+        # copies whose buffer updates are thrown away, as DataParallel's replicas are.
+        replica = model if r == 0 else copy.deepcopy(model)
+        replicas.append(replica)
+        outs.append(replica(x[start:start + size]))
+        start += size
+    logits = torch.cat(outs)
+    loss = nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    with torch.no_grad():  # reduce-add: the master gradient is the sum over replicas
+        for replica in replicas:
+            if replica is model:
+                continue
+            for p, q in zip(model.parameters(), replica.parameters()):
+                p.grad = q.grad.clone() if p.grad is None else p.grad + q.grad
+    opt.step()
+    return loss.item()
