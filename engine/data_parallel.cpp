@@ -26,7 +26,7 @@ void upload(const Tensor& dst, const void* src) {
 std::vector<float> download(Tensor t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   t.device().stream().synchronize();
-  std::memcpy(out.data(), t.data(), t.bytes());
+  if (!out.empty()) std::memcpy(out.data(), t.data(), t.bytes());
   return out;
 }
 }  // namespace
@@ -236,8 +236,8 @@ void DataParallel::load_state(const std::vector<float>& params, const std::vecto
   if (static_cast<int64_t>(params.size()) != params_.numel() || static_cast<int64_t>(buffers.size()) != buffers_.numel())
     throw RuntimeError("load_state: state sizes do not match the model");
   devices_[0].stream().synchronize();
-  std::memcpy(params_.data(), params.data(), params_.bytes());
-  std::memcpy(buffers_.data(), buffers.data(), buffers_.bytes());
+  if (!params.empty()) std::memcpy(params_.data(), params.data(), params_.bytes());
+  if (!buffers.empty()) std::memcpy(buffers_.data(), buffers.data(), buffers_.bytes());
 }
 
 }  // namespace dp

@@ -87,6 +87,8 @@ void gradcheck(Layer& layer, Shape in_shape, std::vector<float> input, bool chec
     std::vector<float> g = to_vector(b.grads[k]);
     check_entries(decls[k].name.c_str(), b.values[k].data(), g.data(), b.values[k].numel(), loss, eps, tol);
   }
+  layer.clear_cache();
+  layer.bind({}, {});  // the layer outlives this function's devices
 }
 
 }  // namespace

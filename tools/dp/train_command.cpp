@@ -37,7 +37,7 @@ struct TrainOptions {
   std::string init, save, metrics;
   bool eval = false;
   int threads_per_device = 1;
-  int64_t generated_train = 12000, generated_test = 2000;
+  int64_t generated_train = 24000, generated_test = 4000;
 };
 
 EvalResult evaluate_dataset(DataParallel& dp, const Dataset& test, int64_t batch) {
@@ -166,6 +166,7 @@ int run_train(const TrainOptions& o) {
 Run add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model with the DataParallel step");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   cmd->add_option("--model", o->model, "mlp or convnet")->capture_default_str();
   cmd->add_option("--data", o->data, "directory with the four MNIST IDX files (default: generated data)");
   cmd->add_option("--devices", o->devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();

@@ -1,0 +1,140 @@
+"""The dp CLI on bad input: a clear message on stderr naming the problem, exit 2 for usage
+errors, 1 for runtime errors, 3 for out of memory; never a crash or a hang; an existing --save
+file untouched when the run fails. Also the happy paths: train, metrics, save, devices.
+
+usage: test_cli.py DP_BINARY
+"""
+import gzip
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+DP = os.path.abspath(sys.argv[1])
+passed, failed = 0, 0
+
+
+def run(args, timeout=120):
+    p = subprocess.run([DP] + args, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(name, args, code, needle):
+    global passed, failed
+    rc, out, err = run(args)
+    ok = rc == code and needle in err
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name}: exit {rc} (want {code}), stderr:\n{err}\n(want to contain {needle!r})")
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name} {detail}")
+
+
+def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28):
+    n = len(labels) if count is None else count
+    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">IIII", magic, n, rows, 28) + images)
+    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
+
+
+def mnist_dir(base, name, **kw):
+    d = os.path.join(base, name)
+    os.makedirs(d)
+    labels = [i % 10 for i in range(40)]
+    images = bytes((i * 7) % 256 for i in range(40 * 784))
+    write_idx(d, "train", kw.get("images", images), kw.get("labels", labels), kw.get("count"), kw.get("magic", 0x803))
+    write_idx(d, "t10k", images[:10 * 784], labels[:10])
+    return d
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    good = mnist_dir(tmp, "good")
+    small = ["train", "--data", good, "--devices", "host:2", "--steps", "2", "--batch", "8", "--model", "mlp"]
+
+    # Happy path: metrics, save, eval.
+    save = os.path.join(tmp, "w.safetensors")
+    metrics = os.path.join(tmp, "m.jsonl")
+    rc, out, err = run(small + ["--save", save, "--metrics", metrics, "--eval", "--steps", "5"])
+    check("train runs", rc == 0, err)
+    rows = [json.loads(l) for l in open(metrics)]
+    steps = [r for r in rows if "step" in r]
+    check("metrics per step", [r["step"] for r in steps] == [1, 2, 3, 4, 5], rows)
+    check("metrics fields", all({"epoch", "loss", "samples_per_s", "chunks"} <= set(r) for r in steps))
+    check("metrics chunks", steps[0]["chunks"] == [4, 4] and steps[-1]["chunks"] == [4, 4], steps[0])
+    check("eval row", any("test_accuracy" in r and "test_loss" in r for r in rows), rows)
+    check("saved", os.path.getsize(save) > 0)
+    saved_bytes = open(save, "rb").read()
+
+    rc, out, err = run(["devices"])
+    check("devices", rc == 0 and "host" in out and ("CUDA" in out), out + err)
+    rc, out, err = run(["train", "--help"])
+    check("help", rc == 0 and "--split" in out)
+
+    # Usage errors: exit 2.
+    expect("no subcommand", [], 2, "")
+    expect("unknown flag", small + ["--bogus"], 2, "bogus")
+    expect("unknown model", small + ["--model", "resnet999"], 2, "unknown model 'resnet999'")
+    expect("batch 0", small + ["--batch", "0"], 2, "--batch must be > 0")
+    expect("batch negative", small + ["--batch", "-4"], 2, "--batch must be > 0")
+    expect("steps 0", small + ["--steps", "0"], 2, "--steps must be > 0")
+    expect("steps negative", small + ["--steps", "-1"], 2, "--steps must be > 0")
+    expect("epochs 0", small + ["--epochs", "0"], 2, "--epochs must be > 0")
+    expect("lr nan", small + ["--lr", "nan"], 2, "--lr must be a finite number")
+    expect("lr inf", small + ["--lr", "inf"], 2, "--lr must be a finite number")
+    expect("lr negative", small + ["--lr", "-0.1"], 2, "--lr must be a finite number")
+    expect("nesterov without momentum", small + ["--nesterov", "--momentum", "0"], 2, "--nesterov requires")
+    expect("devices garbage", small + ["--devices", "gpu:3"], 2, "--devices 'gpu:3'")
+    expect("devices zero", small + ["--devices", "host:0"], 2, "device count must be 1..64")
+    expect("devices negative", small + ["--devices", "host:-2"], 2, "device count must be 1..64")
+    expect("split unknown", small + ["--split", "fastest"], 2, "unknown mode")
+    expect("split negative", small + ["--split", "chunks:10,-2"], 2, "positive")
+    expect("split wrong count", small + ["--split", "ratios:1,2,3"], 2, "one per device")
+    expect("split wrong sum", small + ["--split", "chunks:3,3"], 2, "not the batch size 8")
+    expect("split share too big", small + ["--split", "gpu0:9"], 2, "larger than the batch size 8")
+    expect("metrics unwritable", small + ["--metrics", os.path.join(tmp, "nodir", "m.jsonl")], 2, "--metrics")
+    expect("save unwritable", small + ["--save", os.path.join(tmp, "nodir", "w.safetensors")], 2, "--save")
+    expect("save is a directory", small + ["--save", tmp], 2, "is a directory")
+    expect("threads 0", small + ["--threads-per-device", "0"], 2, "--threads-per-device")
+
+    # Runtime errors: exit 1, and the existing --save file is untouched.
+    def keeps_save(name, args, code, needle):
+        expect(name, args + ["--save", save], code, needle)
+        check(name + ": --save untouched", open(save, "rb").read() == saved_bytes)
+
+    keeps_save("cuda absent", small + ["--devices", "cuda:0x4"], 1, "cuda")
+    keeps_save("data missing", small + ["--data", os.path.join(tmp, "nope")], 1, "not a directory")
+    keeps_save("bad magic", ["train", "--data", mnist_dir(tmp, "magic", magic=0x1234)] + small[3:], 1, "bad magic")
+    keeps_save("truncated", ["train", "--data", mnist_dir(tmp, "trunc", images=bytes(100))] + small[3:], 1,
+               "truncated")
+    keeps_save("huge count", ["train", "--data", mnist_dir(tmp, "huge", count=1 << 30)] + small[3:], 1,
+               "more than any file holds")
+    keeps_save("count mismatch", ["train", "--data", mnist_dir(tmp, "mismatch", count=39)] + small[3:], 1,
+               "40 labels for 39 images")
+    keeps_save("label > 9", ["train", "--data", mnist_dir(tmp, "label", labels=[12] + [1] * 39)] + small[3:], 1,
+               "label 12 of sample 0")
+    bad_init = os.path.join(tmp, "bad.safetensors")
+    for name, blob, needle in [
+        ("init empty", b"", "too short"),
+        ("init huge header", struct.pack("<Q", 1 << 60) + b"{}", "exceeds the file"),
+        ("init garbage header", struct.pack("<Q", 5) + b"garbage", "not JSON"),
+        ("init offsets past end", struct.pack("<Q", 2) + b"{}", "missing tensor '1.weight'"),
+    ]:
+        open(bad_init, "wb").write(blob)
+        keeps_save(name, small + ["--init", bad_init], 1, needle)
+    keeps_save("init wrong model", small[:-2] + ["--model", "convnet", "--init", save], 1, "unexpected tensor")
+    keeps_save("init missing", small + ["--init", os.path.join(tmp, "none.safetensors")], 1, "cannot open")
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

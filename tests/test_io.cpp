@@ -1,0 +1,239 @@
+// Data and checkpoint I/O: IDX (gzip and raw) and its corruptions, safetensors and its
+// corruptions, atomic writes, the batch loader's order.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "engine/error.hpp"
+#include "engine/io/atomic_file.hpp"
+#include "engine/io/dataset.hpp"
+#include "engine/io/loader.hpp"
+#include "engine/io/safetensors.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+
+Dataset small_dataset(int64_t n) {
+  Dataset d;
+  d.count = n;
+  d.rows = d.cols = 28;
+  d.images.resize(static_cast<size_t>(n * 784));
+  for (size_t i = 0; i < d.images.size(); ++i) d.images[i] = static_cast<uint8_t>(i * 31 % 256);
+  for (int64_t i = 0; i < n; ++i) d.labels.push_back(static_cast<uint8_t>(i % 10));
+  return d;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+}  // namespace
+
+TEST_CASE("IDX pairs round-trip, gzip-compressed and raw") {
+  TempDir dir;
+  Dataset d = small_dataset(13);
+  for (const char* ext : {".gz", ""}) {
+    write_idx_pair(d, dir.file(std::string("img") + ext), dir.file(std::string("lbl") + ext));
+    Dataset back = read_idx_pair(dir.file(std::string("img") + ext), dir.file(std::string("lbl") + ext));
+    CHECK(back.count == 13);
+    CHECK(back.rows == 28);
+    CHECK(back.images == d.images);
+    CHECK(back.labels == d.labels);
+  }
+}
+
+TEST_CASE("the MNIST directory loader finds the four standard names") {
+  TempDir dir;
+  Dataset d = small_dataset(5);
+  write_idx_pair(d, dir.file("train-images-idx3-ubyte.gz"), dir.file("train-labels-idx1-ubyte.gz"));
+  write_idx_pair(d, dir.file("t10k-images-idx3-ubyte"), dir.file("t10k-labels-idx1-ubyte"));
+  TrainTest tt = load_mnist_dir(dir.path.string());
+  CHECK(tt.train.count == 5);
+  CHECK(tt.test.count == 5);
+  std::filesystem::remove(dir.file("t10k-labels-idx1-ubyte"));
+  CHECK_THROWS_WITH_AS(load_mnist_dir(dir.path.string()), doctest::Contains("missing t10k-labels-idx1-ubyte"),
+                       RuntimeError);
+  CHECK_THROWS_WITH_AS(load_mnist_dir(dir.file("nope")), doctest::Contains("not a directory"), RuntimeError);
+}
+
+TEST_CASE("corrupt IDX files are rejected with a message naming the problem") {
+  TempDir dir;
+  Dataset d = small_dataset(4);
+  write_idx_pair(d, dir.file("img"), dir.file("lbl"));
+  const std::string img = read_bytes(dir.file("img")), lbl = read_bytes(dir.file("lbl"));
+  auto expect = [&](const std::string& img_bytes, const std::string& lbl_bytes, const char* needle) {
+    write_bytes(dir.file("i2"), img_bytes);
+    write_bytes(dir.file("l2"), lbl_bytes);
+    INFO(needle);
+    CHECK_THROWS_WITH_AS(read_idx_pair(dir.file("i2"), dir.file("l2")), doctest::Contains(needle), RuntimeError);
+  };
+  expect(be32(0x00000804) + img.substr(4), lbl, "bad magic 0x00000804");
+  expect(img, be32(0x00000803) + lbl.substr(4), "bad magic 0x00000803");
+  expect(img.substr(0, img.size() - 100), lbl, "truncated");
+  expect(img.substr(0, 10), lbl, "truncated");
+  expect("", lbl, "truncated");
+  expect(img, lbl.substr(0, lbl.size() - 1), "truncated");
+  expect(img, be32(0x801) + be32(5) + lbl.substr(8) + "x", "5 labels for 4 images");
+  std::string bad_label = lbl;
+  bad_label[10] = 10;
+  expect(img, bad_label, "label 10 of sample 2 is not a digit");
+  // A header claiming far more images than the file holds fails fast, without allocating them.
+  expect(be32(0x803) + be32(2000000000) + be32(28) + be32(28) + img.substr(16), lbl, "more than any file holds");
+  expect(be32(0x803) + be32(100000) + be32(28) + be32(28) + img.substr(16), lbl, "truncated");
+  expect(be32(0x803) + be32(4) + be32(0) + be32(28) + img.substr(16), lbl, "implausible image size");
+  CHECK_THROWS_WITH_AS(read_idx_pair(dir.file("missing"), dir.file("lbl")), doctest::Contains("cannot open"),
+                       RuntimeError);
+}
+
+TEST_CASE("safetensors round-trip with PyTorch's state-dict names, int64 num_batches_tracked") {
+  TempDir dir;
+  const ModelLayout layout = ModelLayout::of(find_model("convnet"));
+  ModelState state;
+  state.params = random_vector(static_cast<size_t>(layout.parameter_count), 1);
+  state.buffers = random_vector(static_cast<size_t>(layout.buffer_count), 2);
+  for (const auto& e : layout.entries)
+    if (e.decl.integer) state.buffers[static_cast<size_t>(e.offset)] = 17;
+  save_safetensors(dir.file("m.safetensors"), layout, state);
+  ModelState back = load_safetensors(dir.file("m.safetensors"), layout);
+  CHECK(back.params == state.params);
+  CHECK(back.buffers == state.buffers);
+  const std::string bytes = read_bytes(dir.file("m.safetensors"));
+  CHECK(bytes.find("\"1.num_batches_tracked\":{\"dtype\":\"I64\",\"shape\":[]") != std::string::npos);
+  CHECK(bytes.find("\"0.weight\":{\"dtype\":\"F32\",\"shape\":[16,1,5,5]") != std::string::npos);
+  CHECK(bytes.find("\"9.weight\":{\"dtype\":\"F32\",\"shape\":[10,1568]") != std::string::npos);
+}
+
+TEST_CASE("corrupt safetensors files are rejected with a message naming the problem") {
+  TempDir dir;
+  const ModelLayout mlp = ModelLayout::of(find_model("mlp"));
+  ModelState state{random_vector(static_cast<size_t>(mlp.parameter_count), 1), {}};
+  const std::string good = encode_safetensors(mlp, state);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(good[i]);
+  const std::string header = good.substr(8, header_len), body = good.substr(8 + header_len);
+  auto with_header = [&](std::string h, const std::string& b) {
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+    return len + h + b;
+  };
+  auto expect = [&](const std::string& bytes, const char* needle) {
+    write_bytes(dir.file("x.safetensors"), bytes);
+    INFO(needle);
+    CHECK_THROWS_WITH_AS(load_safetensors(dir.file("x.safetensors"), mlp), doctest::Contains(needle), RuntimeError);
+  };
+  expect("", "too short");
+  expect(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "exceeds the file");
+  expect(with_header("this is not json", body), "not JSON");
+  expect(with_header("[1,2,3]", body), "not a JSON object");
+  expect(good.substr(0, good.size() - 4), "outside the file");
+  std::string renamed = header;
+  renamed.replace(renamed.find("\"1.weight\""), 10, "\"7.weight\"");
+  expect(with_header(renamed, body), "unexpected tensor '7.weight'");
+  std::string reshaped = header;
+  reshaped.replace(reshaped.find("[512,784]"), 9, "[784,512]");
+  expect(with_header(reshaped, body), "has shape [784, 512], the model needs [512, 784]");
+  std::string redtyped = header;
+  redtyped.replace(redtyped.find("F32"), 3, "F16");
+  expect(with_header(redtyped, body), "has dtype F16");
+  // A file for another model: names missing.
+  const ModelLayout convnet = ModelLayout::of(find_model("convnet"));
+  write_bytes(dir.file("c.safetensors"), good);
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("c.safetensors"), convnet), doctest::Contains("unexpected tensor"),
+                       RuntimeError);
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("none.safetensors"), mlp), doctest::Contains("cannot open"),
+                       RuntimeError);
+}
+
+TEST_CASE("atomic writes replace the file whole, and a failed write leaves the old one") {
+  TempDir dir;
+  const std::string path = dir.file("ckpt");
+  write_file_atomically(path, "first");
+  write_file_atomically(path, "second");
+  CHECK(read_bytes(path) == "second");
+  CHECK_THROWS_AS(write_file_atomically(dir.file("no/such/dir/ckpt"), "x"), RuntimeError);
+  CHECK_THROWS_WITH_AS(check_writable(dir.file("no/such/dir/ckpt"), "--save"), doctest::Contains("cannot write there"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(check_writable(dir.path.string(), "--save"), doctest::Contains("is a directory"), UsageError);
+  check_writable(path, "--save");
+  CHECK(read_bytes(path) == "second");  // checking never touches the file
+  size_t files = 0;
+  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir.path)) ++files;
+  CHECK(files == 1);  // no temporaries left behind
+}
+
+TEST_CASE("the loader: file order without shuffling, a short last batch, per-epoch shuffles") {
+  Dataset d = small_dataset(10);
+  SUBCASE("no shuffle: step i takes samples i*B .. (i+1)*B-1") {
+    BatchLoader loader(d, 4, false, 0, 2, 0);
+    CHECK(loader.total_steps() == 6);
+    std::vector<int64_t> sizes;
+    std::vector<int32_t> labels;
+    while (auto b = loader.next()) {
+      sizes.push_back(b->size);
+      labels.insert(labels.end(), b->labels.begin(), b->labels.end());
+    }
+    CHECK(sizes == std::vector<int64_t>{4, 4, 2, 4, 4, 2});
+    CHECK(labels == std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  }
+  SUBCASE("normalised like MNIST") {
+    BatchLoader loader(d, 10, false, 0, 1, 0);
+    auto b = loader.next();
+    REQUIRE(b);
+    CHECK(b->images[1] == doctest::Approx((31 / 255.0 - 0.1307) / 0.3081));
+  }
+  SUBCASE("shuffles are permutations, differ between epochs, repeat for a seed") {
+    auto epochs = [&](uint64_t seed) {
+      BatchLoader loader(d, 10, true, seed, 2, 0);
+      std::vector<std::vector<int32_t>> out;
+      while (auto b = loader.next()) out.push_back(b->labels);
+      return out;
+    };
+    auto a = epochs(5), again = epochs(5), other = epochs(6);
+    REQUIRE(a.size() == 2);
+    CHECK(std::set<int32_t>(a[0].begin(), a[0].end()).size() == 10);
+    CHECK(a[0] != a[1]);
+    CHECK(a == again);
+    CHECK(a != other);
+  }
+  SUBCASE("max steps stops early") {
+    BatchLoader loader(d, 3, true, 1, 5, 4);
+    int n = 0;
+    while (loader.next()) ++n;
+    CHECK(n == 4);
+  }
+}
+
+TEST_CASE("the generated dataset is deterministic and covers every class") {
+  TrainTest a = generate_dataset(200, 50, 1234), b = generate_dataset(200, 50, 1234);
+  CHECK(a.train.images == b.train.images);
+  CHECK(a.test.labels == b.test.labels);
+  CHECK(std::set<uint8_t>(a.train.labels.begin(), a.train.labels.end()).size() == 10);
+}
+
+TEST_CASE("device specs") {
+  CHECK(parse_device_spec("host:4").host_count == 4);
+  CHECK(parse_device_spec("auto").kind == DeviceSpec::Kind::Auto);
+  CHECK(parse_device_spec("cuda").all_gpus);
+  CHECK(parse_device_spec("cuda:0,1").cuda_gpus == std::vector<int>{0, 1});
+  CHECK(parse_device_spec("cuda:0x4").cuda_gpus == std::vector<int>{0, 0, 0, 0});
+  CHECK(parse_device_spec("cuda:0x2,1x2").cuda_gpus == std::vector<int>{0, 0, 1, 1});
+  for (const char* bad : {"host:0", "host:-1", "host:x", "host:", "cuda:", "cuda:a", "cuda:0x0", "cuda:-1", "tpu",
+                          "host:65", "cuda:0,", ""}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_device_spec(bad), UsageError);
+  }
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what dp-engine needs (Debian packages) when it is missing, then configures and builds.
+#   tools/setup.sh                      release build in build/ (CUDA too when nvcc is found)
+#   tools/setup.sh --sanitize address   ASan+UBSan build of the library and tests in build-asan/
+#   tools/setup.sh --sanitize thread    TSan build in build-tsan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=""
+if [[ "${1:-}" == "--sanitize" ]]; then
+  sanitize="${2:?--sanitize needs address or thread}"
+fi
+
+packages=(build-essential cmake pkg-config doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
+          python3 python3-torch)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+jobs=$(nproc)
+case "$sanitize" in
+  "")
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build build -j"$jobs"
+    ;;
+  address | thread)
+    dir="build-${sanitize/address/asan}"
+    dir="${dir/thread/tsan}"
+    # CPU-only: the sanitizers watch the host backend's threads and queues.
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDP_CUDA=OFF -DDP_SANITIZE="$sanitize" >/dev/null
+    cmake --build "$dir" -j"$jobs" --target dp_tests dp_cli
+    ;;
+  *)
+    echo "setup: --sanitize takes address or thread, not '$sanitize'" >&2
+    exit 2
+    ;;
+esac

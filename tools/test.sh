@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs, builds and runs every test (doctest suites, CLI bad-input checks, the PyTorch
+# cross-check) through ctest.
+#   tools/test.sh                      release build, all tests
+#   tools/test.sh --sanitize address   unit tests under ASan+UBSan
+#   tools/test.sh --sanitize thread    unit tests under TSan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh "$@"
+if [[ "${1:-}" == "--sanitize" ]]; then
+  dir="build-asan"
+  [[ "$2" == "thread" ]] && dir="build-tsan"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  # TSan needs the old address-space layout on kernels with high mmap randomisation.
+  run=()
+  [[ "$2" == "thread" ]] && command -v setarch >/dev/null && run=(setarch "$(uname -m)" -R)
+  "${run[@]}" ctest --test-dir "$dir" -L unit -j"$(nproc)" --output-on-failure
+else
+  ctest --test-dir build -j"$(nproc)" --output-on-failure
+fi
