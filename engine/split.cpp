@@ -103,7 +103,10 @@ std::vector<int64_t> split_sizes(const SplitPolicy& p, int64_t batch, int n) {
     case SplitPolicy::Mode::Even: {
       const int64_t chunk = (batch + n - 1) / n;
       int64_t left = batch;
-      for (int i = 0; i < n && left > 0; ++i) left -= out[i] = std::min(chunk, left);
+      for (int i = 0; i < n; ++i) {
+        out[i] = std::min(chunk, left);
+        left -= out[i];
+      }
       break;
     }
     case SplitPolicy::Mode::Chunks: {

@@ -1,11 +1,34 @@
 // BatchNorm2d with PyTorch's semantics: biased variance to normalise, unbiased variance for
 // the running estimate, running = (1 - momentum)·running + momentum·batch. Channels are split
-// across the device's threads; sums are accumulated in double for stability.
+// across the device's threads. Each (sample, channel) plane is summed in float (vectorised),
+// and the planes' sums are accumulated in double.
 #include <cmath>
 
 #include "kernels/cpu/kernels.hpp"
 
 namespace dp::cpu {
+
+namespace {
+
+inline float plane_sum(const float* __restrict x, int64_t n) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+inline float plane_sq_dev(const float* __restrict x, float mean, int64_t n) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
+  return s;
+}
+
+inline void scale_shift(float* __restrict y, const float* __restrict x, float scale, float shift, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale + shift;
+}
+
+}  // namespace
 
 void batchnorm_forward_train(ThreadPool& pool, float* out, float* save_mean, float* save_invstd, const float* in,
                              const float* gamma, const float* beta, float* running_mean, float* running_var,
@@ -14,25 +37,15 @@ void batchnorm_forward_train(ThreadPool& pool, float* out, float* save_mean, flo
   pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       double sum = 0, sq = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const float* x = in + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) sum += x[i];
-      }
+      for (int64_t n = 0; n < N; ++n) sum += plane_sum(in + (n * C + c) * HW, HW);
       const double mean = sum / static_cast<double>(M);
-      for (int64_t n = 0; n < N; ++n) {
-        const float* x = in + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) sq += (x[i] - mean) * (x[i] - mean);
-      }
+      for (int64_t n = 0; n < N; ++n) sq += plane_sq_dev(in + (n * C + c) * HW, static_cast<float>(mean), HW);
       const double var = sq / static_cast<double>(M);
       const float invstd = static_cast<float>(1.0 / std::sqrt(var + eps));
       save_mean[c] = static_cast<float>(mean);
       save_invstd[c] = invstd;
       const float scale = gamma[c] * invstd, shift = beta[c] - static_cast<float>(mean) * scale;
-      for (int64_t n = 0; n < N; ++n) {
-        const float* x = in + (n * C + c) * HW;
-        float* y = out + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) y[i] = x[i] * scale + shift;
-      }
+      for (int64_t n = 0; n < N; ++n) scale_shift(out + (n * C + c) * HW, in + (n * C + c) * HW, scale, shift, HW);
       if (running_mean) {
         const double unbiased = M > 1 ? sq / static_cast<double>(M - 1) : var;
         running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
@@ -49,11 +62,7 @@ void batchnorm_forward_eval(ThreadPool& pool, float* out, const float* in, const
     for (int64_t c = c0; c < c1; ++c) {
       const float scale = gamma[c] / std::sqrt(running_var[c] + eps);
       const float shift = beta[c] - running_mean[c] * scale;
-      for (int64_t n = 0; n < N; ++n) {
-        const float* x = in + (n * C + c) * HW;
-        float* y = out + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) y[i] = x[i] * scale + shift;
-      }
+      for (int64_t n = 0; n < N; ++n) scale_shift(out + (n * C + c) * HW, in + (n * C + c) * HW, scale, shift, HW);
     }
   });
 }
@@ -65,29 +74,32 @@ void batchnorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbet
   pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const float mean = save_mean[c], invstd = save_invstd[c];
-      double sum_dy = 0, sum_dy_xhat = 0;
+      double sum_dy = 0, sum_dy_xc = 0;  // Σdy and Σdy·(x − mean)
       for (int64_t n = 0; n < N; ++n) {
-        const float* x = in + (n * C + c) * HW;
-        const float* dy = dout + (n * C + c) * HW;
+        const float* __restrict x = in + (n * C + c) * HW;
+        const float* __restrict dy = dout + (n * C + c) * HW;
+        float a = 0.f, b = 0.f;
+#pragma omp simd reduction(+ : a, b)
         for (int64_t i = 0; i < HW; ++i) {
-          sum_dy += dy[i];
-          sum_dy_xhat += dy[i] * (x[i] - mean) * invstd;
+          a += dy[i];
+          b += dy[i] * (x[i] - mean);
         }
+        sum_dy += a;
+        sum_dy_xc += b;
       }
+      const double sum_dy_xhat = sum_dy_xc * invstd;
       dgamma[c] = static_cast<float>(sum_dy_xhat);
       dbeta[c] = static_cast<float>(sum_dy);
       if (!din) continue;
-      // dx = γ·invstd/M · (M·dy − Σdy − x̂·Σ(dy·x̂))
-      const float k = gamma[c] * invstd / static_cast<float>(M);
-      const float a = static_cast<float>(sum_dy), bcoef = static_cast<float>(sum_dy_xhat);
+      // dx = γ·invstd · (dy − Σdy/M − x̂·Σ(dy·x̂)/M), with x̂ = (x − mean)·invstd
+      const float k = gamma[c] * invstd;
+      const float mean_dy = static_cast<float>(sum_dy / static_cast<double>(M));
+      const float proj = static_cast<float>(sum_dy_xhat / static_cast<double>(M)) * invstd;  // per unit (x − mean)
       for (int64_t n = 0; n < N; ++n) {
-        const float* x = in + (n * C + c) * HW;
-        const float* dy = dout + (n * C + c) * HW;
-        float* dx = din + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) {
-          const float xhat = (x[i] - mean) * invstd;
-          dx[i] = k * (static_cast<float>(M) * dy[i] - a - xhat * bcoef);
-        }
+        const float* __restrict x = in + (n * C + c) * HW;
+        const float* __restrict dy = dout + (n * C + c) * HW;
+        float* __restrict dx = din + (n * C + c) * HW;
+        for (int64_t i = 0; i < HW; ++i) dx[i] = k * (dy[i] - mean_dy - (x[i] - mean) * proj);
       }
     }
   });

@@ -12,6 +12,22 @@ namespace dp::cpu {
 
 namespace {
 
+// Output columns [lo, hi) of a kernel tap read inside the input row (the rest is padding).
+struct ValidRange {
+  int64_t lo, hi;
+};
+ValidRange valid_columns(int64_t kj, const ConvShape& s) {
+  const int64_t a = s.pad - kj;            // ow·stride >= a
+  const int64_t b = s.W - 1 + s.pad - kj;  // ow·stride <= b
+  if (b < 0) return {0, 0};
+  const int64_t hi = std::min(s.OW(), b / s.stride + 1);
+  const int64_t lo = a <= 0 ? 0 : (a + s.stride - 1) / s.stride;
+  return {std::min(lo, hi), hi};
+}
+
+// col[(c,ki,kj), (oh,ow)] = in[c, oh*stride-pad+ki, ow*stride-pad+kj], zero outside the image.
+// The valid column range of each tap is computed once, so the inner loop is a plain
+// (vectorisable) copy for stride 1.
 void im2col(const float* in, float* col, const ConvShape& s) {
   const int64_t OH = s.OH(), OW = s.OW();
   for (int64_t c = 0; c < s.C; ++c)
@@ -19,22 +35,27 @@ void im2col(const float* in, float* col, const ConvShape& s) {
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         float* row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
         const float* plane = in + c * s.H * s.W;
+        const ValidRange v = valid_columns(kj, s);
         for (int64_t oh = 0; oh < OH; ++oh) {
-          int64_t ih = oh * s.stride - s.pad + ki;
-          float* r = row + oh * OW;
+          const int64_t ih = oh * s.stride - s.pad + ki;
+          float* __restrict r = row + oh * OW;
           if (ih < 0 || ih >= s.H) {
             std::fill(r, r + OW, 0.f);
             continue;
           }
-          const float* src = plane + ih * s.W;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            int64_t iw = ow * s.stride - s.pad + kj;
-            r[ow] = (iw >= 0 && iw < s.W) ? src[iw] : 0.f;
-          }
+          const float* __restrict src = plane + ih * s.W;
+          const int64_t shift = kj - s.pad;  // iw = ow·stride + shift
+          std::fill(r, r + v.lo, 0.f);
+          if (s.stride == 1)
+            std::copy(src + v.lo + shift, src + v.hi + shift, r + v.lo);
+          else
+            for (int64_t ow = v.lo; ow < v.hi; ++ow) r[ow] = src[ow * s.stride + shift];
+          std::fill(r + v.hi, r + OW, 0.f);
         }
       }
 }
 
+// The adjoint of im2col: every column entry added back to the input pixel it was read from.
 void col2im(const float* col, float* in, const ConvShape& s) {
   const int64_t OH = s.OH(), OW = s.OW();
   std::fill(in, in + s.C * s.H * s.W, 0.f);
@@ -43,15 +64,17 @@ void col2im(const float* col, float* in, const ConvShape& s) {
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         const float* row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
         float* plane = in + c * s.H * s.W;
+        const ValidRange v = valid_columns(kj, s);
         for (int64_t oh = 0; oh < OH; ++oh) {
-          int64_t ih = oh * s.stride - s.pad + ki;
+          const int64_t ih = oh * s.stride - s.pad + ki;
           if (ih < 0 || ih >= s.H) continue;
-          float* dst = plane + ih * s.W;
-          const float* r = row + oh * OW;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            int64_t iw = ow * s.stride - s.pad + kj;
-            if (iw >= 0 && iw < s.W) dst[iw] += r[ow];
-          }
+          float* __restrict dst = plane + ih * s.W;
+          const float* __restrict r = row + oh * OW;
+          const int64_t shift = kj - s.pad;
+          if (s.stride == 1)
+            for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow + shift] += r[ow];
+          else
+            for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow * s.stride + shift] += r[ow];
         }
       }
 }
@@ -107,8 +130,10 @@ void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
                     static_cast<int>(rows));
         if (pdb)
           for (int64_t k = 0; k < s.K; ++k) {
+            const float* __restrict row = dy + k * cols;
             float acc = 0.f;
-            for (int64_t j = 0; j < cols; ++j) acc += dy[k * cols + j];
+#pragma omp simd reduction(+ : acc)
+            for (int64_t j = 0; j < cols; ++j) acc += row[j];
             pdb[k] += acc;
           }
         if (din) {

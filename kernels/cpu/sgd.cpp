@@ -4,16 +4,22 @@ namespace dp::cpu {
 
 void sgd_update(ThreadPool& pool, float* param, const float* grad, float* momentum_buf, bool first_step,
                 const SgdConfig& cfg, int64_t n) {
-  pool.parallel_for(n, [&](int64_t a, int64_t b) {
+  // Settings copied to locals and pointers marked restrict, so each loop vectorises.
+  const float lr = cfg.lr, mu = cfg.momentum, damp = 1.f - cfg.dampening, wd = cfg.weight_decay;
+  const bool nesterov = cfg.nesterov;
+  pool.parallel_for(n, [=](int64_t a, int64_t b) {
+    float* __restrict p = param;
+    const float* __restrict g = grad;
+    float* __restrict buf = momentum_buf;
+    if (mu == 0.f) {
+      for (int64_t i = a; i < b; ++i) p[i] -= lr * (g[i] + wd * p[i]);
+      return;
+    }
     for (int64_t i = a; i < b; ++i) {
-      float g = grad[i];
-      if (cfg.weight_decay != 0.f) g += cfg.weight_decay * param[i];
-      if (cfg.momentum != 0.f) {
-        float buf = first_step ? g : cfg.momentum * momentum_buf[i] + (1.f - cfg.dampening) * g;
-        momentum_buf[i] = buf;
-        g = cfg.nesterov ? g + cfg.momentum * buf : buf;
-      }
-      param[i] -= cfg.lr * g;
+      const float d = g[i] + wd * p[i];
+      const float m = first_step ? d : mu * buf[i] + damp * d;
+      buf[i] = m;
+      p[i] -= lr * (nesterov ? d + mu * m : m);
     }
   });
 }

@@ -19,6 +19,8 @@ void select_openblas_kernels(char** argv) {
   const char* core = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
   if (!core) return;
   setenv("OPENBLAS_CORETYPE", core, 1);
+  // Parallelism comes from devices and --threads-per-device: no idle BLAS pool spinning beside them.
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("DP_OPENBLAS_REEXEC", "1", 1);
   execv("/proc/self/exe", argv);  // on failure, carry on with the kernels we have
 }
