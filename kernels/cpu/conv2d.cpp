@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/kernels.hpp"
 
@@ -30,27 +31,30 @@ ValidRange valid_columns(int64_t kj, const ConvShape& s) {
 // (vectorisable) copy for stride 1.
 void im2col(const float* in, float* col, const ConvShape& s) {
   const int64_t OH = s.OH(), OW = s.OW();
+  std::vector<ValidRange> valid(static_cast<size_t>(s.kw));
+  for (int64_t kj = 0; kj < s.kw; ++kj) valid[static_cast<size_t>(kj)] = valid_columns(kj, s);
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t ki = 0; ki < s.kh; ++ki)
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         float* row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
         const float* plane = in + c * s.H * s.W;
-        const ValidRange v = valid_columns(kj, s);
+        const ValidRange v = valid[static_cast<size_t>(kj)];
         for (int64_t oh = 0; oh < OH; ++oh) {
           const int64_t ih = oh * s.stride - s.pad + ki;
           float* __restrict r = row + oh * OW;
           if (ih < 0 || ih >= s.H) {
-            std::fill(r, r + OW, 0.f);
+            for (int64_t ow = 0; ow < OW; ++ow) r[ow] = 0.f;
             continue;
           }
           const float* __restrict src = plane + ih * s.W;
           const int64_t shift = kj - s.pad;  // iw = ow·stride + shift
-          std::fill(r, r + v.lo, 0.f);
+          // Rows are short (OW is 14 for MNIST's second conv): plain loops, no library calls.
+          for (int64_t ow = 0; ow < v.lo; ++ow) r[ow] = 0.f;
           if (s.stride == 1)
-            std::copy(src + v.lo + shift, src + v.hi + shift, r + v.lo);
+            for (int64_t ow = v.lo; ow < v.hi; ++ow) r[ow] = src[ow + shift];
           else
             for (int64_t ow = v.lo; ow < v.hi; ++ow) r[ow] = src[ow * s.stride + shift];
-          std::fill(r + v.hi, r + OW, 0.f);
+          for (int64_t ow = v.hi; ow < OW; ++ow) r[ow] = 0.f;
         }
       }
 }
@@ -58,13 +62,15 @@ void im2col(const float* in, float* col, const ConvShape& s) {
 // The adjoint of im2col: every column entry added back to the input pixel it was read from.
 void col2im(const float* col, float* in, const ConvShape& s) {
   const int64_t OH = s.OH(), OW = s.OW();
+  std::vector<ValidRange> valid(static_cast<size_t>(s.kw));
+  for (int64_t kj = 0; kj < s.kw; ++kj) valid[static_cast<size_t>(kj)] = valid_columns(kj, s);
   std::fill(in, in + s.C * s.H * s.W, 0.f);
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t ki = 0; ki < s.kh; ++ki)
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         const float* row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
         float* plane = in + c * s.H * s.W;
-        const ValidRange v = valid_columns(kj, s);
+        const ValidRange v = valid[static_cast<size_t>(kj)];
         for (int64_t oh = 0; oh < OH; ++oh) {
           const int64_t ih = oh * s.stride - s.pad + ki;
           if (ih < 0 || ih >= s.H) continue;

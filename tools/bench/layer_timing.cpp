@@ -1,0 +1,77 @@
+// Per-layer forward/backward time of a model on one simulated device: where a step's time goes.
+//   build/layer_timing [model] [batch] [threads] [repeats]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "engine/device.hpp"
+#include "models/model.hpp"
+
+using namespace dp;
+using Clock = std::chrono::steady_clock;
+
+static int run(int argc, char** argv) {
+  const std::string name = argc > 1 ? argv[1] : "convnet";
+  const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 64;
+  const int threads = argc > 3 ? std::stoi(argv[3]) : 1;
+  const int repeats = argc > 4 ? std::stoi(argv[4]) : 50;
+  DeviceSpec spec;
+  spec.kind = DeviceSpec::Kind::Host;
+  spec.host_count = 1;
+  DeviceOptions opts;
+  opts.threads_per_device = threads;
+  DeviceSet devs(spec, opts);
+  Device& dev = devs[0];
+  const ModelDef& def = find_model(name);
+  Network net(def);
+  const ModelLayout& lay = net.layout();
+  Tensor params = Tensor::empty(dev, {lay.parameter_count}, MemCategory::Parameters);
+  Tensor grads = Tensor::zeros(dev, {lay.parameter_count}, MemCategory::Gradients);
+  Tensor buffers = Tensor::empty(dev, {lay.buffer_count}, MemCategory::Parameters);
+  init_state(lay, params.data(), buffers.data(), 1);
+  net.bind(params, grads, buffers);
+  Shape in_shape = def.input_shape;
+  in_shape.insert(in_shape.begin(), batch);
+  Tensor input = Tensor::zeros(dev, in_shape, MemCategory::Inputs);
+  for (int64_t i = 0; i < input.numel(); ++i) input.data()[i] = static_cast<float>((i * 37) % 101) / 50.f - 1.f;
+
+  const auto& layers = net.layers();
+  std::vector<double> fwd(layers.size()), bwd(layers.size());
+  for (int r = 0; r < repeats + 3; ++r) {
+    std::vector<Tensor> acts{input};
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto t0 = Clock::now();
+      acts.push_back(layers[i]->forward(dev, acts.back(), true));
+      if (r >= 3) fwd[i] += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    Tensor g = Tensor::zeros(dev, acts.back().shape(), MemCategory::Activations);
+    for (size_t i = layers.size(); i-- > 0;) {
+      auto t0 = Clock::now();
+      g = layers[i]->backward(dev, g, i > 0);
+      if (r >= 3) bwd[i] += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  }
+  double tf = 0, tb = 0;
+  std::printf("%-52s %10s %10s\n", (name + ", batch " + std::to_string(batch)).c_str(), "fwd ms", "bwd ms");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::printf("%-52s %10.3f %10.3f\n", layers[i]->describe().c_str(), fwd[i] / repeats * 1e3, bwd[i] / repeats * 1e3);
+    tf += fwd[i];
+    tb += bwd[i];
+  }
+  std::printf("%-52s %10.3f %10.3f\n", "total", tf / repeats * 1e3, tb / repeats * 1e3);
+  net.unbind();
+  return 0;
+}
+
+#include <thread>
+int main(int argc, char** argv) {
+  int rc = 0;
+  if (std::getenv("IN_THREAD")) {
+    std::thread t([&] { rc = run(argc, argv); });
+    t.join();
+  } else {
+    rc = run(argc, argv);
+  }
+  return rc;
+}
