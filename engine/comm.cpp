@@ -18,8 +18,13 @@ void copy_async(const Tensor& dst, const Tensor& src) {
   if (dst.bytes() != src.bytes())
     throw RuntimeError("copy of " + shape_str(src.shape()) + " into " + shape_str(dst.shape()) + ": sizes differ");
   if (dst.bytes() == 0) return;
-  order_after(dst.device(), src.device());
-  dst.device().stream().enqueue([dst, src] { std::memcpy(dst.data<char>(), src.data<char>(), src.bytes()); });
+  Device& to = dst.device();
+  Device& from = src.device();
+  order_after(to, from);
+  const auto bytes = static_cast<int64_t>(src.bytes());
+  if (&to != &from) to.count_received(from.index(), bytes);
+  TaskLabel label{"copy " + from.name() + " -> " + to.name() + " " + shape_str(src.shape()), "copy", from.index(), bytes};
+  to.stream().enqueue([dst, src] { std::memcpy(dst.data<char>(), src.data<char>(), src.bytes()); }, std::move(label));
 }
 
 std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes, const std::vector<Device*>& devices,
@@ -91,8 +96,11 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
   }
   const int64_t n = dst.numel();
   const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / sizeof(float)));
+  for (const auto& s : srcs)
+    if (&s.device() != &home) home.count_received(s.device().index(), dst.numel() * static_cast<int64_t>(sizeof(float)));
   for (int64_t off = 0; off < n; off += bucket) {
     const int64_t len = std::min(bucket, n - off);
+    TaskLabel label{"reduce-add bucket [" + std::to_string(off) + ", " + std::to_string(off + len) + ")", "reduce"};
     home.stream().enqueue([&home, dst, srcs, off, len] {
       // Receive this bucket from every source into buffers on the destination, then sum.
       std::vector<Tensor> received;
@@ -102,7 +110,7 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
         received.push_back(std::move(buf));
       }
       for (const auto& buf : received) cpu::add_inplace(home.pool(), dst.data() + off, buf.data(), len);
-    });
+    }, std::move(label));
   }
 }
 

@@ -20,7 +20,9 @@ using Clock = std::chrono::steady_clock;
 
 // Runs on a device stream: raw host memory into a device tensor (the pinned-host → device copy).
 void upload(const Tensor& dst, const void* src) {
-  dst.device().stream().enqueue([dst, src] { std::memcpy(dst.data<char>(), src, dst.bytes()); });
+  dst.device().stream().enqueue([dst, src] { std::memcpy(dst.data<char>(), src, dst.bytes()); },
+                                {"load host -> " + dst.device().name() + " " + shape_str(dst.shape()), "copy", -1,
+                                 static_cast<int64_t>(dst.bytes())});
 }
 
 std::vector<float> download(Tensor t) {
@@ -34,6 +36,7 @@ std::vector<float> download(Tensor t) {
 DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const SgdConfig& sgd,
                            uint64_t seed)
     : devices_(devices), model_(model), split_(std::move(split)), sgd_(sgd) {
+  if (split_.mode == SplitPolicy::Mode::Auto) balancer_ = std::make_unique<AutoBalancer>(devices_.size());
   for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
   const ModelLayout& lay = layout();
   Device& d0 = devices_[0];
@@ -50,6 +53,19 @@ DataParallel::~DataParallel() {
     // The error was reported by the step that raised it; nothing is left to run.
   }
   for (auto& n : nets_) n->unbind();
+}
+
+std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const {
+  return balancer_ ? balancer_->sizes(batch) : split_sizes(split_, batch, devices_.size());
+}
+
+void DataParallel::set_tracer(Tracer* tracer) {
+  tracer_ = tracer;
+  devices_.set_tracer(tracer);
+  if (!tracer) return;
+  tracer->set_track_name(Tracer::kHostTrack, "host: step phases");
+  for (int i = 0; i < devices_.size(); ++i)
+    tracer->set_track_name(i, "device " + std::to_string(i) + " (" + devices_[i].name() + ") stream");
 }
 
 std::vector<Device*> DataParallel::device_list() {
@@ -89,7 +105,7 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
   Device& d0 = devices_[0];
   StepResult result;
   result.batch = batch;
-  result.chunks = split_sizes(split_, batch, n);
+  result.chunks = chunk_sizes(batch);
   std::vector<int> active;
   for (int i = 0; i < n; ++i)
     if (result.chunks[i] > 0) active.push_back(i);
@@ -98,11 +114,26 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
   const auto devs = device_list();
 
   auto t = Clock::now();
+  double trace_t = tracer_ ? tracer_->now_us() : 0;
+  std::vector<int64_t> links = devices_.link_bytes();
   auto lap = [&](Phase p) {
     auto now = Clock::now();
     result.seconds[static_cast<int>(p)] = std::chrono::duration<double>(now - t).count();
     t = now;
+    auto after = devices_.link_bytes();
+    auto& moved = result.link_bytes[static_cast<int>(p)];
+    moved.resize(after.size());
+    for (size_t k = 0; k < after.size(); ++k) moved[k] = after[k] - links[k];
+    links = std::move(after);
+    if (tracer_) {
+      const double end = tracer_->now_us();
+      tracer_->slice(Tracer::kHostTrack, phase_name(p), "phase", trace_t, end);
+      for (int i = 0; i < n; ++i)
+        tracer_->counter(i, "memory in use", end, static_cast<double>(devices_[i].allocator().stats().in_use));
+      trace_t = end;
+    }
   };
+  std::vector<double> busy_before(static_cast<size_t>(n));
 
   // Everything a replica creates in this step is held here and released when the step ends
   // (or unwinds), after the streams have been joined.
@@ -128,6 +159,7 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
   Tensor target = Tensor::empty(d0, {batch}, MemCategory::Inputs, DType::I32);
   upload(input, images);
   upload(target, labels);
+  result.upload_bytes = static_cast<int64_t>(input.bytes() + target.bytes());
   join_device0();
   lap(Phase::Load);
 
@@ -147,13 +179,16 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
 
   // 4. forward on every replica, concurrently, each on its own stream.
   s.outputs.resize(n);
+  for (int i = 0; i < n; ++i) busy_before[i] = devs[i]->stream().busy_seconds();
   for (int r : active) {
-    devs[r]->stream().enqueue([this, r, &s, dev = devs[r]] {
-      // Replica 0 on device 0 is the master itself: its gradients land in the master's.
-      Tensor grads = r == 0 ? grads_ : Tensor();
-      nets_[r]->bind(s.params[r], grads, s.buffers[r]);
-      s.outputs[r] = nets_[r]->forward(*dev, s.inputs[r], true);
-    });
+    devs[r]->stream().enqueue(
+        [this, r, &s, dev = devs[r]] {
+          // Replica 0 on device 0 is the master itself: its gradients land in the master's.
+          Tensor grads = r == 0 ? grads_ : Tensor();
+          nets_[r]->bind(s.params[r], grads, s.buffers[r]);
+          s.outputs[r] = nets_[r]->forward(*dev, s.inputs[r], true);
+        },
+        {"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"});
   }
   join_replicas(active);
   lap(Phase::Forward);
@@ -167,10 +202,12 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
   // 6. loss on device 0 over the whole gathered batch; its gradient, scaled for the mean.
   Tensor dlogits = Tensor::empty(d0, logits.shape(), MemCategory::GatheredOutputs);
   double loss_sum = 0;
-  d0.stream().enqueue([&] {
-    loss_sum = cpu::softmax_xent(logits.data(), target.data<int32_t>(), batch, logits.dim(1), dlogits.data(),
-                                 1.f / static_cast<float>(batch), &result.correct);
-  });
+  d0.stream().enqueue(
+      [&] {
+        loss_sum = cpu::softmax_xent(logits.data(), target.data<int32_t>(), batch, logits.dim(1), dlogits.data(),
+                                     1.f / static_cast<float>(batch), &result.correct);
+      },
+      {"cross-entropy " + shape_str(logits.shape()), "loss"});
   join_device0();
   result.loss = loss_sum / static_cast<double>(batch);
   lap(Phase::Loss);
@@ -178,17 +215,21 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
   // 7. backward: the loss gradient scattered with the same chunk sizes, then every replica.
   s.grad_chunks = scatter(dlogits, result.chunks, devs, MemCategory::Activations);
   for (int r : active) {
-    devs[r]->stream().enqueue([this, r, &s, dev = devs[r]] {
-      if (r != 0) {
-        s.grads[r] = Tensor::empty(*dev, {layout().parameter_count}, MemCategory::Gradients);
-        nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
-      }
-      nets_[r]->backward(*dev, s.grad_chunks[r]);
-      s.grad_chunks[r] = Tensor();
-    });
+    devs[r]->stream().enqueue(
+        [this, r, &s, dev = devs[r]] {
+          if (r != 0) {
+            s.grads[r] = Tensor::empty(*dev, {layout().parameter_count}, MemCategory::Gradients);
+            nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
+          }
+          nets_[r]->backward(*dev, s.grad_chunks[r]);
+          s.grad_chunks[r] = Tensor();
+        },
+        {"backward replica " + std::to_string(r), "backward"});
   }
   join_replicas(active);
   lap(Phase::Backward);
+  result.replica_seconds.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) result.replica_seconds[i] = devs[i]->stream().busy_seconds() - busy_before[i];
 
   // 8. reduce: the master gradient is the sum over replicas.
   std::vector<Tensor> others;
@@ -203,6 +244,7 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
   sgd_.step(params_, grads_);
   join_device0();
   lap(Phase::Update);
+  if (balancer_) result.split_change = balancer_->observe(result.chunks, result.replica_seconds);
   return result;
 }
 

@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/auto_split.hpp"
 #include "engine/device.hpp"
 #include "engine/optimizer.hpp"
 #include "engine/split.hpp"
+#include "engine/trace.hpp"
 #include "models/model.hpp"
 
 namespace dp {
@@ -27,6 +29,12 @@ struct StepResult {
   int64_t batch = 0;
   std::vector<int64_t> chunks;  // per device, 0 for devices that sat the step out
   PhaseTimes seconds{};
+  std::vector<double> replica_seconds;  // per device: busy time in forward + backward
+  // Bytes moved between devices in each phase, [src * devices + dst]; load's host -> device 0
+  // bytes are in upload_bytes.
+  std::array<std::vector<int64_t>, kNumPhases> link_bytes;
+  int64_t upload_bytes = 0;
+  std::string split_change;  // --split auto: what changed after this step, if anything
 };
 
 struct EvalResult {
@@ -50,6 +58,10 @@ class DataParallel {
   const ModelLayout& layout() const { return nets_[0]->layout(); }
   DeviceSet& devices() { return devices_; }
   const SplitPolicy& split() const { return split_; }
+  // Chunk sizes the next step would use for a batch of this size.
+  std::vector<int64_t> chunk_sizes(int64_t batch) const;
+  // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
+  void set_tracer(Tracer* tracer);
 
   // Host copies of the master state (parameters, buffers) in layout order, and loading them.
   std::vector<float> parameters();
@@ -67,6 +79,8 @@ class DataParallel {
   const ModelDef& model_;
   SplitPolicy split_;
   Sgd sgd_;
+  std::unique_ptr<AutoBalancer> balancer_;  // --split auto
+  Tracer* tracer_ = nullptr;
   std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
   Tensor params_, grads_, buffers_;             // master state on device 0
 };

@@ -11,8 +11,13 @@ namespace dp {
 
 void configure_host_blas() { openblas_set_num_threads(1); }
 
-Device::Device(int index, std::string name, int64_t capacity, int threads)
-    : index_(index), name_(name), allocator_(index, name, raw_, capacity), pool_(threads), stream_(name) {}
+Device::Device(int index, std::string name, int64_t capacity, int threads, int device_count)
+    : index_(index),
+      name_(name),
+      received_(static_cast<size_t>(device_count)),
+      allocator_(index, name, raw_, capacity),
+      pool_(threads),
+      stream_(name) {}
 
 DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
   if (options.threads_per_device < 1 || options.threads_per_device > 256)
@@ -41,12 +46,32 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
   if (options.capacity.size() > 1 && static_cast<int>(options.capacity.size()) != host_count)
     throw UsageError("device memory: " + std::to_string(options.capacity.size()) + " capacities given for " +
                      std::to_string(host_count) + " devices");
+  if (!options.speed.empty() && static_cast<int>(options.speed.size()) != host_count)
+    throw UsageError("--device-speed: " + std::to_string(options.speed.size()) + " speeds given for " +
+                     std::to_string(host_count) + " devices (one per device)");
+  for (double v : options.speed)
+    if (!(v > 0.0 && v <= 1.0))
+      throw UsageError("--device-speed: each speed must be in (0, 1] (1 = full speed, 0.25 = four times slower)");
   configure_host_blas();
   for (int i = 0; i < host_count; ++i) {
     int64_t cap = options.capacity.empty() ? 0 : options.capacity[options.capacity.size() == 1 ? 0 : i];
-    devices_.push_back(std::make_unique<Device>(i, "host:" + std::to_string(i), cap, options.threads_per_device));
+    devices_.push_back(
+        std::make_unique<Device>(i, "host:" + std::to_string(i), cap, options.threads_per_device, host_count));
+    if (!options.speed.empty()) devices_.back()->stream().set_speed(options.speed[i]);
   }
   description_ = "host:" + std::to_string(host_count);
+}
+
+std::vector<int64_t> DeviceSet::link_bytes() const {
+  const int n = static_cast<int>(devices_.size());
+  std::vector<int64_t> out(static_cast<size_t>(n * n));
+  for (int src = 0; src < n; ++src)
+    for (int dst = 0; dst < n; ++dst) out[static_cast<size_t>(src * n + dst)] = devices_[dst]->received_from(src);
+  return out;
+}
+
+void DeviceSet::set_tracer(Tracer* tracer) {
+  for (auto& d : devices_) d->stream().set_tracer(tracer, d->index());
 }
 
 void DeviceSet::synchronize() {

@@ -4,6 +4,7 @@
 // The host backend simulates devices on the CPU: a stream is a worker thread, memory is host
 // memory under an optional capacity. The engine above only sees Device and DeviceSet.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,11 +20,14 @@ namespace dp {
 struct DeviceOptions {
   int threads_per_device = 1;
   std::vector<int64_t> capacity;  // bytes per device; empty or 0 = unlimited; one value = all
+  std::vector<double> speed;      // host devices: (0, 1] per device, 1 = full speed; empty = all 1
 };
+
+class Tracer;
 
 class Device {
  public:
-  Device(int index, std::string name, int64_t capacity, int threads);
+  Device(int index, std::string name, int64_t capacity, int threads, int device_count);
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -33,9 +37,14 @@ class Device {
   Stream& stream() { return stream_; }
   ThreadPool& pool() { return pool_; }
 
+  // Bytes copied into this device from each device (index = source), counted when enqueued.
+  void count_received(int from, int64_t bytes) { received_[static_cast<size_t>(from)] += bytes; }
+  int64_t received_from(int from) const { return received_[static_cast<size_t>(from)].load(); }
+
  private:
   int index_;
   std::string name_;
+  std::vector<std::atomic<int64_t>> received_;
   HostRawMemory raw_;
   CachingAllocator allocator_;
   ThreadPool pool_;
@@ -50,6 +59,10 @@ class DeviceSet {
   const std::string& description() const { return description_; }
   // Wait for every device's stream; rethrow the first error.
   void synchronize();
+  // Bytes moved between devices so far, [src * size() + dst].
+  std::vector<int64_t> link_bytes() const;
+  // Record every device's work on the tracer's tracks (null stops).
+  void set_tracer(Tracer* tracer);
 
  private:
   std::vector<std::unique_ptr<Device>> devices_;

@@ -26,7 +26,7 @@ void Sgd::step(const Tensor& params, const Tensor& grads) {
   dev.stream().enqueue([params, grads, buf = momentum_, first, cfg = cfg_, &dev] {
     cpu::sgd_update(dev.pool(), params.data(), grads.data(), buf.defined() ? buf.data() : nullptr, first, cfg,
                     params.numel());
-  });
+  }, {"sgd update " + std::to_string(params.numel()) + " parameters", "update"});
 }
 
 }  // namespace dp

@@ -5,6 +5,8 @@
 //                 the same proportions
 //   ratios:R0,..  one weight per device (MXNet's work_load_list), largest-remainder rounding
 //   gpu0:K        device 0 takes K (0: it only coordinates), the rest split evenly
+//   auto          balanced by measured speed as training runs (engine/auto_split.hpp); even
+//                 until measured
 #pragma once
 #include <cstdint>
 #include <string>
@@ -13,7 +15,7 @@
 namespace dp {
 
 struct SplitPolicy {
-  enum class Mode { Even, Chunks, Ratios, Gpu0 };
+  enum class Mode { Even, Chunks, Ratios, Gpu0, Auto };
   Mode mode = Mode::Even;
   std::vector<int64_t> chunks;
   std::vector<double> ratios;

@@ -1,5 +1,10 @@
 #include "engine/stream.hpp"
 
+#include <chrono>
+#include <stdexcept>
+
+#include "engine/trace.hpp"
+
 namespace dp {
 
 Event::Event() : state_(std::make_shared<State>()) {}
@@ -41,16 +46,28 @@ void Stream::push(Task t) {
   cv_.notify_all();
 }
 
-void Stream::enqueue(std::function<void()> work) { push({std::move(work), false}); }
+void Stream::enqueue(std::function<void()> work, TaskLabel label) {
+  push({std::move(work), false, std::move(label)});
+}
+
+void Stream::set_speed(double speed) {
+  if (!(speed > 0.0 && speed <= 1.0)) throw std::invalid_argument("device speed must be in (0, 1]");
+  speed_ = speed;
+}
+
+void Stream::set_tracer(Tracer* tracer, int track) {
+  track_ = track;
+  tracer_ = tracer;
+}
 
 Event Stream::record() {
   Event e;
-  push({[e]() mutable { e.complete(); }, true});
+  push({[e]() mutable { e.complete(); }, true, {}});
   return e;
 }
 
 void Stream::wait(const Event& event) {
-  push({[event] { event.synchronize(); }, true});
+  push({[event] { event.synchronize(); }, true, {}});
 }
 
 void Stream::synchronize() {
@@ -76,11 +93,32 @@ void Stream::loop() {
       skip = error_ && !task.always_run;
     }
     if (skip) continue;
+    if (task.always_run) {  // event records and waits: not work, not timed
+      task.fn();
+      continue;
+    }
+    Tracer* tracer = tracer_.load();
+    const double trace_start = tracer ? tracer->now_us() : 0;
+    const auto start = std::chrono::steady_clock::now();
     try {
       task.fn();
     } catch (...) {
       std::lock_guard lock(mutex_);
       if (!error_) error_ = std::current_exception();
+    }
+    auto elapsed = std::chrono::steady_clock::now() - start;
+    if (const double speed = speed_.load(); speed < 1.0) {
+      const auto extra = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed * (1.0 / speed - 1.0));
+      std::this_thread::sleep_for(extra);
+      elapsed += extra;
+    }
+    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+    if (tracer) {
+      const double end = trace_start + std::chrono::duration<double, std::micro>(elapsed).count();
+      if (task.label.copy_from >= 0 && task.label.copy_from != track_)
+        tracer->copy(task.label.copy_from, track_, task.label.name, trace_start, end, task.label.bytes);
+      else
+        tracer->slice(track_, task.label.name, task.label.category, trace_start, end, task.label.bytes);
     }
   }
 }

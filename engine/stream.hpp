@@ -4,7 +4,12 @@
 // Errors: a task that throws puts the stream in an error state; later work is skipped (but
 // event records and waits still run, so no other stream can hang on it) until the owner calls
 // synchronize(), which rethrows the first error.
+//
+// A speed below 1 simulates a slower device: after each task the worker waits (1/speed − 1)
+// times as long as the task took, so the device really takes proportionally longer. Tasks can
+// be labelled for a Tracer; a copy names its source so the trace draws an arrow.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -31,6 +36,15 @@ class Event {
   std::shared_ptr<State> state_;
 };
 
+class Tracer;
+
+struct TaskLabel {
+  std::string name = "work";
+  std::string category = "compute";
+  int copy_from = -1;  // source device of a copy, for the trace's flow arrow
+  int64_t bytes = 0;
+};
+
 class Stream {
  public:
   explicit Stream(std::string name);
@@ -38,16 +52,23 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  void enqueue(std::function<void()> work);
+  void enqueue(std::function<void()> work, TaskLabel label = {});
   Event record();                // an event that completes when all prior work has run
   void wait(const Event& event); // later work on this stream waits for the event
   void synchronize();            // wait for all work; rethrow the first error, if any
   const std::string& name() const { return name_; }
 
+  void set_speed(double speed);  // (0, 1]: 1 = full speed, 0.25 = four times slower
+  double speed() const { return speed_; }
+  // Seconds this stream spent running tasks (the simulated slowdown included) so far.
+  double busy_seconds() const { return busy_ns_.load() * 1e-9; }
+  void set_tracer(Tracer* tracer, int track);  // null: no tracing
+
  private:
   struct Task {
     std::function<void()> fn;
     bool always_run;  // event records and waits run even after an error
+    TaskLabel label;
   };
   void push(Task t);
   void loop();
@@ -58,6 +79,10 @@ class Stream {
   std::deque<Task> queue_;
   bool stopping_ = false;
   std::exception_ptr error_;  // guarded by mutex_
+  std::atomic<double> speed_{1.0};
+  std::atomic<int64_t> busy_ns_{0};
+  std::atomic<Tracer*> tracer_{nullptr};
+  int track_ = 0;
   std::thread worker_;
 };
 

@@ -8,6 +8,15 @@ namespace dp {
 
 const std::vector<ModelDef>& model_registry() {
   static const std::vector<ModelDef> models = {
+      {"tiny", "Flatten, Linear(784,32), ReLU, Linear(32,10) (for dp demo)", {1, 28, 28}, 10,
+       [] {
+         std::vector<std::unique_ptr<Layer>> l;
+         l.push_back(make_flatten());
+         l.push_back(make_linear(784, 32));
+         l.push_back(make_relu());
+         l.push_back(make_linear(32, 10));
+         return l;
+       }},
       {"mlp", "Flatten, Linear(784,512), ReLU, Linear(512,256), ReLU, Linear(256,10)", {1, 28, 28}, 10,
        [] {
          std::vector<std::unique_ptr<Layer>> l;

@@ -107,6 +107,13 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("save unwritable", small + ["--save", os.path.join(tmp, "nodir", "w.safetensors")], 2, "--save")
     expect("save is a directory", small + ["--save", tmp], 2, "is a directory")
     expect("threads 0", small + ["--threads-per-device", "0"], 2, "--threads-per-device")
+    expect("speed zero", small + ["--device-speed", "1,0"], 2, "--device-speed")
+    expect("speed above 1", small + ["--device-speed", "1,2"], 2, "(0, 1]")
+    expect("speed count", small + ["--device-speed", "1,1,1"], 2, "3 speeds given for 2 devices")
+    expect("speed not a number", small + ["--device-speed", "fast"], 2, "device-speed")
+    expect("speed on cuda", small + ["--devices", "cuda:0x2", "--device-speed", "1,0.5"], 2, "host devices")
+    rc, out, err = run(small + ["--split", "auto", "--device-speed", "1,0.5", "--steps", "4"])
+    check("split auto runs", rc == 0, err)
 
     # Runtime errors: exit 1, and the existing --save file is untouched.
     def keeps_save(name, args, code, needle):

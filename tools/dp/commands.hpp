@@ -9,5 +9,6 @@ namespace dp::cli {
 using Run = std::function<int()>;
 Run add_train_command(CLI::App& app);
 Run add_devices_command(CLI::App& app);
+Run add_demo_command(CLI::App& app);
 
 }  // namespace dp::cli

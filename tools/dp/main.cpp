@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto train = dp::cli::add_train_command(app);
   auto devices = dp::cli::add_devices_command(app);
+  auto demo = dp::cli::add_demo_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("devices")) return devices();
+    if (app.got_subcommand("demo")) return demo();
   } catch (const dp::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -37,6 +37,7 @@ struct TrainOptions {
   std::string init, save, metrics;
   bool eval = false;
   int threads_per_device = 1;
+  std::vector<double> device_speed;
   int64_t generated_train = 24000, generated_test = 4000;
 };
 
@@ -76,8 +77,11 @@ int run_train(const TrainOptions& o) {
     if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
   }
   if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
+  if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)
+    throw UsageError("--device-speed simulates slow host devices; it does not apply to cuda devices");
   DeviceOptions dev_opts;
   dev_opts.threads_per_device = o.threads_per_device;
+  dev_opts.speed = o.device_speed;
   DeviceSet devices(spec, dev_opts);
   SplitPolicy split = parse_split(o.split, devices.size(), o.batch);
 
@@ -135,12 +139,14 @@ int run_train(const TrainOptions& o) {
     if (metrics.is_open()) {
       nlohmann::json phases;
       for (int p = 0; p < kNumPhases; ++p) phases[phase_name(static_cast<Phase>(p))] = r.seconds[p] * 1e3;
-      metrics << nlohmann::json{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss},
-                                {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases}}
-                     .dump()
+      nlohmann::json row{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss},
+                         {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases}};
+      if (!r.split_change.empty()) row["split_change"] = r.split_change;
+      metrics << row.dump()
               << "\n"
               << std::flush;
     }
+    if (!r.split_change.empty()) progress.message("step " + std::to_string(step) + ": " + r.split_change);
     progress.update(step, batch->epoch, r.loss, static_cast<double>(samples) / train_seconds);
   }
   if (current_epoch) end_epoch(current_epoch);
@@ -171,7 +177,9 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--data", o->data, "directory with the four MNIST IDX files (default: generated data)");
   cmd->add_option("--devices", o->devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
   cmd->add_option("--batch", o->batch, "global batch size")->capture_default_str();
-  cmd->add_option("--split", o->split, "even, chunks:A,B,.., ratios:R0,R1,.. or gpu0:K")->capture_default_str();
+  cmd->add_option("--split", o->split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K or auto")->capture_default_str();
+  cmd->add_option("--device-speed", o->device_speed, "host devices' speeds, e.g. 1,0.25 (0.25 = 4x slower)")
+      ->delimiter(',');
   cmd->add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--steps", o->steps, "stop after this many steps");
   cmd->add_option("--lr", o->lr, "learning rate")->capture_default_str();

@@ -1,0 +1,73 @@
+#include "engine/auto_split.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "engine/split.hpp"
+
+namespace dp {
+
+AutoBalancer::AutoBalancer(int devices, int warmup_steps, double hysteresis, double smoothing)
+    : n_(devices), warmup_(warmup_steps), hysteresis_(hysteresis), smoothing_(smoothing),
+      weights_(static_cast<size_t>(devices), 1.0), spp_(static_cast<size_t>(devices), 0.0),
+      observations_(static_cast<size_t>(devices), 0) {}
+
+std::vector<int64_t> AutoBalancer::sizes(int64_t batch) const {
+  auto out = largest_remainder(weights_, batch);
+  // Keep every device measured: move one sample to any empty device from the largest chunk.
+  if (batch >= n_)
+    for (auto& c : out)
+      if (c == 0) {
+        auto biggest = std::max_element(out.begin(), out.end());
+        --*biggest;
+        c = 1;
+      }
+  return out;
+}
+
+double AutoBalancer::predicted_seconds(const std::vector<int64_t>& chunks) const {
+  double worst = 0;
+  for (int i = 0; i < n_; ++i) worst = std::max(worst, static_cast<double>(chunks[i]) * spp_[i]);
+  return worst;
+}
+
+std::string AutoBalancer::observe(const std::vector<int64_t>& chunks, const std::vector<double>& seconds) {
+  last_batch_ = 0;
+  for (int i = 0; i < n_; ++i) {
+    last_batch_ += chunks[i];
+    if (chunks[i] <= 0) continue;
+    const double spp = seconds[i] / static_cast<double>(chunks[i]);
+    spp_[i] = observations_[i]++ == 0 ? spp : smoothing_ * spp + (1 - smoothing_) * spp_[i];
+  }
+  for (int i = 0; i < n_; ++i)
+    if (observations_[i] < warmup_) return "";
+  std::vector<double> proposal(static_cast<size_t>(n_));
+  for (int i = 0; i < n_; ++i) proposal[i] = 1.0 / std::max(spp_[i], 1e-12);
+  const auto current = sizes(last_batch_);
+  const auto saved = weights_;
+  weights_ = proposal;
+  const auto proposed = sizes(last_batch_);
+  const double before = predicted_seconds(current), after = predicted_seconds(proposed);
+  if (proposed == current || after >= (1.0 - hysteresis_) * before) {
+    weights_ = saved;
+    return "";
+  }
+  std::ostringstream os;
+  os << "split auto: chunks ";
+  for (int i = 0; i < n_; ++i) os << (i ? "," : "") << proposed[i];
+  os << " (was ";
+  for (int i = 0; i < n_; ++i) os << (i ? "," : "") << current[i];
+  os << "; measured ms/sample";
+  for (int i = 0; i < n_; ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %.3f", spp_[i] * 1e3);
+    os << buf;
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "; predicted replica time %.1f -> %.1f ms)", before * 1e3, after * 1e3);
+  os << buf;
+  return os.str();
+}
+
+}  // namespace dp

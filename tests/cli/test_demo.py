@@ -1,0 +1,88 @@
+"""dp demo's structure (not its timings): the phases in order, PyTorch's chunk sizes, bytes per
+link computed from shapes, the memory summary, and a Chrome trace with a track per device and
+flow arrows for copies.
+
+usage: test_demo.py DP_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+DP = os.path.abspath(sys.argv[1])
+PHASES = ["load", "scatter", "replicate", "forward", "gather", "loss", "backward", "reduce", "update"]
+passed, failed = 0, 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name} {detail}")
+
+
+def transfers(phase):
+    return {(t["from"], t["to"]): t["bytes"] for t in phase["transfers"]}
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    js, trace = os.path.join(tmp, "demo.json"), os.path.join(tmp, "trace.json")
+    p = subprocess.run([DP, "demo", "--json", js, "--trace", trace], capture_output=True, text=True, timeout=120)
+    check("demo runs", p.returncode == 0, p.stderr)
+    out = p.stdout
+    for i, name in enumerate(PHASES):
+        check(f"narrates {name}", f"{i + 1}. {name}" in out)
+    check("explains chunking", "torch.chunk(10, 4)" in out and "3,3,3,1" in out, out[:2000])
+    check("points at the hotspot", "GPU0 hotspot" in out)
+    check("ascii transfers", "d0 --[9.19 KiB]--> d1" in out and "host --[" in out)
+
+    r = json.load(open(js))
+    step = r["steps"][0]
+    check("defaults", r["devices"] == 4 and r["batch"] == 10 and r["model"] == "tiny")
+    check("chunks", step["chunks"] == [3, 3, 3, 1], step["chunks"])
+    phases = {ph["phase"]: ph for ph in step["phases"]}
+    check("phase order", [ph["phase"] for ph in step["phases"]] == PHASES)
+    sample = 784 * 4
+    params = (784 * 32 + 32 + 32 * 10 + 10) * 4
+    check("load bytes", transfers(phases["load"]) == {("host", 0): 10 * sample + 10 * 4}, phases["load"])
+    check("scatter bytes", transfers(phases["scatter"]) == {(0, 1): 3 * sample, (0, 2): 3 * sample, (0, 3): sample},
+          phases["scatter"]["transfers"])
+    check("replicate bytes", transfers(phases["replicate"]) == {(0, d): params for d in (1, 2, 3)},
+          phases["replicate"]["transfers"])
+    check("forward moves nothing", transfers(phases["forward"]) == {})
+    check("gather bytes", transfers(phases["gather"]) == {(1, 0): 120, (2, 0): 120, (3, 0): 40},
+          phases["gather"]["transfers"])
+    check("backward scatters the loss gradient", transfers(phases["backward"]) == {(0, 1): 120, (0, 2): 120, (0, 3): 40})
+    check("reduce bytes", transfers(phases["reduce"]) == {(d, 0): params for d in (1, 2, 3)},
+          phases["reduce"]["transfers"])
+    check("tensors", {"name": "gathered outputs", "shape": [10, 10], "device": 0} in phases["gather"]["tensors"])
+    check("memory summary", len(r["memory"]) == 4 and r["gpu0_excess"] > 1.0, r.get("memory"))
+
+    t = json.load(open(trace))["traceEvents"]
+    names = {e["args"]["name"] for e in t if e["ph"] == "M" and e["name"] == "thread_name"}
+    check("a track per device", all(any(n.startswith(f"device {d} ") for n in names) for d in range(4)), names)
+    check("phase slices", {e["name"] for e in t if e["ph"] == "X" and e["tid"] == 0} >= set(PHASES))
+    starts = {e["id"] for e in t if e["ph"] == "s"}
+    ends = {e["id"] for e in t if e["ph"] == "f"}
+    check("flow arrows for copies", len(starts) >= 9 and starts == ends, (len(starts), len(ends)))
+    check("memory counters", any(e["ph"] == "C" for e in t))
+
+    # The fewer-chunks rule: B=9 on 4 devices gives 3,3,3 and device 3 sits out.
+    p = subprocess.run([DP, "demo", "--batch", "9", "--json", js], capture_output=True, text=True, timeout=120)
+    r = json.load(open(js))
+    check("fewer chunks", r["steps"][0]["chunks"] == [3, 3, 3, 0] and "sit this step out" in p.stdout)
+    # Mixed speeds with --split auto: later steps are summarised and the split moves to the fast devices.
+    p = subprocess.run([DP, "demo", "--devices", "host:2", "--device-speed", "1,0.25", "--split", "auto", "--model",
+                        "convnet", "--batch", "32", "--steps", "4", "--json", js], capture_output=True, text=True,
+                       timeout=300)
+    r = json.load(open(js))
+    last = r["steps"][-1]["chunks"]
+    check("auto split moves work to the fast device", p.returncode == 0 and last[0] > last[1], (p.stderr, last))
+    p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
+    check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

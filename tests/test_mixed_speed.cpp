@@ -1,0 +1,104 @@
+// Mixed-speed devices: the simulated slowdown, the auto balancer, and --split auto giving the
+// same training as one device.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "engine/auto_split.hpp"
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+void spin_for(std::chrono::milliseconds d) {
+  const auto end = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < end) {
+  }
+}
+}  // namespace
+
+TEST_CASE("a device at speed 0.25 takes four times as long for the same work") {
+  Stream fast("fast"), slow("slow");
+  slow.set_speed(0.25);
+  for (Stream* s : {&fast, &slow}) s->enqueue([] { spin_for(std::chrono::milliseconds(20)); });
+  fast.synchronize();
+  slow.synchronize();
+  CHECK(fast.busy_seconds() >= 0.019);
+  CHECK(slow.busy_seconds() >= 4 * 0.019);
+  CHECK(slow.busy_seconds() >= 3.5 * fast.busy_seconds() * 0.9);
+  CHECK_THROWS_AS(slow.set_speed(0.0), std::invalid_argument);
+  CHECK_THROWS_AS(slow.set_speed(1.5), std::invalid_argument);
+}
+
+TEST_CASE("device speeds are validated per device") {
+  DeviceSpec spec = parse_device_spec("host:2");
+  DeviceOptions opts;
+  opts.speed = {1.0};
+  CHECK_THROWS_WITH_AS(DeviceSet(spec, opts), doctest::Contains("1 speeds given for 2 devices"), UsageError);
+  opts.speed = {1.0, 0.0};
+  CHECK_THROWS_WITH_AS(DeviceSet(spec, opts), doctest::Contains("(0, 1]"), UsageError);
+  opts.speed = {1.0, 0.25};
+  DeviceSet ok(spec, opts);
+  CHECK(ok[1].stream().speed() == 0.25);
+}
+
+TEST_CASE("the auto balancer splits in proportion to measured throughput, with hysteresis") {
+  AutoBalancer b(2, 2, 0.05, 1.0);
+  CHECK(b.sizes(128) == std::vector<int64_t>{64, 64});  // even until measured
+  // Device 1 is four times slower per sample.
+  CHECK(b.observe({64, 64}, {0.064, 0.256}).empty());  // one observation: still warming up
+  const std::string change = b.observe({64, 64}, {0.064, 0.256});
+  CHECK(change.find("chunks 102,26") != std::string::npos);
+  CHECK(b.sizes(128) == std::vector<int64_t>{102, 26});
+  CHECK(b.sizes(50) == std::vector<int64_t>{40, 10});  // a short batch keeps the proportions
+  // Measurements that agree with the split (within noise) change nothing.
+  CHECK(b.observe({102, 26}, {0.102 * 1.02, 0.104}).empty());
+  CHECK(b.sizes(128) == std::vector<int64_t>{102, 26});
+
+  SUBCASE("equal devices stay even") {
+    AutoBalancer e(3, 1, 0.05, 1.0);
+    CHECK(e.observe({43, 43, 42}, {0.043, 0.0431, 0.042}).empty());
+    CHECK(e.sizes(128) == std::vector<int64_t>{43, 43, 42});
+  }
+  SUBCASE("a very slow device keeps one sample, so it stays measured") {
+    AutoBalancer v(2, 1, 0.05, 1.0);
+    v.observe({64, 64}, {0.064, 64.0});
+    CHECK(v.sizes(128) == std::vector<int64_t>{127, 1});
+  }
+}
+
+TEST_CASE("--split auto on mixed-speed devices trains exactly like one device (mlp)") {
+  const int64_t batch = 24;
+  auto run = [&](int n, const std::string& split, std::vector<double> speed, std::vector<std::vector<int64_t>>* chunks) {
+    DeviceSpec spec = parse_device_spec("host:" + std::to_string(n));
+    DeviceOptions opts;
+    opts.speed = std::move(speed);
+    DeviceSet devs(spec, opts);
+    SgdConfig sgd;
+    sgd.lr = 0.05f;
+    sgd.momentum = 0.9f;
+    DataParallel dp(devs, find_model("mlp"), parse_split(split, n, batch), sgd, 4);
+    for (int s = 0; s < 5; ++s) {
+      auto x = random_vector(static_cast<size_t>(batch * 784), 100 + s);
+      std::vector<int32_t> y(batch);
+      for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i + s) % 10);
+      StepResult r = dp.step(x.data(), y.data(), batch);
+      if (chunks) chunks->push_back(r.chunks);
+      CHECK(r.replica_seconds.size() == static_cast<size_t>(n));
+    }
+    return dp.parameters();
+  };
+  std::vector<std::vector<int64_t>> chunks;
+  const auto one = run(1, "even", {}, nullptr);
+  const auto mixed = run(2, "auto", {1.0, 0.2}, &chunks);
+  CHECK(chunks.front() == std::vector<int64_t>{12, 12});
+  CHECK(chunks.back()[0] > chunks.back()[1]);  // the fast device took more once measured
+  double worst = 0;
+  for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, double(std::abs(one[i] - mixed[i])));
+  CHECK(worst < 2e-5);
+}
