@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <sstream>
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
@@ -9,14 +10,13 @@
 
 namespace dp {
 
-const char* phase_name(Phase p) {
-  static const char* names[] = {"load", "scatter", "replicate", "forward", "gather",
-                                "loss", "backward",  "reduce",    "update"};
-  return names[static_cast<int>(p)];
+LossMode parse_loss_mode(const std::string& text) {
+  if (text == "gathered") return LossMode::Gathered;
+  if (text == "in-replica") return LossMode::InReplica;
+  throw UsageError("--loss '" + text + "': expected gathered (DataParallel's) or in-replica");
 }
 
 namespace {
-using Clock = std::chrono::steady_clock;
 
 // Runs on a device stream: raw host memory into a device tensor (the pinned-host → device copy).
 void upload(const Tensor& dst, const void* src) {
@@ -34,8 +34,8 @@ std::vector<float> download(Tensor t) {
 }  // namespace
 
 DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const SgdConfig& sgd,
-                           uint64_t seed)
-    : devices_(devices), model_(model), split_(std::move(split)), sgd_(sgd) {
+                           uint64_t seed, LossMode loss)
+    : devices_(devices), model_(model), split_(std::move(split)), sgd_(sgd), loss_mode_(loss) {
   if (split_.mode == SplitPolicy::Mode::Auto) balancer_ = std::make_unique<AutoBalancer>(devices_.size());
   for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
   const ModelLayout& lay = layout();
@@ -56,7 +56,9 @@ DataParallel::~DataParallel() {
 }
 
 std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const {
-  return balancer_ ? balancer_->sizes(batch) : split_sizes(split_, batch, devices_.size());
+  if (balancer_) return balancer_->sizes(batch);
+  if (!memory_weights_.empty()) return largest_remainder(memory_weights_, batch);
+  return split_sizes(split_, batch, devices_.size());
 }
 
 void DataParallel::set_tracer(Tracer* tracer) {
@@ -101,45 +103,42 @@ void DataParallel::join_device0() { join_replicas({0}); }
 
 StepResult DataParallel::step(const float* images, const int32_t* labels, int64_t batch) {
   if (batch <= 0) throw RuntimeError("step: empty batch");
+  std::string probed;
+  if (split_.mode == SplitPolicy::Mode::BalanceMemory && memory_weights_.empty())
+    probed = balance_memory(images, labels, batch);
+  StepResult r = run_step(images, labels, batch, chunk_sizes(batch), true);
+  if (balancer_) r.split_change = balancer_->observe(r.chunks, r.replica_seconds);
+  if (!probed.empty()) r.split_change = probed;
+  return r;
+}
+
+StepResult DataParallel::run_step(const float* images, const int32_t* labels, int64_t batch,
+                                  const std::vector<int64_t>& chunks, bool update) {
   const int n = devices_.size();
+  const bool in_replica = loss_mode_ == LossMode::InReplica;
   Device& d0 = devices_[0];
+  const auto devs = device_list();
   StepResult result;
   result.batch = batch;
-  result.chunks = chunk_sizes(batch);
-  std::vector<int> active;
-  for (int i = 0; i < n; ++i)
-    if (result.chunks[i] > 0) active.push_back(i);
-  std::vector<int> all(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) all[i] = i;
-  const auto devs = device_list();
-
-  auto t = Clock::now();
-  double trace_t = tracer_ ? tracer_->now_us() : 0;
-  std::vector<int64_t> links = devices_.link_bytes();
-  auto lap = [&](Phase p) {
-    auto now = Clock::now();
-    result.seconds[static_cast<int>(p)] = std::chrono::duration<double>(now - t).count();
-    t = now;
-    auto after = devices_.link_bytes();
-    auto& moved = result.link_bytes[static_cast<int>(p)];
-    moved.resize(after.size());
-    for (size_t k = 0; k < after.size(); ++k) moved[k] = after[k] - links[k];
-    links = std::move(after);
-    if (tracer_) {
-      const double end = tracer_->now_us();
-      tracer_->slice(Tracer::kHostTrack, phase_name(p), "phase", trace_t, end);
-      for (int i = 0; i < n; ++i)
-        tracer_->counter(i, "memory in use", end, static_cast<double>(devices_[i].allocator().stats().in_use));
-      trace_t = end;
-    }
-  };
-  std::vector<double> busy_before(static_cast<size_t>(n));
+  result.chunks = chunks;
+  std::vector<int> active, all;
+  for (int i = 0; i < n; ++i) {
+    all.push_back(i);
+    if (chunks[i] > 0) active.push_back(i);
+  }
+  StepRecorder rec(devices_, tracer_, result);
 
   // Everything a replica creates in this step is held here and released when the step ends
   // (or unwinds), after the streams have been joined.
   struct Scratch {
     DataParallel& dp;
-    std::vector<Tensor> params, buffers, grads, outputs, grad_chunks, inputs;
+    int n;
+    std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;
+    std::vector<double> loss_sums;
+    std::vector<int64_t> correct;
+    explicit Scratch(DataParallel& owner, int devices)
+        : dp(owner), n(devices), params(n), buffers(n), grads(n), inputs(n), targets(n), outputs(n),
+          grad_outputs(n), scalars(n), loss_sums(n), correct(n) {}
     ~Scratch() {
       try {
         dp.devices_.synchronize();
@@ -150,9 +149,10 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
         net->unbind();
       }
     }
-  } s{*this, std::vector<Tensor>(n), std::vector<Tensor>(n), std::vector<Tensor>(n), {}, {}, {}};
+  } s(*this, n);
 
   // 1. load: the batch onto device 0.
+  rec.begin(Phase::Load);
   Shape in_shape = model_.input_shape;
   in_shape.insert(in_shape.begin(), batch);
   Tensor input = Tensor::empty(d0, in_shape, MemCategory::Inputs);
@@ -161,59 +161,89 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
   upload(target, labels);
   result.upload_bytes = static_cast<int64_t>(input.bytes() + target.bytes());
   join_device0();
-  lap(Phase::Load);
+  rec.end(Phase::Load);
 
-  // 2. scatter along dim 0; chunk 0 is a view of the batch on device 0.
-  s.inputs = scatter(input, result.chunks, devs, MemCategory::Inputs);
+  // 2. scatter along dim 0; chunk 0 is a view of the batch on device 0. In-replica loss needs
+  // each chunk's labels where its loss is computed.
+  rec.begin(Phase::Scatter);
+  s.inputs = scatter(input, chunks, devs, MemCategory::Inputs);
+  if (in_replica) s.targets = scatter(target, chunks, devs, MemCategory::Inputs);
   join_replicas(all);
-  lap(Phase::Scatter);
+  rec.end(Phase::Scatter);
 
   // 3. replicate: parameters and buffers from device 0 to every other active device.
+  rec.begin(Phase::Replicate);
   std::vector<Device*> targets;
   for (int r : active) targets.push_back(devs[r]);
   auto p = broadcast_coalesced(params_, targets, MemCategory::Parameters);
   auto b = broadcast_coalesced(buffers_, targets, MemCategory::Parameters);
   for (size_t k = 0; k < active.size(); ++k) s.params[active[k]] = p[k], s.buffers[active[k]] = b[k];
   join_replicas(all);
-  lap(Phase::Replicate);
+  rec.end(Phase::Replicate);
 
-  // 4. forward on every replica, concurrently, each on its own stream.
-  s.outputs.resize(n);
+  // 4. forward on every replica, concurrently, each on its own stream (in-replica: with its loss).
+  rec.begin(Phase::Forward);
+  std::vector<double> busy_before(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) busy_before[i] = devs[i]->stream().busy_seconds();
   for (int r : active) {
     devs[r]->stream().enqueue(
-        [this, r, &s, dev = devs[r]] {
+        [this, r, &s, dev = devs[r], batch, in_replica] {
           // Replica 0 on device 0 is the master itself: its gradients land in the master's.
           Tensor grads = r == 0 ? grads_ : Tensor();
           nets_[r]->bind(s.params[r], grads, s.buffers[r]);
           s.outputs[r] = nets_[r]->forward(*dev, s.inputs[r], true);
+          if (!in_replica) return;
+          // Loss sum on this chunk; its gradient already scaled for the mean over the whole batch.
+          const Tensor& out = s.outputs[r];
+          s.grad_outputs[r] = Tensor::empty(*dev, out.shape(), MemCategory::Activations);
+          s.scalars[r] = Tensor::empty(*dev, {2}, MemCategory::Loss);
+          int64_t hits = 0;
+          const double sum = cpu::softmax_xent(out.data(), s.targets[r].data<int32_t>(), out.dim(0), out.dim(1),
+                                               s.grad_outputs[r].data(), 1.f / static_cast<float>(batch), &hits);
+          s.scalars[r].data()[0] = static_cast<float>(sum);
+          s.scalars[r].data()[1] = static_cast<float>(hits);
+          s.loss_sums[r] = sum;  // the exact double, for the reported loss
+          s.outputs[r] = Tensor();
         },
         {"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"});
   }
   join_replicas(active);
-  lap(Phase::Forward);
+  rec.end(Phase::Forward);
 
-  // 5. gather the outputs on device 0.
-  Tensor logits = gather(s.outputs, d0, MemCategory::GatheredOutputs);
+  // 5. gather on device 0: the outputs (faithful), or each replica's [loss sum, hits].
+  rec.begin(Phase::Gather);
+  Tensor gathered = gather(in_replica ? s.scalars : s.outputs, d0,
+                           in_replica ? MemCategory::Loss : MemCategory::GatheredOutputs);
   join_replicas(all);
   for (auto& o : s.outputs) o = Tensor();
-  lap(Phase::Gather);
+  rec.end(Phase::Gather);
 
-  // 6. loss on device 0 over the whole gathered batch; its gradient, scaled for the mean.
-  Tensor dlogits = Tensor::empty(d0, logits.shape(), MemCategory::GatheredOutputs);
+  // 6. loss on device 0: mean cross-entropy over the whole batch (faithful: computed from the
+  // gathered logits, with its gradient; in-replica: the sum of the replicas' sums).
+  rec.begin(Phase::Loss);
+  Tensor loss = Tensor::empty(d0, {1}, MemCategory::Loss);
+  Tensor grad_logits;
+  if (!in_replica) grad_logits = Tensor::empty(d0, gathered.shape(), MemCategory::GatheredOutputs);
   double loss_sum = 0;
   d0.stream().enqueue(
       [&] {
-        loss_sum = cpu::softmax_xent(logits.data(), target.data<int32_t>(), batch, logits.dim(1), dlogits.data(),
-                                     1.f / static_cast<float>(batch), &result.correct);
+        if (in_replica) {
+          for (int r : active) loss_sum += s.loss_sums[r];
+          for (int64_t k = 0; k < gathered.dim(0); ++k) result.correct += static_cast<int64_t>(gathered.data()[2 * k + 1]);
+        } else {
+          loss_sum = cpu::softmax_xent(gathered.data(), target.data<int32_t>(), batch, gathered.dim(1),
+                                       grad_logits.data(), 1.f / static_cast<float>(batch), &result.correct);
+        }
+        loss.data()[0] = static_cast<float>(loss_sum / static_cast<double>(batch));
       },
-      {"cross-entropy " + shape_str(logits.shape()), "loss"});
+      {"cross-entropy over the batch", "loss"});
   join_device0();
   result.loss = loss_sum / static_cast<double>(batch);
-  lap(Phase::Loss);
+  rec.end(Phase::Loss);
 
-  // 7. backward: the loss gradient scattered with the same chunk sizes, then every replica.
-  s.grad_chunks = scatter(dlogits, result.chunks, devs, MemCategory::Activations);
+  // 7. backward: (faithful) the loss gradient scattered with the same chunk sizes; every replica.
+  rec.begin(Phase::Backward);
+  if (!in_replica) s.grad_outputs = scatter(grad_logits, chunks, devs, MemCategory::Activations);
   for (int r : active) {
     devs[r]->stream().enqueue(
         [this, r, &s, dev = devs[r]] {
@@ -221,31 +251,94 @@ StepResult DataParallel::step(const float* images, const int32_t* labels, int64_
             s.grads[r] = Tensor::empty(*dev, {layout().parameter_count}, MemCategory::Gradients);
             nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
           }
-          nets_[r]->backward(*dev, s.grad_chunks[r]);
-          s.grad_chunks[r] = Tensor();
+          nets_[r]->backward(*dev, s.grad_outputs[r]);
+          s.grad_outputs[r] = Tensor();
         },
         {"backward replica " + std::to_string(r), "backward"});
   }
   join_replicas(active);
-  lap(Phase::Backward);
+  rec.end(Phase::Backward);
   result.replica_seconds.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) result.replica_seconds[i] = devs[i]->stream().busy_seconds() - busy_before[i];
 
   // 8. reduce: the master gradient is the sum over replicas.
+  rec.begin(Phase::Reduce);
   std::vector<Tensor> others;
   for (int r : active)
     if (r != 0) others.push_back(s.grads[r]);
-  if (result.chunks[0] == 0) std::memset(grads_.data(), 0, grads_.bytes());  // device 0 only coordinates
+  if (chunks[0] == 0) std::memset(grads_.data(), 0, grads_.bytes());  // device 0 only coordinates
   reduce_add_coalesced(grads_, others);
   join_replicas(all);
-  lap(Phase::Reduce);
+  rec.end(Phase::Reduce);
 
   // 9. update the master parameters on device 0.
-  sgd_.step(params_, grads_);
+  rec.begin(Phase::Update);
+  if (update) sgd_.step(params_, grads_);
   join_device0();
-  lap(Phase::Update);
-  if (balancer_) result.split_change = balancer_->observe(result.chunks, result.replica_seconds);
+  rec.end(Phase::Update);
   return result;
+}
+
+std::string DataParallel::balance_memory(const float* images, const int32_t* labels, int64_t batch) {
+  const int n = devices_.size();
+  if (n == 1) {
+    memory_weights_ = {1.0};
+    return "";
+  }
+  // Two probes with the same batch and different chunks give each device's peak as
+  // fixed + per-sample bytes. Probes update nothing: parameters, buffers and the optimizer
+  // state are put back, and capacities are lifted while probing.
+  const auto saved_params = parameters(), saved_buffers = buffers();
+  const auto saved_momentum = sgd_.save_state();
+  std::vector<int64_t> capacity(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) capacity[i] = devices_[i].allocator().capacity(), devices_[i].allocator().set_capacity(0);
+  auto even = split_sizes(parse_split("even", n, batch), batch, n);
+  auto shifted = split_sizes(parse_split("gpu0:" + std::to_string(even[0] / 2), n, batch), batch, n);
+  auto probe = [&](const std::vector<int64_t>& chunks) {
+    for (int i = 0; i < n; ++i) devices_[i].allocator().reset_peak();
+    run_step(images, labels, batch, chunks, true);  // updating, so the optimizer state exists
+    std::vector<double> peaks(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) peaks[i] = static_cast<double>(devices_[i].allocator().stats().peak);
+    return peaks;
+  };
+  probe(even);  // warm-up: the optimizer state appears at the end of the first step
+  const auto pa = probe(even), pb = probe(shifted);
+  load_state(saved_params, saved_buffers);
+  sgd_.restore_state(saved_momentum);
+  for (int i = 0; i < n; ++i) devices_[i].allocator().set_capacity(capacity[i]);
+
+  std::vector<double> fixed(static_cast<size_t>(n)), per_sample(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const double dc = static_cast<double>(even[i] - shifted[i]);
+    per_sample[i] = dc != 0 ? std::max(0.0, (pa[i] - pb[i]) / dc) : -1;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (per_sample[i] < 0) per_sample[i] = per_sample[i == 0 ? 1 : 0];  // not separable: like its neighbour
+    fixed[i] = pa[i] - per_sample[i] * static_cast<double>(even[i]);
+  }
+  // Fill samples one at a time into the device whose peak stays lowest (water filling).
+  std::vector<int64_t> chunks(static_cast<size_t>(n), 0);
+  for (int64_t k = 0; k < batch; ++k) {
+    int best = 0;
+    double best_peak = 0;
+    for (int i = 0; i < n; ++i) {
+      const double peak = fixed[i] + per_sample[i] * static_cast<double>(chunks[i] + 1);
+      if (i == 0 || peak < best_peak) best = i, best_peak = peak;
+    }
+    ++chunks[best];
+  }
+  memory_weights_.assign(chunks.begin(), chunks.end());
+  std::ostringstream os;
+  os << "split balance-memory: chunks ";
+  for (int i = 0; i < n; ++i) os << (i ? "," : "") << chunks[i];
+  os << " (per device fixed + per-sample bytes:";
+  for (int i = 0; i < n; ++i)
+    os << " d" << i << " " << format_bytes(static_cast<int64_t>(fixed[i])) << " + "
+       << format_bytes(static_cast<int64_t>(per_sample[i]));
+  double predicted = 0;
+  for (int i = 0; i < n; ++i) predicted = std::max(predicted, fixed[i] + per_sample[i] * static_cast<double>(chunks[i]));
+  os << "; predicted largest peak " << format_bytes(static_cast<int64_t>(predicted)) << ")";
+  return os.str();
 }
 
 EvalResult DataParallel::evaluate(const float* images, const int32_t* labels, int64_t batch) {

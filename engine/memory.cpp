@@ -71,7 +71,7 @@ void CachingAllocator::set_capacity(int64_t bytes) {
 }
 
 void CachingAllocator::note_alloc_locked(const Block& b) {
-  auto sz = static_cast<int64_t>(b.size);
+  auto sz = static_cast<int64_t>(b.accounted);
   int c = static_cast<int>(b.category);
   stats_.in_use += sz;
   stats_.in_use_by_category[c] += sz;
@@ -79,6 +79,11 @@ void CachingAllocator::note_alloc_locked(const Block& b) {
   if (stats_.in_use > stats_.peak) {
     stats_.peak = stats_.in_use;
     stats_.at_peak = stats_.in_use_by_category;
+    stats_.peak_phase = phase_;
+  }
+  if (stats_.in_use > stats_.window_peak) {
+    stats_.window_peak = stats_.in_use;
+    stats_.window_at_peak = stats_.in_use_by_category;
   }
   ++stats_.allocations;
 }
@@ -93,6 +98,7 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
     cache_.erase(it);
     b->category = category;
     b->requested = bytes;
+    b->accounted = size;
     ++stats_.cache_hits;
     note_alloc_locked(*b);
     return b;
@@ -110,10 +116,11 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
        << format_bytes(static_cast<int64_t>(bytes)) << ": " << format_bytes(stats_.in_use) << " of "
        << (capacity_ > 0 ? format_bytes(capacity_) : std::string("the system's memory")) << " in use ("
        << format_breakdown(stats_.in_use_by_category) << ")";
+    if (!phase_.empty()) os << " during " << phase_;
     throw OutOfMemoryError(os.str(), device_, static_cast<int64_t>(bytes));
   }
   stats_.reserved += static_cast<int64_t>(size);
-  auto* b = new Block{ptr, size, category, bytes};
+  auto* b = new Block{ptr, size, category, bytes, size};
   note_alloc_locked(*b);
   return b;
 }
@@ -121,7 +128,7 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
 void CachingAllocator::free(Block* b) {
   if (!b) return;
   std::lock_guard lock(mutex_);
-  auto sz = static_cast<int64_t>(b->size);
+  auto sz = static_cast<int64_t>(b->accounted);
   stats_.in_use -= sz;
   stats_.in_use_by_category[static_cast<int>(b->category)] -= sz;
   cache_.emplace(b->size, b);
@@ -151,6 +158,18 @@ void CachingAllocator::reset_peak() {
   stats_.peak = stats_.in_use;
   stats_.at_peak = stats_.in_use_by_category;
   stats_.peak_by_category = stats_.in_use_by_category;
+  stats_.peak_phase = phase_;
+}
+
+void CachingAllocator::set_phase(std::string phase) {
+  std::lock_guard lock(mutex_);
+  phase_ = std::move(phase);
+}
+
+void CachingAllocator::mark_window() {
+  std::lock_guard lock(mutex_);
+  stats_.window_peak = stats_.in_use;
+  stats_.window_at_peak = stats_.in_use_by_category;
 }
 
 }  // namespace dp

@@ -32,12 +32,19 @@ const char* category_name(MemCategory c);
 using CategoryBytes = std::array<int64_t, kNumMemCategories>;
 
 struct MemoryStats {
-  int64_t in_use = 0;       // bytes handed out and not yet freed
+  // Bytes handed out and not yet freed, each request rounded up to 512 bytes (PyTorch's
+  // memory_allocated); a reused cached block's slack counts in `reserved` only, so profiles
+  // do not depend on what happened to be in the cache.
+  int64_t in_use = 0;
   int64_t peak = 0;         // high-water mark of in_use
   int64_t reserved = 0;     // bytes held from the system (in use + cached)
   CategoryBytes in_use_by_category{};
   CategoryBytes peak_by_category{};
   CategoryBytes at_peak{};  // composition of in_use when the peak was reached
+  std::string peak_phase;   // the phase label set when the peak was reached
+  // The same since the last mark_window(): per-phase peaks for profiles.
+  int64_t window_peak = 0;
+  CategoryBytes window_at_peak{};
   int64_t allocations = 0;  // number of allocate() calls
   int64_t cache_hits = 0;   // of which served from the cache
 };
@@ -69,9 +76,10 @@ class HostRawMemory final : public RawMemory {
 
 struct Block {
   void* ptr = nullptr;
-  size_t size = 0;  // rounded size actually held
+  size_t size = 0;  // bytes held from the system (a cached block may be larger than asked)
   MemCategory category = MemCategory::Workspace;
   size_t requested = 0;
+  size_t accounted = 0;  // the request rounded to 512 bytes: what in_use counts
 };
 
 class CachingAllocator {
@@ -88,6 +96,9 @@ class CachingAllocator {
 
   MemoryStats stats() const;
   void reset_peak();
+  // What the device is doing now ("forward", ...): recorded with the peak, named in OOM errors.
+  void set_phase(std::string phase);
+  void mark_window();  // start a new window: window_peak = in_use
   int64_t capacity() const { return capacity_; }
   void set_capacity(int64_t bytes);  // 0 = unlimited
 
@@ -102,6 +113,7 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::multimap<size_t, Block*> cache_;  // free blocks by size, best fit
   MemoryStats stats_;
+  std::string phase_;
 };
 
 }  // namespace dp

@@ -1,5 +1,6 @@
 #include "engine/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/device.hpp"
@@ -18,6 +19,21 @@ void validate(const SgdConfig& c) {
 }
 
 Sgd::Sgd(const SgdConfig& cfg) : cfg_(cfg) { validate(cfg_); }
+
+std::vector<float> Sgd::save_state() {
+  if (!momentum_.defined()) return {};
+  momentum_.device().stream().synchronize();
+  return std::vector<float>(momentum_.data(), momentum_.data() + momentum_.numel());
+}
+
+void Sgd::restore_state(const std::vector<float>& state) {
+  if (momentum_.defined()) momentum_.device().stream().synchronize();
+  if (state.empty()) {
+    momentum_ = Tensor();
+    return;
+  }
+  std::copy(state.begin(), state.end(), momentum_.data());
+}
 
 void Sgd::step(const Tensor& params, const Tensor& grads) {
   Device& dev = params.device();

@@ -1,6 +1,8 @@
 // SGD on device 0 with torch.optim.SGD's semantics; its momentum buffer (the optimizer state)
 // lives on device 0 only and is created at the first step, as PyTorch does.
 #pragma once
+#include <vector>
+
 #include "engine/tensor.hpp"
 #include "kernels/cpu/kernels.hpp"
 
@@ -19,6 +21,10 @@ class Sgd {
   void step(const Tensor& params, const Tensor& grads);
   const SgdConfig& config() const { return cfg_; }
   const Tensor& momentum_buffer() const { return momentum_; }
+  // The momentum buffer's contents (empty if it does not exist yet), and putting them back
+  // (an empty state drops the buffer, as before the first step).
+  std::vector<float> save_state();
+  void restore_state(const std::vector<float>& state);
 
  private:
   SgdConfig cfg_;

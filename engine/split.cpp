@@ -57,6 +57,10 @@ SplitPolicy parse_split(const std::string& text, int n, int64_t batch) {
     p.mode = SplitPolicy::Mode::Auto;
     return p;
   }
+  if (text == "balance-memory") {
+    p.mode = SplitPolicy::Mode::BalanceMemory;
+    return p;
+  }
   if (text.rfind("chunks:", 0) == 0) {
     p.mode = SplitPolicy::Mode::Chunks;
     p.chunks = parse_list<int64_t>(body_of("chunks:"), text);
@@ -98,13 +102,14 @@ SplitPolicy parse_split(const std::string& text, int n, int64_t batch) {
       throw UsageError("--split '" + text + "': with one device, device 0 must take the whole batch");
     return p;
   }
-  throw UsageError("--split '" + text + "': unknown mode (expected even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K or auto)");
+  throw UsageError("--split '" + text + "': unknown mode (expected even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory)");
 }
 
 std::vector<int64_t> split_sizes(const SplitPolicy& p, int64_t batch, int n) {
   std::vector<int64_t> out(static_cast<size_t>(n), 0);
   switch (p.mode) {
-    case SplitPolicy::Mode::Auto:  // stateful: DataParallel asks its AutoBalancer; this is the start
+    case SplitPolicy::Mode::Auto:           // stateful: DataParallel asks its AutoBalancer
+    case SplitPolicy::Mode::BalanceMemory:  // stateful: DataParallel probes; this is the start
     case SplitPolicy::Mode::Even: {
       const int64_t chunk = (batch + n - 1) / n;
       int64_t left = batch;

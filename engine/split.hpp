@@ -7,6 +7,8 @@
 //   gpu0:K        device 0 takes K (0: it only coordinates), the rest split evenly
 //   auto          balanced by measured speed as training runs (engine/auto_split.hpp); even
 //                 until measured
+//   balance-memory  chunks that make the largest device peak smallest, from probe steps
+//                 (DataParallel::balance_memory); even until probed
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,7 +17,7 @@
 namespace dp {
 
 struct SplitPolicy {
-  enum class Mode { Even, Chunks, Ratios, Gpu0, Auto };
+  enum class Mode { Even, Chunks, Ratios, Gpu0, Auto, BalanceMemory };
   Mode mode = Mode::Even;
   std::vector<int64_t> chunks;
   std::vector<double> ratios;

@@ -27,6 +27,7 @@ struct TrainOptions {
   std::string devices = "auto";
   int64_t batch = 128;
   std::string split = "even";
+  std::string loss = "gathered";
   int epochs = 1;
   int64_t steps = 0;  // 0: no limit
   bool steps_given = false;
@@ -63,6 +64,7 @@ int run_train(const TrainOptions& o) {
   if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
   const ModelDef& model = find_model(o.model);
   const DeviceSpec spec = parse_device_spec(o.devices);
+  parse_loss_mode(o.loss);
   SgdConfig sgd;
   sgd.lr = o.lr;
   sgd.momentum = o.momentum;
@@ -91,7 +93,7 @@ int run_train(const TrainOptions& o) {
     throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data has " +
                        shape_str(sample));
 
-  DataParallel dp(devices, model, split, sgd, o.seed);
+  DataParallel dp(devices, model, split, sgd, o.seed, parse_loss_mode(o.loss));
   if (!o.init.empty()) {
     ModelState s = load_safetensors(o.init, dp.layout());
     dp.load_state(s.params, s.buffers);
@@ -178,6 +180,8 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--devices", o->devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
   cmd->add_option("--batch", o->batch, "global batch size")->capture_default_str();
   cmd->add_option("--split", o->split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K or auto")->capture_default_str();
+  cmd->add_option("--loss", o->loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
+      ->capture_default_str();
   cmd->add_option("--device-speed", o->device_speed, "host devices' speeds, e.g. 1,0.25 (0.25 = 4x slower)")
       ->delimiter(',');
   cmd->add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();

@@ -1,0 +1,45 @@
+#include "engine/step_recorder.hpp"
+
+namespace dp {
+
+const char* phase_name(Phase p) {
+  static const char* names[] = {"load", "scatter", "replicate", "forward", "gather",
+                                "loss", "backward",  "reduce",    "update"};
+  return names[static_cast<int>(p)];
+}
+
+StepRecorder::StepRecorder(DeviceSet& devices, Tracer* tracer, PhaseRecord& out)
+    : devices_(devices), tracer_(tracer), out_(out) {}
+
+void StepRecorder::begin(Phase p) {
+  for (int i = 0; i < devices_.size(); ++i) {
+    devices_[i].allocator().set_phase(phase_name(p));
+    devices_[i].allocator().mark_window();
+  }
+  links_ = devices_.link_bytes();
+  start_ = std::chrono::steady_clock::now();
+  if (tracer_) trace_start_ = tracer_->now_us();
+}
+
+void StepRecorder::end(Phase p) {
+  const int k = static_cast<int>(p), n = devices_.size();
+  out_.seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  auto after = devices_.link_bytes();
+  out_.link_bytes[k].resize(after.size());
+  for (size_t j = 0; j < after.size(); ++j) out_.link_bytes[k][j] = after[j] - links_[j];
+  out_.memory[k].resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const MemoryStats st = devices_[i].allocator().stats();
+    out_.memory[k][i] = {st.window_peak, st.window_at_peak, st.in_use};
+  }
+  if (tracer_) {
+    const double end = tracer_->now_us();
+    tracer_->slice(Tracer::kHostTrack, phase_name(p), "phase", trace_start_, end);
+    for (int i = 0; i < n; ++i) {
+      tracer_->counter(i, "memory peak in phase", end, static_cast<double>(out_.memory[k][i].peak));
+      tracer_->counter(i, "memory in use", end, static_cast<double>(out_.memory[k][i].in_use_after));
+    }
+  }
+}
+
+}  // namespace dp

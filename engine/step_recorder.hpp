@@ -1,0 +1,49 @@
+// Per-phase bookkeeping of one step: wall time, bytes moved on each link, each device's memory
+// peak (with its composition) inside the phase, and the trace's phase slices and memory
+// counters. Kept out of the step itself so the step reads as DESIGN.md's list of phases.
+#pragma once
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "engine/device.hpp"
+#include "engine/memory.hpp"
+#include "engine/trace.hpp"
+
+namespace dp {
+
+enum class Phase : int { Load = 0, Scatter, Replicate, Forward, Gather, Loss, Backward, Reduce, Update, Count };
+constexpr int kNumPhases = static_cast<int>(Phase::Count);
+const char* phase_name(Phase p);
+using PhaseTimes = std::array<double, kNumPhases>;  // seconds
+
+struct PhaseMemory {
+  int64_t peak = 0;        // highest in-use bytes during the phase
+  CategoryBytes at_peak{};  // what was in use then
+  int64_t in_use_after = 0;
+};
+
+struct PhaseRecord {
+  PhaseTimes seconds{};
+  // Bytes moved between devices in each phase, [src * devices + dst].
+  std::array<std::vector<int64_t>, kNumPhases> link_bytes;
+  std::array<std::vector<PhaseMemory>, kNumPhases> memory;  // per phase, per device
+};
+
+class StepRecorder {
+ public:
+  StepRecorder(DeviceSet& devices, Tracer* tracer, PhaseRecord& out);
+  void begin(Phase p);  // names the phase on every allocator and opens its memory window
+  void end(Phase p);
+
+ private:
+  DeviceSet& devices_;
+  Tracer* tracer_;
+  PhaseRecord& out_;
+  std::chrono::steady_clock::time_point start_;
+  double trace_start_ = 0;
+  std::vector<int64_t> links_;
+};
+
+}  // namespace dp
