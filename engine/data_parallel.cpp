@@ -93,13 +93,13 @@ void DataParallel::join_replicas(const std::vector<int>& replicas) {
   } catch (const ReplicaError&) {
     throw;
   } catch (const OutOfMemoryError& e) {
-    throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), true);
+    throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), true, e.request);
   } catch (const std::exception& e) {
     throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), false);
   }
 }
 
-void DataParallel::join_device0() { join_replicas({0}); }
+void DataParallel::join_device0() { devices_[0].stream().synchronize(); }
 
 StepResult DataParallel::step(const float* images, const int32_t* labels, int64_t batch) {
   if (batch <= 0) throw RuntimeError("step: empty batch");
@@ -121,11 +121,9 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   StepResult result;
   result.batch = batch;
   result.chunks = chunks;
-  std::vector<int> active, all;
-  for (int i = 0; i < n; ++i) {
-    all.push_back(i);
+  std::vector<int> active;
+  for (int i = 0; i < n; ++i)
     if (chunks[i] > 0) active.push_back(i);
-  }
   StepRecorder rec(devices_, tracer_, result);
 
   // Everything a replica creates in this step is held here and released when the step ends
@@ -168,7 +166,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   rec.begin(Phase::Scatter);
   s.inputs = scatter(input, chunks, devs, MemCategory::Inputs);
   if (in_replica) s.targets = scatter(target, chunks, devs, MemCategory::Inputs);
-  join_replicas(all);
+  devices_.synchronize();
   rec.end(Phase::Scatter);
 
   // 3. replicate: parameters and buffers from device 0 to every other active device.
@@ -178,7 +176,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   auto p = broadcast_coalesced(params_, targets, MemCategory::Parameters);
   auto b = broadcast_coalesced(buffers_, targets, MemCategory::Parameters);
   for (size_t k = 0; k < active.size(); ++k) s.params[active[k]] = p[k], s.buffers[active[k]] = b[k];
-  join_replicas(all);
+  devices_.synchronize();
   rec.end(Phase::Replicate);
 
   // 4. forward on every replica, concurrently, each on its own stream (in-replica: with its loss).
@@ -214,7 +212,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   rec.begin(Phase::Gather);
   Tensor gathered = gather(in_replica ? s.scalars : s.outputs, d0,
                            in_replica ? MemCategory::Loss : MemCategory::GatheredOutputs);
-  join_replicas(all);
+  devices_.synchronize();
   for (auto& o : s.outputs) o = Tensor();
   rec.end(Phase::Gather);
 
@@ -268,7 +266,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
     if (r != 0) others.push_back(s.grads[r]);
   if (chunks[0] == 0) std::memset(grads_.data(), 0, grads_.bytes());  // device 0 only coordinates
   reduce_add_coalesced(grads_, others);
-  join_replicas(all);
+  devices_.synchronize();
   rec.end(Phase::Reduce);
 
   // 9. update the master parameters on device 0.

@@ -2,6 +2,7 @@
 // a runtime error (1) is what went wrong while running, out of memory has its own type (3).
 #pragma once
 #include <stdexcept>
+#include <cstdint>
 #include <string>
 
 namespace dp {
@@ -23,11 +24,12 @@ namespace dp {
 // An error inside one replica's work, raised on the host after every worker has stopped:
 // "in replica 2 on device 2: ...". Keeps whether the cause was out of memory (exit code 3).
 struct ReplicaError : RuntimeError {
-  ReplicaError(int replica, int device, const std::string& what, bool out_of_memory)
+  ReplicaError(int replica, int device, const std::string& what, bool out_of_memory, int64_t request = 0)
       : RuntimeError("in replica " + std::to_string(replica) + " on device " + std::to_string(device) + ": " + what),
-        replica(replica), device(device), out_of_memory(out_of_memory) {}
+        replica(replica), device(device), out_of_memory(out_of_memory), request(request) {}
   int replica, device;
   bool out_of_memory;
+  int64_t request;  // bytes asked for, when out of memory
 };
 
 }  // namespace dp

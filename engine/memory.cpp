@@ -1,6 +1,9 @@
 #include "engine/memory.hpp"
 
+#include <cmath>
 #include <cstdio>
+
+#include "engine/error.hpp"
 #include <cstdlib>
 #include <new>
 #include <sstream>
@@ -48,6 +51,29 @@ std::string format_breakdown(const CategoryBytes& bytes) {
     first = false;
   }
   return first ? std::string("nothing") : os.str();
+}
+
+int64_t parse_bytes(const std::string& text, const std::string& what) {
+  size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    throw UsageError(what + " '" + text + "': expected a size like 512MiB, 1.5GiB or a byte count");
+  }
+  std::string unit = text.substr(pos);
+  unit.erase(0, unit.find_first_not_of(' '));
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "KB") scale = 1024.0;
+  else if (unit == "M" || unit == "MiB" || unit == "MB") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB" || unit == "GB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB" || unit == "TB") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (scale == 0) throw UsageError(what + " '" + text + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB or TiB)");
+  const double bytes = value * scale;
+  if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18)
+    throw UsageError(what + " '" + text + "': must be a positive size");
+  return static_cast<int64_t>(bytes);
 }
 
 void* HostRawMemory::allocate(size_t bytes) {

@@ -10,5 +10,9 @@ using Run = std::function<int()>;
 Run add_train_command(CLI::App& app);
 Run add_devices_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
+Run add_memprof_command(CLI::App& app);
+
+// What to try when a device runs out of memory (printed after the error).
+std::string out_of_memory_remedies();
 
 }  // namespace dp::cli

@@ -27,6 +27,14 @@ void select_openblas_kernels(char** argv) {
 
 }  // namespace
 
+namespace dp::cli {
+std::string out_of_memory_remedies() {
+  return "remedies: a smaller --batch; a smaller device-0 share (--split gpu0:K); --split balance-memory "
+         "(chunks that even out the peaks); --loss in-replica (no gathered logits on device 0); "
+         "see where the memory goes with dp memprof\n";
+}
+}  // namespace dp::cli
+
 int main(int argc, char** argv) {
   select_openblas_kernels(argv);
   CLI::App app{"dp-engine: single-process multi-device DataParallel training"};
@@ -34,6 +42,7 @@ int main(int argc, char** argv) {
   auto train = dp::cli::add_train_command(app);
   auto devices = dp::cli::add_devices_command(app);
   auto demo = dp::cli::add_demo_command(app);
+  auto memprof = dp::cli::add_memprof_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -44,14 +53,15 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("devices")) return devices();
     if (app.got_subcommand("demo")) return demo();
+    if (app.got_subcommand("memprof")) return memprof();
   } catch (const dp::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   } catch (const dp::OutOfMemoryError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n%s", e.what(), dp::cli::out_of_memory_remedies().c_str());
     return 3;
   } catch (const dp::ReplicaError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n%s", e.what(), e.out_of_memory ? dp::cli::out_of_memory_remedies().c_str() : "");
     return e.out_of_memory ? 3 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

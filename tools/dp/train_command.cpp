@@ -16,30 +16,21 @@
 #include "engine/io/safetensors.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/progress.hpp"
+#include "tools/dp/run_options.hpp"
 
 namespace dp::cli {
 
 namespace {
 
-struct TrainOptions {
-  std::string model = "convnet";
-  std::string data;  // empty: the generated dataset
-  std::string devices = "auto";
-  int64_t batch = 128;
-  std::string split = "even";
-  std::string loss = "gathered";
+struct TrainOptions : RunOptions {
   int epochs = 1;
   int64_t steps = 0;  // 0: no limit
   bool steps_given = false;
   float lr = 0.05f, momentum = 0.9f, weight_decay = 0.f;
   bool nesterov = false;
-  uint64_t seed = 0;
   bool no_shuffle = false;
   std::string init, save, metrics;
   bool eval = false;
-  int threads_per_device = 1;
-  std::vector<double> device_speed;
-  int64_t generated_train = 24000, generated_test = 4000;
 };
 
 EvalResult evaluate_dataset(DataParallel& dp, const Dataset& test, int64_t batch) {
@@ -62,9 +53,6 @@ int run_train(const TrainOptions& o) {
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
   if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
-  const ModelDef& model = find_model(o.model);
-  const DeviceSpec spec = parse_device_spec(o.devices);
-  parse_loss_mode(o.loss);
   SgdConfig sgd;
   sgd.lr = o.lr;
   sgd.momentum = o.momentum;
@@ -78,22 +66,13 @@ int run_train(const TrainOptions& o) {
     metrics.open(o.metrics, std::ios::trunc);
     if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
   }
-  if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
-  if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)
-    throw UsageError("--device-speed simulates slow host devices; it does not apply to cuda devices");
-  DeviceOptions dev_opts;
-  dev_opts.threads_per_device = o.threads_per_device;
-  dev_opts.speed = o.device_speed;
-  DeviceSet devices(spec, dev_opts);
-  SplitPolicy split = parse_split(o.split, devices.size(), o.batch);
+  RunSetup setup = validate_and_make_devices(o);
+  const ModelDef& model = *setup.model;
+  DeviceSet& devices = *setup.devices;
+  const SplitPolicy& split = setup.split;
+  TrainTest data = load_run_data(o, model);
 
-  TrainTest data = o.data.empty() ? generate_dataset(o.generated_train, o.generated_test, 1234) : load_mnist_dir(o.data);
-  const Shape sample{1, data.train.rows, data.train.cols};
-  if (sample != model.input_shape)
-    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data has " +
-                       shape_str(sample));
-
-  DataParallel dp(devices, model, split, sgd, o.seed, parse_loss_mode(o.loss));
+  DataParallel dp(devices, model, split, sgd, o.seed, setup.loss);
   if (!o.init.empty()) {
     ModelState s = load_safetensors(o.init, dp.layout());
     dp.load_state(s.params, s.buffers);
@@ -175,31 +154,18 @@ Run add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model with the DataParallel step");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
-  cmd->add_option("--model", o->model, "mlp or convnet")->capture_default_str();
-  cmd->add_option("--data", o->data, "directory with the four MNIST IDX files (default: generated data)");
-  cmd->add_option("--devices", o->devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "global batch size")->capture_default_str();
-  cmd->add_option("--split", o->split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K or auto")->capture_default_str();
-  cmd->add_option("--loss", o->loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
-      ->capture_default_str();
-  cmd->add_option("--device-speed", o->device_speed, "host devices' speeds, e.g. 1,0.25 (0.25 = 4x slower)")
-      ->delimiter(',');
+  add_run_options(cmd, *o);
   cmd->add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--steps", o->steps, "stop after this many steps");
   cmd->add_option("--lr", o->lr, "learning rate")->capture_default_str();
   cmd->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   cmd->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
   cmd->add_option("--weight-decay", o->weight_decay, "L2 penalty")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "initialisation and shuffling seed")->capture_default_str();
   cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");
   cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)");
   cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)");
   cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)");
   cmd->add_flag("--eval", o->eval, "evaluate on the test set after each epoch");
-  cmd->add_option("--threads-per-device", o->threads_per_device, "kernel threads per host device")
-      ->capture_default_str();
-  cmd->add_option("--generated-size", o->generated_train, "training samples of the generated dataset")
-      ->capture_default_str();
   return [o, cmd] {
     o->steps_given = cmd->count("--steps") > 0;
     return run_train(*o);

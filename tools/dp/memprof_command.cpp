@@ -1,0 +1,151 @@
+// dp memprof: per-device memory of the DataParallel step — each device's peak, what was in use at
+// the peak and in which phase, peak per category, device 0's excess over the others — as a
+// table, JSON, an SVG chart and a trace; and the out-of-memory of a too-small device reproduced,
+// reported with its remedies (exit 3), the report still written for what was measured.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "engine/io/atomic_file.hpp"
+#include "engine/io/loader.hpp"
+#include "tools/dp/commands.hpp"
+#include "tools/dp/memory_svg.hpp"
+#include "tools/dp/run_options.hpp"
+
+namespace dp::cli {
+
+namespace {
+
+struct MemprofOptions : RunOptions {
+  int steps = 2;
+  std::string json, svg, trace;
+};
+
+nlohmann::json categories(const CategoryBytes& b) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int c = 0; c < kNumMemCategories; ++c) j[category_name(static_cast<MemCategory>(c))] = b[c];
+  return j;
+}
+
+int run_memprof(const MemprofOptions& o) {
+  if (o.steps <= 0) throw UsageError("--steps must be > 0");
+  for (const auto* f : {&o.json, &o.svg, &o.trace})
+    if (!f->empty()) check_writable(*f, f == &o.json ? "--json" : f == &o.svg ? "--svg" : "--trace");
+  RunSetup setup = validate_and_make_devices(o);
+  DeviceSet& devices = *setup.devices;
+  const int n = devices.size();
+  TrainTest data = o.data.empty() ? generate_dataset(o.batch * o.steps, 1, 1234) : load_mnist_dir(o.data);
+  if (o.data.empty()) data.description = "generated digits";
+  SgdConfig sgd;
+  sgd.lr = 0.05f;
+  sgd.momentum = 0.9f;  // momentum makes the optimizer state exist, as in training
+  std::vector<MemoryPoint> timeline;
+  std::vector<int64_t> last_chunks;
+  std::string split_note, oom_message;
+  int oom_device = -1;
+  int64_t oom_request = 0;
+  int completed = 0;
+  nlohmann::json report;
+  {
+    DataParallel dp(devices, *setup.model, setup.split, sgd, o.seed, setup.loss);
+    std::unique_ptr<Tracer> tracer;
+    if (!o.trace.empty()) {
+      tracer = std::make_unique<Tracer>();
+      dp.set_tracer(tracer.get());
+    }
+    BatchLoader loader(data.train, o.batch, false, o.seed, 1 << 20, o.steps);
+    try {
+      while (auto batch = loader.next()) {
+        StepResult r = dp.step(batch->images.data(), batch->labels.data(), batch->size);
+        ++completed;
+        last_chunks = r.chunks;
+        if (!r.split_change.empty()) split_note = r.split_change;
+        for (int p = 0; p < kNumPhases; ++p) timeline.push_back({completed, static_cast<Phase>(p), r.memory[p]});
+      }
+    } catch (const OutOfMemoryError& e) {
+      oom_message = e.what(), oom_device = e.device, oom_request = e.request;
+    } catch (const ReplicaError& e) {
+      if (!e.out_of_memory) throw;
+      oom_message = e.what(), oom_device = e.device;
+    }
+    if (last_chunks.empty()) last_chunks = dp.chunk_sizes(o.batch);
+    if (tracer) {
+      dp.set_tracer(nullptr);
+      tracer->write(o.trace);
+    }
+  }
+
+  // The table.
+  std::printf("dp memprof: %s, batch %lld, %s, split %s, loss %s, %d step(s)%s\n", setup.model->name.c_str(),
+              static_cast<long long>(o.batch), devices.description().c_str(), setup.split.text.c_str(), o.loss.c_str(),
+              completed, setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
+  if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
+  std::printf("chunks: ");
+  for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(last_chunks[i]));
+  std::printf("\n\n%-8s %12s %-10s  %s\n", "device", "peak", "phase", "in use at the peak");
+  nlohmann::json devs = nlohmann::json::array();
+  int64_t others = 0;
+  for (int i = 0; i < n; ++i) {
+    const MemoryStats st = devices[i].allocator().stats();
+    if (i > 0) others = std::max(others, st.peak);
+    std::printf("%-8s %12s %-10s  %s\n", ("d" + std::to_string(i)).c_str(), format_bytes(st.peak).c_str(),
+                st.peak_phase.c_str(), format_breakdown(st.at_peak).c_str());
+    devs.push_back({{"index", i},
+                    {"name", devices[i].name()},
+                    {"peak_bytes", st.peak},
+                    {"peak_phase", st.peak_phase},
+                    {"at_peak", categories(st.at_peak)},
+                    {"peak_by_category", categories(st.peak_by_category)}});
+  }
+  const int64_t d0 = devices[0].allocator().stats().peak;
+  const double excess = others > 0 ? static_cast<double>(d0) / static_cast<double>(others) : 1.0;
+  if (n > 1)
+    std::printf("\ngpu0 excess: device 0 peaks at %.2fx the largest other device (%s more)\n", excess,
+                format_bytes(d0 - others).c_str());
+
+  report = {{"model", setup.model->name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
+            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", o.loss}, {"steps", completed},
+            {"capacity", setup.capacity}};
+  nlohmann::json tl = nlohmann::json::array();
+  for (const auto& p : timeline) {
+    nlohmann::json per = nlohmann::json::array();
+    for (const auto& m : p.devices) per.push_back({{"peak", m.peak}, {"at_peak", categories(m.at_peak)}});
+    tl.push_back({{"step", p.step}, {"phase", phase_name(p.phase)}, {"devices", per}});
+  }
+  report["timeline"] = tl;
+  report["out_of_memory"] = nullptr;
+  if (!oom_message.empty())
+    report["out_of_memory"] = {{"message", oom_message}, {"device", oom_device}, {"request_bytes", oom_request}};
+  if (!o.json.empty()) write_file_atomically(o.json, report.dump(2));
+  if (!o.svg.empty()) {
+    std::vector<std::string> names;
+    for (int i = 0; i < n; ++i) names.push_back("device " + std::to_string(i));
+    write_file_atomically(o.svg, memory_svg("dp memprof: " + setup.model->name + ", batch " + std::to_string(o.batch) +
+                                                ", " + devices.description() + ", split " + setup.split.text,
+                                            names, timeline, setup.capacity));
+  }
+  if (!oom_message.empty()) {
+    std::fprintf(stderr, "error: %s\n%s", oom_message.c_str(), out_of_memory_remedies().c_str());
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_memprof_command(CLI::App& app) {
+  auto o = std::make_shared<MemprofOptions>();
+  auto* cmd = app.add_subcommand("memprof", "Per-device memory of the DataParallel step: peaks, the GPU0 excess, OOM");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_run_options(cmd, *o);
+  cmd->add_option("--steps", o->steps, "steps to profile")->capture_default_str();
+  cmd->add_option("--json", o->json, "write the report as JSON");
+  cmd->add_option("--svg", o->svg, "write a chart of memory over the step's phases");
+  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace with memory counters");
+  return [o] { return run_memprof(*o); };
+}
+
+}  // namespace dp::cli

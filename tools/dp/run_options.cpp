@@ -1,0 +1,55 @@
+#include "tools/dp/run_options.hpp"
+
+#include "engine/error.hpp"
+
+namespace dp::cli {
+
+void add_run_options(CLI::App* cmd, RunOptions& o) {
+  cmd->add_option("--model", o.model, "mlp, convnet (or tiny)")->capture_default_str();
+  cmd->add_option("--data", o.data, "directory with the four MNIST IDX files (default: generated data)");
+  cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
+  cmd->add_option("--batch", o.batch, "global batch size")->capture_default_str();
+  cmd->add_option("--split", o.split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory")
+      ->capture_default_str();
+  cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
+      ->capture_default_str();
+  cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str();
+  cmd->add_option("--threads-per-device", o.threads_per_device, "kernel threads per host device")
+      ->capture_default_str();
+  cmd->add_option("--device-speed", o.device_speed, "host devices' speeds, e.g. 1,0.25 (0.25 = 4x slower)")
+      ->delimiter(',');
+  cmd->add_option("--device-memory", o.device_memory, "capacity of every device, e.g. 512MiB (default: unlimited)");
+  cmd->add_option("--generated-size", o.generated_train, "training samples of the generated dataset")
+      ->capture_default_str();
+}
+
+RunSetup validate_and_make_devices(const RunOptions& o) {
+  RunSetup r;
+  if (o.batch <= 0) throw UsageError("--batch must be > 0");
+  if (o.generated_train <= 0) throw UsageError("--generated-size must be > 0");
+  r.model = &find_model(o.model);
+  const DeviceSpec spec = parse_device_spec(o.devices);
+  r.loss = parse_loss_mode(o.loss);
+  if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");
+  if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
+  if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)
+    throw UsageError("--device-speed simulates slow host devices; it does not apply to cuda devices");
+  DeviceOptions dev_opts;
+  dev_opts.threads_per_device = o.threads_per_device;
+  dev_opts.speed = o.device_speed;
+  if (r.capacity > 0) dev_opts.capacity = {r.capacity};
+  r.devices = std::make_unique<DeviceSet>(spec, dev_opts);
+  r.split = parse_split(o.split, r.devices->size(), o.batch);
+  return r;
+}
+
+TrainTest load_run_data(const RunOptions& o, const ModelDef& model) {
+  TrainTest data = o.data.empty() ? generate_dataset(o.generated_train, o.generated_test, 1234) : load_mnist_dir(o.data);
+  const Shape sample{1, data.train.rows, data.train.cols};
+  if (sample != model.input_shape)
+    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data has " +
+                       shape_str(sample));
+  return data;
+}
+
+}  // namespace dp::cli

@@ -1,0 +1,44 @@
+// The flags `dp train` and `dp memprof` share (model, data, devices, batch, split, loss, seed,
+// device capacity and speed), their checks, and what they build: devices and data.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/data_parallel.hpp"
+#include "engine/io/dataset.hpp"
+
+namespace dp::cli {
+
+struct RunOptions {
+  std::string model = "convnet";
+  std::string data;  // empty: the generated dataset
+  std::string devices = "auto";
+  int64_t batch = 128;
+  std::string split = "even";
+  std::string loss = "gathered";
+  uint64_t seed = 0;
+  int threads_per_device = 1;
+  std::vector<double> device_speed;
+  std::string device_memory;  // a capacity per device, "" = unlimited
+  int64_t generated_train = 24000, generated_test = 4000;
+};
+
+void add_run_options(CLI::App* cmd, RunOptions& o);
+
+// Everything the shared flags need, checked before anything runs (UsageError), then built.
+struct RunSetup {
+  const ModelDef* model = nullptr;
+  std::unique_ptr<DeviceSet> devices;
+  SplitPolicy split;
+  LossMode loss = LossMode::Gathered;
+  int64_t capacity = 0;
+};
+RunSetup validate_and_make_devices(const RunOptions& o);
+
+// --data's MNIST, or the generated dataset; RuntimeError if the model cannot take its samples.
+TrainTest load_run_data(const RunOptions& o, const ModelDef& model);
+
+}  // namespace dp::cli
