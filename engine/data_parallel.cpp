@@ -303,7 +303,10 @@ std::string DataParallel::balance_memory(const float* images, const int32_t* lab
   const auto pa = probe(even), pb = probe(shifted);
   load_state(saved_params, saved_buffers);
   sgd_.restore_state(saved_momentum);
-  for (int i = 0; i < n; ++i) devices_[i].allocator().set_capacity(capacity[i]);
+  for (int i = 0; i < n; ++i) {
+    devices_[i].allocator().set_capacity(capacity[i]);
+    devices_[i].allocator().reset_peak();  // the probes are not part of the run's profile
+  }
 
   std::vector<double> fixed(static_cast<size_t>(n)), per_sample(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {

@@ -114,9 +114,14 @@ void CachingAllocator::note_alloc_locked(const Block& b) {
   ++stats_.allocations;
 }
 
+// The capacity bounds the bytes in use (each request rounded to 512), the figure profiles show,
+// so whether a run fits does not depend on the cache's history. The cache is emptied first
+// whenever holding it would take the device past its capacity.
 Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   const size_t size = round_size(bytes);
+  const auto want = static_cast<int64_t>(size);
   std::lock_guard lock(mutex_);
+  if (capacity_ > 0 && stats_.in_use + want > capacity_) throw out_of_memory_locked(bytes);
   // Best fit from the cache, but never a block more than twice the request (avoids waste).
   auto it = cache_.lower_bound(size);
   if (it != cache_.end() && it->first <= 2 * size) {
@@ -129,26 +134,27 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
     note_alloc_locked(*b);
     return b;
   }
-  auto over_capacity = [&] { return capacity_ > 0 && stats_.reserved + static_cast<int64_t>(size) > capacity_; };
-  if (over_capacity()) release_cached_locked();  // like PyTorch: free the cache, retry once
-  void* ptr = over_capacity() ? nullptr : raw_.allocate(size);
-  if (!ptr) {
+  if (capacity_ > 0 && stats_.reserved + want > capacity_) release_cached_locked();  // like PyTorch
+  void* ptr = raw_.allocate(size);
+  if (!ptr) {  // the system itself is out: give the cache back and try once more
     release_cached_locked();
-    if (!over_capacity()) ptr = raw_.allocate(size);
+    ptr = raw_.allocate(size);
   }
-  if (!ptr) {
-    std::ostringstream os;
-    os << "device " << device_ << " (" << device_name_ << ") ran out of memory trying to allocate "
-       << format_bytes(static_cast<int64_t>(bytes)) << ": " << format_bytes(stats_.in_use) << " of "
-       << (capacity_ > 0 ? format_bytes(capacity_) : std::string("the system's memory")) << " in use ("
-       << format_breakdown(stats_.in_use_by_category) << ")";
-    if (!phase_.empty()) os << " during " << phase_;
-    throw OutOfMemoryError(os.str(), device_, static_cast<int64_t>(bytes));
-  }
-  stats_.reserved += static_cast<int64_t>(size);
+  if (!ptr) throw out_of_memory_locked(bytes);
+  stats_.reserved += want;
   auto* b = new Block{ptr, size, category, bytes, size};
   note_alloc_locked(*b);
   return b;
+}
+
+OutOfMemoryError CachingAllocator::out_of_memory_locked(size_t bytes) const {
+  std::ostringstream os;
+  os << "device " << device_ << " (" << device_name_ << ") ran out of memory trying to allocate "
+     << format_bytes(static_cast<int64_t>(bytes)) << ": " << format_bytes(stats_.in_use) << " of "
+     << (capacity_ > 0 ? format_bytes(capacity_) : std::string("the system's memory")) << " in use ("
+     << format_breakdown(stats_.in_use_by_category) << ")";
+  if (!phase_.empty()) os << " during " << phase_;
+  return OutOfMemoryError(os.str(), device_, static_cast<int64_t>(bytes));
 }
 
 void CachingAllocator::free(Block* b) {

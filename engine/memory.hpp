@@ -106,6 +106,7 @@ class CachingAllocator {
 
  private:
   void release_cached_locked();
+  OutOfMemoryError out_of_memory_locked(size_t bytes) const;
   void note_alloc_locked(const Block& b);
 
   int device_;

@@ -1,0 +1,88 @@
+"""dp memprof end to end: the table, the JSON report's fields, the SVG chart, the trace; the
+out-of-memory reproduction (exit 3, message with device, request, phase and breakdown,
+remedies, the report still written); bad sizes; balance-memory and in-replica loss through the CLI.
+
+usage: test_memprof.py DP_BINARY
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+DP = os.path.abspath(sys.argv[1])
+CATEGORIES = {"parameters", "gradients", "optimizer", "inputs", "activations", "gathered outputs", "loss",
+              "reduce buffers", "workspace"}
+passed, failed = 0, 0
+
+
+def check(name, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {name} {detail}")
+
+
+def memprof(*args):
+    return subprocess.run([DP, "memprof", "--batch", "64"] + list(args), capture_output=True, text=True, timeout=300)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    js, svg, trace = (os.path.join(tmp, f) for f in ("m.json", "m.svg", "t.json"))
+    p = memprof("--model", "mlp", "--devices", "host:4", "--json", js, "--svg", svg, "--trace", trace)
+    check("runs", p.returncode == 0, p.stderr)
+    check("table", "gpu0 excess" in p.stdout and "d3" in p.stdout and "reduce buffers" in p.stdout, p.stdout)
+    r = json.load(open(js))
+    check("devices", [d["index"] for d in r["devices"]] == [0, 1, 2, 3])
+    d0 = r["devices"][0]
+    check("fields", {"index", "name", "peak_bytes", "peak_phase", "at_peak", "peak_by_category"} <= set(d0), d0)
+    check("categories", set(d0["at_peak"]) == CATEGORIES and set(d0["peak_by_category"]) == CATEGORIES)
+    check("at_peak sums to peak", all(sum(d["at_peak"].values()) == d["peak_bytes"] for d in r["devices"]))
+    others = max(d["peak_bytes"] for d in r["devices"][1:])
+    check("gpu0 excess", abs(r["gpu0_excess"] - d0["peak_bytes"] / others) < 1e-9 and r["gpu0_excess"] > 1.3,
+          r["gpu0_excess"])
+    check("split", r["split"] == [16, 16, 16, 16] and r["steps"] == 2 and r["out_of_memory"] is None)
+    check("timeline", len(r["timeline"]) == 18 and r["timeline"][0]["phase"] == "load")
+    check("peak phase is a phase", d0["peak_phase"] in {"load", "scatter", "replicate", "forward", "gather", "loss",
+                                                         "backward", "reduce", "update"}, d0["peak_phase"])
+    root = ET.parse(svg).getroot()
+    check("svg", root.tag.endswith("svg") and "device 0" in open(svg).read() and len(list(root.iter())) > 50)
+    t = json.load(open(trace))["traceEvents"]
+    check("trace counters", any(e["ph"] == "C" for e in t) and any(e["ph"] == "X" and e["tid"] == 0 for e in t))
+
+    # Out of memory on device 0: exit 3, the message, the remedies, the report for what was measured.
+    os.remove(js)
+    p = memprof("--model", "mlp", "--devices", "host:4", "--batch", "512", "--device-memory", "8MiB", "--json", js)
+    check("oom exit 3", p.returncode == 3, (p.returncode, p.stderr))
+    check("oom message", "device 0 (host:0) ran out of memory trying to allocate" in p.stderr and
+          "of 8.00 MiB in use (" in p.stderr and "during reduce" in p.stderr, p.stderr)
+    check("remedies", "remedies:" in p.stderr and "balance-memory" in p.stderr and "in-replica" in p.stderr)
+    r = json.load(open(js))
+    check("report written", r["out_of_memory"] is not None and r["out_of_memory"]["device"] == 0 and
+          r["out_of_memory"]["request_bytes"] > 0, r.get("out_of_memory"))
+
+    # Remedies work: in-replica loss and balance-memory lower device 0's peak.
+    def peaks(model, *extra):
+        p = memprof("--model", model, "--devices", "host:4", "--batch", "256", "--json", js, *extra)
+        check("runs " + " ".join(extra), p.returncode == 0, p.stderr)
+        return [d["peak_bytes"] for d in json.load(open(js))["devices"]]
+    check("in-replica lowers device 0", peaks("mlp", "--loss", "in-replica")[0] < peaks("mlp")[0])
+    # The convnet's peaks are activations, which follow the chunks: balancing lowers the largest.
+    check("balance-memory lowers the largest peak", max(peaks("convnet", "--split", "balance-memory")) <
+          max(peaks("convnet")))
+
+    for bad, needle in [("lots", "--device-memory 'lots'"), ("-1GiB", "positive"), ("5 parsecs", "unknown unit")]:
+        p = memprof("--device-memory", bad)
+        check(f"bad size {bad}", p.returncode == 2 and needle in p.stderr, p.stderr)
+    p = memprof("--loss", "everywhere")
+    check("bad loss", p.returncode == 2 and "--loss 'everywhere'" in p.stderr, p.stderr)
+    p = subprocess.run([DP, "train", "--model", "mlp", "--devices", "host:2", "--steps", "2", "--batch", "16",
+                        "--device-memory", "1MiB"], capture_output=True, text=True, timeout=120)
+    check("train oom exit 3", p.returncode == 3 and "ran out of memory" in p.stderr and "remedies" in p.stderr,
+          (p.returncode, p.stderr))
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
