@@ -12,8 +12,12 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402
+
 DP = os.path.abspath(sys.argv[1])
-passed, failed = 0, 0
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def run(args, timeout=120):
@@ -22,23 +26,8 @@ def run(args, timeout=120):
 
 
 def expect(name, args, code, needle):
-    global passed, failed
     rc, out, err = run(args)
-    ok = rc == code and needle in err
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}: exit {rc} (want {code}), stderr:\n{err}\n(want to contain {needle!r})")
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}")
+    check(name, rc == code and needle in err, f"exit {rc} (want {code}), stderr:\n{err}\n(want {needle!r})")
 
 
 def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28):
@@ -84,25 +73,28 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Usage errors: exit 2.
     expect("no subcommand", [], 2, "")
-    expect("unknown flag", small + ["--bogus"], 2, "bogus")
-    expect("unknown model", small + ["--model", "resnet999"], 2, "unknown model 'resnet999'")
-    expect("batch 0", small + ["--batch", "0"], 2, "--batch must be > 0")
-    expect("batch negative", small + ["--batch", "-4"], 2, "--batch must be > 0")
-    expect("steps 0", small + ["--steps", "0"], 2, "--steps must be > 0")
-    expect("steps negative", small + ["--steps", "-1"], 2, "--steps must be > 0")
-    expect("epochs 0", small + ["--epochs", "0"], 2, "--epochs must be > 0")
-    expect("lr nan", small + ["--lr", "nan"], 2, "--lr must be a finite number")
-    expect("lr inf", small + ["--lr", "inf"], 2, "--lr must be a finite number")
-    expect("lr negative", small + ["--lr", "-0.1"], 2, "--lr must be a finite number")
-    expect("nesterov without momentum", small + ["--nesterov", "--momentum", "0"], 2, "--nesterov requires")
-    expect("devices garbage", small + ["--devices", "gpu:3"], 2, "--devices 'gpu:3'")
-    expect("devices zero", small + ["--devices", "host:0"], 2, "device count must be 1..64")
-    expect("devices negative", small + ["--devices", "host:-2"], 2, "device count must be 1..64")
-    expect("split unknown", small + ["--split", "fastest"], 2, "unknown mode")
-    expect("split negative", small + ["--split", "chunks:10,-2"], 2, "positive")
-    expect("split wrong count", small + ["--split", "ratios:1,2,3"], 2, "one per device")
-    expect("split wrong sum", small + ["--split", "chunks:3,3"], 2, "not the batch size 8")
-    expect("split share too big", small + ["--split", "gpu0:9"], 2, "larger than the batch size 8")
+    for name, extra, needle in [
+        ("unknown flag", ["--bogus"], "bogus"),
+        ("unknown model", ["--model", "resnet999"], "unknown model 'resnet999'"),
+        ("batch 0", ["--batch", "0"], "--batch must be > 0"),
+        ("batch negative", ["--batch", "-4"], "--batch must be > 0"),
+        ("steps 0", ["--steps", "0"], "--steps must be > 0"),
+        ("steps negative", ["--steps", "-1"], "--steps must be > 0"),
+        ("epochs 0", ["--epochs", "0"], "--epochs must be > 0"),
+        ("lr nan", ["--lr", "nan"], "--lr must be a finite number"),
+        ("lr inf", ["--lr", "inf"], "--lr must be a finite number"),
+        ("lr negative", ["--lr", "-0.1"], "--lr must be a finite number"),
+        ("nesterov without momentum", ["--nesterov", "--momentum", "0"], "--nesterov requires"),
+        ("devices garbage", ["--devices", "gpu:3"], "--devices 'gpu:3'"),
+        ("devices zero", ["--devices", "host:0"], "device count must be 1..64"),
+        ("devices negative", ["--devices", "host:-2"], "device count must be 1..64"),
+        ("split unknown", ["--split", "fastest"], "unknown mode"),
+        ("split negative", ["--split", "chunks:10,-2"], "positive"),
+        ("split wrong count", ["--split", "ratios:1,2,3"], "one per device"),
+        ("split wrong sum", ["--split", "chunks:3,3"], "not the batch size 8"),
+        ("split share too big", ["--split", "gpu0:9"], "larger than the batch size 8"),
+    ]:
+        expect(name, small + extra, 2, needle)
     expect("metrics unwritable", small + ["--metrics", os.path.join(tmp, "nodir", "m.jsonl")], 2, "--metrics")
     expect("save unwritable", small + ["--save", os.path.join(tmp, "nodir", "w.safetensors")], 2, "--save")
     expect("save is a directory", small + ["--save", tmp], 2, "is a directory")
@@ -143,5 +135,4 @@ with tempfile.TemporaryDirectory() as tmp:
     keeps_save("init wrong model", small[:-2] + ["--model", "convnet", "--init", save], 1, "unexpected tensor")
     keeps_save("init missing", small + ["--init", os.path.join(tmp, "none.safetensors")], 1, "cannot open")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+CHECKS.finish()

@@ -10,18 +10,13 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402
+
 DP = os.path.abspath(sys.argv[1])
 PHASES = ["load", "scatter", "replicate", "forward", "gather", "loss", "backward", "reduce", "update"]
-passed, failed = 0, 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}")
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def transfers(phase):
@@ -84,5 +79,4 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+CHECKS.finish()

@@ -11,19 +11,14 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402
+
 DP = os.path.abspath(sys.argv[1])
 CATEGORIES = {"parameters", "gradients", "optimizer", "inputs", "activations", "gathered outputs", "loss",
               "reduce buffers", "workspace"}
-passed, failed = 0, 0
-
-
-def check(name, cond, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name} {detail}")
+CHECKS = Checks()
+check = CHECKS.check
 
 
 def memprof(*args):
@@ -84,5 +79,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check("train oom exit 3", p.returncode == 3 and "ran out of memory" in p.stderr and "remedies" in p.stderr,
           (p.returncode, p.stderr))
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+CHECKS.finish()

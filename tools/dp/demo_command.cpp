@@ -256,7 +256,7 @@ Run add_demo_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   cmd->add_option("--devices", o->devices, "host:N, cuda:0x4, ...")->capture_default_str();
   cmd->add_option("--batch", o->batch, "global batch size")->capture_default_str();
-  cmd->add_option("--split", o->split, "even, chunks:.., ratios:.., gpu0:K or auto")->capture_default_str();
+  cmd->add_option("--split", o->split, "even, chunks:.., ratios:.., gpu0:K, auto or balance-memory")->capture_default_str();
   cmd->add_option("--model", o->model, "tiny, mlp or convnet")->capture_default_str();
   cmd->add_option("--device-speed", o->device_speed, "host devices' speeds, e.g. 1,1,1,0.25")->delimiter(',');
   cmd->add_option("--steps", o->steps, "steps to run (the first is narrated)")->capture_default_str();
