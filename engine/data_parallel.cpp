@@ -1,6 +1,5 @@
 #include "engine/data_parallel.hpp"
 
-#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -42,7 +41,7 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
   Device& d0 = devices_[0];
   params_ = Tensor::empty(d0, {lay.parameter_count}, MemCategory::Parameters);
   grads_ = Tensor::zeros(d0, {lay.parameter_count}, MemCategory::Gradients);
-  buffers_ = Tensor::empty(d0, {std::max<int64_t>(lay.buffer_count, 0)}, MemCategory::Parameters);
+  buffers_ = Tensor::empty(d0, {lay.buffer_count}, MemCategory::Parameters);
   init_state(lay, params_.data(), buffers_.data(), seed);
 }
 

@@ -58,11 +58,16 @@ void draw_digit(uint8_t* img, int label, std::mt19937_64& rng) {
     place(g.x0, g.y0, pts[s]);
     place(g.x1, g.y1, pts[s] + 2);
   }
+  // Like handwriting, not every stroke is clean: now and then a segment is missing or a stray one
+  // appears, so the task is learnable but not trivial.
+  unsigned lit = kDigits[label];
+  for (int s = 0; s < 7; ++s)
+    if (uniform(rng, 0, 1) < 0.015) lit ^= 1u << s;
   for (int y = 0; y < 28; ++y)
     for (int x = 0; x < 28; ++x) {
       float best = 1e9f;
       for (int s = 0; s < 7; ++s)
-        if (kDigits[label] >> s & 1u)
+        if (lit >> s & 1u)
           best = std::min(best, dist_to_segment(x + 0.5f, y + 0.5f, pts[s][0], pts[s][1], pts[s][2], pts[s][3]));
       float v = std::clamp(thick + 0.5f - best, 0.f, 1.f) * bright;  // anti-aliased stroke edge
       v += static_cast<float>(uniform(rng, -25, 25)) * (v > 0 ? 1.f : 0.4f);
