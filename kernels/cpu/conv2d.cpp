@@ -85,12 +85,72 @@ void col2im(const float* col, float* in, const ConvShape& s) {
       }
 }
 
+// Stride 1 (every conv of the named models): pad the input once into a scratch plane, then every
+// column row is a plain fixed-length copy with no bounds tests, and the adjoint a plain add.
+int64_t padded_floats(const ConvShape& s) { return s.C * (s.H + 2 * s.pad) * (s.W + 2 * s.pad); }
+
+void pad_input(const float* in, float* padded, const ConvShape& s) {
+  const int64_t PH = s.H + 2 * s.pad, PW = s.W + 2 * s.pad;
+  for (int64_t c = 0; c < s.C; ++c) {
+    float* plane = padded + c * PH * PW;
+    std::fill(plane, plane + s.pad * PW, 0.f);                     // top border
+    std::fill(plane + (s.pad + s.H) * PW, plane + PH * PW, 0.f);  // bottom border
+    for (int64_t h = 0; h < s.H; ++h) {
+      float* row = plane + (h + s.pad) * PW;
+      std::fill(row, row + s.pad, 0.f);
+      std::copy(in + (c * s.H + h) * s.W, in + (c * s.H + h + 1) * s.W, row + s.pad);
+      std::fill(row + s.pad + s.W, row + PW, 0.f);
+    }
+  }
+}
+
+void im2col_stride1(const float* in, float* col, float* padded, const ConvShape& s) {
+  const int64_t PH = s.H + 2 * s.pad, PW = s.W + 2 * s.pad, OH = s.OH(), OW = s.OW();
+  pad_input(in, padded, s);
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t ki = 0; ki < s.kh; ++ki)
+      for (int64_t kj = 0; kj < s.kw; ++kj) {
+        float* __restrict row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
+        const float* __restrict src = padded + (c * PH + ki) * PW + kj;
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) row[oh * OW + ow] = src[oh * PW + ow];
+      }
+}
+
+void col2im_stride1(const float* col, float* in, float* padded, const ConvShape& s) {
+  const int64_t PH = s.H + 2 * s.pad, PW = s.W + 2 * s.pad, OH = s.OH(), OW = s.OW();
+  std::fill(padded, padded + s.C * PH * PW, 0.f);
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t ki = 0; ki < s.kh; ++ki)
+      for (int64_t kj = 0; kj < s.kw; ++kj) {
+        const float* __restrict row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
+        float* __restrict dst = padded + (c * PH + ki) * PW + kj;
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) dst[oh * PW + ow] += row[oh * OW + ow];
+      }
+  for (int64_t c = 0; c < s.C; ++c)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const float* src = padded + (c * PH + h + s.pad) * PW + s.pad;
+      std::copy(src, src + s.W, in + (c * s.H + h) * s.W);
+    }
+}
+
+// Columns of one sample, the fast path where it applies.
+void to_columns(const float* in, float* col, float* padded, const ConvShape& s) {
+  if (s.stride == 1) im2col_stride1(in, col, padded, s);
+  else im2col(in, col, s);
+}
+void from_columns(const float* col, float* in, float* padded, const ConvShape& s) {
+  if (s.stride == 1) col2im_stride1(col, in, padded, s);
+  else col2im(col, in, s);
+}
+
 int parts_for(ThreadPool& pool, int64_t n) { return static_cast<int>(std::min<int64_t>(pool.size(), std::max<int64_t>(n, 1))); }
 
 }  // namespace
 
 int64_t conv2d_workspace_floats(const ConvShape& s, int threads, bool backward) {
-  int64_t col = s.col_rows() * s.col_cols();
+  int64_t col = s.col_rows() * s.col_cols() + padded_floats(s);  // columns and the padded input
   int64_t dw = s.K * s.col_rows() + s.K;  // per-thread weight and bias gradient partials
   return threads * (col + (backward ? dw : 0));
 }
@@ -101,10 +161,11 @@ void conv2d_forward(ThreadPool& pool, float* out, const float* in, const float* 
   const int parts = parts_for(pool, s.N);
   pool.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      float* col = workspace + p * rows * cols;
+      float* col = workspace + p * (rows * cols + padded_floats(s));
+      float* padded = col + rows * cols;
       for (int64_t n = s.N * p / parts; n < s.N * (p + 1) / parts; ++n) {
         float* o = out + n * s.K * cols;
-        im2col(in + n * s.C * s.H * s.W, col, s);
+        to_columns(in + n * s.C * s.H * s.W, col, padded, s);
         for (int64_t k = 0; k < s.K; ++k) std::fill(o + k * cols, o + (k + 1) * cols, b ? b[k] : 0.f);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(s.K), static_cast<int>(cols),
                     static_cast<int>(rows), 1.f, w, static_cast<int>(rows), col, static_cast<int>(cols), 1.f, o,
@@ -118,18 +179,19 @@ void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
                      const float* w, const ConvShape& s, float* workspace) {
   const int64_t rows = s.col_rows(), cols = s.col_cols();
   const int parts = parts_for(pool, s.N);
-  const int64_t col_floats = rows * cols, dw_floats = s.K * rows + s.K;
+  const int64_t col_floats = rows * cols + padded_floats(s), dw_floats = s.K * rows + s.K;
   float* partials = workspace + static_cast<int64_t>(pool.size()) * col_floats;
   pool.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* col = workspace + p * col_floats;
+      float* padded = col + rows * cols;
       float* pdw = p == 0 ? dw : partials + p * dw_floats;  // part 0 writes straight to dw
       float* pdb = p == 0 ? db : partials + p * dw_floats + s.K * rows;
       std::fill(pdw, pdw + s.K * rows, 0.f);
       if (pdb) std::fill(pdb, pdb + s.K, 0.f);
       for (int64_t n = s.N * p / parts; n < s.N * (p + 1) / parts; ++n) {
         const float* dy = dout + n * s.K * cols;
-        im2col(in + n * s.C * s.H * s.W, col, s);
+        to_columns(in + n * s.C * s.H * s.W, col, padded, s);
         // dW += dY_n[K, cols] · col^T[cols, rows]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(s.K), static_cast<int>(rows),
                     static_cast<int>(cols), 1.f, dy, static_cast<int>(cols), col, static_cast<int>(cols), 1.f, pdw,
@@ -147,7 +209,7 @@ void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(cols),
                       static_cast<int>(s.K), 1.f, w, static_cast<int>(rows), dy, static_cast<int>(cols), 0.f, col,
                       static_cast<int>(cols));
-          col2im(col, din + n * s.C * s.H * s.W, s);
+          from_columns(col, din + n * s.C * s.H * s.W, padded, s);
         }
       }
     }

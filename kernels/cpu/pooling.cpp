@@ -10,9 +10,16 @@ namespace {
 // PyTorch's rule: a later element wins if it is larger, or NaN (so NaN propagates).
 inline bool wins(float v, float best) { return v > best || std::isnan(v); }
 
-// The common 2x2, stride 2 window, unrolled.
-void maxpool_2x2(float* out, int32_t* argmax, const float* x, int64_t H, int64_t W) {
+// The common 2x2, stride 2 window, unrolled and branch-free: which element wins is data-dependent
+// and unpredictable, so selects (blends) beat branches by a wide margin.
+inline void take_if(bool w, float v, int32_t i, float& best, int32_t& at) {
+  best = w ? v : best;
+  at = w ? i : at;
+}
+
+void maxpool_2x2(float* __restrict out, int32_t* __restrict argmax, const float* __restrict x, int64_t H, int64_t W) {
   const int64_t OH = H / 2, OW = W / 2;
+  const auto w32 = static_cast<int32_t>(W);
   for (int64_t oh = 0; oh < OH; ++oh) {
     const float* r0 = x + 2 * oh * W;
     const float* r1 = r0 + W;
@@ -20,9 +27,10 @@ void maxpool_2x2(float* out, int32_t* argmax, const float* x, int64_t H, int64_t
       const int32_t base = static_cast<int32_t>(2 * oh * W + 2 * ow);
       float best = r0[2 * ow];
       int32_t at = base;
-      if (wins(r0[2 * ow + 1], best)) best = r0[2 * ow + 1], at = base + 1;
-      if (wins(r1[2 * ow], best)) best = r1[2 * ow], at = base + static_cast<int32_t>(W);
-      if (wins(r1[2 * ow + 1], best)) best = r1[2 * ow + 1], at = base + static_cast<int32_t>(W) + 1;
+      const float b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+      take_if(wins(b, best), b, base + 1, best, at);
+      take_if(wins(c, best), c, base + w32, best, at);
+      take_if(wins(d, best), d, base + w32 + 1, best, at);
       out[oh * OW + ow] = best;
       argmax[oh * OW + ow] = at;
     }
