@@ -1,5 +1,6 @@
 // Per-layer forward/backward time of a model on one simulated device: where a step's time goes.
-//   build/layer_timing [model] [batch] [threads] [repeats]
+//   build/layer_timing [model=convnet] [batch=64] [threads per device=1] [repeats=50]
+// Set OPENBLAS_CORETYPE / OPENBLAS_NUM_THREADS=1 as dp does (tools/dp/main.cpp) before running.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,10 @@ static int run(int argc, char** argv) {
   const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 64;
   const int threads = argc > 3 ? std::stoi(argv[3]) : 1;
   const int repeats = argc > 4 ? std::stoi(argv[4]) : 50;
+  if (batch <= 0 || threads <= 0 || repeats <= 0) {
+    std::fprintf(stderr, "usage: layer_timing [model] [batch > 0] [threads > 0] [repeats > 0]\n");
+    return 2;
+  }
   DeviceSpec spec;
   spec.kind = DeviceSpec::Kind::Host;
   spec.host_count = 1;
@@ -64,14 +69,11 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-#include <thread>
 int main(int argc, char** argv) {
-  int rc = 0;
-  if (std::getenv("IN_THREAD")) {
-    std::thread t([&] { rc = run(argc, argv); });
-    t.join();
-  } else {
-    rc = run(argc, argv);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "layer_timing: %s\n", e.what());
+    return 1;
   }
-  return rc;
 }
