@@ -13,14 +13,15 @@ CudaDevices query_cuda_devices() {
   if (err != cudaSuccess) {
     out.status = std::string("CUDA runtime: ") + cudaGetErrorString(err) + " (error " +
                  std::to_string(static_cast<int>(err)) + ")";
-    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    (void)cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
     return out;
   }
   int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);
-  cudaRuntimeGetVersion(&runtime);
-  out.status = "driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
-               ", runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+    out.status = "driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) +
+                 ", runtime " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
+  else
+    out.status = "driver/runtime versions unavailable";
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     err = cudaGetDeviceProperties(&prop, i);
