@@ -1,0 +1,41 @@
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/ops.hpp"
+
+namespace dp::cuda {
+
+Context::Context(int gpu, bool allow_tf32) : gpu_(gpu), handles_(std::make_unique<Handles>()) {
+  DP_CUDA_CHECK(cudaSetDevice(gpu));
+  DP_CUDA_CHECK(cudaStreamCreateWithFlags(&handles_->stream, cudaStreamNonBlocking));
+  DP_CUDA_CHECK(cublasCreate(&handles_->cublas));
+  DP_CUDA_CHECK(cublasSetStream(handles_->cublas, handles_->stream));
+  // float32 by default; TF32 tensor cores only when asked for.
+  DP_CUDA_CHECK(cublasSetMathMode(handles_->cublas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+
+Context::~Context() {
+  // Destructors do not throw: report nothing, release what exists.
+  if (handles_->cublas) cublasDestroy(handles_->cublas);
+  if (handles_->stream) cudaStreamDestroy(handles_->stream);
+}
+
+void Context::synchronize() { DP_CUDA_CHECK(cudaStreamSynchronize(handles_->stream)); }
+
+DeviceBuffer::DeviceBuffer(Context& ctx, size_t bytes) : bytes_(bytes) {
+  DP_CUDA_CHECK(cudaSetDevice(ctx.gpu()));
+  DP_CUDA_CHECK(cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+void DeviceBuffer::upload(Context& ctx, const void* host, size_t bytes) {
+  DP_CUDA_CHECK(cudaMemcpyAsync(ptr_, host, bytes, cudaMemcpyHostToDevice, ctx.handles().stream));
+}
+
+void DeviceBuffer::download(Context& ctx, void* host, size_t bytes) const {
+  DP_CUDA_CHECK(cudaMemcpyAsync(host, ptr_, bytes, cudaMemcpyDeviceToHost, ctx.handles().stream));
+  ctx.synchronize();
+}
+
+}  // namespace dp::cuda

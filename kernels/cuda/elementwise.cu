@@ -1,0 +1,70 @@
+// ReLU, element-wise add (the reduce's sum) and the SGD update: one thread per element,
+// grid-stride loops; the same arithmetic as kernels/cpu.
+#include <algorithm>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/ops.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+__global__ void relu_forward_kernel(float* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = fmaxf(in[i], 0.f);
+}
+
+__global__ void relu_backward_kernel(float* din, const float* dout, const float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    din[i] = out[i] > 0.f ? dout[i] : 0.f;
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, SgdSettings s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float d = g[i] + s.weight_decay * p[i];
+    if (s.momentum == 0.f) {
+      p[i] -= s.lr * d;
+      continue;
+    }
+    const float m = first ? d : s.momentum * buf[i] + (1.f - s.dampening) * d;
+    buf[i] = m;
+    p[i] -= s.lr * (s.nesterov ? d + s.momentum * m : m);
+  }
+}
+
+}  // namespace
+
+void relu_forward(Context& c, float* out, const float* in, int64_t n) {
+  if (n == 0) return;
+  relu_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(out, in, n);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void relu_backward(Context& c, float* din, const float* dout, const float* out, int64_t n) {
+  if (n == 0) return;
+  relu_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, out, n);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void add_inplace(Context& c, float* y, const float* x, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(y, x, n);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void sgd_update(Context& c, float* param, const float* grad, float* momentum_buf, bool first_step,
+                const SgdSettings& s, int64_t n) {
+  if (n == 0) return;
+  sgd_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(param, grad, momentum_buf, first_step, s, n);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dp::cuda

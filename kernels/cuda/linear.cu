@@ -1,0 +1,64 @@
+// Linear through cuBLAS SGEMM. cuBLAS is column-major; a row-major [r, c] matrix is the
+// column-major [c, r] one, so each row-major product below is written as its transpose.
+#include <algorithm>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/ops.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void bias_rows_kernel(float* out, const float* b, int64_t B, int64_t O) {
+  const int64_t total = B * O;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = b ? b[i % O] : 0.f;
+}
+
+// db[j] = Σ_r dout[r, j]: one thread per column (adjacent threads read adjacent addresses), summed
+// in double like the CPU reference.
+__global__ void column_sum_kernel(float* db, const float* dout, int64_t B, int64_t O) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= O) return;
+  double s = 0;
+  for (int64_t r = 0; r < B; ++r) s += dout[r * O + j];
+  db[j] = static_cast<float>(s);
+}
+
+int dim(int64_t v) { return static_cast<int>(v); }
+
+}  // namespace
+
+void linear_forward(Context& c, float* out, const float* in, const float* w, const float* b, int64_t B, int64_t I,
+                    int64_t O) {
+  if (B == 0) return;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((B * O + kThreads - 1) / kThreads, 65535));
+  bias_rows_kernel<<<blocks, kThreads, 0, c.handles().stream>>>(out, b, B, O);
+  DP_CUDA_CHECK_LAUNCH();
+  // out[B,O] = in[B,I]·W^T  <=>  out^T[O,B] = W[O,I]·in^T[I,B]  (col-major: W is "T" of its buffer)
+  const float one = 1.f;
+  DP_CUDA_CHECK(cublasSgemm(c.handles().cublas, CUBLAS_OP_T, CUBLAS_OP_N, dim(O), dim(B), dim(I), &one, w, dim(I), in,
+                            dim(I), &one, out, dim(O)));
+}
+
+void linear_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                     int64_t B, int64_t I, int64_t O) {
+  const float one = 1.f, zero = 0.f;
+  cublasHandle_t h = c.handles().cublas;
+  // din[B,I] = dout[B,O]·W[O,I]  <=>  din^T[I,B] = W^T[I,O]·dout^T[O,B]
+  if (din && B > 0)
+    DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, dim(I), dim(B), dim(O), &one, w, dim(I), dout, dim(O), &zero,
+                              din, dim(I)));
+  // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]
+  DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, dim(I), dim(O), dim(B), &one, in, dim(I), dout, dim(O), &zero,
+                            dw, dim(I)));
+  if (db) {
+    column_sum_kernel<<<static_cast<unsigned>((O + kThreads - 1) / kThreads), kThreads, 0, c.handles().stream>>>(
+        db, dout, B, O);
+    DP_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace dp::cuda

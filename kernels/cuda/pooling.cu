@@ -1,0 +1,73 @@
+// MaxPool2d forward (one thread per output, PyTorch's NaN rule, flat argmax within the plane) and
+// backward as a gather (one thread per input pixel summing the outputs that chose it): no
+// atomics, so overlapping windows give deterministic sums, like the CPU reference.
+#include <algorithm>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/ops.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+__global__ void maxpool_forward_kernel(float* out, int32_t* argmax, const float* in, int64_t planes, int64_t H,
+                                       int64_t W, int64_t OH, int64_t OW, int64_t k, int64_t stride) {
+  const int64_t total = planes * OH * OW;
+  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < total; o += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t p = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
+    const float* x = in + p * H * W;
+    float best = -INFINITY;
+    int32_t at = static_cast<int32_t>(oh * stride * W + ow * stride);
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t idx = (oh * stride + i) * W + ow * stride + j;
+        const float v = x[idx];
+        if (v > best || isnan(v)) best = v, at = static_cast<int32_t>(idx);
+      }
+    out[o] = best;
+    argmax[o] = at;
+  }
+}
+
+__global__ void maxpool_backward_kernel(float* din, const float* dout, const int32_t* argmax, int64_t planes,
+                                        int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t k, int64_t stride) {
+  const int64_t total = planes * H * W;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t p = i / (H * W), h = i / W % H, w = i % W, flat = h * W + w;
+    // Outputs whose window covers (h, w): oh·stride <= h < oh·stride + k.
+    const int64_t oh0 = h < k ? 0 : (h - k) / stride + 1, oh1 = min(OH - 1, h / stride);
+    const int64_t ow0 = w < k ? 0 : (w - k) / stride + 1, ow1 = min(OW - 1, w / stride);
+    float sum = 0.f;
+    for (int64_t oh = oh0; oh <= oh1; ++oh)
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        const int64_t o = p * OH * OW + oh * OW + ow;
+        if (argmax[o] == flat) sum += dout[o];
+      }
+    din[i] = sum;
+  }
+}
+
+}  // namespace
+
+void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C, int64_t H,
+                       int64_t W, int64_t k, int64_t stride) {
+  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1, n = N * C * OH * OW;
+  if (n == 0) return;
+  maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(out, argmax, in, N * C, H, W, OH, OW, k,
+                                                                             stride);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void maxpool2d_backward(Context& c, float* din, const float* dout, const int32_t* argmax, int64_t N, int64_t C,
+                        int64_t H, int64_t W, int64_t k, int64_t stride) {
+  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1, n = N * C * H * W;
+  if (n == 0) return;
+  maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, argmax, N * C, H, W, OH, OW,
+                                                                              k, stride);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dp::cuda

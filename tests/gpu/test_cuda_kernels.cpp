@@ -1,0 +1,176 @@
+// Every CUDA kernel against its CPU reference on fresh random data (ggml's test-backend-ops idea).
+// Exits 77 — ctest's "skipped" — saying so, when no GPU is present.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "engine/device.hpp"
+#include "kernels/cpu/kernels.hpp"
+#include "kernels/cuda/device_query.hpp"
+#include "kernels/cuda/ops.hpp"
+
+using namespace dp;
+
+namespace {
+
+std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+template <typename T>
+cuda::DeviceBuffer to_device(cuda::Context& c, const std::vector<T>& v) {
+  cuda::DeviceBuffer b(c, v.size() * sizeof(T));
+  b.upload(c, v.data(), v.size() * sizeof(T));
+  return b;
+}
+
+template <typename T>
+std::vector<T> to_host(cuda::Context& c, const cuda::DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  b.download(c, v.data(), n * sizeof(T));
+  return v;
+}
+
+// max |a − b| relative to the largest |b| (at least 1)
+double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, scale = 1;
+  for (size_t i = 0; i < b.size(); ++i) {
+    err = std::max(err, std::abs(double(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return err / scale;
+}
+
+constexpr double kTol = 1e-5;
+
+}  // namespace
+
+TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32)") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  configure_host_blas();
+  const int64_t B = 37, I = 129, O = 65;
+  auto in = random_vector(B * I, 1), w = random_vector(O * I, 2), b = random_vector(O, 3), dout = random_vector(B * O, 4);
+  std::vector<float> out(B * O), din(B * I), dw(O * I), db(O);
+  cpu::linear_forward(pool, out.data(), in.data(), w.data(), b.data(), B, I, O);
+  cpu::linear_backward(pool, din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, I, O);
+  auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b), d_dout = to_device(c, dout);
+  cuda::DeviceBuffer d_out(c, out.size() * 4), d_din(c, din.size() * 4), d_dw(c, dw.size() * 4), d_db(c, db.size() * 4);
+  cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
+  cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+  CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_din, din.size()), din) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_db, db.size()), db) < kTol);
+}
+
+TEST_CASE("linear with TF32 stays within 1e-3") {
+  cuda::Context c(0, true);
+  ThreadPool pool(1);
+  const int64_t B = 64, I = 256, O = 128;
+  auto in = random_vector(B * I, 5), w = random_vector(O * I, 6), b = random_vector(O, 7);
+  std::vector<float> out(B * O);
+  cpu::linear_forward(pool, out.data(), in.data(), w.data(), b.data(), B, I, O);
+  auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b);
+  cuda::DeviceBuffer d_out(c, out.size() * 4);
+  cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
+  CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < 1e-3);
+}
+
+TEST_CASE("relu, add and SGD match the CPU reference exactly") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t n = 10007;
+  auto x = random_vector(n, 8), dy = random_vector(n, 9), p = random_vector(n, 10), g = random_vector(n, 11),
+       buf = random_vector(n, 12);
+  std::vector<float> y(n), dx(n);
+  cpu::relu_forward(pool, y.data(), x.data(), n);
+  cpu::relu_backward(pool, dx.data(), dy.data(), y.data(), n);
+  auto d_x = to_device(c, x), d_dy = to_device(c, dy);
+  cuda::DeviceBuffer d_y(c, n * 4), d_dx(c, n * 4);
+  cuda::relu_forward(c, d_y.get(), d_x.get(), n);
+  cuda::relu_backward(c, d_dx.get(), d_dy.get(), d_y.get(), n);
+  CHECK(to_host<float>(c, d_y, n) == y);
+  CHECK(to_host<float>(c, d_dx, n) == dx);
+
+  auto sum = p;
+  cpu::add_inplace(pool, sum.data(), g.data(), n);
+  auto d_sum = to_device(c, p), d_g = to_device(c, g);
+  cuda::add_inplace(c, d_sum.get(), d_g.get(), n);
+  CHECK(to_host<float>(c, d_sum, n) == sum);
+
+  for (bool nesterov : {false, true})
+    for (bool first : {true, false}) {
+      cpu::SgdConfig cfg;
+      cfg.lr = 0.1f, cfg.momentum = 0.9f, cfg.weight_decay = 0.01f, cfg.nesterov = nesterov;
+      auto cp = p, cb = buf;
+      cpu::sgd_update(pool, cp.data(), g.data(), cb.data(), first, cfg, n);
+      auto d_p = to_device(c, p), d_b = to_device(c, buf);
+      cuda::sgd_update(c, d_p.get(), d_g.get(), d_b.get(), first, {0.1f, 0.9f, 0.f, 0.01f, nesterov}, n);
+      CHECK(rel_error(to_host<float>(c, d_p, n), cp) < 1e-6);
+      CHECK(rel_error(to_host<float>(c, d_b, n), cb) < 1e-6);
+    }
+}
+
+TEST_CASE("max-pool forward and backward match the CPU reference (2x2/2 and overlapping 3x3/2)") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  for (auto [k, stride] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}}) {
+    const int64_t N = 3, C = 5, H = 13, W = 11, OH = (H - k) / stride + 1, OW = (W - k) / stride + 1;
+    auto x = random_vector(N * C * H * W, 13 + k), dy = random_vector(N * C * OH * OW, 14 + k);
+    std::vector<float> y(N * C * OH * OW), dx(x.size());
+    std::vector<int32_t> arg(y.size());
+    cpu::maxpool2d_forward(pool, y.data(), arg.data(), x.data(), N, C, H, W, k, stride);
+    cpu::maxpool2d_backward(pool, dx.data(), dy.data(), arg.data(), N, C, H, W, k, stride);
+    auto d_x = to_device(c, x), d_dy = to_device(c, dy);
+    cuda::DeviceBuffer d_y(c, y.size() * 4), d_arg(c, arg.size() * 4), d_dx(c, dx.size() * 4);
+    cuda::maxpool2d_forward(c, d_y.get(), d_arg.get<int32_t>(), d_x.get(), N, C, H, W, k, stride);
+    cuda::maxpool2d_backward(c, d_dx.get(), d_dy.get(), d_arg.get<int32_t>(), N, C, H, W, k, stride);
+    CHECK(to_host<float>(c, d_y, y.size()) == y);
+    CHECK(to_host<int32_t>(c, d_arg, arg.size()) == arg);
+    CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < 1e-6);
+  }
+}
+
+TEST_CASE("softmax cross-entropy matches the CPU reference; a bad label is an error") {
+  cuda::Context c(0);
+  const int64_t B = 300, K = 10;
+  auto z = random_vector(B * K, 15, -4.f, 4.f);
+  std::vector<int32_t> y(B);
+  for (int64_t i = 0; i < B; ++i) y[i] = static_cast<int32_t>((i * 7) % K);
+  std::vector<float> dz(B * K);
+  int64_t hits = 0;
+  const double want = cpu::softmax_xent(z.data(), y.data(), B, K, dz.data(), 1.f / B, &hits);
+  auto d_z = to_device(c, z), d_y = to_device(c, y);
+  cuda::DeviceBuffer d_dz(c, dz.size() * 4), rows(c, B * sizeof(double)), flags(c, (B + 1) * sizeof(int32_t));
+  double got = 0;
+  int64_t got_hits = 0;
+  cuda::softmax_xent(c, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, &got, &got_hits, rows.get(),
+                     flags.get<int32_t>());
+  CHECK(got == doctest::Approx(want).epsilon(1e-9));
+  CHECK(got_hits == hits);
+  CHECK(rel_error(to_host<float>(c, d_dz, dz.size()), dz) < kTol);
+  y[17] = 10;
+  auto bad = to_device(c, y);
+  CHECK_THROWS_WITH(cuda::softmax_xent(c, d_z.get(), bad.get<int32_t>(), B, K, nullptr, 0.f, &got, &got_hits,
+                                       rows.get(), flags.get<int32_t>()),
+                    doctest::Contains("sample 17"));
+}
+
+int main(int argc, char** argv) {
+  const CudaDevices gpus = query_cuda_devices();
+  if (gpus.gpus.empty()) {
+    std::printf("SKIP: no CUDA GPU here (%s); the CUDA kernel tests need one\n", gpus.status.c_str());
+    return 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
