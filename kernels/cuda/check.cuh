@@ -2,6 +2,7 @@
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <string>
 
@@ -21,6 +22,12 @@ inline void check(cublasStatus_t s, const char* what, const char* file, int line
                        ": status " + std::to_string(static_cast<int>(s)));
 }
 
+inline void check(cudnnStatus_t s, const char* what, const char* file, int line) {
+  if (s != CUDNN_STATUS_SUCCESS)
+    throw RuntimeError(std::string("cuDNN error in ") + what + " at " + file + ":" + std::to_string(line) + ": " +
+                       cudnnGetErrorString(s));
+}
+
 }  // namespace dp::cuda
 
 #define DP_CUDA_CHECK(call) ::dp::cuda::check((call), #call, __FILE__, __LINE__)
@@ -31,4 +38,5 @@ inline void check(cublasStatus_t s, const char* what, const char* file, int line
 struct dp::cuda::Context::Handles {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
+  cudnnHandle_t cudnn = nullptr;
 };

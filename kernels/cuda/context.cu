@@ -10,10 +10,14 @@ Context::Context(int gpu, bool allow_tf32) : gpu_(gpu), handles_(std::make_uniqu
   DP_CUDA_CHECK(cublasSetStream(handles_->cublas, handles_->stream));
   // float32 by default; TF32 tensor cores only when asked for.
   DP_CUDA_CHECK(cublasSetMathMode(handles_->cublas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  DP_CUDA_CHECK(cudnnCreate(&handles_->cudnn));
+  DP_CUDA_CHECK(cudnnSetStream(handles_->cudnn, handles_->stream));
+  allow_tf32_ = allow_tf32;
 }
 
 Context::~Context() {
   // Destructors do not throw: report nothing, release what exists.
+  if (handles_->cudnn) cudnnDestroy(handles_->cudnn);
   if (handles_->cublas) cublasDestroy(handles_->cublas);
   if (handles_->stream) cudaStreamDestroy(handles_->stream);
 }

@@ -18,12 +18,14 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   int gpu() const { return gpu_; }
+  bool allow_tf32() const { return allow_tf32_; }
   void synchronize();  // wait for the stream (tests and host reads only: never inside a step)
   struct Handles;
   Handles& handles() { return *handles_; }
 
  private:
   int gpu_;
+  bool allow_tf32_ = false;
   std::unique_ptr<Handles> handles_;
 };
 
@@ -50,6 +52,24 @@ void linear_forward(Context& c, float* out, const float* in, const float* w, con
                     int64_t O);
 void linear_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      int64_t B, int64_t I, int64_t O);
+
+// ---- Conv2d and BatchNorm2d through cuDNN (NCHW, float32; TF32 only when the context allows).
+// Workspace comes from the stream-ordered allocator. Same argument meanings as kernels/cpu.
+struct ConvGeometry {
+  int64_t N, C, H, W, K, kh, kw, stride, pad;
+};
+void conv2d_forward(Context& c, float* out, const float* in, const float* w, const float* b, const ConvGeometry& g);
+void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                     const ConvGeometry& g);
+void batchnorm_forward_train(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
+                             const float* gamma, const float* beta, float* running_mean, float* running_var, int64_t N,
+                             int64_t C, int64_t HW, float momentum, float eps);
+void batchnorm_forward_eval(Context& c, float* out, const float* in, const float* gamma, const float* beta,
+                            const float* running_mean, const float* running_var, int64_t N, int64_t C, int64_t HW,
+                            float eps);
+void batchnorm_backward(Context& c, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,
+                        const float* gamma, const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                        int64_t HW, float eps);
 
 // ---- ReLU, element-wise add, SGD
 void relu_forward(Context& c, float* out, const float* in, int64_t n);

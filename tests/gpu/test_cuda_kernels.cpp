@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "engine/device.hpp"
@@ -83,6 +84,65 @@ TEST_CASE("linear with TF32 stays within 1e-3") {
   cuda::DeviceBuffer d_out(c, out.size() * 4);
   cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
   CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < 1e-3);
+}
+
+TEST_CASE("conv2d forward and backward (cuDNN) match the CPU reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  for (auto [k, stride, pad] : {std::tuple<int64_t, int64_t, int64_t>{5, 1, 2}, {3, 2, 1}, {3, 1, 0}}) {
+    const cpu::ConvShape s{4, 3, 14, 13, 6, k, k, stride, pad};
+    const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * k * k;
+    auto x = random_vector(in_n, 20 + k), w = random_vector(w_n, 21), b = random_vector(s.K, 22),
+         dy = random_vector(out_n, 23);
+    std::vector<float> y(out_n), dx(in_n), dw(w_n), db(s.K);
+    std::vector<float> ws(cpu::conv2d_workspace_floats(s, 1, true));
+    cpu::conv2d_forward(pool, y.data(), x.data(), w.data(), b.data(), s, ws.data());
+    cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    const cuda::ConvGeometry g{s.N, s.C, s.H, s.W, s.K, k, k, stride, pad};
+    auto d_x = to_device(c, x), d_w = to_device(c, w), d_b = to_device(c, b), d_dy = to_device(c, dy);
+    cuda::DeviceBuffer d_y(c, out_n * 4), d_dx(c, in_n * 4), d_dw(c, w_n * 4), d_db(c, s.K * 4);
+    cuda::conv2d_forward(c, d_y.get(), d_x.get(), d_w.get(), d_b.get(), g);
+    cuda::conv2d_backward(c, d_dx.get(), d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(), g);
+    CAPTURE(k);
+    CHECK(rel_error(to_host<float>(c, d_y, out_n), y) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dx, in_n), dx) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dw, w_n), dw) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_db, s.K), db) < kTol);
+  }
+}
+
+TEST_CASE("batchnorm training, evaluation and backward (cuDNN) match the CPU reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t N = 6, C = 5, HW = 49;
+  auto x = random_vector(N * C * HW, 30, -2.f, 3.f), gamma = random_vector(C, 31, 0.5f, 1.5f),
+       beta = random_vector(C, 32), dy = random_vector(N * C * HW, 33);
+  std::vector<float> rm(C, 0.f), rv(C, 1.f), y(x.size()), mean(C), invstd(C), dx(x.size()), dg(C), dbeta(C),
+      ye(x.size());
+  cpu::batchnorm_forward_train(pool, y.data(), mean.data(), invstd.data(), x.data(), gamma.data(), beta.data(),
+                               rm.data(), rv.data(), N, C, HW, 0.1f, 1e-5f);
+  cpu::batchnorm_backward(pool, dx.data(), dg.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                          invstd.data(), N, C, HW);
+  cpu::batchnorm_forward_eval(pool, ye.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N, C, HW,
+                              1e-5f);
+  auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_b = to_device(c, beta), d_dy = to_device(c, dy);
+  auto d_rm = to_device(c, std::vector<float>(C, 0.f)), d_rv = to_device(c, std::vector<float>(C, 1.f));
+  cuda::DeviceBuffer d_y(c, x.size() * 4), d_mean(c, C * 4), d_inv(c, C * 4), d_dx(c, x.size() * 4),
+      d_dg(c, C * 4), d_dbeta(c, C * 4), d_ye(c, x.size() * 4);
+  cuda::batchnorm_forward_train(c, d_y.get(), d_mean.get(), d_inv.get(), d_x.get(), d_g.get(), d_b.get(), d_rm.get(),
+                                d_rv.get(), N, C, HW, 0.1f, 1e-5f);
+  cuda::batchnorm_backward(c, d_dx.get(), d_dg.get(), d_dbeta.get(), d_dy.get(), d_x.get(), d_g.get(), d_mean.get(),
+                           d_inv.get(), N, C, HW, 1e-5f);
+  cuda::batchnorm_forward_eval(c, d_ye.get(), d_x.get(), d_g.get(), d_b.get(), d_rm.get(), d_rv.get(), N, C, HW, 1e-5f);
+  CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_mean, C), mean) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_inv, C), invstd) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_rm, C), rm) < kTol);  // unbiased running variance, like PyTorch
+  CHECK(rel_error(to_host<float>(c, d_rv, C), rv) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dx, x.size()), dx) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dbeta, C), dbeta) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_ye, x.size()), ye) < kTol);
 }
 
 TEST_CASE("relu, add and SGD match the CPU reference exactly") {

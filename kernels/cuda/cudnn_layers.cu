@@ -1,0 +1,161 @@
+// Conv2d and BatchNorm2d through cuDNN 9's descriptor API. Descriptors live for one call (RAII
+// below); the algorithm comes from cuDNN's heuristics restricted to exact float32 math unless the
+// context allows TF32; workspace is stream-ordered (cudaMallocAsync/cudaFreeAsync).
+#include <algorithm>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/ops.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w) {
+    DP_CUDA_CHECK(cudnnCreateTensorDescriptor(&d));
+    DP_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
+                                             static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)));
+  }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  explicit FilterDesc(const ConvGeometry& g) {
+    DP_CUDA_CHECK(cudnnCreateFilterDescriptor(&d));
+    DP_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(g.K),
+                                             static_cast<int>(g.C), static_cast<int>(g.kh), static_cast<int>(g.kw)));
+  }
+  ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc(const ConvGeometry& g, bool tf32) {
+    DP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
+    const int pad = static_cast<int>(g.pad), stride = static_cast<int>(g.stride);
+    // CROSS_CORRELATION is what PyTorch's Conv2d computes.
+    DP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                  CUDNN_DATA_FLOAT));
+    DP_CUDA_CHECK(cudnnSetConvolutionMathType(d, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  }
+  ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+// Stream-ordered scratch memory for one cuDNN call.
+struct Workspace {
+  void* ptr = nullptr;
+  cudaStream_t stream;
+  Workspace(size_t bytes, cudaStream_t s) : stream(s) {
+    if (bytes) DP_CUDA_CHECK(cudaMallocAsync(&ptr, bytes, s));
+  }
+  ~Workspace() {
+    if (ptr) cudaFreeAsync(ptr, stream);
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+};
+
+int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
+
+// The first usable choice of cuDNN's heuristics (the descriptor already fixes the math type).
+template <typename Perf, typename Query>
+Perf pick(Query query) {
+  constexpr int kMax = 8;
+  Perf results[kMax];
+  int count = 0;
+  DP_CUDA_CHECK(query(kMax, &count, results));
+  for (int i = 0; i < count; ++i)
+    if (results[i].status == CUDNN_STATUS_SUCCESS) return results[i];
+  throw RuntimeError("cuDNN found no usable algorithm for this convolution");
+}
+
+}  // namespace
+
+void conv2d_forward(Context& c, float* out, const float* in, const float* w, const float* b, const ConvGeometry& g) {
+  auto& h = c.handles();
+  const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
+  TensorDesc x(g.N, g.C, g.H, g.W), y(g.N, g.K, OH, OW), bias(1, g.K, 1, 1);
+  FilterDesc f(g);
+  ConvDesc conv(g, c.allow_tf32());
+  auto perf = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
+    return cudnnGetConvolutionForwardAlgorithm_v7(h.cudnn, x.d, f.d, conv.d, y.d, n, count, r);
+  });
+  Workspace ws(perf.memory, h.stream);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnConvolutionForward(h.cudnn, &one, x.d, in, f.d, w, conv.d, perf.algo, ws.ptr, perf.memory, &zero,
+                                        y.d, out));
+  if (b) DP_CUDA_CHECK(cudnnAddTensor(h.cudnn, &one, bias.d, b, &one, y.d, out));
+}
+
+void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                     const ConvGeometry& g) {
+  auto& h = c.handles();
+  const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
+  TensorDesc x(g.N, g.C, g.H, g.W), y(g.N, g.K, OH, OW), bias(1, g.K, 1, 1);
+  FilterDesc f(g);
+  ConvDesc conv(g, c.allow_tf32());
+  const float one = 1.f, zero = 0.f;
+  // Gradients are written, not accumulated (beta = 0), like the CPU kernels.
+  auto fperf = pick<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h.cudnn, x.d, y.d, conv.d, f.d, n, count, r);
+  });
+  {
+    Workspace ws(fperf.memory, h.stream);
+    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, x.d, in, y.d, dout, conv.d, fperf.algo, ws.ptr,
+                                                 fperf.memory, &zero, f.d, dw));
+  }
+  if (db) DP_CUDA_CHECK(cudnnConvolutionBackwardBias(h.cudnn, &one, y.d, dout, &zero, bias.d, db));
+  if (!din) return;
+  auto dperf = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h.cudnn, f.d, y.d, conv.d, x.d, n, count, r);
+  });
+  Workspace ws(dperf.memory, h.stream);
+  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, f.d, w, y.d, dout, conv.d, dperf.algo, ws.ptr,
+                                             dperf.memory, &zero, x.d, din));
+}
+
+// cuDNN's spatial batch norm matches PyTorch's: biased variance to normalise, the unbiased one in
+// the running estimate, running = (1 − factor)·running + factor·batch, and it saves 1/sqrt(var+eps).
+void batchnorm_forward_train(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
+                             const float* gamma, const float* beta, float* running_mean, float* running_var, int64_t N,
+                             int64_t C, int64_t HW, float momentum, float eps) {
+  auto& h = c.handles();
+  TensorDesc x(N, C, HW, 1), stats(1, C, 1, 1);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnBatchNormalizationForwardTraining(h.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x.d, in, x.d, out,
+                                                       stats.d, gamma, beta, momentum, running_mean, running_var,
+                                                       std::max<double>(eps, CUDNN_BN_MIN_EPSILON), save_mean,
+                                                       save_invstd));
+}
+
+void batchnorm_forward_eval(Context& c, float* out, const float* in, const float* gamma, const float* beta,
+                            const float* running_mean, const float* running_var, int64_t N, int64_t C, int64_t HW,
+                            float eps) {
+  auto& h = c.handles();
+  TensorDesc x(N, C, HW, 1), stats(1, C, 1, 1);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnBatchNormalizationForwardInference(h.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, x.d, in, x.d,
+                                                        out, stats.d, gamma, beta, running_mean, running_var,
+                                                        std::max<double>(eps, CUDNN_BN_MIN_EPSILON)));
+}
+
+void batchnorm_backward(Context& c, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,
+                        const float* gamma, const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                        int64_t HW, float eps) {
+  auto& h = c.handles();
+  TensorDesc x(N, C, HW, 1), stats(1, C, 1, 1);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnBatchNormalizationBackward(h.cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, x.d, in,
+                                                x.d, dout, x.d, din, stats.d, gamma, dgamma, dbeta,
+                                                std::max<double>(eps, CUDNN_BN_MIN_EPSILON), save_mean, save_invstd));
+}
+
+}  // namespace dp::cuda
