@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "engine/error.hpp"
-#include "kernels/cpu/kernels.hpp"
 
 namespace dp {
 
@@ -24,7 +23,9 @@ void copy_async(const Tensor& dst, const Tensor& src) {
   const auto bytes = static_cast<int64_t>(src.bytes());
   if (&to != &from) to.count_received(from.index(), bytes);
   TaskLabel label{"copy " + from.name() + " -> " + to.name() + " " + shape_str(src.shape()), "copy", from.index(), bytes};
-  to.stream().enqueue([dst, src] { std::memcpy(dst.data<char>(), src.data<char>(), src.bytes()); }, std::move(label));
+  to.stream().enqueue(
+      [dst, src, &to, &from] { to.kernels().copy_from(dst.data<char>(), src.data<char>(), src.bytes(), from.kernels()); },
+      std::move(label));
 }
 
 std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes, const std::vector<Device*>& devices,
@@ -106,10 +107,11 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
       std::vector<Tensor> received;
       for (const auto& s : srcs) {
         Tensor buf = Tensor::empty(home, {len}, MemCategory::CommBuffers);
-        std::memcpy(buf.data(), s.data() + off, static_cast<size_t>(len) * sizeof(float));
+        home.kernels().copy_from(buf.data(), s.data() + off, static_cast<size_t>(len) * sizeof(float),
+                                 s.device().kernels());
         received.push_back(std::move(buf));
       }
-      for (const auto& buf : received) cpu::add_inplace(home.pool(), dst.data() + off, buf.data(), len);
+      for (const auto& buf : received) home.kernels().add_inplace(dst.data() + off, buf.data(), len);
     }, std::move(label));
   }
 }

@@ -1,5 +1,6 @@
 #include "engine/data_parallel.hpp"
 
+#include <array>
 #include <cstring>
 #include <sstream>
 
@@ -19,17 +20,11 @@ namespace {
 
 // Runs on a device stream: raw host memory into a device tensor (the pinned-host → device copy).
 void upload(const Tensor& dst, const void* src) {
-  dst.device().stream().enqueue([dst, src] { std::memcpy(dst.data<char>(), src, dst.bytes()); },
+  dst.device().stream().enqueue([dst, src] { dst.device().kernels().upload(dst.data<char>(), src, dst.bytes()); },
                                 {"load host -> " + dst.device().name() + " " + shape_str(dst.shape()), "copy", -1,
                                  static_cast<int64_t>(dst.bytes())});
 }
 
-std::vector<float> download(Tensor t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  t.device().stream().synchronize();
-  if (!out.empty()) std::memcpy(out.data(), t.data(), t.bytes());
-  return out;
-}
 }  // namespace
 
 DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const SgdConfig& sgd,
@@ -42,7 +37,9 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
   params_ = Tensor::empty(d0, {lay.parameter_count}, MemCategory::Parameters);
   grads_ = Tensor::zeros(d0, {lay.parameter_count}, MemCategory::Gradients);
   buffers_ = Tensor::empty(d0, {lay.buffer_count}, MemCategory::Parameters);
-  init_state(lay, params_.data(), buffers_.data(), seed);
+  std::vector<float> params(static_cast<size_t>(lay.parameter_count)), buffers(static_cast<size_t>(lay.buffer_count));
+  init_state(lay, params.data(), buffers.data(), seed);
+  load_state(params, buffers);
 }
 
 DataParallel::~DataParallel() {
@@ -132,10 +129,10 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
     int n;
     std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;
     std::vector<double> loss_sums;
-    std::vector<int64_t> correct;
+    std::vector<std::array<float, 2>> hits;  // host copies of each replica's [loss sum, hits]
     explicit Scratch(DataParallel& owner, int devices)
         : dp(owner), n(devices), params(n), buffers(n), grads(n), inputs(n), targets(n), outputs(n),
-          grad_outputs(n), scalars(n), loss_sums(n), correct(n) {}
+          grad_outputs(n), scalars(n), loss_sums(n), hits(n) {}
     ~Scratch() {
       try {
         dp.devices_.synchronize();
@@ -195,11 +192,12 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
           s.grad_outputs[r] = Tensor::empty(*dev, out.shape(), MemCategory::Activations);
           s.scalars[r] = Tensor::empty(*dev, {2}, MemCategory::Loss);
           int64_t hits = 0;
-          const double sum = cpu::softmax_xent(out.data(), s.targets[r].data<int32_t>(), out.dim(0), out.dim(1),
-                                               s.grad_outputs[r].data(), 1.f / static_cast<float>(batch), &hits);
-          s.scalars[r].data()[0] = static_cast<float>(sum);
-          s.scalars[r].data()[1] = static_cast<float>(hits);
+          const double sum = dev->kernels().softmax_xent(out.data(), s.targets[r].data<int32_t>(), out.dim(0),
+                                                         out.dim(1), s.grad_outputs[r].data(),
+                                                         1.f / static_cast<float>(batch), &hits);
           s.loss_sums[r] = sum;  // the exact double, for the reported loss
+          s.hits[r] = {static_cast<float>(sum), static_cast<float>(hits)};
+          dev->kernels().upload(s.scalars[r].data(), s.hits[r].data(), 2 * sizeof(float));
           s.outputs[r] = Tensor();
         },
         {"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"});
@@ -226,12 +224,15 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
       [&] {
         if (in_replica) {
           for (int r : active) loss_sum += s.loss_sums[r];
-          for (int64_t k = 0; k < gathered.dim(0); ++k) result.correct += static_cast<int64_t>(gathered.data()[2 * k + 1]);
+          std::vector<float> scalars(static_cast<size_t>(gathered.numel()));
+          d0.kernels().download(scalars.data(), gathered.data(), gathered.bytes());
+          for (size_t k = 1; k < scalars.size(); k += 2) result.correct += static_cast<int64_t>(scalars[k]);
         } else {
-          loss_sum = cpu::softmax_xent(gathered.data(), target.data<int32_t>(), batch, gathered.dim(1),
-                                       grad_logits.data(), 1.f / static_cast<float>(batch), &result.correct);
+          loss_sum = d0.kernels().softmax_xent(gathered.data(), target.data<int32_t>(), batch, gathered.dim(1),
+                                               grad_logits.data(), 1.f / static_cast<float>(batch), &result.correct);
         }
-        loss.data()[0] = static_cast<float>(loss_sum / static_cast<double>(batch));
+        const float mean = static_cast<float>(loss_sum / static_cast<double>(batch));
+        d0.kernels().upload(loss.data(), &mean, sizeof mean);
       },
       {"cross-entropy over the batch", "loss"});
   join_device0();
@@ -263,7 +264,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   std::vector<Tensor> others;
   for (int r : active)
     if (r != 0) others.push_back(s.grads[r]);
-  if (chunks[0] == 0) std::memset(grads_.data(), 0, grads_.bytes());  // device 0 only coordinates
+  if (chunks[0] == 0) d0.kernels().zero(grads_.data(), grads_.bytes());  // device 0 only coordinates
   reduce_add_coalesced(grads_, others);
   devices_.synchronize();
   rec.end(Phase::Reduce);
@@ -355,24 +356,23 @@ EvalResult DataParallel::evaluate(const float* images, const int32_t* labels, in
     nets_[0]->bind(params_, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
     nets_[0]->clear_cache();
-    out.loss_sum = cpu::softmax_xent(logits.data(), target.data<int32_t>(), batch, logits.dim(1), nullptr, 0.f,
-                                     &out.correct);
+    out.loss_sum = d0.kernels().softmax_xent(logits.data(), target.data<int32_t>(), batch, logits.dim(1), nullptr,
+                                             0.f, &out.correct);
     nets_[0]->unbind();
   });
   join_device0();
   return out;
 }
 
-std::vector<float> DataParallel::parameters() { return download(params_); }
-std::vector<float> DataParallel::buffers() { return download(buffers_); }
-std::vector<float> DataParallel::gradients() { return download(grads_); }
+std::vector<float> DataParallel::parameters() { return params_.to_host(); }
+std::vector<float> DataParallel::buffers() { return buffers_.to_host(); }
+std::vector<float> DataParallel::gradients() { return grads_.to_host(); }
 
 void DataParallel::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
   if (static_cast<int64_t>(params.size()) != params_.numel() || static_cast<int64_t>(buffers.size()) != buffers_.numel())
     throw RuntimeError("load_state: state sizes do not match the model");
-  devices_[0].stream().synchronize();
-  if (!params.empty()) std::memcpy(params_.data(), params.data(), params_.bytes());
-  if (!buffers.empty()) std::memcpy(buffers_.data(), buffers.data(), buffers_.bytes());
+  params_.copy_from_host(params.data());
+  buffers_.copy_from_host(buffers.data());
 }
 
 }  // namespace dp

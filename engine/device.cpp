@@ -17,6 +17,7 @@ Device::Device(int index, std::string name, int64_t capacity, int threads, int d
       received_(static_cast<size_t>(device_count)),
       allocator_(index, name, raw_, capacity),
       pool_(threads),
+      kernels_(make_cpu_kernels(pool_)),
       stream_(name) {}
 
 DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {

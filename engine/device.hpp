@@ -14,6 +14,7 @@
 #include "engine/memory.hpp"
 #include "engine/stream.hpp"
 #include "kernels/cpu/thread_pool.hpp"
+#include "kernels/kernels.hpp"
 
 namespace dp {
 
@@ -36,6 +37,7 @@ class Device {
   CachingAllocator& allocator() { return allocator_; }
   Stream& stream() { return stream_; }
   ThreadPool& pool() { return pool_; }
+  Kernels& kernels() { return *kernels_; }
 
   // Bytes copied into this device from each device (index = source), counted when enqueued.
   void count_received(int from, int64_t bytes) { received_[static_cast<size_t>(from)] += bytes; }
@@ -48,6 +50,7 @@ class Device {
   HostRawMemory raw_;
   CachingAllocator allocator_;
   ThreadPool pool_;
+  std::unique_ptr<Kernels> kernels_;
   Stream stream_;  // last: its worker must stop before the rest goes away
 };
 

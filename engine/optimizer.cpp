@@ -22,8 +22,7 @@ Sgd::Sgd(const SgdConfig& cfg) : cfg_(cfg) { validate(cfg_); }
 
 std::vector<float> Sgd::save_state() {
   if (!momentum_.defined()) return {};
-  momentum_.device().stream().synchronize();
-  return std::vector<float>(momentum_.data(), momentum_.data() + momentum_.numel());
+  return momentum_.to_host();
 }
 
 void Sgd::restore_state(const std::vector<float>& state) {
@@ -32,7 +31,7 @@ void Sgd::restore_state(const std::vector<float>& state) {
     momentum_ = Tensor();
     return;
   }
-  std::copy(state.begin(), state.end(), momentum_.data());
+  momentum_.copy_from_host(state.data());
 }
 
 void Sgd::step(const Tensor& params, const Tensor& grads) {
@@ -40,7 +39,7 @@ void Sgd::step(const Tensor& params, const Tensor& grads) {
   const bool first = cfg_.momentum != 0.f && !momentum_.defined();
   if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
   dev.stream().enqueue([params, grads, buf = momentum_, first, cfg = cfg_, &dev] {
-    cpu::sgd_update(dev.pool(), params.data(), grads.data(), buf.defined() ? buf.data() : nullptr, first, cfg,
+    dev.kernels().sgd_update(params.data(), grads.data(), buf.defined() ? buf.data() : nullptr, first, cfg,
                     params.numel());
   }, {"sgd update " + std::to_string(params.numel()) + " parameters", "update"});
 }

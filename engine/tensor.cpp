@@ -42,8 +42,21 @@ Tensor Tensor::empty(Device& device, Shape shape, MemCategory category, DType dt
 
 Tensor Tensor::zeros(Device& device, Shape shape, MemCategory category, DType dtype) {
   Tensor t = empty(device, std::move(shape), category, dtype);
-  std::memset(t.data<char>(), 0, t.bytes());
+  device.kernels().zero(t.data<char>(), t.bytes());
   return t;
+}
+
+std::vector<float> Tensor::to_host() const {
+  if (dtype_ != DType::F32) throw RuntimeError("to_host: not a float32 tensor");
+  std::vector<float> out(static_cast<size_t>(numel()));
+  device_->stream().synchronize();
+  device_->kernels().download(out.data(), data<char>(), bytes());
+  return out;
+}
+
+void Tensor::copy_from_host(const void* src) const {
+  device_->stream().synchronize();
+  device_->kernels().upload(data<char>(), src, bytes());
 }
 
 Tensor Tensor::rows(int64_t begin, int64_t count) const {

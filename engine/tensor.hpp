@@ -64,6 +64,10 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   // A flat range of elements [offset, offset + numel(shape)), viewed with the given shape.
   Tensor slice_flat(int64_t offset, Shape shape) const;
+  // Host access between phases: waits for the device's stream, then copies (the host backend's
+  // "device memory" is host memory, a GPU's is not: go through these, not data(), from the host).
+  std::vector<float> to_host() const;  // F32
+  void copy_from_host(const void* src) const;  // bytes() bytes
   // Does this tensor share storage with another (a view of the same block)?
   bool shares_storage(const Tensor& o) const { return storage_ == o.storage_; }
 

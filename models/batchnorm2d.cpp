@@ -2,7 +2,6 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
-#include "kernels/cpu/kernels.hpp"
 #include "models/layer.hpp"
 
 namespace dp {
@@ -35,25 +34,25 @@ class BatchNorm2d final : public Layer {
     const int64_t N = in.dim(0), HW = in.dim(2) * in.dim(3);
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
     if (!training) {
-      cpu::batchnorm_forward_eval(dev.pool(), out.data(), in.data(), values_[0].data(), values_[1].data(),
+      dev.kernels().batchnorm_forward_eval(out.data(), in.data(), values_[0].data(), values_[1].data(),
                                   values_[2].data(), values_[3].data(), N, c_, HW, eps_);
       return out;
     }
     input_ = in;
     stats_ = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
-    cpu::batchnorm_forward_train(dev.pool(), out.data(), stats_.data(), stats_.data() + c_, in.data(),
+    dev.kernels().batchnorm_forward_train(out.data(), stats_.data(), stats_.data() + c_, in.data(),
                                  values_[0].data(), values_[1].data(), values_[2].data(), values_[3].data(), N, c_,
                                  HW, momentum_, eps_);
-    values_[4].data()[0] += 1.f;
+    dev.kernels().add_scalar(values_[4].data(), 1.f);  // num_batches_tracked
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t N = input_.dim(0), HW = input_.dim(2) * input_.dim(3);
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
-    cpu::batchnorm_backward(dev.pool(), need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
+    dev.kernels().batchnorm_backward(need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
                             grad_out.data(), input_.data(), values_[0].data(), stats_.data(), stats_.data() + c_, N,
-                            c_, HW);
+                            c_, HW, eps_);
     clear_cache();
     return grad_in;
   }

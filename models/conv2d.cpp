@@ -34,16 +34,16 @@ class Conv2d final : public Layer {
     auto s = geometry(in.dim(0), {in.dim(1), in.dim(2), in.dim(3)});
     input_ = in;
     Tensor out = Tensor::empty(dev, {s.N, out_, s.OH(), s.OW()}, MemCategory::Activations);
-    Tensor ws = Tensor::empty(dev, {cpu::conv2d_workspace_floats(s, dev.pool().size(), false)}, MemCategory::Workspace);
-    cpu::conv2d_forward(dev.pool(), out.data(), in.data(), values_[0].data(), values_[1].data(), s, ws.data());
+    Tensor ws = Tensor::empty(dev, {dev.kernels().conv2d_workspace_floats(s, false)}, MemCategory::Workspace);
+    dev.kernels().conv2d_forward(out.data(), in.data(), values_[0].data(), values_[1].data(), s, ws.data());
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     auto s = geometry(input_.dim(0), {input_.dim(1), input_.dim(2), input_.dim(3)});
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
-    Tensor ws = Tensor::empty(dev, {cpu::conv2d_workspace_floats(s, dev.pool().size(), true)}, MemCategory::Workspace);
-    cpu::conv2d_backward(dev.pool(), need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
+    Tensor ws = Tensor::empty(dev, {dev.kernels().conv2d_workspace_floats(s, true)}, MemCategory::Workspace);
+    dev.kernels().conv2d_backward(need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
                          grad_out.data(), input_.data(), values_[0].data(), s, ws.data());
     input_ = Tensor();
     return grad_in;

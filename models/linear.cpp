@@ -3,7 +3,6 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
-#include "kernels/cpu/kernels.hpp"
 #include "models/layer.hpp"
 
 namespace dp {
@@ -32,14 +31,14 @@ class Linear final : public Layer {
     const int64_t B = in.dim(0);
     input_ = in;
     Tensor out = Tensor::empty(dev, {B, out_}, MemCategory::Activations);
-    cpu::linear_forward(dev.pool(), out.data(), in.data(), values_[0].data(), values_[1].data(), B, in_, out_);
+    dev.kernels().linear_forward(out.data(), in.data(), values_[0].data(), values_[1].data(), B, in_, out_);
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t B = grad_out.dim(0);
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, {B, in_}, MemCategory::Activations);
-    cpu::linear_backward(dev.pool(), need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
+    dev.kernels().linear_backward(need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
                          grad_out.data(), input_.data(), values_[0].data(), B, in_, out_);
     input_ = Tensor();
     return grad_in;

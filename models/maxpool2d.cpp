@@ -2,7 +2,6 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
-#include "kernels/cpu/kernels.hpp"
 #include "models/layer.hpp"
 
 namespace dp {
@@ -26,13 +25,13 @@ class MaxPool2d final : public Layer {
     in_shape_ = in.shape();
     Tensor out = Tensor::empty(dev, {in.dim(0), o[0], o[1], o[2]}, MemCategory::Activations);
     argmax_ = Tensor::empty(dev, out.shape(), MemCategory::Activations, DType::I32);
-    cpu::maxpool2d_forward(dev.pool(), out.data(), argmax_.data<int32_t>(), in.data(), in.dim(0), in.dim(1),
+    dev.kernels().maxpool2d_forward(out.data(), argmax_.data<int32_t>(), in.data(), in.dim(0), in.dim(1),
                            in.dim(2), in.dim(3), k_, stride_);
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations);
-    cpu::maxpool2d_backward(dev.pool(), grad_in.data(), grad_out.data(), argmax_.data<int32_t>(), in_shape_[0],
+    dev.kernels().maxpool2d_backward(grad_in.data(), grad_out.data(), argmax_.data<int32_t>(), in_shape_[0],
                             in_shape_[1], in_shape_[2], in_shape_[3], k_, stride_);
     argmax_ = Tensor();
     return grad_in;

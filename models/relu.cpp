@@ -1,5 +1,4 @@
 #include "engine/device.hpp"
-#include "kernels/cpu/kernels.hpp"
 #include "models/layer.hpp"
 
 namespace dp {
@@ -11,13 +10,13 @@ class ReLU final : public Layer {
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
-    cpu::relu_forward(dev.pool(), out.data(), in.data(), in.numel());
+    dev.kernels().relu_forward(out.data(), in.data(), in.numel());
     output_ = out;
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, grad_out.shape(), MemCategory::Activations);
-    cpu::relu_backward(dev.pool(), grad_in.data(), grad_out.data(), output_.data(), grad_out.numel());
+    dev.kernels().relu_backward(grad_in.data(), grad_out.data(), output_.data(), grad_out.numel());
     output_ = Tensor();
     return grad_in;
   }
