@@ -19,12 +19,18 @@ bool Event::query() const {
   return state_->done;
 }
 
-void Event::complete() {
+void Event::complete(std::shared_ptr<void> device_event) {
   {
     std::lock_guard lock(state_->m);
+    state_->device_event = std::move(device_event);
     state_->done = true;
   }
   state_->cv.notify_all();
+}
+
+std::shared_ptr<void> Event::device_event() const {
+  std::lock_guard lock(state_->m);
+  return state_->device_event;
 }
 
 Stream::Stream(std::string name) : name_(std::move(name)), worker_([this] { loop(); }) {}
@@ -55,6 +61,12 @@ void Stream::set_speed(double speed) {
   speed_ = speed;
 }
 
+void Stream::set_device_queue(DeviceQueue* queue) {
+  device_queue_ = queue;
+  // The worker binds itself (for CUDA: to the GPU) before running anything else.
+  push({[queue] { queue->bind_thread(); }, true, {}});
+}
+
 void Stream::set_tracer(Tracer* tracer, int track) {
   track_ = track;
   tracer_ = tracer;
@@ -62,22 +74,50 @@ void Stream::set_tracer(Tracer* tracer, int track) {
 
 Event Stream::record() {
   Event e;
-  push({[e]() mutable { e.complete(); }, true, {}});
+  push({[this, e]() mutable {
+          std::shared_ptr<void> device_event;
+          try {
+            if (device_queue_) device_event = device_queue_->record();
+          } catch (...) {
+            remember_error(std::current_exception());
+          }
+          e.complete(std::move(device_event));  // always: no waiter may hang on a failed stream
+        },
+        true, {}});
   return e;
 }
 
 void Stream::wait(const Event& event) {
-  push({[event] { event.synchronize(); }, true, {}});
+  // The host side first (the other stream has reached the point), then, on an accelerator, the
+  // device side: later work on this stream waits for the other's device work, without the host.
+  push({[this, event] {
+          event.synchronize();
+          if (auto device_event = event.device_event(); device_queue_ && device_event)
+            device_queue_->wait(device_event);
+        },
+        true, {}});
 }
 
 void Stream::synchronize() {
   record().synchronize();
+  if (device_queue_) {
+    try {
+      device_queue_->synchronize();
+    } catch (...) {
+      remember_error(std::current_exception());
+    }
+  }
   std::exception_ptr err;
   {
     std::lock_guard lock(mutex_);
     std::swap(err, error_);
   }
   if (err) std::rethrow_exception(err);
+}
+
+void Stream::remember_error(std::exception_ptr error) {
+  std::lock_guard lock(mutex_);
+  if (!error_) error_ = std::move(error);
 }
 
 void Stream::loop() {
@@ -94,7 +134,11 @@ void Stream::loop() {
     }
     if (skip) continue;
     if (task.always_run) {  // event records and waits: not work, not timed
-      task.fn();
+      try {
+        task.fn();
+      } catch (...) {
+        remember_error(std::current_exception());
+      }
       continue;
     }
     Tracer* tracer = tracer_.load();
@@ -103,8 +147,7 @@ void Stream::loop() {
     try {
       task.fn();
     } catch (...) {
-      std::lock_guard lock(mutex_);
-      if (!error_) error_ = std::current_exception();
+      remember_error(std::current_exception());
     }
     auto elapsed = std::chrono::steady_clock::now() - start;
     if (const double speed = speed_.load(); speed < 1.0) {

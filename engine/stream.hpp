@@ -26,17 +26,32 @@ class Event {
   Event();
   void synchronize() const;  // block the calling thread until the event completes
   bool query() const;        // completed?
-  void complete();           // called by the stream that recorded it
+  // Called by the stream that recorded it, with the accelerator's event when it has one.
+  void complete(std::shared_ptr<void> device_event = nullptr);
+  std::shared_ptr<void> device_event() const;
  private:
   struct State {
     mutable std::mutex m;
     mutable std::condition_variable cv;
     bool done = false;
+    std::shared_ptr<void> device_event;
   };
   std::shared_ptr<State> state_;
 };
 
 class Tracer;
+
+// What a stream's tasks leave running on an accelerator (a CUDA stream): how to mark it, make other
+// work wait for it on the device, and wait for it on the host. Host devices have none: their
+// tasks are done when they return.
+class DeviceQueue {
+ public:
+  virtual ~DeviceQueue() = default;
+  virtual void bind_thread() {}                                 // on the worker, before any task
+  virtual std::shared_ptr<void> record() = 0;                   // an event after all work so far
+  virtual void wait(const std::shared_ptr<void>& event) = 0;    // later device work waits for it
+  virtual void synchronize() = 0;                               // the host waits for all of it
+};
 
 struct TaskLabel {
   std::string name = "work";
@@ -63,6 +78,8 @@ class Stream {
   // Seconds this stream spent running tasks (the simulated slowdown included) so far.
   double busy_seconds() const { return busy_ns_.load() * 1e-9; }
   void set_tracer(Tracer* tracer, int track);  // null: no tracing
+  // Once, before any work: the accelerator queue behind this stream (it must outlive the stream).
+  void set_device_queue(DeviceQueue* queue);
 
  private:
   struct Task {
@@ -72,6 +89,7 @@ class Stream {
   };
   void push(Task t);
   void loop();
+  void remember_error(std::exception_ptr error);  // the first one wins
 
   std::string name_;
   std::mutex mutex_;
@@ -82,6 +100,7 @@ class Stream {
   std::atomic<double> speed_{1.0};
   std::atomic<int64_t> busy_ns_{0};
   std::atomic<Tracer*> tracer_{nullptr};
+  DeviceQueue* device_queue_ = nullptr;  // set before any work, read by the worker after that
   int track_ = 0;
   std::thread worker_;
 };
