@@ -20,20 +20,29 @@ namespace dp {
 
 struct DeviceOptions {
   int threads_per_device = 1;
+  bool allow_tf32 = false;        // CUDA: TF32 tensor cores for GEMM and convolutions
   std::vector<int64_t> capacity;  // bytes per device; empty or 0 = unlimited; one value = all
   std::vector<double> speed;      // host devices: (0, 1] per device, 1 = full speed; empty = all 1
 };
 
 class Tracer;
 
+class CudaDeviceParts;
+struct CudaDevices;
+
 class Device {
  public:
+  // A simulated host device.
   Device(int index, std::string name, int64_t capacity, int threads, int device_count);
+  // A logical device on CUDA GPU `gpu`.
+  Device(int index, std::string name, int64_t capacity, int device_count, int gpu, bool allow_tf32);
+  ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   int index() const { return index_; }
   const std::string& name() const { return name_; }
+  bool is_cuda() const { return cuda_ != nullptr; }
   CachingAllocator& allocator() { return allocator_; }
   Stream& stream() { return stream_; }
   ThreadPool& pool() { return pool_; }
@@ -47,7 +56,9 @@ class Device {
   int index_;
   std::string name_;
   std::vector<std::atomic<int64_t>> received_;
-  HostRawMemory raw_;
+  // Built first, torn down last: what the allocator, kernels and stream run on.
+  std::unique_ptr<CudaDeviceParts> cuda_;
+  std::unique_ptr<RawMemory> raw_;
   CachingAllocator allocator_;
   ThreadPool pool_;
   std::unique_ptr<Kernels> kernels_;
@@ -68,6 +79,7 @@ class DeviceSet {
   void set_tracer(Tracer* tracer);
 
  private:
+  void make_cuda(const DeviceSpec& spec, const DeviceOptions& options, const CudaDevices& found);
   std::vector<std::unique_ptr<Device>> devices_;
   std::string description_;
 };

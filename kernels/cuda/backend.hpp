@@ -1,0 +1,31 @@
+// What a CUDA logical device is made of, behind the engine's Device: its GPU context (stream,
+// cuBLAS and cuDNN handles), cudaMalloc-backed memory for its caching allocator, the stream's
+// device queue (CUDA events for cross-device ordering), and its Kernels. Several logical devices
+// may share one GPU (cuda:0x4): each has its own context, stream and accounting.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/memory.hpp"
+#include "engine/stream.hpp"
+#include "kernels/kernels.hpp"
+
+namespace dp {
+
+class CudaDeviceParts {
+ public:
+  virtual ~CudaDeviceParts() = default;
+  virtual int gpu() const = 0;
+  virtual RawMemory& memory() = 0;
+  virtual DeviceQueue& queue() = 0;
+  virtual std::unique_ptr<Kernels> make_kernels(CachingAllocator& allocator) = 0;
+};
+
+// Throws RuntimeError in builds without CUDA, or when the GPU cannot be set up.
+std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int gpu, bool allow_tf32);
+
+// Peer access between every pair of distinct GPUs that allows it (cudaDeviceCanAccessPeer);
+// copies between the others are staged by the driver.
+void enable_peer_access(const std::vector<int>& gpus);
+
+}  // namespace dp
