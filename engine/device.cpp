@@ -120,7 +120,10 @@ void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, 
     const int g = gpus[static_cast<size_t>(i)];
     const int64_t cap = options.capacity.empty() ? 0 : options.capacity[options.capacity.size() == 1 ? 0 : i];
     std::string name = "cuda:" + std::to_string(g);  // cuda:0.1 = the second logical device on GPU 0
-    if (!spec.all_gpus) name += "." + std::to_string(copies_on[static_cast<size_t>(g)]++);
+    if (!spec.all_gpus) {
+      name.push_back('.');
+      name += std::to_string(copies_on[static_cast<size_t>(g)]++);
+    }
     devices_.push_back(std::make_unique<Device>(i, name, cap, n, g, options.allow_tf32));
   }
   description_ = spec.text;
