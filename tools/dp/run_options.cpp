@@ -19,6 +19,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--device-speed", o.device_speed, "host devices' speeds, e.g. 1,0.25 (0.25 = 4x slower)")
       ->delimiter(',');
   cmd->add_option("--device-memory", o.device_memory, "capacity of every device, e.g. 512MiB (default: unlimited)");
+  cmd->add_flag("--tf32", o.tf32, "CUDA devices: allow TF32 tensor cores (float32 otherwise)");
   cmd->add_option("--generated-size", o.generated_train, "training samples of the generated dataset")
       ->capture_default_str();
 }
@@ -37,6 +38,7 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   DeviceOptions dev_opts;
   dev_opts.threads_per_device = o.threads_per_device;
   dev_opts.speed = o.device_speed;
+  dev_opts.allow_tf32 = o.tf32;
   if (r.capacity > 0) dev_opts.capacity = {r.capacity};
   r.devices = std::make_unique<DeviceSet>(spec, dev_opts);
   r.split = parse_split(o.split, r.devices->size(), o.batch);

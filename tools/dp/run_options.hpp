@@ -23,6 +23,7 @@ struct RunOptions {
   int threads_per_device = 1;
   std::vector<double> device_speed;
   std::string device_memory;  // a capacity per device, "" = unlimited
+  bool tf32 = false;          // CUDA: TF32 tensor cores for GEMMs and convolutions
   int64_t generated_train = 24000, generated_test = 4000;
 };
 
