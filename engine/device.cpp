@@ -61,10 +61,10 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
       make_cuda(spec, options, gpus);
       return;
     }
-    // auto: all GPUs once the CUDA step exists; until then host:2, said in one line.
+    // auto: all GPUs once the CUDA step is verified on one; until then host:2, said in one line.
     std::fprintf(stderr, "devices: %s; using 2 simulated host devices (host:2)\n",
                  gpus.gpus.empty() ? ("no CUDA GPU (" + gpus.status + ")").c_str()
-                                   : "CUDA training is not in this build yet");
+                                   : "the CUDA step is not yet verified on a GPU");
     host_count = 2;
   }
   if (options.capacity.size() > 1 && static_cast<int>(options.capacity.size()) != host_count)

@@ -13,7 +13,7 @@ void validate(const SgdConfig& c) {
   if (bad(c.lr)) throw UsageError("--lr must be a finite number >= 0");
   if (bad(c.momentum)) throw UsageError("--momentum must be a finite number >= 0");
   if (bad(c.weight_decay)) throw UsageError("--weight-decay must be a finite number >= 0");
-  if (bad(c.dampening)) throw UsageError("dampening must be a finite number >= 0");
+  if (bad(c.dampening)) throw UsageError("--dampening must be a finite number >= 0");
   if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
     throw UsageError("--nesterov requires a momentum > 0 and zero dampening");
 }

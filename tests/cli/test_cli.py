@@ -85,6 +85,8 @@ with tempfile.TemporaryDirectory() as tmp:
         ("lr inf", ["--lr", "inf"], "--lr must be a finite number"),
         ("lr negative", ["--lr", "-0.1"], "--lr must be a finite number"),
         ("nesterov without momentum", ["--nesterov", "--momentum", "0"], "--nesterov requires"),
+        ("nesterov with dampening", ["--nesterov", "--dampening", "0.5"], "--nesterov requires"),
+        ("dampening negative", ["--dampening", "-1"], "--dampening must be a finite number"),
         ("devices garbage", ["--devices", "gpu:3"], "--devices 'gpu:3'"),
         ("devices zero", ["--devices", "host:0"], "device count must be 1..64"),
         ("devices negative", ["--devices", "host:-2"], "device count must be 1..64"),

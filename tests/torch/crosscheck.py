@@ -28,6 +28,7 @@ CASES = [
     ("convnet", 3, 24, "gpu0:0", 2, ["--lr", "0.02", "--momentum", "0"]),
     ("mlp", 3, 24, "gpu0:5", 2, ["--lr", "0.02", "--momentum", "0"]),
     ("convnet", 2, 30, "ratios:4,1", 3, ["--lr", "0.05", "--momentum", "0.9"]),
+    ("mlp", 2, 64, "even", 4, ["--lr", "0.05", "--momentum", "0.8", "--dampening", "0.3"]),
 ]
 
 
@@ -49,7 +50,8 @@ def run_case(dp, work, case, idx):
     lr = float(flags[flags.index("--lr") + 1])
     momentum = float(flags[flags.index("--momentum") + 1])  # always given: dp defaults to 0.9
     wd = float(flags[flags.index("--weight-decay") + 1]) if "--weight-decay" in flags else 0.0
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=wd,
+    damp = float(flags[flags.index("--dampening") + 1]) if "--dampening" in flags else 0.0
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, dampening=damp, weight_decay=wd,
                           nesterov="--nesterov" in flags)
     images, labels = DATA
     x_all, y_all = ref.normalise(images).unsqueeze(1), labels.long()

@@ -26,7 +26,7 @@ struct TrainOptions : RunOptions {
   int epochs = 1;
   int64_t steps = 0;  // 0: no limit
   bool steps_given = false;
-  float lr = 0.05f, momentum = 0.9f, weight_decay = 0.f;
+  float lr = 0.05f, momentum = 0.9f, dampening = 0.f, weight_decay = 0.f;
   bool nesterov = false;
   bool no_shuffle = false;
   std::string init, save, metrics;
@@ -56,6 +56,7 @@ int run_train(const TrainOptions& o) {
   SgdConfig sgd;
   sgd.lr = o.lr;
   sgd.momentum = o.momentum;
+  sgd.dampening = o.dampening;
   sgd.weight_decay = o.weight_decay;
   sgd.nesterov = o.nesterov;
   validate(sgd);
@@ -159,6 +160,7 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "stop after this many steps");
   cmd->add_option("--lr", o->lr, "learning rate")->capture_default_str();
   cmd->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--dampening", o->dampening, "SGD dampening")->capture_default_str();
   cmd->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
   cmd->add_option("--weight-decay", o->weight_decay, "L2 penalty")->capture_default_str();
   cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");
