@@ -164,11 +164,21 @@ TEST_CASE("evaluation uses running statistics on device 0 and counts hits") {
   DataParallel dp(devs, find_model("convnet"), parse_split("even", 2, 4), sgd(), 1);
   auto x = random_vector(4 * 784, 8);
   std::vector<int32_t> y = {0, 1, 2, 3};
+  dp.step(x.data(), y.data(), 4);  // running statistics that are not the initial ones
+  const auto buffers = dp.buffers(), params = dp.parameters();
   EvalResult a = dp.evaluate(x.data(), y.data(), 4);
   EvalResult b = dp.evaluate(x.data(), y.data(), 4);
   CHECK(a.count == 4);
-  CHECK(a.loss_sum == b.loss_sum);  // eval mode changes nothing
+  CHECK(a.loss_sum == b.loss_sum);
+  CHECK(dp.buffers() == buffers);  // eval mode updates no running statistic
+  CHECK(dp.parameters() == params);
+  // The loss uses the running statistics: it differs from the training-mode loss of the batch.
+  auto devs1 = host_devices(1);
+  DataParallel same(devs1, find_model("convnet"), parse_split("even", 1, 4), sgd(), 1);
+  same.load_state(params, buffers);
+  CHECK(same.evaluate(x.data(), y.data(), 4).loss_sum == doctest::Approx(a.loss_sum).epsilon(1e-6));
+  const double train_loss = same.step(x.data(), y.data(), 4).loss * 4;
+  CHECK(std::abs(train_loss - a.loss_sum) > 1e-4);
   CHECK(a.correct >= 0);
   CHECK(a.correct <= 4);
-  CHECK(dp.buffers() == std::vector<float>(dp.buffers()));
 }
