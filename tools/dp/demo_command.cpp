@@ -13,17 +13,22 @@
 #include "engine/io/atomic_file.hpp"
 #include "engine/io/loader.hpp"
 #include "tools/dp/commands.hpp"
+#include "tools/dp/memory_report.hpp"
+#include "tools/dp/run_options.hpp"
 
 namespace dp::cli {
 
 namespace {
 
-struct DemoOptions {
-  std::string devices = "host:4", model = "tiny", split = "even", trace, json;
-  int64_t batch = 10;
+// The shared run flags, with defaults that show PyTorch's chunking at a glance.
+struct DemoOptions : RunOptions {
+  DemoOptions() {
+    devices = "host:4";
+    model = "tiny";
+    batch = 10;
+  }
   int steps = 1;
-  std::vector<double> device_speed;
-  uint64_t seed = 0;
+  std::string trace, json;
 };
 
 std::string dev_name(int i) { return "d" + std::to_string(i); }
@@ -125,17 +130,26 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   return s;
 }
 
-// Transfers of a phase as "d0 --[9.19 KiB]--> d1" lines.
-std::vector<std::string> arrows(const StepResult& r, Phase p, int n) {
-  std::vector<std::string> out;
-  if (p == Phase::Load) out.push_back("host --[" + format_bytes(r.upload_bytes) + "]--> d0");
+// Bytes a phase moved on each link; from = -1 is the host (the load phase's upload).
+struct Transfer {
+  int from, to;
+  int64_t bytes;
+};
+
+std::vector<Transfer> transfers_of(const StepResult& r, Phase p, int n) {
+  std::vector<Transfer> out;
+  if (p == Phase::Load) out.push_back({-1, 0, r.upload_bytes});
   const auto& moved = r.link_bytes[static_cast<int>(p)];
   for (int src = 0; src < n; ++src)
-    for (int dst = 0; dst < n; ++dst) {
-      const int64_t b = moved.empty() ? 0 : moved[static_cast<size_t>(src * n + dst)];
-      if (b > 0) out.push_back(dev_name(src) + " --[" + format_bytes(b) + "]--> " + dev_name(dst));
-    }
+    for (int dst = 0; dst < n; ++dst)
+      if (const int64_t b = moved[static_cast<size_t>(src * n + dst)]; b > 0) out.push_back({src, dst, b});
   return out;
+}
+
+// "d0 --[9.19 KiB]--> d1"
+std::string arrow(const Transfer& t) {
+  return (t.from < 0 ? std::string("host") : dev_name(t.from)) + " --[" + format_bytes(t.bytes) + "]--> " +
+         dev_name(t.to);
 }
 
 std::string device_row(int n, const std::vector<int64_t>& chunks) {
@@ -149,27 +163,24 @@ std::string device_row(int n, const std::vector<int64_t>& chunks) {
 }
 
 int run_demo(const DemoOptions& o) {
-  if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
-  const ModelDef& model = find_model(o.model);
-  const DeviceSpec spec = parse_device_spec(o.devices);
-  if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);
   if (!o.trace.empty()) check_writable(o.trace, "--trace");
   if (!o.json.empty()) check_writable(o.json, "--json");
-  DeviceOptions dev_opts;
-  dev_opts.speed = o.device_speed;
-  DeviceSet devices(spec, dev_opts);
+  RunSetup setup = validate_and_make_devices(o);
+  const ModelDef& model = *setup.model;
+  DeviceSet& devices = *setup.devices;
   SgdConfig sgd;
   sgd.lr = 0.05f;
   sgd.momentum = 0.9f;
-  DataParallel dp(devices, model, parse_split(o.split, devices.size(), o.batch), sgd, o.seed);
+  DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss);
   std::unique_ptr<Tracer> tracer;
   if (!o.trace.empty()) {
     tracer = std::make_unique<Tracer>();
     dp.set_tracer(tracer.get());
   }
   const int n = devices.size();
-  TrainTest data = generate_dataset(o.batch * o.steps, 1, 7);
+  // Only as many samples as the steps take, unless --data names real ones.
+  TrainTest data = o.data.empty() ? generate_dataset(o.batch * o.steps, 1, 7) : load_run_data(o, model);
   BatchLoader loader(data.train, o.batch, false, 0, 1, o.steps);
 
   std::printf("dp demo: one DataParallel step of '%s' (%s) with batch %lld on %s, --split %s\n\n",
@@ -186,12 +197,12 @@ int run_demo(const DemoOptions& o) {
     if (step == 1) std::printf("  %s\n\n", device_row(n, r.chunks).c_str());
     for (int p = 0; p < kNumPhases; ++p) {
       const Phase ph = static_cast<Phase>(p);
+      const auto moved = transfers_of(r, ph, n);
       nlohmann::json transfers = nlohmann::json::array();
-      if (ph == Phase::Load) transfers.push_back({{"from", "host"}, {"to", 0}, {"bytes", r.upload_bytes}});
-      for (int src = 0; src < n; ++src)
-        for (int dst = 0; dst < n; ++dst)
-          if (int64_t b = r.link_bytes[p][static_cast<size_t>(src * n + dst)]; b > 0)
-            transfers.push_back({{"from", src}, {"to", dst}, {"bytes", b}});
+      for (const auto& t : moved)
+        transfers.push_back({{"from", t.from < 0 ? nlohmann::json("host") : nlohmann::json(t.from)},
+                             {"to", t.to},
+                             {"bytes", t.bytes}});
       nlohmann::json tensors = nlohmann::json::array();
       for (const auto& t : stories[p].tensors)
         tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"device", t.device}});
@@ -202,7 +213,7 @@ int run_demo(const DemoOptions& o) {
       std::printf("   %s\n", stories[p].text.c_str());
       for (const auto& t : stories[p].tensors)
         std::printf("     %-34s %-18s on %s\n", t.name.c_str(), shape_str(t.shape).c_str(), dev_name(t.device).c_str());
-      for (const auto& a : arrows(r, ph, n)) std::printf("     %s\n", a.c_str());
+      for (const auto& t : moved) std::printf("     %s\n", arrow(t).c_str());
       std::printf("\n");
     }
     if (step > 1)
@@ -220,23 +231,19 @@ int run_demo(const DemoOptions& o) {
   // Memory: the peak of every device, and what device 0 holds that the others do not.
   std::printf("Memory per device (peak over the run, and what was in use at that moment):\n");
   nlohmann::json memory = nlohmann::json::array();
-  int64_t others_peak = 0;
   for (int i = 0; i < n; ++i) {
     const MemoryStats st = devices[i].allocator().stats();
-    if (i > 0) others_peak = std::max(others_peak, st.peak);
     std::printf("  %s  peak %10s  (%s)\n", dev_name(i).c_str(), format_bytes(st.peak).c_str(),
                 format_breakdown(st.at_peak).c_str());
-    nlohmann::json at_peak;
-    for (int c = 0; c < kNumMemCategories; ++c) at_peak[category_name(static_cast<MemCategory>(c))] = st.at_peak[c];
-    memory.push_back({{"device", i}, {"peak_bytes", st.peak}, {"at_peak", at_peak}});
+    memory.push_back({{"device", i}, {"peak_bytes", st.peak}, {"at_peak", category_json(st.at_peak)}});
   }
-  const int64_t d0_peak = devices[0].allocator().stats().peak;
-  if (n > 1 && others_peak > 0) {
+  if (largest_other_peak(devices) > 0) {
+    const double excess = gpu0_excess(devices);
     std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
                 "  gradients, the optimizer state, the gathered outputs and their gradient, the loss and the\n"
                 "  reduce buffers, on top of its own replica's share.\n",
-                static_cast<double>(d0_peak) / static_cast<double>(others_peak));
-    report["gpu0_excess"] = static_cast<double>(d0_peak) / static_cast<double>(others_peak);
+                excess);
+    report["gpu0_excess"] = excess;
   }
   report["memory"] = memory;
   if (tracer) {
@@ -254,13 +261,8 @@ Run add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
   auto* cmd = app.add_subcommand("demo", "One DataParallel step, narrated phase by phase");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--devices", o->devices, "host:N, cuda:0x4, ...")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "global batch size")->capture_default_str();
-  cmd->add_option("--split", o->split, "even, chunks:.., ratios:.., gpu0:K, auto or balance-memory")->capture_default_str();
-  cmd->add_option("--model", o->model, "tiny, mlp or convnet")->capture_default_str();
-  cmd->add_option("--device-speed", o->device_speed, "host devices' speeds, e.g. 1,1,1,0.25")->delimiter(',');
+  add_run_options(cmd, *o);
   cmd->add_option("--steps", o->steps, "steps to run (the first is narrated)")->capture_default_str();
-  cmd->add_option("--seed", o->seed, "initialisation seed")->capture_default_str();
   cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace (JSON)");
   cmd->add_option("--json", o->json, "write the narrated steps as JSON");
   return [o] { return run_demo(*o); };

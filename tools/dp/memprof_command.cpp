@@ -12,6 +12,7 @@
 #include "engine/io/atomic_file.hpp"
 #include "engine/io/loader.hpp"
 #include "tools/dp/commands.hpp"
+#include "tools/dp/memory_report.hpp"
 #include "tools/dp/memory_svg.hpp"
 #include "tools/dp/run_options.hpp"
 
@@ -24,16 +25,10 @@ struct MemprofOptions : RunOptions {
   std::string json, svg, trace;
 };
 
-nlohmann::json categories(const CategoryBytes& b) {
-  nlohmann::json j = nlohmann::json::object();
-  for (int c = 0; c < kNumMemCategories; ++c) j[category_name(static_cast<MemCategory>(c))] = b[c];
-  return j;
-}
-
 int run_memprof(const MemprofOptions& o) {
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
-  for (const auto* f : {&o.json, &o.svg, &o.trace})
-    if (!f->empty()) check_writable(*f, f == &o.json ? "--json" : f == &o.svg ? "--svg" : "--trace");
+  for (const auto& [path, flag] : {std::pair{&o.json, "--json"}, {&o.svg, "--svg"}, {&o.trace, "--trace"}})
+    if (!path->empty()) check_writable(*path, flag);
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
@@ -87,24 +82,21 @@ int run_memprof(const MemprofOptions& o) {
   for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(last_chunks[i]));
   std::printf("\n\n%-8s %12s %-10s  %s\n", "device", "peak", "phase", "in use at the peak");
   nlohmann::json devs = nlohmann::json::array();
-  int64_t others = 0;
   for (int i = 0; i < n; ++i) {
     const MemoryStats st = devices[i].allocator().stats();
-    if (i > 0) others = std::max(others, st.peak);
     std::printf("%-8s %12s %-10s  %s\n", ("d" + std::to_string(i)).c_str(), format_bytes(st.peak).c_str(),
                 st.peak_phase.c_str(), format_breakdown(st.at_peak).c_str());
     devs.push_back({{"index", i},
                     {"name", devices[i].name()},
                     {"peak_bytes", st.peak},
                     {"peak_phase", st.peak_phase},
-                    {"at_peak", categories(st.at_peak)},
-                    {"peak_by_category", categories(st.peak_by_category)}});
+                    {"at_peak", category_json(st.at_peak)},
+                    {"peak_by_category", category_json(st.peak_by_category)}});
   }
-  const int64_t d0 = devices[0].allocator().stats().peak;
-  const double excess = others > 0 ? static_cast<double>(d0) / static_cast<double>(others) : 1.0;
+  const double excess = gpu0_excess(devices);
   if (n > 1)
     std::printf("\ngpu0 excess: device 0 peaks at %.2fx the largest other device (%s more)\n", excess,
-                format_bytes(d0 - others).c_str());
+                format_bytes(devices[0].allocator().stats().peak - largest_other_peak(devices)).c_str());
 
   report = {{"model", setup.model->name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
             {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", o.loss}, {"steps", completed},
@@ -112,7 +104,7 @@ int run_memprof(const MemprofOptions& o) {
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : timeline) {
     nlohmann::json per = nlohmann::json::array();
-    for (const auto& m : p.devices) per.push_back({{"peak", m.peak}, {"at_peak", categories(m.at_peak)}});
+    for (const auto& m : p.devices) per.push_back({{"peak", m.peak}, {"at_peak", category_json(m.at_peak)}});
     tl.push_back({{"step", p.step}, {"phase", phase_name(p.phase)}, {"devices", per}});
   }
   report["timeline"] = tl;
