@@ -76,6 +76,12 @@ with tempfile.TemporaryDirectory() as tmp:
     r = json.load(open(js))
     last = r["steps"][-1]["chunks"]
     check("auto split moves work to the fast device", p.returncode == 0 and last[0] > last[1], (p.stderr, last))
+    # In-replica loss: only scalars are gathered (2 floats from each of the 4 replicas).
+    p = subprocess.run([DP, "demo", "--loss", "in-replica", "--json", js], capture_output=True, text=True, timeout=120)
+    r = json.load(open(js))
+    gather = {ph["phase"]: ph for ph in r["steps"][0]["phases"]}["gather"]
+    check("in-replica gathers scalars", p.returncode == 0 and transfers(gather) == {(1, 0): 8, (2, 0): 8, (3, 0): 8}
+          and "Only scalars travel" in p.stdout, (p.stderr, gather["transfers"]))
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 

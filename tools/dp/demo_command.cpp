@@ -98,23 +98,32 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   for (int i : active) fw.tensors.push_back({"output " + std::to_string(i), {r.chunks[i], K}, i});
 
   auto& ga = s[static_cast<int>(Phase::Gather)];
-  ga.text = "The outputs are concatenated along dim 0 on device 0, in chunk order: device 0 now holds the "
-            "whole batch's logits — one part of the GPU0 hotspot.";
-  ga.tensors = {{"gathered outputs", {B, K}, 0}};
-
   auto& lo = s[static_cast<int>(Phase::Loss)];
-  char loss_text[200];
-  std::snprintf(loss_text, sizeof loss_text,
-                "The loss is computed on device 0 over the whole gathered batch: mean cross-entropy = %.4f. Its "
-                "gradient with respect to the logits (softmax − one-hot, divided by %lld) is also on device 0.",
-                r.loss, static_cast<long long>(B));
-  lo.text = loss_text;
-  lo.tensors = {{"loss gradient", {B, K}, 0}};
-
   auto& bw = s[static_cast<int>(Phase::Backward)];
-  bw.text = "The loss gradient is scattered back with the same chunk sizes, and each replica runs backward on its "
-            "own stream. Replica 0 writes straight into the master's gradients; the others into their own.";
-  for (int i : active) bw.tensors.push_back({"grad of output " + std::to_string(i), {r.chunks[i], K}, i});
+  char loss_value[32];
+  std::snprintf(loss_value, sizeof loss_value, "%.4f", r.loss);
+  if (dp.loss_mode() == LossMode::InReplica) {
+    fw.text += " With --loss in-replica each replica also computes its chunk's loss sum and the gradient of the "
+               "batch's mean loss with respect to its own outputs.";
+    ga.text = "Only scalars travel: each replica's [loss sum, correct count] is gathered on device 0. No logits are "
+              "gathered, so device 0 holds no [batch, classes] outputs or gradient (beyond DataParallel).";
+    ga.tensors = {{"gathered scalars", {static_cast<int64_t>(active.size()), 2}, 0}};
+    lo.text = std::string("Device 0 adds the replicas' sums and divides by the batch: mean cross-entropy = ") +
+              loss_value + ", the same value and gradients as DataParallel's gathered loss.";
+    bw.text = "Each replica runs backward from the loss gradient it computed itself; nothing is scattered. Replica 0 "
+              "writes straight into the master's gradients; the others into their own.";
+  } else {
+    ga.text = "The outputs are concatenated along dim 0 on device 0, in chunk order: device 0 now holds the "
+              "whole batch's logits — one part of the GPU0 hotspot.";
+    ga.tensors = {{"gathered outputs", {B, K}, 0}};
+    lo.text = std::string("The loss is computed on device 0 over the whole gathered batch: mean cross-entropy = ") +
+              loss_value + ". Its gradient with respect to the logits (softmax − one-hot, divided by " +
+              std::to_string(B) + ") is also on device 0.";
+    lo.tensors = {{"loss gradient", {B, K}, 0}};
+    bw.text = "The loss gradient is scattered back with the same chunk sizes, and each replica runs backward on its "
+              "own stream. Replica 0 writes straight into the master's gradients; the others into their own.";
+    for (int i : active) bw.tensors.push_back({"grad of output " + std::to_string(i), {r.chunks[i], K}, i});
+  }
 
   auto& re = s[static_cast<int>(Phase::Reduce)];
   re.text = "Every other replica's gradients are sent to device 0, received into buffers there, and summed into "
