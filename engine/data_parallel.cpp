@@ -129,10 +129,10 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
     int n;
     std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;
     std::vector<double> loss_sums;
-    std::vector<std::array<float, 2>> hits;  // host copies of each replica's [loss sum, hits]
+    std::vector<std::array<float, 2>> host_scalars;  // each replica's [loss sum, hits], uploaded from here
     explicit Scratch(DataParallel& owner, int devices)
         : dp(owner), n(devices), params(n), buffers(n), grads(n), inputs(n), targets(n), outputs(n),
-          grad_outputs(n), scalars(n), loss_sums(n), hits(n) {}
+          grad_outputs(n), scalars(n), loss_sums(n), host_scalars(n) {}
     ~Scratch() {
       try {
         dp.devices_.synchronize();
@@ -196,8 +196,8 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
                                                          out.dim(1), s.grad_outputs[r].data(),
                                                          1.f / static_cast<float>(batch), &hits);
           s.loss_sums[r] = sum;  // the exact double, for the reported loss
-          s.hits[r] = {static_cast<float>(sum), static_cast<float>(hits)};
-          dev->kernels().upload(s.scalars[r].data(), s.hits[r].data(), 2 * sizeof(float));
+          s.host_scalars[r] = {static_cast<float>(sum), static_cast<float>(hits)};
+          dev->kernels().upload(s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));
           s.outputs[r] = Tensor();
         },
         {"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"});

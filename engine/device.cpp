@@ -12,6 +12,17 @@
 
 namespace dp {
 
+namespace {
+// --device-memory: none, one for every device, or one per device.
+int64_t capacity_of(const DeviceOptions& options, int device, int count) {
+  if (options.capacity.size() > 1 && static_cast<int>(options.capacity.size()) != count)
+    throw UsageError("device memory: " + std::to_string(options.capacity.size()) + " capacities given for " +
+                     std::to_string(count) + " devices");
+  if (options.capacity.empty()) return 0;
+  return options.capacity[options.capacity.size() == 1 ? 0 : static_cast<size_t>(device)];
+}
+}  // namespace
+
 void configure_host_blas() { openblas_set_num_threads(1); }
 
 Device::Device(int index, std::string name, int64_t capacity, int threads, int device_count)
@@ -67,9 +78,7 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
                                    : "the CUDA step is not yet verified on a GPU");
     host_count = 2;
   }
-  if (options.capacity.size() > 1 && static_cast<int>(options.capacity.size()) != host_count)
-    throw UsageError("device memory: " + std::to_string(options.capacity.size()) + " capacities given for " +
-                     std::to_string(host_count) + " devices");
+  capacity_of(options, 0, host_count);  // the count is checked before anything is built
   if (!options.speed.empty() && static_cast<int>(options.speed.size()) != host_count)
     throw UsageError("--device-speed: " + std::to_string(options.speed.size()) + " speeds given for " +
                      std::to_string(host_count) + " devices (one per device)");
@@ -78,9 +87,8 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
       throw UsageError("--device-speed: each speed must be in (0, 1] (1 = full speed, 0.25 = four times slower)");
   configure_host_blas();
   for (int i = 0; i < host_count; ++i) {
-    int64_t cap = options.capacity.empty() ? 0 : options.capacity[options.capacity.size() == 1 ? 0 : i];
-    devices_.push_back(
-        std::make_unique<Device>(i, "host:" + std::to_string(i), cap, options.threads_per_device, host_count));
+    devices_.push_back(std::make_unique<Device>(i, "host:" + std::to_string(i), capacity_of(options, i, host_count),
+                                                options.threads_per_device, host_count));
     if (!options.speed.empty()) devices_.back()->stream().set_speed(options.speed[i]);
   }
   description_ = "host:" + std::to_string(host_count);
@@ -103,9 +111,7 @@ void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, 
   if (spec.all_gpus)
     for (const auto& g : found.gpus) gpus.push_back(g.index);
   const int n = static_cast<int>(gpus.size());
-  if (options.capacity.size() > 1 && static_cast<int>(options.capacity.size()) != n)
-    throw UsageError("device memory: " + std::to_string(options.capacity.size()) + " capacities given for " +
-                     std::to_string(n) + " devices");
+  capacity_of(options, 0, n);
   // DataParallel's constructor warning, for the GPUs actually used.
   std::vector<GpuInfo> used;
   for (int g : gpus)
@@ -118,13 +124,12 @@ void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, 
   std::vector<int> copies_on(found.gpus.size(), 0);
   for (int i = 0; i < n; ++i) {
     const int g = gpus[static_cast<size_t>(i)];
-    const int64_t cap = options.capacity.empty() ? 0 : options.capacity[options.capacity.size() == 1 ? 0 : i];
     std::string name = "cuda:" + std::to_string(g);  // cuda:0.1 = the second logical device on GPU 0
     if (!spec.all_gpus) {
       name.push_back('.');
       name += std::to_string(copies_on[static_cast<size_t>(g)]++);
     }
-    devices_.push_back(std::make_unique<Device>(i, name, cap, n, g, options.allow_tf32));
+    devices_.push_back(std::make_unique<Device>(i, name, capacity_of(options, i, n), n, g, options.allow_tf32));
   }
   description_ = spec.text;
 }

@@ -38,6 +38,9 @@ inline Tensor tensor_from(Device& dev, Shape shape, const std::vector<float>& va
   return t;
 }
 
+// What the allocator counts for a request: its bytes rounded up to 512.
+inline int64_t allocator_bytes(int64_t bytes) { return (bytes + 511) / 512 * 512; }
+
 inline std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); }
 
 // A fresh directory under the system temp dir, removed at scope exit.

@@ -147,9 +147,8 @@ TEST_CASE("between steps only device 0 holds memory: master parameters, gradient
   dp.step(x.data(), y.data(), batch);
   const int64_t params = dp.layout().parameter_count * 4;
   auto s0 = devs[0].allocator().stats();
-  auto rounded = [](int64_t b) { return (b + 511) / 512 * 512; };
-  CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Gradients)] == rounded(params));
-  CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Optimizer)] == rounded(params));
+  CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Gradients)] == allocator_bytes(params));
+  CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Optimizer)] == allocator_bytes(params));
   CHECK(s0.in_use_by_category[static_cast<int>(MemCategory::Activations)] == 0);
   for (int d = 1; d < 4; ++d) {
     CHECK(devs[d].allocator().stats().in_use == 0);

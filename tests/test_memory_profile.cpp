@@ -15,7 +15,7 @@ using namespace dp::test;
 
 namespace {
 
-int64_t R(int64_t bytes) { return (bytes + 511) / 512 * 512; }  // the allocator's rounding
+int64_t R(int64_t bytes) { return allocator_bytes(bytes); }  // short: the size formulas below use it a lot
 int64_t total(const CategoryBytes& b) { return std::accumulate(b.begin(), b.end(), int64_t{0}); }
 
 SgdConfig momentum_sgd() {

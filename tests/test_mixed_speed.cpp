@@ -28,9 +28,10 @@ TEST_CASE("a device at speed 0.25 takes four times as long for the same work") {
   for (Stream* s : {&fast, &slow}) s->enqueue([] { spin_for(std::chrono::milliseconds(20)); });
   fast.synchronize();
   slow.synchronize();
+  // Lower bounds only (a busy machine can only make both slower): the slow device waited three
+  // times its 20 ms of work on top of it.
   CHECK(fast.busy_seconds() >= 0.019);
   CHECK(slow.busy_seconds() >= 4 * 0.019);
-  CHECK(slow.busy_seconds() >= 3.5 * fast.busy_seconds() * 0.9);
   CHECK_THROWS_AS(slow.set_speed(0.0), std::invalid_argument);
   CHECK_THROWS_AS(slow.set_speed(1.5), std::invalid_argument);
 }

@@ -14,18 +14,12 @@
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/cuda/device_query.hpp"
 #include "kernels/cuda/ops.hpp"
+#include "tests/helpers.hpp"
 
 using namespace dp;
+using dp::test::random_vector;
 
 namespace {
-
-std::vector<float> random_vector(size_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 template <typename T>
 cuda::DeviceBuffer to_device(cuda::Context& c, const std::vector<T>& v) {

@@ -8,6 +8,7 @@
 
 #include "engine/comm.hpp"
 #include "engine/data_parallel.hpp"
+#include "tests/helpers.hpp"
 
 using namespace dp;
 
@@ -77,10 +78,7 @@ TEST_CASE("training on cuda:0x4 matches host:4 (mlp and convnet, even and uneven
         sgd.momentum = 0.9f;
         DataParallel dp(devs, find_model(model), parse_split(split, 4, batch), sgd, 11);
         for (int s = 0; s < 3; ++s) {
-          std::mt19937_64 rng(100 + s);
-          std::uniform_real_distribution<float> d(-1.f, 1.f);
-          std::vector<float> x(static_cast<size_t>(batch * 784));
-          for (auto& v : x) v = d(rng);
+          const auto x = test::random_vector(static_cast<size_t>(batch * 784), 100 + s);
           std::vector<int32_t> y(static_cast<size_t>(batch));
           for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 3 + s) % 10);
           losses.push_back(dp.step(x.data(), y.data(), batch).loss);
