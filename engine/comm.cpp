@@ -22,7 +22,10 @@ void copy_async(const Tensor& dst, const Tensor& src) {
   order_after(to, from);
   const auto bytes = static_cast<int64_t>(src.bytes());
   if (&to != &from) to.count_received(from.index(), bytes);
-  TaskLabel label{"copy " + from.name() + " -> " + to.name() + " " + shape_str(src.shape()), "copy", from.index(), bytes};
+  TaskLabel label = to.stream().label([&] {
+    return TaskLabel{"copy " + from.name() + " -> " + to.name() + " " + shape_str(src.shape()), "copy", from.index(),
+                     bytes};
+  });
   to.stream().enqueue(
       [dst, src, &to, &from] { to.kernels().copy_from(dst.data<char>(), src.data<char>(), src.bytes(), from.kernels()); },
       std::move(label));
@@ -101,7 +104,9 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
     if (&s.device() != &home) home.count_received(s.device().index(), dst.numel() * static_cast<int64_t>(sizeof(float)));
   for (int64_t off = 0; off < n; off += bucket) {
     const int64_t len = std::min(bucket, n - off);
-    TaskLabel label{"reduce-add bucket [" + std::to_string(off) + ", " + std::to_string(off + len) + ")", "reduce"};
+    TaskLabel label = home.stream().label([&] {
+      return TaskLabel{"reduce-add bucket [" + std::to_string(off) + ", " + std::to_string(off + len) + ")", "reduce"};
+    });
     home.stream().enqueue([&home, dst, srcs, off, len] {
       // Receive this bucket from every source into buffers on the destination, then sum.
       std::vector<Tensor> received;

@@ -20,9 +20,12 @@ namespace {
 
 // Runs on a device stream: raw host memory into a device tensor (the pinned-host → device copy).
 void upload(const Tensor& dst, const void* src) {
-  dst.device().stream().enqueue([dst, src] { dst.device().kernels().upload(dst.data<char>(), src, dst.bytes()); },
-                                {"load host -> " + dst.device().name() + " " + shape_str(dst.shape()), "copy", -1,
-                                 static_cast<int64_t>(dst.bytes())});
+  Stream& stream = dst.device().stream();
+  stream.enqueue([dst, src] { dst.device().kernels().upload(dst.data<char>(), src, dst.bytes()); },
+                 stream.label([&] {
+                   return TaskLabel{"load host -> " + dst.device().name() + " " + shape_str(dst.shape()), "copy", -1,
+                                    static_cast<int64_t>(dst.bytes())};
+                 }));
 }
 
 }  // namespace
@@ -200,7 +203,9 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
           dev->kernels().upload(s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));
           s.outputs[r] = Tensor();
         },
-        {"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"});
+        devs[r]->stream().label([&] {
+          return TaskLabel{"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"};
+        }));
   }
   join_replicas(active);
   rec.end(Phase::Forward);
@@ -252,7 +257,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
           nets_[r]->backward(*dev, s.grad_outputs[r]);
           s.grad_outputs[r] = Tensor();
         },
-        {"backward replica " + std::to_string(r), "backward"});
+        devs[r]->stream().label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
   }
   join_replicas(active);
   rec.end(Phase::Backward);

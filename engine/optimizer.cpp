@@ -41,7 +41,7 @@ void Sgd::step(const Tensor& params, const Tensor& grads) {
   dev.stream().enqueue([params, grads, buf = momentum_, first, cfg = cfg_, &dev] {
     dev.kernels().sgd_update(params.data(), grads.data(), buf.defined() ? buf.data() : nullptr, first, cfg,
                     params.numel());
-  }, {"sgd update " + std::to_string(params.numel()) + " parameters", "update"});
+  }, dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
 }
 
 }  // namespace dp

@@ -78,6 +78,12 @@ class Stream {
   // Seconds this stream spent running tasks (the simulated slowdown included) so far.
   double busy_seconds() const { return busy_ns_.load() * 1e-9; }
   void set_tracer(Tracer* tracer, int track);  // null: no tracing
+  bool tracing() const { return tracer_.load() != nullptr; }
+  // A task's label costs string formatting: build it only when someone is tracing.
+  template <typename Make>
+  TaskLabel label(Make make) const {
+    return tracing() ? make() : TaskLabel{};
+  }
   // Once, before any work: the accelerator queue behind this stream (it must outlive the stream).
   void set_device_queue(DeviceQueue* queue);
 
