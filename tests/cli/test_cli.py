@@ -100,6 +100,9 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("metrics unwritable", small + ["--metrics", os.path.join(tmp, "nodir", "m.jsonl")], 2, "--metrics")
     expect("save unwritable", small + ["--save", os.path.join(tmp, "nodir", "w.safetensors")], 2, "--save")
     expect("save is a directory", small + ["--save", tmp], 2, "is a directory")
+    before = open(metrics, "rb").read()
+    expect("bad split keeps --metrics", small + ["--metrics", metrics, "--split", "fastest"], 2, "unknown mode")
+    check("bad split: --metrics untouched", open(metrics, "rb").read() == before)
     expect("threads 0", small + ["--threads-per-device", "0"], 2, "--threads-per-device")
     expect("speed zero", small + ["--device-speed", "1,0"], 2, "--device-speed")
     expect("speed above 1", small + ["--device-speed", "1,2"], 2, "(0, 1]")
@@ -110,9 +113,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check("split auto runs", rc == 0, err)
 
     # Runtime errors: exit 1, and the existing --save file is untouched.
+    saved_metrics = open(metrics, "rb").read()
+
     def keeps_save(name, args, code, needle):
-        expect(name, args + ["--save", save], code, needle)
+        expect(name, args + ["--save", save, "--metrics", metrics], code, needle)
         check(name + ": --save untouched", open(save, "rb").read() == saved_bytes)
+        check(name + ": --metrics untouched", open(metrics, "rb").read() == saved_metrics)
 
     keeps_save("cuda absent", small + ["--devices", "cuda:0x4"], 1, "cuda")
     keeps_save("data missing", small + ["--data", os.path.join(tmp, "nope")], 1, "not a directory")

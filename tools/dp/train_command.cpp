@@ -61,12 +61,7 @@ int run_train(const TrainOptions& o) {
   sgd.nesterov = o.nesterov;
   validate(sgd);
   if (!o.save.empty()) check_writable(o.save, "--save");
-  std::ofstream metrics;
-  if (!o.metrics.empty()) {
-    check_writable(o.metrics, "--metrics");
-    metrics.open(o.metrics, std::ios::trunc);
-    if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
-  }
+  if (!o.metrics.empty()) check_writable(o.metrics, "--metrics");
   RunSetup setup = validate_and_make_devices(o);
   const ModelDef& model = *setup.model;
   DeviceSet& devices = *setup.devices;
@@ -79,6 +74,12 @@ int run_train(const TrainOptions& o) {
     dp.load_state(s.params, s.buffers);
   }
 
+  // Opened (and so truncated) only once everything that can fail before training has passed.
+  std::ofstream metrics;
+  if (!o.metrics.empty()) {
+    metrics.open(o.metrics, std::ios::trunc);
+    if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
+  }
   BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps);
   const int64_t total = loader.total_steps();
   std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %lld steps over %s\n", model.name.c_str(),
