@@ -65,6 +65,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check("eval row", any("test_accuracy" in r and "test_loss" in r for r in rows), rows)
     check("saved", os.path.getsize(save) > 0)
     saved_bytes = open(save, "rb").read()
+    saved_metrics = open(metrics, "rb").read()  # every failing run below must leave these bytes alone
 
     rc, out, err = run(["devices"])
     check("devices", rc == 0 and "host" in out and ("CUDA" in out), out + err)
@@ -100,9 +101,8 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("metrics unwritable", small + ["--metrics", os.path.join(tmp, "nodir", "m.jsonl")], 2, "--metrics")
     expect("save unwritable", small + ["--save", os.path.join(tmp, "nodir", "w.safetensors")], 2, "--save")
     expect("save is a directory", small + ["--save", tmp], 2, "is a directory")
-    before = open(metrics, "rb").read()
     expect("bad split keeps --metrics", small + ["--metrics", metrics, "--split", "fastest"], 2, "unknown mode")
-    check("bad split: --metrics untouched", open(metrics, "rb").read() == before)
+    check("bad split: --metrics untouched", open(metrics, "rb").read() == saved_metrics)
     expect("threads 0", small + ["--threads-per-device", "0"], 2, "--threads-per-device")
     expect("speed zero", small + ["--device-speed", "1,0"], 2, "--device-speed")
     expect("speed above 1", small + ["--device-speed", "1,2"], 2, "(0, 1]")
@@ -113,8 +113,6 @@ with tempfile.TemporaryDirectory() as tmp:
     check("split auto runs", rc == 0, err)
 
     # Runtime errors: exit 1, and the existing --save file is untouched.
-    saved_metrics = open(metrics, "rb").read()
-
     def keeps_save(name, args, code, needle):
         expect(name, args + ["--save", save, "--metrics", metrics], code, needle)
         check(name + ": --save untouched", open(save, "rb").read() == saved_bytes)
