@@ -97,6 +97,13 @@ TEST_CASE("corrupt IDX files are rejected with a message naming the problem") {
   expect(be32(0x803) + be32(4) + be32(0) + be32(28) + img.substr(16), lbl, "implausible image size");
   CHECK_THROWS_WITH_AS(read_idx_pair(dir.file("missing"), dir.file("lbl")), doctest::Contains("cannot open"),
                        RuntimeError);
+  // A damaged gzip stream is reported as corrupt, not as short.
+  write_idx_pair(d, dir.file("img.gz"), dir.file("lbl.gz"));
+  std::string gz = read_bytes(dir.file("img.gz"));
+  for (size_t i = 20; i < gz.size() - 8; ++i) gz[i] = static_cast<char>(gz[i] ^ 0x5a);
+  write_bytes(dir.file("bad.gz"), gz);
+  CHECK_THROWS_WITH_AS(read_idx_pair(dir.file("bad.gz"), dir.file("lbl.gz")), doctest::Contains("corrupt file"),
+                       RuntimeError);
 }
 
 TEST_CASE("safetensors round-trip with PyTorch's state-dict names, int64 num_batches_tracked") {

@@ -21,12 +21,12 @@ struct GzFile {
   ~GzFile() {
     if (f) gzclose(f);
   }
-  // Reads exactly n bytes or throws, naming what was being read.
-  void read(void* dst, size_t n, const std::string& what) {
+  // Reads up to n bytes; fewer only at the end of the file. A gzip error is a corrupt file.
+  size_t read_some(void* dst, size_t n, const std::string& what) {
     size_t got = 0;
     while (got < n) {
       const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
-      int r = gzread(f, static_cast<char*>(dst) + got, chunk);
+      const int r = gzread(f, static_cast<char*>(dst) + got, chunk);
       if (r < 0) {
         int err;
         const char* msg = gzerror(f, &err);
@@ -35,7 +35,10 @@ struct GzFile {
       if (r == 0) break;
       got += static_cast<size_t>(r);
     }
-    if (got != n)
+    return got;
+  }
+  void read(void* dst, size_t n, const std::string& what) {
+    if (const size_t got = read_some(dst, n, what); got != n)
       throw RuntimeError(path + ": truncated: " + what + " needs " + std::to_string(n) + " bytes, the file holds " +
                          std::to_string(got));
   }
@@ -47,12 +50,9 @@ struct GzFile {
     while (out.size() < n) {
       const size_t begin = out.size(), len = std::min(kSlice, n - begin);
       out.resize(begin + len);
-      try {
-        read(out.data() + begin, len, what);
-      } catch (const RuntimeError&) {
-        throw RuntimeError(path + ": truncated: " + what + " need " + std::to_string(n) +
-                           " bytes, the file ends before that");
-      }
+      if (const size_t got = read_some(out.data() + begin, len, what); got != len)
+        throw RuntimeError(path + ": truncated: " + what + " need " + std::to_string(n) + " bytes, the file holds " +
+                           std::to_string(begin + got));
     }
     return out;
   }
