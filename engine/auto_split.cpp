@@ -33,9 +33,9 @@ double AutoBalancer::predicted_seconds(const std::vector<int64_t>& chunks) const
 }
 
 std::string AutoBalancer::observe(const std::vector<int64_t>& chunks, const std::vector<double>& seconds) {
-  last_batch_ = 0;
+  int64_t batch = 0;
   for (int i = 0; i < n_; ++i) {
-    last_batch_ += chunks[i];
+    batch += chunks[i];
     if (chunks[i] <= 0) continue;
     const double spp = seconds[i] / static_cast<double>(chunks[i]);
     spp_[i] = observations_[i]++ == 0 ? spp : smoothing_ * spp + (1 - smoothing_) * spp_[i];
@@ -44,10 +44,10 @@ std::string AutoBalancer::observe(const std::vector<int64_t>& chunks, const std:
     if (observations_[i] < warmup_) return "";
   std::vector<double> proposal(static_cast<size_t>(n_));
   for (int i = 0; i < n_; ++i) proposal[i] = 1.0 / std::max(spp_[i], 1e-12);
-  const auto current = sizes(last_batch_);
+  const auto current = sizes(batch);
   const auto saved = weights_;
   weights_ = proposal;
-  const auto proposed = sizes(last_batch_);
+  const auto proposed = sizes(batch);
   const double before = predicted_seconds(current), after = predicted_seconds(proposed);
   if (proposed == current || after >= (1.0 - hysteresis_) * before) {
     weights_ = saved;

@@ -31,7 +31,6 @@ class AutoBalancer {
   std::vector<double> weights_;  // current proportions
   std::vector<double> spp_;      // smoothed seconds per sample (0 = not measured yet)
   std::vector<int> observations_;
-  int64_t last_batch_ = 0;
 };
 
 }  // namespace dp
