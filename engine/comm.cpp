@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "engine/error.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
 
 namespace dp {
 
@@ -27,7 +29,7 @@ void copy_async(const Tensor& dst, const Tensor& src) {
                      bytes};
   });
   to.stream().enqueue(
-      [dst, src, &to, &from] { to.kernels().copy_from(dst.data<char>(), src.data<char>(), src.bytes(), from.kernels()); },
+      [dst, src, &to, &from] { copy_between(to.exec(), dst.data<char>(), src.data<char>(), src.bytes(), from.exec()); },
       std::move(label));
 }
 
@@ -112,11 +114,11 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
       std::vector<Tensor> received;
       for (const auto& s : srcs) {
         Tensor buf = Tensor::empty(home, {len}, MemCategory::CommBuffers);
-        home.kernels().copy_from(buf.data(), s.data() + off, static_cast<size_t>(len) * sizeof(float),
-                                 s.device().kernels());
+        copy_between(home.exec(), buf.data(), s.data() + off, static_cast<size_t>(len) * sizeof(float),
+                     s.device().exec());
         received.push_back(std::move(buf));
       }
-      for (const auto& buf : received) home.kernels().add_inplace(dst.data() + off, buf.data(), len);
+      for (const auto& buf : received) add_inplace(home.exec(), {dst.data() + off}, buf.buf(), len);
     }, std::move(label));
   }
 }

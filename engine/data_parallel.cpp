@@ -6,7 +6,8 @@
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/loss.hpp"
+#include "kernels/ops/memory.hpp"
 
 namespace dp {
 
@@ -21,7 +22,7 @@ namespace {
 // Runs on a device stream: raw host memory into a device tensor (the pinned-host → device copy).
 void upload(const Tensor& dst, const void* src) {
   Stream& stream = dst.device().stream();
-  stream.enqueue([dst, src] { dst.device().kernels().upload(dst.data<char>(), src, dst.bytes()); },
+  stream.enqueue([dst, src] { dp::upload(dst.device().exec(), dst.data<char>(), src, dst.bytes()); },
                  stream.label([&] {
                    return TaskLabel{"load host -> " + dst.device().name() + " " + shape_str(dst.shape()), "copy", -1,
                                     static_cast<int64_t>(dst.bytes())};
@@ -195,12 +196,12 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
           s.grad_outputs[r] = Tensor::empty(*dev, out.shape(), MemCategory::Activations);
           s.scalars[r] = Tensor::empty(*dev, {2}, MemCategory::Loss);
           int64_t hits = 0;
-          const double sum = dev->kernels().softmax_xent(out.data(), s.targets[r].data<int32_t>(), out.dim(0),
-                                                         out.dim(1), s.grad_outputs[r].data(),
+          const double sum = softmax_xent(dev->exec(), out.buf(), s.targets[r].buf(), out.dim(0),
+                                                         out.dim(1), s.grad_outputs[r].buf(),
                                                          1.f / static_cast<float>(batch), &hits);
           s.loss_sums[r] = sum;  // the exact double, for the reported loss
           s.host_scalars[r] = {static_cast<float>(sum), static_cast<float>(hits)};
-          dev->kernels().upload(s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));
+          upload(dev->exec(), s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));
           s.outputs[r] = Tensor();
         },
         devs[r]->stream().label([&] {
@@ -230,14 +231,14 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
         if (in_replica) {
           for (int r : active) loss_sum += s.loss_sums[r];
           std::vector<float> scalars(static_cast<size_t>(gathered.numel()));
-          d0.kernels().download(scalars.data(), gathered.data(), gathered.bytes());
+          download(d0.exec(), scalars.data(), gathered.data(), gathered.bytes());
           for (size_t k = 1; k < scalars.size(); k += 2) result.correct += static_cast<int64_t>(scalars[k]);
         } else {
-          loss_sum = d0.kernels().softmax_xent(gathered.data(), target.data<int32_t>(), batch, gathered.dim(1),
-                                               grad_logits.data(), 1.f / static_cast<float>(batch), &result.correct);
+          loss_sum = softmax_xent(d0.exec(), gathered.buf(), target.buf(), batch, gathered.dim(1),
+                                               grad_logits.buf(), 1.f / static_cast<float>(batch), &result.correct);
         }
         const float mean = static_cast<float>(loss_sum / static_cast<double>(batch));
-        d0.kernels().upload(loss.data(), &mean, sizeof mean);
+        upload(d0.exec(), loss.data(), &mean, sizeof mean);
       },
       {"cross-entropy over the batch", "loss"});
   join_device0();
@@ -251,7 +252,8 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
     devs[r]->stream().enqueue(
         [this, r, &s, dev = devs[r]] {
           if (r != 0) {
-            s.grads[r] = Tensor::empty(*dev, {layout().parameter_count}, MemCategory::Gradients);
+            // Zeroed: the layout's alignment gaps are summed into the master too.
+            s.grads[r] = Tensor::zeros(*dev, {layout().parameter_count}, MemCategory::Gradients);
             nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
           }
           nets_[r]->backward(*dev, s.grad_outputs[r]);
@@ -269,7 +271,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   std::vector<Tensor> others;
   for (int r : active)
     if (r != 0) others.push_back(s.grads[r]);
-  if (chunks[0] == 0) d0.kernels().zero(grads_.data(), grads_.bytes());  // device 0 only coordinates
+  if (chunks[0] == 0) zero(d0.exec(), grads_.data(), grads_.bytes());  // device 0 only coordinates
   reduce_add_coalesced(grads_, others);
   devices_.synchronize();
   rec.end(Phase::Reduce);
@@ -361,7 +363,7 @@ EvalResult DataParallel::evaluate(const float* images, const int32_t* labels, in
     nets_[0]->bind(params_, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
     nets_[0]->clear_cache();
-    out.loss_sum = d0.kernels().softmax_xent(logits.data(), target.data<int32_t>(), batch, logits.dim(1), nullptr,
+    out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), batch, logits.dim(1), {},
                                              0.f, &out.correct);
     nets_[0]->unbind();
   });

@@ -7,8 +7,9 @@
 #include <cstdlib>
 
 #include "engine/error.hpp"
-#include "kernels/cuda/backend.hpp"
-#include "kernels/cuda/device_query.hpp"
+#include "engine/host/host_memory.hpp"
+#include "engine/cuda/backend.hpp"
+#include "engine/cuda/device_query.hpp"
 
 namespace dp {
 
@@ -32,7 +33,7 @@ Device::Device(int index, std::string name, int64_t capacity, int threads, int d
       raw_(std::make_unique<HostRawMemory>()),
       allocator_(index, name, *raw_, capacity),
       pool_(threads),
-      kernels_(make_cpu_kernels(pool_)),
+      exec_{&pool_, nullptr, &allocator_},
       stream_(name) {}
 
 Device::Device(int index, std::string name, int64_t capacity, int device_count, int gpu, bool allow_tf32)
@@ -42,7 +43,7 @@ Device::Device(int index, std::string name, int64_t capacity, int device_count, 
       cuda_(make_cuda_device_parts(gpu, allow_tf32)),
       allocator_(index, name, cuda_->memory(), capacity),
       pool_(1),
-      kernels_(cuda_->make_kernels(allocator_)),
+      exec_{&pool_, &cuda_->context(), &allocator_},
       stream_(name) {
   stream_.set_device_queue(&cuda_->queue());
 }

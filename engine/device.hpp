@@ -1,8 +1,9 @@
 // A logical device: its index (0 = the output device, "GPU0"), its stream, its caching
 // allocator with per-category accounting, and the threads its kernels run on.
 //
-// The host backend simulates devices on the CPU: a stream is a worker thread, memory is host
-// memory under an optional capacity. The engine above only sees Device and DeviceSet.
+// Backends: engine/host simulates devices on the CPU (a stream is a worker thread, memory is host
+// memory under an optional capacity); engine/cuda puts a logical device on a GPU. The engine
+// above only sees Device and DeviceSet, and runs kernels through exec().
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -13,8 +14,8 @@
 #include "engine/device_spec.hpp"
 #include "engine/memory.hpp"
 #include "engine/stream.hpp"
-#include "kernels/cpu/thread_pool.hpp"
-#include "kernels/kernels.hpp"
+#include "engine/host/thread_pool.hpp"
+#include "kernels/exec.hpp"
 
 namespace dp {
 
@@ -46,7 +47,8 @@ class Device {
   CachingAllocator& allocator() { return allocator_; }
   Stream& stream() { return stream_; }
   ThreadPool& pool() { return pool_; }
-  Kernels& kernels() { return *kernels_; }
+  // Where this device's kernels run (kernels/ops take it first).
+  const Exec& exec() const { return exec_; }
 
   // Bytes copied into this device from each device (index = source), counted when enqueued.
   void count_received(int from, int64_t bytes) { received_[static_cast<size_t>(from)] += bytes; }
@@ -61,7 +63,7 @@ class Device {
   std::unique_ptr<RawMemory> raw_;
   CachingAllocator allocator_;
   ThreadPool pool_;
-  std::unique_ptr<Kernels> kernels_;
+  Exec exec_;
   Stream stream_;  // last: its worker must stop before the rest goes away
 };
 

@@ -12,7 +12,6 @@ namespace dp {
 
 namespace {
 constexpr size_t kRound = 512;       // like PyTorch's caching allocator
-constexpr size_t kAlignment = 64;    // cache line; fine for SIMD loads
 size_t round_size(size_t bytes) { return bytes == 0 ? kRound : (bytes + kRound - 1) / kRound * kRound; }
 }  // namespace
 
@@ -75,11 +74,6 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
     throw UsageError(what + " '" + text + "': must be a positive size");
   return static_cast<int64_t>(bytes);
 }
-
-void* HostRawMemory::allocate(size_t bytes) {
-  return ::operator new(bytes, std::align_val_t(kAlignment), std::nothrow);
-}
-void HostRawMemory::release(void* ptr, size_t) { ::operator delete(ptr, std::align_val_t(kAlignment)); }
 
 CachingAllocator::CachingAllocator(int device, std::string device_name, RawMemory& raw, int64_t capacity)
     : device_(device), device_name_(std::move(device_name)), raw_(raw), capacity_(capacity) {}

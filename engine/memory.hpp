@@ -62,18 +62,13 @@ std::string format_bytes(int64_t bytes);        // "2.59 GiB"
 int64_t parse_bytes(const std::string& text, const std::string& what);
 std::string format_breakdown(const CategoryBytes& bytes);  // "parameters 0.4, ..." (GiB)
 
-// Raw memory source of one backend: host memory for simulated devices, cudaMalloc on CUDA.
+// Raw memory source of one backend: host memory for simulated devices (engine/host), cudaMalloc
+// on CUDA (engine/cuda).
 class RawMemory {
  public:
   virtual ~RawMemory() = default;
   virtual void* allocate(size_t bytes) = 0;  // nullptr when the system is out
-  virtual void release(void* ptr, size_t bytes) = 0;
-};
-
-class HostRawMemory final : public RawMemory {
- public:
-  void* allocate(size_t bytes) override;
-  void release(void* ptr, size_t bytes) override;
+  virtual void release(void* ptr, size_t bytes) noexcept = 0;  // also from destructors
 };
 
 struct Block {

@@ -39,8 +39,7 @@ void Sgd::step(const Tensor& params, const Tensor& grads) {
   const bool first = cfg_.momentum != 0.f && !momentum_.defined();
   if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
   dev.stream().enqueue([params, grads, buf = momentum_, first, cfg = cfg_, &dev] {
-    dev.kernels().sgd_update(params.data(), grads.data(), buf.defined() ? buf.data() : nullptr, first, cfg,
-                    params.numel());
+    sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first, cfg, params.numel());
   }, dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
 }
 

@@ -4,11 +4,9 @@
 #include <vector>
 
 #include "engine/tensor.hpp"
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/sgd.hpp"
 
 namespace dp {
-
-using SgdConfig = cpu::SgdConfig;
 
 // Throws UsageError for settings PyTorch rejects (lr < 0 or not finite, nesterov without
 // momentum or with dampening, ...).

@@ -5,10 +5,9 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
+#include "kernels/ops/memory.hpp"
 
 namespace dp {
-
-size_t dtype_size(DType t) { return t == DType::F32 ? sizeof(float) : sizeof(int32_t); }
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;
@@ -42,7 +41,7 @@ Tensor Tensor::empty(Device& device, Shape shape, MemCategory category, DType dt
 
 Tensor Tensor::zeros(Device& device, Shape shape, MemCategory category, DType dtype) {
   Tensor t = empty(device, std::move(shape), category, dtype);
-  device.kernels().zero(t.data<char>(), t.bytes());
+  zero(device.exec(), t.data<char>(), t.bytes());
   return t;
 }
 
@@ -50,13 +49,13 @@ std::vector<float> Tensor::to_host() const {
   if (dtype_ != DType::F32) throw RuntimeError("to_host: not a float32 tensor");
   std::vector<float> out(static_cast<size_t>(numel()));
   device_->stream().synchronize();
-  device_->kernels().download(out.data(), data<char>(), bytes());
+  download(device_->exec(), out.data(), data<char>(), bytes());
   return out;
 }
 
 void Tensor::copy_from_host(const void* src) const {
   device_->stream().synchronize();
-  device_->kernels().upload(data<char>(), src, bytes());
+  upload(device_->exec(), data<char>(), src, bytes());
 }
 
 Tensor Tensor::rows(int64_t begin, int64_t count) const {

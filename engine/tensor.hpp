@@ -10,13 +10,12 @@
 #include <vector>
 
 #include "engine/memory.hpp"
+#include "kernels/buffer.hpp"
 
 namespace dp {
 
 class Device;
 
-enum class DType { F32, I32 };
-size_t dtype_size(DType t);
 
 using Shape = std::vector<int64_t>;
 int64_t numel(const Shape& s);
@@ -57,6 +56,9 @@ class Tensor {
   T* data() const {
     return reinterpret_cast<T*>(static_cast<char*>(storage_->data()) + offset_bytes_);
   }
+
+  // What a kernel call takes: the data and its dtype (absent for an undefined tensor).
+  Buf buf() const { return defined() ? Buf{data<void>(), dtype_} : Buf{}; }
 
   // Rows [begin, begin+count) along dim 0, sharing storage.
   Tensor rows(int64_t begin, int64_t count) const;

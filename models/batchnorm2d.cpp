@@ -2,14 +2,16 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
-#include "models/layer.hpp"
+#include "kernels/ops/batchnorm.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "models/module.hpp"
 
 namespace dp {
 namespace {
 
 // Parameters: weight, bias. Buffers: running_mean, running_var, num_batches_tracked (kept as a
 // float in the flat buffer storage; written to the state dict as int64).
-class BatchNorm2d final : public Layer {
+class BatchNorm2d final : public Module {
  public:
   BatchNorm2d(int64_t c, float momentum, float eps) : c_(c), momentum_(momentum), eps_(eps) {}
   std::string describe() const override {
@@ -33,26 +35,25 @@ class BatchNorm2d final : public Layer {
   Tensor forward(Device& dev, const Tensor& in, bool training) override {
     const int64_t N = in.dim(0), HW = in.dim(2) * in.dim(3);
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
+    const BatchNormArgs args{N, c_, HW, momentum_, eps_};
     if (!training) {
-      dev.kernels().batchnorm_forward_eval(out.data(), in.data(), values_[0].data(), values_[1].data(),
-                                  values_[2].data(), values_[3].data(), N, c_, HW, eps_);
+      batchnorm_forward_eval(dev.exec(), out.buf(), in.buf(), values_[0].buf(), values_[1].buf(), values_[2].buf(),
+                             values_[3].buf(), args);
       return out;
     }
     input_ = in;
     stats_ = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
-    dev.kernels().batchnorm_forward_train(out.data(), stats_.data(), stats_.data() + c_, in.data(),
-                                 values_[0].data(), values_[1].data(), values_[2].data(), values_[3].data(), N, c_,
-                                 HW, momentum_, eps_);
-    dev.kernels().add_scalar(values_[4].data(), 1.f);  // num_batches_tracked
+    batchnorm_forward_train(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
+                            values_[0].buf(), values_[1].buf(), values_[2].buf(), values_[3].buf(), args);
+    add_scalar(dev.exec(), values_[4].buf(), 1.f);  // num_batches_tracked
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t N = input_.dim(0), HW = input_.dim(2) * input_.dim(3);
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
-    dev.kernels().batchnorm_backward(need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
-                            grad_out.data(), input_.data(), values_[0].data(), stats_.data(), stats_.data() + c_, N,
-                            c_, HW, eps_);
+    batchnorm_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
+                       values_[0].buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), {N, c_, HW, momentum_, eps_});
     clear_cache();
     return grad_in;
   }
@@ -69,7 +70,7 @@ class BatchNorm2d final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_batchnorm2d(int64_t channels, float momentum, float eps) {
+std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum, float eps) {
   return std::make_unique<BatchNorm2d>(channels, momentum, eps);
 }
 

@@ -3,20 +3,20 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
-#include "kernels/cpu/kernels.hpp"
-#include "models/layer.hpp"
+#include "kernels/ops/conv2d.hpp"
+#include "models/module.hpp"
 
 namespace dp {
 namespace {
 
-class Conv2d final : public Layer {
+class Conv2d final : public Module {
  public:
-  Conv2d(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad)
-      : in_(in), out_(out), k_(k), stride_(stride), pad_(pad) {}
+  Conv2d(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad, bool bias, WeightInit init)
+      : in_(in), out_(out), k_(k), stride_(stride), pad_(pad), bias_(bias), init_(init) {}
   std::string describe() const override {
     std::ostringstream os;
     os << "Conv2d(" << in_ << ", " << out_ << ", kernel_size=" << k_ << ", stride=" << stride_
-       << ", padding=" << pad_ << ")";
+       << ", padding=" << pad_ << (bias_ ? "" : ", bias=False") << ")";
     return os.str();
   }
   Shape output_shape(const Shape& in) const override {
@@ -26,42 +26,52 @@ class Conv2d final : public Layer {
     return {out_, s.OH(), s.OW()};
   }
   std::vector<ParamDecl> params() const override {
-    const double bound = 1.0 / std::sqrt(static_cast<double>(in_ * k_ * k_));
-    return {{"weight", {out_, in_, k_, k_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound},
-            {"bias", {out_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound}};
+    const double fan_in = static_cast<double>(in_ * k_ * k_), fan_out = static_cast<double>(out_ * k_ * k_);
+    // PyTorch's default U(±1/√fan_in) (its bias uses the same bound), or torchvision ResNet's
+    // kaiming_normal_(mode="fan_out", nonlinearity="relu").
+    ParamDecl weight{"weight", {out_, in_, k_, k_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform,
+                     1.0 / std::sqrt(fan_in)};
+    if (init_ == WeightInit::KaimingNormalFanOut)
+      weight.init = ParamDecl::Init::Normal, weight.scale = std::sqrt(2.0 / fan_out);
+    std::vector<ParamDecl> p{weight};
+    if (bias_)
+      p.push_back({"bias", {out_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, 1.0 / std::sqrt(fan_in)});
+    return p;
   }
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     auto s = geometry(in.dim(0), {in.dim(1), in.dim(2), in.dim(3)});
     input_ = in;
     Tensor out = Tensor::empty(dev, {s.N, out_, s.OH(), s.OW()}, MemCategory::Activations);
-    Tensor ws = Tensor::empty(dev, {dev.kernels().conv2d_workspace_floats(s, false)}, MemCategory::Workspace);
-    dev.kernels().conv2d_forward(out.data(), in.data(), values_[0].data(), values_[1].data(), s, ws.data());
+    Tensor ws = Tensor::empty(dev, {conv2d_workspace_floats(dev.exec(), s, false)}, MemCategory::Workspace);
+    conv2d_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias().buf(), s, ws.buf());
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     auto s = geometry(input_.dim(0), {input_.dim(1), input_.dim(2), input_.dim(3)});
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
-    Tensor ws = Tensor::empty(dev, {dev.kernels().conv2d_workspace_floats(s, true)}, MemCategory::Workspace);
-    dev.kernels().conv2d_backward(need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
-                         grad_out.data(), input_.data(), values_[0].data(), s, ws.data());
+    Tensor ws = Tensor::empty(dev, {conv2d_workspace_floats(dev.exec(), s, true)}, MemCategory::Workspace);
+    conv2d_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), bias_ ? grads_[1].buf() : Buf{}, grad_out.buf(),
+                    input_.buf(), values_[0].buf(), s, ws.buf());
     input_ = Tensor();
     return grad_in;
   }
   void clear_cache() override { input_ = Tensor(); }
 
  private:
-  cpu::ConvShape geometry(int64_t n, const Shape& chw) const {
-    return {n, chw[0], chw[1], chw[2], out_, k_, k_, stride_, pad_};
-  }
+  ConvShape geometry(int64_t n, const Shape& chw) const { return {n, chw[0], chw[1], chw[2], out_, k_, k_, stride_, pad_}; }
+  Tensor bias() const { return bias_ ? values_[1] : Tensor(); }
   int64_t in_, out_, k_, stride_, pad_;
+  bool bias_;
+  WeightInit init_;
   Tensor input_;
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
-  return std::make_unique<Conv2d>(in, out, kernel, stride, padding);
+std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                    bool bias, WeightInit init) {
+  return std::make_unique<Conv2d>(in, out, kernel, stride, padding, bias, init);
 }
 
 }  // namespace dp

@@ -1,9 +1,9 @@
-#include "models/layer.hpp"
+#include "models/module.hpp"
 
 namespace dp {
 namespace {
 
-class Flatten final : public Layer {
+class Flatten final : public Module {
  public:
   std::string describe() const override { return "Flatten(start_dim=1, end_dim=-1)"; }
   Shape output_shape(const Shape& in) const override { return {numel(in)}; }
@@ -20,6 +20,6 @@ class Flatten final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_flatten() { return std::make_unique<Flatten>(); }
+std::unique_ptr<Module> make_flatten() { return std::make_unique<Flatten>(); }
 
 }  // namespace dp

@@ -3,12 +3,13 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
-#include "models/layer.hpp"
+#include "kernels/ops/linear.hpp"
+#include "models/module.hpp"
 
 namespace dp {
 namespace {
 
-class Linear final : public Layer {
+class Linear final : public Module {
  public:
   Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
   std::string describe() const override {
@@ -31,15 +32,15 @@ class Linear final : public Layer {
     const int64_t B = in.dim(0);
     input_ = in;
     Tensor out = Tensor::empty(dev, {B, out_}, MemCategory::Activations);
-    dev.kernels().linear_forward(out.data(), in.data(), values_[0].data(), values_[1].data(), B, in_, out_);
+    linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), values_[1].buf(), B, in_, out_);
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t B = grad_out.dim(0);
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, {B, in_}, MemCategory::Activations);
-    dev.kernels().linear_backward(need_grad_in ? grad_in.data() : nullptr, grads_[0].data(), grads_[1].data(),
-                         grad_out.data(), input_.data(), values_[0].data(), B, in_, out_);
+    linear_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
+                    values_[0].buf(), B, in_, out_);
     input_ = Tensor();
     return grad_in;
   }
@@ -52,6 +53,6 @@ class Linear final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_linear(int64_t in, int64_t out) { return std::make_unique<Linear>(in, out); }
+std::unique_ptr<Module> make_linear(int64_t in, int64_t out) { return std::make_unique<Linear>(in, out); }
 
 }  // namespace dp

@@ -2,12 +2,13 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
-#include "models/layer.hpp"
+#include "kernels/ops/pooling.hpp"
+#include "models/module.hpp"
 
 namespace dp {
 namespace {
 
-class MaxPool2d final : public Layer {
+class MaxPool2d final : public Module {
  public:
   MaxPool2d(int64_t k, int64_t stride) : k_(k), stride_(stride) {}
   std::string describe() const override {
@@ -25,14 +26,13 @@ class MaxPool2d final : public Layer {
     in_shape_ = in.shape();
     Tensor out = Tensor::empty(dev, {in.dim(0), o[0], o[1], o[2]}, MemCategory::Activations);
     argmax_ = Tensor::empty(dev, out.shape(), MemCategory::Activations, DType::I32);
-    dev.kernels().maxpool2d_forward(out.data(), argmax_.data<int32_t>(), in.data(), in.dim(0), in.dim(1),
-                           in.dim(2), in.dim(3), k_, stride_);
+    maxpool2d_forward(dev.exec(), out.buf(), argmax_.buf(), in.buf(), {in.dim(0), in.dim(1), in.dim(2), in.dim(3), k_, stride_});
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations);
-    dev.kernels().maxpool2d_backward(grad_in.data(), grad_out.data(), argmax_.data<int32_t>(), in_shape_[0],
-                            in_shape_[1], in_shape_[2], in_shape_[3], k_, stride_);
+    maxpool2d_backward(dev.exec(), grad_in.buf(), grad_out.buf(), argmax_.buf(),
+                       {in_shape_[0], in_shape_[1], in_shape_[2], in_shape_[3], k_, stride_});
     argmax_ = Tensor();
     return grad_in;
   }
@@ -46,7 +46,7 @@ class MaxPool2d final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_maxpool2d(int64_t kernel, int64_t stride) {
+std::unique_ptr<Module> make_maxpool2d(int64_t kernel, int64_t stride) {
   return std::make_unique<MaxPool2d>(kernel, stride);
 }
 

@@ -1,5 +1,5 @@
-// Named models (PyTorch nn.Sequential layer lists), their flat parameter layout, and a Network:
-// one instance of a model's layers on one device, bound to flat storage.
+// Named models (module trees with PyTorch's state-dict names), their flat parameter layout, and a
+// Network: one instance of a model's tree on one device, bound to flat storage.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/tensor.hpp"
-#include "models/layer.hpp"
+#include "models/module.hpp"
 
 namespace dp {
 
@@ -17,38 +17,49 @@ struct ModelDef {
   std::string summary;
   Shape input_shape;  // per sample, CHW
   int64_t classes;
-  std::function<std::vector<std::unique_ptr<Layer>>()> make_layers;
+  std::function<std::unique_ptr<Module>()> make;  // the root of a fresh tree
 };
 
-const std::vector<ModelDef>& model_registry();
+const std::vector<ModelDef>& model_registry();  // models/registry.cpp
+// A small residual network without BatchNorm (two stages), for tests where replicas must agree exactly.
+std::unique_ptr<Module> make_resnet_without_batchnorm_for_tests(int64_t classes);
 const ModelDef& find_model(const std::string& name);  // UsageError for an unknown name
 
 // Where each state-dict entry lives: parameters in one flat array (and their gradients in
-// another of the same layout), buffers in a third.
+// another of the same layout), buffers in a third. Every entry starts at a multiple of
+// kLayoutAlign floats, so kernels may use aligned vector loads; the gaps are zero.
+constexpr int64_t kLayoutAlign = 16;
+
 struct StateEntry {
-  std::string name;  // "4.running_mean": layer index in the Sequential, then the suffix
+  std::string name;  // dotted path and suffix: "layer1.0.downsample.1.running_var"
   Shape shape;
   ParamDecl decl;
-  int layer;
+  int leaf;        // index of the owning module among the tree's modules with their own params
   int64_t offset;  // into the parameter or buffer array
   bool buffer() const { return decl.kind == ParamDecl::Kind::Buffer; }
 };
 
 struct ModelLayout {
   std::vector<StateEntry> entries;  // PyTorch state-dict order
-  int64_t parameter_count = 0;
+  int64_t parameter_count = 0;      // floats of the flat parameter array (alignment gaps included)
   int64_t buffer_count = 0;
+  // Checks the tree against the def's input and class count (RuntimeError naming the mismatch).
   static ModelLayout of(const ModelDef& def);
+  static ModelLayout of(const Module& root);
 };
 
-// Initialise like PyTorch's default init (same distributions; a different random stream).
+// Modules with their own params, in state-dict order (StateEntry::leaf indexes this).
+std::vector<Module*> param_modules(Module& root);
+
+// Initialise with the distributions each entry declares (PyTorch's and torchvision's defaults;
+// a different random stream). Alignment gaps are zero.
 void init_state(const ModelLayout& layout, float* params, float* buffers, uint64_t seed);
 
 class Network {
  public:
   explicit Network(const ModelDef& def);
   const ModelLayout& layout() const { return layout_; }
-  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  Module& root() { return *root_; }
   // Bind views of flat storage (grads may be undefined: inference only).
   void bind(const Tensor& params, const Tensor& grads, const Tensor& buffers);
   void unbind();  // drop the views, so replica storage is freed when the step ends
@@ -58,9 +69,9 @@ class Network {
   void clear_cache();
 
  private:
-  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Module> root_;
+  std::vector<Module*> leaves_;
   ModelLayout layout_;
-  size_t first_trainable_ = 0;
 };
 
 }  // namespace dp

@@ -1,22 +1,23 @@
 #include "engine/device.hpp"
-#include "models/layer.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "models/module.hpp"
 
 namespace dp {
 namespace {
 
-class ReLU final : public Layer {
+class ReLU final : public Module {
  public:
   std::string describe() const override { return "ReLU()"; }
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
-    dev.kernels().relu_forward(out.data(), in.data(), in.numel());
+    relu_forward(dev.exec(), out.buf(), in.buf(), in.numel());
     output_ = out;
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, grad_out.shape(), MemCategory::Activations);
-    dev.kernels().relu_backward(grad_in.data(), grad_out.data(), output_.data(), grad_out.numel());
+    relu_backward(dev.exec(), grad_in.buf(), grad_out.buf(), output_.buf(), grad_out.numel());
     output_ = Tensor();
     return grad_in;
   }
@@ -28,6 +29,6 @@ class ReLU final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_relu() { return std::make_unique<ReLU>(); }
+std::unique_ptr<Module> make_relu() { return std::make_unique<ReLU>(); }
 
 }  // namespace dp

@@ -27,13 +27,13 @@ SgdConfig sgd(float lr = 0.05f, float momentum = 0.9f) {
   return c;
 }
 
-Run train(const std::string& model, int n, const std::string& split, int64_t batch, int steps, uint64_t data_seed,
+Run train(const ModelDef& model, int n, const std::string& split, int64_t batch, int steps, uint64_t data_seed,
           std::vector<int64_t> capacity = {}) {
   auto devs = host_devices(n, capacity);
-  DataParallel dp(devs, find_model(model), parse_split(split, n, batch), sgd(), 3);
+  DataParallel dp(devs, model, parse_split(split, n, batch), sgd(), 3);
   Run r;
   for (int s = 0; s < steps; ++s) {
-    auto x = random_vector(static_cast<size_t>(batch * 784), data_seed + s);
+    auto x = random_vector(static_cast<size_t>(batch * numel(model.input_shape)), data_seed + s);
     std::vector<int32_t> y(static_cast<size_t>(batch));
     for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 7 + s) % 10);
     StepResult res = dp.step(x.data(), y.data(), batch);
@@ -43,6 +43,11 @@ Run train(const std::string& model, int n, const std::string& split, int64_t bat
   r.params = dp.parameters();
   r.buffers = dp.buffers();
   return r;
+}
+
+Run train(const std::string& model, int n, const std::string& split, int64_t batch, int steps, uint64_t data_seed,
+          std::vector<int64_t> capacity = {}) {
+  return train(find_model(model), n, split, batch, steps, data_seed, std::move(capacity));
 }
 
 void check_close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
@@ -77,6 +82,17 @@ TEST_CASE("N devices give the same training as one device on the full batch (mlp
     CHECK(tiny4.chunks[0] == std::vector<int64_t>{1, 1, 1, 0});
     for (size_t s = 0; s < tiny1.losses.size(); ++s) CHECK(tiny4.losses[s] == doctest::Approx(tiny1.losses[s]).epsilon(1e-5));
     check_close(tiny4.params, tiny1.params, 2e-5);
+  }
+}
+
+TEST_CASE("N devices give the same training as one device: a residual network without BatchNorm") {
+  const ModelDef residual{"resnet-no-bn", "", {3, 8, 8}, 10, [] { return make_resnet_without_batchnorm_for_tests(10); }};
+  const Run one = train(residual, 1, "even", 13, 3, 21);
+  for (const auto& [n, split] : std::vector<std::pair<int, std::string>>{{3, "even"}, {4, "chunks:1,6,2,4"}, {2, "gpu0:0"}}) {
+    CAPTURE(split);
+    const Run many = train(residual, n, split, 13, 3, 21);
+    for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
+    check_close(many.params, one.params, 2e-5);
   }
 }
 

@@ -110,10 +110,15 @@ TEST_CASE("safetensors round-trip with PyTorch's state-dict names, int64 num_bat
   TempDir dir;
   const ModelLayout layout = ModelLayout::of(find_model("convnet"));
   ModelState state;
-  state.params = random_vector(static_cast<size_t>(layout.parameter_count), 1);
-  state.buffers = random_vector(static_cast<size_t>(layout.buffer_count), 2);
-  for (const auto& e : layout.entries)
-    if (e.decl.integer) state.buffers[static_cast<size_t>(e.offset)] = 17;
+  state.params.assign(static_cast<size_t>(layout.parameter_count), 0.f);  // alignment gaps stay zero
+  state.buffers.assign(static_cast<size_t>(layout.buffer_count), 0.f);
+  uint64_t seed = 1;
+  for (const auto& e : layout.entries) {
+    auto& dst = e.buffer() ? state.buffers : state.params;
+    const auto v = random_vector(static_cast<size_t>(numel(e.shape)), ++seed);
+    std::copy(v.begin(), v.end(), dst.begin() + e.offset);
+    if (e.decl.integer) dst[static_cast<size_t>(e.offset)] = 17;
+  }
   save_safetensors(dir.file("m.safetensors"), layout, state);
   ModelState back = load_safetensors(dir.file("m.safetensors"), layout);
   CHECK(back.params == state.params);

@@ -9,31 +9,45 @@
 
 #include "engine/error.hpp"
 #include "helpers.hpp"
-#include "kernels/cpu/kernels.hpp"
-#include "models/layer.hpp"
+#include "kernels/ops/loss.hpp"
+#include "kernels/ops/sgd.hpp"
+#include "models/model.hpp"
 
 using namespace dp;
 using namespace dp::test;
 
 namespace {
 
+// Flat storage for a module's whole subtree, laid out as a model's (aligned entries, dotted
+// names), with random values: what a replica binds.
 struct Bound {
-  std::vector<Tensor> values, grads;
+  ModelLayout layout;
+  Tensor params, grads, buffers;
 };
 
-Bound bind_params(Layer& layer, Device& dev, uint64_t seed) {
-  Bound b;
-  uint64_t s = seed;
-  for (const auto& d : layer.params()) {
-    auto v = random_vector(static_cast<size_t>(numel(d.shape)), ++s, -0.5f, 0.5f);
-    if (d.name == "weight" && d.init == ParamDecl::Init::Ones)  // BN gamma: keep it away from 0
+Bound bind_random(Module& m, Device& dev, uint64_t seed) {
+  Bound b{ModelLayout::of(m), {}, {}, {}};
+  std::vector<float> p(static_cast<size_t>(b.layout.parameter_count), 0.f);
+  std::vector<float> buf(static_cast<size_t>(b.layout.buffer_count), 0.f);
+  for (const auto& e : b.layout.entries) {
+    auto v = random_vector(static_cast<size_t>(numel(e.shape)), ++seed, -0.5f, 0.5f);
+    const std::string suffix = e.name.substr(e.name.rfind('.') + 1);
+    if (suffix == "weight" && e.decl.init == ParamDecl::Init::Ones)  // BN gamma: keep it away from 0
       for (auto& x : v) x += 1.f;
-    if (d.name == "running_var")
+    if (suffix == "running_var")
       for (auto& x : v) x = std::abs(x) + 0.5f;
-    b.values.push_back(tensor_from(dev, d.shape, v, MemCategory::Parameters));
-    b.grads.push_back(d.kind == ParamDecl::Kind::Buffer ? Tensor() : Tensor::zeros(dev, d.shape, MemCategory::Gradients));
+    std::copy(v.begin(), v.end(), (e.buffer() ? buf : p).begin() + e.offset);
   }
-  layer.bind(b.values, b.grads);
+  b.params = tensor_from(dev, {b.layout.parameter_count}, p, MemCategory::Parameters);
+  b.grads = Tensor::zeros(dev, {b.layout.parameter_count}, MemCategory::Gradients);
+  b.buffers = tensor_from(dev, {b.layout.buffer_count}, buf, MemCategory::Parameters);
+  const auto leaves = param_modules(m);
+  std::vector<std::vector<Tensor>> values(leaves.size()), grads(leaves.size());
+  for (const auto& e : b.layout.entries) {
+    values[e.leaf].push_back((e.buffer() ? b.buffers : b.params).slice_flat(e.offset, e.shape));
+    grads[e.leaf].push_back(e.buffer() ? Tensor() : b.grads.slice_flat(e.offset, e.shape));
+  }
+  for (size_t i = 0; i < leaves.size(); ++i) leaves[i]->bind(values[i], grads[i]);
   return b;
 }
 
@@ -44,7 +58,7 @@ double weighted_sum(const Tensor& out, const std::vector<float>& r) {
 }
 
 // Perturbs up to `samples` entries of `x` and compares with the analytic gradient `g`.
-void check_entries(const char* what, float* x, const float* g, int64_t n, const std::function<double()>& loss,
+void check_entries(const std::string& what, float* x, const float* g, int64_t n, const std::function<double()>& loss,
                    float eps, double tol) {
   const int64_t step = std::max<int64_t>(1, n / 40);
   for (int64_t i = 0; i < n; i += step) {
@@ -60,13 +74,17 @@ void check_entries(const char* what, float* x, const float* g, int64_t n, const 
   }
 }
 
-void gradcheck(Layer& layer, Shape in_shape, std::vector<float> input, bool check_input = true, float eps = 1e-2f,
+// With L = Σ out·R for a random R, backward(R) must match (L(θ+ε) − L(θ−ε)) / 2ε for the input
+// and every parameter entry of the module's subtree, a leaf or a container alike.
+void gradcheck(Module& layer, Shape in_shape, std::vector<float> input, bool check_input = true, float eps = 1e-2f,
                double tol = 1e-2) {
   auto devs = host_devices(1);
   Device& dev = devs[0];
-  Bound b = bind_params(layer, dev, 42);
+  Bound b = bind_random(layer, dev, 42);
   Tensor in = tensor_from(dev, in_shape, input);
   Tensor out = layer.forward(dev, in, true);
+  Shape per_sample(in_shape.begin() + 1, in_shape.end()), out_per_sample(out.shape().begin() + 1, out.shape().end());
+  CHECK(layer.output_shape(per_sample) == out_per_sample);
   auto r = random_vector(static_cast<size_t>(out.numel()), 7);
   Tensor dout = tensor_from(dev, out.shape(), r);
   Tensor din = layer.backward(dev, dout, check_input);
@@ -80,15 +98,16 @@ void gradcheck(Layer& layer, Shape in_shape, std::vector<float> input, bool chec
     CHECK(din.shape() == in.shape());
     std::vector<float> g = to_vector(din);
     check_entries("input", in.data(), g.data(), in.numel(), loss, eps, tol);
+  } else {
+    CHECK(!din.defined());
   }
-  auto decls = layer.params();
-  for (size_t k = 0; k < decls.size(); ++k) {
-    if (decls[k].kind == ParamDecl::Kind::Buffer) continue;
-    std::vector<float> g = to_vector(b.grads[k]);
-    check_entries(decls[k].name.c_str(), b.values[k].data(), g.data(), b.values[k].numel(), loss, eps, tol);
+  const std::vector<float> grads = to_vector(b.grads);
+  for (const auto& e : b.layout.entries) {
+    if (e.buffer()) continue;
+    check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, eps, tol);
   }
   layer.clear_cache();
-  layer.bind({}, {});  // the layer outlives this function's devices
+  for (Module* m : param_modules(layer)) m->bind({}, {});  // the module outlives this function's devices
 }
 
 }  // namespace
@@ -111,6 +130,53 @@ TEST_CASE("Conv2d gradients match finite differences (padding, stride)") {
     auto layer = make_conv2d(1, 2, 3, 1, 0);
     gradcheck(*layer, {3, 1, 5, 5}, random_vector(75, 4), false);
   }
+}
+
+TEST_CASE("Conv2d without bias, and ResNet's strided convolutions") {
+  SUBCASE("3x3, stride 2, padding 1, no bias") {
+    auto layer = make_conv2d(3, 4, 3, 2, 1, false, WeightInit::KaimingNormalFanOut);
+    CHECK(layer->params().size() == 1);
+    gradcheck(*layer, {2, 3, 7, 6}, random_vector(252, 11));
+  }
+  SUBCASE("1x1, stride 2 (a downsample), no bias") {
+    auto layer = make_conv2d(4, 6, 1, 2, 0, false);
+    gradcheck(*layer, {3, 4, 5, 5}, random_vector(300, 12));
+  }
+}
+
+TEST_CASE("AdaptiveAvgPool2d to 1x1: each channel's mean, gradient spread evenly") {
+  auto layer = make_adaptive_avgpool2d_1x1();
+  gradcheck(*layer, {2, 3, 4, 5}, random_vector(120, 13));
+  auto devs = host_devices(1);
+  Tensor in = tensor_from(devs[0], {1, 2, 1, 3}, {1.f, 2.f, 6.f, -1.f, -2.f, 0.f});
+  Tensor out = layer->forward(devs[0], in, true);
+  CHECK(out.shape() == Shape{1, 2, 1, 1});
+  CHECK(out.data()[0] == doctest::Approx(3.f));
+  CHECK(out.data()[1] == doctest::Approx(-1.f));
+  Tensor g = layer->backward(devs[0], tensor_from(devs[0], {1, 2, 1, 1}, {3.f, -6.f}), true);
+  CHECK(to_vector(g) == std::vector<float>{1.f, 1.f, 1.f, -2.f, -2.f, -2.f});
+}
+
+// Steps of 1e-3 and below here: with ReLUs after convolutions, a larger step moves some
+// pre-activations across zero, and the difference quotient then measures the kink, not the slope.
+TEST_CASE("BasicBlock gradients match finite differences, residual path included") {
+  SUBCASE("with downsample (stride 2, more channels) and BatchNorm") {
+    auto block = make_basic_block(2, 4, 2);
+    gradcheck(*block, {3, 2, 6, 6}, random_vector(216, 14, -2.f, 2.f), true, 1e-3f, 2e-2);
+  }
+  SUBCASE("identity shortcut, no BatchNorm") {
+    auto block = make_basic_block(3, 3, 1, false);
+    gradcheck(*block, {2, 3, 5, 5}, random_vector(150, 15), true, 1e-3f);
+  }
+  SUBCASE("as the first module: no input gradient") {
+    auto block = make_basic_block(2, 3, 1, false);
+    gradcheck(*block, {2, 2, 4, 4}, random_vector(64, 16), false, 1e-3f);
+  }
+}
+
+TEST_CASE("A residual network end to end: gradients of every parameter") {
+  auto net = make_resnet_without_batchnorm_for_tests(5);
+  gradcheck(*net, {2, 3, 8, 8}, random_vector(384, 17), true, 2e-4f, 2e-2);
 }
 
 TEST_CASE("BatchNorm2d gradients match finite differences (training mode)") {
@@ -178,7 +244,7 @@ TEST_CASE("BatchNorm2d running statistics follow PyTorch (momentum 0.1, unbiased
   auto devs = host_devices(1);
   Device& dev = devs[0];
   auto layer = make_batchnorm2d(1);
-  std::vector<Tensor> values = {tensor_from(dev, {1}, {1.f}), tensor_from(dev, {1}, {0.f}),
+  const std::vector<Tensor> values = {tensor_from(dev, {1}, {1.f}), tensor_from(dev, {1}, {0.f}),
                                 tensor_from(dev, {1}, {0.f}), tensor_from(dev, {1}, {1.f}),
                                 Tensor::zeros(dev, {}, MemCategory::Parameters)};
   std::vector<Tensor> grads = {Tensor::zeros(dev, {1}, MemCategory::Gradients),
@@ -197,7 +263,7 @@ TEST_CASE("BatchNorm2d running statistics follow PyTorch (momentum 0.1, unbiased
 TEST_CASE("SGD follows torch.optim.SGD: momentum, dampening, nesterov, weight decay") {
   auto devs = host_devices(1);
   ThreadPool& pool = devs[0].pool();
-  cpu::SgdConfig c;
+  SgdConfig c;
   c.lr = 0.1f;
   c.momentum = 0.9f;
   c.weight_decay = 0.01f;

@@ -4,7 +4,8 @@
 // and the planes' sums are accumulated in double.
 #include <cmath>
 
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/batchnorm.hpp"
+#include "engine/host/thread_pool.hpp"
 
 namespace dp::cpu {
 
@@ -69,7 +70,7 @@ void batchnorm_forward_eval(ThreadPool& pool, float* out, const float* in, const
 
 void batchnorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbeta, const float* dout,
                         const float* in, const float* gamma, const float* save_mean, const float* save_invstd,
-                        int64_t N, int64_t C, int64_t HW) {
+                        int64_t N, int64_t C, int64_t HW, float) {
   const int64_t M = N * HW;
   pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {

@@ -7,7 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/conv2d.hpp"
+#include "engine/host/thread_pool.hpp"
 
 namespace dp::cpu {
 

@@ -1,6 +1,7 @@
 #include <cblas.h>
 
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/linear.hpp"
+#include "engine/host/thread_pool.hpp"
 
 namespace dp::cpu {
 

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "engine/error.hpp"
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/loss.hpp"
 
 namespace dp::cpu {
 

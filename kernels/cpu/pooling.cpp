@@ -1,7 +1,8 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/pooling.hpp"
+#include "engine/host/thread_pool.hpp"
 
 namespace dp::cpu {
 
@@ -75,6 +76,33 @@ void maxpool2d_backward(ThreadPool& pool, float* din, const float* dout, const i
       float* dx = din + p * H * W;
       for (int64_t i = 0; i < H * W; ++i) dx[i] = 0.f;
       for (int64_t i = 0; i < OH * OW; ++i) dx[argmax[p * OH * OW + i]] += dout[p * OH * OW + i];
+    }
+  });
+}
+
+}  // namespace dp::cpu
+
+namespace dp::cpu {
+
+// Each plane's mean, summed in double so the result does not depend on the plane's size.
+void global_avgpool_forward(ThreadPool& pool, float* out, const float* in, int64_t planes, int64_t HW) {
+  pool.parallel_for(planes, [=](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float* x = in + p * HW;
+      double s = 0;
+      for (int64_t i = 0; i < HW; ++i) s += x[i];
+      out[p] = static_cast<float>(s / static_cast<double>(HW));
+    }
+  });
+}
+
+void global_avgpool_backward(ThreadPool& pool, float* din, const float* dout, int64_t planes, int64_t HW) {
+  const float inv = 1.f / static_cast<float>(HW);
+  pool.parallel_for(planes, [=](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const float g = dout[p] * inv;
+      float* __restrict dx = din + p * HW;
+      for (int64_t i = 0; i < HW; ++i) dx[i] = g;
     }
   });
 }

@@ -1,4 +1,5 @@
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/sgd.hpp"
+#include "engine/host/thread_pool.hpp"
 
 namespace dp::cpu {
 

@@ -3,8 +3,9 @@
 // context allows TF32; workspace is stream-ordered (cudaMallocAsync/cudaFreeAsync).
 #include <algorithm>
 
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/conv2d.hpp"
+#include "kernels/ops/batchnorm.hpp"
 
 namespace dp::cuda {
 
@@ -24,7 +25,7 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  explicit FilterDesc(const ConvGeometry& g) {
+  explicit FilterDesc(const ConvShape& g) {
     DP_CUDA_CHECK(cudnnCreateFilterDescriptor(&d));
     DP_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(g.K),
                                              static_cast<int>(g.C), static_cast<int>(g.kh), static_cast<int>(g.kw)));
@@ -36,7 +37,7 @@ struct FilterDesc {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const ConvGeometry& g, bool tf32) {
+  ConvDesc(const ConvShape& g, bool tf32) {
     DP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
     const int pad = static_cast<int>(g.pad), stride = static_cast<int>(g.stride);
     // CROSS_CORRELATION is what PyTorch's Conv2d computes.
@@ -79,7 +80,7 @@ Perf pick(Query query) {
 
 }  // namespace
 
-void conv2d_forward(Context& c, float* out, const float* in, const float* w, const float* b, const ConvGeometry& g) {
+void conv2d_forward(Context& c, float* out, const float* in, const float* w, const float* b, const ConvShape& g) {
   auto& h = c.handles();
   const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
   TensorDesc x(g.N, g.C, g.H, g.W), y(g.N, g.K, OH, OW), bias(1, g.K, 1, 1);
@@ -96,7 +97,7 @@ void conv2d_forward(Context& c, float* out, const float* in, const float* w, con
 }
 
 void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
-                     const ConvGeometry& g) {
+                     const ConvShape& g) {
   auto& h = c.handles();
   const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
   TensorDesc x(g.N, g.C, g.H, g.W), y(g.N, g.K, OH, OW), bias(1, g.K, 1, 1);

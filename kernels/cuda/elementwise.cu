@@ -2,8 +2,9 @@
 // grid-stride loops; the same arithmetic as kernels/cpu.
 #include <algorithm>
 
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/sgd.hpp"
 
 namespace dp::cuda {
 
@@ -14,7 +15,7 @@ unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>(
 
 __global__ void relu_forward_kernel(float* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = fmaxf(in[i], 0.f);
+    out[i] = in[i] > 0.f || isnan(in[i]) ? in[i] : 0.f;  // fmaxf would turn NaN into 0
 }
 
 __global__ void relu_backward_kernel(float* din, const float* dout, const float* out, int64_t n) {
@@ -27,7 +28,9 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
     y[i] += x[i];
 }
 
-__global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, SgdSettings s, int64_t n) {
+__global__ void add_scalar_kernel(float* y, float value) { *y += value; }
+
+__global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, SgdConfig s, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float d = g[i] + s.weight_decay * p[i];
     if (s.momentum == 0.f) {
@@ -60,8 +63,13 @@ void add_inplace(Context& c, float* y, const float* x, int64_t n) {
   DP_CUDA_CHECK_LAUNCH();
 }
 
+void add_scalar(Context& c, float* y, float value) {
+  add_scalar_kernel<<<1, 1, 0, c.handles().stream>>>(y, value);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
 void sgd_update(Context& c, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdSettings& s, int64_t n) {
+                const SgdConfig& s, int64_t n) {
   if (n == 0) return;
   sgd_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(param, grad, momentum_buf, first_step, s, n);
   DP_CUDA_CHECK_LAUNCH();

@@ -2,8 +2,8 @@
 // column-major [c, r] one, so each row-major product below is written as its transpose.
 #include <algorithm>
 
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/linear.hpp"
 
 namespace dp::cuda {
 

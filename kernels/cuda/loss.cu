@@ -5,8 +5,9 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/loss.hpp"
+#include "engine/memory.hpp"
 
 namespace dp::cuda {
 
@@ -65,6 +66,26 @@ void softmax_xent(Context& c, const float* logits, const int32_t* labels, int64_
   DP_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_label, sizeof bad, cudaMemcpyDeviceToHost, s));
   DP_CUDA_CHECK(cudaStreamSynchronize(s));
   if (bad) throw RuntimeError("sample " + std::to_string(bad - 1) + " has a label outside [0, " + std::to_string(K) + ")");
+}
+
+double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+                    int64_t K, float* dlogits, float grad_scale, int64_t* correct) {
+  // Per-row scratch from the device's allocator (counted as workspace), freed once the result is
+  // on the host (the call synchronises).
+  struct Scratch {
+    CachingAllocator& alloc;
+    Block* block;
+    Scratch(CachingAllocator& a, size_t bytes) : alloc(a), block(a.allocate(bytes, MemCategory::Workspace)) {}
+    ~Scratch() { alloc.free(block); }
+  };
+  Scratch rows(alloc, static_cast<size_t>(std::max<int64_t>(B, 1)) * sizeof(double));
+  Scratch hits(alloc, static_cast<size_t>(B + 1) * sizeof(int32_t));
+  double sum = 0;
+  int64_t hit_count = 0;
+  softmax_xent(c, logits, labels, B, K, dlogits, grad_scale, &sum, &hit_count, static_cast<float*>(rows.block->ptr),
+               static_cast<int32_t*>(hits.block->ptr));
+  if (correct) *correct = hit_count;
+  return sum;
 }
 
 }  // namespace dp::cuda

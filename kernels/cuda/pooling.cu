@@ -3,8 +3,8 @@
 // atomics, so overlapping windows give deterministic sums, like the CPU reference.
 #include <algorithm>
 
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/pooling.hpp"
 
 namespace dp::cuda {
 
@@ -50,6 +50,22 @@ __global__ void maxpool_backward_kernel(float* din, const float* dout, const int
   }
 }
 
+// One warp per plane: a strided sum in double (like the CPU reference), then a shuffle reduction.
+__global__ void global_avgpool_forward_kernel(float* out, const float* in, int64_t planes, int64_t HW) {
+  const int64_t p = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
+  if (p >= planes) return;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < HW; i += 32) s += in[p * HW + i];
+  for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (threadIdx.x == 0) out[p] = static_cast<float>(s / static_cast<double>(HW));
+}
+
+__global__ void global_avgpool_backward_kernel(float* din, const float* dout, int64_t planes, int64_t HW) {
+  const float inv = 1.f / static_cast<float>(HW);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < planes * HW; i += int64_t{gridDim.x} * blockDim.x)
+    din[i] = dout[i / HW] * inv;
+}
+
 }  // namespace
 
 void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C, int64_t H,
@@ -67,6 +83,21 @@ void maxpool2d_backward(Context& c, float* din, const float* dout, const int32_t
   if (n == 0) return;
   maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, argmax, N * C, H, W, OH, OW,
                                                                               k, stride);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void global_avgpool_forward(Context& c, float* out, const float* in, int64_t planes, int64_t HW) {
+  if (planes == 0) return;
+  const dim3 block(32, 8);
+  const unsigned blocks = static_cast<unsigned>((planes + block.y - 1) / block.y);
+  global_avgpool_forward_kernel<<<blocks, block, 0, c.handles().stream>>>(out, in, planes, HW);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void global_avgpool_backward(Context& c, float* din, const float* dout, int64_t planes, int64_t HW) {
+  const int64_t n = planes * HW;
+  if (n == 0) return;
+  global_avgpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, planes, HW);
   DP_CUDA_CHECK_LAUNCH();
 }
 

@@ -11,9 +11,15 @@
 #include <vector>
 
 #include "engine/device.hpp"
-#include "kernels/cpu/kernels.hpp"
-#include "kernels/cuda/device_query.hpp"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/context.hpp"
+#include "kernels/ops/batchnorm.hpp"
+#include "kernels/ops/conv2d.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/linear.hpp"
+#include "kernels/ops/loss.hpp"
+#include "kernels/ops/pooling.hpp"
+#include "kernels/ops/sgd.hpp"
+#include "engine/cuda/device_query.hpp"
 #include "tests/helpers.hpp"
 
 using namespace dp;
@@ -85,7 +91,7 @@ TEST_CASE("conv2d forward and backward (cuDNN) match the CPU reference") {
   cuda::Context c(0);
   ThreadPool pool(1);
   for (auto [k, stride, pad] : {std::tuple<int64_t, int64_t, int64_t>{5, 1, 2}, {3, 2, 1}, {3, 1, 0}}) {
-    const cpu::ConvShape s{4, 3, 14, 13, 6, k, k, stride, pad};
+    const ConvShape s{4, 3, 14, 13, 6, k, k, stride, pad};
     const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * k * k;
     auto x = random_vector(in_n, 20 + k), w = random_vector(w_n, 21), b = random_vector(s.K, 22),
          dy = random_vector(out_n, 23);
@@ -93,7 +99,7 @@ TEST_CASE("conv2d forward and backward (cuDNN) match the CPU reference") {
     std::vector<float> ws(cpu::conv2d_workspace_floats(s, 1, true));
     cpu::conv2d_forward(pool, y.data(), x.data(), w.data(), b.data(), s, ws.data());
     cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
-    const cuda::ConvGeometry g{s.N, s.C, s.H, s.W, s.K, k, k, stride, pad};
+    const ConvShape& g = s;
     auto d_x = to_device(c, x), d_w = to_device(c, w), d_b = to_device(c, b), d_dy = to_device(c, dy);
     cuda::DeviceBuffer d_y(c, out_n * 4), d_dx(c, in_n * 4), d_dw(c, w_n * 4), d_db(c, s.K * 4);
     cuda::conv2d_forward(c, d_y.get(), d_x.get(), d_w.get(), d_b.get(), g);
@@ -117,7 +123,7 @@ TEST_CASE("batchnorm training, evaluation and backward (cuDNN) match the CPU ref
   cpu::batchnorm_forward_train(pool, y.data(), mean.data(), invstd.data(), x.data(), gamma.data(), beta.data(),
                                rm.data(), rv.data(), N, C, HW, 0.1f, 1e-5f);
   cpu::batchnorm_backward(pool, dx.data(), dg.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
-                          invstd.data(), N, C, HW);
+                          invstd.data(), N, C, HW, 1e-5f);
   cpu::batchnorm_forward_eval(pool, ye.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N, C, HW,
                               1e-5f);
   auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_b = to_device(c, beta), d_dy = to_device(c, dy);
@@ -164,7 +170,7 @@ TEST_CASE("relu, add and SGD match the CPU reference exactly") {
 
   for (bool nesterov : {false, true})
     for (bool first : {true, false}) {
-      cpu::SgdConfig cfg;
+      SgdConfig cfg;
       cfg.lr = 0.1f, cfg.momentum = 0.9f, cfg.weight_decay = 0.01f, cfg.nesterov = nesterov;
       auto cp = p, cb = buf;
       cpu::sgd_update(pool, cp.data(), g.data(), cb.data(), first, cfg, n);

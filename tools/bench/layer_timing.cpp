@@ -41,7 +41,9 @@ static int run(int argc, char** argv) {
   Tensor input = Tensor::zeros(dev, in_shape, MemCategory::Inputs);
   for (int64_t i = 0; i < input.numel(); ++i) input.data()[i] = static_cast<float>((i * 37) % 101) / 50.f - 1.f;
 
-  const auto& layers = net.layers();
+  // The root's children: layers of a Sequential model, stages of a ResNet.
+  std::vector<Module*> layers;
+  for (const auto& c : net.root().children()) layers.push_back(c.module.get());
   std::vector<double> fwd(layers.size()), bwd(layers.size());
   for (int r = 0; r < repeats + 3; ++r) {
     std::vector<Tensor> acts{input};
@@ -60,7 +62,8 @@ static int run(int argc, char** argv) {
   double tf = 0, tb = 0;
   std::printf("%-52s %10s %10s\n", (name + ", batch " + std::to_string(batch)).c_str(), "fwd ms", "bwd ms");
   for (size_t i = 0; i < layers.size(); ++i) {
-    std::printf("%-52s %10.3f %10.3f\n", layers[i]->describe().c_str(), fwd[i] / repeats * 1e3, bwd[i] / repeats * 1e3);
+    const std::string what = net.root().children()[i].name + ": " + layers[i]->describe();
+    std::printf("%-52s %10.3f %10.3f\n", what.c_str(), fwd[i] / repeats * 1e3, bwd[i] / repeats * 1e3);
     tf += fwd[i];
     tb += bwd[i];
   }

@@ -2,7 +2,7 @@
 #include <thread>
 
 #include "engine/memory.hpp"
-#include "kernels/cuda/device_query.hpp"
+#include "engine/cuda/device_query.hpp"
 #include "tools/dp/commands.hpp"
 
 namespace dp::cli {

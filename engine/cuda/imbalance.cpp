@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "kernels/cuda/device_query.hpp"
+#include "engine/cuda/device_query.hpp"
 
 namespace dp {
 

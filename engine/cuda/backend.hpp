@@ -1,6 +1,6 @@
 // What a CUDA logical device is made of, behind the engine's Device: its GPU context (stream,
 // cuBLAS and cuDNN handles), cudaMalloc-backed memory for its caching allocator, the stream's
-// device queue (CUDA events for cross-device ordering), and its Kernels. Several logical devices
+// device queue (CUDA events for cross-device ordering). Several logical devices
 // may share one GPU (cuda:0x4): each has its own context, stream and accounting.
 #pragma once
 #include <memory>
@@ -8,7 +8,7 @@
 
 #include "engine/memory.hpp"
 #include "engine/stream.hpp"
-#include "kernels/kernels.hpp"
+#include "engine/cuda/context.hpp"
 
 namespace dp {
 
@@ -18,7 +18,7 @@ class CudaDeviceParts {
   virtual int gpu() const = 0;
   virtual RawMemory& memory() = 0;
   virtual DeviceQueue& queue() = 0;
-  virtual std::unique_ptr<Kernels> make_kernels(CachingAllocator& allocator) = 0;
+  virtual cuda::Context& context() = 0;
 };
 
 // Throws RuntimeError in builds without CUDA, or when the GPU cannot be set up.

@@ -1,4 +1,4 @@
-#include "kernels/cpu/thread_pool.hpp"
+#include "engine/host/thread_pool.hpp"
 
 namespace dp {
 

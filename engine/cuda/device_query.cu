@@ -2,7 +2,7 @@
 // cudaErrorInsufficientDriver (35) and leaves the count unwritten: initialise it first.
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/device_query.hpp"
+#include "engine/cuda/device_query.hpp"
 
 namespace dp {
 

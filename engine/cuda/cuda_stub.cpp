@@ -1,7 +1,7 @@
 // Built instead of the .cu files when CUDA is not compiled in (-DDP_CUDA=OFF or no nvcc).
 #include "engine/error.hpp"
-#include "kernels/cuda/backend.hpp"
-#include "kernels/cuda/device_query.hpp"
+#include "engine/cuda/backend.hpp"
+#include "engine/cuda/device_query.hpp"
 
 namespace dp {
 

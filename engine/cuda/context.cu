@@ -1,10 +1,12 @@
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/check.cuh"
+#include "engine/cuda/context.hpp"
 
 namespace dp::cuda {
 
+// A failure part-way leaves handles_ holding what was created; its destructor releases them.
 Context::Context(int gpu, bool allow_tf32) : gpu_(gpu), handles_(std::make_unique<Handles>()) {
   DP_CUDA_CHECK(cudaSetDevice(gpu));
+  handles_->gpu = gpu;
   DP_CUDA_CHECK(cudaStreamCreateWithFlags(&handles_->stream, cudaStreamNonBlocking));
   DP_CUDA_CHECK(cublasCreate(&handles_->cublas));
   DP_CUDA_CHECK(cublasSetStream(handles_->cublas, handles_->stream));
@@ -15,11 +17,14 @@ Context::Context(int gpu, bool allow_tf32) : gpu_(gpu), handles_(std::make_uniqu
   allow_tf32_ = allow_tf32;
 }
 
-Context::~Context() {
-  // Destructors do not throw: report nothing, release what exists.
-  if (handles_->cudnn) cudnnDestroy(handles_->cudnn);
-  if (handles_->cublas) cublasDestroy(handles_->cublas);
-  if (handles_->stream) cudaStreamDestroy(handles_->stream);
+Context::~Context() = default;
+
+Context::Handles::~Handles() {
+  // Destructors do not throw: release what exists, on its own GPU.
+  if (gpu >= 0) cudaSetDevice(gpu);
+  if (cudnn) cudnnDestroy(cudnn);
+  if (cublas) cublasDestroy(cublas);
+  if (stream) cudaStreamDestroy(stream);
 }
 
 void Context::synchronize() { DP_CUDA_CHECK(cudaStreamSynchronize(handles_->stream)); }

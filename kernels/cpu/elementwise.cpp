@@ -1,6 +1,7 @@
 #include <algorithm>
 
-#include "kernels/cpu/kernels.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "engine/host/thread_pool.hpp"
 
 namespace dp::cpu {
 
@@ -28,5 +29,11 @@ void add_inplace(ThreadPool& pool, float* y, const float* x, int64_t n) {
     for (int64_t i = a; i < b; ++i) dst[i] += src[i];
   });
 }
+
+}  // namespace dp::cpu
+
+namespace dp::cpu {
+
+void add_scalar(ThreadPool&, float* y, float value) { *y += value; }
 
 }  // namespace dp::cpu

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/error.hpp"
-#include "kernels/cuda/ops.hpp"
+#include "engine/cuda/context.hpp"
 
 namespace dp::cuda {
 
@@ -36,6 +36,8 @@ inline void check(cudnnStatus_t s, const char* what, const char* file, int line)
 
 // What a Context holds, visible to the .cu files only (ops.hpp stays free of CUDA headers).
 struct dp::cuda::Context::Handles {
+  ~Handles();
+  int gpu = -1;
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   cudnnHandle_t cudnn = nullptr;

@@ -1,0 +1,101 @@
+// The CUDA side of a logical device (engine/cuda/backend.hpp). Memory movement is asynchronous
+// on the device's stream: peer copies with cudaMemcpyPeerAsync (device-to-device when both
+// logical devices share a GPU), uploads and downloads with cudaMemcpyAsync.
+#include <cstdio>
+
+#include "engine/cuda/backend.hpp"
+#include "engine/cuda/check.cuh"
+
+namespace dp {
+
+namespace {
+
+class CudaMemory final : public RawMemory {
+ public:
+  explicit CudaMemory(int gpu) : gpu_(gpu) {}
+  void* allocate(size_t bytes) override {
+    DP_CUDA_CHECK(cudaSetDevice(gpu_));
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it, the allocator reports out of memory
+      return nullptr;
+    }
+    DP_CUDA_CHECK(e);
+    return p;
+  }
+  // Called from the allocator's destructor too: never throws. After a sticky fault every call
+  // fails; say so once and carry on (the process is ending with the fault's own error).
+  void release(void* ptr, size_t) noexcept override {
+    cudaError_t e = cudaSetDevice(gpu_);
+    if (e == cudaSuccess) e = cudaFree(ptr);
+    if (e != cudaSuccess && !reported_) {
+      reported_ = true;
+      std::fprintf(stderr, "warning: cudaFree on GPU %d failed (%s); device memory may not be returned\n", gpu_,
+                   cudaGetErrorString(e));
+    }
+  }
+
+ private:
+  int gpu_;
+  bool reported_ = false;
+};
+
+class CudaQueue final : public DeviceQueue {
+ public:
+  explicit CudaQueue(cuda::Context& c) : c_(c) {}
+  void bind_thread() override { DP_CUDA_CHECK(cudaSetDevice(c_.gpu())); }
+  std::shared_ptr<void> record() override {
+    cudaEvent_t e = nullptr;
+    DP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::shared_ptr<void> event(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+    DP_CUDA_CHECK(cudaEventRecord(e, c_.handles().stream));
+    return event;
+  }
+  void wait(const std::shared_ptr<void>& event) override {
+    DP_CUDA_CHECK(cudaStreamWaitEvent(c_.handles().stream, static_cast<cudaEvent_t>(event.get()), 0));
+  }
+  void synchronize() override { c_.synchronize(); }
+
+ private:
+  cuda::Context& c_;
+};
+
+class CudaParts final : public CudaDeviceParts {
+ public:
+  CudaParts(int gpu, bool tf32) : context_(gpu, tf32), memory_(gpu), queue_(context_) {}
+  int gpu() const override { return context_.gpu(); }
+  RawMemory& memory() override { return memory_; }
+  DeviceQueue& queue() override { return queue_; }
+  cuda::Context& context() override { return context_; }
+
+ private:
+  cuda::Context context_;
+  CudaMemory memory_;
+  CudaQueue queue_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int gpu, bool allow_tf32) {
+  return std::make_unique<CudaParts>(gpu, allow_tf32);
+}
+
+void enable_peer_access(const std::vector<int>& gpus) {
+  for (int a : gpus)
+    for (int b : gpus) {
+      if (a == b) continue;
+      int can = 0;
+      DP_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) continue;
+      DP_CUDA_CHECK(cudaSetDevice(a));
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      DP_CUDA_CHECK(e);
+    }
+}
+
+}  // namespace dp

@@ -1,0 +1,28 @@
+// What every kernel call carries for each tensor: where its elements are and what type they have.
+// A kernel names the dtypes it implements; any other is a clear error, never a reinterpretation.
+// float32 (and int32 indices and labels) are implemented today; the 16-bit types are declared so
+// that mixed precision adds kernels, not new signatures.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dp {
+
+enum class DType { F32, I32, BF16, F16 };
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "float32", "int32", "bfloat16", "float16"
+
+// A device pointer and its element type. A default Buf is "absent" (an optional output).
+struct Buf {
+  void* ptr = nullptr;
+  DType dtype = DType::F32;
+
+  // The pointer as float32 / int32 for kernel `op`; throws RuntimeError naming the op and the
+  // dtype when the tensor is of another type. Absent buffers give nullptr.
+  float* f32(const char* op) const { return static_cast<float*>(typed(op, DType::F32)); }
+  int32_t* i32(const char* op) const { return static_cast<int32_t*>(typed(op, DType::I32)); }
+  void* typed(const char* op, DType want) const;
+};
+
+}  // namespace dp

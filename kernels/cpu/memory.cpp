@@ -1,0 +1,18 @@
+// Memory movement on a host device: its "device memory" is host memory.
+#include <cstring>
+
+#include "kernels/ops/memory.hpp"
+
+namespace dp::cpu {
+
+void zero(ThreadPool&, void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+void upload(ThreadPool&, void* dst, const void* host, size_t bytes) {
+  if (bytes) std::memcpy(dst, host, bytes);
+}
+void download(ThreadPool&, void* host, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(host, src, bytes);
+}
+
+}  // namespace dp::cpu

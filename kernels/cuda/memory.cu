@@ -1,0 +1,37 @@
+// Memory movement on a CUDA logical device, asynchronous on its stream: cudaMemsetAsync,
+// cudaMemcpyAsync for host transfers (a download waits for its bytes), and peer copies with
+// cudaMemcpyPeerAsync (device-to-device when both logical devices share a GPU).
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/memory.hpp"
+
+namespace dp::cuda {
+
+void zero(Context& c, void* dst, size_t bytes) {
+  if (!bytes) return;
+  DP_CUDA_CHECK(cudaSetDevice(c.gpu()));
+  DP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, c.handles().stream));
+}
+
+void upload(Context& c, void* dst, const void* host, size_t bytes) {
+  if (!bytes) return;
+  DP_CUDA_CHECK(cudaSetDevice(c.gpu()));
+  DP_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, c.handles().stream));
+}
+
+void download(Context& c, void* host, const void* src, size_t bytes) {
+  if (!bytes) return;
+  DP_CUDA_CHECK(cudaSetDevice(c.gpu()));
+  DP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, c.handles().stream));
+  c.synchronize();
+}
+
+void copy(Context& to, void* dst, const void* src, size_t bytes, Context& from) {
+  if (!bytes) return;
+  DP_CUDA_CHECK(cudaSetDevice(to.gpu()));
+  if (from.gpu() == to.gpu())
+    DP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, to.handles().stream));
+  else
+    DP_CUDA_CHECK(cudaMemcpyPeerAsync(dst, to.gpu(), src, from.gpu(), bytes, to.handles().stream));
+}
+
+}  // namespace dp::cuda

@@ -1,0 +1,37 @@
+// Where a kernel runs: the execution context of one logical device. A host device gives its
+// thread pool (the CPU reference kernels split work over it); a CUDA device its context (stream,
+// cuBLAS and cuDNN handles). The allocator serves kernels that need scratch memory, so it is
+// counted as the device's workspace.
+//
+// Every op in kernels/ops/ is a function of an Exec: it runs the CUDA kernel when the Exec has a
+// CUDA context, the CPU reference otherwise (DP_DISPATCH below). Adding an op means declaring it
+// in its group's header under kernels/ops, a CPU body in kernels/cpu, a CUDA body in
+// kernels/cuda, the module that uses it, and its test.
+#pragma once
+#include "kernels/buffer.hpp"
+
+namespace dp {
+
+class ThreadPool;
+class CachingAllocator;
+namespace cuda {
+class Context;
+}
+
+struct Exec {
+  ThreadPool* pool = nullptr;        // host devices
+  cuda::Context* cuda = nullptr;     // CUDA devices
+  CachingAllocator* alloc = nullptr; // the device's allocator, for kernels' scratch memory
+  bool on_cuda() const { return cuda != nullptr; }
+};
+
+}  // namespace dp
+
+// Run `op` on the backend of `ex`: dp::cuda::op(*ex.cuda, args...) or dp::cpu::op(*ex.pool, args...).
+// Builds without CUDA have only the CPU path.
+#if DP_WITH_CUDA
+#define DP_DISPATCH(ex, op, ...) \
+  ((ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, __VA_ARGS__) : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#else
+#define DP_DISPATCH(ex, op, ...) (::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#endif

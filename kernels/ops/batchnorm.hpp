@@ -1,0 +1,57 @@
+// BatchNorm2d over [N, C, HW] with PyTorch's semantics. Training normalises with this batch's
+// statistics (biased variance), saves mean and 1/std per channel, and updates the running
+// estimates (momentum, unbiased variance) when running_mean is present. CPU reference; CUDA: cuDNN.
+#pragma once
+#include <cstdint>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+namespace cpu {
+void batchnorm_forward_train(ThreadPool& pool, float* out, float* save_mean, float* save_invstd, const float* in,
+                             const float* gamma, const float* beta, float* running_mean, float* running_var,
+                             int64_t N, int64_t C, int64_t HW, float momentum, float eps);
+void batchnorm_forward_eval(ThreadPool& pool, float* out, const float* in, const float* gamma, const float* beta,
+                            const float* running_mean, const float* running_var, int64_t N, int64_t C, int64_t HW,
+                            float eps);
+void batchnorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbeta, const float* dout,
+                        const float* in, const float* gamma, const float* save_mean, const float* save_invstd,
+                        int64_t N, int64_t C, int64_t HW, float eps);
+}  // namespace cpu
+namespace cuda {
+void batchnorm_forward_train(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
+                             const float* gamma, const float* beta, float* running_mean, float* running_var, int64_t N,
+                             int64_t C, int64_t HW, float momentum, float eps);
+void batchnorm_forward_eval(Context& c, float* out, const float* in, const float* gamma, const float* beta,
+                            const float* running_mean, const float* running_var, int64_t N, int64_t C, int64_t HW,
+                            float eps);
+void batchnorm_backward(Context& c, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,
+                        const float* gamma, const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                        int64_t HW, float eps);
+}  // namespace cuda
+
+struct BatchNormArgs {
+  int64_t N, C, HW;
+  float momentum, eps;
+};
+inline void batchnorm_forward_train(const Exec& ex, Buf out, Buf save_mean, Buf save_invstd, Buf in, Buf gamma,
+                                    Buf beta, Buf running_mean, Buf running_var, const BatchNormArgs& a) {
+  constexpr const char* op = "batchnorm_forward_train";
+  DP_DISPATCH(ex, batchnorm_forward_train, out.f32(op), save_mean.f32(op), save_invstd.f32(op), in.f32(op),
+              gamma.f32(op), beta.f32(op), running_mean.f32(op), running_var.f32(op), a.N, a.C, a.HW, a.momentum,
+              a.eps);
+}
+inline void batchnorm_forward_eval(const Exec& ex, Buf out, Buf in, Buf gamma, Buf beta, Buf running_mean,
+                                   Buf running_var, const BatchNormArgs& a) {
+  constexpr const char* op = "batchnorm_forward_eval";
+  DP_DISPATCH(ex, batchnorm_forward_eval, out.f32(op), in.f32(op), gamma.f32(op), beta.f32(op), running_mean.f32(op),
+              running_var.f32(op), a.N, a.C, a.HW, a.eps);
+}
+inline void batchnorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, Buf dout, Buf in, Buf gamma,
+                               Buf save_mean, Buf save_invstd, const BatchNormArgs& a) {
+  constexpr const char* op = "batchnorm_backward";
+  DP_DISPATCH(ex, batchnorm_backward, din.f32(op), dgamma.f32(op), dbeta.f32(op), dout.f32(op), in.f32(op),
+              gamma.f32(op), save_mean.f32(op), save_invstd.f32(op), a.N, a.C, a.HW, a.eps);
+}
+
+}  // namespace dp

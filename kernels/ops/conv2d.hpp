@@ -1,0 +1,41 @@
+// Conv2d (square stride and padding, NCHW, weight [K, C, kh, kw], bias optional). CPU: im2col +
+// one GEMM per sample (Caffe's approach) over the caller's workspace; CUDA: cuDNN.
+// Backward: din may be absent (the first layer), db absent without a bias; dw, db are written.
+#pragma once
+#include <cstdint>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+
+struct ConvShape {
+  int64_t N, C, H, W;  // input
+  int64_t K, kh, kw;   // output channels, kernel
+  int64_t stride, pad;
+  int64_t OH() const { return (H + 2 * pad - kh) / stride + 1; }
+  int64_t OW() const { return (W + 2 * pad - kw) / stride + 1; }
+  int64_t col_rows() const { return C * kh * kw; }
+  int64_t col_cols() const { return OH() * OW(); }
+};
+
+namespace cpu {
+// Floats of workspace the conv kernels need with `threads` threads.
+int64_t conv2d_workspace_floats(const ConvShape& s, int threads, bool backward);
+void conv2d_forward(ThreadPool& pool, float* out, const float* in, const float* w, const float* b, const ConvShape& s,
+                    float* workspace);
+void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const float* dout, const float* in,
+                     const float* w, const ConvShape& s, float* workspace);
+}  // namespace cpu
+namespace cuda {
+void conv2d_forward(Context& c, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
+void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+                     const ConvShape& s);
+}  // namespace cuda
+
+// Floats of workspace the caller provides (0 where the backend manages its own).
+int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backward);
+void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace);
+void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,
+                     Buf workspace);
+
+}  // namespace dp

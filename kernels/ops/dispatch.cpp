@@ -1,0 +1,58 @@
+// The ops whose CPU and CUDA bodies take different arguments (workspace, scratch memory, two
+// devices): their dispatch, out of line.
+#include <cstring>
+
+#include "engine/error.hpp"
+#include "kernels/ops/conv2d.hpp"
+#include "kernels/ops/loss.hpp"
+#include "kernels/ops/memory.hpp"
+#include "engine/host/thread_pool.hpp"
+
+namespace dp {
+
+void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, const Exec& from) {
+  if (bytes == 0) return;
+  if (to.on_cuda() != from.on_cuda())
+    throw RuntimeError("copy between a CUDA device and a host device is not supported");
+#if DP_WITH_CUDA
+  if (to.on_cuda()) return cuda::copy(*to.cuda, dst, src, bytes, *from.cuda);
+#endif
+  std::memcpy(dst, src, bytes);
+}
+
+int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backward) {
+  if (ex.on_cuda()) return 0;  // cuDNN's own
+  return cpu::conv2d_workspace_floats(s, ex.pool->size(), backward);
+}
+
+void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {
+  constexpr const char* op = "conv2d_forward";
+#if DP_WITH_CUDA
+  if (ex.on_cuda()) return cuda::conv2d_forward(*ex.cuda, out.f32(op), in.f32(op), w.f32(op), b.f32(op), s);
+#endif
+  cpu::conv2d_forward(*ex.pool, out.f32(op), in.f32(op), w.f32(op), b.f32(op), s, workspace.f32(op));
+}
+
+void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,
+                     Buf workspace) {
+  constexpr const char* op = "conv2d_backward";
+#if DP_WITH_CUDA
+  if (ex.on_cuda())
+    return cuda::conv2d_backward(*ex.cuda, din.f32(op), dw.f32(op), db.f32(op), dout.f32(op), in.f32(op), w.f32(op), s);
+#endif
+  cpu::conv2d_backward(*ex.pool, din.f32(op), dw.f32(op), db.f32(op), dout.f32(op), in.f32(op), w.f32(op), s,
+                       workspace.f32(op));
+}
+
+double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
+                    int64_t* correct) {
+  constexpr const char* op = "softmax_xent";
+#if DP_WITH_CUDA
+  if (ex.on_cuda())
+    return cuda::softmax_xent(*ex.cuda, *ex.alloc, logits.f32(op), labels.i32(op), B, K, dlogits.f32(op), grad_scale,
+                              correct);
+#endif
+  return cpu::softmax_xent(logits.f32(op), labels.i32(op), B, K, dlogits.f32(op), grad_scale, correct);
+}
+
+}  // namespace dp

@@ -1,0 +1,35 @@
+// Element-wise ops: ReLU (its backward reads the forward output: out > 0 <=> in > 0; NaN stays
+// NaN, as in PyTorch), y += x (the reduce's sum and a residual connection), and adding a scalar
+// to one element (BatchNorm's num_batches_tracked).
+#pragma once
+#include <cstdint>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+namespace cpu {
+void relu_forward(ThreadPool& pool, float* out, const float* in, int64_t n);
+void relu_backward(ThreadPool& pool, float* din, const float* dout, const float* out, int64_t n);
+void add_inplace(ThreadPool& pool, float* y, const float* x, int64_t n);
+void add_scalar(ThreadPool& pool, float* y, float value);
+}  // namespace cpu
+namespace cuda {
+void relu_forward(Context& c, float* out, const float* in, int64_t n);
+void relu_backward(Context& c, float* din, const float* dout, const float* out, int64_t n);
+void add_inplace(Context& c, float* y, const float* x, int64_t n);
+void add_scalar(Context& c, float* y, float value);
+}  // namespace cuda
+
+inline void relu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
+  DP_DISPATCH(ex, relu_forward, out.f32("relu_forward"), in.f32("relu_forward"), n);
+}
+inline void relu_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t n) {
+  constexpr const char* op = "relu_backward";
+  DP_DISPATCH(ex, relu_backward, din.f32(op), dout.f32(op), out.f32(op), n);
+}
+inline void add_inplace(const Exec& ex, Buf y, Buf x, int64_t n) {
+  DP_DISPATCH(ex, add_inplace, y.f32("add_inplace"), x.f32("add_inplace"), n);
+}
+inline void add_scalar(const Exec& ex, Buf y, float value) { DP_DISPATCH(ex, add_scalar, y.f32("add_scalar"), value); }
+
+}  // namespace dp

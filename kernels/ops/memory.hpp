@@ -1,0 +1,31 @@
+// Memory movement on a device: zeroing, host <-> device transfers and copies between devices.
+// On CUDA these are asynchronous on the device's stream (a download completes before it returns);
+// on host devices they are memset and memcpy.
+#pragma once
+#include <cstddef>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+namespace cpu {
+void zero(ThreadPool&, void* dst, size_t bytes);
+void upload(ThreadPool&, void* dst, const void* host, size_t bytes);
+void download(ThreadPool&, void* host, const void* src, size_t bytes);
+}  // namespace cpu
+namespace cuda {
+void zero(Context& c, void* dst, size_t bytes);
+void upload(Context& c, void* dst, const void* host, size_t bytes);
+void download(Context& c, void* host, const void* src, size_t bytes);  // completed on return
+// src lives on `from`'s GPU: a peer copy, or device-to-device when both share a GPU.
+void copy(Context& to, void* dst, const void* src, size_t bytes, Context& from);
+}  // namespace cuda
+
+inline void zero(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, zero, dst, bytes); }
+inline void upload(const Exec& ex, void* dst, const void* host, size_t bytes) { DP_DISPATCH(ex, upload, dst, host, bytes); }
+inline void download(const Exec& ex, void* host, const void* src, size_t bytes) {
+  DP_DISPATCH(ex, download, host, src, bytes);
+}
+// Copy into memory of `to` from memory of `from` (possibly the same device), on `to`'s stream.
+void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, const Exec& from);
+
+}  // namespace dp

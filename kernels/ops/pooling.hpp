@@ -1,0 +1,50 @@
+// Pooling over NCHW planes.
+// MaxPool2d (no padding): argmax holds the flat input index within each (n, c) plane; NaN wins,
+// as in PyTorch. Backward gathers, so overlapping windows sum deterministically.
+// AdaptiveAvgPool2d to 1x1 (ResNet's global average pool): out[n, c] = mean of the plane;
+// backward spreads dout / (H·W) over it.
+#pragma once
+#include <cstdint>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+namespace cpu {
+void maxpool2d_forward(ThreadPool& pool, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C,
+                       int64_t H, int64_t W, int64_t k, int64_t stride);
+void maxpool2d_backward(ThreadPool& pool, float* din, const float* dout, const int32_t* argmax, int64_t N,
+                        int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride);
+void global_avgpool_forward(ThreadPool& pool, float* out, const float* in, int64_t planes, int64_t HW);
+void global_avgpool_backward(ThreadPool& pool, float* din, const float* dout, int64_t planes, int64_t HW);
+}  // namespace cpu
+namespace cuda {
+void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C, int64_t H,
+                       int64_t W, int64_t k, int64_t stride);
+void maxpool2d_backward(Context& c, float* din, const float* dout, const int32_t* argmax, int64_t N, int64_t C,
+                        int64_t H, int64_t W, int64_t k, int64_t stride);
+void global_avgpool_forward(Context& c, float* out, const float* in, int64_t planes, int64_t HW);
+void global_avgpool_backward(Context& c, float* din, const float* dout, int64_t planes, int64_t HW);
+}  // namespace cuda
+
+struct PoolShape {
+  int64_t N, C, H, W, k, stride;
+};
+inline void maxpool2d_forward(const Exec& ex, Buf out, Buf argmax, Buf in, const PoolShape& s) {
+  constexpr const char* op = "maxpool2d_forward";
+  DP_DISPATCH(ex, maxpool2d_forward, out.f32(op), argmax.i32(op), in.f32(op), s.N, s.C, s.H, s.W, s.k, s.stride);
+}
+inline void maxpool2d_backward(const Exec& ex, Buf din, Buf dout, Buf argmax, const PoolShape& s) {
+  constexpr const char* op = "maxpool2d_backward";
+  DP_DISPATCH(ex, maxpool2d_backward, din.f32(op), dout.f32(op), argmax.i32(op), s.N, s.C, s.H, s.W, s.k, s.stride);
+}
+// planes = N·C; HW = H·W.
+inline void global_avgpool_forward(const Exec& ex, Buf out, Buf in, int64_t planes, int64_t HW) {
+  DP_DISPATCH(ex, global_avgpool_forward, out.f32("global_avgpool_forward"), in.f32("global_avgpool_forward"),
+              planes, HW);
+}
+inline void global_avgpool_backward(const Exec& ex, Buf din, Buf dout, int64_t planes, int64_t HW) {
+  DP_DISPATCH(ex, global_avgpool_backward, din.f32("global_avgpool_backward"), dout.f32("global_avgpool_backward"),
+              planes, HW);
+}
+
+}  // namespace dp

@@ -1,0 +1,26 @@
+#include "models/module.hpp"
+
+namespace dp {
+
+bool Module::has_params() const {
+  if (!params().empty()) return true;
+  for (const auto& c : children_)
+    if (c.module->has_params()) return true;
+  return false;
+}
+
+void Module::bind(std::vector<Tensor> values, std::vector<Tensor> grads) {
+  values_ = std::move(values);
+  grads_ = std::move(grads);
+}
+
+void Module::clear_cache() {
+  for (auto& c : children_) c.module->clear_cache();
+}
+
+Module& Module::add(std::string name, std::unique_ptr<Module> child) {
+  children_.push_back({std::move(name), std::move(child)});
+  return *children_.back().module;
+}
+
+}  // namespace dp

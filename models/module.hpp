@@ -1,0 +1,97 @@
+// A module: PyTorch's nn.Module for this engine. A model is a tree of modules whose dotted paths
+// are PyTorch's state-dict names ("layer1.0.downsample.1.running_var"): containers (Sequential,
+// a residual BasicBlock) route tensors between their children, in any DAG; leaves (Conv2d,
+// BatchNorm2d, Linear, ...) own parameters and buffers, bound as views into the replica's flat
+// parameter, gradient and buffer storage, so replication and reduction stay bucketed copies of
+// one flat array each (models/model.hpp lays them out).
+//
+// forward caches what backward needs; backward writes (not accumulates) the module's parameter
+// gradients, drops the cache, and returns the input gradient unless need_grad_in is false. So
+// activation memory rises through forward and falls through backward.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.hpp"
+
+namespace dp {
+
+class Device;
+
+struct ParamDecl {
+  enum class Kind { Parameter, Buffer };
+  enum class Init { Uniform, Normal, Ones, Zeros };
+  std::string name;  // state-dict suffix: "weight", "running_mean", ...
+  Shape shape;
+  Kind kind = Kind::Parameter;
+  Init init = Init::Zeros;
+  double scale = 0;  // Uniform(-scale, scale) or Normal(0, scale)
+  bool integer = false;  // num_batches_tracked: int64 in the state dict
+};
+
+class Module {
+ public:
+  struct Child {
+    std::string name;
+    std::unique_ptr<Module> module;
+  };
+
+  virtual ~Module() = default;
+  virtual std::string describe() const = 0;  // "Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)"
+  // Output shape for an input shape (without the batch dim); RuntimeError if incompatible.
+  virtual Shape output_shape(const Shape& in) const = 0;
+  // This module's own parameters, then its own buffers, in PyTorch's state-dict order.
+  virtual std::vector<ParamDecl> params() const { return {}; }
+  const std::vector<Child>& children() const { return children_; }
+  bool has_params() const;  // here or in any descendant
+
+  // One tensor per params() entry; grads holds an undefined tensor for buffers (and for all
+  // entries when only inference runs).
+  void bind(std::vector<Tensor> values, std::vector<Tensor> grads);
+  virtual Tensor forward(Device& dev, const Tensor& in, bool training) = 0;
+  virtual Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) = 0;
+  // Drop whatever forward cached (a step that failed part-way); containers recurse.
+  virtual void clear_cache();
+
+ protected:
+  Module& add(std::string name, std::unique_ptr<Module> child);
+  std::vector<Tensor> values_, grads_;
+
+ private:
+  std::vector<Child> children_;
+};
+
+// Containers.
+class Sequential : public Module {
+ public:
+  std::string describe() const override { return "Sequential"; }
+  Shape output_shape(const Shape& in) const override;
+  // Children run in the order appended; unnamed ones are named by position ("0", "1", ...).
+  Sequential& append(std::unique_ptr<Module> child);
+  Sequential& append(std::string name, std::unique_ptr<Module> child);
+  Tensor forward(Device& dev, const Tensor& in, bool training) override;
+  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override;
+};
+std::unique_ptr<Sequential> make_sequential();
+
+// torchvision's BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the shortcut
+// being x or downsample(x) = BatchNorm(Conv1x1 stride s) when the shape changes. batchnorm=false
+// leaves both norms out (a residual model whose replicas agree exactly, for tests).
+std::unique_ptr<Module> make_basic_block(int64_t in, int64_t planes, int64_t stride, bool batchnorm = true);
+
+// Leaves.
+enum class WeightInit {
+  PyTorchDefault,      // kaiming_uniform(a=√5): U(±1/√fan_in), bias the same
+  KaimingNormalFanOut  // torchvision ResNet's convolutions: N(0, √(2/fan_out)), fan_out = out·kh·kw
+};
+std::unique_ptr<Module> make_linear(int64_t in, int64_t out);
+std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
+                                    bool bias = true, WeightInit init = WeightInit::PyTorchDefault);
+std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f);
+std::unique_ptr<Module> make_relu();
+std::unique_ptr<Module> make_maxpool2d(int64_t kernel, int64_t stride);
+std::unique_ptr<Module> make_adaptive_avgpool2d_1x1();  // AdaptiveAvgPool2d((1, 1))
+std::unique_ptr<Module> make_flatten();
+
+}  // namespace dp
