@@ -1,5 +1,7 @@
-// Image classification data as stored: uint8 pixels [count, rows, cols] and uint8 labels.
-// Sources: MNIST IDX files (gzip or raw) and the generated default dataset.
+// Image classification data as stored: uint8 pixels [count, channels, rows, cols] (planes, as
+// CIFAR-10 stores them) and uint8 labels, with the per-channel statistics the loader normalises
+// with. Sources: MNIST-style IDX files (gzip or raw), CIFAR-10's binary files, and generated
+// defaults for both shapes.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,11 +10,18 @@
 namespace dp {
 
 struct Dataset {
-  int64_t count = 0, rows = 0, cols = 0;
-  std::vector<uint8_t> images;  // count * rows * cols
+  int64_t count = 0, channels = 1, rows = 0, cols = 0;
+  std::vector<uint8_t> images;  // count * channels * rows * cols
   std::vector<uint8_t> labels;  // count
-  int64_t sample_pixels() const { return rows * cols; }
+  // Normalisation per channel: (x/255 − mean) / std. MNIST's by default (DESIGN.md).
+  std::vector<float> mean{0.1307f}, std{0.3081f};
+  int64_t sample_pixels() const { return channels * rows * cols; }
 };
+
+// Per-channel statistics of the known datasets (torchvision's usual values).
+void use_mnist_statistics(Dataset& d);          // 0.1307, 0.3081
+void use_fashion_mnist_statistics(Dataset& d);  // 0.2860, 0.3530
+void use_cifar10_statistics(Dataset& d);        // (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 struct TrainTest {
   Dataset train, test;
@@ -22,12 +31,24 @@ struct TrainTest {
 // IDX pair (images 0x00000803, labels 0x00000801), gzip or raw; RuntimeError naming the file and
 // the problem for bad magic, counts the file cannot hold, count mismatch, labels above 9.
 Dataset read_idx_pair(const std::string& images_path, const std::string& labels_path);
-// The four standard MNIST file names in dir (with or without .gz).
+// The four standard MNIST file names in dir (with or without .gz): MNIST, or Fashion-MNIST (same
+// names and format) when the directory's path says "fashion", normalised with its own statistics.
 TrainTest load_mnist_dir(const std::string& dir);
+
+// CIFAR-10's binary version: data_batch_1.bin, data_batch_2.bin, ... (consecutive from 1, any
+// number of records each) for training and test_batch.bin; each record is one label byte, then
+// the R, G and B planes of 32x32. RuntimeError naming the file for a size that is not a multiple
+// of 3073, a label above 9, or a missing file.
+TrainTest load_cifar10_dir(const std::string& dir);
+
+// --data DIR: the directory's content decides the format (CIFAR-10 binary or IDX).
+TrainTest load_data_dir(const std::string& dir);
 
 // A deterministic, learnable stand-in for MNIST: 28x28 strokes of ten shape classes, jittered
 // and noised, so `dp train` runs out of the box with no files.
 TrainTest generate_dataset(int64_t train_count, int64_t test_count, uint64_t seed);
+// A CIFAR-style stand-in (3x32x32, ten classes): coloured shapes on textured backgrounds.
+TrainTest generate_cifar_like(int64_t train_count, int64_t test_count, uint64_t seed);
 
 // Write an IDX pair, gzip-compressed when the name ends in .gz (tests and tools use it).
 void write_idx_pair(const Dataset& d, const std::string& images_path, const std::string& labels_path);

@@ -89,7 +89,76 @@ Dataset make(int64_t count, std::mt19937_64& rng) {
   return d;
 }
 
+// ---- The CIFAR-style default: one of ten shapes, in a colour typical of its class, at a random
+// place and size on a random, noisy background. Colour alone does not decide the class (hues
+// overlap), nor does position: the shape must be seen.
+bool in_shape(int label, float u, float v) {  // u, v in about [-1, 1] around the shape's centre
+  const float r = std::sqrt(u * u + v * v), au = std::abs(u), av = std::abs(v);
+  switch (label) {
+    case 0: return r < 0.9f;                                   // disc
+    case 1: return r < 0.95f && r > 0.55f;                     // ring
+    case 2: return au < 0.8f && av < 0.8f;                     // square
+    case 3: return std::max(au, av) < 0.9f && std::max(au, av) > 0.55f;  // frame
+    case 4: return v > -0.8f && v < 0.8f && au < (v + 0.8f) * 0.6f;      // triangle
+    case 5: return au < 0.95f && (std::abs(v - 0.45f) < 0.2f || std::abs(v + 0.45f) < 0.2f);  // two bars
+    case 6: return av < 0.95f && au < 0.25f;                   // upright bar
+    case 7: return (au < 0.22f && av < 0.95f) || (av < 0.22f && au < 0.95f);  // plus
+    case 8: return std::abs(u - v) < 0.3f && au < 0.9f;        // diagonal stroke
+    default: return std::sqrt((u - 0.45f) * (u - 0.45f) + v * v) < 0.4f ||
+                    std::sqrt((u + 0.45f) * (u + 0.45f) + v * v) < 0.4f;  // two dots
+  }
+}
+
+void draw_cifar_like(uint8_t* img, int label, std::mt19937_64& rng) {
+  constexpr int S = 32;
+  // Class colour: a hue per class, jittered so that neighbouring classes overlap.
+  const double hue = (label * 0.1 + uniform(rng, -0.08, 0.08)) * 6.283185307179586;
+  float fg[3], bg[3];
+  for (int c = 0; c < 3; ++c) {
+    fg[c] = static_cast<float>(150 + 90 * std::cos(hue - c * 2.0943951));
+    bg[c] = static_cast<float>(uniform(rng, 20, 200));
+  }
+  const float size = static_cast<float>(uniform(rng, 7, 13));
+  const float cx = static_cast<float>(16 + uniform(rng, -6, 6)), cy = static_cast<float>(16 + uniform(rng, -6, 6));
+  const float angle = static_cast<float>(uniform(rng, -0.3, 0.3)), ca = std::cos(angle), sa = std::sin(angle);
+  for (int y = 0; y < S; ++y)
+    for (int x = 0; x < S; ++x) {
+      const float dx = (x + 0.5f - cx) / size, dy = (y + 0.5f - cy) / size;
+      const bool on = in_shape(label, ca * dx + sa * dy, -sa * dx + ca * dy);
+      for (int c = 0; c < 3; ++c) {
+        const float v = (on ? fg[c] : bg[c]) + static_cast<float>(uniform(rng, -30, 30));
+        img[(c * S + y) * S + x] = static_cast<uint8_t>(std::clamp(v, 0.f, 255.f));
+      }
+    }
+}
+
+Dataset make_cifar_like(int64_t count, std::mt19937_64& rng) {
+  Dataset d;
+  d.count = count;
+  d.channels = 3;
+  d.rows = d.cols = 32;
+  use_cifar10_statistics(d);
+  d.images.resize(static_cast<size_t>(count * 3 * 32 * 32));
+  d.labels.resize(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    const int label = static_cast<int>(rng() % 10);
+    d.labels[static_cast<size_t>(i)] = static_cast<uint8_t>(label);
+    draw_cifar_like(d.images.data() + i * 3 * 32 * 32, label, rng);
+  }
+  return d;
+}
+
 }  // namespace
+
+TrainTest generate_cifar_like(int64_t train_count, int64_t test_count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  TrainTest tt;
+  tt.train = make_cifar_like(train_count, rng);
+  tt.test = make_cifar_like(test_count, rng);
+  tt.description = "generated CIFAR-style shapes (" + std::to_string(train_count) + " train, " +
+                   std::to_string(test_count) + " test)";
+  return tt;
+}
 
 TrainTest generate_dataset(int64_t train_count, int64_t test_count, uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -2,6 +2,7 @@
 // dimension sizes, then uint8 data. zlib's gz* functions read gzip and raw files alike.
 #include <zlib.h>
 
+#include <cctype>
 #include <filesystem>
 #include <memory>
 
@@ -121,7 +122,15 @@ TrainTest load_mnist_dir(const std::string& dir) {
   tt.test = read_idx_pair(find("t10k-images-idx3-ubyte"), find("t10k-labels-idx1-ubyte"));
   if (tt.train.rows != tt.test.rows || tt.train.cols != tt.test.cols)
     throw RuntimeError("--data " + dir + ": train and test images differ in size");
-  tt.description = "MNIST from " + dir;
+  std::string lower = dir;
+  for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower.find("fashion") != std::string::npos) {
+    use_fashion_mnist_statistics(tt.train);
+    use_fashion_mnist_statistics(tt.test);
+    tt.description = "Fashion-MNIST from " + dir;
+  } else {
+    tt.description = "MNIST from " + dir;
+  }
   return tt;
 }
 

@@ -5,9 +5,28 @@
 
 namespace dp {
 
-void normalise_mnist(const uint8_t* pixels, float* out, int64_t n) {
-  constexpr float kMean = 0.1307f, kStd = 0.3081f;
-  for (int64_t i = 0; i < n; ++i) out[i] = (static_cast<float>(pixels[i]) / 255.f - kMean) / kStd;
+void normalise_sample(const Dataset& data, const uint8_t* pixels, float* out) {
+  const int64_t plane = data.rows * data.cols;
+  for (int64_t c = 0; c < data.channels; ++c) {
+    const float mean = data.mean.at(static_cast<size_t>(c)), stdev = data.std.at(static_cast<size_t>(c));
+    for (int64_t i = c * plane; i < (c + 1) * plane; ++i) out[i] = (static_cast<float>(pixels[i]) / 255.f - mean) / stdev;
+  }
+}
+
+void augment_sample(uint8_t* pixels, int64_t channels, int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  constexpr int64_t kPad = 4;
+  // The crop's top-left corner in the padded image, 0..2·pad each, then the flip.
+  const int64_t dy = static_cast<int64_t>(rng() % (2 * kPad + 1)) - kPad;
+  const int64_t dx = static_cast<int64_t>(rng() % (2 * kPad + 1)) - kPad;
+  const bool flip = (rng() & 1u) != 0;
+  std::vector<uint8_t> src(pixels, pixels + channels * rows * cols);
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t y = 0; y < rows; ++y)
+      for (int64_t x = 0; x < cols; ++x) {
+        const int64_t sy = y + dy, sx = (flip ? cols - 1 - x : x) + dx;
+        pixels[(c * rows + y) * cols + x] =
+            sy < 0 || sy >= rows || sx < 0 || sx >= cols ? 0 : src[static_cast<size_t>((c * rows + sy) * cols + sx)];
+      }
 }
 
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed) {
@@ -21,22 +40,29 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed) {
   return idx;
 }
 
-Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count) {
+Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, std::mt19937_64* augment_rng) {
   Batch b;
   b.size = count;
   const int64_t px = data.sample_pixels();
   b.images.resize(static_cast<size_t>(count * px));
   b.labels.resize(static_cast<size_t>(count));
+  std::vector<uint8_t> sample(static_cast<size_t>(px));
   for (int64_t i = 0; i < count; ++i) {
-    normalise_mnist(data.images.data() + indices[i] * px, b.images.data() + i * px, px);
+    const uint8_t* pixels = data.images.data() + indices[i] * px;
+    if (augment_rng) {
+      std::copy(pixels, pixels + px, sample.begin());
+      augment_sample(sample.data(), data.channels, data.rows, data.cols, *augment_rng);
+      pixels = sample.data();
+    }
+    normalise_sample(data, pixels, b.images.data() + i * px);
     b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
   }
   return b;
 }
 
 BatchLoader::BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs,
-                         int64_t max_steps, int prefetch)
-    : data_(data), batch_(batch), shuffle_(shuffle), seed_(seed), epochs_(epochs), max_steps_(max_steps),
+                         int64_t max_steps, bool augment, int prefetch)
+    : data_(data), batch_(batch), shuffle_(shuffle), augment_(augment), seed_(seed), epochs_(epochs), max_steps_(max_steps),
       prefetch_(static_cast<size_t>(std::max(prefetch, 1))) {
   thread_ = std::thread([this] { produce(); });
 }
@@ -62,10 +88,15 @@ void BatchLoader::produce() {
       std::vector<int64_t> order(static_cast<size_t>(data_.count));
       if (shuffle_) order = shuffled_indices(data_.count, seed_ + static_cast<uint64_t>(epoch));
       else std::iota(order.begin(), order.end(), 0);
+      // Augmentation draws from its own stream, never the shuffle's (two purposes sharing one
+      // stream correlate them): seeded from (seed, epoch) through a different mix.
+      std::seed_seq augment_seed{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32),
+                                 static_cast<uint32_t>(epoch), 0xA06AE7u};
+      std::mt19937_64 augment_rng(augment_seed);
       for (int64_t i = 0; i * batch_ < data_.count; ++i, ++step) {
         if (max_steps_ > 0 && step >= max_steps_) goto finished;
         const int64_t begin = i * batch_, count = std::min(batch_, data_.count - begin);
-        Batch b = make_batch(data_, order.data() + begin, count);
+        Batch b = make_batch(data_, order.data() + begin, count, augment_ ? &augment_rng : nullptr);
         b.epoch = epoch;
         b.index = i;
         std::unique_lock lock(mutex_);

@@ -1,5 +1,5 @@
-// The prefetching batch loader: a background thread shuffles (per epoch, from --seed),
-// normalises and packs batches ahead of the step, so input never stalls training.
+// The prefetching batch loader: a background thread shuffles (per epoch, from --seed), augments
+// (--augment), normalises and packs batches ahead of the step, so input never stalls training.
 // Without shuffling, step i of an epoch takes samples i*B .. (i+1)*B-1; the last batch of an
 // epoch may be short (PyTorch's DataLoader with drop_last=False).
 #pragma once
@@ -9,6 +9,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -17,15 +18,20 @@
 namespace dp {
 
 struct Batch {
-  std::vector<float> images;     // [size, 1, rows, cols], normalised
+  std::vector<float> images;     // [size, channels, rows, cols], normalised
   std::vector<int32_t> labels;
   int64_t size = 0;
   int epoch = 0;                 // from 1
   int64_t index = 0;             // within the epoch, from 0
 };
 
-// MNIST normalisation (DESIGN.md): x/255, then (x - 0.1307) / 0.3081.
-void normalise_mnist(const uint8_t* pixels, float* out, int64_t n);
+// One sample's pixels (channels planes) to floats: x/255, then (x − mean[c]) / std[c].
+void normalise_sample(const Dataset& data, const uint8_t* pixels, float* out);
+
+// Training augmentation (--augment, torchvision's CIFAR recipe): a random 32x32 crop of the image
+// zero-padded by 4 on every side, and a horizontal flip with probability 1/2; in place on one
+// sample's uint8 planes, drawn from rng.
+void augment_sample(uint8_t* pixels, int64_t channels, int64_t rows, int64_t cols, std::mt19937_64& rng);
 
 // Fisher–Yates with mt19937_64: the same order on every platform for a seed.
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed);
@@ -34,7 +40,7 @@ class BatchLoader {
  public:
   // Produces batches for `epochs` epochs, stopping early after max_steps (0 = no limit).
   BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
-              int prefetch = 3);
+              bool augment = false, int prefetch = 3);
   ~BatchLoader();
   std::optional<Batch> next();  // nullopt when done
   int64_t steps_per_epoch() const { return (data_.count + batch_ - 1) / batch_; }
@@ -44,7 +50,7 @@ class BatchLoader {
   void produce();
   const Dataset& data_;
   int64_t batch_;
-  bool shuffle_;
+  bool shuffle_, augment_;
   uint64_t seed_;
   int epochs_;
   int64_t max_steps_;
@@ -57,7 +63,7 @@ class BatchLoader {
   std::thread thread_;
 };
 
-// Evaluation batches in file order.
-Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count);
+// The samples at `indices`, normalised; augmented first when rng is given.
+Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, std::mt19937_64* augment_rng = nullptr);
 
 }  // namespace dp

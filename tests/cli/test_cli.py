@@ -38,6 +38,19 @@ def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28):
         f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
 
 
+def cifar_dir(base, name, train_records=20, test_records=8, label=None, extra=0, test=True):
+    d = os.path.join(base, name)
+    os.makedirs(d)
+
+    def records(n):
+        return b"".join(bytes([label if label is not None else i % 10]) + bytes((i * 5 + j) % 256 for j in range(3072))
+                        for i in range(n))
+    open(os.path.join(d, "data_batch_1.bin"), "wb").write(records(train_records) + b"x" * extra)
+    if test:
+        open(os.path.join(d, "test_batch.bin"), "wb").write(records(test_records))
+    return d
+
+
 def mnist_dir(base, name, **kw):
     d = os.path.join(base, name)
     os.makedirs(d)
@@ -140,5 +153,27 @@ with tempfile.TemporaryDirectory() as tmp:
         keeps_save(name, small + ["--init", bad_init], 1, needle)
     keeps_save("init wrong model", small[:-2] + ["--model", "convnet", "--init", save], 1, "unexpected tensor")
     keeps_save("init missing", small + ["--init", os.path.join(tmp, "none.safetensors")], 1, "cannot open")
+
+    # ResNets and CIFAR-10: the directory's content decides the format.
+    cifar = cifar_dir(tmp, "cifar")
+    res_flags = ["--model", "resnet8", "--devices", "host:2", "--batch", "8", "--steps", "2"]
+    res = ["train", "--data", cifar] + res_flags
+    res_save = os.path.join(tmp, "r8.safetensors")
+    rc, out, err = run(res + ["--augment", "--eval", "--save", res_save])
+    check("resnet8 on CIFAR-10 files", rc == 0 and "CIFAR-10 from" in err and "test accuracy" in err, err)
+    keeps_save("resnet18 on MNIST", ["train", "--model", "resnet18", "--data", good, "--steps", "1"], 1,
+               "takes [3, 32, 32] samples")
+    keeps_save("convnet on CIFAR", ["train", "--model", "convnet", "--data", cifar, "--steps", "1"], 1,
+               "takes [1, 28, 28] samples")
+    keeps_save("CIFAR record size", ["train", "--data", cifar_dir(tmp, "cifar_size", extra=7)] + res_flags, 1,
+               "is not a whole number of CIFAR-10 records")
+    keeps_save("CIFAR label > 9", ["train", "--data", cifar_dir(tmp, "cifar_label", label=11)] + res_flags, 1,
+               "has label 11")
+    keeps_save("CIFAR test file missing", ["train", "--data", cifar_dir(tmp, "cifar_notest", test=False)] + res_flags,
+               1, "missing test_batch.bin")
+    keeps_save("init from another model", res + ["--init", save], 1, "unexpected tensor '1.bias'")
+    keeps_save("resnet8 init into resnet18", ["train", "--model", "resnet18", "--data", cifar, "--steps", "1",
+                                              "--init", res_save], 1,
+               "tensor 'conv1.weight' has shape [16, 3, 3, 3], the model needs [64, 3, 3, 3]")
 
 CHECKS.finish()

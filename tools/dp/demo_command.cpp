@@ -189,7 +189,7 @@ int run_demo(const DemoOptions& o) {
   }
   const int n = devices.size();
   // Only as many samples as the steps take, unless --data names real ones.
-  TrainTest data = o.data.empty() ? generate_dataset(o.batch * o.steps, 1, 7) : load_run_data(o, model);
+  TrainTest data = load_run_data(o, model, o.batch * o.steps, 1, 7);
   BatchLoader loader(data.train, o.batch, false, 0, 1, o.steps);
 
   std::printf("dp demo: one DataParallel step of '%s' (%s) with batch %lld on %s, --split %s\n\n",

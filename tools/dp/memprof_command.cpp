@@ -32,8 +32,7 @@ int run_memprof(const MemprofOptions& o) {
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
-  TrainTest data = o.data.empty() ? generate_dataset(o.batch * o.steps, 1, 1234) : load_mnist_dir(o.data);
-  if (o.data.empty()) data.description = "generated digits";
+  TrainTest data = load_run_data(o, *setup.model, o.batch * o.steps, 1, 1234);
   SgdConfig sgd;
   sgd.lr = 0.05f;
   sgd.momentum = 0.9f;  // momentum makes the optimizer state exist, as in training

@@ -5,8 +5,9 @@
 namespace dp::cli {
 
 void add_run_options(CLI::App* cmd, RunOptions& o) {
-  cmd->add_option("--model", o.model, "mlp, convnet (or tiny)")->capture_default_str();
-  cmd->add_option("--data", o.data, "directory with the four MNIST IDX files (default: generated data)");
+  cmd->add_option("--model", o.model, "mlp, convnet, resnet18, resnet8 (or tiny)")->capture_default_str();
+  cmd->add_option("--data", o.data,
+                  "directory with MNIST-style IDX files or CIFAR-10 binary files (default: generated data)");
   cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
   cmd->add_option("--batch", o.batch, "global batch size")->capture_default_str();
   cmd->add_option("--split", o.split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory")
@@ -45,12 +46,20 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   return r;
 }
 
-TrainTest load_run_data(const RunOptions& o, const ModelDef& model) {
-  TrainTest data = o.data.empty() ? generate_dataset(o.generated_train, o.generated_test, 1234) : load_mnist_dir(o.data);
-  const Shape sample{1, data.train.rows, data.train.cols};
+TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed) {
+  if (model.input_shape == Shape{3, 32, 32}) return generate_cifar_like(train, test, seed);
+  return generate_dataset(train, test, seed);  // 1x28x28; another shape is reported by load_run_data
+}
+
+TrainTest load_run_data(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
+                        uint64_t generated_seed) {
+  TrainTest data = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed)
+                                  : load_data_dir(o.data);
+  const Shape sample{data.train.channels, data.train.rows, data.train.cols};
   if (sample != model.input_shape)
-    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data has " +
-                       shape_str(sample));
+    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data (" +
+                       data.description + ") has " + shape_str(sample) +
+                       (model.input_shape[0] == 3 ? ": use CIFAR-10 data" : ": use MNIST-style data"));
   return data;
 }
 

@@ -39,7 +39,12 @@ struct RunSetup {
 };
 RunSetup validate_and_make_devices(const RunOptions& o);
 
-// --data's MNIST, or the generated dataset; RuntimeError if the model cannot take its samples.
-TrainTest load_run_data(const RunOptions& o, const ModelDef& model);
+// The generated default that fits the model: seven-segment digits (1x28x28) or CIFAR-style
+// shapes (3x32x32).
+TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed);
+// --data's dataset (IDX or CIFAR-10, by the directory's content), or the generated default of
+// the given sizes; RuntimeError if the model cannot take its samples.
+TrainTest load_run_data(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
+                        uint64_t generated_seed);
 
 }  // namespace dp::cli

@@ -28,7 +28,7 @@ struct TrainOptions : RunOptions {
   bool steps_given = false;
   float lr = 0.05f, momentum = 0.9f, dampening = 0.f, weight_decay = 0.f;
   bool nesterov = false;
-  bool no_shuffle = false;
+  bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
 };
@@ -66,7 +66,7 @@ int run_train(const TrainOptions& o) {
   const ModelDef& model = *setup.model;
   DeviceSet& devices = *setup.devices;
   const SplitPolicy& split = setup.split;
-  TrainTest data = load_run_data(o, model);
+  TrainTest data = load_run_data(o, model, o.generated_train, o.generated_test, 1234);
 
   DataParallel dp(devices, model, split, sgd, o.seed, setup.loss);
   if (!o.init.empty()) {
@@ -80,7 +80,7 @@ int run_train(const TrainOptions& o) {
     metrics.open(o.metrics, std::ios::trunc);
     if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
   }
-  BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps);
+  BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment);
   const int64_t total = loader.total_steps();
   std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %lld steps over %s\n", model.name.c_str(),
                devices.description().c_str(), split.text.c_str(), static_cast<long long>(o.batch),
@@ -165,6 +165,7 @@ Run add_train_command(CLI::App& app) {
   cmd->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
   cmd->add_option("--weight-decay", o->weight_decay, "L2 penalty")->capture_default_str();
   cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");
+  cmd->add_flag("--augment", o->augment, "training only: random 32x32 crop of the 4-pixel-padded image, horizontal flip");
   cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)");
   cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)");
   cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)");
