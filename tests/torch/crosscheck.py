@@ -29,7 +29,13 @@ CASES = [
     ("mlp", 3, 24, "gpu0:5", 2, ["--lr", "0.02", "--momentum", "0"]),
     ("convnet", 2, 30, "ratios:4,1", 3, ["--lr", "0.05", "--momentum", "0.9"]),
     ("mlp", 2, 64, "even", 4, ["--lr", "0.05", "--momentum", "0.8", "--dampening", "0.3"]),
+    # Residual networks (torchvision's BasicBlock as the reference) over uneven chunks, BatchNorm
+    # normalising each chunk on its own.
+    ("resnet8", 3, 11, "even", 3, ["--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.0005"]),
+    ("resnet8", 4, 14, "chunks:2,6,1,5", 2, ["--lr", "0.05", "--momentum", "0.9"]),
+    ("resnet18", 2, 6, "ratios:2,1", 2, ["--lr", "0.02", "--momentum", "0.9"]),
 ]
+CIFAR_MODELS = {"resnet8", "resnet18"}
 
 
 def run_case(dp, work, case, idx):
@@ -40,7 +46,9 @@ def run_case(dp, work, case, idx):
     st_io.save(model.state_dict(), init)
     out = os.path.join(work, f"out{idx}.safetensors")
     metrics = os.path.join(work, f"m{idx}.jsonl")
-    cmd = [dp, "train", "--model", model_name, "--data", work, "--devices", f"host:{ndev}", "--batch", str(batch),
+    cifar = model_name in CIFAR_MODELS
+    data_dir = os.path.join(work, "cifar" if cifar else "mnist")
+    cmd = [dp, "train", "--model", model_name, "--data", data_dir, "--devices", f"host:{ndev}", "--batch", str(batch),
            "--split", split, "--steps", str(steps), "--no-shuffle", "--init", init, "--save", out, "--metrics",
            metrics] + flags
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -53,8 +61,8 @@ def run_case(dp, work, case, idx):
     damp = float(flags[flags.index("--dampening") + 1]) if "--dampening" in flags else 0.0
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, dampening=damp, weight_decay=wd,
                           nesterov="--nesterov" in flags)
-    images, labels = DATA
-    x_all, y_all = ref.normalise(images).unsqueeze(1), labels.long()
+    images, labels = DATA["cifar" if cifar else "mnist"]
+    x_all, y_all = ref.normalise(images), labels.long()
     model.train()
     want_losses = []
     for s in range(steps):
@@ -80,6 +88,13 @@ def run_case(dp, work, case, idx):
         err = (g - w).abs().max().item()
         worst = max(worst, err / max(1.0, w.abs().max().item()))
         assert torch.allclose(g, w, rtol=1e-4, atol=2e-5), f"{label}: {k} differs by {err}"
+    if model_name == "resnet18":
+        # The saved file loads as it is into torchvision's model (CIFAR stem), strict=True.
+        import torchvision
+        tv = torchvision.models.resnet18(num_classes=10)
+        tv.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        tv.maxpool = torch.nn.Identity()
+        tv.load_state_dict(got, strict=True)
     print(f"ok  {label}: {steps} steps, losses {['%.5f' % l for l in got_losses]}, worst weight error {worst:.2e}")
 
 
@@ -90,12 +105,20 @@ def main():
         n = 200
         images = (torch.rand(n, 28, 28, generator=g) ** 3 * 255).to(torch.uint8)
         labels = torch.randint(0, 10, (n,), generator=g)
-        ref.write_idx(images, labels, os.path.join(work, "train-images-idx3-ubyte.gz"),
-                      os.path.join(work, "train-labels-idx1-ubyte.gz"))
-        ref.write_idx(images[:20], labels[:20], os.path.join(work, "t10k-images-idx3-ubyte.gz"),
-                      os.path.join(work, "t10k-labels-idx1-ubyte.gz"))
+        mnist = os.path.join(work, "mnist")
+        os.makedirs(mnist)
+        ref.write_idx(images, labels, os.path.join(mnist, "train-images-idx3-ubyte.gz"),
+                      os.path.join(mnist, "train-labels-idx1-ubyte.gz"))
+        ref.write_idx(images[:20], labels[:20], os.path.join(mnist, "t10k-images-idx3-ubyte.gz"),
+                      os.path.join(mnist, "t10k-labels-idx1-ubyte.gz"))
+        cifar_images = (torch.rand(60, 3, 32, 32, generator=g) * 255).to(torch.uint8)
+        cifar_labels = torch.randint(0, 10, (60,), generator=g)
+        cifar = os.path.join(work, "cifar")
+        os.makedirs(cifar)
+        ref.write_cifar(cifar_images, cifar_labels, os.path.join(cifar, "data_batch_1.bin"))
+        ref.write_cifar(cifar_images[:10], cifar_labels[:10], os.path.join(cifar, "test_batch.bin"))
         global DATA
-        DATA = (images, labels)
+        DATA = {"mnist": (images, labels), "cifar": (cifar_images, cifar_labels)}
         for i, case in enumerate(CASES):
             run_case(dp, work, case, i)
     print(f"{len(CASES)} passed, 0 failed")

@@ -13,7 +13,56 @@ import torch
 import torch.nn as nn
 
 
+def cifar_resnet(blocks, widths, num_classes=10):
+    """torchvision's ResNet with the CIFAR stem (conv1 3x3 stride 1, maxpool = Identity), built from
+    torchvision's own BasicBlock so that names, shapes and initialisation are torchvision's."""
+    import torchvision
+    from torchvision.models.resnet import BasicBlock, conv1x1
+
+    if list(blocks) == [2, 2, 2, 2] and list(widths) == [64, 128, 256, 512]:
+        model = torchvision.models.resnet18(num_classes=num_classes)
+        model.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
+        model.maxpool = nn.Identity()
+        return model
+
+    class CifarResNet(nn.Module):  # torchvision's ResNet.forward, with any widths
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(widths[0])
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.Identity()
+            inplanes = widths[0]
+            for i, (n, w) in enumerate(zip(blocks, widths)):
+                layers = []
+                for b in range(n):
+                    stride = 2 if i > 0 and b == 0 else 1
+                    down = None
+                    if stride != 1 or inplanes != w:
+                        down = nn.Sequential(conv1x1(inplanes, w, stride), nn.BatchNorm2d(w))
+                    layers.append(BasicBlock(inplanes, w, stride, down))
+                    inplanes = w
+                setattr(self, f"layer{i + 1}", nn.Sequential(*layers))
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(inplanes, num_classes)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+        def forward(self, x):
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    return CifarResNet()
+
+
 def make_model(name):
+    if name == "resnet18":
+        return cifar_resnet([2, 2, 2, 2], [64, 128, 256, 512])
+    if name == "resnet8":
+        return cifar_resnet([1, 1, 1, 1], [16, 32, 64, 128])
     if name == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
                              nn.Linear(256, 10))
@@ -59,7 +108,20 @@ def write_idx(images, labels, img_path, lbl_path):
 
 
 def normalise(images_u8):
-    return ((images_u8.float() / 255.0) - 0.1307) / 0.3081
+    """MNIST: [N, 28, 28] -> [N, 1, 28, 28]; CIFAR-10: [N, 3, 32, 32] per channel."""
+    x = images_u8.float() / 255.0
+    if x.dim() == 3:
+        return ((x - 0.1307) / 0.3081).unsqueeze(1)
+    mean = torch.tensor([0.4914, 0.4822, 0.4465]).view(1, 3, 1, 1)
+    std = torch.tensor([0.2470, 0.2435, 0.2616]).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def write_cifar(images, labels, path):
+    """CIFAR-10 binary records: a label byte, then the R, G, B planes."""
+    with open(path, "wb") as f:
+        for img, lbl in zip(images, labels):
+            f.write(bytes([int(lbl)]) + img.numpy().astype("uint8").tobytes())
 
 
 def dp_step(model, opt, x, y, sizes):
