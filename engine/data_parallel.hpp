@@ -1,33 +1,29 @@
 // The DataParallel step of DESIGN.md, faithful mode (what torch.nn.DataParallel does):
 //   load → scatter → replicate → forward → gather → loss on device 0 → backward → reduce → update
-// Each phase enqueues its work on the devices' streams and then joins them (as DataParallel's
-// parallel_apply joins its threads); a StepRecorder times the phase, counts the bytes it moved
-// and each device's memory peak in it.
+// run_step reads as those nine calls. Each phase enqueues its work on the devices' streams and
+// then joins them (as DataParallel's parallel_apply joins its threads); a StepRecorder times the
+// phase, counts the bytes it moved and each device's memory peak in it.
 //
-// Beyond DataParallel (opt-in): --loss in-replica computes each replica's loss on its own chunk
-// and gathers only scalars; --split auto balances by measured speed; --split balance-memory
-// picks the chunks that make the largest device peak smallest, from two probe steps.
+// What varies is a strategy the phases call, not a branch in them: where the loss is computed
+// (engine/step/loss_strategy.hpp: gathered on device 0, or in each replica), how gradients meet
+// (engine/step/gradient_sync.hpp: reduced onto device 0), and how the batch is cut
+// (engine/split/splitter.hpp: even, chunks, ratios, gpu0, auto, balance-memory).
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/auto_split.hpp"
 #include "engine/device.hpp"
 #include "engine/optimizer.hpp"
-#include "engine/split.hpp"
+#include "engine/split/splitter.hpp"
+#include "engine/step/gradient_sync.hpp"
+#include "engine/step/loss_strategy.hpp"
 #include "engine/step_recorder.hpp"
 #include "engine/trace.hpp"
 #include "models/model.hpp"
 
 namespace dp {
-
-enum class LossMode {
-  Gathered,   // faithful: logits gathered on device 0, loss there, its gradient scattered back
-  InReplica,  // each replica's loss sum on its own chunk; only scalars reach device 0
-};
-LossMode parse_loss_mode(const std::string& text);  // "gathered" | "in-replica"; UsageError otherwise
 
 struct StepResult : PhaseRecord {
   double loss = 0;          // mean cross-entropy over the whole batch
@@ -60,8 +56,8 @@ class DataParallel {
   const ModelDef& model() const { return model_; }
   const ModelLayout& layout() const { return nets_[0]->layout(); }
   DeviceSet& devices() { return devices_; }
-  const SplitPolicy& split() const { return split_; }
-  LossMode loss_mode() const { return loss_mode_; }
+  const SplitPolicy& split() const { return splitter_.policy(); }
+  LossMode loss_mode() const { return loss_->mode(); }
   // Chunk sizes the next step would use for a batch of this size.
   std::vector<int64_t> chunk_sizes(int64_t batch) const;
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
@@ -74,22 +70,29 @@ class DataParallel {
   void load_state(const std::vector<float>& params, const std::vector<float>& buffers);
 
  private:
-  StepResult run_step(const float* images, const int32_t* labels, int64_t batch, const std::vector<int64_t>& chunks,
-                      bool update);
-  // --split balance-memory: probe steps (state restored afterwards), then the chunks.
-  std::string balance_memory(const float* images, const int32_t* labels, int64_t batch);
-  std::vector<Device*> device_list();
+  StepResult run_step(const float* images, const int32_t* labels, int64_t batch, const std::vector<int64_t>& chunks);
+  // The nine phases (DESIGN.md), in order.
+  void load(StepState& s, const float* images, const int32_t* labels, StepResult& r);
+  void scatter(StepState& s);
+  void replicate(StepState& s);
+  void forward(StepState& s);
+  void gather(StepState& s);
+  void loss(StepState& s, StepResult& r);
+  void backward(StepState& s);
+  void reduce(StepState& s);
+  void update(StepState& s);
+  // --split balance-memory: two probe steps (state restored afterwards) plan the chunks.
+  std::string probe_memory(const float* images, const int32_t* labels, int64_t batch);
   // Synchronise the streams of the given replicas; raise the first error as a ReplicaError.
   void join_replicas(const std::vector<int>& replicas);
   void join_device0();
 
   DeviceSet& devices_;
   const ModelDef& model_;
-  SplitPolicy split_;
+  Splitter splitter_;
   Sgd sgd_;
-  LossMode loss_mode_;
-  std::unique_ptr<AutoBalancer> balancer_;  // --split auto
-  std::vector<double> memory_weights_;      // --split balance-memory, once probed
+  std::unique_ptr<LossStrategy> loss_;
+  std::unique_ptr<GradientSync> gradient_sync_;
   Tracer* tracer_ = nullptr;
   std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
   Tensor params_, grads_, buffers_;             // master state on device 0

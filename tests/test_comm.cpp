@@ -5,7 +5,7 @@
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
-#include "engine/split.hpp"
+#include "engine/split/split.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

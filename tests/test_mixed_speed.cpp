@@ -6,7 +6,7 @@
 #include <cmath>
 #include <thread>
 
-#include "engine/auto_split.hpp"
+#include "engine/split/auto_balancer.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
 #include "helpers.hpp"

@@ -1,10 +1,10 @@
-#include "engine/auto_split.hpp"
+#include "engine/split/auto_balancer.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 
-#include "engine/split.hpp"
+#include "engine/split/split.hpp"
 
 namespace dp {
 

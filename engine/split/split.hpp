@@ -5,7 +5,7 @@
 //                 the same proportions
 //   ratios:R0,..  one weight per device (MXNet's work_load_list), largest-remainder rounding
 //   gpu0:K        device 0 takes K (0: it only coordinates), the rest split evenly
-//   auto          balanced by measured speed as training runs (engine/auto_split.hpp); even
+//   auto          balanced by measured speed as training runs (engine/split/auto_balancer.hpp); even
 //                 until measured
 //   balance-memory  chunks that make the largest device peak smallest, from probe steps
 //                 (DataParallel::balance_memory); even until probed

@@ -1,4 +1,4 @@
-#include "engine/split.hpp"
+#include "engine/split/split.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -1,0 +1,29 @@
+#include "engine/step/gradient_sync.hpp"
+
+#include "engine/comm.hpp"
+#include "kernels/ops/memory.hpp"
+
+namespace dp {
+
+namespace {
+
+class ReduceToDevice0 final : public GradientSync {
+ public:
+  void sync(StepState& s, const Tensor& master_grads) const override {
+    std::vector<Tensor> others;
+    for (int r : s.active)
+      if (r != 0) others.push_back(s.grads[r]);
+    if (s.chunks[0] == 0) {  // device 0 only coordinates: nothing of its own to add to
+      Device& d0 = master_grads.device();
+      d0.stream().enqueue([master_grads, &d0] { zero(d0.exec(), master_grads.data(), master_grads.bytes()); },
+                          {"zero master gradients", "reduce"});
+    }
+    reduce_add_coalesced(master_grads, others);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GradientSync> make_reduce_to_device0() { return std::make_unique<ReduceToDevice0>(); }
+
+}  // namespace dp

@@ -1,0 +1,22 @@
+// How the replicas' gradients meet — a strategy the step calls in its reduce phase. Today:
+// DataParallel's reduce onto device 0 (every replica's gradients received into buffers on device
+// 0 in 10 MiB buckets and summed into the master gradients: the GPU0 hotspot's reduce buffers).
+// An all-reduce among resident replicas is the other shape this interface is for.
+#pragma once
+#include <memory>
+
+#include "engine/step/step_state.hpp"
+
+namespace dp {
+
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  // master_grads (on device 0) becomes the sum of the active replicas' gradients; replica 0's
+  // are already there (it writes into the master's).
+  virtual void sync(StepState& s, const Tensor& master_grads) const = 0;
+};
+
+std::unique_ptr<GradientSync> make_reduce_to_device0();
+
+}  // namespace dp

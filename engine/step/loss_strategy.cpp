@@ -1,0 +1,72 @@
+#include "engine/step/loss_strategy.hpp"
+
+#include "engine/comm.hpp"
+#include "engine/error.hpp"
+#include "kernels/ops/loss.hpp"
+#include "kernels/ops/memory.hpp"
+
+namespace dp {
+
+LossMode parse_loss_mode(const std::string& text) {
+  if (text == "gathered") return LossMode::Gathered;
+  if (text == "in-replica") return LossMode::InReplica;
+  throw UsageError("--loss '" + text + "': expected gathered (DataParallel's) or in-replica");
+}
+
+namespace {
+
+class GatheredLoss final : public LossStrategy {
+ public:
+  LossMode mode() const override { return LossMode::Gathered; }
+  bool scatters_targets() const override { return false; }
+  void after_forward(StepState&, int) const override {}
+  void gather(StepState& s) const override {
+    s.gathered = dp::gather(s.outputs, *s.devices[0], MemCategory::GatheredOutputs);
+  }
+  void compute(StepState& s) const override {
+    Device& d0 = *s.devices[0];
+    s.grad_logits = Tensor::empty(d0, s.gathered.shape(), MemCategory::GatheredOutputs);
+    s.loss_sum = softmax_xent(d0.exec(), s.gathered.buf(), s.target.buf(), s.batch, s.gathered.dim(1),
+                              s.grad_logits.buf(), 1.f / static_cast<float>(s.batch), &s.correct);
+  }
+  void distribute_gradient(StepState& s) const override {
+    s.grad_outputs = scatter(s.grad_logits, s.chunks, s.devices, MemCategory::Activations);
+  }
+};
+
+class InReplicaLoss final : public LossStrategy {
+ public:
+  LossMode mode() const override { return LossMode::InReplica; }
+  bool scatters_targets() const override { return true; }
+  void after_forward(StepState& s, int r) const override {
+    // Loss sum on this chunk; its gradient already scaled for the mean over the whole batch.
+    Device& dev = *s.devices[static_cast<size_t>(r)];
+    const Tensor& out = s.outputs[static_cast<size_t>(r)];
+    s.grad_outputs[r] = Tensor::empty(dev, out.shape(), MemCategory::Activations);
+    s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
+    int64_t hits = 0;
+    const double sum = softmax_xent(dev.exec(), out.buf(), s.targets[r].buf(), out.dim(0), out.dim(1),
+                                    s.grad_outputs[r].buf(), 1.f / static_cast<float>(s.batch), &hits);
+    s.loss_sums[r] = sum;  // the exact double, for the reported loss
+    s.host_scalars[r] = {static_cast<float>(sum), static_cast<float>(hits)};
+    upload(dev.exec(), s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));
+    s.outputs[r] = Tensor();
+  }
+  void gather(StepState& s) const override { s.gathered = dp::gather(s.scalars, *s.devices[0], MemCategory::Loss); }
+  void compute(StepState& s) const override {
+    for (int r : s.active) s.loss_sum += s.loss_sums[r];
+    std::vector<float> scalars(static_cast<size_t>(s.gathered.numel()));
+    download(s.devices[0]->exec(), scalars.data(), s.gathered.data(), s.gathered.bytes());
+    for (size_t k = 1; k < scalars.size(); k += 2) s.correct += static_cast<int64_t>(scalars[k]);
+  }
+  void distribute_gradient(StepState&) const override {}  // already where the backward runs
+};
+
+}  // namespace
+
+std::unique_ptr<LossStrategy> make_loss_strategy(LossMode mode) {
+  if (mode == LossMode::InReplica) return std::make_unique<InReplicaLoss>();
+  return std::make_unique<GatheredLoss>();
+}
+
+}  // namespace dp

@@ -1,0 +1,38 @@
+// Where the loss is computed — a strategy the step calls in its forward, gather, loss and
+// backward phases:
+//   gathered    DataParallel's: the replicas' logits are gathered on device 0, the mean
+//               cross-entropy over the whole batch is computed there, and its gradient is
+//               scattered back with the same chunk sizes (device 0 holds all the logits twice).
+//   in-replica  each replica computes its chunk's loss sum and the gradient of its outputs,
+//               already scaled for the mean over the whole batch; only [loss sum, hits] scalars
+//               reach device 0. The same gradients, without the gathered outputs.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/step/step_state.hpp"
+
+namespace dp {
+
+enum class LossMode { Gathered, InReplica };
+LossMode parse_loss_mode(const std::string& text);  // "gathered" | "in-replica"; UsageError otherwise
+
+class LossStrategy {
+ public:
+  virtual ~LossStrategy() = default;
+  virtual LossMode mode() const = 0;
+  // Does each replica need its chunk's labels (scattered with the inputs)?
+  virtual bool scatters_targets() const = 0;
+  // On replica r's stream, right after its forward.
+  virtual void after_forward(StepState& s, int r) const = 0;
+  // Phase 5: enqueue what device 0 gathers (s.gathered).
+  virtual void gather(StepState& s) const = 0;
+  // Phase 6, on device 0's stream: s.loss_sum and s.correct over the whole batch.
+  virtual void compute(StepState& s) const = 0;
+  // Phase 7, before the replicas' backward: each replica's output gradient in s.grad_outputs.
+  virtual void distribute_gradient(StepState& s) const = 0;
+};
+
+std::unique_ptr<LossStrategy> make_loss_strategy(LossMode mode);
+
+}  // namespace dp

@@ -1,0 +1,30 @@
+// What one DataParallel step holds between its phases: the batch on device 0 and, per device,
+// the replica's chunk, parameters, outputs and gradients. Everything here is released when the
+// step ends (or unwinds), after every stream has been joined.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "engine/device.hpp"
+#include "engine/tensor.hpp"
+
+namespace dp {
+
+struct StepState {
+  StepState(int devices, int64_t batch_size, std::vector<int64_t> chunk_sizes);
+  int64_t batch;
+  std::vector<int64_t> chunks;  // per device; 0 = sits the step out
+  std::vector<int> active;      // devices with a chunk
+  std::vector<Device*> devices;
+
+  Tensor input, target;  // the batch on device 0
+  std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;  // per device
+  std::vector<double> loss_sums;                     // in-replica: each replica's exact loss sum
+  std::vector<std::array<float, 2>> host_scalars;    // in-replica: [loss sum, hits], uploaded from here
+  Tensor gathered, grad_logits, loss;                // on device 0
+  double loss_sum = 0;
+  int64_t correct = 0;
+};
+
+}  // namespace dp
