@@ -237,3 +237,32 @@ int main(int argc, char** argv) {
   doctest::Context ctx(argc, argv);
   return ctx.run();
 }
+
+TEST_CASE("ReLU keeps NaN, as the CPU reference and PyTorch do") {
+  cuda::Context c(0);
+  const std::vector<float> x = {NAN, -1.f, 2.f, -0.f};
+  auto d_x = to_device(c, x);
+  cuda::DeviceBuffer d_y(c, x.size() * 4);
+  cuda::relu_forward(c, d_y.get(), d_x.get(), static_cast<int64_t>(x.size()));
+  const auto y = to_host<float>(c, d_y, x.size());
+  CHECK(std::isnan(y[0]));
+  CHECK(y[1] == 0.f);
+  CHECK(y[2] == 2.f);
+}
+
+TEST_CASE("global average pool forward and backward match the CPU reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  for (auto [planes, hw] : {std::pair<int64_t, int64_t>{3 * 64, 16}, {2 * 512, 1}, {5, 1031}}) {
+    auto x = random_vector(static_cast<size_t>(planes * hw), 40), dy = random_vector(static_cast<size_t>(planes), 41);
+    std::vector<float> y(static_cast<size_t>(planes)), dx(x.size());
+    cpu::global_avgpool_forward(pool, y.data(), x.data(), planes, hw);
+    cpu::global_avgpool_backward(pool, dx.data(), dy.data(), planes, hw);
+    auto d_x = to_device(c, x), d_dy = to_device(c, dy);
+    cuda::DeviceBuffer d_y(c, y.size() * 4), d_dx(c, dx.size() * 4);
+    cuda::global_avgpool_forward(c, d_y.get(), d_x.get(), planes, hw);
+    cuda::global_avgpool_backward(c, d_dx.get(), d_dy.get(), planes, hw);
+    CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
+  }
+}

@@ -65,8 +65,8 @@ TEST_CASE("comm primitives are exact across cuda:0x4") {
   CHECK(master.to_host() == want);
 }
 
-TEST_CASE("training on cuda:0x4 matches host:4 (mlp and convnet, even and uneven splits)") {
-  for (const char* model : {"mlp", "convnet"})
+TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8; even and uneven splits)") {
+  for (const char* model : {"mlp", "convnet", "resnet8"})
     for (const char* split : {"even", "chunks:5,20,7,4"}) {
       CAPTURE(model);
       CAPTURE(split);
@@ -78,7 +78,7 @@ TEST_CASE("training on cuda:0x4 matches host:4 (mlp and convnet, even and uneven
         sgd.momentum = 0.9f;
         DataParallel dp(devs, find_model(model), parse_split(split, 4, batch), sgd, 11);
         for (int s = 0; s < 3; ++s) {
-          const auto x = test::random_vector(static_cast<size_t>(batch * 784), 100 + s);
+          const auto x = test::random_vector(static_cast<size_t>(batch * numel(find_model(model).input_shape)), 100 + s);
           std::vector<int32_t> y(static_cast<size_t>(batch));
           for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 3 + s) % 10);
           losses.push_back(dp.step(x.data(), y.data(), batch).loss);
