@@ -226,8 +226,10 @@ void DataParallel::backward(StepState& s) {
         [this, r, &s] {
           Device& dev = *s.devices[r];
           if (r != 0) {
-            // Zeroed: the layout's alignment gaps are summed into the master too.
-            s.grads[r] = Tensor::zeros(dev, {layout().parameter_count}, MemCategory::Gradients);
+            // Backward writes every entry; the alignment gaps, summed into the master too, are zeroed.
+            s.grads[r] = Tensor::empty(dev, {layout().parameter_count}, MemCategory::Gradients);
+            for (const auto& [begin, end] : layout().parameter_gaps)
+              zero(dev.exec(), s.grads[r].data() + begin, static_cast<size_t>(end - begin) * sizeof(float));
             nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
           }
           nets_[r]->backward(dev, s.grad_outputs[r]);

@@ -42,13 +42,17 @@ ModelLayout ModelLayout::of(const Module& root) {
     const auto decls = m.params();
     if (decls.empty()) return;
     for (const auto& d : decls) {
-      int64_t& count = d.kind == ParamDecl::Kind::Buffer ? layout.buffer_count : layout.parameter_count;
+      const bool buffer = d.kind == ParamDecl::Kind::Buffer;
+      int64_t& count = buffer ? layout.buffer_count : layout.parameter_count;
+      if (!buffer && align_up(count) > count) layout.parameter_gaps.push_back({count, align_up(count)});
       count = align_up(count);
       layout.entries.push_back({prefix + d.name, d.shape, d, leaf, count});
       count += numel(d.shape);
     }
     ++leaf;
   });
+  if (align_up(layout.parameter_count) > layout.parameter_count)
+    layout.parameter_gaps.push_back({layout.parameter_count, align_up(layout.parameter_count)});
   layout.parameter_count = align_up(layout.parameter_count);
   layout.buffer_count = align_up(layout.buffer_count);
   return layout;

@@ -43,6 +43,9 @@ struct ModelLayout {
   std::vector<StateEntry> entries;  // PyTorch state-dict order
   int64_t parameter_count = 0;      // floats of the flat parameter array (alignment gaps included)
   int64_t buffer_count = 0;
+  // [begin, end) float ranges of the parameter array that no entry covers: a fresh gradient
+  // buffer zeroes just these (the entries are written by backward).
+  std::vector<std::pair<int64_t, int64_t>> parameter_gaps;
   // Checks the tree against the def's input and class count (RuntimeError naming the mismatch).
   static ModelLayout of(const ModelDef& def);
   static ModelLayout of(const Module& root);

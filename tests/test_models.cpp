@@ -68,21 +68,33 @@ TEST_CASE("every layout entry starts at a multiple of 16 floats; the gaps initia
     CHECK(l.parameter_count % kLayoutAlign == 0);
     CHECK(l.buffer_count % kLayoutAlign == 0);
     std::vector<bool> used_p(static_cast<size_t>(l.parameter_count)), used_b(static_cast<size_t>(l.buffer_count));
+    int64_t overlaps = 0;
     for (const auto& e : l.entries) {
       CHECK(e.offset % kLayoutAlign == 0);
       auto& used = e.buffer() ? used_b : used_p;
       for (int64_t i = 0; i < numel(e.shape); ++i) {
-        CHECK_FALSE(used[static_cast<size_t>(e.offset + i)]);  // no overlap
+        overlaps += used[static_cast<size_t>(e.offset + i)];
         used[static_cast<size_t>(e.offset + i)] = true;
       }
     }
+    CHECK(overlaps == 0);
+    int64_t gap_floats = 0, gaps_in_entries = 0;
+    for (const auto& [begin, end] : l.parameter_gaps) {
+      CHECK(begin < end);
+      for (int64_t i = begin; i < end; ++i) gaps_in_entries += used_p[static_cast<size_t>(i)];
+      gap_floats += end - begin;
+    }
+    CHECK(gaps_in_entries == 0);
+    int64_t used_floats = 0;
+    for (bool u : used_p) used_floats += u;
+    CHECK(used_floats + gap_floats == l.parameter_count);  // the gaps are all that is not an entry
     if (def.name == "resnet18") continue;  // large; the rule is the same
     std::vector<float> p(static_cast<size_t>(l.parameter_count), 7.f), b(static_cast<size_t>(l.buffer_count), 7.f);
     init_state(l, p.data(), b.data(), 1);
-    for (size_t i = 0; i < p.size(); ++i)
-      if (!used_p[i]) CHECK(p[i] == 0.f);
-    for (size_t i = 0; i < b.size(); ++i)
-      if (!used_b[i]) CHECK(b[i] == 0.f);
+    int64_t nonzero_gaps = 0;
+    for (size_t i = 0; i < p.size(); ++i) nonzero_gaps += !used_p[i] && p[i] != 0.f;
+    for (size_t i = 0; i < b.size(); ++i) nonzero_gaps += !used_b[i] && b[i] != 0.f;
+    CHECK(nonzero_gaps == 0);
   }
 }
 
