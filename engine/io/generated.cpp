@@ -148,26 +148,26 @@ Dataset make_cifar_like(int64_t count, std::mt19937_64& rng) {
   return d;
 }
 
-}  // namespace
-
-TrainTest generate_cifar_like(int64_t train_count, int64_t test_count, uint64_t seed) {
+// Training then test samples from one stream: the same seed gives the same sets.
+TrainTest train_and_test(Dataset (*make_set)(int64_t, std::mt19937_64&), const char* what, int64_t train_count,
+                         int64_t test_count, uint64_t seed) {
   std::mt19937_64 rng(seed);
   TrainTest tt;
-  tt.train = make_cifar_like(train_count, rng);
-  tt.test = make_cifar_like(test_count, rng);
-  tt.description = "generated CIFAR-style shapes (" + std::to_string(train_count) + " train, " +
+  tt.train = make_set(train_count, rng);
+  tt.test = make_set(test_count, rng);
+  tt.description = std::string("generated ") + what + " (" + std::to_string(train_count) + " train, " +
                    std::to_string(test_count) + " test)";
   return tt;
 }
 
+}  // namespace
+
+TrainTest generate_cifar_like(int64_t train_count, int64_t test_count, uint64_t seed) {
+  return train_and_test(make_cifar_like, "CIFAR-style shapes", train_count, test_count, seed);
+}
+
 TrainTest generate_dataset(int64_t train_count, int64_t test_count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  TrainTest tt;
-  tt.train = make(train_count, rng);
-  tt.test = make(test_count, rng);
-  tt.description = "generated seven-segment digits (" + std::to_string(train_count) + " train, " +
-                   std::to_string(test_count) + " test)";
-  return tt;
+  return train_and_test(make, "seven-segment digits", train_count, test_count, seed);
 }
 
 }  // namespace dp
