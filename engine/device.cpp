@@ -83,9 +83,10 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
   if (!options.speed.empty() && static_cast<int>(options.speed.size()) != host_count)
     throw UsageError("--device-speed: " + std::to_string(options.speed.size()) + " speeds given for " +
                      std::to_string(host_count) + " devices (one per device)");
+  // Below 1/1000 a simulated device would take hours a step (and 1e-18 overflows the wait).
   for (double v : options.speed)
-    if (!(v > 0.0 && v <= 1.0))
-      throw UsageError("--device-speed: each speed must be in (0, 1] (1 = full speed, 0.25 = four times slower)");
+    if (!(v >= 1e-3 && v <= 1.0))
+      throw UsageError("--device-speed: each speed must be in [0.001, 1] (1 = full speed, 0.25 = four times slower)");
   configure_host_blas();
   for (int i = 0; i < host_count; ++i) {
     devices_.push_back(std::make_unique<Device>(i, "host:" + std::to_string(i), capacity_of(options, i, host_count),

@@ -72,6 +72,10 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   const double bytes = value * scale;
   if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18)
     throw UsageError(what + " '" + text + "': must be a positive size");
+  // "1.5" is no byte count: the user almost surely meant a unit.
+  if (scale == 1 && bytes != std::floor(bytes))
+    throw UsageError(what + " '" + text + "': a byte count is a whole number (did you mean " + text + "GiB or " +
+                     text + "MiB?)");
   return static_cast<int64_t>(bytes);
 }
 

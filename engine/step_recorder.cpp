@@ -36,8 +36,11 @@ void StepRecorder::end(Phase p) {
     const double end = tracer_->now_us();
     tracer_->slice(Tracer::kHostTrack, phase_name(p), "phase", trace_start_, end);
     for (int i = 0; i < n; ++i) {
-      tracer_->counter(i, "memory peak in phase", end, static_cast<double>(out_.memory[k][i].peak));
-      tracer_->counter(i, "memory in use", end, static_cast<double>(out_.memory[k][i].in_use_after));
+      // Trace viewers keep one counter track per name: each device's carries its index, or
+      // Perfetto merges them and device 0's hotspot disappears.
+      const std::string d = "d" + std::to_string(i) + " ";
+      tracer_->counter(i, d + "memory peak in phase", end, static_cast<double>(out_.memory[k][i].peak));
+      tracer_->counter(i, d + "memory in use", end, static_cast<double>(out_.memory[k][i].in_use_after));
     }
   }
 }

@@ -2,6 +2,9 @@
 // corruptions, atomic writes, the batch loader's order.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <fstream>
 #include <numeric>
 #include <set>
@@ -68,6 +71,21 @@ TEST_CASE("the MNIST directory loader finds the four standard names") {
   CHECK_THROWS_WITH_AS(load_mnist_dir(dir.path.string()), doctest::Contains("missing t10k-labels-idx1-ubyte"),
                        RuntimeError);
   CHECK_THROWS_WITH_AS(load_mnist_dir(dir.file("nope")), doctest::Contains("not a directory"), RuntimeError);
+}
+
+TEST_CASE("Fashion-MNIST (same files as MNIST) is named and normalised as itself") {
+  TempDir dir;
+  const std::string fashion = dir.file("fashion-mnist");
+  std::filesystem::create_directories(fashion);
+  Dataset d = small_dataset(5);
+  write_idx_pair(d, fashion + "/train-images-idx3-ubyte.gz", fashion + "/train-labels-idx1-ubyte.gz");
+  write_idx_pair(d, fashion + "/t10k-images-idx3-ubyte.gz", fashion + "/t10k-labels-idx1-ubyte.gz");
+  const TrainTest tt = load_data_dir(fashion);
+  CHECK(tt.description.rfind("Fashion-MNIST from", 0) == 0);
+  CHECK(tt.train.mean == std::vector<float>{0.2860f});
+  CHECK(tt.test.std == std::vector<float>{0.3530f});
+  const TrainTest plain = load_data_dir(dir.path.string() + "/../" + dir.path.filename().string() + "/fashion-mnist");
+  CHECK(plain.train.count == 5);
 }
 
 TEST_CASE("corrupt IDX files are rejected with a message naming the problem") {
@@ -248,4 +266,37 @@ TEST_CASE("device specs") {
     INFO(bad);
     CHECK_THROWS_AS(parse_device_spec(bad), UsageError);
   }
+}
+
+TEST_CASE("atomic writes follow symlinks, keep modes, refuse special files; same files are caught") {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const std::string target = dir.file("target"), link = dir.file("link");
+  write_file_atomically(target, "one");
+  fs::permissions(target, fs::perms::owner_read | fs::perms::owner_write);
+  fs::create_symlink("target", link);
+  write_file_atomically(link, "two");
+  CHECK(fs::is_symlink(link));
+  CHECK(read_bytes(target) == "two");
+  CHECK((fs::status(target).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+  CHECK(resolve_output(link, "--x") == dir.file("target"));
+  // A private null device and a pipe (never the system's /dev/null: a regression would replace it).
+  if (::mknod(dir.file("null").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+    CHECK_THROWS_WITH_AS(check_writable(dir.file("null"), "--save"), doctest::Contains("is a character device"),
+                         UsageError);
+    CHECK_THROWS_AS(write_file_atomically(dir.file("null"), "x"), RuntimeError);
+    CHECK(fs::is_character_file(dir.file("null")));
+  }
+  REQUIRE(::mkfifo(dir.file("pipe").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH_AS(check_writable(dir.file("pipe"), "--save"), doctest::Contains("is a named pipe"), UsageError);
+  CHECK_THROWS_WITH_AS(check_writable(dir.path.string(), "--save"), doctest::Contains("is a directory"), UsageError);
+  CHECK_THROWS_WITH_AS(check_writable("", "--save"), doctest::Contains("empty path"), UsageError);
+  fs::create_hard_link(target, dir.file("hard"));
+  CHECK_THROWS_WITH_AS(check_distinct_files({{"--save", dir.file("hard")}}, {{"--init", link}}),
+                       doctest::Contains("same file as --init"), UsageError);
+  CHECK_THROWS_WITH_AS(check_distinct_files({{"--json", dir.file("new")}, {"--svg", dir.file("./new")}}, {}),
+                       doctest::Contains("--json and --svg name the same file"), UsageError);
+  CHECK_NOTHROW(check_distinct_files({{"--json", dir.file("a")}, {"--svg", dir.file("b")}}, {{"--init", target}}));
+  for (const auto& e : fs::directory_iterator(dir.path))
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);  // no temporaries left
 }

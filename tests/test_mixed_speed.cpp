@@ -42,7 +42,7 @@ TEST_CASE("device speeds are validated per device") {
   opts.speed = {1.0};
   CHECK_THROWS_WITH_AS(DeviceSet(spec, opts), doctest::Contains("1 speeds given for 2 devices"), UsageError);
   opts.speed = {1.0, 0.0};
-  CHECK_THROWS_WITH_AS(DeviceSet(spec, opts), doctest::Contains("(0, 1]"), UsageError);
+  CHECK_THROWS_WITH_AS(DeviceSet(spec, opts), doctest::Contains("[0.001, 1]"), UsageError);
   opts.speed = {1.0, 0.25};
   DeviceSet ok(spec, opts);
   CHECK(ok[1].stream().speed() == 0.25);

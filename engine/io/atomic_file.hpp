@@ -1,14 +1,38 @@
-// Files written so that a reader (or a crash) never sees half of one: write a temporary file
-// beside the target, flush it to disk, then rename it over the target.
+// Output files that never destroy what the user has.
+//
+// Written atomically: a temporary file beside the target, flushed to disk, renamed over it, so a
+// reader (or a crash) never sees half of one. A symlink is followed and its target replaced (the
+// link stays a link); an existing file keeps its permissions; a path that is not a regular file
+// (a device such as /dev/null, a named pipe, a directory) is refused. A temporary is removed on
+// every exit path, SIGINT and SIGTERM included (install_output_cleanup).
 #pragma once
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dp {
 
 void write_file_atomically(const std::string& path, std::string_view contents);  // RuntimeError on failure
-// Can a file be created at path? Checked before a long run; creates and removes a probe file
-// beside it and leaves an existing file at path untouched.
+
+// Where writing `path` lands: the symlink's target (followed to the end), else the path itself.
+// UsageError, naming `what`, when that exists and is not a regular file.
+std::string resolve_output(const std::string& path, const std::string& what);
+
+// Can a file be written at path? Checked before a long run: an empty path, a directory, a special
+// file, an unwritable place or file are UsageErrors naming `what`. Leaves the file untouched.
 void check_writable(const std::string& path, const std::string& what);
+
+// Outputs and inputs of one run, by flag. Two outputs, or an output and an input, that are the
+// same file (device and inode where it exists, the resolved path otherwise) are a UsageError
+// naming both flags: the run would overwrite what it reads, or one output the other.
+struct NamedPath {
+  std::string what;  // "--save", "--data file train-images-idx3-ubyte.gz", ...
+  std::string path;
+};
+void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
+// Remove any temporary being written when SIGINT, SIGTERM or SIGHUP arrives, then die of the
+// signal as before. Called once by the CLI at start.
+void install_output_cleanup();
 
 }  // namespace dp

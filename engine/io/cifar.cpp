@@ -37,6 +37,7 @@ void append_file(Dataset& d, const std::string& path) {
     std::memcpy(d.images.data() + (old + static_cast<size_t>(i)) * kPixels, rec + 1, kPixels);
   }
   d.count += n;
+  d.source += (d.source.empty() ? "" : ", ") + path;
 }
 
 Dataset empty_cifar() {

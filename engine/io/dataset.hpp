@@ -15,6 +15,7 @@ struct Dataset {
   std::vector<uint8_t> labels;  // count
   // Normalisation per channel: (x/255 − mean) / std. MNIST's by default (DESIGN.md).
   std::vector<float> mean{0.1307f}, std{0.3081f};
+  std::string source;  // the file(s) it came from, for messages
   int64_t sample_pixels() const { return channels * rows * cols; }
 };
 

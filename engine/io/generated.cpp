@@ -155,6 +155,7 @@ TrainTest train_and_test(Dataset (*make_set)(int64_t, std::mt19937_64&), const c
   TrainTest tt;
   tt.train = make_set(train_count, rng);
   tt.test = make_set(test_count, rng);
+  tt.train.source = tt.test.source = std::string("the generated ") + what;
   tt.description = std::string("generated ") + what + " (" + std::to_string(train_count) + " train, " +
                    std::to_string(test_count) + " test)";
   return tt;

@@ -77,6 +77,7 @@ std::string hex(uint32_t v) {
 
 Dataset read_idx_pair(const std::string& images_path, const std::string& labels_path) {
   Dataset d;
+  d.source = images_path;
   {
     GzFile f(images_path, "rb");
     uint32_t magic = f.read_be32("the magic number");

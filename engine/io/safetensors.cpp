@@ -49,13 +49,21 @@ ModelState load_safetensors(const std::string& path, const ModelLayout& layout) 
   state.buffers.assign(static_cast<size_t>(layout.buffer_count), 0.f);
   std::set<std::string> expected;
   for (const auto& e : layout.entries) expected.insert(e.name);
+  // A state dict saved from a model wrapped in nn.DataParallel names every tensor "module.<name>":
+  // the same weights, taken as they are.
+  const std::string kWrapped = "module.";
+  bool wrapped = true, any = false;
   for (auto it = header.begin(); it != header.end(); ++it)
-    if (it.key() != "__metadata__" && !expected.count(it.key()))
+    if (it.key() != "__metadata__") any = true, wrapped = wrapped && it.key().rfind(kWrapped, 0) == 0;
+  const std::string prefix = any && wrapped ? kWrapped : "";
+  state.stripped_prefix = prefix;
+  for (auto it = header.begin(); it != header.end(); ++it)
+    if (it.key() != "__metadata__" && !expected.count(it.key().substr(prefix.size())))
       throw RuntimeError(path + ": unexpected tensor '" + it.key() + "' (not in the model's state dict)");
 
   for (const auto& e : layout.entries) {
-    if (!header.contains(e.name)) throw RuntimeError(path + ": missing tensor '" + e.name + "'");
-    const auto& t = header[e.name];
+    if (!header.contains(prefix + e.name)) throw RuntimeError(path + ": missing tensor '" + prefix + e.name + "'");
+    const auto& t = header[prefix + e.name];
     try {
       const std::string dtype = t.at("dtype").get<std::string>();
       const auto shape = t.at("shape").get<std::vector<int64_t>>();

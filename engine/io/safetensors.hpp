@@ -12,6 +12,7 @@ namespace dp {
 struct ModelState {
   std::vector<float> params;   // ModelLayout parameter order
   std::vector<float> buffers;  // ModelLayout buffer order
+  std::string stripped_prefix;  // "module." when the file came from an nn.DataParallel-wrapped model
 };
 
 // Reads and checks the file against the layout: every name present with its shape and dtype,

@@ -118,7 +118,9 @@ with tempfile.TemporaryDirectory() as tmp:
     check("bad split: --metrics untouched", open(metrics, "rb").read() == saved_metrics)
     expect("threads 0", small + ["--threads-per-device", "0"], 2, "--threads-per-device")
     expect("speed zero", small + ["--device-speed", "1,0"], 2, "--device-speed")
-    expect("speed above 1", small + ["--device-speed", "1,2"], 2, "(0, 1]")
+    expect("speed above 1", small + ["--device-speed", "1,2"], 2, "[0.001, 1]")
+    expect("speed too small", small + ["--device-speed", "1,1e-9"], 2, "[0.001, 1]")
+    expect("speed underflow", small + ["--device-speed", "1,1e-18"], 2, "[0.001, 1]")
     expect("speed count", small + ["--device-speed", "1,1,1"], 2, "3 speeds given for 2 devices")
     expect("speed not a number", small + ["--device-speed", "fast"], 2, "device-speed")
     expect("speed on cuda", small + ["--devices", "cuda:0x2", "--device-speed", "1,0.5"], 2, "host devices")
@@ -160,7 +162,7 @@ with tempfile.TemporaryDirectory() as tmp:
     res = ["train", "--data", cifar] + res_flags
     res_save = os.path.join(tmp, "r8.safetensors")
     rc, out, err = run(res + ["--augment", "--eval", "--save", res_save])
-    check("resnet8 on CIFAR-10 files", rc == 0 and "CIFAR-10 from" in err and "test accuracy" in err, err)
+    check("resnet8 on CIFAR-10 files", rc == 0 and "CIFAR-10 from" in err and "test accuracy" in out, err + out)
     keeps_save("resnet18 on MNIST", ["train", "--model", "resnet18", "--data", good, "--steps", "1"], 1,
                "takes [3, 32, 32] samples")
     keeps_save("convnet on CIFAR", ["train", "--model", "convnet", "--data", cifar, "--steps", "1"], 1,

@@ -173,8 +173,7 @@ std::string device_row(int n, const std::vector<int64_t>& chunks) {
 
 int run_demo(const DemoOptions& o) {
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
-  if (!o.trace.empty()) check_writable(o.trace, "--trace");
-  if (!o.json.empty()) check_writable(o.json, "--json");
+  check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
   RunSetup setup = validate_and_make_devices(o);
   const ModelDef& model = *setup.model;
   DeviceSet& devices = *setup.devices;
@@ -272,8 +271,8 @@ Run add_demo_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_options(cmd, *o);
   cmd->add_option("--steps", o->steps, "steps to run (the first is narrated)")->capture_default_str();
-  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace (JSON)");
-  cmd->add_option("--json", o->json, "write the narrated steps as JSON");
+  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace (JSON)")->check(path_flag());
+  cmd->add_option("--json", o->json, "write the narrated steps as JSON")->check(path_flag());
   return [o] { return run_demo(*o); };
 }
 

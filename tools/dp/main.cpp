@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "engine/error.hpp"
+#include "engine/io/atomic_file.hpp"
 #include "engine/memory.hpp"
 #include "tools/dp/commands.hpp"
 
@@ -37,6 +38,7 @@ std::string out_of_memory_remedies() {
 
 int main(int argc, char** argv) {
   select_openblas_kernels(argv);
+  dp::install_output_cleanup();  // a signal never leaves a half-written temporary behind
   CLI::App app{"dp-engine: single-process multi-device DataParallel training"};
   app.require_subcommand(1);
   auto train = dp::cli::add_train_command(app);

@@ -25,10 +25,11 @@ struct MemprofOptions : RunOptions {
   std::string json, svg, trace;
 };
 
+constexpr int kTimelineSteps = 16;
+
 int run_memprof(const MemprofOptions& o) {
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
-  for (const auto& [path, flag] : {std::pair{&o.json, "--json"}, {&o.svg, "--svg"}, {&o.trace, "--trace"}})
-    if (!path->empty()) check_writable(*path, flag);
+  check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}});
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
@@ -57,7 +58,11 @@ int run_memprof(const MemprofOptions& o) {
         ++completed;
         last_chunks = r.chunks;
         if (!r.split_change.empty()) split_note = r.split_change;
-        for (int p = 0; p < kNumPhases; ++p) timeline.push_back({completed, static_cast<Phase>(p), r.memory[p]});
+        // The per-phase timeline keeps the first steps (where the profile settles: the optimizer
+        // state appears after the first), so a long run does not grow it without bound; the
+        // peaks cover every step.
+        if (completed <= kTimelineSteps)
+          for (int p = 0; p < kNumPhases; ++p) timeline.push_back({completed, static_cast<Phase>(p), r.memory[p]});
       }
     } catch (const OutOfMemoryError& e) {
       oom_message = e.what(), oom_device = e.device, oom_request = e.request;
@@ -107,6 +112,7 @@ int run_memprof(const MemprofOptions& o) {
     tl.push_back({{"step", p.step}, {"phase", phase_name(p.phase)}, {"devices", per}});
   }
   report["timeline"] = tl;
+  report["timeline_steps"] = std::min(completed, kTimelineSteps);
   report["out_of_memory"] = nullptr;
   if (!oom_message.empty())
     report["out_of_memory"] = {{"message", oom_message}, {"device", oom_device}, {"request_bytes", oom_request}};
@@ -133,9 +139,9 @@ Run add_memprof_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_options(cmd, *o);
   cmd->add_option("--steps", o->steps, "steps to profile")->capture_default_str();
-  cmd->add_option("--json", o->json, "write the report as JSON");
-  cmd->add_option("--svg", o->svg, "write a chart of memory over the step's phases");
-  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace with memory counters");
+  cmd->add_option("--json", o->json, "write the report as JSON")->check(path_flag());
+  cmd->add_option("--svg", o->svg, "write a chart of memory over the step's phases")->check(path_flag());
+  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());
   return [o] { return run_memprof(*o); };
 }
 

@@ -1,6 +1,11 @@
 #include "tools/dp/progress.hpp"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace dp::cli {
 
@@ -11,6 +16,12 @@ std::string clock_str(double seconds) {
   const long s = static_cast<long>(seconds + 0.5);
   std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
   return buf;
+}
+// Columns of the terminal on stderr (80 when it cannot say).
+int terminal_columns() {
+  winsize ws{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
 }
 }  // namespace
 
@@ -24,13 +35,24 @@ void Progress::update(int64_t step, int epoch, double loss, double samples_per_s
   if (terminal_) {
     if (step != total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
     last_draw_ = now;
-    constexpr int kWidth = 30;
-    const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : 0;
-    std::string bar(static_cast<size_t>(filled), '=');
-    if (filled < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - filled - 1), ' ');
-    std::fprintf(stderr, "\r[%s] %lld/%lld epoch %d loss %.4f %.0f samples/s ETA %s \x1b[K", bar.c_str(),
-                 static_cast<long long>(step), static_cast<long long>(total_), epoch, loss, samples_per_s,
-                 clock_str(eta).c_str());
+    // The line must fit the terminal (re-read each time: it may be resized), or each redraw
+    // wraps onto a new line: the bar shrinks first, then the text is cut.
+    const int columns = terminal_columns();
+    char text[160];
+    std::snprintf(text, sizeof text, " %lld/%lld epoch %d loss %.4f %.0f samples/s ETA %s",
+                  static_cast<long long>(step), static_cast<long long>(total_), epoch, loss, samples_per_s,
+                  clock_str(eta).c_str());
+    const int width = std::clamp(columns - 1 - static_cast<int>(std::strlen(text)) - 2, 0, 30);
+    std::string line;
+    if (width >= 5) {
+      const int filled = total_ > 0 ? static_cast<int>(width * step / total_) : 0;
+      line = "[" + std::string(static_cast<size_t>(filled), '=');
+      if (filled < width) line += '>' + std::string(static_cast<size_t>(width - filled - 1), ' ');
+      line += "]";
+    }
+    line += text;
+    if (static_cast<int>(line.size()) > columns - 1) line.resize(static_cast<size_t>(std::max(columns - 1, 0)));
+    std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
     bar_shown_ = true;
   } else if (step >= next_plain_ || step == total_) {
     std::fprintf(stderr, "step %lld/%lld epoch %d loss %.4f %.0f samples/s ETA %s\n", static_cast<long long>(step),
@@ -44,6 +66,12 @@ void Progress::message(const std::string& line) {
   if (bar_shown_) std::fprintf(stderr, "\r\x1b[K");
   std::fprintf(stderr, "%s\n", line.c_str());
   bar_shown_ = false;
+}
+
+void Progress::clear() {
+  if (bar_shown_) std::fprintf(stderr, "\r\x1b[K");
+  bar_shown_ = false;
+  std::fflush(stderr);
 }
 
 void Progress::finish() {

@@ -1,4 +1,5 @@
-// Training progress on stderr: a live bar on a terminal, a plain line now and then otherwise.
+// Training progress on stderr: a live bar on a terminal (fitted to its width), a plain line now
+// and then otherwise.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -10,7 +11,8 @@ class Progress {
  public:
   Progress(int64_t total_steps, bool terminal);
   void update(int64_t step, int epoch, double loss, double samples_per_s);
-  void message(const std::string& line);  // a line that does not break the bar
+  void message(const std::string& line);  // a line on stderr that does not break the bar
+  void clear();  // take the bar off the line (before printing results on stdout)
   void finish();
 
  private:

@@ -1,20 +1,55 @@
 #include "tools/dp/run_options.hpp"
 
+#include <charconv>
+#include <filesystem>
+
 #include "engine/error.hpp"
 
 namespace dp::cli {
 
+CLI::Validator path_flag() {
+  return CLI::Validator([](std::string& v) { return v.empty() ? std::string("an empty path names no file") : std::string(); },
+                        "PATH");
+}
+
+namespace {
+// CLI11 clamps an out-of-range integer to the type's limit; a seed must be taken as written.
+CLI::Validator seed_value() {
+  return CLI::Validator(
+      [](std::string& v) {
+        uint64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        if (ec != std::errc() || end != v.data() + v.size())
+          return std::string("must be a whole number from 0 to 18446744073709551615");
+        return std::string();
+      },
+      "UINT64");
+}
+}  // namespace
+
+void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs) {
+  for (const auto& out : outputs)
+    if (!out.path.empty()) check_writable(out.path, out.what);
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!o.data.empty() && fs::is_directory(o.data, ec))
+    for (const auto& entry : fs::directory_iterator(o.data, ec))
+      if (entry.is_regular_file(ec)) inputs.push_back({"--data file " + entry.path().filename().string(), entry.path().string()});
+  check_distinct_files(outputs, inputs);
+}
+
 void add_run_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--model", o.model, "mlp, convnet, resnet18, resnet8 (or tiny)")->capture_default_str();
   cmd->add_option("--data", o.data,
-                  "directory with MNIST-style IDX files or CIFAR-10 binary files (default: generated data)");
+                  "directory with MNIST-style IDX files or CIFAR-10 binary files (default: generated data)")
+      ->check(path_flag());
   cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
   cmd->add_option("--batch", o.batch, "global batch size")->capture_default_str();
   cmd->add_option("--split", o.split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory")
       ->capture_default_str();
   cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
       ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(seed_value());
   cmd->add_option("--threads-per-device", o.threads_per_device, "kernel threads per host device")
       ->capture_default_str();
   cmd->add_option("--device-speed", o.device_speed, "host devices' speeds, e.g. 1,0.25 (0.25 = 4x slower)")
@@ -60,6 +95,10 @@ TrainTest load_run_data(const RunOptions& o, const ModelDef& model, int64_t gene
     throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data (" +
                        data.description + ") has " + shape_str(sample) +
                        (model.input_shape[0] == 3 ? ": use CIFAR-10 data" : ": use MNIST-style data"));
+  if (data.train.count == 0) throw RuntimeError(data.train.source + ": no training samples");
+  if (o.batch > data.train.count)
+    throw UsageError("--batch " + std::to_string(o.batch) + " is larger than the training set (" +
+                     std::to_string(data.train.count) + " samples in " + data.train.source + ")");
   return data;
 }
 

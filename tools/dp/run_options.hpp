@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/data_parallel.hpp"
+#include "engine/io/atomic_file.hpp"
 #include "engine/io/dataset.hpp"
 
 namespace dp::cli {
@@ -28,6 +29,13 @@ struct RunOptions {
 };
 
 void add_run_options(CLI::App* cmd, RunOptions& o);
+
+// For every flag that names a file: an empty value is a usage error, not "no file".
+CLI::Validator path_flag();
+
+// Before anything runs: every output writable (check_writable), and no output the same file as
+// another output or as an input (--data's files, and `inputs`, e.g. --init).
+void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs = {});
 
 // Everything the shared flags need, checked before anything runs (UsageError), then built.
 struct RunSetup {

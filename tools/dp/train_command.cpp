@@ -60,17 +60,20 @@ int run_train(const TrainOptions& o) {
   sgd.weight_decay = o.weight_decay;
   sgd.nesterov = o.nesterov;
   validate(sgd);
-  if (!o.save.empty()) check_writable(o.save, "--save");
-  if (!o.metrics.empty()) check_writable(o.metrics, "--metrics");
+  check_outputs(o, {{"--save", o.save}, {"--metrics", o.metrics}}, {{"--init", o.init}});
   RunSetup setup = validate_and_make_devices(o);
   const ModelDef& model = *setup.model;
   DeviceSet& devices = *setup.devices;
   const SplitPolicy& split = setup.split;
   TrainTest data = load_run_data(o, model, o.generated_train, o.generated_test, 1234);
+  if (o.eval && data.test.count == 0) throw RuntimeError(data.test.source + ": no test samples (--eval needs some)");
 
   DataParallel dp(devices, model, split, sgd, o.seed, setup.loss);
   if (!o.init.empty()) {
     ModelState s = load_safetensors(o.init, dp.layout());
+    if (!s.stripped_prefix.empty())
+      std::fprintf(stderr, "--init %s: names carry nn.DataParallel's '%s' prefix; loaded without it\n", o.init.c_str(),
+                   s.stripped_prefix.c_str());
     dp.load_state(s.params, s.buffers);
   }
 
@@ -98,7 +101,9 @@ int run_train(const TrainOptions& o) {
     char line[160];
     std::snprintf(line, sizeof line, "epoch %d: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", epoch, loss,
                   100 * acc, static_cast<long long>(r.correct), static_cast<long long>(r.count));
-    progress.message(line);
+    progress.clear();  // results go to stdout, with the summary; progress stays on stderr
+    std::printf("%s\n", line);
+    std::fflush(stdout);
     if (metrics.is_open())
       metrics << nlohmann::json{{"epoch", epoch}, {"test_loss", loss}, {"test_accuracy", acc}}.dump() << "\n"
               << std::flush;
@@ -166,9 +171,9 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--weight-decay", o->weight_decay, "L2 penalty")->capture_default_str();
   cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");
   cmd->add_flag("--augment", o->augment, "training only: random 32x32 crop of the 4-pixel-padded image, horizontal flip");
-  cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)");
-  cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)");
-  cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)");
+  cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)")->check(path_flag());
+  cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)")->check(path_flag());
+  cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)")->check(path_flag());
   cmd->add_flag("--eval", o->eval, "evaluate on the test set after each epoch");
   return [o, cmd] {
     o->steps_given = cmd->count("--steps") > 0;

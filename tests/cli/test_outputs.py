@@ -1,0 +1,230 @@
+"""Outputs that never destroy what the user has (each check fails without its fix):
+symlinks written through to their target, special files refused, modes kept, outputs that are
+the same file as an input or as another output refused before anything runs, empty data sets
+named, no temporary left behind by a signal, per-device trace counters, and the smaller edges
+(speed bounds, byte counts, seeds, empty paths, --batch larger than the data, module.-prefixed
+checkpoints, a progress bar that fits the terminal, results on stdout).
+
+usage: test_outputs.py DP_BINARY
+"""
+import fcntl
+import gzip
+import json
+import os
+import pty
+import re
+import select
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402
+
+DP = os.path.abspath(sys.argv[1])
+CHECKS = Checks()
+check = CHECKS.check
+
+
+def run(args, timeout=300):
+    p = subprocess.run([DP] + args, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(name, args, code, needle):
+    rc, out, err = run(args)
+    check(name, rc == code and needle in err, f"exit {rc} (want {code}), stderr:\n{err}\n(want {needle!r})")
+
+
+def write_idx(d, prefix, n):
+    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7) % 256 for i in range(n * 784)))
+    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+
+
+def mnist_dir(base, name, train=40, test=10):
+    d = os.path.join(base, name)
+    os.makedirs(d)
+    write_idx(d, "train", train)
+    write_idx(d, "t10k", test)
+    return d
+
+
+def snapshot(path):
+    st = os.lstat(path)
+    data = open(path, "rb").read() if stat.S_ISREG(st.st_mode) else None
+    return st.st_mode, data
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    data = mnist_dir(tmp, "data")
+    small = ["train", "--data", data, "--devices", "host:2", "--steps", "2", "--batch", "8", "--model", "mlp"]
+
+    # ---- symlinks, modes, special files
+    target = os.path.join(tmp, "weights.safetensors")
+    open(target, "wb").write(b"old")
+    os.chmod(target, 0o600)
+    link = os.path.join(tmp, "link.safetensors")
+    os.symlink("weights.safetensors", link)
+    rc, out, err = run(small + ["--save", link])
+    check("save through a symlink", rc == 0, err)
+    check("the symlink stays a symlink", os.path.islink(link) and os.readlink(link) == "weights.safetensors")
+    check("its target is written", open(target, "rb").read()[:8] != b"old" and os.path.getsize(target) > 100)
+    check("the target keeps its mode", stat.S_IMODE(os.stat(target).st_mode) == 0o600, oct(os.stat(target).st_mode))
+    dangling = os.path.join(tmp, "dangling.jsonl")
+    os.symlink("made-by-dp.jsonl", dangling)
+    rc, out, err = run(small + ["--metrics", dangling])
+    check("a dangling symlink's target is created", rc == 0 and os.path.islink(dangling) and
+          os.path.getsize(os.path.join(tmp, "made-by-dp.jsonl")) > 0, err)
+    metrics = os.path.join(tmp, "keep-mode.jsonl")
+    open(metrics, "w").write("old\n")
+    os.chmod(metrics, 0o640)
+    rc, out, err = run(small + ["--metrics", metrics])
+    check("metrics keeps its mode", rc == 0 and stat.S_IMODE(os.stat(metrics).st_mode) == 0o640)
+
+    # A private null device (never the system's /dev/null: a regression would replace it).
+    null = os.path.join(tmp, "null")
+    try:
+        os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except PermissionError:
+        null = None
+    if null:
+        for flag in ("--save", "--metrics"):
+            expect(f"{flag} on a device refused", small + [flag, null], 2, "is a character device")
+        check("the device is still a device", stat.S_ISCHR(os.lstat(null).st_mode))
+        expect("memprof --json on a device refused", ["memprof", "--model", "mlp", "--json", null], 2,
+               "is a character device")
+    fifo = os.path.join(tmp, "pipe")
+    os.mkfifo(fifo)
+    expect("a named pipe refused", small + ["--save", fifo], 2, "is a named pipe")
+    check("the pipe is still a pipe", stat.S_ISFIFO(os.lstat(fifo).st_mode))
+    expect("demo --trace on a pipe refused", ["demo", "--trace", fifo], 2, "is a named pipe")
+
+    # ---- the same file twice
+    init = os.path.join(tmp, "init.safetensors")
+    rc, _, err = run(small + ["--save", init])
+    before = snapshot(init)
+    expect("--metrics is --init", small + ["--init", init, "--metrics", init], 2, "same file as --init")
+    check("--init untouched", snapshot(init) == before)
+    hard = os.path.join(tmp, "hard.safetensors")
+    os.link(init, hard)
+    expect("--save is a hard link to --init", small + ["--init", init, "--save", hard], 2, "same file as --init")
+    check("--init untouched (hard link)", snapshot(init) == before)
+    data_file = os.path.join(data, "train-labels-idx1-ubyte.gz")
+    data_before = snapshot(data_file)
+    expect("--metrics is a --data file", small + ["--metrics", data_file], 2, "--data file train-labels-idx1-ubyte.gz")
+    via = os.path.join(tmp, "via")
+    os.symlink(data_file, via)
+    expect("--save is a --data file via a symlink", small + ["--save", via], 2, "--data file")
+    check("--data untouched", snapshot(data_file) == data_before)
+    both = os.path.join(tmp, "both")
+    expect("--save and --metrics the same", small + ["--save", both, "--metrics", both], 2,
+           "--save and --metrics name the same file")
+    expect("memprof --json and --svg the same", ["memprof", "--model", "mlp", "--json", both, "--svg",
+                                                 os.path.join(tmp, ".", "both")], 2, "name the same file")
+    check("nothing written for refused runs", not os.path.exists(both))
+
+    # ---- empty data sets
+    empty = mnist_dir(tmp, "empty", train=0, test=10)
+    expect("0 training samples", ["train", "--data", empty, "--model", "mlp", "--save", init], 1,
+           "train-images-idx3-ubyte.gz: no training samples")
+    check("--save untouched by the empty run", snapshot(init) == before)
+    notest = mnist_dir(tmp, "notest", train=40, test=0)
+    expect("0 test samples with --eval", small[:2] + [notest] + small[3:] + ["--eval"], 1,
+           "t10k-images-idx3-ubyte.gz: no test samples")
+    rc, _, err = run(small[:2] + [notest] + small[3:])
+    check("0 test samples without --eval is fine", rc == 0, err)
+
+    # ---- smaller edges
+    expect("--batch larger than the data", small + ["--batch", "41"], 2, "larger than the training set (40 samples")
+    expect("--seed beyond 64 bits", small + ["--seed", "18446744073709551616"], 2, "--seed")
+    rc, _, err = run(small + ["--seed", "18446744073709551615"])
+    check("--seed at 2^64-1 is fine", rc == 0, err)
+    expect("--device-memory 1.5", small + ["--device-memory", "1.5"], 2, "did you mean 1.5GiB")
+    for flag in ("--data", "--save", "--metrics", "--init"):
+        expect(f"{flag} empty", small + [flag, ""], 2, "empty path")
+    expect("memprof --svg empty", ["memprof", "--svg", ""], 2, "empty path")
+
+    # A state dict saved from nn.DataParallel: "module." before every name.
+    raw = open(init, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    wrapped = {(k if k == "__metadata__" else "module." + k): v for k, v in header.items()}
+    h = json.dumps(wrapped).encode()
+    h += b" " * (-(len(h) + 8) % 8)
+    module_file = os.path.join(tmp, "module.safetensors")
+    open(module_file, "wb").write(struct.pack("<Q", len(h)) + h + raw[8 + n:])
+    rc, _, err = run(small + ["--init", module_file])
+    check("a module.-prefixed checkpoint loads", rc == 0 and "'module.' prefix" in err, err)
+
+    rc, out, err = run(small + ["--eval"])
+    check("test accuracy on stdout with the summary", rc == 0 and "test accuracy" in out and "test accuracy" not in err,
+          out + err)
+
+    # ---- trace: one memory counter track per device
+    trace = os.path.join(tmp, "t.json")
+    rc, _, err = run(["memprof", "--model", "mlp", "--devices", "host:3", "--trace", trace])
+    names = {e["name"] for e in json.load(open(trace))["traceEvents"] if e["ph"] == "C"}
+    check("a counter track per device", {"d0 memory in use", "d1 memory in use", "d2 memory in use"} <= names, names)
+
+    # ---- memprof keeps a bounded timeline
+    js = os.path.join(tmp, "m.json")
+    rc, _, err = run(["memprof", "--model", "tiny", "--batch", "8", "--steps", "40", "--json", js])
+    r = json.load(open(js))
+    check("memprof timeline capped", rc == 0 and r["steps"] == 40 and r["timeline_steps"] == 16 and
+          len(r["timeline"]) == 16 * 9, (r.get("steps"), r.get("timeline_steps"), len(r.get("timeline", []))))
+
+    # ---- a signal while writing leaves no temporary behind
+    big = ["train", "--model", "resnet18", "--devices", "host:1", "--batch", "2", "--steps", "1",
+           "--generated-size", "4"]
+    outdir = os.path.join(tmp, "sig")
+    os.makedirs(outdir)
+    leftovers, interrupted = [], 0
+    for attempt in range(8):
+        out_file = os.path.join(outdir, f"w{attempt}.safetensors")
+        p = subprocess.Popen([DP] + big + ["--save", out_file], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        # Wait for the temporary to appear, then interrupt mid-write.
+        while p.poll() is None and time.time() < deadline:
+            if any(".tmp." in f and not f.endswith(".probe") for f in os.listdir(outdir)):
+                p.send_signal(signal.SIGINT if attempt % 2 else signal.SIGTERM)
+                interrupted += 1
+                break
+            time.sleep(0.0005)
+        p.wait(timeout=120)
+        leftovers += [f for f in os.listdir(outdir) if ".tmp." in f]
+    check("signals arrived while a temporary existed", interrupted >= 1, interrupted)
+    check("no temporary left behind", leftovers == [], leftovers)
+
+    # ---- the progress bar fits a narrow terminal
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 40, 0, 0))
+    p = subprocess.Popen([DP] + small + ["--steps", "5"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=slave)
+    os.close(slave)
+    screen = b""
+    while True:
+        r, _, _ = select.select([master], [], [], 30)
+        if not r:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        screen += chunk
+    p.wait(timeout=60)
+    os.close(master)
+    text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", screen.decode(errors="replace"))
+    bars = [seg for line in text.split("\n") for seg in line.split("\r") if "epoch" in seg and "/5" in seg]
+    check("the bar was drawn", len(bars) > 0, repr(text))
+    check("every redraw fits 40 columns", all(len(b) <= 39 for b in bars), [len(b) for b in bars])
+
+CHECKS.finish()
