@@ -153,7 +153,10 @@ with tempfile.TemporaryDirectory() as tmp:
     ]:
         open(bad_init, "wb").write(blob)
         keeps_save(name, small + ["--init", bad_init], 1, needle)
-    keeps_save("init wrong model", small[:-2] + ["--model", "convnet", "--init", save], 1, "unexpected tensor")
+    # --init must be another file than --save (an output may not overwrite an input).
+    mlp_init = os.path.join(tmp, "mlp-init.safetensors")
+    open(mlp_init, "wb").write(saved_bytes)
+    keeps_save("init wrong model", small[:-2] + ["--model", "convnet", "--init", mlp_init], 1, "unexpected tensor")
     keeps_save("init missing", small + ["--init", os.path.join(tmp, "none.safetensors")], 1, "cannot open")
 
     # ResNets and CIFAR-10: the directory's content decides the format.
@@ -173,9 +176,9 @@ with tempfile.TemporaryDirectory() as tmp:
                "has label 11")
     keeps_save("CIFAR test file missing", ["train", "--data", cifar_dir(tmp, "cifar_notest", test=False)] + res_flags,
                1, "missing test_batch.bin")
-    keeps_save("init from another model", res + ["--init", save], 1, "unexpected tensor '1.bias'")
+    keeps_save("init from another model", res + ["--init", mlp_init], 1, "unexpected tensor '1.bias'")
     keeps_save("resnet8 init into resnet18", ["train", "--model", "resnet18", "--data", cifar, "--steps", "1",
-                                              "--init", res_save], 1,
+                                              "--batch", "8", "--init", res_save], 1,
                "tensor 'conv1.weight' has shape [16, 3, 3, 3], the model needs [64, 3, 3, 3]")
 
 CHECKS.finish()
