@@ -3,6 +3,7 @@
 #include <random>
 
 #include "engine/error.hpp"
+#include "engine/random.hpp"
 
 namespace dp {
 
@@ -73,7 +74,7 @@ ModelLayout ModelLayout::of(const ModelDef& def) { return of(*make_checked(def))
 void init_state(const ModelLayout& layout, float* params, float* buffers, uint64_t seed) {
   std::fill(params, params + layout.parameter_count, 0.f);
   std::fill(buffers, buffers + layout.buffer_count, 0.f);
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = random_stream(seed, RandomPurpose::Init);
   for (const auto& e : layout.entries) {
     float* p = (e.buffer() ? buffers : params) + e.offset;
     const int64_t n = numel(e.shape);

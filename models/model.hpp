@@ -55,7 +55,7 @@ struct ModelLayout {
 std::vector<Module*> param_modules(Module& root);
 
 // Initialise with the distributions each entry declares (PyTorch's and torchvision's defaults;
-// a different random stream). Alignment gaps are zero.
+// a different random stream: --seed's Init stream, engine/random.hpp). Alignment gaps are zero.
 void init_state(const ModelLayout& layout, float* params, float* buffers, uint64_t seed);
 
 class Network {

@@ -3,6 +3,8 @@
 #include <numeric>
 #include <random>
 
+#include "engine/random.hpp"
+
 namespace dp {
 
 void normalise_sample(const Dataset& data, const uint8_t* pixels, float* out) {
@@ -40,7 +42,14 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed) {
   return idx;
 }
 
-Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, std::mt19937_64* augment_rng) {
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int epoch, bool shuffle) {
+  if (shuffle) return shuffled_indices(n, stream_seed(seed, RandomPurpose::Shuffle, static_cast<uint64_t>(epoch)));
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment) {
   Batch b;
   b.size = count;
   const int64_t px = data.sample_pixels();
@@ -49,9 +58,11 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, std
   std::vector<uint8_t> sample(static_cast<size_t>(px));
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t* pixels = data.images.data() + indices[i] * px;
-    if (augment_rng) {
+    if (augment) {
       std::copy(pixels, pixels + px, sample.begin());
-      augment_sample(sample.data(), data.channels, data.rows, data.cols, *augment_rng);
+      const uint64_t index = static_cast<uint64_t>(augment->epoch) << 32 | static_cast<uint64_t>(augment->first_position + i);
+      std::mt19937_64 rng = random_stream(augment->seed, RandomPurpose::Augment, index);
+      augment_sample(sample.data(), data.channels, data.rows, data.cols, rng);
       pixels = sample.data();
     }
     normalise_sample(data, pixels, b.images.data() + i * px);
@@ -85,18 +96,12 @@ void BatchLoader::produce() {
   try {
     int64_t step = 0;
     for (int epoch = 1; epoch <= epochs_; ++epoch) {
-      std::vector<int64_t> order(static_cast<size_t>(data_.count));
-      if (shuffle_) order = shuffled_indices(data_.count, seed_ + static_cast<uint64_t>(epoch));
-      else std::iota(order.begin(), order.end(), 0);
-      // Augmentation draws from its own stream, never the shuffle's (two purposes sharing one
-      // stream correlate them): seeded from (seed, epoch) through a different mix.
-      std::seed_seq augment_seed{static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32),
-                                 static_cast<uint32_t>(epoch), 0xA06AE7u};
-      std::mt19937_64 augment_rng(augment_seed);
+      const std::vector<int64_t> order = epoch_order(data_.count, seed_, epoch, shuffle_);
       for (int64_t i = 0; i * batch_ < data_.count; ++i, ++step) {
         if (max_steps_ > 0 && step >= max_steps_) goto finished;
         const int64_t begin = i * batch_, count = std::min(batch_, data_.count - begin);
-        Batch b = make_batch(data_, order.data() + begin, count, augment_ ? &augment_rng : nullptr);
+        const AugmentStreams streams{seed_, epoch, begin};
+        Batch b = make_batch(data_, order.data() + begin, count, augment_ ? &streams : nullptr);
         b.epoch = epoch;
         b.index = i;
         std::unique_lock lock(mutex_);

@@ -35,6 +35,8 @@ void augment_sample(uint8_t* pixels, int64_t channels, int64_t rows, int64_t col
 
 // Fisher–Yates with mt19937_64: the same order on every platform for a seed.
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed);
+// Epoch `epoch`'s order (from 1) for a run's --seed: its own stream (engine/random.hpp).
+std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int epoch, bool shuffle);
 
 class BatchLoader {
  public:
@@ -63,7 +65,13 @@ class BatchLoader {
   std::thread thread_;
 };
 
-// The samples at `indices`, normalised; augmented first when rng is given.
-Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, std::mt19937_64* augment_rng = nullptr);
+// Which augmentation a sample gets: its own stream per (seed, epoch, position in the epoch).
+struct AugmentStreams {
+  uint64_t seed;
+  int epoch;
+  int64_t first_position;  // of the batch's first sample in the epoch
+};
+// The samples at `indices`, normalised; augmented first when `augment` is given.
+Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment = nullptr);
 
 }  // namespace dp
