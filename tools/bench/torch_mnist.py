@@ -43,7 +43,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    x = ref.normalise(read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"))).unsqueeze(1)
+    x = ref.normalise(read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz")))  # [N, 1, 28, 28]
     y = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))
     model = ref.make_model(a.model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
@@ -65,7 +65,7 @@ def main():
     out = {"framework": "pytorch " + torch.__version__, "model": a.model, "batch": a.batch, "threads": a.threads,
            "steps": steps, "samples_per_s": timed / elapsed, "last_loss": loss.item()}
     if a.eval:
-        xt = ref.normalise(read_idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz"))).unsqueeze(1)
+        xt = ref.normalise(read_idx(os.path.join(a.data, "t10k-images-idx3-ubyte.gz")))
         yt = read_idx(os.path.join(a.data, "t10k-labels-idx1-ubyte.gz"))
         model.eval()
         with torch.no_grad():
