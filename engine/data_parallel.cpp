@@ -1,9 +1,11 @@
 #include "engine/data_parallel.hpp"
 
+#include <cmath>
 #include <cstring>
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
+#include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
 
@@ -23,12 +25,13 @@ void upload(const Tensor& dst, const void* src) {
 
 }  // namespace
 
-DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const SgdConfig& sgd,
-                           uint64_t seed, LossMode loss)
+DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split,
+                           const OptimizerConfig& optimizer, uint64_t seed, LossMode loss)
     : devices_(devices),
       model_(model),
       splitter_(std::move(split), devices.size()),
-      sgd_(sgd),
+      optimizer_(make_optimizer(optimizer)),
+      lr_(optimizer.lr()),
       loss_(make_loss_strategy(loss)),
       gradient_sync_(make_reduce_to_device0()) {
   for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
@@ -138,7 +141,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   phase(Phase::Loss, [&] { loss(s, result); });
   phase(Phase::Backward, [&] { backward(s); });
   phase(Phase::Reduce, [&] { reduce(s); });
-  phase(Phase::Update, [&] { update(s); });
+  phase(Phase::Update, [&] { update(s, result); });
   result.replica_seconds.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) result.replica_seconds[i] = devices_[i].stream().busy_seconds() - busy_before[i];
   return result;
@@ -246,9 +249,21 @@ void DataParallel::reduce(StepState& s) {
   devices_.synchronize();
 }
 
-// 9. update the master parameters on device 0.
-void DataParallel::update(StepState&) {
-  sgd_.step(params_, grads_);
+// 9. update the master parameters on device 0 (clipping the gradients first, if asked).
+void DataParallel::update(StepState&, StepResult& r) {
+  Device& d0 = devices_[0];
+  if (clip_ > 0 || report_norm_) {
+    d0.stream().enqueue(
+        [this, &d0, &r] {
+          const int64_t n = grads_.numel();
+          r.grad_norm = std::sqrt(sum_squares(d0.exec(), grads_.buf(), n));
+          const double coef = clip_ / (r.grad_norm + 1e-6);
+          if (clip_ > 0 && coef < 1) scale(d0.exec(), grads_.buf(), static_cast<float>(coef), n);
+        },
+        d0.stream().label([&] { return TaskLabel{clip_ > 0 ? "gradient norm and clipping" : "gradient norm", "update"}; }));
+  }
+  r.lr = lr_;
+  optimizer_->step(params_, grads_, static_cast<float>(lr_));
   join_device0();
 }
 
@@ -262,7 +277,7 @@ std::string DataParallel::probe_memory(const float* images, const int32_t* label
   // fixed + per-sample bytes. Probes change nothing: parameters, buffers and the optimizer
   // state are put back, and capacities are lifted while probing.
   const auto saved_params = parameters(), saved_buffers = buffers();
-  const auto saved_momentum = sgd_.save_state();
+  const auto saved_optimizer = optimizer_->save();
   std::vector<int64_t> capacity(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) capacity[i] = devices_[i].allocator().capacity(), devices_[i].allocator().set_capacity(0);
   const auto even = split_sizes(parse_split("even", n, batch), batch, n);
@@ -277,7 +292,7 @@ std::string DataParallel::probe_memory(const float* images, const int32_t* label
   probe(even);  // warm-up: the optimizer state appears at the end of the first step
   const auto pa = probe(even), pb = probe(shifted);
   load_state(saved_params, saved_buffers);
-  sgd_.restore_state(saved_momentum);
+  optimizer_->restore(saved_optimizer, params_);
   for (int i = 0; i < n; ++i) {
     devices_[i].allocator().set_capacity(capacity[i]);
     devices_[i].allocator().reset_peak();  // the probes are not part of the run's profile

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/device.hpp"
-#include "engine/optimizer.hpp"
+#include "engine/optim/optimizer.hpp"
 #include "engine/split/splitter.hpp"
 #include "engine/step/gradient_sync.hpp"
 #include "engine/step/loss_strategy.hpp"
@@ -33,6 +33,8 @@ struct StepResult : PhaseRecord {
   std::vector<double> replica_seconds;  // per device: busy time in forward + backward
   int64_t upload_bytes = 0;             // host -> device 0 in the load phase
   std::string split_change;             // auto / balance-memory: what changed, if anything
+  double lr = 0;                        // the learning rate of this step's update
+  double grad_norm = -1;                // ‖g‖₂ of the reduced gradients before clipping (-1: not computed)
 };
 
 struct EvalResult {
@@ -44,8 +46,8 @@ struct EvalResult {
 class DataParallel {
  public:
   // Master state on device 0, initialised with PyTorch's default distributions from seed.
-  DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const SgdConfig& sgd, uint64_t seed,
-               LossMode loss = LossMode::Gathered);
+  DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const OptimizerConfig& optimizer,
+               uint64_t seed, LossMode loss = LossMode::Gathered);
   ~DataParallel();
 
   // One training step on a host batch: images [batch, C, H, W] (already normalised), labels.
@@ -54,6 +56,15 @@ class DataParallel {
   EvalResult evaluate(const float* images, const int32_t* labels, int64_t batch);
 
   const ModelDef& model() const { return model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  // The learning rate of the next updates (a schedule sets it before each step).
+  void set_learning_rate(double lr) { lr_ = lr; }
+  // --clip-grad-norm: after the reduce, scale device 0's gradients by min(1, max_norm / (‖g‖₂ + 1e-6))
+  // over all of them (torch.nn.utils.clip_grad_norm_); 0 = off. Device 0 holds every gradient at
+  // that moment, so under DataParallel the global norm costs one pass there and no communication.
+  void set_clip_grad_norm(double max_norm) { clip_ = max_norm; }
+  // Report ‖g‖₂ in StepResult::grad_norm even without clipping (one more pass over the gradients).
+  void set_report_grad_norm(bool on) { report_norm_ = on; }
   const ModelLayout& layout() const { return nets_[0]->layout(); }
   DeviceSet& devices() { return devices_; }
   const SplitPolicy& split() const { return splitter_.policy(); }
@@ -80,7 +91,7 @@ class DataParallel {
   void loss(StepState& s, StepResult& r);
   void backward(StepState& s);
   void reduce(StepState& s);
-  void update(StepState& s);
+  void update(StepState& s, StepResult& r);
   // --split balance-memory: two probe steps (state restored afterwards) plan the chunks.
   std::string probe_memory(const float* images, const int32_t* labels, int64_t batch);
   // Synchronise the streams of the given replicas; raise the first error as a ReplicaError.
@@ -90,7 +101,10 @@ class DataParallel {
   DeviceSet& devices_;
   const ModelDef& model_;
   Splitter splitter_;
-  Sgd sgd_;
+  std::unique_ptr<Optimizer> optimizer_;
+  double lr_;
+  double clip_ = 0;
+  bool report_norm_ = false;
   std::unique_ptr<LossStrategy> loss_;
   std::unique_ptr<GradientSync> gradient_sync_;
   Tracer* tracer_ = nullptr;

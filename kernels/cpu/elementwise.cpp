@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <vector>
 
 #include "kernels/ops/elementwise.hpp"
 #include "engine/host/thread_pool.hpp"
@@ -35,5 +36,29 @@ void add_inplace(ThreadPool& pool, float* y, const float* x, int64_t n) {
 namespace dp::cpu {
 
 void add_scalar(ThreadPool&, float* y, float value) { *y += value; }
+
+void scale(ThreadPool& pool, float* y, float s, int64_t n) {
+  pool.parallel_for(n, [=](int64_t a, int64_t b) {
+    float* __restrict dst = y;
+    for (int64_t i = a; i < b; ++i) dst[i] *= s;
+  });
+}
+
+// In double, in fixed blocks summed in order: the same result whatever the thread count.
+double sum_squares(ThreadPool& pool, const float* x, int64_t n) {
+  constexpr int64_t kBlock = 4096;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(static_cast<size_t>(blocks));
+  pool.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double s = 0;
+      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) s += double(x[i]) * x[i];
+      partial[static_cast<size_t>(b)] = s;
+    }
+  });
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
 
 }  // namespace dp::cpu

@@ -124,8 +124,9 @@ def write_cifar(images, labels, path):
             f.write(bytes([int(lbl)]) + img.numpy().astype("uint8").tobytes())
 
 
-def dp_step(model, opt, x, y, sizes):
-    """One faithful DataParallel step; returns the gathered-batch loss."""
+def dp_step(model, opt, x, y, sizes, before_update=None):
+    """One faithful DataParallel step; returns the gathered-batch loss. before_update runs on the
+    reduced gradients (clipping)."""
     opt.zero_grad()
     outs, replicas, start = [], [], 0
     for r, size in enumerate(sizes):
@@ -146,5 +147,20 @@ def dp_step(model, opt, x, y, sizes):
                 continue
             for p, q in zip(model.parameters(), replica.parameters()):
                 p.grad = q.grad.clone() if p.grad is None else p.grad + q.grad
+    if before_update:
+        before_update()
     opt.step()
     return loss.item()
+
+
+def lr_at(s, total, lr, schedule="constant", warmup=0, min_lr=0.0):
+    """dp-engine's --lr-schedule for step index s (0 for the first) of `total` steps."""
+    import math
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    if schedule == "cosine":
+        return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * (s - warmup) / max(1, total - warmup)))
+    if schedule.startswith("step:"):
+        n, g = schedule[5:].split(",")
+        return lr * float(g) ** ((s - warmup) // int(n))
+    return lr

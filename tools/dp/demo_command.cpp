@@ -177,9 +177,7 @@ int run_demo(const DemoOptions& o) {
   RunSetup setup = validate_and_make_devices(o);
   const ModelDef& model = *setup.model;
   DeviceSet& devices = *setup.devices;
-  SgdConfig sgd;
-  sgd.lr = 0.05f;
-  sgd.momentum = 0.9f;
+  const OptimizerConfig sgd = profiling_optimizer(setup);
   DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss);
   std::unique_ptr<Tracer> tracer;
   if (!o.trace.empty()) {

@@ -34,9 +34,7 @@ int run_memprof(const MemprofOptions& o) {
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
   TrainTest data = load_run_data(o, *setup.model, o.batch * o.steps, 1, 1234);
-  SgdConfig sgd;
-  sgd.lr = 0.05f;
-  sgd.momentum = 0.9f;  // momentum makes the optimizer state exist, as in training
+  const OptimizerConfig sgd = profiling_optimizer(setup);
   std::vector<MemoryPoint> timeline;
   std::vector<int64_t> last_chunks;
   std::string split_note, oom_message;

@@ -49,6 +49,8 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->capture_default_str();
   cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
       ->capture_default_str();
+  cmd->add_option("--optimizer", o.optimizer, "sgd or adamw (torch.optim semantics; state on device 0)")
+      ->capture_default_str();
   cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(seed_value());
   cmd->add_option("--threads-per-device", o.threads_per_device, "kernel threads per host device")
       ->capture_default_str();
@@ -67,6 +69,7 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   r.model = &find_model(o.model);
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);
+  r.optimizer = parse_optimizer(o.optimizer);
   if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");
   if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
   if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)
@@ -79,6 +82,15 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   r.devices = std::make_unique<DeviceSet>(spec, dev_opts);
   r.split = parse_split(o.split, r.devices->size(), o.batch);
   return r;
+}
+
+OptimizerConfig profiling_optimizer(const RunSetup& setup) {
+  OptimizerConfig c;
+  c.kind = setup.optimizer;
+  c.sgd.lr = 0.05f;
+  c.sgd.momentum = 0.9f;
+  if (c.kind == OptimizerConfig::Kind::AdamW) c.sgd.lr = 1e-3f, c.sgd.weight_decay = 0.01f;
+  return c;
 }
 
 TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed) {

@@ -20,6 +20,7 @@ struct RunOptions {
   int64_t batch = 128;
   std::string split = "even";
   std::string loss = "gathered";
+  std::string optimizer = "sgd";  // its state is device 0's: memprof and demo show it too
   uint64_t seed = 0;
   int threads_per_device = 1;
   std::vector<double> device_speed;
@@ -29,6 +30,7 @@ struct RunOptions {
 };
 
 void add_run_options(CLI::App* cmd, RunOptions& o);
+
 
 // For every flag that names a file: an empty value is a usage error, not "no file".
 CLI::Validator path_flag();
@@ -43,9 +45,14 @@ struct RunSetup {
   std::unique_ptr<DeviceSet> devices;
   SplitPolicy split;
   LossMode loss = LossMode::Gathered;
+  OptimizerConfig::Kind optimizer = OptimizerConfig::Kind::Sgd;
   int64_t capacity = 0;
 };
 RunSetup validate_and_make_devices(const RunOptions& o);
+
+// The optimizer memprof and demo run with: --optimizer at lr 0.05 (SGD with momentum 0.9, so its
+// state exists as in training).
+OptimizerConfig profiling_optimizer(const RunSetup& setup);
 
 // The generated default that fits the model: seven-segment digits (1x28x28) or CIFAR-style
 // shapes (3x32x32).

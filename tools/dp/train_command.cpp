@@ -14,6 +14,7 @@
 #include "engine/io/atomic_file.hpp"
 #include "engine/io/loader.hpp"
 #include "engine/io/safetensors.hpp"
+#include "engine/optim/schedule.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/progress.hpp"
 #include "tools/dp/run_options.hpp"
@@ -27,7 +28,12 @@ struct TrainOptions : RunOptions {
   int64_t steps = 0;  // 0: no limit
   bool steps_given = false;
   float lr = 0.05f, momentum = 0.9f, dampening = 0.f, weight_decay = 0.f;
-  bool nesterov = false;
+  bool nesterov = false, weight_decay_given = false;
+  std::vector<float> betas{0.9f, 0.999f};
+  float eps = 1e-8f;
+  std::string lr_schedule = "constant";
+  int64_t warmup_steps = 0;
+  double min_lr = 0, clip_grad_norm = 0;
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
@@ -53,13 +59,20 @@ int run_train(const TrainOptions& o) {
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
   if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
-  SgdConfig sgd;
-  sgd.lr = o.lr;
-  sgd.momentum = o.momentum;
-  sgd.dampening = o.dampening;
-  sgd.weight_decay = o.weight_decay;
-  sgd.nesterov = o.nesterov;
-  validate(sgd);
+  OptimizerConfig opt;
+  opt.kind = parse_optimizer(o.optimizer);
+  opt.sgd.lr = o.lr;
+  opt.sgd.momentum = o.momentum;
+  opt.sgd.dampening = o.dampening;
+  // torch.optim's defaults: no weight decay for SGD, 0.01 (decoupled) for AdamW.
+  opt.sgd.weight_decay = o.weight_decay_given || opt.kind == OptimizerConfig::Kind::Sgd ? o.weight_decay : 0.01f;
+  opt.sgd.nesterov = o.nesterov;
+  if (o.betas.size() != 2) throw UsageError("--betas takes two numbers, e.g. 0.9,0.999");
+  opt.adamw = {o.betas[0], o.betas[1], o.eps};
+  validate(opt);
+  if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
+    throw UsageError("--clip-grad-norm must be a finite number >= 0 (0: off)");
+  parse_lr_schedule(o.lr_schedule, o.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
   check_outputs(o, {{"--save", o.save}, {"--metrics", o.metrics}}, {{"--init", o.init}});
   RunSetup setup = validate_and_make_devices(o);
   const ModelDef& model = *setup.model;
@@ -68,7 +81,8 @@ int run_train(const TrainOptions& o) {
   TrainTest data = load_run_data(o, model, o.generated_train, o.generated_test, 1234);
   if (o.eval && data.test.count == 0) throw RuntimeError(data.test.source + ": no test samples (--eval needs some)");
 
-  DataParallel dp(devices, model, split, sgd, o.seed, setup.loss);
+  DataParallel dp(devices, model, split, opt, o.seed, setup.loss);
+  dp.set_clip_grad_norm(o.clip_grad_norm);
   if (!o.init.empty()) {
     ModelState s = load_safetensors(o.init, dp.layout());
     if (!s.stripped_prefix.empty())
@@ -85,6 +99,8 @@ int run_train(const TrainOptions& o) {
   }
   BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment);
   const int64_t total = loader.total_steps();
+  const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, o.lr, o.min_lr, o.warmup_steps, total);
+  dp.set_report_grad_norm(metrics.is_open());
   std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %lld steps over %s\n", model.name.c_str(),
                devices.description().c_str(), split.text.c_str(), static_cast<long long>(o.batch),
                static_cast<long long>(total), data.description.c_str());
@@ -114,6 +130,7 @@ int run_train(const TrainOptions& o) {
       if (current_epoch) end_epoch(current_epoch);
       current_epoch = batch->epoch;
     }
+    dp.set_learning_rate(schedule.at(step));
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r = dp.step(batch->images.data(), batch->labels.data(), batch->size);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -127,8 +144,9 @@ int run_train(const TrainOptions& o) {
     if (metrics.is_open()) {
       nlohmann::json phases;
       for (int p = 0; p < kNumPhases; ++p) phases[phase_name(static_cast<Phase>(p))] = r.seconds[p] * 1e3;
-      nlohmann::json row{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss},
+      nlohmann::json row{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss}, {"lr", r.lr},
                          {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases}};
+      if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
       if (!r.split_change.empty()) row["split_change"] = r.split_change;
       metrics << row.dump()
               << "\n"
@@ -168,7 +186,15 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--dampening", o->dampening, "SGD dampening")->capture_default_str();
   cmd->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
-  cmd->add_option("--weight-decay", o->weight_decay, "L2 penalty")->capture_default_str();
+  cmd->add_option("--weight-decay", o->weight_decay, "SGD: L2 penalty (default 0); AdamW: decoupled decay (default 0.01)");
+  cmd->add_option("--betas", o->betas, "AdamW: beta1,beta2")->delimiter(',')->capture_default_str();
+  cmd->add_option("--eps", o->eps, "AdamW: epsilon")->capture_default_str();
+  cmd->add_option("--lr-schedule", o->lr_schedule, "constant, cosine, or step:N,G (times G every N steps)")
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", o->warmup_steps, "linear warm-up steps (any schedule)")->capture_default_str();
+  cmd->add_option("--min-lr", o->min_lr, "cosine: the final learning rate")->capture_default_str();
+  cmd->add_option("--clip-grad-norm", o->clip_grad_norm, "scale gradients to this global L2 norm at most (0: off)")
+      ->capture_default_str();
   cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");
   cmd->add_flag("--augment", o->augment, "training only: random 32x32 crop of the 4-pixel-padded image, horizontal flip");
   cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)")->check(path_flag());
@@ -177,6 +203,7 @@ Run add_train_command(CLI::App& app) {
   cmd->add_flag("--eval", o->eval, "evaluate on the test set after each epoch");
   return [o, cmd] {
     o->steps_given = cmd->count("--steps") > 0;
+    o->weight_decay_given = cmd->count("--weight-decay") > 0;
     return run_train(*o);
   };
 }

@@ -1,0 +1,147 @@
+#include "engine/optim/optimizer.hpp"
+
+#include <cmath>
+
+#include "engine/device.hpp"
+#include "engine/error.hpp"
+
+namespace dp {
+
+OptimizerConfig::Kind parse_optimizer(const std::string& text) {
+  if (text == "sgd") return OptimizerConfig::Kind::Sgd;
+  if (text == "adamw") return OptimizerConfig::Kind::AdamW;
+  throw UsageError("--optimizer '" + text + "': expected sgd or adamw");
+}
+
+const char* optimizer_name(OptimizerConfig::Kind kind) { return kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd"; }
+
+void validate(const OptimizerConfig& cfg) {
+  const SgdConfig& c = cfg.sgd;
+  auto bad = [](float v) { return !std::isfinite(v) || v < 0.f; };
+  if (bad(c.lr)) throw UsageError("--lr must be a finite number >= 0");
+  if (bad(c.weight_decay)) throw UsageError("--weight-decay must be a finite number >= 0");
+  if (cfg.kind == OptimizerConfig::Kind::Sgd) {
+    if (bad(c.momentum)) throw UsageError("--momentum must be a finite number >= 0");
+    if (bad(c.dampening)) throw UsageError("--dampening must be a finite number >= 0");
+    if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
+      throw UsageError("--nesterov requires a momentum > 0 and zero dampening");
+    return;
+  }
+  const AdamWConfig& a = cfg.adamw;
+  for (float b : {a.beta1, a.beta2})
+    if (!(b >= 0.f && b < 1.f)) throw UsageError("--betas: each beta must be in [0, 1)");
+  if (!(a.eps > 0.f) || !std::isfinite(a.eps)) throw UsageError("--eps must be a finite number > 0");
+}
+
+namespace {
+
+// A state tensor on the parameters' device, in the optimizer category.
+Tensor state_like(const Tensor& params) { return Tensor::zeros(params.device(), params.shape(), MemCategory::Optimizer); }
+
+void check_saved(const Optimizer::Saved& s, const std::vector<std::string>& names, const Tensor& like) {
+  if (s.buffers.empty()) return;
+  if (s.buffers.size() != names.size())
+    throw RuntimeError("optimizer state has " + std::to_string(s.buffers.size()) + " buffers, expected " +
+                       std::to_string(names.size()));
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (s.buffers[i].first != names[i])
+      throw RuntimeError("optimizer state '" + s.buffers[i].first + "' where '" + names[i] + "' was expected");
+    if (static_cast<int64_t>(s.buffers[i].second.size()) != like.numel())
+      throw RuntimeError("optimizer state '" + names[i] + "' has " + std::to_string(s.buffers[i].second.size()) +
+                         " values for " + std::to_string(like.numel()) + " parameters");
+  }
+}
+
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(const SgdConfig& c) : cfg_(c) {}
+  OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::Sgd; }
+  void step(const Tensor& params, const Tensor& grads, float lr) override {
+    Device& dev = params.device();
+    const bool first = cfg_.momentum != 0.f && !momentum_.defined();
+    if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
+    SgdConfig cfg = cfg_;
+    cfg.lr = lr;
+    dev.stream().enqueue(
+        [params, grads, buf = momentum_, first, cfg, &dev] {
+          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first, cfg, params.numel());
+        },
+        dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
+    ++steps_;
+  }
+  Saved save() override {
+    Saved s{steps_, {}};
+    if (momentum_.defined()) s.buffers.push_back({"momentum_buffer", momentum_.to_host()});
+    return s;
+  }
+  void restore(const Saved& s, const Tensor& like) override {
+    if (cfg_.momentum != 0.f) check_saved(s, {"momentum_buffer"}, like);
+    else if (!s.buffers.empty()) throw RuntimeError("optimizer state has a momentum buffer, but --momentum is 0");
+    like.device().stream().synchronize();
+    momentum_ = Tensor();
+    if (!s.buffers.empty()) {
+      momentum_ = state_like(like);
+      momentum_.copy_from_host(s.buffers[0].second.data());
+    }
+    steps_ = s.steps;
+  }
+
+ private:
+  SgdConfig cfg_;
+  Tensor momentum_;
+};
+
+class AdamW final : public Optimizer {
+ public:
+  explicit AdamW(const OptimizerConfig& c) : cfg_(c) {}
+  OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::AdamW; }
+  void step(const Tensor& params, const Tensor& grads, float lr) override {
+    Device& dev = params.device();
+    if (!exp_avg_.defined()) exp_avg_ = state_like(params), exp_avg_sq_ = state_like(params);
+    ++steps_;
+    // The bias corrections in double, as PyTorch computes them in Python.
+    const double t = static_cast<double>(steps_), b1 = cfg_.adamw.beta1, b2 = cfg_.adamw.beta2;
+    const AdamWStep s{lr,
+                      cfg_.sgd.weight_decay,
+                      cfg_.adamw.beta1,
+                      cfg_.adamw.beta2,
+                      cfg_.adamw.eps,
+                      static_cast<float>(lr / (1.0 - std::pow(b1, t))),
+                      static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)))};
+    dev.stream().enqueue(
+        [params, grads, m = exp_avg_, v = exp_avg_sq_, s, &dev] {
+          adamw_update(dev.exec(), params.buf(), grads.buf(), m.buf(), v.buf(), s, params.numel());
+        },
+        dev.stream().label([&] { return TaskLabel{"adamw update " + std::to_string(params.numel()) + " parameters", "update"}; }));
+  }
+  Saved save() override {
+    Saved s{steps_, {}};
+    if (exp_avg_.defined()) s.buffers = {{"exp_avg", exp_avg_.to_host()}, {"exp_avg_sq", exp_avg_sq_.to_host()}};
+    return s;
+  }
+  void restore(const Saved& s, const Tensor& like) override {
+    check_saved(s, {"exp_avg", "exp_avg_sq"}, like);
+    like.device().stream().synchronize();
+    exp_avg_ = exp_avg_sq_ = Tensor();
+    if (!s.buffers.empty()) {
+      exp_avg_ = state_like(like), exp_avg_sq_ = state_like(like);
+      exp_avg_.copy_from_host(s.buffers[0].second.data());
+      exp_avg_sq_.copy_from_host(s.buffers[1].second.data());
+    }
+    steps_ = s.steps;
+  }
+
+ private:
+  OptimizerConfig cfg_;
+  Tensor exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg) {
+  validate(cfg);
+  if (cfg.kind == OptimizerConfig::Kind::AdamW) return std::make_unique<AdamW>(cfg);
+  return std::make_unique<Sgd>(cfg.sgd);
+}
+
+}  // namespace dp

@@ -1,0 +1,63 @@
+// The optimizers of the update phase, with torch.optim's semantics: SGD (momentum, dampening,
+// Nesterov, weight decay) and AdamW (decoupled weight decay, bias correction). They update the
+// master parameters on device 0; their state (SGD's momentum buffer, AdamW's exp_avg and
+// exp_avg_sq) lives on device 0 only, counted in the optimizer category — with the gathered
+// outputs, why device 0 fills first — and is created at the first step, as PyTorch does.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.hpp"
+#include "kernels/ops/adamw.hpp"
+#include "kernels/ops/sgd.hpp"
+
+namespace dp {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+};
+
+struct OptimizerConfig {
+  enum class Kind { Sgd, AdamW };
+  Kind kind = Kind::Sgd;
+  SgdConfig sgd;  // lr and weight_decay serve both; momentum, dampening, nesterov are SGD's
+  AdamWConfig adamw;
+  OptimizerConfig() = default;
+  OptimizerConfig(const SgdConfig& s) : sgd(s) {}  // NOLINT: an SGD configuration is one
+  float lr() const { return sgd.lr; }
+};
+
+OptimizerConfig::Kind parse_optimizer(const std::string& text);  // "sgd" | "adamw"; UsageError otherwise
+const char* optimizer_name(OptimizerConfig::Kind kind);
+// UsageError for settings PyTorch rejects (lr < 0 or not finite, nesterov without momentum,
+// betas outside [0, 1), eps <= 0, ...).
+void validate(const OptimizerConfig& cfg);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual OptimizerConfig::Kind kind() const = 0;
+  // One update of params from grads at learning rate lr, enqueued on the parameters' stream.
+  virtual void step(const Tensor& params, const Tensor& grads, float lr) = 0;
+  int64_t steps() const { return steps_; }
+
+  // The state as host copies, named as torch.optim names each parameter's ("momentum_buffer";
+  // "exp_avg", "exp_avg_sq"), each flat like the parameters; none before the first step.
+  struct Saved {
+    int64_t steps = 0;
+    std::vector<std::pair<std::string, std::vector<float>>> buffers;
+  };
+  virtual Saved save() = 0;
+  // Put a saved state back (on `like`'s device and shape); an empty one drops the state, as
+  // before the first step. RuntimeError when the names or sizes do not fit this optimizer.
+  virtual void restore(const Saved& state, const Tensor& like) = 0;
+
+ protected:
+  int64_t steps_ = 0;
+};
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg);
+
+}  // namespace dp

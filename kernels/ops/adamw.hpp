@@ -1,0 +1,33 @@
+// AdamW with torch.optim.AdamW's semantics (PyTorch 1.13's single-tensor path), per element:
+//   p ·= 1 − lr·wd;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
+//   p −= step_size · m / (√v / bc2_sqrt + ε),  step_size = lr / (1 − β1^t), bc2_sqrt = √(1 − β2^t)
+// The bias corrections are computed by the caller (in double, as PyTorch does in Python).
+#pragma once
+#include <cstdint>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+
+struct AdamWStep {
+  float lr, weight_decay, beta1, beta2, eps;
+  float step_size;  // lr / (1 − β1^t)
+  float bc2_sqrt;   // √(1 − β2^t)
+};
+
+namespace cpu {
+void adamw_update(ThreadPool& pool, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                  const AdamWStep& s, int64_t n);
+}  // namespace cpu
+namespace cuda {
+void adamw_update(Context& c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const AdamWStep& s,
+                  int64_t n);
+}  // namespace cuda
+
+inline void adamw_update(const Exec& ex, Buf param, Buf grad, Buf exp_avg, Buf exp_avg_sq, const AdamWStep& s,
+                         int64_t n) {
+  constexpr const char* op = "adamw_update";
+  DP_DISPATCH(ex, adamw_update, param.f32(op), grad.f32(op), exp_avg.f32(op), exp_avg_sq.f32(op), s, n);
+}
+
+}  // namespace dp

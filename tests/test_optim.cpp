@@ -1,0 +1,123 @@
+// Optimizers and schedules: AdamW's arithmetic against torch.optim.AdamW's formula, the learning-
+// rate schedules, gradient clipping's scale, state saved and restored, and AdamW's state on device 0.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "engine/optim/schedule.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+TEST_CASE("AdamW follows torch.optim.AdamW: decoupled decay, bias correction") {
+  auto devs = host_devices(1);
+  OptimizerConfig c;
+  c.kind = OptimizerConfig::Kind::AdamW;
+  c.sgd.lr = 0.01f;
+  c.sgd.weight_decay = 0.1f;
+  c.adamw = {0.9f, 0.99f, 1e-8f};
+  auto opt = make_optimizer(c);
+  Tensor p = tensor_from(devs[0], {2}, {1.f, -2.f}, MemCategory::Parameters);
+  double m[2] = {0, 0}, v[2] = {0, 0}, want[2] = {1, -2};
+  const float grads[2][2] = {{0.5f, -0.25f}, {-1.f, 0.75f}};
+  for (int t = 1; t <= 2; ++t) {
+    Tensor g = tensor_from(devs[0], {2}, {grads[t - 1][0], grads[t - 1][1]}, MemCategory::Gradients);
+    opt->step(p, g, 0.01f);
+    for (int i = 0; i < 2; ++i) {
+      const double gi = grads[t - 1][i];
+      want[i] *= 1 - 0.01 * 0.1;
+      m[i] = 0.9 * m[i] + 0.1 * gi;
+      v[i] = 0.99 * v[i] + 0.01 * gi * gi;
+      const double mhat = m[i] / (1 - std::pow(0.9, t)), denom = std::sqrt(v[i]) / std::sqrt(1 - std::pow(0.99, t)) + 1e-8;
+      want[i] -= 0.01 * mhat / denom;
+    }
+    const auto got = p.to_host();
+    CHECK(got[0] == doctest::Approx(want[0]).epsilon(1e-6));
+    CHECK(got[1] == doctest::Approx(want[1]).epsilon(1e-6));
+  }
+  CHECK(opt->steps() == 2);
+  const auto saved = opt->save();
+  REQUIRE(saved.buffers.size() == 2);
+  CHECK(saved.buffers[0].first == "exp_avg");
+  CHECK(saved.buffers[1].first == "exp_avg_sq");
+  CHECK(saved.buffers[0].second[0] == doctest::Approx(m[0]).epsilon(1e-6));
+  // Restored into a fresh optimizer, the next step is the same.
+  auto again = make_optimizer(c);
+  Tensor q = tensor_from(devs[0], {2}, p.to_host(), MemCategory::Parameters);
+  again->restore(saved, q);
+  Tensor g = tensor_from(devs[0], {2}, {0.1f, 0.2f}, MemCategory::Gradients);
+  opt->step(p, g, 0.01f);
+  again->step(q, g, 0.01f);
+  CHECK(p.to_host() == q.to_host());
+  CHECK_THROWS_WITH_AS(again->restore({1, {{"momentum_buffer", {0.f, 0.f}}}}, q), doctest::Contains("expected"),
+                       RuntimeError);
+}
+
+TEST_CASE("learning-rate schedules: warm-up, cosine to min_lr, step decay") {
+  const LrSchedule cos = parse_lr_schedule("cosine", 1.0, 0.1, 2, 12);
+  CHECK(cos.at(0) == doctest::Approx(0.5));  // lr·(s+1)/W
+  CHECK(cos.at(1) == doctest::Approx(1.0));
+  CHECK(cos.at(2) == doctest::Approx(1.0));  // the cosine starts at lr
+  CHECK(cos.at(7) == doctest::Approx(0.1 + 0.45 * (1 + std::cos(M_PI * 5 / 10))));
+  CHECK(cos.at(12) == doctest::Approx(0.1));
+  const LrSchedule step = parse_lr_schedule("step:3,0.5", 0.8, 0, 0, 100);
+  CHECK(step.at(2) == doctest::Approx(0.8));
+  CHECK(step.at(3) == doctest::Approx(0.4));
+  CHECK(step.at(9) == doctest::Approx(0.1));
+  CHECK(parse_lr_schedule("constant", 0.3, 0, 0, 5).at(4) == doctest::Approx(0.3));
+  for (const char* bad : {"cosin", "step:0,0.5", "step:10", "step:10,-1", "step:a,b"})
+    CHECK_THROWS_AS(parse_lr_schedule(bad, 1, 0, 0, 10), UsageError);
+  CHECK_THROWS_AS(parse_lr_schedule("cosine", 0.1, 0.2, 0, 10), UsageError);
+  CHECK_THROWS_AS(parse_lr_schedule("constant", 0.1, 0, -1, 10), UsageError);
+}
+
+TEST_CASE("clipping scales device 0's gradients to the global norm; the norm is reported") {
+  auto run = [](double clip, bool report) {
+    auto devs = host_devices(2);
+    DataParallel dp(devs, find_model("tiny"), parse_split("even", 2, 8), SgdConfig{0.f, 0.f, 0.f, 0.f, false}, 1);
+    dp.set_clip_grad_norm(clip);
+    dp.set_report_grad_norm(report);
+    auto x = random_vector(8 * 784, 3);
+    std::vector<int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
+    StepResult r = dp.step(x.data(), y.data(), 8);
+    double sq = 0;
+    for (float g : dp.gradients()) sq += double(g) * g;
+    return std::make_pair(r.grad_norm, std::sqrt(sq));
+  };
+  const auto [norm, unclipped] = run(0, true);
+  CHECK(norm == doctest::Approx(unclipped).epsilon(1e-6));
+  const auto [norm2, clipped] = run(norm / 4, false);
+  CHECK(norm2 == doctest::Approx(norm).epsilon(1e-6));  // the norm before clipping
+  CHECK(clipped == doctest::Approx(norm / 4).epsilon(1e-4));
+  CHECK(run(0, false).first == -1);  // neither clipping nor asked: not computed
+  CHECK(run(10 * norm, false).second == doctest::Approx(unclipped).epsilon(1e-6));  // under the cap: unchanged
+}
+
+TEST_CASE("AdamW's state (two buffers) lives on device 0 only, in the optimizer category") {
+  auto devs = host_devices(2);
+  OptimizerConfig c;
+  c.kind = OptimizerConfig::Kind::AdamW;
+  c.sgd.lr = 1e-3f;
+  DataParallel dp(devs, find_model("mlp"), parse_split("even", 2, 8), c, 1);
+  auto x = random_vector(8 * 784, 3);
+  std::vector<int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
+  dp.step(x.data(), y.data(), 8);
+  const int64_t params = dp.layout().parameter_count * 4;
+  CHECK(devs[0].allocator().stats().in_use_by_category[static_cast<int>(MemCategory::Optimizer)] ==
+        2 * allocator_bytes(params));
+  CHECK(devs[1].allocator().stats().in_use_by_category[static_cast<int>(MemCategory::Optimizer)] == 0);
+}
+
+TEST_CASE("optimizer settings PyTorch rejects are usage errors") {
+  OptimizerConfig c;
+  c.kind = OptimizerConfig::Kind::AdamW;
+  c.adamw.beta1 = 1.f;
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("--betas"), UsageError);
+  c.adamw.beta1 = 0.9f;
+  c.adamw.eps = 0.f;
+  CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("--eps"), UsageError);
+  CHECK_THROWS_WITH_AS(parse_optimizer("adam"), doctest::Contains("sgd or adamw"), UsageError);
+}
