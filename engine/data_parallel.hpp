@@ -57,6 +57,8 @@ class DataParallel {
 
   const ModelDef& model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
+  // Put a saved optimizer state back onto the master parameters' device.
+  void restore_optimizer(const Optimizer::Saved& state) { optimizer_->restore(state, params_); }
   // The learning rate of the next updates (a schedule sets it before each step).
   void set_learning_rate(double lr) { lr_ = lr; }
   // --clip-grad-norm: after the reduce, scale device 0's gradients by min(1, max_norm / (‖g‖₂ + 1e-6))
@@ -68,6 +70,7 @@ class DataParallel {
   const ModelLayout& layout() const { return nets_[0]->layout(); }
   DeviceSet& devices() { return devices_; }
   const SplitPolicy& split() const { return splitter_.policy(); }
+  Splitter& splitter() { return splitter_; }
   LossMode loss_mode() const { return loss_->mode(); }
   // Chunk sizes the next step would use for a batch of this size.
   std::vector<int64_t> chunk_sizes(int64_t batch) const;

@@ -37,7 +37,14 @@ struct TempGuard {  // registers a temporary for the handler; unlinks it unless 
   }
 };
 
+std::atomic<bool> g_defer{false};
+std::atomic<int> g_pending{0};
+
 void on_signal(int sig) {
+  if (g_defer.load() && g_pending.load() == 0 && (sig == SIGINT || sig == SIGTERM)) {
+    g_pending.store(sig);  // the first one: the run stops after its step
+    return;
+  }
   if (g_temp_live.load()) ::unlink(g_temp_path);
   ::signal(sig, SIG_DFL);
   ::raise(sig);
@@ -169,6 +176,9 @@ void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vect
         throw UsageError(o->what + " " + o->path + " is the same file as " + in.what + ": writing it would destroy an input");
   }
 }
+
+void defer_interrupts() { g_defer.store(true); }
+int pending_interrupt() { return g_pending.load(); }
 
 void install_output_cleanup() {
   struct sigaction sa {};

@@ -35,4 +35,9 @@ void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vect
 // signal as before. Called once by the CLI at start.
 void install_output_cleanup();
 
+// From now on the first SIGINT or SIGTERM is only recorded (the caller finishes its step, saves,
+// and exits); a second one ends the process at once (temporaries still removed).
+void defer_interrupts();
+int pending_interrupt();  // 0, or the signal that arrived
+
 }  // namespace dp

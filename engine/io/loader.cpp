@@ -72,8 +72,9 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
 }
 
 BatchLoader::BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs,
-                         int64_t max_steps, bool augment, int prefetch)
+                         int64_t max_steps, bool augment, int64_t first_step, int prefetch)
     : data_(data), batch_(batch), shuffle_(shuffle), augment_(augment), seed_(seed), epochs_(epochs), max_steps_(max_steps),
+      first_step_(first_step),
       prefetch_(static_cast<size_t>(std::max(prefetch, 1))) {
   thread_ = std::thread([this] { produce(); });
 }
@@ -96,9 +97,14 @@ void BatchLoader::produce() {
   try {
     int64_t step = 0;
     for (int epoch = 1; epoch <= epochs_; ++epoch) {
+      if (step + steps_per_epoch() <= first_step_) {  // an epoch wholly before the resumed step
+        step += steps_per_epoch();
+        continue;
+      }
       const std::vector<int64_t> order = epoch_order(data_.count, seed_, epoch, shuffle_);
       for (int64_t i = 0; i * batch_ < data_.count; ++i, ++step) {
         if (max_steps_ > 0 && step >= max_steps_) goto finished;
+        if (step < first_step_) continue;
         const int64_t begin = i * batch_, count = std::min(batch_, data_.count - begin);
         const AugmentStreams streams{seed_, epoch, begin};
         Batch b = make_batch(data_, order.data() + begin, count, augment_ ? &streams : nullptr);

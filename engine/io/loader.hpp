@@ -40,9 +40,10 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int epoch, bool shuff
 
 class BatchLoader {
  public:
-  // Produces batches for `epochs` epochs, stopping early after max_steps (0 = no limit).
+  // Produces batches for `epochs` epochs, stopping early after max_steps (0 = no limit), from
+  // step `first_step` on (a resumed run: the batches before it are skipped, not made).
   BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
-              bool augment = false, int prefetch = 3);
+              bool augment = false, int64_t first_step = 0, int prefetch = 3);
   ~BatchLoader();
   std::optional<Batch> next();  // nullopt when done
   int64_t steps_per_epoch() const { return (data_.count + batch_ - 1) / batch_; }
@@ -56,6 +57,7 @@ class BatchLoader {
   uint64_t seed_;
   int epochs_;
   int64_t max_steps_;
+  int64_t first_step_;
   size_t prefetch_;
   std::mutex mutex_;
   std::condition_variable cv_;

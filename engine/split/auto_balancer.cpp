@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "engine/error.hpp"
 #include "engine/split/split.hpp"
 
 namespace dp {
@@ -12,6 +13,15 @@ AutoBalancer::AutoBalancer(int devices, int warmup_steps, double hysteresis, dou
     : n_(devices), warmup_(warmup_steps), hysteresis_(hysteresis), smoothing_(smoothing),
       weights_(static_cast<size_t>(devices), 1.0), spp_(static_cast<size_t>(devices), 0.0),
       observations_(static_cast<size_t>(devices), 0) {}
+
+void AutoBalancer::restore(const State& s) {
+  if (static_cast<int>(s.weights.size()) != n_ || static_cast<int>(s.seconds_per_sample.size()) != n_ ||
+      static_cast<int>(s.observations.size()) != n_)
+    throw RuntimeError("the checkpoint's --split auto state is for another number of devices");
+  weights_ = s.weights;
+  spp_ = s.seconds_per_sample;
+  observations_ = s.observations;
+}
 
 std::vector<int64_t> AutoBalancer::sizes(int64_t batch) const {
   auto out = largest_remainder(weights_, batch);

@@ -23,6 +23,13 @@ class AutoBalancer {
   std::string observe(const std::vector<int64_t>& chunks, const std::vector<double>& seconds);
   const std::vector<double>& seconds_per_sample() const { return spp_; }
   const std::vector<double>& weights() const { return weights_; }
+  // What it has learnt, for a checkpoint; restoring it makes a resumed run split as this one would.
+  struct State {
+    std::vector<double> weights, seconds_per_sample;
+    std::vector<int> observations;
+  };
+  State state() const { return {weights_, spp_, observations_}; }
+  void restore(const State& s);  // RuntimeError when the device count differs
 
  private:
   double predicted_seconds(const std::vector<int64_t>& chunks) const;

@@ -1,5 +1,7 @@
 #include "engine/split/splitter.hpp"
 
+#include "engine/error.hpp"
+
 namespace dp {
 
 Splitter::Splitter(SplitPolicy policy, int devices) : policy_(std::move(policy)), devices_(devices) {
@@ -20,6 +22,35 @@ void Splitter::set_memory_plan(const MemoryPlan& plan) { memory_weights_.assign(
 
 std::string Splitter::observe(const std::vector<int64_t>& chunks, const std::vector<double>& replica_seconds) {
   return balancer_ ? balancer_->observe(chunks, replica_seconds) : "";
+}
+
+nlohmann::json Splitter::state() const {
+  nlohmann::json j{{"policy", policy_.text}};
+  if (balancer_) {
+    const auto st = balancer_->state();
+    j["auto"] = {{"weights", st.weights}, {"seconds_per_sample", st.seconds_per_sample}, {"observations", st.observations}};
+  }
+  if (!memory_weights_.empty()) j["balance_memory_chunks"] = memory_weights_;
+  return j;
+}
+
+void Splitter::restore(const nlohmann::json& j) {
+  try {
+    if (j.at("policy").get<std::string>() != policy_.text)
+      throw RuntimeError("the checkpoint was made with --split " + j.at("policy").get<std::string>() + ", not " +
+                         policy_.text);
+    if (balancer_ && j.contains("auto"))
+      balancer_->restore({j["auto"].at("weights").get<std::vector<double>>(),
+                          j["auto"].at("seconds_per_sample").get<std::vector<double>>(),
+                          j["auto"].at("observations").get<std::vector<int>>()});
+    if (j.contains("balance_memory_chunks")) {
+      memory_weights_ = j["balance_memory_chunks"].get<std::vector<double>>();
+      if (static_cast<int>(memory_weights_.size()) != devices_)
+        throw RuntimeError("the checkpoint's balance-memory chunks are for another number of devices");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw RuntimeError(std::string("the checkpoint's split state is malformed (") + e.what() + ")");
+  }
 }
 
 }  // namespace dp

@@ -4,6 +4,7 @@
 // reports each step through observe().
 #pragma once
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ class Splitter {
   void set_memory_plan(const MemoryPlan& plan);
   // After a step: `auto` learns from the replicas' busy seconds; a description when the split changed.
   std::string observe(const std::vector<int64_t>& chunks, const std::vector<double>& replica_seconds);
+  // What the policy has learnt (auto's measured speeds, balance-memory's chunks), for checkpoints.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);  // RuntimeError when it does not fit this policy
 
  private:
   SplitPolicy policy_;

@@ -135,6 +135,44 @@ def run_case(dp, work, case, idx):
     print(f"ok  {label}: {steps} steps, losses {['%.5f' % l for l in got_losses]}, worst weight error {worst:.2e}")
 
 
+def continue_in_torch(dp, work, optimizer, flags, steps=6, at=3):
+    """dp's checkpoint at step `at` (model.safetensors, optimizer.safetensors, state.json) loads into
+    a torch model and torch.optim optimizer, which then continue exactly as dp continues."""
+    ck = os.path.join(work, f"ck-{optimizer}")
+    out = os.path.join(work, f"cont-{optimizer}.safetensors")
+    batch, ndev, split = 12, 3, "chunks:2,7,3"
+    subprocess.run([dp, "train", "--model", "mlp", "--data", os.path.join(work, "mnist"), "--devices", f"host:{ndev}",
+                    "--batch", str(batch), "--split", split, "--steps", str(steps), "--no-shuffle", "--optimizer",
+                    optimizer, "--checkpoint", ck, "--checkpoint-every", str(at), "--keep-checkpoints", "5",
+                    "--save", out] + flags, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    step_dir = os.path.join(ck, f"step-{at:08d}")
+    model = ref.make_model("mlp")
+    model.load_state_dict(st_io.load(os.path.join(step_dir, "model.safetensors")), strict=True)
+    saved = st_io.load(os.path.join(step_dir, "optimizer.safetensors"))
+    state = json.load(open(os.path.join(step_dir, "state.json")))
+    lr = float(flags[flags.index("--lr") + 1])
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=lr)
+        per = lambda n: {"step": torch.tensor(float(state["optimizer_steps"])), "exp_avg": saved["exp_avg." + n],
+                         "exp_avg_sq": saved["exp_avg_sq." + n]}
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=float(flags[flags.index("--momentum") + 1]))
+        per = lambda n: {"momentum_buffer": saved["momentum_buffer." + n]}
+    sd = opt.state_dict()
+    sd["state"] = {i: per(n) for i, (n, _) in enumerate(model.named_parameters())}
+    opt.load_state_dict(sd)
+    images, labels = DATA["mnist"]
+    x_all, y_all = ref.normalise(images), labels.long()
+    model.train()
+    for s in range(at, steps):
+        x, y = x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]
+        ref.dp_step(model, opt, x, y, ref.chunk_sizes(split, len(y), ndev))
+    got = st_io.load(out)
+    worst = max((got[k] - w).abs().max().item() for k, w in model.state_dict().items())
+    assert worst < 1e-4, f"{optimizer}: torch continuing from dp's checkpoint differs by {worst}"
+    print(f"ok  {optimizer}: dp's step-{at} checkpoint continued in torch.optim for {steps - at} steps, worst {worst:.2e}")
+
+
 def main():
     dp = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory() as work:
@@ -158,7 +196,9 @@ def main():
         DATA = {"mnist": (images, labels), "cifar": (cifar_images, cifar_labels)}
         for i, case in enumerate(CASES):
             run_case(dp, work, case, i)
-    print(f"{len(CASES)} passed, 0 failed")
+        continue_in_torch(dp, work, "sgd", ["--lr", "0.05", "--momentum", "0.9"])
+        continue_in_torch(dp, work, "adamw", ["--lr", "0.002", "--momentum", "0"])
+    print(f"{len(CASES) + 2} passed, 0 failed")
 
 
 if __name__ == "__main__":

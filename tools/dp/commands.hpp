@@ -3,6 +3,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace dp::cli {
 
@@ -11,6 +13,10 @@ Run add_train_command(CLI::App& app);
 Run add_devices_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
 Run add_memprof_command(CLI::App& app);
+
+// The command line as given (main sets it): checkpoints record it, and an interrupted run says
+// how to resume.
+std::vector<std::string>& command_line();
 
 // What to try when a device runs out of memory (printed after the error).
 std::string out_of_memory_remedies();

@@ -36,9 +36,15 @@ std::string out_of_memory_remedies() {
 }
 }  // namespace dp::cli
 
+std::vector<std::string>& dp::cli::command_line() {
+  static std::vector<std::string> line;
+  return line;
+}
+
 int main(int argc, char** argv) {
   select_openblas_kernels(argv);
   dp::install_output_cleanup();  // a signal never leaves a half-written temporary behind
+  dp::cli::command_line().assign(argv, argv + argc);
   CLI::App app{"dp-engine: single-process multi-device DataParallel training"};
   app.require_subcommand(1);
   auto train = dp::cli::add_train_command(app);

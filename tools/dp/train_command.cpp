@@ -1,7 +1,9 @@
 // dp train: the DataParallel step over a dataset, with metrics, evaluation and checkpoints.
+#include <csignal>
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +15,7 @@
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
 #include "engine/io/loader.hpp"
+#include "engine/io/checkpoint.hpp"
 #include "engine/io/safetensors.hpp"
 #include "engine/optim/schedule.hpp"
 #include "tools/dp/commands.hpp"
@@ -37,7 +40,36 @@ struct TrainOptions : RunOptions {
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
+  std::string checkpoint, resume;
+  int64_t checkpoint_every = 1000;
+  int keep_checkpoints = 2;
 };
+
+// " --flag value" pieces of the command line, quoted where the shell needs it.
+std::string shell_line(const std::vector<std::string>& args) {
+  std::string out;
+  for (const auto& a : args) {
+    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:,=+") == std::string::npos;
+    out += (out.empty() ? "" : " ") + (plain ? a : "'" + a + "'");
+  }
+  return out;
+}
+
+// --checkpoint: created if missing, and writable, before anything runs.
+// A fresh run may not write into another run's checkpoints (its own would be pruned as the
+// oldest, theirs overwritten): it must resume them or use another directory.
+void check_checkpoint_dir(const std::string& dir, bool resuming) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) throw UsageError("--checkpoint " + dir + ": not a directory");
+  if (!resuming && fs::is_directory(dir, ec))
+    if (const auto existing = list_checkpoints(dir); !existing.empty())
+      throw UsageError("--checkpoint " + dir + " already holds checkpoints (the newest: " + existing.back() +
+                       "); continue them with --resume " + dir + ", or name another directory");
+  fs::create_directories(dir, ec);
+  if (ec) throw UsageError("--checkpoint " + dir + ": cannot create it (" + ec.message() + ")");
+  check_writable((fs::path(dir) / "probe").string(), "--checkpoint");
+}
 
 EvalResult evaluate_dataset(DataParallel& dp, const Dataset& test, int64_t batch) {
   EvalResult total;
@@ -73,6 +105,11 @@ int run_train(const TrainOptions& o) {
   if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
     throw UsageError("--clip-grad-norm must be a finite number >= 0 (0: off)");
   parse_lr_schedule(o.lr_schedule, o.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
+  if (o.checkpoint_every <= 0) throw UsageError("--checkpoint-every must be > 0");
+  if (o.keep_checkpoints < 1) throw UsageError("--keep-checkpoints must be >= 1");
+  if (!o.checkpoint.empty()) check_checkpoint_dir(o.checkpoint, !o.resume.empty());
+  if (!o.resume.empty() && !std::filesystem::is_directory(o.resume))
+    throw UsageError("--resume " + o.resume + ": not a directory");
   check_outputs(o, {{"--save", o.save}, {"--metrics", o.metrics}}, {{"--init", o.init}});
   RunSetup setup = validate_and_make_devices(o);
   const ModelDef& model = *setup.model;
@@ -90,15 +127,32 @@ int run_train(const TrainOptions& o) {
                    s.stripped_prefix.c_str());
     dp.load_state(s.params, s.buffers);
   }
+  // What a checkpoint must agree on to continue this run.
+  const nlohmann::json identity{{"model", model.name}, {"optimizer", optimizer_name(opt.kind)}, {"batch", o.batch}};
+  int64_t first_step = 0, checkpointed_from = -1;
+  if (!o.resume.empty()) {
+    std::string dir;
+    Checkpoint c = load_checkpoint(o.resume, dp.layout(), identity, &dir);
+    dp.load_state(c.model.params, c.model.buffers);
+    dp.restore_optimizer(c.optimizer);
+    if (c.state.value("split", nlohmann::json{}).value("policy", "") == split.text) dp.splitter().restore(c.state["split"]);
+    first_step = c.state.at("step").get<int64_t>();
+    checkpointed_from = first_step;
+    std::fprintf(stderr, "resuming from %s at step %lld\n", dir.c_str(), static_cast<long long>(first_step));
+  }
 
-  // Opened (and so truncated) only once everything that can fail before training has passed.
+  // Opened (and so truncated) only once everything that can fail before training has passed; a
+  // resumed run appends to the metrics of the run it continues.
   std::ofstream metrics;
   if (!o.metrics.empty()) {
-    metrics.open(o.metrics, std::ios::trunc);
+    metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
   }
-  BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment);
+  BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment, first_step);
   const int64_t total = loader.total_steps();
+  if (first_step >= total)
+    throw RuntimeError("--resume: the checkpoint is at step " + std::to_string(first_step) + ", and this run has " +
+                       std::to_string(total) + " steps in all: nothing is left to train");
   const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, o.lr, o.min_lr, o.warmup_steps, total);
   dp.set_report_grad_norm(metrics.is_open());
   std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %lld steps over %s\n", model.name.c_str(),
@@ -107,9 +161,28 @@ int run_train(const TrainOptions& o) {
   Progress progress(total, ::isatty(STDERR_FILENO) == 1);
 
   PhaseTimes phase_total{};
-  int64_t step = 0, samples = 0;
+  int64_t step = first_step, samples = 0;
   double last_loss = NAN, train_seconds = 0;
   int current_epoch = 0;
+  const int64_t steps_per_epoch = loader.steps_per_epoch();
+  std::string last_checkpoint;
+  int64_t checkpointed_step = checkpointed_from;  // the state resumed from is saved already
+  auto save_checkpoint = [&] {
+    if (o.checkpoint.empty() || checkpointed_step == step) return;
+    Checkpoint c{{dp.parameters(), dp.buffers(), ""}, dp.optimizer().save(), {}};
+    c.state = identity;
+    c.state["epoch"] = step / steps_per_epoch + 1;            // of the next step
+    c.state["position_in_epoch"] = step % steps_per_epoch;   // its batch index
+    c.state["seed"] = o.seed;
+    c.state["schedule"] = {{"kind", schedule.text}, {"lr", schedule.lr}, {"min_lr", schedule.min_lr},
+                           {"warmup_steps", schedule.warmup}, {"total_steps", schedule.total}};
+    c.state["split"] = dp.splitter().state();
+    c.state["devices"] = devices.description();
+    c.state["command"] = command_line();
+    last_checkpoint = write_checkpoint(o.checkpoint, step, dp.layout(), c, o.keep_checkpoints);
+    checkpointed_step = step;
+  };
+  defer_interrupts();  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 / 143
   auto end_epoch = [&](int epoch) {
     if (!o.eval) return;
     EvalResult r = evaluate_dataset(dp, data.test, o.batch);
@@ -125,7 +198,9 @@ int run_train(const TrainOptions& o) {
               << std::flush;
   };
 
+  int interrupted = 0;
   while (auto batch = loader.next()) {
+    if ((interrupted = pending_interrupt())) break;
     if (batch->epoch != current_epoch) {
       if (current_epoch) end_epoch(current_epoch);
       current_epoch = batch->epoch;
@@ -154,17 +229,35 @@ int run_train(const TrainOptions& o) {
     }
     if (!r.split_change.empty()) progress.message("step " + std::to_string(step) + ": " + r.split_change);
     progress.update(step, batch->epoch, r.loss, static_cast<double>(samples) / train_seconds);
+    if (step % o.checkpoint_every == 0) save_checkpoint();
+  }
+  if (!interrupted) interrupted = pending_interrupt();
+  if (interrupted) {
+    progress.finish();
+    save_checkpoint();
+    metrics.flush();
+    const char* name = interrupted == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!last_checkpoint.empty())
+      std::fprintf(stderr, "interrupted (%s) after step %lld; checkpoint %s; resume with:\n  %s --resume %s\n", name,
+                   static_cast<long long>(step), last_checkpoint.c_str(), shell_line(command_line()).c_str(),
+                   o.checkpoint.c_str());
+    else
+      std::fprintf(stderr, "interrupted (%s) after step %lld; no --checkpoint was given, so nothing to resume from\n",
+                   name, static_cast<long long>(step));
+    return 128 + interrupted;
   }
   if (current_epoch) end_epoch(current_epoch);
   progress.finish();
+  save_checkpoint();
   if (metrics.is_open() && !metrics) throw RuntimeError("--metrics " + o.metrics + ": write failed");
 
   std::printf("trained %lld steps, %lld samples in %.2f s: %.0f samples/s, last loss %.4f\n",
-              static_cast<long long>(step), static_cast<long long>(samples), train_seconds,
+              static_cast<long long>(step - first_step), static_cast<long long>(samples), train_seconds,
               samples / std::max(train_seconds, 1e-9), last_loss);
   std::printf("time per step by phase (ms):");
   for (int p = 0; p < kNumPhases; ++p)
-    std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)), step ? phase_total[p] * 1e3 / step : 0.0);
+    std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)),
+                step > first_step ? phase_total[p] * 1e3 / static_cast<double>(step - first_step) : 0.0);
   std::printf("\n");
   if (!o.save.empty()) {
     save_safetensors(o.save, dp.layout(), {dp.parameters(), dp.buffers()});
@@ -201,6 +294,13 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)")->check(path_flag());
   cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)")->check(path_flag());
   cmd->add_flag("--eval", o->eval, "evaluate on the test set after each epoch");
+  cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints into this directory (step-NNNNNNNN each)")
+      ->check(path_flag());
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints (also at the end and on Ctrl-C)")
+      ->capture_default_str();
+  cmd->add_option("--keep-checkpoints", o->keep_checkpoints, "how many checkpoints to keep")->capture_default_str();
+  cmd->add_option("--resume", o->resume, "continue from a checkpoint (its directory, or --checkpoint's: the newest)")
+      ->check(path_flag());
   return [o, cmd] {
     o->steps_given = cmd->count("--steps") > 0;
     o->weight_decay_given = cmd->count("--weight-decay") > 0;

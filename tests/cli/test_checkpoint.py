@@ -1,0 +1,187 @@
+"""Checkpoints and exact resume, end to end:
+- a run resumed from any checkpoint ends bitwise equal (weights, buffers, per-step losses) to the
+  run never interrupted, for SGD and for AdamW with a schedule and clipping, across epochs and
+  short last batches; with --split auto, the resumed run splits as the original would have;
+- Ctrl-C / SIGTERM: the step finishes, a checkpoint is written, metrics intact, exit 130 / 143,
+  the last line says how to resume;
+- SIGKILL at many moments while checkpointing: --resume always finds a whole checkpoint and never
+  takes a temporary for one;
+- bad input: flags, missing / truncated / mismatched files, a damaged newest checkpoint.
+
+usage: test_checkpoint.py DP_BINARY
+"""
+import gzip
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402
+
+DP = os.path.abspath(sys.argv[1])
+CHECKS = Checks()
+check = CHECKS.check
+
+
+def run(args, timeout=300):
+    p = subprocess.run([DP] + args, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def write_idx(d, prefix, n):
+    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7 + i // 784) % 256 for i in range(n * 784)))
+    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes((i * 3) % 10 for i in range(n)))
+
+
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"step"' in l]
+
+
+def chunks(path):
+    return [json.loads(l)["chunks"] for l in open(path) if '"step"' in l]
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    write_idx(data, "train", 50)  # batch 8: 7 steps an epoch, the 7th of 2 samples
+    write_idx(data, "t10k", 10)
+    base = ["train", "--data", data, "--devices", "host:2", "--batch", "8", "--epochs", "2", "--model", "mlp"]
+
+    # ---- exact resume
+    for name, flags in [("sgd", ["--lr", "0.05", "--momentum", "0.9"]),
+                        ("adamw", ["--optimizer", "adamw", "--lr", "0.002", "--lr-schedule", "cosine",
+                                   "--warmup-steps", "3", "--clip-grad-norm", "0.5"])]:
+        ck = os.path.join(tmp, f"ck-{name}")
+        whole_st, whole_m = os.path.join(tmp, f"{name}.st"), os.path.join(tmp, f"{name}.jsonl")
+        rc, _, err = run(base + flags + ["--checkpoint", ck, "--checkpoint-every", "3", "--keep-checkpoints", "10",
+                                         "--save", whole_st, "--metrics", whole_m])
+        check(f"{name}: uninterrupted run", rc == 0, err)
+        names = sorted(os.listdir(ck))
+        check(f"{name}: checkpoints every 3 steps and at the end", names == [f"step-{s:08d}" for s in (3, 6, 9, 12, 14)],
+              names)
+        state = json.load(open(os.path.join(ck, "step-00000009", "state.json")))
+        check(f"{name}: state.json", state["step"] == 9 and state["epoch"] == 2 and state["position_in_epoch"] == 2 and
+              state["format"] == 1 and state["model"] == "mlp" and "command" in state and "split" in state, state)
+        want = losses(whole_m)
+        for at in (3, 9):
+            st, m = os.path.join(tmp, f"{name}-{at}.st"), os.path.join(tmp, f"{name}-{at}.jsonl")
+            rc, _, err = run(base + flags + ["--resume", os.path.join(ck, f"step-{at:08d}"), "--save", st,
+                                             "--metrics", m])
+            check(f"{name}: resumed at step {at}", rc == 0 and f"at step {at}" in err, err)
+            check(f"{name}: resumed at {at}: bitwise the same weights", open(st, "rb").read() == open(whole_st, "rb").read())
+            check(f"{name}: resumed at {at}: the same losses", losses(m) == want[at:], (losses(m), want[at:]))
+
+    # Resuming from the parent directory takes the newest.
+    rc, _, err = run(base + ["--resume", os.path.join(tmp, "ck-sgd"), "--epochs", "3"])
+    check("resume from the parent: the newest", rc == 0 and "step-00000014" in err, err)
+
+    # --split auto: the resumed run splits as the original would have at that step.
+    auto = ["train", "--data", data, "--devices", "host:2", "--device-speed", "1,0.25", "--split", "auto",
+            "--batch", "8", "--epochs", "2", "--model", "mlp"]
+    ck = os.path.join(tmp, "ck-auto")
+    am, bm = os.path.join(tmp, "auto-a.jsonl"), os.path.join(tmp, "auto-b.jsonl")
+    ast, bst = os.path.join(tmp, "auto-a.st"), os.path.join(tmp, "auto-b.st")
+    rc, _, err = run(auto + ["--checkpoint", ck, "--checkpoint-every", "5", "--keep-checkpoints", "5", "--metrics", am,
+                             "--save", ast])
+    state = json.load(open(os.path.join(ck, "step-00000005", "state.json")))
+    check("auto: its measured speeds are in the checkpoint", rc == 0 and "auto" in state["split"], state.get("split"))
+    rc, _, err = run(auto + ["--resume", os.path.join(ck, "step-00000005"), "--metrics", bm, "--save", bst])
+    check("auto: resumed", rc == 0, err)
+    check("auto: the first resumed step splits as the original's step 6", chunks(bm)[0] == chunks(am)[5],
+          (chunks(bm)[:1], chunks(am)[5:6]))
+    if chunks(bm) == chunks(am)[5:]:
+        check("auto: the same splits give bitwise the same weights", open(ast, "rb").read() == open(bst, "rb").read())
+
+    # ---- Ctrl-C and SIGTERM
+    slow = ["train", "--model", "mlp", "--devices", "host:2", "--batch", "64", "--steps", "100000", "--generated-size",
+            "6400", "--device-speed", "0.05,0.05", "--epochs", "1000"]
+    for sig, code in [(signal.SIGINT, 130), (signal.SIGTERM, 143)]:
+        ck, m = os.path.join(tmp, f"ck-sig{code}"), os.path.join(tmp, f"sig{code}.jsonl")
+        p = subprocess.Popen([DP] + slow + ["--checkpoint", ck, "--metrics", m], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and (not os.path.exists(m) or len(losses(m)) < 3):
+            time.sleep(0.05)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+        done = len(losses(m))
+        rows_ok = all(json.loads(l) for l in open(m))
+        names = os.listdir(ck) if os.path.isdir(ck) else []
+        check(f"signal {sig.name}: exit {code}", p.returncode == code, (p.returncode, err[-400:]))
+        check(f"signal {sig.name}: a checkpoint at the last finished step", names == [f"step-{done:08d}"], (names, done))
+        check(f"signal {sig.name}: metrics whole", rows_ok and done >= 3)
+        check(f"signal {sig.name}: the last line says how to resume", "--resume " + ck in err.strip().splitlines()[-1],
+              err[-300:])
+
+    # ---- SIGKILL while checkpointing: never a half checkpoint taken for one
+    ck = os.path.join(tmp, "ck-kill")
+    kill_run = ["train", "--model", "mlp", "--devices", "host:2", "--batch", "16", "--generated-size", "4000",
+                "--steps", "200", "--checkpoint", ck, "--checkpoint-every", "1", "--keep-checkpoints", "2"]
+    rng = random.Random(5)
+    bad = []
+    for attempt in range(16):
+        # Like a job restarted after each crash: it resumes whatever the last one left.
+        resume = ["--resume", ck] if os.path.isdir(ck) and [n for n in os.listdir(ck) if n.startswith("step-")] else []
+        p = subprocess.Popen([DP] + kill_run + resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.5))
+        p.kill()
+        p.wait()
+        if not os.path.isdir(ck) or not [n for n in os.listdir(ck) if n.startswith("step-")]:
+            continue
+        rc, _, err = run(["train", "--model", "mlp", "--devices", "host:2", "--batch", "16", "--generated-size", "4000",
+                          "--steps", "200", "--resume", ck, "--steps", "1000"])
+        if rc != 0 or ".tmp-" in err:
+            bad.append((attempt, rc, err[-300:]))
+    check("after SIGKILL, --resume always finds a whole checkpoint", bad == [], bad)
+    tmps = [n for n in os.listdir(ck) if n.startswith(".tmp-")] if os.path.isdir(ck) else []
+    if tmps:
+        expect_tmp = subprocess.run([DP] + kill_run + ["--resume", os.path.join(ck, tmps[0])], capture_output=True,
+                                    text=True)
+        check("a temporary is refused as a checkpoint", expect_tmp.returncode != 0 and "temporary" in expect_tmp.stderr)
+
+    # ---- bad input
+    def expect(name, args, code, needle):
+        rc, out, err = run(args)
+        check(name, rc == code and needle in err, f"exit {rc} (want {code}), stderr:\n{err}\n(want {needle!r})")
+
+    good_ck = os.path.join(tmp, "ck-sgd")
+    expect("--checkpoint-every 0", base + ["--checkpoint", os.path.join(tmp, "x"), "--checkpoint-every", "0"], 2,
+           "--checkpoint-every")
+    expect("--keep-checkpoints 0", base + ["--checkpoint", os.path.join(tmp, "x"), "--keep-checkpoints", "0"], 2,
+           "--keep-checkpoints")
+    afile = os.path.join(tmp, "afile")
+    open(afile, "w").write("x")
+    expect("--checkpoint is a file", base + ["--checkpoint", afile], 2, "not a directory")
+    expect("a fresh run over another run's checkpoints", base + ["--checkpoint", good_ck], 2, "already holds checkpoints")
+    expect("--checkpoint unwritable", base + ["--checkpoint", "/proc/dp-no"], 2, "--checkpoint")
+    expect("--resume missing", base + ["--resume", os.path.join(tmp, "none")], 2, "not a directory")
+    expect("--resume another model", ["train", "--data", data, "--model", "convnet", "--batch", "8", "--resume", good_ck],
+           1, "made with model \"mlp\"")
+    expect("--resume another optimizer", base + ["--optimizer", "adamw", "--resume", good_ck], 1,
+           "made with optimizer \"sgd\"")
+    broken = os.path.join(tmp, "broken")
+    shutil.copytree(good_ck, broken)
+    newest, previous = os.path.join(broken, "step-00000014"), os.path.join(broken, "step-00000012")
+    os.remove(os.path.join(newest, "optimizer.safetensors"))
+    expect("a missing file: the previous one offered", base + ["--resume", broken], 1, "--resume " + previous)
+    expect("a missing file, named", base + ["--resume", newest], 1, "optimizer.safetensors")
+    model_file = os.path.join(previous, "model.safetensors")
+    open(model_file, "r+b").truncate(os.path.getsize(model_file) // 2)
+    expect("a truncated file", base + ["--resume", previous], 1, "model.safetensors")
+    state_file = os.path.join(newest, "state.json")
+    state = json.load(open(state_file))
+    state["format"] = 99
+    json.dump(state, open(state_file, "w"))
+    expect("another format", base + ["--resume", newest], 1, "checkpoint format 99")
+
+CHECKS.finish()
