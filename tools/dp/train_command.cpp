@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -167,6 +168,12 @@ int run_train(const TrainOptions& o) {
   const int64_t steps_per_epoch = loader.steps_per_epoch();
   std::string last_checkpoint;
   int64_t checkpointed_step = checkpointed_from;  // the state resumed from is saved already
+  // A checkpoint is a host snapshot taken between steps (fast), written and fsynced by a
+  // background thread while training goes on; one write at a time, waited for at the end.
+  std::future<std::string> writing;
+  auto finish_writing = [&] {
+    if (writing.valid()) last_checkpoint = writing.get();  // rethrows a failed write
+  };
   auto save_checkpoint = [&] {
     if (o.checkpoint.empty() || checkpointed_step == step) return;
     Checkpoint c{{dp.parameters(), dp.buffers(), ""}, dp.optimizer().save(), {}};
@@ -179,7 +186,10 @@ int run_train(const TrainOptions& o) {
     c.state["split"] = dp.splitter().state();
     c.state["devices"] = devices.description();
     c.state["command"] = command_line();
-    last_checkpoint = write_checkpoint(o.checkpoint, step, dp.layout(), c, o.keep_checkpoints);
+    finish_writing();
+    writing = std::async(std::launch::async, [&layout = dp.layout(), c = std::move(c), at = step, &o] {
+      return write_checkpoint(o.checkpoint, at, layout, c, o.keep_checkpoints);
+    });
     checkpointed_step = step;
   };
   defer_interrupts();  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 / 143
@@ -235,6 +245,7 @@ int run_train(const TrainOptions& o) {
   if (interrupted) {
     progress.finish();
     save_checkpoint();
+    finish_writing();
     metrics.flush();
     const char* name = interrupted == SIGINT ? "SIGINT" : "SIGTERM";
     if (!last_checkpoint.empty())
@@ -249,6 +260,7 @@ int run_train(const TrainOptions& o) {
   if (current_epoch) end_epoch(current_epoch);
   progress.finish();
   save_checkpoint();
+  finish_writing();
   if (metrics.is_open() && !metrics) throw RuntimeError("--metrics " + o.metrics + ": write failed");
 
   std::printf("trained %lld steps, %lld samples in %.2f s: %.0f samples/s, last loss %.4f\n",
