@@ -1,5 +1,10 @@
-"""A tally of named checks for the CLI test scripts: failures are printed with their detail, and
-the closing line is "N passed, N failed" (ctest reads the exit code)."""
+"""What the CLI test scripts share: a tally of named checks (failures printed with their detail,
+the closing line "N passed, N failed"; ctest reads the exit code), running dp, and writing small
+IDX data sets."""
+import gzip
+import os
+import struct
+import subprocess
 import sys
 
 
@@ -18,3 +23,29 @@ class Checks:
     def finish(self):
         print(f"{self.passed} passed, {self.failed} failed")
         sys.exit(1 if self.failed else 0)
+
+
+def run_dp(dp, args, timeout=300):
+    """dp's exit code, stdout and stderr."""
+    p = subprocess.run([dp] + args, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(checks, dp, name, args, code, needle):
+    """dp exits with `code` and says `needle` on stderr."""
+    rc, out, err = run_dp(dp, args)
+    checks.check(name, rc == code and needle in err, f"exit {rc} (want {code}), stderr:\n{err}\n(want {needle!r})")
+
+
+def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28):
+    """A gzip IDX pair in d: {prefix}-images-idx3-ubyte.gz and {prefix}-labels-idx1-ubyte.gz."""
+    n = len(labels) if count is None else count
+    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">IIII", magic, n, rows, 28) + images)
+    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
+
+
+def write_mnist_like(d, prefix, n):
+    """n deterministic 28x28 samples with labels cycling through the ten classes."""
+    write_idx(d, prefix, bytes((i * 7 + i // 784) % 256 for i in range(n * 784)), [(i * 3) % 10 for i in range(n)])

@@ -10,20 +10,19 @@
 
 usage: test_checkpoint.py DP_BINARY
 """
-import gzip
 import json
 import os
 import random
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks  # noqa: E402
+from checks import Checks, run_dp, write_mnist_like  # noqa: E402
+from checks import expect as expect_dp  # noqa: E402
 
 DP = os.path.abspath(sys.argv[1])
 CHECKS = Checks()
@@ -31,15 +30,11 @@ check = CHECKS.check
 
 
 def run(args, timeout=300):
-    p = subprocess.run([DP] + args, capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
+    return run_dp(DP, args, timeout)
 
 
 def write_idx(d, prefix, n):
-    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
-        f.write(struct.pack(">IIII", 0x803, n, 28, 28) + bytes((i * 7 + i // 784) % 256 for i in range(n * 784)))
-    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:
-        f.write(struct.pack(">II", 0x801, n) + bytes((i * 3) % 10 for i in range(n)))
+    write_mnist_like(d, prefix, n)
 
 
 def losses(path):
@@ -151,8 +146,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # ---- bad input
     def expect(name, args, code, needle):
-        rc, out, err = run(args)
-        check(name, rc == code and needle in err, f"exit {rc} (want {code}), stderr:\n{err}\n(want {needle!r})")
+        expect_dp(CHECKS, DP, name, args, code, needle)
 
     good_ck = os.path.join(tmp, "ck-sgd")
     expect("--checkpoint-every 0", base + ["--checkpoint", os.path.join(tmp, "x"), "--checkpoint-every", "0"], 2,

@@ -4,16 +4,15 @@ file untouched when the run fails. Also the happy paths: train, metrics, save, d
 
 usage: test_cli.py DP_BINARY
 """
-import gzip
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks  # noqa: E402
+from checks import Checks, run_dp, write_idx  # noqa: E402
+from checks import expect as expect_dp  # noqa: E402
 
 DP = os.path.abspath(sys.argv[1])
 CHECKS = Checks()
@@ -21,21 +20,11 @@ check = CHECKS.check
 
 
 def run(args, timeout=120):
-    p = subprocess.run([DP] + args, capture_output=True, text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
+    return run_dp(DP, args, timeout)
 
 
 def expect(name, args, code, needle):
-    rc, out, err = run(args)
-    check(name, rc == code and needle in err, f"exit {rc} (want {code}), stderr:\n{err}\n(want {needle!r})")
-
-
-def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28):
-    n = len(labels) if count is None else count
-    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
-        f.write(struct.pack(">IIII", magic, n, rows, 28) + images)
-    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:
-        f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
+    expect_dp(CHECKS, DP, name, args, code, needle)
 
 
 def cifar_dir(base, name, train_records=20, test_records=8, label=None, extra=0, test=True):
