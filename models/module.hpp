@@ -93,5 +93,9 @@ std::unique_ptr<Module> make_relu();
 std::unique_ptr<Module> make_maxpool2d(int64_t kernel, int64_t stride);
 std::unique_ptr<Module> make_adaptive_avgpool2d_1x1();  // AdaptiveAvgPool2d((1, 1))
 std::unique_ptr<Module> make_flatten();
+// Transformer leaves (models/transformer_layers.cpp).
+std::unique_ptr<Module> make_layernorm(int64_t channels, float eps = 1e-5f);  // over the last dimension
+std::unique_ptr<Module> make_gelu();                                          // exact (erf)
+std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_std = 0.02);  // int32 ids in
 
 }  // namespace dp

@@ -295,3 +295,61 @@ TEST_CASE("SGD follows torch.optim.SGD: momentum, dampening, nesterov, weight de
     CHECK(qb == doctest::Approx(0.9f * d1 + 0.5f * (g2 + 0.01f * q1)));
   }
 }
+
+TEST_CASE("LayerNorm gradients match finite differences (rows of the last dimension)") {
+  auto layer = make_layernorm(6);
+  gradcheck(*layer, {2, 3, 6}, random_vector(36, 20, -2.f, 2.f), true, 1e-3f, 1e-2);
+}
+
+TEST_CASE("LayerNorm normalises each row: zero mean, unit biased variance, then weight and bias") {
+  auto devs = host_devices(1);
+  auto layer = make_layernorm(4);
+  const std::vector<Tensor> values = {tensor_from(devs[0], {4}, {1.f, 1.f, 1.f, 1.f}), tensor_from(devs[0], {4}, {0.f, 0.f, 0.f, 0.f})};
+  layer->bind(values, {Tensor(), Tensor()});
+  Tensor out = layer->forward(devs[0], tensor_from(devs[0], {1, 4}, {1.f, 2.f, 3.f, 6.f}), false);
+  const double mean = 3, var = (4 + 1 + 0 + 9) / 4.0;
+  CHECK(out.data()[0] == doctest::Approx((1 - mean) / std::sqrt(var + 1e-5)));
+  CHECK(out.data()[3] == doctest::Approx((6 - mean) / std::sqrt(var + 1e-5)));
+  layer->clear_cache();
+  layer->bind({}, {});
+}
+
+TEST_CASE("GELU (exact) gradients and values") {
+  auto layer = make_gelu();
+  gradcheck(*layer, {3, 7}, random_vector(21, 21, -3.f, 3.f), true, 1e-3f, 1e-2);
+  auto devs = host_devices(1);
+  Tensor out = layer->forward(devs[0], tensor_from(devs[0], {3}, {-1.f, 0.f, 1.f}), true);
+  CHECK(out.data()[0] == doctest::Approx(-0.15865525));  // x·Φ(x)
+  CHECK(out.data()[1] == 0.f);
+  CHECK(out.data()[2] == doctest::Approx(0.84134475));
+  layer->clear_cache();
+}
+
+TEST_CASE("Embedding: rows looked up, repeated ids accumulate their gradients, bad ids named") {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  auto layer = make_embedding(5, 3);
+  const std::vector<float> table = random_vector(15, 22);
+  Tensor w = tensor_from(dev, {5, 3}, table, MemCategory::Parameters);
+  Tensor g = Tensor::zeros(dev, {5, 3}, MemCategory::Gradients);
+  layer->bind({w}, {g});
+  Tensor ids = Tensor::empty(dev, {2, 3}, MemCategory::Inputs, DType::I32);
+  const int32_t id_values[6] = {4, 1, 4, 0, 4, 2};
+  std::copy(id_values, id_values + 6, ids.data<int32_t>());
+  Tensor out = layer->forward(dev, ids, true);
+  CHECK(out.shape() == Shape{2, 3, 3});
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 3; ++c) CHECK(out.data()[r * 3 + c] == table[static_cast<size_t>(id_values[r] * 3 + c)]);
+  const auto dout = random_vector(18, 23);
+  layer->backward(dev, tensor_from(dev, {2, 3, 3}, dout), false);
+  for (int c = 0; c < 3; ++c) {
+    CHECK(g.data()[4 * 3 + c] == doctest::Approx(dout[static_cast<size_t>(0 * 3 + c)] + dout[static_cast<size_t>(2 * 3 + c)] +
+                                                  dout[static_cast<size_t>(4 * 3 + c)]));
+    CHECK(g.data()[3 * 3 + c] == 0.f);  // id 3 never appears
+    CHECK(g.data()[1 * 3 + c] == dout[static_cast<size_t>(1 * 3 + c)]);
+  }
+  ids.data<int32_t>()[5] = 5;
+  CHECK_THROWS_WITH_AS(layer->forward(dev, ids, true), doctest::Contains("token id 5 at position 5"), RuntimeError);
+  layer->clear_cache();
+  layer->bind({}, {});
+}

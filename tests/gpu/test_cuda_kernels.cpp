@@ -19,6 +19,7 @@
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/pooling.hpp"
 #include "kernels/ops/sgd.hpp"
+#include "kernels/ops/transformer.hpp"
 #include "engine/cuda/device_query.hpp"
 #include "tests/helpers.hpp"
 
@@ -265,4 +266,51 @@ TEST_CASE("global average pool forward and backward match the CPU reference") {
     CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
     CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
   }
+}
+
+TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t rows = 37, C = 96, V = 50;
+  auto x = random_vector(static_cast<size_t>(rows * C), 50, -2.f, 2.f), gamma = random_vector(C, 51),
+       beta = random_vector(C, 52), dy = random_vector(static_cast<size_t>(rows * C), 53);
+  std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size()), dg(C), db(C);
+  cpu::layernorm_forward(pool, y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, C, 1e-5f);
+  cpu::layernorm_backward(pool, dx.data(), dg.data(), db.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                          rstd.data(), rows, C);
+  auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_b = to_device(c, beta), d_dy = to_device(c, dy);
+  cuda::DeviceBuffer d_y(c, y.size() * 4), d_m(c, rows * 4), d_r(c, rows * 4), d_dx(c, dx.size() * 4), d_dg(c, C * 4),
+      d_db(c, C * 4);
+  cuda::layernorm_forward(c, d_y.get(), d_m.get(), d_r.get(), d_x.get(), d_g.get(), d_b.get(), rows, C, 1e-5f);
+  cuda::layernorm_backward(c, d_dx.get(), d_dg.get(), d_db.get(), d_dy.get(), d_x.get(), d_g.get(), d_m.get(), d_r.get(),
+                           rows, C);
+  CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_db, C), db) < kTol);
+
+  std::vector<float> gy(x.size()), gdx(x.size());
+  cpu::gelu_forward(pool, gy.data(), x.data(), static_cast<int64_t>(x.size()));
+  cpu::gelu_backward(pool, gdx.data(), dy.data(), x.data(), static_cast<int64_t>(x.size()));
+  cuda::gelu_forward(c, d_y.get(), d_x.get(), static_cast<int64_t>(x.size()));
+  cuda::gelu_backward(c, d_dx.get(), d_dy.get(), d_x.get(), static_cast<int64_t>(x.size()));
+  CHECK(rel_error(to_host<float>(c, d_y, x.size()), gy) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dx, x.size()), gdx) < kTol);
+
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) ids[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % 11);  // repeats
+  auto table = random_vector(static_cast<size_t>(V * C), 54);
+  std::vector<float> ey(static_cast<size_t>(rows * C)), etab(table.size());
+  cpu::embedding_forward(pool, ey.data(), ids.data(), table.data(), rows, V, C);
+  cpu::embedding_backward(pool, etab.data(), dy.data(), ids.data(), rows, V, C);
+  auto d_ids = to_device(c, ids), d_table = to_device(c, table);
+  cuda::DeviceBuffer d_ey(c, ey.size() * 4), d_etab(c, etab.size() * 4);
+  cuda::embedding_forward(c, d_ey.get(), d_ids.get<int32_t>(), d_table.get(), rows, V, C);
+  cuda::embedding_backward(c, d_etab.get(), d_dy.get(), d_ids.get<int32_t>(), rows, V, C);
+  CHECK(to_host<float>(c, d_ey, ey.size()) == ey);
+  CHECK(rel_error(to_host<float>(c, d_etab, etab.size()), etab) < kTol);
+  ids[3] = static_cast<int32_t>(V);
+  auto bad = to_device(c, ids);
+  CHECK_THROWS_WITH(cuda::embedding_forward(c, d_ey.get(), bad.get<int32_t>(), d_table.get(), rows, V, C),
+                    doctest::Contains("token id 50 at position 3"));
 }

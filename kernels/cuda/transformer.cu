@@ -1,0 +1,182 @@
+// LayerNorm (a warp per row, sums in double, like the CPU reference), exact GELU, and the
+// embedding lookup. Embedding's backward adds repeated ids with atomics: the order of a repeated
+// id's additions is not fixed (float sums may differ in the last bits from run to run).
+#include <algorithm>
+#include <string>
+
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/transformer.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+__device__ double warp_sum(double v) {
+  for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* in, const float* gamma,
+                                         const float* beta, int64_t rows, int64_t C, float eps) {
+  const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
+  if (r >= rows) return;
+  const float* x = in + r * C;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < C; i += 32) s += x[i];
+  const double m = warp_sum(s) / static_cast<double>(C);
+  double sq = 0;
+  for (int64_t i = threadIdx.x; i < C; i += 32) sq += (x[i] - m) * (x[i] - m);
+  const double rs = 1.0 / sqrt(warp_sum(sq) / static_cast<double>(C) + eps);
+  if (threadIdx.x == 0) mean[r] = static_cast<float>(m), rstd[r] = static_cast<float>(rs);
+  for (int64_t i = threadIdx.x; i < C; i += 32) out[r * C + i] = static_cast<float>((x[i] - m) * rs) * gamma[i] + beta[i];
+}
+
+__global__ void layernorm_dx_kernel(float* din, const float* dout, const float* in, const float* gamma,
+                                    const float* mean, const float* rstd, int64_t rows, int64_t C) {
+  const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
+  if (r >= rows) return;
+  const float *x = in + r * C, *dy = dout + r * C;
+  double sg = 0, sgx = 0;
+  for (int64_t i = threadIdx.x; i < C; i += 32) {
+    const double xhat = (x[i] - mean[r]) * rstd[r], g = double(dy[i]) * gamma[i];
+    sg += g;
+    sgx += g * xhat;
+  }
+  sg = warp_sum(sg) / static_cast<double>(C);
+  sgx = warp_sum(sgx) / static_cast<double>(C);
+  for (int64_t i = threadIdx.x; i < C; i += 32) {
+    const double xhat = (x[i] - mean[r]) * rstd[r], g = double(dy[i]) * gamma[i];
+    din[r * C + i] = static_cast<float>(rstd[r] * (g - sg - xhat * sgx));
+  }
+}
+
+__global__ void layernorm_dparams_kernel(float* dgamma, float* dbeta, const float* dout, const float* in,
+                                         const float* mean, const float* rstd, int64_t rows, int64_t C) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= C) return;
+  double dg = 0, db = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double dy = dout[r * C + i];
+    dg += dy * (in[r * C + i] - mean[r]) * rstd[r];
+    db += dy;
+  }
+  dgamma[i] = static_cast<float>(dg);
+  dbeta[i] = static_cast<float>(db);
+}
+
+__global__ void gelu_forward_kernel(float* out, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = static_cast<float>(0.5 * in[i] * (1.0 + erf(in[i] * 0.70710678118654752440)));
+}
+
+__global__ void gelu_backward_kernel(float* din, const float* dout, const float* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const double x = in[i];
+    const double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752440)), pdf = 0.39894228040143267794 * exp(-0.5 * x * x);
+    din[i] = static_cast<float>(dout[i] * (cdf + x * pdf));
+  }
+}
+
+__global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
+                                         int64_t C, int32_t* bad) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < rows * C; k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = k / C, id = ids[r];
+    if (id < 0 || id >= V) {
+      atomicExch(bad, static_cast<int32_t>(r) + 1);
+      out[k] = 0.f;
+      continue;
+    }
+    out[k] = table[id * C + k % C];
+  }
+}
+
+__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t V,
+                                          int64_t C, int32_t* bad) {
+  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < rows * C; k += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = k / C, id = ids[r];
+    if (id < 0 || id >= V) {
+      atomicExch(bad, static_cast<int32_t>(r) + 1);
+      continue;
+    }
+    atomicAdd(dtable + id * C + k % C, dout[k]);
+  }
+}
+
+// Ids are checked on the device: a flag, read back after the kernel (this synchronises the stream).
+template <typename Launch>
+void with_id_check(Context& c, const int32_t* ids, int64_t V, Launch launch) {
+  cudaStream_t s = c.handles().stream;
+  int32_t* bad = nullptr;
+  DP_CUDA_CHECK(cudaMallocAsync(&bad, sizeof(int32_t), s));
+  DP_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), s));
+  launch(bad);
+  int32_t flag = 0, id = 0;
+  DP_CUDA_CHECK(cudaMemcpyAsync(&flag, bad, sizeof flag, cudaMemcpyDeviceToHost, s));
+  DP_CUDA_CHECK(cudaFreeAsync(bad, s));
+  DP_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (!flag) return;
+  DP_CUDA_CHECK(cudaMemcpy(&id, ids + flag - 1, sizeof id, cudaMemcpyDeviceToHost));
+  throw RuntimeError("token id " + std::to_string(id) + " at position " + std::to_string(flag - 1) +
+                     " is outside the vocabulary [0, " + std::to_string(V) + ")");
+}
+
+}  // namespace
+
+void layernorm_forward(Context& c, float* out, float* mean, float* rstd, const float* in, const float* gamma,
+                       const float* beta, int64_t rows, int64_t C, float eps) {
+  if (rows == 0) return;
+  const dim3 block(32, 8);
+  layernorm_forward_kernel<<<static_cast<unsigned>((rows + 7) / 8), block, 0, c.handles().stream>>>(
+      out, mean, rstd, in, gamma, beta, rows, C, eps);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void layernorm_backward(Context& c, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,
+                        const float* gamma, const float* mean, const float* rstd, int64_t rows, int64_t C) {
+  if (din && rows > 0) {
+    const dim3 block(32, 8);
+    layernorm_dx_kernel<<<static_cast<unsigned>((rows + 7) / 8), block, 0, c.handles().stream>>>(din, dout, in, gamma,
+                                                                                                  mean, rstd, rows, C);
+    DP_CUDA_CHECK_LAUNCH();
+  }
+  layernorm_dparams_kernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, c.handles().stream>>>(
+      dgamma, dbeta, dout, in, mean, rstd, rows, C);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward(Context& c, float* out, const float* in, int64_t n) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(out, in, n);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_backward(Context& c, float* din, const float* dout, const float* in, int64_t n) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, in, n);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void embedding_forward(Context& c, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
+                       int64_t C) {
+  if (rows * C == 0) return;
+  with_id_check(c, ids, V, [&](int32_t* bad) {
+    embedding_forward_kernel<<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(out, ids, table, rows, V, C, bad);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void embedding_backward(Context& c, float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t V,
+                        int64_t C) {
+  DP_CUDA_CHECK(cudaMemsetAsync(dtable, 0, static_cast<size_t>(V * C) * sizeof(float), c.handles().stream));
+  if (rows * C == 0) return;
+  with_id_check(c, ids, V, [&](int32_t* bad) {
+    embedding_backward_kernel<<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(dtable, dout, ids, rows, V, C,
+                                                                                         bad);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace dp::cuda
