@@ -17,10 +17,14 @@ class Linear final : public Module {
     os << "Linear(in_features=" << in_ << ", out_features=" << out_ << ")";
     return os.str();
   }
+  // Over the last dimension, as PyTorch's: [..., in] -> [..., out] (a transformer's [B, T, C]).
   Shape output_shape(const Shape& in) const override {
-    if (in.size() != 1 || in[0] != in_)
-      throw RuntimeError(describe() + " expects inputs of shape [" + std::to_string(in_) + "], got " + shape_str(in));
-    return {out_};
+    if (in.empty() || in.back() != in_)
+      throw RuntimeError(describe() + " expects inputs of shape [..., " + std::to_string(in_) + "], got " +
+                         shape_str(in));
+    Shape out = in;
+    out.back() = out_;
+    return out;
   }
   std::vector<ParamDecl> params() const override {
     // PyTorch's default: kaiming_uniform(a=√5) on the weight gives U(±1/√fan_in), same for the bias.
@@ -29,16 +33,18 @@ class Linear final : public Module {
             {"bias", {out_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound}};
   }
   Tensor forward(Device& dev, const Tensor& in, bool) override {
-    const int64_t B = in.dim(0);
+    const int64_t B = in.numel() / in_;  // rows: every leading dimension
     input_ = in;
-    Tensor out = Tensor::empty(dev, {B, out_}, MemCategory::Activations);
+    Shape shape = in.shape();
+    shape.back() = out_;
+    Tensor out = Tensor::empty(dev, shape, MemCategory::Activations);
     linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), values_[1].buf(), B, in_, out_);
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
-    const int64_t B = grad_out.dim(0);
+    const int64_t B = grad_out.numel() / out_;
     Tensor grad_in;
-    if (need_grad_in) grad_in = Tensor::empty(dev, {B, in_}, MemCategory::Activations);
+    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
     linear_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
                     values_[0].buf(), B, in_, out_);
     input_ = Tensor();

@@ -97,5 +97,7 @@ std::unique_ptr<Module> make_flatten();
 std::unique_ptr<Module> make_layernorm(int64_t channels, float eps = 1e-5f);  // over the last dimension
 std::unique_ptr<Module> make_gelu();                                          // exact (erf)
 std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_std = 0.02);  // int32 ids in
+// nanoGPT's CausalSelfAttention over [T, C] samples: children c_attn and c_proj (models/attention.cpp).
+std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads);
 
 }  // namespace dp

@@ -353,3 +353,37 @@ TEST_CASE("Embedding: rows looked up, repeated ids accumulate their gradients, b
   layer->clear_cache();
   layer->bind({}, {});
 }
+
+TEST_CASE("Causal self-attention gradients match finite differences (qkv, heads, the mask)") {
+  auto attn = make_causal_self_attention(8, 2);
+  gradcheck(*attn, {2, 5, 8}, random_vector(80, 24, -1.f, 1.f), true, 1e-3f, 1e-2);
+}
+
+TEST_CASE("Causal self-attention: a position never sees a later one") {
+  auto devs = host_devices(1);
+  auto attn = make_causal_self_attention(4, 2);
+  const ModelLayout l = ModelLayout::of(*attn);
+  CHECK(l.entries[0].name == "c_attn.weight");
+  CHECK(l.entries[0].shape == Shape{12, 4});
+  CHECK(l.entries[3].name == "c_proj.bias");
+  std::vector<float> p(static_cast<size_t>(l.parameter_count)), b;
+  init_state(l, p.data(), b.data(), 3);
+  Tensor params = tensor_from(devs[0], {l.parameter_count}, p, MemCategory::Parameters);
+  const auto leaves = param_modules(*attn);
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    std::vector<Tensor> v;
+    for (const auto& e : l.entries)
+      if (e.leaf == static_cast<int>(i)) v.push_back(params.slice_flat(e.offset, e.shape));
+    leaves[i]->bind(v, std::vector<Tensor>(v.size()));
+  }
+  auto x = random_vector(1 * 6 * 4, 25);
+  const Tensor a = attn->forward(devs[0], tensor_from(devs[0], {1, 6, 4}, x), false);
+  const auto first = to_vector(a);
+  attn->clear_cache();
+  for (size_t i = 4 * 4; i < x.size(); ++i) x[i] += 1.f;  // change positions 4 and 5 only
+  const auto second = to_vector(attn->forward(devs[0], tensor_from(devs[0], {1, 6, 4}, x), false));
+  attn->clear_cache();
+  for (size_t i = 0; i < 4 * 4; ++i) CHECK(second[i] == first[i]);  // positions 0..3 unchanged
+  CHECK(second[4 * 4] != first[4 * 4]);
+  for (Module* m : leaves) m->bind({}, {});
+}

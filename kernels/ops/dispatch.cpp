@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/error.hpp"
+#include "kernels/ops/attention.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
@@ -53,6 +54,28 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
                               correct);
 #endif
   return cpu::softmax_xent(logits.f32(op), labels.i32(op), B, K, dlogits.f32(op), grad_scale, correct);
+}
+
+int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward) {
+  if (!ex.on_cuda()) return 0;
+  return 4 * s.B * s.T * s.C + (backward ? s.B * s.H * s.T * s.T : 0);
+}
+
+void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch) {
+  constexpr const char* op = "attention_forward";
+#if DP_WITH_CUDA
+  if (ex.on_cuda()) return cuda::attention_forward(*ex.cuda, out.f32(op), att.f32(op), qkv.f32(op), s, scratch.f32(op));
+#endif
+  cpu::attention_forward(*ex.pool, out.f32(op), att.f32(op), qkv.f32(op), s);
+}
+
+void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch) {
+  constexpr const char* op = "attention_backward";
+#if DP_WITH_CUDA
+  if (ex.on_cuda())
+    return cuda::attention_backward(*ex.cuda, dqkv.f32(op), dout.f32(op), qkv.f32(op), att.f32(op), s, scratch.f32(op));
+#endif
+  cpu::attention_backward(*ex.pool, dqkv.f32(op), dout.f32(op), qkv.f32(op), att.f32(op), s);
 }
 
 }  // namespace dp

@@ -20,6 +20,7 @@
 #include "kernels/ops/pooling.hpp"
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/transformer.hpp"
+#include "kernels/ops/attention.hpp"
 #include "engine/cuda/device_query.hpp"
 #include "tests/helpers.hpp"
 
@@ -313,4 +314,24 @@ TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
   auto bad = to_device(c, ids);
   CHECK_THROWS_WITH(cuda::embedding_forward(c, d_ey.get(), bad.get<int32_t>(), d_table.get(), rows, V, C),
                     doctest::Contains("token id 50 at position 3"));
+}
+
+TEST_CASE("causal attention forward and backward match the CPU reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const AttentionShape s{3, 17, 64, 4};
+  const int64_t BTC = s.B * s.T * s.C;
+  auto qkv = random_vector(static_cast<size_t>(3 * BTC), 60), dy = random_vector(static_cast<size_t>(BTC), 61);
+  std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(s.B * s.H * s.T * s.T)),
+      dqkv(static_cast<size_t>(3 * BTC));
+  cpu::attention_forward(pool, y.data(), att.data(), qkv.data(), s);
+  cpu::attention_backward(pool, dqkv.data(), dy.data(), qkv.data(), att.data(), s);
+  auto d_qkv = to_device(c, qkv), d_dy = to_device(c, dy);
+  cuda::DeviceBuffer d_y(c, y.size() * 4), d_att(c, att.size() * 4), d_dqkv(c, dqkv.size() * 4),
+      scratch(c, static_cast<size_t>(4 * BTC + s.B * s.H * s.T * s.T) * 4);
+  cuda::attention_forward(c, d_y.get(), d_att.get(), d_qkv.get(), s, scratch.get());
+  cuda::attention_backward(c, d_dqkv.get(), d_dy.get(), d_qkv.get(), d_att.get(), s, scratch.get());
+  CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < 1e-4);
+  CHECK(rel_error(to_host<float>(c, d_att, att.size()), att) < 1e-4);
+  CHECK(rel_error(to_host<float>(c, d_dqkv, dqkv.size()), dqkv) < 1e-4);
 }

@@ -1,0 +1,87 @@
+// Causal attention per (b, h), in parallel over the B·H pairs. q, k, v of one head are strided
+// views of qkv (leading dimension 3C), so no copies are made.
+#include <cblas.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine/host/thread_pool.hpp"
+#include "kernels/ops/attention.hpp"
+
+namespace dp::cpu {
+
+void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, const AttentionShape& s) {
+  const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  pool.parallel_for(s.B * H, [=](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / H, h = p % H;
+      const float* q = qkv + b * T * ld + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* a = att + p * T * T;
+      // scores = q·kᵀ·scale (the upper triangle is computed and then masked)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(T),
+                  static_cast<int>(hs), scale, q, static_cast<int>(ld), k, static_cast<int>(ld), 0.f, a,
+                  static_cast<int>(T));
+      for (int64_t t = 0; t < T; ++t) {
+        float* row = a + t * T;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
+        double sum = 0;
+        for (int64_t j = 0; j <= t; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
+        for (int64_t j = 0; j <= t; ++j) row[j] = static_cast<float>(std::exp(static_cast<double>(row[j] - mx)) / sum);
+        for (int64_t j = t + 1; j < T; ++j) row[j] = 0.f;
+      }
+      // out_h = att·v, written into its columns of out [B, T, C]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),
+                  static_cast<int>(T), 1.f, a, static_cast<int>(T), v, static_cast<int>(ld), 0.f,
+                  out + b * T * C + h * hs, static_cast<int>(C));
+    }
+  });
+}
+
+void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const float* qkv, const float* att,
+                        const AttentionShape& s) {
+  const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  pool.parallel_for(s.B * H, [=](int64_t p0, int64_t p1) {
+    std::vector<float> dscore(static_cast<size_t>(T * T));
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t b = p / H, h = p % H;
+      const float* q = qkv + b * T * ld + h * hs;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      const float* a = att + p * T * T;
+      const float* dy = dout + b * T * C + h * hs;
+      float* dq = dqkv + b * T * ld + h * hs;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      // datt = dy·vᵀ ; dv = attᵀ·dy
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(T),
+                  static_cast<int>(hs), 1.f, dy, static_cast<int>(C), v, static_cast<int>(ld), 0.f, dscore.data(),
+                  static_cast<int>(T));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),
+                  static_cast<int>(T), 1.f, a, static_cast<int>(T), dy, static_cast<int>(C), 0.f, dv,
+                  static_cast<int>(ld));
+      // softmax backward per row (masked entries have att 0, so they get 0), then the scale
+      for (int64_t t = 0; t < T; ++t) {
+        float* d = dscore.data() + t * T;
+        const float* ar = a + t * T;
+        double dot = 0;
+        for (int64_t j = 0; j <= t; ++j) dot += double(d[j]) * ar[j];
+        for (int64_t j = 0; j < T; ++j) d[j] = j <= t ? static_cast<float>(ar[j] * (d[j] - dot)) * scale : 0.f;
+      }
+      // dq = dscore·k ; dk = dscoreᵀ·q
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),
+                  static_cast<int>(T), 1.f, dscore.data(), static_cast<int>(T), k, static_cast<int>(ld), 0.f, dq,
+                  static_cast<int>(ld));
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),
+                  static_cast<int>(T), 1.f, dscore.data(), static_cast<int>(T), q, static_cast<int>(ld), 0.f, dk,
+                  static_cast<int>(ld));
+    }
+  });
+}
+
+}  // namespace dp::cpu

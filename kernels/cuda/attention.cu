@@ -1,0 +1,140 @@
+// Causal attention with cuBLAS strided-batched GEMMs over the B·H heads (llm.c's layout): q, k, v
+// are first permuted from qkv [B, T, 3C] to [B·H, T, hs] in the caller's scratch; a warp per row
+// does the masked softmax and its backward. cuBLAS is column-major: each row-major product below
+// is written as its transpose (see kernels/cuda/linear.cu).
+#include <algorithm>
+#include <cmath>
+
+#include "engine/cuda/check.cuh"
+#include "kernels/ops/attention.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
+
+// qkv [B, T, 3, H, hs] -> q, k, v [B, H, T, hs]
+__global__ void permute_qkv_kernel(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H,
+                                   int64_t hs) {
+  const int64_t n = B * H * T * hs, C = H * hs;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t d = i % hs, t = i / hs % T, h = i / (hs * T) % H, b = i / (hs * T * H);
+    const int64_t src = (b * T + t) * 3 * C + h * hs + d;
+    q[i] = qkv[src];
+    k[i] = qkv[src + C];
+    v[i] = qkv[src + 2 * C];
+  }
+}
+
+// [B, H, T, hs] <-> [B, T, C] (rows of C with stride `ld`, starting at column `col`)
+__global__ void heads_to_rows_kernel(float* rows, const float* heads, int64_t B, int64_t T, int64_t H, int64_t hs,
+                                     int64_t ld, int64_t col) {
+  const int64_t n = B * H * T * hs;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t d = i % hs, t = i / hs % T, h = i / (hs * T) % H, b = i / (hs * T * H);
+    rows[(b * T + t) * ld + col + h * hs + d] = heads[i];
+  }
+}
+
+__global__ void rows_to_heads_kernel(float* heads, const float* rows, int64_t B, int64_t T, int64_t H, int64_t hs) {
+  const int64_t n = B * H * T * hs, C = H * hs;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t d = i % hs, t = i / hs % T, h = i / (hs * T) % H, b = i / (hs * T * H);
+    heads[i] = rows[(b * T + t) * C + h * hs + d];
+  }
+}
+
+// In place on att [B·H·T rows of T]: row t keeps columns <= t, softmax over them, zeros after.
+__global__ void causal_softmax_kernel(float* att, int64_t rows, int64_t T) {
+  const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
+  if (r >= rows) return;
+  const int64_t t = r % T;
+  float* row = att + r * T;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j <= t; j += 32) mx = fmaxf(mx, row[j]);
+  for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j <= t; j += 32) sum += exp(static_cast<double>(row[j] - mx));
+  for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+  for (int64_t j = threadIdx.x; j < T; j += 32)
+    row[j] = j <= t ? static_cast<float>(exp(static_cast<double>(row[j] - mx)) / sum) : 0.f;
+}
+
+// d (datt in, dscore out) = att ⊙ (datt − Σ datt⊙att) · scale, masked entries 0.
+__global__ void causal_softmax_backward_kernel(float* d, const float* att, int64_t rows, int64_t T, float scale) {
+  const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
+  if (r >= rows) return;
+  const int64_t t = r % T;
+  float* dr = d + r * T;
+  const float* ar = att + r * T;
+  double dot = 0;
+  for (int64_t j = threadIdx.x; j <= t; j += 32) dot += double(dr[j]) * ar[j];
+  for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+  for (int64_t j = threadIdx.x; j < T; j += 32)
+    dr[j] = j <= t ? static_cast<float>(ar[j] * (dr[j] - dot)) * scale : 0.f;
+}
+
+int i32(int64_t v) { return static_cast<int>(v); }
+
+}  // namespace
+
+void attention_forward(Context& c, float* out, float* att, const float* qkv, const AttentionShape& s, float* scratch) {
+  const int64_t B = s.B, T = s.T, H = s.H, hs = s.hs(), BTC = B * T * s.C, BH = B * H;
+  if (BTC == 0) return;
+  cudaStream_t st = c.handles().stream;
+  cublasHandle_t h = c.handles().cublas;
+  float *q = scratch, *k = q + BTC, *v = k + BTC, *y = v + BTC;
+  permute_qkv_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(q, k, v, qkv, B, T, H, hs);
+  DP_CUDA_CHECK_LAUNCH();
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs)), one = 1.f, zero = 0.f;
+  // att = scale · q·kᵀ   (column-major: attᵀ = k·qᵀ)
+  DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, i32(T), i32(T), i32(hs), &scale, k, i32(hs),
+                                          T * hs, q, i32(hs), T * hs, &zero, att, i32(T), T * T, i32(BH)));
+  const dim3 block(32, 8);
+  causal_softmax_kernel<<<static_cast<unsigned>((BH * T + 7) / 8), block, 0, st>>>(att, BH * T, T);
+  DP_CUDA_CHECK_LAUNCH();
+  // y = att·v   (column-major: yᵀ = vᵀ·attᵀ)
+  DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, i32(hs), i32(T), i32(T), &one, v, i32(hs),
+                                          T * hs, att, i32(T), T * T, &zero, y, i32(hs), T * hs, i32(BH)));
+  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(out, y, B, T, H, hs, s.C, 0);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward(Context& c, float* dqkv, const float* dout, const float* qkv, const float* att,
+                        const AttentionShape& s, float* scratch) {
+  const int64_t B = s.B, T = s.T, H = s.H, hs = s.hs(), C = s.C, BTC = B * T * C, BH = B * H;
+  if (BTC == 0) return;
+  cudaStream_t st = c.handles().stream;
+  cublasHandle_t h = c.handles().cublas;
+  float *q = scratch, *k = q + BTC, *v = k + BTC, *dy = v + BTC, *dscore = dy + BTC;
+  permute_qkv_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(q, k, v, qkv, B, T, H, hs);
+  DP_CUDA_CHECK_LAUNCH();
+  rows_to_heads_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dy, dout, B, T, H, hs);
+  DP_CUDA_CHECK_LAUNCH();
+  const float scale = 1.f / std::sqrt(static_cast<float>(hs)), one = 1.f, zero = 0.f;
+  // datt = dy·vᵀ
+  DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, i32(T), i32(T), i32(hs), &one, v, i32(hs),
+                                          T * hs, dy, i32(hs), T * hs, &zero, dscore, i32(T), T * T, i32(BH)));
+  // dv = attᵀ·dy, into v's slot (v is no longer needed)
+  DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, i32(hs), i32(T), i32(T), &one, dy, i32(hs),
+                                          T * hs, att, i32(T), T * T, &zero, v, i32(hs), T * hs, i32(BH)));
+  const dim3 block(32, 8);
+  causal_softmax_backward_kernel<<<static_cast<unsigned>((BH * T + 7) / 8), block, 0, st>>>(dscore, att, BH * T, T,
+                                                                                            scale);
+  DP_CUDA_CHECK_LAUNCH();
+  // dq = dscore·k, into dy's slot; then dk = dscoreᵀ·q, into k's slot
+  DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, i32(hs), i32(T), i32(T), &one, k, i32(hs),
+                                          T * hs, dscore, i32(T), T * T, &zero, dy, i32(hs), T * hs, i32(BH)));
+  DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, i32(hs), i32(T), i32(T), &one, q, i32(hs),
+                                          T * hs, dscore, i32(T), T * T, &zero, k, i32(hs), T * hs, i32(BH)));
+  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, dy, B, T, H, hs, 3 * C, 0);
+  DP_CUDA_CHECK_LAUNCH();
+  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, k, B, T, H, hs, 3 * C, C);
+  DP_CUDA_CHECK_LAUNCH();
+  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, v, B, T, H, hs, 3 * C, 2 * C);
+  DP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dp::cuda

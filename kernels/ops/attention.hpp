@@ -1,0 +1,37 @@
+// Causal self-attention over a packed qkv: qkv [B, T, 3C] holds q, k, v in that order (c_attn's
+// output); H heads of hs = C/H. For each (b, h): scores = q·kᵀ/√hs with the causal mask (query t
+// sees keys ≤ t), att = softmax(scores) per row, out[b, :, h·hs..] = att·v. att [B, H, T, T] is
+// kept for backward (counted as activations: it is the T² in a transformer's memory).
+// Backward writes dqkv [B, T, 3C] from dout [B, T, C]. CPU: OpenBLAS on the heads' strided views;
+// CUDA: cuBLAS strided-batched GEMMs over (b, h) after a permute to [B·H, T, hs].
+#pragma once
+#include <cstdint>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+
+struct AttentionShape {
+  int64_t B, T, C, H;
+  int64_t hs() const { return C / H; }
+};
+
+namespace cpu {
+void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, const AttentionShape& s);
+void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const float* qkv, const float* att,
+                        const AttentionShape& s);
+}  // namespace cpu
+namespace cuda {
+// `scratch` holds 4·B·T·C floats (the permuted q, k, v and the head outputs) and, for backward,
+// B·H·T·T more (the score gradients); attention_scratch_floats says how many.
+void attention_forward(Context& c, float* out, float* att, const float* qkv, const AttentionShape& s, float* scratch);
+void attention_backward(Context& c, float* dqkv, const float* dout, const float* qkv, const float* att,
+                        const AttentionShape& s, float* scratch);
+}  // namespace cuda
+
+// Floats of scratch the caller provides (0 on host devices).
+int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward);
+void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch);
+void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch);
+
+}  // namespace dp

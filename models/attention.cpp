@@ -1,0 +1,67 @@
+// nanoGPT's CausalSelfAttention: c_attn (Linear C -> 3C: q, k, v in that order), causal
+// attention over H heads, c_proj (Linear C -> C). Children are named as nanoGPT's, so the state
+// dict reads "attn.c_attn.weight", "attn.c_proj.bias".
+#include <sstream>
+
+#include "engine/device.hpp"
+#include "engine/error.hpp"
+#include "kernels/ops/attention.hpp"
+#include "models/module.hpp"
+
+namespace dp {
+namespace {
+
+class CausalSelfAttention final : public Module {
+ public:
+  CausalSelfAttention(int64_t c, int64_t heads) : c_(c), heads_(heads) {
+    if (heads <= 0 || c % heads != 0)
+      throw RuntimeError("attention: " + std::to_string(c) + " channels do not split into " + std::to_string(heads) +
+                         " heads");
+    c_attn_ = &add("c_attn", make_linear(c, 3 * c));
+    c_proj_ = &add("c_proj", make_linear(c, c));
+  }
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "CausalSelfAttention(" << c_ << ", heads=" << heads_ << ")";
+    return os.str();
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (in.size() != 2 || in[1] != c_) throw RuntimeError(describe() + " takes [T, C] per sample, got " + shape_str(in));
+    return in;
+  }
+  Tensor forward(Device& dev, const Tensor& in, bool training) override {
+    const AttentionShape s{in.dim(0), in.dim(1), c_, heads_};
+    qkv_ = c_attn_->forward(dev, in, training);
+    att_ = Tensor::empty(dev, {s.B, heads_, s.T, s.T}, MemCategory::Activations);
+    Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations);
+    Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false)}, MemCategory::Workspace);
+    attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf());
+    return c_proj_->forward(dev, y, training);
+  }
+  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+    const Tensor dy = c_proj_->backward(dev, grad_out, true);
+    const AttentionShape s{qkv_.dim(0), qkv_.dim(1), c_, heads_};
+    Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations);
+    Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, true)}, MemCategory::Workspace);
+    attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf());
+    qkv_ = att_ = Tensor();
+    return c_attn_->backward(dev, dqkv, need_grad_in);
+  }
+  void clear_cache() override {
+    Module::clear_cache();
+    qkv_ = att_ = Tensor();
+  }
+
+ private:
+  int64_t c_, heads_;
+  Module *c_attn_ = nullptr, *c_proj_ = nullptr;
+  Tensor qkv_, att_;
+};
+
+}  // namespace
+
+std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads) {
+  return std::make_unique<CausalSelfAttention>(channels, heads);
+}
+
+}  // namespace dp
