@@ -13,12 +13,12 @@ namespace {
 
 class CausalSelfAttention final : public Module {
  public:
-  CausalSelfAttention(int64_t c, int64_t heads) : c_(c), heads_(heads) {
+  CausalSelfAttention(int64_t c, int64_t heads, double proj_std) : c_(c), heads_(heads) {
     if (heads <= 0 || c % heads != 0)
       throw RuntimeError("attention: " + std::to_string(c) + " channels do not split into " + std::to_string(heads) +
                          " heads");
-    c_attn_ = &add("c_attn", make_linear(c, 3 * c));
-    c_proj_ = &add("c_proj", make_linear(c, c));
+    c_attn_ = &add("c_attn", make_linear(c, 3 * c, true, 0.02));
+    c_proj_ = &add("c_proj", make_linear(c, c, true, proj_std));
   }
   std::string describe() const override {
     std::ostringstream os;
@@ -60,8 +60,8 @@ class CausalSelfAttention final : public Module {
 
 }  // namespace
 
-std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads) {
-  return std::make_unique<CausalSelfAttention>(channels, heads);
+std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std) {
+  return std::make_unique<CausalSelfAttention>(channels, heads, proj_std);
 }
 
 }  // namespace dp

@@ -11,10 +11,10 @@ namespace {
 
 class Linear final : public Module {
  public:
-  Linear(int64_t in, int64_t out) : in_(in), out_(out) {}
+  Linear(int64_t in, int64_t out, bool bias, double init_std) : in_(in), out_(out), bias_(bias), std_(init_std) {}
   std::string describe() const override {
     std::ostringstream os;
-    os << "Linear(in_features=" << in_ << ", out_features=" << out_ << ")";
+    os << "Linear(in_features=" << in_ << ", out_features=" << out_ << (bias_ ? "" : ", bias=False") << ")";
     return os.str();
   }
   // Over the last dimension, as PyTorch's: [..., in] -> [..., out] (a transformer's [B, T, C]).
@@ -28,9 +28,14 @@ class Linear final : public Module {
   }
   std::vector<ParamDecl> params() const override {
     // PyTorch's default: kaiming_uniform(a=√5) on the weight gives U(±1/√fan_in), same for the bias.
+    // With an init_std: N(0, std) weights and zero biases (nanoGPT's).
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_));
-    return {{"weight", {out_, in_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound},
-            {"bias", {out_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound}};
+    std::vector<ParamDecl> p{{"weight", {out_, in_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, bound}};
+    if (std_ > 0) p[0].init = ParamDecl::Init::Normal, p[0].scale = std_;
+    if (bias_)
+      p.push_back({"bias", {out_}, ParamDecl::Kind::Parameter, std_ > 0 ? ParamDecl::Init::Zeros : ParamDecl::Init::Uniform,
+                   bound});
+    return p;
   }
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     const int64_t B = in.numel() / in_;  // rows: every leading dimension
@@ -38,14 +43,14 @@ class Linear final : public Module {
     Shape shape = in.shape();
     shape.back() = out_;
     Tensor out = Tensor::empty(dev, shape, MemCategory::Activations);
-    linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), values_[1].buf(), B, in_, out_);
+    linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? values_[1].buf() : Buf{}, B, in_, out_);
     return out;
   }
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t B = grad_out.numel() / out_;
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
-    linear_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
+    linear_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), bias_ ? grads_[1].buf() : Buf{}, grad_out.buf(), input_.buf(),
                     values_[0].buf(), B, in_, out_);
     input_ = Tensor();
     return grad_in;
@@ -54,11 +59,15 @@ class Linear final : public Module {
 
  private:
   int64_t in_, out_;
+  bool bias_;
+  double std_;
   Tensor input_;
 };
 
 }  // namespace
 
-std::unique_ptr<Module> make_linear(int64_t in, int64_t out) { return std::make_unique<Linear>(in, out); }
+std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias, double init_std) {
+  return std::make_unique<Linear>(in, out, bias, init_std);
+}
 
 }  // namespace dp

@@ -85,7 +85,8 @@ enum class WeightInit {
   PyTorchDefault,      // kaiming_uniform(a=√5): U(±1/√fan_in), bias the same
   KaimingNormalFanOut  // torchvision ResNet's convolutions: N(0, √(2/fan_out)), fan_out = out·kh·kw
 };
-std::unique_ptr<Module> make_linear(int64_t in, int64_t out);
+// init_std 0: PyTorch's default init; > 0: N(0, init_std) weights and zero bias (nanoGPT's).
+std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias = true, double init_std = 0);
 std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                                     bool bias = true, WeightInit init = WeightInit::PyTorchDefault);
 std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f);
@@ -97,7 +98,15 @@ std::unique_ptr<Module> make_flatten();
 std::unique_ptr<Module> make_layernorm(int64_t channels, float eps = 1e-5f);  // over the last dimension
 std::unique_ptr<Module> make_gelu();                                          // exact (erf)
 std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_std = 0.02);  // int32 ids in
-// nanoGPT's CausalSelfAttention over [T, C] samples: children c_attn and c_proj (models/attention.cpp).
-std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads);
+// nanoGPT's CausalSelfAttention over [T, C] samples: children c_attn and c_proj (models/attention.cpp);
+// c_proj's weights drawn with proj_std (nanoGPT: 0.02/√(2·layers)).
+std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std = 0.02);
+
+// nanoGPT's GPT (models/gpt.cpp): transformer.{wte, wpe, h.i.{ln_1, attn, ln_2, mlp}, ln_f} and an
+// lm_head without bias, not tied to wte. Samples are [T] int32 token ids; the output is [T, V].
+struct GptConfig {
+  int64_t vocab = 256, context = 128, layers = 4, heads = 4, dim = 256;
+};
+std::unique_ptr<Module> make_gpt(const GptConfig& cfg);
 
 }  // namespace dp
