@@ -72,6 +72,11 @@ class Sequential : public Module {
   Sequential& append(std::string name, std::unique_ptr<Module> child);
   Tensor forward(Device& dev, const Tensor& in, bool training) override;
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override;
+
+ private:
+  // Index of the first child with parameters (children before it need no backward when no
+  // input gradient is asked for); -1 until the first backward, reset by append.
+  int64_t first_trainable_ = -1;
 };
 std::unique_ptr<Sequential> make_sequential();
 

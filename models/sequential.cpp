@@ -14,6 +14,7 @@ Sequential& Sequential::append(std::unique_ptr<Module> child) {
 
 Sequential& Sequential::append(std::string name, std::unique_ptr<Module> child) {
   add(std::move(name), std::move(child));
+  first_trainable_ = -1;
   return *this;
 }
 
@@ -26,9 +27,13 @@ Tensor Sequential::forward(Device& dev, const Tensor& in, bool training) {
 Tensor Sequential::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) {
   const auto& kids = children();
   // Without an input gradient, children before the first one with parameters need no backward.
-  size_t first = 0;
-  if (!need_grad_in)
-    while (first < kids.size() && !kids[first].module->has_params()) ++first;
+  // Found once (has_params walks the subtree's declarations), not every step.
+  if (first_trainable_ < 0) {
+    first_trainable_ = 0;
+    while (static_cast<size_t>(first_trainable_) < kids.size() && !kids[first_trainable_].module->has_params())
+      ++first_trainable_;
+  }
+  const size_t first = need_grad_in ? 0 : static_cast<size_t>(first_trainable_);
   Tensor g = grad_out;
   for (size_t i = kids.size(); i-- > first;) g = kids[i].module->backward(dev, g, need_grad_in || i > first);
   for (size_t i = 0; i < first; ++i) kids[i].module->clear_cache();
