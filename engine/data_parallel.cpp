@@ -90,19 +90,35 @@ void DataParallel::join_replicas(const std::vector<int>& replicas) {
 
 void DataParallel::join_device0() { devices_[0].stream().synchronize(); }
 
+void DataParallel::check_input(DType dtype) const {
+  if (dtype != model_.input_dtype)
+    throw RuntimeError("model " + model_.name + " takes " +
+                       (model_.language_model() ? "int32 token ids" : "float32 images") + ", not " +
+                       (dtype == DType::I32 ? "token ids" : "images"));
+}
+
 StepResult DataParallel::step(const float* images, const int32_t* labels, int64_t batch) {
+  return step_any(images, DType::F32, labels, batch);
+}
+StepResult DataParallel::step(const int32_t* tokens, const int32_t* targets, int64_t batch) {
+  return step_any(tokens, DType::I32, targets, batch);
+}
+
+StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch) {
+  check_input(dtype);
   if (batch <= 0) throw RuntimeError("step: empty batch");
-  const std::string probed = splitter_.needs_memory_probe() ? probe_memory(images, labels, batch) : "";
-  StepResult r = run_step(images, labels, batch, chunk_sizes(batch));
+  const std::string probed = splitter_.needs_memory_probe() ? probe_memory(input, targets, batch) : "";
+  StepResult r = run_step(input, targets, batch, chunk_sizes(batch));
   r.split_change = probed.empty() ? splitter_.observe(r.chunks, r.replica_seconds) : probed;
   return r;
 }
 
-StepResult DataParallel::run_step(const float* images, const int32_t* labels, int64_t batch,
+StepResult DataParallel::run_step(const void* input, const int32_t* targets, int64_t batch,
                                   const std::vector<int64_t>& chunks) {
   const int n = devices_.size();
   StepResult result;
   result.batch = batch;
+  result.targets = batch * model_.targets_per_sample();
   result.chunks = chunks;
   StepRecorder rec(devices_, tracer_, result);
 
@@ -111,7 +127,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   struct Step : StepState {
     DataParallel& dp;
     Step(DataParallel& owner, int64_t b, std::vector<int64_t> c)
-        : StepState(owner.devices_.size(), b, std::move(c)), dp(owner) {
+        : StepState(owner.devices_.size(), b, b * owner.model_.targets_per_sample(), std::move(c)), dp(owner) {
       for (int i = 0; i < owner.devices_.size(); ++i) devices.push_back(&owner.devices_[i]);
     }
     ~Step() {
@@ -133,7 +149,7 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
     run();
     rec.end(p);
   };
-  phase(Phase::Load, [&] { load(s, images, labels, result); });
+  phase(Phase::Load, [&] { load(s, input, targets, result); });
   phase(Phase::Scatter, [&] { scatter(s); });
   phase(Phase::Replicate, [&] { replicate(s); });
   phase(Phase::Forward, [&] { forward(s); });
@@ -147,15 +163,20 @@ StepResult DataParallel::run_step(const float* images, const int32_t* labels, in
   return result;
 }
 
-// 1. load: the batch onto device 0.
-void DataParallel::load(StepState& s, const float* images, const int32_t* labels, StepResult& r) {
+namespace {
+Shape with_batch(int64_t batch, Shape per_sample) {
+  per_sample.insert(per_sample.begin(), batch);
+  return per_sample;
+}
+}  // namespace
+
+// 1. load: the batch (inputs and targets) onto device 0.
+void DataParallel::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
   Device& d0 = devices_[0];
-  Shape in_shape = model_.input_shape;
-  in_shape.insert(in_shape.begin(), s.batch);
-  s.input = Tensor::empty(d0, in_shape, MemCategory::Inputs);
-  s.target = Tensor::empty(d0, {s.batch}, MemCategory::Inputs, DType::I32);
-  upload(s.input, images);
-  upload(s.target, labels);
+  s.input = Tensor::empty(d0, with_batch(s.batch, model_.input_shape), MemCategory::Inputs, model_.input_dtype);
+  s.target = Tensor::empty(d0, with_batch(s.batch, model_.target_shape), MemCategory::Inputs, DType::I32);
+  upload(s.input, input);
+  upload(s.target, targets);
   r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
   join_device0();
 }
@@ -211,12 +232,12 @@ void DataParallel::loss(StepState& s, StepResult& r) {
   d0.stream().enqueue(
       [&] {
         loss_->compute(s);
-        const float mean = static_cast<float>(s.loss_sum / static_cast<double>(s.batch));
+        const float mean = static_cast<float>(s.loss_sum / static_cast<double>(s.loss_rows));
         dp::upload(d0.exec(), s.loss.data(), &mean, sizeof mean);
       },
       {"cross-entropy over the batch", "loss"});
   join_device0();
-  r.loss = s.loss_sum / static_cast<double>(s.batch);
+  r.loss = s.loss_sum / static_cast<double>(s.loss_rows);
   r.correct = s.correct;
 }
 
@@ -267,7 +288,7 @@ void DataParallel::update(StepState&, StepResult& r) {
   join_device0();
 }
 
-std::string DataParallel::probe_memory(const float* images, const int32_t* labels, int64_t batch) {
+std::string DataParallel::probe_memory(const void* input, const int32_t* targets, int64_t batch) {
   const int n = devices_.size();
   if (n == 1) {
     splitter_.set_memory_plan({{batch}, ""});
@@ -284,7 +305,7 @@ std::string DataParallel::probe_memory(const float* images, const int32_t* label
   const auto shifted = split_sizes(parse_split("gpu0:" + std::to_string(even[0] / 2), n, batch), batch, n);
   auto probe = [&](const std::vector<int64_t>& chunks) {
     for (int i = 0; i < n; ++i) devices_[i].allocator().reset_peak();
-    run_step(images, labels, batch, chunks);  // updating, so the optimizer state exists
+    run_step(input, targets, batch, chunks);  // updating, so the optimizer state exists
     std::vector<double> peaks(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) peaks[i] = static_cast<double>(devices_[i].allocator().stats().peak);
     return peaks;
@@ -303,21 +324,47 @@ std::string DataParallel::probe_memory(const float* images, const int32_t* label
 }
 
 EvalResult DataParallel::evaluate(const float* images, const int32_t* labels, int64_t batch) {
+  return evaluate_any(images, DType::F32, labels, batch);
+}
+EvalResult DataParallel::evaluate(const int32_t* tokens, const int32_t* targets, int64_t batch) {
+  return evaluate_any(tokens, DType::I32, targets, batch);
+}
+
+EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const int32_t* targets, int64_t batch) {
+  check_input(dtype);
+  if (batch <= 0) throw RuntimeError("evaluate: empty batch");
   Device& d0 = devices_[0];
-  Shape in_shape = model_.input_shape;
-  in_shape.insert(in_shape.begin(), batch);
-  Tensor input = Tensor::empty(d0, in_shape, MemCategory::Inputs);
-  Tensor target = Tensor::empty(d0, {batch}, MemCategory::Inputs, DType::I32);
-  upload(input, images);
-  upload(target, labels);
+  Tensor input = Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, model_.input_dtype);
+  Tensor target = Tensor::empty(d0, with_batch(batch, model_.target_shape), MemCategory::Inputs, DType::I32);
+  upload(input, input_data);
+  upload(target, targets);
   EvalResult out;
-  out.count = batch;
+  out.count = target.numel();
   d0.stream().enqueue([&] {
     nets_[0]->bind(params_, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
     nets_[0]->clear_cache();
-    out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), batch, logits.dim(1), {},
-                                             0.f, &out.correct);
+    out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), out.count, model_.classes, {}, 0.f, &out.correct);
+    nets_[0]->unbind();
+  });
+  join_device0();
+  return out;
+}
+
+std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
+  check_input(DType::I32);
+  if (length < 1 || length > model_.input_shape.at(0))
+    throw RuntimeError("logits: " + std::to_string(length) + " tokens; the model takes 1 to " +
+                       std::to_string(model_.input_shape.at(0)));
+  Device& d0 = devices_[0];
+  Tensor input = Tensor::empty(d0, {1, length}, MemCategory::Inputs, DType::I32);
+  upload(input, tokens);
+  std::vector<float> out(static_cast<size_t>(length * model_.classes));
+  d0.stream().enqueue([&] {
+    nets_[0]->bind(params_, Tensor(), buffers_);
+    Tensor logits = nets_[0]->forward(d0, input, false);
+    nets_[0]->clear_cache();
+    download(d0.exec(), out.data(), logits.data(), out.size() * sizeof(float));
     nets_[0]->unbind();
   });
   join_device0();

@@ -26,9 +26,10 @@
 namespace dp {
 
 struct StepResult : PhaseRecord {
-  double loss = 0;          // mean cross-entropy over the whole batch
+  double loss = 0;          // mean cross-entropy over the whole batch (every token of it, for a GPT)
   int64_t correct = 0;      // argmax hits in the batch
-  int64_t batch = 0;
+  int64_t batch = 0;        // samples
+  int64_t targets = 0;      // cross-entropy rows: samples, or samples · context for a GPT
   std::vector<int64_t> chunks;          // per device, 0 for devices that sat the step out
   std::vector<double> replica_seconds;  // per device: busy time in forward + backward
   int64_t upload_bytes = 0;             // host -> device 0 in the load phase
@@ -40,7 +41,7 @@ struct StepResult : PhaseRecord {
 struct EvalResult {
   double loss_sum = 0;
   int64_t correct = 0;
-  int64_t count = 0;
+  int64_t count = 0;  // cross-entropy rows (targets)
 };
 
 class DataParallel {
@@ -50,10 +51,17 @@ class DataParallel {
                uint64_t seed, LossMode loss = LossMode::Gathered);
   ~DataParallel();
 
-  // One training step on a host batch: images [batch, C, H, W] (already normalised), labels.
+  // One training step on a host batch: images [batch, C, H, W] (already normalised) and labels,
+  // or, for a language model, token ids [batch, T] and the next token at each position [batch, T].
+  // The input's type must be the model's (RuntimeError otherwise).
   StepResult step(const float* images, const int32_t* labels, int64_t batch);
+  StepResult step(const int32_t* tokens, const int32_t* targets, int64_t batch);
   // Forward in eval mode (running statistics) on device 0 with the master parameters.
   EvalResult evaluate(const float* images, const int32_t* labels, int64_t batch);
+  EvalResult evaluate(const int32_t* tokens, const int32_t* targets, int64_t batch);
+  // A language model's output for one sequence of `length` <= T token ids, in eval mode on device 0:
+  // [length, vocabulary] logits on the host (text generation).
+  std::vector<float> logits(const int32_t* tokens, int64_t length);
 
   const ModelDef& model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -84,9 +92,13 @@ class DataParallel {
   void load_state(const std::vector<float>& params, const std::vector<float>& buffers);
 
  private:
-  StepResult run_step(const float* images, const int32_t* labels, int64_t batch, const std::vector<int64_t>& chunks);
+  // input: float images or int32 token ids, as the model takes (checked by the public overloads).
+  StepResult step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
+  EvalResult evaluate_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
+  StepResult run_step(const void* input, const int32_t* targets, int64_t batch, const std::vector<int64_t>& chunks);
+  void check_input(DType dtype) const;
   // The nine phases (DESIGN.md), in order.
-  void load(StepState& s, const float* images, const int32_t* labels, StepResult& r);
+  void load(StepState& s, const void* input, const int32_t* targets, StepResult& r);
   void scatter(StepState& s);
   void replicate(StepState& s);
   void forward(StepState& s);
@@ -96,7 +108,7 @@ class DataParallel {
   void reduce(StepState& s);
   void update(StepState& s, StepResult& r);
   // --split balance-memory: two probe steps (state restored afterwards) plan the chunks.
-  std::string probe_memory(const float* images, const int32_t* labels, int64_t batch);
+  std::string probe_memory(const void* input, const int32_t* targets, int64_t batch);
   // Synchronise the streams of the given replicas; raise the first error as a ReplicaError.
   void join_replicas(const std::vector<int>& replicas);
   void join_device0();

@@ -15,7 +15,8 @@ enum class RandomPurpose : uint64_t {
   Init = 1,     // initial weights
   Shuffle = 2,  // each epoch's order (index: the epoch)
   Augment = 3,  // each sample's crop and flip (index: epoch << 32 | position in the epoch)
-  Sample = 4,   // text generation, shuffled windows
+  Sample = 4,   // a language model's shuffled windows (index: the step)
+  Generate = 5, // text generation after training (--sample)
 };
 
 // A 64-bit seed for (seed, purpose, index), through splitmix64's finaliser at each step.

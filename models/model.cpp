@@ -16,6 +16,12 @@ const ModelDef& find_model(const std::string& name) {
   throw UsageError("unknown model '" + name + "' (known: " + known + ")");
 }
 
+Shape ModelDef::output_shape() const {
+  Shape out = target_shape;
+  out.push_back(classes);
+  return out;
+}
+
 namespace {
 
 // Pre-order walk: a module's own entries, then its children's (PyTorch's state_dict order).
@@ -63,8 +69,9 @@ namespace {
 std::unique_ptr<Module> make_checked(const ModelDef& def) {
   auto root = def.make();
   const Shape out = root->output_shape(def.input_shape);  // validates the whole tree
-  if (out != Shape{def.classes})
-    throw RuntimeError("model " + def.name + " ends in shape " + shape_str(out) + ", not [classes]");
+  if (out != def.output_shape())
+    throw RuntimeError("model " + def.name + " ends in shape " + shape_str(out) + ", not " +
+                       shape_str(def.output_shape()));
   return root;
 }
 }  // namespace

@@ -15,15 +15,24 @@ namespace dp {
 struct ModelDef {
   std::string name;
   std::string summary;
-  Shape input_shape;  // per sample, CHW
-  int64_t classes;
+  Shape input_shape;  // per sample: CHW images, or [T] token ids
+  int64_t classes;    // the output's last dimension: classes, or the vocabulary
   std::function<std::unique_ptr<Module>()> make;  // the root of a fresh tree
+  DType input_dtype = DType::F32;  // float32 images, or int32 token ids
+  Shape target_shape = {};         // per sample: {} one label, or {T} a next token per position
+
+  bool language_model() const { return input_dtype == DType::I32; }
+  // Cross-entropy rows per sample: the loss is the mean over batch · targets_per_sample() rows.
+  int64_t targets_per_sample() const { return numel(target_shape); }
+  Shape output_shape() const;  // per sample: target_shape + [classes]
 };
 
 const std::vector<ModelDef>& model_registry();  // models/registry.cpp
 // A small residual network without BatchNorm (two stages), for tests where replicas must agree exactly.
 std::unique_ptr<Module> make_resnet_without_batchnorm_for_tests(int64_t classes);
 const ModelDef& find_model(const std::string& name);  // UsageError for an unknown name
+// The GPT of these sizes (the registry's "gpt" entry has GptConfig's defaults).
+ModelDef gpt_model(const GptConfig& cfg);
 
 // Where each state-dict entry lives: parameters in one flat array (and their gradients in
 // another of the same layout), buffers in a third. Every entry starts at a multiple of

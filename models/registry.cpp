@@ -51,6 +51,20 @@ std::unique_ptr<Module> make_resnet_without_batchnorm_for_tests(int64_t classes)
   return cifar_resnet({1, 1}, {8, 16}, classes, false);
 }
 
+ModelDef gpt_model(const GptConfig& g) {
+  ModelDef def;
+  def.name = "gpt";
+  def.summary = "nanoGPT's GPT (untied lm_head): " + std::to_string(g.layers) + " layers, " + std::to_string(g.heads) +
+                " heads, dim " + std::to_string(g.dim) + ", context " + std::to_string(g.context) + ", vocabulary " +
+                std::to_string(g.vocab);
+  def.input_shape = {g.context};
+  def.classes = g.vocab;
+  def.make = [g] { return make_gpt(g); };
+  def.input_dtype = DType::I32;
+  def.target_shape = {g.context};
+  return def;
+}
+
 const std::vector<ModelDef>& model_registry() {
   static const std::vector<ModelDef> models = {
       {"tiny", "Flatten, Linear(784,32), ReLU, Linear(32,10) (for dp demo)", {1, 28, 28}, 10,
@@ -76,6 +90,7 @@ const std::vector<ModelDef>& model_registry() {
       {"resnet8",
        "ResNet-18's shape with one BasicBlock per stage, widths 16, 32, 64, 128 (quick runs and tests)",
        {3, 32, 32}, 10, [] { return cifar_resnet({1, 1, 1, 1}, {16, 32, 64, 128}, 10); }},
+      gpt_model(GptConfig{}),
   };
   return models;
 }

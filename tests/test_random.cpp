@@ -16,7 +16,8 @@ TEST_CASE("no two purposes, indices or seeds share a stream") {
   std::set<uint64_t> seen;
   size_t made = 0;
   for (uint64_t seed : {0ull, 1ull, 2ull, 3ull, 1234ull, ~0ull})
-    for (auto purpose : {RandomPurpose::Init, RandomPurpose::Shuffle, RandomPurpose::Augment, RandomPurpose::Sample})
+    for (auto purpose : {RandomPurpose::Init, RandomPurpose::Shuffle, RandomPurpose::Augment, RandomPurpose::Sample,
+                         RandomPurpose::Generate})
       for (uint64_t index = 0; index < 64; ++index, ++made) seen.insert(stream_seed(seed, purpose, index));
   CHECK(seen.size() == made);
   // Neighbouring seeds and epochs are not neighbouring streams (the old seed + epoch scheme made

@@ -18,8 +18,9 @@
 namespace dp {
 
 struct Batch {
-  std::vector<float> images;     // [size, channels, rows, cols], normalised
-  std::vector<int32_t> labels;
+  std::vector<float> images;     // [size, channels, rows, cols], normalised (image models)
+  std::vector<int32_t> tokens;   // [size, T] token ids (language models; images is empty)
+  std::vector<int32_t> labels;   // [size], or [size, T]: the next token at each position
   int64_t size = 0;
   int epoch = 0;                 // from 1
   int64_t index = 0;             // within the epoch, from 0
@@ -38,16 +39,26 @@ std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed);
 // Epoch `epoch`'s order (from 1) for a run's --seed: its own stream (engine/random.hpp).
 std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int epoch, bool shuffle);
 
-class BatchLoader {
+// Where training batches come from: images (BatchLoader) or token windows (TokenLoader,
+// engine/io/token_loader.hpp).
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual std::optional<Batch> next() = 0;  // nullopt when done
+  virtual int64_t steps_per_epoch() const = 0;
+  virtual int64_t total_steps() const = 0;
+};
+
+class BatchLoader final : public BatchSource {
  public:
   // Produces batches for `epochs` epochs, stopping early after max_steps (0 = no limit), from
   // step `first_step` on (a resumed run: the batches before it are skipped, not made).
   BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
               bool augment = false, int64_t first_step = 0, int prefetch = 3);
-  ~BatchLoader();
-  std::optional<Batch> next();  // nullopt when done
-  int64_t steps_per_epoch() const { return (data_.count + batch_ - 1) / batch_; }
-  int64_t total_steps() const;
+  ~BatchLoader() override;
+  std::optional<Batch> next() override;
+  int64_t steps_per_epoch() const override { return (data_.count + batch_ - 1) / batch_; }
+  int64_t total_steps() const override;
 
  private:
   void produce();

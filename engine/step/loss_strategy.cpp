@@ -15,6 +15,11 @@ LossMode parse_loss_mode(const std::string& text) {
 
 namespace {
 
+// Logits [..., classes] are cross-entropy rows over their last dimension: [B, K] for a
+// classifier, [B, T, V] for a language model (a row per token).
+int64_t classes_of(const Tensor& logits) { return logits.dim(static_cast<int>(logits.shape().size()) - 1); }
+int64_t rows_of(const Tensor& logits) { return logits.numel() / classes_of(logits); }
+
 class GatheredLoss final : public LossStrategy {
  public:
   LossMode mode() const override { return LossMode::Gathered; }
@@ -26,8 +31,8 @@ class GatheredLoss final : public LossStrategy {
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
     s.grad_logits = Tensor::empty(d0, s.gathered.shape(), MemCategory::GatheredOutputs);
-    s.loss_sum = softmax_xent(d0.exec(), s.gathered.buf(), s.target.buf(), s.batch, s.gathered.dim(1),
-                              s.grad_logits.buf(), 1.f / static_cast<float>(s.batch), &s.correct);
+    s.loss_sum = softmax_xent(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
+                              s.grad_logits.buf(), 1.f / static_cast<float>(s.loss_rows), &s.correct);
   }
   void distribute_gradient(StepState& s) const override {
     s.grad_outputs = scatter(s.grad_logits, s.chunks, s.devices, MemCategory::Activations);
@@ -45,8 +50,8 @@ class InReplicaLoss final : public LossStrategy {
     s.grad_outputs[r] = Tensor::empty(dev, out.shape(), MemCategory::Activations);
     s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
     int64_t hits = 0;
-    const double sum = softmax_xent(dev.exec(), out.buf(), s.targets[r].buf(), out.dim(0), out.dim(1),
-                                    s.grad_outputs[r].buf(), 1.f / static_cast<float>(s.batch), &hits);
+    const double sum = softmax_xent(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
+                                    s.grad_outputs[r].buf(), 1.f / static_cast<float>(s.loss_rows), &hits);
     s.loss_sums[r] = sum;  // the exact double, for the reported loss
     s.host_scalars[r] = {static_cast<float>(sum), static_cast<float>(hits)};
     upload(dev.exec(), s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));

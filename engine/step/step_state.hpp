@@ -12,8 +12,9 @@
 namespace dp {
 
 struct StepState {
-  StepState(int devices, int64_t batch_size, std::vector<int64_t> chunk_sizes);
-  int64_t batch;
+  StepState(int devices, int64_t batch_size, int64_t loss_rows, std::vector<int64_t> chunk_sizes);
+  int64_t batch;      // samples
+  int64_t loss_rows;  // cross-entropy rows the mean is over: samples, or samples · context
   std::vector<int64_t> chunks;  // per device; 0 = sits the step out
   std::vector<int> active;      // devices with a chunk
   std::vector<Device*> devices;

@@ -1,5 +1,7 @@
 #include <cblas.h>
 
+#include <vector>
+
 #include "kernels/ops/linear.hpp"
 #include "engine/host/thread_pool.hpp"
 
@@ -31,12 +33,15 @@ void linear_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(o1 - o0), static_cast<int>(I),
                 static_cast<int>(B), 1.f, dout + o0, static_cast<int>(O), in, static_cast<int>(I), 0.f, dw + o0 * I,
                 static_cast<int>(I));
-    if (db)
-      for (int64_t j = o0; j < o1; ++j) {
-        double s = 0;
-        for (int64_t r = 0; r < B; ++r) s += dout[r * O + j];
-        db[j] = static_cast<float>(s);
+    if (db) {
+      // Row by row (contiguous reads), each column summed in order in double.
+      std::vector<double> sums(static_cast<size_t>(o1 - o0), 0.0);
+      for (int64_t r = 0; r < B; ++r) {
+        const float* row = dout + r * O + o0;
+        for (int64_t j = 0; j < o1 - o0; ++j) sums[static_cast<size_t>(j)] += row[j];
       }
+      for (int64_t j = o0; j < o1; ++j) db[j] = static_cast<float>(sums[static_cast<size_t>(j - o0)]);
+    }
   });
 }
 

@@ -19,6 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
 import st_io  # noqa: E402
 
+GPT_FLAGS = ["--gpt-layers", "2", "--gpt-heads", "2", "--gpt-dim", "32", "--context", "16"]
+GPT_VOCAB = 128  # the token files' ids are below 100: rounded up to a multiple of 64
 CASES = [
     # model, devices, batch, split, steps, sgd flags
     ("mlp", 3, 50, "even", 4, ["--lr", "0.1", "--momentum", "0.9"]),
@@ -43,6 +45,14 @@ CASES = [
                                      "--lr-schedule", "step:2,0.5", "--clip-grad-norm", "1.0"]),
     ("mlp", 2, 24, "even", 5, ["--lr", "0.1", "--momentum", "0.9", "--lr-schedule", "cosine", "--clip-grad-norm",
                                "0.3"]),
+    # nanoGPT's GPT on token files (vocabulary 100 ids -> 128): a loss row per token, over uneven
+    # chunks, gathered (DataParallel's) and in-replica, SGD and AdamW.
+    ("gpt", 3, 5, "chunks:1,3,1", 3, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0"] + GPT_FLAGS),
+    ("gpt", 2, 4, "even", 3, ["--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9", "--loss", "in-replica"]
+     + GPT_FLAGS),
+    ("gpt", 4, 7, "even", 3, ["--optimizer", "adamw", "--lr", "0.002", "--momentum", "0", "--clip-grad-norm", "0.5",
+                              "--loss", "in-replica", "--gpt-layers", "1", "--gpt-heads", "4", "--gpt-dim", "16",
+                              "--context", "8"]),
 ]
 CIFAR_MODELS = {"resnet8", "resnet18"}
 
@@ -50,22 +60,25 @@ CIFAR_MODELS = {"resnet8", "resnet18"}
 def run_case(dp, work, case, idx):
     model_name, ndev, batch, split, steps, flags = case
     torch.manual_seed(100 + idx)
-    model = ref.make_model(model_name)
+
+    def flag(name, default):
+        return flags[flags.index(name) + 1] if name in flags else default
+    gpt = model_name == "gpt"
+    context = int(flag("--context", 0))
+    model = ref.make_model(model_name, dict(vocab=GPT_VOCAB, context=context, layers=int(flag("--gpt-layers", 0)),
+                                            heads=int(flag("--gpt-heads", 0)), dim=int(flag("--gpt-dim", 0))))
     init = os.path.join(work, f"init{idx}.safetensors")
     st_io.save(model.state_dict(), init)
     out = os.path.join(work, f"out{idx}.safetensors")
     metrics = os.path.join(work, f"m{idx}.jsonl")
     cifar = model_name in CIFAR_MODELS
-    data_dir = os.path.join(work, "cifar" if cifar else "mnist")
+    data_dir = os.path.join(work, "tokens" if gpt else "cifar" if cifar else "mnist")
     cmd = [dp, "train", "--model", model_name, "--data", data_dir, "--devices", f"host:{ndev}", "--batch", str(batch),
            "--split", split, "--steps", str(steps), "--no-shuffle", "--init", init, "--save", out, "--metrics",
            metrics] + flags
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     got_losses = [json.loads(line)["loss"] for line in open(metrics) if "step" in json.loads(line)]
     got_chunks = [json.loads(line)["chunks"] for line in open(metrics) if "step" in json.loads(line)]
-
-    def flag(name, default):
-        return flags[flags.index(name) + 1] if name in flags else default
     lr = float(flag("--lr", 0))
     momentum = float(flag("--momentum", 0))  # always given: dp defaults to 0.9
     adamw = flag("--optimizer", "sgd") == "adamw"
@@ -82,12 +95,20 @@ def run_case(dp, work, case, idx):
     clip = float(flag("--clip-grad-norm", 0))
     got_lrs = [json.loads(line)["lr"] for line in open(metrics) if "step" in json.loads(line)]
     got_norms = [json.loads(line)["grad_norm"] for line in open(metrics) if "step" in json.loads(line)]
-    images, labels = DATA["cifar" if cifar else "mnist"]
-    x_all, y_all = ref.normalise(images), labels.long()
+    if gpt:
+        tokens = DATA["tokens"]
+        # --no-shuffle: sample j of step s is the window starting at token (s·B + j)·T.
+        starts = [[(s * batch + j) * context for j in range(batch)] for s in range(steps)]
+        windows = [(torch.stack([tokens[a:a + context] for a in st]),
+                    torch.stack([tokens[a + 1:a + context + 1] for a in st])) for st in starts]
+    else:
+        images, labels = DATA["cifar" if cifar else "mnist"]
+        x_all, y_all = ref.normalise(images), labels.long()
+        windows = [(x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]) for s in range(steps)]
     model.train()
     want_losses = []
     for s in range(steps):
-        x, y = x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]
+        x, y = windows[s]
         sizes = ref.chunk_sizes(split, len(y), ndev)
         assert got_chunks[s] == sizes, f"chunks {got_chunks[s]} != {sizes}"
         step_lr = ref.lr_at(s, steps, lr, schedule, warmup, min_lr)
@@ -104,7 +125,7 @@ def run_case(dp, work, case, idx):
         want_losses.append(ref.dp_step(model, opt, x, y, sizes, clip_grads))
         assert abs(got_norms[s] - norms[0]) <= 1e-4 * max(1.0, norms[0]), f"step {s + 1}: grad norm {got_norms[s]} != {norms[0]}"
 
-    label = f"{model_name} host:{ndev} batch {batch} split {split}"
+    label = f"{model_name} host:{ndev} batch {batch} split {split}" + (" in-replica" if "in-replica" in flags else "")
     worst = 0.0
     for s, (g, w) in enumerate(zip(got_losses, want_losses)):
         assert abs(g - w) <= 1e-4 * max(1.0, abs(w)), f"{label}: step {s + 1} loss {g} != PyTorch {w}"
@@ -192,8 +213,13 @@ def main():
         os.makedirs(cifar)
         ref.write_cifar(cifar_images, cifar_labels, os.path.join(cifar, "data_batch_1.bin"))
         ref.write_cifar(cifar_images[:10], cifar_labels[:10], os.path.join(cifar, "test_batch.bin"))
+        tokens = torch.randint(0, 100, (2000,), generator=g)
+        os.makedirs(os.path.join(work, "tokens"))
+        for name, part in (("train.bin", tokens), ("val.bin", tokens[:300])):
+            with open(os.path.join(work, "tokens", name), "wb") as f:
+                f.write(part.numpy().astype("<u2").tobytes())  # nanoGPT's raw uint16 layout
         global DATA
-        DATA = {"mnist": (images, labels), "cifar": (cifar_images, cifar_labels)}
+        DATA = {"mnist": (images, labels), "cifar": (cifar_images, cifar_labels), "tokens": tokens}
         for i, case in enumerate(CASES):
             run_case(dp, work, case, i)
         continue_in_torch(dp, work, "sgd", ["--lr", "0.05", "--momentum", "0.9"])

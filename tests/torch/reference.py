@@ -5,6 +5,7 @@ replica (replica 0 is the master module, the others deep copies), BatchNorm norm
 chunk's own statistics, only replica 0's running-stat update survives, and the gradients of the
 other replicas are added into the master's, as DataParallel's reduce-add does.
 """
+import math
 import copy
 import gzip
 import struct
@@ -58,7 +59,77 @@ def cifar_resnet(blocks, widths, num_classes=10):
     return CifarResNet()
 
 
-def make_model(name):
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's: q, k, v from c_attn in that order, H heads, scores / sqrt(C/H), causal softmax."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.c_attn = nn.Linear(dim, 3 * dim)
+        self.c_proj = nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool)) == 0, float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.c_fc = nn.Linear(dim, 4 * dim)
+        self.gelu = nn.GELU()  # exact (erf)
+        self.c_proj = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads)
+        self.ln_2 = nn.LayerNorm(dim)
+        self.mlp = MLP(dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """nanoGPT's GPT with its state-dict names, lm_head untied, no dropout; nanoGPT's init."""
+
+    def __init__(self, vocab, context, layers, heads, dim):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab, dim), wpe=nn.Embedding(context, dim),
+            h=nn.ModuleList([Block(dim, heads) for _ in range(layers)]), ln_f=nn.LayerNorm(dim)))
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * layers))
+            elif name.endswith("weight") and p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith("bias") and "ln_" not in name:
+                nn.init.zeros_(p)
+
+    def forward(self, idx):
+        T = idx.size(1)
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+def make_model(name, gpt=None):
+    if name == "gpt":
+        return GPT(**gpt)
     if name == "resnet18":
         return cifar_resnet([2, 2, 2, 2], [64, 128, 256, 512])
     if name == "resnet8":
@@ -139,7 +210,8 @@ def dp_step(model, opt, x, y, sizes, before_update=None):
         outs.append(replica(x[start:start + size]))
         start += size
     logits = torch.cat(outs)
-    loss = nn.functional.cross_entropy(logits, y)
+    # A row per sample, or per token for a language model ([B, T, V] logits, [B, T] targets).
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
     loss.backward()
     with torch.no_grad():  # reduce-add: the master gradient is the sum over replicas
         for replica in replicas:

@@ -14,6 +14,7 @@
 #include "engine/io/loader.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_report.hpp"
+#include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
 
 namespace dp::cli {
@@ -60,7 +61,9 @@ std::string join_sizes(const std::vector<int64_t>& v) {
 std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const std::string& split_text) {
   const int n = static_cast<int>(r.chunks.size());
   const ModelDef& m = dp.model();
-  const int64_t B = r.batch, P = dp.layout().parameter_count, K = m.classes;
+  const int64_t B = r.batch, P = dp.layout().parameter_count;
+  const Shape out = m.output_shape();  // per sample: [classes], or [T, vocabulary] for a GPT
+  auto outputs = [&](int64_t rows) { return with_batch(rows, out); };
   std::vector<int> active;
   for (int i = 0; i < n; ++i)
     if (r.chunks[i] > 0) active.push_back(i);
@@ -68,7 +71,10 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   auto& load = s[static_cast<int>(Phase::Load)];
   load.text = "The whole minibatch is copied from (pinned) host memory to device 0, the output device "
               "(\"GPU0\"). Everything starts and ends there.";
-  load.tensors = {{"images", with_batch(B, m.input_shape), 0}, {"labels", {B}, 0}};
+  if (m.language_model())
+    load.tensors = {{"token ids", with_batch(B, m.input_shape), 0}, {"next tokens", with_batch(B, m.target_shape), 0}};
+  else
+    load.tensors = {{"images", with_batch(B, m.input_shape), 0}, {"labels", {B}, 0}};
 
   auto& sc = s[static_cast<int>(Phase::Scatter)];
   std::ostringstream t;
@@ -95,7 +101,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
 
   auto& fw = s[static_cast<int>(Phase::Forward)];
   fw.text = "Each replica runs the model forward on its own chunk, on its own device stream, all at once.";
-  for (int i : active) fw.tensors.push_back({"output " + std::to_string(i), {r.chunks[i], K}, i});
+  for (int i : active) fw.tensors.push_back({"output " + std::to_string(i), outputs(r.chunks[i]), i});
 
   auto& ga = s[static_cast<int>(Phase::Gather)];
   auto& lo = s[static_cast<int>(Phase::Loss)];
@@ -115,14 +121,14 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   } else {
     ga.text = "The outputs are concatenated along dim 0 on device 0, in chunk order: device 0 now holds the "
               "whole batch's logits — one part of the GPU0 hotspot.";
-    ga.tensors = {{"gathered outputs", {B, K}, 0}};
+    ga.tensors = {{"gathered outputs", outputs(B), 0}};
     lo.text = std::string("The loss is computed on device 0 over the whole gathered batch: mean cross-entropy = ") +
               loss_value + ". Its gradient with respect to the logits (softmax − one-hot, divided by " +
               std::to_string(B) + ") is also on device 0.";
-    lo.tensors = {{"loss gradient", {B, K}, 0}};
+    lo.tensors = {{"loss gradient", outputs(B), 0}};
     bw.text = "The loss gradient is scattered back with the same chunk sizes, and each replica runs backward on its "
               "own stream. Replica 0 writes straight into the master's gradients; the others into their own.";
-    for (int i : active) bw.tensors.push_back({"grad of output " + std::to_string(i), {r.chunks[i], K}, i});
+    for (int i : active) bw.tensors.push_back({"grad of output " + std::to_string(i), outputs(r.chunks[i]), i});
   }
 
   auto& re = s[static_cast<int>(Phase::Reduce)];
@@ -175,7 +181,9 @@ int run_demo(const DemoOptions& o) {
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
   check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
   RunSetup setup = validate_and_make_devices(o);
-  const ModelDef& model = *setup.model;
+  // Only as many samples as the steps take, unless --data names real ones.
+  const RunData data = load_run_data(o, setup, o.batch * o.steps, 1, 7, o.batch * o.steps * o.context + 1);
+  const ModelDef& model = setup.model;
   DeviceSet& devices = *setup.devices;
   const OptimizerConfig sgd = profiling_optimizer(setup);
   DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss);
@@ -185,9 +193,8 @@ int run_demo(const DemoOptions& o) {
     dp.set_tracer(tracer.get());
   }
   const int n = devices.size();
-  // Only as many samples as the steps take, unless --data names real ones.
-  TrainTest data = load_run_data(o, model, o.batch * o.steps, 1, 7);
-  BatchLoader loader(data.train, o.batch, false, 0, 1, o.steps);
+  const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, 0, 1 << 20, o.steps);
+  BatchSource& loader = *batches;
 
   std::printf("dp demo: one DataParallel step of '%s' (%s) with batch %lld on %s, --split %s\n\n",
               model.name.c_str(), model.summary.c_str(), static_cast<long long>(o.batch),
@@ -197,7 +204,7 @@ int run_demo(const DemoOptions& o) {
   int step = 0;
   while (auto batch = loader.next()) {
     ++step;
-    StepResult r = dp.step(batch->images.data(), batch->labels.data(), batch->size);
+    StepResult r = step_on(dp, *batch);
     nlohmann::json phases = nlohmann::json::array();
     auto stories = tell(dp, r, dp.split().text);
     if (step == 1) std::printf("  %s\n\n", device_row(n, r.chunks).c_str());
@@ -271,7 +278,10 @@ Run add_demo_command(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "steps to run (the first is narrated)")->capture_default_str();
   cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace (JSON)")->check(path_flag());
   cmd->add_option("--json", o->json, "write the narrated steps as JSON")->check(path_flag());
-  return [o] { return run_demo(*o); };
+  return [o, cmd] {
+    note_given_flags(cmd, *o);
+    return run_demo(*o);
+  };
 }
 
 }  // namespace dp::cli

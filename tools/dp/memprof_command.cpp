@@ -14,6 +14,7 @@
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_report.hpp"
 #include "tools/dp/memory_svg.hpp"
+#include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
 
 namespace dp::cli {
@@ -33,7 +34,7 @@ int run_memprof(const MemprofOptions& o) {
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
-  TrainTest data = load_run_data(o, *setup.model, o.batch * o.steps, 1, 1234);
+  const RunData data = load_run_data(o, setup, o.batch * o.steps, 1, 1234, o.batch * o.steps * o.context + 1);
   const OptimizerConfig sgd = profiling_optimizer(setup);
   std::vector<MemoryPoint> timeline;
   std::vector<int64_t> last_chunks;
@@ -43,16 +44,17 @@ int run_memprof(const MemprofOptions& o) {
   int completed = 0;
   nlohmann::json report;
   {
-    DataParallel dp(devices, *setup.model, setup.split, sgd, o.seed, setup.loss);
+    DataParallel dp(devices, setup.model, setup.split, sgd, o.seed, setup.loss);
     std::unique_ptr<Tracer> tracer;
     if (!o.trace.empty()) {
       tracer = std::make_unique<Tracer>();
       dp.set_tracer(tracer.get());
     }
-    BatchLoader loader(data.train, o.batch, false, o.seed, 1 << 20, o.steps);
+    const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps);
+    BatchSource& loader = *batches;
     try {
       while (auto batch = loader.next()) {
-        StepResult r = dp.step(batch->images.data(), batch->labels.data(), batch->size);
+        StepResult r = step_on(dp, *batch);
         ++completed;
         last_chunks = r.chunks;
         if (!r.split_change.empty()) split_note = r.split_change;
@@ -76,7 +78,7 @@ int run_memprof(const MemprofOptions& o) {
   }
 
   // The table.
-  std::printf("dp memprof: %s, batch %lld, %s, split %s, loss %s, %d step(s)%s\n", setup.model->name.c_str(),
+  std::printf("dp memprof: %s, batch %lld, %s, split %s, loss %s, %d step(s)%s\n", setup.model.name.c_str(),
               static_cast<long long>(o.batch), devices.description().c_str(), setup.split.text.c_str(), o.loss.c_str(),
               completed, setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
   if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
@@ -100,7 +102,7 @@ int run_memprof(const MemprofOptions& o) {
     std::printf("\ngpu0 excess: device 0 peaks at %.2fx the largest other device (%s more)\n", excess,
                 format_bytes(devices[0].allocator().stats().peak - largest_other_peak(devices)).c_str());
 
-  report = {{"model", setup.model->name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
+  report = {{"model", setup.model.name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
             {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", o.loss}, {"steps", completed},
             {"capacity", setup.capacity}};
   nlohmann::json tl = nlohmann::json::array();
@@ -118,7 +120,7 @@ int run_memprof(const MemprofOptions& o) {
   if (!o.svg.empty()) {
     std::vector<std::string> names;
     for (int i = 0; i < n; ++i) names.push_back("device " + std::to_string(i));
-    write_file_atomically(o.svg, memory_svg("dp memprof: " + setup.model->name + ", batch " + std::to_string(o.batch) +
+    write_file_atomically(o.svg, memory_svg("dp memprof: " + setup.model.name + ", batch " + std::to_string(o.batch) +
                                                 ", " + devices.description() + ", split " + setup.split.text,
                                             names, timeline, setup.capacity));
   }
@@ -140,7 +142,10 @@ Run add_memprof_command(CLI::App& app) {
   cmd->add_option("--json", o->json, "write the report as JSON")->check(path_flag());
   cmd->add_option("--svg", o->svg, "write a chart of memory over the step's phases")->check(path_flag());
   cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());
-  return [o] { return run_memprof(*o); };
+  return [o, cmd] {
+    note_given_flags(cmd, *o);
+    return run_memprof(*o);
+  };
 }
 
 }  // namespace dp::cli

@@ -39,9 +39,10 @@ void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, s
 }
 
 void add_run_options(CLI::App* cmd, RunOptions& o) {
-  cmd->add_option("--model", o.model, "mlp, convnet, resnet18, resnet8 (or tiny)")->capture_default_str();
+  cmd->add_option("--model", o.model, "mlp, convnet, resnet18, resnet8, gpt (or tiny)")->capture_default_str();
   cmd->add_option("--data", o.data,
-                  "directory with MNIST-style IDX files or CIFAR-10 binary files (default: generated data)")
+                  "images: a directory of MNIST-style IDX or CIFAR-10 binary files; gpt: a directory with train.bin and "
+                  "val.bin, a text file or a directory of text files (default: generated data)")
       ->check(path_flag());
   cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
   cmd->add_option("--batch", o.batch, "global batch size")->capture_default_str();
@@ -49,7 +50,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->capture_default_str();
   cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
       ->capture_default_str();
-  cmd->add_option("--optimizer", o.optimizer, "sgd or adamw (torch.optim semantics; state on device 0)")
+  cmd->add_option("--optimizer", o.optimizer, "sgd or adamw (torch.optim semantics; state on device 0; gpt's default: adamw)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(seed_value());
   cmd->add_option("--threads-per-device", o.threads_per_device, "kernel threads per host device")
@@ -58,15 +59,38 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->delimiter(',');
   cmd->add_option("--device-memory", o.device_memory, "capacity of every device, e.g. 512MiB (default: unlimited)");
   cmd->add_flag("--tf32", o.tf32, "CUDA devices: allow TF32 tensor cores (float32 otherwise)");
-  cmd->add_option("--generated-size", o.generated_train, "training samples of the generated dataset")
+  cmd->add_option("--generated-size", o.generated_train,
+                  "training samples of the generated dataset (gpt: bytes of the generated corpus, default 1000000)")
       ->capture_default_str();
+  cmd->add_option("--gpt-layers", o.gpt_layers, "gpt: transformer blocks")->capture_default_str();
+  cmd->add_option("--gpt-heads", o.gpt_heads, "gpt: attention heads")->capture_default_str();
+  cmd->add_option("--gpt-dim", o.gpt_dim, "gpt: embedding width (a multiple of the heads)")->capture_default_str();
+  cmd->add_option("--context", o.context, "gpt: tokens per sample (T)")->capture_default_str();
+  cmd->add_option("--vocab", o.vocab, "gpt: vocabulary size (default: the data's; may only raise it)");
+}
+
+void note_given_flags(const CLI::App* cmd, RunOptions& o) {
+  o.generated_size_given = cmd->count("--generated-size") > 0;
+  for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab"})
+    if (cmd->count(flag) > 0) o.gpt_flags_given = true;
 }
 
 RunSetup validate_and_make_devices(const RunOptions& o) {
   RunSetup r;
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.generated_train <= 0) throw UsageError("--generated-size must be > 0");
-  r.model = &find_model(o.model);
+  r.model = find_model(o.model);
+  if (r.model.language_model()) {
+    if (o.gpt_layers < 1 || o.gpt_heads < 1 || o.gpt_dim < 1 || o.context < 1)
+      throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim and --context must be > 0");
+    if (o.gpt_dim % o.gpt_heads != 0)
+      throw UsageError("--gpt-dim " + std::to_string(o.gpt_dim) + " is not a multiple of --gpt-heads " +
+                       std::to_string(o.gpt_heads));
+    if (o.vocab < 0 || o.vocab > 65536) throw UsageError("--vocab must be from 1 to 65536 (token ids are uint16)");
+  } else if (o.gpt_flags_given) {
+    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context and --vocab size the gpt; --model " + o.model +
+                     " takes none of them");
+  }
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);
   r.optimizer = parse_optimizer(o.optimizer);
@@ -91,27 +115,6 @@ OptimizerConfig profiling_optimizer(const RunSetup& setup) {
   c.sgd.momentum = 0.9f;
   if (c.kind == OptimizerConfig::Kind::AdamW) c.sgd.lr = 1e-3f, c.sgd.weight_decay = 0.01f;
   return c;
-}
-
-TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed) {
-  if (model.input_shape == Shape{3, 32, 32}) return generate_cifar_like(train, test, seed);
-  return generate_dataset(train, test, seed);  // 1x28x28; another shape is reported by load_run_data
-}
-
-TrainTest load_run_data(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
-                        uint64_t generated_seed) {
-  TrainTest data = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed)
-                                  : load_data_dir(o.data);
-  const Shape sample{data.train.channels, data.train.rows, data.train.cols};
-  if (sample != model.input_shape)
-    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data (" +
-                       data.description + ") has " + shape_str(sample) +
-                       (model.input_shape[0] == 3 ? ": use CIFAR-10 data" : ": use MNIST-style data"));
-  if (data.train.count == 0) throw RuntimeError(data.train.source + ": no training samples");
-  if (o.batch > data.train.count)
-    throw UsageError("--batch " + std::to_string(o.batch) + " is larger than the training set (" +
-                     std::to_string(data.train.count) + " samples in " + data.train.source + ")");
-  return data;
 }
 
 }  // namespace dp::cli

@@ -27,9 +27,15 @@ struct RunOptions {
   std::string device_memory;  // a capacity per device, "" = unlimited
   bool tf32 = false;          // CUDA: TF32 tensor cores for GEMMs and convolutions
   int64_t generated_train = 24000, generated_test = 4000;
+  bool generated_size_given = false;
+  // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
+  int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
+  bool gpt_flags_given = false;
 };
 
 void add_run_options(CLI::App* cmd, RunOptions& o);
+// Called when the command runs: records which of the shared flags were given.
+void note_given_flags(const CLI::App* cmd, RunOptions& o);
 
 
 // For every flag that names a file: an empty value is a usage error, not "no file".
@@ -41,7 +47,7 @@ void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, s
 
 // Everything the shared flags need, checked before anything runs (UsageError), then built.
 struct RunSetup {
-  const ModelDef* model = nullptr;
+  ModelDef model;  // the registry's; a GPT's sizes and vocabulary are set when its data is loaded
   std::unique_ptr<DeviceSet> devices;
   SplitPolicy split;
   LossMode loss = LossMode::Gathered;
@@ -53,13 +59,5 @@ RunSetup validate_and_make_devices(const RunOptions& o);
 // The optimizer memprof and demo run with: --optimizer at lr 0.05 (SGD with momentum 0.9, so its
 // state exists as in training).
 OptimizerConfig profiling_optimizer(const RunSetup& setup);
-
-// The generated default that fits the model: seven-segment digits (1x28x28) or CIFAR-style
-// shapes (3x32x32).
-TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed);
-// --data's dataset (IDX or CIFAR-10, by the directory's content), or the generated default of
-// the given sizes; RuntimeError if the model cannot take its samples.
-TrainTest load_run_data(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
-                        uint64_t generated_seed);
 
 }  // namespace dp::cli

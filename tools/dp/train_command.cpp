@@ -21,7 +21,9 @@
 #include "engine/optim/schedule.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/progress.hpp"
+#include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
+#include "tools/dp/sample_text.hpp"
 
 namespace dp::cli {
 
@@ -41,6 +43,11 @@ struct TrainOptions : RunOptions {
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
+  int64_t eval_windows = 64;
+  int64_t sample = 0;
+  std::string prompt;
+  double temperature = 1.0;
+  bool optimizer_given = false, lr_given = false;
   std::string checkpoint, resume;
   int64_t checkpoint_every = 1000;
   int keep_checkpoints = 2;
@@ -72,19 +79,19 @@ void check_checkpoint_dir(const std::string& dir, bool resuming) {
   check_writable((fs::path(dir) / "probe").string(), "--checkpoint");
 }
 
-EvalResult evaluate_dataset(DataParallel& dp, const Dataset& test, int64_t batch) {
-  EvalResult total;
-  std::vector<int64_t> order(static_cast<size_t>(test.count));
-  std::iota(order.begin(), order.end(), 0);
-  for (int64_t begin = 0; begin < test.count; begin += batch) {
-    const int64_t n = std::min(batch, test.count - begin);
-    Batch b = make_batch(test, order.data() + begin, n);
-    EvalResult r = dp.evaluate(b.images.data(), b.labels.data(), n);
-    total.loss_sum += r.loss_sum;
-    total.correct += r.correct;
-    total.count += r.count;
+// --init: the weights of a file whose names and shapes are the model's. A GPT's shapes follow its
+// sizes, so a mismatch names the flags that decide them.
+ModelState load_init(const std::string& path, const ModelLayout& layout, const ModelDef& model) {
+  try {
+    return load_safetensors(path, layout);
+  } catch (const RuntimeError& e) {
+    const std::string what = e.what();
+    if (!model.language_model() || what.find("' has shape") == std::string::npos) throw;
+    std::string hint = "the file's GPT has other sizes than --gpt-layers/--gpt-dim/--context/--vocab say";
+    if (what.find("'transformer.wpe.weight'") != std::string::npos)
+      hint = "its wpe holds another number of positions than --context " + std::to_string(model.input_shape.at(0));
+    throw RuntimeError(what + " (" + hint + ")");
   }
-  return total;
 }
 
 int run_train(const TrainOptions& o) {
@@ -92,9 +99,15 @@ int run_train(const TrainOptions& o) {
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
   if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
+  if (o.sample < 0) throw UsageError("--sample must be >= 0");
+  if (!std::isfinite(o.temperature) || o.temperature < 0) throw UsageError("--temperature must be >= 0 (0: greedy)");
+  if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
+  const bool language = find_model(o.model).language_model();
+  if (o.sample > 0 && !language) throw UsageError("--sample generates text; it needs a language model (--model gpt)");
   OptimizerConfig opt;
-  opt.kind = parse_optimizer(o.optimizer);
-  opt.sgd.lr = o.lr;
+  // A GPT trains with AdamW at 1e-3 unless told otherwise (nanoGPT's choice; SGD barely moves it).
+  opt.kind = parse_optimizer(language && !o.optimizer_given ? "adamw" : o.optimizer);
+  opt.sgd.lr = language && !o.lr_given && opt.kind == OptimizerConfig::Kind::AdamW ? 1e-3f : o.lr;
   opt.sgd.momentum = o.momentum;
   opt.sgd.dampening = o.dampening;
   // torch.optim's defaults: no weight decay for SGD, 0.01 (decoupled) for AdamW.
@@ -105,7 +118,7 @@ int run_train(const TrainOptions& o) {
   validate(opt);
   if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
     throw UsageError("--clip-grad-norm must be a finite number >= 0 (0: off)");
-  parse_lr_schedule(o.lr_schedule, o.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
+  parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
   if (o.checkpoint_every <= 0) throw UsageError("--checkpoint-every must be > 0");
   if (o.keep_checkpoints < 1) throw UsageError("--keep-checkpoints must be >= 1");
   if (!o.checkpoint.empty()) check_checkpoint_dir(o.checkpoint, !o.resume.empty());
@@ -113,23 +126,28 @@ int run_train(const TrainOptions& o) {
     throw UsageError("--resume " + o.resume + ": not a directory");
   check_outputs(o, {{"--save", o.save}, {"--metrics", o.metrics}}, {{"--init", o.init}});
   RunSetup setup = validate_and_make_devices(o);
-  const ModelDef& model = *setup.model;
   DeviceSet& devices = *setup.devices;
   const SplitPolicy& split = setup.split;
-  TrainTest data = load_run_data(o, model, o.generated_train, o.generated_test, 1234);
-  if (o.eval && data.test.count == 0) throw RuntimeError(data.test.source + ": no test samples (--eval needs some)");
+  const RunData data = load_run_data(o, setup, o.generated_train, o.generated_test, 1234);
+  const ModelDef& model = setup.model;  // a GPT's sizes are final once its data is loaded
+  if (o.eval) data.check_evaluable(o.eval_windows);
+  const std::vector<int32_t> prompt = o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes)
+                                                   : std::vector<int32_t>{};
 
   DataParallel dp(devices, model, split, opt, o.seed, setup.loss);
   dp.set_clip_grad_norm(o.clip_grad_norm);
   if (!o.init.empty()) {
-    ModelState s = load_safetensors(o.init, dp.layout());
+    ModelState s = load_init(o.init, dp.layout(), model);
     if (!s.stripped_prefix.empty())
       std::fprintf(stderr, "--init %s: names carry nn.DataParallel's '%s' prefix; loaded without it\n", o.init.c_str(),
                    s.stripped_prefix.c_str());
     dp.load_state(s.params, s.buffers);
   }
   // What a checkpoint must agree on to continue this run.
-  const nlohmann::json identity{{"model", model.name}, {"optimizer", optimizer_name(opt.kind)}, {"batch", o.batch}};
+  nlohmann::json identity{{"model", model.name}, {"optimizer", optimizer_name(opt.kind)}, {"batch", o.batch}};
+  if (model.language_model())
+    identity["gpt"] = {{"layers", o.gpt_layers}, {"heads", o.gpt_heads}, {"dim", o.gpt_dim}, {"context", o.context},
+                       {"vocab", model.classes}};
   int64_t first_step = 0, checkpointed_from = -1;
   if (!o.resume.empty()) {
     std::string dir;
@@ -149,16 +167,19 @@ int run_train(const TrainOptions& o) {
     metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
   }
-  BatchLoader loader(data.train, o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment, first_step);
+  const std::unique_ptr<BatchSource> batches =
+      data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment, first_step);
+  BatchSource& loader = *batches;
   const int64_t total = loader.total_steps();
   if (first_step >= total)
     throw RuntimeError("--resume: the checkpoint is at step " + std::to_string(first_step) + ", and this run has " +
                        std::to_string(total) + " steps in all: nothing is left to train");
-  const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, o.lr, o.min_lr, o.warmup_steps, total);
+  const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, total);
   dp.set_report_grad_norm(metrics.is_open());
-  std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %lld steps over %s\n", model.name.c_str(),
-               devices.description().c_str(), split.text.c_str(), static_cast<long long>(o.batch),
-               static_cast<long long>(total), data.description.c_str());
+  std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %s lr %g, %lld steps over %s\n",
+               model.language_model() ? model.summary.c_str() : model.name.c_str(), devices.description().c_str(),
+               split.text.c_str(), static_cast<long long>(o.batch), optimizer_name(opt.kind),
+               static_cast<double>(opt.sgd.lr), static_cast<long long>(total), data.description.c_str());
   Progress progress(total, ::isatty(STDERR_FILENO) == 1);
 
   PhaseTimes phase_total{};
@@ -195,16 +216,24 @@ int run_train(const TrainOptions& o) {
   defer_interrupts();  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 / 143
   auto end_epoch = [&](int epoch) {
     if (!o.eval) return;
-    EvalResult r = evaluate_dataset(dp, data.test, o.batch);
+    EvalResult r = data.evaluate(dp, o.batch, o.eval_windows);
     const double loss = r.loss_sum / static_cast<double>(r.count), acc = static_cast<double>(r.correct) / r.count;
-    char line[160];
-    std::snprintf(line, sizeof line, "epoch %d: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", epoch, loss,
-                  100 * acc, static_cast<long long>(r.correct), static_cast<long long>(r.count));
+    char line[240];
+    if (data.language)
+      std::snprintf(line, sizeof line,
+                    "epoch %d: validation loss %.4f (perplexity %.2f; unigram entropy %.4f), next-token accuracy %.2f%% "
+                    "over %lld tokens",
+                    epoch, loss, std::exp(loss), unigram_entropy(data.tokens.train.tokens), 100 * acc,
+                    static_cast<long long>(r.count));
+    else
+      std::snprintf(line, sizeof line, "epoch %d: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", epoch, loss,
+                    100 * acc, static_cast<long long>(r.correct), static_cast<long long>(r.count));
     progress.clear();  // results go to stdout, with the summary; progress stays on stderr
     std::printf("%s\n", line);
     std::fflush(stdout);
     if (metrics.is_open())
-      metrics << nlohmann::json{{"epoch", epoch}, {"test_loss", loss}, {"test_accuracy", acc}}.dump() << "\n"
+      metrics << nlohmann::json{{"epoch", epoch}, {"test_loss", loss}, {"test_accuracy", acc}, {"test_targets", r.count}}.dump()
+              << "\n"
               << std::flush;
   };
 
@@ -217,7 +246,7 @@ int run_train(const TrainOptions& o) {
     }
     dp.set_learning_rate(schedule.at(step));
     const auto t0 = std::chrono::steady_clock::now();
-    StepResult r = dp.step(batch->images.data(), batch->labels.data(), batch->size);
+    StepResult r = step_on(dp, *batch);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++step;
     samples += r.batch;
@@ -275,6 +304,11 @@ int run_train(const TrainOptions& o) {
     save_safetensors(o.save, dp.layout(), {dp.parameters(), dp.buffers()});
     std::printf("saved %s\n", o.save.c_str());
   }
+  if (o.sample > 0) {
+    const auto generated = generate_tokens(dp, prompt, o.sample, o.temperature, o.seed);
+    std::printf("sample (%lld tokens, temperature %g):\n%s%s\n", static_cast<long long>(o.sample), o.temperature,
+                render_tokens(prompt, data.tokens.bytes).c_str(), render_tokens(generated, data.tokens.bytes).c_str());
+  }
   return 0;
 }
 
@@ -287,7 +321,7 @@ Run add_train_command(CLI::App& app) {
   add_run_options(cmd, *o);
   cmd->add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--steps", o->steps, "stop after this many steps");
-  cmd->add_option("--lr", o->lr, "learning rate")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "learning rate (gpt with AdamW: 0.001 unless given)")->capture_default_str();
   cmd->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--dampening", o->dampening, "SGD dampening")->capture_default_str();
   cmd->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
@@ -305,7 +339,13 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)")->check(path_flag());
   cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)")->check(path_flag());
   cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)")->check(path_flag());
-  cmd->add_flag("--eval", o->eval, "evaluate on the test set after each epoch");
+  cmd->add_flag("--eval", o->eval, "evaluate on the test set (gpt: validation windows) after each epoch");
+  cmd->add_option("--eval-windows", o->eval_windows, "gpt: validation windows --eval takes, evenly spaced")
+      ->capture_default_str();
+  cmd->add_option("--sample", o->sample, "gpt: after training, print this many generated tokens");
+  cmd->add_option("--prompt", o->prompt, "gpt: what --sample continues (text; token ids for token files)");
+  cmd->add_option("--temperature", o->temperature, "gpt: --sample's temperature (0: the most likely token)")
+      ->capture_default_str();
   cmd->add_option("--checkpoint", o->checkpoint, "write checkpoints into this directory (step-NNNNNNNN each)")
       ->check(path_flag());
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "steps between checkpoints (also at the end and on Ctrl-C)")
@@ -314,7 +354,10 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--resume", o->resume, "continue from a checkpoint (its directory, or --checkpoint's: the newest)")
       ->check(path_flag());
   return [o, cmd] {
+    note_given_flags(cmd, *o);
     o->steps_given = cmd->count("--steps") > 0;
+    o->optimizer_given = cmd->count("--optimizer") > 0;
+    o->lr_given = cmd->count("--lr") > 0;
     o->weight_decay_given = cmd->count("--weight-decay") > 0;
     return run_train(*o);
   };

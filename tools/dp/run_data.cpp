@@ -1,0 +1,147 @@
+#include "tools/dp/run_data.hpp"
+
+#include <numeric>
+
+#include "engine/error.hpp"
+#include "engine/io/token_loader.hpp"
+
+namespace dp::cli {
+
+namespace {
+
+constexpr int64_t kDefaultCorpusBytes = 1000000;
+
+EvalResult evaluate_images(DataParallel& dp, const Dataset& test, int64_t batch) {
+  EvalResult total;
+  std::vector<int64_t> order(static_cast<size_t>(test.count));
+  std::iota(order.begin(), order.end(), 0);
+  for (int64_t begin = 0; begin < test.count; begin += batch) {
+    const int64_t n = std::min(batch, test.count - begin);
+    Batch b = make_batch(test, order.data() + begin, n);
+    EvalResult r = dp.evaluate(b.images.data(), b.labels.data(), n);
+    total.loss_sum += r.loss_sum;
+    total.correct += r.correct;
+    total.count += r.count;
+  }
+  return total;
+}
+
+EvalResult evaluate_tokens(DataParallel& dp, const TokenSplit& val, int64_t context, int64_t batch, int64_t windows) {
+  EvalResult total;
+  const auto starts = evaluation_starts(static_cast<int64_t>(val.tokens.size()), context, windows);
+  for (size_t begin = 0; begin < starts.size(); begin += static_cast<size_t>(batch)) {
+    const auto n = static_cast<int64_t>(std::min(starts.size() - begin, static_cast<size_t>(batch)));
+    Batch b = make_token_batch(val, starts.data() + begin, n, context);
+    EvalResult r = dp.evaluate(b.tokens.data(), b.labels.data(), n);
+    total.loss_sum += r.loss_sum;
+    total.correct += r.correct;
+    total.count += r.count;
+  }
+  return total;
+}
+
+void check_ids(const TokenSplit& split, int64_t vocab) {
+  for (size_t i = 0; i < split.tokens.size(); ++i)
+    if (split.tokens[i] >= vocab)
+      throw RuntimeError(split.source + ": token id " + std::to_string(split.tokens[i]) + " at position " +
+                         std::to_string(i) + " is at or above --vocab " + std::to_string(vocab));
+}
+
+RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
+  RunData d;
+  d.language = true;
+  d.context = o.context;
+  if (o.data.empty()) {
+    const int64_t bytes = std::max(o.generated_size_given ? o.generated_train : kDefaultCorpusBytes,
+                                   (min_tokens * 10 + 8) / 9 + 64);  // the training split is 90%
+    d.tokens = generate_corpus(bytes, 1234);
+  } else {
+    if (!is_token_data(o.data))
+      throw RuntimeError("--data " + o.data + " holds image data; --model " + o.model +
+                         " takes token files (train.bin, val.bin), a text file or a directory of text files");
+    d.tokens = load_token_data(o.data);
+  }
+  GptConfig cfg;
+  cfg.layers = o.gpt_layers, cfg.heads = o.gpt_heads, cfg.dim = o.gpt_dim, cfg.context = o.context;
+  cfg.vocab = d.tokens.vocab;
+  if (o.vocab > 0) {
+    if (o.vocab <= d.tokens.max_id) {
+      check_ids(d.tokens.train, o.vocab);  // names the first id that does not fit
+      check_ids(d.tokens.val, o.vocab);
+    }
+    cfg.vocab = o.vocab;
+  }
+  check_token_split(d.tokens.train, o.batch, o.context);
+  setup.model = gpt_model(cfg);
+  d.description = d.tokens.description;
+  return d;
+}
+
+RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
+                    uint64_t generated_seed) {
+  RunData d;
+  if (!o.data.empty() && is_token_data(o.data))
+    throw RuntimeError("--data " + o.data + " holds text or token files; --model " + model.name +
+                       " takes images (use --model gpt for a language model)");
+  d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed)
+                            : load_data_dir(o.data);
+  const Dataset& train = d.images.train;
+  const Shape sample{train.channels, train.rows, train.cols};
+  if (sample != model.input_shape)
+    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data (" +
+                       d.images.description + ") has " + shape_str(sample) +
+                       (model.input_shape[0] == 3 ? ": use CIFAR-10 data" : ": use MNIST-style data"));
+  if (train.count == 0) throw RuntimeError(train.source + ": no training samples");
+  if (o.batch > train.count)
+    throw UsageError("--batch " + std::to_string(o.batch) + " is larger than the training set (" +
+                     std::to_string(train.count) + " samples in " + train.source + ")");
+  d.description = d.images.description;
+  return d;
+}
+
+}  // namespace
+
+TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed) {
+  if (model.input_shape == Shape{3, 32, 32}) return generate_cifar_like(train, test, seed);
+  return generate_dataset(train, test, seed);  // 1x28x28; another shape is reported by load_run_data
+}
+
+RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
+                      uint64_t generated_seed, int64_t min_tokens) {
+  if (setup.model.language_model()) return load_tokens(o, setup, min_tokens);
+  return load_images(o, setup.model, generated_train, generated_test, generated_seed);
+}
+
+std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint64_t seed, int epochs,
+                                              int64_t max_steps, bool augment, int64_t first_step) const {
+  if (language) {
+    if (augment) throw UsageError("--augment crops and flips images; it does not apply to token data");
+    return std::make_unique<TokenLoader>(tokens.train, batch, context, shuffle, seed, epochs, max_steps, first_step);
+  }
+  return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step);
+}
+
+void RunData::check_evaluable(int64_t eval_windows) const {
+  if (!language) {
+    if (images.test.count == 0) throw RuntimeError(images.test.source + ": no test samples (--eval needs some)");
+    return;
+  }
+  if (eval_windows < 1) throw UsageError("--eval-windows must be > 0");
+  const auto n = static_cast<int64_t>(tokens.val.tokens.size());
+  if (n < context + 1)
+    throw RuntimeError(tokens.val.source + ": " + std::to_string(n) + " validation tokens, shorter than one window of --context " +
+                       std::to_string(context) + " + 1 (--eval needs one)");
+}
+
+EvalResult RunData::evaluate(DataParallel& dp, int64_t batch, int64_t eval_windows) const {
+  check_evaluable(eval_windows);
+  if (language) return evaluate_tokens(dp, tokens.val, context, batch, eval_windows);
+  return evaluate_images(dp, images.test, batch);
+}
+
+StepResult step_on(DataParallel& dp, const Batch& batch) {
+  if (!batch.tokens.empty()) return dp.step(batch.tokens.data(), batch.labels.data(), batch.size);
+  return dp.step(batch.images.data(), batch.labels.data(), batch.size);
+}
+
+}  // namespace dp::cli

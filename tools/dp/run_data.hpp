@@ -1,0 +1,47 @@
+// The data a run trains on, by the model's kind: images for the classifiers (IDX, CIFAR-10 or a
+// generated set), token sequences for the GPT (token files, text, or a generated corpus); and
+// what is made from it: training batches, evaluation, the GPT's final sizes.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/data_parallel.hpp"
+#include "engine/io/dataset.hpp"
+#include "engine/io/loader.hpp"
+#include "engine/io/tokens.hpp"
+#include "tools/dp/run_options.hpp"
+
+namespace dp::cli {
+
+struct RunData {
+  bool language = false;
+  TrainTest images;  // image models
+  TokenData tokens;  // language models
+  std::string description;
+  int64_t context = 0;  // language models: T
+
+  // Training batches from step first_step on (BatchLoader or TokenLoader).
+  std::unique_ptr<BatchSource> batches(int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
+                                       bool augment = false, int64_t first_step = 0) const;
+  // The held-out loss on device 0: the whole test set (images), or `eval_windows` evenly spaced
+  // windows of the validation tokens; RuntimeError when there is nothing to evaluate on.
+  EvalResult evaluate(DataParallel& dp, int64_t batch, int64_t eval_windows) const;
+  void check_evaluable(int64_t eval_windows) const;
+};
+
+// The generated default that fits the model: seven-segment digits (1x28x28), CIFAR-style shapes
+// (3x32x32), or a generated corpus (bytes of sentences).
+TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed);
+
+// --data (or the generated default: `generated_train` / `generated_test` samples, or for a GPT a
+// corpus of --generated-size bytes, at least `min_tokens`), checked against the model and --batch.
+// For a GPT it also fixes setup.model's sizes: --gpt-* flags, --context, and the vocabulary
+// (the data's, or --vocab: a token id at or above it is an error).
+RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
+                      uint64_t generated_seed, int64_t min_tokens = 0);
+
+// One DataParallel step on a batch of either kind.
+StepResult step_on(DataParallel& dp, const Batch& batch);
+
+}  // namespace dp::cli

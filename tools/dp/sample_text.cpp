@@ -1,0 +1,84 @@
+#include "tools/dp/sample_text.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "engine/error.hpp"
+#include "engine/random.hpp"
+
+namespace dp::cli {
+
+std::vector<int32_t> prompt_tokens(const std::string& prompt, const TokenData& data, int64_t vocab) {
+  std::vector<int32_t> ids;
+  if (data.bytes) {
+    for (unsigned char c : prompt.empty() ? std::string("\n") : prompt) ids.push_back(c);
+    return ids;
+  }
+  if (prompt.empty()) return {data.val.tokens.empty() ? 0 : static_cast<int32_t>(data.val.tokens[0])};
+  std::string text = prompt;
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || id < 0 || id >= vocab)
+      throw UsageError("--prompt: '" + word + "' is not a token id from 0 to " + std::to_string(vocab - 1) +
+                       " (token data takes ids separated by commas or spaces)");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  if (ids.empty()) throw UsageError("--prompt holds no token ids");
+  return ids;
+}
+
+std::vector<int32_t> generate_tokens(DataParallel& dp, std::vector<int32_t> context, int64_t count, double temperature,
+                                     uint64_t seed) {
+  const int64_t T = dp.model().input_shape.at(0), V = dp.model().classes;
+  std::mt19937_64 rng = random_stream(seed, RandomPurpose::Generate);
+  std::vector<int32_t> out;
+  std::vector<double> p(static_cast<size_t>(V));
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(context.size()));
+    const std::vector<float> logits = dp.logits(context.data() + context.size() - len, len);
+    const float* last = logits.data() + (len - 1) * V;
+    int32_t next = 0;
+    if (temperature <= 0) {
+      next = static_cast<int32_t>(std::max_element(last, last + V) - last);
+    } else {
+      const double top = *std::max_element(last, last + V);
+      double total = 0;
+      for (int64_t v = 0; v < V; ++v) total += p[static_cast<size_t>(v)] = std::exp((last[v] - top) / temperature);
+      double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+      next = static_cast<int32_t>(V - 1);
+      for (int64_t v = 0; v < V; ++v)
+        if ((u -= p[static_cast<size_t>(v)]) < 0) {
+          next = static_cast<int32_t>(v);
+          break;
+        }
+    }
+    out.push_back(next);
+    context.push_back(next);
+  }
+  return out;
+}
+
+std::string render_tokens(const std::vector<int32_t>& tokens, bool bytes) {
+  std::string s;
+  for (int32_t t : tokens) {
+    if (bytes) {
+      s.push_back(static_cast<char>(t));
+    } else {
+      s += (s.empty() ? "" : " ") + std::to_string(t);
+    }
+  }
+  return s;
+}
+
+}  // namespace dp::cli
