@@ -96,6 +96,67 @@ TEST_CASE("N devices give the same training as one device: a residual network wi
   }
 }
 
+namespace {
+// A GPT on random windows: token ids and next-token targets [batch, T].
+Run train_gpt(int n, const std::string& split, int64_t batch, LossMode loss, int steps = 3) {
+  GptConfig cfg;
+  cfg.vocab = 37, cfg.context = 6, cfg.layers = 2, cfg.heads = 2, cfg.dim = 8;
+  const ModelDef model = gpt_model(cfg);
+  auto devs = host_devices(n);
+  AdamWConfig adamw;
+  OptimizerConfig opt;
+  opt.kind = OptimizerConfig::Kind::AdamW;
+  opt.sgd.lr = 0.01f;
+  opt.sgd.weight_decay = 0.01f;
+  opt.adamw = adamw;
+  DataParallel dp(devs, model, parse_split(split, n, batch), opt, 3, loss);
+  Run r;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int32_t> x(static_cast<size_t>(batch * cfg.context)), y(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<int32_t>((i * 13 + s * 5) % 37), y[i] = static_cast<int32_t>((i * 7 + s) % 37);
+    StepResult res = dp.step(x.data(), y.data(), batch);
+    CHECK(res.targets == batch * cfg.context);
+    r.losses.push_back(res.loss);
+    r.chunks.push_back(res.chunks);
+  }
+  r.params = dp.parameters();
+  return r;
+}
+}  // namespace
+
+TEST_CASE("N devices give the same training as one device: the GPT, gathered and in-replica loss") {
+  const Run one = train_gpt(1, "even", 7, LossMode::Gathered);
+  CHECK(one.losses[0] == doctest::Approx(std::log(37.0)).epsilon(0.02));  // nanoGPT's init: near-uniform predictions
+  for (LossMode loss : {LossMode::Gathered, LossMode::InReplica})
+    for (const auto& [n, split] : std::vector<std::pair<int, std::string>>{{3, "even"}, {4, "chunks:1,3,2,1"}, {2, "gpu0:0"}}) {
+      CAPTURE(split);
+      CAPTURE(static_cast<int>(loss));
+      const Run many = train_gpt(n, split, 7, loss);
+      for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
+      check_close(many.params, one.params, 2e-5);
+    }
+}
+
+TEST_CASE("a model refuses the other kind of input: images for the GPT, token ids for a classifier") {
+  auto devs = host_devices(1);
+  DataParallel mlp(devs, find_model("mlp"), parse_split("even", 1, 2), sgd(), 1);
+  const std::vector<int32_t> ids(2 * 784, 0), labels(2, 0);
+  CHECK_THROWS_WITH_AS(mlp.step(ids.data(), labels.data(), 2), doctest::Contains("takes float32 images, not token ids"),
+                       RuntimeError);
+  GptConfig cfg;
+  cfg.vocab = 8, cfg.context = 4, cfg.layers = 1, cfg.heads = 1, cfg.dim = 4;
+  const ModelDef gpt = gpt_model(cfg);
+  auto devs2 = host_devices(1);
+  DataParallel lm(devs2, gpt, parse_split("even", 1, 2), sgd(), 1);
+  const std::vector<float> images(8, 0.f);
+  CHECK_THROWS_WITH_AS(lm.step(images.data(), labels.data(), 2), doctest::Contains("takes int32 token ids, not images"),
+                       RuntimeError);
+  const std::vector<int32_t> prompt{1, 2, 3};
+  CHECK(lm.logits(prompt.data(), 3).size() == 3 * 8);
+  CHECK_THROWS_WITH_AS(lm.logits(prompt.data(), 5), doctest::Contains("the model takes 1 to 4"), RuntimeError);
+}
+
 TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running stats survive") {
   const int64_t batch = 8;
   auto x = random_vector(static_cast<size_t>(batch * 784), 77);

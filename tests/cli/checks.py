@@ -27,7 +27,7 @@ class Checks:
 
 def run_dp(dp, args, timeout=300):
     """dp's exit code, stdout and stderr."""
-    p = subprocess.run([dp] + args, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([dp] + args, capture_output=True, text=True, errors="replace", timeout=timeout)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <sstream>
 
@@ -69,14 +70,39 @@ std::vector<int32_t> generate_tokens(DataParallel& dp, std::vector<int32_t> cont
   return out;
 }
 
+namespace {
+// Length of the valid UTF-8 sequence starting at bytes[i], 0 if there is none.
+size_t utf8_length(const std::vector<int32_t>& bytes, size_t i) {
+  const int32_t b = bytes[i];
+  const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+  if (n == 0 || i + n > bytes.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((bytes[i + k] >> 6) != 0x2) return 0;
+  return n;
+}
+}  // namespace
+
 std::string render_tokens(const std::vector<int32_t>& tokens, bool bytes) {
   std::string s;
-  for (int32_t t : tokens) {
-    if (bytes) {
-      s.push_back(static_cast<char>(t));
-    } else {
-      s += (s.empty() ? "" : " ") + std::to_string(t);
+  if (!bytes) {
+    for (int32_t t : tokens) s += (s.empty() ? "" : " ") + std::to_string(t);
+    return s;
+  }
+  // Text as it is, where it is text: valid UTF-8, newlines and tabs; any other byte (an untrained
+  // model makes many) as \xNN, so the terminal shows what came out and stays sane.
+  char hex[8];
+  for (size_t i = 0; i < tokens.size();) {
+    const int32_t t = tokens[i];
+    const size_t n = t >= 0 && t < 256 ? utf8_length(tokens, i) : 0;
+    const bool control = n == 1 && (t < 0x20 || t == 0x7f) && t != '\n' && t != '\t';
+    if (n == 0 || control) {
+      std::snprintf(hex, sizeof hex, t < 256 ? "\\x%02x" : "<%d>", static_cast<int>(t));
+      s += hex;
+      ++i;
+      continue;
     }
+    for (size_t k = 0; k < n; ++k) s.push_back(static_cast<char>(tokens[i + k]));
+    i += n;
   }
   return s;
 }

@@ -19,7 +19,8 @@ std::vector<int32_t> prompt_tokens(const std::string& prompt, const TokenData& d
 std::vector<int32_t> generate_tokens(DataParallel& dp, std::vector<int32_t> context, int64_t count, double temperature,
                                      uint64_t seed);
 
-// Tokens as the user reads them: text for byte-level data, ids separated by spaces otherwise.
+// Tokens as the user reads them: text for byte-level data (bytes that are not UTF-8 text as \\xNN),
+// ids separated by spaces otherwise.
 std::string render_tokens(const std::vector<int32_t>& tokens, bool bytes);
 
 }  // namespace dp::cli

@@ -306,8 +306,10 @@ int run_train(const TrainOptions& o) {
   }
   if (o.sample > 0) {
     const auto generated = generate_tokens(dp, prompt, o.sample, o.temperature, o.seed);
-    std::printf("sample (%lld tokens, temperature %g):\n%s%s\n", static_cast<long long>(o.sample), o.temperature,
-                render_tokens(prompt, data.tokens.bytes).c_str(), render_tokens(generated, data.tokens.bytes).c_str());
+    std::vector<int32_t> text = prompt;
+    text.insert(text.end(), generated.begin(), generated.end());
+    std::printf("sample (%lld tokens, temperature %g):\n%s\n", static_cast<long long>(o.sample), o.temperature,
+                render_tokens(text, data.tokens.bytes).c_str());
   }
   return 0;
 }
