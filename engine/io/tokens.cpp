@@ -157,24 +157,31 @@ TokenData generate_corpus(int64_t bytes, uint64_t seed) {
   static const std::vector<std::string> preps = {"near", "under", "behind", "with", "beside"};
   std::mt19937_64 rng = random_stream(seed, RandomPurpose::Init, 0x636f72707573ull);  // "corpus"
   auto pick = [&](const std::vector<std::string>& words) { return words[rng() % words.size()]; };
+  std::string s;  // the sentence being built, word by word
+  auto word = [&](const std::vector<std::string>& words) {
+    if (!s.empty()) s += ' ';
+    s += pick(words);
+  };
   auto noun_phrase = [&] {
-    std::string np = pick(dets) + " ";
-    if (rng() % 2) np += pick(adjs) + " ";
-    return np + pick(nouns);
+    word(dets);
+    if (rng() % 2) word(adjs);
+    word(nouns);
   };
   std::string text;
   int in_paragraph = 0;
   while (static_cast<int64_t>(text.size()) < bytes) {
-    std::string s = noun_phrase();
+    s.clear();
+    noun_phrase();
     switch (rng() % 4) {
-      case 0: s += " " + pick(verbs) + " " + noun_phrase(); break;
-      case 1: s += " " + pick(intrans) + " " + pick(advs); break;
-      case 2: s += " " + pick(verbs) + " " + noun_phrase() + " " + pick(preps) + " " + noun_phrase(); break;
-      default: s += " " + pick(intrans) + " " + pick(preps) + " " + noun_phrase(); break;
+      case 0: word(verbs), noun_phrase(); break;
+      case 1: word(intrans), word(advs); break;
+      case 2: word(verbs), noun_phrase(), word(preps), noun_phrase(); break;
+      default: word(intrans), word(preps), noun_phrase(); break;
     }
     s[0] = static_cast<char>(s[0] - 'a' + 'A');
-    text += s + ".";
-    text += ++in_paragraph == 5 ? "\n" : " ";
+    text += s;
+    text += '.';
+    text += ++in_paragraph == 5 ? '\n' : ' ';
     if (in_paragraph == 5) in_paragraph = 0;
   }
   text.resize(static_cast<size_t>(bytes));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/host/thread_pool.hpp"
+#include "kernels/cpu/fast_math.hpp"
 #include "kernels/ops/attention.hpp"
 
 namespace dp::cpu {
@@ -29,9 +30,12 @@ void attention_forward(ThreadPool& pool, float* out, float* att, const float* qk
         float* row = a + t * T;
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
+        // One exp per score (the vectorised one, fast_math.hpp), summed in double.
+        for (int64_t j = 0; j <= t; ++j) row[j] = fast_exp(row[j] - mx);
         double sum = 0;
-        for (int64_t j = 0; j <= t; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
-        for (int64_t j = 0; j <= t; ++j) row[j] = static_cast<float>(std::exp(static_cast<double>(row[j] - mx)) / sum);
+        for (int64_t j = 0; j <= t; ++j) sum += row[j];
+        const auto inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
         for (int64_t j = t + 1; j < T; ++j) row[j] = 0.f;
       }
       // out_h = att·v, written into its columns of out [B, T, C]

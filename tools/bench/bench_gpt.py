@@ -1,0 +1,93 @@
+"""The GPT on host devices against PyTorch CPU, in one invocation (issue target: the default GPT,
+4 layers, 4 heads, dim 256, context 128, at batch 32 on byte-level text, host:2 >= 1.3x PyTorch's
+best of 1 or 2 threads). Both sides train the same model (tests/torch/reference.py's GPT, nanoGPT's
+names) with AdamW on windows of the same generated corpus; the first 3 steps are not timed.
+Prints Markdown.
+
+usage: bench_gpt.py [--dp build/dp] [--steps 10] [--repeats 2] [--batch 32]
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WARMUP = 3
+
+
+def coretype():
+    return "SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"
+
+
+def dp_speed(dp, steps, batch, env):
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
+        subprocess.run([dp, "train", "--model", "gpt", "--devices", "host:2", "--batch", str(batch), "--steps",
+                        str(steps), "--metrics", m.name], check=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        rows = [json.loads(l) for l in open(m.name)][WARMUP:]
+    samples = sum(sum(r["chunks"]) for r in rows)
+    return samples / sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
+
+
+TORCH_RUN = r"""
+import sys, time, json, torch
+sys.path.insert(0, sys.argv[1])
+import reference as ref
+threads, steps, batch, warmup = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+T, V = 128, 256
+model = ref.make_model("gpt", dict(vocab=V, context=T, layers=4, heads=4, dim=256))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+data = torch.randint(0, V, (batch * steps * T + 1,))
+model.train()
+for s in range(steps):
+    if s == warmup:
+        t0 = time.perf_counter()
+    starts = torch.arange(batch) * T + s * batch * T
+    x = torch.stack([data[a:a + T] for a in starts])
+    y = torch.stack([data[a + 1:a + T + 1] for a in starts])
+    opt.zero_grad()
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), y.view(-1))
+    loss.backward()
+    opt.step()
+dt = time.perf_counter() - t0
+print(json.dumps({"samples_per_s": batch * (steps - warmup) / dt}))
+"""
+
+
+def torch_speed(threads, steps, batch, env):
+    out = subprocess.run([sys.executable, "-c", TORCH_RUN, os.path.join(HERE, "..", "..", "tests", "torch"),
+                          str(threads), str(steps), str(batch), str(WARMUP)], check=True, env=env,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dp", default="build/dp")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32)
+    a = ap.parse_args()
+    env = dict(os.environ, OPENBLAS_CORETYPE=coretype())
+    dp = os.path.abspath(a.dp)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
+          f"command: {' '.join(sys.argv)}\n")
+    print("| model | batch | dp host:2 samples/s | PyTorch 1 thread | PyTorch 2 threads | dp / best PyTorch |")
+    print("|---|---|---|---|---|---|")
+    runs = []
+    for _ in range(a.repeats):  # interleaved, so drift hits both alike
+        runs.append((dp_speed(dp, a.steps, a.batch, env), torch_speed(1, a.steps, a.batch, env),
+                     torch_speed(2, a.steps, a.batch, env)))
+    ours, t1, t2 = (max(r[k] for r in runs) for k in range(3))
+    print(f"| gpt (4 layers, dim 256, T 128, V 256) | {a.batch} | {ours:.1f} | {t1:.1f} | {t2:.1f} | "
+          f"{ours / max(t1, t2):.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
