@@ -177,3 +177,29 @@ TEST_CASE("sizes parse with binary units") {
     CHECK_THROWS_AS(parse_bytes(bad, "--device-memory"), UsageError);
   }
 }
+
+TEST_CASE("a GPT's hotspot: the gathered logits [B, T, V] twice on device 0; in-replica, one [rows, V] per replica") {
+  GptConfig cfg;
+  cfg.vocab = 2048, cfg.context = 8, cfg.layers = 1, cfg.heads = 2, cfg.dim = 8;  // logits dominate
+  const ModelDef gpt = gpt_model(cfg);
+  const int64_t B = 6;
+  std::vector<int32_t> x(static_cast<size_t>(B * cfg.context)), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>(i * 37 % 2048), y[i] = static_cast<int32_t>(i * 11 % 2048);
+  auto run = [&](LossMode mode) {
+    auto devs = host_devices(2);
+    DataParallel dp(devs, gpt, parse_split("even", 2, B), momentum_sgd(), 7, mode);
+    for (int s = 0; s < 2; ++s) dp.step(x.data(), y.data(), B);
+    return std::pair{devs[0].allocator().stats(), devs[1].allocator().stats()};
+  };
+  const auto [f0, f1] = run(LossMode::Gathered);
+  const auto [r0, r1] = run(LossMode::InReplica);
+  const int64_t logits = B * cfg.context * cfg.vocab * 4;
+  const auto gathered = static_cast<int>(MemCategory::GatheredOutputs);
+  CHECK(f0.peak_by_category[gathered] == 2 * R(logits));  // the logits and their gradient
+  CHECK(r0.peak_by_category[gathered] == 0);
+  CHECK(f0.peak - f1.peak >= 2 * R(logits) - R(logits / 2));  // what device 0 holds beyond a replica
+  CHECK(r0.peak < f0.peak - R(logits));
+  // The in-replica gradient overwrites the replica's logits: no replica holds two [rows, V] tensors;
+  // it holds only its chunk's targets and its [loss sum, hits] beyond the faithful replica.
+  CHECK(r1.peak <= f1.peak + R(B / 2 * cfg.context * 4) + R(2 * 4));
+}

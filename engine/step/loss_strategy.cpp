@@ -45,9 +45,11 @@ class InReplicaLoss final : public LossStrategy {
   bool scatters_targets() const override { return true; }
   void after_forward(StepState& s, int r) const override {
     // Loss sum on this chunk; its gradient already scaled for the mean over the whole batch.
+    // The gradient overwrites the logits (nothing else reads them), so a replica never holds two
+    // [rows, classes] tensors: for a language model's vocabulary that is most of its activations.
     Device& dev = *s.devices[static_cast<size_t>(r)];
     const Tensor& out = s.outputs[static_cast<size_t>(r)];
-    s.grad_outputs[r] = Tensor::empty(dev, out.shape(), MemCategory::Activations);
+    s.grad_outputs[r] = out;
     s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
     int64_t hits = 0;
     const double sum = softmax_xent(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),

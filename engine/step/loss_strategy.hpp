@@ -4,8 +4,9 @@
 //               cross-entropy over the whole batch is computed there, and its gradient is
 //               scattered back with the same chunk sizes (device 0 holds all the logits twice).
 //   in-replica  each replica computes its chunk's loss sum and the gradient of its outputs,
-//               already scaled for the mean over the whole batch; only [loss sum, hits] scalars
-//               reach device 0. The same gradients, without the gathered outputs.
+//               already scaled for the mean over the whole batch, in place of the outputs; only
+//               [loss sum, hits] scalars reach device 0. The same gradients, without the gathered
+//               outputs, and without a second [rows, classes] tensor on any device.
 #pragma once
 #include <memory>
 #include <string>

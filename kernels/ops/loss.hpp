@@ -2,6 +2,7 @@
 // to the host (a sum: the caller divides for a mean; the call completes the device's work before
 // it), writes dlogits = (softmax − onehot)·grad_scale when dlogits is present, and counts correct
 // argmax predictions when `correct` is not null. A label outside [0, K) is a RuntimeError.
+// dlogits may be logits itself (each row is read whole before its gradient is written).
 #pragma once
 #include <cstdint>
 

@@ -99,3 +99,36 @@ TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8; even and 
       CHECK(worst < 1e-4);
     }
 }
+
+TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW; gathered and in-replica loss; uneven chunks)") {
+  GptConfig cfg;
+  cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
+  const ModelDef model = gpt_model(cfg);
+  const int64_t batch = 9;
+  for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
+    CAPTURE(static_cast<int>(loss));
+    auto run = [&](const std::string& spec, std::vector<double>& losses) {
+      auto devs = devices(spec);
+      OptimizerConfig opt;
+      opt.kind = OptimizerConfig::Kind::AdamW;
+      opt.sgd.lr = 0.003f;
+      opt.sgd.weight_decay = 0.01f;
+      DataParallel dp(devs, model, parse_split("chunks:1,4,2,2", 4, batch), opt, 5, loss);
+      for (int s = 0; s < 3; ++s) {
+        std::vector<int32_t> x(static_cast<size_t>(batch * cfg.context)), y(x.size());
+        for (size_t i = 0; i < x.size(); ++i)
+          x[i] = static_cast<int32_t>((i * 31 + s * 7) % 96), y[i] = static_cast<int32_t>((i * 17 + s) % 96);
+        losses.push_back(dp.step(x.data(), y.data(), batch).loss);
+      }
+      return dp.parameters();
+    };
+    std::vector<double> host_losses, cuda_losses;
+    const auto host = run("host:4", host_losses);
+    const auto gpu = run("cuda:0x4", cuda_losses);
+    for (size_t s = 0; s < host_losses.size(); ++s) CHECK(cuda_losses[s] == doctest::Approx(host_losses[s]).epsilon(1e-4));
+    double worst = 0;
+    for (size_t i = 0; i < host.size(); ++i)
+      worst = std::max(worst, std::abs(double(host[i]) - gpu[i]) / std::max(1.0, std::abs(double(host[i]))));
+    CHECK(worst < 1e-4);
+  }
+}

@@ -45,7 +45,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                   "val.bin, a text file or a directory of text files (default: generated data)")
       ->check(path_flag());
   cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
-  cmd->add_option("--batch", o.batch, "global batch size")->capture_default_str();
+  cmd->add_option("--batch", o.batch, "global batch size (gpt: 32 unless given)")->capture_default_str();
   cmd->add_option("--split", o.split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory")
       ->capture_default_str();
   cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
@@ -70,7 +70,11 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
 }
 
 void note_given_flags(const CLI::App* cmd, RunOptions& o) {
+  // The GPT's default batch: 32 windows of 128 tokens (4096 tokens a step) make four times the
+  // updates of 128 per epoch, which a small language model on a CPU needs more than bigger steps.
+  if (cmd->count("--batch") == 0 && o.model == "gpt" && o.batch == RunOptions{}.batch) o.batch = 32;
   o.generated_size_given = cmd->count("--generated-size") > 0;
+  o.optimizer_given = cmd->count("--optimizer") > 0;
   for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab"})
     if (cmd->count(flag) > 0) o.gpt_flags_given = true;
 }
@@ -93,7 +97,8 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   }
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);
-  r.optimizer = parse_optimizer(o.optimizer);
+  // A GPT trains with AdamW unless told otherwise (SGD barely moves it), so its profile has AdamW's state.
+  r.optimizer = parse_optimizer(r.model.language_model() && !o.optimizer_given ? "adamw" : o.optimizer);
   if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");
   if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
   if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)

@@ -20,14 +20,14 @@ struct RunOptions {
   int64_t batch = 128;
   std::string split = "even";
   std::string loss = "gathered";
-  std::string optimizer = "sgd";  // its state is device 0's: memprof and demo show it too
+  std::string optimizer = "sgd";  // its state is device 0's: memprof and demo show it too (gpt: adamw)
   uint64_t seed = 0;
   int threads_per_device = 1;
   std::vector<double> device_speed;
   std::string device_memory;  // a capacity per device, "" = unlimited
   bool tf32 = false;          // CUDA: TF32 tensor cores for GEMMs and convolutions
   int64_t generated_train = 24000, generated_test = 4000;
-  bool generated_size_given = false;
+  bool generated_size_given = false, optimizer_given = false;
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
   bool gpt_flags_given = false;

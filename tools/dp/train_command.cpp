@@ -47,7 +47,7 @@ struct TrainOptions : RunOptions {
   int64_t sample = 0;
   std::string prompt;
   double temperature = 1.0;
-  bool optimizer_given = false, lr_given = false;
+  bool lr_given = false;
   std::string checkpoint, resume;
   int64_t checkpoint_every = 1000;
   int keep_checkpoints = 2;
@@ -358,7 +358,6 @@ Run add_train_command(CLI::App& app) {
   return [o, cmd] {
     note_given_flags(cmd, *o);
     o->steps_given = cmd->count("--steps") > 0;
-    o->optimizer_given = cmd->count("--optimizer") > 0;
     o->lr_given = cmd->count("--lr") > 0;
     o->weight_decay_given = cmd->count("--weight-decay") > 0;
     return run_train(*o);
