@@ -26,14 +26,18 @@ void upload(const Tensor& dst, const void* src) {
 }  // namespace
 
 DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split,
-                           const OptimizerConfig& optimizer, uint64_t seed, LossMode loss)
+                           const OptimizerConfig& optimizer, uint64_t seed, LossMode loss, SyncOptions sync)
     : devices_(devices),
       model_(model),
       splitter_(std::move(split), devices.size()),
       optimizer_(make_optimizer(optimizer)),
       lr_(optimizer.lr()),
-      loss_(make_loss_strategy(loss)),
-      gradient_sync_(make_reduce_to_device0()) {
+      loss_(make_loss_strategy(sync.mode == SyncMode::AllReduce ? LossMode::InReplica : loss)),
+      gradient_sync_(make_reduce_to_device0()),
+      sync_(sync) {
+  if (sync_.mode == SyncMode::AllReduce && splitter_.policy().mode == SplitPolicy::Mode::BalanceMemory)
+    throw UsageError("--split balance-memory evens out DataParallel's device-0 hotspot; --sync allreduce has none "
+                     "(every device holds the same state): use another split");
   for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
   const ModelLayout& lay = layout();
   Device& d0 = devices_[0];
@@ -42,6 +46,7 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
   buffers_ = Tensor::empty(d0, {lay.buffer_count}, MemCategory::Parameters);
   std::vector<float> params(static_cast<size_t>(lay.parameter_count)), buffers(static_cast<size_t>(lay.buffer_count));
   init_state(lay, params.data(), buffers.data(), seed);
+  if (sync_.mode == SyncMode::AllReduce) make_resident_replicas(optimizer);
   load_state(params, buffers);
 }
 
@@ -149,15 +154,27 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     run();
     rec.end(p);
   };
-  phase(Phase::Load, [&] { load(s, input, targets, result); });
-  phase(Phase::Scatter, [&] { scatter(s); });
-  phase(Phase::Replicate, [&] { replicate(s); });
-  phase(Phase::Forward, [&] { forward(s); });
-  phase(Phase::Gather, [&] { gather(s); });
-  phase(Phase::Loss, [&] { loss(s, result); });
-  phase(Phase::Backward, [&] { backward(s); });
-  phase(Phase::Reduce, [&] { reduce(s); });
-  phase(Phase::Update, [&] { update(s, result); });
+  if (sync_.mode == SyncMode::AllReduce) {  // DistributedDataParallel's shape
+    phase(Phase::Load, [&] { load_chunks(s, input, targets, result); });
+    phase(Phase::Scatter, [] {});  // each device loaded its own chunk
+    phase(Phase::Replicate, [&] { broadcast_buffers(s); });
+    phase(Phase::Forward, [&] { forward(s); });
+    phase(Phase::Gather, [&] { gather(s); });
+    phase(Phase::Loss, [&] { loss(s, result); });
+    phase(Phase::Backward, [&] { backward_overlapped(s); });
+    phase(Phase::Reduce, [&] { finish_allreduce(s); });
+    phase(Phase::Update, [&] { update_everywhere(s, result); });
+  } else {  // DataParallel's
+    phase(Phase::Load, [&] { load(s, input, targets, result); });
+    phase(Phase::Scatter, [&] { scatter(s); });
+    phase(Phase::Replicate, [&] { replicate(s); });
+    phase(Phase::Forward, [&] { forward(s); });
+    phase(Phase::Gather, [&] { gather(s); });
+    phase(Phase::Loss, [&] { loss(s, result); });
+    phase(Phase::Backward, [&] { backward(s); });
+    phase(Phase::Reduce, [&] { reduce(s); });
+    phase(Phase::Update, [&] { update(s, result); });
+  }
   result.replica_seconds.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) result.replica_seconds[i] = devices_[i].stream().busy_seconds() - busy_before[i];
   return result;
@@ -207,7 +224,8 @@ void DataParallel::forward(StepState& s) {
     stream.enqueue(
         [this, r, &s] {
           // Replica 0 on device 0 is the master itself: its gradients land in the master's.
-          nets_[r]->bind(s.params[r], r == 0 ? grads_ : Tensor(), s.buffers[r]);
+          // (Other replicas get gradient storage in backward, or have their resident one.)
+          nets_[r]->bind(s.params[r], r == 0 ? grads_ : s.grads[r], s.buffers[r]);
           s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);
           loss_->after_forward(s, r);
         },
@@ -380,6 +398,12 @@ void DataParallel::load_state(const std::vector<float>& params, const std::vecto
     throw RuntimeError("load_state: state sizes do not match the model");
   params_.copy_from_host(params.data());
   buffers_.copy_from_host(buffers.data());
+  copy_master_to_replicas();
+}
+
+void DataParallel::restore_optimizer(const Optimizer::Saved& state) {
+  optimizer_->restore(state, params_);
+  for (size_t r = 1; r < replica_optimizers_.size(); ++r) replica_optimizers_[r]->restore(state, resident_params_[r]);
 }
 
 }  // namespace dp

@@ -8,12 +8,19 @@
 // (engine/step/loss_strategy.hpp: gathered on device 0, or in each replica), how gradients meet
 // (engine/step/gradient_sync.hpp: reduced onto device 0), and how the batch is cut
 // (engine/split/splitter.hpp: even, chunks, ratios, gpu0, auto, balance-memory).
+//
+// --sync allreduce is the other shape, DistributedDataParallel's, with the same nine phases
+// (engine/data_parallel_allreduce.cpp): replicas stay resident, each device loads its chunk
+// from the host, device 0's buffers are broadcast (replicate), the loss is in each replica,
+// gradient buckets are all-reduced while backward runs (reduce waits for the last), and every
+// device updates its own copy with its own optimizer state.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/allreduce/overlapped_allreduce.hpp"
 #include "engine/device.hpp"
 #include "engine/optim/optimizer.hpp"
 #include "engine/split/splitter.hpp"
@@ -44,11 +51,18 @@ struct EvalResult {
   int64_t count = 0;  // cross-entropy rows (targets)
 };
 
+struct SyncOptions {
+  SyncMode mode = SyncMode::Reduce;
+  int64_t bucket_bytes = 25 << 20;  // allreduce: DDP's default bucket_cap_mb
+};
+
 class DataParallel {
  public:
   // Master state on device 0, initialised with PyTorch's default distributions from seed.
+  // allreduce: resident copies on every device, the loss always in-replica; the balance-memory
+  // split (a DataParallel remedy) is refused.
   DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const OptimizerConfig& optimizer,
-               uint64_t seed, LossMode loss = LossMode::Gathered);
+               uint64_t seed, LossMode loss = LossMode::Gathered, SyncOptions sync = {});
   ~DataParallel();
 
   // One training step on a host batch: images [batch, C, H, W] (already normalised) and labels,
@@ -65,8 +79,8 @@ class DataParallel {
 
   const ModelDef& model() const { return model_; }
   Optimizer& optimizer() { return *optimizer_; }
-  // Put a saved optimizer state back onto the master parameters' device.
-  void restore_optimizer(const Optimizer::Saved& state) { optimizer_->restore(state, params_); }
+  // Put a saved optimizer state back onto the master parameters' device (allreduce: every device's).
+  void restore_optimizer(const Optimizer::Saved& state);
   // The learning rate of the next updates (a schedule sets it before each step).
   void set_learning_rate(double lr) { lr_ = lr; }
   // --clip-grad-norm: after the reduce, scale device 0's gradients by min(1, max_norm / (‖g‖₂ + 1e-6))
@@ -80,6 +94,7 @@ class DataParallel {
   const SplitPolicy& split() const { return splitter_.policy(); }
   Splitter& splitter() { return splitter_; }
   LossMode loss_mode() const { return loss_->mode(); }
+  SyncMode sync_mode() const { return sync_.mode; }
   // Chunk sizes the next step would use for a batch of this size.
   std::vector<int64_t> chunk_sizes(int64_t batch) const;
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
@@ -107,6 +122,14 @@ class DataParallel {
   void backward(StepState& s);
   void reduce(StepState& s);
   void update(StepState& s, StepResult& r);
+  // --sync allreduce's step (engine/data_parallel_allreduce.cpp).
+  void make_resident_replicas(const OptimizerConfig& optimizer);
+  void load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r);
+  void broadcast_buffers(StepState& s);
+  void backward_overlapped(StepState& s);
+  void finish_allreduce(StepState& s);
+  void update_everywhere(StepState& s, StepResult& r);
+  void copy_master_to_replicas();
   // --split balance-memory: two probe steps (state restored afterwards) plan the chunks.
   std::string probe_memory(const void* input, const int32_t* targets, int64_t batch);
   // Synchronise the streams of the given replicas; raise the first error as a ReplicaError.
@@ -125,6 +148,12 @@ class DataParallel {
   Tracer* tracer_ = nullptr;
   std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
   Tensor params_, grads_, buffers_;             // master state on device 0
+  SyncOptions sync_;
+  // allreduce: devices 1.. keep their own copies (index 0 is unused: device 0's are the master's),
+  // each with its own optimizer state; the all-reduce's threads.
+  std::vector<Tensor> resident_params_, resident_grads_, resident_buffers_;
+  std::vector<std::unique_ptr<Optimizer>> replica_optimizers_;
+  std::unique_ptr<OverlappedAllReduce> allreduce_;
 };
 
 }  // namespace dp

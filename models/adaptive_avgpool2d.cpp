@@ -21,7 +21,7 @@ class AdaptiveAvgPool2d final : public Module {
     global_avgpool_forward(dev.exec(), out.buf(), in.buf(), in.dim(0) * in.dim(1), in.dim(2) * in.dim(3));
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations);
     global_avgpool_backward(dev.exec(), grad_in.buf(), grad_out.buf(), in_shape_[0] * in_shape_[1],
                             in_shape_[2] * in_shape_[3]);

@@ -38,7 +38,7 @@ class CausalSelfAttention final : public Module {
     attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf());
     return c_proj_->forward(dev, y, training);
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const Tensor dy = c_proj_->backward(dev, grad_out, true);
     const AttentionShape s{qkv_.dim(0), qkv_.dim(1), c_, heads_};
     Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations);

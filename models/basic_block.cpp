@@ -56,7 +56,7 @@ class BasicBlock final : public Module {
     return relu_out_.forward(dev, h, training);
   }
 
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const Tensor g = relu_out_.backward(dev, grad_out, true);  // gradient of the sum: both branches
     Tensor main = g;
     const auto path = main_path();

@@ -48,7 +48,7 @@ class BatchNorm2d final : public Module {
     add_scalar(dev.exec(), values_[4].buf(), 1.f);  // num_batches_tracked
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t N = input_.dim(0), HW = input_.dim(2) * input_.dim(3);
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);

@@ -46,7 +46,7 @@ class Conv2d final : public Module {
     conv2d_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias().buf(), s, ws.buf());
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     auto s = geometry(input_.dim(0), {input_.dim(1), input_.dim(2), input_.dim(3)});
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);

@@ -11,7 +11,7 @@ class Flatten final : public Module {
     in_shape_ = in.shape();
     return in.reshape({in.dim(0), in.numel() / (in.dim(0) ? in.dim(0) : 1)});
   }
-  Tensor backward(Device&, const Tensor& grad_out, bool) override { return grad_out.reshape(in_shape_); }
+  Tensor backward_impl(Device&, const Tensor& grad_out, bool) override { return grad_out.reshape(in_shape_); }
   void clear_cache() override {}
 
  private:

@@ -43,7 +43,7 @@ class Block final : public Module {
     const Tensor x2 = residual_forward(dev, x, attn_->forward(dev, ln_1_->forward(dev, x, training), training));
     return residual_forward(dev, x2, mlp_->forward(dev, ln_2_->forward(dev, x2, training), training));
   }
-  Tensor backward(Device& dev, const Tensor& g3, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& g3, bool need_grad_in) override {
     Tensor g2 = ln_2_->backward(dev, mlp_->backward(dev, g3, true), true);
     add_inplace(dev.exec(), g2.buf(), g3.buf(), g2.numel());  // + the shortcut's
     Tensor g1 = ln_1_->backward(dev, attn_->backward(dev, g2, true), true);
@@ -85,7 +85,7 @@ class Transformer final : public Module {
     for (int64_t b = 0; b < B; ++b) add_inplace(dev.exec(), x.rows(b, 1).buf(), p.buf(), p.numel());
     return ln_f_->forward(dev, h_->forward(dev, x, training), training);
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
     const Tensor gx = h_->backward(dev, ln_f_->backward(dev, grad_out, true), true);
     const int64_t B = gx.dim(0), T = gx.dim(1);
     Tensor gp = Tensor::zeros(dev, {T, cfg_.dim}, MemCategory::Activations);

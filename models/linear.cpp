@@ -46,7 +46,7 @@ class Linear final : public Module {
     linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? values_[1].buf() : Buf{}, B, in_, out_);
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t B = grad_out.numel() / out_;
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);

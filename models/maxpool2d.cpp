@@ -29,7 +29,7 @@ class MaxPool2d final : public Module {
     maxpool2d_forward(dev.exec(), out.buf(), argmax_.buf(), in.buf(), {in.dim(0), in.dim(1), in.dim(2), in.dim(3), k_, stride_});
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations);
     maxpool2d_backward(dev.exec(), grad_in.buf(), grad_out.buf(), argmax_.buf(),
                        {in_shape_[0], in_shape_[1], in_shape_[2], in_shape_[3], k_, stride_});

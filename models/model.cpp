@@ -125,4 +125,10 @@ void Network::backward(Device& dev, const Tensor& grad_output) {
 
 void Network::clear_cache() { root_->clear_cache(); }
 
+void Network::on_module_backward(const std::function<void(int leaf)>& hook) {
+  for (size_t i = 0; i < leaves_.size(); ++i)
+    leaves_[i]->set_after_backward(hook ? std::function<void()>([hook, i] { hook(static_cast<int>(i)); })
+                                        : std::function<void()>());
+}
+
 }  // namespace dp

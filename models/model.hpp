@@ -79,6 +79,9 @@ class Network {
   // From the gradient of the output; writes the bound parameter gradients.
   void backward(Device& dev, const Tensor& grad_output);
   void clear_cache();
+  // Called after each module with parameters has run its backward, with its StateEntry::leaf
+  // index: its gradients are final (DDP-style all-reduce starts buckets on it). Empty: none.
+  void on_module_backward(const std::function<void(int leaf)>& hook);
 
  private:
   std::unique_ptr<Module> root_;

@@ -14,6 +14,12 @@ void Module::bind(std::vector<Tensor> values, std::vector<Tensor> grads) {
   grads_ = std::move(grads);
 }
 
+Tensor Module::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) {
+  Tensor grad_in = backward_impl(dev, grad_out, need_grad_in);
+  if (after_backward_) after_backward_();
+  return grad_in;
+}
+
 void Module::clear_cache() {
   for (auto& c : children_) c.module->clear_cache();
 }

@@ -9,6 +9,7 @@
 // gradients, drops the cache, and returns the input gradient unless need_grad_in is false. So
 // activation memory rises through forward and falls through backward.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,16 +51,24 @@ class Module {
   // entries when only inference runs).
   void bind(std::vector<Tensor> values, std::vector<Tensor> grads);
   virtual Tensor forward(Device& dev, const Tensor& in, bool training) = 0;
-  virtual Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) = 0;
+  // The module's backward_impl, then its after-backward hook, if one is set: from that moment its
+  // own parameter gradients are final (containers call their children's backward, so every
+  // module's hook fires, in backward's order).
+  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in);
+  // What DDP-style all-reduce hangs on a module: a bucket of gradients can be sent once every
+  // module in it has run its backward. Empty: none.
+  void set_after_backward(std::function<void()> hook) { after_backward_ = std::move(hook); }
   // Drop whatever forward cached (a step that failed part-way); containers recurse.
   virtual void clear_cache();
 
  protected:
+  virtual Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) = 0;
   Module& add(std::string name, std::unique_ptr<Module> child);
   std::vector<Tensor> values_, grads_;
 
  private:
   std::vector<Child> children_;
+  std::function<void()> after_backward_;
 };
 
 // Containers.
@@ -71,7 +80,7 @@ class Sequential : public Module {
   Sequential& append(std::unique_ptr<Module> child);
   Sequential& append(std::string name, std::unique_ptr<Module> child);
   Tensor forward(Device& dev, const Tensor& in, bool training) override;
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override;
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override;
 
  private:
   // Index of the first child with parameters (children before it need no backward when no

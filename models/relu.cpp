@@ -15,7 +15,7 @@ class ReLU final : public Module {
     output_ = out;
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, grad_out.shape(), MemCategory::Activations);
     relu_backward(dev.exec(), grad_in.buf(), grad_out.buf(), output_.buf(), grad_out.numel());
     output_ = Tensor();

@@ -24,7 +24,7 @@ Tensor Sequential::forward(Device& dev, const Tensor& in, bool training) {
   return x;
 }
 
-Tensor Sequential::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) {
+Tensor Sequential::backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) {
   const auto& kids = children();
   // Without an input gradient, children before the first one with parameters need no backward.
   // Found once (has_params walks the subtree's declarations), not every step.

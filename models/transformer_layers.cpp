@@ -35,7 +35,7 @@ class LayerNorm final : public Module {
                       values_[0].buf(), values_[1].buf(), rows, c_, eps_);
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t rows = input_.numel() / c_;
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
@@ -62,7 +62,7 @@ class Gelu final : public Module {
     gelu_forward(dev.exec(), out.buf(), in.buf(), in.numel());
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
     Tensor grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
     gelu_backward(dev.exec(), grad_in.buf(), grad_out.buf(), input_.buf(), grad_out.numel());
     input_ = Tensor();
@@ -100,7 +100,7 @@ class Embedding final : public Module {
     embedding_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), in.numel(), v_, c_);
     return out;
   }
-  Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     if (need_grad_in) throw RuntimeError(describe() + ": token ids have no gradient (it must be the first module)");
     embedding_backward(dev.exec(), grads_[0].buf(), grad_out.buf(), ids_.buf(), ids_.numel(), v_, c_);
     ids_ = Tensor();

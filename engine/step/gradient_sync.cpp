@@ -1,9 +1,16 @@
 #include "engine/step/gradient_sync.hpp"
 
 #include "engine/comm.hpp"
+#include "engine/error.hpp"
 #include "kernels/ops/memory.hpp"
 
 namespace dp {
+
+SyncMode parse_sync_mode(const std::string& text) {
+  if (text == "reduce") return SyncMode::Reduce;
+  if (text == "allreduce") return SyncMode::AllReduce;
+  throw UsageError("--sync '" + text + "': expected reduce (DataParallel's) or allreduce (DistributedDataParallel's)");
+}
 
 namespace {
 

@@ -186,7 +186,7 @@ int run_demo(const DemoOptions& o) {
   const ModelDef& model = setup.model;
   DeviceSet& devices = *setup.devices;
   const OptimizerConfig sgd = profiling_optimizer(setup);
-  DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss);
+  DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss, setup.sync);
   std::unique_ptr<Tracer> tracer;
   if (!o.trace.empty()) {
     tracer = std::make_unique<Tracer>();

@@ -44,7 +44,7 @@ int run_memprof(const MemprofOptions& o) {
   int completed = 0;
   nlohmann::json report;
   {
-    DataParallel dp(devices, setup.model, setup.split, sgd, o.seed, setup.loss);
+    DataParallel dp(devices, setup.model, setup.split, sgd, o.seed, setup.loss, setup.sync);
     std::unique_ptr<Tracer> tracer;
     if (!o.trace.empty()) {
       tracer = std::make_unique<Tracer>();

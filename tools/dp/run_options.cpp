@@ -50,6 +50,11 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->capture_default_str();
   cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
       ->capture_default_str();
+  cmd->add_option("--sync", o.sync,
+                  "reduce (DataParallel's: gradients summed on device 0) or allreduce (resident replicas, buckets "
+                  "all-reduced during backward, every device updating its own copy)")
+      ->capture_default_str();
+  cmd->add_option("--bucket-mb", o.bucket_mb, "allreduce: gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "sgd or adamw (torch.optim semantics; state on device 0; gpt's default: adamw)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(seed_value());
@@ -75,6 +80,7 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o) {
   if (cmd->count("--batch") == 0 && o.model == "gpt" && o.batch == RunOptions{}.batch) o.batch = 32;
   o.generated_size_given = cmd->count("--generated-size") > 0;
   o.optimizer_given = cmd->count("--optimizer") > 0;
+  o.loss_given = cmd->count("--loss") > 0;
   for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab"})
     if (cmd->count(flag) > 0) o.gpt_flags_given = true;
 }
@@ -97,6 +103,15 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   }
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);
+  r.sync.mode = parse_sync_mode(o.sync);
+  if (!(o.bucket_mb > 0) || o.bucket_mb > 65536) throw UsageError("--bucket-mb must be > 0 (MiB)");
+  r.sync.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
+  if (r.sync.mode == SyncMode::AllReduce) {
+    if (o.loss_given && r.loss == LossMode::Gathered)
+      throw UsageError("--sync allreduce computes the loss in each replica; --loss gathered gathers logits on "
+                       "device 0, which only --sync reduce does");
+    r.loss = LossMode::InReplica;
+  }
   // A GPT trains with AdamW unless told otherwise (SGD barely moves it), so its profile has AdamW's state.
   r.optimizer = parse_optimizer(r.model.language_model() && !o.optimizer_given ? "adamw" : o.optimizer);
   if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");

@@ -20,6 +20,8 @@ struct RunOptions {
   int64_t batch = 128;
   std::string split = "even";
   std::string loss = "gathered";
+  std::string sync = "reduce";  // or allreduce (DistributedDataParallel's shape)
+  double bucket_mb = 25;
   std::string optimizer = "sgd";  // its state is device 0's: memprof and demo show it too (gpt: adamw)
   uint64_t seed = 0;
   int threads_per_device = 1;
@@ -27,7 +29,7 @@ struct RunOptions {
   std::string device_memory;  // a capacity per device, "" = unlimited
   bool tf32 = false;          // CUDA: TF32 tensor cores for GEMMs and convolutions
   int64_t generated_train = 24000, generated_test = 4000;
-  bool generated_size_given = false, optimizer_given = false;
+  bool generated_size_given = false, optimizer_given = false, loss_given = false;
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
   bool gpt_flags_given = false;
@@ -51,6 +53,7 @@ struct RunSetup {
   std::unique_ptr<DeviceSet> devices;
   SplitPolicy split;
   LossMode loss = LossMode::Gathered;
+  SyncOptions sync;
   OptimizerConfig::Kind optimizer = OptimizerConfig::Kind::Sgd;
   int64_t capacity = 0;
 };

@@ -134,7 +134,7 @@ int run_train(const TrainOptions& o) {
   const std::vector<int32_t> prompt = o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes)
                                                    : std::vector<int32_t>{};
 
-  DataParallel dp(devices, model, split, opt, o.seed, setup.loss);
+  DataParallel dp(devices, model, split, opt, o.seed, setup.loss, setup.sync);
   dp.set_clip_grad_norm(o.clip_grad_norm);
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);

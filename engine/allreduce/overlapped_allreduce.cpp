@@ -1,0 +1,106 @@
+#include "engine/allreduce/overlapped_allreduce.hpp"
+
+#include <string>
+
+#include "engine/error.hpp"
+
+namespace dp {
+
+OverlappedAllReduce::OverlappedAllReduce(int devices, std::vector<GradBucket> buckets)
+    : n_(devices), buckets_(std::move(buckets)), barrier_(devices), done_step_(static_cast<size_t>(devices), 0) {
+  int leaves = 0;
+  for (const auto& b : buckets_)
+    for (int l : b.leaves) leaves = std::max(leaves, l + 1);
+  buckets_of_leaf_.resize(static_cast<size_t>(leaves));
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    for (int l : buckets_[k].leaves) buckets_of_leaf_[static_cast<size_t>(l)].push_back(static_cast<int>(k));
+  pending_.assign(static_cast<size_t>(n_), std::vector<int>(buckets_.size(), 0));
+  for (int d = 0; d < n_; ++d) threads_.emplace_back([this, d] { run(d); });
+}
+
+OverlappedAllReduce::~OverlappedAllReduce() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  barrier_.abort();
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void OverlappedAllReduce::begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward) {
+  std::lock_guard lock(mutex_);
+  grads_ = std::move(grads);
+  for (int d = 0; d < n_; ++d)
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      pending_[d][k] = runs_backward[static_cast<size_t>(d)] ? static_cast<int>(buckets_[k].leaves.size()) : 0;
+  error_ = nullptr;
+  barrier_.reset();
+  ++step_;
+  cv_.notify_all();
+}
+
+void OverlappedAllReduce::module_done(int device, int leaf) {
+  if (leaf < 0 || leaf >= static_cast<int>(buckets_of_leaf_.size())) return;
+  std::lock_guard lock(mutex_);
+  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)]) --pending_[device][k];
+  cv_.notify_all();
+}
+
+void OverlappedAllReduce::finish_step(bool failed) {
+  if (failed) barrier_.abort();
+  std::unique_lock lock(mutex_);
+  if (failed) {
+    // A device will never report its remaining modules: release the threads waiting for them.
+    for (auto& per_device : pending_) std::fill(per_device.begin(), per_device.end(), 0);
+    cv_.notify_all();
+  }
+  cv_.wait(lock, [&] {
+    for (uint64_t s : done_step_)
+      if (s != step_) return false;
+    return true;
+  });
+  if (error_ && !failed) std::rethrow_exception(error_);
+}
+
+void OverlappedAllReduce::run(int device) {
+  uint64_t seen = 0;
+  for (;;) {
+    std::vector<float*> grads;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || step_ != seen; });
+      if (stopping_) return;
+      seen = step_;
+      grads = grads_;
+    }
+    bool ok = true;
+    for (size_t k = 0; k < buckets_.size() && ok; ++k) {
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || pending_[device][k] <= 0; });
+        if (stopping_) return;
+      }
+      const GradBucket& b = buckets_[k];
+      std::vector<float*> views(grads.size());
+      for (size_t d = 0; d < grads.size(); ++d) views[d] = grads[d] + b.begin;
+      const double t0 = tracer_ ? tracer_->now_us() : 0;
+      try {
+        ok = ring_allreduce_rank(views, b.end - b.begin, device, barrier_);
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+        barrier_.abort();
+        ok = false;
+      }
+      if (tracer_)
+        tracer_->slice(device, "all-reduce bucket " + std::to_string(k) + " (" + std::to_string((b.end - b.begin) * 4) +
+                                   " bytes)", "allreduce", t0, tracer_->now_us(), (b.end - b.begin) * 4);
+    }
+    std::lock_guard lock(mutex_);
+    done_step_[static_cast<size_t>(device)] = seen;
+    cv_.notify_all();
+  }
+}
+
+}  // namespace dp

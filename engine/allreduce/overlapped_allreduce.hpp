@@ -1,0 +1,62 @@
+// All-reduce of resident replicas' gradients in buckets, while backward is still running (what
+// DistributedDataParallel's reducer does): each device has a communication thread beside its
+// stream; when every module of bucket k has run backward on a device (Module's after-backward
+// hook calls module_done), that device's thread takes part in bucket k's ring all-reduce
+// (engine/allreduce/ring.hpp) with the others, while its stream goes on with backward. Buckets
+// are reduced in order, the same on every device, so the rings always meet.
+//
+// In place on the flat gradient arrays: no bucket copies. Host devices (one process); CUDA and
+// other processes take other transports (the NCCL and MPI parts).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/allreduce/buckets.hpp"
+#include "engine/allreduce/ring.hpp"
+#include "engine/trace.hpp"
+
+namespace dp {
+
+class OverlappedAllReduce {
+ public:
+  OverlappedAllReduce(int devices, std::vector<GradBucket> buckets);
+  ~OverlappedAllReduce();
+  OverlappedAllReduce(const OverlappedAllReduce&) = delete;
+  OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
+
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+
+  // Before backward: every device's flat gradient array. A device that runs no backward this
+  // step (no samples) must have zeroed its gradients: all its buckets count as ready.
+  void begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward);
+  // From device d's backward: module `leaf` (StateEntry::leaf) has final gradients there.
+  void module_done(int device, int leaf);
+  // After every backward has ended: waits for the last bucket; rethrows a failure. With
+  // `failed`, a backward did not finish: the rings are abandoned instead of awaited.
+  void finish_step(bool failed = false);
+
+ private:
+  void run(int device);
+  int n_;
+  std::vector<GradBucket> buckets_;
+  std::vector<std::vector<int>> buckets_of_leaf_;
+  Tracer* tracer_ = nullptr;
+  RingBarrier barrier_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<float*> grads_;
+  std::vector<std::vector<int>> pending_;  // [device][bucket]: modules still to run backward
+  uint64_t step_ = 0;                      // begin_step count; threads run each step once
+  std::vector<uint64_t> done_step_;        // per device: the last step its thread finished
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace dp

@@ -1,0 +1,38 @@
+// The ring all-reduce (reduce-scatter, then all-gather) of N equal-sized float buffers held by N
+// participants, each running ring_allreduce_rank on its own thread: 2(N−1) steps, each moving
+// 1/N of the buffer from every participant to the next one, so each sends 2(N−1)/N of the data
+// whatever N is (NCCL's and Horovod's algorithm). The buffers are summed in place: afterwards
+// every buffer holds the same sum (bitwise: the all-gather copies each reduced chunk).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace dp {
+
+// A barrier that can be aborted: waiters then return false (a participant failed; the others
+// must not wait for it forever).
+class RingBarrier {
+ public:
+  explicit RingBarrier(int participants) : n_(participants) {}
+  bool arrive_and_wait();  // false once aborted
+  void abort();
+  void reset();  // clear an abort, for the next step (no one may be waiting)
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int n_, arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool aborted_ = false;
+};
+
+// [begin, end) of piece `k` of n floats cut into `parts` nearly equal pieces.
+std::pair<int64_t, int64_t> ring_piece(int64_t n, int parts, int k);
+
+// Participant `rank`'s part of the all-reduce of buffers[0..N) (each `count` floats), in place;
+// every participant calls it with the same buffers, count and barrier. False if aborted.
+bool ring_allreduce_rank(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier);
+
+}  // namespace dp

@@ -1,0 +1,147 @@
+// --sync allreduce: the step in DistributedDataParallel's shape, phase by phase (the faithful
+// DataParallel step is engine/data_parallel.cpp). Replicas stay resident: device r keeps its own
+// parameters, gradients, buffers and optimizer state from one step to the next, all equal to
+// device 0's, because every device applies the same update to the same all-reduced gradients.
+#include <cmath>
+
+#include "engine/comm.hpp"
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
+
+namespace dp {
+
+void DataParallel::make_resident_replicas(const OptimizerConfig& optimizer) {
+  const int n = devices_.size();
+  const ModelLayout& lay = layout();
+  resident_params_.resize(static_cast<size_t>(n));
+  resident_grads_.resize(static_cast<size_t>(n));
+  resident_buffers_.resize(static_cast<size_t>(n));
+  replica_optimizers_.resize(static_cast<size_t>(n));
+  for (int r = 1; r < n; ++r) {
+    Device& dev = devices_[r];
+    resident_params_[r] = Tensor::empty(dev, {lay.parameter_count}, MemCategory::Parameters);
+    resident_grads_[r] = Tensor::zeros(dev, {lay.parameter_count}, MemCategory::Gradients);
+    resident_buffers_[r] = Tensor::empty(dev, {lay.buffer_count}, MemCategory::Parameters);
+    replica_optimizers_[r] = make_optimizer(optimizer);
+  }
+  allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, sync_.bucket_bytes));
+  for (int r = 0; r < n; ++r)
+    nets_[r]->on_module_backward([this, r](int leaf) { allreduce_->module_done(r, leaf); });
+}
+
+void DataParallel::copy_master_to_replicas() {
+  if (sync_.mode != SyncMode::AllReduce) return;
+  for (int r = 1; r < devices_.size(); ++r) {
+    copy_async(resident_params_[r], params_);
+    copy_async(resident_buffers_[r], buffers_);
+  }
+  devices_.synchronize();
+}
+
+// 1. load: each device receives its own chunk straight from the host (no staging on device 0).
+void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
+  const size_t in_bytes = static_cast<size_t>(numel(model_.input_shape)) * dtype_size(model_.input_dtype);
+  const size_t target_bytes = static_cast<size_t>(model_.targets_per_sample()) * sizeof(int32_t);
+  int64_t first = 0;
+  for (int d = 0; d < devices_.size(); ++d) {
+    const int64_t rows = s.chunks[static_cast<size_t>(d)];
+    if (rows == 0) continue;
+    Device& dev = devices_[d];
+    Shape in_shape = model_.input_shape, target_shape = model_.target_shape;
+    in_shape.insert(in_shape.begin(), rows);
+    target_shape.insert(target_shape.begin(), rows);
+    s.inputs[d] = Tensor::empty(dev, in_shape, MemCategory::Inputs, model_.input_dtype);
+    s.targets[d] = Tensor::empty(dev, target_shape, MemCategory::Inputs, DType::I32);
+    const char* in = static_cast<const char*>(input) + static_cast<size_t>(first) * in_bytes;
+    const char* tg = reinterpret_cast<const char*>(targets) + static_cast<size_t>(first) * target_bytes;
+    Tensor x = s.inputs[d], y = s.targets[d];
+    dev.stream().enqueue(
+        [x, y, in, tg, &dev] {
+          upload(dev.exec(), x.data<char>(), in, x.bytes());
+          upload(dev.exec(), y.data<char>(), tg, y.bytes());
+        },
+        dev.stream().label([&] {
+          return TaskLabel{"load host -> " + dev.name() + " " + shape_str(x.shape()), "copy", -1,
+                           static_cast<int64_t>(x.bytes() + y.bytes())};
+        }));
+    r.upload_bytes += static_cast<int64_t>(s.inputs[d].bytes() + s.targets[d].bytes());
+    first += rows;
+  }
+  devices_.synchronize();
+}
+
+// 3. replicate: nothing to copy but device 0's buffers (BatchNorm's running statistics), as
+// DDP's broadcast_buffers does before each forward; the parameters are already everywhere.
+void DataParallel::broadcast_buffers(StepState& s) {
+  for (int r = 0; r < devices_.size(); ++r) {
+    s.params[r] = r == 0 ? params_ : resident_params_[r];
+    s.buffers[r] = r == 0 ? buffers_ : resident_buffers_[r];
+    if (r > 0) s.grads[r] = resident_grads_[r];
+    if (r > 0 && buffers_.numel() > 0) copy_async(resident_buffers_[r], buffers_);
+  }
+  devices_.synchronize();
+}
+
+// 7. backward on every replica; each bucket's all-reduce starts as soon as its last module has
+// run backward on every device, while the streams go on with the modules before it.
+void DataParallel::backward_overlapped(StepState& s) {
+  const int n = devices_.size();
+  std::vector<float*> grads(static_cast<size_t>(n));
+  std::vector<bool> runs(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    grads[r] = r == 0 ? grads_.data() : resident_grads_[r].data();
+    runs[r] = s.chunks[static_cast<size_t>(r)] > 0;
+    if (!runs[r]) {  // no samples: it adds zeros to the sum
+      const Tensor g = r == 0 ? grads_ : resident_grads_[r];
+      devices_[r].stream().enqueue([g, &dev = devices_[r]] { zero(dev.exec(), g.data(), g.bytes()); },
+                                   {"zero gradients (no samples)", "backward"});
+    }
+  }
+  devices_.synchronize();
+  loss_->distribute_gradient(s);
+  allreduce_->begin_step(grads, runs);
+  for (int r : s.active) {
+    Stream& stream = s.devices[r]->stream();
+    stream.enqueue(
+        [this, r, &s] {
+          nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
+          s.grad_outputs[r] = Tensor();
+        },
+        stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
+  }
+  try {
+    join_replicas(s.active);
+  } catch (...) {
+    allreduce_->finish_step(true);  // a replica stopped part-way: its buckets never come
+    throw;
+  }
+}
+
+// 8. reduce: wait for the buckets still in flight when backward ended.
+void DataParallel::finish_allreduce(StepState&) { allreduce_->finish_step(); }
+
+// 9. update: every device applies the same update to its own copy (clipping by the same norm).
+void DataParallel::update_everywhere(StepState&, StepResult& r) {
+  r.lr = lr_;
+  for (int d = 0; d < devices_.size(); ++d) {
+    Device& dev = devices_[d];
+    const Tensor params = d == 0 ? params_ : resident_params_[d];
+    const Tensor grads = d == 0 ? grads_ : resident_grads_[d];
+    if (clip_ > 0 || (report_norm_ && d == 0)) {
+      dev.stream().enqueue(
+          [this, &dev, grads, &r, d] {
+            const double norm = std::sqrt(sum_squares(dev.exec(), grads.buf(), grads.numel()));
+            if (d == 0) r.grad_norm = norm;
+            const double coef = clip_ / (norm + 1e-6);
+            if (clip_ > 0 && coef < 1) scale(dev.exec(), grads.buf(), static_cast<float>(coef), grads.numel());
+          },
+          dev.stream().label([&] { return TaskLabel{clip_ > 0 ? "gradient norm and clipping" : "gradient norm", "update"}; }));
+    }
+    (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(params, grads, static_cast<float>(lr_));
+  }
+  devices_.synchronize();
+}
+
+}  // namespace dp

@@ -1,0 +1,241 @@
+// --sync allreduce: the ring against a serial sum, the bucket plan, buckets reported out of order,
+// and the whole step against the faithful DataParallel step (same weights to float tolerance),
+// BatchNorm and idle devices included; every device's copy equal to device 0's; memory even.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "engine/allreduce/buckets.hpp"
+#include "engine/allreduce/overlapped_allreduce.hpp"
+#include "engine/allreduce/ring.hpp"
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+TEST_CASE("the ring all-reduce on 1..8 participants and odd sizes equals a serial sum, the same everywhere") {
+  for (int n = 1; n <= 8; ++n)
+    for (int64_t count : {1, 2, 7, 13, 64, 1001}) {
+      CAPTURE(n);
+      CAPTURE(count);
+      std::vector<std::vector<float>> data(static_cast<size_t>(n));
+      std::vector<double> want(static_cast<size_t>(count), 0.0);
+      for (int r = 0; r < n; ++r) {
+        data[r] = random_vector(static_cast<size_t>(count), 100 + static_cast<uint64_t>(r));
+        for (int64_t i = 0; i < count; ++i) want[i] += data[r][i];
+      }
+      std::vector<float*> bufs;
+      for (auto& d : data) bufs.push_back(d.data());
+      RingBarrier barrier(n);
+      std::vector<std::thread> threads;
+      std::vector<int> ok(static_cast<size_t>(n), 0);
+      for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] { ok[r] = ring_allreduce_rank(bufs, count, r, barrier); });
+      for (auto& t : threads) t.join();
+      CHECK(std::all_of(ok.begin(), ok.end(), [](int v) { return v == 1; }));
+      double worst = 0;
+      for (int64_t i = 0; i < count; ++i) worst = std::max(worst, std::abs(data[0][i] - want[i]));
+      CHECK(worst < 1e-5);
+      for (int r = 1; r < n; ++r) CHECK(data[r] == data[0]);  // bitwise: the all-gather copies
+    }
+}
+
+TEST_CASE("ring pieces cover the buffer; an aborted barrier releases its waiters") {
+  for (int parts = 1; parts <= 8; ++parts) {
+    int64_t next = 0;
+    for (int k = 0; k < parts; ++k) {
+      const auto [b, e] = ring_piece(13, parts, k);
+      CHECK(b == next);
+      CHECK(e >= b);
+      next = e;
+    }
+    CHECK(next == 13);
+  }
+  RingBarrier barrier(2);
+  bool released = true;
+  std::thread waiter([&] { released = barrier.arrive_and_wait(); });
+  barrier.abort();
+  waiter.join();
+  CHECK_FALSE(released);
+}
+
+TEST_CASE("buckets: from the end of the gradients backwards, edges inside tensors, each with its modules") {
+  const ModelLayout lay = ModelLayout::of(find_model("mlp"));  // 784x512, 512, 512x256, 256, 256x10, 10
+  const auto buckets = plan_buckets(lay, 1 << 20);             // 262144 floats each
+  REQUIRE(buckets.size() == static_cast<size_t>((lay.parameter_count + 262143) / 262144));
+  CHECK(buckets.front().end == lay.parameter_count);
+  CHECK(buckets.back().begin == 0);
+  for (size_t k = 1; k < buckets.size(); ++k) CHECK(buckets[k].end == buckets[k - 1].begin);
+  // The last bucket holds the output layers first: modules 2 (Linear 512-256) and 3 ... (leaf
+  // indices are the param modules in order: 0 = Linear 784-512, 1 = 512-256, 2 = 256-10).
+  CHECK(std::find(buckets.front().leaves.begin(), buckets.front().leaves.end(), 2) != buckets.front().leaves.end());
+  // Linear 784-512's weight (401408 floats, from offset 0) spans all three buckets of 262144: each
+  // lists module 0.
+  int holding_first = 0;
+  for (const auto& b : buckets) holding_first += std::count(b.leaves.begin(), b.leaves.end(), 0);
+  CHECK(buckets.size() == 3);
+  CHECK(holding_first == 3);
+}
+
+TEST_CASE("overlapped all-reduce: modules reported in any order, idle devices, several steps") {
+  const ModelLayout lay = ModelLayout::of(find_model("mlp"));
+  const int n = 3;
+  OverlappedAllReduce ar(n, plan_buckets(lay, 256 << 10));
+  for (int step = 0; step < 3; ++step) {
+    std::vector<std::vector<float>> g(n);
+    std::vector<double> want(static_cast<size_t>(lay.parameter_count), 0.0);
+    const std::vector<bool> runs{step != 1, true, true};  // device 0 idle in step 1
+    for (int r = 0; r < n; ++r) {
+      g[r] = runs[r] ? random_vector(static_cast<size_t>(lay.parameter_count), 10 * step + r)
+                     : std::vector<float>(static_cast<size_t>(lay.parameter_count), 0.f);
+      for (size_t i = 0; i < want.size(); ++i) want[i] += g[r][i];
+    }
+    ar.begin_step({g[0].data(), g[1].data(), g[2].data()}, runs);
+    std::vector<std::thread> backward;
+    for (int r = 0; r < n; ++r) {
+      if (!runs[r]) continue;
+      backward.emplace_back([&, r] {
+        std::vector<int> order{2, 1, 0};
+        std::mt19937 rng(static_cast<unsigned>(step * 7 + r));
+        std::shuffle(order.begin(), order.end(), rng);  // out of order: a bucket waits for all its modules
+        for (int leaf : order) ar.module_done(r, leaf);
+      });
+    }
+    for (auto& t : backward) t.join();
+    ar.finish_step();
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(g[0][i] - want[i]));
+    CHECK(worst < 1e-5);
+    CHECK(g[1] == g[0]);
+    CHECK(g[2] == g[0]);
+  }
+  // A backward that stopped part-way: finish_step(true) returns instead of waiting forever.
+  std::vector<std::vector<float>> g(n, std::vector<float>(static_cast<size_t>(lay.parameter_count), 1.f));
+  ar.begin_step({g[0].data(), g[1].data(), g[2].data()}, {true, true, true});
+  ar.module_done(0, 2);
+  ar.finish_step(true);
+}
+
+namespace {
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<float> params, buffers;
+  std::vector<std::vector<float>> replica_params;  // allreduce: every device's own copy
+};
+
+Trained train(const ModelDef& model, int n, const std::string& split, int64_t batch, SyncMode sync,
+              OptimizerConfig opt, double clip = 0, int steps = 3, int64_t bucket_bytes = 64 << 10) {
+  auto devs = host_devices(n);
+  DataParallel dp(devs, model, parse_split(split, n, batch), opt, 5, LossMode::InReplica, {sync, bucket_bytes});
+  dp.set_clip_grad_norm(clip);
+  Trained t;
+  for (int s = 0; s < steps; ++s) {
+    if (model.language_model()) {
+      std::vector<int32_t> x(static_cast<size_t>(batch * model.input_shape[0])), y(x.size());
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = static_cast<int32_t>((i * 13 + s) % model.classes), y[i] = static_cast<int32_t>((i * 5 + s) % model.classes);
+      t.losses.push_back(dp.step(x.data(), y.data(), batch).loss);
+    } else {
+      const auto x = random_vector(static_cast<size_t>(batch * numel(model.input_shape)), 40 + s);
+      std::vector<int32_t> y(static_cast<size_t>(batch));
+      for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 3 + s) % 10);
+      t.losses.push_back(dp.step(x.data(), y.data(), batch).loss);
+    }
+  }
+  t.params = dp.parameters();
+  t.buffers = dp.buffers();
+  return t;
+}
+
+void check_close(const std::vector<float>& a, const std::vector<float>& b, double tol) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
+  CHECK(worst <= tol);
+}
+
+OptimizerConfig sgd() {
+  OptimizerConfig c;
+  c.sgd.lr = 0.05f;
+  c.sgd.momentum = 0.9f;
+  return c;
+}
+OptimizerConfig adamw() {
+  OptimizerConfig c;
+  c.kind = OptimizerConfig::Kind::AdamW;
+  c.sgd.lr = 0.003f;
+  c.sgd.weight_decay = 0.01f;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("--sync allreduce trains exactly as the faithful step (mlp, convnet with BatchNorm, a GPT)") {
+  GptConfig cfg;
+  cfg.vocab = 29, cfg.context = 6, cfg.layers = 1, cfg.heads = 2, cfg.dim = 8;
+  const ModelDef gpt = gpt_model(cfg);
+  struct Case {
+    const ModelDef* model;
+    int n;
+    std::string split;
+    int64_t batch;
+    OptimizerConfig opt;
+    double clip;
+  };
+  const std::vector<Case> cases = {
+      {&find_model("mlp"), 4, "even", 30, sgd(), 0},
+      {&find_model("mlp"), 3, "chunks:2,21,7", 30, adamw(), 0.5},
+      {&find_model("mlp"), 3, "gpu0:0", 12, sgd(), 0},  // device 0 computes nothing, still all-reduces
+      {&find_model("mlp"), 4, "even", 2, sgd(), 0},     // fewer samples than devices
+      // BatchNorm: each replica normalises its chunk; device 0's running statistics are broadcast
+      // before each forward, as only replica 0's survive in DataParallel.
+      {&find_model("convnet"), 3, "chunks:5,9,4", 18, sgd(), 0},
+      {&gpt, 3, "even", 7, adamw(), 1.0},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.model->name);
+    CAPTURE(c.split);
+    const Trained faithful = train(*c.model, c.n, c.split, c.batch, SyncMode::Reduce, c.opt, c.clip);
+    const Trained ring = train(*c.model, c.n, c.split, c.batch, SyncMode::AllReduce, c.opt, c.clip);
+    for (size_t s = 0; s < faithful.losses.size(); ++s)
+      CHECK(ring.losses[s] == doctest::Approx(faithful.losses[s]).epsilon(1e-5));
+    check_close(ring.params, faithful.params, 2e-5);
+    check_close(ring.buffers, faithful.buffers, 2e-5);
+  }
+}
+
+TEST_CASE("allreduce: every device's resident copy stays equal to device 0's; memory is even") {
+  const int n = 4;
+  auto devs = host_devices(n);
+  const ModelDef& mlp = find_model("mlp");
+  DataParallel dp(devs, mlp, parse_split("chunks:3,9,6,6", n, 24), adamw(), 1, LossMode::InReplica,
+                  {SyncMode::AllReduce, 100 << 10});
+  for (int s = 0; s < 3; ++s) {
+    const auto x = random_vector(24 * 784, 70 + s);
+    std::vector<int32_t> y(24, 3);
+    dp.step(x.data(), y.data(), 24);
+  }
+  // Every device holds parameters, gradients, optimizer state of the same sizes: no hotspot.
+  std::vector<int64_t> params_bytes, optimizer_bytes;
+  for (int i = 0; i < n; ++i) {
+    const auto st = devs[i].allocator().stats();
+    params_bytes.push_back(st.in_use_by_category[static_cast<int>(MemCategory::Parameters)]);
+    optimizer_bytes.push_back(st.in_use_by_category[static_cast<int>(MemCategory::Optimizer)]);
+  }
+  CHECK(std::all_of(params_bytes.begin(), params_bytes.end(), [&](int64_t b) { return b == params_bytes[0]; }));
+  CHECK(std::all_of(optimizer_bytes.begin(), optimizer_bytes.end(), [&](int64_t b) { return b == optimizer_bytes[0] && b > 0; }));
+  int64_t largest_other = 0;
+  for (int i = 1; i < n; ++i) largest_other = std::max(largest_other, devs[i].allocator().stats().peak);
+  CHECK(static_cast<double>(devs[0].allocator().stats().peak) <= 1.05 * static_cast<double>(largest_other));
+  CHECK_THROWS_AS(DataParallel(devs, mlp, parse_split("balance-memory", n, 24), sgd(), 1, LossMode::InReplica,
+                               {SyncMode::AllReduce, 1 << 20}),
+                  UsageError);
+  CHECK_THROWS_WITH_AS(parse_sync_mode("ring"), doctest::Contains("expected reduce"), UsageError);
+}
