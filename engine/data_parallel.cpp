@@ -64,10 +64,15 @@ std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const { return spl
 void DataParallel::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   devices_.set_tracer(tracer);
+  if (allreduce_) allreduce_->set_tracer(tracer);
   if (!tracer) return;
   tracer->set_track_name(Tracer::kHostTrack, "host: step phases");
   for (int i = 0; i < devices_.size(); ++i)
     tracer->set_track_name(i, "device " + std::to_string(i) + " (" + devices_[i].name() + ") stream");
+  if (allreduce_) {
+    for (int i = 0; i < devices_.size(); ++i)
+      tracer->set_track_name(OverlappedAllReduce::kTraceTrack + i, "device " + std::to_string(i) + " all-reduce");
+  }
 }
 
 void DataParallel::join_replicas(const std::vector<int>& replicas) {

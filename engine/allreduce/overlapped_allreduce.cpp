@@ -94,7 +94,7 @@ void OverlappedAllReduce::run(int device) {
         ok = false;
       }
       if (tracer_)
-        tracer_->slice(device, "all-reduce bucket " + std::to_string(k) + " (" + std::to_string((b.end - b.begin) * 4) +
+        tracer_->slice(kTraceTrack + device, "all-reduce bucket " + std::to_string(k) + " (" + std::to_string((b.end - b.begin) * 4) +
                                    " bytes)", "allreduce", t0, tracer_->now_us(), (b.end - b.begin) * 4);
     }
     std::lock_guard lock(mutex_);

@@ -30,6 +30,8 @@ class OverlappedAllReduce {
   OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
+  // Bucket slices go on trace track kTraceTrack + device, beside that device's stream.
+  static constexpr int kTraceTrack = 1000;
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
 
   // Before backward: every device's flat gradient array. A device that runs no backward this

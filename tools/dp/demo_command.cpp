@@ -58,6 +58,44 @@ std::string join_sizes(const std::vector<int64_t>& v) {
   return os.str();
 }
 
+// --sync allreduce: the phases that differ from DataParallel's, with the ring's bytes beside the
+// ones device 0 would receive in DataParallel's reduce.
+void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const StepResult& r,
+                    const std::vector<int>& active) {
+  const int n = static_cast<int>(r.chunks.size());
+  const ModelDef& m = dp.model();
+  const int64_t P = dp.layout().parameter_count, bytes = P * 4;
+  auto& load = s[static_cast<int>(Phase::Load)];
+  load.text = "--sync allreduce (DistributedDataParallel's shape): each device receives its own chunk straight from "
+              "host memory; nothing is staged on device 0.";
+  load.tensors.clear();
+  for (int i : active) load.tensors.push_back({"chunk " + std::to_string(i), with_batch(r.chunks[i], m.input_shape), i});
+  s[static_cast<int>(Phase::Scatter)] = {"Nothing to scatter: every device loaded its chunk itself.", {}};
+  s[static_cast<int>(Phase::Replicate)] = {
+      "Nothing to replicate: the replicas stay resident from step to step, equal because every device applies the "
+      "same update. Only device 0's buffers (BatchNorm's running statistics) are broadcast before forward, as DDP's "
+      "broadcast_buffers does.",
+      {}};
+  auto& bw = s[static_cast<int>(Phase::Backward)];
+  bw.text += " The gradients are cut into buckets (--bucket-mb) from the last layer backwards; as soon as every "
+             "module of a bucket has run backward on every device, that bucket's ring all-reduce starts on the "
+             "devices' communication threads while backward goes on with earlier layers (see the trace).";
+  std::ostringstream re;
+  re << "The ring all-reduce (reduce-scatter, then all-gather) leaves every device with the sum of all replicas' "
+     << "gradients: each device sends 2(N-1)/N of them, " << format_bytes(n > 1 ? 2 * (n - 1) * bytes / n : 0)
+     << " here, whatever N is; DataParallel's reduce makes device 0 receive "
+     << format_bytes(static_cast<int64_t>(active.size() > 0 ? active.size() - 1 : 0) * bytes)
+     << " (every other replica's gradients). This phase only waits for the buckets still in flight when backward "
+     << "ended.";
+  s[static_cast<int>(Phase::Reduce)] = {re.str(), {}};
+  for (int i = 0; i < n; ++i) s[static_cast<int>(Phase::Reduce)].tensors.push_back({"gradients (all-reduced)", {P}, i});
+  auto& up = s[static_cast<int>(Phase::Update)];
+  up.text = "Every device runs the optimizer on its own copy with its own state: the same update everywhere, so "
+            "no device holds more than another (no GPU0 hotspot), and nothing is broadcast next step.";
+  up.tensors.clear();
+  for (int i = 0; i < n; ++i) up.tensors.push_back({"parameters and optimizer state", {P}, i});
+}
+
 std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const std::string& split_text) {
   const int n = static_cast<int>(r.chunks.size());
   const ModelDef& m = dp.model();
@@ -142,6 +180,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   up.text = "SGD updates the master parameters on device 0. The optimizer state (momentum) lives on device 0 only; "
             "the next step replicates the new parameters again.";
   up.tensors = {{"parameters", {P}, 0}, {"momentum", {P}, 0}};
+  if (dp.sync_mode() == SyncMode::AllReduce) tell_allreduce(s, dp, r, active);
   return s;
 }
 
@@ -151,9 +190,12 @@ struct Transfer {
   int64_t bytes;
 };
 
-std::vector<Transfer> transfers_of(const StepResult& r, Phase p, int n) {
+std::vector<Transfer> transfers_of(const StepResult& r, Phase p, int n, bool allreduce) {
   std::vector<Transfer> out;
-  if (p == Phase::Load) out.push_back({-1, 0, r.upload_bytes});
+  if (p == Phase::Load && !allreduce) out.push_back({-1, 0, r.upload_bytes});
+  if (p == Phase::Load && allreduce)  // each device's chunk, in proportion to its samples
+    for (int i = 0; i < n; ++i)
+      if (r.chunks[i] > 0) out.push_back({-1, i, r.upload_bytes * r.chunks[i] / r.batch});
   const auto& moved = r.link_bytes[static_cast<int>(p)];
   for (int src = 0; src < n; ++src)
     for (int dst = 0; dst < n; ++dst)
@@ -210,7 +252,7 @@ int run_demo(const DemoOptions& o) {
     if (step == 1) std::printf("  %s\n\n", device_row(n, r.chunks).c_str());
     for (int p = 0; p < kNumPhases; ++p) {
       const Phase ph = static_cast<Phase>(p);
-      const auto moved = transfers_of(r, ph, n);
+      const auto moved = transfers_of(r, ph, n, dp.sync_mode() == SyncMode::AllReduce);
       nlohmann::json transfers = nlohmann::json::array();
       for (const auto& t : moved)
         transfers.push_back({{"from", t.from < 0 ? nlohmann::json("host") : nlohmann::json(t.from)},
@@ -252,10 +294,15 @@ int run_demo(const DemoOptions& o) {
   }
   if (largest_other_peak(devices) > 0) {
     const double excess = gpu0_excess(devices);
-    std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
-                "  gradients, the optimizer state, the gathered outputs and their gradient, the loss and the\n"
-                "  reduce buffers, on top of its own replica's share.\n",
-                excess);
+    if (dp.sync_mode() == SyncMode::AllReduce)
+      std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. Every device holds the same\n"
+                  "  parameters, gradients and optimizer state, and its own chunk's activations.\n",
+                  excess);
+    else
+      std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
+                  "  gradients, the optimizer state, the gathered outputs and their gradient, the loss and the\n"
+                  "  reduce buffers, on top of its own replica's share.\n",
+                  excess);
     report["gpu0_excess"] = excess;
   }
   report["memory"] = memory;
