@@ -129,6 +129,13 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   StepResult result;
   result.batch = batch;
   result.targets = batch * model_.targets_per_sample();
+  if (group_) {  // the loss is the mean over every process's samples
+    double counts[2] = {static_cast<double>(batch), static_cast<double>(result.targets)};
+    group_->allreduce_sum(counts, 2);
+    result.batch = static_cast<int64_t>(counts[0]);
+    result.targets = static_cast<int64_t>(counts[1]);
+  }
+  const int64_t loss_rows = result.targets;
   result.chunks = chunks;
   StepRecorder rec(devices_, tracer_, result);
 
@@ -136,8 +143,8 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   // after the streams have been joined.
   struct Step : StepState {
     DataParallel& dp;
-    Step(DataParallel& owner, int64_t b, std::vector<int64_t> c)
-        : StepState(owner.devices_.size(), b, b * owner.model_.targets_per_sample(), std::move(c)), dp(owner) {
+    Step(DataParallel& owner, int64_t b, int64_t rows, std::vector<int64_t> c)
+        : StepState(owner.devices_.size(), b, rows, std::move(c)), dp(owner) {
       for (int i = 0; i < owner.devices_.size(); ++i) devices.push_back(&owner.devices_[i]);
     }
     ~Step() {
@@ -150,7 +157,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
         net->unbind();
       }
     }
-  } s(*this, batch, chunks);
+  } s(*this, batch, loss_rows, chunks);
 
   std::vector<double> busy_before(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) busy_before[i] = devices_[i].stream().busy_seconds();
@@ -260,6 +267,12 @@ void DataParallel::loss(StepState& s, StepResult& r) {
       },
       {"cross-entropy over the batch", "loss"});
   join_device0();
+  if (group_) {  // every process's sums
+    double sums[2] = {s.loss_sum, static_cast<double>(s.correct)};
+    group_->allreduce_sum(sums, 2);
+    s.loss_sum = sums[0];
+    s.correct = static_cast<int64_t>(sums[1]);
+  }
   r.loss = s.loss_sum / static_cast<double>(s.loss_rows);
   r.correct = s.correct;
 }
@@ -404,6 +417,14 @@ void DataParallel::load_state(const std::vector<float>& params, const std::vecto
   params_.copy_from_host(params.data());
   buffers_.copy_from_host(buffers.data());
   copy_master_to_replicas();
+}
+
+void DataParallel::set_process_group(ProcessGroup* group) {
+  if (group && sync_.mode != SyncMode::AllReduce)
+    throw UsageError("training across processes needs --sync allreduce (DataParallel's reduce onto device 0 is one "
+                     "process's)");
+  group_ = group;
+  if (allreduce_) allreduce_->set_process_group(group);
 }
 
 void DataParallel::restore_optimizer(const Optimizer::Saved& state) {

@@ -94,6 +94,9 @@ class DataParallel {
   const SplitPolicy& split() const { return splitter_.policy(); }
   Splitter& splitter() { return splitter_; }
   LossMode loss_mode() const { return loss_->mode(); }
+  // allreduce under mpirun: the other processes' replicas join every all-reduce, the loss is the
+  // mean over every process's batch, and StepResult's batch, loss and hits are the job's.
+  void set_process_group(ProcessGroup* group);
   SyncMode sync_mode() const { return sync_.mode; }
   // Chunk sizes the next step would use for a batch of this size.
   std::vector<int64_t> chunk_sizes(int64_t batch) const;
@@ -154,6 +157,7 @@ class DataParallel {
   std::vector<Tensor> resident_params_, resident_grads_, resident_buffers_;
   std::vector<std::unique_ptr<Optimizer>> replica_optimizers_;
   std::unique_ptr<OverlappedAllReduce> allreduce_;
+  ProcessGroup* group_ = nullptr;
 };
 
 }  // namespace dp

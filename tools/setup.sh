@@ -12,7 +12,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
 fi
 
 packages=(build-essential cmake pkg-config doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
-          python3 python3-torch python3-torchvision)
+          python3 python3-torch python3-torchvision openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,5 +1,6 @@
 #include "engine/allreduce/overlapped_allreduce.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "engine/error.hpp"
@@ -87,6 +88,13 @@ void OverlappedAllReduce::run(int device) {
       const double t0 = tracer_ ? tracer_->now_us() : 0;
       try {
         ok = ring_allreduce_rank(views, b.end - b.begin, device, barrier_);
+        if (ok && group_) {
+          // This process's sum is on every device; device 0 sums it with the other processes'.
+          if (device == 0) group_->allreduce_sum(views[0], b.end - b.begin);
+          ok = barrier_.arrive_and_wait();
+          if (ok && device != 0) std::copy(views[0], views[0] + (b.end - b.begin), views[static_cast<size_t>(device)]);
+          ok = ok && barrier_.arrive_and_wait();
+        }
       } catch (...) {
         std::lock_guard lock(mutex_);
         if (!error_) error_ = std::current_exception();

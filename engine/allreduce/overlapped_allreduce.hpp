@@ -5,8 +5,8 @@
 // (engine/allreduce/ring.hpp) with the others, while its stream goes on with backward. Buckets
 // are reduced in order, the same on every device, so the rings always meet.
 //
-// In place on the flat gradient arrays: no bucket copies. Host devices (one process); CUDA and
-// other processes take other transports (the NCCL and MPI parts).
+// In place on the flat gradient arrays: no bucket copies. Host devices; across processes, MPI
+// (set_process_group). CUDA devices need NCCL (not built yet).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -18,6 +18,7 @@
 
 #include "engine/allreduce/buckets.hpp"
 #include "engine/allreduce/ring.hpp"
+#include "engine/mpi/process_group.hpp"
 #include "engine/trace.hpp"
 
 namespace dp {
@@ -33,6 +34,10 @@ class OverlappedAllReduce {
   // Bucket slices go on trace track kTraceTrack + device, beside that device's stream.
   static constexpr int kTraceTrack = 1000;
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  // Across processes (mpirun): after this process's ring, device 0's thread all-reduces each
+  // bucket with the other processes (every rank reduces the buckets in the same order), and the
+  // other devices copy the result. Null: this process alone.
+  void set_process_group(ProcessGroup* group) { group_ = group; }
 
   // Before backward: every device's flat gradient array. A device that runs no backward this
   // step (no samples) must have zeroed its gradients: all its buckets count as ready.
@@ -49,6 +54,7 @@ class OverlappedAllReduce {
   std::vector<GradBucket> buckets_;
   std::vector<std::vector<int>> buckets_of_leaf_;
   Tracer* tracer_ = nullptr;
+  ProcessGroup* group_ = nullptr;
   RingBarrier barrier_;
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -60,7 +60,8 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
     const uint8_t* pixels = data.images.data() + indices[i] * px;
     if (augment) {
       std::copy(pixels, pixels + px, sample.begin());
-      const uint64_t index = static_cast<uint64_t>(augment->epoch) << 32 | static_cast<uint64_t>(augment->first_position + i);
+      const int64_t position = (augment->first_position + i) * augment->shard.count + augment->shard.rank;
+      const uint64_t index = static_cast<uint64_t>(augment->epoch) << 32 | static_cast<uint64_t>(position);
       std::mt19937_64 rng = random_stream(augment->seed, RandomPurpose::Augment, index);
       augment_sample(sample.data(), data.channels, data.rows, data.cols, rng);
       pixels = sample.data();
@@ -71,10 +72,19 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
   return b;
 }
 
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, Shard shard) {
+  if (shard.count <= 1 || order.empty()) return order;
+  const auto n = static_cast<int64_t>(order.size());
+  const int64_t per_rank = (n + shard.count - 1) / shard.count;
+  std::vector<int64_t> mine(static_cast<size_t>(per_rank));
+  for (int64_t k = 0; k < per_rank; ++k) mine[static_cast<size_t>(k)] = order[static_cast<size_t>((k * shard.count + shard.rank) % n)];
+  return mine;
+}
+
 BatchLoader::BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs,
-                         int64_t max_steps, bool augment, int64_t first_step, int prefetch)
+                         int64_t max_steps, bool augment, int64_t first_step, Shard shard, int prefetch)
     : data_(data), batch_(batch), shuffle_(shuffle), augment_(augment), seed_(seed), epochs_(epochs), max_steps_(max_steps),
-      first_step_(first_step),
+      first_step_(first_step), shard_(shard),
       prefetch_(static_cast<size_t>(std::max(prefetch, 1))) {
   thread_ = std::thread([this] { produce(); });
 }
@@ -101,12 +111,13 @@ void BatchLoader::produce() {
         step += steps_per_epoch();
         continue;
       }
-      const std::vector<int64_t> order = epoch_order(data_.count, seed_, epoch, shuffle_);
-      for (int64_t i = 0; i * batch_ < data_.count; ++i, ++step) {
+      const std::vector<int64_t> order = shard_order(epoch_order(data_.count, seed_, epoch, shuffle_), shard_);
+      const auto size = static_cast<int64_t>(order.size());
+      for (int64_t i = 0; i * batch_ < size; ++i, ++step) {
         if (max_steps_ > 0 && step >= max_steps_) goto finished;
         if (step < first_step_) continue;
-        const int64_t begin = i * batch_, count = std::min(batch_, data_.count - begin);
-        const AugmentStreams streams{seed_, epoch, begin};
+        const int64_t begin = i * batch_, count = std::min(batch_, size - begin);
+        const AugmentStreams streams{seed_, epoch, begin, shard_};
         Batch b = make_batch(data_, order.data() + begin, count, augment_ ? &streams : nullptr);
         b.epoch = epoch;
         b.index = i;

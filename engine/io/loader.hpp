@@ -49,19 +49,28 @@ class BatchSource {
   virtual int64_t total_steps() const = 0;
 };
 
+// This process's share of each epoch under mpirun, as torch's DistributedSampler cuts it: the
+// epoch's order (the same on every rank) padded by wrapping around to a multiple of `count`, and
+// rank r takes positions r, r + count, r + 2·count, ...
+struct Shard {
+  int rank = 0, count = 1;
+};
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, Shard shard);
+
 class BatchLoader final : public BatchSource {
  public:
   // Produces batches for `epochs` epochs, stopping early after max_steps (0 = no limit), from
   // step `first_step` on (a resumed run: the batches before it are skipped, not made).
   BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
-              bool augment = false, int64_t first_step = 0, int prefetch = 3);
+              bool augment = false, int64_t first_step = 0, Shard shard = {}, int prefetch = 3);
   ~BatchLoader() override;
   std::optional<Batch> next() override;
-  int64_t steps_per_epoch() const override { return (data_.count + batch_ - 1) / batch_; }
+  int64_t steps_per_epoch() const override { return (shard_size() + batch_ - 1) / batch_; }
   int64_t total_steps() const override;
 
  private:
   void produce();
+  int64_t shard_size() const { return (data_.count + shard_.count - 1) / shard_.count; }
   const Dataset& data_;
   int64_t batch_;
   bool shuffle_, augment_;
@@ -69,6 +78,7 @@ class BatchLoader final : public BatchSource {
   int epochs_;
   int64_t max_steps_;
   int64_t first_step_;
+  Shard shard_;
   size_t prefetch_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -82,7 +92,8 @@ class BatchLoader final : public BatchSource {
 struct AugmentStreams {
   uint64_t seed;
   int epoch;
-  int64_t first_position;  // of the batch's first sample in the epoch
+  int64_t first_position;  // of the batch's first sample in the epoch (in this process's shard)
+  Shard shard = {};        // position p of the shard is position p·count + rank of the epoch
 };
 // The samples at `indices`, normalised; augmented first when `augment` is given.
 Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment = nullptr);

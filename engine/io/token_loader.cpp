@@ -61,11 +61,11 @@ void check_token_split(const TokenSplit& split, int64_t batch, int64_t context) 
 }
 
 TokenLoader::TokenLoader(const TokenSplit& split, int64_t batch, int64_t context, bool shuffle, uint64_t seed,
-                         int epochs, int64_t max_steps, int64_t first_step)
+                         int epochs, int64_t max_steps, int64_t first_step, Shard shard)
     : split_(split), batch_(batch), context_(context), shuffle_(shuffle), seed_(seed), epochs_(epochs),
-      max_steps_(max_steps), step_(first_step) {
-  check_token_split(split, batch, context);
-  steps_per_epoch_ = token_steps_per_epoch(static_cast<int64_t>(split.tokens.size()), batch, context);
+      max_steps_(max_steps), step_(first_step), shard_(shard) {
+  check_token_split(split, batch * shard.count, context);
+  steps_per_epoch_ = token_steps_per_epoch(static_cast<int64_t>(split.tokens.size()), batch * shard.count, context);
 }
 
 int64_t TokenLoader::total_steps() const {
@@ -76,8 +76,9 @@ int64_t TokenLoader::total_steps() const {
 std::optional<Batch> TokenLoader::next() {
   if (step_ >= total_steps()) return std::nullopt;
   // Windows are cheap to cut (a copy of B·T ids): made here, with no prefetch thread.
-  const auto starts = window_starts(static_cast<int64_t>(split_.tokens.size()), batch_, context_, step_, shuffle_, seed_);
-  Batch b = make_token_batch(split_, starts.data(), batch_, context_);
+  const auto starts = window_starts(static_cast<int64_t>(split_.tokens.size()), batch_ * shard_.count, context_, step_,
+                                   shuffle_, seed_);
+  Batch b = make_token_batch(split_, starts.data() + shard_.rank * batch_, batch_, context_);
   b.epoch = static_cast<int>(step_ / steps_per_epoch_) + 1;
   b.index = step_ % steps_per_epoch_;
   ++step_;

@@ -31,8 +31,10 @@ void check_token_split(const TokenSplit& split, int64_t batch, int64_t context);
 class TokenLoader final : public BatchSource {
  public:
   // As BatchLoader: `epochs` epochs, at most max_steps (0 = no limit), from step first_step on.
+  // Under mpirun (shard.count processes) a step's windows are those of one batch of count·batch
+  // windows, and this process takes its rank's slice of them.
   TokenLoader(const TokenSplit& split, int64_t batch, int64_t context, bool shuffle, uint64_t seed, int epochs,
-              int64_t max_steps, int64_t first_step = 0);
+              int64_t max_steps, int64_t first_step = 0, Shard shard = {});
   std::optional<Batch> next() override;
   int64_t steps_per_epoch() const override { return steps_per_epoch_; }
   int64_t total_steps() const override;
@@ -44,6 +46,7 @@ class TokenLoader final : public BatchSource {
   uint64_t seed_;
   int epochs_;
   int64_t max_steps_, steps_per_epoch_, step_;
+  Shard shard_;
 };
 
 }  // namespace dp

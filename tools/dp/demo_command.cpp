@@ -11,6 +11,7 @@
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
+#include "engine/mpi/process_group.hpp"
 #include "engine/io/loader.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_report.hpp"
@@ -220,6 +221,8 @@ std::string device_row(int n, const std::vector<int64_t>& chunks) {
 }
 
 int run_demo(const DemoOptions& o) {
+  if (ProcessGroup::launched_by_mpirun())
+    throw UsageError("dp demo looks at one process's devices; run it without mpirun (dp train runs across processes)");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
   check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
   RunSetup setup = validate_and_make_devices(o);

@@ -10,6 +10,7 @@
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
+#include "engine/mpi/process_group.hpp"
 #include "engine/io/loader.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_report.hpp"
@@ -29,6 +30,8 @@ struct MemprofOptions : RunOptions {
 constexpr int kTimelineSteps = 16;
 
 int run_memprof(const MemprofOptions& o) {
+  if (ProcessGroup::launched_by_mpirun())
+    throw UsageError("dp memprof looks at one process's devices; run it without mpirun (dp train runs across processes)");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
   check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}});
   RunSetup setup = validate_and_make_devices(o);

@@ -25,10 +25,11 @@ int terminal_columns() {
 }
 }  // namespace
 
-Progress::Progress(int64_t total_steps, bool terminal)
-    : total_(total_steps), terminal_(terminal), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
+Progress::Progress(int64_t total_steps, bool terminal, bool quiet)
+    : total_(total_steps), terminal_(terminal), quiet_(quiet), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 void Progress::update(int64_t step, int epoch, double loss, double samples_per_s) {
+  if (quiet_) return;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : -1;
@@ -63,18 +64,21 @@ void Progress::update(int64_t step, int epoch, double loss, double samples_per_s
 }
 
 void Progress::message(const std::string& line) {
+  if (quiet_) return;
   if (bar_shown_) std::fprintf(stderr, "\r\x1b[K");
   std::fprintf(stderr, "%s\n", line.c_str());
   bar_shown_ = false;
 }
 
 void Progress::clear() {
+  if (quiet_) return;
   if (bar_shown_) std::fprintf(stderr, "\r\x1b[K");
   bar_shown_ = false;
   std::fflush(stderr);
 }
 
 void Progress::finish() {
+  if (quiet_) return;
   if (bar_shown_) std::fprintf(stderr, "\n");
   bar_shown_ = false;
 }

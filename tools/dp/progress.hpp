@@ -9,7 +9,8 @@ namespace dp::cli {
 
 class Progress {
  public:
-  Progress(int64_t total_steps, bool terminal);
+  // quiet: prints nothing (the ranks other than 0 under mpirun).
+  Progress(int64_t total_steps, bool terminal, bool quiet = false);
   void update(int64_t step, int epoch, double loss, double samples_per_s);
   void message(const std::string& line);  // a line on stderr that does not break the bar
   void clear();  // take the bar off the line (before printing results on stdout)
@@ -17,7 +18,7 @@ class Progress {
 
  private:
   int64_t total_;
-  bool terminal_;
+  bool terminal_, quiet_;
   bool bar_shown_ = false;
   std::chrono::steady_clock::time_point start_, last_draw_;
   int64_t next_plain_ = 1;

@@ -113,12 +113,14 @@ RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_tr
 }
 
 std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint64_t seed, int epochs,
-                                              int64_t max_steps, bool augment, int64_t first_step) const {
+                                              int64_t max_steps, bool augment, int64_t first_step, Shard shard) const {
   if (language) {
     if (augment) throw UsageError("--augment crops and flips images; it does not apply to token data");
-    return std::make_unique<TokenLoader>(tokens.train, batch, context, shuffle, seed, epochs, max_steps, first_step);
+    return std::make_unique<TokenLoader>(tokens.train, batch, context, shuffle, seed, epochs, max_steps, first_step,
+                                         shard);
   }
-  return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step);
+  return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step,
+                                       shard);
 }
 
 void RunData::check_evaluable(int64_t eval_windows) const {

@@ -23,7 +23,7 @@ struct RunData {
 
   // Training batches from step first_step on (BatchLoader or TokenLoader).
   std::unique_ptr<BatchSource> batches(int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
-                                       bool augment = false, int64_t first_step = 0) const;
+                                       bool augment = false, int64_t first_step = 0, Shard shard = {}) const;
   // The held-out loss on device 0: the whole test set (images), or `eval_windows` evenly spaced
   // windows of the validation tokens; RuntimeError when there is nothing to evaluate on.
   EvalResult evaluate(DataParallel& dp, int64_t batch, int64_t eval_windows) const;

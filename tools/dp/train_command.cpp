@@ -18,6 +18,7 @@
 #include "engine/io/loader.hpp"
 #include "engine/io/checkpoint.hpp"
 #include "engine/io/safetensors.hpp"
+#include "engine/mpi/process_group.hpp"
 #include "engine/optim/schedule.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/progress.hpp"
@@ -94,7 +95,35 @@ ModelState load_init(const std::string& path, const ModelLayout& layout, const M
   }
 }
 
-int run_train(const TrainOptions& o) {
+// Under mpirun: every rank joins the job's process group and checks that it runs rank 0's
+// command line (a mismatch is an error on every rank, not a hang in a collective later).
+ProcessGroup* join_process_group(const TrainOptions& o) {
+  if (!ProcessGroup::launched_by_mpirun()) return nullptr;
+  if (parse_sync_mode(o.sync) != SyncMode::AllReduce)
+    throw UsageError("under mpirun, dp train trains across processes with --sync allreduce only (DataParallel's "
+                     "reduce onto device 0 is one process's): add --sync allreduce");
+  ProcessGroup& group = ProcessGroup::world();
+  uint64_t mine = 1469598103934665603ull;  // FNV-1a of the arguments
+  for (const auto& arg : command_line())
+    for (char ch : arg + '\0') mine = (mine ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  uint64_t root = mine;
+  group.broadcast(&root, sizeof root, 0);
+  if (group.allreduce_max(root != mine ? 1 : 0) != 0)
+    throw UsageError("rank " + std::to_string(group.rank()) + (root != mine ? "'s" : ": another rank's") +
+                     " command line differs from rank 0's: every rank must run the same flags");
+  return &group;
+}
+
+int run_train(const TrainOptions& given) {
+  TrainOptions o = given;
+  ProcessGroup* group = join_process_group(o);
+  // Rank 0 alone reports and writes (progress, results, metrics, --save, checkpoints, samples).
+  const bool primary = !group || group->rank() == 0;
+  if (!primary) {
+    o.metrics.clear(), o.save.clear(), o.checkpoint.clear();
+    o.eval = false, o.sample = 0;
+    if (!std::freopen("/dev/null", "w", stdout)) throw RuntimeError("cannot silence stdout on rank " + std::to_string(group->rank()));
+  }
   // Everything that can be checked is checked before any training starts.
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
@@ -135,6 +164,7 @@ int run_train(const TrainOptions& o) {
                                                    : std::vector<int32_t>{};
 
   DataParallel dp(devices, model, split, opt, o.seed, setup.loss, setup.sync);
+  dp.set_process_group(group);
   dp.set_clip_grad_norm(o.clip_grad_norm);
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);
@@ -148,6 +178,7 @@ int run_train(const TrainOptions& o) {
   if (model.language_model())
     identity["gpt"] = {{"layers", o.gpt_layers}, {"heads", o.gpt_heads}, {"dim", o.gpt_dim}, {"context", o.context},
                        {"vocab", model.classes}};
+  if (group) identity["processes"] = group->size();  // the data's shards depend on it
   int64_t first_step = 0, checkpointed_from = -1;
   if (!o.resume.empty()) {
     std::string dir;
@@ -157,7 +188,7 @@ int run_train(const TrainOptions& o) {
     if (c.state.value("split", nlohmann::json{}).value("policy", "") == split.text) dp.splitter().restore(c.state["split"]);
     first_step = c.state.at("step").get<int64_t>();
     checkpointed_from = first_step;
-    std::fprintf(stderr, "resuming from %s at step %lld\n", dir.c_str(), static_cast<long long>(first_step));
+    if (primary) std::fprintf(stderr, "resuming from %s at step %lld\n", dir.c_str(), static_cast<long long>(first_step));
   }
 
   // Opened (and so truncated) only once everything that can fail before training has passed; a
@@ -168,7 +199,8 @@ int run_train(const TrainOptions& o) {
     if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
   }
   const std::unique_ptr<BatchSource> batches =
-      data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment, first_step);
+      data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment, first_step,
+                   group ? Shard{group->rank(), group->size()} : Shard{});
   BatchSource& loader = *batches;
   const int64_t total = loader.total_steps();
   if (first_step >= total)
@@ -176,11 +208,13 @@ int run_train(const TrainOptions& o) {
                        std::to_string(total) + " steps in all: nothing is left to train");
   const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, total);
   dp.set_report_grad_norm(metrics.is_open());
-  std::fprintf(stderr, "dp train: %s on %s (%s split), batch %lld, %s lr %g, %lld steps over %s\n",
+  if (primary)
+    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s, %s lr %g, %lld steps over %s\n",
                model.language_model() ? model.summary.c_str() : model.name.c_str(), devices.description().c_str(),
-               split.text.c_str(), static_cast<long long>(o.batch), optimizer_name(opt.kind),
+               group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
+               split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "", optimizer_name(opt.kind),
                static_cast<double>(opt.sgd.lr), static_cast<long long>(total), data.description.c_str());
-  Progress progress(total, ::isatty(STDERR_FILENO) == 1);
+  Progress progress(total, ::isatty(STDERR_FILENO) == 1, !primary);
 
   PhaseTimes phase_total{};
   int64_t step = first_step, samples = 0;

@@ -1,0 +1,36 @@
+// The processes of an `mpirun -np P dp train --sync allreduce ...` job: this process's rank, the
+// job's size, and the few collectives the step needs, over MPI (OpenMPI from Debian). Built in
+// when CMake finds MPI; without it, or without mpirun, there is one process and nothing here is
+// called. Every MPI return code is checked: a failure is a RuntimeError naming the call.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace dp {
+
+class ProcessGroup {
+ public:
+  // Started by mpirun (its environment says so), whether or not this build has MPI.
+  static bool launched_by_mpirun();
+  static bool available();  // this build has MPI
+  // The job's processes: MPI initialised on first use (threads: the all-reduce threads call MPI
+  // while the main thread waits, so MPI_THREAD_SERIALIZED is enough; MULTIPLE is asked for).
+  // RuntimeError when this build has no MPI.
+  static ProcessGroup& world();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // In place, over every process; the same call, in the same order, on every rank.
+  void allreduce_sum(float* data, int64_t count);
+  void allreduce_sum(double* data, int64_t count);
+  int64_t allreduce_max(int64_t value);
+  void broadcast(void* data, int64_t bytes, int root = 0);
+  // End the whole job (mpirun stops every rank) after reporting on this one.
+  [[noreturn]] void abort(int code);
+
+ private:
+  ProcessGroup();
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace dp

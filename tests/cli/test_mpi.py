@@ -1,0 +1,107 @@
+"""Training across processes: `mpirun -np P dp train --sync allreduce` with host:1 each equals one
+process with host:P (per-step losses, final weights); rank 0 alone writes; a command line that
+differs between ranks and a rank killed mid-run end the job with an error in bounded time; dp
+train without --sync allreduce, and memprof, are refused under mpirun. Skipped (exit 77) without
+mpirun or without MPI in this build.
+
+usage: test_mpi.py DP_BINARY
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks, write_mnist_like  # noqa: E402
+
+dp = os.path.abspath(sys.argv[1])
+mpirun = shutil.which("mpirun")
+if not mpirun:
+    print("SKIP: no mpirun (apt-get install openmpi-bin)")
+    sys.exit(77)
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+c = Checks()
+
+
+def run(args, timeout=240):
+    t0 = time.monotonic()
+    p = subprocess.run([mpirun] + args, capture_output=True, text=True, errors="replace", env=env, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
+
+
+def weights(path):
+    """A safetensors file's float32 tensors as flat lists."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__" or v["dtype"] != "F32":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
+    return out
+
+
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"step"' in l]
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    data = os.path.join(tmp, "data")
+    os.makedirs(data)
+    write_mnist_like(data, "train", 200)
+    write_mnist_like(data, "t10k", 20)
+    base = ["--data", data, "--model", "mlp", "--sync", "allreduce", "--optimizer", "adamw", "--lr", "0.002",
+            "--epochs", "2"]
+    rc, out, err, _ = run(["-np", "1", dp, "train"] + base + ["--devices", "host:1", "--batch", "8", "--steps", "1"])
+    if "built without MPI" in err:
+        print("SKIP: this dp was built without MPI")
+        sys.exit(77)
+    c.check("one rank runs", rc == 0, err)
+
+    for procs in (2, 4):
+        one_m, one_st = os.path.join(tmp, f"one{procs}.jsonl"), os.path.join(tmp, f"one{procs}.st")
+        many_m, many_st = os.path.join(tmp, f"many{procs}.jsonl"), os.path.join(tmp, f"many{procs}.st")
+        p = subprocess.run([dp, "train"] + base + ["--devices", f"host:{procs}", "--batch", str(8 * procs), "--metrics",
+                                                   one_m, "--save", one_st], capture_output=True, text=True)
+        c.check(f"one process host:{procs}", p.returncode == 0, p.stderr)
+        rc, out, err, _ = run(["-np", str(procs), dp, "train"] + base + ["--devices", "host:1", "--batch", "8",
+                                                                       "--metrics", many_m, "--save", many_st, "--eval"])
+        c.check(f"mpirun -np {procs}", rc == 0, err)
+        if rc != 0 or p.returncode != 0:
+            continue
+        a, b = losses(one_m), losses(many_m)
+        steps = 2 * -(-200 // (8 * procs))  # two epochs of the global batch
+        c.check(f"-np {procs}: the same steps", len(a) == len(b) == steps, (len(a), len(b)))
+        c.check(f"-np {procs}: the same losses", all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b)), (a, b))
+        wa, wb = weights(one_st), weights(many_st)
+        worst = max(max(abs(x - y) for x, y in zip(wa[k], wb[k])) for k in wa)
+        c.check(f"-np {procs}: the same weights", set(wa) == set(wb) and worst < 1e-4, worst)
+        c.check(f"-np {procs}: rank 0 alone reports", err.count("dp train:") == 1 and out.count("test accuracy") == 2,
+                out + err)
+        c.check(f"-np {procs}: the header names the processes", f"in each of {procs} processes" in err, err)
+
+    # A rank whose command line differs: every rank stops with the error, nobody hangs.
+    rc, out, err, secs = run(["-np", "1", dp, "train"] + base + ["--devices", "host:1", "--batch", "8", ":",
+                              "-np", "1", dp, "train"] + base + ["--devices", "host:1", "--batch", "9"], timeout=120)
+    c.check("mismatched flags: an error", rc != 0 and "command line differs from rank 0's" in err, err)
+    c.check("mismatched flags: quickly", secs < 60, secs)
+
+    # A rank killed mid-run: the job ends with an error in bounded time.
+    long_run = base + ["--devices", "host:1", "--batch", "8", "--epochs", "100000"]
+    rc, out, err, secs = run(["-np", "1", dp, "train"] + long_run + [":", "-np", "1", "timeout", "-s", "KILL", "4", dp,
+                                                                   "train"] + long_run, timeout=180)
+    c.check("killed rank: the job fails", rc != 0, (rc, err[-2000:]))
+    c.check("killed rank: within a bounded time", secs < 120, secs)
+
+    rc, out, err, _ = run(["-np", "2", dp, "train", "--data", data, "--model", "mlp", "--devices", "host:1", "--steps",
+                           "1"])
+    c.check("mpirun without --sync allreduce: refused", rc != 0 and "add --sync allreduce" in err, err)
+    rc, out, err, _ = run(["-np", "1", dp, "memprof", "--model", "mlp", "--devices", "host:2"])
+    c.check("memprof under mpirun: refused", rc != 0 and "run it without mpirun" in err, err)
+c.finish()
