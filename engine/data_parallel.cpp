@@ -35,6 +35,11 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       loss_(make_loss_strategy(sync.mode == SyncMode::AllReduce ? LossMode::InReplica : loss)),
       gradient_sync_(make_reduce_to_device0()),
       sync_(sync) {
+  if (sync_.mode == SyncMode::AllReduce)
+    for (int i = 0; i < devices.size(); ++i)
+      if (devices[i].is_cuda())
+        throw UsageError("--sync allreduce runs on host devices for now: its all-reduce on GPUs (NCCL, and a "
+                         "peer-copy ring for logical devices sharing one GPU) is not built yet");
   if (sync_.mode == SyncMode::AllReduce && splitter_.policy().mode == SplitPolicy::Mode::BalanceMemory)
     throw UsageError("--split balance-memory evens out DataParallel's device-0 hotspot; --sync allreduce has none "
                      "(every device holds the same state): use another split");
