@@ -40,6 +40,9 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       if (devices[i].is_cuda())
         throw UsageError("--sync allreduce runs on host devices for now: its all-reduce on GPUs (NCCL, and a "
                          "peer-copy ring for logical devices sharing one GPU) is not built yet");
+  if (sync_.sync_bn && sync_.mode != SyncMode::AllReduce)
+    throw UsageError("--sync-bn synchronises BatchNorm across resident replicas: it needs --sync allreduce (as "
+                     "PyTorch's SyncBatchNorm needs DistributedDataParallel)");
   if (sync_.mode == SyncMode::AllReduce && splitter_.policy().mode == SplitPolicy::Mode::BalanceMemory)
     throw UsageError("--split balance-memory evens out DataParallel's device-0 hotspot; --sync allreduce has none "
                      "(every device holds the same state): use another split");
@@ -243,7 +246,12 @@ void DataParallel::forward(StepState& s) {
           // Replica 0 on device 0 is the master itself: its gradients land in the master's.
           // (Other replicas get gradient storage in backward, or have their resident one.)
           nets_[r]->bind(s.params[r], r == 0 ? grads_ : s.grads[r], s.buffers[r]);
-          s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);
+          try {
+            s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);
+          } catch (...) {
+            if (replica_group_) replica_group_->abort();  // --sync-bn: the others wait for this replica
+            throw;
+          }
           loss_->after_forward(s, r);
         },
         stream.label([&] {
@@ -430,6 +438,7 @@ void DataParallel::set_process_group(ProcessGroup* group) {
                      "process's)");
   group_ = group;
   if (allreduce_) allreduce_->set_process_group(group);
+  if (replica_group_) replica_group_->set_process_group(group);
 }
 
 void DataParallel::restore_optimizer(const Optimizer::Saved& state) {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/allreduce/overlapped_allreduce.hpp"
+#include "engine/allreduce/replica_group.hpp"
 #include "engine/device.hpp"
 #include "engine/optim/optimizer.hpp"
 #include "engine/split/splitter.hpp"
@@ -54,6 +55,7 @@ struct EvalResult {
 struct SyncOptions {
   SyncMode mode = SyncMode::Reduce;
   int64_t bucket_bytes = 25 << 20;  // allreduce: DDP's default bucket_cap_mb
+  bool sync_bn = false;             // allreduce: BatchNorm statistics over the global batch (SyncBatchNorm)
 };
 
 class DataParallel {
@@ -157,6 +159,7 @@ class DataParallel {
   std::vector<Tensor> resident_params_, resident_grads_, resident_buffers_;
   std::vector<std::unique_ptr<Optimizer>> replica_optimizers_;
   std::unique_ptr<OverlappedAllReduce> allreduce_;
+  std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;
 };
 

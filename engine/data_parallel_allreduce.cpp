@@ -29,6 +29,10 @@ void DataParallel::make_resident_replicas(const OptimizerConfig& optimizer) {
   allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, sync_.bucket_bytes));
   for (int r = 0; r < n; ++r)
     nets_[r]->on_module_backward([this, r](int leaf) { allreduce_->module_done(r, leaf); });
+  if (sync_.sync_bn) {
+    replica_group_ = std::make_unique<ReplicaGroup>(n);
+    for (int r = 0; r < n; ++r) nets_[r]->root().set_replica_group(replica_group_.get(), r);
+  }
 }
 
 void DataParallel::copy_master_to_replicas() {
@@ -75,6 +79,7 @@ void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* t
 // 3. replicate: nothing to copy but device 0's buffers (BatchNorm's running statistics), as
 // DDP's broadcast_buffers does before each forward; the parameters are already everywhere.
 void DataParallel::broadcast_buffers(StepState& s) {
+  if (replica_group_) replica_group_->begin_step(s.active);  // --sync-bn: this step's members
   for (int r = 0; r < devices_.size(); ++r) {
     s.params[r] = r == 0 ? params_ : resident_params_[r];
     s.buffers[r] = r == 0 ? buffers_ : resident_buffers_[r];
@@ -106,7 +111,12 @@ void DataParallel::backward_overlapped(StepState& s) {
     Stream& stream = s.devices[r]->stream();
     stream.enqueue(
         [this, r, &s] {
-          nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
+          try {
+            nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
+          } catch (...) {
+            if (replica_group_) replica_group_->abort();
+            throw;
+          }
           s.grad_outputs[r] = Tensor();
         },
         stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));

@@ -1,9 +1,11 @@
 #include <sstream>
 
+#include "engine/allreduce/replica_group.hpp"
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "kernels/ops/batchnorm.hpp"
 #include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
 #include "models/module.hpp"
 
 namespace dp {
@@ -43,17 +45,30 @@ class BatchNorm2d final : public Module {
     }
     input_ = in;
     stats_ = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
-    batchnorm_forward_train(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
-                            values_[0].buf(), values_[1].buf(), values_[2].buf(), values_[3].buf(), args);
+    if (group_) {
+      forward_synchronised(dev, in, out, args);
+    } else {
+      batchnorm_forward_train(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
+                              values_[0].buf(), values_[1].buf(), values_[2].buf(), values_[3].buf(), args);
+    }
     add_scalar(dev.exec(), values_[4].buf(), 1.f);  // num_batches_tracked
     return out;
+  }
+  void set_replica_group(ReplicaGroup* group, int replica) override {
+    group_ = group;
+    replica_ = replica;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t N = input_.dim(0), HW = input_.dim(2) * input_.dim(3);
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
-    batchnorm_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
-                       values_[0].buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), {N, c_, HW, momentum_, eps_});
+    const BatchNormArgs args{N, c_, HW, momentum_, eps_};
+    if (group_) {
+      backward_synchronised(dev, grad_out, grad_in, args);
+    } else {
+      batchnorm_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
+                         values_[0].buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), args);
+    }
     clear_cache();
     return grad_in;
   }
@@ -63,9 +78,61 @@ class BatchNorm2d final : public Module {
   }
 
  private:
+  // SyncBatchNorm: the mean over every member's values (Σ nᵢ·meanᵢ / Σ nᵢ), then the biased
+  // variance Σ nᵢ·(varᵢ + (meanᵢ − mean)²) / Σ nᵢ, each chunk's own statistics being centred
+  // (no E[x²] − mean² cancellation); then normalise with them.
+  void forward_synchronised(Device& dev, const Tensor& in, Tensor& out, const BatchNormArgs& args) {
+    Tensor local = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
+    batchnorm_stats(dev.exec(), local.rows(0, 1).buf(), local.rows(1, 1).buf(), in.buf(), args);
+    std::vector<float> mv(static_cast<size_t>(2 * c_));
+    download(dev.exec(), mv.data(), local.data(), mv.size() * sizeof(float));
+    const auto n = static_cast<double>(args.N * args.HW);
+    std::vector<double> sums(static_cast<size_t>(c_ + 1));
+    for (int64_t c = 0; c < c_; ++c) sums[c] = n * mv[c];
+    sums[c_] = n;
+    group_->allreduce_sum(replica_, sums);
+    count_ = static_cast<int64_t>(sums[c_]);
+    std::vector<double> mean(static_cast<size_t>(c_)), m2(static_cast<size_t>(c_));
+    for (int64_t c = 0; c < c_; ++c) {
+      mean[c] = sums[c] / sums[c_];
+      const double d = mv[c] - mean[c];
+      m2[c] = n * (mv[c_ + c] + d * d);
+    }
+    group_->allreduce_sum(replica_, m2);
+    for (int64_t c = 0; c < c_; ++c) {
+      mv[c] = static_cast<float>(mean[c]);
+      mv[c_ + c] = static_cast<float>(m2[c] / sums[c_]);
+    }
+    upload(dev.exec(), local.data(), mv.data(), mv.size() * sizeof(float));
+    batchnorm_forward_with_stats(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
+                                 values_[0].buf(), values_[1].buf(), values_[2].buf(), values_[3].buf(),
+                                 local.rows(0, 1).buf(), local.rows(1, 1).buf(), count_, args);
+  }
+  // This chunk's Σdy, Σdy·x̂ are its dbeta, dgamma (summed over replicas by the gradient
+  // all-reduce, as SyncBatchNorm leaves them to DDP); dx needs their sums over every member.
+  void backward_synchronised(Device& dev, const Tensor& grad_out, Tensor& grad_in, const BatchNormArgs& args) {
+    batchnorm_backward_reduce(dev.exec(), grads_[1].buf(), grads_[0].buf(), grad_out.buf(), input_.buf(),
+                              stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), args);
+    std::vector<float> local(static_cast<size_t>(2 * c_));
+    download(dev.exec(), local.data(), grads_[1].data(), static_cast<size_t>(c_) * sizeof(float));
+    download(dev.exec(), local.data() + c_, grads_[0].data(), static_cast<size_t>(c_) * sizeof(float));
+    std::vector<double> sums(local.begin(), local.end());
+    group_->allreduce_sum(replica_, sums);  // every member calls it, whether or not it needs dx
+    if (!grad_in.defined()) return;
+    Tensor total = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
+    for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<float>(sums[i]);
+    upload(dev.exec(), total.data(), local.data(), local.size() * sizeof(float));
+    batchnorm_backward_apply(dev.exec(), grad_in.buf(), grad_out.buf(), input_.buf(), values_[0].buf(),
+                             stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), total.rows(0, 1).buf(),
+                             total.rows(1, 1).buf(), count_, args);
+  }
+
   int64_t c_;
   float momentum_, eps_;
   Tensor input_, stats_;  // stats_: [mean; 1/std] of the batch
+  ReplicaGroup* group_ = nullptr;
+  int replica_ = 0;
+  int64_t count_ = 0;  // values per channel over every member (--sync-bn)
 };
 
 }  // namespace

@@ -20,6 +20,10 @@ Tensor Module::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) 
   return grad_in;
 }
 
+void Module::set_replica_group(ReplicaGroup* group, int replica) {
+  for (auto& c : children_) c.module->set_replica_group(group, replica);
+}
+
 void Module::clear_cache() {
   for (auto& c : children_) c.module->clear_cache();
 }

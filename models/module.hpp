@@ -19,6 +19,7 @@
 namespace dp {
 
 class Device;
+class ReplicaGroup;
 
 struct ParamDecl {
   enum class Kind { Parameter, Buffer };
@@ -60,6 +61,9 @@ class Module {
   void set_after_backward(std::function<void()> hook) { after_backward_ = std::move(hook); }
   // Drop whatever forward cached (a step that failed part-way); containers recurse.
   virtual void clear_cache();
+  // --sync-bn: BatchNorm layers normalise with statistics over every member of `group`, this
+  // module tree being member `replica`; null: over this replica's chunk alone. Containers recurse.
+  virtual void set_replica_group(ReplicaGroup* group, int replica);
 
  protected:
   virtual Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) = 0;

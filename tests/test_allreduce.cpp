@@ -239,3 +239,38 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's; me
                   UsageError);
   CHECK_THROWS_WITH_AS(parse_sync_mode("ring"), doctest::Contains("expected reduce"), UsageError);
 }
+
+TEST_CASE("--sync-bn: BatchNorm over every replica's chunk is BatchNorm over the whole batch") {
+  // SyncBatchNorm's definition: 3 replicas with uneven chunks train as one device on the full
+  // batch does (convnet: two BatchNorm layers), weights and running statistics included.
+  const ModelDef& convnet = find_model("convnet");
+  auto run = [&](int n, const std::string& split, bool sync_bn) {
+    auto devs = host_devices(n);
+    DataParallel dp(devs, convnet, parse_split(split, n, 14), sgd(), 9, LossMode::InReplica,
+                    {SyncMode::AllReduce, 64 << 10, sync_bn});
+    std::vector<double> losses;
+    for (int s = 0; s < 3; ++s) {
+      const auto x = random_vector(14 * 784, 300 + s);
+      std::vector<int32_t> y(14);
+      for (int i = 0; i < 14; ++i) y[i] = (i * 7 + s) % 10;
+      losses.push_back(dp.step(x.data(), y.data(), 14).loss);
+    }
+    auto state = dp.parameters();
+    const auto buffers = dp.buffers();
+    state.insert(state.end(), buffers.begin(), buffers.end());
+    return std::pair{losses, state};
+  };
+  const auto [one_losses, one] = run(1, "even", false);
+  const auto [sync_losses, synced] = run(3, "chunks:2,7,5", true);
+  const auto [plain_losses, plain] = run(3, "chunks:2,7,5", false);
+  for (size_t s = 0; s < one_losses.size(); ++s) CHECK(sync_losses[s] == doctest::Approx(one_losses[s]).epsilon(1e-5));
+  check_close(synced, one, 2e-5);
+  // Without it each replica normalises its own chunk: not the full batch's statistics.
+  double differs = 0;
+  for (size_t i = 0; i < one.size(); ++i) differs = std::max(differs, double(std::abs(plain[i] - one[i])));
+  CHECK(differs > 1e-3);
+  auto devs = host_devices(2);
+  CHECK_THROWS_AS(DataParallel(devs, convnet, parse_split("even", 2, 4), sgd(), 1, LossMode::Gathered,
+                               {SyncMode::Reduce, 1 << 20, true}),
+                  UsageError);
+}

@@ -13,8 +13,8 @@ class ProcessGroup {
   // Started by mpirun (its environment says so), whether or not this build has MPI.
   static bool launched_by_mpirun();
   static bool available();  // this build has MPI
-  // The job's processes: MPI initialised on first use (threads: the all-reduce threads call MPI
-  // while the main thread waits, so MPI_THREAD_SERIALIZED is enough; MULTIPLE is asked for).
+  // The job's processes: MPI initialised on first use with MPI_THREAD_MULTIPLE (the all-reduce
+  // threads and --sync-bn's replicas call MPI at the same time, on two communicators).
   // RuntimeError when this build has no MPI.
   static ProcessGroup& world();
 
@@ -24,6 +24,9 @@ class ProcessGroup {
   void allreduce_sum(float* data, int64_t count);
   void allreduce_sum(double* data, int64_t count);
   int64_t allreduce_max(int64_t value);
+  // The same sum on a second communicator, for collectives that run while the first one is busy
+  // on another thread (SyncBatchNorm's statistics during the gradient all-reduce).
+  void allreduce_sum_side(double* data, int64_t count);
   void broadcast(void* data, int64_t bytes, int root = 0);
   // End the whole job (mpirun stops every rank) after reporting on this one.
   [[noreturn]] void abort(int code);
@@ -31,6 +34,7 @@ class ProcessGroup {
  private:
   ProcessGroup();
   int rank_ = 0, size_ = 1;
+  void* side_ = nullptr;  // the second communicator (an MPI_Comm), when built with MPI
 };
 
 }  // namespace dp

@@ -42,9 +42,9 @@ ProcessGroup::ProcessGroup() {
   if (!initialized) {
     int provided = 0;
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
-    if (provided < MPI_THREAD_SERIALIZED)
+    if (provided < MPI_THREAD_MULTIPLE)
       throw RuntimeError("MPI provides thread level " + std::to_string(provided) +
-                         "; dp needs MPI_THREAD_SERIALIZED (its all-reduce threads call MPI)");
+                         "; dp needs MPI_THREAD_MULTIPLE (its all-reduce threads and --sync-bn call MPI at once)");
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);
@@ -55,6 +55,10 @@ ProcessGroup::ProcessGroup() {
   check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
   check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+  static MPI_Comm side = MPI_COMM_NULL;
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &side), "MPI_Comm_dup");
+  check(MPI_Comm_set_errhandler(side, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  side_ = &side;
 }
 
 ProcessGroup& ProcessGroup::world() {
@@ -71,6 +75,13 @@ void ProcessGroup::allreduce_sum(float* data, int64_t count) {
 void ProcessGroup::allreduce_sum(double* data, int64_t count) {
   in_pieces(data, count, [](double* p, int n) {
     check(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  });
+}
+
+void ProcessGroup::allreduce_sum_side(double* data, int64_t count) {
+  MPI_Comm comm = *static_cast<MPI_Comm*>(side_);
+  in_pieces(data, count, [comm](double* p, int n) {
+    check(MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_DOUBLE, MPI_SUM, comm), "MPI_Allreduce (side communicator)");
   });
 }
 

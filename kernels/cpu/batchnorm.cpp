@@ -106,4 +106,81 @@ void batchnorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbet
   });
 }
 
+void batchnorm_stats(ThreadPool& pool, float* mean, float* var, const float* in, int64_t N, int64_t C, int64_t HW) {
+  const auto M = static_cast<double>(N * HW);
+  pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double sum = 0, sq = 0;
+      for (int64_t n = 0; n < N; ++n) sum += plane_sum(in + (n * C + c) * HW, HW);
+      const double m = sum / M;
+      for (int64_t n = 0; n < N; ++n) sq += plane_sq_dev(in + (n * C + c) * HW, static_cast<float>(m), HW);
+      mean[c] = static_cast<float>(m);
+      var[c] = static_cast<float>(sq / M);
+    }
+  });
+}
+
+void batchnorm_forward_with_stats(ThreadPool& pool, float* out, float* save_mean, float* save_invstd, const float* in,
+                                  const float* gamma, const float* beta, float* running_mean, float* running_var,
+                                  const float* mean, const float* var, int64_t count, int64_t N, int64_t C,
+                                  int64_t HW, float momentum, float eps) {
+  pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float invstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var[c]) + eps));
+      save_mean[c] = mean[c];
+      save_invstd[c] = invstd;
+      const float scale = gamma[c] * invstd, shift = beta[c] - mean[c] * scale;
+      for (int64_t n = 0; n < N; ++n) scale_shift(out + (n * C + c) * HW, in + (n * C + c) * HW, scale, shift, HW);
+      if (running_mean) {
+        const double unbiased = count > 1 ? static_cast<double>(var[c]) * count / (count - 1) : var[c];
+        running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean[c]);
+        running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * unbiased);
+      }
+    }
+  });
+}
+
+void batchnorm_backward_reduce(ThreadPool& pool, float* sum_dy, float* sum_dy_xhat, const float* dout,
+                               const float* in, const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                               int64_t HW) {
+  pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float mean = save_mean[c];
+      double a_sum = 0, b_sum = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const float* __restrict x = in + (n * C + c) * HW;
+        const float* __restrict dy = dout + (n * C + c) * HW;
+        float a = 0.f, b = 0.f;
+#pragma omp simd reduction(+ : a, b)
+        for (int64_t i = 0; i < HW; ++i) {
+          a += dy[i];
+          b += dy[i] * (x[i] - mean);
+        }
+        a_sum += a;
+        b_sum += b;
+      }
+      sum_dy[c] = static_cast<float>(a_sum);
+      sum_dy_xhat[c] = static_cast<float>(b_sum * save_invstd[c]);
+    }
+  });
+}
+
+void batchnorm_backward_apply(ThreadPool& pool, float* din, const float* dout, const float* in, const float* gamma,
+                              const float* save_mean, const float* save_invstd, const float* sum_dy,
+                              const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C, int64_t HW) {
+  pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float mean = save_mean[c], invstd = save_invstd[c], k = gamma[c] * invstd;
+      const float mean_dy = static_cast<float>(static_cast<double>(sum_dy[c]) / static_cast<double>(count));
+      const float proj = static_cast<float>(static_cast<double>(sum_dy_xhat[c]) / static_cast<double>(count)) * invstd;
+      for (int64_t n = 0; n < N; ++n) {
+        const float* __restrict x = in + (n * C + c) * HW;
+        const float* __restrict dy = dout + (n * C + c) * HW;
+        float* __restrict dx = din + (n * C + c) * HW;
+        for (int64_t i = 0; i < HW; ++i) dx[i] = k * (dy[i] - mean_dy - (x[i] - mean) * proj);
+      }
+    }
+  });
+}
+
 }  // namespace dp::cpu

@@ -17,8 +17,35 @@ void batchnorm_forward_eval(ThreadPool& pool, float* out, const float* in, const
 void batchnorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbeta, const float* dout,
                         const float* in, const float* gamma, const float* save_mean, const float* save_invstd,
                         int64_t N, int64_t C, int64_t HW, float eps);
+// SyncBatchNorm's pieces (--sync-bn): statistics over several replicas' chunks, met in between.
+// Local per-channel mean and biased variance of this chunk:
+void batchnorm_stats(ThreadPool& pool, float* mean, float* var, const float* in, int64_t N, int64_t C, int64_t HW);
+// Normalise with given (global) statistics over `count` values per channel; save mean and 1/std
+// for backward; running estimates updated with the unbiased variance var·count/(count − 1).
+void batchnorm_forward_with_stats(ThreadPool& pool, float* out, float* save_mean, float* save_invstd, const float* in,
+                                  const float* gamma, const float* beta, float* running_mean, float* running_var,
+                                  const float* mean, const float* var, int64_t count, int64_t N, int64_t C,
+                                  int64_t HW, float momentum, float eps);
+// This chunk's Σdy and Σdy·x̂ per channel (x̂ from the saved statistics): dbeta and dgamma.
+void batchnorm_backward_reduce(ThreadPool& pool, float* sum_dy, float* sum_dy_xhat, const float* dout,
+                               const float* in, const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
+                               int64_t HW);
+// dx from the sums over every replica (count values per channel).
+void batchnorm_backward_apply(ThreadPool& pool, float* din, const float* dout, const float* in, const float* gamma,
+                              const float* save_mean, const float* save_invstd, const float* sum_dy,
+                              const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C, int64_t HW);
 }  // namespace cpu
 namespace cuda {
+void batchnorm_stats(Context& c, float* mean, float* var, const float* in, int64_t N, int64_t C, int64_t HW);
+void batchnorm_forward_with_stats(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
+                                  const float* gamma, const float* beta, float* running_mean, float* running_var,
+                                  const float* mean, const float* var, int64_t count, int64_t N, int64_t C,
+                                  int64_t HW, float momentum, float eps);
+void batchnorm_backward_reduce(Context& c, float* sum_dy, float* sum_dy_xhat, const float* dout, const float* in,
+                               const float* save_mean, const float* save_invstd, int64_t N, int64_t C, int64_t HW);
+void batchnorm_backward_apply(Context& c, float* din, const float* dout, const float* in, const float* gamma,
+                              const float* save_mean, const float* save_invstd, const float* sum_dy,
+                              const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C, int64_t HW);
 void batchnorm_forward_train(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
                              const float* gamma, const float* beta, float* running_mean, float* running_var, int64_t N,
                              int64_t C, int64_t HW, float momentum, float eps);
@@ -52,6 +79,32 @@ inline void batchnorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, B
   constexpr const char* op = "batchnorm_backward";
   DP_DISPATCH(ex, batchnorm_backward, din.f32(op), dgamma.f32(op), dbeta.f32(op), dout.f32(op), in.f32(op),
               gamma.f32(op), save_mean.f32(op), save_invstd.f32(op), a.N, a.C, a.HW, a.eps);
+}
+
+inline void batchnorm_stats(const Exec& ex, Buf mean, Buf var, Buf in, const BatchNormArgs& a) {
+  constexpr const char* op = "batchnorm_stats";
+  DP_DISPATCH(ex, batchnorm_stats, mean.f32(op), var.f32(op), in.f32(op), a.N, a.C, a.HW);
+}
+inline void batchnorm_forward_with_stats(const Exec& ex, Buf out, Buf save_mean, Buf save_invstd, Buf in, Buf gamma,
+                                         Buf beta, Buf running_mean, Buf running_var, Buf mean, Buf var,
+                                         int64_t count, const BatchNormArgs& a) {
+  constexpr const char* op = "batchnorm_forward_with_stats";
+  DP_DISPATCH(ex, batchnorm_forward_with_stats, out.f32(op), save_mean.f32(op), save_invstd.f32(op), in.f32(op),
+              gamma.f32(op), beta.f32(op), running_mean.f32(op), running_var.f32(op), mean.f32(op), var.f32(op), count,
+              a.N, a.C, a.HW, a.momentum, a.eps);
+}
+inline void batchnorm_backward_reduce(const Exec& ex, Buf sum_dy, Buf sum_dy_xhat, Buf dout, Buf in, Buf save_mean,
+                                      Buf save_invstd, const BatchNormArgs& a) {
+  constexpr const char* op = "batchnorm_backward_reduce";
+  DP_DISPATCH(ex, batchnorm_backward_reduce, sum_dy.f32(op), sum_dy_xhat.f32(op), dout.f32(op), in.f32(op),
+              save_mean.f32(op), save_invstd.f32(op), a.N, a.C, a.HW);
+}
+inline void batchnorm_backward_apply(const Exec& ex, Buf din, Buf dout, Buf in, Buf gamma, Buf save_mean,
+                                     Buf save_invstd, Buf sum_dy, Buf sum_dy_xhat, int64_t count,
+                                     const BatchNormArgs& a) {
+  constexpr const char* op = "batchnorm_backward_apply";
+  DP_DISPATCH(ex, batchnorm_backward_apply, din.f32(op), dout.f32(op), in.f32(op), gamma.f32(op), save_mean.f32(op),
+              save_invstd.f32(op), sum_dy.f32(op), sum_dy_xhat.f32(op), count, a.N, a.C, a.HW);
 }
 
 }  // namespace dp

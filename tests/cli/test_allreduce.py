@@ -75,6 +75,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(c, dp, "allreduce with --loss gathered", base + ["--sync", "allreduce", "--loss", "gathered"], 2,
            "--sync allreduce computes the loss in each replica")
     expect(c, dp, "unknown --sync", base + ["--sync", "ring"], 2, "expected reduce")
+    expect(c, dp, "--sync-bn without allreduce", base + ["--sync-bn"], 2, "--sync-bn needs --sync allreduce")
     expect(c, dp, "--bucket-mb 0", base + ["--sync", "allreduce", "--bucket-mb", "0"], 2, "--bucket-mb")
     expect(c, dp, "allreduce with balance-memory", base[:-6] + ["--sync", "allreduce", "--split", "balance-memory"], 2,
            "balance-memory")

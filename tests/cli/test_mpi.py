@@ -86,6 +86,20 @@ with tempfile.TemporaryDirectory() as tmp:
                 out + err)
         c.check(f"-np {procs}: the header names the processes", f"in each of {procs} processes" in err, err)
 
+    # --sync-bn across processes: BatchNorm over the job's whole batch, as one device on it.
+    one_m, sync_m = os.path.join(tmp, "bn-one.jsonl"), os.path.join(tmp, "bn-sync.jsonl")
+    bn = ["--data", data, "--model", "convnet", "--sync", "allreduce", "--lr", "0.01", "--momentum", "0", "--steps",
+          "6", "--no-shuffle"]
+    p = subprocess.run([dp, "train"] + bn + ["--devices", "host:1", "--batch", "16", "--metrics", one_m],
+                       capture_output=True, text=True)
+    rc, out, err, _ = run(["-np", "2", dp, "train"] + bn + ["--devices", "host:2", "--batch", "8", "--sync-bn",
+                                                          "--split", "chunks:3,5", "--metrics", sync_m])
+    c.check("--sync-bn across processes runs", rc == 0 and p.returncode == 0, err + p.stderr)
+    if rc == 0 and p.returncode == 0:
+        a, b = losses(one_m), losses(sync_m)
+        c.check("--sync-bn across 2 processes x 2 devices = one device on the whole batch",
+                len(a) == len(b) == 6 and all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b)), (a, b))
+
     # A rank whose command line differs: every rank stops with the error, nobody hangs.
     rc, out, err, secs = run(["-np", "1", dp, "train"] + base + ["--devices", "host:1", "--batch", "8", ":",
                               "-np", "1", dp, "train"] + base + ["--devices", "host:1", "--batch", "9"], timeout=120)

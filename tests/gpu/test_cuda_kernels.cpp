@@ -335,3 +335,42 @@ TEST_CASE("causal attention forward and backward match the CPU reference") {
   CHECK(rel_error(to_host<float>(c, d_att, att.size()), att) < 1e-4);
   CHECK(rel_error(to_host<float>(c, d_dqkv, dqkv.size()), dqkv) < 1e-4);
 }
+
+TEST_CASE("SyncBatchNorm's pieces (--sync-bn) match the CPU reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t N = 5, C = 4, HW = 37, count = 3 * N * HW;
+  auto x = random_vector(N * C * HW, 60, -2.f, 3.f), gamma = random_vector(C, 61, 0.5f, 1.5f),
+       beta = random_vector(C, 62), dy = random_vector(N * C * HW, 63), gmean = random_vector(C, 64),
+       gvar = random_vector(C, 65, 0.5f, 2.f), gsum_dy = random_vector(C, 66), gsum_dyx = random_vector(C, 67);
+  std::vector<float> mean(C), var(C), y(x.size()), smean(C), sinv(C), rm(C, 0.f), rv(C, 1.f), sdy(C), sdyx(C),
+      dx(x.size());
+  cpu::batchnorm_stats(pool, mean.data(), var.data(), x.data(), N, C, HW);
+  cpu::batchnorm_forward_with_stats(pool, y.data(), smean.data(), sinv.data(), x.data(), gamma.data(), beta.data(),
+                                    rm.data(), rv.data(), gmean.data(), gvar.data(), count, N, C, HW, 0.1f, 1e-5f);
+  cpu::batchnorm_backward_reduce(pool, sdy.data(), sdyx.data(), dy.data(), x.data(), smean.data(), sinv.data(), N, C,
+                                 HW);
+  cpu::batchnorm_backward_apply(pool, dx.data(), dy.data(), x.data(), gamma.data(), smean.data(), sinv.data(),
+                                gsum_dy.data(), gsum_dyx.data(), count, N, C, HW);
+  auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_b = to_device(c, beta), d_dy = to_device(c, dy),
+       d_gm = to_device(c, gmean), d_gv = to_device(c, gvar), d_gsdy = to_device(c, gsum_dy),
+       d_gsdyx = to_device(c, gsum_dyx), d_rm = to_device(c, std::vector<float>(C, 0.f)),
+       d_rv = to_device(c, std::vector<float>(C, 1.f));
+  cuda::DeviceBuffer d_mean(c, C * 4), d_var(c, C * 4), d_y(c, x.size() * 4), d_sm(c, C * 4), d_si(c, C * 4),
+      d_sdy(c, C * 4), d_sdyx(c, C * 4), d_dx(c, x.size() * 4);
+  cuda::batchnorm_stats(c, d_mean.get(), d_var.get(), d_x.get(), N, C, HW);
+  cuda::batchnorm_forward_with_stats(c, d_y.get(), d_sm.get(), d_si.get(), d_x.get(), d_g.get(), d_b.get(), d_rm.get(),
+                                     d_rv.get(), d_gm.get(), d_gv.get(), count, N, C, HW, 0.1f, 1e-5f);
+  cuda::batchnorm_backward_reduce(c, d_sdy.get(), d_sdyx.get(), d_dy.get(), d_x.get(), d_sm.get(), d_si.get(), N, C, HW);
+  cuda::batchnorm_backward_apply(c, d_dx.get(), d_dy.get(), d_x.get(), d_g.get(), d_sm.get(), d_si.get(), d_gsdy.get(),
+                                 d_gsdyx.get(), count, N, C, HW);
+  CHECK(rel_error(to_host<float>(c, d_mean, C), mean) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_var, C), var) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_si, C), sinv) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_rm, C), rm) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_rv, C), rv) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_sdy, C), sdy) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_sdyx, C), sdyx) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
+}

@@ -55,6 +55,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                   "all-reduced during backward, every device updating its own copy)")
       ->capture_default_str();
   cmd->add_option("--bucket-mb", o.bucket_mb, "allreduce: gradient bucket size in MiB")->capture_default_str();
+  cmd->add_flag("--sync-bn", o.sync_bn, "allreduce: BatchNorm statistics over the whole batch (SyncBatchNorm)");
   cmd->add_option("--optimizer", o.optimizer, "sgd or adamw (torch.optim semantics; state on device 0; gpt's default: adamw)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(seed_value());
@@ -106,6 +107,9 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   r.sync.mode = parse_sync_mode(o.sync);
   if (!(o.bucket_mb > 0) || o.bucket_mb > 65536) throw UsageError("--bucket-mb must be > 0 (MiB)");
   r.sync.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
+  r.sync.sync_bn = o.sync_bn;
+  if (o.sync_bn && r.sync.mode != SyncMode::AllReduce)
+    throw UsageError("--sync-bn needs --sync allreduce (BatchNorm synchronised across resident replicas)");
   if (r.sync.mode == SyncMode::AllReduce) {
     if (o.loss_given && r.loss == LossMode::Gathered)
       throw UsageError("--sync allreduce computes the loss in each replica; --loss gathered gathers logits on "

@@ -22,6 +22,7 @@ struct RunOptions {
   std::string loss = "gathered";
   std::string sync = "reduce";  // or allreduce (DistributedDataParallel's shape)
   double bucket_mb = 25;
+  bool sync_bn = false;
   std::string optimizer = "sgd";  // its state is device 0's: memprof and demo show it too (gpt: adamw)
   uint64_t seed = 0;
   int threads_per_device = 1;
