@@ -80,9 +80,10 @@ int run_memprof(const MemprofOptions& o) {
     }
   }
 
-  // The table.
-  std::printf("dp memprof: %s, batch %lld, %s, split %s, loss %s, %d step(s)%s\n", setup.model.name.c_str(),
-              static_cast<long long>(o.batch), devices.description().c_str(), setup.split.text.c_str(), o.loss.c_str(),
+  // The table. (--sync allreduce computes the loss in each replica whatever --loss says.)
+  const std::string loss_name = setup.loss == LossMode::InReplica ? "in-replica" : "gathered";
+  std::printf("dp memprof: %s, batch %lld, %s, split %s, sync %s, loss %s, %d step(s)%s\n", setup.model.name.c_str(),
+              static_cast<long long>(o.batch), devices.description().c_str(), setup.split.text.c_str(), o.sync.c_str(), loss_name.c_str(),
               completed, setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
   if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
   std::printf("chunks: ");
@@ -106,7 +107,7 @@ int run_memprof(const MemprofOptions& o) {
                 format_bytes(devices[0].allocator().stats().peak - largest_other_peak(devices)).c_str());
 
   report = {{"model", setup.model.name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
-            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", o.loss}, {"steps", completed},
+            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"steps", completed},
             {"capacity", setup.capacity}};
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : timeline) {
