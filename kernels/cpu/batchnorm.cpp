@@ -29,6 +29,21 @@ inline void scale_shift(float* __restrict y, const float* __restrict x, float sc
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale + shift;
 }
 
+// Channel c's input gradient from its sums over `count` values:
+// dx = γ·invstd · (dy − Σdy/count − x̂·Σ(dy·x̂)/count), with x̂ = (x − mean)·invstd.
+void channel_dx(float* din, const float* dout, const float* in, int64_t N, int64_t C, int64_t HW, int64_t c,
+                float gamma, float mean, float invstd, double sum_dy, double sum_dy_xhat, int64_t count) {
+  const float k = gamma * invstd;
+  const float mean_dy = static_cast<float>(sum_dy / static_cast<double>(count));
+  const float proj = static_cast<float>(sum_dy_xhat / static_cast<double>(count)) * invstd;  // per unit (x − mean)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* __restrict x = in + (n * C + c) * HW;
+    const float* __restrict dy = dout + (n * C + c) * HW;
+    float* __restrict dx = din + (n * C + c) * HW;
+    for (int64_t i = 0; i < HW; ++i) dx[i] = k * (dy[i] - mean_dy - (x[i] - mean) * proj);
+  }
+}
+
 }  // namespace
 
 void batchnorm_forward_train(ThreadPool& pool, float* out, float* save_mean, float* save_invstd, const float* in,
@@ -91,17 +106,7 @@ void batchnorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbet
       const double sum_dy_xhat = sum_dy_xc * invstd;
       dgamma[c] = static_cast<float>(sum_dy_xhat);
       dbeta[c] = static_cast<float>(sum_dy);
-      if (!din) continue;
-      // dx = γ·invstd · (dy − Σdy/M − x̂·Σ(dy·x̂)/M), with x̂ = (x − mean)·invstd
-      const float k = gamma[c] * invstd;
-      const float mean_dy = static_cast<float>(sum_dy / static_cast<double>(M));
-      const float proj = static_cast<float>(sum_dy_xhat / static_cast<double>(M)) * invstd;  // per unit (x − mean)
-      for (int64_t n = 0; n < N; ++n) {
-        const float* __restrict x = in + (n * C + c) * HW;
-        const float* __restrict dy = dout + (n * C + c) * HW;
-        float* __restrict dx = din + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) dx[i] = k * (dy[i] - mean_dy - (x[i] - mean) * proj);
-      }
+      if (din) channel_dx(din, dout, in, N, C, HW, c, gamma[c], mean, invstd, sum_dy, sum_dy_xhat, M);
     }
   });
 }
@@ -169,17 +174,8 @@ void batchnorm_backward_apply(ThreadPool& pool, float* din, const float* dout, c
                               const float* save_mean, const float* save_invstd, const float* sum_dy,
                               const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C, int64_t HW) {
   pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const float mean = save_mean[c], invstd = save_invstd[c], k = gamma[c] * invstd;
-      const float mean_dy = static_cast<float>(static_cast<double>(sum_dy[c]) / static_cast<double>(count));
-      const float proj = static_cast<float>(static_cast<double>(sum_dy_xhat[c]) / static_cast<double>(count)) * invstd;
-      for (int64_t n = 0; n < N; ++n) {
-        const float* __restrict x = in + (n * C + c) * HW;
-        const float* __restrict dy = dout + (n * C + c) * HW;
-        float* __restrict dx = din + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; ++i) dx[i] = k * (dy[i] - mean_dy - (x[i] - mean) * proj);
-      }
-    }
+    for (int64_t c = c0; c < c1; ++c)
+      channel_dx(din, dout, in, N, C, HW, c, gamma[c], save_mean[c], save_invstd[c], sum_dy[c], sum_dy_xhat[c], count);
   });
 }
 

@@ -31,6 +31,12 @@ def run_dp(dp, args, timeout=300):
     return p.returncode, p.stdout, p.stderr
 
 
+def losses(metrics_path):
+    """The per-step losses of a --metrics file (JSON lines; epoch rows left out)."""
+    import json
+    return [json.loads(line)["loss"] for line in open(metrics_path) if '"step"' in line]
+
+
 def expect(checks, dp, name, args, code, needle):
     """dp exits with `code` and says `needle` on stderr."""
     rc, out, err = run_dp(dp, args)

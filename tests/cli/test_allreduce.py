@@ -10,14 +10,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, expect, run_dp, write_mnist_like  # noqa: E402
+from checks import Checks, expect, losses, run_dp, write_mnist_like  # noqa: E402
 
 dp = os.path.abspath(sys.argv[1])
 c = Checks()
-
-
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"step"' in l]
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, expect, run_dp  # noqa: E402
+from checks import Checks, expect, losses, run_dp  # noqa: E402
 
 dp = os.path.abspath(sys.argv[1])
 c = Checks()
@@ -28,10 +28,6 @@ def write_bin(path, ids, llmc=False):
         if llmc:
             f.write(struct.pack("<3i", 20240520, 1, len(ids)) + bytes(1024 - 12))
         f.write(struct.pack(f"<{len(ids)}H", *ids))
-
-
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"step"' in l]
 
 
 with tempfile.TemporaryDirectory() as tmp:

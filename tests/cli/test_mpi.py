@@ -16,7 +16,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, write_mnist_like  # noqa: E402
+from checks import Checks, losses, write_mnist_like  # noqa: E402
 
 dp = os.path.abspath(sys.argv[1])
 mpirun = shutil.which("mpirun")
@@ -45,10 +45,6 @@ def weights(path):
         a, b = v["data_offsets"]
         out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
     return out
-
-
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"step"' in l]
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -198,15 +198,7 @@ def main():
     dp = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory() as work:
         g = torch.Generator().manual_seed(7)
-        n = 200
-        images = (torch.rand(n, 28, 28, generator=g) ** 3 * 255).to(torch.uint8)
-        labels = torch.randint(0, 10, (n,), generator=g)
-        mnist = os.path.join(work, "mnist")
-        os.makedirs(mnist)
-        ref.write_idx(images, labels, os.path.join(mnist, "train-images-idx3-ubyte.gz"),
-                      os.path.join(mnist, "train-labels-idx1-ubyte.gz"))
-        ref.write_idx(images[:20], labels[:20], os.path.join(mnist, "t10k-images-idx3-ubyte.gz"),
-                      os.path.join(mnist, "t10k-labels-idx1-ubyte.gz"))
+        images, labels = ref.random_mnist_dir(os.path.join(work, "mnist"), 200, 20, g)
         cifar_images = (torch.rand(60, 3, 32, 32, generator=g) * 255).to(torch.uint8)
         cifar_labels = torch.randint(0, 10, (60,), generator=g)
         cifar = os.path.join(work, "cifar")

@@ -72,15 +72,8 @@ def main():
     failed = 0
     with tempfile.TemporaryDirectory() as work:
         g = torch.Generator().manual_seed(11)
-        n = BATCH * STEPS
-        images = (torch.rand(n, 28, 28, generator=g) ** 3 * 255).to(torch.uint8)
-        labels = torch.randint(0, 10, (n,), generator=g)
         mnist = os.path.join(work, "mnist")
-        os.makedirs(mnist)
-        ref.write_idx(images, labels, os.path.join(mnist, "train-images-idx3-ubyte.gz"),
-                      os.path.join(mnist, "train-labels-idx1-ubyte.gz"))
-        ref.write_idx(images[:4], labels[:4], os.path.join(mnist, "t10k-images-idx3-ubyte.gz"),
-                      os.path.join(mnist, "t10k-labels-idx1-ubyte.gz"))
+        images, labels = ref.random_mnist_dir(mnist, BATCH * STEPS, 4, g)
         for model_name, flags in CASES:
             torch.manual_seed(5)
             st_io.save(ref.make_model(model_name).state_dict(), os.path.join(work, f"init-{model_name}.safetensors"))

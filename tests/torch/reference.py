@@ -178,6 +178,20 @@ def write_idx(images, labels, img_path, lbl_path):
         f.write(struct.pack(">II", 0x801, n) + labels.numpy().astype("uint8").tobytes())
 
 
+def random_mnist_dir(path, n, test_n, generator):
+    """n random 28x28 images (skewed dark, like digits) with labels in path as MNIST's four gzip
+    IDX files, the first test_n doubling as the test set; returns (images, labels)."""
+    import os
+    images = (torch.rand(n, 28, 28, generator=generator) ** 3 * 255).to(torch.uint8)
+    labels = torch.randint(0, 10, (n,), generator=generator)
+    os.makedirs(path)
+    write_idx(images, labels, os.path.join(path, "train-images-idx3-ubyte.gz"),
+              os.path.join(path, "train-labels-idx1-ubyte.gz"))
+    write_idx(images[:test_n], labels[:test_n], os.path.join(path, "t10k-images-idx3-ubyte.gz"),
+              os.path.join(path, "t10k-labels-idx1-ubyte.gz"))
+    return images, labels
+
+
 def normalise(images_u8):
     """MNIST: [N, 28, 28] -> [N, 1, 28, 28]; CIFAR-10: [N, 3, 32, 32] per channel."""
     x = images_u8.float() / 255.0
