@@ -29,6 +29,24 @@ inline void scale_shift(float* __restrict y, const float* __restrict x, float sc
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale + shift;
 }
 
+// Channel c's Σdy and Σdy·(x − mean) over this chunk.
+void channel_dy_sums(const float* dout, const float* in, int64_t N, int64_t C, int64_t HW, int64_t c, float mean,
+                     double& sum_dy, double& sum_dy_xc) {
+  sum_dy = 0, sum_dy_xc = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const float* __restrict x = in + (n * C + c) * HW;
+    const float* __restrict dy = dout + (n * C + c) * HW;
+    float a = 0.f, b = 0.f;
+#pragma omp simd reduction(+ : a, b)
+    for (int64_t i = 0; i < HW; ++i) {
+      a += dy[i];
+      b += dy[i] * (x[i] - mean);
+    }
+    sum_dy += a;
+    sum_dy_xc += b;
+  }
+}
+
 // Channel c's input gradient from its sums over `count` values:
 // dx = γ·invstd · (dy − Σdy/count − x̂·Σ(dy·x̂)/count), with x̂ = (x − mean)·invstd.
 void channel_dx(float* din, const float* dout, const float* in, int64_t N, int64_t C, int64_t HW, int64_t c,
@@ -90,19 +108,8 @@ void batchnorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbet
   pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const float mean = save_mean[c], invstd = save_invstd[c];
-      double sum_dy = 0, sum_dy_xc = 0;  // Σdy and Σdy·(x − mean)
-      for (int64_t n = 0; n < N; ++n) {
-        const float* __restrict x = in + (n * C + c) * HW;
-        const float* __restrict dy = dout + (n * C + c) * HW;
-        float a = 0.f, b = 0.f;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t i = 0; i < HW; ++i) {
-          a += dy[i];
-          b += dy[i] * (x[i] - mean);
-        }
-        sum_dy += a;
-        sum_dy_xc += b;
-      }
+      double sum_dy, sum_dy_xc;  // Σdy and Σdy·(x − mean)
+      channel_dy_sums(dout, in, N, C, HW, c, mean, sum_dy, sum_dy_xc);
       const double sum_dy_xhat = sum_dy_xc * invstd;
       dgamma[c] = static_cast<float>(sum_dy_xhat);
       dbeta[c] = static_cast<float>(sum_dy);
@@ -150,22 +157,10 @@ void batchnorm_backward_reduce(ThreadPool& pool, float* sum_dy, float* sum_dy_xh
                                int64_t HW) {
   pool.parallel_for(C, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const float mean = save_mean[c];
-      double a_sum = 0, b_sum = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const float* __restrict x = in + (n * C + c) * HW;
-        const float* __restrict dy = dout + (n * C + c) * HW;
-        float a = 0.f, b = 0.f;
-#pragma omp simd reduction(+ : a, b)
-        for (int64_t i = 0; i < HW; ++i) {
-          a += dy[i];
-          b += dy[i] * (x[i] - mean);
-        }
-        a_sum += a;
-        b_sum += b;
-      }
-      sum_dy[c] = static_cast<float>(a_sum);
-      sum_dy_xhat[c] = static_cast<float>(b_sum * save_invstd[c]);
+      double a, b;
+      channel_dy_sums(dout, in, N, C, HW, c, save_mean[c], a, b);
+      sum_dy[c] = static_cast<float>(a);
+      sum_dy_xhat[c] = static_cast<float>(b * save_invstd[c]);
     }
   });
 }
