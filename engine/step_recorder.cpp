@@ -38,7 +38,9 @@ void StepRecorder::end(Phase p) {
     for (int i = 0; i < n; ++i) {
       // Trace viewers keep one counter track per name: each device's carries its index, or
       // Perfetto merges them and device 0's hotspot disappears.
-      const std::string d = "d" + std::to_string(i) + " ";
+      std::string d = "d";  // built by appends: GCC 12 warns falsely (-Wrestrict) on "d" + to_string(i)
+      d += std::to_string(i);
+      d += ' ';
       tracer_->counter(i, d + "memory peak in phase", end, static_cast<double>(out_.memory[k][i].peak));
       tracer_->counter(i, d + "memory in use", end, static_cast<double>(out_.memory[k][i].in_use_after));
     }

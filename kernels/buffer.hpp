@@ -22,6 +22,8 @@ struct Buf {
   // dtype when the tensor is of another type. Absent buffers give nullptr.
   float* f32(const char* op) const { return static_cast<float*>(typed(op, DType::F32)); }
   int32_t* i32(const char* op) const { return static_cast<int32_t*>(typed(op, DType::I32)); }
+  uint16_t* bf16(const char* op) const { return static_cast<uint16_t*>(typed(op, DType::BF16)); }
+  uint16_t* f16(const char* op) const { return static_cast<uint16_t*>(typed(op, DType::F16)); }
   void* typed(const char* op, DType want) const;
 };
 

@@ -5,6 +5,7 @@
 #include "engine/error.hpp"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/conv2d.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
 #include "engine/host/thread_pool.hpp"
@@ -19,6 +20,17 @@ void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, cons
   if (to.on_cuda()) return cuda::copy(*to.cuda, dst, src, bytes, *from.cuda);
 #endif
   std::memcpy(dst, src, bytes);
+}
+
+void convert(const Exec& ex, Buf dst, Buf src, int64_t n) {
+  constexpr const char* op = "convert";
+  if (dst.dtype == src.dtype) return copy_between(ex, dst.ptr, src.ptr, static_cast<size_t>(n) * dtype_size(dst.dtype), ex);
+  if (src.dtype == DType::F32 && dst.dtype == DType::BF16) return DP_DISPATCH(ex, float_to_bf16, dst.bf16(op), src.f32(op), n);
+  if (src.dtype == DType::F32 && dst.dtype == DType::F16) return DP_DISPATCH(ex, float_to_f16, dst.f16(op), src.f32(op), n);
+  if (src.dtype == DType::BF16 && dst.dtype == DType::F32) return DP_DISPATCH(ex, bf16_to_float, dst.f32(op), src.bf16(op), n);
+  if (src.dtype == DType::F16 && dst.dtype == DType::F32) return DP_DISPATCH(ex, f16_to_float, dst.f32(op), src.f16(op), n);
+  throw RuntimeError(std::string("convert: ") + dtype_name(src.dtype) + " to " + dtype_name(dst.dtype) +
+                     " is not implemented (float32 to and from bfloat16 or float16)");
 }
 
 int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backward) {
