@@ -14,6 +14,7 @@
 #include "engine/cuda/context.hpp"
 #include "kernels/ops/batchnorm.hpp"
 #include "kernels/ops/conv2d.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/linear.hpp"
 #include "kernels/ops/loss.hpp"
@@ -373,4 +374,30 @@ TEST_CASE("SyncBatchNorm's pieces (--sync-bn) match the CPU reference") {
   CHECK(rel_error(to_host<float>(c, d_sdy, C), sdy) < kTol);
   CHECK(rel_error(to_host<float>(c, d_sdyx, C), sdyx) < kTol);
   CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
+}
+
+TEST_CASE("bfloat16 and float16 conversions match the CPU rounding bit for bit (NaNs: NaN)") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  std::vector<float> x = random_vector(100000, 70, -70000.f, 70000.f);
+  const auto small = random_vector(100000, 71, -1e-4f, 1e-4f);  // float16 subnormals
+  x.insert(x.end(), small.begin(), small.end());
+  for (float v : {0.0f, -0.0f, 65504.f, 65520.f, 0x1.0p-24f, 0x1.0p-25f, 1e30f, -1e-45f}) x.push_back(v);
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<uint16_t> bf(x.size()), hf(x.size());
+  cpu::float_to_bf16(pool, bf.data(), x.data(), n);
+  cpu::float_to_f16(pool, hf.data(), x.data(), n);
+  auto d_x = to_device(c, x);
+  cuda::DeviceBuffer d_bf(c, x.size() * 2), d_hf(c, x.size() * 2), d_back(c, x.size() * 4);
+  cuda::float_to_bf16(c, d_bf.get<uint16_t>(), d_x.get(), n);
+  cuda::float_to_f16(c, d_hf.get<uint16_t>(), d_x.get(), n);
+  CHECK(to_host<uint16_t>(c, d_bf, x.size()) == bf);
+  CHECK(to_host<uint16_t>(c, d_hf, x.size()) == hf);
+  std::vector<float> back(x.size());
+  cpu::f16_to_float(pool, back.data(), hf.data(), n);
+  cuda::f16_to_float(c, d_back.get(), d_hf.get<uint16_t>(), n);
+  CHECK(to_host<float>(c, d_back, x.size()) == back);
+  cpu::bf16_to_float(pool, back.data(), bf.data(), n);
+  cuda::bf16_to_float(c, d_back.get(), d_bf.get<uint16_t>(), n);
+  CHECK(to_host<float>(c, d_back, x.size()) == back);
 }
