@@ -47,7 +47,7 @@ struct TrainOptions : RunOptions {
   int64_t eval_windows = 64;
   int64_t sample = 0;
   std::string prompt;
-  double temperature = 1.0;
+  double temperature = 0.8;  // nanoGPT's sample.py default
   bool lr_given = false;
   std::string checkpoint, resume;
   int64_t checkpoint_every = 1000;
