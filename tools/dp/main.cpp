@@ -13,17 +13,23 @@
 namespace {
 
 // Debian's OpenBLAS 0.3.21 does not recognise newer CPUs (AMD Zen 4, ...) and falls back to
-// slow generic kernels. The core type is read when the library loads, before main, so set it
-// and start again once. DP_OPENBLAS_REEXEC=0 turns this off.
-void select_openblas_kernels(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("DP_OPENBLAS_REEXEC")) return;
-  const char* core = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
-  if (!core) return;
-  setenv("OPENBLAS_CORETYPE", core, 1);
-  // Parallelism comes from devices and --threads-per-device: no idle BLAS pool spinning beside them.
-  if (!std::getenv("OPENBLAS_NUM_THREADS")) setenv("OPENBLAS_NUM_THREADS", "1", 1);
+// slow generic kernels; and its own thread pool is one per process, shared by every device's
+// thread: two devices calling sgemm at once queue on it. Both settings are read when the library
+// loads, before main, so set what is not set already (the core type for this CPU; one BLAS
+// thread — parallelism comes from devices and --threads-per-device) and start again once.
+// DP_OPENBLAS_REEXEC=0 turns this off; a value the user set is kept.
+void configure_openblas(char** argv) {
+  if (std::getenv("DP_OPENBLAS_REEXEC")) return;
+  bool changed = false;
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    const char* core =
+        __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+    if (core) setenv("OPENBLAS_CORETYPE", core, 1), changed = true;
+  }
+  if (!std::getenv("OPENBLAS_NUM_THREADS")) setenv("OPENBLAS_NUM_THREADS", "1", 1), changed = true;
+  if (!changed) return;
   setenv("DP_OPENBLAS_REEXEC", "1", 1);
-  execv("/proc/self/exe", argv);  // on failure, carry on with the kernels we have
+  execv("/proc/self/exe", argv);  // on failure, carry on with the settings we have
 }
 
 }  // namespace
@@ -42,7 +48,7 @@ std::vector<std::string>& dp::cli::command_line() {
 }
 
 int main(int argc, char** argv) {
-  select_openblas_kernels(argv);
+  configure_openblas(argv);
   dp::install_output_cleanup();  // a signal never leaves a half-written temporary behind
   dp::cli::command_line().assign(argv, argv + argc);
   CLI::App app{"dp-engine: single-process multi-device DataParallel training"};
