@@ -71,8 +71,8 @@ TEST_CASE("buckets: from the end of the gradients backwards, edges inside tensor
   CHECK(buckets.front().end == lay.parameter_count);
   CHECK(buckets.back().begin == 0);
   for (size_t k = 1; k < buckets.size(); ++k) CHECK(buckets[k].end == buckets[k - 1].begin);
-  // The last bucket holds the output layers first: modules 2 (Linear 512-256) and 3 ... (leaf
-  // indices are the param modules in order: 0 = Linear 784-512, 1 = 512-256, 2 = 256-10).
+  // The first bucket (the end of the array) holds the output layer, module 2 (the param modules in
+  // order: 0 = Linear 784-512, 1 = 512-256, 2 = 256-10), ready first in backward.
   CHECK(std::find(buckets.front().leaves.begin(), buckets.front().leaves.end(), 2) != buckets.front().leaves.end());
   // Linear 784-512's weight (401408 floats, from offset 0) spans all three buckets of 262144: each
   // lists module 0.

@@ -28,12 +28,6 @@ void in_pieces(T* data, int64_t count, Call call) {
 
 }  // namespace
 
-bool ProcessGroup::launched_by_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 bool ProcessGroup::available() { return true; }
 
 ProcessGroup::ProcessGroup() {

@@ -6,12 +6,6 @@
 
 namespace dp {
 
-bool ProcessGroup::launched_by_mpirun() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 bool ProcessGroup::available() { return false; }
 
 ProcessGroup::ProcessGroup() {}

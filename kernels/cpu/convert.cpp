@@ -5,28 +5,18 @@
 
 namespace dp::cpu {
 
-void float_to_bf16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) {
+namespace {
+template <typename To, typename From, typename Cast>
+void convert_all(ThreadPool& pool, To* dst, const From* src, int64_t n, Cast cast) {
   pool.parallel_for(n, [=](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) dst[i] = dp::float_to_bf16(src[i]);
+    for (int64_t i = a; i < b; ++i) dst[i] = cast(src[i]);
   });
 }
+}  // namespace
 
-void float_to_f16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) {
-  pool.parallel_for(n, [=](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) dst[i] = dp::float_to_f16(src[i]);
-  });
-}
-
-void bf16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) {
-  pool.parallel_for(n, [=](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) dst[i] = dp::bf16_to_float(src[i]);
-  });
-}
-
-void f16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) {
-  pool.parallel_for(n, [=](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) dst[i] = dp::f16_to_float(src[i]);
-  });
-}
+void float_to_bf16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) { convert_all(pool, dst, src, n, dp::float_to_bf16); }
+void float_to_f16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) { convert_all(pool, dst, src, n, dp::float_to_f16); }
+void bf16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) { convert_all(pool, dst, src, n, dp::bf16_to_float); }
+void f16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) { convert_all(pool, dst, src, n, dp::f16_to_float); }
 
 }  // namespace dp::cpu

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "engine/error.hpp"
 #include "engine/host/thread_pool.hpp"
@@ -59,16 +60,20 @@ void layernorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbet
         }
       }
     });
+  // dγ, dβ: each thread takes a range of columns and walks the rows in order, reading each row's
+  // slice contiguously (a column-by-column walk strides by C and misses the cache at B·T rows).
   pool.parallel_for(C, [=](int64_t c0, int64_t c1) {
-    for (int64_t i = c0; i < c1; ++i) {
-      double dg = 0, db = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double dy = dout[r * C + i];
-        dg += dy * (in[r * C + i] - mean[r]) * rstd[r];
-        db += dy;
+    std::vector<double> dg(static_cast<size_t>(c1 - c0), 0.0), db(static_cast<size_t>(c1 - c0), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *x = in + r * C, *dy = dout + r * C;
+      for (int64_t i = c0; i < c1; ++i) {
+        dg[static_cast<size_t>(i - c0)] += double(dy[i]) * (x[i] - mean[r]) * rstd[r];
+        db[static_cast<size_t>(i - c0)] += dy[i];
       }
-      dgamma[i] = static_cast<float>(dg);
-      dbeta[i] = static_cast<float>(db);
+    }
+    for (int64_t i = c0; i < c1; ++i) {
+      dgamma[i] = static_cast<float>(dg[static_cast<size_t>(i - c0)]);
+      dbeta[i] = static_cast<float>(db[static_cast<size_t>(i - c0)]);
     }
   });
 }

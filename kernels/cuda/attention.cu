@@ -6,14 +6,13 @@
 #include <cmath>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/attention.hpp"
 
 namespace dp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
 // qkv [B, T, 3, H, hs] -> q, k, v [B, H, T, hs]
 __global__ void permute_qkv_kernel(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H,

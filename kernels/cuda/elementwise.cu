@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/sgd.hpp"
 
@@ -10,8 +11,6 @@ namespace dp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
 __global__ void relu_forward_kernel(float* out, const float* in, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)

@@ -4,14 +4,13 @@
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/pooling.hpp"
 
 namespace dp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
 __global__ void maxpool_forward_kernel(float* out, int32_t* argmax, const float* in, int64_t planes, int64_t H,
                                        int64_t W, int64_t OH, int64_t OW, int64_t k, int64_t stride) {

@@ -5,14 +5,13 @@
 #include <string>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/transformer.hpp"
 
 namespace dp::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-unsigned blocks_for(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535)); }
 
 __device__ double warp_sum(double v) {
   for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffffu, v, off);
