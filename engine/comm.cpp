@@ -100,25 +100,30 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
     if (s.numel() != dst.numel()) throw RuntimeError("reduce_add: sources and destination differ in size");
     order_after(home, s.device());
   }
-  const int64_t n = dst.numel();
-  const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / sizeof(float)));
+  if (srcs.empty()) return;
+  const DType src_type = srcs[0].dtype();
+  const size_t elem = dtype_size(src_type);
   for (const auto& s : srcs)
-    if (&s.device() != &home) home.count_received(s.device().index(), dst.numel() * static_cast<int64_t>(sizeof(float)));
+    if (s.dtype() != src_type) throw RuntimeError("reduce_add: sources of different dtypes");
+  const int64_t n = dst.numel();
+  const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / elem));
+  for (const auto& s : srcs)
+    if (&s.device() != &home) home.count_received(s.device().index(), s.numel() * static_cast<int64_t>(elem));
   for (int64_t off = 0; off < n; off += bucket) {
     const int64_t len = std::min(bucket, n - off);
     TaskLabel label = home.stream().label([&] {
       return TaskLabel{"reduce-add bucket [" + std::to_string(off) + ", " + std::to_string(off + len) + ")", "reduce"};
     });
-    home.stream().enqueue([&home, dst, srcs, off, len] {
+    home.stream().enqueue([&home, dst, srcs, off, len, src_type, elem] {
       // Receive this bucket from every source into buffers on the destination, then sum.
       std::vector<Tensor> received;
       for (const auto& s : srcs) {
-        Tensor buf = Tensor::empty(home, {len}, MemCategory::CommBuffers);
-        copy_between(home.exec(), buf.data(), s.data() + off, static_cast<size_t>(len) * sizeof(float),
-                     s.device().exec());
+        Tensor buf = Tensor::empty(home, {len}, MemCategory::CommBuffers, src_type);
+        copy_between(home.exec(), buf.data<char>(), s.data<char>() + static_cast<size_t>(off) * elem,
+                     static_cast<size_t>(len) * elem, s.device().exec());
         received.push_back(std::move(buf));
       }
-      for (const auto& buf : received) add_inplace(home.exec(), {dst.data() + off}, buf.buf(), len);
+      for (const auto& buf : received) add_inplace(home.exec(), dst.slice_flat(off, {len}).buf(), buf.buf(), len);
     }, std::move(label));
   }
 }

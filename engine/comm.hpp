@@ -31,7 +31,8 @@ std::vector<Tensor> broadcast_coalesced(const Tensor& src, const std::vector<Dev
                                         size_t bucket_bytes = kBucketBytes);
 
 // dst += Σ srcs, on dst's device, bucket by bucket: each bucket of every source is received into
-// a buffer on dst's device (counted as reduce buffers), then added.
+// a buffer on dst's device (counted as reduce buffers), then added. The sources may be 16-bit and
+// dst float32 (mixed precision): buffers and bytes moved are the sources', the sum is dst's.
 void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes = kBucketBytes);
 
 }  // namespace dp

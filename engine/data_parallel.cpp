@@ -5,6 +5,7 @@
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
@@ -26,7 +27,8 @@ void upload(const Tensor& dst, const void* src) {
 }  // namespace
 
 DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split,
-                           const OptimizerConfig& optimizer, uint64_t seed, LossMode loss, SyncOptions sync)
+                           const OptimizerConfig& optimizer, uint64_t seed, LossMode loss, SyncOptions sync,
+                           PrecisionOptions precision)
     : devices_(devices),
       model_(model),
       splitter_(std::move(split), devices.size()),
@@ -34,7 +36,13 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       lr_(optimizer.lr()),
       loss_(make_loss_strategy(sync.mode == SyncMode::AllReduce ? LossMode::InReplica : loss)),
       gradient_sync_(make_reduce_to_device0()),
-      sync_(sync) {
+      sync_(sync),
+      precision_(precision),
+      scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()) {
+  if (precision_.mixed() && sync_.mode == SyncMode::AllReduce)
+    throw UsageError(std::string("--precision ") + precision_name(precision_.precision) +
+                     " runs with --sync reduce (DataParallel's step) for now: the all-reduce step keeps float32 "
+                     "replicas");
   if (sync_.mode == SyncMode::AllReduce)
     for (int i = 0; i < devices.size(); ++i)
       if (devices[i].is_cuda())
@@ -108,6 +116,16 @@ void DataParallel::join_replicas(const std::vector<int>& replicas) {
 
 void DataParallel::join_device0() { devices_[0].stream().synchronize(); }
 
+Tensor DataParallel::low_precision_parameters() {
+  Device& d0 = devices_[0];
+  Tensor low = Tensor::empty(d0, params_.shape(), MemCategory::Parameters, storage_dtype(precision_.precision));
+  d0.stream().enqueue([low, master = params_, &d0] { convert(d0.exec(), low.buf(), master.buf(), master.numel()); },
+                      d0.stream().label([&] {
+                        return TaskLabel{std::string("round parameters to ") + dtype_name(low.dtype()), "replicate"};
+                      }));
+  return low;
+}
+
 void DataParallel::check_input(DType dtype) const {
   if (dtype != model_.input_dtype)
     throw RuntimeError("model " + model_.name + " takes " +
@@ -166,6 +184,8 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
       }
     }
   } s(*this, batch, loss_rows, chunks);
+  s.loss_scale = scaler_.scale();
+  if (scaler_.enabled()) result.loss_scale = scaler_.scale();
 
   std::vector<double> busy_before(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) busy_before[i] = devices_[i].stream().busy_seconds();
@@ -227,11 +247,13 @@ void DataParallel::scatter(StepState& s) {
 }
 
 // 3. replicate: parameters and buffers from device 0 to every other active device (replica 0
-// is the master itself).
+// is the master itself). Mixed precision: device 0 rounds the master into a 16-bit copy once,
+// replica 0 runs on it, and it is what the others receive (half the bytes).
 void DataParallel::replicate(StepState& s) {
   std::vector<Device*> targets;
   for (int r : s.active) targets.push_back(s.devices[r]);
-  auto p = broadcast_coalesced(params_, targets, MemCategory::Parameters);
+  auto p = broadcast_coalesced(precision_.mixed() ? low_precision_parameters() : params_, targets,
+                               MemCategory::Parameters);
   auto b = broadcast_coalesced(buffers_, targets, MemCategory::Parameters);
   for (size_t k = 0; k < s.active.size(); ++k) s.params[s.active[k]] = p[k], s.buffers[s.active[k]] = b[k];
   devices_.synchronize();
@@ -244,8 +266,9 @@ void DataParallel::forward(StepState& s) {
     stream.enqueue(
         [this, r, &s] {
           // Replica 0 on device 0 is the master itself: its gradients land in the master's.
-          // (Other replicas get gradient storage in backward, or have their resident one.)
-          nets_[r]->bind(s.params[r], r == 0 ? grads_ : s.grads[r], s.buffers[r]);
+          // (Other replicas, and a 16-bit replica 0, get gradient storage in backward, or have
+          // their resident one.)
+          nets_[r]->bind(s.params[r], r == 0 && !precision_.mixed() ? grads_ : s.grads[r], s.buffers[r]);
           try {
             s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);
           } catch (...) {
@@ -298,11 +321,15 @@ void DataParallel::backward(StepState& s) {
     stream.enqueue(
         [this, r, &s] {
           Device& dev = *s.devices[r];
-          if (r != 0) {
+          if (r != 0 || precision_.mixed()) {
             // Backward writes every entry; the alignment gaps, summed into the master too, are zeroed.
-            s.grads[r] = Tensor::empty(dev, {layout().parameter_count}, MemCategory::Gradients);
+            // Mixed precision: 16-bit, like the replica's parameters.
+            const DType dtype = s.params[r].dtype();
+            const size_t elem = dtype_size(dtype);
+            s.grads[r] = Tensor::empty(dev, {layout().parameter_count}, MemCategory::Gradients, dtype);
             for (const auto& [begin, end] : layout().parameter_gaps)
-              zero(dev.exec(), s.grads[r].data() + begin, static_cast<size_t>(end - begin) * sizeof(float));
+              zero(dev.exec(), s.grads[r].data<char>() + static_cast<size_t>(begin) * elem,
+                   static_cast<size_t>(end - begin) * elem);
             nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
           }
           nets_[r]->backward(dev, s.grad_outputs[r]);
@@ -319,21 +346,38 @@ void DataParallel::reduce(StepState& s) {
   devices_.synchronize();
 }
 
-// 9. update the master parameters on device 0 (clipping the gradients first, if asked).
+// 9. update the master parameters on device 0 (clipping the gradients first, if asked). fp16:
+// unscale the gradients first (GradScaler.unscale_), and skip the update when any is inf or NaN.
 void DataParallel::update(StepState&, StepResult& r) {
   Device& d0 = devices_[0];
-  if (clip_ > 0 || report_norm_) {
+  bool found_inf = false;
+  if (clip_ > 0 || report_norm_ || scaler_.enabled()) {
     d0.stream().enqueue(
-        [this, &d0, &r] {
+        [this, &d0, &r, &found_inf] {
           const int64_t n = grads_.numel();
-          r.grad_norm = std::sqrt(sum_squares(d0.exec(), grads_.buf(), n));
-          const double coef = clip_ / (r.grad_norm + 1e-6);
+          if (scaler_.enabled())  // GradScaler's reciprocal: float32 of 1/scale computed in double
+            scale(d0.exec(), grads_.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), n);
+          // One pass gives the norm and the inf/NaN check: a non-finite gradient makes Σg² non-finite
+          // (a finite float32 squared cannot overflow the double sum).
+          const double sum = sum_squares(d0.exec(), grads_.buf(), n);
+          found_inf = !std::isfinite(sum);
+          if (found_inf) return;
+          if (clip_ > 0 || report_norm_) r.grad_norm = std::sqrt(sum);
+          const double coef = clip_ / (std::sqrt(sum) + 1e-6);
           if (clip_ > 0 && coef < 1) scale(d0.exec(), grads_.buf(), static_cast<float>(coef), n);
         },
-        d0.stream().label([&] { return TaskLabel{clip_ > 0 ? "gradient norm and clipping" : "gradient norm", "update"}; }));
+        d0.stream().label([&] {
+          return TaskLabel{scaler_.enabled() ? "unscale gradients, inf/NaN check" + std::string(clip_ > 0 ? ", clipping" : "")
+                           : clip_ > 0       ? "gradient norm and clipping"
+                                             : "gradient norm",
+                           "update"};
+        }));
+    join_device0();
   }
   r.lr = lr_;
-  optimizer_->step(params_, grads_, static_cast<float>(lr_));
+  r.skipped = found_inf;
+  if (!found_inf) optimizer_->step(params_, grads_, static_cast<float>(lr_));
+  scaler_.update(found_inf);
   join_device0();
 }
 
@@ -348,6 +392,7 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   // state are put back, and capacities are lifted while probing.
   const auto saved_params = parameters(), saved_buffers = buffers();
   const auto saved_optimizer = optimizer_->save();
+  const auto saved_scale = scaler_.state();
   std::vector<int64_t> capacity(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) capacity[i] = devices_[i].allocator().capacity(), devices_[i].allocator().set_capacity(0);
   const auto even = split_sizes(parse_split("even", n, batch), batch, n);
@@ -363,6 +408,7 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   const auto pa = probe(even), pb = probe(shifted);
   load_state(saved_params, saved_buffers);
   optimizer_->restore(saved_optimizer, params_);
+  if (scaler_.enabled()) scaler_.restore(saved_scale);
   for (int i = 0; i < n; ++i) {
     devices_[i].allocator().set_capacity(capacity[i]);
     devices_[i].allocator().reset_peak();  // the probes are not part of the run's profile
@@ -389,8 +435,10 @@ EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const
   upload(target, targets);
   EvalResult out;
   out.count = target.numel();
+  // Mixed precision evaluates as it trains: on a 16-bit copy of the master parameters.
+  const Tensor params = precision_.mixed() ? low_precision_parameters() : params_;
   d0.stream().enqueue([&] {
-    nets_[0]->bind(params_, Tensor(), buffers_);
+    nets_[0]->bind(params, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
     nets_[0]->clear_cache();
     out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), out.count, model_.classes, {}, 0.f, &out.correct);
@@ -409,10 +457,16 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
   Tensor input = Tensor::empty(d0, {1, length}, MemCategory::Inputs, DType::I32);
   upload(input, tokens);
   std::vector<float> out(static_cast<size_t>(length * model_.classes));
+  const Tensor params = precision_.mixed() ? low_precision_parameters() : params_;
   d0.stream().enqueue([&] {
-    nets_[0]->bind(params_, Tensor(), buffers_);
+    nets_[0]->bind(params, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
     nets_[0]->clear_cache();
+    if (logits.dtype() != DType::F32) {  // 16-bit logits, widened for the host
+      Tensor wide = Tensor::empty(d0, logits.shape(), MemCategory::Workspace);
+      convert(d0.exec(), wide.buf(), logits.buf(), logits.numel());
+      logits = wide;
+    }
     download(d0.exec(), out.data(), logits.data(), out.size() * sizeof(float));
     nets_[0]->unbind();
   });

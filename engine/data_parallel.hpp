@@ -24,6 +24,8 @@
 #include "engine/allreduce/replica_group.hpp"
 #include "engine/device.hpp"
 #include "engine/optim/optimizer.hpp"
+#include "engine/precision/loss_scaler.hpp"
+#include "engine/precision/precision.hpp"
 #include "engine/split/splitter.hpp"
 #include "engine/step/gradient_sync.hpp"
 #include "engine/step/loss_strategy.hpp"
@@ -44,6 +46,8 @@ struct StepResult : PhaseRecord {
   std::string split_change;             // auto / balance-memory: what changed, if anything
   double lr = 0;                        // the learning rate of this step's update
   double grad_norm = -1;                // ‖g‖₂ of the reduced gradients before clipping (-1: not computed)
+  double loss_scale = 0;                // fp16: the loss scale this step ran with (0: no scaling)
+  bool skipped = false;                 // fp16: inf/NaN gradients, so no update (and the scale backed off)
 };
 
 struct EvalResult {
@@ -63,8 +67,11 @@ class DataParallel {
   // Master state on device 0, initialised with PyTorch's default distributions from seed.
   // allreduce: resident copies on every device, the loss always in-replica; the balance-memory
   // split (a DataParallel remedy) is refused.
+  // --precision bf16/fp16 (engine/precision/precision.hpp): 16-bit replicas, activations and
+  // transfers around float32 master state; fp16 scales the loss. Not with allreduce (yet).
   DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const OptimizerConfig& optimizer,
-               uint64_t seed, LossMode loss = LossMode::Gathered, SyncOptions sync = {});
+               uint64_t seed, LossMode loss = LossMode::Gathered, SyncOptions sync = {},
+               PrecisionOptions precision = {});
   ~DataParallel();
 
   // One training step on a host batch: images [batch, C, H, W] (already normalised) and labels,
@@ -100,6 +107,9 @@ class DataParallel {
   // mean over every process's batch, and StepResult's batch, loss and hits are the job's.
   void set_process_group(ProcessGroup* group);
   SyncMode sync_mode() const { return sync_.mode; }
+  Precision precision() const { return precision_.precision; }
+  // fp16's dynamic loss scale (disabled otherwise); its state goes into checkpoints.
+  LossScaler& loss_scaler() { return scaler_; }
   // Chunk sizes the next step would use for a batch of this size.
   std::vector<int64_t> chunk_sizes(int64_t batch) const;
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
@@ -140,6 +150,8 @@ class DataParallel {
   // Synchronise the streams of the given replicas; raise the first error as a ReplicaError.
   void join_replicas(const std::vector<int>& replicas);
   void join_device0();
+  // Mixed precision: a 16-bit copy of the master parameters on device 0 (the replicas' source).
+  Tensor low_precision_parameters();
 
   DeviceSet& devices_;
   const ModelDef& model_;
@@ -154,6 +166,8 @@ class DataParallel {
   std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
   Tensor params_, grads_, buffers_;             // master state on device 0
   SyncOptions sync_;
+  PrecisionOptions precision_;
+  LossScaler scaler_;
   // allreduce: devices 1.. keep their own copies (index 0 is unused: device 0's are the master's),
   // each with its own optimizer state; the all-reduce's threads.
   std::vector<Tensor> resident_params_, resident_grads_, resident_buffers_;

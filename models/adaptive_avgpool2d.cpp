@@ -17,12 +17,13 @@ class AdaptiveAvgPool2d final : public Module {
   }
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     in_shape_ = in.shape();
-    Tensor out = Tensor::empty(dev, {in.dim(0), in.dim(1), 1, 1}, MemCategory::Activations);
+    dtype_ = in.dtype();
+    Tensor out = Tensor::empty(dev, {in.dim(0), in.dim(1), 1, 1}, MemCategory::Activations, dtype_);
     global_avgpool_forward(dev.exec(), out.buf(), in.buf(), in.dim(0) * in.dim(1), in.dim(2) * in.dim(3));
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
-    Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations);
+    Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations, dtype_);
     global_avgpool_backward(dev.exec(), grad_in.buf(), grad_out.buf(), in_shape_[0] * in_shape_[1],
                             in_shape_[2] * in_shape_[3]);
     return grad_in;
@@ -31,6 +32,7 @@ class AdaptiveAvgPool2d final : public Module {
 
  private:
   Shape in_shape_;
+  DType dtype_ = DType::F32;
 };
 
 }  // namespace

@@ -32,8 +32,9 @@ class CausalSelfAttention final : public Module {
   Tensor forward(Device& dev, const Tensor& in, bool training) override {
     const AttentionShape s{in.dim(0), in.dim(1), c_, heads_};
     qkv_ = c_attn_->forward(dev, in, training);
-    att_ = Tensor::empty(dev, {s.B, heads_, s.T, s.T}, MemCategory::Activations);
-    Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations);
+    // Mixed precision: softmax in float32, the probabilities and the output stored like qkv.
+    att_ = Tensor::empty(dev, {s.B, heads_, s.T, s.T}, MemCategory::Activations, qkv_.dtype());
+    Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations, qkv_.dtype());
     Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false)}, MemCategory::Workspace);
     attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf());
     return c_proj_->forward(dev, y, training);
@@ -41,7 +42,7 @@ class CausalSelfAttention final : public Module {
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const Tensor dy = c_proj_->backward(dev, grad_out, true);
     const AttentionShape s{qkv_.dim(0), qkv_.dim(1), c_, heads_};
-    Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations);
+    Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations, qkv_.dtype());
     Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, true)}, MemCategory::Workspace);
     attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf());
     qkv_ = att_ = Tensor();

@@ -36,7 +36,8 @@ class BatchNorm2d final : public Module {
   }
   Tensor forward(Device& dev, const Tensor& in, bool training) override {
     const int64_t N = in.dim(0), HW = in.dim(2) * in.dim(3);
-    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
+    // Mixed precision: statistics and normalisation in float32, the output stored like the input.
+    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     const BatchNormArgs args{N, c_, HW, momentum_, eps_};
     if (!training) {
       batchnorm_forward_eval(dev.exec(), out.buf(), in.buf(), values_[0].buf(), values_[1].buf(), values_[2].buf(),
@@ -61,7 +62,7 @@ class BatchNorm2d final : public Module {
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t N = input_.dim(0), HW = input_.dim(2) * input_.dim(3);
     Tensor grad_in;
-    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
+    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
     const BatchNormArgs args{N, c_, HW, momentum_, eps_};
     if (group_) {
       backward_synchronised(dev, grad_out, grad_in, args);

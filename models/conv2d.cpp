@@ -41,7 +41,7 @@ class Conv2d final : public Module {
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     auto s = geometry(in.dim(0), {in.dim(1), in.dim(2), in.dim(3)});
     input_ = in;
-    Tensor out = Tensor::empty(dev, {s.N, out_, s.OH(), s.OW()}, MemCategory::Activations);
+    Tensor out = Tensor::empty(dev, {s.N, out_, s.OH(), s.OW()}, MemCategory::Activations, values_[0].dtype());
     Tensor ws = Tensor::empty(dev, {conv2d_workspace_floats(dev.exec(), s, false)}, MemCategory::Workspace);
     conv2d_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias().buf(), s, ws.buf());
     return out;
@@ -49,7 +49,7 @@ class Conv2d final : public Module {
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     auto s = geometry(input_.dim(0), {input_.dim(1), input_.dim(2), input_.dim(3)});
     Tensor grad_in;
-    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
+    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
     Tensor ws = Tensor::empty(dev, {conv2d_workspace_floats(dev.exec(), s, true)}, MemCategory::Workspace);
     conv2d_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), bias_ ? grads_[1].buf() : Buf{}, grad_out.buf(),
                     input_.buf(), values_[0].buf(), s, ws.buf());

@@ -88,7 +88,8 @@ class Transformer final : public Module {
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
     const Tensor gx = h_->backward(dev, ln_f_->backward(dev, grad_out, true), true);
     const int64_t B = gx.dim(0), T = gx.dim(1);
-    Tensor gp = Tensor::zeros(dev, {T, cfg_.dim}, MemCategory::Activations);
+    // Summed over the batch in float32 (a 16-bit sum would round at every sample).
+    Tensor gp = Tensor::zeros(dev, {T, cfg_.dim}, MemCategory::Activations, DType::F32);
     for (int64_t b = 0; b < B; ++b) add_inplace(dev.exec(), gp.buf(), gx.rows(b, 1).buf(), gp.numel());
     wpe_->backward(dev, gp, false);
     wte_->backward(dev, gx, false);

@@ -42,14 +42,15 @@ class Linear final : public Module {
     input_ = in;
     Shape shape = in.shape();
     shape.back() = out_;
-    Tensor out = Tensor::empty(dev, shape, MemCategory::Activations);
+    // Mixed precision: a 16-bit replica gives a 16-bit output (float32 accumulation, rounded once).
+    Tensor out = Tensor::empty(dev, shape, MemCategory::Activations, values_[0].dtype());
     linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? values_[1].buf() : Buf{}, B, in_, out_);
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t B = grad_out.numel() / out_;
     Tensor grad_in;
-    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
+    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
     linear_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), bias_ ? grads_[1].buf() : Buf{}, grad_out.buf(), input_.buf(),
                     values_[0].buf(), B, in_, out_);
     input_ = Tensor();

@@ -24,13 +24,14 @@ class MaxPool2d final : public Module {
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     Shape o = output_shape({in.dim(1), in.dim(2), in.dim(3)});
     in_shape_ = in.shape();
-    Tensor out = Tensor::empty(dev, {in.dim(0), o[0], o[1], o[2]}, MemCategory::Activations);
+    dtype_ = in.dtype();
+    Tensor out = Tensor::empty(dev, {in.dim(0), o[0], o[1], o[2]}, MemCategory::Activations, dtype_);
     argmax_ = Tensor::empty(dev, out.shape(), MemCategory::Activations, DType::I32);
     maxpool2d_forward(dev.exec(), out.buf(), argmax_.buf(), in.buf(), {in.dim(0), in.dim(1), in.dim(2), in.dim(3), k_, stride_});
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
-    Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations);
+    Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations, dtype_);
     maxpool2d_backward(dev.exec(), grad_in.buf(), grad_out.buf(), argmax_.buf(),
                        {in_shape_[0], in_shape_[1], in_shape_[2], in_shape_[3], k_, stride_});
     argmax_ = Tensor();
@@ -41,6 +42,7 @@ class MaxPool2d final : public Module {
  private:
   int64_t k_, stride_;
   Shape in_shape_;
+  DType dtype_ = DType::F32;
   Tensor argmax_;
 };
 

@@ -30,7 +30,8 @@ class LayerNorm final : public Module {
     const int64_t rows = in.numel() / c_;
     input_ = in;
     stats_ = Tensor::empty(dev, {2, rows}, MemCategory::Activations);
-    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
+    // Mixed precision: computed in float32, stored like its input (llm.c's bf16 LayerNorm).
+    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     layernorm_forward(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
                       values_[0].buf(), values_[1].buf(), rows, c_, eps_);
     return out;
@@ -38,7 +39,7 @@ class LayerNorm final : public Module {
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t rows = input_.numel() / c_;
     Tensor grad_in;
-    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
+    if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
     layernorm_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
                        values_[0].buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), rows, c_);
     clear_cache();
@@ -58,12 +59,12 @@ class Gelu final : public Module {
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(Device& dev, const Tensor& in, bool) override {
     input_ = in;
-    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations);
+    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     gelu_forward(dev.exec(), out.buf(), in.buf(), in.numel());
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
-    Tensor grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations);
+    Tensor grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
     gelu_backward(dev.exec(), grad_in.buf(), grad_out.buf(), input_.buf(), grad_out.numel());
     input_ = Tensor();
     return grad_in;
@@ -96,7 +97,7 @@ class Embedding final : public Module {
     ids_ = in;
     Shape shape = in.shape();
     shape.push_back(c_);
-    Tensor out = Tensor::empty(dev, shape, MemCategory::Activations);
+    Tensor out = Tensor::empty(dev, shape, MemCategory::Activations, values_[0].dtype());
     embedding_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), in.numel(), v_, c_);
     return out;
   }

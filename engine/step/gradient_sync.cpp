@@ -2,6 +2,7 @@
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/memory.hpp"
 
 namespace dp {
@@ -20,10 +21,14 @@ class ReduceToDevice0 final : public GradientSync {
     std::vector<Tensor> others;
     for (int r : s.active)
       if (r != 0) others.push_back(s.grads[r]);
+    Device& d0 = master_grads.device();
     if (s.chunks[0] == 0) {  // device 0 only coordinates: nothing of its own to add to
-      Device& d0 = master_grads.device();
       d0.stream().enqueue([master_grads, &d0] { zero(d0.exec(), master_grads.data(), master_grads.bytes()); },
                           {"zero master gradients", "reduce"});
+    } else if (s.grads[0].defined()) {  // 16-bit replica 0: widened into the master, no copy between devices
+      d0.stream().enqueue([master_grads, low = s.grads[0], &d0] {
+        convert(d0.exec(), master_grads.buf(), low.buf(), low.numel());
+      }, {std::string("replica 0's ") + dtype_name(s.grads[0].dtype()) + " gradients into the float32 master", "reduce"});
     }
     reduce_add_coalesced(master_grads, others);
   }

@@ -20,7 +20,8 @@ class GradientSync {
  public:
   virtual ~GradientSync() = default;
   // master_grads (on device 0) becomes the sum of the active replicas' gradients; replica 0's
-  // are already there (it writes into the master's).
+  // are already there (it writes into the master's) — unless they are 16-bit (mixed precision):
+  // then s.grads[0] holds them, and the float32 sum starts from them.
   virtual void sync(StepState& s, const Tensor& master_grads) const = 0;
 };
 

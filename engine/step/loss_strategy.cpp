@@ -30,9 +30,10 @@ class GatheredLoss final : public LossStrategy {
   }
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
-    s.grad_logits = Tensor::empty(d0, s.gathered.shape(), MemCategory::GatheredOutputs);
+    // The gradient is stored like the gathered logits (16-bit under mixed precision).
+    s.grad_logits = Tensor::empty(d0, s.gathered.shape(), MemCategory::GatheredOutputs, s.gathered.dtype());
     s.loss_sum = softmax_xent(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
-                              s.grad_logits.buf(), 1.f / static_cast<float>(s.loss_rows), &s.correct);
+                              s.grad_logits.buf(), s.loss_grad_scale(), &s.correct);
   }
   void distribute_gradient(StepState& s) const override {
     s.grad_outputs = scatter(s.grad_logits, s.chunks, s.devices, MemCategory::Activations);
@@ -53,7 +54,7 @@ class InReplicaLoss final : public LossStrategy {
     s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
     int64_t hits = 0;
     const double sum = softmax_xent(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
-                                    s.grad_outputs[r].buf(), 1.f / static_cast<float>(s.loss_rows), &hits);
+                                    s.grad_outputs[r].buf(), s.loss_grad_scale(), &hits);
     s.loss_sums[r] = sum;  // the exact double, for the reported loss
     s.host_scalars[r] = {static_cast<float>(sum), static_cast<float>(hits)};
     upload(dev.exec(), s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));

@@ -6,6 +6,7 @@
 namespace dp::cpu {
 
 namespace {
+// `cast` is a lambda, not a function pointer, so the loop inlines it and vectorises.
 template <typename To, typename From, typename Cast>
 void convert_all(ThreadPool& pool, To* dst, const From* src, int64_t n, Cast cast) {
   pool.parallel_for(n, [=](int64_t a, int64_t b) {
@@ -14,9 +15,17 @@ void convert_all(ThreadPool& pool, To* dst, const From* src, int64_t n, Cast cas
 }
 }  // namespace
 
-void float_to_bf16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) { convert_all(pool, dst, src, n, dp::float_to_bf16); }
-void float_to_f16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) { convert_all(pool, dst, src, n, dp::float_to_f16); }
-void bf16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) { convert_all(pool, dst, src, n, dp::bf16_to_float); }
-void f16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) { convert_all(pool, dst, src, n, dp::f16_to_float); }
+void float_to_bf16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) {
+  convert_all(pool, dst, src, n, [](float f) { return dp::float_to_bf16(f); });
+}
+void float_to_f16(ThreadPool& pool, uint16_t* dst, const float* src, int64_t n) {
+  convert_all(pool, dst, src, n, [](float f) { return dp::float_to_f16(f); });
+}
+void bf16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) {
+  convert_all(pool, dst, src, n, [](uint16_t h) { return dp::bf16_to_float(h); });
+}
+void f16_to_float(ThreadPool& pool, float* dst, const uint16_t* src, int64_t n) {
+  convert_all(pool, dst, src, n, [](uint16_t h) { return dp::f16_to_float(h); });
+}
 
 }  // namespace dp::cpu

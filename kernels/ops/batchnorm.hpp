@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/operands.hpp"
 
 namespace dp {
 namespace cpu {
@@ -60,51 +61,65 @@ void batchnorm_backward(Context& c, float* din, float* dgamma, float* dbeta, con
 struct BatchNormArgs {
   int64_t N, C, HW;
   float momentum, eps;
+  int64_t numel() const { return N * C * HW; }
 };
 inline void batchnorm_forward_train(const Exec& ex, Buf out, Buf save_mean, Buf save_invstd, Buf in, Buf gamma,
                                     Buf beta, Buf running_mean, Buf running_var, const BatchNormArgs& a) {
-  constexpr const char* op = "batchnorm_forward_train";
-  DP_DISPATCH(ex, batchnorm_forward_train, out.f32(op), save_mean.f32(op), save_invstd.f32(op), in.f32(op),
-              gamma.f32(op), beta.f32(op), running_mean.f32(op), running_var.f32(op), a.N, a.C, a.HW, a.momentum,
-              a.eps);
+  Operands o(ex, "batchnorm_forward_train");
+  const int64_t n = a.numel(), C = a.C;
+  DP_DISPATCH(ex, batchnorm_forward_train, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C), o.in(in, n),
+              o.in(gamma, C), o.in(beta, C), o.inout(running_mean, C), o.inout(running_var, C), a.N, a.C, a.HW,
+              a.momentum, a.eps);
+  o.finish();
 }
 inline void batchnorm_forward_eval(const Exec& ex, Buf out, Buf in, Buf gamma, Buf beta, Buf running_mean,
                                    Buf running_var, const BatchNormArgs& a) {
-  constexpr const char* op = "batchnorm_forward_eval";
-  DP_DISPATCH(ex, batchnorm_forward_eval, out.f32(op), in.f32(op), gamma.f32(op), beta.f32(op), running_mean.f32(op),
-              running_var.f32(op), a.N, a.C, a.HW, a.eps);
+  Operands o(ex, "batchnorm_forward_eval");
+  const int64_t n = a.numel(), C = a.C;
+  DP_DISPATCH(ex, batchnorm_forward_eval, o.out(out, n), o.in(in, n), o.in(gamma, C), o.in(beta, C),
+              o.in(running_mean, C), o.in(running_var, C), a.N, a.C, a.HW, a.eps);
+  o.finish();
 }
 inline void batchnorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, Buf dout, Buf in, Buf gamma,
                                Buf save_mean, Buf save_invstd, const BatchNormArgs& a) {
-  constexpr const char* op = "batchnorm_backward";
-  DP_DISPATCH(ex, batchnorm_backward, din.f32(op), dgamma.f32(op), dbeta.f32(op), dout.f32(op), in.f32(op),
-              gamma.f32(op), save_mean.f32(op), save_invstd.f32(op), a.N, a.C, a.HW, a.eps);
+  Operands o(ex, "batchnorm_backward");
+  const int64_t n = a.numel(), C = a.C;
+  DP_DISPATCH(ex, batchnorm_backward, o.out(din, n), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, n), o.in(in, n),
+              o.in(gamma, C), o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW, a.eps);
+  o.finish();
 }
 
 inline void batchnorm_stats(const Exec& ex, Buf mean, Buf var, Buf in, const BatchNormArgs& a) {
-  constexpr const char* op = "batchnorm_stats";
-  DP_DISPATCH(ex, batchnorm_stats, mean.f32(op), var.f32(op), in.f32(op), a.N, a.C, a.HW);
+  Operands o(ex, "batchnorm_stats");
+  DP_DISPATCH(ex, batchnorm_stats, o.out(mean, a.C), o.out(var, a.C), o.in(in, a.numel()), a.N, a.C, a.HW);
+  o.finish();
 }
 inline void batchnorm_forward_with_stats(const Exec& ex, Buf out, Buf save_mean, Buf save_invstd, Buf in, Buf gamma,
                                          Buf beta, Buf running_mean, Buf running_var, Buf mean, Buf var,
                                          int64_t count, const BatchNormArgs& a) {
-  constexpr const char* op = "batchnorm_forward_with_stats";
-  DP_DISPATCH(ex, batchnorm_forward_with_stats, out.f32(op), save_mean.f32(op), save_invstd.f32(op), in.f32(op),
-              gamma.f32(op), beta.f32(op), running_mean.f32(op), running_var.f32(op), mean.f32(op), var.f32(op), count,
-              a.N, a.C, a.HW, a.momentum, a.eps);
+  Operands o(ex, "batchnorm_forward_with_stats");
+  const int64_t n = a.numel(), C = a.C;
+  DP_DISPATCH(ex, batchnorm_forward_with_stats, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C), o.in(in, n),
+              o.in(gamma, C), o.in(beta, C), o.inout(running_mean, C), o.inout(running_var, C), o.in(mean, C),
+              o.in(var, C), count, a.N, a.C, a.HW, a.momentum, a.eps);
+  o.finish();
 }
 inline void batchnorm_backward_reduce(const Exec& ex, Buf sum_dy, Buf sum_dy_xhat, Buf dout, Buf in, Buf save_mean,
                                       Buf save_invstd, const BatchNormArgs& a) {
-  constexpr const char* op = "batchnorm_backward_reduce";
-  DP_DISPATCH(ex, batchnorm_backward_reduce, sum_dy.f32(op), sum_dy_xhat.f32(op), dout.f32(op), in.f32(op),
-              save_mean.f32(op), save_invstd.f32(op), a.N, a.C, a.HW);
+  Operands o(ex, "batchnorm_backward_reduce");
+  const int64_t n = a.numel(), C = a.C;
+  DP_DISPATCH(ex, batchnorm_backward_reduce, o.out(sum_dy, C), o.out(sum_dy_xhat, C), o.in(dout, n), o.in(in, n),
+              o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW);
+  o.finish();
 }
 inline void batchnorm_backward_apply(const Exec& ex, Buf din, Buf dout, Buf in, Buf gamma, Buf save_mean,
                                      Buf save_invstd, Buf sum_dy, Buf sum_dy_xhat, int64_t count,
                                      const BatchNormArgs& a) {
-  constexpr const char* op = "batchnorm_backward_apply";
-  DP_DISPATCH(ex, batchnorm_backward_apply, din.f32(op), dout.f32(op), in.f32(op), gamma.f32(op), save_mean.f32(op),
-              save_invstd.f32(op), sum_dy.f32(op), sum_dy_xhat.f32(op), count, a.N, a.C, a.HW);
+  Operands o(ex, "batchnorm_backward_apply");
+  const int64_t n = a.numel(), C = a.C;
+  DP_DISPATCH(ex, batchnorm_backward_apply, o.out(din, n), o.in(dout, n), o.in(in, n), o.in(gamma, C),
+              o.in(save_mean, C), o.in(save_invstd, C), o.in(sum_dy, C), o.in(sum_dy_xhat, C), count, a.N, a.C, a.HW);
+  o.finish();
 }
 
 }  // namespace dp

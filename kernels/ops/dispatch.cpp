@@ -8,6 +8,7 @@
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
+#include "kernels/operands.hpp"
 #include "engine/host/thread_pool.hpp"
 
 namespace dp {
@@ -39,33 +40,54 @@ int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backwar
 }
 
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {
-  constexpr const char* op = "conv2d_forward";
+  Operands o(ex, "conv2d_forward");
+  float* y = o.out(out, s.N * s.K * s.OH() * s.OW());
+  const float *x = o.in(in, s.N * s.C * s.H * s.W), *wt = o.in(w, s.K * s.col_rows()), *bias = o.in(b, s.K);
 #if DP_WITH_CUDA
-  if (ex.on_cuda()) return cuda::conv2d_forward(*ex.cuda, out.f32(op), in.f32(op), w.f32(op), b.f32(op), s);
+  if (ex.on_cuda()) {
+    cuda::conv2d_forward(*ex.cuda, y, x, wt, bias, s);
+    return o.finish();
+  }
 #endif
-  cpu::conv2d_forward(*ex.pool, out.f32(op), in.f32(op), w.f32(op), b.f32(op), s, workspace.f32(op));
+  cpu::conv2d_forward(*ex.pool, y, x, wt, bias, s, workspace.f32("conv2d_forward"));
+  o.finish();
 }
 
 void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,
                      Buf workspace) {
-  constexpr const char* op = "conv2d_backward";
+  Operands o(ex, "conv2d_backward");
+  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
+  float *dx = o.out(din, in_n), *dwt = o.out(dw, w_n), *dbias = o.out(db, s.K);
+  const float *dy = o.in(dout, out_n), *x = o.in(in, in_n), *wt = o.in(w, w_n);
 #if DP_WITH_CUDA
-  if (ex.on_cuda())
-    return cuda::conv2d_backward(*ex.cuda, din.f32(op), dw.f32(op), db.f32(op), dout.f32(op), in.f32(op), w.f32(op), s);
+  if (ex.on_cuda()) {
+    cuda::conv2d_backward(*ex.cuda, dx, dwt, dbias, dy, x, wt, s);
+    return o.finish();
+  }
 #endif
-  cpu::conv2d_backward(*ex.pool, din.f32(op), dw.f32(op), db.f32(op), dout.f32(op), in.f32(op), w.f32(op), s,
-                       workspace.f32(op));
+  cpu::conv2d_backward(*ex.pool, dx, dwt, dbias, dy, x, wt, s, workspace.f32("conv2d_backward"));
+  o.finish();
 }
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
                     int64_t* correct) {
-  constexpr const char* op = "softmax_xent";
+  // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
+  // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs.
+  Operands o(ex, "softmax_xent");
+  const float* x = o.in(logits, B * K);
+  float* dx = o.out(dlogits, B * K);
+  const int32_t* y = labels.i32("softmax_xent");
+  double sum = 0;
 #if DP_WITH_CUDA
-  if (ex.on_cuda())
-    return cuda::softmax_xent(*ex.cuda, *ex.alloc, logits.f32(op), labels.i32(op), B, K, dlogits.f32(op), grad_scale,
-                              correct);
+  if (ex.on_cuda()) {
+    sum = cuda::softmax_xent(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, correct);
+    o.finish();
+    return sum;
+  }
 #endif
-  return cpu::softmax_xent(logits.f32(op), labels.i32(op), B, K, dlogits.f32(op), grad_scale, correct);
+  sum = cpu::softmax_xent(x, y, B, K, dx, grad_scale, correct);
+  o.finish();
+  return sum;
 }
 
 int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward) {
@@ -75,19 +97,34 @@ int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool b
 
 void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch) {
   constexpr const char* op = "attention_forward";
+  Operands o(ex, op);
+  const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
+  float *y = o.out(out, btc), *a = o.out(att, att_n);
+  const float* x = o.in(qkv, 3 * btc);
 #if DP_WITH_CUDA
-  if (ex.on_cuda()) return cuda::attention_forward(*ex.cuda, out.f32(op), att.f32(op), qkv.f32(op), s, scratch.f32(op));
+  if (ex.on_cuda()) {
+    cuda::attention_forward(*ex.cuda, y, a, x, s, scratch.f32(op));
+    return o.finish();
+  }
 #endif
-  cpu::attention_forward(*ex.pool, out.f32(op), att.f32(op), qkv.f32(op), s);
+  cpu::attention_forward(*ex.pool, y, a, x, s);
+  o.finish();
 }
 
 void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch) {
   constexpr const char* op = "attention_backward";
+  Operands o(ex, op);
+  const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
+  float* dx = o.out(dqkv, 3 * btc);
+  const float *dy = o.in(dout, btc), *x = o.in(qkv, 3 * btc), *a = o.in(att, att_n);
 #if DP_WITH_CUDA
-  if (ex.on_cuda())
-    return cuda::attention_backward(*ex.cuda, dqkv.f32(op), dout.f32(op), qkv.f32(op), att.f32(op), s, scratch.f32(op));
+  if (ex.on_cuda()) {
+    cuda::attention_backward(*ex.cuda, dx, dy, x, a, s, scratch.f32(op));
+    return o.finish();
+  }
 #endif
-  cpu::attention_backward(*ex.pool, dqkv.f32(op), dout.f32(op), qkv.f32(op), att.f32(op), s);
+  cpu::attention_backward(*ex.pool, dx, dy, x, a, s);
+  o.finish();
 }
 
 }  // namespace dp

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/operands.hpp"
 
 namespace dp {
 namespace cpu {
@@ -26,17 +27,29 @@ double sum_squares(Context& c, const float* x, int64_t n);
 }  // namespace cuda
 
 inline void relu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
-  DP_DISPATCH(ex, relu_forward, out.f32("relu_forward"), in.f32("relu_forward"), n);
+  Operands o(ex, "relu_forward");
+  DP_DISPATCH(ex, relu_forward, o.out(out, n), o.in(in, n), n);
+  o.finish();
 }
 inline void relu_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t n) {
-  constexpr const char* op = "relu_backward";
-  DP_DISPATCH(ex, relu_backward, din.f32(op), dout.f32(op), out.f32(op), n);
+  Operands o(ex, "relu_backward");
+  DP_DISPATCH(ex, relu_backward, o.out(din, n), o.in(dout, n), o.in(out, n), n);
+  o.finish();
 }
 inline void add_inplace(const Exec& ex, Buf y, Buf x, int64_t n) {
-  DP_DISPATCH(ex, add_inplace, y.f32("add_inplace"), x.f32("add_inplace"), n);
+  Operands o(ex, "add_inplace");
+  DP_DISPATCH(ex, add_inplace, o.inout(y, n), o.in(x, n), n);
+  o.finish();
 }
 inline void add_scalar(const Exec& ex, Buf y, float value) { DP_DISPATCH(ex, add_scalar, y.f32("add_scalar"), value); }
-inline void scale(const Exec& ex, Buf y, float s, int64_t n) { DP_DISPATCH(ex, scale, y.f32("scale"), s, n); }
-inline double sum_squares(const Exec& ex, Buf x, int64_t n) { return DP_DISPATCH(ex, sum_squares, x.f32("sum_squares"), n); }
+inline void scale(const Exec& ex, Buf y, float s, int64_t n) {
+  Operands o(ex, "scale");
+  DP_DISPATCH(ex, scale, o.inout(y, n), s, n);
+  o.finish();
+}
+inline double sum_squares(const Exec& ex, Buf x, int64_t n) {
+  Operands o(ex, "sum_squares");
+  return DP_DISPATCH(ex, sum_squares, o.in(x, n), n);
+}
 
 }  // namespace dp

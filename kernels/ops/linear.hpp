@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/operands.hpp"
 
 namespace dp {
 namespace cpu {
@@ -21,13 +22,16 @@ void linear_backward(Context& c, float* din, float* dw, float* db, const float* 
 }  // namespace cuda
 
 inline void linear_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, int64_t B, int64_t I, int64_t O) {
-  constexpr const char* op = "linear_forward";
-  DP_DISPATCH(ex, linear_forward, out.f32(op), in.f32(op), w.f32(op), b.f32(op), B, I, O);
+  Operands o(ex, "linear_forward");
+  DP_DISPATCH(ex, linear_forward, o.out(out, B * O), o.in(in, B * I), o.in(w, O * I), o.in(b, O), B, I, O);
+  o.finish();
 }
 inline void linear_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, int64_t B, int64_t I,
                             int64_t O) {
-  constexpr const char* op = "linear_backward";
-  DP_DISPATCH(ex, linear_backward, din.f32(op), dw.f32(op), db.f32(op), dout.f32(op), in.f32(op), w.f32(op), B, I, O);
+  Operands o(ex, "linear_backward");
+  DP_DISPATCH(ex, linear_backward, o.out(din, B * I), o.out(dw, O * I), o.out(db, O), o.in(dout, B * O), o.in(in, B * I),
+              o.in(w, O * I), B, I, O);
+  o.finish();
 }
 
 }  // namespace dp

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/operands.hpp"
 
 namespace dp {
 namespace cpu {
@@ -28,23 +29,31 @@ void global_avgpool_backward(Context& c, float* din, const float* dout, int64_t 
 
 struct PoolShape {
   int64_t N, C, H, W, k, stride;
+  int64_t in_numel() const { return N * C * H * W; }
+  int64_t out_numel() const { return N * C * ((H - k) / stride + 1) * ((W - k) / stride + 1); }
 };
 inline void maxpool2d_forward(const Exec& ex, Buf out, Buf argmax, Buf in, const PoolShape& s) {
-  constexpr const char* op = "maxpool2d_forward";
-  DP_DISPATCH(ex, maxpool2d_forward, out.f32(op), argmax.i32(op), in.f32(op), s.N, s.C, s.H, s.W, s.k, s.stride);
+  Operands o(ex, "maxpool2d_forward");
+  DP_DISPATCH(ex, maxpool2d_forward, o.out(out, s.out_numel()), argmax.i32("maxpool2d_forward"), o.in(in, s.in_numel()),
+              s.N, s.C, s.H, s.W, s.k, s.stride);
+  o.finish();
 }
 inline void maxpool2d_backward(const Exec& ex, Buf din, Buf dout, Buf argmax, const PoolShape& s) {
-  constexpr const char* op = "maxpool2d_backward";
-  DP_DISPATCH(ex, maxpool2d_backward, din.f32(op), dout.f32(op), argmax.i32(op), s.N, s.C, s.H, s.W, s.k, s.stride);
+  Operands o(ex, "maxpool2d_backward");
+  DP_DISPATCH(ex, maxpool2d_backward, o.out(din, s.in_numel()), o.in(dout, s.out_numel()),
+              argmax.i32("maxpool2d_backward"), s.N, s.C, s.H, s.W, s.k, s.stride);
+  o.finish();
 }
 // planes = N·C; HW = H·W.
 inline void global_avgpool_forward(const Exec& ex, Buf out, Buf in, int64_t planes, int64_t HW) {
-  DP_DISPATCH(ex, global_avgpool_forward, out.f32("global_avgpool_forward"), in.f32("global_avgpool_forward"),
-              planes, HW);
+  Operands o(ex, "global_avgpool_forward");
+  DP_DISPATCH(ex, global_avgpool_forward, o.out(out, planes), o.in(in, planes * HW), planes, HW);
+  o.finish();
 }
 inline void global_avgpool_backward(const Exec& ex, Buf din, Buf dout, int64_t planes, int64_t HW) {
-  DP_DISPATCH(ex, global_avgpool_backward, din.f32("global_avgpool_backward"), dout.f32("global_avgpool_backward"),
-              planes, HW);
+  Operands o(ex, "global_avgpool_backward");
+  DP_DISPATCH(ex, global_avgpool_backward, o.out(din, planes * HW), o.in(dout, planes), planes, HW);
+  o.finish();
 }
 
 }  // namespace dp

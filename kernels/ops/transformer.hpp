@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/operands.hpp"
 
 namespace dp {
 namespace cpu {
@@ -38,30 +39,38 @@ void embedding_backward(Context& c, float* dtable, const float* dout, const int3
 
 inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf in, Buf gamma, Buf beta, int64_t rows,
                               int64_t C, float eps) {
-  constexpr const char* op = "layernorm_forward";
-  DP_DISPATCH(ex, layernorm_forward, out.f32(op), mean.f32(op), rstd.f32(op), in.f32(op), gamma.f32(op), beta.f32(op),
-              rows, C, eps);
+  Operands o(ex, "layernorm_forward");
+  DP_DISPATCH(ex, layernorm_forward, o.out(out, rows * C), o.out(mean, rows), o.out(rstd, rows), o.in(in, rows * C),
+              o.in(gamma, C), o.in(beta, C), rows, C, eps);
+  o.finish();
 }
 inline void layernorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, Buf dout, Buf in, Buf gamma, Buf mean,
                                Buf rstd, int64_t rows, int64_t C) {
-  constexpr const char* op = "layernorm_backward";
-  DP_DISPATCH(ex, layernorm_backward, din.f32(op), dgamma.f32(op), dbeta.f32(op), dout.f32(op), in.f32(op),
-              gamma.f32(op), mean.f32(op), rstd.f32(op), rows, C);
+  Operands o(ex, "layernorm_backward");
+  DP_DISPATCH(ex, layernorm_backward, o.out(din, rows * C), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, rows * C),
+              o.in(in, rows * C), o.in(gamma, C), o.in(mean, rows), o.in(rstd, rows), rows, C);
+  o.finish();
 }
 inline void gelu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
-  DP_DISPATCH(ex, gelu_forward, out.f32("gelu_forward"), in.f32("gelu_forward"), n);
+  Operands o(ex, "gelu_forward");
+  DP_DISPATCH(ex, gelu_forward, o.out(out, n), o.in(in, n), n);
+  o.finish();
 }
 inline void gelu_backward(const Exec& ex, Buf din, Buf dout, Buf in, int64_t n) {
-  constexpr const char* op = "gelu_backward";
-  DP_DISPATCH(ex, gelu_backward, din.f32(op), dout.f32(op), in.f32(op), n);
+  Operands o(ex, "gelu_backward");
+  DP_DISPATCH(ex, gelu_backward, o.out(din, n), o.in(dout, n), o.in(in, n), n);
+  o.finish();
 }
 inline void embedding_forward(const Exec& ex, Buf out, Buf ids, Buf table, int64_t rows, int64_t V, int64_t C) {
-  constexpr const char* op = "embedding_forward";
-  DP_DISPATCH(ex, embedding_forward, out.f32(op), ids.i32(op), table.f32(op), rows, V, C);
+  Operands o(ex, "embedding_forward");
+  DP_DISPATCH(ex, embedding_forward, o.out(out, rows * C), ids.i32("embedding_forward"), o.in(table, V * C), rows, V, C);
+  o.finish();
 }
 inline void embedding_backward(const Exec& ex, Buf dtable, Buf dout, Buf ids, int64_t rows, int64_t V, int64_t C) {
-  constexpr const char* op = "embedding_backward";
-  DP_DISPATCH(ex, embedding_backward, dtable.f32(op), dout.f32(op), ids.i32(op), rows, V, C);
+  Operands o(ex, "embedding_backward");
+  DP_DISPATCH(ex, embedding_backward, o.out(dtable, V * C), o.in(dout, rows * C), ids.i32("embedding_backward"), rows, V,
+              C);
+  o.finish();
 }
 
 }  // namespace dp

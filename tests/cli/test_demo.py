@@ -56,7 +56,9 @@ with tempfile.TemporaryDirectory() as tmp:
     check("backward scatters the loss gradient", transfers(phases["backward"]) == {(0, 1): 120, (0, 2): 120, (0, 3): 40})
     check("reduce bytes", transfers(phases["reduce"]) == {(d, 0): params for d in (1, 2, 3)},
           phases["reduce"]["transfers"])
-    check("tensors", {"name": "gathered outputs", "shape": [10, 10], "device": 0} in phases["gather"]["tensors"])
+    check("tensors", {"name": "gathered outputs", "shape": [10, 10], "device": 0, "dtype": "float32"}
+          in phases["gather"]["tensors"])
+    check("what transfers carry", phases["replicate"]["carried"] == "float32 parameters", phases["replicate"])
     check("memory summary", len(r["memory"]) == 4 and r["gpu0_excess"] > 1.0, r.get("memory"))
 
     t = json.load(open(trace))["traceEvents"]
@@ -85,6 +87,22 @@ with tempfile.TemporaryDirectory() as tmp:
     gather = {ph["phase"]: ph for ph in r["steps"][0]["phases"]}["gather"]
     check("in-replica gathers scalars", p.returncode == 0 and transfers(gather) == {(1, 0): 8, (2, 0): 8, (3, 0): 8}
           and "Only scalars travel" in p.stdout, (p.stderr, gather["transfers"]))
+    # Mixed precision: replicas, outputs and gradients travel in 16 bits, half float32's bytes.
+    p = subprocess.run([DP, "demo", "--precision", "bf16", "--json", js], capture_output=True, text=True, timeout=120)
+    check("bf16 demo runs", p.returncode == 0, p.stderr)
+    r = json.load(open(js))
+    phases = {ph["phase"]: ph for ph in r["steps"][0]["phases"]}
+    check("bf16 replicate bytes", transfers(phases["replicate"]) == {(0, d): params // 2 for d in (1, 2, 3)},
+          phases["replicate"]["transfers"])
+    check("bf16 reduce bytes", transfers(phases["reduce"]) == {(d, 0): params // 2 for d in (1, 2, 3)})
+    check("bf16 gather bytes", transfers(phases["gather"]) == {(1, 0): 60, (2, 0): 60, (3, 0): 20})
+    dtypes = {t["name"]: t["dtype"] for ph in phases.values() for t in ph["tensors"]}
+    check("bf16 tensors named with their precision",
+          dtypes.get("replica 1 parameters") == "bfloat16" and dtypes.get("gathered outputs") == "bfloat16"
+          and dtypes.get("master gradients") == "float32" and dtypes.get("momentum") == "float32"
+          and dtypes.get("labels") == "int32", dtypes)
+    check("bf16 narrated", r["precision"] == "bf16" and "(carried: bfloat16 parameters)" in p.stdout
+          and "rounds the float32 master parameters" in p.stdout, p.stdout[:3000])
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 

@@ -39,12 +39,15 @@ struct TensorNote {
   std::string name;
   Shape shape;
   int device;
+  DType dtype = DType::F32;
 };
 
-// What one phase shows: its story, the tensors involved, and the transfers measured.
+// What one phase shows: its story, the tensors involved, the transfers measured, and what they
+// carried in which precision.
 struct PhaseStory {
   std::string text;
   std::vector<TensorNote> tensors;
+  std::string carried;
 };
 
 Shape with_batch(int64_t b, const Shape& per_sample) {
@@ -70,13 +73,15 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
   load.text = "--sync allreduce (DistributedDataParallel's shape): each device receives its own chunk straight from "
               "host memory; nothing is staged on device 0.";
   load.tensors.clear();
-  for (int i : active) load.tensors.push_back({"chunk " + std::to_string(i), with_batch(r.chunks[i], m.input_shape), i});
+  for (int i : active)
+    load.tensors.push_back({"chunk " + std::to_string(i), with_batch(r.chunks[i], m.input_shape), i, m.input_dtype});
   s[static_cast<int>(Phase::Scatter)] = {"Nothing to scatter: every device loaded its chunk itself.", {}};
   s[static_cast<int>(Phase::Replicate)] = {
       "Nothing to replicate: the replicas stay resident from step to step, equal because every device applies the "
       "same update. Only device 0's buffers (BatchNorm's running statistics) are broadcast before forward, as DDP's "
       "broadcast_buffers does.",
-      {}};
+      {},
+      "float32 buffers"};
   auto& bw = s[static_cast<int>(Phase::Backward)];
   bw.text += " The gradients are cut into buckets (--bucket-mb) from the last layer backwards; as soon as every "
              "module of a bucket has run backward on every device, that bucket's ring all-reduce starts on the "
@@ -88,7 +93,7 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
      << format_bytes(static_cast<int64_t>(active.size() > 0 ? active.size() - 1 : 0) * bytes)
      << " (every other replica's gradients). This phase only waits for the buckets still in flight when backward "
      << "ended.";
-  s[static_cast<int>(Phase::Reduce)] = {re.str(), {}};
+  s[static_cast<int>(Phase::Reduce)] = {re.str(), {}, "float32 gradients"};
   for (int i = 0; i < n; ++i) s[static_cast<int>(Phase::Reduce)].tensors.push_back({"gradients (all-reduced)", {P}, i});
   auto& up = s[static_cast<int>(Phase::Update)];
   up.text = "Every device runs the optimizer on its own copy with its own state: the same update everywhere, so "
@@ -103,6 +108,10 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   const int64_t B = r.batch, P = dp.layout().parameter_count;
   const Shape out = m.output_shape();  // per sample: [classes], or [T, vocabulary] for a GPT
   auto outputs = [&](int64_t rows) { return with_batch(rows, out); };
+  // Mixed precision: what replicas, activations and their transfers are stored in.
+  const DType low = storage_dtype(dp.precision());
+  const bool mixed = low != DType::F32;
+  const std::string low_name = dtype_name(low), in_name = dtype_name(m.input_dtype);
   std::vector<int> active;
   for (int i = 0; i < n; ++i)
     if (r.chunks[i] > 0) active.push_back(i);
@@ -110,10 +119,14 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   auto& load = s[static_cast<int>(Phase::Load)];
   load.text = "The whole minibatch is copied from (pinned) host memory to device 0, the output device "
               "(\"GPU0\"). Everything starts and ends there.";
-  if (m.language_model())
-    load.tensors = {{"token ids", with_batch(B, m.input_shape), 0}, {"next tokens", with_batch(B, m.target_shape), 0}};
-  else
-    load.tensors = {{"images", with_batch(B, m.input_shape), 0}, {"labels", {B}, 0}};
+  if (m.language_model()) {
+    load.tensors = {{"token ids", with_batch(B, m.input_shape), 0, DType::I32},
+                    {"next tokens", with_batch(B, m.target_shape), 0, DType::I32}};
+    load.carried = "int32 token ids and next tokens";
+  } else {
+    load.tensors = {{"images", with_batch(B, m.input_shape), 0}, {"labels", {B}, 0, DType::I32}};
+    load.carried = "float32 images, int32 labels";
+  }
 
   auto& sc = s[static_cast<int>(Phase::Scatter)];
   std::ostringstream t;
@@ -129,18 +142,30 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   }
   t << " Chunk 0 stays on device 0 as a view (no copy); every other chunk is copied device 0 -> device i.";
   sc.text = t.str();
-  for (int i : active) sc.tensors.push_back({"chunk " + std::to_string(i), with_batch(r.chunks[i], m.input_shape), i});
+  for (int i : active)
+    sc.tensors.push_back({"chunk " + std::to_string(i), with_batch(r.chunks[i], m.input_shape), i, m.input_dtype});
+  sc.carried = in_name + " inputs" + (dp.loss_mode() == LossMode::InReplica ? ", int32 labels" : "");
 
   auto& rep = s[static_cast<int>(Phase::Replicate)];
   rep.text = "The master parameters (" + std::to_string(P) +
              " floats) and buffers are broadcast from device 0 to every other active device, coalesced into ~10 "
              "MiB buckets. Replica 0 is the master itself: nothing is copied for it. DataParallel does this on "
              "every step.";
-  for (int i : active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {P}, i});
+  for (int i : active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {P}, i, low});
+  rep.carried = low_name + " parameters" + (dp.layout().buffer_count > 0 ? ", float32 buffers" : "");
+  if (mixed)
+    rep.text = "Device 0 rounds the float32 master parameters (" + std::to_string(P) + " values) to " + low_name +
+               " once; replica 0 runs on that copy and every other active device receives it, coalesced into ~10 "
+               "MiB buckets: half the bytes of float32. Buffers (BatchNorm's running statistics) stay float32. "
+               "DataParallel does this on every step.";
 
   auto& fw = s[static_cast<int>(Phase::Forward)];
   fw.text = "Each replica runs the model forward on its own chunk, on its own device stream, all at once.";
-  for (int i : active) fw.tensors.push_back({"output " + std::to_string(i), outputs(r.chunks[i]), i});
+  for (int i : active) fw.tensors.push_back({"output " + std::to_string(i), outputs(r.chunks[i]), i, low});
+  if (mixed)
+    fw.text += " Matrix products and convolutions take " + low_name +
+               " operands and accumulate in float32; BatchNorm, LayerNorm and softmax compute in float32; every "
+               "activation is stored in " + low_name + ".";
 
   auto& ga = s[static_cast<int>(Phase::Gather)];
   auto& lo = s[static_cast<int>(Phase::Loss)];
@@ -153,6 +178,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
     ga.text = "Only scalars travel: each replica's [loss sum, correct count] is gathered on device 0. No logits are "
               "gathered, so device 0 holds no [batch, classes] outputs or gradient (beyond DataParallel).";
     ga.tensors = {{"gathered scalars", {static_cast<int64_t>(active.size()), 2}, 0}};
+    ga.carried = "float32 scalars";
     lo.text = std::string("Device 0 adds the replicas' sums and divides by the batch: mean cross-entropy = ") +
               loss_value + ", the same value and gradients as DataParallel's gathered loss.";
     bw.text = "Each replica runs backward from the loss gradient it computed itself; nothing is scattered. Replica 0 "
@@ -160,14 +186,28 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   } else {
     ga.text = "The outputs are concatenated along dim 0 on device 0, in chunk order: device 0 now holds the "
               "whole batch's logits — one part of the GPU0 hotspot.";
-    ga.tensors = {{"gathered outputs", outputs(B), 0}};
+    ga.tensors = {{"gathered outputs", outputs(B), 0, low}};
+    ga.carried = low_name + " outputs";
     lo.text = std::string("The loss is computed on device 0 over the whole gathered batch: mean cross-entropy = ") +
               loss_value + ". Its gradient with respect to the logits (softmax − one-hot, divided by " +
               std::to_string(B) + ") is also on device 0.";
-    lo.tensors = {{"loss gradient", outputs(B), 0}};
+    lo.tensors = {{"loss gradient", outputs(B), 0, low}};
+    if (mixed)
+      lo.text += " The loss reads the " + low_name + " logits and computes in float32; its gradient is stored in " +
+                 low_name + (r.loss_scale > 0 ? ", multiplied by the loss scale (" + std::to_string(static_cast<int64_t>(r.loss_scale)) +
+                                                   ") so that small gradients survive float16"
+                                              : std::string()) +
+                 ".";
+    bw.carried = low_name + " output gradients";
     bw.text = "The loss gradient is scattered back with the same chunk sizes, and each replica runs backward on its "
               "own stream. Replica 0 writes straight into the master's gradients; the others into their own.";
-    for (int i : active) bw.tensors.push_back({"grad of output " + std::to_string(i), outputs(r.chunks[i]), i});
+    for (int i : active) bw.tensors.push_back({"grad of output " + std::to_string(i), outputs(r.chunks[i]), i, low});
+  }
+
+  if (mixed) {  // no replica aliases the float32 master
+    const std::string aliasing = "Replica 0 writes straight into the master's gradients; the others into their own.";
+    if (const auto at = bw.text.find(aliasing); at != std::string::npos)
+      bw.text.replace(at, aliasing.size(), "Every replica, replica 0 included, writes its own " + low_name + " gradients.");
   }
 
   auto& re = s[static_cast<int>(Phase::Reduce)];
@@ -175,12 +215,26 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
             "the master gradients (reduce-add, bucketed). The sum over replicas, with the loss a mean over the "
             "whole batch, equals one device's gradient on the full batch.";
   for (int i : active)
-    if (i != 0) re.tensors.push_back({"received gradients of replica " + std::to_string(i), {P}, 0});
+    if (i != 0) re.tensors.push_back({"received gradients of replica " + std::to_string(i), {P}, 0, low});
+  re.carried = low_name + " gradients";
+  if (mixed) {
+    re.text = "Every replica wrote " + low_name + " gradients. Replica 0's are widened into the float32 master "
+              "gradients on device 0; every other replica's are sent to device 0 in " + low_name +
+              " (half the bytes), received into buffers there and summed into the float32 master (reduce-add, "
+              "bucketed).";
+    re.tensors.insert(re.tensors.begin(), TensorNote{"master gradients", {P}, 0});
+  }
 
   auto& up = s[static_cast<int>(Phase::Update)];
   up.text = "SGD updates the master parameters on device 0. The optimizer state (momentum) lives on device 0 only; "
             "the next step replicates the new parameters again.";
   up.tensors = {{"parameters", {P}, 0}, {"momentum", {P}, 0}};
+  if (mixed)
+    up.text += std::string(" Master parameters, gradients and optimizer state are float32: the update is float32.") +
+               (r.loss_scale > 0 ? " fp16: the gradients are first divided by the loss scale and checked for inf/NaN; "
+                                   "a step with any is skipped and the scale halved (GradScaler)." +
+                                       std::string(r.skipped ? " This step was skipped." : "")
+                                 : "");
   if (dp.sync_mode() == SyncMode::AllReduce) tell_allreduce(s, dp, r, active);
   return s;
 }
@@ -231,7 +285,7 @@ int run_demo(const DemoOptions& o) {
   const ModelDef& model = setup.model;
   DeviceSet& devices = *setup.devices;
   const OptimizerConfig sgd = profiling_optimizer(setup);
-  DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss, setup.sync);
+  DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss, setup.sync, setup.precision);
   std::unique_ptr<Tracer> tracer;
   if (!o.trace.empty()) {
     tracer = std::make_unique<Tracer>();
@@ -241,10 +295,12 @@ int run_demo(const DemoOptions& o) {
   const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, 0, 1 << 20, o.steps);
   BatchSource& loader = *batches;
 
-  std::printf("dp demo: one DataParallel step of '%s' (%s) with batch %lld on %s, --split %s\n\n",
+  std::printf("dp demo: one DataParallel step of '%s' (%s) with batch %lld on %s, --split %s, --precision %s\n\n",
               model.name.c_str(), model.summary.c_str(), static_cast<long long>(o.batch),
-              devices.description().c_str(), dp.split().text.c_str());
-  nlohmann::json report{{"model", model.name}, {"devices", n}, {"batch", o.batch}, {"split", dp.split().text}};
+              devices.description().c_str(), dp.split().text.c_str(), precision_name(dp.precision()));
+  nlohmann::json report{{"model", model.name},        {"devices", n},
+                        {"batch", o.batch},           {"split", dp.split().text},
+                        {"precision", precision_name(dp.precision())}};
   nlohmann::json steps = nlohmann::json::array();
   int step = 0;
   while (auto batch = loader.next()) {
@@ -263,15 +319,18 @@ int run_demo(const DemoOptions& o) {
                              {"bytes", t.bytes}});
       nlohmann::json tensors = nlohmann::json::array();
       for (const auto& t : stories[p].tensors)
-        tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"device", t.device}});
+        tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"device", t.device}, {"dtype", dtype_name(t.dtype)}});
       phases.push_back({{"phase", phase_name(ph)}, {"seconds", r.seconds[p]}, {"transfers", transfers},
                         {"tensors", tensors}, {"text", stories[p].text}});
+      if (!moved.empty()) phases.back()["carried"] = stories[p].carried;
       if (step != 1) continue;
       std::printf("%d. %s  (%.3f ms)\n", p + 1, phase_name(ph), r.seconds[p] * 1e3);
       std::printf("   %s\n", stories[p].text.c_str());
       for (const auto& t : stories[p].tensors)
-        std::printf("     %-34s %-18s on %s\n", t.name.c_str(), shape_str(t.shape).c_str(), dev_name(t.device).c_str());
+        std::printf("     %-34s %-18s %-9s on %s\n", t.name.c_str(), shape_str(t.shape).c_str(), dtype_name(t.dtype),
+                    dev_name(t.device).c_str());
       for (const auto& t : moved) std::printf("     %s\n", arrow(t).c_str());
+      if (!moved.empty() && !stories[p].carried.empty()) std::printf("     (carried: %s)\n", stories[p].carried.c_str());
       std::printf("\n");
     }
     if (step > 1)

@@ -22,6 +22,15 @@ namespace dp::cli {
 
 namespace {
 
+// What each memory category is stored in under mixed precision (the table's bytes are these).
+std::string precision_of_categories(Precision p) {
+  const std::string low = dtype_name(storage_dtype(p));
+  return "precision " + std::string(precision_name(p)) +
+         ": float32 master parameters, master gradients and optimizer state on device 0; " + low +
+         " replica parameters (device 0's copy too) and gradients, activations, gathered outputs and their gradient, "
+         "reduce buffers";
+}
+
 struct MemprofOptions : RunOptions {
   int steps = 2;
   std::string json, svg, trace;
@@ -47,7 +56,7 @@ int run_memprof(const MemprofOptions& o) {
   int completed = 0;
   nlohmann::json report;
   {
-    DataParallel dp(devices, setup.model, setup.split, sgd, o.seed, setup.loss, setup.sync);
+    DataParallel dp(devices, setup.model, setup.split, sgd, o.seed, setup.loss, setup.sync, setup.precision);
     std::unique_ptr<Tracer> tracer;
     if (!o.trace.empty()) {
       tracer = std::make_unique<Tracer>();
@@ -82,9 +91,12 @@ int run_memprof(const MemprofOptions& o) {
 
   // The table. (--sync allreduce computes the loss in each replica whatever --loss says.)
   const std::string loss_name = setup.loss == LossMode::InReplica ? "in-replica" : "gathered";
-  std::printf("dp memprof: %s, batch %lld, %s, split %s, sync %s, loss %s, %d step(s)%s\n", setup.model.name.c_str(),
-              static_cast<long long>(o.batch), devices.description().c_str(), setup.split.text.c_str(), o.sync.c_str(), loss_name.c_str(),
-              completed, setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
+  std::printf("dp memprof: %s, batch %lld, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
+              setup.model.name.c_str(), static_cast<long long>(o.batch), devices.description().c_str(),
+              setup.split.text.c_str(), o.sync.c_str(), loss_name.c_str(), o.precision.c_str(), completed,
+              setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
+  if (setup.precision.mixed())
+    std::printf("%s\n", precision_of_categories(setup.precision.precision).c_str());
   if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
   std::printf("chunks: ");
   for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(last_chunks[i]));
@@ -107,7 +119,7 @@ int run_memprof(const MemprofOptions& o) {
                 format_bytes(devices[0].allocator().stats().peak - largest_other_peak(devices)).c_str());
 
   report = {{"model", setup.model.name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
-            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"steps", completed},
+            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"precision", o.precision}, {"steps", completed},
             {"capacity", setup.capacity}};
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : timeline) {
@@ -125,7 +137,8 @@ int run_memprof(const MemprofOptions& o) {
     std::vector<std::string> names;
     for (int i = 0; i < n; ++i) names.push_back("device " + std::to_string(i));
     write_file_atomically(o.svg, memory_svg("dp memprof: " + setup.model.name + ", batch " + std::to_string(o.batch) +
-                                                ", " + devices.description() + ", split " + setup.split.text,
+                                                ", " + devices.description() + ", split " + setup.split.text +
+                                                (setup.precision.mixed() ? ", " + o.precision : ""),
                                             names, timeline, setup.capacity));
   }
   if (!oom_message.empty()) {

@@ -56,6 +56,15 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->capture_default_str();
   cmd->add_option("--bucket-mb", o.bucket_mb, "allreduce: gradient bucket size in MiB")->capture_default_str();
   cmd->add_flag("--sync-bn", o.sync_bn, "allreduce: BatchNorm statistics over the whole batch (SyncBatchNorm)");
+  cmd->add_option("--precision", o.precision,
+                  "fp32, bf16 or fp16: 16-bit replicas, activations, gathered outputs and gradient transfers around "
+                  "float32 master weights and optimizer state (autocast's recipe); fp16 scales the loss")
+      ->capture_default_str();
+  cmd->add_option("--loss-scale", o.loss_scale, "fp16: initial loss scale (GradScaler's init_scale)")
+      ->capture_default_str();
+  cmd->add_option("--loss-scale-growth-interval", o.loss_scale_growth_interval,
+                  "fp16: clean steps before the loss scale doubles (GradScaler's growth_interval)")
+      ->capture_default_str();
   cmd->add_option("--optimizer", o.optimizer, "sgd or adamw (torch.optim semantics; state on device 0; gpt's default: adamw)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(seed_value());
@@ -82,6 +91,7 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o) {
   o.generated_size_given = cmd->count("--generated-size") > 0;
   o.optimizer_given = cmd->count("--optimizer") > 0;
   o.loss_given = cmd->count("--loss") > 0;
+  o.loss_scale_given = cmd->count("--loss-scale") + cmd->count("--loss-scale-growth-interval") > 0;
   for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab"})
     if (cmd->count(flag) > 0) o.gpt_flags_given = true;
 }
@@ -108,6 +118,16 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   if (!(o.bucket_mb > 0) || o.bucket_mb > 65536) throw UsageError("--bucket-mb must be > 0 (MiB)");
   r.sync.bucket_bytes = static_cast<int64_t>(o.bucket_mb * 1024 * 1024);
   r.sync.sync_bn = o.sync_bn;
+  r.precision.precision = parse_precision(o.precision);
+  r.precision.loss_scale.init_scale = o.loss_scale;
+  r.precision.loss_scale.growth_interval = o.loss_scale_growth_interval;
+  if (r.precision.scales_loss()) LossScaler check(r.precision.loss_scale);  // its UsageError before anything runs
+  if (o.loss_scale_given && !r.precision.scales_loss())
+    throw UsageError("--loss-scale and --loss-scale-growth-interval apply to --precision fp16 (bf16 has float32's "
+                     "range and needs no loss scaling)");
+  if (r.precision.mixed() && r.sync.mode == SyncMode::AllReduce)
+    throw UsageError("--precision " + o.precision + " runs with --sync reduce (DataParallel's step) for now: the "
+                     "all-reduce step keeps float32 replicas");
   if (o.sync_bn && r.sync.mode != SyncMode::AllReduce)
     throw UsageError("--sync-bn needs --sync allreduce (BatchNorm synchronised across resident replicas)");
   if (r.sync.mode == SyncMode::AllReduce) {

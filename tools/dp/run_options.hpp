@@ -23,6 +23,9 @@ struct RunOptions {
   std::string sync = "reduce";  // or allreduce (DistributedDataParallel's shape)
   double bucket_mb = 25;
   bool sync_bn = false;
+  std::string precision = "fp32";  // bf16, fp16: 16-bit replicas, activations and transfers
+  double loss_scale = 65536;       // fp16: GradScaler's initial scale
+  int64_t loss_scale_growth_interval = 2000;
   std::string optimizer = "sgd";  // its state is device 0's: memprof and demo show it too (gpt: adamw)
   uint64_t seed = 0;
   int threads_per_device = 1;
@@ -30,7 +33,7 @@ struct RunOptions {
   std::string device_memory;  // a capacity per device, "" = unlimited
   bool tf32 = false;          // CUDA: TF32 tensor cores for GEMMs and convolutions
   int64_t generated_train = 24000, generated_test = 4000;
-  bool generated_size_given = false, optimizer_given = false, loss_given = false;
+  bool generated_size_given = false, optimizer_given = false, loss_given = false, loss_scale_given = false;
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
   bool gpt_flags_given = false;
@@ -55,6 +58,7 @@ struct RunSetup {
   SplitPolicy split;
   LossMode loss = LossMode::Gathered;
   SyncOptions sync;
+  PrecisionOptions precision;
   OptimizerConfig::Kind optimizer = OptimizerConfig::Kind::Sgd;
   int64_t capacity = 0;
 };

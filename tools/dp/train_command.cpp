@@ -163,7 +163,7 @@ int run_train(const TrainOptions& given) {
   const std::vector<int32_t> prompt = o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes)
                                                    : std::vector<int32_t>{};
 
-  DataParallel dp(devices, model, split, opt, o.seed, setup.loss, setup.sync);
+  DataParallel dp(devices, model, split, opt, o.seed, setup.loss, setup.sync, setup.precision);
   dp.set_process_group(group);
   dp.set_clip_grad_norm(o.clip_grad_norm);
   if (!o.init.empty()) {
@@ -186,6 +186,9 @@ int run_train(const TrainOptions& given) {
     dp.load_state(c.model.params, c.model.buffers);
     dp.restore_optimizer(c.optimizer);
     if (c.state.value("split", nlohmann::json{}).value("policy", "") == split.text) dp.splitter().restore(c.state["split"]);
+    if (dp.loss_scaler().enabled() && c.state.contains("loss_scale"))  // fp16 continues with its scale
+      dp.loss_scaler().restore({c.state["loss_scale"].at("scale").get<double>(),
+                                c.state["loss_scale"].at("growth_tracker").get<int64_t>()});
     first_step = c.state.at("step").get<int64_t>();
     checkpointed_from = first_step;
     if (primary) std::fprintf(stderr, "resuming from %s at step %lld\n", dir.c_str(), static_cast<long long>(first_step));
@@ -209,15 +212,17 @@ int run_train(const TrainOptions& given) {
   const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, total);
   dp.set_report_grad_norm(metrics.is_open());
   if (primary)
-    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s, %s lr %g, %lld steps over %s\n",
+    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s, %s lr %g, %lld steps over %s\n",
                model.language_model() ? model.summary.c_str() : model.name.c_str(), devices.description().c_str(),
                group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
-               split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "", optimizer_name(opt.kind),
+               split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "",
+               setup.precision.mixed() ? (std::string(", ") + precision_name(setup.precision.precision)).c_str() : "",
+               optimizer_name(opt.kind),
                static_cast<double>(opt.sgd.lr), static_cast<long long>(total), data.description.c_str());
   Progress progress(total, ::isatty(STDERR_FILENO) == 1, !primary);
 
   PhaseTimes phase_total{};
-  int64_t step = first_step, samples = 0;
+  int64_t step = first_step, samples = 0, skipped = 0;
   double last_loss = NAN, train_seconds = 0;
   int current_epoch = 0;
   const int64_t steps_per_epoch = loader.steps_per_epoch();
@@ -239,6 +244,11 @@ int run_train(const TrainOptions& given) {
     c.state["schedule"] = {{"kind", schedule.text}, {"lr", schedule.lr}, {"min_lr", schedule.min_lr},
                            {"warmup_steps", schedule.warmup}, {"total_steps", schedule.total}};
     c.state["split"] = dp.splitter().state();
+    c.state["precision"] = precision_name(dp.precision());
+    if (dp.loss_scaler().enabled()) {  // GradScaler.state_dict()'s scale and growth tracker
+      const LossScaler::State ls = dp.loss_scaler().state();
+      c.state["loss_scale"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker}};
+    }
     c.state["devices"] = devices.description();
     c.state["command"] = command_line();
     finish_writing();
@@ -287,7 +297,12 @@ int run_train(const TrainOptions& given) {
     train_seconds += secs;
     last_loss = r.loss;
     for (int p = 0; p < kNumPhases; ++p) phase_total[p] += r.seconds[p];
-    if (!std::isfinite(r.loss)) throw RuntimeError("the loss became " + std::to_string(r.loss) + " at step " + std::to_string(step) + "; try a smaller --lr");
+    skipped += r.skipped ? 1 : 0;
+    if (!std::isfinite(r.loss))
+      throw RuntimeError("the loss became " + std::to_string(r.loss) + " at step " + std::to_string(step) +
+                         (dp.precision() == Precision::FP16 ? "; float16's range (65504) may be too small for this "
+                                                              "model's activations: try --precision bf16, or a smaller --lr"
+                                                            : "; try a smaller --lr"));
     const double sps = static_cast<double>(r.batch) / secs;
     if (metrics.is_open()) {
       nlohmann::json phases;
@@ -295,6 +310,7 @@ int run_train(const TrainOptions& given) {
       nlohmann::json row{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss}, {"lr", r.lr},
                          {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases}};
       if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
+      if (r.loss_scale > 0) row["loss_scale"] = r.loss_scale, row["skipped"] = r.skipped;
       if (!r.split_change.empty()) row["split_change"] = r.split_change;
       metrics << row.dump()
               << "\n"
@@ -329,6 +345,10 @@ int run_train(const TrainOptions& given) {
   std::printf("trained %lld steps, %lld samples in %.2f s: %.0f samples/s, last loss %.4f\n",
               static_cast<long long>(step - first_step), static_cast<long long>(samples), train_seconds,
               samples / std::max(train_seconds, 1e-9), last_loss);
+  if (dp.loss_scaler().enabled())
+    std::printf("fp16 loss scaling: %lld of %lld steps skipped (inf/NaN gradients), loss scale now %g\n",
+                static_cast<long long>(skipped), static_cast<long long>(step - first_step),
+                static_cast<double>(dp.loss_scaler().scale()));
   std::printf("time per step by phase (ms):");
   for (int p = 0; p < kNumPhases; ++p)
     std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)),

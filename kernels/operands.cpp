@@ -1,0 +1,81 @@
+#include "kernels/operands.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/error.hpp"
+#include "engine/memory.hpp"
+#include "kernels/ops/convert.hpp"
+
+namespace dp {
+
+float* Operands::Scratch::data() const { return block ? static_cast<float*>(block->ptr) : host.get(); }
+
+namespace {
+// Host scratch is reused within each device's worker thread: fresh pages for every operand of
+// every op would cost more in page faults than the conversions themselves.
+struct HostCache {
+  std::vector<std::pair<size_t, std::unique_ptr<float[]>>> free;  // (capacity, memory)
+};
+thread_local HostCache host_cache;
+constexpr size_t kCachedBlocks = 16;
+}  // namespace
+
+std::unique_ptr<float[]> Operands::take_host(size_t n, size_t* capacity) {
+  auto& free = host_cache.free;
+  size_t best = free.size();
+  for (size_t i = 0; i < free.size(); ++i)  // the smallest block that fits
+    if (free[i].first >= n && (best == free.size() || free[i].first < free[best].first)) best = i;
+  if (best < free.size()) {
+    *capacity = free[best].first;
+    auto p = std::move(free[best].second);
+    free.erase(free.begin() + static_cast<std::ptrdiff_t>(best));
+    return p;
+  }
+  *capacity = n;
+  return std::unique_ptr<float[]>(new float[n]);
+}
+
+void Operands::give_back_host(std::unique_ptr<float[]> p, size_t capacity) {
+  auto& free = host_cache.free;
+  if (free.size() == kCachedBlocks) {  // drop the smallest: the large ones are the costly ones
+    auto smallest = std::min_element(free.begin(), free.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    if (smallest->first >= capacity) return;
+    free.erase(smallest);
+  }
+  free.emplace_back(capacity, std::move(p));
+}
+
+float* Operands::widen(Buf b, int64_t n, bool read, bool write) {
+  if (!b.ptr) return nullptr;
+  if (b.dtype == DType::F32) return static_cast<float*>(b.ptr);
+  if (b.dtype != DType::BF16 && b.dtype != DType::F16)
+    throw RuntimeError(std::string(op_) + ": expected a float tensor, got " + dtype_name(b.dtype));
+  Scratch s{b, n, write, nullptr, 0, nullptr};
+  const size_t count = static_cast<size_t>(n > 0 ? n : 1);
+  if (ex_.on_cuda()) {
+    if (!ex_.alloc) throw RuntimeError(std::string(op_) + ": 16-bit operands on a CUDA device need its allocator");
+    s.block = ex_.alloc->allocate(count * sizeof(float), MemCategory::Workspace);
+  } else {
+    s.host = take_host(count, &s.capacity);
+  }
+  float* data = s.data();
+  scratch_.push_back(std::move(s));
+  if (read && n > 0) convert(ex_, Buf{data, DType::F32}, b, n);
+  return data;
+}
+
+void Operands::finish() {
+  for (auto& s : scratch_)
+    if (s.write_back && s.n > 0) convert(ex_, s.target, Buf{s.data(), DType::F32}, s.n);
+  for (auto& s : scratch_) s.write_back = false;
+}
+
+Operands::~Operands() {
+  for (auto& s : scratch_) {
+    if (s.block) ex_.alloc->free(s.block);  // stream-ordered: the kernels that use it were enqueued first
+    if (s.host) give_back_host(std::move(s.host), s.capacity);
+  }
+}
+
+}  // namespace dp

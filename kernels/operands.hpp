@@ -1,0 +1,58 @@
+// 16-bit operands for kernels that compute in float32 (mixed precision).
+//
+// An op's float arguments may be float32, bfloat16 or float16 tensors. Operands hands the kernel
+// float32 pointers: a float32 tensor's own, or a float32 scratch copy of a 16-bit one — widened
+// before the kernel reads it (in, inout) and rounded back, to nearest even, once it has written it
+// (out, inout; finish()). So a 16-bit result is exactly the float32 result rounded, as a GPU's
+// tensor-core and fused 16-bit kernels give it (float32 accumulation, one rounding on store).
+//
+// Where the scratch lives: on host devices in plain host memory, outside the device's allocator —
+// it is an artefact of simulating 16-bit kernels on a CPU, which a GPU reading 16-bit operands
+// directly does not have, so the memory profile stays a GPU's. On CUDA devices (until native 16-bit
+// kernels replace this path) it comes from the device's allocator, counted as workspace.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/exec.hpp"
+
+namespace dp {
+
+struct Block;
+
+class Operands {
+ public:
+  Operands(const Exec& ex, const char* op) : ex_(ex), op_(op) {}
+  ~Operands();
+  Operands(const Operands&) = delete;
+  Operands& operator=(const Operands&) = delete;
+
+  // n elements of b as float32 for the kernel; absent buffers give nullptr; int32 is an error
+  // naming the op.
+  const float* in(Buf b, int64_t n) { return widen(b, n, true, false); }
+  float* out(Buf b, int64_t n) { return widen(b, n, false, true); }
+  float* inout(Buf b, int64_t n) { return widen(b, n, true, true); }
+  // Round every written 16-bit operand from its scratch. Call after the kernel.
+  void finish();
+
+ private:
+  struct Scratch {
+    Buf target;
+    int64_t n;
+    bool write_back;
+    std::unique_ptr<float[]> host;  // host devices (from and back to this thread's cache)
+    size_t capacity = 0;
+    Block* block = nullptr;         // CUDA devices
+    float* data() const;
+  };
+  float* widen(Buf b, int64_t n, bool read, bool write);
+  static std::unique_ptr<float[]> take_host(size_t n, size_t* capacity);
+  static void give_back_host(std::unique_ptr<float[]> p, size_t capacity);
+
+  const Exec& ex_;
+  const char* op_;
+  std::vector<Scratch> scratch_;
+};
+
+}  // namespace dp
