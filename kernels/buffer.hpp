@@ -1,7 +1,7 @@
 // What every kernel call carries for each tensor: where its elements are and what type they have.
 // A kernel names the dtypes it implements; any other is a clear error, never a reinterpretation.
-// float32 (and int32 indices and labels) are implemented today; the 16-bit types are declared so
-// that mixed precision adds kernels, not new signatures.
+// Kernels compute in float32 (int32 for indices and labels); a bfloat16 or float16 operand reaches
+// them through kernels/operands.hpp, which widens it and rounds a 16-bit result once.
 #pragma once
 #include <cstddef>
 #include <cstdint>
