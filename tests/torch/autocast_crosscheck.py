@@ -19,7 +19,6 @@ itself within bfloat16's precision of autocast).
 
 usage: autocast_crosscheck.py DP_BINARY   (exit 77 = skipped: no torch)
 """
-import copy
 import math
 import json
 import os
@@ -29,7 +28,6 @@ import tempfile
 
 try:
     import torch
-    import torch.nn.functional as F
 except ImportError:
     print("SKIP: PyTorch is not installed (apt-get install python3-torch)")
     sys.exit(77)
@@ -46,31 +44,6 @@ CASES = [
     ("resnet8", 2, 10, "chunks:6,4", 4, 24),  # stem + 3 stages of a BasicBlock, pooled, Linear
 ]
 LR, MOMENTUM = 0.005, 0.5  # a stable run on random data: a diverging one amplifies any difference
-
-
-def autocast_step(model, opt, x, y, sizes):
-    """DataParallel's step with each replica's forward and the loss under CPU autocast(bfloat16)."""
-    opt.zero_grad()
-    outs, replicas, start = [], [], 0
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        for r, size in enumerate(sizes):
-            if size == 0:
-                continue
-            replica = model if r == 0 else copy.deepcopy(model)
-            replicas.append(replica)
-            outs.append(replica(x[start:start + size]))
-            start += size
-        logits = torch.cat(outs)
-        loss = F.cross_entropy(logits, y)
-    loss.backward()
-    with torch.no_grad():
-        for replica in replicas:
-            if replica is model:
-                continue
-            for p, q in zip(model.parameters(), replica.parameters()):
-                p.grad = p.grad + q.grad
-    opt.step()
-    return loss.item(), logits.detach().float().abs().max().item()
 
 
 def dp_losses(dp, work, name, ndev, batch, split, steps, init, precision):
@@ -109,9 +82,10 @@ def main():
             want, zmax = [], 0.0
             for s in range(steps):
                 x, y = x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]
-                loss, z = autocast_step(model, opt, x, y, ref.chunk_sizes(split, batch, ndev))
-                want.append(loss)
-                zmax = max(zmax, z)
+                largest = []
+                want.append(ref.dp_step(model, opt, x, y, ref.chunk_sizes(split, batch, ndev), autocast=torch.bfloat16,
+                                        on_logits=lambda z: largest.append(z.float().abs().max().item())))
+                zmax = max(zmax, largest[0])
             tol = 2 * 4 * math.sqrt(2) * math.sqrt(2 * layers) * (U / math.sqrt(3)) * max(1.0, zmax) / math.sqrt(batch)
             worst = max(abs(a - b) for a, b in zip(got, want))
             worst32 = max(abs(a - b) for a, b in zip(got32, want))

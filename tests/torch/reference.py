@@ -6,6 +6,7 @@ chunk's own statistics, only replica 0's running-stat update survives, and the g
 other replicas are added into the master's, as DataParallel's reduce-add does.
 """
 import math
+import contextlib
 import copy
 import gzip
 import struct
@@ -209,23 +210,28 @@ def write_cifar(images, labels, path):
             f.write(bytes([int(lbl)]) + img.numpy().astype("uint8").tobytes())
 
 
-def dp_step(model, opt, x, y, sizes, before_update=None):
+def dp_step(model, opt, x, y, sizes, before_update=None, autocast=None, on_logits=None):
     """One faithful DataParallel step; returns the gathered-batch loss. before_update runs on the
-    reduced gradients (clipping)."""
+    reduced gradients (clipping). autocast: a dtype to run the replicas' forward and the loss
+    under CPU autocast (torch.bfloat16); on_logits sees the gathered logits."""
     opt.zero_grad()
     outs, replicas, start = [], [], 0
-    for r, size in enumerate(sizes):
-        if size == 0:
-            continue
-        # Replica 0 is the master itself (its running-stat update survives); the others are
-        # copies whose buffer updates are thrown away, as DataParallel's replicas are.
-        replica = model if r == 0 else copy.deepcopy(model)
-        replicas.append(replica)
-        outs.append(replica(x[start:start + size]))
-        start += size
-    logits = torch.cat(outs)
-    # A row per sample, or per token for a language model ([B, T, V] logits, [B, T] targets).
-    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+    context = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
+    with context:
+        for r, size in enumerate(sizes):
+            if size == 0:
+                continue
+            # Replica 0 is the master itself (its running-stat update survives); the others are
+            # copies whose buffer updates are thrown away, as DataParallel's replicas are.
+            replica = model if r == 0 else copy.deepcopy(model)
+            replicas.append(replica)
+            outs.append(replica(x[start:start + size]))
+            start += size
+        logits = torch.cat(outs)
+        # A row per sample, or per token for a language model ([B, T, V] logits, [B, T] targets).
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+    if on_logits:
+        on_logits(logits.detach())
     loss.backward()
     with torch.no_grad():  # reduce-add: the master gradient is the sum over replicas
         for replica in replicas:
