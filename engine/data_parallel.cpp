@@ -250,6 +250,10 @@ void DataParallel::scatter(StepState& s) {
 // is the master itself). Mixed precision: device 0 rounds the master into a 16-bit copy once,
 // replica 0 runs on it, and it is what the others receive (half the bytes).
 void DataParallel::replicate(StepState& s) {
+  // Mixed precision: no replica writes into the float32 master gradients, so they exist only from
+  // the reduce to the update (zero_grad(set_to_none=True), PyTorch 2's default), not at the peak
+  // of forward and backward.
+  if (precision_.mixed()) grads_ = Tensor();
   std::vector<Device*> targets;
   for (int r : s.active) targets.push_back(s.devices[r]);
   auto p = broadcast_coalesced(precision_.mixed() ? low_precision_parameters() : params_, targets,
@@ -342,6 +346,7 @@ void DataParallel::backward(StepState& s) {
 
 // 8. reduce: the master gradient becomes the sum over replicas.
 void DataParallel::reduce(StepState& s) {
+  if (!grads_.defined()) grads_ = Tensor::empty(devices_[0], {layout().parameter_count}, MemCategory::Gradients);
   gradient_sync_->sync(s, grads_);
   devices_.synchronize();
 }
@@ -476,7 +481,10 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
 
 std::vector<float> DataParallel::parameters() { return params_.to_host(); }
 std::vector<float> DataParallel::buffers() { return buffers_.to_host(); }
-std::vector<float> DataParallel::gradients() { return grads_.to_host(); }
+std::vector<float> DataParallel::gradients() {
+  if (!grads_.defined()) return std::vector<float>(static_cast<size_t>(layout().parameter_count), 0.f);  // a failed mixed step
+  return grads_.to_host();
+}
 
 void DataParallel::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
   if (static_cast<int64_t>(params.size()) != params_.numel() || static_cast<int64_t>(buffers.size()) != buffers_.numel())

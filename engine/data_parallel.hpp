@@ -118,7 +118,7 @@ class DataParallel {
   // Host copies of the master state (parameters, buffers) in layout order, and loading them.
   std::vector<float> parameters();
   std::vector<float> buffers();
-  std::vector<float> gradients();  // of the last step
+  std::vector<float> gradients();  // of the last step (mixed precision: zeros after a step that failed before its reduce)
   void load_state(const std::vector<float>& params, const std::vector<float>& buffers);
 
  private:

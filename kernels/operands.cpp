@@ -18,7 +18,10 @@ struct HostCache {
   std::vector<std::pair<size_t, std::unique_ptr<float[]>>> free;  // (capacity, memory)
 };
 thread_local HostCache host_cache;
+// At most this many blocks and this many floats (256 MiB) kept per thread: a large model's run
+// must not leave gigabytes of host memory parked in every device thread.
 constexpr size_t kCachedBlocks = 16;
+constexpr size_t kCachedFloats = size_t{64} << 20;
 }  // namespace
 
 std::unique_ptr<float[]> Operands::take_host(size_t n, size_t* capacity) {
@@ -38,9 +41,13 @@ std::unique_ptr<float[]> Operands::take_host(size_t n, size_t* capacity) {
 
 void Operands::give_back_host(std::unique_ptr<float[]> p, size_t capacity) {
   auto& free = host_cache.free;
-  if (free.size() == kCachedBlocks) {  // drop the smallest: the large ones are the costly ones
+  if (capacity > kCachedFloats) return;  // freed
+  size_t total = capacity;
+  for (const auto& f : free) total += f.first;
+  // Over either limit: drop the smallest blocks first (the large ones are the costly ones to fault in).
+  while (!free.empty() && (free.size() >= kCachedBlocks || total > kCachedFloats)) {
     auto smallest = std::min_element(free.begin(), free.end(), [](auto& a, auto& b) { return a.first < b.first; });
-    if (smallest->first >= capacity) return;
+    total -= smallest->first;
     free.erase(smallest);
   }
   free.emplace_back(capacity, std::move(p));
