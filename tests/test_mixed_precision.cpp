@@ -169,16 +169,22 @@ TEST_CASE("mixed precision: the master gradient is the float32 sum of the replic
         one.step(b.x.data() + part * (B / 2) * per, b.y.data() + part * (B / 2), B / 2);
         halves.push_back(one.gradients());
       }
-      // bf16 has float32's exponents: exact. float16's subnormals (scaled gradients below 2^-14)
-      // round at a fixed 2^-24 whatever the value, so there doubling does not commute with rounding:
-      // each replica's gradient may then be off by half that step (unscaled: 2^-25 / scale).
-      const double slack = p == Precision::BF16 ? 0.0 : 2 * std::ldexp(1.0, -25) / 1024;
-      int64_t differ = 0;
+      // bf16 has float32's exponents: exact. float16's subnormals (|x| < 2^-14 after scaling)
+      // round at a fixed step of 2^-24 whatever the value, so there doubling does not commute with
+      // rounding — in weight gradients and in the activation gradients that feed them. Those
+      // differences are absolute and tiny: bounded here by half a float16 unit (2^-12) of the
+      // largest gradient, far above them and far below any rounding of a normal float16 gradient.
+      double largest = 0;
+      for (size_t i = 0; i < g.size(); ++i) largest = std::max(largest, std::abs(0.5 * (double(halves[0][i]) + halves[1][i])));
+      const double slack = p == Precision::BF16 ? 0.0 : std::ldexp(largest, -12);
+      int64_t differ = 0, inexact = 0;
       for (size_t i = 0; i < g.size(); ++i) {
         const float ref = 0.5f * (halves[0][i] + halves[1][i]);
-        if (std::abs(double(g[i]) - ref) > slack + (slack > 0 ? 1e-7 * std::abs(ref) : 0.0)) ++differ;
+        inexact += g[i] != ref ? 1 : 0;
+        if (std::abs(double(g[i]) - ref) > slack) ++differ;
       }
       CHECK(differ == 0);
+      if (p == Precision::FP16) CHECK(inexact <= static_cast<int64_t>(g.size() / 100));  // the subnormal few
     }
   }
 }
