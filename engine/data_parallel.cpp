@@ -126,6 +126,12 @@ Tensor DataParallel::low_precision_parameters() {
   return low;
 }
 
+Tensor DataParallel::inference_parameters() {
+  if (!precision_.mixed()) return params_;
+  if (!inference_params_.defined()) inference_params_ = low_precision_parameters();
+  return inference_params_;
+}
+
 void DataParallel::check_input(DType dtype) const {
   if (dtype != model_.input_dtype)
     throw RuntimeError("model " + model_.name + " takes " +
@@ -253,7 +259,8 @@ void DataParallel::replicate(StepState& s) {
   // Mixed precision: no replica writes into the float32 master gradients, so they exist only from
   // the reduce to the update (zero_grad(set_to_none=True), PyTorch 2's default), not at the peak
   // of forward and backward.
-  if (precision_.mixed()) grads_ = Tensor();
+  // The step changes the master, and its memory is the step's: no inference copy is kept through it.
+  if (precision_.mixed()) grads_ = inference_params_ = Tensor();
   std::vector<Device*> targets;
   for (int r : s.active) targets.push_back(s.devices[r]);
   auto p = broadcast_coalesced(precision_.mixed() ? low_precision_parameters() : params_, targets,
@@ -441,7 +448,7 @@ EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const
   EvalResult out;
   out.count = target.numel();
   // Mixed precision evaluates as it trains: on a 16-bit copy of the master parameters.
-  const Tensor params = precision_.mixed() ? low_precision_parameters() : params_;
+  const Tensor params = inference_parameters();
   d0.stream().enqueue([&] {
     nets_[0]->bind(params, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
@@ -462,7 +469,7 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
   Tensor input = Tensor::empty(d0, {1, length}, MemCategory::Inputs, DType::I32);
   upload(input, tokens);
   std::vector<float> out(static_cast<size_t>(length * model_.classes));
-  const Tensor params = precision_.mixed() ? low_precision_parameters() : params_;
+  const Tensor params = inference_parameters();
   d0.stream().enqueue([&] {
     nets_[0]->bind(params, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
@@ -491,6 +498,7 @@ void DataParallel::load_state(const std::vector<float>& params, const std::vecto
     throw RuntimeError("load_state: state sizes do not match the model");
   params_.copy_from_host(params.data());
   buffers_.copy_from_host(buffers.data());
+  inference_params_ = Tensor();  // made from the old master
   copy_master_to_replicas();
 }
 

@@ -152,6 +152,9 @@ class DataParallel {
   void join_device0();
   // Mixed precision: a 16-bit copy of the master parameters on device 0 (the replicas' source).
   Tensor low_precision_parameters();
+  // What evaluation and generation run on: the master, or under mixed precision its 16-bit copy,
+  // made once and kept until the master changes (generation runs a forward per token).
+  Tensor inference_parameters();
 
   DeviceSet& devices_;
   const ModelDef& model_;
@@ -168,6 +171,7 @@ class DataParallel {
   SyncOptions sync_;
   PrecisionOptions precision_;
   LossScaler scaler_;
+  Tensor inference_params_;  // mixed precision: inference_parameters()'s copy; dropped when the master changes
   // allreduce: devices 1.. keep their own copies (index 0 is unused: device 0's are the master's),
   // each with its own optimizer state; the all-reduce's threads.
   std::vector<Tensor> resident_params_, resident_grads_, resident_buffers_;

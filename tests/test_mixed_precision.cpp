@@ -138,9 +138,23 @@ TEST_CASE("mixed precision: replicas, gradients and their transfers are 16-bit, 
     CHECK(std::isfinite(r.loss));
     CHECK_FALSE(r.skipped);
     CHECK(r.loss_scale == (p == Precision::FP16 ? 65536.0 : 0.0));
-    // Evaluation runs on a 16-bit copy too, and agrees with training's forward on the same weights.
-    EvalResult e = dp.evaluate(b.x.data(), b.y.data(), 8);
+    // Evaluation runs on a 16-bit copy too, kept until the master changes: the same answer twice,
+    // and after load_state the new weights' answer (a fresh engine's with those weights).
+    const EvalResult e = dp.evaluate(b.x.data(), b.y.data(), 8);
     CHECK(std::isfinite(e.loss_sum));
+    CHECK(dp.evaluate(b.x.data(), b.y.data(), 8).loss_sum == e.loss_sum);
+    auto moved = dp.parameters();
+    for (auto& w : moved) w *= 0.5f;
+    dp.load_state(moved, dp.buffers());
+    auto devs_fresh = host_devices(2);
+    DataParallel fresh(devs_fresh, model, parse_split("even", 2, 8), sgd(), 5, LossMode::Gathered, {}, precision(p));
+    fresh.load_state(moved, dp.buffers());
+    const EvalResult after = dp.evaluate(b.x.data(), b.y.data(), 8);
+    CHECK(after.loss_sum != e.loss_sum);
+    CHECK(after.loss_sum == fresh.evaluate(b.x.data(), b.y.data(), 8).loss_sum);
+    // A training step drops the copy: evaluation then sees the updated master.
+    dp.step(b.x.data(), b.y.data(), 8);
+    CHECK(dp.evaluate(b.x.data(), b.y.data(), 8).loss_sum != after.loss_sum);
   }
 }
 
