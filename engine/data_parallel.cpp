@@ -39,10 +39,6 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       sync_(sync),
       precision_(precision),
       scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()) {
-  if (precision_.mixed() && sync_.mode == SyncMode::AllReduce)
-    throw UsageError(std::string("--precision ") + precision_name(precision_.precision) +
-                     " runs with --sync reduce (DataParallel's step) for now: the all-reduce step keeps float32 "
-                     "replicas");
   if (sync_.mode == SyncMode::AllReduce)
     for (int i = 0; i < devices.size(); ++i)
       if (devices[i].is_cuda())
@@ -128,6 +124,7 @@ Tensor DataParallel::low_precision_parameters() {
 
 Tensor DataParallel::inference_parameters() {
   if (!precision_.mixed()) return params_;
+  if (!resident_low_params_.empty()) return resident_low_params_[0];  // allreduce: kept current by every update
   if (!inference_params_.defined()) inference_params_ = low_precision_parameters();
   return inference_params_;
 }

@@ -68,7 +68,8 @@ class DataParallel {
   // allreduce: resident copies on every device, the loss always in-replica; the balance-memory
   // split (a DataParallel remedy) is refused.
   // --precision bf16/fp16 (engine/precision/precision.hpp): 16-bit replicas, activations and
-  // transfers around float32 master state; fp16 scales the loss. Not with allreduce (yet).
+  // transfers around float32 master state; fp16 scales the loss. With allreduce every device keeps
+  // float32 master state and a resident 16-bit copy, as DDP under autocast.
   DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const OptimizerConfig& optimizer,
                uint64_t seed, LossMode loss = LossMode::Gathered, SyncOptions sync = {},
                PrecisionOptions precision = {});
@@ -145,6 +146,8 @@ class DataParallel {
   void finish_allreduce(StepState& s);
   void update_everywhere(StepState& s, StepResult& r);
   void copy_master_to_replicas();
+  // allreduce, mixed precision: every device rounds its float32 copy into its 16-bit one.
+  void round_resident_parameters();
   // --split balance-memory: two probe steps (state restored afterwards) plan the chunks.
   std::string probe_memory(const void* input, const int32_t* targets, int64_t batch);
   // Synchronise the streams of the given replicas; raise the first error as a ReplicaError.
@@ -175,6 +178,10 @@ class DataParallel {
   // allreduce: devices 1.. keep their own copies (index 0 is unused: device 0's are the master's),
   // each with its own optimizer state; the all-reduce's threads.
   std::vector<Tensor> resident_params_, resident_grads_, resident_buffers_;
+  // allreduce, mixed precision: on every device (0 included) the 16-bit parameters forward and
+  // backward run on, rounded after each update, and the 16-bit gradients backward writes, widened
+  // bucket by bucket into the float32 gradients that are all-reduced.
+  std::vector<Tensor> resident_low_params_, resident_low_grads_;
   std::vector<std::unique_ptr<Optimizer>> replica_optimizers_;
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn

@@ -7,6 +7,7 @@
 #include "engine/comm.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
 
@@ -26,6 +27,13 @@ void DataParallel::make_resident_replicas(const OptimizerConfig& optimizer) {
     resident_buffers_[r] = Tensor::empty(dev, {lay.buffer_count}, MemCategory::Parameters);
     replica_optimizers_[r] = make_optimizer(optimizer);
   }
+  if (precision_.mixed()) {  // zeros: the layout's alignment gaps, which no backward writes
+    const DType low = storage_dtype(precision_.precision);
+    for (int r = 0; r < n; ++r) {
+      resident_low_params_.push_back(Tensor::empty(devices_[r], {lay.parameter_count}, MemCategory::Parameters, low));
+      resident_low_grads_.push_back(Tensor::zeros(devices_[r], {lay.parameter_count}, MemCategory::Gradients, low));
+    }
+  }
   allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, sync_.bucket_bytes));
   for (int r = 0; r < n; ++r)
     nets_[r]->on_module_backward([this, r](int leaf) { allreduce_->module_done(r, leaf); });
@@ -42,6 +50,19 @@ void DataParallel::copy_master_to_replicas() {
     copy_async(resident_buffers_[r], buffers_);
   }
   devices_.synchronize();
+  round_resident_parameters();
+  devices_.synchronize();
+}
+
+void DataParallel::round_resident_parameters() {
+  for (size_t r = 0; r < resident_low_params_.size(); ++r) {
+    Device& dev = devices_[static_cast<int>(r)];
+    const Tensor master = r == 0 ? params_ : resident_params_[r], low = resident_low_params_[r];
+    dev.stream().enqueue([master, low, &dev] { convert(dev.exec(), low.buf(), master.buf(), master.numel()); },
+                         dev.stream().label([&] {
+                           return TaskLabel{std::string("round parameters to ") + dtype_name(low.dtype()), "update"};
+                         }));
+  }
 }
 
 // 1. load: each device receives its own chunk straight from the host (no staging on device 0).
@@ -77,13 +98,18 @@ void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* t
 }
 
 // 3. replicate: nothing to copy but device 0's buffers (BatchNorm's running statistics), as
-// DDP's broadcast_buffers does before each forward; the parameters are already everywhere.
+// DDP's broadcast_buffers does before each forward; the parameters are already everywhere
+// (mixed precision: each device's 16-bit copy, rounded after the last update).
 void DataParallel::broadcast_buffers(StepState& s) {
   if (replica_group_) replica_group_->begin_step(s.active);  // --sync-bn: this step's members
+  const bool mixed = !resident_low_params_.empty();
   for (int r = 0; r < devices_.size(); ++r) {
-    s.params[r] = r == 0 ? params_ : resident_params_[r];
+    s.params[r] = mixed ? resident_low_params_[r] : r == 0 ? params_ : resident_params_[r];
     s.buffers[r] = r == 0 ? buffers_ : resident_buffers_[r];
-    if (r > 0) s.grads[r] = resident_grads_[r];
+    if (mixed)
+      s.grads[r] = resident_low_grads_[r];
+    else if (r > 0)
+      s.grads[r] = resident_grads_[r];
     if (r > 0 && buffers_.numel() > 0) copy_async(resident_buffers_[r], buffers_);
   }
   devices_.synchronize();
@@ -106,7 +132,12 @@ void DataParallel::backward_overlapped(StepState& s) {
   }
   devices_.synchronize();
   loss_->distribute_gradient(s);
-  allreduce_->begin_step(grads, runs);
+  LowPrecisionGrads widen;  // mixed precision: the 16-bit gradients backward writes
+  if (!resident_low_grads_.empty()) {
+    widen.dtype = storage_dtype(precision_.precision);
+    for (int r = 0; r < n; ++r) widen.low.push_back(runs[r] ? resident_low_grads_[r].data<uint16_t>() : nullptr);
+  }
+  allreduce_->begin_step(grads, runs, std::move(widen));
   for (int r : s.active) {
     Stream& stream = s.devices[r]->stream();
     stream.enqueue(
@@ -133,24 +164,57 @@ void DataParallel::backward_overlapped(StepState& s) {
 void DataParallel::finish_allreduce(StepState&) { allreduce_->finish_step(); }
 
 // 9. update: every device applies the same update to its own copy (clipping by the same norm).
+// fp16: every device unscales its gradients and checks them for inf/NaN; they are the same
+// all-reduced gradients everywhere, so every device (and process) skips the same steps.
 void DataParallel::update_everywhere(StepState&, StepResult& r) {
   r.lr = lr_;
-  for (int d = 0; d < devices_.size(); ++d) {
+  const int n = devices_.size();
+  std::vector<char> found_inf(static_cast<size_t>(n), 0);
+  for (int d = 0; d < n; ++d) {
     Device& dev = devices_[d];
-    const Tensor params = d == 0 ? params_ : resident_params_[d];
     const Tensor grads = d == 0 ? grads_ : resident_grads_[d];
-    if (clip_ > 0 || (report_norm_ && d == 0)) {
-      dev.stream().enqueue(
-          [this, &dev, grads, &r, d] {
-            const double norm = std::sqrt(sum_squares(dev.exec(), grads.buf(), grads.numel()));
-            if (d == 0) r.grad_norm = norm;
-            const double coef = clip_ / (norm + 1e-6);
-            if (clip_ > 0 && coef < 1) scale(dev.exec(), grads.buf(), static_cast<float>(coef), grads.numel());
-          },
-          dev.stream().label([&] { return TaskLabel{clip_ > 0 ? "gradient norm and clipping" : "gradient norm", "update"}; }));
-    }
-    (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(params, grads, static_cast<float>(lr_));
+    if (!(clip_ > 0 || (report_norm_ && d == 0) || scaler_.enabled())) continue;
+    dev.stream().enqueue(
+        [this, &dev, grads, &r, d, &found_inf] {
+          const int64_t count = grads.numel();
+          if (scaler_.enabled())  // GradScaler's reciprocal: float32 of 1/scale computed in double
+            scale(dev.exec(), grads.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), count);
+          const double sum = sum_squares(dev.exec(), grads.buf(), count);  // non-finite if any gradient is
+          if (!std::isfinite(sum)) {
+            found_inf[static_cast<size_t>(d)] = 1;
+            return;
+          }
+          const double norm = std::sqrt(sum);
+          if (d == 0 && (clip_ > 0 || report_norm_)) r.grad_norm = norm;
+          const double coef = clip_ / (norm + 1e-6);
+          if (clip_ > 0 && coef < 1) scale(dev.exec(), grads.buf(), static_cast<float>(coef), count);
+        },
+        dev.stream().label([&] {
+          return TaskLabel{scaler_.enabled() ? "unscale gradients, inf/NaN check" + std::string(clip_ > 0 ? ", clipping" : "")
+                           : clip_ > 0       ? "gradient norm and clipping"
+                                             : "gradient norm",
+                           "update"};
+        }));
   }
+  devices_.synchronize();
+  bool skip = found_inf[0] != 0;
+  for (int d = 1; d < n; ++d)
+    if ((found_inf[static_cast<size_t>(d)] != 0) != skip)
+      throw RuntimeError("allreduce: devices 0 and " + std::to_string(d) +
+                         " disagree on inf/NaN in gradients that should be the same all-reduced values");
+  if (group_ && scaler_.enabled()) {  // one verdict for every process, whatever its MPI's summation order
+    double any = skip ? 1 : 0;
+    group_->allreduce_sum(&any, 1);
+    skip = any > 0;
+  }
+  r.skipped = skip;
+  if (!skip) {
+    for (int d = 0; d < n; ++d)
+      (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(d == 0 ? params_ : resident_params_[d],
+                                                           d == 0 ? grads_ : resident_grads_[d], static_cast<float>(lr_));
+    round_resident_parameters();  // mixed precision: the next forward's 16-bit copies
+  }
+  scaler_.update(skip);
   devices_.synchronize();
 }
 

@@ -4,6 +4,7 @@
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "kernels/ops/batchnorm.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
 #include "models/module.hpp"
@@ -111,12 +112,16 @@ class BatchNorm2d final : public Module {
   }
   // This chunk's Σdy, Σdy·x̂ are its dbeta, dgamma (summed over replicas by the gradient
   // all-reduce, as SyncBatchNorm leaves them to DDP); dx needs their sums over every member.
+  // They are computed in float32 and stored into the gradients in theirs (16-bit under mixed
+  // precision); the sums over members use the float32 values.
   void backward_synchronised(Device& dev, const Tensor& grad_out, Tensor& grad_in, const BatchNormArgs& args) {
-    batchnorm_backward_reduce(dev.exec(), grads_[1].buf(), grads_[0].buf(), grad_out.buf(), input_.buf(),
-                              stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), args);
+    Tensor local_sums = Tensor::empty(dev, {2, c_}, MemCategory::Activations);  // [Σdy; Σdy·x̂]
+    batchnorm_backward_reduce(dev.exec(), local_sums.rows(0, 1).buf(), local_sums.rows(1, 1).buf(), grad_out.buf(),
+                              input_.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), args);
+    convert(dev.exec(), grads_[1].buf(), local_sums.rows(0, 1).buf(), c_);
+    convert(dev.exec(), grads_[0].buf(), local_sums.rows(1, 1).buf(), c_);
     std::vector<float> local(static_cast<size_t>(2 * c_));
-    download(dev.exec(), local.data(), grads_[1].data(), static_cast<size_t>(c_) * sizeof(float));
-    download(dev.exec(), local.data() + c_, grads_[0].data(), static_cast<size_t>(c_) * sizeof(float));
+    download(dev.exec(), local.data(), local_sums.data(), local.size() * sizeof(float));
     std::vector<double> sums(local.begin(), local.end());
     group_->allreduce_sum(replica_, sums);  // every member calls it, whether or not it needs dx
     if (!grad_in.defined()) return;

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "engine/error.hpp"
+#include "engine/host/thread_pool.hpp"
+#include "kernels/ops/convert.hpp"
 
 namespace dp {
 
@@ -29,9 +31,15 @@ OverlappedAllReduce::~OverlappedAllReduce() {
   for (auto& t : threads_) t.join();
 }
 
-void OverlappedAllReduce::begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward) {
+void OverlappedAllReduce::begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward, LowPrecisionGrads widen) {
+  if (!widen.low.empty() && widen.low.size() != static_cast<size_t>(n_))
+    throw RuntimeError("all-reduce: 16-bit gradient sources for " + std::to_string(widen.low.size()) + " of " +
+                       std::to_string(n_) + " devices");
+  if (!widen.low.empty() && widen.dtype != DType::BF16 && widen.dtype != DType::F16)
+    throw RuntimeError(std::string("all-reduce: cannot widen ") + dtype_name(widen.dtype) + " gradients");
   std::lock_guard lock(mutex_);
   grads_ = std::move(grads);
+  widen_ = std::move(widen);
   for (int d = 0; d < n_; ++d)
     for (size_t k = 0; k < buckets_.size(); ++k)
       pending_[d][k] = runs_backward[static_cast<size_t>(d)] ? static_cast<int>(buckets_[k].leaves.size()) : 0;
@@ -65,15 +73,19 @@ void OverlappedAllReduce::finish_step(bool failed) {
 }
 
 void OverlappedAllReduce::run(int device) {
+  ThreadPool inline_pool(1);  // the widening runs on this thread, never on the device's busy pool
   uint64_t seen = 0;
   for (;;) {
     std::vector<float*> grads;
+    const uint16_t* low = nullptr;
+    DType low_dtype = DType::BF16;
     {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || step_ != seen; });
       if (stopping_) return;
       seen = step_;
       grads = grads_;
+      if (!widen_.low.empty()) low = widen_.low[static_cast<size_t>(device)], low_dtype = widen_.dtype;
     }
     bool ok = true;
     for (size_t k = 0; k < buckets_.size() && ok; ++k) {
@@ -87,6 +99,8 @@ void OverlappedAllReduce::run(int device) {
       for (size_t d = 0; d < grads.size(); ++d) views[d] = grads[d] + b.begin;
       const double t0 = tracer_ ? tracer_->now_us() : 0;
       try {
+        if (low && low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
+        if (low && low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
         ok = ring_allreduce_rank(views, b.end - b.begin, device, barrier_);
         if (ok && group_) {
           // This process's sum is on every device; device 0 sums it with the other processes'.
@@ -102,8 +116,10 @@ void OverlappedAllReduce::run(int device) {
         ok = false;
       }
       if (tracer_)
-        tracer_->slice(kTraceTrack + device, "all-reduce bucket " + std::to_string(k) + " (" + std::to_string((b.end - b.begin) * 4) +
-                                   " bytes)", "allreduce", t0, tracer_->now_us(), (b.end - b.begin) * 4);
+        tracer_->slice(kTraceTrack + device,
+                       std::string(low ? "widen and " : "") + "all-reduce bucket " + std::to_string(k) + " (" +
+                           std::to_string((b.end - b.begin) * 4) + " bytes)",
+                       "allreduce", t0, tracer_->now_us(), (b.end - b.begin) * 4);
     }
     std::lock_guard lock(mutex_);
     done_step_[static_cast<size_t>(device)] = seen;

@@ -7,6 +7,10 @@
 //
 // In place on the flat gradient arrays: no bucket copies. Host devices; across processes, MPI
 // (set_process_group). CUDA devices need NCCL (not built yet).
+//
+// Mixed precision: backward writes 16-bit gradients; each device's thread widens a bucket of them
+// into its float32 array just before that bucket's all-reduce (autocast leaves float32 .grad on
+// float32 parameters, and that is what DDP reduces), so the widening overlaps backward too.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -20,8 +24,16 @@
 #include "engine/allreduce/ring.hpp"
 #include "engine/mpi/process_group.hpp"
 #include "engine/trace.hpp"
+#include "kernels/buffer.hpp"
 
 namespace dp {
+
+// Where backward writes 16-bit gradients (mixed precision): per device, the flat 16-bit array of
+// the float32 one's layout (null: none, the float32 array is backward's own), and their dtype.
+struct LowPrecisionGrads {
+  std::vector<const uint16_t*> low;  // empty: no device has any
+  DType dtype = DType::BF16;
+};
 
 class OverlappedAllReduce {
  public:
@@ -39,9 +51,10 @@ class OverlappedAllReduce {
   // other devices copy the result. Null: this process alone.
   void set_process_group(ProcessGroup* group) { group_ = group; }
 
-  // Before backward: every device's flat gradient array. A device that runs no backward this
-  // step (no samples) must have zeroed its gradients: all its buckets count as ready.
-  void begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward);
+  // Before backward: every device's flat float32 gradient array, which the all-reduce sums. A
+  // device that runs no backward this step (no samples) must have zeroed it (and has no 16-bit
+  // source): all its buckets count as ready.
+  void begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward, LowPrecisionGrads widen = {});
   // From device d's backward: module `leaf` (StateEntry::leaf) has final gradients there.
   void module_done(int device, int leaf);
   // After every backward has ended: waits for the last bucket; rethrows a failure. With
@@ -59,6 +72,7 @@ class OverlappedAllReduce {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<float*> grads_;
+  LowPrecisionGrads widen_;
   std::vector<std::vector<int>> pending_;  // [device][bucket]: modules still to run backward
   uint64_t step_ = 0;                      // begin_step count; threads run each step once
   std::vector<uint64_t> done_step_;        // per device: the last step its thread finished

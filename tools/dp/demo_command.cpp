@@ -69,6 +69,9 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
   const int n = static_cast<int>(r.chunks.size());
   const ModelDef& m = dp.model();
   const int64_t P = dp.layout().parameter_count, bytes = P * 4;
+  const DType low = storage_dtype(dp.precision());
+  const bool mixed = low != DType::F32;
+  const std::string low_name = dtype_name(low);
   auto& load = s[static_cast<int>(Phase::Load)];
   load.text = "--sync allreduce (DistributedDataParallel's shape): each device receives its own chunk straight from "
               "host memory; nothing is staged on device 0.";
@@ -82,24 +85,52 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
       "broadcast_buffers does.",
       {},
       "float32 buffers"};
+  if (mixed) {  // DDP under autocast: float32 state everywhere, each device its own 16-bit copy
+    auto& rep = s[static_cast<int>(Phase::Replicate)];
+    rep.text += " Mixed precision: every device keeps float32 parameters and runs forward and backward on its own " +
+                low_name + " copy of them, which it rounded itself after the last update (autocast's cast of the "
+                "weights): nothing crosses a link for it.";
+    for (int i : active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {P}, i, low});
+  }
+  if (mixed && r.loss_scale > 0)
+    s[static_cast<int>(Phase::Loss)].text += " fp16: each replica's loss gradient was multiplied by the loss scale (" +
+                                             std::to_string(static_cast<int64_t>(r.loss_scale)) +
+                                             ") so that small gradients survive float16.";
   auto& bw = s[static_cast<int>(Phase::Backward)];
   bw.text += " The gradients are cut into buckets (--bucket-mb) from the last layer backwards; as soon as every "
              "module of a bucket has run backward on every device, that bucket's ring all-reduce starts on the "
              "devices' communication threads while backward goes on with earlier layers (see the trace).";
+  if (mixed)
+    bw.text += " Each device's thread first widens the bucket's " + low_name +
+               " gradients into its float32 gradients: autocast leaves float32 gradients on float32 parameters, and "
+               "those are what DDP all-reduces.";
+  // What DataParallel's reduce would move: every other replica's gradients, 16-bit under mixed precision.
+  const int64_t dp_bytes = static_cast<int64_t>(active.size() > 0 ? active.size() - 1 : 0) * P *
+                           static_cast<int64_t>(dtype_size(low));
   std::ostringstream re;
   re << "The ring all-reduce (reduce-scatter, then all-gather) leaves every device with the sum of all replicas' "
      << "gradients: each device sends 2(N-1)/N of them, " << format_bytes(n > 1 ? 2 * (n - 1) * bytes / n : 0)
-     << " here, whatever N is; DataParallel's reduce makes device 0 receive "
-     << format_bytes(static_cast<int64_t>(active.size() > 0 ? active.size() - 1 : 0) * bytes)
-     << " (every other replica's gradients). This phase only waits for the buckets still in flight when backward "
-     << "ended.";
+     << " here, whatever N is; DataParallel's reduce makes device 0 receive " << format_bytes(dp_bytes)
+     << " (every other replica's " << (mixed ? low_name + " " : std::string()) << "gradients)."
+     << (mixed ? " The ring carries float32, twice the bytes of a 16-bit value, as DDP under autocast does." : "")
+     << " This phase only waits for the buckets still in flight when backward ended.";
   s[static_cast<int>(Phase::Reduce)] = {re.str(), {}, "float32 gradients"};
   for (int i = 0; i < n; ++i) s[static_cast<int>(Phase::Reduce)].tensors.push_back({"gradients (all-reduced)", {P}, i});
   auto& up = s[static_cast<int>(Phase::Update)];
   up.text = "Every device runs the optimizer on its own copy with its own state: the same update everywhere, so "
             "no device holds more than another (no GPU0 hotspot), and nothing is broadcast next step.";
+  if (mixed)
+    up.text += " The update is float32; then every device rounds its new parameters into its " + low_name + " copy." +
+               (r.loss_scale > 0 ? " fp16: every device first divides its gradients by the loss scale and checks them "
+                                   "for inf/NaN; they are the same all-reduced values everywhere, so a step with any is "
+                                   "skipped on every device alike and the scale halved (GradScaler)." +
+                                       std::string(r.skipped ? " This step was skipped." : "")
+                                 : "");
   up.tensors.clear();
-  for (int i = 0; i < n; ++i) up.tensors.push_back({"parameters and optimizer state", {P}, i});
+  for (int i = 0; i < n; ++i) {
+    up.tensors.push_back({"parameters and optimizer state", {P}, i});
+    if (mixed) up.tensors.push_back({"parameters, rounded for the next step", {P}, i, low});
+  }
 }
 
 std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const std::string& split_text) {

@@ -125,9 +125,6 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   if (o.loss_scale_given && !r.precision.scales_loss())
     throw UsageError("--loss-scale and --loss-scale-growth-interval apply to --precision fp16 (bf16 has float32's "
                      "range and needs no loss scaling)");
-  if (r.precision.mixed() && r.sync.mode == SyncMode::AllReduce)
-    throw UsageError("--precision " + o.precision + " runs with --sync reduce (DataParallel's step) for now: the "
-                     "all-reduce step keeps float32 replicas");
   if (o.sync_bn && r.sync.mode != SyncMode::AllReduce)
     throw UsageError("--sync-bn needs --sync allreduce (BatchNorm synchronised across resident replicas)");
   if (r.sync.mode == SyncMode::AllReduce) {
