@@ -2,9 +2,12 @@
 - memory: dp memprof on host:4 in fp32, bf16 and fp16 for convnet, resnet18 and the GPT: device 0's
   peak and, at that peak, every category (target: bf16 <= 0.6x fp32 where activations dominate);
 - accuracy: one epoch of the convnet on MNIST, host:2, fp32 and bf16 with the same seeds (target:
-  bf16 within 0.3 points of fp32, averaged over the seeds), with each run's samples/s.
+  bf16 within 0.3 points of fp32, averaged over the seeds), with each run's samples/s;
+- --allreduce: the memory table under --sync allreduce (DDP under autocast) instead, with device 0's
+  peak against the largest other device's (target: <= 1.05x), and the MNIST runs with --sync allreduce.
 
 usage: bench_precision.py [--dp build/dp] [--mnist ../shared/data/mnist] [--seeds 0,1,2] [--skip-accuracy]
+                          [--allreduce]
 (prints Markdown tables)
 """
 import argparse
@@ -29,10 +32,18 @@ def mib(b):
     return f"{b / 2**20:.2f}"
 
 
-def memprof(dp, model, extra, precision):
+MEMPROF_ALLREDUCE = [
+    ("convnet", ["--batch", "512"]),
+    ("resnet18", ["--batch", "128"]),
+    ("gpt", ["--batch", "64"]),
+]
+
+
+def memprof(dp, model, extra, precision, sync):
     with tempfile.NamedTemporaryFile(suffix=".json") as js:
         subprocess.run([dp, "memprof", "--model", model, "--devices", "host:4", "--precision", precision, "--json",
-                        js.name] + extra, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        js.name, "--sync", sync] + extra, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
         return json.load(open(js.name))
 
 
@@ -42,20 +53,22 @@ def main():
     ap.add_argument("--mnist", default="../shared/data/mnist")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--skip-accuracy", action="store_true")
+    ap.add_argument("--allreduce", action="store_true")
     a = ap.parse_args()
     dp = os.path.abspath(a.dp)
+    sync = "allreduce" if a.allreduce else "reduce"
 
-    print("| model | precision | d0 peak MiB (phase) | vs fp32 | " + " | ".join(CATEGORIES) + " |")
-    print("|---|---|---|---|" + "---|" * len(CATEGORIES))
-    for model, extra in MEMPROF:
+    print("| model | precision | d0 peak MiB (phase) | vs fp32 | d0 / largest other | " + " | ".join(CATEGORIES) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(CATEGORIES))
+    for model, extra in MEMPROF_ALLREDUCE if a.allreduce else MEMPROF:
         base = None
         for precision in ("fp32", "bf16", "fp16"):
-            r = memprof(dp, model, extra, precision)
+            r = memprof(dp, model, extra, precision, sync)
             d0 = r["devices"][0]
             base = base or d0["peak_bytes"]
             cats = " | ".join(mib(d0["at_peak"].get(c, 0)) for c in CATEGORIES)
             print(f"| {model} {' '.join(extra)} | {precision} | {mib(d0['peak_bytes'])} ({d0['peak_phase']}) | "
-                  f"{d0['peak_bytes'] / base:.2f}x | {cats} |", flush=True)
+                  f"{d0['peak_bytes'] / base:.2f}x | {r['gpu0_excess']:.2f}x | {cats} |", flush=True)
 
     if a.skip_accuracy:
         return
@@ -67,7 +80,7 @@ def main():
         acc, sps = {}, {}
         for precision in ("fp32", "bf16"):
             p = subprocess.run([dp, "train", "--model", "convnet", "--data", a.mnist, "--devices", "host:2", "--epochs",
-                                "1", "--eval", "--seed", seed, "--precision", precision], check=True,
+                                "1", "--eval", "--seed", seed, "--precision", precision, "--sync", sync], check=True,
                                capture_output=True, text=True)
             acc[precision] = float(re.search(r"test accuracy ([0-9.]+)%", p.stdout).group(1))
             sps[precision] = float(re.search(r"([0-9.]+) samples/s", p.stdout).group(1))
