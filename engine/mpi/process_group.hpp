@@ -28,8 +28,11 @@ class ProcessGroup {
   // on another thread (SyncBatchNorm's statistics during the gradient all-reduce).
   void allreduce_sum_side(double* data, int64_t count);
   void broadcast(void* data, int64_t bytes, int root = 0);
-  // End the whole job (mpirun stops every rank) after reporting on this one.
-  [[noreturn]] void abort(int code);
+  // After this process reported an error and is about to exit with `code`: in a job of several
+  // processes with MPI running, end the whole job (MPI_Abort: mpirun stops every rank) instead of
+  // finalising, which would wait for ranks that wait for this one — an error on one rank (a file
+  // only rank 0 writes, say) must not leave the others hanging. Otherwise nothing.
+  static void end_job_after_error(int code);
 
  private:
   ProcessGroup();

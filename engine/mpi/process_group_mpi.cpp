@@ -1,6 +1,7 @@
 // ProcessGroup over MPI (compiled when CMake finds MPI).
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -91,9 +92,15 @@ void ProcessGroup::broadcast(void* data, int64_t bytes, int root) {
   });
 }
 
-void ProcessGroup::abort(int code) {
+void ProcessGroup::end_job_after_error(int code) {
+  int initialized = 0, finalized = 0, size = 1;
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  if (MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS || size <= 1) return;  // alone: finalise as usual
+  std::fflush(stderr);
+  std::fflush(stdout);
   MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
+  std::_Exit(code);  // MPI_Abort does not return; should it, this process still must not finalise
 }
 
 }  // namespace dp

@@ -1,9 +1,9 @@
 """Training across processes: `mpirun -np P dp train --sync allreduce` with host:1 each equals one
 process with host:P (per-step losses, final weights) — in bf16 and fp16 (loss scale, skipped steps)
-bitwise; rank 0 alone writes; a command line that
-differs between ranks and a rank killed mid-run end the job with an error in bounded time; dp
-train without --sync allreduce, and memprof, are refused under mpirun. Skipped (exit 77) without
-mpirun or without MPI in this build.
+bitwise; rank 0 alone writes; a command line that differs between ranks, an error on one rank
+alone and a rank killed mid-run end the job with an error in bounded time; dp train without
+--sync allreduce, and memprof, are refused under mpirun. Skipped (exit 77) without mpirun or
+without MPI in this build.
 
 usage: test_mpi.py DP_BINARY
 """
@@ -127,6 +127,13 @@ with tempfile.TemporaryDirectory() as tmp:
                               "-np", "1", dp, "train"] + base + ["--devices", "host:1", "--batch", "9"], timeout=120)
     c.check("mismatched flags: an error", rc != 0 and "command line differs from rank 0's" in err, err)
     c.check("mismatched flags: quickly", secs < 60, secs)
+
+    # An error on one rank alone (only rank 0 writes --metrics): the job ends, the others do not wait
+    # for it in their next collective (an exit that finalised MPI used to hang the job there).
+    rc, out, err, secs = run(["-np", "2", dp, "train"] + base + ["--devices", "host:1", "--batch", "8", "--metrics",
+                                                               os.path.join(tmp, "missing", "m.jsonl")], timeout=120)
+    c.check("an error on rank 0 alone: the job fails with it", rc == 2 and "--metrics" in err, (rc, err[-2000:]))
+    c.check("an error on rank 0 alone: quickly", secs < 60, secs)
 
     # A rank killed mid-run: the job ends with an error in bounded time.
     long_run = base + ["--devices", "host:1", "--batch", "8", "--epochs", "100000"]

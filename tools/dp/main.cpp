@@ -8,6 +8,7 @@
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
 #include "engine/memory.hpp"
+#include "engine/mpi/process_group.hpp"
 #include "tools/dp/commands.hpp"
 
 namespace {
@@ -64,6 +65,11 @@ int main(int argc, char** argv) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
+  // Under mpirun an error on this rank ends the whole job rather than leaving the others waiting.
+  auto failed = [](int code) {
+    dp::ProcessGroup::end_job_after_error(code);
+    return code;
+  };
   try {
     if (app.got_subcommand("train")) return train();
     if (app.got_subcommand("devices")) return devices();
@@ -71,16 +77,16 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("memprof")) return memprof();
   } catch (const dp::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return failed(2);
   } catch (const dp::OutOfMemoryError& e) {
     std::fprintf(stderr, "error: %s\n%s", e.what(), dp::cli::out_of_memory_remedies().c_str());
-    return 3;
+    return failed(3);
   } catch (const dp::ReplicaError& e) {
     std::fprintf(stderr, "error: %s\n%s", e.what(), e.out_of_memory ? dp::cli::out_of_memory_remedies().c_str() : "");
-    return e.out_of_memory ? 3 : 1;
+    return failed(e.out_of_memory ? 3 : 1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return failed(1);
   }
   return 2;
 }
