@@ -48,6 +48,7 @@ void Stream::push(Task t) {
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(t));
+    ++pushed_;
   }
   cv_.notify_all();
 }
@@ -99,7 +100,13 @@ void Stream::wait(const Event& event) {
 }
 
 void Stream::synchronize() {
-  record().synchronize();
+  {
+    std::unique_lock lock(mutex_);
+    const uint64_t target = pushed_;
+    ++sync_waiters_;
+    idle_cv_.wait(lock, [&] { return finished_ >= target; });
+    --sync_waiters_;
+  }
   if (device_queue_) {
     try {
       device_queue_->synchronize();
@@ -121,16 +128,23 @@ void Stream::remember_error(std::exception_ptr error) {
 }
 
 void Stream::loop() {
+  bool ran = false;  // a task ran since the last count
   for (;;) {
     Task task;
     bool skip;
     {
       std::unique_lock lock(mutex_);
+      if (ran) {
+        ++finished_;
+        ran = false;
+        if (sync_waiters_ > 0) idle_cv_.notify_all();
+      }
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
       skip = error_ && !task.always_run;
+      ran = true;
     }
     if (skip) continue;
     if (task.always_run) {  // event records and waits: not work, not timed
