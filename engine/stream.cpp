@@ -19,10 +19,12 @@ bool Event::query() const {
   return state_->done;
 }
 
-void Event::complete(std::shared_ptr<void> device_event) {
+void Event::complete(std::shared_ptr<void> device_event, bool failed) {
   {
     std::lock_guard lock(state_->m);
     state_->device_event = std::move(device_event);
+    state_->failed = failed;
+    state_->at = std::chrono::steady_clock::now();
     state_->done = true;
   }
   state_->cv.notify_all();
@@ -31,6 +33,16 @@ void Event::complete(std::shared_ptr<void> device_event) {
 std::shared_ptr<void> Event::device_event() const {
   std::lock_guard lock(state_->m);
   return state_->device_event;
+}
+
+bool Event::failed() const {
+  std::lock_guard lock(state_->m);
+  return state_->failed;
+}
+
+std::chrono::steady_clock::time_point Event::completed_at() const {
+  std::lock_guard lock(state_->m);
+  return state_->at;
 }
 
 Stream::Stream(std::string name) : name_(std::move(name)), worker_([this] { loop(); }) {}
@@ -82,7 +94,12 @@ Event Stream::record() {
           } catch (...) {
             remember_error(std::current_exception());
           }
-          e.complete(std::move(device_event));  // always: no waiter may hang on a failed stream
+          bool failed;
+          {
+            std::lock_guard lock(mutex_);
+            failed = error_ != nullptr;
+          }
+          e.complete(std::move(device_event), failed);  // always: no waiter may hang on a failed stream
         },
         true, {}});
   return e;
@@ -93,13 +110,26 @@ void Stream::wait(const Event& event) {
   // device side: later work on this stream waits for the other's device work, without the host.
   push({[this, event] {
           event.synchronize();
+          if (event.failed()) {
+            remember_error(std::make_exception_ptr(
+                UpstreamError("stream " + name_ + " stopped: work it waited for failed on another stream")));
+            return;
+          }
           if (auto device_event = event.device_event(); device_queue_ && device_event)
             device_queue_->wait(device_event);
         },
         true, {}});
 }
 
+void Stream::run_in_order(std::function<void()> fn) { push({std::move(fn), true, {}}); }
+
+bool Stream::failed() const {
+  std::lock_guard lock(mutex_);
+  return error_ != nullptr;
+}
+
 void Stream::synchronize() {
+  ++host_waits_;
   {
     std::unique_lock lock(mutex_);
     const uint64_t target = pushed_;

@@ -3,37 +3,55 @@
 //
 // Errors: a task that throws puts the stream in an error state; later work is skipped (but
 // event records and waits still run, so no other stream can hang on it) until the owner calls
-// synchronize(), which rethrows the first error.
+// synchronize(), which rethrows the first error. An event recorded by a failed stream carries the
+// failure: a stream that waits for it fails too (UpstreamError) and skips its later work, as work
+// that depended on a failed kernel would be garbage — so a step enqueued all at once stops where
+// its inputs went bad, and the owner can tell the cause (the first non-upstream error) from its
+// consequences.
 //
 // A speed below 1 simulates a slower device: after each task the worker waits (1/speed − 1)
 // times as long as the task took, so the device really takes proportionally longer. Tasks can
 // be labelled for a Tracer; a copy names its source so the trace draws an arrow.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 namespace dp {
+
+// A stream's work was skipped because work it waited for on another stream failed: a consequence,
+// not a cause (the cause is the other stream's error).
+struct UpstreamError : std::runtime_error {
+  explicit UpstreamError(const std::string& what) : std::runtime_error(what) {}
+};
 
 class Event {
  public:
   Event();
   void synchronize() const;  // block the calling thread until the event completes
   bool query() const;        // completed?
-  // Called by the stream that recorded it, with the accelerator's event when it has one.
-  void complete(std::shared_ptr<void> device_event = nullptr);
+  // Called by the stream that recorded it, with the accelerator's event when it has one; failed:
+  // the stream was in an error state (the work before the event did not all run).
+  void complete(std::shared_ptr<void> device_event = nullptr, bool failed = false);
   std::shared_ptr<void> device_event() const;
+  bool failed() const;  // after completion
+  // When the recording stream reached it (host clock): the end of the work before it on a host
+  // device; on an accelerator, when that work had been issued.
+  std::chrono::steady_clock::time_point completed_at() const;
  private:
   struct State {
     mutable std::mutex m;
     mutable std::condition_variable cv;
-    bool done = false;
+    bool done = false, failed = false;
+    std::chrono::steady_clock::time_point at;
     std::shared_ptr<void> device_event;
   };
   std::shared_ptr<State> state_;
@@ -71,6 +89,15 @@ class Stream {
   Event record();                // an event that completes when all prior work has run
   void wait(const Event& event); // later work on this stream waits for the event
   void synchronize();            // wait for all work; rethrow the first error, if any
+  // Bookkeeping in stream order (e.g. naming the phase the device is in): not work, not timed,
+  // run even after an error.
+  void run_in_order(std::function<void()> fn);
+  // Is the stream in an error state (a task failed, or work it waited for did)? For bookkeeping
+  // run in order (run_in_order): whether the work before it ran.
+  bool failed() const;
+  // How many times the host has waited for this stream (synchronize calls): what an
+  // event-ordered step keeps to one a step.
+  int64_t host_waits() const { return host_waits_.load(); }
   const std::string& name() const { return name_; }
 
   void set_speed(double speed);  // (0, 1]: 1 = full speed, 0.25 = four times slower
@@ -98,7 +125,7 @@ class Stream {
   void remember_error(std::exception_ptr error);  // the first one wins
 
   std::string name_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
   // synchronize() waits until every task pushed before it has run: a count, not a pushed event,
@@ -111,6 +138,7 @@ class Stream {
   std::exception_ptr error_;  // guarded by mutex_
   std::atomic<double> speed_{1.0};
   std::atomic<int64_t> busy_ns_{0};
+  std::atomic<int64_t> host_waits_{0};
   std::atomic<Tracer*> tracer_{nullptr};
   DeviceQueue* device_queue_ = nullptr;  // set before any work, read by the worker after that
   int track_ = 0;

@@ -42,12 +42,40 @@ TEST_CASE("an error skips later work, keeps events completing, and surfaces at s
   s.enqueue([&] { ran_after = true; });
   Event e = s.record();
   other.wait(e);  // must not hang although s failed
-  other.synchronize();
+  bool other_ran = false;
+  other.enqueue([&] { other_ran = true; });
+  // What waited for the failed work stops too, and says it is a consequence.
+  CHECK_THROWS_AS(other.synchronize(), UpstreamError);
+  CHECK_FALSE(other_ran);
   CHECK(e.query());
+  CHECK(e.failed());
   CHECK_THROWS_WITH(s.synchronize(), "boom");
   CHECK_FALSE(ran_after);
   bool ran_later = false;  // the error was taken: the stream works again
   s.enqueue([&] { ran_later = true; });
+  Event clean = s.record();
+  other.wait(clean);
+  other.enqueue([&] { other_ran = true; });
   s.synchronize();
+  other.synchronize();
   CHECK(ran_later);
+  CHECK_FALSE(clean.failed());
+  CHECK(other_ran);
+}
+
+TEST_CASE("synchronize counts host waits; events carry when the stream reached them") {
+  Stream s("s");
+  const int64_t waits = s.host_waits();
+  Event a = s.record();
+  s.enqueue([] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+  Event b = s.record();
+  s.synchronize();
+  s.synchronize();  // an idle stream: returns at once
+  CHECK(s.host_waits() == waits + 2);
+  CHECK(b.completed_at() - a.completed_at() >= std::chrono::milliseconds(5));
+  std::string order;  // bookkeeping runs in stream order, and even after an error
+  s.enqueue([] { throw std::runtime_error("x"); });
+  s.run_in_order([&] { order += "marked"; });
+  CHECK_THROWS(s.synchronize());
+  CHECK(order == "marked");
 }
