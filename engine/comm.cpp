@@ -33,6 +33,31 @@ void copy_async(const Tensor& dst, const Tensor& src) {
       std::move(label));
 }
 
+void copy_async_from(const Tensor& dst, Tensor* slot, Device& from) {
+  if (dst.bytes() == 0) return;
+  Device& to = dst.device();
+  order_after(to, from);
+  const auto bytes = static_cast<int64_t>(dst.bytes());
+  if (&to != &from) to.count_received(from.index(), bytes);
+  TaskLabel label = to.stream().label([&] {
+    return TaskLabel{"copy " + from.name() + " -> " + to.name() + " " + shape_str(dst.shape()), "copy", from.index(),
+                     bytes};
+  });
+  to.stream().enqueue(
+      [dst, slot, &to, &from] {
+        const Tensor src = std::move(*slot);
+        *slot = Tensor();
+        if (!src.defined() || &src.device() != &from || src.shape() != dst.shape() || src.dtype() != dst.dtype())
+          throw RuntimeError("copy from " + from.name() + ": expected " + shape_str(dst.shape()) + " " +
+                             dtype_name(dst.dtype()) + ", found " +
+                             (src.defined() ? shape_str(src.shape()) + " " + dtype_name(src.dtype()) + " on " +
+                                                  src.device().name()
+                                            : std::string("nothing")));
+        copy_between(to.exec(), dst.data<char>(), src.data<char>(), src.bytes(), from.exec());
+      },
+      std::move(label));
+}
+
 std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes, const std::vector<Device*>& devices,
                             MemCategory category) {
   std::vector<Tensor> out(sizes.size());
@@ -91,7 +116,13 @@ std::vector<Tensor> broadcast_coalesced(const Tensor& src, const std::vector<Dev
     }
     out.push_back(copy);
   }
+  release_source_after(src, targets);
   return out;
+}
+
+void release_source_after(const Tensor& src, const std::vector<Device*>& readers) {
+  for (Device* d : readers)
+    if (d != &src.device()) src.device().stream().wait(d->stream().record());
 }
 
 void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes) {

@@ -17,6 +17,12 @@ constexpr size_t kBucketBytes = 10u << 20;  // PyTorch's default buffer size for
 // dst.bytes() must equal src.bytes(). Same device: ordered on that device's stream.
 void copy_async(const Tensor& dst, const Tensor& src);
 
+// The same, from a source that work already enqueued on `from`'s stream will produce (a
+// replica's output, which does not exist when the step enqueues its gather): the copy reads
+// *slot when it runs, checks it is dst's shape and dtype, and then empties the slot, so the
+// source is released in stream order, once copied. Nothing else may touch *slot meanwhile.
+void copy_async_from(const Tensor& dst, Tensor* slot, Device& from);
+
 // Chunk i of src (rows per sizes[i]) on devices[i]; chunk 0 is a view when devices[0] holds src.
 // Entries with size 0 come back undefined.
 std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes, const std::vector<Device*>& devices,
@@ -26,9 +32,15 @@ std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes
 Tensor gather(const std::vector<Tensor>& parts, Device& dst, MemCategory category);
 
 // A copy of src on each target (the source itself where a target is src's device), moved in
-// buckets of bucket_bytes so copies of early buckets overlap later ones.
+// buckets of bucket_bytes so copies of early buckets overlap later ones. Work enqueued on src's
+// device afterwards may overwrite src (BatchNorm's running statistics, the update): it waits for
+// the copies (release_source_after).
 std::vector<Tensor> broadcast_coalesced(const Tensor& src, const std::vector<Device*>& targets, MemCategory category,
                                         size_t bucket_bytes = kBucketBytes);
+
+// Later work on src's stream waits until each reader's stream has passed what it has enqueued so
+// far (its copies out of src): a write after those reads cannot overtake them.
+void release_source_after(const Tensor& src, const std::vector<Device*>& readers);
 
 // dst += Σ srcs, on dst's device, bucket by bucket: each bucket of every source is received into
 // a buffer on dst's device (counted as reduce buffers), then added. The sources may be 16-bit and

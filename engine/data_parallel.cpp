@@ -26,6 +26,12 @@ void upload(const Tensor& dst, const void* src) {
 
 }  // namespace
 
+HostSync parse_host_sync(const std::string& text) {
+  if (text == "phase") return HostSync::PerPhase;
+  if (text == "step") return HostSync::PerStep;
+  throw UsageError("--host-sync '" + text + "': expected phase (wait after every phase) or step (once per step)");
+}
+
 DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split,
                            const OptimizerConfig& optimizer, uint64_t seed, LossMode loss, SyncOptions sync,
                            PrecisionOptions precision)
@@ -87,15 +93,36 @@ void DataParallel::set_tracer(Tracer* tracer) {
   }
 }
 
-void DataParallel::join_replicas(const std::vector<int>& replicas) {
-  // Wait for every replica before raising anything: no worker may still be running.
+HostSync DataParallel::host_sync() const {
+  if (host_sync_ == HostSync::PerPhase) return HostSync::PerPhase;
+  for (int i = 0; i < devices_.size(); ++i)
+    if (devices_[i].is_cuda()) return HostSync::PerPhase;
+  return HostSync::PerStep;
+}
+
+void DataParallel::join_replicas(const std::vector<int>& replicas) { join_replicas(replicas, nullptr, -1); }
+
+void DataParallel::join_replicas(const std::vector<int>& replicas, std::exception_ptr error, int error_replica) {
+  // Wait for every replica before raising anything: no worker may still be running. A cause
+  // wins over an UpstreamError (a stream that stopped because it waited for the failed one).
   std::exception_ptr first;
   int first_replica = -1;
+  bool first_is_cause = false;
+  auto note = [&](std::exception_ptr e, int r) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const UpstreamError&) {
+      if (!first) first = e, first_replica = r;
+    } catch (...) {
+      if (!first_is_cause) first = e, first_replica = r, first_is_cause = true;
+    }
+  };
+  if (error) note(error, error_replica);
   for (int r : replicas) {
     try {
       devices_[r].stream().synchronize();
     } catch (...) {
-      if (!first) first = std::current_exception(), first_replica = r;
+      note(std::current_exception(), r);
     }
   }
   if (!first) return;
@@ -110,7 +137,26 @@ void DataParallel::join_replicas(const std::vector<int>& replicas) {
   }
 }
 
-void DataParallel::join_device0() { devices_[0].stream().synchronize(); }
+void DataParallel::join_device0() {
+  try {
+    devices_[0].stream().synchronize();
+  } catch (...) {
+    // Device 0 may have stopped for another device's failure (waiting per step): find the cause.
+    std::vector<int> others;
+    for (int i = 1; i < devices_.size(); ++i) others.push_back(i);
+    join_replicas(others, std::current_exception(), 0);
+  }
+}
+
+std::vector<int> DataParallel::all_devices() const {
+  std::vector<int> all(static_cast<size_t>(devices_.size()));
+  for (int i = 0; i < devices_.size(); ++i) all[static_cast<size_t>(i)] = i;
+  return all;
+}
+
+void DataParallel::end_phase(const std::vector<int>& replicas) {
+  if (host_sync() == HostSync::PerPhase) join_replicas(replicas);
+}
 
 Tensor DataParallel::low_precision_parameters() {
   Device& d0 = devices_[0];
@@ -129,6 +175,12 @@ Tensor DataParallel::inference_parameters() {
   return inference_params_;
 }
 
+void DataParallel::check_usable() const {
+  if (!broken_.empty())
+    throw RuntimeError("an earlier step failed after its update was enqueued (" + broken_ +
+                       "); the optimizer's state may be part-way: start again from a checkpoint");
+}
+
 void DataParallel::check_input(DType dtype) const {
   if (dtype != model_.input_dtype)
     throw RuntimeError("model " + model_.name + " takes " +
@@ -145,6 +197,7 @@ StepResult DataParallel::step(const int32_t* tokens, const int32_t* targets, int
 
 StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch) {
   check_input(dtype);
+  check_usable();
   if (batch <= 0) throw RuntimeError("step: empty batch");
   const std::string probed = splitter_.needs_memory_probe() ? probe_memory(input, targets, batch) : "";
   StepResult r = run_step(input, targets, batch, chunk_sizes(batch));
@@ -166,7 +219,8 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   }
   const int64_t loss_rows = result.targets;
   result.chunks = chunks;
-  StepRecorder rec(devices_, tracer_, result);
+  const bool per_phase = host_sync() == HostSync::PerPhase;
+  StepRecorder rec(devices_, tracer_, result, per_phase);
 
   // Everything the step creates is held in `s` and released when the step ends (or unwinds),
   // after the streams have been joined.
@@ -176,10 +230,15 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
         : StepState(owner.devices_.size(), b, rows, std::move(c)), dp(owner) {
       for (int i = 0; i < owner.devices_.size(); ++i) devices.push_back(&owner.devices_[i]);
     }
+    bool joined = false;  // the step's last join ran: nothing is left to wait for
     ~Step() {
-      try {
-        dp.devices_.synchronize();
-      } catch (...) {
+      if (!joined) {  // unwinding: let nothing wait for an all-reduce that will not come, then join
+        if (dp.allreduce_) dp.allreduce_->abandon();
+        try {
+          dp.devices_.synchronize();
+        } catch (...) {
+        }
+        if (dp.allreduce_) dp.allreduce_->finish_step(true);
       }
       for (auto& net : dp.nets_) {
         net->clear_cache();  // a step that failed part-way leaves activations cached
@@ -187,6 +246,8 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
       }
     }
   } s(*this, batch, loss_rows, chunks);
+  s.sample_output_shape = model_.output_shape();
+  s.output_dtype = precision_.mixed() ? storage_dtype(precision_.precision) : DType::F32;
   s.loss_scale = scaler_.scale();
   if (scaler_.enabled()) result.loss_scale = scaler_.scale();
 
@@ -203,7 +264,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     phase(Phase::Replicate, [&] { broadcast_buffers(s); });
     phase(Phase::Forward, [&] { forward(s); });
     phase(Phase::Gather, [&] { gather(s); });
-    phase(Phase::Loss, [&] { loss(s, result); });
+    phase(Phase::Loss, [&] { loss(s); });
     phase(Phase::Backward, [&] { backward_overlapped(s); });
     phase(Phase::Reduce, [&] { finish_allreduce(s); });
     phase(Phase::Update, [&] { update_everywhere(s, result); });
@@ -213,11 +274,22 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     phase(Phase::Replicate, [&] { replicate(s); });
     phase(Phase::Forward, [&] { forward(s); });
     phase(Phase::Gather, [&] { gather(s); });
-    phase(Phase::Loss, [&] { loss(s, result); });
+    phase(Phase::Loss, [&] { loss(s); });
     phase(Phase::Backward, [&] { backward(s); });
     phase(Phase::Reduce, [&] { reduce(s); });
     phase(Phase::Update, [&] { update(s, result); });
   }
+  try {
+    join_replicas(all_devices());  // waiting once per step: the only wait (and fp16's verdict before an update)
+    s.joined = true;
+  } catch (const std::exception& e) {
+    // Waiting per step, the update was enqueued before the failure was seen: the devices skipped
+    // it (their streams had stopped), but the optimizer already counted it.
+    if (!per_phase) broken_ = e.what();
+    throw;
+  }
+  rec.finish();
+  report(s, result);
   result.replica_seconds.resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) result.replica_seconds[i] = devices_[i].stream().busy_seconds() - busy_before[i];
   return result;
@@ -238,7 +310,7 @@ void DataParallel::load(StepState& s, const void* input, const int32_t* targets,
   upload(s.input, input);
   upload(s.target, targets);
   r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
-  join_device0();
+  end_phase({0});
 }
 
 // 2. scatter along dim 0; chunk 0 is a view of the batch on device 0. Labels too where each
@@ -246,7 +318,7 @@ void DataParallel::load(StepState& s, const void* input, const int32_t* targets,
 void DataParallel::scatter(StepState& s) {
   s.inputs = dp::scatter(s.input, s.chunks, s.devices, MemCategory::Inputs);
   if (loss_->scatters_targets()) s.targets = dp::scatter(s.target, s.chunks, s.devices, MemCategory::Inputs);
-  devices_.synchronize();
+  end_phase(s.active);
 }
 
 // 3. replicate: parameters and buffers from device 0 to every other active device (replica 0
@@ -264,19 +336,28 @@ void DataParallel::replicate(StepState& s) {
                                MemCategory::Parameters);
   auto b = broadcast_coalesced(buffers_, targets, MemCategory::Parameters);
   for (size_t k = 0; k < s.active.size(); ++k) s.params[s.active[k]] = p[k], s.buffers[s.active[k]] = b[k];
-  devices_.synchronize();
+  end_phase(s.active);
 }
 
 // 4. forward on every replica, concurrently, each on its own stream.
 void DataParallel::forward(StepState& s) {
   for (int r : s.active) {
     Stream& stream = s.devices[r]->stream();
+    // Replica 0 on device 0 is the master itself: its gradients land in the master's. Resident
+    // replicas (allreduce) have their own; the others (and a 16-bit replica 0) get gradient
+    // storage in backward, which binds it.
+    const Tensor grads = r == 0 && !precision_.mixed()      ? grads_
+                         : sync_.mode == SyncMode::AllReduce ? s.grads[r]
+                                                             : Tensor();
+    // --sync-bn: a replica whose stream stopped before its forward never joins the statistics'
+    // all-reduce; it releases the others instead of leaving them waiting.
+    if (replica_group_)
+      stream.run_in_order([this, &stream] {
+        if (stream.failed()) replica_group_->abort();
+      });
     stream.enqueue(
-        [this, r, &s] {
-          // Replica 0 on device 0 is the master itself: its gradients land in the master's.
-          // (Other replicas, and a 16-bit replica 0, get gradient storage in backward, or have
-          // their resident one.)
-          nets_[r]->bind(s.params[r], r == 0 && !precision_.mixed() ? grads_ : s.grads[r], s.buffers[r]);
+        [this, r, &s, grads] {
+          nets_[r]->bind(s.params[r], grads, s.buffers[r]);
           try {
             s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);
           } catch (...) {
@@ -289,20 +370,23 @@ void DataParallel::forward(StepState& s) {
           return TaskLabel{"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"};
         }));
   }
-  join_replicas(s.active);
+  end_phase(s.active);
 }
 
-// 5. gather on device 0: the outputs (faithful), or each replica's [loss sum, hits].
+// 5. gather on device 0: the outputs (faithful), or each replica's [loss sum, hits]; each is
+// released once copied.
 void DataParallel::gather(StepState& s) {
   loss_->gather(s);
-  devices_.synchronize();
-  for (auto& o : s.outputs) o = Tensor();
+  std::vector<int> joined = s.active;
+  if (s.chunks[0] == 0) joined.insert(joined.begin(), 0);  // device 0 receives without a chunk of its own
+  end_phase(joined);
 }
 
 // 6. loss on device 0: mean cross-entropy over the whole batch.
-void DataParallel::loss(StepState& s, StepResult& r) {
+void DataParallel::loss(StepState& s) {
   Device& d0 = devices_[0];
   s.loss = Tensor::empty(d0, {1}, MemCategory::Loss);
+  loss_->allocate_loss_gradient(s);
   d0.stream().enqueue(
       [&] {
         loss_->compute(s);
@@ -310,7 +394,10 @@ void DataParallel::loss(StepState& s, StepResult& r) {
         dp::upload(d0.exec(), s.loss.data(), &mean, sizeof mean);
       },
       {"cross-entropy over the batch", "loss"});
-  join_device0();
+  end_phase({0});
+}
+
+void DataParallel::report(StepState& s, StepResult& r) {
   if (group_) {  // every process's sums
     double sums[2] = {s.loss_sum, static_cast<double>(s.correct)};
     group_->allreduce_sum(sums, 2);
@@ -325,16 +412,18 @@ void DataParallel::loss(StepState& s, StepResult& r) {
 void DataParallel::backward(StepState& s) {
   loss_->distribute_gradient(s);
   for (int r : s.active) {
+    // The replicas' own gradients (mixed precision: replica 0's too, 16-bit like its parameters),
+    // allocated here, in enqueue order, because the reduce is enqueued before backward has run.
+    if (r != 0 || precision_.mixed())
+      s.grads[r] = Tensor::empty(*s.devices[r], {layout().parameter_count}, MemCategory::Gradients,
+                                 s.params[r].dtype());
     Stream& stream = s.devices[r]->stream();
     stream.enqueue(
         [this, r, &s] {
           Device& dev = *s.devices[r];
-          if (r != 0 || precision_.mixed()) {
+          if (s.grads[r].defined()) {
             // Backward writes every entry; the alignment gaps, summed into the master too, are zeroed.
-            // Mixed precision: 16-bit, like the replica's parameters.
-            const DType dtype = s.params[r].dtype();
-            const size_t elem = dtype_size(dtype);
-            s.grads[r] = Tensor::empty(dev, {layout().parameter_count}, MemCategory::Gradients, dtype);
+            const size_t elem = dtype_size(s.grads[r].dtype());
             for (const auto& [begin, end] : layout().parameter_gaps)
               zero(dev.exec(), s.grads[r].data<char>() + static_cast<size_t>(begin) * elem,
                    static_cast<size_t>(end - begin) * elem);
@@ -345,32 +434,36 @@ void DataParallel::backward(StepState& s) {
         },
         stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
   }
-  join_replicas(s.active);
+  end_phase(s.active);
 }
 
 // 8. reduce: the master gradient becomes the sum over replicas.
 void DataParallel::reduce(StepState& s) {
   if (!grads_.defined()) grads_ = Tensor::empty(devices_[0], {layout().parameter_count}, MemCategory::Gradients);
   gradient_sync_->sync(s, grads_);
-  devices_.synchronize();
+  std::vector<int> joined = s.active;
+  if (s.chunks[0] == 0) joined.insert(joined.begin(), 0);
+  end_phase(joined);
 }
 
 // 9. update the master parameters on device 0 (clipping the gradients first, if asked). fp16:
 // unscale the gradients first (GradScaler.unscale_), and skip the update when any is inf or NaN.
-void DataParallel::update(StepState&, StepResult& r) {
+void DataParallel::update(StepState& s, StepResult& r) {
   Device& d0 = devices_[0];
-  bool found_inf = false;
   if (clip_ > 0 || report_norm_ || scaler_.enabled()) {
     d0.stream().enqueue(
-        [this, &d0, &r, &found_inf] {
+        [this, &d0, &r, &found_inf = s.found_inf] {
           const int64_t n = grads_.numel();
           if (scaler_.enabled())  // GradScaler's reciprocal: float32 of 1/scale computed in double
             scale(d0.exec(), grads_.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), n);
-          // One pass gives the norm and the inf/NaN check: a non-finite gradient makes Σg² non-finite
-          // (a finite float32 squared cannot overflow the double sum).
+          // One pass gives the norm and fp16's inf/NaN check: a non-finite gradient makes Σg²
+          // non-finite (a finite float32 squared cannot overflow the double sum). Without loss
+          // scaling a non-finite gradient is applied, as PyTorch applies it.
           const double sum = sum_squares(d0.exec(), grads_.buf(), n);
-          found_inf = !std::isfinite(sum);
-          if (found_inf) return;
+          if (scaler_.enabled() && !std::isfinite(sum)) {
+            found_inf = true;  // read by the host after it waited for this (only with fp16)
+            return;
+          }
           if (clip_ > 0 || report_norm_) r.grad_norm = std::sqrt(sum);
           const double coef = clip_ / (std::sqrt(sum) + 1e-6);
           if (clip_ > 0 && coef < 1) scale(d0.exec(), grads_.buf(), static_cast<float>(coef), n);
@@ -381,13 +474,15 @@ void DataParallel::update(StepState&, StepResult& r) {
                                              : "gradient norm",
                            "update"};
         }));
-    join_device0();
+    // fp16: the host decides whether to update (GradScaler's found_inf.item()), and the optimizer
+    // counts only the steps it takes. Otherwise nothing here needs the host.
+    if (scaler_.enabled()) join_device0();
   }
   r.lr = lr_;
-  r.skipped = found_inf;
-  if (!found_inf) optimizer_->step(params_, grads_, static_cast<float>(lr_));
-  scaler_.update(found_inf);
-  join_device0();
+  r.skipped = s.found_inf;
+  if (!s.found_inf) optimizer_->step(params_, grads_, static_cast<float>(lr_));
+  scaler_.update(s.found_inf);
+  end_phase({0});
 }
 
 std::string DataParallel::probe_memory(const void* input, const int32_t* targets, int64_t batch) {

@@ -1,8 +1,13 @@
 // The DataParallel step of DESIGN.md, faithful mode (what torch.nn.DataParallel does):
 //   load → scatter → replicate → forward → gather → loss on device 0 → backward → reduce → update
-// run_step reads as those nine calls. Each phase enqueues its work on the devices' streams and
-// then joins them (as DataParallel's parallel_apply joins its threads); a StepRecorder times the
-// phase, counts the bytes it moved and each device's memory peak in it.
+// run_step reads as those nine calls. Each phase enqueues its work on the devices' streams,
+// ordered across devices by events; a StepRecorder times the phase, counts the bytes it moved
+// and each device's memory peak in it. How often the host waits is a choice (HostSync): after
+// every phase (as DataParallel's parallel_apply joins its threads: exact per-phase memory, what
+// memprof and the demo show), or once per step — everything enqueued at once, the host waiting
+// only at the end for the loss and statistics it reports (and, with fp16 or clipping, for device
+// 0's verdict on the gradients before the update); phase times then come from events the streams
+// record at each phase's end.
 //
 // What varies is a strategy the phases call, not a branch in them: where the loss is computed
 // (engine/step/loss_strategy.hpp: gathered on device 0, or in each replica), how gradients meet
@@ -16,6 +21,7 @@
 // device updates its own copy with its own optimizer state.
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +61,10 @@ struct EvalResult {
   int64_t correct = 0;
   int64_t count = 0;  // cross-entropy rows (targets)
 };
+
+// When the host waits for the devices during a step (see the top of this file).
+enum class HostSync { PerPhase, PerStep };
+HostSync parse_host_sync(const std::string& text);  // "phase" | "step"; UsageError otherwise
 
 struct SyncOptions {
   SyncMode mode = SyncMode::Reduce;
@@ -115,6 +125,14 @@ class DataParallel {
   std::vector<int64_t> chunk_sizes(int64_t batch) const;
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
   void set_tracer(Tracer* tracer);
+  // PerPhase (the default) or PerStep. CUDA devices wait per phase for now (waiting per step
+  // needs their allocator to hold a block freed on one stream until every stream that used it
+  // has passed — not built yet). PerStep records no per-phase memory (StepResult::memory stays
+  // empty). Under --sync allreduce, waiting per step, each stream waits for the all-reduce's
+  // threads before its update instead of the host.
+  void set_host_sync(HostSync sync) { host_sync_ = sync; }
+  // The waiting the next step will do, after the fallbacks above.
+  HostSync host_sync() const;
 
   // Host copies of the master state (parameters, buffers) in layout order, and loading them.
   std::vector<float> parameters();
@@ -128,13 +146,14 @@ class DataParallel {
   EvalResult evaluate_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
   StepResult run_step(const void* input, const int32_t* targets, int64_t batch, const std::vector<int64_t>& chunks);
   void check_input(DType dtype) const;
+  void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
   // The nine phases (DESIGN.md), in order.
   void load(StepState& s, const void* input, const int32_t* targets, StepResult& r);
   void scatter(StepState& s);
   void replicate(StepState& s);
   void forward(StepState& s);
   void gather(StepState& s);
-  void loss(StepState& s, StepResult& r);
+  void loss(StepState& s);
   void backward(StepState& s);
   void reduce(StepState& s);
   void update(StepState& s, StepResult& r);
@@ -150,9 +169,18 @@ class DataParallel {
   void round_resident_parameters();
   // --split balance-memory: two probe steps (state restored afterwards) plan the chunks.
   std::string probe_memory(const void* input, const int32_t* targets, int64_t batch);
-  // Synchronise the streams of the given replicas; raise the first error as a ReplicaError.
+  // Synchronise the streams of the given replicas; raise the first error (a cause before an
+  // UpstreamError, its consequence) as a ReplicaError.
   void join_replicas(const std::vector<int>& replicas);
+  // The same, with an error already caught from error_replica's stream.
+  void join_replicas(const std::vector<int>& replicas, std::exception_ptr error, int error_replica);
+  // Device 0's stream; on an error, every stream, raising the cause.
   void join_device0();
+  std::vector<int> all_devices() const;  // 0 .. n-1
+  // The end of a phase: a join of these replicas when waiting per phase, nothing otherwise.
+  void end_phase(const std::vector<int>& replicas);
+  // After the step's last join: the loss and hits it reports (over every process's, under mpirun).
+  void report(StepState& s, StepResult& r);
   // Mixed precision: a 16-bit copy of the master parameters on device 0 (the replicas' source).
   Tensor low_precision_parameters();
   // What evaluation and generation run on: the master, or under mixed precision its 16-bit copy,
@@ -169,6 +197,8 @@ class DataParallel {
   std::unique_ptr<LossStrategy> loss_;
   std::unique_ptr<GradientSync> gradient_sync_;
   Tracer* tracer_ = nullptr;
+  HostSync host_sync_ = HostSync::PerPhase;
+  std::string broken_;  // why the state is unusable (a step failed waiting per step), empty if it is not
   std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
   Tensor params_, grads_, buffers_;             // master state on device 0
   SyncOptions sync_;

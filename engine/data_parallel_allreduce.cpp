@@ -94,7 +94,7 @@ void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* t
     r.upload_bytes += static_cast<int64_t>(s.inputs[d].bytes() + s.targets[d].bytes());
     first += rows;
   }
-  devices_.synchronize();
+  end_phase(s.active);
 }
 
 // 3. replicate: nothing to copy but device 0's buffers (BatchNorm's running statistics), as
@@ -112,7 +112,9 @@ void DataParallel::broadcast_buffers(StepState& s) {
       s.grads[r] = resident_grads_[r];
     if (r > 0 && buffers_.numel() > 0) copy_async(resident_buffers_[r], buffers_);
   }
-  devices_.synchronize();
+  // Device 0's forward updates the running statistics in place: only after every copy has read them.
+  if (buffers_.numel() > 0) release_source_after(buffers_, s.devices);
+  end_phase(all_devices());
 }
 
 // 7. backward on every replica; each bucket's all-reduce starts as soon as its last module has
@@ -120,24 +122,26 @@ void DataParallel::broadcast_buffers(StepState& s) {
 void DataParallel::backward_overlapped(StepState& s) {
   const int n = devices_.size();
   std::vector<float*> grads(static_cast<size_t>(n));
-  std::vector<bool> runs(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    grads[r] = r == 0 ? grads_.data() : resident_grads_[r].data();
-    runs[r] = s.chunks[static_cast<size_t>(r)] > 0;
-    if (!runs[r]) {  // no samples: it adds zeros to the sum
-      const Tensor g = r == 0 ? grads_ : resident_grads_[r];
-      devices_[r].stream().enqueue([g, &dev = devices_[r]] { zero(dev.exec(), g.data(), g.bytes()); },
-                                   {"zero gradients (no samples)", "backward"});
-    }
-  }
-  devices_.synchronize();
+  for (int r = 0; r < n; ++r) grads[r] = r == 0 ? grads_.data() : resident_grads_[r].data();
   loss_->distribute_gradient(s);
   LowPrecisionGrads widen;  // mixed precision: the 16-bit gradients backward writes
   if (!resident_low_grads_.empty()) {
     widen.dtype = storage_dtype(precision_.precision);
-    for (int r = 0; r < n; ++r) widen.low.push_back(runs[r] ? resident_low_grads_[r].data<uint16_t>() : nullptr);
+    for (int r = 0; r < n; ++r)
+      widen.low.push_back(s.chunks[static_cast<size_t>(r)] > 0 ? resident_low_grads_[r].data<uint16_t>() : nullptr);
   }
-  allreduce_->begin_step(grads, runs, std::move(widen));
+  allreduce_->begin_step(grads, std::move(widen));
+  for (int r = 0; r < n; ++r) {
+    if (s.chunks[static_cast<size_t>(r)] > 0) continue;
+    // No samples: it adds zeros to the sum, ready once they are written.
+    const Tensor g = r == 0 ? grads_ : resident_grads_[r];
+    devices_[r].stream().enqueue(
+        [this, g, r, &dev = devices_[r]] {
+          zero(dev.exec(), g.data(), g.bytes());
+          allreduce_->device_done(r);
+        },
+        {"zero gradients (no samples)", "backward"});
+  }
   for (int r : s.active) {
     Stream& stream = s.devices[r]->stream();
     stream.enqueue(
@@ -152,24 +156,36 @@ void DataParallel::backward_overlapped(StepState& s) {
         },
         stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
   }
+  // A device that stopped (it failed, or work it waited for did) never reports its buckets: it
+  // abandons the all-reduce, so that no other device waits for them.
+  for (int r = 0; r < n; ++r)
+    devices_[r].stream().run_in_order([this, &stream = devices_[r].stream()] {
+      if (stream.failed()) allreduce_->abandon();
+    });
   try {
-    join_replicas(s.active);
+    end_phase(all_devices());
   } catch (...) {
     allreduce_->finish_step(true);  // a replica stopped part-way: its buckets never come
     throw;
   }
 }
 
-// 8. reduce: wait for the buckets still in flight when backward ended.
-void DataParallel::finish_allreduce(StepState&) { allreduce_->finish_step(); }
+// 8. reduce: the buckets still in flight when backward ended. Waiting per phase, the host waits
+// for them; waiting per step, each stream does, before its update (and stops if they failed).
+void DataParallel::finish_allreduce(StepState&) {
+  if (host_sync() == HostSync::PerPhase) return allreduce_->finish_step();
+  for (int r = 0; r < devices_.size(); ++r)
+    devices_[r].stream().enqueue([this] { allreduce_->wait_step(); }, {"wait for the all-reduce", "reduce"});
+}
 
 // 9. update: every device applies the same update to its own copy (clipping by the same norm).
 // fp16: every device unscales its gradients and checks them for inf/NaN; they are the same
 // all-reduced gradients everywhere, so every device (and process) skips the same steps.
-void DataParallel::update_everywhere(StepState&, StepResult& r) {
+void DataParallel::update_everywhere(StepState& s, StepResult& r) {
   r.lr = lr_;
   const int n = devices_.size();
-  std::vector<char> found_inf(static_cast<size_t>(n), 0);
+  std::vector<char>& found_inf = s.found_inf_on;
+  found_inf.assign(static_cast<size_t>(n), 0);
   for (int d = 0; d < n; ++d) {
     Device& dev = devices_[d];
     const Tensor grads = d == 0 ? grads_ : resident_grads_[d];
@@ -180,7 +196,7 @@ void DataParallel::update_everywhere(StepState&, StepResult& r) {
           if (scaler_.enabled())  // GradScaler's reciprocal: float32 of 1/scale computed in double
             scale(dev.exec(), grads.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), count);
           const double sum = sum_squares(dev.exec(), grads.buf(), count);  // non-finite if any gradient is
-          if (!std::isfinite(sum)) {
+          if (scaler_.enabled() && !std::isfinite(sum)) {  // without loss scaling, applied as PyTorch does
             found_inf[static_cast<size_t>(d)] = 1;
             return;
           }
@@ -196,16 +212,19 @@ void DataParallel::update_everywhere(StepState&, StepResult& r) {
                            "update"};
         }));
   }
-  devices_.synchronize();
-  bool skip = found_inf[0] != 0;
-  for (int d = 1; d < n; ++d)
-    if ((found_inf[static_cast<size_t>(d)] != 0) != skip)
-      throw RuntimeError("allreduce: devices 0 and " + std::to_string(d) +
-                         " disagree on inf/NaN in gradients that should be the same all-reduced values");
-  if (group_ && scaler_.enabled()) {  // one verdict for every process, whatever its MPI's summation order
-    double any = skip ? 1 : 0;
-    group_->allreduce_sum(&any, 1);
-    skip = any > 0;
+  bool skip = false;
+  if (scaler_.enabled()) {  // the host decides (GradScaler's found_inf.item()); nothing else needs it here
+    join_replicas(all_devices());
+    skip = found_inf[0] != 0;
+    for (int d = 1; d < n; ++d)
+      if ((found_inf[static_cast<size_t>(d)] != 0) != skip)
+        throw RuntimeError("allreduce: devices 0 and " + std::to_string(d) +
+                           " disagree on inf/NaN in gradients that should be the same all-reduced values");
+    if (group_) {  // one verdict for every process, whatever its MPI's summation order
+      double any = skip ? 1 : 0;
+      group_->allreduce_sum(&any, 1);
+      skip = any > 0;
+    }
   }
   r.skipped = skip;
   if (!skip) {
@@ -215,7 +234,7 @@ void DataParallel::update_everywhere(StepState&, StepResult& r) {
     round_resident_parameters();  // mixed precision: the next forward's 16-bit copies
   }
   scaler_.update(skip);
-  devices_.synchronize();
+  end_phase(all_devices());
 }
 
 }  // namespace dp

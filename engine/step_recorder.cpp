@@ -1,5 +1,7 @@
 #include "engine/step_recorder.hpp"
 
+#include <algorithm>
+
 namespace dp {
 
 const char* phase_name(Phase p) {
@@ -8,10 +10,16 @@ const char* phase_name(Phase p) {
   return names[static_cast<int>(p)];
 }
 
-StepRecorder::StepRecorder(DeviceSet& devices, Tracer* tracer, PhaseRecord& out)
-    : devices_(devices), tracer_(tracer), out_(out) {}
+StepRecorder::StepRecorder(DeviceSet& devices, Tracer* tracer, PhaseRecord& out, bool per_phase)
+    : devices_(devices), tracer_(tracer), out_(out), per_phase_(per_phase), step_start_(std::chrono::steady_clock::now()) {}
 
 void StepRecorder::begin(Phase p) {
+  if (!per_phase_) {
+    links_ = devices_.link_bytes();
+    for (int i = 0; i < devices_.size(); ++i)
+      devices_[i].stream().run_in_order([&alloc = devices_[i].allocator(), p] { alloc.set_phase(phase_name(p)); });
+    return;
+  }
   for (int i = 0; i < devices_.size(); ++i) {
     devices_[i].allocator().set_phase(phase_name(p));
     devices_[i].allocator().mark_window();
@@ -23,10 +31,14 @@ void StepRecorder::begin(Phase p) {
 
 void StepRecorder::end(Phase p) {
   const int k = static_cast<int>(p), n = devices_.size();
-  out_.seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   auto after = devices_.link_bytes();
   out_.link_bytes[k].resize(after.size());
   for (size_t j = 0; j < after.size(); ++j) out_.link_bytes[k][j] = after[j] - links_[j];
+  if (!per_phase_) {
+    for (int i = 0; i < n; ++i) ends_[k].push_back(devices_[i].stream().record());
+    return;
+  }
+  out_.seconds[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   out_.memory[k].resize(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const MemoryStats st = devices_[i].allocator().stats();
@@ -44,6 +56,23 @@ void StepRecorder::end(Phase p) {
       tracer_->counter(i, d + "memory peak in phase", end, static_cast<double>(out_.memory[k][i].peak));
       tracer_->counter(i, d + "memory in use", end, static_cast<double>(out_.memory[k][i].in_use_after));
     }
+  }
+}
+
+void StepRecorder::finish() {
+  if (per_phase_) return;
+  auto last = step_start_;
+  for (int k = 0; k < kNumPhases; ++k) {
+    if (ends_[k].empty()) continue;  // a phase the step did not run
+    auto end = last;  // the streams' ends only grow from one phase to the next
+    for (const Event& e : ends_[k]) end = std::max(end, e.completed_at());
+    out_.seconds[k] = std::chrono::duration<double>(end - last).count();
+    if (tracer_) {
+      const double us = tracer_->now_us() - std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - end).count();
+      tracer_->slice(Tracer::kHostTrack, phase_name(static_cast<Phase>(k)), "phase",
+                     us - out_.seconds[k] * 1e6, us);
+    }
+    last = end;
   }
 }
 

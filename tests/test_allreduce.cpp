@@ -95,10 +95,13 @@ TEST_CASE("overlapped all-reduce: modules reported in any order, idle devices, s
                      : std::vector<float>(static_cast<size_t>(lay.parameter_count), 0.f);
       for (size_t i = 0; i < want.size(); ++i) want[i] += g[r][i];
     }
-    ar.begin_step({g[0].data(), g[1].data(), g[2].data()}, runs);
+    ar.begin_step({g[0].data(), g[1].data(), g[2].data()});
     std::vector<std::thread> backward;
     for (int r = 0; r < n; ++r) {
-      if (!runs[r]) continue;
+      if (!runs[r]) {
+        ar.device_done(r);  // zeroed, no backward
+        continue;
+      }
       backward.emplace_back([&, r] {
         std::vector<int> order{2, 1, 0};
         std::mt19937 rng(static_cast<unsigned>(step * 7 + r));
@@ -106,7 +109,9 @@ TEST_CASE("overlapped all-reduce: modules reported in any order, idle devices, s
         for (int leaf : order) ar.module_done(r, leaf);
       });
     }
+    std::thread update([&] { ar.wait_step(); });  // a stream's wait before its update
     for (auto& t : backward) t.join();
+    update.join();
     ar.finish_step();
     double worst = 0;
     for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(g[0][i] - want[i]));
@@ -116,9 +121,21 @@ TEST_CASE("overlapped all-reduce: modules reported in any order, idle devices, s
   }
   // A backward that stopped part-way: finish_step(true) returns instead of waiting forever.
   std::vector<std::vector<float>> g(n, std::vector<float>(static_cast<size_t>(lay.parameter_count), 1.f));
-  ar.begin_step({g[0].data(), g[1].data(), g[2].data()}, {true, true, true});
+  ar.begin_step({g[0].data(), g[1].data(), g[2].data()});
   ar.module_done(0, 2);
   ar.finish_step(true);
+  // The same abandoned from a stream (a replica that failed): a stream waiting to update is
+  // released with an error instead of waiting forever; the next step starts clean.
+  ar.begin_step({g[0].data(), g[1].data(), g[2].data()});
+  std::thread waiting([&] { CHECK_THROWS_WITH(ar.wait_step(), doctest::Contains("abandoned")); });
+  ar.module_done(1, 0);
+  ar.abandon();
+  waiting.join();
+  ar.finish_step(true);
+  ar.begin_step({g[0].data(), g[1].data(), g[2].data()});
+  for (int r = 0; r < n; ++r) ar.device_done(r);
+  ar.wait_step();
+  ar.finish_step();
 }
 
 namespace {

@@ -1,11 +1,14 @@
 // Comm primitives and splits: exact results for 1..8 devices, odd sizes, every split mode.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <numeric>
+#include <thread>
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
 #include "engine/split/split.hpp"
+#include "kernels/ops/memory.hpp"
 #include "helpers.hpp"
 
 using namespace dp;
@@ -149,4 +152,34 @@ TEST_CASE("reduce_add_coalesced sums exactly onto device 0 and frees its buffers
     CHECK(stats.in_use_by_category[static_cast<int>(MemCategory::CommBuffers)] == 0);
     CHECK(stats.peak_by_category[static_cast<int>(MemCategory::CommBuffers)] == (n - 1) * 512);  // 400 B rounded
   }
+}
+
+TEST_CASE("memory the host drops while another stream will still read it is not reused before that stream has") {
+  // record_stream's problem: the host releases a tensor whose copy, enqueued on another device's
+  // stream, has not run. The block must stay in use (uncounted as free, never handed out) until
+  // that stream has passed the copy; after it, the cache may hand it out again.
+  auto devs = host_devices(2);
+  Device &d0 = devs[0], &d1 = devs[1];
+  const std::vector<float> values = random_vector(1000, 9);
+  Tensor src = tensor_from(d0, {1000}, values);
+  Tensor dst = Tensor::empty(d1, {1000}, MemCategory::Activations);
+  std::atomic<bool> go{false};
+  d1.stream().enqueue([&] {
+    while (!go) std::this_thread::yield();  // device 1 is still busy when the host lets go
+  });
+  copy_async(dst, src);
+  const void* src_block = src.data();
+  const int64_t in_use = d0.allocator().stats().in_use;
+  src = Tensor();  // the host's last reference
+  CHECK(d0.allocator().stats().in_use == in_use);  // still held by the pending copy
+  Tensor other = Tensor::empty(d0, {1000}, MemCategory::Activations);
+  CHECK(other.data() != src_block);  // not handed out again
+  d0.stream().enqueue([other, &d0] { zero(d0.exec(), other.data(), other.bytes()); });  // device 0 writes its new block
+  d0.stream().synchronize();
+  go = true;
+  d1.stream().synchronize();
+  CHECK(to_vector(dst) == values);  // the copy read what src held
+  CHECK(d0.allocator().stats().in_use == in_use);  // src's block is back in the cache, `other` in use
+  Tensor again = Tensor::empty(d0, {1000}, MemCategory::Activations);
+  CHECK(again.data() == src_block);  // the cache reuses it once the copy has run
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/error.hpp"
+#include "engine/stream.hpp"
 #include "engine/host/thread_pool.hpp"
 #include "kernels/ops/convert.hpp"
 
@@ -31,7 +32,7 @@ OverlappedAllReduce::~OverlappedAllReduce() {
   for (auto& t : threads_) t.join();
 }
 
-void OverlappedAllReduce::begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward, LowPrecisionGrads widen) {
+void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrads widen) {
   if (!widen.low.empty() && widen.low.size() != static_cast<size_t>(n_))
     throw RuntimeError("all-reduce: 16-bit gradient sources for " + std::to_string(widen.low.size()) + " of " +
                        std::to_string(n_) + " devices");
@@ -41,9 +42,9 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, const std::vecto
   grads_ = std::move(grads);
   widen_ = std::move(widen);
   for (int d = 0; d < n_; ++d)
-    for (size_t k = 0; k < buckets_.size(); ++k)
-      pending_[d][k] = runs_backward[static_cast<size_t>(d)] ? static_cast<int>(buckets_[k].leaves.size()) : 0;
+    for (size_t k = 0; k < buckets_.size(); ++k) pending_[d][k] = static_cast<int>(buckets_[k].leaves.size());
   error_ = nullptr;
+  abandoned_ = false;
   barrier_.reset();
   ++step_;
   cv_.notify_all();
@@ -56,19 +57,38 @@ void OverlappedAllReduce::module_done(int device, int leaf) {
   cv_.notify_all();
 }
 
-void OverlappedAllReduce::finish_step(bool failed) {
-  if (failed) barrier_.abort();
+void OverlappedAllReduce::device_done(int device) {
+  std::lock_guard lock(mutex_);
+  std::fill(pending_[device].begin(), pending_[device].end(), 0);
+  cv_.notify_all();
+}
+
+void OverlappedAllReduce::abandon() {
+  barrier_.abort();
+  std::lock_guard lock(mutex_);
+  abandoned_ = true;
+  // A device will never report its remaining modules: release the threads waiting for them.
+  for (auto& per_device : pending_) std::fill(per_device.begin(), per_device.end(), 0);
+  cv_.notify_all();
+}
+
+bool OverlappedAllReduce::step_finished_locked() const {
+  for (uint64_t s : done_step_)
+    if (s != step_) return false;
+  return true;
+}
+
+void OverlappedAllReduce::wait_step() {
   std::unique_lock lock(mutex_);
-  if (failed) {
-    // A device will never report its remaining modules: release the threads waiting for them.
-    for (auto& per_device : pending_) std::fill(per_device.begin(), per_device.end(), 0);
-    cv_.notify_all();
-  }
-  cv_.wait(lock, [&] {
-    for (uint64_t s : done_step_)
-      if (s != step_) return false;
-    return true;
-  });
+  cv_.wait(lock, [&] { return step_finished_locked(); });
+  if (error_) std::rethrow_exception(error_);
+  if (abandoned_) throw UpstreamError("all-reduce abandoned: a replica did not finish its backward");
+}
+
+void OverlappedAllReduce::finish_step(bool failed) {
+  if (failed) abandon();
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return step_finished_locked(); });
   if (error_ && !failed) std::rethrow_exception(error_);
 }
 

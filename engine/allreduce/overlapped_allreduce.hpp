@@ -52,17 +52,27 @@ class OverlappedAllReduce {
   void set_process_group(ProcessGroup* group) { group_ = group; }
 
   // Before backward: every device's flat float32 gradient array, which the all-reduce sums. A
-  // device that runs no backward this step (no samples) must have zeroed it (and has no 16-bit
-  // source): all its buckets count as ready.
-  void begin_step(std::vector<float*> grads, const std::vector<bool>& runs_backward, LowPrecisionGrads widen = {});
+  // device that runs no backward this step (no samples) zeroes it (it has no 16-bit source) and
+  // then calls device_done.
+  void begin_step(std::vector<float*> grads, LowPrecisionGrads widen = {});
   // From device d's backward: module `leaf` (StateEntry::leaf) has final gradients there.
   void module_done(int device, int leaf);
+  // Device d's gradients are final without a backward (it had no samples and zeroed them).
+  void device_done(int device);
+  // A device will not finish its backward (it failed, or work before it did): the rings are
+  // abandoned, and nothing waits for that device's buckets. Any thread; until the next begin_step.
+  void abandon();
+  // On a device's stream, before its update: blocks until every bucket of this step is reduced
+  // everywhere; throws when a bucket failed, or UpstreamError when the step was abandoned (so the
+  // update is skipped).
+  void wait_step();
   // After every backward has ended: waits for the last bucket; rethrows a failure. With
   // `failed`, a backward did not finish: the rings are abandoned instead of awaited.
   void finish_step(bool failed = false);
 
  private:
   void run(int device);
+  bool step_finished_locked() const;  // every device's thread is done with this step
   int n_;
   std::vector<GradBucket> buckets_;
   std::vector<std::vector<int>> buckets_of_leaf_;
@@ -77,6 +87,7 @@ class OverlappedAllReduce {
   uint64_t step_ = 0;                      // begin_step count; threads run each step once
   std::vector<uint64_t> done_step_;        // per device: the last step its thread finished
   bool stopping_ = false;
+  bool abandoned_ = false;  // this step's
   std::exception_ptr error_;
   std::vector<std::thread> threads_;
 };

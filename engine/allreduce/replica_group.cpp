@@ -1,6 +1,7 @@
 #include "engine/allreduce/replica_group.hpp"
 
 #include "engine/error.hpp"
+#include "engine/stream.hpp"
 
 namespace dp {
 
@@ -11,7 +12,7 @@ void ReplicaGroup::begin_step(const std::vector<int>& members) {
 
 void ReplicaGroup::allreduce_sum(int replica, std::vector<double>& data) {
   auto wait = [&] {
-    if (!barrier_->arrive_and_wait()) throw RuntimeError("another replica failed during a synchronised BatchNorm");
+    if (!barrier_->arrive_and_wait()) throw UpstreamError("another replica failed during a synchronised BatchNorm");  // its consequence
   };
   slots_[static_cast<size_t>(replica)] = &data;
   wait();  // every member's vector is in place

@@ -26,12 +26,20 @@ class GatheredLoss final : public LossStrategy {
   bool scatters_targets() const override { return false; }
   void after_forward(StepState&, int) const override {}
   void gather(StepState& s) const override {
-    s.gathered = dp::gather(s.outputs, *s.devices[0], MemCategory::GatheredOutputs);
+    s.gathered = Tensor::empty(*s.devices[0], s.output_shape(s.batch), MemCategory::GatheredOutputs, s.output_dtype);
+    int64_t row = 0;
+    for (int r : s.active) {
+      const int64_t rows = s.chunks[static_cast<size_t>(r)];
+      copy_async_from(s.gathered.rows(row, rows), &s.outputs[static_cast<size_t>(r)], *s.devices[static_cast<size_t>(r)]);
+      row += rows;
+    }
+  }
+  void allocate_loss_gradient(StepState& s) const override {
+    // Stored like the gathered logits (16-bit under mixed precision).
+    s.grad_logits = Tensor::empty(*s.devices[0], s.gathered.shape(), MemCategory::GatheredOutputs, s.gathered.dtype());
   }
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
-    // The gradient is stored like the gathered logits (16-bit under mixed precision).
-    s.grad_logits = Tensor::empty(d0, s.gathered.shape(), MemCategory::GatheredOutputs, s.gathered.dtype());
     s.loss_sum = softmax_xent(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
                               s.grad_logits.buf(), s.loss_grad_scale(), &s.correct);
   }
@@ -60,7 +68,15 @@ class InReplicaLoss final : public LossStrategy {
     upload(dev.exec(), s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));
     s.outputs[r] = Tensor();
   }
-  void gather(StepState& s) const override { s.gathered = dp::gather(s.scalars, *s.devices[0], MemCategory::Loss); }
+  void gather(StepState& s) const override {
+    s.gathered = Tensor::empty(*s.devices[0], {2 * static_cast<int64_t>(s.active.size())}, MemCategory::Loss);
+    for (size_t k = 0; k < s.active.size(); ++k) {
+      const int r = s.active[k];
+      copy_async_from(s.gathered.slice_flat(2 * static_cast<int64_t>(k), {2}), &s.scalars[static_cast<size_t>(r)],
+                      *s.devices[static_cast<size_t>(r)]);
+    }
+  }
+  void allocate_loss_gradient(StepState&) const override {}  // each replica wrote its own
   void compute(StepState& s) const override {
     for (int r : s.active) s.loss_sum += s.loss_sums[r];
     std::vector<float> scalars(static_cast<size_t>(s.gathered.numel()));

@@ -26,8 +26,12 @@ class LossStrategy {
   virtual bool scatters_targets() const = 0;
   // On replica r's stream, right after its forward.
   virtual void after_forward(StepState& s, int r) const = 0;
-  // Phase 5: enqueue what device 0 gathers (s.gathered).
+  // Phase 5: enqueue what device 0 gathers (s.gathered), reading each replica's result when the
+  // copy runs (it does not exist yet when this is called).
   virtual void gather(StepState& s) const = 0;
+  // Phase 6, on the host before compute is enqueued: what compute writes and the next phase
+  // enqueues work on (the gathered loss's gradient).
+  virtual void allocate_loss_gradient(StepState& s) const = 0;
   // Phase 6, on device 0's stream: s.loss_sum and s.correct over the whole batch.
   virtual void compute(StepState& s) const = 0;
   // Phase 7, before the replicas' backward: each replica's output gradient in s.grad_outputs.

@@ -9,4 +9,10 @@ StepState::StepState(int n, int64_t batch_size, int64_t rows, std::vector<int64_
     if (chunks[static_cast<size_t>(i)] > 0) active.push_back(i);
 }
 
+Shape StepState::output_shape(int64_t rows) const {
+  Shape shape = sample_output_shape;
+  shape.insert(shape.begin(), rows);
+  return shape;
+}
+
 }  // namespace dp

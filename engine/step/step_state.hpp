@@ -19,6 +19,11 @@ struct StepState {
   // d(mean loss)/d(row loss sum), times the loss scale: what the loss gradient is scaled by.
   float loss_grad_scale() const { return loss_scale / static_cast<float>(loss_rows); }
   std::vector<int64_t> chunks;  // per device; 0 = sits the step out
+  // What a replica's forward returns per sample ({classes}, or {T, V} for a language model) and
+  // its dtype: the step enqueues the gather before any output exists.
+  Shape sample_output_shape;
+  DType output_dtype = DType::F32;
+  Shape output_shape(int64_t rows) const;
   std::vector<int> active;      // devices with a chunk
   std::vector<Device*> devices;
 
@@ -29,6 +34,8 @@ struct StepState {
   Tensor gathered, grad_logits, loss;                // on device 0
   double loss_sum = 0;
   int64_t correct = 0;
+  bool found_inf = false;  // update: non-finite gradients (written on device 0's stream)
+  std::vector<char> found_inf_on;  // allreduce: the same, per device (each on its own stream)
 };
 
 }  // namespace dp

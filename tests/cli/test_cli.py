@@ -125,6 +125,20 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("speed on cuda", small + ["--devices", "cuda:0x2", "--device-speed", "1,0.5"], 2, "host devices")
     rc, out, err = run(small + ["--split", "auto", "--device-speed", "1,0.5", "--steps", "4"])
     check("split auto runs", rc == 0, err)
+    expect("bad host sync", small + ["--host-sync", "never"], 2, "--host-sync 'never'")
+    # Waiting once per step (the default) or after every phase: the same training, bit for bit.
+    runs = {}
+    for sync in ("phase", "step"):
+        path = os.path.join(tmp, f"sync_{sync}.jsonl")
+        rc, out, err = run(small + ["--devices", "host:3", "--split", "chunks:3,1,4", "--steps", "5", "--host-sync",
+                                    sync, "--clip-grad-norm", "0.5", "--metrics", path])
+        check(f"--host-sync {sync} runs", rc == 0 and "time per step by phase" in out, err + out)
+        runs[sync] = [json.loads(line) for line in open(path)] if rc == 0 else []
+    check("--host-sync step = phase: losses, norms", [(r["loss"], r["grad_norm"]) for r in runs["step"]] ==
+          [(r["loss"], r["grad_norm"]) for r in runs["phase"]], runs)
+    check("--host-sync step: phase times from events", all(
+        len(r["phase_ms"]) == 9 and all(v >= 0 for v in r["phase_ms"].values()) and r["phase_ms"]["forward"] > 0
+        for r in runs["step"]), runs["step"])
 
     # Runtime errors: exit 1, and the existing --save file is untouched.
     def keeps_save(name, args, code, needle):

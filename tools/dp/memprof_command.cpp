@@ -80,7 +80,7 @@ int run_memprof(const MemprofOptions& o) {
       oom_message = e.what(), oom_device = e.device, oom_request = e.request;
     } catch (const ReplicaError& e) {
       if (!e.out_of_memory) throw;
-      oom_message = e.what(), oom_device = e.device;
+      oom_message = e.what(), oom_device = e.device, oom_request = e.request;
     }
     if (last_chunks.empty()) last_chunks = dp.chunk_sizes(o.batch);
     if (tracer) {

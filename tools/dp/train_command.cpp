@@ -41,6 +41,7 @@ struct TrainOptions : RunOptions {
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   double min_lr = 0, clip_grad_norm = 0;
+  std::string host_sync = "step";  // or phase: the host waits after every phase
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
@@ -147,6 +148,7 @@ int run_train(const TrainOptions& given) {
   validate(opt);
   if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
     throw UsageError("--clip-grad-norm must be a finite number >= 0 (0: off)");
+  const HostSync host_sync = parse_host_sync(o.host_sync);
   parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
   if (o.checkpoint_every <= 0) throw UsageError("--checkpoint-every must be > 0");
   if (o.keep_checkpoints < 1) throw UsageError("--keep-checkpoints must be >= 1");
@@ -166,6 +168,7 @@ int run_train(const TrainOptions& given) {
   DataParallel dp(devices, model, split, opt, o.seed, setup.loss, setup.sync, setup.precision);
   dp.set_process_group(group);
   dp.set_clip_grad_norm(o.clip_grad_norm);
+  dp.set_host_sync(host_sync);
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);
     if (!s.stripped_prefix.empty())
@@ -388,6 +391,11 @@ Run add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--warmup-steps", o->warmup_steps, "linear warm-up steps (any schedule)")->capture_default_str();
   cmd->add_option("--min-lr", o->min_lr, "cosine: the final learning rate")->capture_default_str();
+  cmd->add_option("--host-sync", o->host_sync,
+                  "step: enqueue the whole step, the host waits once at its end (phase times from stream events); "
+                  "phase: wait after every phase, as DataParallel joins its threads (--sync allreduce and CUDA "
+                  "devices wait per phase for now)")
+      ->capture_default_str();
   cmd->add_option("--clip-grad-norm", o->clip_grad_norm, "scale gradients to this global L2 norm at most (0: off)")
       ->capture_default_str();
   cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");

@@ -1,0 +1,240 @@
+// Waiting once per step (HostSync::PerStep) against waiting after every phase: the same step bit
+// for bit (every model, loss, split, precision, clipping), one host wait per stream and step,
+// phase times from the streams' events, and a failure on one device reported as its own — not as
+// the devices that stopped waiting for it — with the master state untouched.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+
+struct Setup {
+  std::string model = "mlp";
+  int devices = 3;
+  std::string split = "chunks:2,9,5";
+  int64_t batch = 16;
+  LossMode loss = LossMode::Gathered;
+  SyncOptions sync;
+  Precision precision = Precision::FP32;
+  double loss_scale = 65536;
+  double clip = 0;
+  bool report_norm = false;
+  OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
+};
+
+ModelDef model_of(const std::string& name) {
+  return name == "gpt" ? gpt_model({64, 16, 2, 2, 32}) : find_model(name);
+}
+
+struct Steps {
+  std::vector<StepResult> results;
+  std::vector<float> params, buffers;
+  std::vector<int64_t> waits;  // host waits per stream over the run
+};
+
+Steps run(const Setup& c, HostSync sync, int steps) {
+  const ModelDef model = model_of(c.model);
+  auto devs = host_devices(c.devices);
+  PrecisionOptions p;
+  p.precision = c.precision;
+  p.loss_scale.init_scale = c.loss_scale;
+  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), c.optimizer, 7, c.loss, c.sync, p);
+  dp.set_host_sync(sync);
+  dp.set_clip_grad_norm(c.clip);
+  dp.set_report_grad_norm(c.report_norm);
+  std::vector<int64_t> before;
+  for (int i = 0; i < c.devices; ++i) before.push_back(devs[i].stream().host_waits());
+  Steps out;
+  const int64_t per_sample = numel(model.input_shape);
+  for (int s = 0; s < steps; ++s) {
+    const int64_t targets = c.batch * model.targets_per_sample();
+    std::vector<int32_t> y(static_cast<size_t>(targets));
+    for (int64_t i = 0; i < targets; ++i) y[i] = static_cast<int32_t>((i * 7 + s) % model.classes);
+    if (model.language_model()) {
+      std::vector<int32_t> x(static_cast<size_t>(c.batch * per_sample));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>((i * 13 + s) % model.classes);
+      out.results.push_back(dp.step(x.data(), y.data(), c.batch));
+    } else {
+      auto x = random_vector(static_cast<size_t>(c.batch * per_sample), 100 + s);
+      out.results.push_back(dp.step(x.data(), y.data(), c.batch));
+    }
+  }
+  for (int i = 0; i < c.devices; ++i) out.waits.push_back(devs[i].stream().host_waits() - before[i]);
+  out.params = dp.parameters();
+  out.buffers = dp.buffers();
+  return out;
+}
+
+void check_same(const Steps& phase, const Steps& step) {
+  REQUIRE(phase.results.size() == step.results.size());
+  for (size_t k = 0; k < phase.results.size(); ++k) {
+    const StepResult &a = phase.results[k], &b = step.results[k];
+    CHECK(a.loss == b.loss);
+    CHECK(a.correct == b.correct);
+    CHECK(a.grad_norm == b.grad_norm);
+    CHECK(a.skipped == b.skipped);
+    CHECK(a.loss_scale == b.loss_scale);
+    CHECK(a.upload_bytes == b.upload_bytes);
+    for (int p = 0; p < kNumPhases; ++p) CHECK(a.link_bytes[p] == b.link_bytes[p]);  // counted as enqueued
+  }
+  CHECK(phase.params == step.params);
+  CHECK(phase.buffers == step.buffers);
+}
+
+}  // namespace
+
+TEST_CASE("waiting once per step gives the per-phase step bit for bit") {
+  std::vector<Setup> cases;
+  for (const char* model : {"mlp", "convnet", "resnet8", "gpt"})
+    for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
+      Setup c;
+      c.model = model;
+      c.loss = loss;
+      if (std::string(model) == "resnet8") c.batch = 8, c.split = "chunks:3,3,2";
+      if (std::string(model) == "gpt") c.batch = 6, c.split = "chunks:1,3,2", c.optimizer.kind = OptimizerConfig::Kind::AdamW;
+      cases.push_back(c);
+    }
+  Setup idle0;  // device 0 only coordinates: it receives, sums and updates without a chunk
+  idle0.split = "gpu0:0";
+  cases.push_back(idle0);
+  Setup clipped;  // the norm pass on device 0, no host decision
+  clipped.clip = 0.05, clipped.report_norm = true;
+  cases.push_back(clipped);
+  Setup bf16;
+  bf16.model = "convnet", bf16.precision = Precision::BF16;
+  cases.push_back(bf16);
+  Setup fp16;  // starts far too high: the first steps overflow and are skipped
+  fp16.model = "convnet", fp16.precision = Precision::FP16, fp16.loss_scale = std::ldexp(1.0, 100), fp16.clip = 1;
+  cases.push_back(fp16);
+  // --sync allreduce: the streams wait for the all-reduce's threads before their updates.
+  for (const char* model : {"mlp", "convnet"}) {
+    Setup c;
+    c.model = model;
+    c.loss = LossMode::InReplica;
+    c.sync.mode = SyncMode::AllReduce;
+    c.sync.bucket_bytes = 64 << 10;  // several buckets
+    cases.push_back(c);
+  }
+  Setup sync_bn = cases.back();  // BatchNorm statistics all-reduced inside forward and backward
+  sync_bn.sync.sync_bn = true;
+  cases.push_back(sync_bn);
+  Setup ar_idle0 = cases.back();
+  ar_idle0.split = "gpu0:0", ar_idle0.sync.sync_bn = false;
+  cases.push_back(ar_idle0);
+  Setup ar_fp16 = ar_idle0;
+  ar_fp16.split = "even", ar_fp16.precision = Precision::FP16, ar_fp16.loss_scale = std::ldexp(1.0, 100);
+  ar_fp16.clip = 1, ar_fp16.report_norm = true;
+  cases.push_back(ar_fp16);
+  for (const Setup& c : cases) {
+    CAPTURE(c.model);
+    CAPTURE(static_cast<int>(c.sync.mode));
+    CAPTURE(c.sync.sync_bn);
+    CAPTURE(c.split);
+    CAPTURE(static_cast<int>(c.loss));
+    CAPTURE(static_cast<int>(c.precision));
+    const int steps = c.precision == Precision::FP16 ? 6 : 3;
+    const Steps phase = run(c, HostSync::PerPhase, steps), step = run(c, HostSync::PerStep, steps);
+    check_same(phase, step);
+    if (c.precision == Precision::FP16) CHECK(step.results[0].skipped);
+  }
+}
+
+TEST_CASE("waiting once per step: one host wait per stream and step, two on device 0 with fp16 (DataParallel)") {
+  Setup c;
+  const Steps step = run(c, HostSync::PerStep, 4), phase = run(c, HostSync::PerPhase, 4);
+  for (int64_t w : step.waits) CHECK(w == 4);
+  for (int64_t w : phase.waits) CHECK(w > 4 * 4);  // a join of the busy streams after each phase
+  Setup ar = c;  // allreduce: the streams, not the host, wait for the all-reduce
+  ar.loss = LossMode::InReplica, ar.sync.mode = SyncMode::AllReduce;
+  for (int64_t w : run(ar, HostSync::PerStep, 3).waits) CHECK(w == 3);
+  Setup fp16 = c;
+  fp16.model = "convnet", fp16.precision = Precision::FP16;
+  const Steps f = run(fp16, HostSync::PerStep, 2);
+  CHECK(f.waits[0] == 2 * 2);  // device 0's inf/NaN verdict before each update, then the step's end
+  CHECK(f.waits[1] == 2);
+  CHECK(f.waits[2] == 2);
+}
+
+TEST_CASE("waiting once per step: phase times from the streams' events, no per-phase memory") {
+  Setup c;
+  c.model = "convnet";
+  const Steps s = run(c, HostSync::PerStep, 2);
+  for (const StepResult& r : s.results) {
+    double total = 0;
+    for (int p = 0; p < kNumPhases; ++p) {
+      CHECK(r.seconds[p] >= 0);
+      CHECK(r.memory[p].empty());
+      total += r.seconds[p];
+    }
+    CHECK(r.seconds[static_cast<int>(Phase::Forward)] > 0);
+    CHECK(r.seconds[static_cast<int>(Phase::Backward)] > 0);
+    CHECK(total > 0);
+    // Phases end in order on the streams' timeline and within the step.
+    double busy = 0;
+    for (double b : r.replica_seconds) busy = std::max(busy, b);
+    CHECK(total >= 0.5 * busy);
+  }
+  const Steps p = run(c, HostSync::PerPhase, 1);
+  for (int k = 0; k < kNumPhases; ++k) CHECK(p.results[0].memory[k].size() == 3);
+}
+
+TEST_CASE("the library waits per phase unless told") {
+  auto devs = host_devices(2);
+  DataParallel faithful(devs, find_model("mlp"), parse_split("even", 2, 8), SgdConfig{}, 1);
+  CHECK(faithful.host_sync() == HostSync::PerPhase);
+  faithful.set_host_sync(HostSync::PerStep);
+  CHECK(faithful.host_sync() == HostSync::PerStep);
+  CHECK(parse_host_sync("step") == HostSync::PerStep);
+  CHECK(parse_host_sync("phase") == HostSync::PerPhase);
+  CHECK_THROWS_AS(parse_host_sync("never"), UsageError);
+}
+
+TEST_CASE("waiting once per step: a failed device is named as the cause, and the master is untouched") {
+  for (int mode = 0; mode < 6; ++mode) {
+    const HostSync sync = mode % 2 ? HostSync::PerStep : HostSync::PerPhase;
+    SyncOptions ar;  // 0, 1: DataParallel's; 2, 3: allreduce (nothing may wait for the failed device's buckets)
+    if (mode >= 2) ar.mode = SyncMode::AllReduce;
+    ar.sync_bn = mode >= 4;  // 4, 5: nor for its BatchNorm statistics
+    CAPTURE(static_cast<int>(sync));
+    CAPTURE(mode);
+    const ModelDef& model = find_model(mode >= 4 ? "convnet" : "mlp");
+    auto devs = host_devices(3);
+    DataParallel dp(devs, model, parse_split("even", 3, 12), SgdConfig{0.1f, 0.9f}, 5,
+                    mode >= 2 ? LossMode::InReplica : LossMode::Gathered, ar);
+    dp.set_host_sync(sync);
+    auto x = random_vector(static_cast<size_t>(12 * numel(model.input_shape)), 3);
+    std::vector<int32_t> y(12, 1);
+    dp.step(x.data(), y.data(), 12);
+    const auto params = dp.parameters(), buffers = dp.buffers();
+    const auto optimizer = dp.optimizer().save();
+    // Device 2 fails before the step's work reaches it: device 0, which waits for its output (and
+    // device 1, which waits for device 0's gradient scatter, or for device 2's buckets), stop as
+    // its consequences.
+    devs[2].stream().enqueue([] { throw std::runtime_error("injected fault"); });
+    try {
+      dp.step(x.data(), y.data(), 12);
+      FAIL("the step should fail");
+    } catch (const ReplicaError& e) {
+      CHECK(e.replica == 2);
+      CHECK(std::string(e.what()).find("injected fault") != std::string::npos);
+      CHECK_FALSE(e.out_of_memory);
+    }
+    CHECK(dp.parameters() == params);  // device 0 skipped its update: its stream had stopped
+    CHECK(dp.buffers() == buffers);
+    if (sync == HostSync::PerPhase) {
+      CHECK(dp.optimizer().save().steps == optimizer.steps);  // the update was never reached
+      dp.step(x.data(), y.data(), 12);                         // and the engine goes on
+    } else {
+      // The update was enqueued (and counted by the optimizer) before the failure was seen.
+      CHECK_THROWS_WITH_AS(dp.step(x.data(), y.data(), 12),
+                           doctest::Contains("an earlier step failed after its update was enqueued"), RuntimeError);
+    }
+  }
+}
