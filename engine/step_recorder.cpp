@@ -61,17 +61,20 @@ void StepRecorder::end(Phase p) {
 
 void StepRecorder::finish() {
   if (per_phase_) return;
+  // The trace's clock at the step's start: phases are placed on it by their offsets from there.
+  const auto now = std::chrono::steady_clock::now();
+  const double start_us =
+      tracer_ ? tracer_->now_us() - std::chrono::duration<double, std::micro>(now - step_start_).count() : 0;
+  auto offset_us = [&](std::chrono::steady_clock::time_point t) {
+    return start_us + std::chrono::duration<double, std::micro>(t - step_start_).count();
+  };
   auto last = step_start_;
   for (int k = 0; k < kNumPhases; ++k) {
     if (ends_[k].empty()) continue;  // a phase the step did not run
     auto end = last;  // the streams' ends only grow from one phase to the next
     for (const Event& e : ends_[k]) end = std::max(end, e.completed_at());
     out_.seconds[k] = std::chrono::duration<double>(end - last).count();
-    if (tracer_) {
-      const double us = tracer_->now_us() - std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - end).count();
-      tracer_->slice(Tracer::kHostTrack, phase_name(static_cast<Phase>(k)), "phase",
-                     us - out_.seconds[k] * 1e6, us);
-    }
+    if (tracer_) tracer_->slice(Tracer::kHostTrack, phase_name(static_cast<Phase>(k)), "phase", offset_us(last), offset_us(end));
     last = end;
   }
 }

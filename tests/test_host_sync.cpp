@@ -5,9 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
+#include "engine/trace.hpp"
 #include "helpers.hpp"
 
 using namespace dp;
@@ -237,4 +239,30 @@ TEST_CASE("waiting once per step: a failed device is named as the cause, and the
                            doctest::Contains("an earlier step failed after its update was enqueued"), RuntimeError);
     }
   }
+}
+
+TEST_CASE("waiting once per step: the trace's host track shows the phases on the streams' timeline") {
+  const ModelDef& model = find_model("mlp");
+  auto devs = host_devices(2);
+  DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{}, 1);
+  dp.set_host_sync(HostSync::PerStep);
+  Tracer tracer;
+  dp.set_tracer(&tracer);
+  auto x = random_vector(static_cast<size_t>(8 * numel(model.input_shape)), 1);
+  std::vector<int32_t> y(8, 3);
+  dp.step(x.data(), y.data(), 8);
+  dp.set_tracer(nullptr);
+  const auto trace = nlohmann::json::parse(tracer.to_json())["traceEvents"];
+  std::vector<std::string> phases;
+  double last_end = 0;
+  for (const auto& e : trace)
+    if (e.value("ph", "") == "X" && e.value("tid", -100) == Tracer::kHostTrack + 1) {  // tracks numbered from 1
+      phases.push_back(e["name"].get<std::string>());
+      const double start = e["ts"].get<double>(), end = start + e["dur"].get<double>();
+      CHECK(e["dur"].get<double>() >= 0);
+      CHECK(start >= last_end - 1e-3);  // one after the other
+      last_end = end;
+    }
+  CHECK(phases == std::vector<std::string>{"load", "scatter", "replicate", "forward", "gather", "loss", "backward",
+                                           "reduce", "update"});
 }

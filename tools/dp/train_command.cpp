@@ -393,8 +393,8 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--min-lr", o->min_lr, "cosine: the final learning rate")->capture_default_str();
   cmd->add_option("--host-sync", o->host_sync,
                   "step: enqueue the whole step, the host waits once at its end (phase times from stream events); "
-                  "phase: wait after every phase, as DataParallel joins its threads (--sync allreduce and CUDA "
-                  "devices wait per phase for now)")
+                  "phase: wait after every phase, as DataParallel joins its threads (CUDA devices wait per phase "
+                  "for now)")
       ->capture_default_str();
   cmd->add_option("--clip-grad-norm", o->clip_grad_norm, "scale gradients to this global L2 norm at most (0: off)")
       ->capture_default_str();
