@@ -29,7 +29,10 @@ void copy_async(const Tensor& dst, const Tensor& src) {
                      bytes};
   });
   to.stream().enqueue(
-      [dst, src, &to, &from] { copy_between(to.exec(), dst.data<char>(), src.data<char>(), src.bytes(), from.exec()); },
+      [dst, src, &to, &from] {
+        copy_between(to.exec(), dst.data<char>(), src.data<char>(), src.bytes(), from.exec());
+        src.record_read_by(to);
+      },
       std::move(label));
 }
 
@@ -54,6 +57,7 @@ void copy_async_from(const Tensor& dst, Tensor* slot, Device& from) {
                                                   src.device().name()
                                             : std::string("nothing")));
         copy_between(to.exec(), dst.data<char>(), src.data<char>(), src.bytes(), from.exec());
+        src.record_read_by(to);  // released here, on this stream: reused only once the copy has run
       },
       std::move(label));
 }
@@ -155,6 +159,7 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
         received.push_back(std::move(buf));
       }
       for (const auto& buf : received) add_inplace(home.exec(), dst.slice_flat(off, {len}).buf(), buf.buf(), len);
+      for (const auto& s : srcs) s.record_read_by(home);
     }, std::move(label));
   }
 }

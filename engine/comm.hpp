@@ -2,7 +2,9 @@
 // DataParallel: scatter and gather along dim 0, broadcast_coalesced and reduce_add_coalesced in
 // ~10 MiB buckets. All of it is asynchronous: a copy into device j is enqueued on j's stream
 // after an event recorded on the source's stream, so it runs once the source is ready.
-// Tensors are captured by the enqueued work and stay alive until it has run.
+// Tensors are captured by the enqueued work and stay alive until it has run. On an accelerator,
+// whose work is still running when the task that issued it returns, a copy also records its read
+// on the source's block (Tensor::record_read_by): the block is not reused before the copy is done.
 #pragma once
 #include <cstddef>
 #include <vector>

@@ -125,10 +125,10 @@ class DataParallel {
   std::vector<int64_t> chunk_sizes(int64_t batch) const;
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
   void set_tracer(Tracer* tracer);
-  // PerPhase (the default) or PerStep. CUDA devices wait per phase for now (waiting per step
-  // needs their allocator to hold a block freed on one stream until every stream that used it
-  // has passed — not built yet). PerStep records no per-phase memory (StepResult::memory stays
-  // empty). Under --sync allreduce, waiting per step, each stream waits for the all-reduce's
+  // PerPhase (the default) or PerStep. CUDA devices wait per phase until waiting per step has been
+  // verified on a GPU (what it needs is built: a block another stream read is reused only after
+  // that stream's event, Tensor::record_read_by; phase times would still be host enqueue times).
+  // PerStep records no per-phase memory (StepResult::memory stays empty). Under --sync allreduce, waiting per step, each stream waits for the all-reduce's
   // threads before its update instead of the host.
   void set_host_sync(HostSync sync) { host_sync_ = sync; }
   // The waiting the next step will do, after the fallbacks above.

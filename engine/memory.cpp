@@ -1,12 +1,14 @@
 #include "engine/memory.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-
-#include "engine/error.hpp"
 #include <cstdlib>
 #include <new>
 #include <sstream>
+
+#include "engine/error.hpp"
+#include "engine/stream.hpp"
 
 namespace dp {
 
@@ -84,6 +86,9 @@ CachingAllocator::CachingAllocator(int device, std::string device_name, RawMemor
 
 CachingAllocator::~CachingAllocator() {
   std::lock_guard lock(mutex_);
+  // Every stream is joined by now (and cudaFree waits for the device): nothing reads these any more.
+  for (Block* b : awaiting_) b->readers.clear(), cache_.emplace(b->size, b);
+  awaiting_.clear();
   release_cached_locked();
   // Blocks still in use here are a leak in the caller; the tests check in_use returns to 0.
 }
@@ -120,6 +125,7 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   const auto want = static_cast<int64_t>(size);
   std::lock_guard lock(mutex_);
   if (capacity_ > 0 && stats_.in_use + want > capacity_) throw out_of_memory_locked(bytes);
+  collect_read_blocks_locked();
   // Best fit from the cache, but never a block more than twice the request (avoids waste).
   auto it = cache_.lower_bound(size);
   if (it != cache_.end() && it->first <= 2 * size) {
@@ -140,7 +146,7 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   }
   if (!ptr) throw out_of_memory_locked(bytes);
   stats_.reserved += want;
-  auto* b = new Block{ptr, size, category, bytes, size};
+  auto* b = new Block{ptr, size, category, bytes, size, {}};
   note_alloc_locked(*b);
   return b;
 }
@@ -161,7 +167,35 @@ void CachingAllocator::free(Block* b) {
   auto sz = static_cast<int64_t>(b->accounted);
   stats_.in_use -= sz;
   stats_.in_use_by_category[static_cast<int>(b->category)] -= sz;
-  cache_.emplace(b->size, b);
+  if (b->readers.empty())
+    cache_.emplace(b->size, b);
+  else
+    awaiting_.push_back(b);  // another stream may still be reading it
+}
+
+void CachingAllocator::record_reader(Block* b, DeviceQueue& queue, std::shared_ptr<void> event) {
+  std::lock_guard lock(mutex_);
+  b->readers.emplace_back(&queue, std::move(event));
+}
+
+int64_t CachingAllocator::awaiting_readers() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int64_t>(awaiting_.size());
+}
+
+void CachingAllocator::collect_read_blocks_locked() {
+  for (size_t i = 0; i < awaiting_.size();) {
+    Block* b = awaiting_[i];
+    auto& r = b->readers;
+    r.erase(std::remove_if(r.begin(), r.end(), [](const auto& use) { return use.first->query(use.second); }), r.end());
+    if (!r.empty()) {
+      ++i;
+      continue;
+    }
+    cache_.emplace(b->size, b);
+    awaiting_[i] = awaiting_.back();
+    awaiting_.pop_back();
+  }
 }
 
 void CachingAllocator::release_cached_locked() {

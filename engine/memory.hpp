@@ -8,9 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dp {
 
@@ -71,12 +74,17 @@ class RawMemory {
   virtual void release(void* ptr, size_t bytes) noexcept = 0;  // also from destructors
 };
 
+class DeviceQueue;
+
 struct Block {
   void* ptr = nullptr;
   size_t size = 0;  // bytes held from the system (a cached block may be larger than asked)
   MemCategory category = MemCategory::Workspace;
   size_t requested = 0;
   size_t accounted = 0;  // the request rounded to 512 bytes: what in_use counts
+  // Other devices' streams that read the block, each with an event recorded after its read: the
+  // block goes back to the cache only once every one has passed it (record_stream's rule).
+  std::vector<std::pair<DeviceQueue*, std::shared_ptr<void>>> readers;
 };
 
 class CachingAllocator {
@@ -88,7 +96,12 @@ class CachingAllocator {
 
   // Throws OutOfMemoryError when the capacity (or the system) cannot supply the bytes.
   Block* allocate(size_t bytes, MemCategory category);
+  // No longer in use (in_use drops now); reused once the streams that read it have passed their
+  // reads. Never throws.
   void free(Block* block);
+  // Another device's accelerator stream read the block; `event` was recorded on it after the read.
+  void record_reader(Block* block, DeviceQueue& queue, std::shared_ptr<void> event);
+  int64_t awaiting_readers() const;  // freed blocks not yet back in the cache
   void empty_cache();  // return cached, unused blocks to the system
 
   MemoryStats stats() const;
@@ -101,6 +114,7 @@ class CachingAllocator {
 
  private:
   void release_cached_locked();
+  void collect_read_blocks_locked();  // freed blocks whose readers have all passed: into the cache
   OutOfMemoryError out_of_memory_locked(size_t bytes) const;
   void note_alloc_locked(const Block& b);
 
@@ -110,6 +124,7 @@ class CachingAllocator {
   int64_t capacity_;
   mutable std::mutex mutex_;
   std::multimap<size_t, Block*> cache_;  // free blocks by size, best fit
+  std::vector<Block*> awaiting_;         // freed, waiting for their readers
   MemoryStats stats_;
   std::string phase_;
 };

@@ -68,6 +68,7 @@ class DeviceQueue {
   virtual void bind_thread() {}                                 // on the worker, before any task
   virtual std::shared_ptr<void> record() = 0;                   // an event after all work so far
   virtual void wait(const std::shared_ptr<void>& event) = 0;    // later device work waits for it
+  virtual bool query(const std::shared_ptr<void>& event) = 0;   // has the device passed it?
   virtual void synchronize() = 0;                               // the host waits for all of it
 };
 
@@ -113,6 +114,7 @@ class Stream {
   }
   // Once, before any work: the accelerator queue behind this stream (it must outlive the stream).
   void set_device_queue(DeviceQueue* queue);
+  DeviceQueue* device_queue() const { return device_queue_; }  // null on host devices
 
  private:
   struct Task {

@@ -58,6 +58,12 @@ void Tensor::copy_from_host(const void* src) const {
   upload(device_->exec(), data<char>(), src, bytes());
 }
 
+void Tensor::record_read_by(Device& reader) const {
+  DeviceQueue* queue = reader.stream().device_queue();
+  if (!defined() || &reader == device_ || !queue) return;
+  storage_->record_reader(*queue, queue->record());
+}
+
 Tensor Tensor::rows(int64_t begin, int64_t count) const {
   if (shape_.empty() || begin < 0 || count < 0 || begin + count > shape_[0])
     throw RuntimeError("rows(" + std::to_string(begin) + ", " + std::to_string(count) + ") out of range for " +

@@ -30,6 +30,7 @@ class Storage {
   void* data() const { return block_->ptr; }
   size_t bytes() const { return block_->requested; }
   MemCategory category() const { return block_->category; }
+  void record_reader(DeviceQueue& queue, std::shared_ptr<void> event) { alloc_.record_reader(block_, queue, std::move(event)); }
 
  private:
   CachingAllocator& alloc_;
@@ -72,6 +73,10 @@ class Tensor {
   void copy_from_host(const void* src) const;  // bytes() bytes
   // Does this tensor share storage with another (a view of the same block)?
   bool shares_storage(const Tensor& o) const { return storage_ == o.storage_; }
+  // On `reader`'s stream, right after work that read this tensor there: its memory is not reused
+  // before that stream has passed the read, whoever frees it first (PyTorch's record_stream). Host
+  // devices read synchronously: nothing to do.
+  void record_read_by(Device& reader) const;
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -3,7 +3,10 @@
 #include <cstdint>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,6 +57,34 @@ struct TempDir {
   }
   ~TempDir() { std::filesystem::remove_all(path); }
   std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+// An accelerator queue whose device work finishes only when the test says: what a GPU stream is
+// between a host-side task returning and the GPU reaching its work. synchronize() does not
+// finish anything (only finish_all does), so a test can join the host side alone.
+class ManualQueue final : public DeviceQueue {
+ public:
+  std::shared_ptr<void> record() override {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::lock_guard lock(m_);
+    events_.push_back(done);
+    return done;
+  }
+  void wait(const std::shared_ptr<void>&) override {}
+  bool query(const std::shared_ptr<void>& event) override { return static_cast<std::atomic<bool>*>(event.get())->load(); }
+  void synchronize() override {}
+  void finish_all() {
+    std::lock_guard lock(m_);
+    for (auto& e : events_) *e = true;
+  }
+  size_t recorded() {
+    std::lock_guard lock(m_);
+    return events_.size();
+  }
+
+ private:
+  std::mutex m_;
+  std::vector<std::shared_ptr<std::atomic<bool>>> events_;
 };
 
 }  // namespace dp::test

@@ -183,3 +183,50 @@ TEST_CASE("memory the host drops while another stream will still read it is not 
   Tensor again = Tensor::empty(d0, {1000}, MemCategory::Activations);
   CHECK(again.data() == src_block);  // the cache reuses it once the copy has run
 }
+
+TEST_CASE("a copy on an accelerator stream keeps its source's block from reuse until the copy has run there") {
+  // As on a GPU: the copy task returns once the copy is issued, and the host (or the copy task
+  // itself) may drop the source's last reference before the device has read it.
+  auto devs = host_devices(2);
+  Device &d0 = devs[0], &d1 = devs[1];
+  ManualQueue gpu1;
+  d1.stream().set_device_queue(&gpu1);
+  const std::vector<float> values = random_vector(1000, 4);
+  Tensor src = tensor_from(d0, {1000}, values);
+  Tensor dst = Tensor::empty(d1, {1000}, MemCategory::Activations);
+  copy_async(dst, src);
+  const void* src_block = src.data();
+  src = Tensor();
+  d1.stream().record().synchronize();  // the copy task has run (and dropped its reference)
+  CHECK(d0.allocator().awaiting_readers() == 1);
+  Tensor other = Tensor::empty(d0, {1000}, MemCategory::Activations);
+  CHECK(other.data() != src_block);
+  gpu1.finish_all();  // device 1 has passed the copy
+  Tensor again = Tensor::empty(d0, {1000}, MemCategory::Activations);
+  CHECK(again.data() == src_block);
+  // copy_async_from (the gather) and reduce_add_coalesced read another device's memory too.
+  Tensor out = tensor_from(d0, {1000}, values);
+  Tensor gathered = Tensor::empty(d1, {1000}, MemCategory::GatheredOutputs);
+  const void* out_block = out.data();
+  copy_async_from(gathered, &out, d0);
+  Tensor grads = Tensor::zeros(d1, {1000}, MemCategory::Gradients);
+  Tensor replica = tensor_from(d0, {1000}, values);
+  const void* replica_block = replica.data();
+  reduce_add_coalesced(grads, {replica});
+  replica = Tensor();
+  d1.stream().record().synchronize();
+  CHECK_FALSE(out.defined());  // the copy emptied the slot
+  CHECK(d0.allocator().awaiting_readers() == 2);
+  Tensor a = Tensor::empty(d0, {1000}, MemCategory::Activations), b = Tensor::empty(d0, {1000}, MemCategory::Activations);
+  CHECK(a.data() != out_block);
+  CHECK(a.data() != replica_block);
+  CHECK(b.data() != out_block);
+  CHECK(b.data() != replica_block);
+  gpu1.finish_all();
+  a = b = Tensor();
+  Tensor c = Tensor::empty(d0, {1000}, MemCategory::Activations);  // collects the read blocks
+  CHECK(d0.allocator().awaiting_readers() == 0);
+  devs.synchronize();
+  CHECK(to_vector(gathered) == values);
+  CHECK(to_vector(grads) == values);
+}

@@ -86,3 +86,43 @@ TEST_CASE("exceeding the capacity raises DESIGN.md's out-of-memory message, and 
   CHECK(devs[0].allocator().stats().in_use == 16384 * 2 + 24064);
   CHECK(devs[1].allocator().stats().in_use == 0);
 }
+
+TEST_CASE("a freed block that another stream read goes back to the cache only once that stream has passed the read") {
+  auto devs = host_devices(1);
+  auto& alloc = devs[0].allocator();
+  ManualQueue reader;  // another device's stream, its copy out of the block still pending
+  Block* b = alloc.allocate(4096, MemCategory::Activations);
+  void* const ptr = b->ptr;
+  alloc.record_reader(b, reader, reader.record());
+  alloc.free(b);
+  CHECK(alloc.stats().in_use == 0);  // the tensor is gone: counted free at once, as on host devices
+  CHECK(alloc.awaiting_readers() == 1);
+  Block* other = alloc.allocate(4096, MemCategory::Activations);
+  CHECK(other->ptr != ptr);  // not handed out while the read may be running
+  reader.finish_all();
+  Block* again = alloc.allocate(4096, MemCategory::Activations);
+  CHECK(again->ptr == ptr);  // the read has passed: reused from the cache
+  CHECK(alloc.awaiting_readers() == 0);
+  CHECK(alloc.stats().cache_hits == 1);
+  alloc.free(other);
+  alloc.free(again);
+  // A block read twice waits for both readers.
+  Block* twice = alloc.allocate(4096, MemCategory::Activations);
+  void* const twice_ptr = twice->ptr;
+  ManualQueue second;
+  alloc.record_reader(twice, reader, reader.record());
+  alloc.record_reader(twice, second, second.record());
+  alloc.free(twice);
+  reader.finish_all();
+  Block* a = alloc.allocate(4096, MemCategory::Activations);
+  Block* c = alloc.allocate(4096, MemCategory::Activations);
+  CHECK(a->ptr != twice_ptr);
+  CHECK(c->ptr != twice_ptr);
+  alloc.free(a);
+  alloc.free(c);
+  second.finish_all();
+  CHECK(alloc.awaiting_readers() == 1);  // collected at the next allocation
+  Block* d = alloc.allocate(4096, MemCategory::Activations);
+  CHECK(alloc.awaiting_readers() == 0);
+  alloc.free(d);
+}

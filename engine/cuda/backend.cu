@@ -2,6 +2,9 @@
 // on the device's stream: peer copies with cudaMemcpyPeerAsync (device-to-device when both
 // logical devices share a GPU), uploads and downloads with cudaMemcpyAsync.
 #include <cstdio>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 #include "engine/cuda/backend.hpp"
 #include "engine/cuda/check.cuh"
@@ -41,24 +44,49 @@ class CudaMemory final : public RawMemory {
   bool reported_ = false;
 };
 
+// Events are recycled (a step records dozens: one per cross-device copy, per phase end, per read
+// of another device's memory): a released event goes back to its queue's pool, not to the driver.
+// The pool is shared with every event it handed out, so an event may outlive its queue.
+struct EventPool {
+  std::mutex m;
+  std::vector<cudaEvent_t> free;
+  ~EventPool() {
+    for (cudaEvent_t e : free) cudaEventDestroy(e);  // teardown: nothing to report to
+  }
+};
+
 class CudaQueue final : public DeviceQueue {
  public:
-  explicit CudaQueue(cuda::Context& c) : c_(c) {}
+  explicit CudaQueue(cuda::Context& c) : c_(c), pool_(std::make_shared<EventPool>()) {}
   void bind_thread() override { DP_CUDA_CHECK(cudaSetDevice(c_.gpu())); }
   std::shared_ptr<void> record() override {
     cudaEvent_t e = nullptr;
-    DP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    std::shared_ptr<void> event(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+    {
+      std::lock_guard lock(pool_->m);
+      if (!pool_->free.empty()) e = pool_->free.back(), pool_->free.pop_back();
+    }
+    if (!e) DP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    std::shared_ptr<void> event(e, [pool = pool_](void* p) {
+      std::lock_guard lock(pool->m);
+      pool->free.push_back(static_cast<cudaEvent_t>(p));
+    });
     DP_CUDA_CHECK(cudaEventRecord(e, c_.handles().stream));
     return event;
   }
   void wait(const std::shared_ptr<void>& event) override {
     DP_CUDA_CHECK(cudaStreamWaitEvent(c_.handles().stream, static_cast<cudaEvent_t>(event.get()), 0));
   }
+  bool query(const std::shared_ptr<void>& event) override {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event.get()));
+    if (e == cudaErrorNotReady) return false;
+    DP_CUDA_CHECK(e);
+    return true;
+  }
   void synchronize() override { c_.synchronize(); }
 
  private:
   cuda::Context& c_;
+  std::shared_ptr<EventPool> pool_;
 };
 
 class CudaParts final : public CudaDeviceParts {

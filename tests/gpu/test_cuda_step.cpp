@@ -8,6 +8,7 @@
 
 #include "engine/comm.hpp"
 #include "engine/data_parallel.hpp"
+#include "kernels/ops/memory.hpp"
 #include "tests/helpers.hpp"
 
 using namespace dp;
@@ -63,6 +64,26 @@ TEST_CASE("comm primitives are exact across cuda:0x4") {
   std::vector<float> want(p);
   for (auto& x : want) x *= 4;
   CHECK(master.to_host() == want);
+}
+
+TEST_CASE("a source dropped while another stream's copy of it runs is not overwritten under the copy (cuda:0x2)") {
+  // 256 MiB: the copy on device 1's stream is still running when its task returns and drops the
+  // source; device 0 then allocates the same size and overwrites it at once. Without the read
+  // recorded on the block, the allocator hands the source's block back and the copy reads zeros.
+  auto devs = devices("cuda:0x2");
+  const int64_t n = 64 << 20;
+  std::vector<float> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0.f);
+  Tensor src = filled(devs[0], {n}, v, MemCategory::Activations);
+  devs.synchronize();
+  Tensor dst = Tensor::empty(devs[1], {n}, MemCategory::Activations);
+  copy_async(dst, src);
+  src = Tensor();
+  devs[1].stream().record().synchronize();  // the copy is issued, and its task dropped the source
+  Tensor next = Tensor::empty(devs[0], {n}, MemCategory::Activations);
+  devs[0].stream().enqueue([next, &d0 = devs[0]] { zero(d0.exec(), next.data(), next.bytes()); });
+  devs.synchronize();
+  CHECK(dst.to_host() == v);  // `next` may be src's block, but only if the copy had finished
 }
 
 TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8; even and uneven splits)") {
