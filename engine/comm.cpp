@@ -13,31 +13,11 @@ namespace {
 void order_after(Device& dst, Device& src) {
   if (&dst != &src) dst.stream().wait(src.stream().record());
 }
-}  // namespace
 
-void copy_async(const Tensor& dst, const Tensor& src) {
-  if (dst.bytes() != src.bytes())
-    throw RuntimeError("copy of " + shape_str(src.shape()) + " into " + shape_str(dst.shape()) + ": sizes differ");
-  if (dst.bytes() == 0) return;
-  Device& to = dst.device();
-  Device& from = src.device();
-  order_after(to, from);
-  const auto bytes = static_cast<int64_t>(src.bytes());
-  if (&to != &from) to.count_received(from.index(), bytes);
-  TaskLabel label = to.stream().label([&] {
-    return TaskLabel{"copy " + from.name() + " -> " + to.name() + " " + shape_str(src.shape()), "copy", from.index(),
-                     bytes};
-  });
-  to.stream().enqueue(
-      [dst, src, &to, &from] {
-        copy_between(to.exec(), dst.data<char>(), src.data<char>(), src.bytes(), from.exec());
-        src.record_read_by(to);
-      },
-      std::move(label));
-}
-
-void copy_async_from(const Tensor& dst, Tensor* slot, Device& from) {
-  if (dst.bytes() == 0) return;
+// Orders dst's stream after `from`'s, counts the bytes, and enqueues there the copy into dst of
+// the tensor source() gives when the copy runs.
+template <typename Source>
+void enqueue_copy(const Tensor& dst, Device& from, Source source) {
   Device& to = dst.device();
   order_after(to, from);
   const auto bytes = static_cast<int64_t>(dst.bytes());
@@ -47,19 +27,36 @@ void copy_async_from(const Tensor& dst, Tensor* slot, Device& from) {
                      bytes};
   });
   to.stream().enqueue(
-      [dst, slot, &to, &from] {
-        const Tensor src = std::move(*slot);
-        *slot = Tensor();
-        if (!src.defined() || &src.device() != &from || src.shape() != dst.shape() || src.dtype() != dst.dtype())
-          throw RuntimeError("copy from " + from.name() + ": expected " + shape_str(dst.shape()) + " " +
-                             dtype_name(dst.dtype()) + ", found " +
-                             (src.defined() ? shape_str(src.shape()) + " " + dtype_name(src.dtype()) + " on " +
-                                                  src.device().name()
-                                            : std::string("nothing")));
+      [dst, source = std::move(source), &to, &from]() mutable {
+        const Tensor src = source();
         copy_between(to.exec(), dst.data<char>(), src.data<char>(), src.bytes(), from.exec());
-        src.record_read_by(to);  // released here, on this stream: reused only once the copy has run
+        src.record_read_by(to);  // whoever releases it, its block is reused only once the copy has run
       },
       std::move(label));
+}
+
+}  // namespace
+
+void copy_async(const Tensor& dst, const Tensor& src) {
+  if (dst.bytes() != src.bytes())
+    throw RuntimeError("copy of " + shape_str(src.shape()) + " into " + shape_str(dst.shape()) + ": sizes differ");
+  if (dst.bytes() == 0) return;
+  enqueue_copy(dst, src.device(), [src] { return src; });
+}
+
+void copy_async_from(const Tensor& dst, Tensor* slot, Device& from) {
+  if (dst.bytes() == 0) return;
+  enqueue_copy(dst, from, [dst, slot, &from] {
+    Tensor src = std::move(*slot);
+    *slot = Tensor();
+    if (!src.defined() || &src.device() != &from || src.shape() != dst.shape() || src.dtype() != dst.dtype())
+      throw RuntimeError("copy from " + from.name() + ": expected " + shape_str(dst.shape()) + " " +
+                         dtype_name(dst.dtype()) + ", found " +
+                         (src.defined() ? shape_str(src.shape()) + " " + dtype_name(src.dtype()) + " on " +
+                                              src.device().name()
+                                        : std::string("nothing")));
+    return src;
+  });
 }
 
 std::vector<Tensor> scatter(const Tensor& src, const std::vector<int64_t>& sizes, const std::vector<Device*>& devices,
