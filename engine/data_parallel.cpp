@@ -85,8 +85,10 @@ void DataParallel::set_tracer(Tracer* tracer) {
   if (allreduce_) allreduce_->set_tracer(tracer);
   if (!tracer) return;
   tracer->set_track_name(Tracer::kHostTrack, "host: step phases");
-  for (int i = 0; i < devices_.size(); ++i)
+  for (int i = 0; i < devices_.size(); ++i) {
     tracer->set_track_name(i, "device " + std::to_string(i) + " (" + devices_[i].name() + ") stream");
+    tracer->set_track_name(Device::kCopyTraceTrack + i, "device " + std::to_string(i) + " copy stream (upload ahead)");
+  }
   if (allreduce_) {
     for (int i = 0; i < devices_.size(); ++i)
       tracer->set_track_name(OverlappedAllReduce::kTraceTrack + i, "device " + std::to_string(i) + " all-reduce");
@@ -126,6 +128,13 @@ void DataParallel::join_replicas(const std::vector<int>& replicas, std::exceptio
     }
   }
   if (!first) return;
+  if (!first_is_cause)  // stopped for a copy uploaded ahead (engine/step/upload_ahead.hpp)?
+    for (int r : replicas)
+      if (Stream* copies = devices_[r].copy_stream_if_made()) try {
+          copies->synchronize();
+        } catch (...) {
+          note(std::current_exception(), r);
+        }
   try {
     std::rethrow_exception(first);
   } catch (const ReplicaError&) {
@@ -200,13 +209,16 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
   check_usable();
   if (batch <= 0) throw RuntimeError("step: empty batch");
   const std::string probed = splitter_.needs_memory_probe() ? probe_memory(input, targets, batch) : "";
-  StepResult r = run_step(input, targets, batch, chunk_sizes(batch));
+  const std::optional<NextBatch> next = std::move(next_);
+  next_.reset();
+  StepResult r = run_step(input, targets, batch, chunk_sizes(batch), next ? &*next : nullptr);
+  ++steps_run_;
   r.split_change = probed.empty() ? splitter_.observe(r.chunks, r.replica_seconds) : probed;
   return r;
 }
 
 StepResult DataParallel::run_step(const void* input, const int32_t* targets, int64_t batch,
-                                  const std::vector<int64_t>& chunks) {
+                                  const std::vector<int64_t>& chunks, const NextBatch* next) {
   const int n = devices_.size();
   StepResult result;
   result.batch = batch;
@@ -239,6 +251,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
         } catch (...) {
         }
         if (dp.allreduce_) dp.allreduce_->finish_step(true);
+        dp.upload_ahead_.drop();  // the next batch is loaded again if a step is run on it
       }
       for (auto& net : dp.nets_) {
         net->clear_cache();  // a step that failed part-way leaves activations cached
@@ -260,6 +273,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   };
   if (sync_.mode == SyncMode::AllReduce) {  // DistributedDataParallel's shape
     phase(Phase::Load, [&] { load_chunks(s, input, targets, result); });
+    if (next) stage_next(*next);
     phase(Phase::Scatter, [] {});  // each device loaded its own chunk
     phase(Phase::Replicate, [&] { broadcast_buffers(s); });
     phase(Phase::Forward, [&] { forward(s); });
@@ -270,6 +284,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     phase(Phase::Update, [&] { update_everywhere(s, result); });
   } else {  // DataParallel's
     phase(Phase::Load, [&] { load(s, input, targets, result); });
+    if (next) stage_next(*next);
     phase(Phase::Scatter, [&] { scatter(s); });
     phase(Phase::Replicate, [&] { replicate(s); });
     phase(Phase::Forward, [&] { forward(s); });
@@ -302,15 +317,70 @@ Shape with_batch(int64_t batch, Shape per_sample) {
 }
 }  // namespace
 
-// 1. load: the batch (inputs and targets) onto device 0.
-void DataParallel::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
+std::vector<UploadAhead::Piece> DataParallel::batch_pieces(const void* input, const int32_t* targets, int64_t batch) {
   Device& d0 = devices_[0];
-  s.input = Tensor::empty(d0, with_batch(s.batch, model_.input_shape), MemCategory::Inputs, model_.input_dtype);
-  s.target = Tensor::empty(d0, with_batch(s.batch, model_.target_shape), MemCategory::Inputs, DType::I32);
-  upload(s.input, input);
-  upload(s.target, targets);
+  return {{Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, model_.input_dtype), input},
+          {Tensor::empty(d0, with_batch(batch, model_.target_shape), MemCategory::Inputs, DType::I32), targets}};
+}
+
+// 1. load: the batch (inputs and targets) onto device 0, unless the last step uploaded it ahead.
+void DataParallel::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
+  std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, {}});
+  if (loaded.empty())
+    for (const auto& piece : batch_pieces(input, targets, s.batch)) {
+      upload(piece.dst, piece.src);
+      loaded.push_back(piece.dst);
+    }
+  s.input = loaded[0];
+  s.target = loaded[1];
   r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
   end_phase({0});
+}
+
+void DataParallel::stage_next(const NextBatch& next) {
+  UploadAhead::Key key{next.input, next.targets, next.batch, {}};
+  if (sync_.mode == SyncMode::AllReduce) key.chunks = chunk_sizes(next.batch);
+  // On a device with a capacity, the next batch must fit beside the highest use seen so far (the
+  // step's peak comes after this point). Until two steps have shown that peak (the optimizer's
+  // state appears at the end of the first), no upload ahead.
+  const int64_t per_sample = static_cast<int64_t>(numel(model_.input_shape) * dtype_size(model_.input_dtype)) +
+                             model_.targets_per_sample() * static_cast<int64_t>(sizeof(int32_t));
+  for (int d = 0; d < devices_.size(); ++d) {
+    const int64_t rows = key.chunks.empty() ? (d == 0 ? next.batch : 0) : key.chunks[static_cast<size_t>(d)];
+    const CachingAllocator& alloc = devices_[d].allocator();
+    if (rows > 0 && alloc.capacity() > 0 &&
+        (steps_run_ < 2 || alloc.stats().peak + rows * per_sample + 1024 > alloc.capacity()))
+      return;  // the next step loads its batch itself
+  }
+  std::vector<UploadAhead::Piece> pieces;
+  try {
+    if (sync_.mode == SyncMode::AllReduce) {
+      pieces = chunk_pieces(next.input, next.targets, key.chunks);
+    } else {
+      pieces = batch_pieces(next.input, next.targets, next.batch);
+    }
+  } catch (const OutOfMemoryError&) {
+    return;  // no room for it beside this step: the next step loads its batch itself
+  }
+  upload_ahead_.stage(std::move(key), std::move(pieces), next.owner);
+}
+
+void DataParallel::upload_ahead(const float* images, const int32_t* labels, int64_t batch,
+                                std::shared_ptr<const void> owner) {
+  check_input(DType::F32);
+  if (batch <= 0) throw RuntimeError("upload_ahead: empty batch");
+  next_ = NextBatch{images, labels, batch, std::move(owner)};
+}
+void DataParallel::upload_ahead(const int32_t* tokens, const int32_t* targets, int64_t batch,
+                                std::shared_ptr<const void> owner) {
+  check_input(DType::I32);
+  if (batch <= 0) throw RuntimeError("upload_ahead: empty batch");
+  next_ = NextBatch{tokens, targets, batch, std::move(owner)};
+}
+
+void DataParallel::cancel_upload_ahead() {
+  next_.reset();
+  upload_ahead_.drop();
 }
 
 // 2. scatter along dim 0; chunk 0 is a view of the batch on device 0. Labels too where each
@@ -501,15 +571,18 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   for (int i = 0; i < n; ++i) capacity[i] = devices_[i].allocator().capacity(), devices_[i].allocator().set_capacity(0);
   const auto even = split_sizes(parse_split("even", n, batch), batch, n);
   const auto shifted = split_sizes(parse_split("gpu0:" + std::to_string(even[0] / 2), n, batch), batch, n);
+  // Uploading ahead, a step also holds the next batch on device 0: the probes stage theirs too.
+  const NextBatch same{input, targets, batch, nullptr};
   auto probe = [&](const std::vector<int64_t>& chunks) {
     for (int i = 0; i < n; ++i) devices_[i].allocator().reset_peak();
-    run_step(input, targets, batch, chunks);  // updating, so the optimizer state exists
+    run_step(input, targets, batch, chunks, next_ ? &same : nullptr);  // updating, so the optimizer state exists
     std::vector<double> peaks(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) peaks[i] = static_cast<double>(devices_[i].allocator().stats().peak);
     return peaks;
   };
   probe(even);  // warm-up: the optimizer state appears at the end of the first step
   const auto pa = probe(even), pb = probe(shifted);
+  upload_ahead_.drop();
   load_state(saved_params, saved_buffers);
   optimizer_->restore(saved_optimizer, params_);
   if (scaler_.enabled()) scaler_.restore(saved_scale);

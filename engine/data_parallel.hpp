@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "engine/split/splitter.hpp"
 #include "engine/step/gradient_sync.hpp"
 #include "engine/step/loss_strategy.hpp"
+#include "engine/step/upload_ahead.hpp"
 #include "engine/step_recorder.hpp"
 #include "engine/trace.hpp"
 #include "models/model.hpp"
@@ -90,6 +92,17 @@ class DataParallel {
   // The input's type must be the model's (RuntimeError otherwise).
   StepResult step(const float* images, const int32_t* labels, int64_t batch);
   StepResult step(const int32_t* tokens, const int32_t* targets, int64_t batch);
+  // Upload this batch while the next step() runs, so the step after finds it on its device(s):
+  // each device's copy stream copies it through staging memory (page-locked on a GPU) beside the
+  // compute stream, and the step that uses it only waits for the copy (engine/step/upload_ahead.hpp).
+  // `owner` keeps the host memory alive until it has been copied; that step must be given the
+  // same pointers, with the data unchanged, or it loads the batch itself. The next batch then sits
+  // on device 0 (under --sync allreduce, its chunks on every device) during the current step.
+  void upload_ahead(const float* images, const int32_t* labels, int64_t batch, std::shared_ptr<const void> owner);
+  void upload_ahead(const int32_t* tokens, const int32_t* targets, int64_t batch, std::shared_ptr<const void> owner);
+  // Drop a batch given to upload_ahead() that no step will take (waits for its copies).
+  void cancel_upload_ahead();
+  const UploadAhead& uploads_ahead() const { return upload_ahead_; }
   // Forward in eval mode (running statistics) on device 0 with the master parameters.
   EvalResult evaluate(const float* images, const int32_t* labels, int64_t batch);
   EvalResult evaluate(const int32_t* tokens, const int32_t* targets, int64_t batch);
@@ -144,7 +157,22 @@ class DataParallel {
   // input: float images or int32 token ids, as the model takes (checked by the public overloads).
   StepResult step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
   EvalResult evaluate_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
-  StepResult run_step(const void* input, const int32_t* targets, int64_t batch, const std::vector<int64_t>& chunks);
+  // A batch to upload while a step runs (upload_ahead()).
+  struct NextBatch {
+    const void* input;
+    const int32_t* targets;
+    int64_t batch;
+    std::shared_ptr<const void> owner;
+  };
+  StepResult run_step(const void* input, const int32_t* targets, int64_t batch, const std::vector<int64_t>& chunks,
+                      const NextBatch* next = nullptr);
+  // The tensors a batch is loaded into, each with its host bytes: on device 0 (DataParallel), or
+  // each active device's chunk (allreduce), input then targets.
+  std::vector<UploadAhead::Piece> batch_pieces(const void* input, const int32_t* targets, int64_t batch);
+  std::vector<UploadAhead::Piece> chunk_pieces(const void* input, const int32_t* targets,
+                                               const std::vector<int64_t>& chunks);
+  // After the load phase: stage `next` on the copy streams (skipped when it does not fit beside the step).
+  void stage_next(const NextBatch& next);
   void check_input(DType dtype) const;
   void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
   // The nine phases (DESIGN.md), in order.
@@ -216,6 +244,9 @@ class DataParallel {
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;
+  std::optional<NextBatch> next_;  // given to upload_ahead(), staged by the next step
+  int64_t steps_run_ = 0;
+  UploadAhead upload_ahead_;
 };
 
 }  // namespace dp

@@ -65,34 +65,55 @@ void DataParallel::round_resident_parameters() {
   }
 }
 
-// 1. load: each device receives its own chunk straight from the host (no staging on device 0).
-void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
+std::vector<UploadAhead::Piece> DataParallel::chunk_pieces(const void* input, const int32_t* targets,
+                                                         const std::vector<int64_t>& chunks) {
   const size_t in_bytes = static_cast<size_t>(numel(model_.input_shape)) * dtype_size(model_.input_dtype);
   const size_t target_bytes = static_cast<size_t>(model_.targets_per_sample()) * sizeof(int32_t);
+  std::vector<UploadAhead::Piece> pieces;
   int64_t first = 0;
   for (int d = 0; d < devices_.size(); ++d) {
-    const int64_t rows = s.chunks[static_cast<size_t>(d)];
+    const int64_t rows = chunks[static_cast<size_t>(d)];
     if (rows == 0) continue;
-    Device& dev = devices_[d];
     Shape in_shape = model_.input_shape, target_shape = model_.target_shape;
     in_shape.insert(in_shape.begin(), rows);
     target_shape.insert(target_shape.begin(), rows);
-    s.inputs[d] = Tensor::empty(dev, in_shape, MemCategory::Inputs, model_.input_dtype);
-    s.targets[d] = Tensor::empty(dev, target_shape, MemCategory::Inputs, DType::I32);
-    const char* in = static_cast<const char*>(input) + static_cast<size_t>(first) * in_bytes;
-    const char* tg = reinterpret_cast<const char*>(targets) + static_cast<size_t>(first) * target_bytes;
-    Tensor x = s.inputs[d], y = s.targets[d];
-    dev.stream().enqueue(
-        [x, y, in, tg, &dev] {
-          upload(dev.exec(), x.data<char>(), in, x.bytes());
-          upload(dev.exec(), y.data<char>(), tg, y.bytes());
-        },
-        dev.stream().label([&] {
-          return TaskLabel{"load host -> " + dev.name() + " " + shape_str(x.shape()), "copy", -1,
-                           static_cast<int64_t>(x.bytes() + y.bytes())};
-        }));
-    r.upload_bytes += static_cast<int64_t>(s.inputs[d].bytes() + s.targets[d].bytes());
+    pieces.push_back({Tensor::empty(devices_[d], in_shape, MemCategory::Inputs, model_.input_dtype),
+                      static_cast<const char*>(input) + static_cast<size_t>(first) * in_bytes});
+    pieces.push_back({Tensor::empty(devices_[d], target_shape, MemCategory::Inputs, DType::I32),
+                      reinterpret_cast<const char*>(targets) + static_cast<size_t>(first) * target_bytes});
     first += rows;
+  }
+  return pieces;
+}
+
+// 1. load: each device receives its own chunk straight from the host (no staging on device 0),
+// unless the last step uploaded it ahead.
+void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
+  std::vector<UploadAhead::Piece> pieces;
+  std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, s.chunks});
+  if (loaded.empty()) {
+    pieces = chunk_pieces(input, targets, s.chunks);
+    for (const auto& p : pieces) loaded.push_back(p.dst);
+  }
+  size_t k = 0;
+  for (int d = 0; d < devices_.size(); ++d) {
+    if (s.chunks[static_cast<size_t>(d)] == 0) continue;
+    Device& dev = devices_[d];
+    Tensor x = s.inputs[d] = loaded[k], y = s.targets[d] = loaded[k + 1];
+    if (!pieces.empty()) {
+      const void *in = pieces[k].src, *tg = pieces[k + 1].src;
+      dev.stream().enqueue(
+          [x, y, in, tg, &dev] {
+            upload(dev.exec(), x.data<char>(), in, x.bytes());
+            upload(dev.exec(), y.data<char>(), tg, y.bytes());
+          },
+          dev.stream().label([&] {
+            return TaskLabel{"load host -> " + dev.name() + " " + shape_str(x.shape()), "copy", -1,
+                             static_cast<int64_t>(x.bytes() + y.bytes())};
+          }));
+    }
+    r.upload_bytes += static_cast<int64_t>(x.bytes() + y.bytes());
+    k += 2;
   }
   end_phase(s.active);
 }

@@ -34,6 +34,7 @@ Device::Device(int index, std::string name, int64_t capacity, int threads, int d
       allocator_(index, name, *raw_, capacity),
       pool_(threads),
       exec_{&pool_, nullptr, &allocator_},
+      copy_exec_{&copy_pool_, nullptr, &allocator_},
       stream_(name) {}
 
 Device::Device(int index, std::string name, int64_t capacity, int device_count, int gpu, bool allow_tf32)
@@ -44,11 +45,34 @@ Device::Device(int index, std::string name, int64_t capacity, int device_count, 
       allocator_(index, name, cuda_->memory(), capacity),
       pool_(1),
       exec_{&pool_, &cuda_->context(), &allocator_},
+      copy_exec_{&copy_pool_, &cuda_->copy_context(), &allocator_},
       stream_(name) {
   stream_.set_device_queue(&cuda_->queue());
 }
 
 Device::~Device() = default;
+
+Stream& Device::copy_stream() {
+  if (!copy_stream_) {
+    auto s = std::make_unique<Stream>(name_ + " copy");
+    if (cuda_) s->set_device_queue(&cuda_->copy_queue());
+    if (tracer_) s->set_tracer(tracer_, kCopyTraceTrack + index_);
+    copy_stream_ = std::move(s);
+  }
+  return *copy_stream_;
+}
+
+RawMemory& Device::staging_memory() {
+  if (cuda_) return cuda_->pinned_memory();
+  if (!staging_) staging_ = std::make_unique<HostRawMemory>();
+  return *staging_;
+}
+
+void Device::set_tracer(Tracer* tracer) {
+  tracer_ = tracer;
+  stream_.set_tracer(tracer, index_);
+  if (copy_stream_) copy_stream_->set_tracer(tracer, kCopyTraceTrack + index_);
+}
 
 DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
   if (options.threads_per_device < 1 || options.threads_per_device > 256)
@@ -105,7 +129,7 @@ std::vector<int64_t> DeviceSet::link_bytes() const {
 }
 
 void DeviceSet::set_tracer(Tracer* tracer) {
-  for (auto& d : devices_) d->stream().set_tracer(tracer, d->index());
+  for (auto& d : devices_) d->set_tracer(tracer);
 }
 
 void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, const CudaDevices& found) {
@@ -139,10 +163,13 @@ void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, 
 void DeviceSet::synchronize() {
   std::exception_ptr first;
   for (auto& d : devices_) {
-    try {
-      d->stream().synchronize();
-    } catch (...) {
-      if (!first) first = std::current_exception();
+    for (Stream* s : {&d->stream(), d->copy_stream_if_made()}) {
+      if (!s) continue;
+      try {
+        s->synchronize();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     }
   }
   if (first) std::rethrow_exception(first);

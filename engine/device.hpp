@@ -50,6 +50,20 @@ class Device {
   // Where this device's kernels run (kernels/ops take it first).
   const Exec& exec() const { return exec_; }
 
+  // A second stream for host -> device copies ahead of the work that needs them (uploading the
+  // next batch while a step runs), so they do not queue behind the compute stream: on a GPU its
+  // own CUDA stream, on a host device its own worker thread. Made on first use, by the host
+  // thread; its copies run through copy_exec().
+  Stream& copy_stream();
+  Stream* copy_stream_if_made() { return copy_stream_.get(); }
+  const Exec& copy_exec() const { return copy_exec_; }
+  // Host memory to stage uploads in: page-locked on a GPU (so a copy from it is a DMA that runs
+  // beside kernels, not a synchronous staged memcpy), plain host memory on a host device.
+  RawMemory& staging_memory();
+  // Trace this device's streams (the copy stream on track kCopyTraceTrack + index); null stops.
+  void set_tracer(Tracer* tracer);
+  static constexpr int kCopyTraceTrack = 2000;
+
   // Bytes copied into this device from each device (index = source), counted when enqueued.
   void count_received(int from, int64_t bytes) { received_[static_cast<size_t>(from)] += bytes; }
   int64_t received_from(int from) const { return received_[static_cast<size_t>(from)].load(); }
@@ -63,8 +77,13 @@ class Device {
   std::unique_ptr<RawMemory> raw_;
   CachingAllocator allocator_;
   ThreadPool pool_;
+  ThreadPool copy_pool_{1};  // the copy stream's (inline: a copy is one memcpy or one cudaMemcpyAsync)
   Exec exec_;
+  Exec copy_exec_;
+  std::unique_ptr<RawMemory> staging_;  // host devices: made with the copy stream
+  Tracer* tracer_ = nullptr;
   Stream stream_;  // last: its worker must stop before the rest goes away
+  std::unique_ptr<Stream> copy_stream_;
 };
 
 class DeviceSet {
@@ -73,7 +92,7 @@ class DeviceSet {
   int size() const { return static_cast<int>(devices_.size()); }
   Device& operator[](int i) { return *devices_.at(static_cast<size_t>(i)); }
   const std::string& description() const { return description_; }
-  // Wait for every device's stream; rethrow the first error.
+  // Wait for every device's streams (compute and copy); rethrow the first error.
   void synchronize();
   // Bytes moved between devices so far, [src * size() + dst].
   std::vector<int64_t> link_bytes() const;

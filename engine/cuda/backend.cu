@@ -44,6 +44,36 @@ class CudaMemory final : public RawMemory {
   bool reported_ = false;
 };
 
+// Page-locked host memory for staging uploads: a copy from it is asynchronous DMA (from pageable
+// memory the driver stages it synchronously). Portable: any GPU's stream may read it.
+class PinnedMemory final : public RawMemory {
+ public:
+  explicit PinnedMemory(int gpu) : gpu_(gpu) {}
+  void* allocate(size_t bytes) override {
+    DP_CUDA_CHECK(cudaSetDevice(gpu_));
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    DP_CUDA_CHECK(e);
+    return p;
+  }
+  void release(void* ptr, size_t) noexcept override {
+    const cudaError_t e = cudaFreeHost(ptr);
+    if (e != cudaSuccess && !reported_) {
+      reported_ = true;
+      std::fprintf(stderr, "warning: cudaFreeHost failed (%s); pinned host memory may not be returned\n",
+                   cudaGetErrorString(e));
+    }
+  }
+
+ private:
+  int gpu_;
+  bool reported_ = false;
+};
+
 // Events are recycled (a step records dozens: one per cross-device copy, per phase end, per read
 // of another device's memory): a released event goes back to its queue's pool, not to the driver.
 // The pool is shared with every event it handed out, so an event may outlive its queue.
@@ -91,16 +121,28 @@ class CudaQueue final : public DeviceQueue {
 
 class CudaParts final : public CudaDeviceParts {
  public:
-  CudaParts(int gpu, bool tf32) : context_(gpu, tf32), memory_(gpu), queue_(context_) {}
+  CudaParts(int gpu, bool tf32)
+      : context_(gpu, tf32),
+        memory_(gpu),
+        queue_(context_),
+        copy_context_(gpu, false, cuda::Context::Kind::CopyOnly),
+        copy_queue_(copy_context_),
+        pinned_(gpu) {}
   int gpu() const override { return context_.gpu(); }
   RawMemory& memory() override { return memory_; }
   DeviceQueue& queue() override { return queue_; }
   cuda::Context& context() override { return context_; }
+  cuda::Context& copy_context() override { return copy_context_; }
+  DeviceQueue& copy_queue() override { return copy_queue_; }
+  RawMemory& pinned_memory() override { return pinned_; }
 
  private:
   cuda::Context context_;
   CudaMemory memory_;
   CudaQueue queue_;
+  cuda::Context copy_context_;
+  CudaQueue copy_queue_;
+  PinnedMemory pinned_;
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // What a CUDA logical device is made of, behind the engine's Device: its GPU context (stream,
 // cuBLAS and cuDNN handles), cudaMalloc-backed memory for its caching allocator, the stream's
-// device queue (CUDA events for cross-device ordering). Several logical devices
+// device queue (CUDA events for cross-device ordering), and a copy stream with pinned host memory
+// for uploads ahead of the step. Several logical devices
 // may share one GPU (cuda:0x4): each has its own context, stream and accounting.
 #pragma once
 #include <memory>
@@ -19,6 +20,11 @@ class CudaDeviceParts {
   virtual RawMemory& memory() = 0;
   virtual DeviceQueue& queue() = 0;
   virtual cuda::Context& context() = 0;
+  // The copy stream's: a second CUDA stream on the same GPU (no library handles) and its queue.
+  virtual cuda::Context& copy_context() = 0;
+  virtual DeviceQueue& copy_queue() = 0;
+  // Page-locked host memory (cudaHostAlloc, portable to every GPU) to stage uploads in.
+  virtual RawMemory& pinned_memory() = 0;
 };
 
 // Throws RuntimeError in builds without CUDA, or when the GPU cannot be set up.

@@ -4,10 +4,11 @@
 namespace dp::cuda {
 
 // A failure part-way leaves handles_ holding what was created; its destructor releases them.
-Context::Context(int gpu, bool allow_tf32) : gpu_(gpu), handles_(std::make_unique<Handles>()) {
+Context::Context(int gpu, bool allow_tf32, Kind kind) : gpu_(gpu), handles_(std::make_unique<Handles>()) {
   DP_CUDA_CHECK(cudaSetDevice(gpu));
   handles_->gpu = gpu;
   DP_CUDA_CHECK(cudaStreamCreateWithFlags(&handles_->stream, cudaStreamNonBlocking));
+  if (kind == Kind::CopyOnly) return;
   DP_CUDA_CHECK(cublasCreate(&handles_->cublas));
   DP_CUDA_CHECK(cublasSetStream(handles_->cublas, handles_->stream));
   // float32 by default; TF32 tensor cores only when asked for.

@@ -9,7 +9,10 @@ namespace dp::cuda {
 
 class Context {
  public:
-  explicit Context(int gpu, bool allow_tf32 = false);
+  // Compute: stream, cuBLAS and cuDNN handles. CopyOnly: the stream alone (a copy stream's context:
+  // memory movement only, no kernels).
+  enum class Kind { Compute, CopyOnly };
+  explicit Context(int gpu, bool allow_tf32 = false, Kind kind = Kind::Compute);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

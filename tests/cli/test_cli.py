@@ -139,6 +139,20 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--host-sync step: phase times from events", all(
         len(r["phase_ms"]) == 9 and all(v >= 0 for v in r["phase_ms"].values()) and r["phase_ms"]["forward"] > 0
         for r in runs["step"]), runs["step"])
+    # Uploading the next batch while a step runs: the same training, across an epoch's end with
+    # its evaluation, under either sync mode.
+    expect("bad upload ahead", small + ["--upload-ahead", "sometimes"], 2, "--upload-ahead 'sometimes'")
+    for sync in ("reduce", "allreduce"):
+        outs = {}
+        for ahead in ("off", "on"):
+            path = os.path.join(tmp, f"ahead_{sync}_{ahead}.jsonl")
+            rc, out, err = run(["train", "--data", good, "--devices", "host:2", "--batch", "16", "--model", "mlp",
+                                "--epochs", "2", "--eval", "--sync", sync, "--upload-ahead", ahead, "--metrics", path])
+            check(f"--upload-ahead {ahead} --sync {sync} runs", rc == 0, err + out)
+            outs[ahead] = [json.loads(line) for line in open(path)] if rc == 0 else []
+        check(f"--upload-ahead on = off ({sync}): losses and test accuracy",
+              [(r.get("loss"), r.get("test_accuracy")) for r in outs["on"]] ==
+              [(r.get("loss"), r.get("test_accuracy")) for r in outs["off"]] and len(outs["on"]) > 2, outs)
 
     # Runtime errors: exit 1, and the existing --save file is untouched.
     def keeps_save(name, args, code, needle):

@@ -207,3 +207,33 @@ TEST_CASE("mixed precision on cuda:0x4 matches host:4 within 16-bit rounding (bf
       CHECK(worst <= 2 * unit);
     }
 }
+
+TEST_CASE("uploading ahead on cuda:0x2 (copy stream, pinned staging) gives the same steps as loading in the step") {
+  const ModelDef& model = find_model("convnet");
+  const int64_t batch = 64;
+  std::vector<std::shared_ptr<const std::pair<std::vector<float>, std::vector<int32_t>>>> batches;
+  for (int s = 0; s < 5; ++s) {
+    std::vector<int32_t> y(static_cast<size_t>(batch));
+    for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 3 + s) % 10);
+    batches.push_back(std::make_shared<const std::pair<std::vector<float>, std::vector<int32_t>>>(
+        test::random_vector(static_cast<size_t>(batch * numel(model.input_shape)), 300 + s), std::move(y)));
+  }
+  auto run = [&](bool ahead, int64_t& taken) {
+    auto devs = devices("cuda:0x2");
+    DataParallel dp(devs, model, parse_split("even", 2, batch), SgdConfig{0.01f, 0.9f}, 5);
+    std::vector<double> losses;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      if (ahead && k + 1 < batches.size())
+        dp.upload_ahead(batches[k + 1]->first.data(), batches[k + 1]->second.data(), batch, batches[k + 1]);
+      losses.push_back(dp.step(batches[k]->first.data(), batches[k]->second.data(), batch).loss);
+    }
+    taken = dp.uploads_ahead().taken_count();
+    auto params = dp.parameters();
+    params.insert(params.end(), losses.begin(), losses.end());
+    return params;
+  };
+  int64_t taken_plain = 0, taken_ahead = 0;
+  const auto plain = run(false, taken_plain), ahead = run(true, taken_ahead);
+  CHECK(taken_ahead == 4);
+  CHECK(plain == ahead);  // the same kernels on the same bytes
+}

@@ -146,4 +146,11 @@ StepResult step_on(DataParallel& dp, const Batch& batch) {
   return dp.step(batch.images.data(), batch.labels.data(), batch.size);
 }
 
+void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch) {
+  if (!batch->tokens.empty())
+    dp.upload_ahead(batch->tokens.data(), batch->labels.data(), batch->size, batch);
+  else
+    dp.upload_ahead(batch->images.data(), batch->labels.data(), batch->size, batch);
+}
+
 }  // namespace dp::cli

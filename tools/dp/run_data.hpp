@@ -43,5 +43,7 @@ RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_tr
 
 // One DataParallel step on a batch of either kind.
 StepResult step_on(DataParallel& dp, const Batch& batch);
+// Have the next step upload `batch` ahead (DataParallel::upload_ahead), which it keeps alive.
+void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch);
 
 }  // namespace dp::cli

@@ -42,6 +42,7 @@ struct TrainOptions : RunOptions {
   int64_t warmup_steps = 0;
   double min_lr = 0, clip_grad_norm = 0;
   std::string host_sync = "step";  // or phase: the host waits after every phase
+  std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
@@ -149,6 +150,8 @@ int run_train(const TrainOptions& given) {
   if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
     throw UsageError("--clip-grad-norm must be a finite number >= 0 (0: off)");
   const HostSync host_sync = parse_host_sync(o.host_sync);
+  if (o.upload_ahead != "auto" && o.upload_ahead != "on" && o.upload_ahead != "off")
+    throw UsageError("--upload-ahead '" + o.upload_ahead + "': expected auto, on or off");
   parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
   if (o.checkpoint_every <= 0) throw UsageError("--checkpoint-every must be > 0");
   if (o.keep_checkpoints < 1) throw UsageError("--keep-checkpoints must be >= 1");
@@ -169,6 +172,9 @@ int run_train(const TrainOptions& given) {
   dp.set_process_group(group);
   dp.set_clip_grad_norm(o.clip_grad_norm);
   dp.set_host_sync(host_sync);
+  // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;
+  // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory.
+  const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda());
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);
     if (!s.stripped_prefix.empty())
@@ -285,8 +291,14 @@ int run_train(const TrainOptions& given) {
   };
 
   int interrupted = 0;
-  while (auto batch = loader.next()) {
+  auto fetch = [&]() -> std::shared_ptr<const Batch> {
+    auto b = loader.next();
+    return b ? std::make_shared<const Batch>(std::move(*b)) : nullptr;
+  };
+  for (std::shared_ptr<const Batch> batch = fetch(), next; batch; batch = std::move(next)) {
     if ((interrupted = pending_interrupt())) break;
+    next = fetch();  // a batch ahead: uploaded while this step runs (--upload-ahead)
+    if (ahead && next) upload_ahead(dp, next);
     if (batch->epoch != current_epoch) {
       if (current_epoch) end_epoch(current_epoch);
       current_epoch = batch->epoch;
@@ -323,6 +335,7 @@ int run_train(const TrainOptions& given) {
     progress.update(step, batch->epoch, r.loss, static_cast<double>(samples) / train_seconds);
     if (step % o.checkpoint_every == 0) save_checkpoint();
   }
+  dp.cancel_upload_ahead();  // interrupted: the batch uploaded ahead is not trained on
   if (!interrupted) interrupted = pending_interrupt();
   if (interrupted) {
     progress.finish();
@@ -395,6 +408,10 @@ Run add_train_command(CLI::App& app) {
                   "step: enqueue the whole step, the host waits once at its end (phase times from stream events); "
                   "phase: wait after every phase, as DataParallel joins its threads (CUDA devices wait per phase "
                   "for now)")
+      ->capture_default_str();
+  cmd->add_option("--upload-ahead", o->upload_ahead,
+                  "upload the next batch while a step runs (a copy stream, pinned staging memory on GPUs; one "
+                  "more batch on device 0): auto (on for CUDA devices), on, off")
       ->capture_default_str();
   cmd->add_option("--clip-grad-norm", o->clip_grad_norm, "scale gradients to this global L2 norm at most (0: off)")
       ->capture_default_str();

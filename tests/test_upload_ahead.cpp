@@ -1,0 +1,258 @@
+// Uploading the next batch while a step runs (DataParallel::upload_ahead): the same steps bit for
+// bit as loading each batch in its own step (every sync mode, waiting per phase or per step,
+// images and tokens, mixed precision, a split that changes), the copies on the devices' copy
+// streams and not in the load phase, the batch held on the device meanwhile, a batch other than
+// the one uploaded ahead loaded by the step itself, and a capacity that has no room for it.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "engine/data_parallel.hpp"
+#include "engine/trace.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+
+struct Setup {
+  std::string model = "mlp";
+  int devices = 3;
+  std::string split = "chunks:2,9,5";
+  int64_t batch = 16;
+  LossMode loss = LossMode::Gathered;
+  SyncOptions sync;
+  HostSync host_sync = HostSync::PerStep;
+  Precision precision = Precision::FP32;
+  std::vector<int64_t> capacity;
+};
+
+ModelDef model_of(const std::string& name) {
+  return name == "gpt" ? gpt_model({64, 16, 2, 2, 32}) : find_model(name);
+}
+
+// One batch as the trainer holds it: shared, so an upload ahead can keep it alive.
+struct HostBatch {
+  std::vector<float> images;
+  std::vector<int32_t> tokens, labels;
+  int64_t size = 0;
+};
+
+std::vector<std::shared_ptr<const HostBatch>> make_batches(const ModelDef& model, int64_t batch, int count,
+                                                            uint64_t seed) {
+  std::vector<std::shared_ptr<const HostBatch>> out;
+  const int64_t per_sample = numel(model.input_shape), targets = batch * model.targets_per_sample();
+  for (int s = 0; s < count; ++s) {
+    auto b = std::make_shared<HostBatch>();
+    b->size = batch;
+    for (int64_t i = 0; i < targets; ++i) b->labels.push_back(static_cast<int32_t>((i * 7 + s + seed) % model.classes));
+    if (model.language_model())
+      for (int64_t i = 0; i < batch * per_sample; ++i)
+        b->tokens.push_back(static_cast<int32_t>((i * 13 + s + seed) % model.classes));
+    else
+      b->images = random_vector(static_cast<size_t>(batch * per_sample), 100 + s + seed);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+StepResult step_on(DataParallel& dp, const HostBatch& b) {
+  return b.tokens.empty() ? dp.step(b.images.data(), b.labels.data(), b.size)
+                          : dp.step(b.tokens.data(), b.labels.data(), b.size);
+}
+void upload_ahead(DataParallel& dp, const std::shared_ptr<const HostBatch>& b) {
+  if (b->tokens.empty())
+    dp.upload_ahead(b->images.data(), b->labels.data(), b->size, b);
+  else
+    dp.upload_ahead(b->tokens.data(), b->labels.data(), b->size, b);
+}
+
+struct Run {
+  std::vector<StepResult> results;
+  std::vector<float> params, buffers;
+  int64_t staged = 0, taken = 0;
+  int64_t inputs_peak = 0;  // device 0's peak bytes of batch inputs
+};
+
+// Steps over `batches` in order; with `ahead`, each step uploads the next batch while it runs.
+Run run(const Setup& c, const std::vector<std::shared_ptr<const HostBatch>>& batches, bool ahead,
+        Tracer* tracer = nullptr) {
+  const ModelDef model = model_of(c.model);
+  auto devs = host_devices(c.devices, c.capacity);
+  PrecisionOptions p;
+  p.precision = c.precision;
+  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), SgdConfig{0.05f, 0.9f}, 7, c.loss, c.sync, p);
+  dp.set_host_sync(c.host_sync);
+  dp.set_tracer(tracer);
+  Run out;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    if (ahead && k + 1 < batches.size()) upload_ahead(dp, batches[k + 1]);
+    out.results.push_back(step_on(dp, *batches[k]));
+  }
+  dp.set_tracer(nullptr);
+  out.params = dp.parameters();
+  out.buffers = dp.buffers();
+  out.staged = dp.uploads_ahead().staged_count();
+  out.taken = dp.uploads_ahead().taken_count();
+  out.inputs_peak = devs[0].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Inputs)];
+  return out;
+}
+
+void check_same(const Run& a, const Run& b) {
+  REQUIRE(a.results.size() == b.results.size());
+  for (size_t k = 0; k < a.results.size(); ++k) {
+    CHECK(a.results[k].loss == b.results[k].loss);
+    CHECK(a.results[k].correct == b.results[k].correct);
+    CHECK(a.results[k].chunks == b.results[k].chunks);
+    CHECK(a.results[k].upload_bytes == b.results[k].upload_bytes);
+  }
+  CHECK(a.params == b.params);
+  CHECK(a.buffers == b.buffers);
+}
+
+}  // namespace
+
+TEST_CASE("uploading the next batch ahead gives the same steps bit for bit") {
+  std::vector<Setup> cases;
+  for (HostSync sync : {HostSync::PerStep, HostSync::PerPhase})
+    for (const char* model : {"mlp", "convnet", "gpt"}) {
+      Setup c;
+      c.model = model;
+      c.host_sync = sync;
+      if (std::string(model) == "gpt") c.batch = 6, c.split = "chunks:1,3,2";
+      cases.push_back(c);
+    }
+  Setup in_replica;
+  in_replica.model = "convnet", in_replica.loss = LossMode::InReplica;
+  cases.push_back(in_replica);
+  Setup bf16;
+  bf16.model = "convnet", bf16.precision = Precision::BF16;
+  cases.push_back(bf16);
+  for (bool sync_bn : {false, true}) {  // each device's chunk uploaded ahead onto that device
+    Setup c;
+    c.model = "convnet", c.loss = LossMode::InReplica, c.sync.mode = SyncMode::AllReduce, c.sync.sync_bn = sync_bn;
+    cases.push_back(c);
+  }
+  Setup idle0;  // device 0 has no chunk but still receives the whole batch (DataParallel)
+  idle0.split = "gpu0:0";
+  cases.push_back(idle0);
+  for (const Setup& c : cases) {
+    CAPTURE(c.model);
+    CAPTURE(static_cast<int>(c.sync.mode));
+    CAPTURE(static_cast<int>(c.host_sync));
+    const auto batches = make_batches(model_of(c.model), c.batch, 5, 1);
+    const Run plain = run(c, batches, false), ahead = run(c, batches, true);
+    check_same(plain, ahead);
+    CHECK(plain.staged == 0);
+    CHECK(ahead.staged == 4);
+    CHECK(ahead.taken == 4);  // every step after the first found its batch on the device(s)
+  }
+}
+
+TEST_CASE("uploading ahead under a split that changes: chunks staged for the old split are loaded again") {
+  // --split auto moves samples between devices after it has timed them; under --sync allreduce
+  // the chunks were uploaded ahead for the split in force, so a changed split drops them.
+  Setup c;
+  c.sync.mode = SyncMode::AllReduce, c.loss = LossMode::InReplica, c.split = "auto";
+  c.batch = 48;
+  const auto batches = make_batches(model_of(c.model), c.batch, 8, 2);
+  const ModelDef model = model_of(c.model);
+  auto run_auto = [&](bool ahead) {
+    auto devs = host_devices(3);
+    devs[2].stream().set_speed(0.3);  // a slow device: the split moves away from it
+    DataParallel dp(devs, model, parse_split("auto", 3, c.batch), SgdConfig{0.05f, 0.9f}, 7, c.loss, c.sync);
+    dp.set_host_sync(HostSync::PerStep);
+    std::vector<std::vector<int64_t>> chunks;
+    std::vector<float> params_after;
+    for (size_t k = 0; k < batches.size(); ++k) {
+      if (ahead && k + 1 < batches.size()) upload_ahead(dp, batches[k + 1]);
+      chunks.push_back(step_on(dp, *batches[k]).chunks);
+    }
+    return std::make_tuple(chunks, dp.uploads_ahead().taken_count(), dp.uploads_ahead().staged_count());
+  };
+  const auto [chunks, taken, staged] = run_auto(true);
+  int changes = 0;
+  for (size_t k = 1; k < chunks.size(); ++k) changes += chunks[k] != chunks[k - 1] ? 1 : 0;
+  REQUIRE(changes > 0);  // the split did change
+  CHECK(staged == 7);
+  CHECK(taken == 7 - changes);  // a batch staged for the old chunks is loaded again
+}
+
+TEST_CASE("a step given another batch than the one uploaded ahead loads its own") {
+  Setup c;
+  const ModelDef model = model_of(c.model);
+  const auto batches = make_batches(model, c.batch, 3, 3);  // A, B, C
+  auto devs = host_devices(c.devices);
+  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), SgdConfig{0.05f, 0.9f}, 7);
+  dp.set_host_sync(HostSync::PerStep);
+  upload_ahead(dp, batches[1]);  // B ahead of A ...
+  const StepResult a = step_on(dp, *batches[0]);
+  CHECK(dp.uploads_ahead().staged());
+  const StepResult other = step_on(dp, *batches[2]);  // ... but C comes next
+  CHECK_FALSE(dp.uploads_ahead().staged());
+  CHECK(dp.uploads_ahead().taken_count() == 0);
+  CHECK(batches[1].use_count() == 1);  // the dropped upload let go of B
+
+  const Run plain = run(c, {batches[0], batches[2]}, false);
+  CHECK(a.loss == plain.results[0].loss);
+  CHECK(other.loss == plain.results[1].loss);
+  CHECK(dp.parameters() == plain.params);
+
+  // Cancelled: forgotten, and its batch released.
+  upload_ahead(dp, batches[1]);
+  step_on(dp, *batches[0]);
+  CHECK(dp.uploads_ahead().staged());
+  dp.cancel_upload_ahead();
+  CHECK_FALSE(dp.uploads_ahead().staged());
+  CHECK(batches[1].use_count() == 1);
+}
+
+TEST_CASE("the batch uploaded ahead goes over the copy stream, and sits on device 0 during the step") {
+  Setup c;
+  c.devices = 2, c.split = "even";
+  const auto batches = make_batches(model_of(c.model), c.batch, 4, 4);
+  Tracer plain_trace, ahead_trace;
+  const Run plain = run(c, batches, false, &plain_trace), ahead = run(c, batches, true, &ahead_trace);
+  auto count = [](const Tracer& t, int track, const std::string& prefix) {
+    int n = 0;
+    const nlohmann::json trace = nlohmann::json::parse(t.to_json());
+    for (const auto& e : trace["traceEvents"])
+      if (e.value("ph", "") == "X" && e.value("tid", -100) == track + 1 &&  // tracks numbered from 1
+          e["name"].get<std::string>().rfind(prefix, 0) == 0)
+        ++n;
+    return n;
+  };
+  CHECK(count(plain_trace, 0, "load host") == 8);  // inputs and labels, every step
+  CHECK(count(plain_trace, Device::kCopyTraceTrack, "upload ahead") == 0);
+  CHECK(count(ahead_trace, 0, "load host") == 2);  // the first step only
+  CHECK(count(ahead_trace, Device::kCopyTraceTrack, "upload ahead") == 6);
+  // The next batch's inputs and labels sit on device 0 beside the current ones.
+  const int64_t batch_bytes = allocator_bytes(c.batch * numel(model_of(c.model).input_shape) * 4) +
+                              allocator_bytes(c.batch * 4);
+  CHECK(plain.inputs_peak == batch_bytes);
+  CHECK(ahead.inputs_peak == 2 * batch_bytes);
+}
+
+TEST_CASE("a device with no room for the next batch beside the step's peak does not upload ahead") {
+  Setup c;
+  c.devices = 2, c.split = "even";
+  const auto batches = make_batches(model_of(c.model), c.batch, 5, 5);
+  const Run unbounded = run(c, batches, false);
+  auto devs = host_devices(2);
+  const ModelDef model = model_of(c.model);  // DataParallel keeps a reference
+  {
+    DataParallel dp(devs, model, parse_split(c.split, 2, c.batch), SgdConfig{0.05f, 0.9f}, 7);
+    for (const auto& b : batches) step_on(dp, *b);
+  }
+  const int64_t peak = devs[0].allocator().stats().peak;
+  for (const auto& [capacity, expect_taken] : {std::pair<int64_t, int64_t>{peak + 1024, 0}, {peak * 2, 2}}) {
+    c.capacity = {capacity};
+    CAPTURE(capacity);
+    const Run ahead = run(c, batches, true);  // never out of memory
+    check_same(unbounded, ahead);
+    // With room: from the third step on (the first two show the peak), each step finds its batch.
+    CHECK(ahead.taken == expect_taken);
+  }
+}
