@@ -5,10 +5,12 @@
 // the one uploaded ahead loaded by the step itself, and a capacity that has no room for it.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
 #include "engine/trace.hpp"
 #include "helpers.hpp"
 
@@ -254,5 +256,31 @@ TEST_CASE("a device with no room for the next batch beside the step's peak does 
     check_same(unbounded, ahead);
     // With room: from the third step on (the first two show the peak), each step finds its batch.
     CHECK(ahead.taken == expect_taken);
+  }
+}
+
+TEST_CASE("a copy uploaded ahead that failed is reported as the cause of the step that needed it") {
+  for (HostSync sync : {HostSync::PerPhase, HostSync::PerStep}) {
+    CAPTURE(static_cast<int>(sync));
+    const ModelDef& model = find_model("mlp");
+    const auto batches = make_batches(model, 8, 3, 6);
+    auto devs = host_devices(2);
+    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{}, 1);
+    dp.set_host_sync(sync);
+    // A transfer that fails on device 0's copy stream: the upload ahead queued behind it is skipped.
+    devs[0].copy_stream().enqueue([] { throw RuntimeError("injected copy failure"); });
+    upload_ahead(dp, batches[1]);
+    step_on(dp, *batches[0]);  // loads its own batch; stages the next behind the failure
+    try {
+      step_on(dp, *batches[1]);
+      FAIL("the step whose batch never arrived did not fail");
+    } catch (const ReplicaError& e) {
+      CHECK(std::string(e.what()).find("injected copy failure") != std::string::npos);  // the cause, not UpstreamError
+      CHECK(e.device == 0);
+    }
+    if (sync == HostSync::PerPhase)  // it failed in its load phase: nothing was updated, the engine goes on
+      CHECK(std::isfinite(step_on(dp, *batches[2]).loss));
+    else  // the whole step was enqueued, its update included: refused from here on
+      CHECK_THROWS_AS(step_on(dp, *batches[2]), RuntimeError);
   }
 }
