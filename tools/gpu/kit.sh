@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Packs what a build needs from Debian's packages and the GPU machine's image lacks (it has CUDA,
+# CMake, ninja and g++, but no apt and no network): the header-only libraries (nlohmann-json,
+# CLI11, doctest) with their CMake configs, zlib, and OpenBLAS with its Fortran runtime, into
+# .gpu-kit/kit.tar.xz (ignored by git; about 10 MB). Run it here, then carry .gpu-kit with the
+# device tool and build there with tools/gpu/build.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage"/include "$stage"/lib "$stage"/lib/cmake "$stage"/share/cmake
+cp -r /usr/include/nlohmann /usr/include/CLI /usr/include/doctest "$stage"/include/
+cp /usr/include/zlib.h /usr/include/zconf.h "$stage"/include/
+cp /usr/include/x86_64-linux-gnu/openblas-pthread/{cblas.h,openblas_config.h} "$stage"/include/
+# Each config finds its prefix three folders up, as it did under /usr.
+cp -r /usr/lib/cmake/doctest "$stage"/lib/cmake/
+cp -r /usr/share/cmake/CLI11 /usr/share/cmake/nlohmann_json "$stage"/share/cmake/
+lib=/usr/lib/x86_64-linux-gnu
+cp -L "$lib"/openblas-pthread/libopenblas.so.0 "$lib"/libgfortran.so.5 "$lib"/libquadmath.so.0 "$stage"/lib/
+cp -L "$lib"/libz.so.1 "$stage"/lib/
+ln -s libopenblas.so.0 "$stage"/lib/libopenblas.so
+ln -s libz.so.1 "$stage"/lib/libz.so
+mkdir -p .gpu-kit
+tar -C "$stage" -cJf .gpu-kit/kit.tar.xz .
+ls -la .gpu-kit/kit.tar.xz
