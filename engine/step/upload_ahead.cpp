@@ -15,11 +15,11 @@ UploadAhead::Slot::~Slot() {
 UploadAhead::~UploadAhead() { wait_for_copies(); }
 
 UploadAhead::Slot& UploadAhead::slot(Device& device, int index) {
-  for (size_t i = 0; i < slots_.size(); ++i)
-    if (slot_keys_[i] == std::make_pair(&device, index)) return *slots_[i];
+  for (auto& s : slots_)
+    if (s->device == &device && s->index == index) return *s;
   slots_.push_back(std::make_unique<Slot>());
   slots_.back()->device = &device;
-  slot_keys_.emplace_back(&device, index);
+  slots_.back()->index = index;
   return *slots_.back();
 }
 
@@ -86,10 +86,10 @@ void UploadAhead::drop() {
 }
 
 void UploadAhead::wait_for_copies() {
-  for (auto& [dev, index] : slot_keys_) {  // every copy stream this has used (slot 0: once each)
-    if (index != 0) continue;
+  for (auto& s : slots_) {  // every copy stream this has used (slot 0: once each)
+    if (s->index != 0) continue;
     try {
-      dev->copy_stream().synchronize();  // also clears a failed copy's error: the stream stays usable
+      s->device->copy_stream().synchronize();  // also clears a failed copy's error: the stream stays usable
     } catch (...) {
     }
   }

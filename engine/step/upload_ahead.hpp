@@ -58,6 +58,7 @@ class UploadAhead {
   // only one that touches it while it exists.
   struct Slot {
     Device* device = nullptr;
+    int index = 0;  // the piece's position among its device's pieces
     void* ptr = nullptr;
     size_t size = 0;
     ~Slot();
@@ -69,7 +70,6 @@ class UploadAhead {
   std::vector<Piece> pieces_;
   std::vector<std::pair<Device*, Event>> copied_;  // per device with pieces: after its copies
   std::vector<std::unique_ptr<Slot>> slots_;
-  std::vector<std::pair<Device*, int>> slot_keys_;  // parallel to slots_
   int64_t staged_count_ = 0, taken_count_ = 0;
 };
 
