@@ -1,0 +1,168 @@
+"""dp on a GPU against PyTorch eager on the same GPU, in one invocation (issue targets: GPU
+verification's first figures; GPU speed; mixed precision's bf16 speed). Prints Markdown for
+tools/bench/RESULTS.md, one table per question; a run that fails prints its error in its row and
+the others go on.
+
+  1. dp --devices cuda:0 vs PyTorch eager (tools/bench/torch_speed.py), same model, batch, SGD,
+     TF32 off on both: mlp and convnet at batch 128 and 1024, resnet18 at 256.
+     Targets: >= 1.5x at 128, >= 1.1x at 1024, >= 1.0x for resnet18.
+  2. DataParallel's overhead: cuda:0x4 against cuda:0x1 at the same global batch of 1024
+     (target >= 0.85x), the faithful step and --sync allreduce.
+  3. bf16 against fp32 for resnet18 at batch 256 on cuda:0, dp and PyTorch autocast (expect >= 2x).
+  4. broadcast_coalesced and reduce_add_coalesced of 64 MiB on cuda:0x4 against one device-to-device
+     copy (build/comm_bandwidth; target >= 0.8x).
+
+Samples/s: dp's from its metrics over the steps after the warm-up; PyTorch's from its own timer
+around the same number of steps; the median of --repeats runs, dp and PyTorch interleaved.
+
+usage (on the GPU machine, after tools/gpu/build.sh):
+  python3 tools/bench/bench_gpu.py --dp build-gpu/dp [--repeats 3] [--only 1,3]
+A check of the plumbing on a CPU (tiny steps, host devices, PyTorch on the CPU):
+  /usr/bin/python3 tools/bench/bench_gpu.py --dp build/dp --gpu host:1 --multi host:4 \
+      --torch-device cpu --steps 4 --warmup 1 --repeats 1 --only 1,2,4 --models mlp,convnet
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class RunFailed(Exception):
+    pass
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        lines = (p.stderr or p.stdout).strip().splitlines() or ["(no output)"]
+        raise RunFailed(f"exit {p.returncode}: {lines[-1][:200]}")
+    return p.stdout
+
+
+def dp_speed(a, env, model, devices, batch, extra=()):
+    steps = a.warmup + a.steps
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
+        run([a.dp, "train", "--model", model, "--devices", devices, "--batch", str(batch), "--steps", str(steps),
+             "--generated-size", str(batch * steps), "--metrics", m.name, *extra], env)
+        rows = [json.loads(l) for l in open(m.name) if '"step"' in l][a.warmup:]
+    if not rows:
+        raise RunFailed("no timed steps in the metrics")
+    seconds = sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
+    return sum(sum(r["chunks"]) for r in rows) / seconds
+
+
+def torch_speed(a, env, model, batch, precision="fp32"):
+    out = run([sys.executable, os.path.join(HERE, "torch_speed.py"), "--model", model, "--batch", str(batch),
+               "--device", a.torch_device, "--steps", str(a.steps), "--warmup", str(a.warmup),
+               "--precision", precision], env)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def median_of(a, fn):
+    """The median over --repeats calls, or the failure's text."""
+    try:
+        return statistics.median(fn() for _ in range(a.repeats))
+    except RunFailed as e:
+        return str(e)
+
+
+def cell(v):
+    return f"{v:.0f}" if isinstance(v, float) else "not run" if v is None else f"fails: {v}"
+
+
+def ratio(x, y):
+    return f"{x / y:.2f}x" if isinstance(x, float) and isinstance(y, float) else "-"
+
+
+def vs_pytorch(a, env):
+    print("### 1. dp on one device against PyTorch eager (TF32 off on both)\n")
+    print(f"| model | batch | dp {a.gpu} samples/s | PyTorch samples/s | dp / PyTorch | target |")
+    print("|---|---|---|---|---|---|")
+    for model, batch, target in (("mlp", 128, 1.5), ("mlp", 1024, 1.1), ("convnet", 128, 1.5),
+                                 ("convnet", 1024, 1.1), ("resnet18", 256, 1.0)):
+        if model not in a.models:
+            continue
+        ours, theirs = [], []
+        try:
+            for _ in range(a.repeats):  # interleaved, so a drift of the machine hits both sides
+                ours.append(dp_speed(a, env, model, a.gpu, batch))
+                theirs.append(torch_speed(a, env, model, batch)["samples_per_s"])
+        except RunFailed as e:
+            (theirs if len(ours) > len(theirs) else ours).append(str(e))
+        ours, theirs = (statistics.median(v) if v and all(isinstance(x, float) for x in v) else (v[-1] if v else None)
+                        for v in (ours, theirs))
+        print(f"| {model} | {batch} | {cell(ours)} | {cell(theirs)} | {ratio(ours, theirs)} | >= {target}x |",
+              flush=True)
+
+
+def dataparallel_overhead(a, env):
+    one = a.gpu.split(":")[0] + ":0x1" if a.gpu.startswith("cuda") else "host:1"
+    print(f"\n### 2. DataParallel's overhead: {a.multi} against {one}, global batch 1024 (target >= 0.85x)\n")
+    print(f"| model | step | {one} samples/s | {a.multi} samples/s | ratio |")
+    print("|---|---|---|---|---|")
+    for model in [m for m in ("mlp", "convnet") if m in a.models]:
+        for label, extra in (("faithful (--sync reduce)", ()), ("--sync allreduce", ("--sync", "allreduce"))):
+            single = median_of(a, lambda: dp_speed(a, env, model, one, 1024, extra))
+            multi = median_of(a, lambda: dp_speed(a, env, model, a.multi, 1024, extra))
+            print(f"| {model} | {label} | {cell(single)} | {cell(multi)} | {ratio(multi, single)} |", flush=True)
+
+
+def precision(a, env):
+    print(f"\n### 3. bf16 against fp32: resnet18, batch 256, {a.gpu} (expect >= 2x on Hopper)\n")
+    print("| | fp32 samples/s | bf16 samples/s | bf16 / fp32 |")
+    print("|---|---|---|---|")
+    f32 = median_of(a, lambda: dp_speed(a, env, "resnet18", a.gpu, 256))
+    b16 = median_of(a, lambda: dp_speed(a, env, "resnet18", a.gpu, 256, ("--precision", "bf16")))
+    print(f"| dp | {cell(f32)} | {cell(b16)} | {ratio(b16, f32)} |")
+    t32 = median_of(a, lambda: torch_speed(a, env, "resnet18", 256)["samples_per_s"])
+    t16 = median_of(a, lambda: torch_speed(a, env, "resnet18", 256, "bf16")["samples_per_s"])
+    print(f"| PyTorch (autocast) | {cell(t32)} | {cell(t16)} | {ratio(t16, t32)} |", flush=True)
+
+
+def bandwidth(a, env):
+    print(f"\n### 4. Coalesced broadcast and reduce on {a.multi} against one copy (target >= 0.8x)\n")
+    tool = os.path.join(os.path.dirname(a.dp), "comm_bandwidth")
+    try:
+        print(run([tool, a.multi, "64", "20"], env))
+    except (RunFailed, OSError) as e:
+        print(f"fails: {e}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dp", default="build-gpu/dp")
+    ap.add_argument("--gpu", default="cuda:0", help="dp's devices for one device")
+    ap.add_argument("--multi", default="cuda:0x4", help="dp's devices for DataParallel")
+    ap.add_argument("--torch-device", default="cuda")
+    ap.add_argument("--steps", type=int, default=50, help="timed steps per run")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="1,2,3,4", help="which tables, e.g. 1,3")
+    ap.add_argument("--models", default="mlp,convnet,resnet18", help="tables 1 and 2: which models")
+    a = ap.parse_args()
+    a.dp = os.path.abspath(a.dp)
+    env = dict(os.environ, DP_CUDA_UNVERIFIED="1")  # until the GPU-verification issue removes the gate
+    if "avx512f" in open("/proc/cpuinfo").read():
+        env.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; command: {' '.join(sys.argv)}\n")
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip()
+        print(f"GPU: {smi}\n")
+    except OSError:
+        pass
+    tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth}
+    for k in a.only.split(","):
+        if k not in tables:
+            ap.error(f"--only: no table {k!r} (1-4)")
+        tables[k](a, env)
+
+
+if __name__ == "__main__":
+    main()
