@@ -9,7 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 [[ -f .gpu-kit/kit.tar.xz ]] || { echo "no .gpu-kit/kit.tar.xz: run tools/gpu/kit.sh on the CPU machine and carry .gpu-kit" >&2; exit 1; }
 kit=/tmp/dp-kit
-rm -rf "$kit" && mkdir -p "$kit" && tar -C "$kit" -xJf .gpu-kit/kit.tar.xz
+# Unpacked again only when the kit changed: fresh header times would make ninja rebuild everything.
+stamp=$(md5sum <.gpu-kit/kit.tar.xz)
+if [[ "$(cat "$kit/.stamp" 2>/dev/null)" != "$stamp" ]]; then
+  rm -rf "$kit" && mkdir -p "$kit" && tar -C "$kit" -xJf .gpu-kit/kit.tar.xz && echo "$stamp" >"$kit/.stamp"
+fi
 cuda=/usr/local/cuda
 flags=()
 libs="$kit/lib"
