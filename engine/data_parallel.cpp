@@ -46,10 +46,10 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       precision_(precision),
       scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()) {
   if (sync_.mode == SyncMode::AllReduce)
-    for (int i = 0; i < devices.size(); ++i)
-      if (devices[i].is_cuda())
-        throw UsageError("--sync allreduce runs on host devices for now: its all-reduce on GPUs (NCCL, and a "
-                         "peer-copy ring for logical devices sharing one GPU) is not built yet");
+    for (int i = 1; i < devices.size(); ++i)
+      if (devices[i].is_cuda() && devices[i].gpu() != devices[0].gpu())
+        throw UsageError("--sync allreduce on distinct GPUs needs NCCL, which is not built yet; logical devices "
+                         "sharing one GPU (cuda:0x4) run the ring through that GPU's copies");
   if (sync_.sync_bn && sync_.mode != SyncMode::AllReduce)
     throw UsageError("--sync-bn synchronises BatchNorm across resident replicas: it needs --sync allreduce (as "
                      "PyTorch's SyncBatchNorm needs DistributedDataParallel)");
@@ -671,6 +671,9 @@ void DataParallel::set_process_group(ProcessGroup* group) {
   if (group && sync_.mode != SyncMode::AllReduce)
     throw UsageError("training across processes needs --sync allreduce (DataParallel's reduce onto device 0 is one "
                      "process's)");
+  if (group && devices_[0].is_cuda())
+    throw UsageError("training across processes on GPUs needs NCCL, which is not built yet: run the processes on "
+                     "host devices (--devices host:N)");
   group_ = group;
   if (allreduce_) allreduce_->set_process_group(group);
   if (replica_group_) replica_group_->set_process_group(group);

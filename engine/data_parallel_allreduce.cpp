@@ -34,7 +34,13 @@ void DataParallel::make_resident_replicas(const OptimizerConfig& optimizer) {
       resident_low_grads_.push_back(Tensor::zeros(devices_[r], {lay.parameter_count}, MemCategory::Gradients, low));
     }
   }
-  allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, sync_.bucket_bytes));
+  if (sync_.ring_on_device_streams || devices_[0].is_cuda()) {  // memory the all-reduce threads cannot read
+    std::vector<Device*> ring(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) ring[static_cast<size_t>(r)] = &devices_[r];
+    allreduce_ = std::make_unique<OverlappedAllReduce>(std::move(ring), plan_buckets(lay, sync_.bucket_bytes));
+  } else {
+    allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, sync_.bucket_bytes));
+  }
   for (int r = 0; r < n; ++r)
     nets_[r]->on_module_backward([this, r](int leaf) { allreduce_->module_done(r, leaf); });
   if (sync_.sync_bn) {

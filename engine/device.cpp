@@ -35,6 +35,7 @@ Device::Device(int index, std::string name, int64_t capacity, int threads, int d
       pool_(threads),
       exec_{&pool_, nullptr, &allocator_},
       copy_exec_{&copy_pool_, nullptr, &allocator_},
+      comm_exec_{&comm_pool_, nullptr, &allocator_},
       stream_(name) {}
 
 Device::Device(int index, std::string name, int64_t capacity, int device_count, int gpu, bool allow_tf32)
@@ -46,6 +47,7 @@ Device::Device(int index, std::string name, int64_t capacity, int device_count, 
       pool_(1),
       exec_{&pool_, &cuda_->context(), &allocator_},
       copy_exec_{&copy_pool_, &cuda_->copy_context(), &allocator_},
+      comm_exec_{&comm_pool_, &cuda_->comm_context(), &allocator_},
       stream_(name) {
   stream_.set_device_queue(&cuda_->queue());
 }
@@ -61,6 +63,10 @@ Stream& Device::copy_stream() {
   }
   return *copy_stream_;
 }
+
+int Device::gpu() const { return cuda_ ? cuda_->gpu() : -1; }
+
+DeviceQueue* Device::comm_queue() { return cuda_ ? &cuda_->comm_queue() : nullptr; }
 
 RawMemory& Device::staging_memory() {
   if (cuda_) return cuda_->pinned_memory();

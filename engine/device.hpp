@@ -44,6 +44,7 @@ class Device {
   int index() const { return index_; }
   const std::string& name() const { return name_; }
   bool is_cuda() const { return cuda_ != nullptr; }
+  int gpu() const;  // the CUDA GPU this logical device is on; -1 on a host device
   CachingAllocator& allocator() { return allocator_; }
   Stream& stream() { return stream_; }
   ThreadPool& pool() { return pool_; }
@@ -60,6 +61,12 @@ class Device {
   // Host memory to stage uploads in: page-locked on a GPU (so a copy from it is a DMA that runs
   // beside kernels, not a synchronous staged memcpy), plain host memory on a host device.
   RawMemory& staging_memory();
+  // Where the all-reduce's ring runs for this device (--sync allreduce), from that device's
+  // all-reduce thread: on a GPU a third CUDA stream and its queue (the thread orders it after
+  // backward's kernels with the queue's events and waits for it before each ring step); on a host
+  // device an inline pool and no queue (the thread's own work is done when it returns).
+  const Exec& comm_exec() const { return comm_exec_; }
+  DeviceQueue* comm_queue();
   // Trace this device's streams (the copy stream on track kCopyTraceTrack + index); null stops.
   void set_tracer(Tracer* tracer);
   static constexpr int kCopyTraceTrack = 2000;
@@ -80,6 +87,8 @@ class Device {
   ThreadPool copy_pool_{1};  // the copy stream's (inline: a copy is one memcpy or one cudaMemcpyAsync)
   Exec exec_;
   Exec copy_exec_;
+  ThreadPool comm_pool_{1};
+  Exec comm_exec_;
   std::unique_ptr<RawMemory> staging_;  // host devices: made with the copy stream
   Tracer* tracer_ = nullptr;
   Stream stream_;  // last: its worker must stop before the rest goes away

@@ -45,6 +45,43 @@ TEST_CASE("the ring all-reduce on 1..8 participants and odd sizes equals a seria
     }
 }
 
+TEST_CASE("the ring through device copies (logical devices sharing a GPU) gives the host ring's bits") {
+  // ring_allreduce_rank_on_devices on host devices: copies into each device's receive buffer and
+  // adds through the devices' comm Execs, against the threads reading each other's memory.
+  for (int n = 1; n <= 8; ++n)
+    for (int64_t count : {1, 2, 7, 13, 1001}) {
+      CAPTURE(n);
+      CAPTURE(count);
+      auto devs = host_devices(n);
+      std::vector<std::vector<float>> data(static_cast<size_t>(n)), host_ring(static_cast<size_t>(n));
+      std::vector<Tensor> bufs, recv;
+      std::vector<float*> on_devices, in_memory;
+      std::vector<const Exec*> execs;
+      for (int r = 0; r < n; ++r) {
+        data[r] = host_ring[r] = random_vector(static_cast<size_t>(count), 300 + static_cast<uint64_t>(r));
+        bufs.push_back(Tensor::empty(devs[r], {count}, MemCategory::Gradients));
+        bufs.back().copy_from_host(data[r].data());
+        recv.push_back(Tensor::empty(devs[r], {count / n + 1}, MemCategory::CommBuffers));
+        on_devices.push_back(bufs.back().data());
+        in_memory.push_back(host_ring[r].data());
+        execs.push_back(&devs[r].comm_exec());
+        CHECK(devs[r].comm_queue() == nullptr);  // a host device's work is done when it returns
+      }
+      RingBarrier a(n), b(n);
+      std::vector<std::thread> threads;
+      std::vector<int> ok(static_cast<size_t>(2 * n), 0);
+      for (int r = 0; r < n; ++r) {
+        threads.emplace_back([&, r] {
+          ok[r] = ring_allreduce_rank_on_devices(on_devices, count, r, a, execs, recv[r].data(), devs[r].comm_queue());
+        });
+        threads.emplace_back([&, r] { ok[n + r] = ring_allreduce_rank(in_memory, count, r, b); });
+      }
+      for (auto& t : threads) t.join();
+      CHECK(std::all_of(ok.begin(), ok.end(), [](int v) { return v == 1; }));
+      for (int r = 0; r < n; ++r) CHECK(bufs[r].to_host() == host_ring[0]);
+    }
+}
+
 TEST_CASE("ring pieces cover the buffer; an aborted barrier releases its waiters") {
   for (int parts = 1; parts <= 8; ++parts) {
     int64_t next = 0;
@@ -147,9 +184,12 @@ struct Trained {
 };
 
 Trained train(const ModelDef& model, int n, const std::string& split, int64_t batch, SyncMode sync,
-              OptimizerConfig opt, double clip = 0, int steps = 3, int64_t bucket_bytes = 64 << 10) {
+              OptimizerConfig opt, double clip = 0, int steps = 3, int64_t bucket_bytes = 64 << 10,
+              bool ring_on_device_streams = false) {
   auto devs = host_devices(n);
-  DataParallel dp(devs, model, parse_split(split, n, batch), opt, 5, LossMode::InReplica, {sync, bucket_bytes});
+  SyncOptions so{sync, bucket_bytes};
+  so.ring_on_device_streams = ring_on_device_streams;
+  DataParallel dp(devs, model, parse_split(split, n, batch), opt, 5, LossMode::InReplica, so);
   dp.set_clip_grad_norm(clip);
   Trained t;
   for (int s = 0; s < steps; ++s) {
@@ -225,6 +265,14 @@ TEST_CASE("--sync allreduce trains exactly as the faithful step (mlp, convnet wi
       CHECK(ring.losses[s] == doctest::Approx(faithful.losses[s]).epsilon(1e-5));
     check_close(ring.params, faithful.params, 2e-5);
     check_close(ring.buffers, faithful.buffers, 2e-5);
+    // The ring through each device's comm stream, in buckets small enough that several are in
+    // flight during backward: the same bits as the threads reading each other's memory.
+    const Trained threads = train(*c.model, c.n, c.split, c.batch, SyncMode::AllReduce, c.opt, c.clip, 3, 4 << 10);
+    const Trained streams =
+        train(*c.model, c.n, c.split, c.batch, SyncMode::AllReduce, c.opt, c.clip, 3, 4 << 10, true);
+    CHECK(streams.losses == threads.losses);
+    CHECK(streams.params == threads.params);
+    CHECK(streams.buffers == threads.buffers);
   }
 }
 
@@ -251,6 +299,19 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's; me
   int64_t largest_other = 0;
   for (int i = 1; i < n; ++i) largest_other = std::max(largest_other, devs[i].allocator().stats().peak);
   CHECK(static_cast<double>(devs[0].allocator().stats().peak) <= 1.05 * static_cast<double>(largest_other));
+  // The ring through comm streams keeps one receive buffer a device (a piece of the largest
+  // bucket: 100 KiB / 4 devices), counted as communication buffers, on every device alike.
+  {
+    auto devs2 = host_devices(n);
+    SyncOptions so{SyncMode::AllReduce, 100 << 10};
+    so.ring_on_device_streams = true;
+    DataParallel streams(devs2, mlp, parse_split("even", n, 24), sgd(), 1, LossMode::InReplica, so);
+    for (int i = 0; i < n; ++i) {
+      const int64_t comm = devs2[i].allocator().stats().in_use_by_category[static_cast<int>(MemCategory::CommBuffers)];
+      CHECK(comm >= (100 << 10) / n);
+      CHECK(comm < (100 << 10) / n + 1024);
+    }
+  }
   CHECK_THROWS_AS(DataParallel(devs, mlp, parse_split("balance-memory", n, 24), sgd(), 1, LossMode::InReplica,
                                {SyncMode::AllReduce, 1 << 20}),
                   UsageError);

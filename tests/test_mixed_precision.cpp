@@ -418,6 +418,15 @@ TEST_CASE("mixed precision, allreduce on 4 devices: the faithful step up to the 
       for (size_t i = 0; i < ring.params.size(); ++i) worst = std::max(worst, double(std::abs(ring.params[i] - faithful.params[i])));
       CHECK(worst <= 1e-4);
       CHECK(ring.buffers.size() == faithful.buffers.size());
+      // The ring through each device's comm stream (as on a GPU: the 16-bit gradients widened by
+      // convert on that stream): the same bits as the threads reading each other's memory.
+      SyncOptions streams = allreduce(4 << 10);
+      streams.ring_on_device_streams = true;
+      const Run on_streams = run_steps(model, 4, c.split, c.batch, streams, precision(p), 4);
+      CHECK(on_streams.losses == ring.losses);
+      CHECK(on_streams.skipped == ring.skipped);
+      CHECK(on_streams.params == ring.params);
+      CHECK(on_streams.grads == ring.grads);
     }
   }
 }

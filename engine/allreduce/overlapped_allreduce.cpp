@@ -3,15 +3,36 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
 #include "engine/host/thread_pool.hpp"
 #include "kernels/ops/convert.hpp"
+#include "kernels/ops/memory.hpp"
 
 namespace dp {
 
 OverlappedAllReduce::OverlappedAllReduce(int devices, std::vector<GradBucket> buckets)
     : n_(devices), buckets_(std::move(buckets)), barrier_(devices), done_step_(static_cast<size_t>(devices), 0) {
+  init();
+}
+
+OverlappedAllReduce::OverlappedAllReduce(std::vector<Device*> devices, std::vector<GradBucket> buckets)
+    : n_(static_cast<int>(devices.size())),
+      buckets_(std::move(buckets)),
+      barrier_(n_),
+      ring_devices_(std::move(devices)),
+      done_step_(static_cast<size_t>(n_), 0) {
+  int64_t largest = 0;
+  for (const auto& b : buckets_) largest = std::max(largest, b.end - b.begin);
+  for (Device* dev : ring_devices_) {  // a ring step moves one piece: at most largest / n + 1 floats
+    recv_.push_back(Tensor::empty(*dev, {largest / n_ + 1}, MemCategory::CommBuffers));
+    comm_execs_.push_back(&dev->comm_exec());
+  }
+  init();
+}
+
+void OverlappedAllReduce::init() {
   int leaves = 0;
   for (const auto& b : buckets_)
     for (int l : b.leaves) leaves = std::max(leaves, l + 1);
@@ -19,6 +40,7 @@ OverlappedAllReduce::OverlappedAllReduce(int devices, std::vector<GradBucket> bu
   for (size_t k = 0; k < buckets_.size(); ++k)
     for (int l : buckets_[k].leaves) buckets_of_leaf_[static_cast<size_t>(l)].push_back(static_cast<int>(k));
   pending_.assign(static_cast<size_t>(n_), std::vector<int>(buckets_.size(), 0));
+  ready_.assign(static_cast<size_t>(n_), std::vector<std::shared_ptr<void>>(buckets_.size()));
   for (int d = 0; d < n_; ++d) threads_.emplace_back([this, d] { run(d); });
 }
 
@@ -42,7 +64,10 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
   grads_ = std::move(grads);
   widen_ = std::move(widen);
   for (int d = 0; d < n_; ++d)
-    for (size_t k = 0; k < buckets_.size(); ++k) pending_[d][k] = static_cast<int>(buckets_[k].leaves.size());
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      pending_[d][k] = static_cast<int>(buckets_[k].leaves.size());
+      ready_[d][k] = nullptr;
+    }
   error_ = nullptr;
   abandoned_ = false;
   barrier_.reset();
@@ -50,16 +75,27 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
   cv_.notify_all();
 }
 
+void OverlappedAllReduce::mark_ready_locked(int device, size_t bucket) {
+  if (ring_devices_.empty()) return;
+  if (DeviceQueue* q = ring_devices_[static_cast<size_t>(device)]->stream().device_queue())
+    ready_[static_cast<size_t>(device)][bucket] = q->record();
+}
+
 void OverlappedAllReduce::module_done(int device, int leaf) {
   if (leaf < 0 || leaf >= static_cast<int>(buckets_of_leaf_.size())) return;
   std::lock_guard lock(mutex_);
-  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)]) --pending_[device][k];
+  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)])
+    if (--pending_[device][k] == 0) mark_ready_locked(device, static_cast<size_t>(k));
   cv_.notify_all();
 }
 
 void OverlappedAllReduce::device_done(int device) {
   std::lock_guard lock(mutex_);
-  std::fill(pending_[device].begin(), pending_[device].end(), 0);
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    if (pending_[device][k] > 0) {
+      pending_[device][k] = 0;
+      mark_ready_locked(device, k);
+    }
   cv_.notify_all();
 }
 
@@ -92,6 +128,22 @@ void OverlappedAllReduce::finish_step(bool failed) {
   if (error_ && !failed) std::rethrow_exception(error_);
 }
 
+bool OverlappedAllReduce::reduce_on_device(int device, const GradBucket& b, const std::vector<float*>& views,
+                                           const uint16_t* low, DType low_dtype, const std::shared_ptr<void>& ready) {
+  Device& dev = *ring_devices_[static_cast<size_t>(device)];
+  const Exec& exec = dev.comm_exec();
+  DeviceQueue* queue = dev.comm_queue();
+  const int64_t count = b.end - b.begin;
+  if (queue) {
+    queue->bind_thread();
+    if (ready) queue->wait(ready);  // after backward's kernels for this bucket
+  }
+  if (low) convert(exec, Buf{views[static_cast<size_t>(device)], DType::F32}, Buf{const_cast<uint16_t*>(low + b.begin), low_dtype}, count);
+  if (queue) queue->synchronize();  // this device's piece of the sum is final before anyone reads it
+  return ring_allreduce_rank_on_devices(views, count, device, barrier_, comm_execs_,
+                                        recv_[static_cast<size_t>(device)].data(), queue);
+}
+
 void OverlappedAllReduce::run(int device) {
   ThreadPool inline_pool(1);  // the widening runs on this thread, never on the device's busy pool
   uint64_t seen = 0;
@@ -109,21 +161,28 @@ void OverlappedAllReduce::run(int device) {
     }
     bool ok = true;
     for (size_t k = 0; k < buckets_.size() && ok; ++k) {
+      std::shared_ptr<void> ready;
       {
         std::unique_lock lock(mutex_);
         cv_.wait(lock, [&] { return stopping_ || pending_[device][k] <= 0; });
         if (stopping_) return;
+        ready = ready_[static_cast<size_t>(device)][k];
       }
       const GradBucket& b = buckets_[k];
       std::vector<float*> views(grads.size());
       for (size_t d = 0; d < grads.size(); ++d) views[d] = grads[d] + b.begin;
       const double t0 = tracer_ ? tracer_->now_us() : 0;
       try {
-        if (low && low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
-        if (low && low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
-        ok = ring_allreduce_rank(views, b.end - b.begin, device, barrier_);
+        if (ring_devices_.empty()) {
+          if (low && low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
+          if (low && low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
+          ok = ring_allreduce_rank(views, b.end - b.begin, device, barrier_);
+        } else {
+          ok = reduce_on_device(device, b, views, low, low_dtype, ready);
+        }
         if (ok && group_) {
-          // This process's sum is on every device; device 0 sums it with the other processes'.
+          // This process's sum is on every device; device 0 sums it with the other processes'
+          // (host memory: DataParallel refuses processes of GPUs until NCCL is built).
           if (device == 0) group_->allreduce_sum(views[0], b.end - b.begin);
           ok = barrier_.arrive_and_wait();
           if (ok && device != 0) std::copy(views[0], views[0] + (b.end - b.begin), views[static_cast<size_t>(device)]);

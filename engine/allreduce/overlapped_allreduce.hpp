@@ -5,8 +5,13 @@
 // (engine/allreduce/ring.hpp) with the others, while its stream goes on with backward. Buckets
 // are reduced in order, the same on every device, so the rings always meet.
 //
-// In place on the flat gradient arrays: no bucket copies. Host devices; across processes, MPI
-// (set_process_group). CUDA devices need NCCL (not built yet).
+// In place on the flat gradient arrays. Host devices: each thread reads its neighbour's memory
+// (ring_allreduce_rank); across processes, MPI (set_process_group). Devices whose memory the
+// threads cannot read (CUDA logical devices sharing a GPU; host devices too, when asked, so the
+// path is tested everywhere): each thread drives its device's communication stream
+// (Device::comm_exec), ordered after backward's kernels by an event recorded when the bucket's last
+// module reports, with copies into a receive buffer (CommBuffers) and adds
+// (ring_allreduce_rank_on_devices). Distinct GPUs and GPU processes need NCCL (not built yet).
 //
 // Mixed precision: backward writes 16-bit gradients; each device's thread widens a bucket of them
 // into its float32 array just before that bucket's all-reduce (autocast leaves float32 .grad on
@@ -23,6 +28,7 @@
 #include "engine/allreduce/buckets.hpp"
 #include "engine/allreduce/ring.hpp"
 #include "engine/mpi/process_group.hpp"
+#include "engine/tensor.hpp"
 #include "engine/trace.hpp"
 #include "kernels/buffer.hpp"
 
@@ -38,6 +44,8 @@ struct LowPrecisionGrads {
 class OverlappedAllReduce {
  public:
   OverlappedAllReduce(int devices, std::vector<GradBucket> buckets);
+  // The ring through each device's communication stream (see above), on these devices.
+  OverlappedAllReduce(std::vector<Device*> devices, std::vector<GradBucket> buckets);
   ~OverlappedAllReduce();
   OverlappedAllReduce(const OverlappedAllReduce&) = delete;
   OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
@@ -55,9 +63,12 @@ class OverlappedAllReduce {
   // device that runs no backward this step (no samples) zeroes it (it has no 16-bit source) and
   // then calls device_done.
   void begin_step(std::vector<float*> grads, LowPrecisionGrads widen = {});
-  // From device d's backward: module `leaf` (StateEntry::leaf) has final gradients there.
+  // From device d's backward, on its stream: module `leaf` (StateEntry::leaf) has final
+  // gradients there (on an accelerator: its kernels are enqueued, and an event is recorded after
+  // them when this completes a bucket).
   void module_done(int device, int leaf);
-  // Device d's gradients are final without a backward (it had no samples and zeroed them).
+  // Device d's gradients are final without a backward (it had no samples and zeroed them); on
+  // its stream too.
   void device_done(int device);
   // A device will not finish its backward (it failed, or work before it did): the rings are
   // abandoned, and nothing waits for that device's buckets. Any thread; until the next begin_step.
@@ -71,7 +82,14 @@ class OverlappedAllReduce {
   void finish_step(bool failed = false);
 
  private:
+  void init();  // after the members the constructors set: the bucket maps, then the threads
   void run(int device);
+  // The bucket's gradients on `device` are complete (its stream's worker, mutex_ held): on an
+  // accelerator, an event after backward's kernels that the ring's stream waits for.
+  void mark_ready_locked(int device, size_t bucket);
+  // Bucket b on this thread's device, through its communication stream.
+  bool reduce_on_device(int device, const GradBucket& b, const std::vector<float*>& views, const uint16_t* low,
+                        DType low_dtype, const std::shared_ptr<void>& ready);
   bool step_finished_locked() const;  // every device's thread is done with this step
   int n_;
   std::vector<GradBucket> buckets_;
@@ -79,11 +97,17 @@ class OverlappedAllReduce {
   Tracer* tracer_ = nullptr;
   ProcessGroup* group_ = nullptr;
   RingBarrier barrier_;
+  std::vector<Device*> ring_devices_;  // empty: the threads read each other's memory
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<float*> grads_;
   LowPrecisionGrads widen_;
   std::vector<std::vector<int>> pending_;  // [device][bucket]: modules still to run backward
+  // The ring through communication streams: a receive buffer on each device, the ready events
+  // [device][bucket] (null on host devices), each device's comm Exec.
+  std::vector<Tensor> recv_;
+  std::vector<std::vector<std::shared_ptr<void>>> ready_;
+  std::vector<const Exec*> comm_execs_;
   uint64_t step_ = 0;                      // begin_step count; threads run each step once
   std::vector<uint64_t> done_step_;        // per device: the last step its thread finished
   bool stopping_ = false;

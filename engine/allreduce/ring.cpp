@@ -1,5 +1,9 @@
 #include "engine/allreduce/ring.hpp"
 
+#include "engine/stream.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
+
 namespace dp {
 
 bool RingBarrier::arrive_and_wait() {
@@ -53,6 +57,33 @@ bool ring_allreduce_rank(const std::vector<float*>& buffers, int64_t count, int 
     for (int64_t i = b; i < e; ++i) mine[i] = left[i];
   }
   return barrier.arrive_and_wait();  // nobody reads a piece this rank may overwrite next
+}
+
+bool ring_allreduce_rank_on_devices(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier,
+                                    const std::vector<const Exec*>& execs, float* recv, DeviceQueue* queue) {
+  const int n = static_cast<int>(buffers.size());
+  if (n == 1) return true;
+  const int left_rank = (rank + n - 1) % n;
+  float* mine = buffers[static_cast<size_t>(rank)];
+  const float* left = buffers[static_cast<size_t>(left_rank)];
+  const Exec &here = *execs[static_cast<size_t>(rank)], &there = *execs[static_cast<size_t>(left_rank)];
+  auto step_done = [&] {
+    if (queue) queue->synchronize();
+  };
+  for (int s = 0; s < n - 1; ++s) {  // reduce-scatter, as ring_allreduce_rank
+    if (!barrier.arrive_and_wait()) return false;
+    const auto [b, e] = ring_piece(count, n, ((rank - s - 1) % n + n) % n);
+    copy_between(here, recv, left + b, static_cast<size_t>(e - b) * sizeof(float), there);
+    add_inplace(here, Buf{mine + b, DType::F32}, Buf{recv, DType::F32}, e - b);
+    step_done();
+  }
+  for (int s = 0; s < n - 1; ++s) {  // all-gather
+    if (!barrier.arrive_and_wait()) return false;
+    const auto [b, e] = ring_piece(count, n, ((rank - s) % n + n) % n);
+    copy_between(here, mine + b, left + b, static_cast<size_t>(e - b) * sizeof(float), there);
+    step_done();
+  }
+  return barrier.arrive_and_wait();
 }
 
 }  // namespace dp

@@ -9,7 +9,11 @@
 #include <mutex>
 #include <vector>
 
+#include "kernels/exec.hpp"
+
 namespace dp {
+
+class DeviceQueue;
 
 // A barrier that can be aborted: waiters then return false (a participant failed; the others
 // must not wait for it forever).
@@ -34,5 +38,15 @@ std::pair<int64_t, int64_t> ring_piece(int64_t n, int parts, int k);
 // Participant `rank`'s part of the all-reduce of buffers[0..N) (each `count` floats), in place;
 // every participant calls it with the same buffers, count and barrier. False if aborted.
 bool ring_allreduce_rank(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier);
+
+// The same ring where the buffers are device memory that this thread cannot read (logical devices
+// sharing a GPU): each step copies the left neighbour's piece into `recv` (a buffer on this rank's
+// device of at least count / N + 1 floats) with copy_between on `execs[rank]`, then adds it in
+// place with add_inplace; the all-gather copies straight into the buffer. `queue` (null on a host
+// device) is the stream behind execs[rank]: the rank waits for it after every step, before the
+// barrier, so a neighbour never reads a piece still being written. The arithmetic is the host
+// ring's (mine += left, piece by piece), so both give the same bits. execs holds every rank's.
+bool ring_allreduce_rank_on_devices(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier,
+                                    const std::vector<const Exec*>& execs, float* recv, DeviceQueue* queue);
 
 }  // namespace dp

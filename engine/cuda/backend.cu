@@ -127,6 +127,8 @@ class CudaParts final : public CudaDeviceParts {
         queue_(context_),
         copy_context_(gpu, false, cuda::Context::Kind::CopyOnly),
         copy_queue_(copy_context_),
+        comm_context_(gpu, false, cuda::Context::Kind::CopyOnly),
+        comm_queue_(comm_context_),
         pinned_(gpu) {}
   int gpu() const override { return context_.gpu(); }
   RawMemory& memory() override { return memory_; }
@@ -134,6 +136,8 @@ class CudaParts final : public CudaDeviceParts {
   cuda::Context& context() override { return context_; }
   cuda::Context& copy_context() override { return copy_context_; }
   DeviceQueue& copy_queue() override { return copy_queue_; }
+  cuda::Context& comm_context() override { return comm_context_; }
+  DeviceQueue& comm_queue() override { return comm_queue_; }
   RawMemory& pinned_memory() override { return pinned_; }
 
  private:
@@ -142,6 +146,8 @@ class CudaParts final : public CudaDeviceParts {
   CudaQueue queue_;
   cuda::Context copy_context_;
   CudaQueue copy_queue_;
+  cuda::Context comm_context_;
+  CudaQueue comm_queue_;
   PinnedMemory pinned_;
 };
 

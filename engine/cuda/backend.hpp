@@ -1,7 +1,7 @@
 // What a CUDA logical device is made of, behind the engine's Device: its GPU context (stream,
 // cuBLAS and cuDNN handles), cudaMalloc-backed memory for its caching allocator, the stream's
-// device queue (CUDA events for cross-device ordering), and a copy stream with pinned host memory
-// for uploads ahead of the step. Several logical devices
+// device queue (CUDA events for cross-device ordering), a copy stream with pinned host memory
+// for uploads ahead of the step, and a stream for the all-reduce's ring. Several logical devices
 // may share one GPU (cuda:0x4): each has its own context, stream and accounting.
 #pragma once
 #include <memory>
@@ -23,6 +23,10 @@ class CudaDeviceParts {
   // The copy stream's: a second CUDA stream on the same GPU (no library handles) and its queue.
   virtual cuda::Context& copy_context() = 0;
   virtual DeviceQueue& copy_queue() = 0;
+  // The all-reduce's (--sync allreduce on logical devices sharing a GPU): a third CUDA stream,
+  // driven by the device's all-reduce thread, so the ring's copies and adds run beside backward.
+  virtual cuda::Context& comm_context() = 0;
+  virtual DeviceQueue& comm_queue() = 0;
   // Page-locked host memory (cudaHostAlloc, portable to every GPU) to stage uploads in.
   virtual RawMemory& pinned_memory() = 0;
 };

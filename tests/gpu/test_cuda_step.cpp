@@ -237,3 +237,42 @@ TEST_CASE("uploading ahead on cuda:0x2 (copy stream, pinned staging) gives the s
   CHECK(taken_ahead == 4);
   CHECK(plain == ahead);  // the same kernels on the same bytes
 }
+
+TEST_CASE("--sync allreduce on cuda:0x4 (the ring through the GPU's copies) matches host:4, bf16 included") {
+  // Logical devices sharing one GPU: each all-reduce thread drives its device's comm stream,
+  // ordered after backward's kernels by the bucket's event. Small buckets: several in flight
+  // during backward. mlp (no BatchNorm) and convnet (DDP's BatchNorm: device 0's buffers broadcast).
+  for (const char* model : {"mlp", "convnet"})
+    for (Precision p : {Precision::FP32, Precision::BF16}) {
+      CAPTURE(model);
+      CAPTURE(static_cast<int>(p));
+      const int64_t batch = 36;
+      auto run = [&](const std::string& spec, std::vector<double>& losses) {
+        auto devs = devices(spec);
+        SgdConfig sgd;
+        sgd.lr = 0.01f;
+        sgd.momentum = 0.9f;
+        PrecisionOptions prec;
+        prec.precision = p;
+        DataParallel dp(devs, find_model(model), parse_split("chunks:5,20,7,4", 4, batch), sgd, 11,
+                        LossMode::InReplica, {SyncMode::AllReduce, 16 << 10}, prec);
+        for (int s = 0; s < 3; ++s) {
+          const auto x = test::random_vector(static_cast<size_t>(batch * numel(find_model(model).input_shape)), 100 + s);
+          std::vector<int32_t> y(static_cast<size_t>(batch));
+          for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 3 + s) % 10);
+          losses.push_back(dp.step(x.data(), y.data(), batch).loss);
+        }
+        return dp.parameters();
+      };
+      std::vector<double> host_losses, cuda_losses;
+      const auto host = run("host:4", host_losses);
+      const auto gpu = run("cuda:0x4", cuda_losses);
+      const double tol = p == Precision::FP32 ? 1e-4 : 4.0 / 256;  // bf16: 4 units of 2^-8, as the test above
+      for (size_t s = 0; s < host_losses.size(); ++s)
+        CHECK(cuda_losses[s] == doctest::Approx(host_losses[s]).epsilon(tol));
+      double worst = 0;
+      for (size_t i = 0; i < host.size(); ++i)
+        worst = std::max(worst, std::abs(double(host[i]) - gpu[i]) / std::max(1.0, std::abs(double(host[i]))));
+      CHECK(worst < tol);
+    }
+}
