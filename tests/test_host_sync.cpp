@@ -11,6 +11,7 @@
 #include "engine/error.hpp"
 #include "engine/trace.hpp"
 #include "helpers.hpp"
+#include "step_batches.hpp"
 
 using namespace dp;
 using namespace dp::test;
@@ -31,10 +32,6 @@ struct Setup {
   OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
 };
 
-ModelDef model_of(const std::string& name) {
-  return name == "gpt" ? gpt_model({64, 16, 2, 2, 32}) : find_model(name);
-}
-
 struct Steps {
   std::vector<StepResult> results;
   std::vector<float> params, buffers;
@@ -54,20 +51,7 @@ Steps run(const Setup& c, HostSync sync, int steps) {
   std::vector<int64_t> before;
   for (int i = 0; i < c.devices; ++i) before.push_back(devs[i].stream().host_waits());
   Steps out;
-  const int64_t per_sample = numel(model.input_shape);
-  for (int s = 0; s < steps; ++s) {
-    const int64_t targets = c.batch * model.targets_per_sample();
-    std::vector<int32_t> y(static_cast<size_t>(targets));
-    for (int64_t i = 0; i < targets; ++i) y[i] = static_cast<int32_t>((i * 7 + s) % model.classes);
-    if (model.language_model()) {
-      std::vector<int32_t> x(static_cast<size_t>(c.batch * per_sample));
-      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>((i * 13 + s) % model.classes);
-      out.results.push_back(dp.step(x.data(), y.data(), c.batch));
-    } else {
-      auto x = random_vector(static_cast<size_t>(c.batch * per_sample), 100 + s);
-      out.results.push_back(dp.step(x.data(), y.data(), c.batch));
-    }
-  }
+  for (const auto& b : make_batches(model, c.batch, steps, 0)) out.results.push_back(step_on(dp, *b));
   for (int i = 0; i < c.devices; ++i) out.waits.push_back(devs[i].stream().host_waits() - before[i]);
   out.params = dp.parameters();
   out.buffers = dp.buffers();

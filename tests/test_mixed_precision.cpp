@@ -11,6 +11,7 @@
 #include "engine/error.hpp"
 #include "engine/precision/loss_scaler.hpp"
 #include "helpers.hpp"
+#include "step_batches.hpp"
 #include "kernels/half.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
@@ -207,7 +208,7 @@ TEST_CASE("mixed precision: training follows float32 within 16-bit precision; th
   for (const char* name : {"convnet", "gpt"}) {
     const std::string model_name = name;
     CAPTURE(model_name);
-    ModelDef model = std::string(name) == "gpt" ? gpt_model({64, 16, 2, 2, 32}) : find_model(name);
+    const ModelDef model = model_of(name);
     const int64_t B = 8;
     std::vector<std::vector<double>> losses;
     for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {

@@ -13,6 +13,7 @@
 #include "engine/error.hpp"
 #include "engine/trace.hpp"
 #include "helpers.hpp"
+#include "step_batches.hpp"
 
 using namespace dp;
 using namespace dp::test;
@@ -31,39 +32,6 @@ struct Setup {
   std::vector<int64_t> capacity;
 };
 
-ModelDef model_of(const std::string& name) {
-  return name == "gpt" ? gpt_model({64, 16, 2, 2, 32}) : find_model(name);
-}
-
-// One batch as the trainer holds it: shared, so an upload ahead can keep it alive.
-struct HostBatch {
-  std::vector<float> images;
-  std::vector<int32_t> tokens, labels;
-  int64_t size = 0;
-};
-
-std::vector<std::shared_ptr<const HostBatch>> make_batches(const ModelDef& model, int64_t batch, int count,
-                                                            uint64_t seed) {
-  std::vector<std::shared_ptr<const HostBatch>> out;
-  const int64_t per_sample = numel(model.input_shape), targets = batch * model.targets_per_sample();
-  for (int s = 0; s < count; ++s) {
-    auto b = std::make_shared<HostBatch>();
-    b->size = batch;
-    for (int64_t i = 0; i < targets; ++i) b->labels.push_back(static_cast<int32_t>((i * 7 + s + seed) % model.classes));
-    if (model.language_model())
-      for (int64_t i = 0; i < batch * per_sample; ++i)
-        b->tokens.push_back(static_cast<int32_t>((i * 13 + s + seed) % model.classes));
-    else
-      b->images = random_vector(static_cast<size_t>(batch * per_sample), 100 + s + seed);
-    out.push_back(std::move(b));
-  }
-  return out;
-}
-
-StepResult step_on(DataParallel& dp, const HostBatch& b) {
-  return b.tokens.empty() ? dp.step(b.images.data(), b.labels.data(), b.size)
-                          : dp.step(b.tokens.data(), b.labels.data(), b.size);
-}
 void upload_ahead(DataParallel& dp, const std::shared_ptr<const HostBatch>& b) {
   if (b->tokens.empty())
     dp.upload_ahead(b->images.data(), b->labels.data(), b->size, b);
