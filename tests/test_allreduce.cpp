@@ -82,7 +82,7 @@ TEST_CASE("the ring through device copies (logical devices sharing a GPU) gives 
     }
 }
 
-TEST_CASE("ring pieces cover the buffer; an aborted barrier releases its waiters") {
+TEST_CASE("ring pieces cover the buffer, an aborted barrier releases its waiters") {
   for (int parts = 1; parts <= 8; ++parts) {
     int64_t next = 0;
     for (int k = 0; k < parts; ++k) {
@@ -276,7 +276,7 @@ TEST_CASE("--sync allreduce trains exactly as the faithful step (mlp, convnet wi
   }
 }
 
-TEST_CASE("allreduce: every device's resident copy stays equal to device 0's; memory is even") {
+TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, memory is even") {
   const int n = 4;
   auto devs = host_devices(n);
   const ModelDef& mlp = find_model("mlp");

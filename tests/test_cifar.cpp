@@ -78,7 +78,7 @@ TEST_CASE("normalisation is per channel: (x/255 - mean[c]) / std[c]") {
   CHECK(out[2] == doctest::Approx((128 / 255.0 - 0.4465) / 0.2616));
 }
 
-TEST_CASE("augmentation: a shifted crop with zero padding, or its mirror; deterministic per seed") {
+TEST_CASE("augmentation: a shifted crop with zero padding, or its mirror, deterministic per seed") {
   // One channel 32x32 with pixel value = column + 1 (so 0 can only be padding).
   std::vector<uint8_t> img(32 * 32);
   for (int y = 0; y < 32; ++y)

@@ -64,7 +64,7 @@ TEST_CASE("float16: round to nearest even, subnormals, overflow, NaN") {
   CHECK(std::isnan(f16_to_float(0x7E00)));
 }
 
-TEST_CASE("16-bit conversions match PyTorch on its own vectors (DP_HALF_VECTORS; tests/torch/half_check.py)") {
+TEST_CASE("16-bit conversions match PyTorch on its own vectors (DP_HALF_VECTORS, tests/torch/half_check.py)") {
   const char* path = std::getenv("DP_HALF_VECTORS");
   if (!path) {
     MESSAGE("DP_HALF_VECTORS not set: run tests/torch/half_check.py for the PyTorch comparison");

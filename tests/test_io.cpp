@@ -268,7 +268,7 @@ TEST_CASE("device specs") {
   }
 }
 
-TEST_CASE("atomic writes follow symlinks, keep modes, refuse special files; same files are caught") {
+TEST_CASE("atomic writes follow symlinks, keep modes, refuse special files, same files are caught") {
   namespace fs = std::filesystem;
   TempDir dir;
   const std::string target = dir.file("target"), link = dir.file("link");

@@ -388,7 +388,7 @@ TEST_CASE("Causal self-attention: a position never sees a later one") {
   for (Module* m : leaves) m->bind({}, {});
 }
 
-TEST_CASE("GPT: nanoGPT's state-dict names and sizes; gradients of every parameter match finite differences") {
+TEST_CASE("GPT: nanoGPT's state-dict names and sizes, gradients of every parameter match finite differences") {
   const GptConfig g{7, 4, 2, 2, 8};
   auto gpt = make_gpt(g);
   const ModelLayout l = ModelLayout::of(*gpt);

@@ -178,7 +178,7 @@ TEST_CASE("sizes parse with binary units") {
   }
 }
 
-TEST_CASE("a GPT's hotspot: the gathered logits [B, T, V] twice on device 0; in-replica, one [rows, V] per replica") {
+TEST_CASE("a GPT's hotspot: the gathered logits [B, T, V] twice on device 0, in-replica, one [rows, V] per replica") {
   GptConfig cfg;
   cfg.vocab = 2048, cfg.context = 8, cfg.layers = 1, cfg.heads = 2, cfg.dim = 8;  // logits dominate
   const ModelDef gpt = gpt_model(cfg);

@@ -204,7 +204,7 @@ TEST_CASE("mixed precision: the master gradient is the float32 sum of the replic
   }
 }
 
-TEST_CASE("mixed precision: training follows float32 within 16-bit precision; the GPT too") {
+TEST_CASE("mixed precision: training follows float32 within 16-bit precision, the GPT too") {
   for (const char* name : {"convnet", "gpt"}) {
     const std::string model_name = name;
     CAPTURE(model_name);
@@ -458,7 +458,7 @@ TEST_CASE("mixed precision, allreduce: every device holds the same float32 state
   CHECK(static_cast<double>(r.memory[0].peak) <= 1.05 * static_cast<double>(largest_other));
 }
 
-TEST_CASE("mixed precision, allreduce: an fp16 overflow skips the step on every device; evaluation follows updates") {
+TEST_CASE("mixed precision, allreduce: an fp16 overflow skips the step on every device, evaluation follows updates") {
   const ModelDef& model = find_model("mlp");
   auto devs = host_devices(3);
   OptimizerConfig opt;

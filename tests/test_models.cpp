@@ -61,7 +61,7 @@ TEST_CASE("resnet8: one block per stage, a downsample in each later stage") {
   CHECK(shapes.at("fc.weight") == Shape{10, 128});
 }
 
-TEST_CASE("every layout entry starts at a multiple of 16 floats; the gaps initialise to zero") {
+TEST_CASE("every layout entry starts at a multiple of 16 floats, the gaps initialise to zero") {
   for (const auto& def : model_registry()) {
     CAPTURE(def.name);
     const ModelLayout l = ModelLayout::of(def);

@@ -74,7 +74,7 @@ TEST_CASE("learning-rate schedules: warm-up, cosine to min_lr, step decay") {
   CHECK_THROWS_AS(parse_lr_schedule("constant", 0.1, 0, -1, 10), UsageError);
 }
 
-TEST_CASE("clipping scales device 0's gradients to the global norm; the norm is reported") {
+TEST_CASE("clipping scales device 0's gradients to the global norm, the norm is reported") {
   auto run = [](double clip, bool report) {
     auto devs = host_devices(2);
     DataParallel dp(devs, find_model("tiny"), parse_split("even", 2, 8), SgdConfig{0.f, 0.f, 0.f, 0.f, false}, 1);

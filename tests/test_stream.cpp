@@ -63,7 +63,7 @@ TEST_CASE("an error skips later work, keeps events completing, and surfaces at s
   CHECK(other_ran);
 }
 
-TEST_CASE("synchronize counts host waits; events carry when the stream reached them") {
+TEST_CASE("synchronize counts host waits, events carry when the stream reached them") {
   Stream s("s");
   const int64_t waits = s.host_waits();
   Event a = s.record();

@@ -98,7 +98,7 @@ TEST_CASE("--data for a language model: token directory, text file, directory of
   CHECK_THROWS_WITH_AS(load_token_data(dir.file("images")), doctest::Contains("holds image data"), RuntimeError);
 }
 
-TEST_CASE("windows: in order without shuffling, drawn per step with it; targets are the inputs shifted by one") {
+TEST_CASE("windows: in order without shuffling, drawn per step with it, targets are the inputs shifted by one") {
   const int64_t N = 1001, B = 4, T = 10;
   CHECK(token_steps_per_epoch(N, B, T) == 25);  // floor(1000 / 40)
   CHECK(token_steps_per_epoch(40, B, T) == 0);
