@@ -1,11 +1,12 @@
 // Conv2d and BatchNorm2d through cuDNN 9's descriptor API. Descriptors live for one call (RAII
 // below); the algorithm comes from cuDNN's heuristics restricted to exact float32 math unless the
-// context allows TF32; workspace is stream-ordered (cudaMallocAsync/cudaFreeAsync).
+// context allows TF32; workspace comes from the device's caching allocator.
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/batchnorm.hpp"
+#include "engine/memory.hpp"
 
 namespace dp::cuda {
 
@@ -50,29 +51,38 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-// Stream-ordered scratch memory for one cuDNN call.
+// Scratch memory for one cuDNN call from the device's caching allocator: counted as workspace in
+// memprof, bounded by --device-memory, its shortage an OutOfMemoryError (exit 3). Freed as soon as
+// the call is enqueued: the allocator hands a block out again only to work on this same compute
+// stream, which runs after the call.
 struct Workspace {
-  void* ptr = nullptr;
-  cudaStream_t stream;
-  Workspace(size_t bytes, cudaStream_t s) : stream(s) {
-    if (bytes) DP_CUDA_CHECK(cudaMallocAsync(&ptr, bytes, s));
+  CachingAllocator& alloc;
+  Block* block = nullptr;
+  Workspace(CachingAllocator& a, size_t bytes) : alloc(a) {
+    if (bytes) block = a.allocate(bytes, MemCategory::Workspace);
   }
   ~Workspace() {
-    if (ptr) cudaFreeAsync(ptr, stream);
+    if (block) alloc.free(block);
   }
+  void* ptr() const { return block ? block->ptr : nullptr; }
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
 };
 
 int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 
-// The first usable choice of cuDNN's heuristics (the descriptor already fixes the math type).
+// The first usable deterministic choice of cuDNN's heuristics (the descriptor already fixes the
+// math type): the same step twice gives the same bits, as on the CPU (a resumed run equals the
+// uninterrupted one). Some backward algorithms add with atomics in a varying order; only when the
+// heuristics offer nothing else is one of those taken.
 template <typename Perf, typename Query>
 Perf pick(Query query) {
-  constexpr int kMax = 8;
+  constexpr int kMax = 16;
   Perf results[kMax];
   int count = 0;
   DP_CUDA_CHECK(query(kMax, &count, results));
+  for (int i = 0; i < count; ++i)
+    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].determinism == CUDNN_DETERMINISTIC) return results[i];
   for (int i = 0; i < count; ++i)
     if (results[i].status == CUDNN_STATUS_SUCCESS) return results[i];
   throw RuntimeError("cuDNN found no usable algorithm for this convolution");
@@ -80,7 +90,7 @@ Perf pick(Query query) {
 
 }  // namespace
 
-void conv2d_forward(Context& c, float* out, const float* in, const float* w, const float* b, const ConvShape& g) {
+void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& g) {
   auto& h = c.handles();
   const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
   TensorDesc x(g.N, g.C, g.H, g.W), y(g.N, g.K, OH, OW), bias(1, g.K, 1, 1);
@@ -89,14 +99,14 @@ void conv2d_forward(Context& c, float* out, const float* in, const float* w, con
   auto perf = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
     return cudnnGetConvolutionForwardAlgorithm_v7(h.cudnn, x.d, f.d, conv.d, y.d, n, count, r);
   });
-  Workspace ws(perf.memory, h.stream);
+  Workspace ws(alloc, perf.memory);
   const float one = 1.f, zero = 0.f;
-  DP_CUDA_CHECK(cudnnConvolutionForward(h.cudnn, &one, x.d, in, f.d, w, conv.d, perf.algo, ws.ptr, perf.memory, &zero,
+  DP_CUDA_CHECK(cudnnConvolutionForward(h.cudnn, &one, x.d, in, f.d, w, conv.d, perf.algo, ws.ptr(), perf.memory, &zero,
                                         y.d, out));
   if (b) DP_CUDA_CHECK(cudnnAddTensor(h.cudnn, &one, bias.d, b, &one, y.d, out));
 }
 
-void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      const ConvShape& g) {
   auto& h = c.handles();
   const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
@@ -109,8 +119,8 @@ void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* 
     return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h.cudnn, x.d, y.d, conv.d, f.d, n, count, r);
   });
   {
-    Workspace ws(fperf.memory, h.stream);
-    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, x.d, in, y.d, dout, conv.d, fperf.algo, ws.ptr,
+    Workspace ws(alloc, fperf.memory);
+    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, x.d, in, y.d, dout, conv.d, fperf.algo, ws.ptr(),
                                                  fperf.memory, &zero, f.d, dw));
   }
   if (db) DP_CUDA_CHECK(cudnnConvolutionBackwardBias(h.cudnn, &one, y.d, dout, &zero, bias.d, db));
@@ -118,8 +128,8 @@ void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* 
   auto dperf = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
     return cudnnGetConvolutionBackwardDataAlgorithm_v7(h.cudnn, f.d, y.d, conv.d, x.d, n, count, r);
   });
-  Workspace ws(dperf.memory, h.stream);
-  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, f.d, w, y.d, dout, conv.d, dperf.algo, ws.ptr,
+  Workspace ws(alloc, dperf.memory);
+  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, f.d, w, y.d, dout, conv.d, dperf.algo, ws.ptr(),
                                              dperf.memory, &zero, x.d, din));
 }
 

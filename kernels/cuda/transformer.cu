@@ -1,10 +1,10 @@
 // LayerNorm (a warp per row, sums in double, like the CPU reference), exact GELU, and the
-// embedding lookup. Embedding's backward adds repeated ids with atomics: the order of a repeated
-// id's additions is not fixed (float sums may differ in the last bits from run to run).
+// embedding lookup (its backward, a sort, is in embedding_backward.cu: CUB stays out of this file).
 #include <algorithm>
 #include <string>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/id_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/transformer.hpp"
 
@@ -92,36 +92,6 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const f
   }
 }
 
-__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t V,
-                                          int64_t C, int32_t* bad) {
-  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < rows * C; k += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = k / C, id = ids[r];
-    if (id < 0 || id >= V) {
-      atomicExch(bad, static_cast<int32_t>(r) + 1);
-      continue;
-    }
-    atomicAdd(dtable + id * C + k % C, dout[k]);
-  }
-}
-
-// Ids are checked on the device: a flag, read back after the kernel (this synchronises the stream).
-template <typename Launch>
-void with_id_check(Context& c, const int32_t* ids, int64_t V, Launch launch) {
-  cudaStream_t s = c.handles().stream;
-  int32_t* bad = nullptr;
-  DP_CUDA_CHECK(cudaMallocAsync(&bad, sizeof(int32_t), s));
-  DP_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), s));
-  launch(bad);
-  int32_t flag = 0, id = 0;
-  DP_CUDA_CHECK(cudaMemcpyAsync(&flag, bad, sizeof flag, cudaMemcpyDeviceToHost, s));
-  DP_CUDA_CHECK(cudaFreeAsync(bad, s));
-  DP_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (!flag) return;
-  DP_CUDA_CHECK(cudaMemcpy(&id, ids + flag - 1, sizeof id, cudaMemcpyDeviceToHost));
-  throw RuntimeError("token id " + std::to_string(id) + " at position " + std::to_string(flag - 1) +
-                     " is outside the vocabulary [0, " + std::to_string(V) + ")");
-}
-
 }  // namespace
 
 void layernorm_forward(Context& c, float* out, float* mean, float* rstd, const float* in, const float* gamma,
@@ -163,17 +133,6 @@ void embedding_forward(Context& c, float* out, const int32_t* ids, const float* 
   if (rows * C == 0) return;
   with_id_check(c, ids, V, [&](int32_t* bad) {
     embedding_forward_kernel<<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(out, ids, table, rows, V, C, bad);
-    DP_CUDA_CHECK_LAUNCH();
-  });
-}
-
-void embedding_backward(Context& c, float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t V,
-                        int64_t C) {
-  DP_CUDA_CHECK(cudaMemsetAsync(dtable, 0, static_cast<size_t>(V * C) * sizeof(float), c.handles().stream));
-  if (rows * C == 0) return;
-  with_id_check(c, ids, V, [&](int32_t* bad) {
-    embedding_backward_kernel<<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(dtable, dout, ids, rows, V, C,
-                                                                                         bad);
     DP_CUDA_CHECK_LAUNCH();
   });
 }

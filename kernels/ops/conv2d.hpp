@@ -1,5 +1,6 @@
 // Conv2d (square stride and padding, NCHW, weight [K, C, kh, kw], bias optional). CPU: im2col +
-// one GEMM per sample (Caffe's approach) over the caller's workspace; CUDA: cuDNN.
+// one GEMM per sample (Caffe's approach) over the caller's workspace; CUDA: cuDNN, its workspace
+// from the device's allocator (MemCategory::Workspace).
 // Backward: din may be absent (the first layer), db absent without a bias; dw, db are written.
 #pragma once
 #include <cstdint>
@@ -27,8 +28,8 @@ void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
                      const float* w, const ConvShape& s, float* workspace);
 }  // namespace cpu
 namespace cuda {
-void conv2d_forward(Context& c, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
-void conv2d_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
+void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      const ConvShape& s);
 }  // namespace cuda
 

@@ -45,7 +45,7 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
   const float *x = o.in(in, s.N * s.C * s.H * s.W), *wt = o.in(w, s.K * s.col_rows()), *bias = o.in(b, s.K);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::conv2d_forward(*ex.cuda, y, x, wt, bias, s);
+    cuda::conv2d_forward(*ex.cuda, *ex.alloc, y, x, wt, bias, s);
     return o.finish();
   }
 #endif
@@ -61,7 +61,7 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
   const float *dy = o.in(dout, out_n), *x = o.in(in, in_n), *wt = o.in(w, w_n);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::conv2d_backward(*ex.cuda, dx, dwt, dbias, dy, x, wt, s);
+    cuda::conv2d_backward(*ex.cuda, *ex.alloc, dx, dwt, dbias, dy, x, wt, s);
     return o.finish();
   }
 #endif

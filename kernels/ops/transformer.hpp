@@ -4,7 +4,8 @@
 //               mean and rstd saved per row for backward; dγ, dβ are written (not accumulated)
 //   gelu        y = ½x(1 + erf(x/√2));  dx = dy·(½(1 + erf(x/√2)) + x·φ(x)), φ the normal density
 //   embedding   out[r] = table[ids[r]];  backward writes dtable = Σ over rows with that id (a
-//               repeated id accumulates), zero elsewhere; an id outside [0, V) is a RuntimeError
+//               repeated id accumulates, in row order on both backends: the same bits every run),
+//               zero elsewhere; an id outside [0, V) is a RuntimeError
 #pragma once
 #include <cstdint>
 
@@ -33,8 +34,10 @@ void gelu_forward(Context& c, float* out, const float* in, int64_t n);
 void gelu_backward(Context& c, float* din, const float* dout, const float* in, int64_t n);
 void embedding_forward(Context& c, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
                        int64_t C);
-void embedding_backward(Context& c, float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t V,
-                        int64_t C);
+// Deterministic: rows sorted by id (stable), each id's rows summed in row order, as on the CPU;
+// the sort's scratch comes from `alloc` (workspace).
+void embedding_backward(Context& c, CachingAllocator& alloc, float* dtable, const float* dout, const int32_t* ids,
+                        int64_t rows, int64_t V, int64_t C);
 }  // namespace cuda
 
 inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf in, Buf gamma, Buf beta, int64_t rows,
@@ -68,8 +71,15 @@ inline void embedding_forward(const Exec& ex, Buf out, Buf ids, Buf table, int64
 }
 inline void embedding_backward(const Exec& ex, Buf dtable, Buf dout, Buf ids, int64_t rows, int64_t V, int64_t C) {
   Operands o(ex, "embedding_backward");
-  DP_DISPATCH(ex, embedding_backward, o.out(dtable, V * C), o.in(dout, rows * C), ids.i32("embedding_backward"), rows, V,
-              C);
+  float* dt = o.out(dtable, V * C);
+  const float* dy = o.in(dout, rows * C);
+  const int32_t* id = ids.i32("embedding_backward");
+#if DP_WITH_CUDA
+  if (ex.on_cuda())
+    cuda::embedding_backward(*ex.cuda, *ex.alloc, dt, dy, id, rows, V, C);
+  else
+#endif
+    cpu::embedding_backward(*ex.pool, dt, dy, id, rows, V, C);
   o.finish();
 }
 

@@ -10,6 +10,9 @@
 #include "engine/data_parallel.hpp"
 #include "kernels/ops/memory.hpp"
 #include "tests/helpers.hpp"
+#include "tests/step_batches.hpp"
+
+#include <cuda_runtime.h>
 
 using namespace dp;
 
@@ -86,7 +89,7 @@ TEST_CASE("a source dropped while another stream's copy of it runs is not overwr
   CHECK(dst.to_host() == v);  // `next` may be src's block, but only if the copy had finished
 }
 
-TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8; even and uneven splits)") {
+TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8, even and uneven splits)") {
   for (const char* model : {"mlp", "convnet", "resnet8"})
     for (const char* split : {"even", "chunks:5,20,7,4"}) {
       CAPTURE(model);
@@ -121,7 +124,7 @@ TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8; even and 
     }
 }
 
-TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW; gathered and in-replica loss; uneven chunks)") {
+TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica loss, uneven chunks)") {
   GptConfig cfg;
   cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
   const ModelDef model = gpt_model(cfg);
@@ -154,7 +157,7 @@ TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW; gathered and in-replica lo
   }
 }
 
-TEST_CASE("mixed precision on cuda:0x4 matches host:4 within 16-bit rounding (bf16, fp16; mlp, convnet, resnet8, gpt)") {
+TEST_CASE("mixed precision on cuda:0x4 matches host:4 within 16-bit rounding (bf16, fp16, mlp, convnet, resnet8, gpt)") {
   // The 16-bit path on a GPU (operands widened and results rounded by the CUDA conversion kernels,
   // float32 kernels in between) against the host's: the float32 kernels differ in their last bits,
   // which can move a rounded 16-bit value by one unit now and then, so losses agree to a few
@@ -275,4 +278,51 @@ TEST_CASE("--sync allreduce on cuda:0x4 (the ring through the GPU's copies) matc
         worst = std::max(worst, std::abs(double(host[i]) - gpu[i]) / std::max(1.0, std::abs(double(host[i]))));
       CHECK(worst < tol);
     }
+}
+
+TEST_CASE("the same run twice on cuda:0x2 gives the same bits (mlp, convnet, resnet8, gpt, SGD and AdamW)") {
+  // Deterministic cuDNN algorithms and a sorted Embedding backward: no atomics decide an order, so a
+  // rerun (and a resumed run) repeats the uninterrupted one exactly, as on host devices.
+  for (const char* name : {"mlp", "convnet", "resnet8", "gpt"}) {
+    CAPTURE(name);
+    const ModelDef model = test::model_of(name);
+    const int64_t batch = 12;
+    const auto batches = test::make_batches(model, batch, 4, 7);
+    auto run = [&](OptimizerConfig::Kind kind) {
+      auto devs = devices("cuda:0x2");
+      OptimizerConfig opt;
+      opt.kind = kind;
+      opt.sgd.lr = 0.01f;
+      DataParallel dp(devs, model, parse_split("chunks:5,7", 2, batch), opt, 11);
+      std::vector<float> out;
+      for (const auto& b : batches) out.push_back(static_cast<float>(test::step_on(dp, *b).loss));
+      const auto params = dp.parameters();
+      out.insert(out.end(), params.begin(), params.end());
+      return out;
+    };
+    for (auto kind : {OptimizerConfig::Kind::Sgd, OptimizerConfig::Kind::AdamW}) {
+      const auto first = run(kind), second = run(kind);
+      CHECK(first == second);
+    }
+  }
+}
+
+TEST_CASE("--device-memory bounds cuda:0: out of memory is an OutOfMemoryError, and the GPU's memory comes back") {
+  size_t free_before = 0, free_after = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  {
+    DeviceOptions opts;
+    opts.capacity = {int64_t{8} << 20};  // 8 MiB: resnet8 at batch 256 needs far more
+    DeviceSet devs(parse_device_spec("cuda:0x2"), opts);
+    const ModelDef& model = find_model("resnet8");
+    DataParallel dp(devs, model, parse_split("even", 2, 256), SgdConfig{0.01f, 0.9f}, 3);
+    const auto batches = test::make_batches(model, 256, 1, 3);
+    // The step names the replica and device (the CLI maps it to exit 3 with its remedies)
+    CHECK_THROWS_WITH(test::step_on(dp, *batches[0]), doctest::Contains("ran out of memory"));
+    for (int i = 0; i < devs.size(); ++i) CHECK(devs[i].allocator().stats().in_use <= (int64_t{8} << 20));
+  }
+  REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  MESSAGE("free GPU memory before " << free_before << " bytes, after " << free_after);
+  // The CUDA context's own allocations (cuBLAS/cuDNN handles' first use) may stay: within 64 MiB.
+  CHECK(free_after + (size_t{64} << 20) >= free_before);
 }
