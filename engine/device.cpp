@@ -94,19 +94,19 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
         if (g >= static_cast<int>(gpus.gpus.size()))
           throw RuntimeError("--devices " + spec.text + ": GPU " + std::to_string(g) + " does not exist (" +
                              std::to_string(gpus.gpus.size()) + " found)");
-      // The CUDA step is built but has not yet run on a GPU in this project's tests: it stays
-      // behind an explicit opt-in until it has.
-      if (!std::getenv("DP_CUDA_UNVERIFIED"))
-        throw RuntimeError("--devices " + spec.text +
-                           ": the CUDA training step is built but not yet verified on a GPU; use --devices host:N, "
-                           "or set DP_CUDA_UNVERIFIED=1 to run it anyway");
       make_cuda(spec, options, gpus);
       return;
     }
-    // auto: all GPUs once the CUDA step is verified on one; until then host:2, said in one line.
-    std::fprintf(stderr, "devices: %s; using 2 simulated host devices (host:2)\n",
-                 gpus.gpus.empty() ? ("no CUDA GPU (" + gpus.status + ")").c_str()
-                                   : "the CUDA step is not yet verified on a GPU");
+    // auto: every GPU, one logical device each; with none, host:2, said in one line.
+    if (!gpus.gpus.empty()) {
+      DeviceSpec all = spec;
+      all.kind = DeviceSpec::Kind::Cuda;
+      all.all_gpus = true;
+      all.text = "cuda (auto: " + std::to_string(gpus.gpus.size()) + " GPU" + (gpus.gpus.size() == 1 ? "" : "s") + ")";
+      make_cuda(all, options, gpus);
+      return;
+    }
+    std::fprintf(stderr, "devices: no CUDA GPU (%s); using 2 simulated host devices (host:2)\n", gpus.status.c_str());
     host_count = 2;
   }
   capacity_of(options, 0, host_count);  // the count is checked before anything is built

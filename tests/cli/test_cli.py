@@ -160,7 +160,19 @@ with tempfile.TemporaryDirectory() as tmp:
         check(name + ": --save untouched", open(save, "rb").read() == saved_bytes)
         check(name + ": --metrics untouched", open(metrics, "rb").read() == saved_metrics)
 
-    keeps_save("cuda absent", small + ["--devices", "cuda:0x4"], 1, "cuda")
+    # --devices auto says in one line when it falls back to host:2: that tells this test whether the
+    # machine has a GPU. Without one, asking for CUDA is an error that loses nothing; with one, the
+    # step runs there, and a GPU that does not exist is the error.
+    rc, out, err = run(small + ["--devices", "auto", "--steps", "1"])
+    check("--devices auto runs", rc == 0, err + out)
+    if "no CUDA GPU" in err:
+        check("auto without a GPU: host:2", "host:2" in err + out, err + out)
+        keeps_save("cuda absent", small + ["--devices", "cuda:0x4"], 1, "no CUDA GPU is available")
+    else:
+        check("auto with a GPU: every GPU", "cuda (auto: " in err + out, err + out)
+        rc, out, err = run(small + ["--devices", "cuda:0x4", "--steps", "2"])
+        check("cuda:0x4 trains on the GPU", rc == 0 and "on cuda:0x4" in err + out, err + out)
+        keeps_save("cuda: no such GPU", small + ["--devices", "cuda:63"], 1, "GPU 63 does not exist")
     keeps_save("data missing", small + ["--data", os.path.join(tmp, "nope")], 1, "not a directory")
     keeps_save("bad magic", ["train", "--data", mnist_dir(tmp, "magic", magic=0x1234)] + small[3:], 1, "bad magic")
     keeps_save("truncated", ["train", "--data", mnist_dir(tmp, "trunc", images=bytes(100))] + small[3:], 1,
