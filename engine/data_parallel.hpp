@@ -148,6 +148,9 @@ class DataParallel {
   // PerStep records no per-phase memory (StepResult::memory stays empty). Under --sync allreduce, waiting per step, each stream waits for the all-reduce's
   // threads before its update instead of the host.
   void set_host_sync(HostSync sync) { host_sync_ = sync; }
+  // PerStep on CUDA devices too: for the GPU test that verifies it (tests/gpu/test_cuda_step.cpp),
+  // until a GPU session has run it under compute-sanitizer and made it the default.
+  void allow_step_sync_on_cuda(bool allow) { step_sync_on_cuda_ = allow; }
   // The waiting the next step will do, after the fallbacks above.
   HostSync host_sync() const;
 
@@ -230,6 +233,7 @@ class DataParallel {
   std::unique_ptr<GradientSync> gradient_sync_;
   Tracer* tracer_ = nullptr;
   HostSync host_sync_ = HostSync::PerPhase;
+  bool step_sync_on_cuda_ = false;
   std::string broken_;  // why the state is unusable (a step failed waiting per step), empty if it is not
   std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
   Tensor params_, grads_, buffers_;             // master state on device 0

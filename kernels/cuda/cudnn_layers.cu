@@ -1,7 +1,13 @@
-// Conv2d and BatchNorm2d through cuDNN 9's descriptor API. Descriptors live for one call (RAII
-// below); the algorithm comes from cuDNN's heuristics restricted to exact float32 math unless the
-// context allows TF32; workspace comes from the device's caching allocator.
+// Conv2d and BatchNorm2d through cuDNN 9's descriptor API. A convolution's descriptors and
+// algorithms are planned once per geometry (plan_for below); the algorithm comes from cuDNN's
+// heuristics restricted to exact float32 math unless the context allows TF32, deterministic ones
+// first; workspace comes from the device's caching allocator. BatchNorm's descriptors live for one
+// call (cheap: no query).
 #include <algorithm>
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "engine/cuda/check.cuh"
 #include "kernels/ops/conv2d.hpp"
@@ -88,49 +94,77 @@ Perf pick(Query query) {
   throw RuntimeError("cuDNN found no usable algorithm for this convolution");
 }
 
-}  // namespace
+// A convolution's cuDNN plan: its descriptors and, per direction, the algorithm and workspace size
+// the heuristics chose. Built on a geometry's first call and kept for the process (a model has a
+// few geometries; a short last batch adds one more): the heuristics cost tens of microseconds a
+// query, more than a small convolution itself. Keyed by geometry, math mode and GPU (the choice
+// depends on the chip). A plan is only read once built, from any thread.
+struct ConvPlan {
+  TensorDesc x, y, bias;
+  FilterDesc f;
+  ConvDesc conv;
+  cudnnConvolutionFwdAlgoPerf_t fwd{};
+  cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter{};
+  cudnnConvolutionBwdDataAlgoPerf_t bwd_data{};
+  ConvPlan(cudnnHandle_t cudnn, const ConvShape& g, bool tf32)
+      : x(g.N, g.C, g.H, g.W), y(g.N, g.K, out_size(g.H, g.kh, g.stride, g.pad), out_size(g.W, g.kw, g.stride, g.pad)),
+        bias(1, g.K, 1, 1), f(g), conv(g, tf32) {
+    fwd = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
+      return cudnnGetConvolutionForwardAlgorithm_v7(cudnn, x.d, f.d, conv.d, y.d, n, count, r);
+    });
+    bwd_filter = pick<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+      return cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn, x.d, y.d, conv.d, f.d, n, count, r);
+    });
+    bwd_data = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+      return cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn, f.d, y.d, conv.d, x.d, n, count, r);
+    });
+  }
+};
 
-void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& g) {
-  auto& h = c.handles();
-  const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
-  TensorDesc x(g.N, g.C, g.H, g.W), y(g.N, g.K, OH, OW), bias(1, g.K, 1, 1);
-  FilterDesc f(g);
-  ConvDesc conv(g, c.allow_tf32());
-  auto perf = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
-    return cudnnGetConvolutionForwardAlgorithm_v7(h.cudnn, x.d, f.d, conv.d, y.d, n, count, r);
-  });
-  Workspace ws(alloc, perf.memory);
-  const float one = 1.f, zero = 0.f;
-  DP_CUDA_CHECK(cudnnConvolutionForward(h.cudnn, &one, x.d, in, f.d, w, conv.d, perf.algo, ws.ptr(), perf.memory, &zero,
-                                        y.d, out));
-  if (b) DP_CUDA_CHECK(cudnnAddTensor(h.cudnn, &one, bias.d, b, &one, y.d, out));
+const ConvPlan& plan_for(Context& c, const ConvShape& g) {
+  static std::mutex mu;
+  // Never destroyed: no static-destruction order to get wrong against cuDNN's own teardown.
+  static auto* plans = new std::map<std::array<int64_t, 11>, std::unique_ptr<ConvPlan>>();
+  const bool tf32 = c.allow_tf32();
+  const std::array<int64_t, 11> key{g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.stride, g.pad, tf32 ? 1 : 0, c.gpu()};
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*plans)[key];
+  if (!slot) slot = std::make_unique<ConvPlan>(c.handles().cudnn, g, tf32);
+  return *slot;
 }
 
-void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
-                     const ConvShape& g) {
+}  // namespace
+
+void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b,
+                    const ConvShape& g) {
   auto& h = c.handles();
-  const int64_t OH = out_size(g.H, g.kh, g.stride, g.pad), OW = out_size(g.W, g.kw, g.stride, g.pad);
-  TensorDesc x(g.N, g.C, g.H, g.W), y(g.N, g.K, OH, OW), bias(1, g.K, 1, 1);
-  FilterDesc f(g);
-  ConvDesc conv(g, c.allow_tf32());
+  const ConvPlan& p = plan_for(c, g);
+  const auto& perf = p.fwd;
+  Workspace ws(alloc, perf.memory);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnConvolutionForward(h.cudnn, &one, p.x.d, in, p.f.d, w, p.conv.d, perf.algo, ws.ptr(), perf.memory,
+                                        &zero, p.y.d, out));
+  if (b) DP_CUDA_CHECK(cudnnAddTensor(h.cudnn, &one, p.bias.d, b, &one, p.y.d, out));
+}
+
+void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout,
+                     const float* in, const float* w, const ConvShape& g) {
+  auto& h = c.handles();
+  const ConvPlan& p = plan_for(c, g);
   const float one = 1.f, zero = 0.f;
   // Gradients are written, not accumulated (beta = 0), like the CPU kernels.
-  auto fperf = pick<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
-    return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h.cudnn, x.d, y.d, conv.d, f.d, n, count, r);
-  });
   {
-    Workspace ws(alloc, fperf.memory);
-    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, x.d, in, y.d, dout, conv.d, fperf.algo, ws.ptr(),
-                                                 fperf.memory, &zero, f.d, dw));
+    const auto& perf = p.bwd_filter;
+    Workspace ws(alloc, perf.memory);
+    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, p.x.d, in, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
+                                                 perf.memory, &zero, p.f.d, dw));
   }
-  if (db) DP_CUDA_CHECK(cudnnConvolutionBackwardBias(h.cudnn, &one, y.d, dout, &zero, bias.d, db));
+  if (db) DP_CUDA_CHECK(cudnnConvolutionBackwardBias(h.cudnn, &one, p.y.d, dout, &zero, p.bias.d, db));
   if (!din) return;
-  auto dperf = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
-    return cudnnGetConvolutionBackwardDataAlgorithm_v7(h.cudnn, f.d, y.d, conv.d, x.d, n, count, r);
-  });
-  Workspace ws(alloc, dperf.memory);
-  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, f.d, w, y.d, dout, conv.d, dperf.algo, ws.ptr(),
-                                             dperf.memory, &zero, x.d, din));
+  const auto& perf = p.bwd_data;
+  Workspace ws(alloc, perf.memory);
+  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, p.f.d, w, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
+                                             perf.memory, &zero, p.x.d, din));
 }
 
 // cuDNN's spatial batch norm matches PyTorch's: biased variance to normalise, the unbiased one in

@@ -326,3 +326,38 @@ TEST_CASE("--device-memory bounds cuda:0: out of memory is an OutOfMemoryError, 
   // The CUDA context's own allocations (cuBLAS/cuDNN handles' first use) may stay: within 64 MiB.
   CHECK(free_after + (size_t{64} << 20) >= free_before);
 }
+
+TEST_CASE("waiting once per step on cuda:0x4 gives the steps of waiting after every phase, bit for bit") {
+  // The event-ordered step on a GPU (what --host-sync step will do on CUDA once this passes under
+  // compute-sanitizer): the whole step enqueued at once, the host waiting at its end. Both gradient
+  // syncs; AdamW with clipping (the norm crosses devices); an uneven split.
+  for (const char* name : {"mlp", "convnet", "gpt"}) {
+    for (SyncMode sync : {SyncMode::Reduce, SyncMode::AllReduce}) {
+      CAPTURE(name);
+      CAPTURE(static_cast<int>(sync));
+      const ModelDef model = test::model_of(name);
+      const int64_t batch = 14;
+      const auto batches = test::make_batches(model, batch, 4, 5);
+      auto run = [&](HostSync host_sync) {
+        auto devs = devices("cuda:0x4");
+        OptimizerConfig opt;
+        opt.kind = OptimizerConfig::Kind::AdamW;
+        opt.sgd.lr = 0.003f;
+        SyncOptions so;
+        so.mode = sync;
+        DataParallel dp(devs, model, parse_split("chunks:2,5,4,3", 4, batch), opt, 9, LossMode::Gathered, so);
+        dp.set_clip_grad_norm(0.5);
+        dp.set_host_sync(host_sync);
+        dp.allow_step_sync_on_cuda(true);
+        CHECK(dp.host_sync() == host_sync);
+        std::vector<float> out;
+        for (const auto& b : batches) out.push_back(static_cast<float>(test::step_on(dp, *b).loss));
+        const auto params = dp.parameters();
+        out.insert(out.end(), params.begin(), params.end());
+        return out;
+      };
+      const auto phase = run(HostSync::PerPhase), step = run(HostSync::PerStep);
+      CHECK(phase == step);
+    }
+  }
+}

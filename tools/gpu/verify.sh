@@ -25,7 +25,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : >"$summary"
 failed=0
-jobs=${DP_SANITIZE_JOBS:-8}
+jobs=${DP_SANITIZE_JOBS:-14}
 
 note() { echo "$*" | tee -a "$summary"; }
 stage_result() {  # stage name, exit status, what
@@ -65,13 +65,14 @@ stage_unit() {
 sanitize_one() {
   local tool=$1 log=$2
   shift 2
-  timeout 900 compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$log.full" 2>&1
+  timeout "${DP_SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$log.full" 2>&1
   local rc=$?
   # a doctest filter that matched nothing ran nothing: not clean
   grep -qE 'test cases: *0 \|' "$log.full" && rc=98
   {
     echo "== compute-sanitizer --tool $tool $*"
     grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit)" "$log.full" | head -20
+    [[ $rc -eq 124 ]] && echo "-- TIMED OUT after ${DP_SANITIZE_TIMEOUT:-540} s (not clean: unfinished)"
     if [[ $rc -ne 0 ]]; then
       echo "-- exit $rc; the end of its output:"
       tail -40 "$log.full"
@@ -103,15 +104,25 @@ stage_sanitize() {
   mapfile -t cases < <("$bin" --list-test-cases --no-intro | grep -v '^\[doctest\]' | grep -v '^===' | sed '/^$/d')
   # Each job a file of NUL-separated words (tool, then the command: doctest names hold spaces and
   # parentheses), run $jobs at a time on the one GPU.
-  local n=0
+  # The slow ones (racecheck, synccheck, initcheck on the step cases: every kernel of several
+  # trainings instrumented) are numbered first, so they start at once and the rest fill in around
+  # them.
+  local n=1000
   job() { n=$((n + 1)); printf '%s\0' "$@" >"$dir/$n.job"; }
-  for tool in memcheck racecheck synccheck initcheck; do
-    for name in "${cases[@]}"; do
-      # the free-memory check would see the other processes' memory: it runs alone below
-      [[ $name == *"memory comes back"* ]] && continue
-      [[ $quick == 1 && $tool != memcheck && $name == *"cuda:0x"* ]] && continue
-      job "$tool" "$bin" "-tc=${name//,/?}"
+  local -a step_cases=() kernel_cases=()
+  for name in "${cases[@]}"; do
+    # the free-memory check would see the other processes' memory: it runs alone below
+    [[ $name == *"memory comes back"* ]] && continue
+    if [[ $name == *"cuda:0x"* ]]; then step_cases+=("$name"); else kernel_cases+=("$name"); fi
+  done
+  if [[ $quick != 1 ]]; then
+    for tool in racecheck synccheck initcheck; do
+      for name in "${step_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
     done
+  fi
+  for tool in memcheck racecheck synccheck initcheck; do
+    for name in "${kernel_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
+    [[ $tool == memcheck ]] && for name in "${step_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
     local -a these=("${trains[@]}")
     [[ $quick == 1 && $tool != memcheck ]] && these=("${trains[@]:0:2}")
     for t in "${these[@]}"; do
