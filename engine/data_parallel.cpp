@@ -5,6 +5,7 @@
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
+#include "engine/step/replica_timer.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/loss.hpp"
@@ -219,7 +220,6 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
 
 StepResult DataParallel::run_step(const void* input, const int32_t* targets, int64_t batch,
                                   const std::vector<int64_t>& chunks, const NextBatch* next) {
-  const int n = devices_.size();
   StepResult result;
   result.batch = batch;
   result.targets = batch * model_.targets_per_sample();
@@ -264,8 +264,12 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   s.loss_scale = scaler_.scale();
   if (scaler_.enabled()) result.loss_scale = scaler_.scale();
 
-  std::vector<double> busy_before(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) busy_before[i] = devices_[i].stream().busy_seconds();
+  ReplicaTimer timer(devices_);
+  auto timed = [&](ReplicaTimer::Mark start, auto&& run) {  // the replicas' own time, for --split auto
+    timer.mark(start);
+    run();
+    timer.mark(static_cast<ReplicaTimer::Mark>(start + 1));
+  };
   auto phase = [&](Phase p, auto&& run) {
     rec.begin(p);
     run();
@@ -276,10 +280,10 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     if (next) stage_next(*next);
     phase(Phase::Scatter, [] {});  // each device loaded its own chunk
     phase(Phase::Replicate, [&] { broadcast_buffers(s); });
-    phase(Phase::Forward, [&] { forward(s); });
+    phase(Phase::Forward, [&] { timed(ReplicaTimer::ForwardStart, [&] { forward(s); }); });
     phase(Phase::Gather, [&] { gather(s); });
     phase(Phase::Loss, [&] { loss(s); });
-    phase(Phase::Backward, [&] { backward_overlapped(s); });
+    phase(Phase::Backward, [&] { timed(ReplicaTimer::BackwardStart, [&] { backward_overlapped(s); }); });
     phase(Phase::Reduce, [&] { finish_allreduce(s); });
     phase(Phase::Update, [&] { update_everywhere(s, result); });
   } else {  // DataParallel's
@@ -287,10 +291,10 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     if (next) stage_next(*next);
     phase(Phase::Scatter, [&] { scatter(s); });
     phase(Phase::Replicate, [&] { replicate(s); });
-    phase(Phase::Forward, [&] { forward(s); });
+    phase(Phase::Forward, [&] { timed(ReplicaTimer::ForwardStart, [&] { forward(s); }); });
     phase(Phase::Gather, [&] { gather(s); });
     phase(Phase::Loss, [&] { loss(s); });
-    phase(Phase::Backward, [&] { backward(s); });
+    phase(Phase::Backward, [&] { timed(ReplicaTimer::BackwardStart, [&] { backward(s); }); });
     phase(Phase::Reduce, [&] { reduce(s); });
     phase(Phase::Update, [&] { update(s, result); });
   }
@@ -305,8 +309,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   }
   rec.finish();
   report(s, result);
-  result.replica_seconds.resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) result.replica_seconds[i] = devices_[i].stream().busy_seconds() - busy_before[i];
+  result.replica_seconds = timer.seconds();
   return result;
 }
 

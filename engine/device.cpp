@@ -163,6 +163,17 @@ void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, 
     }
     devices_.push_back(std::make_unique<Device>(i, name, capacity_of(options, i, n), n, g, options.allow_tf32));
   }
+  // Logical devices of one GPU draw on its one memory: out of it, a device empties its siblings'
+  // caches before it fails.
+  for (auto& d : devices_) {
+    std::vector<Device*> siblings;
+    for (auto& o : devices_)
+      if (o != d && o->gpu() == d->gpu()) siblings.push_back(o.get());
+    if (!siblings.empty())
+      d->allocator().set_release_others([siblings] {
+        for (Device* o : siblings) o->allocator().empty_cache();
+      });
+  }
   description_ = spec.text;
 }
 

@@ -123,7 +123,7 @@ void CachingAllocator::note_alloc_locked(const Block& b) {
 Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   const size_t size = round_size(bytes);
   const auto want = static_cast<int64_t>(size);
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   if (capacity_ > 0 && stats_.in_use + want > capacity_) throw out_of_memory_locked(bytes);
   collect_read_blocks_locked();
   // Best fit from the cache, but never a block more than twice the request (avoids waste).
@@ -142,6 +142,12 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   void* ptr = raw_.allocate(size);
   if (!ptr) {  // the system itself is out: give the cache back and try once more
     release_cached_locked();
+    ptr = raw_.allocate(size);
+  }
+  if (!ptr && release_others_) {  // then the siblings' caches (unlocked: they may be here too)
+    lock.unlock();
+    release_others_();
+    lock.lock();
     ptr = raw_.allocate(size);
   }
   if (!ptr) throw out_of_memory_locked(bytes);

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -103,6 +104,10 @@ class CachingAllocator {
   void record_reader(Block* block, DeviceQueue& queue, std::shared_ptr<void> event);
   int64_t awaiting_readers() const;  // freed blocks not yet back in the cache
   void empty_cache();  // return cached, unused blocks to the system
+  // Allocators that draw on the same memory (the logical devices of one GPU): when the system is
+  // out even after this cache is emptied, `release_others` empties theirs before one last try, so
+  // a sibling's idle cache cannot make this device fail. Called without this allocator's lock.
+  void set_release_others(std::function<void()> release_others) { release_others_ = std::move(release_others); }
 
   MemoryStats stats() const;
   void reset_peak();
@@ -127,6 +132,7 @@ class CachingAllocator {
   std::vector<Block*> awaiting_;         // freed, waiting for their readers
   MemoryStats stats_;
   std::string phase_;
+  std::function<void()> release_others_;
 };
 
 }  // namespace dp

@@ -70,6 +70,12 @@ class DeviceQueue {
   virtual void wait(const std::shared_ptr<void>& event) = 0;    // later device work waits for it
   virtual bool query(const std::shared_ptr<void>& event) = 0;   // has the device passed it?
   virtual void synchronize() = 0;                               // the host waits for all of it
+  // A timestamped event after all work so far (null where the device cannot time itself), and the
+  // seconds between two of them once both have passed: the device's own time, not the host's.
+  virtual std::shared_ptr<void> record_timed() { return nullptr; }
+  virtual double seconds_between(const std::shared_ptr<void>& /*from*/, const std::shared_ptr<void>& /*to*/) {
+    return 0;
+  }
 };
 
 struct TaskLabel {

@@ -126,3 +126,40 @@ TEST_CASE("a freed block that another stream read goes back to the cache only on
   CHECK(alloc.awaiting_readers() == 0);
   alloc.free(d);
 }
+
+namespace {
+// Memory with a fixed budget shared by whoever draws on it: the system as two logical devices of
+// one GPU see it.
+struct BudgetMemory final : RawMemory {
+  explicit BudgetMemory(size_t budget) : left(budget) {}
+  void* allocate(size_t bytes) override {
+    if (bytes > left) return nullptr;
+    left -= bytes;
+    return ::operator new(bytes);
+  }
+  void release(void* p, size_t bytes) noexcept override {
+    left += bytes;
+    ::operator delete(p);
+  }
+  size_t left;
+};
+}  // namespace
+
+TEST_CASE("out of shared memory, an allocator first empties its siblings' caches (logical devices of one GPU)") {
+  BudgetMemory gpu(1 << 20);
+  CachingAllocator a(0, "cuda:0.0", gpu, 0), b(1, "cuda:0.1", gpu, 0);
+  // b used 768 KiB and freed it: its cache holds the GPU's memory while a needs 512 KiB.
+  b.free(b.allocate(768 << 10, MemCategory::Activations));
+  CHECK(b.stats().reserved == (768 << 10));
+  CHECK_THROWS_AS(a.allocate(512 << 10, MemCategory::Activations), OutOfMemoryError);  // not told of b
+  a.set_release_others([&] { b.empty_cache(); });
+  b.set_release_others([&] { a.empty_cache(); });
+  Block* got = a.allocate(512 << 10, MemCategory::Activations);
+  CHECK(got != nullptr);
+  CHECK(b.stats().reserved == 0);
+  // Memory b's own blocks use is not taken: a request beyond what is free still fails, naming a.
+  Block* held = b.allocate(256 << 10, MemCategory::Parameters);
+  CHECK_THROWS_WITH(a.allocate(512 << 10, MemCategory::Activations), doctest::Contains("device 0 (cuda:0.0)"));
+  a.free(got);
+  b.free(held);
+}

@@ -113,6 +113,20 @@ class CudaQueue final : public DeviceQueue {
     return true;
   }
   void synchronize() override { c_.synchronize(); }
+  // Timing events are few (four per replica a step) and not pooled: the pool's are created
+  // without timing, which makes them cheaper to record and wait on.
+  std::shared_ptr<void> record_timed() override {
+    cudaEvent_t e = nullptr;
+    DP_CUDA_CHECK(cudaEventCreate(&e));
+    std::shared_ptr<void> event(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
+    DP_CUDA_CHECK(cudaEventRecord(e, c_.handles().stream));
+    return event;
+  }
+  double seconds_between(const std::shared_ptr<void>& from, const std::shared_ptr<void>& to) override {
+    float ms = 0;
+    DP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.get()), static_cast<cudaEvent_t>(to.get())));
+    return ms * 1e-3;
+  }
 
  private:
   cuda::Context& c_;

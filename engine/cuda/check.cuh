@@ -11,10 +11,38 @@
 
 namespace dp::cuda {
 
+// A fault in a kernel poisons the whole CUDA context: every later call fails with it, whichever
+// logical device makes the call (cuda:0xN shares one context), so the call that reports it may not
+// be the one that caused it.
+inline bool sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
 inline void check(cudaError_t e, const char* what, const char* file, int line) {
-  if (e != cudaSuccess)
-    throw RuntimeError(std::string("CUDA error in ") + what + " at " + file + ":" + std::to_string(line) + ": " +
-                       cudaGetErrorString(e));
+  if (e == cudaSuccess) return;
+  // Clear this thread's last error: otherwise the next launch check would report this one again,
+  // naming the wrong kernel (a sticky fault stays whatever is done here).
+  (void)cudaGetLastError();
+  std::string msg = std::string("CUDA error in ") + what + " at " + file + ":" + std::to_string(line) + ": " +
+                    cudaGetErrorString(e);
+  if (sticky(e))
+    msg += " (a fault that poisons the GPU's context: the kernel that caused it may be an earlier one, or another "
+           "logical device's on the same GPU; rerun with compute-sanitizer to find it)";
+  throw RuntimeError(msg);
 }
 inline void check(cublasStatus_t s, const char* what, const char* file, int line) {
   if (s != CUBLAS_STATUS_SUCCESS)

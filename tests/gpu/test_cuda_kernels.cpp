@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/device.hpp"
+#include "engine/cuda/check.cuh"
 #include "engine/cuda/context.hpp"
 #include "kernels/ops/batchnorm.hpp"
 #include "kernels/ops/conv2d.hpp"
@@ -252,6 +253,20 @@ TEST_CASE("softmax cross-entropy matches the CPU reference, a bad label is an er
   CHECK_THROWS_WITH(cuda::softmax_xent(c, d_z.get(), bad.get<int32_t>(), B, K, nullptr, 0.f, &got, &got_hits,
                                        rows.get(), flags.get<int32_t>()),
                     doctest::Contains("sample 17"));
+}
+
+TEST_CASE("a failed CUDA call is reported once: the next launch check does not report it again") {
+  cuda::Context c(0);
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  CHECK_THROWS_WITH(DP_CUDA_CHECK(cudaSetDevice(count + 7)), doctest::Contains("invalid device ordinal"));
+  CHECK(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  auto d = to_device(c, random_vector(64, 3));
+  cuda::relu_forward(c, d.get(), d.get(), 64);
+  CHECK_NOTHROW(DP_CUDA_CHECK_LAUNCH());
+  CHECK(cuda::sticky(cudaErrorIllegalAddress));
+  CHECK_FALSE(cuda::sticky(cudaErrorInvalidDevice));
 }
 
 TEST_CASE("ReLU keeps NaN, as the CPU reference and PyTorch do") {

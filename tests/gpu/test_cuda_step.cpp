@@ -361,3 +361,34 @@ TEST_CASE("waiting once per step on cuda:0x4 gives the steps of waiting after ev
     }
   }
 }
+
+TEST_CASE("out of GPU memory on cuda:0x2, a logical device first empties its sibling's cache") {
+  // Device 1 used most of the GPU and freed it into its cache; device 0 now needs as much. Without
+  // the siblings' release device 0 would fail while the GPU's memory sat idle in device 1's cache.
+  auto devs = devices("cuda:0x2");
+  size_t free_bytes = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  const size_t big = free_bytes / 10 * 6;
+  devs[1].allocator().free(devs[1].allocator().allocate(big, MemCategory::Activations));
+  CHECK(devs[1].allocator().stats().reserved >= static_cast<int64_t>(big));
+  Block* b = devs[0].allocator().allocate(big, MemCategory::Activations);
+  CHECK(b != nullptr);
+  CHECK(devs[1].allocator().stats().reserved == 0);
+  devs[0].allocator().free(b);
+}
+
+TEST_CASE("replica times on cuda:0x2 are the GPU's own (CUDA events), so --split auto can see the work") {
+  // 4 samples on device 0 and 1020 on device 1: the same kernels are enqueued for both, so the
+  // host's enqueue times are about equal; the GPU's times are not.
+  const ModelDef& model = find_model("resnet8");
+  const int64_t batch = 1024;
+  auto devs = devices("cuda:0x2");
+  DataParallel dp(devs, model, parse_split("chunks:4,1020", 2, batch), SgdConfig{0.01f, 0.9f}, 3);
+  const auto batches = test::make_batches(model, batch, 3, 1);
+  StepResult r;
+  for (const auto& b : batches) r = test::step_on(dp, *b);  // the last: warm
+  REQUIRE(r.replica_seconds.size() == 2);
+  MESSAGE("replica seconds: " << r.replica_seconds[0] << " and " << r.replica_seconds[1]);
+  CHECK(r.replica_seconds[0] > 0);
+  CHECK(r.replica_seconds[1] > 3 * r.replica_seconds[0]);
+}

@@ -111,8 +111,8 @@ stage_sanitize() {
   job() { n=$((n + 1)); printf '%s\0' "$@" >"$dir/$n.job"; }
   local -a step_cases=() kernel_cases=()
   for name in "${cases[@]}"; do
-    # the free-memory check would see the other processes' memory: it runs alone below
-    [[ $name == *"memory comes back"* ]] && continue
+    # the cases that measure or fill the GPU's memory would see the other processes': alone below
+    [[ $name == *"memory comes back"* || $name == *"sibling's cache"* ]] && continue
     if [[ $name == *"cuda:0x"* ]]; then step_cases+=("$name"); else kernel_cases+=("$name"); fi
   done
   if [[ $quick != 1 ]]; then
@@ -133,7 +133,7 @@ stage_sanitize() {
   printf '%s\n' "$dir"/*.job | xargs -P "$jobs" -I{} bash -c 'mapfile -d "" -t w <"$1"; sanitize_one "${w[0]}" "${1%.job}.log" "${w[@]:1}"' _ {}
   local bad runs
   for name in "${cases[@]}"; do
-    [[ $name == *"memory comes back"* ]] || continue
+    [[ $name == *"memory comes back"* || $name == *"sibling's cache"* ]] || continue
     for tool in memcheck initcheck; do
       n=$((n + 1))
       sanitize_one "$tool" "$dir/$n.log" "$bin" "-tc=${name//,/?}"
