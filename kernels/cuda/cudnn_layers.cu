@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "engine/cuda/check.cuh"
 #include "kernels/ops/conv2d.hpp"
@@ -77,21 +78,26 @@ struct Workspace {
 
 int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 
-// The first usable deterministic choice of cuDNN's heuristics (the descriptor already fixes the
-// math type): the same step twice gives the same bits, as on the CPU (a resumed run equals the
-// uninterrupted one). Some backward algorithms add with atomics in a varying order; only when the
-// heuristics offer nothing else is one of those taken.
+// The first usable deterministic choice of cuDNN's heuristics: the same step twice gives the same
+// bits, as on the CPU (a resumed run equals the uninterrupted one). Some backward algorithms add
+// with atomics in a varying order; only when the heuristics offer nothing else is one of those
+// taken. Without TF32 an algorithm must use plain float32 math (the heuristics report each one's
+// math type), so --tf32 off means no tensor-core rounding in convolutions either.
 template <typename Perf, typename Query>
-Perf pick(Query query) {
+Perf pick(Query query, bool tf32) {
   constexpr int kMax = 16;
   Perf results[kMax];
   int count = 0;
   DP_CUDA_CHECK(query(kMax, &count, results));
+  auto usable = [&](const Perf& r) {
+    return r.status == CUDNN_STATUS_SUCCESS && (tf32 || r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH);
+  };
   for (int i = 0; i < count; ++i)
-    if (results[i].status == CUDNN_STATUS_SUCCESS && results[i].determinism == CUDNN_DETERMINISTIC) return results[i];
+    if (usable(results[i]) && results[i].determinism == CUDNN_DETERMINISTIC) return results[i];
   for (int i = 0; i < count; ++i)
-    if (results[i].status == CUDNN_STATUS_SUCCESS) return results[i];
-  throw RuntimeError("cuDNN found no usable algorithm for this convolution");
+    if (usable(results[i])) return results[i];
+  throw RuntimeError("cuDNN found no usable algorithm for this convolution" +
+                     std::string(tf32 ? "" : " in float32 math (try --tf32)"));
 }
 
 // A convolution's cuDNN plan: its descriptors and, per direction, the algorithm and workspace size
@@ -111,13 +117,13 @@ struct ConvPlan {
         bias(1, g.K, 1, 1), f(g), conv(g, tf32) {
     fwd = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
       return cudnnGetConvolutionForwardAlgorithm_v7(cudnn, x.d, f.d, conv.d, y.d, n, count, r);
-    });
+    }, tf32);
     bwd_filter = pick<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
       return cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn, x.d, y.d, conv.d, f.d, n, count, r);
-    });
+    }, tf32);
     bwd_data = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
       return cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn, f.d, y.d, conv.d, x.d, n, count, r);
-    });
+    }, tf32);
   }
 };
 
