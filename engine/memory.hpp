@@ -135,4 +135,27 @@ class CachingAllocator {
   std::function<void()> release_others_;
 };
 
+// A kernel's scratch memory for the length of a scope, from the device's allocator (counted as
+// workspace, bounded by its capacity): freed when the scope ends. On an accelerator the block goes
+// back while the kernels that use it may still run; that is safe because the allocator hands it out
+// again only to work on the same stream. No bytes, no block (ptr() is null).
+class ScopedBlock {
+ public:
+  ScopedBlock(CachingAllocator& alloc, size_t bytes) : alloc_(alloc) {
+    if (bytes) block_ = alloc.allocate(bytes, MemCategory::Workspace);
+  }
+  ~ScopedBlock() { alloc_.free(block_); }
+  ScopedBlock(const ScopedBlock&) = delete;
+  ScopedBlock& operator=(const ScopedBlock&) = delete;
+  void* ptr() const { return block_ ? block_->ptr : nullptr; }
+  template <typename T>
+  T* at(size_t byte_offset = 0) const {
+    return block_ ? reinterpret_cast<T*>(static_cast<char*>(block_->ptr) + byte_offset) : nullptr;
+  }
+
+ private:
+  CachingAllocator& alloc_;
+  Block* block_ = nullptr;
+};
+
 }  // namespace dp

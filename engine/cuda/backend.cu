@@ -78,6 +78,8 @@ class PinnedMemory final : public RawMemory {
 // of another device's memory): a released event goes back to its queue's pool, not to the driver.
 // The pool is shared with every event it handed out, so an event may outlive its queue.
 struct EventPool {
+  explicit EventPool(unsigned flags) : flags(flags) {}
+  unsigned flags;  // cudaEventDisableTiming, or 0 for events that time
   std::mutex m;
   std::vector<cudaEvent_t> free;
   ~EventPool() {
@@ -87,22 +89,13 @@ struct EventPool {
 
 class CudaQueue final : public DeviceQueue {
  public:
-  explicit CudaQueue(cuda::Context& c) : c_(c), pool_(std::make_shared<EventPool>()) {}
+  explicit CudaQueue(cuda::Context& c)
+      : c_(c), pool_(std::make_shared<EventPool>(cudaEventDisableTiming)), timed_pool_(std::make_shared<EventPool>(0)) {}
   void bind_thread() override { DP_CUDA_CHECK(cudaSetDevice(c_.gpu())); }
-  std::shared_ptr<void> record() override {
-    cudaEvent_t e = nullptr;
-    {
-      std::lock_guard lock(pool_->m);
-      if (!pool_->free.empty()) e = pool_->free.back(), pool_->free.pop_back();
-    }
-    if (!e) DP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    std::shared_ptr<void> event(e, [pool = pool_](void* p) {
-      std::lock_guard lock(pool->m);
-      pool->free.push_back(static_cast<cudaEvent_t>(p));
-    });
-    DP_CUDA_CHECK(cudaEventRecord(e, c_.handles().stream));
-    return event;
-  }
+  // Ordering events skip timing (cheaper to record and wait on); timing events (four per replica a
+  // step, ReplicaTimer) come from a pool of their own.
+  std::shared_ptr<void> record() override { return record_from(pool_); }
+  std::shared_ptr<void> record_timed() override { return record_from(timed_pool_); }
   void wait(const std::shared_ptr<void>& event) override {
     DP_CUDA_CHECK(cudaStreamWaitEvent(c_.handles().stream, static_cast<cudaEvent_t>(event.get()), 0));
   }
@@ -113,15 +106,6 @@ class CudaQueue final : public DeviceQueue {
     return true;
   }
   void synchronize() override { c_.synchronize(); }
-  // Timing events are few (four per replica a step) and not pooled: the pool's are created
-  // without timing, which makes them cheaper to record and wait on.
-  std::shared_ptr<void> record_timed() override {
-    cudaEvent_t e = nullptr;
-    DP_CUDA_CHECK(cudaEventCreate(&e));
-    std::shared_ptr<void> event(e, [](void* p) { cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
-    DP_CUDA_CHECK(cudaEventRecord(e, c_.handles().stream));
-    return event;
-  }
   double seconds_between(const std::shared_ptr<void>& from, const std::shared_ptr<void>& to) override {
     float ms = 0;
     DP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.get()), static_cast<cudaEvent_t>(to.get())));
@@ -129,8 +113,23 @@ class CudaQueue final : public DeviceQueue {
   }
 
  private:
+  std::shared_ptr<void> record_from(const std::shared_ptr<EventPool>& pool) {
+    cudaEvent_t e = nullptr;
+    {
+      std::lock_guard lock(pool->m);
+      if (!pool->free.empty()) e = pool->free.back(), pool->free.pop_back();
+    }
+    if (!e) DP_CUDA_CHECK(cudaEventCreateWithFlags(&e, pool->flags));
+    std::shared_ptr<void> event(e, [pool](void* p) {
+      std::lock_guard lock(pool->m);
+      pool->free.push_back(static_cast<cudaEvent_t>(p));
+    });
+    DP_CUDA_CHECK(cudaEventRecord(e, c_.handles().stream));
+    return event;
+  }
+
   cuda::Context& c_;
-  std::shared_ptr<EventPool> pool_;
+  std::shared_ptr<EventPool> pool_, timed_pool_;
 };
 
 class CudaParts final : public CudaDeviceParts {

@@ -58,24 +58,6 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-// Scratch memory for one cuDNN call from the device's caching allocator: counted as workspace in
-// memprof, bounded by --device-memory, its shortage an OutOfMemoryError (exit 3). Freed as soon as
-// the call is enqueued: the allocator hands a block out again only to work on this same compute
-// stream, which runs after the call.
-struct Workspace {
-  CachingAllocator& alloc;
-  Block* block = nullptr;
-  Workspace(CachingAllocator& a, size_t bytes) : alloc(a) {
-    if (bytes) block = a.allocate(bytes, MemCategory::Workspace);
-  }
-  ~Workspace() {
-    if (block) alloc.free(block);
-  }
-  void* ptr() const { return block ? block->ptr : nullptr; }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-};
-
 int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 
 // The first usable deterministic choice of cuDNN's heuristics: the same step twice gives the same
@@ -146,7 +128,7 @@ void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float
   auto& h = c.handles();
   const ConvPlan& p = plan_for(c, g);
   const auto& perf = p.fwd;
-  Workspace ws(alloc, perf.memory);
+  ScopedBlock ws(alloc, perf.memory);
   const float one = 1.f, zero = 0.f;
   DP_CUDA_CHECK(cudnnConvolutionForward(h.cudnn, &one, p.x.d, in, p.f.d, w, p.conv.d, perf.algo, ws.ptr(), perf.memory,
                                         &zero, p.y.d, out));
@@ -161,14 +143,14 @@ void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw,
   // Gradients are written, not accumulated (beta = 0), like the CPU kernels.
   {
     const auto& perf = p.bwd_filter;
-    Workspace ws(alloc, perf.memory);
+    ScopedBlock ws(alloc, perf.memory);
     DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, p.x.d, in, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
                                                  perf.memory, &zero, p.f.d, dw));
   }
   if (db) DP_CUDA_CHECK(cudnnConvolutionBackwardBias(h.cudnn, &one, p.y.d, dout, &zero, p.bias.d, db));
   if (!din) return;
   const auto& perf = p.bwd_data;
-  Workspace ws(alloc, perf.memory);
+  ScopedBlock ws(alloc, perf.memory);
   DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, p.f.d, w, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
                                              perf.memory, &zero, p.x.d, din));
 }

@@ -44,17 +44,6 @@ int bits_for(int64_t V) {
   return bits;
 }
 
-struct Scratch {
-  CachingAllocator& alloc;
-  Block* block;
-  Scratch(CachingAllocator& a, size_t bytes) : alloc(a), block(a.allocate(std::max<size_t>(bytes, 1), MemCategory::Workspace)) {}
-  ~Scratch() { alloc.free(block); }
-  template <typename T>
-  T* at(size_t byte_offset) const {
-    return reinterpret_cast<T*>(static_cast<char*>(block->ptr) + byte_offset);
-  }
-};
-
 }  // namespace
 
 void embedding_backward(Context& c, CachingAllocator& alloc, float* dtable, const float* dout, const int32_t* ids,
@@ -69,7 +58,7 @@ void embedding_backward(Context& c, CachingAllocator& alloc, float* dtable, cons
                                                 static_cast<int32_t*>(nullptr), n, 0, bits_for(V), s));
   // Three arrays of `rows` int32 (row numbers, sorted ids, sorted rows), 256-byte aligned, then CUB's.
   const size_t array = (static_cast<size_t>(rows) * sizeof(int32_t) + 255) / 256 * 256;
-  Scratch scratch(alloc, 3 * array + sort_bytes);
+  ScopedBlock scratch(alloc, 3 * array + sort_bytes);
   auto* row_numbers = scratch.at<int32_t>(0);
   auto* sorted_ids = scratch.at<int32_t>(array);
   auto* sorted_rows = scratch.at<int32_t>(2 * array);

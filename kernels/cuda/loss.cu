@@ -72,18 +72,12 @@ double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, co
                     int64_t K, float* dlogits, float grad_scale, int64_t* correct) {
   // Per-row scratch from the device's allocator (counted as workspace), freed once the result is
   // on the host (the call synchronises).
-  struct Scratch {
-    CachingAllocator& alloc;
-    Block* block;
-    Scratch(CachingAllocator& a, size_t bytes) : alloc(a), block(a.allocate(bytes, MemCategory::Workspace)) {}
-    ~Scratch() { alloc.free(block); }
-  };
-  Scratch rows(alloc, static_cast<size_t>(std::max<int64_t>(B, 1)) * sizeof(double));
-  Scratch hits(alloc, static_cast<size_t>(B + 1) * sizeof(int32_t));
+  ScopedBlock rows(alloc, static_cast<size_t>(std::max<int64_t>(B, 1)) * sizeof(double));
+  ScopedBlock hits(alloc, static_cast<size_t>(B + 1) * sizeof(int32_t));
   double sum = 0;
   int64_t hit_count = 0;
-  softmax_xent(c, logits, labels, B, K, dlogits, grad_scale, &sum, &hit_count, static_cast<float*>(rows.block->ptr),
-               static_cast<int32_t*>(hits.block->ptr));
+  softmax_xent(c, logits, labels, B, K, dlogits, grad_scale, &sum, &hit_count, rows.at<float>(),
+               hits.at<int32_t>());
   if (correct) *correct = hit_count;
   return sum;
 }
