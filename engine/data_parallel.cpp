@@ -96,12 +96,7 @@ void DataParallel::set_tracer(Tracer* tracer) {
   }
 }
 
-HostSync DataParallel::host_sync() const {
-  if (host_sync_ == HostSync::PerPhase) return HostSync::PerPhase;
-  for (int i = 0; i < devices_.size(); ++i)
-    if (devices_[i].is_cuda() && !step_sync_on_cuda_) return HostSync::PerPhase;
-  return HostSync::PerStep;
-}
+HostSync DataParallel::host_sync() const { return host_sync_; }
 
 void DataParallel::join_replicas(const std::vector<int>& replicas) { join_replicas(replicas, nullptr, -1); }
 

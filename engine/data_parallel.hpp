@@ -142,16 +142,15 @@ class DataParallel {
   std::vector<int64_t> chunk_sizes(int64_t batch) const;
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
   void set_tracer(Tracer* tracer);
-  // PerPhase (the default) or PerStep. CUDA devices wait per phase until waiting per step has been
-  // verified on a GPU (what it needs is built: a block another stream read is reused only after
-  // that stream's event, Tensor::record_read_by; phase times would still be host enqueue times).
-  // PerStep records no per-phase memory (StepResult::memory stays empty). Under --sync allreduce, waiting per step, each stream waits for the all-reduce's
-  // threads before its update instead of the host.
+  // PerPhase (the library's default; the CLI's is PerStep) or PerStep: the whole step enqueued at
+  // once, ordered across streams by events, the host waiting once at its end (a block another
+  // stream read is reused only after that stream's event, Tensor::record_read_by). Verified on an
+  // H100 bit for bit against PerPhase (not yet under compute-sanitizer). PerStep records no per-phase
+  // memory (StepResult::memory stays empty) and its phase times are the host's enqueue times.
+  // Under --sync allreduce, waiting per step, each stream waits for the all-reduce's threads before
+  // its update instead of the host.
   void set_host_sync(HostSync sync) { host_sync_ = sync; }
-  // PerStep on CUDA devices too: for the GPU test that verifies it (tests/gpu/test_cuda_step.cpp),
-  // until a GPU session has run it under compute-sanitizer and made it the default.
-  void allow_step_sync_on_cuda(bool allow) { step_sync_on_cuda_ = allow; }
-  // The waiting the next step will do, after the fallbacks above.
+  // The waiting the next step will do.
   HostSync host_sync() const;
 
   // Host copies of the master state (parameters, buffers) in layout order, and loading them.
@@ -233,7 +232,6 @@ class DataParallel {
   std::unique_ptr<GradientSync> gradient_sync_;
   Tracer* tracer_ = nullptr;
   HostSync host_sync_ = HostSync::PerPhase;
-  bool step_sync_on_cuda_ = false;
   std::string broken_;  // why the state is unusable (a step failed waiting per step), empty if it is not
   std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
   Tensor params_, grads_, buffers_;             // master state on device 0

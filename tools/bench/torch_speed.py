@@ -4,9 +4,12 @@
 batches in rotation, so no step re-reads one batch from the cache), TF32 off unless --tf32.
 
 usage: torch_speed.py --model resnet18 --batch 256 [--device cuda] [--steps 50] [--warmup 10]
-                      [--precision fp32|bf16] [--tf32]
+                      [--precision fp32|bf16] [--tf32] [--deterministic] [--profile N]
 Prints one JSON line: samples_per_s over the steps after the warm-up, the device's name and the
 PyTorch version. On a GPU the timing waits for the device (torch.cuda.synchronize) at both ends.
+--deterministic takes cuDNN's deterministic algorithms only (as dp does); --profile N then profiles
+N more steps with torch.profiler and prints, before the JSON line, the device time per step of each
+kernel (tools/gpu/profile.sh sets it beside dp's own kernel times).
 """
 import argparse
 import json
@@ -32,6 +35,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--tf32", action="store_true")
+    ap.add_argument("--deterministic", action="store_true", help="cuDNN's deterministic algorithms only")
+    ap.add_argument("--profile", type=int, default=0, help="then profile this many steps, print kernel times")
     ap.add_argument("--threads", type=int, default=0, help="CPU only: torch.set_num_threads (0: PyTorch's default)")
     a = ap.parse_args()
     if a.steps <= 0 or a.warmup < 0 or a.batch <= 0:
@@ -42,6 +47,7 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = a.tf32
         torch.backends.cudnn.allow_tf32 = a.tf32
         torch.backends.cudnn.benchmark = False  # dp asks cuDNN's heuristic, it does not time algorithms
+        torch.backends.cudnn.deterministic = a.deterministic
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -70,10 +76,34 @@ def main():
     if cuda:
         torch.cuda.synchronize(device)
     elapsed = time.perf_counter() - t0
+    if a.profile:
+        profile(step, a.profile, cuda)
     print(json.dumps({"framework": "pytorch " + torch.__version__, "model": a.model, "batch": a.batch,
                       "device": torch.cuda.get_device_name(device) if cuda else "cpu", "precision": a.precision,
                       "tf32": a.tf32, "steps": a.steps, "samples_per_s": a.batch * a.steps / elapsed,
                       "last_loss": loss.item()}))
+
+
+def profile(step, steps, cuda):
+    """Device time per step of each kernel over `steps` steps, the largest first."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with torch_profile(activities=acts) as prof:
+        for i in range(steps):
+            step(i)
+        if cuda:
+            torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "self_device_time_total", None)
+        if t is None:
+            t = getattr(e, "self_cuda_time_total", 0)
+        if t > 0 and str(getattr(e, "device_type", "")).endswith("CUDA"):
+            rows.append((t / steps / 1000.0, e.count / steps, e.key))
+    rows.sort(reverse=True)
+    print(f"kernel time per step: {sum(r[0] for r in rows):.3f} ms in {sum(r[1] for r in rows):.0f} kernels")
+    for ms, n, key in rows[:25]:
+        print(f"{ms:9.3f} ms {n:6.1f}x  {key[:110]}")
 
 
 if __name__ == "__main__":

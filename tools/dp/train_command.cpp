@@ -406,8 +406,7 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--min-lr", o->min_lr, "cosine: the final learning rate")->capture_default_str();
   cmd->add_option("--host-sync", o->host_sync,
                   "step: enqueue the whole step, the host waits once at its end (phase times from stream events); "
-                  "phase: wait after every phase, as DataParallel joins its threads (CUDA devices wait per phase "
-                  "for now)")
+                  "phase: wait after every phase, as DataParallel joins its threads")
       ->capture_default_str();
   cmd->add_option("--upload-ahead", o->upload_ahead,
                   "upload the next batch while a step runs (a copy stream, pinned staging memory on GPUs; one "
