@@ -38,11 +38,11 @@ Device::Device(int index, std::string name, int64_t capacity, int threads, int d
       comm_exec_{&comm_pool_, nullptr, &allocator_},
       stream_(name) {}
 
-Device::Device(int index, std::string name, int64_t capacity, int device_count, int gpu, bool allow_tf32)
+Device::Device(int index, std::string name, int64_t capacity, int device_count, int gpu, const cuda::GpuMath& math)
     : index_(index),
       name_(name),
       received_(static_cast<size_t>(device_count)),
-      cuda_(make_cuda_device_parts(gpu, allow_tf32)),
+      cuda_(make_cuda_device_parts(gpu, math)),
       allocator_(index, name, cuda_->memory(), capacity),
       pool_(1),
       exec_{&pool_, &cuda_->context(), &allocator_},
@@ -161,7 +161,7 @@ void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, 
       name.push_back('.');
       name += std::to_string(copies_on[static_cast<size_t>(g)]++);
     }
-    devices_.push_back(std::make_unique<Device>(i, name, capacity_of(options, i, n), n, g, options.allow_tf32));
+    devices_.push_back(std::make_unique<Device>(i, name, capacity_of(options, i, n), n, g, options.gpu_math));
   }
   // Logical devices of one GPU draw on its one memory: out of it, a device empties its siblings'
   // caches before it fails.

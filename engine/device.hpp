@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/cuda/gpu_math.hpp"
 #include "engine/device_spec.hpp"
 #include "engine/memory.hpp"
 #include "engine/stream.hpp"
@@ -21,7 +22,7 @@ namespace dp {
 
 struct DeviceOptions {
   int threads_per_device = 1;
-  bool allow_tf32 = false;        // CUDA: TF32 tensor cores for GEMM and convolutions
+  cuda::GpuMath gpu_math;         // CUDA: TF32 for GEMM and convolutions, cuDNN's algorithm choice
   std::vector<int64_t> capacity;  // bytes per device; empty or 0 = unlimited; one value = all
   std::vector<double> speed;      // host devices: (0, 1] per device, 1 = full speed; empty = all 1
 };
@@ -36,7 +37,7 @@ class Device {
   // A simulated host device.
   Device(int index, std::string name, int64_t capacity, int threads, int device_count);
   // A logical device on CUDA GPU `gpu`.
-  Device(int index, std::string name, int64_t capacity, int device_count, int gpu, bool allow_tf32);
+  Device(int index, std::string name, int64_t capacity, int device_count, int gpu, const cuda::GpuMath& math);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;

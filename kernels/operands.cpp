@@ -9,6 +9,18 @@
 
 namespace dp {
 
+DType native_16bit(const Exec& ex, std::initializer_list<Buf> bufs) {
+  if (!ex.on_cuda()) return DType::F32;
+  DType common = DType::F32;
+  for (const Buf& b : bufs) {
+    if (!b.ptr) continue;
+    if (b.dtype != DType::BF16 && b.dtype != DType::F16) return DType::F32;
+    if (common != DType::F32 && b.dtype != common) return DType::F32;
+    common = b.dtype;
+  }
+  return common;
+}
+
 float* Operands::Scratch::data() const { return block ? static_cast<float*>(block->ptr) : host.get(); }
 
 namespace {

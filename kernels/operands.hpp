@@ -12,6 +12,7 @@
 // kernels replace this path) it comes from the device's allocator, counted as workspace.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,11 @@
 namespace dp {
 
 struct Block;
+
+// bfloat16 or float16 when ex is a CUDA device and every present buffer has that type: the op may
+// run its native 16-bit CUDA kernel (no widening copies; the same float32 arithmetic and one
+// rounding on store). DType::F32 otherwise: float32 operands, a mix, or a host device.
+DType native_16bit(const Exec& ex, std::initializer_list<Buf> bufs);
 
 class Operands {
  public:

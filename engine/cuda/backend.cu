@@ -134,8 +134,8 @@ class CudaQueue final : public DeviceQueue {
 
 class CudaParts final : public CudaDeviceParts {
  public:
-  CudaParts(int gpu, bool tf32)
-      : context_(gpu, tf32),
+  CudaParts(int gpu, const cuda::GpuMath& math)
+      : context_(gpu, math),
         memory_(gpu),
         queue_(context_),
         copy_context_(gpu, false, cuda::Context::Kind::CopyOnly),
@@ -166,8 +166,8 @@ class CudaParts final : public CudaDeviceParts {
 
 }  // namespace
 
-std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int gpu, bool allow_tf32) {
-  return std::make_unique<CudaParts>(gpu, allow_tf32);
+std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int gpu, const cuda::GpuMath& math) {
+  return std::make_unique<CudaParts>(gpu, math);
 }
 
 void enable_peer_access(const std::vector<int>& gpus) {

@@ -32,7 +32,7 @@ class CudaDeviceParts {
 };
 
 // Throws RuntimeError in builds without CUDA, or when the GPU cannot be set up.
-std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int gpu, bool allow_tf32);
+std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int gpu, const cuda::GpuMath& math);
 
 // Peer access between every pair of distinct GPUs that allows it (cudaDeviceCanAccessPeer);
 // copies between the others are staged by the driver.

@@ -4,7 +4,10 @@
 namespace dp::cuda {
 
 // A failure part-way leaves handles_ holding what was created; its destructor releases them.
-Context::Context(int gpu, bool allow_tf32, Kind kind) : gpu_(gpu), handles_(std::make_unique<Handles>()) {
+Context::Context(int gpu, bool allow_tf32, Kind kind) : Context(gpu, GpuMath{allow_tf32}, kind) {}
+
+Context::Context(int gpu, const GpuMath& math, Kind kind) : gpu_(gpu), handles_(std::make_unique<Handles>()) {
+  const bool allow_tf32 = math.allow_tf32;
   DP_CUDA_CHECK(cudaSetDevice(gpu));
   handles_->gpu = gpu;
   DP_CUDA_CHECK(cudaStreamCreateWithFlags(&handles_->stream, cudaStreamNonBlocking));
@@ -15,7 +18,7 @@ Context::Context(int gpu, bool allow_tf32, Kind kind) : gpu_(gpu), handles_(std:
   DP_CUDA_CHECK(cublasSetMathMode(handles_->cublas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   DP_CUDA_CHECK(cudnnCreate(&handles_->cudnn));
   DP_CUDA_CHECK(cudnnSetStream(handles_->cudnn, handles_->stream));
-  allow_tf32_ = allow_tf32;
+  math_ = math;
 }
 
 Context::~Context() = default;

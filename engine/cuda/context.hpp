@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <memory>
 
+#include "engine/cuda/gpu_math.hpp"
+
 namespace dp::cuda {
 
 class Context {
@@ -13,18 +15,20 @@ class Context {
   // memory movement only, no kernels).
   enum class Kind { Compute, CopyOnly };
   explicit Context(int gpu, bool allow_tf32 = false, Kind kind = Kind::Compute);
+  Context(int gpu, const GpuMath& math, Kind kind = Kind::Compute);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   int gpu() const { return gpu_; }
-  bool allow_tf32() const { return allow_tf32_; }
+  bool allow_tf32() const { return math_.allow_tf32; }
+  ConvAlgorithms conv_algorithms() const { return math_.conv; }
   void synchronize();  // wait for the stream (tests and host reads only: never inside a step)
   struct Handles;
   Handles& handles() { return *handles_; }
 
  private:
   int gpu_;
-  bool allow_tf32_ = false;
+  GpuMath math_;
   std::unique_ptr<Handles> handles_;
 };
 

@@ -11,7 +11,7 @@ CudaDevices query_cuda_devices() {
   return out;
 }
 
-std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int, bool) {
+std::unique_ptr<CudaDeviceParts> make_cuda_device_parts(int, const cuda::GpuMath&) {
   throw RuntimeError("this build has no CUDA backend (built with DP_CUDA=OFF or without nvcc)");
 }
 

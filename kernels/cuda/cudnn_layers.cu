@@ -1,16 +1,21 @@
 // Conv2d and BatchNorm2d through cuDNN 9's descriptor API. A convolution's descriptors and
-// algorithms are planned once per geometry (plan_for below); the algorithm comes from cuDNN's
-// heuristics restricted to exact float32 math unless the context allows TF32, deterministic ones
-// first; workspace comes from the device's caching allocator. BatchNorm's descriptors live for one
-// call (cheap: no query).
+// algorithms are planned once per geometry and storage type (plan_for below); the algorithm comes
+// from cuDNN's heuristics restricted to exact float32 math unless the context allows TF32,
+// deterministic ones first; workspace comes from the device's caching allocator. 16-bit operands
+// (mixed precision) run on the tensor cores with float32 accumulation (cuDNN's pseudo-half and
+// pseudo-bfloat16 configurations), their bias through the kernels below. BatchNorm's descriptors
+// live for one call (cheap: no query).
 #include <algorithm>
 #include <array>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/half.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/batchnorm.hpp"
 #include "engine/memory.hpp"
@@ -19,11 +24,15 @@ namespace dp::cuda {
 
 namespace {
 
+cudnnDataType_t cudnn_type(DType t) {
+  return t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : t == DType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
 struct TensorDesc {
   cudnnTensorDescriptor_t d = nullptr;
-  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w) {
+  TensorDesc(int64_t n, int64_t c, int64_t h, int64_t w, DType t = DType::F32) {
     DP_CUDA_CHECK(cudnnCreateTensorDescriptor(&d));
-    DP_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
+    DP_CUDA_CHECK(cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, cudnn_type(t), static_cast<int>(n),
                                              static_cast<int>(c), static_cast<int>(h), static_cast<int>(w)));
   }
   ~TensorDesc() { cudnnDestroyTensorDescriptor(d); }
@@ -33,9 +42,9 @@ struct TensorDesc {
 
 struct FilterDesc {
   cudnnFilterDescriptor_t d = nullptr;
-  explicit FilterDesc(const ConvShape& g) {
+  FilterDesc(const ConvShape& g, DType t) {
     DP_CUDA_CHECK(cudnnCreateFilterDescriptor(&d));
-    DP_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(g.K),
+    DP_CUDA_CHECK(cudnnSetFilter4dDescriptor(d, cudnn_type(t), CUDNN_TENSOR_NCHW, static_cast<int>(g.K),
                                              static_cast<int>(g.C), static_cast<int>(g.kh), static_cast<int>(g.kw)));
   }
   ~FilterDesc() { cudnnDestroyFilterDescriptor(d); }
@@ -45,13 +54,15 @@ struct FilterDesc {
 
 struct ConvDesc {
   cudnnConvolutionDescriptor_t d = nullptr;
-  ConvDesc(const ConvShape& g, bool tf32) {
+  // tensor_ops: TF32 for float32 data, the tensor cores for 16-bit data. Computation is float32
+  // either way (for 16-bit data: accumulation in float32, one rounding on store).
+  ConvDesc(const ConvShape& g, bool tensor_ops) {
     DP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
     const int pad = static_cast<int>(g.pad), stride = static_cast<int>(g.stride);
     // CROSS_CORRELATION is what PyTorch's Conv2d computes.
     DP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                                   CUDNN_DATA_FLOAT));
-    DP_CUDA_CHECK(cudnnSetConvolutionMathType(d, tf32 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+    DP_CUDA_CHECK(cudnnSetConvolutionMathType(d, tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   }
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
@@ -60,33 +71,37 @@ struct ConvDesc {
 
 int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 
-// The first usable deterministic choice of cuDNN's heuristics: the same step twice gives the same
+// By default the first usable deterministic choice of cuDNN's heuristics: the same step twice gives the same
 // bits, as on the CPU (a resumed run equals the uninterrupted one). Some backward algorithms add
 // with atomics in a varying order; only when the heuristics offer nothing else is one of those
 // taken. Without TF32 an algorithm must use plain float32 math (the heuristics report each one's
-// math type), so --tf32 off means no tensor-core rounding in convolutions either.
+// math type), so --tf32 off means no tensor-core rounding in convolutions either; 16-bit data
+// take any math type. Nothing usable: nullopt (a query cuDNN rejects outright, too). `query` lists
+// algorithms best first: the heuristics' guess, or (--cudnn benchmark) cuDNN's own timing of each;
+// --cudnn heuristic takes the first usable one whatever its determinism.
 template <typename Perf, typename Query>
-Perf pick(Query query, bool tf32) {
+std::optional<Perf> pick(Query query, bool tensor_ops, bool deterministic_first) {
   constexpr int kMax = 16;
   Perf results[kMax];
   int count = 0;
-  DP_CUDA_CHECK(query(kMax, &count, results));
+  if (query(kMax, &count, results) != CUDNN_STATUS_SUCCESS) return std::nullopt;
   auto usable = [&](const Perf& r) {
-    return r.status == CUDNN_STATUS_SUCCESS && (tf32 || r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH);
+    return r.status == CUDNN_STATUS_SUCCESS &&
+           (tensor_ops || r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH);
   };
-  for (int i = 0; i < count; ++i)
+  for (int i = 0; i < count && deterministic_first; ++i)
     if (usable(results[i]) && results[i].determinism == CUDNN_DETERMINISTIC) return results[i];
   for (int i = 0; i < count; ++i)
     if (usable(results[i])) return results[i];
-  throw RuntimeError("cuDNN found no usable algorithm for this convolution" +
-                     std::string(tf32 ? "" : " in float32 math (try --tf32)"));
+  return std::nullopt;
 }
 
 // A convolution's cuDNN plan: its descriptors and, per direction, the algorithm and workspace size
 // the heuristics chose. Built on a geometry's first call and kept for the process (a model has a
 // few geometries; a short last batch adds one more): the heuristics cost tens of microseconds a
-// query, more than a small convolution itself. Keyed by geometry, math mode and GPU (the choice
-// depends on the chip). A plan is only read once built, from any thread.
+// query, more than a small convolution itself. Keyed by geometry, math mode, storage type, --cudnn and GPU (the choice
+// depends on the chip). A plan is only read once built, from any thread. `usable` is false when a
+// direction has no algorithm: float32 reports it, 16-bit data fall back to widening.
 struct ConvPlan {
   TensorDesc x, y, bias;
   FilterDesc f;
@@ -94,31 +109,76 @@ struct ConvPlan {
   cudnnConvolutionFwdAlgoPerf_t fwd{};
   cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter{};
   cudnnConvolutionBwdDataAlgoPerf_t bwd_data{};
-  ConvPlan(cudnnHandle_t cudnn, const ConvShape& g, bool tf32)
-      : x(g.N, g.C, g.H, g.W), y(g.N, g.K, out_size(g.H, g.kh, g.stride, g.pad), out_size(g.W, g.kw, g.stride, g.pad)),
-        bias(1, g.K, 1, 1), f(g), conv(g, tf32) {
-    fwd = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
-      return cudnnGetConvolutionForwardAlgorithm_v7(cudnn, x.d, f.d, conv.d, y.d, n, count, r);
-    }, tf32);
-    bwd_filter = pick<cudnnConvolutionBwdFilterAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
-      return cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn, x.d, y.d, conv.d, f.d, n, count, r);
-    }, tf32);
-    bwd_data = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
-      return cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn, f.d, y.d, conv.d, x.d, n, count, r);
-    }, tf32);
+  bool usable = false;
+  ConvPlan(cudnnHandle_t cudnn, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how)
+      : x(g.N, g.C, g.H, g.W, t),
+        y(g.N, g.K, out_size(g.H, g.kh, g.stride, g.pad), out_size(g.W, g.kw, g.stride, g.pad), t),
+        bias(1, g.K, 1, 1, t), f(g, t), conv(g, tensor_ops) {
+    // Benchmark: cuDNN runs each algorithm on scratch memory of its own (cudaMalloc, outside the
+    // device's allocator, for this once per geometry) and lists them fastest first.
+    const bool timed = how == ConvAlgorithms::Benchmark, deterministic_first = how != ConvAlgorithms::Heuristic;
+    auto fwd_pick = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
+      return timed ? cudnnFindConvolutionForwardAlgorithm(cudnn, x.d, f.d, conv.d, y.d, n, count, r)
+                   : cudnnGetConvolutionForwardAlgorithm_v7(cudnn, x.d, f.d, conv.d, y.d, n, count, r);
+    }, tensor_ops, deterministic_first);
+    auto filter_pick = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+          return timed ? cudnnFindConvolutionBackwardFilterAlgorithm(cudnn, x.d, y.d, conv.d, f.d, n, count, r)
+                       : cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn, x.d, y.d, conv.d, f.d, n, count, r);
+        }, tensor_ops, deterministic_first);
+    auto data_pick = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+      return timed ? cudnnFindConvolutionBackwardDataAlgorithm(cudnn, f.d, y.d, conv.d, x.d, n, count, r)
+                   : cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn, f.d, y.d, conv.d, x.d, n, count, r);
+    }, tensor_ops, deterministic_first);
+    usable = fwd_pick && filter_pick && data_pick;
+    if (!usable) return;
+    fwd = *fwd_pick, bwd_filter = *filter_pick, bwd_data = *data_pick;
   }
 };
 
-const ConvPlan& plan_for(Context& c, const ConvShape& g) {
+const ConvPlan& plan_for(Context& c, const ConvShape& g, DType t) {
   static std::mutex mu;
   // Never destroyed: no static-destruction order to get wrong against cuDNN's own teardown.
-  static auto* plans = new std::map<std::array<int64_t, 11>, std::unique_ptr<ConvPlan>>();
-  const bool tf32 = c.allow_tf32();
-  const std::array<int64_t, 11> key{g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.stride, g.pad, tf32 ? 1 : 0, c.gpu()};
+  static auto* plans = new std::map<std::array<int64_t, 13>, std::unique_ptr<ConvPlan>>();
+  const bool tensor_ops = t != DType::F32 || c.allow_tf32();
+  const std::array<int64_t, 13> key{g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.stride, g.pad, c.allow_tf32() ? 1 : 0,
+                                    c.gpu(), static_cast<int64_t>(t), static_cast<int64_t>(c.conv_algorithms())};
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = (*plans)[key];
-  if (!slot) slot = std::make_unique<ConvPlan>(c.handles().cudnn, g, tf32);
+  if (!slot) slot = std::make_unique<ConvPlan>(c.handles().cudnn, g, tensor_ops, t, c.conv_algorithms());
   return *slot;
+}
+
+const ConvPlan& float32_plan(Context& c, const ConvShape& g) {
+  const ConvPlan& p = plan_for(c, g, DType::F32);
+  if (!p.usable)
+    throw RuntimeError("cuDNN found no usable algorithm for this convolution" +
+                       std::string(c.allow_tf32() ? "" : " in float32 math (try --tf32)"));
+  return p;
+}
+
+// 16-bit bias: out[n, k, ·] += b[k], rounded once (the float32 path uses cudnnAddTensor).
+template <typename T>
+__global__ void add_channel_bias_kernel(T* out, const T* b, int64_t total, int64_t K, int64_t HW) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = store_as<T>(load_float(out[i]) + load_float(b[i / HW % K]));
+}
+
+// db[k] = Σ over n and the plane of dout[n, k, ·]: one block per channel, each thread's share in
+// double, then a fixed-shape tree (the same bits every run), rounded once.
+template <typename T>
+__global__ void channel_sum_kernel(T* db, const T* dout, int64_t N, int64_t K, int64_t HW) {
+  __shared__ double part[kThreads];
+  const int64_t k = blockIdx.x;
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < N * HW; j += blockDim.x) s += load_float(dout[(j / HW * K + k) * HW + j % HW]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[k] = store_as<T>(static_cast<float>(part[0]));
 }
 
 }  // namespace
@@ -126,7 +186,7 @@ const ConvPlan& plan_for(Context& c, const ConvShape& g) {
 void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b,
                     const ConvShape& g) {
   auto& h = c.handles();
-  const ConvPlan& p = plan_for(c, g);
+  const ConvPlan& p = float32_plan(c, g);
   const auto& perf = p.fwd;
   ScopedBlock ws(alloc, perf.memory);
   const float one = 1.f, zero = 0.f;
@@ -138,7 +198,7 @@ void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float
 void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout,
                      const float* in, const float* w, const ConvShape& g) {
   auto& h = c.handles();
-  const ConvPlan& p = plan_for(c, g);
+  const ConvPlan& p = float32_plan(c, g);
   const float one = 1.f, zero = 0.f;
   // Gradients are written, not accumulated (beta = 0), like the CPU kernels.
   {
@@ -153,6 +213,56 @@ void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw,
   ScopedBlock ws(alloc, perf.memory);
   DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, p.f.d, w, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
                                              perf.memory, &zero, p.x.d, din));
+}
+
+bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, const void* in, const void* w,
+                    const void* b, const ConvShape& g) {
+  const ConvPlan& p = plan_for(c, g, t);
+  if (!p.usable) return false;
+  const auto& perf = p.fwd;
+  ScopedBlock ws(alloc, perf.memory);
+  const float one = 1.f, zero = 0.f;  // float32 scaling factors: the computation is float32
+  DP_CUDA_CHECK(cudnnConvolutionForward(c.handles().cudnn, &one, p.x.d, in, p.f.d, w, p.conv.d, perf.algo, ws.ptr(),
+                                        perf.memory, &zero, p.y.d, out));
+  if (!b) return true;
+  const int64_t HW = out_size(g.H, g.kh, g.stride, g.pad) * out_size(g.W, g.kw, g.stride, g.pad), total = g.N * g.K * HW;
+  if (total == 0) return true;
+  with_float_type(t, "conv2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    add_channel_bias_kernel<<<blocks_for(total), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(out), static_cast<const T*>(b), total, g.K, HW);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+  return true;
+}
+
+bool conv2d_backward(Context& c, CachingAllocator& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+                     const void* in, const void* w, const ConvShape& g) {
+  const ConvPlan& p = plan_for(c, g, t);
+  if (!p.usable) return false;
+  auto& h = c.handles();
+  const float one = 1.f, zero = 0.f;
+  {
+    const auto& perf = p.bwd_filter;
+    ScopedBlock ws(alloc, perf.memory);
+    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, p.x.d, in, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
+                                                 perf.memory, &zero, p.f.d, dw));
+  }
+  if (db && g.K > 0) {
+    const int64_t HW = out_size(g.H, g.kh, g.stride, g.pad) * out_size(g.W, g.kw, g.stride, g.pad);
+    with_float_type(t, "conv2d_backward", [&](auto tag) {
+      using T = decltype(tag);
+      channel_sum_kernel<<<static_cast<unsigned>(g.K), kThreads, 0, h.stream>>>(
+          static_cast<T*>(db), static_cast<const T*>(dout), g.N, g.K, HW);
+      DP_CUDA_CHECK_LAUNCH();
+    });
+  }
+  if (!din) return true;
+  const auto& perf = p.bwd_data;
+  ScopedBlock ws(alloc, perf.memory);
+  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, p.f.d, w, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
+                                             perf.memory, &zero, p.x.d, din));
+  return true;
 }
 
 // cuDNN's spatial batch norm matches PyTorch's: biased variance to normalise, the unbiased one in

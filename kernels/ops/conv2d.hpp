@@ -1,6 +1,6 @@
 // Conv2d (square stride and padding, NCHW, weight [K, C, kh, kw], bias optional). CPU: im2col +
 // one GEMM per sample (Caffe's approach) over the caller's workspace; CUDA: cuDNN, its workspace
-// from the device's allocator (MemCategory::Workspace).
+// from the device's allocator (MemCategory::Workspace), 16-bit operands on the tensor cores.
 // Backward: din may be absent (the first layer), db absent without a bias; dw, db are written.
 #pragma once
 #include <cstdint>
@@ -31,6 +31,13 @@ namespace cuda {
 void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
 void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      const ConvShape& s);
+// Every present operand of 16-bit type t, on the tensor cores (float32 accumulation, one rounding
+// on store; a bias is added in a second rounding, as PyTorch's cuDNN path does). False, having
+// done nothing, when cuDNN offers no algorithm for this geometry in 16 bits.
+bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, const void* in, const void* w,
+                    const void* b, const ConvShape& s);
+bool conv2d_backward(Context& c, CachingAllocator& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+                     const void* in, const void* w, const ConvShape& s);
 }  // namespace cuda
 
 // Floats of workspace the caller provides (0 where the backend manages its own).

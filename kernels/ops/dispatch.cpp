@@ -40,6 +40,11 @@ int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backwar
 }
 
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, in, w, b});
+      t != DType::F32 && cuda::conv2d_forward(*ex.cuda, *ex.alloc, t, out.ptr, in.ptr, w.ptr, b.ptr, s))
+    return;
+#endif
   Operands o(ex, "conv2d_forward");
   float* y = o.out(out, s.N * s.K * s.OH() * s.OW());
   const float *x = o.in(in, s.N * s.C * s.H * s.W), *wt = o.in(w, s.K * s.col_rows()), *bias = o.in(b, s.K);
@@ -55,6 +60,11 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
 
 void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,
                      Buf workspace) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w});
+      t != DType::F32 && cuda::conv2d_backward(*ex.cuda, *ex.alloc, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s))
+    return;
+#endif
   Operands o(ex, "conv2d_backward");
   const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
   float *dx = o.out(din, in_n), *dwt = o.out(dw, w_n), *dbias = o.out(db, s.K);

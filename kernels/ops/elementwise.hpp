@@ -24,19 +24,36 @@ void add_inplace(Context& c, float* y, const float* x, int64_t n);
 void add_scalar(Context& c, float* y, float value);
 void scale(Context& c, float* y, float s, int64_t n);
 double sum_squares(Context& c, const float* x, int64_t n);
+// 16-bit storage (kernels/cuda/elementwise_16bit.cu); add_inplace's y and x may differ (a float32
+// y with a 16-bit x: the reduce into the master gradients).
+void relu_forward(Context& c, DType t, void* out, const void* in, int64_t n);
+void relu_backward(Context& c, DType t, void* din, const void* dout, const void* out, int64_t n);
+void add_inplace(Context& c, DType ty, void* y, DType tx, const void* x, int64_t n);
 }  // namespace cuda
 
 inline void relu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::relu_forward(*ex.cuda, t, out.ptr, in.ptr, n);
+#endif
   Operands o(ex, "relu_forward");
   DP_DISPATCH(ex, relu_forward, o.out(out, n), o.in(in, n), n);
   o.finish();
 }
 inline void relu_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t n) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {din, dout, out}); t != DType::F32)
+    return cuda::relu_backward(*ex.cuda, t, din.ptr, dout.ptr, out.ptr, n);
+#endif
   Operands o(ex, "relu_backward");
   DP_DISPATCH(ex, relu_backward, o.out(din, n), o.in(dout, n), o.in(out, n), n);
   o.finish();
 }
 inline void add_inplace(const Exec& ex, Buf y, Buf x, int64_t n) {
+#if DP_WITH_CUDA
+  auto is_float = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+  if (ex.on_cuda() && is_float(y.dtype) && is_float(x.dtype) && (y.dtype != DType::F32 || x.dtype != DType::F32))
+    return cuda::add_inplace(*ex.cuda, y.dtype, y.ptr, x.dtype, x.ptr, n);
+#endif
   Operands o(ex, "add_inplace");
   DP_DISPATCH(ex, add_inplace, o.inout(y, n), o.in(x, n), n);
   o.finish();

@@ -1,6 +1,7 @@
 // Linear: out[B,O] = in[B,I] · W[O,I]^T + b[O]   (PyTorch's layout: weight [out, in])
 // Backward: din (may be absent) = dout · W;  dw = dout^T · in;  db = Σ_rows dout.  Written, not
-// accumulated. CPU: OpenBLAS SGEMM; CUDA: cuBLAS (TF32 only when the context allows it).
+// accumulated. CPU: OpenBLAS SGEMM; CUDA: cuBLAS (TF32 only when the context allows it); 16-bit
+// operands on CUDA: cublasGemmEx on the tensor cores (kernels/cuda/linear_16bit.cu).
 #pragma once
 #include <cstdint>
 
@@ -19,15 +20,28 @@ void linear_forward(Context& c, float* out, const float* in, const float* w, con
                     int64_t O);
 void linear_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      int64_t B, int64_t I, int64_t O);
+// Every present operand of 16-bit type t: float32 accumulation, one rounding on store.
+void linear_forward(Context& c, DType t, void* out, const void* in, const void* w, const void* b, int64_t B,
+                    int64_t I, int64_t O);
+void linear_backward(Context& c, DType t, void* din, void* dw, void* db, const void* dout, const void* in,
+                     const void* w, int64_t B, int64_t I, int64_t O);
 }  // namespace cuda
 
 inline void linear_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, int64_t B, int64_t I, int64_t O) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, in, w, b}); t != DType::F32)
+    return cuda::linear_forward(*ex.cuda, t, out.ptr, in.ptr, w.ptr, b.ptr, B, I, O);
+#endif
   Operands o(ex, "linear_forward");
   DP_DISPATCH(ex, linear_forward, o.out(out, B * O), o.in(in, B * I), o.in(w, O * I), o.in(b, O), B, I, O);
   o.finish();
 }
 inline void linear_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, int64_t B, int64_t I,
                             int64_t O) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w}); t != DType::F32)
+    return cuda::linear_backward(*ex.cuda, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, B, I, O);
+#endif
   Operands o(ex, "linear_backward");
   DP_DISPATCH(ex, linear_backward, o.out(din, B * I), o.out(dw, O * I), o.out(db, O), o.in(dout, B * O), o.in(in, B * I),
               o.in(w, O * I), B, I, O);

@@ -126,6 +126,7 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run(small + ["--split", "auto", "--device-speed", "1,0.5", "--steps", "4"])
     check("split auto runs", rc == 0, err)
     expect("bad host sync", small + ["--host-sync", "never"], 2, "--host-sync 'never'")
+    expect("bad cudnn choice", small + ["--cudnn", "fastest"], 2, "--cudnn 'fastest': expected deterministic, heuristic or benchmark")
     # Waiting once per step (the default) or after every phase: the same training, bit for bit.
     runs = {}
     for sync in ("phase", "step"):

@@ -26,6 +26,7 @@
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "kernels/ops/attention.hpp"
+#include "kernels/half.hpp"
 #include "engine/cuda/device_query.hpp"
 #include "tests/helpers.hpp"
 
@@ -67,6 +68,34 @@ struct CudaMallocMemory final : RawMemory {
     return cudaMalloc(&p, bytes) == cudaSuccess ? p : (cudaGetLastError(), nullptr);
   }
   void release(void* p, size_t) noexcept override { cudaFree(p); }
+};
+
+// Random values already representable in 16-bit type t, as its bit patterns.
+std::vector<uint16_t> random_16bit(size_t n, uint64_t seed, DType t) {
+  std::vector<uint16_t> v(n);
+  const auto f = random_vector(n, seed);
+  for (size_t i = 0; i < n; ++i) v[i] = t == DType::BF16 ? float_to_bf16(f[i]) : float_to_f16(f[i]);
+  return v;
+}
+
+std::vector<float> widen(const std::vector<uint16_t>& v, DType t) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = t == DType::BF16 ? bf16_to_float(v[i]) : f16_to_float(v[i]);
+  return f;
+}
+
+// A 16-bit operand on both backends: host memory for the CPU reference (which widens it), device
+// memory for the CUDA kernel.
+struct Pair16 {
+  std::vector<uint16_t> host;
+  cuda::DeviceBuffer dev;
+  DType t;
+  Pair16(cuda::Context& c, std::vector<uint16_t> v, DType type) : host(std::move(v)), dev(to_device(c, host)), t(type) {}
+  Pair16(cuda::Context& c, size_t n, DType type) : Pair16(c, std::vector<uint16_t>(n, 0x7FFF), type) {}  // NaN: unwritten shows
+  Buf h() { return Buf{host.data(), t}; }
+  Buf d() const { return Buf{dev.get(), t}; }
+  std::vector<float> host_values() const { return widen(host, t); }
+  std::vector<float> device_values(cuda::Context& c) const { return widen(to_host<uint16_t>(c, dev, host.size()), t); }
 };
 
 }  // namespace
@@ -135,6 +164,41 @@ TEST_CASE("conv2d forward and backward (cuDNN) match the CPU reference") {
                                                << " bytes");
     CHECK(st.peak == st.peak_by_category[static_cast<int>(MemCategory::Workspace)]);
     CHECK(rel_error(y_first, y) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dx, in_n), dx) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dw, w_n), dw) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_db, s.K), db) < kTol);
+  }
+}
+
+TEST_CASE("every --cudnn choice of convolution algorithms matches the CPU reference, and repeats its bits") {
+  // deterministic: the heuristics' first deterministic algorithm; heuristic: their first (atomics
+  // allowed, so only the reference is checked); benchmark: cuDNN's timing, deterministic first.
+  ThreadPool pool(1);
+  CudaMallocMemory raw;
+  for (auto how : {cuda::ConvAlgorithms::Deterministic, cuda::ConvAlgorithms::Heuristic, cuda::ConvAlgorithms::Benchmark}) {
+    const std::string name = cuda::conv_algorithms_name(how);
+    CAPTURE(name);
+    cuda::Context c(0, cuda::GpuMath{false, how});
+    CHECK(c.conv_algorithms() == how);
+    CachingAllocator alloc(0, "cuda:0", raw, 0);
+    const ConvShape s{16, 8, 20, 20, 32, 3, 3, 1, 1};
+    const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * 9;
+    auto x = random_vector(in_n, 80), w = random_vector(w_n, 81), b = random_vector(s.K, 82), dy = random_vector(out_n, 83);
+    std::vector<float> y(out_n), dx(in_n), dw(w_n), db(s.K);
+    std::vector<float> ws(cpu::conv2d_workspace_floats(s, 1, true));
+    cpu::conv2d_forward(pool, y.data(), x.data(), w.data(), b.data(), s, ws.data());
+    cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    auto d_x = to_device(c, x), d_w = to_device(c, w), d_b = to_device(c, b), d_dy = to_device(c, dy);
+    cuda::DeviceBuffer d_y(c, out_n * 4), d_dx(c, in_n * 4), d_dw(c, w_n * 4), d_db(c, s.K * 4);
+    std::vector<float> first_dw;
+    for (int run = 0; run < 2; ++run) {
+      cuda::conv2d_forward(c, alloc, d_y.get(), d_x.get(), d_w.get(), d_b.get(), s);
+      cuda::conv2d_backward(c, alloc, d_dx.get(), d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(), s);
+      auto got_dw = to_host<float>(c, d_dw, w_n);
+      if (run == 0) first_dw = got_dw;
+      else if (how != cuda::ConvAlgorithms::Heuristic) CHECK(got_dw == first_dw);
+    }
+    CHECK(rel_error(to_host<float>(c, d_y, out_n), y) < kTol);
     CHECK(rel_error(to_host<float>(c, d_dx, in_n), dx) < kTol);
     CHECK(rel_error(to_host<float>(c, d_dw, w_n), dw) < kTol);
     CHECK(rel_error(to_host<float>(c, d_db, s.K), db) < kTol);
@@ -432,6 +496,97 @@ TEST_CASE("SyncBatchNorm's pieces (--sync-bn) match the CPU reference") {
   CHECK(rel_error(to_host<float>(c, d_sdy, C), sdy) < kTol);
   CHECK(rel_error(to_host<float>(c, d_sdyx, C), sdyx) < kTol);
   CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
+}
+
+TEST_CASE("16-bit linear, conv2d, ReLU and add run natively on the GPU and match the CPU rounding reference") {
+  // Mixed precision's matrix products and convolutions on the tensor cores (float32 accumulation,
+  // one rounding on store) against the CPU reference, which widens, computes in float32 and rounds:
+  // the sums' order differs, so a result may round to the neighbouring 16-bit value — within two
+  // units of the largest (conv2d's bias is a second rounding, as in PyTorch). ReLU and the adds are
+  // the same arithmetic: bit for bit. No widening scratch on the GPU: its allocator stays unused
+  // (apart from cuDNN's workspace).
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  configure_host_blas();
+  CudaMallocMemory raw;
+  for (DType t : {DType::BF16, DType::F16}) {
+    const std::string type = dtype_name(t);
+    CAPTURE(type);
+    const double unit = t == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const double tol = 4 * unit;  // two units relative to the largest: its ulp is at most 2 units
+    CachingAllocator alloc(0, "cuda:0", raw, 0);
+    const Exec host{&pool, nullptr, nullptr}, gpu{nullptr, &c, &alloc};
+    {  // linear
+      const int64_t B = 37, I = 129, O = 65;
+      Pair16 in(c, random_16bit(B * I, 1, t), t), w(c, random_16bit(O * I, 2, t), t), b(c, random_16bit(O, 3, t), t),
+          dout(c, random_16bit(B * O, 4, t), t), out(c, B * O, t), din(c, B * I, t), dw(c, O * I, t), db(c, O, t);
+      linear_forward(host, out.h(), in.h(), w.h(), b.h(), B, I, O);
+      linear_backward(host, din.h(), dw.h(), db.h(), dout.h(), in.h(), w.h(), B, I, O);
+      linear_forward(gpu, out.d(), in.d(), w.d(), b.d(), B, I, O);
+      linear_backward(gpu, din.d(), dw.d(), db.d(), dout.d(), in.d(), w.d(), B, I, O);
+      CHECK(rel_error(out.device_values(c), out.host_values()) <= tol);
+      CHECK(rel_error(din.device_values(c), din.host_values()) <= tol);
+      CHECK(rel_error(dw.device_values(c), dw.host_values()) <= tol);
+      CHECK(rel_error(db.device_values(c), db.host_values()) <= tol);
+      // without a bias too (beta = 0 there: nothing left over from the output's old contents)
+      Pair16 out2(c, B * O, t);
+      linear_forward(host, out2.h(), in.h(), w.h(), Buf{}, B, I, O);
+      linear_forward(gpu, out2.d(), in.d(), w.d(), Buf{}, B, I, O);
+      CHECK(rel_error(out2.device_values(c), out2.host_values()) <= tol);
+      CHECK(alloc.stats().peak == 0);  // no widening scratch
+    }
+    for (auto [k, stride, pad] : {std::tuple<int64_t, int64_t, int64_t>{5, 1, 2}, {3, 2, 1}, {3, 1, 1}}) {  // conv2d
+      CAPTURE(k);
+      CAPTURE(stride);
+      const ConvShape s{4, 8, 14, 13, 16, k, k, stride, pad};
+      const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * k * k;
+      Pair16 x(c, random_16bit(in_n, 20 + k, t), t), w(c, random_16bit(w_n, 21, t), t), b(c, random_16bit(s.K, 22, t), t),
+          dy(c, random_16bit(out_n, 23, t), t), y(c, out_n, t), dx(c, in_n, t), dw(c, w_n, t), db(c, s.K, t);
+      std::vector<float> ws(static_cast<size_t>(cpu::conv2d_workspace_floats(s, 1, true)));
+      conv2d_forward(host, y.h(), x.h(), w.h(), b.h(), s, Buf{ws.data(), DType::F32});
+      conv2d_backward(host, dx.h(), dw.h(), db.h(), dy.h(), x.h(), w.h(), s, Buf{ws.data(), DType::F32});
+      REQUIRE(cuda::conv2d_forward(c, alloc, t, y.dev.get(), x.dev.get(), w.dev.get(), b.dev.get(), s));
+      REQUIRE(cuda::conv2d_backward(c, alloc, t, dx.dev.get(), dw.dev.get(), db.dev.get(), dy.dev.get(), x.dev.get(),
+                                    w.dev.get(), s));
+      CHECK(rel_error(y.device_values(c), y.host_values()) <= tol);
+      CHECK(rel_error(dx.device_values(c), dx.host_values()) <= tol);
+      CHECK(rel_error(dw.device_values(c), dw.host_values()) <= tol);
+      CHECK(rel_error(db.device_values(c), db.host_values()) <= tol);
+    }
+    {  // ReLU (a NaN among the inputs stays NaN) and the adds: 16 += 16, float32 += 16
+      CachingAllocator fresh(0, "cuda:0", raw, 0);
+      const Exec gpu_only{nullptr, &c, &fresh};
+      const int64_t n = 100003;
+      auto values = random_16bit(n, 40, t);
+      values[5] = t == DType::BF16 ? float_to_bf16(NAN) : float_to_f16(NAN);
+      Pair16 in(c, values, t), dout(c, random_16bit(n, 41, t), t), out(c, n, t), din(c, n, t), y(c, random_16bit(n, 42, t), t);
+      relu_forward(host, out.h(), in.h(), n);
+      relu_backward(host, din.h(), dout.h(), out.h(), n);
+      add_inplace(host, y.h(), in.h(), n);
+      relu_forward(gpu_only, out.d(), in.d(), n);
+      relu_backward(gpu_only, din.d(), dout.d(), out.d(), n);
+      add_inplace(gpu_only, y.d(), in.d(), n);
+      // The same bits, NaNs aside (a NaN's payload differs between the CPU's and CUDA's casts).
+      auto same_bits = [&](const Pair16& p) {
+        const auto gpu_bits = to_host<uint16_t>(c, p.dev, p.host.size());
+        const auto g = widen(gpu_bits, t), h = p.host_values();
+        for (size_t i = 0; i < gpu_bits.size(); ++i)
+          if (std::isnan(g[i]) != std::isnan(h[i]) || (!std::isnan(h[i]) && gpu_bits[i] != p.host[i])) return false;
+        return true;
+      };
+      CHECK(std::isnan(out.device_values(c)[5]));
+      CHECK(same_bits(out));
+      CHECK(same_bits(din));
+      CHECK(same_bits(y));
+      // the reduce's sum: a float32 y += a 16-bit x
+      auto y32 = random_vector(n, 43);
+      auto d_y32 = to_device(c, y32);
+      add_inplace(host, Buf{y32.data(), DType::F32}, dout.h(), n);
+      add_inplace(gpu_only, Buf{d_y32.get(), DType::F32}, dout.d(), n);
+      CHECK(to_host<float>(c, d_y32, n) == y32);
+      CHECK(fresh.stats().peak == 0);  // no widening scratch
+    }
+  }
 }
 
 TEST_CASE("bfloat16 and float16 conversions match the CPU rounding bit for bit (NaNs: NaN)") {

@@ -158,10 +158,11 @@ TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica lo
 }
 
 TEST_CASE("mixed precision on cuda:0x4 matches host:4 within 16-bit rounding (bf16, fp16, mlp, convnet, resnet8, gpt)") {
-  // The 16-bit path on a GPU (operands widened and results rounded by the CUDA conversion kernels,
-  // float32 kernels in between) against the host's: the float32 kernels differ in their last bits,
-  // which can move a rounded 16-bit value by one unit now and then, so losses agree to a few
-  // 16-bit units (bf16 2^-8, fp16 2^-11 relative), and the master weights to a few of those times lr.
+  // The 16-bit path on a GPU (matrix products, convolutions, ReLU and adds native on 16-bit
+  // storage, on the tensor cores; the rest widened to float32 kernels and rounded back) against the
+  // host's: the sums' order differs in the last bits, which can move a rounded 16-bit value by one
+  // unit now and then, so losses agree to a few 16-bit units (bf16 2^-8, fp16 2^-11 relative), and
+  // the master weights to a few of those times lr.
   GptConfig cfg;
   cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
   for (Precision p : {Precision::BF16, Precision::FP16})

@@ -74,6 +74,11 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->delimiter(',');
   cmd->add_option("--device-memory", o.device_memory, "capacity of every device, e.g. 512MiB (default: unlimited)");
   cmd->add_flag("--tf32", o.tf32, "CUDA devices: allow TF32 tensor cores (float32 otherwise)");
+  cmd->add_option("--cudnn", o.cudnn,
+                  "CUDA devices, convolutions' algorithms: deterministic (the heuristics' first deterministic one: "
+                  "runs repeat bit for bit), heuristic (their first, atomics allowed: PyTorch's default) or benchmark "
+                  "(every deterministic one timed once per shape, the fastest kept)")
+      ->capture_default_str();
   cmd->add_option("--generated-size", o.generated_train,
                   "training samples of the generated dataset (gpt: bytes of the generated corpus, default 1000000)")
       ->capture_default_str();
@@ -142,7 +147,8 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   DeviceOptions dev_opts;
   dev_opts.threads_per_device = o.threads_per_device;
   dev_opts.speed = o.device_speed;
-  dev_opts.allow_tf32 = o.tf32;
+  dev_opts.gpu_math.allow_tf32 = o.tf32;
+  dev_opts.gpu_math.conv = cuda::parse_conv_algorithms(o.cudnn);
   if (r.capacity > 0) dev_opts.capacity = {r.capacity};
   r.devices = std::make_unique<DeviceSet>(spec, dev_opts);
   r.split = parse_split(o.split, r.devices->size(), o.batch);

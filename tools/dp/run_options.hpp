@@ -32,6 +32,7 @@ struct RunOptions {
   std::vector<double> device_speed;
   std::string device_memory;  // a capacity per device, "" = unlimited
   bool tf32 = false;          // CUDA: TF32 tensor cores for GEMMs and convolutions
+  std::string cudnn = "deterministic";  // CUDA: how convolutions pick cuDNN's algorithms
   int64_t generated_train = 24000, generated_test = 4000;
   bool generated_size_given = false, optimizer_given = false, loss_given = false, loss_scale_given = false;
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.

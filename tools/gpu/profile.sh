@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Where a step's GPU time goes, dp against PyTorch, on the GPU machine after tools/gpu/build.sh:
 # each kernel's time per step (Nsight Compute for dp, torch.profiler for PyTorch eager, with cuDNN's
-# default and its deterministic algorithms), and each side's wall time per step. Writes
-# $OUT/profile-<model>-<batch>.txt.
+# default and its deterministic algorithms), and each side's wall time per step, dp's for each
+# --cudnn choice. Appends to $OUT/profile.txt (tools/gpu/verify.sh profile runs it).
 #   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -12,23 +12,27 @@ mkdir -p "$out"
 steps=4
 for spec in "$@"; do
   model=${spec%%:*} batch=${spec##*:}
-  log="$out/profile-$model-$batch.txt"
+  log="$out/profile.txt"
   {
-    echo "== dp train --devices cuda:0 --model $model --batch $batch: wall time"
-    build-gpu/dp train --model "$model" --devices cuda:0 --batch "$batch" --steps 30 --generated-size $((batch * 30)) \
-      --metrics /tmp/m.jsonl >/dev/null 2>&1 &&
-      python3 -c "
+    echo "######## $model, batch $batch"
+    for cudnn in deterministic heuristic benchmark; do
+      echo "== dp train --devices cuda:0 --model $model --batch $batch --cudnn $cudnn: wall time"
+      build-gpu/dp train --model "$model" --devices cuda:0 --batch "$batch" --steps 30 --generated-size $((batch * 30)) \
+        --cudnn $cudnn --metrics /tmp/m.jsonl >/dev/null 2>&1 &&
+        python3 -c "
 import json; r=[json.loads(l) for l in open('/tmp/m.jsonl') if '\"step\"' in l][10:]
 print(f'{1000*sum(sum(x[\"chunks\"])/x[\"samples_per_s\"] for x in r)/len(r):.3f} ms per step (steps 10-29)')"
+    done
     echo "== dp: Nsight Compute, $steps steps (the first with cuDNN's set-up)"
     ncu --csv --metrics gpu__time_duration.sum --clock-control none --cache-control none \
       build-gpu/dp train --model "$model" --devices cuda:0 --batch "$batch" --steps $steps \
       --generated-size $((batch * steps)) >/tmp/ncu.csv 2>/tmp/ncu.err
     python3 tools/gpu/kernel_times.py /tmp/ncu.csv $steps || tail -5 /tmp/ncu.err
     for det in "" --deterministic; do
-      echo "== PyTorch eager ${det:-(cuDNN's default algorithms)}"
+      echo "== PyTorch eager ${det:-(the default algorithms)}"
       python3 tools/bench/torch_speed.py --model "$model" --batch "$batch" --steps 30 --warmup 10 --profile 5 $det
     done
-  } >"$log" 2>&1
-  echo "---- $log"; head -60 "$log"
+  } >>"$log" 2>&1
 done
+echo "---- $out/profile.txt"; grep -E "^(####|==|kernel time|[0-9.]+ ms per)" "$out/profile.txt"
+

@@ -15,6 +15,8 @@
 #             tolerance calibrated by host:4 with 1 and 2 threads per device);
 #             one epoch of the convnet on MNIST (.gpu-kit/mnist, carried) on cuda:0x2 against
 #             host:2, test accuracy; --device-memory on cuda:0: exit 3 naming remedies
+#   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
+#             wall time per --cudnn choice (convnet 128 and 1024, resnet18 256)
 #   bench     tools/bench/bench_gpu.py (Markdown for RESULTS.md)
 # Every stage runs even when one before it failed (except after a failed build); summary.txt
 # gets one line per stage and is printed last. Exit status: the number of failed stages.
@@ -197,6 +199,12 @@ PY
   stage_result equal "$bad" "50 steps cuda:0x4 against host:4 ($(grep -c '^within' "$log") of 3 within calibrated tolerance, 2 judged), MNIST epoch, --device-memory exit 3"
 }
 
+stage_profile() {
+  local t0=$SECONDS
+  OUT="$out" tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 >/dev/null 2>&1
+  stage_result profile $? "tools/gpu/profile.sh in $((SECONDS - t0)) s (profile.txt)"
+}
+
 stage_bench() {
   python3 tools/bench/bench_gpu.py --dp build-gpu/dp >"$out/bench.md" 2>&1
   stage_result bench $? "tools/bench/bench_gpu.py (bench.md)"
@@ -206,11 +214,11 @@ stage_bench() {
 for stage in "$@"; do
   case "$stage" in
     build) stage_build ;;
-    tests | unit | sanitize | equal | bench)
+    tests | unit | sanitize | equal | profile | bench)
       env_ready || { note "FAIL $stage: no build-gpu/env.sh (run the build stage first)"; failed=$((failed + 1)); continue; }
       "stage_$stage"
       ;;
-    *) echo "verify.sh: unknown stage '$stage' (build, tests, unit, sanitize, equal, bench)" >&2; exit 2 ;;
+    *) echo "verify.sh: unknown stage '$stage' (build, tests, unit, sanitize, equal, profile, bench)" >&2; exit 2 ;;
   esac
 done
 echo "---- summary"

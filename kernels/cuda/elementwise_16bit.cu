@@ -1,0 +1,68 @@
+// ReLU and y += x on 16-bit storage (mixed precision on a GPU): float32 arithmetic on the loaded
+// values and one rounding on store — bit for bit what widening, the float32 kernel and rounding
+// back give (kernels/operands.hpp), without the copies. add_inplace also takes a float32 y with a
+// 16-bit x: the reduce summing replicas' 16-bit gradients into the float32 master.
+#include "engine/cuda/check.cuh"
+#include "kernels/cuda/half.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/ops/elementwise.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void relu_forward_kernel(T* out, const T* in, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = load_float(in[i]);
+    out[i] = store_as<T>(v > 0.f || isnan(v) ? v : 0.f);  // NaN stays NaN, as in PyTorch
+  }
+}
+
+template <typename T>
+__global__ void relu_backward_kernel(T* din, const T* dout, const T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    din[i] = store_as<T>(load_float(out[i]) > 0.f ? load_float(dout[i]) : 0.f);
+}
+
+template <typename Y, typename X>
+__global__ void add_kernel(Y* y, const X* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = store_as<Y>(load_float(y[i]) + load_float(x[i]));
+}
+
+}  // namespace
+
+void relu_forward(Context& c, DType t, void* out, const void* in, int64_t n) {
+  if (n == 0) return;
+  with_float_type(t, "relu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    relu_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<T*>(out),
+                                                                            static_cast<const T*>(in), n);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void relu_backward(Context& c, DType t, void* din, const void* dout, const void* out, int64_t n) {
+  if (n == 0) return;
+  with_float_type(t, "relu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    relu_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(out), n);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void add_inplace(Context& c, DType ty, void* y, DType tx, const void* x, int64_t n) {
+  if (n == 0) return;
+  with_float_type(ty, "add_inplace", [&](auto ytag) {
+    with_float_type(tx, "add_inplace", [&](auto xtag) {
+      using Y = decltype(ytag);
+      using X = decltype(xtag);
+      add_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<Y*>(y), static_cast<const X*>(x), n);
+      DP_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace dp::cuda

@@ -1,0 +1,76 @@
+// Linear on 16-bit operands (mixed precision on a GPU): cublasGemmEx with bfloat16 or float16
+// inputs and output, float32 accumulation on the tensor cores, one rounding on store — autocast's
+// matrix product, without widening copies. The layout is linear.cu's: cuBLAS is column-major, so
+// each row-major product is written as its transpose.
+#include <algorithm>
+
+#include "engine/cuda/check.cuh"
+#include "kernels/cuda/half.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/ops/linear.hpp"
+
+namespace dp::cuda {
+
+namespace {
+
+// out[r, j] = b[j]: the bias rows the product is added onto (beta = 1), so the sum is rounded once.
+template <typename T>
+__global__ void bias_rows_kernel(T* out, const T* b, int64_t B, int64_t O) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < B * O; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = b[i % O];
+}
+
+// db[j] = Σ_r dout[r, j] in double (the CPU reference's order), rounded once.
+template <typename T>
+__global__ void column_sum_kernel(T* db, const T* dout, int64_t B, int64_t O) {
+  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (j >= O) return;
+  double s = 0;
+  for (int64_t r = 0; r < B; ++r) s += load_float(dout[r * O + j]);
+  db[j] = store_as<T>(static_cast<float>(s));
+}
+
+int dim(int64_t v) { return static_cast<int>(v); }
+
+// C = A·B (+ C when accumulate), column-major, 16-bit storage, float32 compute.
+void gemm(Context& c, DType t, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+          const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate, void* out, int64_t ldc) {
+  const float one = 1.f, beta = accumulate ? 1.f : 0.f;
+  const cudaDataType_t type = cublas_type(t);
+  DP_CUDA_CHECK(cublasGemmEx(c.handles().cublas, ta, tb, dim(m), dim(n), dim(k), &one, a, type, dim(lda), b, type,
+                             dim(ldb), &beta, out, type, dim(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void linear_forward(Context& c, DType t, void* out, const void* in, const void* w, const void* b, int64_t B,
+                    int64_t I, int64_t O) {
+  if (B == 0) return;
+  with_float_type(t, "linear_forward", [&](auto tag) {
+    using T = decltype(tag);
+    if (b) {
+      bias_rows_kernel<<<blocks_for(B * O), kThreads, 0, c.handles().stream>>>(static_cast<T*>(out),
+                                                                               static_cast<const T*>(b), B, O);
+      DP_CUDA_CHECK_LAUNCH();
+    }
+  });
+  // out[B,O] = in[B,I]·W^T  <=>  out^T[O,B] = W[O,I]·in^T[I,B]
+  gemm(c, t, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w, I, in, I, b != nullptr, out, O);
+}
+
+void linear_backward(Context& c, DType t, void* din, void* dw, void* db, const void* dout, const void* in,
+                     const void* w, int64_t B, int64_t I, int64_t O) {
+  // din[B,I] = dout[B,O]·W[O,I]  <=>  din^T[I,B] = W^T[I,O]·dout^T[O,B]
+  if (din && B > 0) gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, I, dout, O, false, din, I);
+  // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]
+  gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, false, dw, I);
+  if (!db) return;
+  with_float_type(t, "linear_backward", [&](auto tag) {
+    using T = decltype(tag);
+    column_sum_kernel<<<static_cast<unsigned>((O + kThreads - 1) / kThreads), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(db), static_cast<const T*>(dout), B, O);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace dp::cuda
