@@ -1,8 +1,8 @@
 // Softmax cross-entropy: one thread per row (the class count is small), losses in double like the
-// CPU reference, then Thrust sums the rows' losses and hits on the stream.
-#include <thrust/execution_policy.h>
-#include <thrust/reduce.h>
-
+// CPU reference, then one block sums the rows' losses and hits (a fixed-shape tree: the same bits
+// every run) and the host reads the two sums and the bad-label flag, waiting for this stream only.
+// (Thrust's reduce did this with a cudaMalloc and a cudaFree per call: the free waits for the whole
+// GPU, every logical device's stream on it.)
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
@@ -14,6 +14,7 @@ namespace dp::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kSumThreads = 512;
 
 __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
                                  float grad_scale, double* row_loss, int32_t* row_hit, int32_t* bad_label) {
@@ -43,13 +44,32 @@ __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int
     }
 }
 
+// sums[0] = Σ row_loss, sums[1] = Σ row_hit: each thread a strided share, then a tree.
+__global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_hit, int64_t B, double* sums) {
+  __shared__ double loss[kSumThreads];
+  __shared__ long long hits[kSumThreads];
+  double l = 0;
+  long long h = 0;
+  for (int64_t r = threadIdx.x; r < B; r += kSumThreads) l += row_loss[r], h += row_hit[r];
+  loss[threadIdx.x] = l;
+  hits[threadIdx.x] = h;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) loss[threadIdx.x] += loss[threadIdx.x + half], hits[threadIdx.x] += hits[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) sums[0] = loss[0], sums[1] = static_cast<double>(hits[0]);
+}
+
 }  // namespace
 
 void softmax_xent(Context& c, const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
                   float grad_scale, double* loss_sum, int64_t* correct, float* row_loss_workspace,
                   int32_t* row_hit_workspace) {
-  // The workspace holds B doubles (as 2·B floats) and B + 1 int32s (the last flags a bad label).
+  // The workspace holds B + 2 doubles (as floats; the last two receive the sums) and B + 1 int32s
+  // (the last flags a bad label).
   auto* row_loss = reinterpret_cast<double*>(row_loss_workspace);
+  double* sums = row_loss + B;
   int32_t* bad_label = row_hit_workspace + B;
   cudaStream_t s = c.handles().stream;
   DP_CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int32_t), s));
@@ -59,20 +79,23 @@ void softmax_xent(Context& c, const float* logits, const int32_t* labels, int64_
                                                  row_hit_workspace, bad_label);
     DP_CUDA_CHECK_LAUNCH();
   }
-  // Thrust's reduce returns to the host, so these synchronise the stream: the loss is read there.
-  *loss_sum = thrust::reduce(thrust::cuda::par.on(s), row_loss, row_loss + B, 0.0);
-  *correct = thrust::reduce(thrust::cuda::par.on(s), row_hit_workspace, row_hit_workspace + B, int64_t{0});
+  sum_rows_kernel<<<1, kSumThreads, 0, s>>>(row_loss, row_hit_workspace, B, sums);
+  DP_CUDA_CHECK_LAUNCH();
+  double host_sums[2] = {0, 0};
   int32_t bad = 0;
+  DP_CUDA_CHECK(cudaMemcpyAsync(host_sums, sums, sizeof host_sums, cudaMemcpyDeviceToHost, s));
   DP_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_label, sizeof bad, cudaMemcpyDeviceToHost, s));
   DP_CUDA_CHECK(cudaStreamSynchronize(s));
   if (bad) throw RuntimeError("sample " + std::to_string(bad - 1) + " has a label outside [0, " + std::to_string(K) + ")");
+  *loss_sum = host_sums[0];
+  *correct = static_cast<int64_t>(host_sums[1]);
 }
 
 double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
                     int64_t K, float* dlogits, float grad_scale, int64_t* correct) {
   // Per-row scratch from the device's allocator (counted as workspace), freed once the result is
   // on the host (the call synchronises).
-  ScopedBlock rows(alloc, static_cast<size_t>(std::max<int64_t>(B, 1)) * sizeof(double));
+  ScopedBlock rows(alloc, static_cast<size_t>(B + 2) * sizeof(double));
   ScopedBlock hits(alloc, static_cast<size_t>(B + 1) * sizeof(int32_t));
   double sum = 0;
   int64_t hit_count = 0;

@@ -1,36 +1,75 @@
-// Σ x² in double with Thrust (gradient clipping's global norm), and y ·= s.
-#include <thrust/execution_policy.h>
-#include <thrust/transform_reduce.h>
-
+// Σ x² in double (gradient clipping's global norm, fp16's inf/NaN check) and y ·= s. The sum is
+// two fixed-shape passes (blocks' partial sums, then one block over them: the same bits every
+// run) with its partials from the device's allocator; the host waits for this stream only.
+// (Thrust's transform_reduce did it with a cudaMalloc and a cudaFree per call: the free waits for
+// the whole GPU, every logical device's stream on it.)
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
+#include "engine/memory.hpp"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/elementwise.hpp"
 
 namespace dp::cuda {
 
 namespace {
-struct Square {
-  __host__ __device__ double operator()(float v) const { return double(v) * v; }
-};
+
+constexpr int kSumThreads = 256;
+constexpr int64_t kMaxPartials = 1024;
+
+// A block's threads' shares of `s`, summed by a tree in shared memory; thread 0 gets the total.
+__device__ double block_sum(double s) {
+  __shared__ double part[kSumThreads];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  return part[0];
+}
+
+__global__ void square_partials_kernel(const float* x, int64_t n, double* partials) {
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t{kSumThreads} + threadIdx.x; i < n; i += int64_t{gridDim.x} * kSumThreads)
+    s += double(x[i]) * x[i];
+  const double total = block_sum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void sum_partials_kernel(const double* partials, int64_t count, double* out) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < count; i += kSumThreads) s += partials[i];
+  const double total = block_sum(s);
+  if (threadIdx.x == 0) *out = total;
+}
 
 __global__ void scale_kernel(float* y, float s, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] *= s;
 }
+
 }  // namespace
 
-double sum_squares(Context& c, const float* x, int64_t n) {
-  // Thrust's reduce returns to the host: it synchronises the stream.
-  return thrust::transform_reduce(thrust::cuda::par.on(c.handles().stream), x, x + n, Square(), 0.0,
-                                  thrust::plus<double>());
+double sum_squares(Context& c, CachingAllocator& alloc, const float* x, int64_t n) {
+  if (n == 0) return 0;
+  const int64_t blocks = std::min(kMaxPartials, (n + kSumThreads - 1) / kSumThreads);
+  ScopedBlock scratch(alloc, static_cast<size_t>(blocks + 1) * sizeof(double));
+  double* partials = scratch.at<double>();
+  cudaStream_t s = c.handles().stream;
+  square_partials_kernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, s>>>(x, n, partials);
+  DP_CUDA_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kSumThreads, 0, s>>>(partials, blocks, partials + blocks);
+  DP_CUDA_CHECK_LAUNCH();
+  double total = 0;
+  DP_CUDA_CHECK(cudaMemcpyAsync(&total, partials + blocks, sizeof total, cudaMemcpyDeviceToHost, s));
+  DP_CUDA_CHECK(cudaStreamSynchronize(s));  // before the scratch goes back to the cache, too
+  return total;
 }
 
 void scale(Context& c, float* y, float s, int64_t n) {
   if (n == 0) return;
-  constexpr int kThreads = 256;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  scale_kernel<<<blocks, kThreads, 0, c.handles().stream>>>(y, s, n);
+  scale_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(y, s, n);
   DP_CUDA_CHECK_LAUNCH();
 }
 

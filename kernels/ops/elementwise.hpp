@@ -23,7 +23,8 @@ void relu_backward(Context& c, float* din, const float* dout, const float* out, 
 void add_inplace(Context& c, float* y, const float* x, int64_t n);
 void add_scalar(Context& c, float* y, float value);
 void scale(Context& c, float* y, float s, int64_t n);
-double sum_squares(Context& c, const float* x, int64_t n);
+// Scratch (a double per block) from `alloc`, counted as workspace.
+double sum_squares(Context& c, CachingAllocator& alloc, const float* x, int64_t n);
 // 16-bit storage (kernels/cuda/elementwise_16bit.cu); add_inplace's y and x may differ (a float32
 // y with a 16-bit x: the reduce into the master gradients).
 void relu_forward(Context& c, DType t, void* out, const void* in, int64_t n);
@@ -66,7 +67,11 @@ inline void scale(const Exec& ex, Buf y, float s, int64_t n) {
 }
 inline double sum_squares(const Exec& ex, Buf x, int64_t n) {
   Operands o(ex, "sum_squares");
-  return DP_DISPATCH(ex, sum_squares, o.in(x, n), n);
+  const float* v = o.in(x, n);
+#if DP_WITH_CUDA
+  if (ex.on_cuda()) return cuda::sum_squares(*ex.cuda, *ex.alloc, v, n);
+#endif
+  return cpu::sum_squares(*ex.pool, v, n);
 }
 
 }  // namespace dp

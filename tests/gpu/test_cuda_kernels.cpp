@@ -304,7 +304,7 @@ TEST_CASE("softmax cross-entropy matches the CPU reference, a bad label is an er
   int64_t hits = 0;
   const double want = cpu::softmax_xent(z.data(), y.data(), B, K, dz.data(), 1.f / B, &hits);
   auto d_z = to_device(c, z), d_y = to_device(c, y);
-  cuda::DeviceBuffer d_dz(c, dz.size() * 4), rows(c, B * sizeof(double)), flags(c, (B + 1) * sizeof(int32_t));
+  cuda::DeviceBuffer d_dz(c, dz.size() * 4), rows(c, (B + 2) * sizeof(double)), flags(c, (B + 1) * sizeof(int32_t));
   double got = 0;
   int64_t got_hits = 0;
   cuda::softmax_xent(c, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, &got, &got_hits, rows.get(),
@@ -317,6 +317,30 @@ TEST_CASE("softmax cross-entropy matches the CPU reference, a bad label is an er
   CHECK_THROWS_WITH(cuda::softmax_xent(c, d_z.get(), bad.get<int32_t>(), B, K, nullptr, 0.f, &got, &got_hits,
                                        rows.get(), flags.get<int32_t>()),
                     doctest::Contains("sample 17"));
+}
+
+TEST_CASE("the sum of squares (clipping, fp16's check) matches the CPU reference, repeats its bits, keeps inf and NaN") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{1000003}}) {
+    CAPTURE(n);
+    auto x = random_vector(static_cast<size_t>(n), 90, -3.f, 3.f);
+    const double want = cpu::sum_squares(pool, x.data(), n);
+    auto d_x = to_device(c, x.empty() ? std::vector<float>{0.f} : x);
+    const double got = cuda::sum_squares(c, alloc, d_x.get(), n);
+    CHECK(got == doctest::Approx(want).epsilon(1e-12));
+    CHECK(cuda::sum_squares(c, alloc, d_x.get(), n) == got);  // a fixed order: the same bits
+    if (n < 255) continue;
+    x[n / 2] = INFINITY;
+    auto d_inf = to_device(c, x);
+    CHECK(std::isinf(cuda::sum_squares(c, alloc, d_inf.get(), n)));
+    x[n / 3] = NAN;
+    auto d_nan = to_device(c, x);
+    CHECK(std::isnan(cuda::sum_squares(c, alloc, d_nan.get(), n)));
+  }
+  CHECK(alloc.stats().in_use == 0);
 }
 
 TEST_CASE("a failed CUDA call is reported once: the next launch check does not report it again") {
