@@ -46,11 +46,18 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       sync_(sync),
       precision_(precision),
       scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()) {
-  if (sync_.mode == SyncMode::AllReduce)
-    for (int i = 1; i < devices.size(); ++i)
-      if (devices[i].is_cuda() && devices[i].gpu() != devices[0].gpu())
-        throw UsageError("--sync allreduce on distinct GPUs needs NCCL, which is not built yet; logical devices "
-                         "sharing one GPU (cuda:0x4) run the ring through that GPU's copies");
+  if (sync_.mode == SyncMode::AllReduce && devices.spans_gpus()) {
+    if (!NcclComms::available())
+      throw UsageError("--sync allreduce on distinct GPUs needs NCCL, which this build lacks (it is found with the "
+                       "CUDA toolkit at build time); logical devices sharing one GPU (cuda:0x4) run the ring through "
+                       "that GPU's copies");
+    for (int i = 0; i < devices.size(); ++i)
+      for (int j = 0; j < i; ++j)
+        if (devices[i].gpu() == devices[j].gpu())
+          throw UsageError("--sync allreduce across GPUs runs NCCL, which takes one logical device per GPU; " +
+                           devices[i].name() + " and " + devices[j].name() +
+                           " share one (use cuda:0x4 on one GPU, or each GPU once)");
+  }
   if (sync_.sync_bn && sync_.mode != SyncMode::AllReduce)
     throw UsageError("--sync-bn synchronises BatchNorm across resident replicas: it needs --sync allreduce (as "
                      "PyTorch's SyncBatchNorm needs DistributedDataParallel)");
@@ -669,9 +676,15 @@ void DataParallel::set_process_group(ProcessGroup* group) {
   if (group && sync_.mode != SyncMode::AllReduce)
     throw UsageError("training across processes needs --sync allreduce (DataParallel's reduce onto device 0 is one "
                      "process's)");
-  if (group && devices_[0].is_cuda())
-    throw UsageError("training across processes on GPUs needs NCCL, which is not built yet: run the processes on "
-                     "host devices (--devices host:N)");
+  if (group && devices_[0].is_cuda()) {
+    if (!NcclComms::available())
+      throw UsageError("training across processes on GPUs needs NCCL, which this build lacks (it is found with the "
+                       "CUDA toolkit at build time): run the processes on host devices (--devices host:N)");
+    // Every rank calls this at the same point: rank 0's NCCL id reaches the others through MPI.
+    nccl_ranks_ = NcclComms::for_ranks(devices_[0].gpu(), group->rank(), group->size(),
+                                       [group](void* data, int64_t bytes) { group->broadcast(data, bytes, 0); });
+    if (allreduce_) allreduce_->set_rank_nccl(nccl_ranks_.get());
+  }
   group_ = group;
   if (allreduce_) allreduce_->set_process_group(group);
   if (replica_group_) replica_group_->set_process_group(group);

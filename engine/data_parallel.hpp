@@ -247,6 +247,9 @@ class DataParallel {
   // bucket by bucket into the float32 gradients that are all-reduced.
   std::vector<Tensor> resident_low_params_, resident_low_grads_;
   std::vector<std::unique_ptr<Optimizer>> replica_optimizers_;
+  // NCCL (distinct GPUs; GPU processes), declared first so the all-reduce's threads stop before
+  // the communicators go.
+  std::unique_ptr<NcclComms> nccl_devices_, nccl_ranks_;
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;

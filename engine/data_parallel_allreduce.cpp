@@ -38,6 +38,12 @@ void DataParallel::make_resident_replicas(const OptimizerConfig& optimizer) {
     std::vector<Device*> ring(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) ring[static_cast<size_t>(r)] = &devices_[r];
     allreduce_ = std::make_unique<OverlappedAllReduce>(std::move(ring), plan_buckets(lay, sync_.bucket_bytes));
+    if (devices_.spans_gpus()) {  // NCCL, one communicator per GPU (checked in the constructor)
+      std::vector<int> gpus;
+      for (int r = 0; r < n; ++r) gpus.push_back(devices_[r].gpu());
+      nccl_devices_ = NcclComms::for_devices(gpus);
+      allreduce_->set_nccl(nccl_devices_.get());
+    }
   } else {
     allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, sync_.bucket_bytes));
   }

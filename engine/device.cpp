@@ -103,6 +103,9 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
       all.kind = DeviceSpec::Kind::Cuda;
       all.all_gpus = true;
       all.text = "cuda (auto: " + std::to_string(gpus.gpus.size()) + " GPU" + (gpus.gpus.size() == 1 ? "" : "s") + ")";
+      if (options.local_rank >= 0)
+        all.text = "cuda (auto: local rank " + std::to_string(options.local_rank) + " of this machine takes GPU " +
+                   std::to_string(options.local_rank % static_cast<int>(gpus.gpus.size())) + ")";
       make_cuda(all, options, gpus);
       return;
     }
@@ -134,13 +137,21 @@ std::vector<int64_t> DeviceSet::link_bytes() const {
   return out;
 }
 
+bool DeviceSet::spans_gpus() const {
+  for (const auto& d : devices_)
+    if (d->is_cuda() && d->gpu() != devices_.front()->gpu()) return true;
+  return false;
+}
+
 void DeviceSet::set_tracer(Tracer* tracer) {
   for (auto& d : devices_) d->set_tracer(tracer);
 }
 
 void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, const CudaDevices& found) {
   std::vector<int> gpus = spec.cuda_gpus;
-  if (spec.all_gpus)
+  if (spec.all_gpus && options.local_rank >= 0)  // one process per GPU on this machine
+    gpus.push_back(found.gpus[static_cast<size_t>(options.local_rank) % found.gpus.size()].index);
+  else if (spec.all_gpus)
     for (const auto& g : found.gpus) gpus.push_back(g.index);
   const int n = static_cast<int>(gpus.size());
   capacity_of(options, 0, n);

@@ -22,6 +22,9 @@ namespace dp {
 
 struct DeviceOptions {
   int threads_per_device = 1;
+  // Under mpirun: this process's rank on its machine; `auto` and `cuda` then mean the one GPU of
+  // that number (modulo the GPUs found), so every rank runs the same flags. -1: not under mpirun.
+  int local_rank = -1;
   cuda::GpuMath gpu_math;         // CUDA: TF32 for GEMM and convolutions, cuDNN's algorithm choice
   std::vector<int64_t> capacity;  // bytes per device; empty or 0 = unlimited; one value = all
   std::vector<double> speed;      // host devices: (0, 1] per device, 1 = full speed; empty = all 1
@@ -108,6 +111,8 @@ class DeviceSet {
   std::vector<int64_t> link_bytes() const;
   // Record every device's work on the tracer's tracks (null stops).
   void set_tracer(Tracer* tracer);
+  // CUDA logical devices on more than one GPU (--sync allreduce then runs NCCL).
+  bool spans_gpus() const;
 
  private:
   void make_cuda(const DeviceSpec& spec, const DeviceOptions& options, const CudaDevices& found);

@@ -4,6 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
 #include <cmath>
 #include <random>
 #include <thread>
@@ -13,6 +16,7 @@
 #include "engine/allreduce/ring.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
+#include "engine/mpi/process_group.hpp"
 #include "helpers.hpp"
 
 using namespace dp;
@@ -351,4 +355,27 @@ TEST_CASE("--sync-bn: BatchNorm over every replica's chunk is BatchNorm over the
   CHECK_THROWS_AS(DataParallel(devs, convnet, parse_split("even", 2, 4), sgd(), 1, LossMode::Gathered,
                                {SyncMode::Reduce, 1 << 20, true}),
                   UsageError);
+}
+
+TEST_CASE("under mpirun a process knows its local rank (which GPU --devices auto takes), from any launcher's variable") {
+  const char* vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+  std::vector<std::pair<std::string, std::string>> saved;
+  for (const char* v : vars)
+    if (const char* old = std::getenv(v)) saved.emplace_back(v, old);
+  for (const char* v : vars) unsetenv(v);
+  CHECK(ProcessGroup::local_rank() == -1);
+  setenv("SLURM_LOCALID", "2", 1);
+  CHECK(ProcessGroup::local_rank() == 2);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);  // OpenMPI's first
+  CHECK(ProcessGroup::local_rank() == 3);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", "x", 1);  // not a number: the next that is
+  CHECK(ProcessGroup::local_rank() == 2);
+  for (const char* v : vars) unsetenv(v);
+  for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
+}
+
+TEST_CASE("host devices span no GPUs: --sync allreduce keeps its ring there") {
+  DeviceOptions opts;
+  DeviceSet host(parse_device_spec("host:3"), opts);
+  CHECK_FALSE(host.spans_gpus());
 }

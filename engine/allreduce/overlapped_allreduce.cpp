@@ -139,9 +139,49 @@ bool OverlappedAllReduce::reduce_on_device(int device, const GradBucket& b, cons
     if (ready) queue->wait(ready);  // after backward's kernels for this bucket
   }
   if (low) convert(exec, Buf{views[static_cast<size_t>(device)], DType::F32}, Buf{const_cast<uint16_t*>(low + b.begin), low_dtype}, count);
+  if (nccl_) {  // on the same stream, after the widening: NCCL orders it
+    nccl_->allreduce_sum(device, views[static_cast<size_t>(device)], count, *exec.cuda);
+    wait_nccl(*nccl_, device, device);
+    return true;
+  }
   if (queue) queue->synchronize();  // this device's piece of the sum is final before anyone reads it
   return ring_allreduce_rank_on_devices(views, count, device, barrier_, comm_execs_,
                                         recv_[static_cast<size_t>(device)].data(), queue);
+}
+
+void OverlappedAllReduce::wait_nccl(NcclComms& comms, int member, int device) {
+  // An NCCL collective waits for every member: when another device abandons the step, it never
+  // comes, so the wait gives up (the communicator is aborted; later steps report that).
+  comms.wait(member, *ring_devices_[static_cast<size_t>(device)]->comm_exec().cuda, [this] {
+    std::lock_guard lock(mutex_);
+    return abandoned_ || stopping_;
+  });
+}
+
+bool OverlappedAllReduce::reduce_across_processes(int device, const GradBucket& b, const std::vector<float*>& views) {
+  const int64_t count = b.end - b.begin;
+  if (device == 0) {
+    if (rank_nccl_) {
+      DeviceQueue* queue = ring_devices_[0]->comm_queue();
+      if (queue) queue->bind_thread();
+      rank_nccl_->allreduce_sum(0, views[0], count, *ring_devices_[0]->comm_exec().cuda);
+      wait_nccl(*rank_nccl_, 0, 0);
+    } else {
+      group_->allreduce_sum(views[0], count);
+    }
+  }
+  if (!barrier_.arrive_and_wait()) return false;
+  if (device != 0) {
+    if (ring_devices_.empty()) {
+      std::copy(views[0], views[0] + count, views[static_cast<size_t>(device)]);
+    } else {  // device memory: a copy on this device's communication stream
+      Device& dev = *ring_devices_[static_cast<size_t>(device)];
+      copy_between(dev.comm_exec(), views[static_cast<size_t>(device)], views[0], static_cast<size_t>(count) * sizeof(float),
+                   ring_devices_[0]->comm_exec());
+      if (DeviceQueue* queue = dev.comm_queue()) queue->synchronize();
+    }
+  }
+  return barrier_.arrive_and_wait();
 }
 
 void OverlappedAllReduce::run(int device) {
@@ -180,14 +220,8 @@ void OverlappedAllReduce::run(int device) {
         } else {
           ok = reduce_on_device(device, b, views, low, low_dtype, ready);
         }
-        if (ok && group_) {
-          // This process's sum is on every device; device 0 sums it with the other processes'
-          // (host memory: DataParallel refuses processes of GPUs until NCCL is built).
-          if (device == 0) group_->allreduce_sum(views[0], b.end - b.begin);
-          ok = barrier_.arrive_and_wait();
-          if (ok && device != 0) std::copy(views[0], views[0] + (b.end - b.begin), views[static_cast<size_t>(device)]);
-          ok = ok && barrier_.arrive_and_wait();
-        }
+        // This process's sum is on every device; device 0 sums it with the other processes'.
+        if (ok && group_) ok = reduce_across_processes(device, b, views);
       } catch (...) {
         std::lock_guard lock(mutex_);
         if (!error_) error_ = std::current_exception();

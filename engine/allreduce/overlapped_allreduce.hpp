@@ -11,7 +11,10 @@
 // path is tested everywhere): each thread drives its device's communication stream
 // (Device::comm_exec), ordered after backward's kernels by an event recorded when the bucket's last
 // module reports, with copies into a receive buffer (CommBuffers) and adds
-// (ring_allreduce_rank_on_devices). Distinct GPUs and GPU processes need NCCL (not built yet).
+// (ring_allreduce_rank_on_devices). Distinct GPUs: NCCL instead of the ring (set_nccl), each
+// device's thread calling its own communicator on that same stream. Across GPU processes, device
+// 0's thread all-reduces with the other ranks through NCCL (set_rank_nccl), then the others copy
+// its result on their streams.
 //
 // Mixed precision: backward writes 16-bit gradients; each device's thread widens a bucket of them
 // into its float32 array just before that bucket's all-reduce (autocast leaves float32 .grad on
@@ -28,6 +31,7 @@
 #include "engine/allreduce/buckets.hpp"
 #include "engine/allreduce/ring.hpp"
 #include "engine/mpi/process_group.hpp"
+#include "engine/nccl/nccl_comms.hpp"
 #include "engine/tensor.hpp"
 #include "engine/trace.hpp"
 #include "kernels/buffer.hpp"
@@ -58,6 +62,12 @@ class OverlappedAllReduce {
   // bucket with the other processes (every rank reduces the buckets in the same order), and the
   // other devices copy the result. Null: this process alone.
   void set_process_group(ProcessGroup* group) { group_ = group; }
+  // The ring through communication streams only: NCCL communicators, member d for device d,
+  // instead of the ring (distinct GPUs). Null: the ring.
+  void set_nccl(NcclComms* comms) { nccl_ = comms; }
+  // With a process group of GPU processes: the ranks' sum through this communicator (member 0, on
+  // device 0's communication stream) instead of MPI on host memory.
+  void set_rank_nccl(NcclComms* comms) { rank_nccl_ = comms; }
 
   // Before backward: every device's flat float32 gradient array, which the all-reduce sums. A
   // device that runs no backward this step (no samples) zeroes it (it has no 16-bit source) and
@@ -90,12 +100,19 @@ class OverlappedAllReduce {
   // Bucket b on this thread's device, through its communication stream.
   bool reduce_on_device(int device, const GradBucket& b, const std::vector<float*>& views, const uint16_t* low,
                         DType low_dtype, const std::shared_ptr<void>& ready);
+  // Across processes: device 0 sums this process's result with the other ranks' (MPI on host
+  // memory, or NCCL), then every other device copies it. False when the step was abandoned.
+  bool reduce_across_processes(int device, const GradBucket& b, const std::vector<float*>& views);
+  // NCCL's wait on device d's communication stream, giving up when the step is abandoned.
+  void wait_nccl(NcclComms& comms, int member, int device);
   bool step_finished_locked() const;  // every device's thread is done with this step
   int n_;
   std::vector<GradBucket> buckets_;
   std::vector<std::vector<int>> buckets_of_leaf_;
   Tracer* tracer_ = nullptr;
   ProcessGroup* group_ = nullptr;
+  NcclComms* nccl_ = nullptr;
+  NcclComms* rank_nccl_ = nullptr;
   RingBarrier barrier_;
   std::vector<Device*> ring_devices_;  // empty: the threads read each other's memory
   std::mutex mutex_;

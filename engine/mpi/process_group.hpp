@@ -13,6 +13,9 @@ class ProcessGroup {
   // Started by mpirun (its environment says so), whether or not this build has MPI.
   static bool launched_by_mpirun();
   static bool available();  // this build has MPI
+  // This process's rank among the job's processes on its machine (OpenMPI's
+  // OMPI_COMM_WORLD_LOCAL_RANK, MPICH's MPI_LOCALRANKID, Slurm's SLURM_LOCALID); -1 if none says.
+  static int local_rank();
   // The job's processes: MPI initialised on first use with MPI_THREAD_MULTIPLE (the all-reduce
   // threads and --sync-bn's replicas call MPI at the same time, on two communicators).
   // RuntimeError when this build has no MPI.

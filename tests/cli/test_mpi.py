@@ -147,4 +147,25 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("mpirun without --sync allreduce: refused", rc != 0 and "add --sync allreduce" in err, err)
     rc, out, err, _ = run(["-np", "1", dp, "memprof", "--model", "mlp", "--devices", "host:2"])
     c.check("memprof under mpirun: refused", rc != 0 and "run it without mpirun" in err, err)
+
+    # GPU processes (only where a GPU is): NCCL over the ranks, each on its local rank's GPU
+    # (--devices auto). One rank equals one process on cuda:0 (NCCL's sum over one rank is the
+    # identity), bit for bit; two ranks on one GPU are refused by NCCL, quickly.
+    listing = subprocess.run([dp, "devices"], capture_output=True, text=True).stdout
+    if "no GPU found" in listing or "cuda" not in listing.lower():
+        print("GPU processes: no GPU here, not run")
+    else:
+        gpu_a, gpu_b = os.path.join(tmp, "gpu-one.jsonl"), os.path.join(tmp, "gpu-rank.jsonl")
+        gpu = base[:-2] + ["--epochs", "1", "--steps", "5", "--batch", "16"]
+        p = subprocess.run([dp, "train"] + gpu + ["--devices", "cuda:0", "--metrics", gpu_a], capture_output=True,
+                           text=True)
+        rc, out, err, _ = run(["-np", "1", dp, "train"] + gpu + ["--devices", "auto", "--metrics", gpu_b])
+        c.check("one GPU process under mpirun (NCCL) runs", rc == 0 and p.returncode == 0, err + p.stderr)
+        c.check("it takes its local rank's GPU", "local rank 0" in err, err)
+        if rc == 0 and p.returncode == 0:
+            c.check("one GPU rank through NCCL = one process on cuda:0, bit for bit", losses(gpu_a) == losses(gpu_b),
+                    (losses(gpu_a), losses(gpu_b)))
+        rc, out, err, secs = run(["-np", "2", dp, "train"] + gpu + ["--devices", "auto"], timeout=180)
+        c.check("two GPU ranks on one GPU: refused (NCCL takes a GPU once)", rc != 0 and "NCCL" in err, err[-2000:])
+        c.check("two GPU ranks on one GPU: quickly", secs < 120, secs)
 c.finish()

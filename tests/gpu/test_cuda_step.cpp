@@ -6,8 +6,10 @@
 #include <numeric>
 #include <random>
 
+#include "engine/allreduce/overlapped_allreduce.hpp"
 #include "engine/comm.hpp"
 #include "engine/data_parallel.hpp"
+#include "engine/nccl/nccl_comms.hpp"
 #include "kernels/ops/memory.hpp"
 #include "tests/helpers.hpp"
 #include "tests/step_batches.hpp"
@@ -396,4 +398,42 @@ TEST_CASE("replica times on a GPU are the GPU's own (CUDA events), so --split au
   MESSAGE("replica seconds: " << small << " for 4 samples, " << big << " for 1020");
   CHECK(small > 0);
   CHECK(big > 3 * small);
+}
+
+TEST_CASE("NCCL on one GPU: communicators for devices and for ranks sum in place, and drive the bucketed all-reduce") {
+  // One GPU cannot show a sum over two (NCCL takes each GPU once): this checks the calls, the
+  // streams and the waits — a sum over one member leaves the data as it was, bit for bit.
+  if (!NcclComms::available()) {
+    MESSAGE("this build has no NCCL: not run");
+    return;
+  }
+  auto devs = devices("cuda:0");
+  Device& dev = devs[0];
+  const int64_t n = 1 << 20;
+  const auto values = test::random_vector(n, 7);
+  Tensor t = filled(dev, {n}, values, MemCategory::Gradients);
+  int broadcasts = 0;
+  auto by_devices = NcclComms::for_devices({dev.gpu()});
+  auto by_ranks = NcclComms::for_ranks(dev.gpu(), 0, 1, [&](void*, int64_t bytes) {
+    ++broadcasts;
+    CHECK(bytes > 0);
+  });
+  CHECK(broadcasts == 1);
+  CHECK(by_devices->members() == 1);
+  CHECK(by_ranks->members() == 1);
+  for (NcclComms* comms : {by_devices.get(), by_ranks.get()}) {
+    comms->allreduce_sum(0, t.data(), n, *dev.comm_exec().cuda);
+    comms->wait(0, *dev.comm_exec().cuda, [] { return false; });
+  }
+  CHECK(t.to_host() == values);
+  // The bucketed all-reduce through NCCL (set_nccl): buckets of a quarter each, a device with no
+  // backward reporting its gradients final.
+  std::vector<GradBucket> buckets;
+  for (int k = 0; k < 4; ++k) buckets.push_back({n / 4 * k, n / 4 * (k + 1), {k}});
+  OverlappedAllReduce ar(std::vector<Device*>{&dev}, buckets);
+  ar.set_nccl(by_devices.get());
+  ar.begin_step({t.data()});
+  ar.device_done(0);
+  ar.finish_step();
+  CHECK(t.to_host() == values);
 }

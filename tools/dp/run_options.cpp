@@ -1,9 +1,11 @@
 #include "tools/dp/run_options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 
 #include "engine/error.hpp"
+#include "engine/mpi/process_group.hpp"
 
 namespace dp::cli {
 
@@ -148,6 +150,7 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   dev_opts.threads_per_device = o.threads_per_device;
   dev_opts.speed = o.device_speed;
   dev_opts.gpu_math.allow_tf32 = o.tf32;
+  if (ProcessGroup::launched_by_mpirun()) dev_opts.local_rank = std::max(0, ProcessGroup::local_rank());
   dev_opts.gpu_math.conv = cuda::parse_conv_algorithms(o.cudnn);
   if (r.capacity > 0) dev_opts.capacity = {r.capacity};
   r.devices = std::make_unique<DeviceSet>(spec, dev_opts);

@@ -29,11 +29,25 @@ if [[ ! -f "$cuda/include/cudnn.h" ]]; then
   libs="$libs:$cudnn/lib"
   echo "cuDNN from $cudnn"
 fi
+# NCCL likewise: CUDA's own, or the nvidia-nccl wheel's (without it dp builds and refuses
+# --sync allreduce across GPUs and GPU processes).
+includes="$kit/include"
+if [[ ! -f "$cuda/include/nccl.h" ]]; then
+  nccl=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+  if [[ -n "$nccl" && -f "$nccl/include/nccl.h" ]]; then
+    ln -sf "$(ls "$nccl"/lib/libnccl.so.* | head -1)" "$kit/lib/libnccl.so"
+    includes="$includes;$nccl/include"
+    libs="$libs:$nccl/lib"
+    echo "NCCL from $nccl"
+  else
+    echo "NCCL not found: building without it"
+  fi
+fi
 export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_PREFIX_PATH="$kit" -DCMAKE_INCLUDE_PATH="$kit/include" -DCMAKE_LIBRARY_PATH="$kit/lib" -DZLIB_ROOT="$kit" \
+  -DCMAKE_PREFIX_PATH="$kit" -DCMAKE_INCLUDE_PATH="$includes" -DCMAKE_LIBRARY_PATH="$kit/lib" -DZLIB_ROOT="$kit" \
   "${flags[@]}"
 echo "export LD_LIBRARY_PATH=\"$libs:\${LD_LIBRARY_PATH:-}\"" > build-gpu/env.sh
 [[ "${1:-}" == "--configure-only" ]] && exit 0
