@@ -1,9 +1,12 @@
 // MaxPool2d forward (one thread per output, PyTorch's NaN rule, flat argmax within the plane) and
 // backward as a gather (one thread per input pixel summing the outputs that chose it): no
-// atomics, so overlapping windows give deterministic sums, like the CPU reference.
+// atomics, so overlapping windows give deterministic sums, like the CPU reference. Templates over
+// the storage type: on 16-bit storage (mixed precision) the same float32 arithmetic and one rounding
+// on store, so bit for bit what widening, the float32 kernel and rounding back would give.
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/pooling.hpp"
 
@@ -12,26 +15,28 @@ namespace dp::cuda {
 namespace {
 
 
-__global__ void maxpool_forward_kernel(float* out, int32_t* argmax, const float* in, int64_t planes, int64_t H,
+template <typename T>
+__global__ void maxpool_forward_kernel(T* out, int32_t* argmax, const T* in, int64_t planes, int64_t H,
                                        int64_t W, int64_t OH, int64_t OW, int64_t k, int64_t stride) {
   const int64_t total = planes * OH * OW;
   for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < total; o += int64_t{gridDim.x} * blockDim.x) {
     const int64_t p = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
-    const float* x = in + p * H * W;
+    const T* x = in + p * H * W;
     float best = -INFINITY;
     int32_t at = static_cast<int32_t>(oh * stride * W + ow * stride);
     for (int64_t i = 0; i < k; ++i)
       for (int64_t j = 0; j < k; ++j) {
         const int64_t idx = (oh * stride + i) * W + ow * stride + j;
-        const float v = x[idx];
+        const float v = load_float(x[idx]);
         if (v > best || isnan(v)) best = v, at = static_cast<int32_t>(idx);
       }
-    out[o] = best;
+    out[o] = store_as<T>(best);
     argmax[o] = at;
   }
 }
 
-__global__ void maxpool_backward_kernel(float* din, const float* dout, const int32_t* argmax, int64_t planes,
+template <typename T>
+__global__ void maxpool_backward_kernel(T* din, const T* dout, const int32_t* argmax, int64_t planes,
                                         int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t k, int64_t stride) {
   const int64_t total = planes * H * W;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
@@ -43,61 +48,95 @@ __global__ void maxpool_backward_kernel(float* din, const float* dout, const int
     for (int64_t oh = oh0; oh <= oh1; ++oh)
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
         const int64_t o = p * OH * OW + oh * OW + ow;
-        if (argmax[o] == flat) sum += dout[o];
+        if (argmax[o] == flat) sum += load_float(dout[o]);
       }
-    din[i] = sum;
+    din[i] = store_as<T>(sum);
   }
 }
 
 // One warp per plane: a strided sum in double (like the CPU reference), then a shuffle reduction.
-__global__ void global_avgpool_forward_kernel(float* out, const float* in, int64_t planes, int64_t HW) {
+template <typename T>
+__global__ void global_avgpool_forward_kernel(T* out, const T* in, int64_t planes, int64_t HW) {
   const int64_t p = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
   if (p >= planes) return;
   double s = 0;
-  for (int64_t i = threadIdx.x; i < HW; i += 32) s += in[p * HW + i];
+  for (int64_t i = threadIdx.x; i < HW; i += 32) s += load_float(in[p * HW + i]);
   for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
-  if (threadIdx.x == 0) out[p] = static_cast<float>(s / static_cast<double>(HW));
+  if (threadIdx.x == 0) out[p] = store_as<T>(static_cast<float>(s / static_cast<double>(HW)));
 }
 
-__global__ void global_avgpool_backward_kernel(float* din, const float* dout, int64_t planes, int64_t HW) {
+template <typename T>
+__global__ void global_avgpool_backward_kernel(T* din, const T* dout, int64_t planes, int64_t HW) {
   const float inv = 1.f / static_cast<float>(HW);
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < planes * HW; i += int64_t{gridDim.x} * blockDim.x)
-    din[i] = dout[i / HW] * inv;
+    din[i] = store_as<T>(load_float(dout[i / HW]) * inv);
 }
 
 }  // namespace
 
-void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C, int64_t H,
-                       int64_t W, int64_t k, int64_t stride) {
+void maxpool2d_forward(Context& c, DType t, void* out, int32_t* argmax, const void* in, int64_t N, int64_t C,
+                       int64_t H, int64_t W, int64_t k, int64_t stride) {
   const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1, n = N * C * OH * OW;
   if (n == 0) return;
-  maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(out, argmax, in, N * C, H, W, OH, OW, k,
-                                                                             stride);
-  DP_CUDA_CHECK_LAUNCH();
+  with_float_type(t, "maxpool2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(out), argmax, static_cast<const T*>(in), N * C, H, W, OH, OW, k, stride);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void maxpool2d_backward(Context& c, DType t, void* din, const void* dout, const int32_t* argmax, int64_t N, int64_t C,
+                        int64_t H, int64_t W, int64_t k, int64_t stride) {
+  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1, n = N * C * H * W;
+  if (n == 0) return;
+  with_float_type(t, "maxpool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(din), static_cast<const T*>(dout), argmax, N * C, H, W, OH, OW, k, stride);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void global_avgpool_forward(Context& c, DType t, void* out, const void* in, int64_t planes, int64_t HW) {
+  if (planes == 0) return;
+  const dim3 block(32, 8);
+  const unsigned blocks = static_cast<unsigned>((planes + block.y - 1) / block.y);
+  with_float_type(t, "global_avgpool_forward", [&](auto tag) {
+    using T = decltype(tag);
+    global_avgpool_forward_kernel<<<blocks, block, 0, c.handles().stream>>>(static_cast<T*>(out),
+                                                                           static_cast<const T*>(in), planes, HW);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void global_avgpool_backward(Context& c, DType t, void* din, const void* dout, int64_t planes, int64_t HW) {
+  const int64_t n = planes * HW;
+  if (n == 0) return;
+  with_float_type(t, "global_avgpool_backward", [&](auto tag) {
+    using T = decltype(tag);
+    global_avgpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(din), static_cast<const T*>(dout), planes, HW);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C, int64_t H,
+                       int64_t W, int64_t k, int64_t stride) {
+  maxpool2d_forward(c, DType::F32, out, argmax, in, N, C, H, W, k, stride);
 }
 
 void maxpool2d_backward(Context& c, float* din, const float* dout, const int32_t* argmax, int64_t N, int64_t C,
                         int64_t H, int64_t W, int64_t k, int64_t stride) {
-  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1, n = N * C * H * W;
-  if (n == 0) return;
-  maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, argmax, N * C, H, W, OH, OW,
-                                                                              k, stride);
-  DP_CUDA_CHECK_LAUNCH();
+  maxpool2d_backward(c, DType::F32, din, dout, argmax, N, C, H, W, k, stride);
 }
 
 void global_avgpool_forward(Context& c, float* out, const float* in, int64_t planes, int64_t HW) {
-  if (planes == 0) return;
-  const dim3 block(32, 8);
-  const unsigned blocks = static_cast<unsigned>((planes + block.y - 1) / block.y);
-  global_avgpool_forward_kernel<<<blocks, block, 0, c.handles().stream>>>(out, in, planes, HW);
-  DP_CUDA_CHECK_LAUNCH();
+  global_avgpool_forward(c, DType::F32, out, in, planes, HW);
 }
 
 void global_avgpool_backward(Context& c, float* din, const float* dout, int64_t planes, int64_t HW) {
-  const int64_t n = planes * HW;
-  if (n == 0) return;
-  global_avgpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, planes, HW);
-  DP_CUDA_CHECK_LAUNCH();
+  global_avgpool_backward(c, DType::F32, din, dout, planes, HW);
 }
 
 }  // namespace dp::cuda

@@ -522,12 +522,12 @@ TEST_CASE("SyncBatchNorm's pieces (--sync-bn) match the CPU reference") {
   CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
 }
 
-TEST_CASE("16-bit linear, conv2d, ReLU and add run natively on the GPU and match the CPU rounding reference") {
+TEST_CASE("16-bit linear, conv2d, ReLU, add and pooling run natively on the GPU and match the CPU rounding reference") {
   // Mixed precision's matrix products and convolutions on the tensor cores (float32 accumulation,
   // one rounding on store) against the CPU reference, which widens, computes in float32 and rounds:
   // the sums' order differs, so a result may round to the neighbouring 16-bit value — within two
-  // units of the largest (conv2d's bias is a second rounding, as in PyTorch). ReLU and the adds are
-  // the same arithmetic: bit for bit. No widening scratch on the GPU: its allocator stays unused
+  // units of the largest (conv2d's bias is a second rounding, as in PyTorch). ReLU, the adds and
+  // pooling are the same arithmetic: bit for bit. No widening scratch on the GPU: its allocator stays unused
   // (apart from cuDNN's workspace).
   cuda::Context c(0);
   ThreadPool pool(1);
@@ -608,6 +608,26 @@ TEST_CASE("16-bit linear, conv2d, ReLU and add run natively on the GPU and match
       add_inplace(host, Buf{y32.data(), DType::F32}, dout.h(), n);
       add_inplace(gpu_only, Buf{d_y32.get(), DType::F32}, dout.d(), n);
       CHECK(to_host<float>(c, d_y32, n) == y32);
+      // pooling: max (overlapping 3x3/2 windows, argmax too) and the global average, both directions
+      const PoolShape ps{3, 5, 11, 9, 3, 2};
+      Pair16 px(c, random_16bit(ps.in_numel(), 44, t), t), pout(c, ps.out_numel(), t),
+          pdy(c, random_16bit(ps.out_numel(), 45, t), t), pdx(c, ps.in_numel(), t), gout(c, 15, t),
+          gdy(c, random_16bit(15, 46, t), t), gdx(c, 15 * 99, t);
+      std::vector<int32_t> arg(static_cast<size_t>(ps.out_numel()));
+      cuda::DeviceBuffer d_arg(c, arg.size() * 4);
+      maxpool2d_forward(host, pout.h(), Buf{arg.data(), DType::I32}, px.h(), ps);
+      maxpool2d_backward(host, pdx.h(), pdy.h(), Buf{arg.data(), DType::I32}, ps);
+      maxpool2d_forward(gpu_only, pout.d(), Buf{d_arg.get(), DType::I32}, px.d(), ps);
+      maxpool2d_backward(gpu_only, pdx.d(), pdy.d(), Buf{d_arg.get(), DType::I32}, ps);
+      global_avgpool_forward(host, gout.h(), px.h(), 15, 99);
+      global_avgpool_backward(host, gdx.h(), gdy.h(), 15, 99);
+      global_avgpool_forward(gpu_only, gout.d(), px.d(), 15, 99);
+      global_avgpool_backward(gpu_only, gdx.d(), gdy.d(), 15, 99);
+      CHECK(to_host<int32_t>(c, d_arg, arg.size()) == arg);
+      CHECK(same_bits(pout));
+      CHECK(same_bits(pdx));
+      CHECK(same_bits(gout));
+      CHECK(same_bits(gdx));
       CHECK(fresh.stats().peak == 0);  // no widening scratch
     }
   }
