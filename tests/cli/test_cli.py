@@ -140,6 +140,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--host-sync step: phase times from events", all(
         len(r["phase_ms"]) == 9 and all(v >= 0 for v in r["phase_ms"].values()) and r["phase_ms"]["forward"] > 0
         for r in runs["step"]), runs["step"])
+    check("metrics: each device's forward + backward time (replica_ms)", all(
+        len(r["replica_ms"]) == 3 and all(v > 0 for v in r["replica_ms"]) for sync in runs for r in runs[sync]), runs)
     # Uploading the next batch while a step runs: the same training, across an epoch's end with
     # its evaluation, under either sync mode.
     expect("bad upload ahead", small + ["--upload-ahead", "sometimes"], 2, "--upload-ahead 'sometimes'")

@@ -11,6 +11,9 @@ the others go on.
   3. bf16 against fp32 for resnet18 at batch 256 on cuda:0, dp and PyTorch autocast (expect >= 2x).
   4. broadcast_coalesced and reduce_add_coalesced of 64 MiB on cuda:0x4 against one device-to-device
      copy (build/comm_bandwidth; target >= 0.8x).
+  5. How busy the GPU is: forward + backward GPU time (CUDA events, metrics' replica_ms) over the
+     step's wall time on cuda:0, mlp and convnet at batch 128 and 1024 (a lower bound: the loss,
+     the update and the copies are not counted; target >= 80% at 1024).
 
 Samples/s: dp's from its metrics over the steps after the warm-up; PyTorch's from its own timer
 around the same number of steps; the median of --repeats runs, dp and PyTorch interleaved.
@@ -45,7 +48,8 @@ def run(cmd, env):
     return p.stdout
 
 
-def dp_speed(a, env, model, devices, batch, extra=()):
+def dp_rows(a, env, model, devices, batch, extra=()):
+    """The metrics rows of the timed steps (after the warm-up)."""
     steps = a.warmup + a.steps
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
         run([a.dp, "train", "--model", model, "--devices", devices, "--batch", str(batch), "--steps", str(steps),
@@ -53,6 +57,11 @@ def dp_speed(a, env, model, devices, batch, extra=()):
         rows = [json.loads(l) for l in open(m.name) if '"step"' in l][a.warmup:]
     if not rows:
         raise RunFailed("no timed steps in the metrics")
+    return rows
+
+
+def dp_speed(a, env, model, devices, batch, extra=()):
+    rows = dp_rows(a, env, model, devices, batch, extra)
     seconds = sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
     return sum(sum(r["chunks"]) for r in rows) / seconds
 
@@ -134,6 +143,21 @@ def bandwidth(a, env):
         print(f"fails: {e}")
 
 
+def busy(a, env):
+    print(f"\n### 5. Forward + backward GPU time over the step's wall time, {a.gpu} (target >= 80% at batch 1024)\n")
+    print("| model | batch | step ms | forward + backward ms (events) | share |")
+    print("|---|---|---|---|---|")
+    for model in [m for m in ("mlp", "convnet") if m in a.models]:
+        for batch in (128, 1024):
+            try:
+                rows = dp_rows(a, env, model, a.gpu, batch)
+                step = statistics.median(1000 * sum(r["chunks"]) / r["samples_per_s"] for r in rows)
+                gpu = statistics.median(r["replica_ms"][0] for r in rows)
+                print(f"| {model} | {batch} | {step:.3f} | {gpu:.3f} | {100 * gpu / step:.0f}% |", flush=True)
+            except (RunFailed, KeyError) as e:
+                print(f"| {model} | {batch} | fails: {e} | | |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dp", default="build-gpu/dp")
@@ -143,7 +167,7 @@ def main():
     ap.add_argument("--steps", type=int, default=50, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="1,2,3,4", help="which tables, e.g. 1,3")
+    ap.add_argument("--only", default="1,2,3,4,5", help="which tables, e.g. 1,3")
     ap.add_argument("--models", default="mlp,convnet,resnet18", help="tables 1 and 2: which models")
     a = ap.parse_args()
     a.dp = os.path.abspath(a.dp)
@@ -157,10 +181,10 @@ def main():
         print(f"GPU: {smi}\n")
     except OSError:
         pass
-    tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth}
+    tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth, "5": busy}
     for k in a.only.split(","):
         if k not in tables:
-            ap.error(f"--only: no table {k!r} (1-4)")
+            ap.error(f"--only: no table {k!r} (1-5)")
         tables[k](a, env)
 
 

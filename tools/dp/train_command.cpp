@@ -324,6 +324,11 @@ int run_train(const TrainOptions& given) {
       for (int p = 0; p < kNumPhases; ++p) phases[phase_name(static_cast<Phase>(p))] = r.seconds[p] * 1e3;
       nlohmann::json row{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss}, {"lr", r.lr},
                          {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases}};
+      if (!r.replica_seconds.empty()) {  // forward + backward per device (on a GPU, its own time: events)
+        nlohmann::json busy = nlohmann::json::array();
+        for (double v : r.replica_seconds) busy.push_back(v * 1e3);
+        row["replica_ms"] = busy;
+      }
       if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
       if (r.loss_scale > 0) row["loss_scale"] = r.loss_scale, row["skipped"] = r.skipped;
       if (!r.split_change.empty()) row["split_change"] = r.split_change;
