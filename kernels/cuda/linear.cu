@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/column_sum.cuh"
 #include "kernels/ops/linear.hpp"
 
 namespace dp::cuda {
@@ -15,16 +16,6 @@ __global__ void bias_rows_kernel(float* out, const float* b, int64_t B, int64_t 
   const int64_t total = B * O;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x)
     out[i] = b ? b[i % O] : 0.f;
-}
-
-// db[j] = Σ_r dout[r, j]: one thread per column (adjacent threads read adjacent addresses), summed
-// in double like the CPU reference.
-__global__ void column_sum_kernel(float* db, const float* dout, int64_t B, int64_t O) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= O) return;
-  double s = 0;
-  for (int64_t r = 0; r < B; ++r) s += dout[r * O + j];
-  db[j] = static_cast<float>(s);
 }
 
 int dim(int64_t v) { return static_cast<int>(v); }
@@ -54,11 +45,7 @@ void linear_backward(Context& c, float* din, float* dw, float* db, const float* 
   // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]
   DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, dim(I), dim(O), dim(B), &one, in, dim(I), dout, dim(O), &zero,
                             dw, dim(I)));
-  if (db) {
-    column_sum_kernel<<<static_cast<unsigned>((O + kThreads - 1) / kThreads), kThreads, 0, c.handles().stream>>>(
-        db, dout, B, O);
-    DP_CUDA_CHECK_LAUNCH();
-  }
+  if (db) column_sum(c, db, dout, B, O);
 }
 
 }  // namespace dp::cuda

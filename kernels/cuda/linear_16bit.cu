@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/linear.hpp"
@@ -18,16 +19,6 @@ template <typename T>
 __global__ void bias_rows_kernel(T* out, const T* b, int64_t B, int64_t O) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < B * O; i += int64_t{gridDim.x} * blockDim.x)
     out[i] = b[i % O];
-}
-
-// db[j] = Σ_r dout[r, j] in double (the CPU reference's order), rounded once.
-template <typename T>
-__global__ void column_sum_kernel(T* db, const T* dout, int64_t B, int64_t O) {
-  const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (j >= O) return;
-  double s = 0;
-  for (int64_t r = 0; r < B; ++r) s += load_float(dout[r * O + j]);
-  db[j] = store_as<T>(static_cast<float>(s));
 }
 
 int dim(int64_t v) { return static_cast<int>(v); }
@@ -67,9 +58,7 @@ void linear_backward(Context& c, DType t, void* din, void* dw, void* db, const v
   if (!db) return;
   with_float_type(t, "linear_backward", [&](auto tag) {
     using T = decltype(tag);
-    column_sum_kernel<<<static_cast<unsigned>((O + kThreads - 1) / kThreads), kThreads, 0, c.handles().stream>>>(
-        static_cast<T*>(db), static_cast<const T*>(dout), B, O);
-    DP_CUDA_CHECK_LAUNCH();
+    column_sum(c, static_cast<T*>(db), static_cast<const T*>(dout), B, O);
   });
 }
 
