@@ -102,7 +102,9 @@ stage_sanitize() {
   local bin=build-gpu/tests/dp_gpu_tests
   # DP_SANITIZE_QUICK=1: racecheck, synccheck and initcheck only on the kernel cases and the first
   # two trains (memcheck on everything); the step cases under racecheck take many minutes.
-  local quick=${DP_SANITIZE_QUICK:-0}
+  # DP_SANITIZE_PART=slow|rest: only the step cases under racecheck, synccheck and initcheck (slow),
+  # or everything else (rest), so the whole set fits in two calls of the device tool's 10 minutes.
+  local quick=${DP_SANITIZE_QUICK:-0} part=${DP_SANITIZE_PART:-all}
   mapfile -t cases < <("$bin" --list-test-cases --no-intro | grep -v '^\[doctest\]' | grep -v '^===' | sed '/^$/d')
   # Each job a file of NUL-separated words (tool, then the command: doctest names hold spaces and
   # parentheses), run $jobs at a time on the one GPU.
@@ -117,12 +119,14 @@ stage_sanitize() {
     [[ $name == *"memory comes back"* || $name == *"sibling's cache"* ]] && continue
     if [[ $name == *"cuda:0x"* ]]; then step_cases+=("$name"); else kernel_cases+=("$name"); fi
   done
-  if [[ $quick != 1 ]]; then
+  if [[ $quick != 1 && $part != rest ]]; then
     for tool in racecheck synccheck initcheck; do
       for name in "${step_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
     done
   fi
+  [[ $part == slow ]] && step_cases=() kernel_cases=() cases=()
   for tool in memcheck racecheck synccheck initcheck; do
+    [[ $part == slow ]] && break
     for name in "${kernel_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
     [[ $tool == memcheck ]] && for name in "${step_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
     local -a these=("${trains[@]}")
