@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
@@ -74,6 +75,11 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
   init_state(lay, params.data(), buffers.data(), seed);
   if (sync_.mode == SyncMode::AllReduce) make_resident_replicas(optimizer);
   load_state(params, buffers);
+  for (int i = 0; i < devices_.size(); ++i) {
+    void* p = devices_[i].staging_memory().allocate(sizeof(LossSums));
+    if (!p) throw RuntimeError("no host memory for the loss's sums of " + devices_[i].name());
+    loss_slots_.push_back(new (p) LossSums());
+  }
 }
 
 DataParallel::~DataParallel() {
@@ -83,6 +89,8 @@ DataParallel::~DataParallel() {
     // The error was reported by the step that raised it; nothing is left to run.
   }
   for (auto& n : nets_) n->unbind();
+  for (size_t i = 0; i < loss_slots_.size(); ++i)
+    devices_[static_cast<int>(i)].staging_memory().release(loss_slots_[i], sizeof(LossSums));
 }
 
 std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const { return splitter_.chunk_sizes(batch); }
@@ -193,6 +201,16 @@ void DataParallel::check_usable() const {
                        "); the optimizer's state may be part-way: start again from a checkpoint");
 }
 
+void DataParallel::check_targets(const int32_t* targets, int64_t batch) const {
+  // Before anything is enqueued: a GPU's loss reports a bad label only after the step has run.
+  const int64_t per_sample = model_.targets_per_sample();
+  for (int64_t i = 0; i < batch * per_sample; ++i)
+    if (targets[i] < 0 || targets[i] >= model_.classes)
+      throw RuntimeError("sample " + std::to_string(i / per_sample) + " has a " +
+                         (model_.language_model() ? "target token " : "label ") + std::to_string(targets[i]) +
+                         " outside [0, " + std::to_string(model_.classes) + ")");
+}
+
 void DataParallel::check_input(DType dtype) const {
   if (dtype != model_.input_dtype)
     throw RuntimeError("model " + model_.name + " takes " +
@@ -211,6 +229,7 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
   check_input(dtype);
   check_usable();
   if (batch <= 0) throw RuntimeError("step: empty batch");
+  check_targets(targets, batch);
   const std::string probed = splitter_.needs_memory_probe() ? probe_memory(input, targets, batch) : "";
   const std::optional<NextBatch> next = std::move(next_);
   next_.reset();
@@ -261,6 +280,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
       }
     }
   } s(*this, batch, loss_rows, chunks);
+  s.loss_slots = loss_slots_;
   s.sample_output_shape = model_.output_shape();
   s.output_dtype = precision_.mixed() ? storage_dtype(precision_.precision) : DType::F32;
   s.loss_scale = scaler_.scale();
@@ -457,22 +477,18 @@ void DataParallel::gather(StepState& s) {
   end_phase(joined);
 }
 
-// 6. loss on device 0: mean cross-entropy over the whole batch.
+// 6. loss on device 0: mean cross-entropy over the whole batch. Its sums reach the host's slots
+// as the stream gets there; the host reads them after the step's last wait (report), so nothing
+// here waits for the device.
 void DataParallel::loss(StepState& s) {
   Device& d0 = devices_[0];
-  s.loss = Tensor::empty(d0, {1}, MemCategory::Loss);
   loss_->allocate_loss_gradient(s);
-  d0.stream().enqueue(
-      [&] {
-        loss_->compute(s);
-        const float mean = static_cast<float>(s.loss_sum / static_cast<double>(s.loss_rows));
-        dp::upload(d0.exec(), s.loss.data(), &mean, sizeof mean);
-      },
-      {"cross-entropy over the batch", "loss"});
+  d0.stream().enqueue([&] { loss_->compute(s); }, {"cross-entropy over the batch", "loss"});
   end_phase({0});
 }
 
 void DataParallel::report(StepState& s, StepResult& r) {
+  loss_->read_sums(s);
   if (group_) {  // every process's sums
     double sums[2] = {s.loss_sum, static_cast<double>(s.correct)};
     group_->allreduce_sum(sums, 2);

@@ -180,6 +180,7 @@ class DataParallel {
   // After the load phase: stage `next` on the copy streams (skipped when it does not fit beside the step).
   void stage_next(const NextBatch& next);
   void check_input(DType dtype) const;
+  void check_targets(const int32_t* targets, int64_t batch) const;  // every label within the classes
   void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
   // The nine phases (DESIGN.md), in order.
   void load(StepState& s, const void* input, const int32_t* targets, StepResult& r);
@@ -250,6 +251,9 @@ class DataParallel {
   // NCCL (distinct GPUs; GPU processes), declared first so the all-reduce's threads stop before
   // the communicators go.
   std::unique_ptr<NcclComms> nccl_devices_, nccl_ranks_;
+  // Per device, where its loss sums arrive (StepState::loss_slots): staging memory, page-locked on
+  // a GPU so the copy into it does not wait.
+  std::vector<LossSums*> loss_slots_;
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;

@@ -157,6 +157,29 @@ TEST_CASE("a model refuses the other kind of input: images for the GPT, token id
   CHECK_THROWS_WITH_AS(lm.logits(prompt.data(), 5), doctest::Contains("the model takes 1 to 4"), RuntimeError);
 }
 
+TEST_CASE("a label outside the classes is refused before the step runs: nothing changes, the next step trains") {
+  // The loss's sums are read after the step (a GPU's loss reports late), so labels are checked on
+  // the host first: the update of a bad batch must never happen.
+  for (SyncMode mode : {SyncMode::Reduce, SyncMode::AllReduce}) {
+    auto devs = host_devices(2);
+    SyncOptions so;
+    so.mode = mode;
+    DataParallel dp(devs, find_model("mlp"), parse_split("even", 2, 4), sgd(), 1, LossMode::Gathered, so);
+    const auto before = dp.parameters();
+    const auto images = test::random_vector(4 * 784, 5);
+    std::vector<int32_t> labels{1, 2, 10, 3};
+    CHECK_THROWS_WITH_AS(dp.step(images.data(), labels.data(), 4), doctest::Contains("sample 2 has a label 10 outside [0, 10)"),
+                         RuntimeError);
+    labels[2] = -1;
+    CHECK_THROWS_WITH_AS(dp.step(images.data(), labels.data(), 4), doctest::Contains("sample 2 has a label -1"), RuntimeError);
+    CHECK(dp.parameters() == before);
+    labels[2] = 4;
+    const StepResult r = dp.step(images.data(), labels.data(), 4);
+    CHECK(std::isfinite(r.loss));
+    CHECK(dp.parameters() != before);
+  }
+}
+
 TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running stats survive") {
   const int64_t batch = 8;
   auto x = random_vector(static_cast<size_t>(batch * 784), 77);

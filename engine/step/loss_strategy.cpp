@@ -1,5 +1,7 @@
 #include "engine/step/loss_strategy.hpp"
 
+#include <string>
+
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
 #include "kernels/ops/loss.hpp"
@@ -17,6 +19,14 @@ namespace {
 
 // Logits [..., classes] are cross-entropy rows over their last dimension: [B, K] for a
 // classifier, [B, T, V] for a language model (a row per token).
+
+// A label outside the classes, found on a GPU after the fact (the step validates labels on the
+// host before it starts, so this is a defence, not the usual report).
+void check_labels(const LossSums& sums, int device) {
+  if (sums.bad_row)
+    throw RuntimeError("the loss on device " + std::to_string(device) + " found a label outside the classes (row " +
+                       std::to_string(sums.bad_row - 1) + " of its chunk)");
+}
 int64_t classes_of(const Tensor& logits) { return logits.dim(static_cast<int>(logits.shape().size()) - 1); }
 int64_t rows_of(const Tensor& logits) { return logits.numel() / classes_of(logits); }
 
@@ -37,11 +47,17 @@ class GatheredLoss final : public LossStrategy {
   void allocate_loss_gradient(StepState& s) const override {
     // Stored like the gathered logits (16-bit under mixed precision).
     s.grad_logits = Tensor::empty(*s.devices[0], s.gathered.shape(), MemCategory::GatheredOutputs, s.gathered.dtype());
+    s.loss = Tensor::empty(*s.devices[0], {2}, MemCategory::Loss);  // [loss sum, hits] on device 0
   }
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
-    s.loss_sum = softmax_xent(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
-                              s.grad_logits.buf(), s.loss_grad_scale(), &s.correct);
+    softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
+                      s.grad_logits.buf(), s.loss_grad_scale(), s.loss_slots[0], s.loss.buf());
+  }
+  void read_sums(StepState& s) const override {
+    s.loss_sum = s.loss_slots[0]->loss;
+    s.correct = static_cast<int64_t>(s.loss_slots[0]->hits);
+    check_labels(*s.loss_slots[0], 0);
   }
   void distribute_gradient(StepState& s) const override {
     s.grad_outputs = scatter(s.grad_logits, s.chunks, s.devices, MemCategory::Activations);
@@ -60,12 +76,11 @@ class InReplicaLoss final : public LossStrategy {
     const Tensor& out = s.outputs[static_cast<size_t>(r)];
     s.grad_outputs[r] = out;
     s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
-    int64_t hits = 0;
-    const double sum = softmax_xent(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
-                                    s.grad_outputs[r].buf(), s.loss_grad_scale(), &hits);
-    s.loss_sums[r] = sum;  // the exact double, for the reported loss
-    s.host_scalars[r] = {static_cast<float>(sum), static_cast<float>(hits)};
-    upload(dev.exec(), s.scalars[r].data(), s.host_scalars[r].data(), 2 * sizeof(float));
+    // [loss sum, hits] as float32 into the scalars device 0 gathers; the exact sums (doubles, for
+    // the reported loss) into this replica's slot, read once the step is done.
+    softmax_xent_into(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
+                      s.grad_outputs[r].buf(), s.loss_grad_scale(), s.loss_slots[static_cast<size_t>(r)],
+                      s.scalars[r].buf());
     s.outputs[r] = Tensor();
   }
   void gather(StepState& s) const override {
@@ -77,11 +92,16 @@ class InReplicaLoss final : public LossStrategy {
     }
   }
   void allocate_loss_gradient(StepState&) const override {}  // each replica wrote its own
-  void compute(StepState& s) const override {
-    for (int r : s.active) s.loss_sum += s.loss_sums[r];
-    std::vector<float> scalars(static_cast<size_t>(s.gathered.numel()));
-    download(s.devices[0]->exec(), scalars.data(), s.gathered.data(), s.gathered.bytes());
-    for (size_t k = 1; k < scalars.size(); k += 2) s.correct += static_cast<int64_t>(scalars[k]);
+  // Device 0 holds every replica's [loss sum, hits] (gathered); the host reads the exact sums
+  // from the replicas' slots once the step is done, without waiting for device 0 mid-step.
+  void compute(StepState&) const override {}
+  void read_sums(StepState& s) const override {
+    for (int r : s.active) {
+      const LossSums& sums = *s.loss_slots[static_cast<size_t>(r)];
+      check_labels(sums, r);
+      s.loss_sum += sums.loss;
+      s.correct += static_cast<int64_t>(sums.hits);
+    }
   }
   void distribute_gradient(StepState&) const override {}  // already where the backward runs
 };

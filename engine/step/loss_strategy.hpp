@@ -32,8 +32,11 @@ class LossStrategy {
   // Phase 6, on the host before compute is enqueued: what compute writes and the next phase
   // enqueues work on (the gathered loss's gradient).
   virtual void allocate_loss_gradient(StepState& s) const = 0;
-  // Phase 6, on device 0's stream: s.loss_sum and s.correct over the whole batch.
+  // Phase 6, on device 0's stream: the loss over the whole batch, its sums into the slots.
   virtual void compute(StepState& s) const = 0;
+  // After the step's last wait, on the host: s.loss_sum and s.correct from the slots; throws if a
+  // device found a label outside the classes.
+  virtual void read_sums(StepState& s) const = 0;
   // Phase 7, before the replicas' backward: each replica's output gradient in s.grad_outputs.
   virtual void distribute_gradient(StepState& s) const = 0;
 };

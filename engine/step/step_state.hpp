@@ -8,6 +8,7 @@
 
 #include "engine/device.hpp"
 #include "engine/tensor.hpp"
+#include "kernels/ops/loss.hpp"
 
 namespace dp {
 
@@ -29,10 +30,11 @@ struct StepState {
 
   Tensor input, target;  // the batch on device 0
   std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;  // per device
-  std::vector<double> loss_sums;                     // in-replica: each replica's exact loss sum
-  std::vector<std::array<float, 2>> host_scalars;    // in-replica: [loss sum, hits], uploaded from here
+  // Where each device's loss sums arrive (host memory the DataParallel keeps, page-locked on a
+  // GPU): gathered loss, device 0's; in-replica, each replica's. Read after the step's last wait.
+  std::vector<LossSums*> loss_slots;
   Tensor gathered, grad_logits, loss;                // on device 0
-  double loss_sum = 0;
+  double loss_sum = 0;                               // over the batch: filled from the slots at the end
   int64_t correct = 0;
   bool found_inf = false;  // update: non-finite gradients (written on device 0's stream)
   std::vector<char> found_inf_on;  // allreduce: the same, per device (each on its own stream)

@@ -4,12 +4,15 @@
 // (Thrust's reduce did this with a cudaMalloc and a cudaFree per call: the free waits for the whole
 // GPU, every logical device's stream on it.)
 #include <algorithm>
+#include <cstddef>
 
 #include "engine/cuda/check.cuh"
 #include "kernels/ops/loss.hpp"
 #include "engine/memory.hpp"
 
 namespace dp::cuda {
+
+static_assert(offsetof(LossSums, hits) == offsetof(LossSums, loss) + sizeof(double), "one copy fills both sums");
 
 namespace {
 
@@ -44,8 +47,10 @@ __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int
     }
 }
 
-// sums[0] = Σ row_loss, sums[1] = Σ row_hit: each thread a strided share, then a tree.
-__global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_hit, int64_t B, double* sums) {
+// sums[0] = Σ row_loss, sums[1] = Σ row_hit: each thread a strided share, then a tree; `scalars`
+// (optional) gets them as float32.
+__global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_hit, int64_t B, double* sums,
+                                float* scalars) {
   __shared__ double loss[kSumThreads];
   __shared__ long long hits[kSumThreads];
   double l = 0;
@@ -58,7 +63,10 @@ __global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_hit, 
     if (threadIdx.x < half) loss[threadIdx.x] += loss[threadIdx.x + half], hits[threadIdx.x] += hits[threadIdx.x + half];
     __syncthreads();
   }
-  if (threadIdx.x == 0) sums[0] = loss[0], sums[1] = static_cast<double>(hits[0]);
+  if (threadIdx.x == 0) {
+    sums[0] = loss[0], sums[1] = static_cast<double>(hits[0]);
+    if (scalars) scalars[0] = static_cast<float>(loss[0]), scalars[1] = static_cast<float>(hits[0]);
+  }
 }
 
 }  // namespace
@@ -79,7 +87,7 @@ void softmax_xent(Context& c, const float* logits, const int32_t* labels, int64_
                                                  row_hit_workspace, bad_label);
     DP_CUDA_CHECK_LAUNCH();
   }
-  sum_rows_kernel<<<1, kSumThreads, 0, s>>>(row_loss, row_hit_workspace, B, sums);
+  sum_rows_kernel<<<1, kSumThreads, 0, s>>>(row_loss, row_hit_workspace, B, sums, nullptr);
   DP_CUDA_CHECK_LAUNCH();
   double host_sums[2] = {0, 0};
   int32_t bad = 0;
@@ -103,6 +111,31 @@ double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, co
                hits.at<int32_t>());
   if (correct) *correct = hit_count;
   return sum;
+}
+
+void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+                       int64_t K, float* dlogits, float grad_scale, LossSums* out, float* scalars) {
+  // One scratch block: B row losses and the two sums (doubles), then B row hits and the flag.
+  const size_t doubles = static_cast<size_t>(B + 2) * sizeof(double);
+  ScopedBlock scratch(alloc, doubles + static_cast<size_t>(B + 1) * sizeof(int32_t));
+  auto* row_loss = scratch.at<double>();
+  double* sums = row_loss + B;
+  auto* row_hit = scratch.at<int32_t>(doubles);
+  int32_t* bad_label = row_hit + B;
+  cudaStream_t s = c.handles().stream;
+  DP_CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int32_t), s));
+  if (B > 0) {
+    const unsigned blocks = static_cast<unsigned>((B + kThreads - 1) / kThreads);
+    xent_rows_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, B, K, dlogits, grad_scale, row_loss, row_hit,
+                                                 bad_label);
+    DP_CUDA_CHECK_LAUNCH();
+  }
+  sum_rows_kernel<<<1, kSumThreads, 0, s>>>(row_loss, row_hit, B, sums, scalars);
+  DP_CUDA_CHECK_LAUNCH();
+  // LossSums is {double, double, int32}: the two sums and the flag, in two copies.
+  DP_CUDA_CHECK(cudaMemcpyAsync(&out->loss, sums, 2 * sizeof(double), cudaMemcpyDeviceToHost, s));
+  DP_CUDA_CHECK(cudaMemcpyAsync(&out->bad_row, bad_label, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  // The scratch goes back to the cache stream-ordered: only work enqueued after this reuses it.
 }
 
 }  // namespace dp::cuda

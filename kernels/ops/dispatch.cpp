@@ -79,6 +79,30 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
   o.finish();
 }
 
+void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
+                       LossSums* out, Buf scalars) {
+  Operands o(ex, "softmax_xent");
+  const float* x = o.in(logits, B * K);
+  float* dx = o.out(dlogits, B * K);
+  const int32_t* y = labels.i32("softmax_xent");
+  float* sc = scalars.f32("softmax_xent (scalars)");
+#if DP_WITH_CUDA
+  if (ex.on_cuda()) {
+    cuda::softmax_xent_into(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, out, sc);
+    return o.finish();
+  }
+#endif
+  // On a host device this runs on the device's stream already: compute (a bad label throws there,
+  // failing the task before anything after it), then write the sums.
+  LossSums sums;
+  int64_t correct = 0;
+  sums.loss = cpu::softmax_xent(x, y, B, K, dx, grad_scale, &correct);
+  sums.hits = static_cast<double>(correct);
+  if (sc) sc[0] = static_cast<float>(sums.loss), sc[1] = static_cast<float>(sums.hits);
+  *out = sums;
+  o.finish();
+}
+
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
                     int64_t* correct) {
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32

@@ -9,6 +9,16 @@
 #include "kernels/exec.hpp"
 
 namespace dp {
+
+// A loss's sums as the host reads them once the step's work is done (softmax_xent_into): written
+// by the device's stream — on a GPU by a copy into page-locked memory — never read before the host
+// has waited for that stream.
+struct LossSums {
+  double loss = 0;      // Σ rows' −log softmax[label]
+  double hits = 0;      // correct argmax predictions
+  int32_t bad_row = 0;  // 1 + the first row whose label is outside [0, K); 0 if none
+};
+
 namespace cpu {
 double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
                     float grad_scale, int64_t* correct);
@@ -21,9 +31,19 @@ double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, co
 void softmax_xent(Context& c, const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
                   float grad_scale, double* loss_sum, int64_t* correct, float* row_loss_workspace,
                   int32_t* row_hit_workspace);
+// The same without waiting: the sums reach *out (host memory; page-locked for the copy to be
+// asynchronous) when the stream gets there, and, when scalars is not null, float [loss, hits]
+// into that device memory too. Scratch from `alloc`, returned stream-ordered.
+void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+                       int64_t K, float* dlogits, float grad_scale, LossSums* out, float* scalars);
 }  // namespace cuda
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
                     int64_t* correct);
+// In the step (it must not wait for its device): the sums into *out as the stream reaches them,
+// read by the host after waiting for it; a bad label is out->bad_row, not an exception. Optional
+// `scalars`: float32 [loss, hits] on the device (in-replica loss: what device 0 gathers).
+void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
+                       LossSums* out, Buf scalars = {});
 
 }  // namespace dp
