@@ -76,9 +76,9 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
   if (sync_.mode == SyncMode::AllReduce) make_resident_replicas(optimizer);
   load_state(params, buffers);
   for (int i = 0; i < devices_.size(); ++i) {
-    void* p = devices_[i].staging_memory().allocate(sizeof(LossSums));
-    if (!p) throw RuntimeError("no host memory for the loss's sums of " + devices_[i].name());
-    loss_slots_.push_back(new (p) LossSums());
+    void* p = devices_[i].staging_memory().allocate(sizeof(HostSlots));
+    if (!p) throw RuntimeError("no host memory for the step's results of " + devices_[i].name());
+    slots_.push_back(new (p) HostSlots());
   }
 }
 
@@ -89,8 +89,8 @@ DataParallel::~DataParallel() {
     // The error was reported by the step that raised it; nothing is left to run.
   }
   for (auto& n : nets_) n->unbind();
-  for (size_t i = 0; i < loss_slots_.size(); ++i)
-    devices_[static_cast<int>(i)].staging_memory().release(loss_slots_[i], sizeof(LossSums));
+  for (size_t i = 0; i < slots_.size(); ++i)
+    devices_[static_cast<int>(i)].staging_memory().release(slots_[i], sizeof(HostSlots));
 }
 
 std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const { return splitter_.chunk_sizes(batch); }
@@ -280,7 +280,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
       }
     }
   } s(*this, batch, loss_rows, chunks);
-  s.loss_slots = loss_slots_;
+  s.slots = slots_;
   s.sample_output_shape = model_.output_shape();
   s.output_dtype = precision_.mixed() ? storage_dtype(precision_.precision) : DType::F32;
   s.loss_scale = scaler_.scale();
@@ -489,6 +489,9 @@ void DataParallel::loss(StepState& s) {
 
 void DataParallel::report(StepState& s, StepResult& r) {
   loss_->read_sums(s);
+  // The gradient norm, when device 0's stream computed it without the host (all but fp16, whose
+  // verdict the host read before the update).
+  if (!scaler_.enabled() && (clip_ > 0 || report_norm_)) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
   if (group_) {  // every process's sums
     double sums[2] = {s.loss_sum, static_cast<double>(s.correct)};
     group_->allreduce_sum(sums, 2);
@@ -543,15 +546,18 @@ void DataParallel::update(StepState& s, StepResult& r) {
   Device& d0 = devices_[0];
   if (clip_ > 0 || report_norm_ || scaler_.enabled()) {
     d0.stream().enqueue(
-        [this, &d0, &r, &found_inf = s.found_inf] {
+        [this, &d0, &r, &found_inf = s.found_inf, slot = slots_[0]] {
           const int64_t n = grads_.numel();
-          if (scaler_.enabled())  // GradScaler's reciprocal: float32 of 1/scale computed in double
-            scale(d0.exec(), grads_.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), n);
-          // One pass gives the norm and fp16's inf/NaN check: a non-finite gradient makes Σg²
-          // non-finite (a finite float32 squared cannot overflow the double sum). Without loss
-          // scaling a non-finite gradient is applied, as PyTorch applies it.
+          // Without loss scaling nothing here needs the host: the norm and the clipping are
+          // decided on the device, the norm read after the step (report). A non-finite gradient is
+          // then applied, as PyTorch applies it.
+          if (!scaler_.enabled()) return sum_squares_and_clip(d0.exec(), grads_.buf(), n, clip_, &slot->grad_sq_sum);
+          // fp16: GradScaler's reciprocal (float32 of 1/scale computed in double); one pass gives the
+          // norm and the inf/NaN check: a non-finite gradient makes Σg² non-finite (a finite float32
+          // squared cannot overflow the double sum).
+          scale(d0.exec(), grads_.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), n);
           const double sum = sum_squares(d0.exec(), grads_.buf(), n);
-          if (scaler_.enabled() && !std::isfinite(sum)) {
+          if (!std::isfinite(sum)) {
             found_inf = true;  // read by the host after it waited for this (only with fp16)
             return;
           }

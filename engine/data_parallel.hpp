@@ -251,9 +251,9 @@ class DataParallel {
   // NCCL (distinct GPUs; GPU processes), declared first so the all-reduce's threads stop before
   // the communicators go.
   std::unique_ptr<NcclComms> nccl_devices_, nccl_ranks_;
-  // Per device, where its loss sums arrive (StepState::loss_slots): staging memory, page-locked on
-  // a GPU so the copy into it does not wait.
-  std::vector<LossSums*> loss_slots_;
+  // Per device, what its stream reports after the step (StepState::slots): staging memory,
+  // page-locked on a GPU so the copies into it do not wait.
+  std::vector<HostSlots*> slots_;
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;

@@ -224,12 +224,15 @@ void DataParallel::update_everywhere(StepState& s, StepResult& r) {
     const Tensor grads = d == 0 ? grads_ : resident_grads_[d];
     if (!(clip_ > 0 || (report_norm_ && d == 0) || scaler_.enabled())) continue;
     dev.stream().enqueue(
-        [this, &dev, grads, &r, d, &found_inf] {
+        [this, &dev, grads, &r, d, &found_inf, slot = slots_[static_cast<size_t>(d)]] {
           const int64_t count = grads.numel();
-          if (scaler_.enabled())  // GradScaler's reciprocal: float32 of 1/scale computed in double
-            scale(dev.exec(), grads.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), count);
+          // Without loss scaling nothing here needs the host (the norm is read after the step, a
+          // non-finite gradient applied as PyTorch does); fp16 unscales and checks for inf/NaN.
+          if (!scaler_.enabled())
+            return sum_squares_and_clip(dev.exec(), grads.buf(), count, clip_, &slot->grad_sq_sum);
+          scale(dev.exec(), grads.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), count);
           const double sum = sum_squares(dev.exec(), grads.buf(), count);  // non-finite if any gradient is
-          if (scaler_.enabled() && !std::isfinite(sum)) {  // without loss scaling, applied as PyTorch does
+          if (!std::isfinite(sum)) {
             found_inf[static_cast<size_t>(d)] = 1;
             return;
           }

@@ -52,12 +52,12 @@ class GatheredLoss final : public LossStrategy {
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
     softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
-                      s.grad_logits.buf(), s.loss_grad_scale(), s.loss_slots[0], s.loss.buf());
+                      s.grad_logits.buf(), s.loss_grad_scale(), &s.slots[0]->loss, s.loss.buf());
   }
   void read_sums(StepState& s) const override {
-    s.loss_sum = s.loss_slots[0]->loss;
-    s.correct = static_cast<int64_t>(s.loss_slots[0]->hits);
-    check_labels(*s.loss_slots[0], 0);
+    s.loss_sum = s.slots[0]->loss.loss;
+    s.correct = static_cast<int64_t>(s.slots[0]->loss.hits);
+    check_labels(s.slots[0]->loss, 0);
   }
   void distribute_gradient(StepState& s) const override {
     s.grad_outputs = scatter(s.grad_logits, s.chunks, s.devices, MemCategory::Activations);
@@ -79,7 +79,7 @@ class InReplicaLoss final : public LossStrategy {
     // [loss sum, hits] as float32 into the scalars device 0 gathers; the exact sums (doubles, for
     // the reported loss) into this replica's slot, read once the step is done.
     softmax_xent_into(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
-                      s.grad_outputs[r].buf(), s.loss_grad_scale(), s.loss_slots[static_cast<size_t>(r)],
+                      s.grad_outputs[r].buf(), s.loss_grad_scale(), &s.slots[static_cast<size_t>(r)]->loss,
                       s.scalars[r].buf());
     s.outputs[r] = Tensor();
   }
@@ -97,7 +97,7 @@ class InReplicaLoss final : public LossStrategy {
   void compute(StepState&) const override {}
   void read_sums(StepState& s) const override {
     for (int r : s.active) {
-      const LossSums& sums = *s.loss_slots[static_cast<size_t>(r)];
+      const LossSums& sums = s.slots[static_cast<size_t>(r)]->loss;
       check_labels(sums, r);
       s.loss_sum += sums.loss;
       s.correct += static_cast<int64_t>(sums.hits);

@@ -12,6 +12,13 @@
 
 namespace dp {
 
+// What a device's stream reports to the host without the host waiting inside the step: written
+// by the stream (on a GPU, copies into page-locked memory), read after the step's last wait.
+struct HostSlots {
+  LossSums loss;           // the loss's sums on this device (gathered: device 0's; in-replica: each replica's)
+  double grad_sq_sum = 0;  // Σ g² of this device's gradients (the norm, clipping), when asked for
+};
+
 struct StepState {
   StepState(int devices, int64_t batch_size, int64_t loss_rows, std::vector<int64_t> chunk_sizes);
   int64_t batch;      // samples
@@ -30,9 +37,7 @@ struct StepState {
 
   Tensor input, target;  // the batch on device 0
   std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;  // per device
-  // Where each device's loss sums arrive (host memory the DataParallel keeps, page-locked on a
-  // GPU): gathered loss, device 0's; in-replica, each replica's. Read after the step's last wait.
-  std::vector<LossSums*> loss_slots;
+  std::vector<HostSlots*> slots;  // per device, kept by the DataParallel (page-locked on a GPU)
   Tensor gathered, grad_logits, loss;                // on device 0
   double loss_sum = 0;                               // over the batch: filled from the slots at the end
   int64_t correct = 0;

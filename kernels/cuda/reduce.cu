@@ -44,6 +44,16 @@ __global__ void sum_partials_kernel(const double* partials, int64_t count, doubl
   if (threadIdx.x == 0) *out = total;
 }
 
+// y ·= clip / (√sum + 1e-6) when that is below 1: clip_grad_norm_'s coefficient, in double like
+// the host's, applied as float32.
+__global__ void clip_kernel(float* y, const double* sum, float clip, int64_t n) {
+  const double coef = clip / (sqrt(*sum) + 1e-6);
+  if (!(coef < 1)) return;
+  const float s = static_cast<float>(coef);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] *= s;
+}
+
 __global__ void scale_kernel(float* y, float s, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] *= s;
@@ -65,6 +75,26 @@ double sum_squares(Context& c, CachingAllocator& alloc, const float* x, int64_t 
   DP_CUDA_CHECK(cudaMemcpyAsync(&total, partials + blocks, sizeof total, cudaMemcpyDeviceToHost, s));
   DP_CUDA_CHECK(cudaStreamSynchronize(s));  // before the scratch goes back to the cache, too
   return total;
+}
+
+void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t n, float clip, double* out) {
+  cudaStream_t s = c.handles().stream;
+  if (n == 0) {
+    *out = 0;  // nothing to wait for
+    return;
+  }
+  const int64_t blocks = std::min(kMaxPartials, (n + kSumThreads - 1) / kSumThreads);
+  ScopedBlock scratch(alloc, static_cast<size_t>(blocks + 1) * sizeof(double));  // freed stream-ordered
+  double* partials = scratch.at<double>();
+  square_partials_kernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, s>>>(x, n, partials);
+  DP_CUDA_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kSumThreads, 0, s>>>(partials, blocks, partials + blocks);
+  DP_CUDA_CHECK_LAUNCH();
+  DP_CUDA_CHECK(cudaMemcpyAsync(out, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, s));
+  if (clip > 0) {
+    clip_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, partials + blocks, clip, n);
+    DP_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void scale(Context& c, float* y, float s, int64_t n) {

@@ -1,11 +1,13 @@
 // The ops whose CPU and CUDA bodies take different arguments (workspace, scratch memory, two
 // devices): their dispatch, out of line.
+#include <cmath>
 #include <cstring>
 
 #include "engine/error.hpp"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
+#include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/operands.hpp"
@@ -77,6 +79,17 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
 #endif
   cpu::conv2d_backward(*ex.pool, dx, dwt, dbias, dy, x, wt, s, workspace.f32("conv2d_backward"));
   o.finish();
+}
+
+void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* out) {
+  float* v = x.f32("sum_squares_and_clip");
+#if DP_WITH_CUDA
+  if (ex.on_cuda()) return cuda::sum_squares_and_clip(*ex.cuda, *ex.alloc, v, n, clip, out);
+#endif
+  const double sum = cpu::sum_squares(*ex.pool, v, n);
+  *out = sum;
+  const double coef = clip / (std::sqrt(sum) + 1e-6);
+  if (clip > 0 && coef < 1) cpu::scale(*ex.pool, v, static_cast<float>(coef), n);
 }
 
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,

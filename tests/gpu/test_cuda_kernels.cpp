@@ -341,6 +341,31 @@ TEST_CASE("the sum of squares (clipping, fp16's check) matches the CPU reference
     CHECK(std::isnan(cuda::sum_squares(c, alloc, d_nan.get(), n)));
   }
   CHECK(alloc.stats().in_use == 0);
+  // clip_grad_norm_ decided on the device: the sum reaches page-locked memory, the scaling matches
+  // the CPU's (its coefficient from a sum in another order: within float32 rounding)
+  const int64_t n = 300001;
+  auto x = random_vector(static_cast<size_t>(n), 91);
+  auto d_x = to_device(c, x);
+  const double want = cuda::sum_squares(c, alloc, d_x.get(), n);
+  double* out = nullptr;
+  REQUIRE(cudaHostAlloc(reinterpret_cast<void**>(&out), sizeof(double), cudaHostAllocPortable) == cudaSuccess);
+  for (float clip : {0.f, 1e9f, 0.5f}) {
+    CAPTURE(clip);
+    auto d_y = to_device(c, x);
+    *out = -1;
+    cuda::sum_squares_and_clip(c, alloc, d_y.get(), n, clip, out);
+    c.synchronize();
+    CHECK(*out == want);
+    auto y = x;
+    const Exec host{&pool, nullptr, nullptr};
+    double host_sum = 0;
+    sum_squares_and_clip(host, Buf{y.data(), DType::F32}, n, clip, &host_sum);
+    CHECK(host_sum == doctest::Approx(want).epsilon(1e-12));
+    CHECK(rel_error(to_host<float>(c, d_y, static_cast<size_t>(n)), y) < 1e-6);
+    if (clip != 0.5f) CHECK(to_host<float>(c, d_y, static_cast<size_t>(n)) == x);  // no clipping: untouched
+  }
+  cudaFreeHost(out);
+  CHECK(alloc.stats().in_use == 0);
 }
 
 TEST_CASE("the loss without waiting: its sums reach page-locked host memory with the stream, equal to the waiting one") {
