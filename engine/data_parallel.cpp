@@ -201,8 +201,17 @@ void DataParallel::check_usable() const {
                        "); the optimizer's state may be part-way: start again from a checkpoint");
 }
 
-void DataParallel::check_targets(const int32_t* targets, int64_t batch) const {
-  // Before anything is enqueued: a GPU's loss reports a bad label only after the step has run.
+void DataParallel::check_batch(const void* input, const int32_t* targets, int64_t batch) const {
+  // Before anything is enqueued: a GPU reports a bad label or token only at the step's end, after
+  // the update it spoiled.
+  if (model_.language_model()) {
+    const auto* tokens = static_cast<const int32_t*>(input);
+    const int64_t context = numel(model_.input_shape);
+    for (int64_t i = 0; i < batch * context; ++i)
+      if (tokens[i] < 0 || tokens[i] >= model_.classes)
+        throw RuntimeError("sample " + std::to_string(i / context) + " has a token " + std::to_string(tokens[i]) +
+                           " outside the vocabulary [0, " + std::to_string(model_.classes) + ")");
+  }
   const int64_t per_sample = model_.targets_per_sample();
   for (int64_t i = 0; i < batch * per_sample; ++i)
     if (targets[i] < 0 || targets[i] >= model_.classes)
@@ -229,7 +238,7 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
   check_input(dtype);
   check_usable();
   if (batch <= 0) throw RuntimeError("step: empty batch");
-  check_targets(targets, batch);
+  check_batch(input, targets, batch);
   const std::string probed = splitter_.needs_memory_probe() ? probe_memory(input, targets, batch) : "";
   const std::optional<NextBatch> next = std::move(next_);
   next_.reset();
@@ -489,9 +498,10 @@ void DataParallel::loss(StepState& s) {
 
 void DataParallel::report(StepState& s, StepResult& r) {
   loss_->read_sums(s);
-  // The gradient norm, when device 0's stream computed it without the host (all but fp16, whose
-  // verdict the host read before the update).
-  if (!scaler_.enabled() && (clip_ > 0 || report_norm_)) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
+  if (scaler_.enabled())
+    r.skipped = settle_loss_scale(s, sync_.mode == SyncMode::AllReduce ? devices_.size() : 1);
+  // The gradient norm, as device 0's stream computed it (none for a skipped step).
+  if ((clip_ > 0 || report_norm_) && !r.skipped) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
   if (group_) {  // every process's sums
     double sums[2] = {s.loss_sum, static_cast<double>(s.correct)};
     group_->allreduce_sum(sums, 2);
@@ -541,45 +551,70 @@ void DataParallel::reduce(StepState& s) {
 }
 
 // 9. update the master parameters on device 0 (clipping the gradients first, if asked). fp16:
-// unscale the gradients first (GradScaler.unscale_), and skip the update when any is inf or NaN.
-void DataParallel::update(StepState& s, StepResult& r) {
-  Device& d0 = devices_[0];
-  if (clip_ > 0 || report_norm_ || scaler_.enabled()) {
-    d0.stream().enqueue(
-        [this, &d0, &r, &found_inf = s.found_inf, slot = slots_[0]] {
-          const int64_t n = grads_.numel();
-          // Without loss scaling nothing here needs the host: the norm and the clipping are
-          // decided on the device, the norm read after the step (report). A non-finite gradient is
-          // then applied, as PyTorch applies it.
-          if (!scaler_.enabled()) return sum_squares_and_clip(d0.exec(), grads_.buf(), n, clip_, &slot->grad_sq_sum);
-          // fp16: GradScaler's reciprocal (float32 of 1/scale computed in double); one pass gives the
-          // norm and the inf/NaN check: a non-finite gradient makes Σg² non-finite (a finite float32
-          // squared cannot overflow the double sum).
-          scale(d0.exec(), grads_.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), n);
-          const double sum = sum_squares(d0.exec(), grads_.buf(), n);
-          if (!std::isfinite(sum)) {
-            found_inf = true;  // read by the host after it waited for this (only with fp16)
-            return;
-          }
-          if (clip_ > 0 || report_norm_) r.grad_norm = std::sqrt(sum);
-          const double coef = clip_ / (std::sqrt(sum) + 1e-6);
-          if (clip_ > 0 && coef < 1) scale(d0.exec(), grads_.buf(), static_cast<float>(coef), n);
-        },
-        d0.stream().label([&] {
-          return TaskLabel{scaler_.enabled() ? "unscale gradients, inf/NaN check" + std::string(clip_ > 0 ? ", clipping" : "")
-                           : clip_ > 0       ? "gradient norm and clipping"
-                                             : "gradient norm",
-                           "update"};
-        }));
-    // fp16: the host decides whether to update (GradScaler's found_inf.item()), and the optimizer
-    // counts only the steps it takes. Otherwise nothing here needs the host.
-    if (scaler_.enabled()) join_device0();
-  }
+// unscale the gradients first (GradScaler.unscale_), and skip the update when any is inf or NaN —
+// decided on the device, so nothing here waits for it; the host reads the verdict after the step.
+void DataParallel::update(StepState&, StepResult& r) {
+  const Tensor skip_if = scaler_.enabled() ? found_inf_flag(0) : Tensor();
+  if (clip_ > 0 || report_norm_ || scaler_.enabled()) enqueue_unscale_and_clip(0, grads_, skip_if);
   r.lr = lr_;
-  r.skipped = s.found_inf;
-  if (!s.found_inf) optimizer_->step(params_, grads_, static_cast<float>(lr_));
-  scaler_.update(s.found_inf);
+  optimizer_->step(params_, grads_, static_cast<float>(lr_), skip_if);
   end_phase({0});
+}
+
+// The gradient norm and clipping (clip_grad_norm_), after fp16's unscaling, on device d's stream:
+// Σg² goes to the device's host slot (read after the step); fp16's verdict to `found_inf`, which
+// the optimizer's kernels read. Without loss scaling a non-finite gradient is applied, as PyTorch
+// applies it.
+void DataParallel::enqueue_unscale_and_clip(int d, const Tensor& grads, const Tensor& found_inf) {
+  Device& dev = devices_[d];
+  // GradScaler's reciprocal: float32 of 1/scale computed in double.
+  const float inv_scale = scaler_.enabled() ? static_cast<float>(1.0 / static_cast<double>(scaler_.scale())) : 1.f;
+  dev.stream().enqueue(
+      [this, &dev, grads, found_inf, inv_scale, slot = slots_[static_cast<size_t>(d)]] {
+        const int64_t n = grads.numel();
+        if (found_inf.defined()) scale(dev.exec(), grads.buf(), inv_scale, n);
+        sum_squares_and_clip(dev.exec(), grads.buf(), n, clip_, &slot->grad_sq_sum, found_inf.buf());
+      },
+      dev.stream().label([&] {
+        return TaskLabel{found_inf.defined() ? "unscale gradients, inf/NaN check" + std::string(clip_ > 0 ? ", clipping" : "")
+                         : clip_ > 0         ? "gradient norm and clipping"
+                                             : "gradient norm",
+                         "update"};
+      }));
+}
+
+const Tensor& DataParallel::found_inf_flag(int d) {
+  if (found_inf_.empty()) found_inf_.resize(static_cast<size_t>(devices_.size()));
+  Tensor& flag = found_inf_[static_cast<size_t>(d)];
+  if (!flag.defined()) flag = Tensor::zeros(devices_[d], {1}, MemCategory::Gradients, DType::I32);
+  return flag;
+}
+
+// After the step's last wait: fp16's verdict (GradScaler's found_inf.item()) from the host slots —
+// Σg² is inf or NaN exactly when a gradient is — on every device that decided one (they all hold
+// the same all-reduced gradients in allreduce mode, so they must agree, across processes too). A
+// skipped update is taken back from the optimizers' counts; then the scale is updated.
+bool DataParallel::settle_loss_scale(const StepState& s, int deciding_devices) {
+  const bool skip = !std::isfinite(s.slots[0]->grad_sq_sum);
+  for (int d = 1; d < deciding_devices; ++d)
+    if (!std::isfinite(s.slots[static_cast<size_t>(d)]->grad_sq_sum) != skip)
+      throw RuntimeError("allreduce: devices 0 and " + std::to_string(d) +
+                         " disagree on inf/NaN in gradients that should be the same all-reduced values");
+  if (group_) {
+    double skipped_ranks = skip ? 1 : 0;
+    group_->allreduce_sum(&skipped_ranks, 1);
+    if (skipped_ranks != 0 && skipped_ranks != group_->size())
+      throw RuntimeError("allreduce: processes disagree on inf/NaN in the all-reduced gradients (" +
+                         std::to_string(static_cast<int>(skipped_ranks)) + " of " + std::to_string(group_->size()) +
+                         " skipped the update): their copies of the model now differ");
+  }
+  if (skip) {
+    optimizer_->undo_step();
+    for (auto& o : replica_optimizers_)
+      if (o) o->undo_step();
+  }
+  scaler_.update(skip);
+  return skip;
 }
 
 std::string DataParallel::probe_memory(const void* input, const int32_t* targets, int64_t batch) {

@@ -5,9 +5,9 @@
 // and each device's memory peak in it. How often the host waits is a choice (HostSync): after
 // every phase (as DataParallel's parallel_apply joins its threads: exact per-phase memory, what
 // memprof and the demo show), or once per step — everything enqueued at once, the host waiting
-// only at the end for the loss and statistics it reports (and, with fp16 or clipping, for device
-// 0's verdict on the gradients before the update); phase times then come from events the streams
-// record at each phase's end.
+// only at the end for the loss and statistics it reports (clipping and fp16's verdict on the
+// gradients are decided on the devices); phase times then come from events the streams record at
+// each phase's end.
 //
 // What varies is a strategy the phases call, not a branch in them: where the loss is computed
 // (engine/step/loss_strategy.hpp: gathered on device 0, or in each replica), how gradients meet
@@ -180,7 +180,8 @@ class DataParallel {
   // After the load phase: stage `next` on the copy streams (skipped when it does not fit beside the step).
   void stage_next(const NextBatch& next);
   void check_input(DType dtype) const;
-  void check_targets(const int32_t* targets, int64_t batch) const;  // every label within the classes
+  // Every label within the classes; a language model's every input token within the vocabulary.
+  void check_batch(const void* input, const int32_t* targets, int64_t batch) const;
   void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
   // The nine phases (DESIGN.md), in order.
   void load(StepState& s, const void* input, const int32_t* targets, StepResult& r);
@@ -192,6 +193,13 @@ class DataParallel {
   void backward(StepState& s);
   void reduce(StepState& s);
   void update(StepState& s, StepResult& r);
+  // Before an update, on device d's stream: fp16's unscaling and inf/NaN verdict (into found_inf,
+  // when defined), the gradient norm and clipping.
+  void enqueue_unscale_and_clip(int d, const Tensor& grads, const Tensor& found_inf);
+  const Tensor& found_inf_flag(int d);  // fp16: device d's verdict (int32, made at first use)
+  // fp16, after the step's last join: was the update skipped? Takes it back from the optimizers'
+  // counts and updates the scale. Checks that the deciding devices (and processes) agree.
+  bool settle_loss_scale(const StepState& s, int deciding_devices);
   // --sync allreduce's step (engine/data_parallel_allreduce.cpp).
   void make_resident_replicas(const OptimizerConfig& optimizer);
   void load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r);
@@ -254,6 +262,7 @@ class DataParallel {
   // Per device, what its stream reports after the step (StepState::slots): staging memory,
   // page-locked on a GPU so the copies into it do not wait.
   std::vector<HostSlots*> slots_;
+  std::vector<Tensor> found_inf_;  // fp16: per device, its verdict on this step's gradients
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;

@@ -212,64 +212,19 @@ void DataParallel::finish_allreduce(StepState&) {
 }
 
 // 9. update: every device applies the same update to its own copy (clipping by the same norm).
-// fp16: every device unscales its gradients and checks them for inf/NaN; they are the same
-// all-reduced gradients everywhere, so every device (and process) skips the same steps.
-void DataParallel::update_everywhere(StepState& s, StepResult& r) {
+// fp16: every device unscales its gradients and checks them for inf/NaN on its own stream; they
+// are the same all-reduced gradients everywhere, so every device (and process) skips the same
+// steps — which the host checks after the step (settle_loss_scale).
+void DataParallel::update_everywhere(StepState&, StepResult& r) {
   r.lr = lr_;
-  const int n = devices_.size();
-  std::vector<char>& found_inf = s.found_inf_on;
-  found_inf.assign(static_cast<size_t>(n), 0);
-  for (int d = 0; d < n; ++d) {
-    Device& dev = devices_[d];
+  for (int d = 0; d < devices_.size(); ++d) {
     const Tensor grads = d == 0 ? grads_ : resident_grads_[d];
-    if (!(clip_ > 0 || (report_norm_ && d == 0) || scaler_.enabled())) continue;
-    dev.stream().enqueue(
-        [this, &dev, grads, &r, d, &found_inf, slot = slots_[static_cast<size_t>(d)]] {
-          const int64_t count = grads.numel();
-          // Without loss scaling nothing here needs the host (the norm is read after the step, a
-          // non-finite gradient applied as PyTorch does); fp16 unscales and checks for inf/NaN.
-          if (!scaler_.enabled())
-            return sum_squares_and_clip(dev.exec(), grads.buf(), count, clip_, &slot->grad_sq_sum);
-          scale(dev.exec(), grads.buf(), static_cast<float>(1.0 / static_cast<double>(scaler_.scale())), count);
-          const double sum = sum_squares(dev.exec(), grads.buf(), count);  // non-finite if any gradient is
-          if (!std::isfinite(sum)) {
-            found_inf[static_cast<size_t>(d)] = 1;
-            return;
-          }
-          const double norm = std::sqrt(sum);
-          if (d == 0 && (clip_ > 0 || report_norm_)) r.grad_norm = norm;
-          const double coef = clip_ / (norm + 1e-6);
-          if (clip_ > 0 && coef < 1) scale(dev.exec(), grads.buf(), static_cast<float>(coef), count);
-        },
-        dev.stream().label([&] {
-          return TaskLabel{scaler_.enabled() ? "unscale gradients, inf/NaN check" + std::string(clip_ > 0 ? ", clipping" : "")
-                           : clip_ > 0       ? "gradient norm and clipping"
-                                             : "gradient norm",
-                           "update"};
-        }));
+    const Tensor skip_if = scaler_.enabled() ? found_inf_flag(d) : Tensor();
+    if (clip_ > 0 || (report_norm_ && d == 0) || scaler_.enabled()) enqueue_unscale_and_clip(d, grads, skip_if);
+    (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(d == 0 ? params_ : resident_params_[d], grads,
+                                                         static_cast<float>(lr_), skip_if);
   }
-  bool skip = false;
-  if (scaler_.enabled()) {  // the host decides (GradScaler's found_inf.item()); nothing else needs it here
-    join_replicas(all_devices());
-    skip = found_inf[0] != 0;
-    for (int d = 1; d < n; ++d)
-      if ((found_inf[static_cast<size_t>(d)] != 0) != skip)
-        throw RuntimeError("allreduce: devices 0 and " + std::to_string(d) +
-                           " disagree on inf/NaN in gradients that should be the same all-reduced values");
-    if (group_) {  // one verdict for every process, whatever its MPI's summation order
-      double any = skip ? 1 : 0;
-      group_->allreduce_sum(&any, 1);
-      skip = any > 0;
-    }
-  }
-  r.skipped = skip;
-  if (!skip) {
-    for (int d = 0; d < n; ++d)
-      (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(d == 0 ? params_ : resident_params_[d],
-                                                           d == 0 ? grads_ : resident_grads_[d], static_cast<float>(lr_));
-    round_resident_parameters();  // mixed precision: the next forward's 16-bit copies
-  }
-  scaler_.update(skip);
+  round_resident_parameters();  // mixed precision: the next forward's 16-bit copies (the same after a skip)
   end_phase(all_devices());
 }
 

@@ -157,7 +157,7 @@ TEST_CASE("a model refuses the other kind of input: images for the GPT, token id
   CHECK_THROWS_WITH_AS(lm.logits(prompt.data(), 5), doctest::Contains("the model takes 1 to 4"), RuntimeError);
 }
 
-TEST_CASE("a label outside the classes is refused before the step runs: nothing changes, the next step trains") {
+TEST_CASE("a label outside the classes or a token outside the vocabulary is refused before the step runs: nothing changes, the next step trains") {
   // The loss's sums are read after the step (a GPU's loss reports late), so labels are checked on
   // the host first: the update of a bad batch must never happen.
   for (SyncMode mode : {SyncMode::Reduce, SyncMode::AllReduce}) {
@@ -178,6 +178,22 @@ TEST_CASE("a label outside the classes is refused before the step runs: nothing 
     CHECK(std::isfinite(r.loss));
     CHECK(dp.parameters() != before);
   }
+  // A language model's input tokens too (a GPU's embedding reports a bad one only at the step's end).
+  GptConfig cfg;
+  cfg.vocab = 8, cfg.context = 4, cfg.layers = 1, cfg.heads = 1, cfg.dim = 4;
+  const ModelDef gpt = gpt_model(cfg);  // the engine keeps a reference to its model
+  auto devs = host_devices(2);
+  DataParallel lm(devs, gpt, parse_split("even", 2, 2), sgd(), 1);
+  const auto before = lm.parameters();
+  std::vector<int32_t> tokens{1, 2, 3, 4, 5, 6, 8, 7}, targets{2, 3, 4, 5, 6, 7, 7, 1};
+  CHECK_THROWS_WITH_AS(lm.step(tokens.data(), targets.data(), 2),
+                       doctest::Contains("sample 1 has a token 8 outside the vocabulary [0, 8)"), RuntimeError);
+  tokens[6] = -3;
+  CHECK_THROWS_WITH_AS(lm.step(tokens.data(), targets.data(), 2), doctest::Contains("sample 1 has a token -3"),
+                       RuntimeError);
+  CHECK(lm.parameters() == before);
+  tokens[6] = 0;
+  CHECK(std::isfinite(lm.step(tokens.data(), targets.data(), 2).loss));
 }
 
 TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running stats survive") {

@@ -135,7 +135,9 @@ TEST_CASE("mixed precision: replicas, gradients and their transfers are 16-bit, 
     const MemoryStats d0 = devs[0].allocator().stats();
     CHECK(d0.peak_by_category[static_cast<int>(MemCategory::Parameters)] ==
           allocator_bytes(4 * P) + allocator_bytes(4 * nbuf) + allocator_bytes(2 * P));
-    CHECK(d0.peak_by_category[static_cast<int>(MemCategory::Gradients)] == allocator_bytes(4 * P) + allocator_bytes(2 * P));
+    // fp16: and the device's inf/NaN verdict on them, one int32 the optimizer reads.
+    CHECK(d0.peak_by_category[static_cast<int>(MemCategory::Gradients)] ==
+          allocator_bytes(4 * P) + allocator_bytes(2 * P) + (p == Precision::FP16 ? allocator_bytes(4) : 0));
     CHECK(std::isfinite(r.loss));
     CHECK_FALSE(r.skipped);
     CHECK(r.loss_scale == (p == Precision::FP16 ? 65536.0 : 0.0));
@@ -275,6 +277,32 @@ TEST_CASE("fp16 loss scaling: an overflow skips the step, halves the scale, leav
   CHECK(dp.loss_scaler().scale() == 2 * fitted);
   CHECK(dp.loss_scaler().state().growth_tracker == 0);
   CHECK(skipped > 1);
+}
+
+TEST_CASE("fp16 loss scaling: a skipped first step leaves SGD without momentum, the next starts it from its gradient") {
+  // The verdict is made on the device after the update was enqueued: the host takes the skipped
+  // step back from the optimizer afterwards, as if PyTorch's GradScaler had not called step().
+  const ModelDef& model = find_model("mlp");
+  for (SyncMode mode : {SyncMode::Reduce, SyncMode::AllReduce}) {
+    CAPTURE(static_cast<int>(mode));
+    auto devs = host_devices(2);
+    SyncOptions sync;
+    sync.mode = mode;
+    DataParallel dp(devs, model, parse_split("even", 2, 8), sgd(), 3,
+                    mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, sync,
+                    precision(Precision::FP16, std::ldexp(1.0, 100)));
+    const Batch b = batch_for(model, 8, 1);
+    const auto params = dp.parameters();
+    CHECK(dp.step(b.x.data(), b.y.data(), 8).skipped);
+    CHECK(dp.parameters() == params);
+    CHECK(dp.optimizer().save().buffers.empty());
+    CHECK(dp.optimizer().save().steps == 0);
+    while (dp.step(b.x.data(), b.y.data(), 8).skipped) CHECK(dp.optimizer().save().buffers.empty());
+    const Optimizer::Saved state = dp.optimizer().save();
+    CHECK(state.steps == 1);
+    REQUIRE(state.buffers.size() == 1);
+    CHECK(state.buffers[0].second == dp.gradients());  // torch.optim.SGD's first step: buf = g
+  }
 }
 
 TEST_CASE("fp16 loss scaling: unscaled gradients do not depend on the scale") {

@@ -69,4 +69,10 @@ struct dp::cuda::Context::Handles {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   cudnnHandle_t cudnn = nullptr;
+  // A bad value a kernel met in its input (a token id outside the vocabulary), found without the
+  // host waiting: the kernel records the first as {1 + position, value, limit} in device memory,
+  // each such op copies the record to page-locked `data_fault_seen` after it, and synchronize()
+  // raises it — as CUDA reports its own asynchronous faults at the next wait. Compute contexts only.
+  unsigned long long* data_fault = nullptr;       // device memory, 3 values, zeroed
+  unsigned long long* data_fault_seen = nullptr;  // page-locked host memory, 3 values
 };

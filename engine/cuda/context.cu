@@ -18,6 +18,11 @@ Context::Context(int gpu, const GpuMath& math, Kind kind) : gpu_(gpu), handles_(
   DP_CUDA_CHECK(cublasSetMathMode(handles_->cublas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   DP_CUDA_CHECK(cudnnCreate(&handles_->cudnn));
   DP_CUDA_CHECK(cudnnSetStream(handles_->cudnn, handles_->stream));
+  constexpr size_t fault_bytes = 3 * sizeof(unsigned long long);
+  DP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&handles_->data_fault), fault_bytes));
+  DP_CUDA_CHECK(cudaMemsetAsync(handles_->data_fault, 0, fault_bytes, handles_->stream));  // before any kernel on it
+  DP_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&handles_->data_fault_seen), fault_bytes, cudaHostAllocPortable));
+  for (int i = 0; i < 3; ++i) handles_->data_fault_seen[i] = 0;
   math_ = math;
 }
 
@@ -26,12 +31,25 @@ Context::~Context() = default;
 Context::Handles::~Handles() {
   // Destructors do not throw: release what exists, on its own GPU.
   if (gpu >= 0) cudaSetDevice(gpu);
+  if (data_fault_seen) cudaFreeHost(data_fault_seen);
+  if (data_fault) cudaFree(data_fault);
   if (cudnn) cudnnDestroy(cudnn);
   if (cublas) cublasDestroy(cublas);
   if (stream) cudaStreamDestroy(stream);
 }
 
-void Context::synchronize() { DP_CUDA_CHECK(cudaStreamSynchronize(handles_->stream)); }
+void Context::synchronize() {
+  DP_CUDA_CHECK(cudaStreamSynchronize(handles_->stream));
+  volatile unsigned long long* seen = handles_->data_fault_seen;
+  if (!seen || seen[0] == 0) return;
+  const auto position = static_cast<long long>(seen[0]) - 1, value = static_cast<long long>(seen[1]),
+             limit = static_cast<long long>(seen[2]);
+  // Reported once: the next op starts from a clean record.
+  DP_CUDA_CHECK(cudaMemsetAsync(handles_->data_fault, 0, 3 * sizeof(unsigned long long), handles_->stream));
+  for (int i = 0; i < 3; ++i) seen[i] = 0;
+  throw RuntimeError("token id " + std::to_string(value) + " at position " + std::to_string(position) +
+                     " is outside the vocabulary [0, " + std::to_string(limit) + ")");
+}
 
 DeviceBuffer::DeviceBuffer(Context& ctx, size_t bytes) : bytes_(bytes) {
   DP_CUDA_CHECK(cudaSetDevice(ctx.gpu()));

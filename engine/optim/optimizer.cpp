@@ -33,6 +33,12 @@ void validate(const OptimizerConfig& cfg) {
   if (!(a.eps > 0.f) || !std::isfinite(a.eps)) throw UsageError("--eps must be a finite number > 0");
 }
 
+void Optimizer::undo_step() {
+  if (steps_ > 0) --steps_;
+  if (state_created_by_last_step_) drop_state();  // freed once the stream has passed the skipped kernel
+  state_created_by_last_step_ = false;
+}
+
 namespace {
 
 // A state tensor on the parameters' device, in the optimizer category.
@@ -56,15 +62,16 @@ class Sgd final : public Optimizer {
  public:
   explicit Sgd(const SgdConfig& c) : cfg_(c) {}
   OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::Sgd; }
-  void step(const Tensor& params, const Tensor& grads, float lr) override {
+  void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if) override {
     Device& dev = params.device();
     const bool first = cfg_.momentum != 0.f && !momentum_.defined();
     if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
+    state_created_by_last_step_ = first;
     SgdConfig cfg = cfg_;
     cfg.lr = lr;
     dev.stream().enqueue(
-        [params, grads, buf = momentum_, first, cfg, &dev] {
-          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first, cfg, params.numel());
+        [params, grads, buf = momentum_, first, cfg, skip_if, &dev] {
+          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first, cfg, params.numel(), skip_if.buf());
         },
         dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
     ++steps_;
@@ -84,9 +91,11 @@ class Sgd final : public Optimizer {
       momentum_.copy_from_host(s.buffers[0].second.data());
     }
     steps_ = s.steps;
+    state_created_by_last_step_ = false;
   }
 
  private:
+  void drop_state() override { momentum_ = Tensor(); }
   SgdConfig cfg_;
   Tensor momentum_;
 };
@@ -95,8 +104,9 @@ class AdamW final : public Optimizer {
  public:
   explicit AdamW(const OptimizerConfig& c) : cfg_(c) {}
   OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::AdamW; }
-  void step(const Tensor& params, const Tensor& grads, float lr) override {
+  void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if) override {
     Device& dev = params.device();
+    state_created_by_last_step_ = !exp_avg_.defined();
     if (!exp_avg_.defined()) exp_avg_ = state_like(params), exp_avg_sq_ = state_like(params);
     ++steps_;
     // The bias corrections in double, as PyTorch computes them in Python.
@@ -109,8 +119,8 @@ class AdamW final : public Optimizer {
                       static_cast<float>(lr / (1.0 - std::pow(b1, t))),
                       static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)))};
     dev.stream().enqueue(
-        [params, grads, m = exp_avg_, v = exp_avg_sq_, s, &dev] {
-          adamw_update(dev.exec(), params.buf(), grads.buf(), m.buf(), v.buf(), s, params.numel());
+        [params, grads, m = exp_avg_, v = exp_avg_sq_, s, skip_if, &dev] {
+          adamw_update(dev.exec(), params.buf(), grads.buf(), m.buf(), v.buf(), s, params.numel(), skip_if.buf());
         },
         dev.stream().label([&] { return TaskLabel{"adamw update " + std::to_string(params.numel()) + " parameters", "update"}; }));
   }
@@ -129,9 +139,11 @@ class AdamW final : public Optimizer {
       exp_avg_sq_.copy_from_host(s.buffers[1].second.data());
     }
     steps_ = s.steps;
+    state_created_by_last_step_ = false;
   }
 
  private:
+  void drop_state() override { exp_avg_ = exp_avg_sq_ = Tensor(); }
   OptimizerConfig cfg_;
   Tensor exp_avg_, exp_avg_sq_;
 };

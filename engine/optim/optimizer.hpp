@@ -40,7 +40,12 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual OptimizerConfig::Kind kind() const = 0;
   // One update of params from grads at learning rate lr, enqueued on the parameters' stream.
-  virtual void step(const Tensor& params, const Tensor& grads, float lr) = 0;
+  // skip_if (an int32 tensor on that device, optional): the update does nothing where it holds a
+  // non-zero value when the stream gets there — fp16's verdict, made on the device. The host,
+  // once it has read the verdict, calls undo_step() for a step skipped that way, so the step count
+  // (AdamW's bias correction) and a state first created by that step are as if it never ran.
+  virtual void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if = {}) = 0;
+  void undo_step();
   int64_t steps() const { return steps_; }
 
   // The state as host copies, named as torch.optim names each parameter's ("momentum_buffer";
@@ -55,7 +60,9 @@ class Optimizer {
   virtual void restore(const Saved& state, const Tensor& like) = 0;
 
  protected:
+  virtual void drop_state() = 0;  // back to no state, as before the first step
   int64_t steps_ = 0;
+  bool state_created_by_last_step_ = false;
 };
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg);

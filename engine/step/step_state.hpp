@@ -16,7 +16,7 @@ namespace dp {
 // by the stream (on a GPU, copies into page-locked memory), read after the step's last wait.
 struct HostSlots {
   LossSums loss;           // the loss's sums on this device (gathered: device 0's; in-replica: each replica's)
-  double grad_sq_sum = 0;  // Σ g² of this device's gradients (the norm, clipping), when asked for
+  double grad_sq_sum = 0;  // Σ g² of this device's gradients (the norm, clipping, fp16's inf/NaN check), when asked for
 };
 
 struct StepState {
@@ -41,8 +41,6 @@ struct StepState {
   Tensor gathered, grad_logits, loss;                // on device 0
   double loss_sum = 0;                               // over the batch: filled from the slots at the end
   int64_t correct = 0;
-  bool found_inf = false;  // update: non-finite gradients (written on device 0's stream)
-  std::vector<char> found_inf_on;  // allreduce: the same, per device (each on its own stream)
 };
 
 }  // namespace dp

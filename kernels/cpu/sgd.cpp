@@ -4,7 +4,8 @@
 namespace dp::cpu {
 
 void sgd_update(ThreadPool& pool, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& cfg, int64_t n) {
+                const SgdConfig& cfg, int64_t n, const int32_t* skip_if) {
+  if (skip_if && *skip_if) return;  // on a host device, device memory is this process's
   // Settings copied to locals and pointers marked restrict, so each loop vectorises.
   const float lr = cfg.lr, mu = cfg.momentum, damp = 1.f - cfg.dampening, wd = cfg.weight_decay;
   const bool nesterov = cfg.nesterov;

@@ -8,7 +8,9 @@ namespace dp::cuda {
 
 namespace {
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, AdamWStep s, int64_t n) {
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, AdamWStep s, int64_t n,
+                             const int32_t* skip_if) {
+  if (skip_if && *skip_if) return;
   const float decay = 1.f - s.lr * s.weight_decay;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     float pi = p[i] * decay;
@@ -23,11 +25,11 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, AdamW
 }  // namespace
 
 void adamw_update(Context& c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const AdamWStep& s,
-                  int64_t n) {
+                  int64_t n, const int32_t* skip_if) {
   if (n == 0) return;
   constexpr int kThreads = 256;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  adamw_kernel<<<blocks, kThreads, 0, c.handles().stream>>>(param, grad, exp_avg, exp_avg_sq, s, n);
+  adamw_kernel<<<blocks, kThreads, 0, c.handles().stream>>>(param, grad, exp_avg, exp_avg_sq, s, n, skip_if);
   DP_CUDA_CHECK_LAUNCH();
 }
 

@@ -29,7 +29,9 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 
 __global__ void add_scalar_kernel(float* y, float value) { *y += value; }
 
-__global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, SgdConfig s, int64_t n) {
+__global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, SgdConfig s, int64_t n,
+                           const int32_t* skip_if) {
+  if (skip_if && *skip_if) return;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float d = g[i] + s.weight_decay * p[i];
     if (s.momentum == 0.f) {
@@ -68,9 +70,10 @@ void add_scalar(Context& c, float* y, float value) {
 }
 
 void sgd_update(Context& c, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& s, int64_t n) {
+                const SgdConfig& s, int64_t n, const int32_t* skip_if) {
   if (n == 0) return;
-  sgd_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(param, grad, momentum_buf, first_step, s, n);
+  sgd_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(param, grad, momentum_buf, first_step, s, n,
+                                                                 skip_if);
   DP_CUDA_CHECK_LAUNCH();
 }
 

@@ -18,20 +18,21 @@ namespace dp::cuda {
 namespace {
 
 __global__ void check_ids_and_number_rows(const int32_t* ids, int32_t* row_numbers, int64_t rows, int64_t V,
-                                          int32_t* bad) {
+                                          unsigned long long* fault) {
   for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows; r += int64_t{gridDim.x} * blockDim.x) {
-    if (ids[r] < 0 || ids[r] >= V) atomicExch(bad, static_cast<int32_t>(r) + 1);
+    if (ids[r] < 0 || ids[r] >= V) report_bad_id(fault, r, ids[r], V);
     row_numbers[r] = static_cast<int32_t>(r);
   }
 }
 
-// k = sorted position × C + column; only an id's first sorted position does the sum.
+// k = sorted position × C + column; only an id's first sorted position does the sum. An id outside
+// [0, V) (reported already; the sort saw only its low bits) writes nothing.
 __global__ void sum_sorted_rows(float* dtable, const float* dout, const int32_t* sorted_ids, const int32_t* sorted_rows,
-                                int64_t rows, int64_t C) {
+                                int64_t rows, int64_t V, int64_t C) {
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < rows * C; k += int64_t{gridDim.x} * blockDim.x) {
     const int64_t p = k / C, col = k % C;
     const int32_t id = sorted_ids[p];
-    if (p > 0 && sorted_ids[p - 1] == id) continue;
+    if (id < 0 || id >= V || (p > 0 && sorted_ids[p - 1] == id)) continue;
     float sum = 0.f;  // 0 + the first row + ...: the CPU's order from its zeroed table
     for (int64_t q = p; q < rows && sorted_ids[q] == id; ++q) sum += dout[sorted_rows[q] * C + col];
     dtable[id * C + col] = sum;
@@ -63,13 +64,12 @@ void embedding_backward(Context& c, CachingAllocator& alloc, float* dtable, cons
   auto* sorted_ids = scratch.at<int32_t>(array);
   auto* sorted_rows = scratch.at<int32_t>(2 * array);
   void* sort_temp = scratch.at<void>(3 * array);
-  with_id_check(c, ids, V, [&](int32_t* bad) {
-    check_ids_and_number_rows<<<blocks_for(rows), kThreads, 0, s>>>(ids, row_numbers, rows, V, bad);
-    DP_CUDA_CHECK_LAUNCH();
-  });
+  check_ids_and_number_rows<<<blocks_for(rows), kThreads, 0, s>>>(ids, row_numbers, rows, V, c.handles().data_fault);
+  DP_CUDA_CHECK_LAUNCH();
+  after_id_check(c);
   DP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, ids, sorted_ids, row_numbers, sorted_rows, n, 0,
                                                 bits_for(V), s));
-  sum_sorted_rows<<<blocks_for(rows * C), kThreads, 0, s>>>(dtable, dout, sorted_ids, sorted_rows, rows, C);
+  sum_sorted_rows<<<blocks_for(rows * C), kThreads, 0, s>>>(dtable, dout, sorted_ids, sorted_rows, rows, V, C);
   DP_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,28 +1,26 @@
-// Token ids checked on the device: a kernel raises a flag for an id outside [0, V), read back
-// after it (this synchronises the stream), and the error names the id and its position.
+// Token ids checked on the device without the host waiting: a kernel that meets an id outside
+// [0, V) records the first one in its context's fault record (report_bad_id) and skips it; the op
+// then copies the record to page-locked memory (after_id_check), and the context's next
+// synchronize() raises it, naming the id and its position. (The step checks its tokens on the host
+// before it starts; this guards the kernels themselves.)
 #pragma once
-#include <string>
 
 #include "engine/cuda/check.cuh"
 
 namespace dp::cuda {
 
-template <typename Launch>
-void with_id_check(Context& c, const int32_t* ids, int64_t V, Launch launch) {
-  cudaStream_t s = c.handles().stream;
-  int32_t* bad = nullptr;
-  DP_CUDA_CHECK(cudaMallocAsync(&bad, sizeof(int32_t), s));
-  DP_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), s));
-  launch(bad);
-  int32_t flag = 0, id = 0;
-  DP_CUDA_CHECK(cudaMemcpyAsync(&flag, bad, sizeof flag, cudaMemcpyDeviceToHost, s));
-  DP_CUDA_CHECK(cudaFreeAsync(bad, s));
-  DP_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (!flag) return;
-  DP_CUDA_CHECK(cudaMemcpy(&id, ids + flag - 1, sizeof id, cudaMemcpyDeviceToHost));
-  throw RuntimeError("token id " + std::to_string(id) + " at position " + std::to_string(flag - 1) +
-                     " is outside the vocabulary [0, " + std::to_string(V) + ")");
+__device__ inline void report_bad_id(unsigned long long* fault, int64_t position, int64_t id, int64_t V) {
+  if (atomicCAS(&fault[0], 0ull, static_cast<unsigned long long>(position) + 1) == 0) {
+    fault[1] = static_cast<unsigned long long>(id);
+    fault[2] = static_cast<unsigned long long>(V);
+  }
 }
 
+// After the kernels that used report_bad_id: the record to the host, in stream order.
+inline void after_id_check(Context& c) {
+  Context::Handles& h = c.handles();
+  DP_CUDA_CHECK(cudaMemcpyAsync(h.data_fault_seen, h.data_fault, 3 * sizeof(unsigned long long),
+                                cudaMemcpyDeviceToHost, h.stream));
+}
 
 }  // namespace dp::cuda

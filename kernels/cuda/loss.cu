@@ -69,55 +69,17 @@ __global__ void sum_rows_kernel(const double* row_loss, const int32_t* row_hit, 
   }
 }
 
-}  // namespace
-
-void softmax_xent(Context& c, const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
-                  float grad_scale, double* loss_sum, int64_t* correct, float* row_loss_workspace,
-                  int32_t* row_hit_workspace) {
-  // The workspace holds B + 2 doubles (as floats; the last two receive the sums) and B + 1 int32s
-  // (the last flags a bad label).
-  auto* row_loss = reinterpret_cast<double*>(row_loss_workspace);
-  double* sums = row_loss + B;
-  int32_t* bad_label = row_hit_workspace + B;
-  cudaStream_t s = c.handles().stream;
-  DP_CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int32_t), s));
-  if (B > 0) {
-    const unsigned blocks = static_cast<unsigned>((B + kThreads - 1) / kThreads);
-    xent_rows_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, B, K, dlogits, grad_scale, row_loss,
-                                                 row_hit_workspace, bad_label);
-    DP_CUDA_CHECK_LAUNCH();
-  }
-  sum_rows_kernel<<<1, kSumThreads, 0, s>>>(row_loss, row_hit_workspace, B, sums, nullptr);
-  DP_CUDA_CHECK_LAUNCH();
-  double host_sums[2] = {0, 0};
-  int32_t bad = 0;
-  DP_CUDA_CHECK(cudaMemcpyAsync(host_sums, sums, sizeof host_sums, cudaMemcpyDeviceToHost, s));
-  DP_CUDA_CHECK(cudaMemcpyAsync(&bad, bad_label, sizeof bad, cudaMemcpyDeviceToHost, s));
-  DP_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (bad) throw RuntimeError("sample " + std::to_string(bad - 1) + " has a label outside [0, " + std::to_string(K) + ")");
-  *loss_sum = host_sums[0];
-  *correct = static_cast<int64_t>(host_sums[1]);
-}
-
-double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                    int64_t K, float* dlogits, float grad_scale, int64_t* correct) {
-  // Per-row scratch from the device's allocator (counted as workspace), freed once the result is
-  // on the host (the call synchronises).
-  ScopedBlock rows(alloc, static_cast<size_t>(B + 2) * sizeof(double));
-  ScopedBlock hits(alloc, static_cast<size_t>(B + 1) * sizeof(int32_t));
-  double sum = 0;
-  int64_t hit_count = 0;
-  softmax_xent(c, logits, labels, B, K, dlogits, grad_scale, &sum, &hit_count, rows.at<float>(),
-               hits.at<int32_t>());
-  if (correct) *correct = hit_count;
-  return sum;
-}
-
-void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                       int64_t K, float* dlogits, float grad_scale, LossSums* out, float* scalars) {
-  // One scratch block: B row losses and the two sums (doubles), then B row hits and the flag.
+// The rows, then the sums, enqueued on the context's stream over one scratch block from `alloc`
+// (returned stream-ordered when `scratch` goes): B row losses and the two sums (doubles), then B
+// row hits and the bad-label flag. The sums and the flag stay in device memory for the caller to
+// copy out.
+struct XentOnDevice {
+  const double* sums;      // [loss, hits]
+  const int32_t* bad_row;  // 1 + the first bad row, or 0
+};
+XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, const float* logits, const int32_t* labels, int64_t B,
+                          int64_t K, float* dlogits, float grad_scale, float* scalars) {
   const size_t doubles = static_cast<size_t>(B + 2) * sizeof(double);
-  ScopedBlock scratch(alloc, doubles + static_cast<size_t>(B + 1) * sizeof(int32_t));
   auto* row_loss = scratch.at<double>();
   double* sums = row_loss + B;
   auto* row_hit = scratch.at<int32_t>(doubles);
@@ -132,9 +94,38 @@ void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits,
   }
   sum_rows_kernel<<<1, kSumThreads, 0, s>>>(row_loss, row_hit, B, sums, scalars);
   DP_CUDA_CHECK_LAUNCH();
+  return {sums, bad_label};
+}
+
+size_t xent_scratch_bytes(int64_t B) {
+  return static_cast<size_t>(B + 2) * sizeof(double) + static_cast<size_t>(B + 1) * sizeof(int32_t);
+}
+
+}  // namespace
+
+double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+                    int64_t K, float* dlogits, float grad_scale, int64_t* correct) {
+  ScopedBlock scratch(alloc, xent_scratch_bytes(B));
+  const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, nullptr);
+  cudaStream_t s = c.handles().stream;
+  double sums[2] = {0, 0};
+  int32_t bad = 0;
+  DP_CUDA_CHECK(cudaMemcpyAsync(sums, d.sums, sizeof sums, cudaMemcpyDeviceToHost, s));
+  DP_CUDA_CHECK(cudaMemcpyAsync(&bad, d.bad_row, sizeof bad, cudaMemcpyDeviceToHost, s));
+  DP_CUDA_CHECK(cudaStreamSynchronize(s));  // the result is on the host (and the scratch free to reuse)
+  if (bad) throw RuntimeError("sample " + std::to_string(bad - 1) + " has a label outside [0, " + std::to_string(K) + ")");
+  if (correct) *correct = static_cast<int64_t>(sums[1]);
+  return sums[0];
+}
+
+void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+                       int64_t K, float* dlogits, float grad_scale, LossSums* out, float* scalars) {
+  ScopedBlock scratch(alloc, xent_scratch_bytes(B));
+  const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, scalars);
   // LossSums is {double, double, int32}: the two sums and the flag, in two copies.
-  DP_CUDA_CHECK(cudaMemcpyAsync(&out->loss, sums, 2 * sizeof(double), cudaMemcpyDeviceToHost, s));
-  DP_CUDA_CHECK(cudaMemcpyAsync(&out->bad_row, bad_label, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  cudaStream_t s = c.handles().stream;
+  DP_CUDA_CHECK(cudaMemcpyAsync(&out->loss, d.sums, 2 * sizeof(double), cudaMemcpyDeviceToHost, s));
+  DP_CUDA_CHECK(cudaMemcpyAsync(&out->bad_row, d.bad_row, sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   // The scratch goes back to the cache stream-ordered: only work enqueued after this reuses it.
 }
 

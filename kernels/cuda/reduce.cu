@@ -1,6 +1,6 @@
 // Σ x² in double (gradient clipping's global norm, fp16's inf/NaN check) and y ·= s. The sum is
 // two fixed-shape passes (blocks' partial sums, then one block over them: the same bits every
-// run) with its partials from the device's allocator; the host waits for this stream only.
+// run) with its partials from the device's allocator; nothing here waits for the device.
 // (Thrust's transform_reduce did it with a cudaMalloc and a cudaFree per call: the free waits for
 // the whole GPU, every logical device's stream on it.)
 #include <algorithm>
@@ -37,16 +37,21 @@ __global__ void square_partials_kernel(const float* x, int64_t n, double* partia
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-__global__ void sum_partials_kernel(const double* partials, int64_t count, double* out) {
+// found_inf (optional): 1 when the total is inf or NaN, else 0.
+__global__ void sum_partials_kernel(const double* partials, int64_t count, double* out, int32_t* found_inf) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < count; i += kSumThreads) s += partials[i];
   const double total = block_sum(s);
-  if (threadIdx.x == 0) *out = total;
+  if (threadIdx.x == 0) {
+    *out = total;
+    if (found_inf) *found_inf = isfinite(total) ? 0 : 1;
+  }
 }
 
 // y ·= clip / (√sum + 1e-6) when that is below 1: clip_grad_norm_'s coefficient, in double like
-// the host's, applied as float32.
-__global__ void clip_kernel(float* y, const double* sum, float clip, int64_t n) {
+// the host's, applied as float32. With found_inf set the step is skipped: leave y as it is.
+__global__ void clip_kernel(float* y, const double* sum, float clip, int64_t n, const int32_t* found_inf) {
+  if (found_inf && *found_inf) return;
   const double coef = clip / (sqrt(*sum) + 1e-6);
   if (!(coef < 1)) return;
   const float s = static_cast<float>(coef);
@@ -61,38 +66,20 @@ __global__ void scale_kernel(float* y, float s, int64_t n) {
 
 }  // namespace
 
-double sum_squares(Context& c, CachingAllocator& alloc, const float* x, int64_t n) {
-  if (n == 0) return 0;
-  const int64_t blocks = std::min(kMaxPartials, (n + kSumThreads - 1) / kSumThreads);
-  ScopedBlock scratch(alloc, static_cast<size_t>(blocks + 1) * sizeof(double));
-  double* partials = scratch.at<double>();
+void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t n, float clip, double* out,
+                          int32_t* found_inf) {
   cudaStream_t s = c.handles().stream;
-  square_partials_kernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, s>>>(x, n, partials);
-  DP_CUDA_CHECK_LAUNCH();
-  sum_partials_kernel<<<1, kSumThreads, 0, s>>>(partials, blocks, partials + blocks);
-  DP_CUDA_CHECK_LAUNCH();
-  double total = 0;
-  DP_CUDA_CHECK(cudaMemcpyAsync(&total, partials + blocks, sizeof total, cudaMemcpyDeviceToHost, s));
-  DP_CUDA_CHECK(cudaStreamSynchronize(s));  // before the scratch goes back to the cache, too
-  return total;
-}
-
-void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t n, float clip, double* out) {
-  cudaStream_t s = c.handles().stream;
-  if (n == 0) {
-    *out = 0;  // nothing to wait for
-    return;
-  }
-  const int64_t blocks = std::min(kMaxPartials, (n + kSumThreads - 1) / kSumThreads);
+  // At least one partial (a zero when n is 0), so the sum and the flag are written in stream order.
+  const int64_t blocks = std::max<int64_t>(1, std::min(kMaxPartials, (n + kSumThreads - 1) / kSumThreads));
   ScopedBlock scratch(alloc, static_cast<size_t>(blocks + 1) * sizeof(double));  // freed stream-ordered
   double* partials = scratch.at<double>();
   square_partials_kernel<<<static_cast<unsigned>(blocks), kSumThreads, 0, s>>>(x, n, partials);
   DP_CUDA_CHECK_LAUNCH();
-  sum_partials_kernel<<<1, kSumThreads, 0, s>>>(partials, blocks, partials + blocks);
+  sum_partials_kernel<<<1, kSumThreads, 0, s>>>(partials, blocks, partials + blocks, found_inf);
   DP_CUDA_CHECK_LAUNCH();
   DP_CUDA_CHECK(cudaMemcpyAsync(out, partials + blocks, sizeof(double), cudaMemcpyDeviceToHost, s));
-  if (clip > 0) {
-    clip_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, partials + blocks, clip, n);
+  if (clip > 0 && n > 0) {
+    clip_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, partials + blocks, clip, n, found_inf);
     DP_CUDA_CHECK_LAUNCH();
   }
 }

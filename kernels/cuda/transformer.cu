@@ -80,11 +80,11 @@ __global__ void gelu_backward_kernel(float* din, const float* dout, const float*
 }
 
 __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
-                                         int64_t C, int32_t* bad) {
+                                         int64_t C, unsigned long long* fault) {
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < rows * C; k += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = k / C, id = ids[r];
     if (id < 0 || id >= V) {
-      atomicExch(bad, static_cast<int32_t>(r) + 1);
+      if (k % C == 0) report_bad_id(fault, r, id, V);
       out[k] = 0.f;
       continue;
     }
@@ -131,10 +131,10 @@ void gelu_backward(Context& c, float* din, const float* dout, const float* in, i
 void embedding_forward(Context& c, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
                        int64_t C) {
   if (rows * C == 0) return;
-  with_id_check(c, ids, V, [&](int32_t* bad) {
-    embedding_forward_kernel<<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(out, ids, table, rows, V, C, bad);
-    DP_CUDA_CHECK_LAUNCH();
-  });
+  embedding_forward_kernel<<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(out, ids, table, rows, V, C,
+                                                                                       c.handles().data_fault);
+  DP_CUDA_CHECK_LAUNCH();
+  after_id_check(c);
 }
 
 }  // namespace dp::cuda

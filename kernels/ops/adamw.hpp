@@ -2,6 +2,8 @@
 //   p ·= 1 − lr·wd;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //   p −= step_size · m / (√v / bc2_sqrt + ε),  step_size = lr / (1 − β1^t), bc2_sqrt = √(1 − β2^t)
 // The bias corrections are computed by the caller (in double, as PyTorch does in Python).
+// skip_if (device memory, optional): when it holds a non-zero value the update does nothing —
+// fp16's verdict on inf/NaN gradients, decided on the device without the host.
 #pragma once
 #include <cstdint>
 
@@ -17,17 +19,18 @@ struct AdamWStep {
 
 namespace cpu {
 void adamw_update(ThreadPool& pool, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                  const AdamWStep& s, int64_t n);
+                  const AdamWStep& s, int64_t n, const int32_t* skip_if = nullptr);
 }  // namespace cpu
 namespace cuda {
 void adamw_update(Context& c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const AdamWStep& s,
-                  int64_t n);
+                  int64_t n, const int32_t* skip_if = nullptr);
 }  // namespace cuda
 
 inline void adamw_update(const Exec& ex, Buf param, Buf grad, Buf exp_avg, Buf exp_avg_sq, const AdamWStep& s,
-                         int64_t n) {
+                         int64_t n, Buf skip_if = {}) {
   constexpr const char* op = "adamw_update";
-  DP_DISPATCH(ex, adamw_update, param.f32(op), grad.f32(op), exp_avg.f32(op), exp_avg_sq.f32(op), s, n);
+  DP_DISPATCH(ex, adamw_update, param.f32(op), grad.f32(op), exp_avg.f32(op), exp_avg_sq.f32(op), s, n,
+              skip_if.i32(op));
 }
 
 }  // namespace dp

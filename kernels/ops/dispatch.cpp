@@ -81,13 +81,19 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
   o.finish();
 }
 
-void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* out) {
-  float* v = x.f32("sum_squares_and_clip");
+void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* out, Buf found_inf) {
+  constexpr const char* op = "sum_squares_and_clip";
+  float* v = x.f32(op);
+  int32_t* inf_flag = found_inf.i32(op);
 #if DP_WITH_CUDA
-  if (ex.on_cuda()) return cuda::sum_squares_and_clip(*ex.cuda, *ex.alloc, v, n, clip, out);
+  if (ex.on_cuda()) return cuda::sum_squares_and_clip(*ex.cuda, *ex.alloc, v, n, clip, out, inf_flag);
 #endif
   const double sum = cpu::sum_squares(*ex.pool, v, n);
   *out = sum;
+  if (inf_flag) {
+    *inf_flag = std::isfinite(sum) ? 0 : 1;
+    if (*inf_flag) return;
+  }
   const double coef = clip / (std::sqrt(sum) + 1e-6);
   if (clip > 0 && coef < 1) cpu::scale(*ex.pool, v, static_cast<float>(coef), n);
 }

@@ -23,11 +23,11 @@ void relu_backward(Context& c, float* din, const float* dout, const float* out, 
 void add_inplace(Context& c, float* y, const float* x, int64_t n);
 void add_scalar(Context& c, float* y, float value);
 void scale(Context& c, float* y, float s, int64_t n);
-// Scratch (a double per block) from `alloc`, counted as workspace.
-double sum_squares(Context& c, CachingAllocator& alloc, const float* x, int64_t n);
 // Without waiting: Σ x² into *out (host memory, page-locked for the copy to be asynchronous) as the
-// stream gets there, and with clip > 0 the scaling decided on the device.
-void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t n, float clip, double* out);
+// stream gets there, and with clip > 0 the scaling decided on the device (found_inf: see below).
+// Scratch (a double per block) from `alloc`, counted as workspace, returned stream-ordered.
+void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t n, float clip, double* out,
+                          int32_t* found_inf);
 // 16-bit storage (kernels/cuda/elementwise_16bit.cu); add_inplace's y and x may differ (a float32
 // y with a 16-bit x: the reduce into the master gradients).
 void relu_forward(Context& c, DType t, void* out, const void* in, int64_t n);
@@ -70,15 +70,10 @@ inline void scale(const Exec& ex, Buf y, float s, int64_t n) {
 }
 // clip_grad_norm_ without the host: *out = Σ x² (read by the host after waiting for the stream);
 // with clip > 0, x ·= clip / (√Σ + 1e-6) when that is below 1 (coefficient in double, applied as
-// float32, as the host would). float32 x only (the master gradients).
-void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* out);
-inline double sum_squares(const Exec& ex, Buf x, int64_t n) {
-  Operands o(ex, "sum_squares");
-  const float* v = o.in(x, n);
-#if DP_WITH_CUDA
-  if (ex.on_cuda()) return cuda::sum_squares(*ex.cuda, *ex.alloc, v, n);
-#endif
-  return cpu::sum_squares(*ex.pool, v, n);
-}
+// float32, as the host would). float32 x only (the master gradients). The sum's order is fixed: the
+// same bits every run. With found_inf (an int32 in device memory: fp16's GradScaler check), it
+// becomes 1 when the sum is inf or NaN — some x is — and 0 otherwise, and a non-finite sum leaves
+// x unclipped (the update will be skipped); without it, a non-finite norm clips as PyTorch does.
+void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* out, Buf found_inf = {});
 
 }  // namespace dp

@@ -27,10 +27,6 @@ namespace cuda {
 // Per-row scratch comes from `alloc` (counted as workspace).
 double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
                     int64_t K, float* dlogits, float grad_scale, int64_t* correct);
-// The kernel itself, over caller-provided scratch: B + 2 doubles (as floats) and B + 1 int32s.
-void softmax_xent(Context& c, const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
-                  float grad_scale, double* loss_sum, int64_t* correct, float* row_loss_workspace,
-                  int32_t* row_hit_workspace);
 // The same without waiting: the sums reach *out (host memory; page-locked for the copy to be
 // asynchronous) when the stream gets there, and, when scalars is not null, float [loss, hits]
 // into that device memory too. Scratch from `alloc`, returned stream-ordered.

@@ -1,7 +1,8 @@
 // SGD with torch.optim.SGD's semantics:
 //   g = grad + wd·p;  buf = first ? g : momentum·buf + (1 − dampening)·g;
 //   g = nesterov ? g + momentum·buf : buf;  p −= lr·g
-// momentum_buf is absent when momentum is 0.
+// momentum_buf is absent when momentum is 0. skip_if (device memory, optional): when it holds a
+// non-zero value the update does nothing (fp16's verdict on inf/NaN gradients, made on the device).
 #pragma once
 #include <cstdint>
 
@@ -16,17 +17,18 @@ struct SgdConfig {
 
 namespace cpu {
 void sgd_update(ThreadPool& pool, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& cfg, int64_t n);
+                const SgdConfig& cfg, int64_t n, const int32_t* skip_if = nullptr);
 }  // namespace cpu
 namespace cuda {
 void sgd_update(Context& c, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& cfg, int64_t n);
+                const SgdConfig& cfg, int64_t n, const int32_t* skip_if = nullptr);
 }  // namespace cuda
 
 inline void sgd_update(const Exec& ex, Buf param, Buf grad, Buf momentum_buf, bool first_step, const SgdConfig& cfg,
-                       int64_t n) {
+                       int64_t n, Buf skip_if = {}) {
   constexpr const char* op = "sgd_update";
-  DP_DISPATCH(ex, sgd_update, param.f32(op), grad.f32(op), momentum_buf.f32(op), first_step, cfg, n);
+  DP_DISPATCH(ex, sgd_update, param.f32(op), grad.f32(op), momentum_buf.f32(op), first_step, cfg, n,
+              skip_if.i32(op));
 }
 
 }  // namespace dp

@@ -26,6 +26,7 @@
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "kernels/ops/attention.hpp"
+#include "kernels/ops/adamw.hpp"
 #include "kernels/half.hpp"
 #include "engine/cuda/device_query.hpp"
 #include "tests/helpers.hpp"
@@ -304,18 +305,17 @@ TEST_CASE("softmax cross-entropy matches the CPU reference, a bad label is an er
   int64_t hits = 0;
   const double want = cpu::softmax_xent(z.data(), y.data(), B, K, dz.data(), 1.f / B, &hits);
   auto d_z = to_device(c, z), d_y = to_device(c, y);
-  cuda::DeviceBuffer d_dz(c, dz.size() * 4), rows(c, (B + 2) * sizeof(double)), flags(c, (B + 1) * sizeof(int32_t));
-  double got = 0;
+  cuda::DeviceBuffer d_dz(c, dz.size() * 4);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
   int64_t got_hits = 0;
-  cuda::softmax_xent(c, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, &got, &got_hits, rows.get(),
-                     flags.get<int32_t>());
+  const double got = cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, &got_hits);
   CHECK(got == doctest::Approx(want).epsilon(1e-9));
   CHECK(got_hits == hits);
   CHECK(rel_error(to_host<float>(c, d_dz, dz.size()), dz) < kTol);
   y[17] = 10;
   auto bad = to_device(c, y);
-  CHECK_THROWS_WITH(cuda::softmax_xent(c, d_z.get(), bad.get<int32_t>(), B, K, nullptr, 0.f, &got, &got_hits,
-                                       rows.get(), flags.get<int32_t>()),
+  CHECK_THROWS_WITH(cuda::softmax_xent(c, alloc, d_z.get(), bad.get<int32_t>(), B, K, nullptr, 0.f, &got_hits),
                     doctest::Contains("sample 17"));
 }
 
@@ -324,38 +324,51 @@ TEST_CASE("the sum of squares (clipping, fp16's check) matches the CPU reference
   ThreadPool pool(1);
   CudaMallocMemory raw;
   CachingAllocator alloc(0, "cuda:0", raw, 0);
+  // The sum reaches page-locked memory with the stream; fp16's verdict stays in device memory.
+  double* out = nullptr;
+  REQUIRE(cudaHostAlloc(reinterpret_cast<void**>(&out), sizeof(double), cudaHostAllocPortable) == cudaSuccess);
+  cuda::DeviceBuffer flag(c, sizeof(int32_t));
+  auto sum_of = [&](float* x, int64_t n, float clip, int32_t* found_inf) {
+    *out = -1;
+    if (found_inf) REQUIRE(cudaMemset(found_inf, 0x7f, sizeof(int32_t)) == cudaSuccess);  // neither 0 nor 1
+    cuda::sum_squares_and_clip(c, alloc, x, n, clip, out, found_inf);
+    c.synchronize();
+    return *out;
+  };
+  auto flag_value = [&] { return to_host<int32_t>(c, flag, 1)[0]; };
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, int64_t{1000003}}) {
     CAPTURE(n);
     auto x = random_vector(static_cast<size_t>(n), 90, -3.f, 3.f);
     const double want = cpu::sum_squares(pool, x.data(), n);
     auto d_x = to_device(c, x.empty() ? std::vector<float>{0.f} : x);
-    const double got = cuda::sum_squares(c, alloc, d_x.get(), n);
+    const double got = sum_of(d_x.get(), n, 0.f, flag.get<int32_t>());
     CHECK(got == doctest::Approx(want).epsilon(1e-12));
-    CHECK(cuda::sum_squares(c, alloc, d_x.get(), n) == got);  // a fixed order: the same bits
+    CHECK(flag_value() == 0);
+    CHECK(sum_of(d_x.get(), n, 0.f, nullptr) == got);  // a fixed order: the same bits
     if (n < 255) continue;
     x[n / 2] = INFINITY;
     auto d_inf = to_device(c, x);
-    CHECK(std::isinf(cuda::sum_squares(c, alloc, d_inf.get(), n)));
+    CHECK(std::isinf(sum_of(d_inf.get(), n, 0.f, flag.get<int32_t>())));
+    CHECK(flag_value() == 1);
     x[n / 3] = NAN;
     auto d_nan = to_device(c, x);
-    CHECK(std::isnan(cuda::sum_squares(c, alloc, d_nan.get(), n)));
+    CHECK(std::isnan(sum_of(d_nan.get(), n, 0.5f, flag.get<int32_t>())));
+    CHECK(flag_value() == 1);
+    auto unclipped = to_host<float>(c, d_nan, static_cast<size_t>(n));  // skipped: left as it was
+    CHECK(std::isnan(unclipped[static_cast<size_t>(n / 3)]));
+    CHECK(unclipped[0] == x[0]);
   }
   CHECK(alloc.stats().in_use == 0);
-  // clip_grad_norm_ decided on the device: the sum reaches page-locked memory, the scaling matches
-  // the CPU's (its coefficient from a sum in another order: within float32 rounding)
+  // clip_grad_norm_ decided on the device: the scaling matches the CPU's (its coefficient from a
+  // sum in another order: within float32 rounding)
   const int64_t n = 300001;
   auto x = random_vector(static_cast<size_t>(n), 91);
   auto d_x = to_device(c, x);
-  const double want = cuda::sum_squares(c, alloc, d_x.get(), n);
-  double* out = nullptr;
-  REQUIRE(cudaHostAlloc(reinterpret_cast<void**>(&out), sizeof(double), cudaHostAllocPortable) == cudaSuccess);
+  const double want = sum_of(d_x.get(), n, 0.f, nullptr);
   for (float clip : {0.f, 1e9f, 0.5f}) {
     CAPTURE(clip);
     auto d_y = to_device(c, x);
-    *out = -1;
-    cuda::sum_squares_and_clip(c, alloc, d_y.get(), n, clip, out);
-    c.synchronize();
-    CHECK(*out == want);
+    CHECK(sum_of(d_y.get(), n, clip, clip == 0.5f ? flag.get<int32_t>() : nullptr) == want);
     auto y = x;
     const Exec host{&pool, nullptr, nullptr};
     double host_sum = 0;
@@ -366,6 +379,26 @@ TEST_CASE("the sum of squares (clipping, fp16's check) matches the CPU reference
   }
   cudaFreeHost(out);
   CHECK(alloc.stats().in_use == 0);
+}
+
+TEST_CASE("an optimizer update told to skip (fp16's verdict on the device) changes nothing") {
+  cuda::Context c(0);
+  constexpr size_t n = 5000;
+  auto p = random_vector(n, 92), g = random_vector(n, 93), m = random_vector(n, 94), v = random_vector(n, 95, 0.f, 1.f);
+  auto d_p = to_device(c, p), d_g = to_device(c, g), d_m = to_device(c, m), d_v = to_device(c, v);
+  auto skip = to_device(c, std::vector<int32_t>{1}), go = to_device(c, std::vector<int32_t>{0});
+  const AdamWStep s{1e-2f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.05f};
+  cuda::adamw_update(c, d_p.get(), d_g.get(), d_m.get(), d_v.get(), s, n, skip.get<int32_t>());
+  cuda::sgd_update(c, d_p.get(), d_g.get(), d_m.get(), false, {0.1f, 0.9f, 0.f, 0.01f, false}, n, skip.get<int32_t>());
+  CHECK(to_host<float>(c, d_p, n) == p);
+  CHECK(to_host<float>(c, d_m, n) == m);
+  CHECK(to_host<float>(c, d_v, n) == v);
+  // told to go ahead: the CPU reference's update
+  ThreadPool pool(1);
+  cpu::adamw_update(pool, p.data(), g.data(), m.data(), v.data(), s, n);
+  cuda::adamw_update(c, d_p.get(), d_g.get(), d_m.get(), d_v.get(), s, n, go.get<int32_t>());
+  CHECK(rel_error(to_host<float>(c, d_p, n), p) < 1e-6);
+  CHECK(rel_error(to_host<float>(c, d_v, n), v) < 1e-6);
 }
 
 TEST_CASE("the loss without waiting: its sums reach page-locked host memory with the stream, equal to the waiting one") {
@@ -490,12 +523,21 @@ TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
   // Rows summed in row order per id, as on the CPU: equal bit for bit, not only within rounding
   CHECK(to_host<float>(c, d_etab, etab.size()) == etab);
   CHECK(alloc.stats().in_use == 0);
+  // A bad id is found on the device without a wait: the op returns, the context's next wait raises
+  // it (once), and nothing outside the output and the table is written.
   ids[3] = static_cast<int32_t>(V);
   auto bad = to_device(c, ids);
-  CHECK_THROWS_WITH(cuda::embedding_forward(c, d_ey.get(), bad.get<int32_t>(), d_table.get(), rows, V, C),
-                    doctest::Contains("token id 50 at position 3"));
-  CHECK_THROWS_WITH(cuda::embedding_backward(c, alloc, d_etab.get(), d_dy.get(), bad.get<int32_t>(), rows, V, C),
-                    doctest::Contains("token id 50 at position 3"));
+  cuda::embedding_forward(c, d_ey.get(), bad.get<int32_t>(), d_table.get(), rows, V, C);
+  CHECK_THROWS_WITH(c.synchronize(), doctest::Contains("token id 50 at position 3 is outside the vocabulary [0, 50)"));
+  c.synchronize();  // reported once
+  auto partly = to_host<float>(c, d_ey, ey.size());
+  CHECK(partly[static_cast<size_t>(3 * C)] == 0.f);
+  CHECK(partly[static_cast<size_t>(4 * C)] == ey[static_cast<size_t>(4 * C)]);
+  ids[3] = 4, ids[5] = -2;
+  auto negative = to_device(c, ids);
+  cuda::embedding_backward(c, alloc, d_etab.get(), d_dy.get(), negative.get<int32_t>(), rows, V, C);
+  CHECK_THROWS_WITH(c.synchronize(), doctest::Contains("token id -2 at position 5"));
+  CHECK(alloc.stats().in_use == 0);
 }
 
 TEST_CASE("Embedding's backward sums a token's rows in row order: bit for bit the CPU's, every run") {

@@ -364,6 +364,48 @@ TEST_CASE("waiting once per step on cuda:0x4 gives the steps of waiting after ev
   }
 }
 
+TEST_CASE("fp16 on cuda:0x2 decides inf/NaN on the GPU: one host wait per step, skipped steps as waiting per phase") {
+  // The first steps overflow (a loss scale of 2^40) and are skipped by the optimizer's kernels
+  // reading the device's verdict; the host reads it after the step.
+  const ModelDef model = test::model_of("convnet");
+  const auto batches = test::make_batches(model, 8, 4, 6);
+  for (SyncMode sync : {SyncMode::Reduce, SyncMode::AllReduce}) {
+    CAPTURE(static_cast<int>(sync));
+    auto run = [&](HostSync host_sync, std::vector<int64_t>* waits) {
+      auto devs = devices("cuda:0x2");
+      PrecisionOptions prec;
+      prec.precision = Precision::FP16;
+      prec.loss_scale.init_scale = std::ldexp(1.0, 40);
+      SyncOptions so;
+      so.mode = sync;
+      OptimizerConfig opt;
+      opt.kind = OptimizerConfig::Kind::AdamW;
+      opt.sgd.lr = 0.003f;
+      DataParallel dp(devs, model, parse_split("even", 2, 8), opt, 9,
+                      sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, so, prec);
+      dp.set_host_sync(host_sync);
+      const int64_t before0 = devs[0].stream().host_waits(), before1 = devs[1].stream().host_waits();
+      std::vector<float> out;
+      int64_t skipped = 0;
+      for (const auto& b : batches) {
+        const StepResult r = test::step_on(dp, *b);
+        skipped += r.skipped ? 1 : 0;
+        out.push_back(static_cast<float>(r.loss));
+      }
+      CHECK(skipped >= 1);
+      CHECK(dp.optimizer().save().steps == static_cast<int64_t>(batches.size()) - skipped);
+      if (waits) *waits = {devs[0].stream().host_waits() - before0, devs[1].stream().host_waits() - before1};
+      const auto params = dp.parameters();
+      out.insert(out.end(), params.begin(), params.end());
+      return out;
+    };
+    std::vector<int64_t> waits;
+    const auto phase = run(HostSync::PerPhase, nullptr), step = run(HostSync::PerStep, &waits);
+    CHECK(phase == step);
+    CHECK(waits == std::vector<int64_t>{4, 4});
+  }
+}
+
 TEST_CASE("out of GPU memory on cuda:0x2, a logical device first empties its sibling's cache") {
   // Device 1 used most of the GPU and freed it into its cache; device 0 now needs as much. Without
   // the siblings' release device 0 would fail while the GPU's memory sat idle in device 1's cache.
