@@ -204,20 +204,16 @@ void DataParallel::check_usable() const {
 void DataParallel::check_batch(const void* input, const int32_t* targets, int64_t batch) const {
   // Before anything is enqueued: a GPU reports a bad label or token only at the step's end, after
   // the update it spoiled.
-  if (model_.language_model()) {
-    const auto* tokens = static_cast<const int32_t*>(input);
-    const int64_t context = numel(model_.input_shape);
-    for (int64_t i = 0; i < batch * context; ++i)
-      if (tokens[i] < 0 || tokens[i] >= model_.classes)
-        throw RuntimeError("sample " + std::to_string(i / context) + " has a token " + std::to_string(tokens[i]) +
-                           " outside the vocabulary [0, " + std::to_string(model_.classes) + ")");
-  }
-  const int64_t per_sample = model_.targets_per_sample();
-  for (int64_t i = 0; i < batch * per_sample; ++i)
-    if (targets[i] < 0 || targets[i] >= model_.classes)
-      throw RuntimeError("sample " + std::to_string(i / per_sample) + " has a " +
-                         (model_.language_model() ? "target token " : "label ") + std::to_string(targets[i]) +
-                         " outside [0, " + std::to_string(model_.classes) + ")");
+  const int64_t limit = model_.classes;
+  auto check = [&](const int32_t* values, int64_t per_sample, const std::string& what, const std::string& range) {
+    for (int64_t i = 0; i < batch * per_sample; ++i)
+      if (values[i] < 0 || values[i] >= limit)
+        throw RuntimeError("sample " + std::to_string(i / per_sample) + " has a " + what + " " +
+                           std::to_string(values[i]) + " outside " + range + "[0, " + std::to_string(limit) + ")");
+  };
+  if (model_.language_model())
+    check(static_cast<const int32_t*>(input), numel(model_.input_shape), "token", "the vocabulary ");
+  check(targets, model_.targets_per_sample(), model_.language_model() ? "target token" : "label", "");
 }
 
 void DataParallel::check_input(DType dtype) const {
@@ -498,16 +494,22 @@ void DataParallel::loss(StepState& s) {
 
 void DataParallel::report(StepState& s, StepResult& r) {
   loss_->read_sums(s);
-  if (scaler_.enabled())
-    r.skipped = settle_loss_scale(s, sync_.mode == SyncMode::AllReduce ? devices_.size() : 1);
-  // The gradient norm, as device 0's stream computed it (none for a skipped step).
-  if ((clip_ > 0 || report_norm_) && !r.skipped) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
-  if (group_) {  // every process's sums
-    double sums[2] = {s.loss_sum, static_cast<double>(s.correct)};
-    group_->allreduce_sum(sums, 2);
+  // fp16: this process's verdict (its deciding devices must agree), then every process's.
+  const bool skip = scaler_.enabled() && devices_skipped(s, sync_.mode == SyncMode::AllReduce ? devices_.size() : 1);
+  if (group_) {  // every process's sums, and how many processes skipped, in one collective
+    double sums[3] = {s.loss_sum, static_cast<double>(s.correct), skip ? 1.0 : 0.0};
+    group_->allreduce_sum(sums, 3);
     s.loss_sum = sums[0];
     s.correct = static_cast<int64_t>(sums[1]);
+    if (sums[2] != 0 && sums[2] != group_->size())
+      throw RuntimeError("allreduce: processes disagree on inf/NaN in the all-reduced gradients (" +
+                         std::to_string(static_cast<int>(sums[2])) + " of " + std::to_string(group_->size()) +
+                         " skipped the update): their copies of the model now differ");
   }
+  if (scaler_.enabled()) settle_loss_scale(skip);
+  r.skipped = skip;
+  // The gradient norm, as device 0's stream computed it (none for a skipped step).
+  if ((clip_ > 0 || report_norm_) && !skip) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
   r.loss = s.loss_sum / static_cast<double>(s.loss_rows);
   r.correct = s.correct;
 }
@@ -592,29 +594,24 @@ const Tensor& DataParallel::found_inf_flag(int d) {
 
 // After the step's last wait: fp16's verdict (GradScaler's found_inf.item()) from the host slots —
 // Σg² is inf or NaN exactly when a gradient is — on every device that decided one (they all hold
-// the same all-reduced gradients in allreduce mode, so they must agree, across processes too). A
-// skipped update is taken back from the optimizers' counts; then the scale is updated.
-bool DataParallel::settle_loss_scale(const StepState& s, int deciding_devices) {
+// the same all-reduced gradients in allreduce mode, so they must agree).
+bool DataParallel::devices_skipped(const StepState& s, int deciding_devices) const {
   const bool skip = !std::isfinite(s.slots[0]->grad_sq_sum);
   for (int d = 1; d < deciding_devices; ++d)
     if (!std::isfinite(s.slots[static_cast<size_t>(d)]->grad_sq_sum) != skip)
       throw RuntimeError("allreduce: devices 0 and " + std::to_string(d) +
                          " disagree on inf/NaN in gradients that should be the same all-reduced values");
-  if (group_) {
-    double skipped_ranks = skip ? 1 : 0;
-    group_->allreduce_sum(&skipped_ranks, 1);
-    if (skipped_ranks != 0 && skipped_ranks != group_->size())
-      throw RuntimeError("allreduce: processes disagree on inf/NaN in the all-reduced gradients (" +
-                         std::to_string(static_cast<int>(skipped_ranks)) + " of " + std::to_string(group_->size()) +
-                         " skipped the update): their copies of the model now differ");
-  }
+  return skip;
+}
+
+// A skipped update is taken back from the optimizers' counts; then the scale is updated.
+void DataParallel::settle_loss_scale(bool skip) {
   if (skip) {
     optimizer_->undo_step();
     for (auto& o : replica_optimizers_)
       if (o) o->undo_step();
   }
   scaler_.update(skip);
-  return skip;
 }
 
 std::string DataParallel::probe_memory(const void* input, const int32_t* targets, int64_t batch) {

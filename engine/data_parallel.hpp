@@ -197,9 +197,10 @@ class DataParallel {
   // when defined), the gradient norm and clipping.
   void enqueue_unscale_and_clip(int d, const Tensor& grads, const Tensor& found_inf);
   const Tensor& found_inf_flag(int d);  // fp16: device d's verdict (int32, made at first use)
-  // fp16, after the step's last join: was the update skipped? Takes it back from the optimizers'
-  // counts and updates the scale. Checks that the deciding devices (and processes) agree.
-  bool settle_loss_scale(const StepState& s, int deciding_devices);
+  // fp16, after the step's last join: did the deciding devices skip the update (they must agree)?
+  bool devices_skipped(const StepState& s, int deciding_devices) const;
+  // fp16: a skipped update taken back from the optimizers' counts, then the scale updated.
+  void settle_loss_scale(bool skip);
   // --sync allreduce's step (engine/data_parallel_allreduce.cpp).
   void make_resident_replicas(const OptimizerConfig& optimizer);
   void load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r);
