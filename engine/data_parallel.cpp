@@ -1,6 +1,7 @@
 #include "engine/data_parallel.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <new>
 
@@ -291,6 +292,8 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   s.loss_scale = scaler_.scale();
   if (scaler_.enabled()) result.loss_scale = scaler_.scale();
 
+  enqueue_step_scalars(s);
+
   ReplicaTimer timer(devices_);
   auto timed = [&](ReplicaTimer::Mark start, auto&& run) {  // the replicas' own time, for --split auto
     timer.mark(start);
@@ -338,6 +341,23 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   report(s, result);
   result.replica_seconds = timer.seconds();
   return result;
+}
+
+void DataParallel::enqueue_step_scalars(StepState& s) {
+  StepScalars v;
+  optimizer_->fill_scalars(static_cast<float>(lr_), v);  // the replicas' optimizers have the same count
+  // GradScaler's reciprocal: float32 of 1/scale computed in double.
+  if (scaler_.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(scaler_.scale()));
+  v.loss_grad_scale = s.loss_grad_scale();
+  // The last step has been joined: no stream still reads a slot's scalars. Their device copies are
+  // the step's (between steps, DataParallel holds nothing outside device 0).
+  for (int d = 0; d < devices_.size(); ++d) {
+    const auto k = static_cast<size_t>(d);
+    if (d != 0 && s.chunks[k] == 0 && sync_.mode != SyncMode::AllReduce) continue;
+    slots_[k]->scalars = v;
+    s.step_scalars[k] = make_step_scalars(devices_[d]);
+    dp::enqueue_step_scalars(s.step_scalars[k], &slots_[k]->scalars);
+  }
 }
 
 namespace {
@@ -555,11 +575,11 @@ void DataParallel::reduce(StepState& s) {
 // 9. update the master parameters on device 0 (clipping the gradients first, if asked). fp16:
 // unscale the gradients first (GradScaler.unscale_), and skip the update when any is inf or NaN —
 // decided on the device, so nothing here waits for it; the host reads the verdict after the step.
-void DataParallel::update(StepState&, StepResult& r) {
+void DataParallel::update(StepState& s, StepResult& r) {
   const Tensor skip_if = scaler_.enabled() ? found_inf_flag(0) : Tensor();
-  if (clip_ > 0 || report_norm_ || scaler_.enabled()) enqueue_unscale_and_clip(0, grads_, skip_if);
+  if (clip_ > 0 || report_norm_ || scaler_.enabled()) enqueue_unscale_and_clip(s, 0, grads_, skip_if);
   r.lr = lr_;
-  optimizer_->step(params_, grads_, static_cast<float>(lr_), skip_if);
+  optimizer_->step(params_, grads_, s.step_scalars[0], skip_if);
   end_phase({0});
 }
 
@@ -567,12 +587,12 @@ void DataParallel::update(StepState&, StepResult& r) {
 // Σg² goes to the device's host slot (read after the step); fp16's verdict to `found_inf`, which
 // the optimizer's kernels read. Without loss scaling a non-finite gradient is applied, as PyTorch
 // applies it.
-void DataParallel::enqueue_unscale_and_clip(int d, const Tensor& grads, const Tensor& found_inf) {
+void DataParallel::enqueue_unscale_and_clip(const StepState& s, int d, const Tensor& grads, const Tensor& found_inf) {
   Device& dev = devices_[d];
-  // GradScaler's reciprocal: float32 of 1/scale computed in double.
-  const float inv_scale = scaler_.enabled() ? static_cast<float>(1.0 / static_cast<double>(scaler_.scale())) : 1.f;
+  const Tensor& scalars = s.step_scalars[static_cast<size_t>(d)];
+  const ScalarArg inv_scale = scalar_on_device(scalars, offsetof(StepScalars, inv_loss_scale));
   dev.stream().enqueue(
-      [this, &dev, grads, found_inf, inv_scale, slot = slots_[static_cast<size_t>(d)]] {
+      [this, &dev, grads, found_inf, scalars, inv_scale, slot = slots_[static_cast<size_t>(d)]] {
         const int64_t n = grads.numel();
         if (found_inf.defined()) scale(dev.exec(), grads.buf(), inv_scale, n);
         sum_squares_and_clip(dev.exec(), grads.buf(), n, clip_, &slot->grad_sq_sum, found_inf.buf());

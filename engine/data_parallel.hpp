@@ -9,6 +9,11 @@
 // gradients are decided on the devices); phase times then come from events the streams record at
 // each phase's end.
 //
+// The values that change from step to step (learning rate, AdamW's bias corrections, fp16's loss
+// scale) reach the kernels through device memory (engine/step/step_scalars.hpp): each device's
+// stream copies them from the host first thing, so every kernel argument is the same from one step
+// to the next of the same shape — what replaying a captured step (a CUDA graph) needs.
+//
 // What varies is a strategy the phases call, not a branch in them: where the loss is computed
 // (engine/step/loss_strategy.hpp: gathered on device 0, or in each replica), how gradients meet
 // (engine/step/gradient_sync.hpp: reduced onto device 0), and how the batch is cut
@@ -195,7 +200,7 @@ class DataParallel {
   void update(StepState& s, StepResult& r);
   // Before an update, on device d's stream: fp16's unscaling and inf/NaN verdict (into found_inf,
   // when defined), the gradient norm and clipping.
-  void enqueue_unscale_and_clip(int d, const Tensor& grads, const Tensor& found_inf);
+  void enqueue_unscale_and_clip(const StepState& s, int d, const Tensor& grads, const Tensor& found_inf);
   const Tensor& found_inf_flag(int d);  // fp16: device d's verdict (int32, made at first use)
   // fp16, after the step's last join: did the deciding devices skip the update (they must agree)?
   bool devices_skipped(const StepState& s, int deciding_devices) const;
@@ -264,6 +269,9 @@ class DataParallel {
   // page-locked on a GPU so the copies into it do not wait.
   std::vector<HostSlots*> slots_;
   std::vector<Tensor> found_inf_;  // fp16: per device, its verdict on this step's gradients
+  // The step's scalars into the slot of every device that takes part (device 0, the active ones; all
+  // under allreduce), and each one's copy of them (StepState::step_scalars) enqueued first thing.
+  void enqueue_step_scalars(StepState& s);
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;

@@ -215,14 +215,14 @@ void DataParallel::finish_allreduce(StepState&) {
 // fp16: every device unscales its gradients and checks them for inf/NaN on its own stream; they
 // are the same all-reduced gradients everywhere, so every device (and process) skips the same
 // steps — which the host checks after the step (settle_loss_scale).
-void DataParallel::update_everywhere(StepState&, StepResult& r) {
+void DataParallel::update_everywhere(StepState& s, StepResult& r) {
   r.lr = lr_;
   for (int d = 0; d < devices_.size(); ++d) {
     const Tensor grads = d == 0 ? grads_ : resident_grads_[d];
     const Tensor skip_if = scaler_.enabled() ? found_inf_flag(d) : Tensor();
-    if (clip_ > 0 || (report_norm_ && d == 0) || scaler_.enabled()) enqueue_unscale_and_clip(d, grads, skip_if);
+    if (clip_ > 0 || (report_norm_ && d == 0) || scaler_.enabled()) enqueue_unscale_and_clip(s, d, grads, skip_if);
     (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(d == 0 ? params_ : resident_params_[d], grads,
-                                                         static_cast<float>(lr_), skip_if);
+                                                         s.step_scalars[static_cast<size_t>(d)], skip_if);
   }
   round_resident_parameters();  // mixed precision: the next forward's 16-bit copies (the same after a skip)
   end_phase(all_devices());

@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <future>
 
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
@@ -120,4 +122,37 @@ TEST_CASE("optimizer settings PyTorch rejects are usage errors") {
   c.adamw.eps = 0.f;
   CHECK_THROWS_WITH_AS(validate(c), doctest::Contains("--eps"), UsageError);
   CHECK_THROWS_WITH_AS(parse_optimizer("adam"), doctest::Contains("sgd or adamw"), UsageError);
+}
+
+TEST_CASE("an update reads its learning rate and bias corrections from device memory when it runs, not when it is enqueued") {
+  // What lets a captured step be replayed: the kernel's arguments stay the same, the values change.
+  auto devs = host_devices(1);
+  Device& d = devs[0];
+  for (const auto kind : {OptimizerConfig::Kind::Sgd, OptimizerConfig::Kind::AdamW}) {
+    CAPTURE(optimizer_name(kind));
+    OptimizerConfig c;
+    c.kind = kind;
+    c.sgd.lr = 0.1f;
+    c.sgd.weight_decay = 0.01f;
+    if (kind == OptimizerConfig::Kind::Sgd) c.sgd.momentum = 0.9f;
+    auto enqueued = make_optimizer(c), reference = make_optimizer(c);
+    Tensor p = tensor_from(d, {3}, {1.f, -2.f, 3.f}, MemCategory::Parameters);
+    Tensor q = tensor_from(d, {3}, {1.f, -2.f, 3.f}, MemCategory::Parameters);
+    Tensor g = tensor_from(d, {3}, {0.5f, -0.25f, 2.f}, MemCategory::Gradients);
+    for (int step = 1; step <= 2; ++step) {
+      StepScalars at_enqueue, when_run;
+      enqueued->fill_scalars(0.1f, at_enqueue);
+      enqueued->fill_scalars(0.025f, when_run);
+      Tensor scalars = make_step_scalars(d);
+      scalars.copy_from_host(&at_enqueue);
+      std::promise<void> go;
+      d.stream().enqueue([gate = go.get_future().share()] { gate.wait(); });  // the update waits behind it
+      enqueued->step(p, g, scalars);
+      std::memcpy(scalars.data<char>(), &when_run, sizeof when_run);  // host device: device memory is host memory
+      go.set_value();
+      reference->step(q, g, 0.025f);
+      CHECK(p.to_host() == q.to_host());
+    }
+    CHECK(enqueued->steps() == 2);
+  }
 }

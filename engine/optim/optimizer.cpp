@@ -1,6 +1,7 @@
 #include "engine/optim/optimizer.hpp"
 
 #include <cmath>
+#include <cstddef>
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
@@ -33,6 +34,12 @@ void validate(const OptimizerConfig& cfg) {
   if (!(a.eps > 0.f) || !std::isfinite(a.eps)) throw UsageError("--eps must be a finite number > 0");
 }
 
+void Optimizer::step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if) {
+  StepScalars s;
+  fill_scalars(lr, s);
+  step(params, grads, step_scalars_once(params.device(), s), skip_if);
+}
+
 void Optimizer::undo_step() {
   if (steps_ > 0) --steps_;
   if (state_created_by_last_step_) drop_state();  // freed once the stream has passed the skipped kernel
@@ -62,16 +69,17 @@ class Sgd final : public Optimizer {
  public:
   explicit Sgd(const SgdConfig& c) : cfg_(c) {}
   OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::Sgd; }
-  void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if) override {
+  using Optimizer::step;
+  void fill_scalars(float lr, StepScalars& s) const override { s.lr = lr; }
+  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if) override {
     Device& dev = params.device();
     const bool first = cfg_.momentum != 0.f && !momentum_.defined();
     if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
     state_created_by_last_step_ = first;
-    SgdConfig cfg = cfg_;
-    cfg.lr = lr;
     dev.stream().enqueue(
-        [params, grads, buf = momentum_, first, cfg, skip_if, &dev] {
-          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first, cfg, params.numel(), skip_if.buf());
+        [params, grads, buf = momentum_, first, cfg = cfg_, scalars, skip_if, &dev] {
+          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first, cfg, params.numel(), skip_if.buf(),
+                     scalar_address(scalars, offsetof(StepScalars, lr)));
         },
         dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
     ++steps_;
@@ -104,22 +112,28 @@ class AdamW final : public Optimizer {
  public:
   explicit AdamW(const OptimizerConfig& c) : cfg_(c) {}
   OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::AdamW; }
-  void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if) override {
+  using Optimizer::step;
+  void fill_scalars(float lr, StepScalars& s) const override {
+    // The bias corrections in double, as PyTorch computes them in Python.
+    const double t = static_cast<double>(steps_ + 1), b1 = cfg_.adamw.beta1, b2 = cfg_.adamw.beta2;
+    s.lr = lr;
+    s.adamw_step_size = static_cast<float>(lr / (1.0 - std::pow(b1, t)));
+    s.adamw_bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)));
+  }
+  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if) override {
     Device& dev = params.device();
     state_created_by_last_step_ = !exp_avg_.defined();
     if (!exp_avg_.defined()) exp_avg_ = state_like(params), exp_avg_sq_ = state_like(params);
     ++steps_;
-    // The bias corrections in double, as PyTorch computes them in Python.
-    const double t = static_cast<double>(steps_), b1 = cfg_.adamw.beta1, b2 = cfg_.adamw.beta2;
-    const AdamWStep s{lr,
+    const AdamWStep s{scalar_on_device(scalars, offsetof(StepScalars, lr)),
                       cfg_.sgd.weight_decay,
                       cfg_.adamw.beta1,
                       cfg_.adamw.beta2,
                       cfg_.adamw.eps,
-                      static_cast<float>(lr / (1.0 - std::pow(b1, t))),
-                      static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)))};
+                      scalar_on_device(scalars, offsetof(StepScalars, adamw_step_size)),
+                      scalar_on_device(scalars, offsetof(StepScalars, adamw_bc2_sqrt))};
     dev.stream().enqueue(
-        [params, grads, m = exp_avg_, v = exp_avg_sq_, s, skip_if, &dev] {
+        [params, grads, m = exp_avg_, v = exp_avg_sq_, s, scalars, skip_if, &dev] {
           adamw_update(dev.exec(), params.buf(), grads.buf(), m.buf(), v.buf(), s, params.numel(), skip_if.buf());
         },
         dev.stream().label([&] { return TaskLabel{"adamw update " + std::to_string(params.numel()) + " parameters", "update"}; }));

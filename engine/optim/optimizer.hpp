@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/step/step_scalars.hpp"
 #include "engine/tensor.hpp"
 #include "kernels/ops/adamw.hpp"
 #include "kernels/ops/sgd.hpp"
@@ -39,12 +40,19 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual OptimizerConfig::Kind kind() const = 0;
-  // One update of params from grads at learning rate lr, enqueued on the parameters' stream.
+  // The next update's per-step values at learning rate lr (its lr, and AdamW's bias corrections for
+  // step steps() + 1) into `s`, which the DataParallel step copies to each device before it runs.
+  virtual void fill_scalars(float lr, StepScalars& s) const = 0;
+  // One update of params from grads, enqueued on the parameters' stream; its per-step values are
+  // read from `scalars` (that device's copy of what fill_scalars() wrote, engine/step/step_scalars.hpp)
+  // when the update runs, so the kernels' arguments are the same every step.
   // skip_if (an int32 tensor on that device, optional): the update does nothing where it holds a
   // non-zero value when the stream gets there — fp16's verdict, made on the device. The host,
   // once it has read the verdict, calls undo_step() for a step skipped that way, so the step count
   // (AdamW's bias correction) and a state first created by that step are as if it never ran.
-  virtual void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if = {}) = 0;
+  virtual void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if = {}) = 0;
+  // The same at learning rate lr, the scalars copied to the device for this one update.
+  void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if = {});
   void undo_step();
   int64_t steps() const { return steps_; }
 

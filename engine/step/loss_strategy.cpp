@@ -52,7 +52,7 @@ class GatheredLoss final : public LossStrategy {
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
     softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
-                      s.grad_logits.buf(), s.loss_grad_scale(), &s.slots[0]->loss, s.loss.buf());
+                      s.grad_logits.buf(), s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf());
   }
   void read_sums(StepState& s) const override {
     s.loss_sum = s.slots[0]->loss.loss;
@@ -79,7 +79,7 @@ class InReplicaLoss final : public LossStrategy {
     // [loss sum, hits] as float32 into the scalars device 0 gathers; the exact sums (doubles, for
     // the reported loss) into this replica's slot, read once the step is done.
     softmax_xent_into(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
-                      s.grad_outputs[r].buf(), s.loss_grad_scale(), &s.slots[static_cast<size_t>(r)]->loss,
+                      s.grad_outputs[r].buf(), s.loss_grad_scale_on(r), &s.slots[static_cast<size_t>(r)]->loss,
                       s.scalars[r].buf());
     s.outputs[r] = Tensor();
   }

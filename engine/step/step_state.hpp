@@ -3,18 +3,22 @@
 // step ends (or unwinds), after every stream has been joined.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include "engine/device.hpp"
+#include "engine/step/step_scalars.hpp"
 #include "engine/tensor.hpp"
 #include "kernels/ops/loss.hpp"
 
 namespace dp {
 
-// What a device's stream reports to the host without the host waiting inside the step: written
-// by the stream (on a GPU, copies into page-locked memory), read after the step's last wait.
+// What a device's stream and the host exchange without the host waiting inside the step (on a GPU,
+// page-locked memory): the step's scalars, set by the host before the step and copied to the
+// device first thing; and what the stream reports, read after the step's last wait.
 struct HostSlots {
+  StepScalars scalars;     // host -> device: this step's learning rate, bias corrections, loss scale
   LossSums loss;           // the loss's sums on this device (gathered: device 0's; in-replica: each replica's)
   double grad_sq_sum = 0;  // Σ g² of this device's gradients (the norm, clipping, fp16's inf/NaN check), when asked for
 };
@@ -38,6 +42,11 @@ struct StepState {
   Tensor input, target;  // the batch on device 0
   std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;  // per device
   std::vector<HostSlots*> slots;  // per device, kept by the DataParallel (page-locked on a GPU)
+  // Per device, its copy of the step's scalars (kernels read the per-step values there).
+  std::vector<Tensor> step_scalars;
+  ScalarArg loss_grad_scale_on(int d) const {
+    return scalar_on_device(step_scalars.at(static_cast<size_t>(d)), offsetof(StepScalars, loss_grad_scale));
+  }
   Tensor gathered, grad_logits, loss;                // on device 0
   double loss_sum = 0;                               // over the batch: filled from the slots at the end
   int64_t correct = 0;

@@ -37,7 +37,8 @@ namespace dp::cpu {
 
 void add_scalar(ThreadPool&, float* y, float value) { *y += value; }
 
-void scale(ThreadPool& pool, float* y, float s, int64_t n) {
+void scale(ThreadPool& pool, float* y, ScalarArg by, int64_t n) {
+  const float s = by.get();
   pool.parallel_for(n, [=](int64_t a, int64_t b) {
     float* __restrict dst = y;
     for (int64_t i = a; i < b; ++i) dst[i] *= s;

@@ -11,14 +11,14 @@ namespace {
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, AdamWStep s, int64_t n,
                              const int32_t* skip_if) {
   if (skip_if && *skip_if) return;
-  const float decay = 1.f - s.lr * s.weight_decay;
+  const float decay = 1.f - s.lr.get() * s.weight_decay, step_size = s.step_size.get(), bc2_sqrt = s.bc2_sqrt.get();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     float pi = p[i] * decay;
     const float mi = m[i] * s.beta1 + (1.f - s.beta1) * g[i];
     const float vi = v[i] * s.beta2 + (1.f - s.beta2) * (g[i] * g[i]);
     m[i] = mi;
     v[i] = vi;
-    p[i] = pi - s.step_size * (mi / (sqrtf(vi) / s.bc2_sqrt + s.eps));
+    p[i] = pi - step_size * (mi / (sqrtf(vi) / bc2_sqrt + s.eps));
   }
 }
 

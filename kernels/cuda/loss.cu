@@ -20,7 +20,7 @@ constexpr int kThreads = 128;
 constexpr int kSumThreads = 512;
 
 __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
-                                 float grad_scale, double* row_loss, int32_t* row_hit, int32_t* bad_label) {
+                                 ScalarArg scale_arg, double* row_loss, int32_t* row_hit, int32_t* bad_label) {
   const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (r >= B) return;
   const float* z = logits + r * K;
@@ -40,6 +40,7 @@ __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int
   const double log_sum = log(sum) + mx;
   row_loss[r] = log_sum - z[y];
   row_hit[r] = arg == y;
+  const float grad_scale = scale_arg.get();
   if (dlogits)
     for (int64_t j = 0; j < K; ++j) {
       const double p = exp(static_cast<double>(z[j]) - log_sum);
@@ -78,7 +79,7 @@ struct XentOnDevice {
   const int32_t* bad_row;  // 1 + the first bad row, or 0
 };
 XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, const float* logits, const int32_t* labels, int64_t B,
-                          int64_t K, float* dlogits, float grad_scale, float* scalars) {
+                          int64_t K, float* dlogits, ScalarArg grad_scale, float* scalars) {
   const size_t doubles = static_cast<size_t>(B + 2) * sizeof(double);
   auto* row_loss = scratch.at<double>();
   double* sums = row_loss + B;
@@ -119,7 +120,7 @@ double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, co
 }
 
 void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                       int64_t K, float* dlogits, float grad_scale, LossSums* out, float* scalars) {
+                       int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars) {
   ScopedBlock scratch(alloc, xent_scratch_bytes(B));
   const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, scalars);
   // LossSums is {double, double, int32}: the two sums and the flag, in two copies.

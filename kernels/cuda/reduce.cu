@@ -59,7 +59,8 @@ __global__ void clip_kernel(float* y, const double* sum, float clip, int64_t n, 
     y[i] *= s;
 }
 
-__global__ void scale_kernel(float* y, float s, int64_t n) {
+__global__ void scale_kernel(float* y, ScalarArg by, int64_t n) {
+  const float s = by.get();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] *= s;
 }
@@ -84,7 +85,7 @@ void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t
   }
 }
 
-void scale(Context& c, float* y, float s, int64_t n) {
+void scale(Context& c, float* y, ScalarArg s, int64_t n) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(y, s, n);
   DP_CUDA_CHECK_LAUNCH();

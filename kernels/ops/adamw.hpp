@@ -1,20 +1,24 @@
 // AdamW with torch.optim.AdamW's semantics (PyTorch 1.13's single-tensor path), per element:
 //   p ·= 1 − lr·wd;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //   p −= step_size · m / (√v / bc2_sqrt + ε),  step_size = lr / (1 − β1^t), bc2_sqrt = √(1 − β2^t)
-// The bias corrections are computed by the caller (in double, as PyTorch does in Python).
+// The bias corrections are computed by the caller (in double, as PyTorch does in Python). The
+// per-step values (lr, step_size, bc2_sqrt) may be read from device memory when the kernel runs
+// (kernels/scalar_arg.hpp): the step's per-step values, engine/step/step_scalars.hpp.
 // skip_if (device memory, optional): when it holds a non-zero value the update does nothing —
 // fp16's verdict on inf/NaN gradients, decided on the device without the host.
 #pragma once
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/scalar_arg.hpp"
 
 namespace dp {
 
 struct AdamWStep {
-  float lr, weight_decay, beta1, beta2, eps;
-  float step_size;  // lr / (1 − β1^t)
-  float bc2_sqrt;   // √(1 − β2^t)
+  ScalarArg lr;
+  float weight_decay, beta1, beta2, eps;
+  ScalarArg step_size;  // lr / (1 − β1^t)
+  ScalarArg bc2_sqrt;   // √(1 − β2^t)
 };
 
 namespace cpu {

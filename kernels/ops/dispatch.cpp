@@ -98,7 +98,7 @@ void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* 
   if (clip > 0 && coef < 1) cpu::scale(*ex.pool, v, static_cast<float>(coef), n);
 }
 
-void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
+void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars) {
   Operands o(ex, "softmax_xent");
   const float* x = o.in(logits, B * K);
@@ -115,7 +115,7 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
   // failing the task before anything after it), then write the sums.
   LossSums sums;
   int64_t correct = 0;
-  sums.loss = cpu::softmax_xent(x, y, B, K, dx, grad_scale, &correct);
+  sums.loss = cpu::softmax_xent(x, y, B, K, dx, grad_scale.get(), &correct);
   sums.hits = static_cast<double>(correct);
   if (sc) sc[0] = static_cast<float>(sums.loss), sc[1] = static_cast<float>(sums.hits);
   *out = sums;

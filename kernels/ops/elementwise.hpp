@@ -1,12 +1,14 @@
 // Element-wise ops: ReLU (its backward reads the forward output: out > 0 <=> in > 0; NaN stays
 // NaN, as in PyTorch), y += x (the reduce's sum and a residual connection), adding a scalar to
-// one element (BatchNorm's num_batches_tracked), y ·= s, and Σ x² returned to the host in double
+// one element (BatchNorm's num_batches_tracked), y ·= s (s may be read from device memory when the
+// kernel runs: fp16's unscaling by the step's 1/scale, kernels/scalar_arg.hpp), and Σ x² returned to the host in double
 // (gradient clipping's global norm; the call completes the device's work before it).
 #pragma once
 #include <cstdint>
 
 #include "kernels/exec.hpp"
 #include "kernels/operands.hpp"
+#include "kernels/scalar_arg.hpp"
 
 namespace dp {
 namespace cpu {
@@ -14,7 +16,7 @@ void relu_forward(ThreadPool& pool, float* out, const float* in, int64_t n);
 void relu_backward(ThreadPool& pool, float* din, const float* dout, const float* out, int64_t n);
 void add_inplace(ThreadPool& pool, float* y, const float* x, int64_t n);
 void add_scalar(ThreadPool& pool, float* y, float value);
-void scale(ThreadPool& pool, float* y, float s, int64_t n);
+void scale(ThreadPool& pool, float* y, ScalarArg s, int64_t n);
 double sum_squares(ThreadPool& pool, const float* x, int64_t n);
 }  // namespace cpu
 namespace cuda {
@@ -22,7 +24,7 @@ void relu_forward(Context& c, float* out, const float* in, int64_t n);
 void relu_backward(Context& c, float* din, const float* dout, const float* out, int64_t n);
 void add_inplace(Context& c, float* y, const float* x, int64_t n);
 void add_scalar(Context& c, float* y, float value);
-void scale(Context& c, float* y, float s, int64_t n);
+void scale(Context& c, float* y, ScalarArg s, int64_t n);
 // Without waiting: Σ x² into *out (host memory, page-locked for the copy to be asynchronous) as the
 // stream gets there, and with clip > 0 the scaling decided on the device (found_inf: see below).
 // Scratch (a double per block) from `alloc`, counted as workspace, returned stream-ordered.
@@ -63,7 +65,7 @@ inline void add_inplace(const Exec& ex, Buf y, Buf x, int64_t n) {
   o.finish();
 }
 inline void add_scalar(const Exec& ex, Buf y, float value) { DP_DISPATCH(ex, add_scalar, y.f32("add_scalar"), value); }
-inline void scale(const Exec& ex, Buf y, float s, int64_t n) {
+inline void scale(const Exec& ex, Buf y, ScalarArg s, int64_t n) {
   Operands o(ex, "scale");
   DP_DISPATCH(ex, scale, o.inout(y, n), s, n);
   o.finish();

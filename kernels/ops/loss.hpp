@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/scalar_arg.hpp"
 
 namespace dp {
 
@@ -31,15 +32,17 @@ double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, co
 // asynchronous) when the stream gets there, and, when scalars is not null, float [loss, hits]
 // into that device memory too. Scratch from `alloc`, returned stream-ordered.
 void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                       int64_t K, float* dlogits, float grad_scale, LossSums* out, float* scalars);
+                       int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars);
 }  // namespace cuda
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
                     int64_t* correct);
 // In the step (it must not wait for its device): the sums into *out as the stream reaches them,
 // read by the host after waiting for it; a bad label is out->bad_row, not an exception. Optional
-// `scalars`: float32 [loss, hits] on the device (in-replica loss: what device 0 gathers).
-void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
+// `scalars`: float32 [loss, hits] on the device (in-replica loss: what device 0 gathers). The
+// gradient's scale may be read from device memory when the kernel runs (the step's, which fp16's
+// loss scale changes from step to step).
+void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars = {});
 
 }  // namespace dp

@@ -401,6 +401,55 @@ TEST_CASE("an optimizer update told to skip (fp16's verdict on the device) chang
   CHECK(rel_error(to_host<float>(c, d_v, n), v) < 1e-6);
 }
 
+TEST_CASE("per-step values read from device memory (lr, bias corrections, scales) give the by-value kernels' bits") {
+  // What a replayed step relies on: the kernels read these when they run (kernels/scalar_arg.hpp).
+  cuda::Context c(0);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  constexpr size_t n = 5000;
+  auto p = random_vector(n, 96), g = random_vector(n, 97), m = random_vector(n, 98), v = random_vector(n, 99, 0.f, 1.f);
+  // [lr, step_size, bc2_sqrt, loss-gradient scale, unscale]
+  auto d_scalars = to_device(c, std::vector<float>{1e-2f, 0.1f, 0.05f, 0.125f, 0.25f});
+  const float* at = d_scalars.get();
+  auto by_value = [&](auto&& run) {
+    auto d_p = to_device(c, p), d_g = to_device(c, g), d_m = to_device(c, m), d_v = to_device(c, v);
+    run(d_p.get(), d_g.get(), d_m.get(), d_v.get());
+    return std::vector<std::vector<float>>{to_host<float>(c, d_p, n), to_host<float>(c, d_m, n), to_host<float>(c, d_v, n)};
+  };
+  const AdamWStep values{1e-2f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.05f};
+  AdamWStep read = values;
+  read.lr = ScalarArg::in_device_memory(at);
+  read.step_size = ScalarArg::in_device_memory(at + 1);
+  read.bc2_sqrt = ScalarArg::in_device_memory(at + 2);
+  CHECK(by_value([&](float* dp, float* dg, float* dm, float* dv) { cuda::adamw_update(c, dp, dg, dm, dv, values, n); }) ==
+        by_value([&](float* dp, float* dg, float* dm, float* dv) { cuda::adamw_update(c, dp, dg, dm, dv, read, n); }));
+  const SgdConfig sgd{1e-2f, 0.9f, 0.f, 0.01f, false};
+  SgdConfig other = sgd;
+  other.lr = 7.f;  // not read: lr_at wins
+  CHECK(by_value([&](float* dp, float* dg, float* dm, float*) { cuda::sgd_update(c, dp, dg, dm, false, sgd, n); }) ==
+        by_value([&](float* dp, float* dg, float* dm, float*) {
+          cuda::sgd_update(c, dp, dg, dm, false, other, n, nullptr, at);
+        }));
+  CHECK(by_value([&](float* dp, float*, float*, float*) { cuda::scale(c, dp, 0.25f, n); }) ==
+        by_value([&](float* dp, float*, float*, float*) { cuda::scale(c, dp, ScalarArg::in_device_memory(at + 4), n); }));
+  // The loss gradient's scale.
+  const int64_t B = 100, K = 10;
+  auto z = random_vector(B * K, 17, -4.f, 4.f);
+  std::vector<int32_t> y(B);
+  for (int64_t i = 0; i < B; ++i) y[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % K);
+  auto d_z = to_device(c, z), d_y = to_device(c, y);
+  auto d_a = to_device(c, z), d_b = to_device(c, z);
+  LossSums* sums = nullptr;
+  REQUIRE(cudaMallocHost(&sums, 2 * sizeof(LossSums)) == cudaSuccess);
+  cuda::softmax_xent_into(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_a.get(), 0.125f, &sums[0], nullptr);
+  cuda::softmax_xent_into(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_b.get(), ScalarArg::in_device_memory(at + 3),
+                          &sums[1], nullptr);
+  c.synchronize();
+  CHECK(to_host<float>(c, d_a, static_cast<size_t>(B * K)) == to_host<float>(c, d_b, static_cast<size_t>(B * K)));
+  CHECK(sums[0].loss == sums[1].loss);
+  cudaFreeHost(sums);
+}
+
 TEST_CASE("the loss without waiting: its sums reach page-locked host memory with the stream, equal to the waiting one") {
   cuda::Context c(0);
   CudaMallocMemory raw;
