@@ -188,6 +188,9 @@ class DataParallel {
   // Every label within the classes; a language model's every input token within the vocabulary.
   void check_batch(const void* input, const int32_t* targets, int64_t batch) const;
   void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
+  // The step's scalars into the slot of every device that takes part (device 0, the active ones; all
+  // under allreduce), and each one's copy of them (StepState::step_scalars) enqueued first thing.
+  void enqueue_step_scalars(StepState& s);
   // The nine phases (DESIGN.md), in order.
   void load(StepState& s, const void* input, const int32_t* targets, StepResult& r);
   void scatter(StepState& s);
@@ -269,9 +272,6 @@ class DataParallel {
   // page-locked on a GPU so the copies into it do not wait.
   std::vector<HostSlots*> slots_;
   std::vector<Tensor> found_inf_;  // fp16: per device, its verdict on this step's gradients
-  // The step's scalars into the slot of every device that takes part (device 0, the active ones; all
-  // under allreduce), and each one's copy of them (StepState::step_scalars) enqueued first thing.
-  void enqueue_step_scalars(StepState& s);
   std::unique_ptr<OverlappedAllReduce> allreduce_;
   std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
   ProcessGroup* group_ = nullptr;

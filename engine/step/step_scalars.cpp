@@ -7,7 +7,8 @@
 
 namespace dp {
 
-Tensor make_step_scalars(Device& dev) { return Tensor::zeros(dev, {kStepScalarFloats}, MemCategory::Workspace); }
+// Uninitialised: the copy that follows writes all of it.
+Tensor make_step_scalars(Device& dev) { return Tensor::empty(dev, {kStepScalarFloats}, MemCategory::Workspace); }
 
 namespace {
 template <typename Source>

@@ -32,7 +32,7 @@ inline ScalarArg scalar_on_device(const Tensor& copy, size_t field_offset) {
   return ScalarArg::in_device_memory(scalar_address(copy, field_offset));
 }
 
-// A float32 tensor on `dev` for the scalars, and the copy of `values` into it, enqueued on the
+// A float32 tensor on `dev` for the scalars (uninitialised), and the copy of `values` into it, enqueued on the
 // device's stream. `values` must stay unchanged until the stream has run the copy.
 Tensor make_step_scalars(Device& dev);
 void enqueue_step_scalars(const Tensor& copy, const StepScalars* values);
