@@ -289,7 +289,6 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   s.slots = slots_;
   s.sample_output_shape = model_.output_shape();
   s.output_dtype = precision_.mixed() ? storage_dtype(precision_.precision) : DType::F32;
-  s.loss_scale = scaler_.scale();
   if (scaler_.enabled()) result.loss_scale = scaler_.scale();
 
   enqueue_step_scalars(s);
@@ -348,7 +347,8 @@ void DataParallel::enqueue_step_scalars(StepState& s) {
   optimizer_->fill_scalars(static_cast<float>(lr_), v);  // the replicas' optimizers have the same count
   // GradScaler's reciprocal: float32 of 1/scale computed in double.
   if (scaler_.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(scaler_.scale()));
-  v.loss_grad_scale = s.loss_grad_scale();
+  // d(mean loss)/d(row loss sum), times fp16's loss scale (1 without): what the loss gradient is scaled by.
+  v.loss_grad_scale = scaler_.scale() / static_cast<float>(s.loss_rows);
   // The last step has been joined: no stream still reads a slot's scalars. Their device copies are
   // the step's (between steps, DataParallel holds nothing outside device 0).
   for (int d = 0; d < devices_.size(); ++d) {

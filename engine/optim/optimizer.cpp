@@ -78,8 +78,8 @@ class Sgd final : public Optimizer {
     state_created_by_last_step_ = first;
     dev.stream().enqueue(
         [params, grads, buf = momentum_, first, cfg = cfg_, scalars, skip_if, &dev] {
-          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first, cfg, params.numel(), skip_if.buf(),
-                     scalar_address(scalars, offsetof(StepScalars, lr)));
+          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first,
+                     SgdStep(cfg, scalar_on_device(scalars, offsetof(StepScalars, lr))), params.numel(), skip_if.buf());
         },
         dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
     ++steps_;

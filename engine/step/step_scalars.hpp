@@ -25,11 +25,8 @@ static_assert(sizeof(StepScalars) == 5 * sizeof(float), "floats only: the device
 
 // One field of a device's copy of the step's scalars (a float32 tensor of kStepScalarFloats) as a
 // kernel argument, e.g. scalar_on_device(copy, offsetof(StepScalars, lr)).
-inline const float* scalar_address(const Tensor& copy, size_t field_offset) {
-  return reinterpret_cast<const float*>(copy.data<char>() + field_offset);
-}
 inline ScalarArg scalar_on_device(const Tensor& copy, size_t field_offset) {
-  return ScalarArg::in_device_memory(scalar_address(copy, field_offset));
+  return ScalarArg::in_device_memory(reinterpret_cast<const float*>(copy.data<char>() + field_offset));
 }
 
 // A float32 tensor on `dev` for the scalars (uninitialised), and the copy of `values` into it, enqueued on the

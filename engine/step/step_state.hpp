@@ -27,9 +27,6 @@ struct StepState {
   StepState(int devices, int64_t batch_size, int64_t loss_rows, std::vector<int64_t> chunk_sizes);
   int64_t batch;      // samples
   int64_t loss_rows;  // cross-entropy rows the mean is over: samples, or samples · context
-  float loss_scale = 1;  // fp16: the loss gradient is multiplied by it (GradScaler's scale)
-  // d(mean loss)/d(row loss sum), times the loss scale: what the loss gradient is scaled by.
-  float loss_grad_scale() const { return loss_scale / static_cast<float>(loss_rows); }
   std::vector<int64_t> chunks;  // per device; 0 = sits the step out
   // What a replica's forward returns per sample ({classes}, or {T, V} for a language model) and
   // its dtype: the step enqueues the gather before any output exists.

@@ -4,11 +4,11 @@
 namespace dp::cpu {
 
 void sgd_update(ThreadPool& pool, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& cfg, int64_t n, const int32_t* skip_if, const float* lr_at) {
+                const SgdStep& s, int64_t n, const int32_t* skip_if) {
   if (skip_if && *skip_if) return;  // on a host device, device memory is this process's
   // Settings copied to locals and pointers marked restrict, so each loop vectorises.
-  const float lr = lr_at ? *lr_at : cfg.lr, mu = cfg.momentum, damp = 1.f - cfg.dampening, wd = cfg.weight_decay;
-  const bool nesterov = cfg.nesterov;
+  const float lr = s.lr.get(), mu = s.momentum, damp = 1.f - s.dampening, wd = s.weight_decay;
+  const bool nesterov = s.nesterov;
   pool.parallel_for(n, [=](int64_t a, int64_t b) {
     float* __restrict p = param;
     const float* __restrict g = grad;

@@ -29,19 +29,19 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
 
 __global__ void add_scalar_kernel(float* y, float value) { *y += value; }
 
-__global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, SgdConfig s, int64_t n,
-                           const int32_t* skip_if, const float* lr_at) {
+__global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, SgdStep s, int64_t n,
+                           const int32_t* skip_if) {
   if (skip_if && *skip_if) return;
-  if (lr_at) s.lr = *lr_at;
+  const float lr = s.lr.get();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float d = g[i] + s.weight_decay * p[i];
     if (s.momentum == 0.f) {
-      p[i] -= s.lr * d;
+      p[i] -= lr * d;
       continue;
     }
     const float m = first ? d : s.momentum * buf[i] + (1.f - s.dampening) * d;
     buf[i] = m;
-    p[i] -= s.lr * (s.nesterov ? d + s.momentum * m : m);
+    p[i] -= lr * (s.nesterov ? d + s.momentum * m : m);
   }
 }
 
@@ -71,10 +71,10 @@ void add_scalar(Context& c, float* y, float value) {
 }
 
 void sgd_update(Context& c, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& s, int64_t n, const int32_t* skip_if, const float* lr_at) {
+                const SgdStep& s, int64_t n, const int32_t* skip_if) {
   if (n == 0) return;
   sgd_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(param, grad, momentum_buf, first_step, s, n,
-                                                                 skip_if, lr_at);
+                                                                 skip_if);
   DP_CUDA_CHECK_LAUNCH();
 }
 

@@ -3,12 +3,14 @@
 //   g = nesterov ? g + momentum·buf : buf;  p −= lr·g
 // momentum_buf is absent when momentum is 0. skip_if (device memory, optional): when it holds a
 // non-zero value the update does nothing (fp16's verdict on inf/NaN gradients, made on the device).
-// lr_at (device memory, optional): the learning rate, read when the kernel runs — the step's
-// per-step value (engine/step/step_scalars.hpp); cfg.lr when absent.
+// The kernels take an SgdStep: the settings, with the learning rate a value or read from device
+// memory when the kernel runs (kernels/scalar_arg.hpp; the step's per-step value,
+// engine/step/step_scalars.hpp), as AdamWStep's.
 #pragma once
 #include <cstdint>
 
 #include "kernels/exec.hpp"
+#include "kernels/scalar_arg.hpp"
 
 namespace dp {
 
@@ -17,20 +19,29 @@ struct SgdConfig {
   bool nesterov = false;
 };
 
+struct SgdStep {
+  ScalarArg lr;
+  float momentum, dampening, weight_decay;
+  bool nesterov;
+  SgdStep(const SgdConfig& c)  // NOLINT: the settings as they are, lr by value
+      : lr(c.lr), momentum(c.momentum), dampening(c.dampening), weight_decay(c.weight_decay), nesterov(c.nesterov) {}
+  SgdStep(const SgdConfig& c, ScalarArg learning_rate) : SgdStep(c) { lr = learning_rate; }
+};
+
 namespace cpu {
 void sgd_update(ThreadPool& pool, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& cfg, int64_t n, const int32_t* skip_if = nullptr, const float* lr_at = nullptr);
+                const SgdStep& s, int64_t n, const int32_t* skip_if = nullptr);
 }  // namespace cpu
 namespace cuda {
 void sgd_update(Context& c, float* param, const float* grad, float* momentum_buf, bool first_step,
-                const SgdConfig& cfg, int64_t n, const int32_t* skip_if = nullptr, const float* lr_at = nullptr);
+                const SgdStep& s, int64_t n, const int32_t* skip_if = nullptr);
 }  // namespace cuda
 
-inline void sgd_update(const Exec& ex, Buf param, Buf grad, Buf momentum_buf, bool first_step, const SgdConfig& cfg,
-                       int64_t n, Buf skip_if = {}, const float* lr_at = nullptr) {
+inline void sgd_update(const Exec& ex, Buf param, Buf grad, Buf momentum_buf, bool first_step, const SgdStep& s,
+                       int64_t n, Buf skip_if = {}) {
   constexpr const char* op = "sgd_update";
-  DP_DISPATCH(ex, sgd_update, param.f32(op), grad.f32(op), momentum_buf.f32(op), first_step, cfg, n,
-              skip_if.i32(op), lr_at);
+  DP_DISPATCH(ex, sgd_update, param.f32(op), grad.f32(op), momentum_buf.f32(op), first_step, s, n,
+              skip_if.i32(op));
 }
 
 }  // namespace dp

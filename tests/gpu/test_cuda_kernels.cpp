@@ -269,7 +269,7 @@ TEST_CASE("relu, add and SGD match the CPU reference exactly") {
       auto cp = p, cb = buf;
       cpu::sgd_update(pool, cp.data(), g.data(), cb.data(), first, cfg, n);
       auto d_p = to_device(c, p), d_b = to_device(c, buf);
-      cuda::sgd_update(c, d_p.get(), d_g.get(), d_b.get(), first, {0.1f, 0.9f, 0.f, 0.01f, nesterov}, n);
+      cuda::sgd_update(c, d_p.get(), d_g.get(), d_b.get(), first, SgdConfig{0.1f, 0.9f, 0.f, 0.01f, nesterov}, n);
       CHECK(rel_error(to_host<float>(c, d_p, n), cp) < 1e-6);
       CHECK(rel_error(to_host<float>(c, d_b, n), cb) < 1e-6);
     }
@@ -389,7 +389,8 @@ TEST_CASE("an optimizer update told to skip (fp16's verdict on the device) chang
   auto skip = to_device(c, std::vector<int32_t>{1}), go = to_device(c, std::vector<int32_t>{0});
   const AdamWStep s{1e-2f, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.05f};
   cuda::adamw_update(c, d_p.get(), d_g.get(), d_m.get(), d_v.get(), s, n, skip.get<int32_t>());
-  cuda::sgd_update(c, d_p.get(), d_g.get(), d_m.get(), false, {0.1f, 0.9f, 0.f, 0.01f, false}, n, skip.get<int32_t>());
+  cuda::sgd_update(c, d_p.get(), d_g.get(), d_m.get(), false, SgdConfig{0.1f, 0.9f, 0.f, 0.01f, false}, n,
+                   skip.get<int32_t>());
   CHECK(to_host<float>(c, d_p, n) == p);
   CHECK(to_host<float>(c, d_m, n) == m);
   CHECK(to_host<float>(c, d_v, n) == v);
@@ -425,10 +426,10 @@ TEST_CASE("per-step values read from device memory (lr, bias corrections, scales
         by_value([&](float* dp, float* dg, float* dm, float* dv) { cuda::adamw_update(c, dp, dg, dm, dv, read, n); }));
   const SgdConfig sgd{1e-2f, 0.9f, 0.f, 0.01f, false};
   SgdConfig other = sgd;
-  other.lr = 7.f;  // not read: lr_at wins
+  other.lr = 7.f;  // not read: the learning rate in device memory replaces it
   CHECK(by_value([&](float* dp, float* dg, float* dm, float*) { cuda::sgd_update(c, dp, dg, dm, false, sgd, n); }) ==
         by_value([&](float* dp, float* dg, float* dm, float*) {
-          cuda::sgd_update(c, dp, dg, dm, false, other, n, nullptr, at);
+          cuda::sgd_update(c, dp, dg, dm, false, SgdStep(other, ScalarArg::in_device_memory(at)), n);
         }));
   CHECK(by_value([&](float* dp, float*, float*, float*) { cuda::scale(c, dp, 0.25f, n); }) ==
         by_value([&](float* dp, float*, float*, float*) { cuda::scale(c, dp, ScalarArg::in_device_memory(at + 4), n); }));
