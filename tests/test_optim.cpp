@@ -10,6 +10,7 @@
 #include "engine/error.hpp"
 #include "engine/optim/schedule.hpp"
 #include "helpers.hpp"
+#include "kernels/ops/elementwise.hpp"
 
 using namespace dp;
 using namespace dp::test;
@@ -74,6 +75,24 @@ TEST_CASE("learning-rate schedules: warm-up, cosine to min_lr, step decay") {
     CHECK_THROWS_AS(parse_lr_schedule(bad, 1, 0, 0, 10), UsageError);
   CHECK_THROWS_AS(parse_lr_schedule("cosine", 0.1, 0.2, 0, 10), UsageError);
   CHECK_THROWS_AS(parse_lr_schedule("constant", 0.1, 0, -1, 10), UsageError);
+}
+
+TEST_CASE("the gradient norm's sum of squares: exact to double rounding, the same bits on any thread count") {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{9}, int64_t{4095}, int64_t{4097}, int64_t{535818}}) {
+    CAPTURE(n);
+    auto x = random_vector(static_cast<size_t>(n), 17, -3.f, 3.f);
+    long double want = 0;  // a serial sum carried in more precision than the kernel's
+    for (float v : x) want += static_cast<long double>(v) * v;
+    ThreadPool one(1), three(3);
+    const double got = cpu::sum_squares(one, x.data(), n);
+    CHECK(got == doctest::Approx(static_cast<double>(want)).epsilon(1e-13));
+    CHECK(cpu::sum_squares(three, x.data(), n) == got);  // fixed blocks and lanes: no thread-count drift
+    if (n < 9) continue;
+    x[static_cast<size_t>(n - 1)] = INFINITY;  // the tail past the last whole lane group counts too
+    CHECK(std::isinf(cpu::sum_squares(one, x.data(), n)));
+    x[static_cast<size_t>(n / 2)] = NAN;
+    CHECK(std::isnan(cpu::sum_squares(three, x.data(), n)));
+  }
 }
 
 TEST_CASE("clipping scales device 0's gradients to the global norm, the norm is reported") {

@@ -45,15 +45,24 @@ void scale(ThreadPool& pool, float* y, ScalarArg by, int64_t n) {
   });
 }
 
-// In double, in fixed blocks summed in order: the same result whatever the thread count.
+// In double, in fixed blocks summed in order: the same result whatever the thread count. Within a
+// block, kLanes independent sums (element i goes to lane i % kLanes) combined in lane order: one
+// running sum is a chain of dependent additions, ~4 cycles an element (0.7 ms for the mlp's 535k
+// gradients, a quarter of its step with --metrics); independent lanes vectorise.
 double sum_squares(ThreadPool& pool, const float* x, int64_t n) {
-  constexpr int64_t kBlock = 4096;
+  constexpr int64_t kBlock = 4096, kLanes = 8;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks));
   pool.parallel_for(blocks, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
+      double lane[kLanes] = {};
+      const int64_t begin = b * kBlock, end = std::min(n, (b + 1) * kBlock);
+      int64_t i = begin;
+      for (; i + kLanes <= end; i += kLanes)
+        for (int64_t j = 0; j < kLanes; ++j) lane[j] += double(x[i + j]) * x[i + j];
+      for (int64_t j = 0; i < end; ++i, ++j) lane[j] += double(x[i]) * x[i];
       double s = 0;
-      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) s += double(x[i]) * x[i];
+      for (double v : lane) s += v;
       partial[static_cast<size_t>(b)] = s;
     }
   });
