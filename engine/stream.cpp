@@ -3,6 +3,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "engine/host/spin_wait.hpp"
 #include "engine/trace.hpp"
 
 namespace dp {
@@ -11,7 +12,7 @@ Event::Event() : state_(std::make_shared<State>()) {}
 
 void Event::synchronize() const {
   std::unique_lock lock(state_->m);
-  state_->cv.wait(lock, [&] { return state_->done; });
+  wait_spinning(lock, state_->cv, [&] { return state_->done; });
 }
 
 bool Event::query() const {
@@ -134,7 +135,7 @@ void Stream::synchronize() {
     std::unique_lock lock(mutex_);
     const uint64_t target = pushed_;
     ++sync_waiters_;
-    idle_cv_.wait(lock, [&] { return finished_ >= target; });
+    wait_spinning(lock, idle_cv_, [&] { return finished_ >= target; });
     --sync_waiters_;
   }
   if (device_queue_) {
@@ -169,7 +170,7 @@ void Stream::loop() {
         ran = false;
         if (sync_waiters_ > 0) idle_cv_.notify_all();
       }
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      wait_spinning(lock, cv_, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();

@@ -6,6 +6,7 @@
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
+#include "engine/host/spin_wait.hpp"
 #include "engine/host/thread_pool.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/memory.hpp"
@@ -116,7 +117,7 @@ bool OverlappedAllReduce::step_finished_locked() const {
 
 void OverlappedAllReduce::wait_step() {
   std::unique_lock lock(mutex_);
-  cv_.wait(lock, [&] { return step_finished_locked(); });
+  wait_spinning(lock, cv_, [&] { return step_finished_locked(); });
   if (error_) std::rethrow_exception(error_);
   if (abandoned_) throw UpstreamError("all-reduce abandoned: a replica did not finish its backward");
 }
@@ -124,7 +125,7 @@ void OverlappedAllReduce::wait_step() {
 void OverlappedAllReduce::finish_step(bool failed) {
   if (failed) abandon();
   std::unique_lock lock(mutex_);
-  cv_.wait(lock, [&] { return step_finished_locked(); });
+  wait_spinning(lock, cv_, [&] { return step_finished_locked(); });
   if (error_ && !failed) std::rethrow_exception(error_);
 }
 
@@ -193,7 +194,7 @@ void OverlappedAllReduce::run(int device) {
     DType low_dtype = DType::BF16;
     {
       std::unique_lock lock(mutex_);
-      cv_.wait(lock, [&] { return stopping_ || step_ != seen; });
+      wait_spinning(lock, cv_, [&] { return stopping_ || step_ != seen; });
       if (stopping_) return;
       seen = step_;
       grads = grads_;
@@ -204,7 +205,7 @@ void OverlappedAllReduce::run(int device) {
       std::shared_ptr<void> ready;
       {
         std::unique_lock lock(mutex_);
-        cv_.wait(lock, [&] { return stopping_ || pending_[device][k] <= 0; });
+        wait_spinning(lock, cv_, [&] { return stopping_ || pending_[device][k] <= 0; });
         if (stopping_) return;
         ready = ready_[static_cast<size_t>(device)][k];
       }

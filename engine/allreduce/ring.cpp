@@ -1,5 +1,6 @@
 #include "engine/allreduce/ring.hpp"
 
+#include "engine/host/spin_wait.hpp"
 #include "engine/stream.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
@@ -16,7 +17,7 @@ bool RingBarrier::arrive_and_wait() {
     cv_.notify_all();
     return true;
   }
-  cv_.wait(lock, [&] { return generation_ != gen || aborted_; });
+  wait_spinning(lock, cv_, [&] { return generation_ != gen || aborted_; });
   return !aborted_ || generation_ != gen;
 }
 
