@@ -3,10 +3,10 @@
 // A thread that sleeps on a futex and is woken by another costs two context switches, and on a
 // virtual machine the sleeper's idle vCPU halts, so each hand-off between the engine's threads (a
 // stream worker waiting for another's event, the all-reduce threads meeting at the ring's barrier)
-// takes tens of microseconds. MPI's waits poll instead, which is why two processes used to beat
-// one process with two devices. Here a waiter first re-checks its condition for a short time,
-// yielding the core between checks (so on an oversubscribed machine the thread it waits for gets
-// to run), and only then sleeps. The condition is always read under the mutex.
+// takes tens of microseconds (MPI's waits poll for the same reason). Here a waiter first re-checks
+// its condition for a short time, yielding the core between checks (so on an oversubscribed
+// machine the thread it waits for gets to run), and only then sleeps. The condition is always read
+// under the mutex. Measured in tools/bench/RESULTS.md (mlp host:2 allreduce +11%).
 #pragma once
 #include <chrono>
 #include <condition_variable>
