@@ -62,7 +62,11 @@ with tempfile.TemporaryDirectory() as tmp:
     rows = [json.loads(l) for l in open(metrics)]
     steps = [r for r in rows if "step" in r]
     check("metrics per step", [r["step"] for r in steps] == [1, 2, 3, 4, 5], rows)
-    check("metrics fields", all({"epoch", "loss", "samples_per_s", "chunks"} <= set(r) for r in steps))
+    check("metrics fields", all({"epoch", "loss", "samples_per_s", "chunks", "time_s"} <= set(r) for r in steps))
+    # time_s is the wall clock since the loop began: it holds every step's own time, and more.
+    step_sums = [sum(sum(r["chunks"]) / r["samples_per_s"] for r in steps[:k + 1]) for k in range(len(steps))]
+    check("metrics time_s covers the steps", all(r["time_s"] >= s * (1 - 1e-9) for r, s in zip(steps, step_sums)),
+          [(r["time_s"], s) for r, s in zip(steps, step_sums)])
     check("metrics chunks", steps[0]["chunks"] == [4, 4] and steps[-1]["chunks"] == [4, 4], steps[0])
     check("eval row", any("test_accuracy" in r and "test_loss" in r for r in rows), rows)
     check("saved", os.path.getsize(save) > 0)

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
@@ -295,8 +296,13 @@ int run_train(const TrainOptions& given) {
     auto b = loader.next();
     return b ? std::make_shared<const Batch>(std::move(*b)) : nullptr;
   };
+  // Wall-clock since the first step began, everything in the loop included (loading the next
+  // batch, metrics, checkpoints): the period a run really advances at, where samples_per_s times
+  // the step alone. Under mpirun the ranks meet every step, so rank 0's clock is the job's.
+  std::optional<std::chrono::steady_clock::time_point> loop_start;
   for (std::shared_ptr<const Batch> batch = fetch(), next; batch; batch = std::move(next)) {
     if ((interrupted = pending_interrupt())) break;
+    if (!loop_start) loop_start = std::chrono::steady_clock::now();
     next = fetch();  // a batch ahead: uploaded while this step runs (--upload-ahead)
     if (ahead && next) upload_ahead(dp, next);
     if (batch->epoch != current_epoch) {
@@ -323,7 +329,8 @@ int run_train(const TrainOptions& given) {
       nlohmann::json phases;
       for (int p = 0; p < kNumPhases; ++p) phases[phase_name(static_cast<Phase>(p))] = r.seconds[p] * 1e3;
       nlohmann::json row{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss}, {"lr", r.lr},
-                         {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases}};
+                         {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases},
+                         {"time_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - *loop_start).count()}};
       if (!r.replica_seconds.empty()) {  // forward + backward per device (on a GPU, its own time: events)
         nlohmann::json busy = nlohmann::json::array();
         for (double v : r.replica_seconds) busy.push_back(v * 1e3);
