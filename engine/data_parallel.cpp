@@ -310,8 +310,11 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     phase(Phase::Scatter, [] {});  // each device loaded its own chunk
     phase(Phase::Replicate, [&] { broadcast_buffers(s); });
     phase(Phase::Forward, [&] { timed(ReplicaTimer::ForwardStart, [&] { forward(s); }); });
-    phase(Phase::Gather, [&] { gather(s); });
-    phase(Phase::Loss, [&] { loss(s); });
+    // Nothing is gathered and device 0 computes no loss: each replica computed its chunk's loss
+    // and gradient after its forward, and the host adds their sums once the step is done (report).
+    // Gathering them onto device 0 would make its backward wait for every other device's forward.
+    phase(Phase::Gather, [] {});
+    phase(Phase::Loss, [] {});
     phase(Phase::Backward, [&] { timed(ReplicaTimer::BackwardStart, [&] { backward_overlapped(s); }); });
     phase(Phase::Reduce, [&] { finish_allreduce(s); });
     phase(Phase::Update, [&] { update_everywhere(s, result); });

@@ -322,6 +322,29 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, me
   CHECK_THROWS_WITH_AS(parse_sync_mode("ring"), doctest::Contains("expected reduce"), UsageError);
 }
 
+TEST_CASE("allreduce: nothing is gathered onto device 0, so no device waits for another's forward") {
+  // DDP's shape: each replica keeps its loss; the host adds the sums after the step. Gathering
+  // them onto device 0 made its backward wait for every other forward (issue 13's mpirun gap).
+  const int n = 3;
+  auto devs = host_devices(n);
+  DataParallel dp(devs, find_model("mlp"), parse_split("even", n, 12), sgd(), 1, LossMode::InReplica,
+                  {SyncMode::AllReduce, 1 << 20});
+  const auto x = random_vector(12 * 784, 5);
+  std::vector<int32_t> y{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1};
+  const StepResult r = dp.step(x.data(), y.data(), 12);
+  for (Phase p : {Phase::Gather, Phase::Loss}) {
+    CAPTURE(phase_name(p));
+    const auto& moved = r.link_bytes[static_cast<int>(p)];
+    CHECK(std::all_of(moved.begin(), moved.end(), [](int64_t b) { return b == 0; }));
+  }
+  CHECK(devs[0].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Loss)] ==
+        devs[1].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Loss)]);
+  // The reported loss is still the mean over the whole batch: the faithful step's.
+  auto devs1 = host_devices(n);
+  DataParallel faithful(devs1, find_model("mlp"), parse_split("even", n, 12), sgd(), 1, LossMode::Gathered);
+  CHECK(r.loss == doctest::Approx(faithful.step(x.data(), y.data(), 12).loss).epsilon(1e-5));
+}
+
 TEST_CASE("--sync-bn: BatchNorm over every replica's chunk is BatchNorm over the whole batch") {
   // SyncBatchNorm's definition: 3 replicas with uneven chunks train as one device on the full
   // batch does (convnet: two BatchNorm layers), weights and running statistics included.

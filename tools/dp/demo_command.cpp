@@ -92,6 +92,18 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
                 "weights): nothing crosses a link for it.";
     for (int i : active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {P}, i, low});
   }
+  char loss_value[32];
+  std::snprintf(loss_value, sizeof loss_value, "%.4f", r.loss);
+  s[static_cast<int>(Phase::Gather)] = {
+      "Nothing is gathered: each replica keeps its outputs and its loss. The host adds the replicas' [loss sum, "
+      "correct count] once the step is done, only to report the batch's mean loss; no device waits for another's "
+      "forward.",
+      {}};
+  s[static_cast<int>(Phase::Loss)] = {
+      std::string("No loss on device 0: each replica computed its chunk's loss sum and the gradient of the batch's "
+                  "mean loss after its forward. Reported: mean cross-entropy over the whole batch = ") +
+          loss_value + ".",
+      {}};
   if (mixed && r.loss_scale > 0)
     s[static_cast<int>(Phase::Loss)].text += " fp16: each replica's loss gradient was multiplied by the loss scale (" +
                                              std::to_string(static_cast<int64_t>(r.loss_scale)) +
