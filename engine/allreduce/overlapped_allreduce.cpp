@@ -84,10 +84,15 @@ void OverlappedAllReduce::mark_ready_locked(int device, size_t bucket) {
 
 void OverlappedAllReduce::module_done(int device, int leaf) {
   if (leaf < 0 || leaf >= static_cast<int>(buckets_of_leaf_.size())) return;
-  std::lock_guard lock(mutex_);
-  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)])
-    if (--pending_[device][k] == 0) mark_ready_locked(device, static_cast<size_t>(k));
-  cv_.notify_all();
+  bool completed = false;
+  {
+    std::lock_guard lock(mutex_);
+    for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)])
+      if (--pending_[device][k] == 0) mark_ready_locked(device, static_cast<size_t>(k)), completed = true;
+  }
+  // Only a completed bucket is news to the threads: waking them for every module would have them
+  // poll for the core the backward itself needs.
+  if (completed) cv_.notify_all();
 }
 
 void OverlappedAllReduce::device_done(int device) {

@@ -6,7 +6,9 @@
 // takes tens of microseconds (MPI's waits poll for the same reason). Here a waiter first re-checks
 // its condition for a short time, yielding the core between checks (so on an oversubscribed
 // machine the thread it waits for gets to run), and only then sleeps. The condition is always read
-// under the mutex. Measured in tools/bench/RESULTS.md (mlp host:2 allreduce +11%).
+// under the mutex. Measured in tools/bench/RESULTS.md: mlp host:2 allreduce +11% against sleeping
+// at once (50 us), and 200 us a further +3%, neutral for host:4, host:8 and the convnet; 1 ms cost
+// 4-5% on host:4 and host:8, where more threads than cores wait.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -15,8 +17,8 @@
 
 namespace dp {
 
-// How long a waiter polls before it sleeps.
-inline constexpr std::chrono::microseconds kSpinBeforeSleep{50};
+// How long a waiter polls before it sleeps: most hand-offs inside a step take less.
+inline constexpr std::chrono::microseconds kSpinBeforeSleep{200};
 
 template <typename Ready>
 void wait_spinning(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, Ready ready) {
