@@ -1,5 +1,6 @@
 #include "engine/stream.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -134,9 +135,11 @@ void Stream::synchronize() {
   {
     std::unique_lock lock(mutex_);
     const uint64_t target = pushed_;
-    ++sync_waiters_;
-    wait_spinning(lock, idle_cv_, [&] { return finished_ >= target; });
-    --sync_waiters_;
+    wait_spinning(lock, idle_cv_, [&] {
+      if (finished_ >= target) return true;
+      wake_at_ = std::min(wake_at_, target);
+      return false;
+    });
   }
   if (device_queue_) {
     try {
@@ -168,7 +171,10 @@ void Stream::loop() {
       if (ran) {
         ++finished_;
         ran = false;
-        if (sync_waiters_ > 0) idle_cv_.notify_all();
+        if (finished_ >= wake_at_) {
+          wake_at_ = UINT64_MAX;
+          idle_cv_.notify_all();
+        }
       }
       wait_spinning(lock, cv_, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and drained

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -140,7 +141,9 @@ class Stream {
   // so waiting on an idle stream costs no wake-up of its worker (two thread handoffs a stream and a
   // phase otherwise, each tens of microseconds on a small VM). Guarded by mutex_.
   uint64_t pushed_ = 0, finished_ = 0;
-  int sync_waiters_ = 0;
+  // The fewest finished tasks a synchronize() waiter needs: the worker wakes the waiters only
+  // when it gets there (each waiter, woken and not done, sets it again), not after every task.
+  uint64_t wake_at_ = UINT64_MAX;
   std::condition_variable idle_cv_;
   bool stopping_ = false;
   std::exception_ptr error_;  // guarded by mutex_

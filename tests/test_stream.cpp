@@ -79,3 +79,37 @@ TEST_CASE("synchronize counts host waits, events carry when the stream reached t
   CHECK_THROWS(s.synchronize());
   CHECK(order == "marked");
 }
+
+TEST_CASE("synchronize from two threads: each returns once the work pushed before it has run, no sooner") {
+  // The worker wakes sleeping waiters only when the fewest-tasks target is reached; a waiter
+  // woken short of its own target must re-arm it, or it sleeps forever (this test would hang).
+  Stream s("test");
+  std::atomic<int> released{0}, ran{0};
+  auto gated = [&](int k) {
+    return [&, k] {
+      while (released.load() <= k) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ran.fetch_add(1);
+    };
+  };
+  for (int k = 0; k < 5; ++k) s.enqueue(gated(k));
+  std::atomic<int> first_saw{-1}, second_saw{-1};
+  std::thread first([&] {
+    s.synchronize();
+    first_saw = ran.load();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // first waits for 5 tasks
+  for (int k = 5; k < 10; ++k) s.enqueue(gated(k));
+  std::thread second([&] {
+    s.synchronize();
+    second_saw = ran.load();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int k = 1; k <= 10; ++k) {  // one task at a time, slower than a waiter's polling: they sleep
+    released = k;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  first.join();
+  second.join();
+  CHECK(first_saw.load() >= 5);
+  CHECK(second_saw.load() == 10);
+}
