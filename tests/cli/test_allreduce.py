@@ -61,6 +61,7 @@ with tempfile.TemporaryDirectory() as tmp:
     trace = os.path.join(tmp, "t.json")
     rc, out, err = run_dp(dp, ["demo", "--sync", "allreduce", "--model", "mlp", "--bucket-mb", "0.5", "--trace", trace])
     c.check("demo allreduce", rc == 0 and "ring all-reduce" in out and "No GPU0 hotspot" in out, out + err)
+    c.check("demo allreduce: nothing gathered", "Nothing is gathered" in out and "No loss on device 0" in out, out)
     if rc == 0:
         events = json.load(open(trace))["traceEvents"]
         c.check("trace: all-reduce slices on their own tracks",

@@ -216,7 +216,8 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   char loss_value[32];
   std::snprintf(loss_value, sizeof loss_value, "%.4f", r.loss);
   if (dp.loss_mode() == LossMode::InReplica) {
-    fw.text += " With --loss in-replica each replica also computes its chunk's loss sum and the gradient of the "
+    fw.text += std::string(dp.sync_mode() == SyncMode::AllReduce ? " In DDP's shape" : " With --loss in-replica") +
+               " each replica also computes its chunk's loss sum and the gradient of the "
                "batch's mean loss with respect to its own outputs.";
     ga.text = "Only scalars travel: each replica's [loss sum, correct count] is gathered on device 0. No logits are "
               "gathered, so device 0 holds no [batch, classes] outputs or gradient (beyond DataParallel).";
