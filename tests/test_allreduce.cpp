@@ -322,7 +322,7 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, me
   CHECK_THROWS_WITH_AS(parse_sync_mode("ring"), doctest::Contains("expected reduce"), UsageError);
 }
 
-TEST_CASE("allreduce: nothing is gathered onto device 0, so no device waits for another's forward") {
+TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, device 0 holds no more loss memory, the loss is the batch's mean") {
   // DDP's shape: each replica keeps its loss; the host adds the sums after the step. Gathering
   // them onto device 0 made its backward wait for every other forward (issue 13's mpirun gap).
   const int n = 3;

@@ -50,6 +50,13 @@ struct PhaseStory {
   std::string carried;
 };
 
+// The step's loss as the narration prints it: "2.3004".
+std::string loss_text(const StepResult& r) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4f", r.loss);
+  return text;
+}
+
 Shape with_batch(int64_t b, const Shape& per_sample) {
   Shape s = per_sample;
   s.insert(s.begin(), b);
@@ -92,8 +99,6 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
                 "weights): nothing crosses a link for it.";
     for (int i : active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {P}, i, low});
   }
-  char loss_value[32];
-  std::snprintf(loss_value, sizeof loss_value, "%.4f", r.loss);
   s[static_cast<int>(Phase::Gather)] = {
       "Nothing is gathered: each replica keeps its outputs and its loss. The host adds the replicas' [loss sum, "
       "correct count] once the step is done, only to report the batch's mean loss; no device waits for another's "
@@ -102,7 +107,7 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
   s[static_cast<int>(Phase::Loss)] = {
       std::string("No loss on device 0: each replica computed its chunk's loss sum and the gradient of the batch's "
                   "mean loss after its forward. Reported: mean cross-entropy over the whole batch = ") +
-          loss_value + ".",
+          loss_text(r) + ".",
       {}};
   if (mixed && r.loss_scale > 0)
     s[static_cast<int>(Phase::Loss)].text += " fp16: each replica's loss gradient was multiplied by the loss scale (" +
@@ -213,8 +218,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   auto& ga = s[static_cast<int>(Phase::Gather)];
   auto& lo = s[static_cast<int>(Phase::Loss)];
   auto& bw = s[static_cast<int>(Phase::Backward)];
-  char loss_value[32];
-  std::snprintf(loss_value, sizeof loss_value, "%.4f", r.loss);
+  const std::string loss_value = loss_text(r);
   if (dp.loss_mode() == LossMode::InReplica) {
     fw.text += std::string(dp.sync_mode() == SyncMode::AllReduce ? " In DDP's shape" : " With --loss in-replica") +
                " each replica also computes its chunk's loss sum and the gradient of the "
