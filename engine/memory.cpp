@@ -89,6 +89,11 @@ CachingAllocator::~CachingAllocator() {
   // Every stream is joined by now (and cudaFree waits for the device): nothing reads these any more.
   for (Block* b : awaiting_) b->readers.clear(), cache_.emplace(b->size, b);
   awaiting_.clear();
+  for (auto& [id, pool] : pools_) {  // their captured steps are gone before their devices
+    for (Block* b : pool.awaiting) pool.cache.emplace(b->size, b);
+    for (auto& [size, b] : pool.cache) cache_.emplace(size, b);
+  }
+  pools_.clear();
   release_cached_locked();
   // Blocks still in use here are a leak in the caller; the tests check in_use returns to 0.
 }
@@ -125,12 +130,12 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   const auto want = static_cast<int64_t>(size);
   std::unique_lock lock(mutex_);
   if (capacity_ > 0 && stats_.in_use + want > capacity_) throw out_of_memory_locked(bytes);
-  collect_read_blocks_locked();
-  // Best fit from the cache, but never a block more than twice the request (avoids waste).
-  auto it = cache_.lower_bound(size);
-  if (it != cache_.end() && it->first <= 2 * size) {
-    Block* b = it->second;
-    cache_.erase(it);
+  // Capturing, the readers' events may be the capture's (not to be queried): collect after it.
+  if (!capturing_) collect_read_blocks_locked();
+  Block* b = capturing_ ? take_cached_locked(pools_.at(capturing_).cache, size) : nullptr;
+  if (!b) b = take_cached_locked(cache_, size);
+  if (b) {
+    b->pool = capturing_;  // a cached block taken into a capture is its pool's from now on
     b->category = category;
     b->requested = bytes;
     b->accounted = size;
@@ -152,8 +157,17 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   }
   if (!ptr) throw out_of_memory_locked(bytes);
   stats_.reserved += want;
-  auto* b = new Block{ptr, size, category, bytes, size, {}};
+  b = new Block{ptr, size, category, bytes, size, {}, capturing_};
   note_alloc_locked(*b);
+  return b;
+}
+
+// Best fit, but never a block more than twice the request (avoids waste).
+Block* CachingAllocator::take_cached_locked(std::multimap<size_t, Block*>& cache, size_t size) {
+  auto it = cache.lower_bound(size);
+  if (it == cache.end() || it->first > 2 * size) return nullptr;
+  Block* b = it->second;
+  cache.erase(it);
   return b;
 }
 
@@ -173,14 +187,68 @@ void CachingAllocator::free(Block* b) {
   auto sz = static_cast<int64_t>(b->accounted);
   stats_.in_use -= sz;
   stats_.in_use_by_category[static_cast<int>(b->category)] -= sz;
+  // Freed while capturing: the captured work may use it (whatever pool it came from).
+  if (capturing_ && !pools_.count(b->pool)) b->pool = capturing_;
+  auto pool = pools_.find(b->pool);
+  if (pool == pools_.end()) b->pool = 0;  // its captured step is gone: back to the cache
+  auto& cache = pool == pools_.end() ? cache_ : pool->second.cache;
+  auto& awaiting = pool == pools_.end() ? awaiting_ : pool->second.awaiting;
   if (b->readers.empty())
-    cache_.emplace(b->size, b);
+    cache.emplace(b->size, b);
   else
-    awaiting_.push_back(b);  // another stream may still be reading it
+    awaiting.push_back(b);  // another stream may still be reading it
+}
+
+int CachingAllocator::begin_capture() {
+  std::lock_guard lock(mutex_);
+  if (capturing_) throw std::logic_error("begin_capture: a capture is already open on " + device_name_);
+  capturing_ = next_pool_++;
+  pools_[capturing_];
+  return capturing_;
+}
+
+void CachingAllocator::end_capture() {
+  std::lock_guard lock(mutex_);
+  if (!capturing_) return;
+  // Their readers were captured work: the block is the pool's, and no other work gets it.
+  // Events recorded during a capture can never be queried (they only order the captured work); the
+  // reads they stand for happen inside each replay, which later work on every stream waits for.
+  for (auto [b, event] : captured_reads_) {
+    auto& r = b->readers;
+    r.erase(std::remove_if(r.begin(), r.end(), [e = event](const auto& use) { return use.second.get() == e; }), r.end());
+  }
+  captured_reads_.clear();
+  Pool& pool = pools_.at(capturing_);
+  for (Block* b : pool.awaiting) b->readers.clear(), pool.cache.emplace(b->size, b);
+  pool.awaiting.clear();
+  capturing_ = 0;
+}
+
+void CachingAllocator::release_pool(int id) {
+  std::lock_guard lock(mutex_);
+  auto it = pools_.find(id);
+  if (it == pools_.end()) return;
+  if (capturing_ == id) capturing_ = 0;
+  for (Block* b : it->second.awaiting) b->readers.clear(), it->second.cache.emplace(b->size, b);
+  for (auto& [size, b] : it->second.cache) b->pool = 0, cache_.emplace(size, b);
+  pools_.erase(it);
+}
+
+bool CachingAllocator::capturing() const {
+  std::lock_guard lock(mutex_);
+  return capturing_ != 0;
 }
 
 void CachingAllocator::record_reader(Block* b, DeviceQueue& queue, std::shared_ptr<void> event) {
   std::lock_guard lock(mutex_);
+  if (capturing_) captured_reads_.emplace_back(b, event.get());
+  // A queue passes its events in order: its latest read is the one to wait for (and a block read
+  // every step, such as the master parameters, keeps one event per queue, not one per step).
+  for (auto& [q, e] : b->readers)
+    if (q == &queue) {
+      e = std::move(event);
+      return;
+    }
   b->readers.emplace_back(&queue, std::move(event));
 }
 
@@ -220,7 +288,12 @@ void CachingAllocator::empty_cache() {
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  MemoryStats s = stats_;
+  for (const auto& [id, pool] : pools_) {
+    for (const auto& [size, b] : pool.cache) s.graph_pools += static_cast<int64_t>(size);
+    for (const Block* b : pool.awaiting) s.graph_pools += static_cast<int64_t>(b->size);
+  }
+  return s;
 }
 
 void CachingAllocator::reset_peak() {

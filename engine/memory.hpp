@@ -51,6 +51,7 @@ struct MemoryStats {
   CategoryBytes window_at_peak{};
   int64_t allocations = 0;  // number of allocate() calls
   int64_t cache_hits = 0;   // of which served from the cache
+  int64_t graph_pools = 0;  // free bytes kept for captured steps (part of reserved), see begin_capture
 };
 
 // "device 0 (host:0) ran out of memory trying to allocate 2.59 GiB: ..." (DESIGN.md).
@@ -86,6 +87,7 @@ struct Block {
   // Other devices' streams that read the block, each with an event recorded after its read: the
   // block goes back to the cache only once every one has passed it (record_stream's rule).
   std::vector<std::pair<DeviceQueue*, std::shared_ptr<void>>> readers;
+  int pool = 0;  // a captured step's private pool (CachingAllocator::begin_capture), 0: the cache
 };
 
 class CachingAllocator {
@@ -109,6 +111,19 @@ class CachingAllocator {
   // a sibling's idle cache cannot make this device fail. Called without this allocator's lock.
   void set_release_others(std::function<void()> release_others) { release_others_ = std::move(release_others); }
 
+  // A captured step (engine/graph/step_graph.hpp) replays with the addresses it was captured with,
+  // so from begin_capture() to end_capture() every allocation, from any thread, is served from the
+  // capture's private pool (a cached block or fresh memory), and every block freed goes to that pool:
+  // no address the captured work uses is handed to other work while the capture lives. Inside the
+  // capture a freed block is reused as outside (by work on the same stream), except one that another
+  // stream read: its reader's event belongs to the capture and cannot be queried, so it waits for
+  // end_capture(). release_pool() once the captured work can run no more: the pool's free blocks go
+  // back to the cache, and its blocks still in use go there when freed. Returns the pool's id.
+  int begin_capture();
+  void end_capture();
+  void release_pool(int pool);
+  bool capturing() const;
+
   MemoryStats stats() const;
   void reset_peak();
   // What the device is doing now ("forward", ...): recorded with the peak, named in OOM errors.
@@ -122,6 +137,12 @@ class CachingAllocator {
   void collect_read_blocks_locked();  // freed blocks whose readers have all passed: into the cache
   OutOfMemoryError out_of_memory_locked(size_t bytes) const;
   void note_alloc_locked(const Block& b);
+  // A captured step's private pool: its free blocks, and those waiting for readers during its capture.
+  struct Pool {
+    std::multimap<size_t, Block*> cache;
+    std::vector<Block*> awaiting;
+  };
+  Block* take_cached_locked(std::multimap<size_t, Block*>& cache, size_t size);
 
   int device_;
   std::string device_name_;
@@ -130,6 +151,10 @@ class CachingAllocator {
   mutable std::mutex mutex_;
   std::multimap<size_t, Block*> cache_;  // free blocks by size, best fit
   std::vector<Block*> awaiting_;         // freed, waiting for their readers
+  std::map<int, Pool> pools_;            // by id: the live captured steps' pools
+  int capturing_ = 0;                    // the pool being captured into, 0: none
+  std::vector<std::pair<Block*, void*>> captured_reads_;  // readers' events recorded while capturing
+  int next_pool_ = 1;
   MemoryStats stats_;
   std::string phase_;
   std::function<void()> release_others_;

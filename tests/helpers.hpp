@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,29 +63,41 @@ struct TempDir {
 // An accelerator queue whose device work finishes only when the test says: what a GPU stream is
 // between a host-side task returning and the GPU reaching its work. synchronize() does not
 // finish anything (only finish_all does), so a test can join the host side alone.
+// With `capturing` set, it records as a stream inside a CUDA graph capture does: events that only
+// order the captured work, which CUDA refuses to query (cudaErrorCapturedEvent) — so does this.
 class ManualQueue final : public DeviceQueue {
  public:
   std::shared_ptr<void> record() override {
-    auto done = std::make_shared<std::atomic<bool>>(false);
+    auto e = std::make_shared<ManualEvent>();
+    e->captured = capturing;
     std::lock_guard lock(m_);
-    events_.push_back(done);
-    return done;
+    events_.push_back(e);
+    return e;
   }
   void wait(const std::shared_ptr<void>&) override {}
-  bool query(const std::shared_ptr<void>& event) override { return static_cast<std::atomic<bool>*>(event.get())->load(); }
+  bool query(const std::shared_ptr<void>& event) override {
+    const auto* e = static_cast<ManualEvent*>(event.get());
+    if (e->captured) throw std::logic_error("queried an event recorded during a capture");
+    return e->done.load();
+  }
   void synchronize() override {}
   void finish_all() {
     std::lock_guard lock(m_);
-    for (auto& e : events_) *e = true;
+    for (auto& e : events_) e->done = true;
   }
   size_t recorded() {
     std::lock_guard lock(m_);
     return events_.size();
   }
+  bool capturing = false;
 
  private:
+  struct ManualEvent {
+    std::atomic<bool> done{false};
+    bool captured = false;
+  };
   std::mutex m_;
-  std::vector<std::shared_ptr<std::atomic<bool>>> events_;
+  std::vector<std::shared_ptr<ManualEvent>> events_;
 };
 
 }  // namespace dp::test

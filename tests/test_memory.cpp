@@ -163,3 +163,86 @@ TEST_CASE("out of shared memory, an allocator first empties its siblings' caches
   a.free(got);
   b.free(held);
 }
+
+TEST_CASE("a captured step's pool: its blocks go to no other work until it is released") {
+  auto devs = host_devices(1);
+  auto& alloc = devs[0].allocator();
+  Block* before = alloc.allocate(4096, MemCategory::Parameters);  // made before, freed inside the capture
+  Block* cached = alloc.allocate(8192, MemCategory::Activations);
+  void* const cached_ptr = cached->ptr;
+  alloc.free(cached);
+  const int pool = alloc.begin_capture();
+  CHECK(alloc.capturing());
+  Block* a = alloc.allocate(8192, MemCategory::Activations);
+  CHECK(a->ptr == cached_ptr);  // a free cached block is taken into the pool
+  CHECK(a->pool == pool);
+  void* const a_ptr = a->ptr;
+  alloc.free(a);
+  Block* reused = alloc.allocate(8192, MemCategory::Activations);
+  CHECK(reused->ptr == a_ptr);  // inside the capture a freed block is reused, as outside
+  void* const before_ptr = before->ptr;
+  alloc.free(before);  // the captured work may use it: the pool's from now on
+  Block* kept = alloc.allocate(16384, MemCategory::Workspace);  // still in use when the capture ends
+  alloc.free(reused);
+  alloc.end_capture();
+  CHECK_FALSE(alloc.capturing());
+  CHECK(alloc.stats().graph_pools == 8192 + 4096);
+  // Outside the capture, nothing of the pool is handed out.
+  Block* after = alloc.allocate(8192, MemCategory::Activations);
+  Block* after_small = alloc.allocate(4096, MemCategory::Activations);
+  CHECK(after->ptr != a_ptr);
+  CHECK(after_small->ptr != before_ptr);
+  CHECK(after->pool == 0);
+  alloc.free(kept);  // freed while the pool lives: back to the pool
+  CHECK(alloc.stats().graph_pools == 8192 + 4096 + 16384);
+  alloc.free(after);
+  alloc.free(after_small);
+  alloc.release_pool(pool);
+  CHECK(alloc.stats().graph_pools == 0);
+  // Released: its blocks serve anyone.
+  std::vector<Block*> again;
+  bool got_a = false, got_before = false;
+  for (int i = 0; i < 2; ++i) {
+    again.push_back(alloc.allocate(8192, MemCategory::Activations));
+    got_a = got_a || again.back()->ptr == a_ptr;
+  }
+  for (int i = 0; i < 2; ++i) {
+    again.push_back(alloc.allocate(4096, MemCategory::Activations));
+    got_before = got_before || again.back()->ptr == before_ptr;
+  }
+  CHECK(got_a);
+  CHECK(got_before);
+  for (Block* b : again) alloc.free(b);
+  CHECK(alloc.stats().in_use == 0);
+}
+
+TEST_CASE("a captured step's pool: a block another stream read inside the capture waits for its end, and no capture event is queried") {
+  auto devs = host_devices(1);
+  auto& alloc = devs[0].allocator();
+  ManualQueue reader;
+  Block* live = alloc.allocate(4096, MemCategory::Parameters);  // read every step, as the master is
+  alloc.record_reader(live, reader, reader.record());
+  alloc.record_reader(live, reader, reader.record());
+  CHECK(live->readers.size() == 1);  // one event per queue: its latest
+  reader.finish_all();
+  const int pool = alloc.begin_capture();
+  reader.capturing = true;
+  Block* read = alloc.allocate(4096, MemCategory::Activations);
+  void* const read_ptr = read->ptr;
+  alloc.record_reader(read, reader, reader.record());
+  alloc.record_reader(live, reader, reader.record());
+  alloc.free(read);
+  Block* other = alloc.allocate(4096, MemCategory::Activations);  // queries nothing (ManualQueue would throw)
+  CHECK(other->ptr != read_ptr);
+  alloc.free(other);
+  reader.capturing = false;
+  alloc.end_capture();
+  CHECK(live->readers.empty());  // the captured read is the graph's: nothing left to query
+  CHECK(alloc.awaiting_readers() == 0);
+  alloc.free(live);  // straight back to the cache
+  CHECK(alloc.awaiting_readers() == 0);
+  Block* b = alloc.allocate(4096, MemCategory::Activations);  // collecting queries no captured event
+  alloc.free(b);
+  alloc.release_pool(pool);
+  CHECK(alloc.stats().in_use == 0);
+}
