@@ -47,6 +47,37 @@ std::chrono::steady_clock::time_point Event::completed_at() const {
   return state_->at;
 }
 
+void Event::rearm() {
+  std::lock_guard lock(state_->m);
+  state_->done = state_->failed = false;
+  state_->device_event.reset();
+}
+
+void Stream::Recording::rearm() {
+  for (Event& e : events_) e.rearm();
+}
+
+void Stream::begin_recording() {
+  std::lock_guard lock(mutex_);
+  if (recording_) throw std::logic_error("stream " + name_ + " is already recording");
+  recording_ = std::make_shared<Recording>();
+}
+
+std::shared_ptr<Stream::Recording> Stream::end_recording() {
+  std::lock_guard lock(mutex_);
+  return std::move(recording_);
+}
+
+void Stream::replay(const Recording& recording) {
+  {
+    std::lock_guard lock(mutex_);
+    if (recording_) throw std::logic_error("stream " + name_ + ": replay while recording");
+    for (const Task& t : recording.tasks_) queue_.push_back(t);
+    pushed_ += recording.tasks_.size();
+  }
+  cv_.notify_all();
+}
+
 Stream::Stream(std::string name) : name_(std::move(name)), worker_([this] { loop(); }) {}
 
 Stream::~Stream() {
@@ -61,6 +92,10 @@ Stream::~Stream() {
 void Stream::push(Task t) {
   {
     std::lock_guard lock(mutex_);
+    if (recording_) {
+      recording_->tasks_.push_back(std::move(t));
+      return;
+    }
     queue_.push_back(std::move(t));
     ++pushed_;
   }
@@ -89,6 +124,10 @@ void Stream::set_tracer(Tracer* tracer, int track) {
 
 Event Stream::record() {
   Event e;
+  {
+    std::lock_guard lock(mutex_);
+    if (recording_) recording_->events_.push_back(e);
+  }
   push({[this, e]() mutable {
           std::shared_ptr<void> device_event;
           try {
@@ -134,6 +173,9 @@ void Stream::synchronize() {
   ++host_waits_;
   {
     std::unique_lock lock(mutex_);
+    // Nothing recorded has run: a wait inside a recording would read results that are not there (on
+    // a GPU, a synchronize inside a capture fails it too).
+    if (recording_) throw std::logic_error("stream " + name_ + ": waited for while recording a step to replay");
     const uint64_t target = pushed_;
     wait_spinning(lock, idle_cv_, [&] {
       if (finished_ >= target) return true;

@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace dp {
 
@@ -47,6 +48,8 @@ class Event {
   // When the recording stream reached it (host clock): the end of the work before it on a host
   // device; on an accelerator, when that work had been issued.
   std::chrono::steady_clock::time_point completed_at() const;
+  // Not complete again, for a replayed recording (Stream::Recording) to record it anew.
+  void rearm();
  private:
   struct State {
     mutable std::mutex m;
@@ -77,6 +80,15 @@ class DeviceQueue {
   virtual double seconds_between(const std::shared_ptr<void>& /*from*/, const std::shared_ptr<void>& /*to*/) {
     return 0;
   }
+  // Graph capture (a CUDA graph), on the worker. begin_capture: this queue's later work is captured,
+  // not run; other queues join the capture by waiting for an event recorded in it, and must join
+  // back (this queue waits for an event of theirs) before end_capture, which returns the
+  // instantiated graph of everything captured (throws if the capture failed). launch: one run of
+  // a graph on this queue.
+  virtual bool can_capture() const { return false; }
+  virtual void begin_capture() { throw std::logic_error("this device cannot capture its work"); }
+  virtual std::shared_ptr<void> end_capture() { throw std::logic_error("this device cannot capture its work"); }
+  virtual void launch(const std::shared_ptr<void>& /*graph*/) { throw std::logic_error("this device cannot capture its work"); }
 };
 
 struct TaskLabel {
@@ -129,6 +141,27 @@ class Stream {
     bool always_run;  // event records and waits run even after an error
     TaskLabel label;
   };
+
+ public:
+  // Host devices' stand-in for graph capture (engine/graph/step_graph.hpp): between
+  // begin_recording() and end_recording() (host thread, stream idle) the tasks enqueued are kept,
+  // not run, and the events recorded are the recording's; replay() enqueues them all again. Before
+  // a replay every recording its tasks wait on must be rearmed (their events complete again only
+  // when this run records them). A replay must be joined before the next.
+  class Recording {
+   public:
+    void rearm();
+    size_t size() const { return tasks_.size(); }
+   private:
+    friend class Stream;
+    std::vector<Task> tasks_;
+    std::vector<Event> events_;
+  };
+  void begin_recording();
+  std::shared_ptr<Recording> end_recording();  // null when not recording
+  void replay(const Recording& recording);
+
+ private:
   void push(Task t);
   void loop();
   void remember_error(std::exception_ptr error);  // the first one wins
@@ -152,6 +185,7 @@ class Stream {
   std::atomic<int64_t> host_waits_{0};
   std::atomic<Tracer*> tracer_{nullptr};
   DeviceQueue* device_queue_ = nullptr;  // set before any work, read by the worker after that
+  std::shared_ptr<Recording> recording_;  // guarded by mutex_
   int track_ = 0;
   std::thread worker_;
 };

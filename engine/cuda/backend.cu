@@ -111,6 +111,29 @@ class CudaQueue final : public DeviceQueue {
     DP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from.get()), static_cast<cudaEvent_t>(to.get())));
     return ms * 1e-3;
   }
+  // Relaxed: the other logical devices' workers (other threads) join the capture through events,
+  // and the allocator may cudaMalloc a block for the capture's pool while it is open.
+  bool can_capture() const override { return true; }
+  void begin_capture() override {
+    DP_CUDA_CHECK(cudaStreamBeginCapture(c_.handles().stream, cudaStreamCaptureModeRelaxed));
+  }
+  std::shared_ptr<void> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    // Ends the capture even when it was invalidated (then the graph is null and the error says why).
+    DP_CUDA_CHECK(cudaStreamEndCapture(c_.handles().stream, &graph));
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+    DP_CUDA_CHECK(e);
+    const int gpu = c_.gpu();
+    return std::shared_ptr<void>(exec, [gpu](void* p) {
+      cudaSetDevice(gpu);  // a destructor: nothing to report to
+      cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(p));
+    });
+  }
+  void launch(const std::shared_ptr<void>& graph) override {
+    DP_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), c_.handles().stream));
+  }
 
  private:
   std::shared_ptr<void> record_from(const std::shared_ptr<EventPool>& pool) {
