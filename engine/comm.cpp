@@ -37,6 +37,15 @@ void enqueue_copy(const Tensor& dst, Device& from, Source source) {
 
 }  // namespace
 
+void upload_async(const Tensor& dst, const void* host) {
+  Stream& stream = dst.device().stream();
+  stream.enqueue([dst, host] { upload(dst.device().exec(), dst.data<char>(), host, dst.bytes()); },
+                 stream.label([&] {
+                   return TaskLabel{"load host -> " + dst.device().name() + " " + shape_str(dst.shape()), "copy", -1,
+                                    static_cast<int64_t>(dst.bytes())};
+                 }));
+}
+
 void copy_async(const Tensor& dst, const Tensor& src) {
   if (dst.bytes() != src.bytes())
     throw RuntimeError("copy of " + shape_str(src.shape()) + " into " + shape_str(dst.shape()) + ": sizes differ");

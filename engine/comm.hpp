@@ -19,6 +19,10 @@ constexpr size_t kBucketBytes = 10u << 20;  // PyTorch's default buffer size for
 // dst.bytes() must equal src.bytes(). Same device: ordered on that device's stream.
 void copy_async(const Tensor& dst, const Tensor& src);
 
+// dst.bytes() of host memory into dst, on dst's stream (the load). `host` must stay unchanged until
+// the stream has run the copy.
+void upload_async(const Tensor& dst, const void* host);
+
 // The same, from a source that work already enqueued on `from`'s stream will produce (a
 // replica's output, which does not exist when the step enqueues its gather): the copy reads
 // *slot when it runs, checks it is dst's shape and dtype, and then empties the slot, so the

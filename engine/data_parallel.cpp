@@ -1,9 +1,11 @@
 #include "engine/data_parallel.hpp"
+#include "engine/data_parallel_step.hpp"
 
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
@@ -15,19 +17,6 @@
 
 namespace dp {
 
-namespace {
-
-// Runs on a device stream: raw host memory into a device tensor (the pinned-host → device copy).
-void upload(const Tensor& dst, const void* src) {
-  Stream& stream = dst.device().stream();
-  stream.enqueue([dst, src] { dp::upload(dst.device().exec(), dst.data<char>(), src, dst.bytes()); },
-                 stream.label([&] {
-                   return TaskLabel{"load host -> " + dst.device().name() + " " + shape_str(dst.shape()), "copy", -1,
-                                    static_cast<int64_t>(dst.bytes())};
-                 }));
-}
-
-}  // namespace
 
 HostSync parse_host_sync(const std::string& text) {
   if (text == "phase") return HostSync::PerPhase;
@@ -89,6 +78,7 @@ DataParallel::~DataParallel() {
   } catch (...) {
     // The error was reported by the step that raised it; nothing is left to run.
   }
+  captured_.reset();
   for (auto& n : nets_) n->unbind();
   for (size_t i = 0; i < slots_.size(); ++i)
     devices_[static_cast<int>(i)].staging_memory().release(slots_[i], sizeof(HostSlots));
@@ -245,8 +235,7 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
   return r;
 }
 
-StepResult DataParallel::run_step(const void* input, const int32_t* targets, int64_t batch,
-                                  const std::vector<int64_t>& chunks, const NextBatch* next) {
+StepResult DataParallel::new_result(int64_t batch, const std::vector<int64_t>& chunks) {
   StepResult result;
   result.batch = batch;
   result.targets = batch * model_.targets_per_sample();
@@ -256,48 +245,48 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     result.batch = static_cast<int64_t>(counts[0]);
     result.targets = static_cast<int64_t>(counts[1]);
   }
-  const int64_t loss_rows = result.targets;
   result.chunks = chunks;
+  if (scaler_.enabled()) result.loss_scale = scaler_.scale();
+  return result;
+}
+
+StepResult DataParallel::run_step(const void* input, const int32_t* targets, int64_t batch,
+                                  const std::vector<int64_t>& chunks, const NextBatch* next) {
+  StepResult note;  // with graphs on: why this step runs as usual
+  if (graphs_)
+    if (auto r = run_graphed(input, targets, batch, chunks, note)) return std::move(*r);
+  StepResult result = new_result(batch, chunks);
+  result.graph = note.graph;
+  result.graph_note = note.graph_note;
   const bool per_phase = host_sync() == HostSync::PerPhase;
   StepRecorder rec(devices_, tracer_, result, per_phase);
-
   // Everything the step creates is held in `s` and released when the step ends (or unwinds),
   // after the streams have been joined.
-  struct Step : StepState {
-    DataParallel& dp;
-    Step(DataParallel& owner, int64_t b, int64_t rows, std::vector<int64_t> c)
-        : StepState(owner.devices_.size(), b, rows, std::move(c)), dp(owner) {
-      for (int i = 0; i < owner.devices_.size(); ++i) devices.push_back(&owner.devices_[i]);
-    }
-    bool joined = false;  // the step's last join ran: nothing is left to wait for
-    ~Step() {
-      if (!joined) {  // unwinding: let nothing wait for an all-reduce that will not come, then join
-        if (dp.allreduce_) dp.allreduce_->abandon();
-        try {
-          dp.devices_.synchronize();
-        } catch (...) {
-        }
-        if (dp.allreduce_) dp.allreduce_->finish_step(true);
-        dp.upload_ahead_.drop();  // the next batch is loaded again if a step is run on it
-      }
-      for (auto& net : dp.nets_) {
-        net->clear_cache();  // a step that failed part-way leaves activations cached
-        net->unbind();
-      }
-    }
-  } s(*this, batch, loss_rows, chunks);
-  s.slots = slots_;
-  s.sample_output_shape = model_.output_shape();
-  s.output_dtype = precision_.mixed() ? storage_dtype(precision_.precision) : DType::F32;
-  if (scaler_.enabled()) result.loss_scale = scaler_.scale();
-
-  enqueue_step_scalars(s);
-
+  Step s(*this, batch, result.targets, chunks);
   ReplicaTimer timer(devices_);
+  enqueue_step(s, result, rec, &timer, input, targets, next);
+  try {
+    join_replicas(all_devices());  // waiting once per step: the only wait (and fp16's verdict before an update)
+    s.joined = true;
+  } catch (const std::exception& e) {
+    // Waiting per step, the update was enqueued before the failure was seen: the devices skipped
+    // it (their streams had stopped), but the optimizer already counted it.
+    if (!per_phase) broken_ = e.what();
+    throw;
+  }
+  rec.finish();
+  report(s, result);
+  result.replica_seconds = timer.seconds();
+  return result;
+}
+
+void DataParallel::enqueue_step(Step& s, StepResult& result, StepRecorder& rec, ReplicaTimer* timer,
+                                const void* input, const int32_t* targets, const NextBatch* next) {
+  enqueue_step_scalars(s);
   auto timed = [&](ReplicaTimer::Mark start, auto&& run) {  // the replicas' own time, for --split auto
-    timer.mark(start);
+    if (timer) timer->mark(start);
     run();
-    timer.mark(static_cast<ReplicaTimer::Mark>(start + 1));
+    if (timer) timer->mark(static_cast<ReplicaTimer::Mark>(start + 1));
   };
   auto phase = [&](Phase p, auto&& run) {
     rec.begin(p);
@@ -330,34 +319,30 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
     phase(Phase::Reduce, [&] { reduce(s); });
     phase(Phase::Update, [&] { update(s, result); });
   }
-  try {
-    join_replicas(all_devices());  // waiting once per step: the only wait (and fp16's verdict before an update)
-    s.joined = true;
-  } catch (const std::exception& e) {
-    // Waiting per step, the update was enqueued before the failure was seen: the devices skipped
-    // it (their streams had stopped), but the optimizer already counted it.
-    if (!per_phase) broken_ = e.what();
-    throw;
-  }
-  rec.finish();
-  report(s, result);
-  result.replica_seconds = timer.seconds();
-  return result;
 }
 
-void DataParallel::enqueue_step_scalars(StepState& s) {
+std::vector<int> DataParallel::write_step_scalars(const std::vector<int64_t>& chunks, int64_t loss_rows) {
   StepScalars v;
   optimizer_->fill_scalars(static_cast<float>(lr_), v);  // the replicas' optimizers have the same count
   // GradScaler's reciprocal: float32 of 1/scale computed in double.
   if (scaler_.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(scaler_.scale()));
   // d(mean loss)/d(row loss sum), times fp16's loss scale (1 without): what the loss gradient is scaled by.
-  v.loss_grad_scale = scaler_.scale() / static_cast<float>(s.loss_rows);
-  // The last step has been joined: no stream still reads a slot's scalars. Their device copies are
-  // the step's (between steps, DataParallel holds nothing outside device 0).
+  v.loss_grad_scale = scaler_.scale() / static_cast<float>(loss_rows);
+  // The last step has been joined: no stream still reads a slot's scalars.
+  std::vector<int> taking_part;
   for (int d = 0; d < devices_.size(); ++d) {
     const auto k = static_cast<size_t>(d);
-    if (d != 0 && s.chunks[k] == 0 && sync_.mode != SyncMode::AllReduce) continue;
+    if (d != 0 && chunks[k] == 0 && sync_.mode != SyncMode::AllReduce) continue;
     slots_[k]->scalars = v;
+    taking_part.push_back(d);
+  }
+  return taking_part;
+}
+
+void DataParallel::enqueue_step_scalars(StepState& s) {
+  // Their device copies are the step's (between steps, DataParallel holds nothing outside device 0).
+  for (int d : write_step_scalars(s.chunks, s.loss_rows)) {
+    const auto k = static_cast<size_t>(d);
     s.step_scalars[k] = make_step_scalars(devices_[d]);
     dp::enqueue_step_scalars(s.step_scalars[k], &slots_[k]->scalars);
   }
@@ -378,14 +363,16 @@ std::vector<UploadAhead::Piece> DataParallel::batch_pieces(const void* input, co
 
 // 1. load: the batch (inputs and targets) onto device 0, unless the last step uploaded it ahead.
 void DataParallel::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
-  std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, {}});
-  if (loaded.empty())
-    for (const auto& piece : batch_pieces(input, targets, s.batch)) {
-      upload(piece.dst, piece.src);
-      loaded.push_back(piece.dst);
-    }
-  s.input = loaded[0];
-  s.target = loaded[1];
+  if (!s.input.defined()) {  // a captured step's input is copied in before each launch
+    std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, {}});
+    if (loaded.empty())
+      for (const auto& piece : batch_pieces(input, targets, s.batch)) {
+        upload_async(piece.dst, piece.src);
+        loaded.push_back(piece.dst);
+      }
+    s.input = loaded[0];
+    s.target = loaded[1];
+  }
   r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
   end_phase({0});
 }
@@ -546,9 +533,15 @@ void DataParallel::backward(StepState& s) {
     if (r != 0 || precision_.mixed())
       s.grads[r] = Tensor::empty(*s.devices[r], {layout().parameter_count}, MemCategory::Gradients,
                                  s.params[r].dtype());
+    // The output gradient the host scattered (gathered loss) goes with the task, which releases it
+    // when done; in-replica it does not exist yet (the forward's task makes it: not to be touched
+    // here) and the task takes it from s. A task never drops what the host made: a replayed
+    // recording (engine/step/step_graph.hpp) runs it again.
+    const Tensor scattered =
+        loss_->mode() == LossMode::Gathered ? std::exchange(s.grad_outputs[r], Tensor()) : Tensor();
     Stream& stream = s.devices[r]->stream();
     stream.enqueue(
-        [this, r, &s] {
+        [this, r, &s, scattered] {
           Device& dev = *s.devices[r];
           if (s.grads[r].defined()) {
             // Backward writes every entry; the alignment gaps, summed into the master too, are zeroed.
@@ -558,8 +551,7 @@ void DataParallel::backward(StepState& s) {
                    static_cast<size_t>(end - begin) * elem);
             nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
           }
-          nets_[r]->backward(dev, s.grad_outputs[r]);
-          s.grad_outputs[r] = Tensor();
+          nets_[r]->backward(dev, scattered.defined() ? scattered : std::exchange(s.grad_outputs[r], Tensor()));
         },
         stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
   }
@@ -646,6 +638,8 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   // Two probes with the same batch and different chunks give each device's peak as
   // fixed + per-sample bytes. Probes change nothing: parameters, buffers and the optimizer
   // state are put back, and capacities are lifted while probing.
+  // The probes run as usual (each other's shapes; their state is put back, which a capture's would not see).
+  const bool graphs = std::exchange(graphs_, false);
   const auto saved_params = parameters(), saved_buffers = buffers();
   const auto saved_optimizer = optimizer_->save();
   const auto saved_scale = scaler_.state();
@@ -672,6 +666,8 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
     devices_[i].allocator().set_capacity(capacity[i]);
     devices_[i].allocator().reset_peak();  // the probes are not part of the run's profile
   }
+  graphs_ = graphs;
+  drop_captured_step();
   const MemoryPlan plan = plan_memory_balance(even, pa, shifted, pb, batch);
   splitter_.set_memory_plan(plan);
   return plan.description;
@@ -690,8 +686,8 @@ EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const
   Device& d0 = devices_[0];
   Tensor input = Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, model_.input_dtype);
   Tensor target = Tensor::empty(d0, with_batch(batch, model_.target_shape), MemCategory::Inputs, DType::I32);
-  upload(input, input_data);
-  upload(target, targets);
+  upload_async(input, input_data);
+  upload_async(target, targets);
   EvalResult out;
   out.count = target.numel();
   // Mixed precision evaluates as it trains: on a 16-bit copy of the master parameters.
@@ -714,7 +710,7 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
                        std::to_string(model_.input_shape.at(0)));
   Device& d0 = devices_[0];
   Tensor input = Tensor::empty(d0, {1, length}, MemCategory::Inputs, DType::I32);
-  upload(input, tokens);
+  upload_async(input, tokens);
   std::vector<float> out(static_cast<size_t>(length * model_.classes));
   const Tensor params = inference_parameters();
   d0.stream().enqueue([&] {
@@ -768,6 +764,7 @@ void DataParallel::set_process_group(ProcessGroup* group) {
 }
 
 void DataParallel::restore_optimizer(const Optimizer::Saved& state) {
+  drop_captured_step();  // the restored state may sit at other addresses than the captured update's
   optimizer_->restore(state, params_);
   for (size_t r = 1; r < replica_optimizers_.size(); ++r) replica_optimizers_[r]->restore(state, resident_params_[r]);
 }

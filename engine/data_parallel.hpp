@@ -1,6 +1,6 @@
 // The DataParallel step of DESIGN.md, faithful mode (what torch.nn.DataParallel does):
 //   load → scatter → replicate → forward → gather → loss on device 0 → backward → reduce → update
-// run_step reads as those nine calls. Each phase enqueues its work on the devices' streams,
+// enqueue_step reads as those nine calls. Each phase enqueues its work on the devices' streams,
 // ordered across devices by events; a StepRecorder times the phase, counts the bytes it moved
 // and each device's memory peak in it. How often the host waits is a choice (HostSync): after
 // every phase (as DataParallel's parallel_apply joins its threads: exact per-phase memory, what
@@ -41,12 +41,18 @@
 #include "engine/split/splitter.hpp"
 #include "engine/step/gradient_sync.hpp"
 #include "engine/step/loss_strategy.hpp"
+#include "engine/step/replica_timer.hpp"
 #include "engine/step/upload_ahead.hpp"
 #include "engine/step_recorder.hpp"
 #include "engine/trace.hpp"
 #include "models/model.hpp"
 
 namespace dp {
+
+// How a step ran with captured steps on (DataParallel::set_graphs): not asked for, as usual (the
+// reason is in StepResult::graph_note), captured (and run), or replayed.
+enum class GraphUse { Off, Eager, Captured, Replayed };
+const char* graph_use_name(GraphUse use);  // "off", "eager", "captured", "replayed"
 
 struct StepResult : PhaseRecord {
   double loss = 0;          // mean cross-entropy over the whole batch (every token of it, for a GPT)
@@ -61,6 +67,8 @@ struct StepResult : PhaseRecord {
   double grad_norm = -1;                // ‖g‖₂ of the reduced gradients before clipping (-1: not computed)
   double loss_scale = 0;                // fp16: the loss scale this step ran with (0: no scaling)
   bool skipped = false;                 // fp16: inf/NaN gradients, so no update (and the scale backed off)
+  GraphUse graph = GraphUse::Off;       // with set_graphs(true): how this step ran
+  std::string graph_note;               // why it ran as usual, or why graphs stopped ("" otherwise)
 };
 
 struct EvalResult {
@@ -157,6 +165,17 @@ class DataParallel {
   void set_host_sync(HostSync sync) { host_sync_ = sync; }
   // The waiting the next step will do.
   HostSync host_sync() const;
+  // Captured steps (--cuda-graphs; engine/step/step_graph.hpp): the first step of a shape runs as
+  // usual, the second is captured (once) and run, the later ones replay the capture — one launch a
+  // step on CUDA devices, a replay of the streams' recorded tasks on host devices. A shape is the
+  // batch, its chunks, clipping and the norm's reporting; a step of another shape (a short last
+  // batch) runs as usual, and a new shape seen twice in a row is captured in place of the old one.
+  // Steps run as usual where a capture cannot hold them (StepResult::graph_note says why): waiting
+  // per phase, tracing, --split auto (it times each replica), --sync allreduce. A replay loads its
+  // batch into the captured input (no upload ahead). A capture that fails turns graphs off for the
+  // run and that step runs as usual. Results equal the usual step's bit for bit.
+  void set_graphs(bool on);
+  bool graphs() const { return graphs_; }
 
   // Host copies of the master state (parameters, buffers) in layout order, and loading them.
   std::vector<float> parameters();
@@ -165,6 +184,8 @@ class DataParallel {
   void load_state(const std::vector<float>& params, const std::vector<float>& buffers);
 
  private:
+  struct Step;          // one step's state and its clean-up (engine/data_parallel_step.hpp)
+  struct CapturedStep;  // a captured step and what it holds (engine/data_parallel_graph.cpp)
   // input: float images or int32 token ids, as the model takes (checked by the public overloads).
   StepResult step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
   EvalResult evaluate_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
@@ -177,6 +198,25 @@ class DataParallel {
   };
   StepResult run_step(const void* input, const int32_t* targets, int64_t batch, const std::vector<int64_t>& chunks,
                       const NextBatch* next = nullptr);
+  // A step's result before it runs: its batch, targets (every process's, under mpirun), chunks.
+  StepResult new_result(int64_t batch, const std::vector<int64_t>& chunks);
+  // The nine phases enqueued on the streams (timer: null when replicas are not timed). A step whose
+  // input is already in s.input (a captured one's) loads nothing.
+  void enqueue_step(Step& s, StepResult& r, StepRecorder& rec, ReplicaTimer* timer, const void* input,
+                    const int32_t* targets, const NextBatch* next);
+  // Captured steps (engine/data_parallel_graph.cpp): the step captured or replayed, or nothing when it
+  // is to run as usual (r.graph and r.graph_note then say so).
+  std::optional<StepResult> run_graphed(const void* input, const int32_t* targets, int64_t batch,
+                                        const std::vector<int64_t>& chunks, StepResult& note);
+  std::string graph_blocker() const;  // why no step can be captured now ("" if one can)
+  // Capture the step and run it; nothing when the capture fails (graphs_stopped_ says why: the step
+  // then runs as usual).
+  std::optional<StepResult> capture_step(const void* input, const int32_t* targets, int64_t batch,
+                                         const std::vector<int64_t>& chunks);
+  StepResult replay_step(const void* input, const int32_t* targets);
+  // Launch the captured step and wait for it; then its results (the optimizer's count has advanced).
+  StepResult launch_captured(StepResult r);
+  void drop_captured_step();  // the devices must be idle
   // The tensors a batch is loaded into, each with its host bytes: on device 0 (DataParallel), or
   // each active device's chunk (allreduce), input then targets.
   std::vector<UploadAhead::Piece> batch_pieces(const void* input, const int32_t* targets, int64_t batch);
@@ -191,6 +231,9 @@ class DataParallel {
   // The step's scalars into the slot of every device that takes part (device 0, the active ones; all
   // under allreduce), and each one's copy of them (StepState::step_scalars) enqueued first thing.
   void enqueue_step_scalars(StepState& s);
+  // The step's scalars (next update's lr and bias corrections, fp16's scales) into the slot of every
+  // device that takes part; the devices that do.
+  std::vector<int> write_step_scalars(const std::vector<int64_t>& chunks, int64_t loss_rows);
   // The nine phases (DESIGN.md), in order.
   void load(StepState& s, const void* input, const int32_t* targets, StepResult& r);
   void scatter(StepState& s);
@@ -278,6 +321,19 @@ class DataParallel {
   std::optional<NextBatch> next_;  // given to upload_ahead(), staged by the next step
   int64_t steps_run_ = 0;
   UploadAhead upload_ahead_;
+  bool graphs_ = false;
+  // What a captured step holds fixed: a step of another shape cannot replay it.
+  struct StepShape {
+    int64_t batch = 0;
+    std::vector<int64_t> chunks;
+    double clip = 0;
+    bool report_norm = false;
+    bool operator==(const StepShape&) const = default;
+  };
+  StepShape shape_of(int64_t batch, const std::vector<int64_t>& chunks) const;
+  std::optional<StepShape> last_eager_shape_;  // the last step that ran as usual with graphs on
+  std::unique_ptr<CapturedStep> captured_;
+  std::string graphs_stopped_;  // why a capture failed (graphs are then off for the run)
 };
 
 }  // namespace dp

@@ -54,6 +54,12 @@ class Optimizer {
   // The same at learning rate lr, the scalars copied to the device for this one update.
   void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if = {});
   void undo_step();
+  // A replayed captured step (engine/step/step_graph.hpp) ran the update step() enqueued when it was
+  // captured, with this count's scalars: count it as step() would.
+  void count_replayed_step() {
+    ++steps_;
+    state_created_by_last_step_ = false;
+  }
   int64_t steps() const { return steps_; }
 
   // The state as host copies, named as torch.optim names each parameter's ("momentum_buffer";

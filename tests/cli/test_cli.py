@@ -161,6 +161,27 @@ with tempfile.TemporaryDirectory() as tmp:
               [(r.get("loss"), r.get("test_accuracy")) for r in outs["on"]] ==
               [(r.get("loss"), r.get("test_accuracy")) for r in outs["off"]] and len(outs["on"]) > 2, outs)
 
+    # Captured steps (--cuda-graphs on): the same training, across two epochs of 6 batches of 6 and
+    # a short one of 4 each, with evaluation and an upload ahead before the steps run as usual.
+    expect("bad cuda graphs", small + ["--cuda-graphs", "maybe"], 2, "--cuda-graphs 'maybe': expected on or off")
+    outs, said = {}, {}
+    for graphs in ("off", "on"):
+        path = os.path.join(tmp, f"graphs_{graphs}.jsonl")
+        rc, out, err = run(["train", "--data", good, "--devices", "host:2", "--batch", "6", "--model", "mlp", "--epochs",
+                            "2", "--eval", "--upload-ahead", "on", "--cuda-graphs", graphs, "--metrics", path])
+        check(f"--cuda-graphs {graphs} runs", rc == 0, err + out)
+        outs[graphs] = [json.loads(line) for line in open(path)] if rc == 0 else []
+        said[graphs] = out
+    check("--cuda-graphs on = off: losses and test accuracy",
+          [(r.get("loss"), r.get("test_accuracy")) for r in outs["on"]] ==
+          [(r.get("loss"), r.get("test_accuracy")) for r in outs["off"]] and len(outs["on"]) > 10, outs)
+    uses = [r["graph"] for r in outs["on"] if "graph" in r]
+    check("--cuda-graphs on: captured once, short batches as usual, the rest replayed",
+          uses == ["eager", "captured"] + ["replayed"] * 4 + ["eager"] + ["replayed"] * 6 + ["eager"], uses)
+    check("--cuda-graphs off: no graph field", all("graph" not in r for r in outs["off"]), outs["off"])
+    check("--cuda-graphs on: says how many steps replayed", "10 of 14 steps replayed a captured step" in said["on"],
+          said["on"])
+
     # Runtime errors: exit 1, and the existing --save file is untouched.
     def keeps_save(name, args, code, needle):
         expect(name, args + ["--save", save, "--metrics", metrics], code, needle)

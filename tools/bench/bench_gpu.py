@@ -14,6 +14,9 @@ the others go on.
   5. How busy the GPU is: forward + backward GPU time (CUDA events, metrics' replica_ms) over the
      step's wall time on cuda:0, mlp and convnet at batch 128 and 1024 (a lower bound: the loss,
      the update and the copies are not counted; target >= 80% at 1024).
+  6. The difference captured steps make (--cuda-graphs on against off) on cuda:0 and cuda:0x4, mlp
+     and convnet at batch 128 and 1024; and how many timed steps were replays (all, once warm).
+Table 1 also times dp with --cuda-graphs on.
 
 Samples/s: dp's from its metrics over the steps after the warm-up; PyTorch's from its own timer
 around the same number of steps; the median of --repeats runs, dp and PyTorch interleaved.
@@ -91,23 +94,29 @@ def ratio(x, y):
 
 def vs_pytorch(a, env):
     print("### 1. dp on one device against PyTorch eager (TF32 off on both)\n")
-    print(f"| model | batch | dp {a.gpu} samples/s | PyTorch samples/s | dp / PyTorch | target |")
-    print("|---|---|---|---|---|---|")
+    print(f"| model | batch | dp {a.gpu} samples/s | dp --cuda-graphs on | PyTorch samples/s | dp / PyTorch | "
+          "graphs / PyTorch | target |")
+    print("|---|---|---|---|---|---|---|---|")
     for model, batch, target in (("mlp", 128, 1.5), ("mlp", 1024, 1.1), ("convnet", 128, 1.5),
                                  ("convnet", 1024, 1.1), ("resnet18", 256, 1.0)):
         if model not in a.models:
             continue
-        ours, theirs = [], []
-        try:
-            for _ in range(a.repeats):  # interleaved, so a drift of the machine hits both sides
-                ours.append(dp_speed(a, env, model, a.gpu, batch))
-                theirs.append(torch_speed(a, env, model, batch)["samples_per_s"])
-        except RunFailed as e:
-            (theirs if len(ours) > len(theirs) else ours).append(str(e))
-        ours, theirs = (statistics.median(v) if v and all(isinstance(x, float) for x in v) else (v[-1] if v else None)
-                        for v in (ours, theirs))
-        print(f"| {model} | {batch} | {cell(ours)} | {cell(theirs)} | {ratio(ours, theirs)} | >= {target}x |",
-              flush=True)
+        runs = {"usual": lambda: dp_speed(a, env, model, a.gpu, batch),
+                "graphs": lambda: dp_speed(a, env, model, a.gpu, batch, ("--cuda-graphs", "on")),
+                "torch": lambda: torch_speed(a, env, model, batch)["samples_per_s"]}
+        got = {k: [] for k in runs}
+        for _ in range(a.repeats):  # interleaved, so a drift of the machine hits every side
+            for k, fn in runs.items():
+                if got[k] and not isinstance(got[k][-1], float):
+                    continue  # failed once: its error stands
+                try:
+                    got[k].append(fn())
+                except RunFailed as e:
+                    got[k].append(str(e))
+        ours, graphs, theirs = (statistics.median(v) if v and all(isinstance(x, float) for x in v)
+                                else (v[-1] if v else None) for v in got.values())
+        print(f"| {model} | {batch} | {cell(ours)} | {cell(graphs)} | {cell(theirs)} | {ratio(ours, theirs)} | "
+              f"{ratio(graphs, theirs)} | >= {target}x |", flush=True)
 
 
 def dataparallel_overhead(a, env):
@@ -158,6 +167,27 @@ def busy(a, env):
                 print(f"| {model} | {batch} | fails: {e} | | |", flush=True)
 
 
+def graphs(a, env):
+    print("\n### 6. Captured steps: --cuda-graphs on against off\n")
+    print("| model | devices | batch | off samples/s | on samples/s | on / off | timed steps replayed |")
+    print("|---|---|---|---|---|---|---|")
+    for model in [m for m in ("mlp", "convnet") if m in a.models]:
+        for devices in (a.gpu, a.multi):
+            for batch in (128, 1024):
+                off = median_of(a, lambda: dp_speed(a, env, model, devices, batch))
+                try:
+                    on, replayed = [], ""
+                    for _ in range(a.repeats):
+                        rows = dp_rows(a, env, model, devices, batch, ("--cuda-graphs", "on"))
+                        on.append(sum(sum(r["chunks"]) for r in rows) / sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows))
+                        replayed = f"{sum(r.get('graph') == 'replayed' for r in rows)} of {len(rows)}"
+                    on = statistics.median(on)
+                except RunFailed as e:
+                    on = str(e)
+                print(f"| {model} | {devices} | {batch} | {cell(off)} | {cell(on)} | {ratio(on, off)} | {replayed} |",
+                      flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dp", default="build-gpu/dp")
@@ -167,7 +197,7 @@ def main():
     ap.add_argument("--steps", type=int, default=50, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="1,2,3,4,5", help="which tables, e.g. 1,3")
+    ap.add_argument("--only", default="1,2,3,4,5,6", help="which tables, e.g. 1,3")
     ap.add_argument("--models", default="mlp,convnet,resnet18", help="tables 1 and 2: which models")
     a = ap.parse_args()
     a.dp = os.path.abspath(a.dp)
@@ -181,10 +211,10 @@ def main():
         print(f"GPU: {smi}\n")
     except OSError:
         pass
-    tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth, "5": busy}
+    tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth, "5": busy, "6": graphs}
     for k in a.only.split(","):
         if k not in tables:
-            ap.error(f"--only: no table {k!r} (1-5)")
+            ap.error(f"--only: no table {k!r} (1-6)")
         tables[k](a, env)
 
 

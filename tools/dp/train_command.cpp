@@ -43,7 +43,8 @@ struct TrainOptions : RunOptions {
   int64_t warmup_steps = 0;
   double min_lr = 0, clip_grad_norm = 0;
   std::string host_sync = "step";  // or phase: the host waits after every phase
-  std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
+  std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices (off with --cuda-graphs on)
+  std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
@@ -153,6 +154,9 @@ int run_train(const TrainOptions& given) {
   const HostSync host_sync = parse_host_sync(o.host_sync);
   if (o.upload_ahead != "auto" && o.upload_ahead != "on" && o.upload_ahead != "off")
     throw UsageError("--upload-ahead '" + o.upload_ahead + "': expected auto, on or off");
+  if (o.cuda_graphs != "on" && o.cuda_graphs != "off")
+    throw UsageError("--cuda-graphs '" + o.cuda_graphs + "': expected on or off");
+  const bool graphs = o.cuda_graphs == "on";
   parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
   if (o.checkpoint_every <= 0) throw UsageError("--checkpoint-every must be > 0");
   if (o.keep_checkpoints < 1) throw UsageError("--keep-checkpoints must be >= 1");
@@ -173,9 +177,11 @@ int run_train(const TrainOptions& given) {
   dp.set_process_group(group);
   dp.set_clip_grad_norm(o.clip_grad_norm);
   dp.set_host_sync(host_sync);
+  dp.set_graphs(graphs);
   // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;
-  // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory.
-  const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda());
+  // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory. A
+  // replayed step copies its batch into the captured input itself.
+  const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda() && !graphs);
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);
     if (!s.stripped_prefix.empty())
@@ -232,6 +238,7 @@ int run_train(const TrainOptions& given) {
   Progress progress(total, ::isatty(STDERR_FILENO) == 1, !primary);
 
   PhaseTimes phase_total{};
+  int64_t phased_steps = 0, replayed = 0;  // --cuda-graphs: a replayed step has no phases of its own
   int64_t step = first_step, samples = 0, skipped = 0;
   double last_loss = NAN, train_seconds = 0;
   int current_epoch = 0;
@@ -292,6 +299,7 @@ int run_train(const TrainOptions& given) {
   };
 
   int interrupted = 0;
+  bool graphs_said = false;  // --cuda-graphs: why captures stopped, told once
   auto fetch = [&]() -> std::shared_ptr<const Batch> {
     auto b = loader.next();
     return b ? std::make_shared<const Batch>(std::move(*b)) : nullptr;
@@ -317,7 +325,12 @@ int run_train(const TrainOptions& given) {
     samples += r.batch;
     train_seconds += secs;
     last_loss = r.loss;
-    for (int p = 0; p < kNumPhases; ++p) phase_total[p] += r.seconds[p];
+    if (r.graph == GraphUse::Replayed) {
+      ++replayed;
+    } else {
+      ++phased_steps;
+      for (int p = 0; p < kNumPhases; ++p) phase_total[p] += r.seconds[p];
+    }
     skipped += r.skipped ? 1 : 0;
     if (!std::isfinite(r.loss))
       throw RuntimeError("the loss became " + std::to_string(r.loss) + " at step " + std::to_string(step) +
@@ -339,11 +352,17 @@ int run_train(const TrainOptions& given) {
       if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
       if (r.loss_scale > 0) row["loss_scale"] = r.loss_scale, row["skipped"] = r.skipped;
       if (!r.split_change.empty()) row["split_change"] = r.split_change;
+      if (r.graph != GraphUse::Off) row["graph"] = graph_use_name(r.graph);
+      if (!r.graph_note.empty()) row["graph_note"] = r.graph_note;
       metrics << row.dump()
               << "\n"
               << std::flush;
     }
     if (!r.split_change.empty()) progress.message("step " + std::to_string(step) + ": " + r.split_change);
+    if (graphs && !graphs_said && r.graph == GraphUse::Eager && r.graph_note.rfind("capturing the step failed", 0) == 0) {
+      graphs_said = true;  // once: every later step says the same
+      progress.message("step " + std::to_string(step) + ": --cuda-graphs: " + r.graph_note);
+    }
     progress.update(step, batch->epoch, r.loss, static_cast<double>(samples) / train_seconds);
     if (step % o.checkpoint_every == 0) save_checkpoint();
   }
@@ -377,10 +396,13 @@ int run_train(const TrainOptions& given) {
     std::printf("fp16 loss scaling: %lld of %lld steps skipped (inf/NaN gradients), loss scale now %g\n",
                 static_cast<long long>(skipped), static_cast<long long>(step - first_step),
                 static_cast<double>(dp.loss_scaler().scale()));
-  std::printf("time per step by phase (ms):");
+  if (graphs)
+    std::printf("--cuda-graphs: %lld of %lld steps replayed a captured step\n", static_cast<long long>(replayed),
+                static_cast<long long>(step - first_step));
+  std::printf("time per step by phase (ms%s):", replayed ? ", steps not replayed" : "");
   for (int p = 0; p < kNumPhases; ++p)
     std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)),
-                step > first_step ? phase_total[p] * 1e3 / static_cast<double>(step - first_step) : 0.0);
+                phased_steps ? phase_total[p] * 1e3 / static_cast<double>(phased_steps) : 0.0);
   std::printf("\n");
   if (!o.save.empty()) {
     save_safetensors(o.save, dp.layout(), {dp.parameters(), dp.buffers()});
@@ -423,6 +445,11 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--upload-ahead", o->upload_ahead,
                   "upload the next batch while a step runs (a copy stream, pinned staging memory on GPUs; one "
                   "more batch on device 0): auto (on for CUDA devices), on, off")
+      ->capture_default_str();
+  cmd->add_option("--cuda-graphs", o->cuda_graphs,
+                  "on: capture a batch shape's whole step once (its second step) and replay it: one CUDA graph "
+                  "launch a step on GPUs, a replay of the streams' recorded tasks on host devices; off: every step "
+                  "enqueued as usual")
       ->capture_default_str();
   cmd->add_option("--clip-grad-norm", o->clip_grad_norm, "scale gradients to this global L2 norm at most (0: off)")
       ->capture_default_str();

@@ -1,0 +1,162 @@
+// Captured steps (DataParallel::set_graphs, --cuda-graphs): a shape's step captured once with
+// engine/step/step_graph.hpp and replayed. The step enqueued is the usual one (enqueue_step), so
+// the two cannot drift apart; what a replay must do by hand is what the host does around the
+// streams' work: write the step's scalars, copy the batch into the captured input, count the
+// optimizer's step, read the results, and put back what the capture left in the DataParallel.
+#include <utility>
+
+#include "engine/data_parallel.hpp"
+#include "engine/comm.hpp"
+#include "engine/data_parallel_step.hpp"
+#include "engine/error.hpp"
+
+namespace dp {
+
+const char* graph_use_name(GraphUse use) {
+  switch (use) {
+    case GraphUse::Off: return "off";
+    case GraphUse::Eager: return "eager";
+    case GraphUse::Captured: return "captured";
+    case GraphUse::Replayed: return "replayed";
+  }
+  return "?";
+}
+
+void DataParallel::set_graphs(bool on) {
+  if (!on) drop_captured_step();
+  graphs_ = on;
+  last_eager_shape_.reset();
+}
+
+void DataParallel::drop_captured_step() {
+  captured_.reset();
+  last_eager_shape_.reset();
+}
+
+DataParallel::StepShape DataParallel::shape_of(int64_t batch, const std::vector<int64_t>& chunks) const {
+  return {batch, chunks, clip_, report_norm_};
+}
+
+std::string DataParallel::graph_blocker() const {
+  if (!graphs_stopped_.empty()) return graphs_stopped_;
+  if (sync_.mode == SyncMode::AllReduce)
+    return "--sync allreduce runs as usual: its all-reduce threads wait for the devices inside the step";
+  if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (--host-sync phase)";
+  if (tracer_) return "the step is traced";
+  if (splitter_.policy().mode == SplitPolicy::Mode::Auto) return "--split auto times each replica's work";
+  return "";
+}
+
+std::optional<StepResult> DataParallel::run_graphed(const void* input, const int32_t* targets, int64_t batch,
+                                                    const std::vector<int64_t>& chunks, StepResult& note) {
+  note.graph = GraphUse::Eager;
+  if (std::string why = graph_blocker(); !why.empty()) {
+    note.graph_note = std::move(why);
+    last_eager_shape_.reset();
+    return std::nullopt;
+  }
+  const StepShape shape = shape_of(batch, chunks);
+  if (captured_ && captured_->shape == shape) {
+    last_eager_shape_.reset();  // "twice in a row": a short batch an epoch is never captured
+    return replay_step(input, targets);
+  }
+  // A capture freezes the addresses of the optimizer's state, made by its first update, and of
+  // what a shape's first step sets up (cuDNN's plans): the step before a capture runs as usual.
+  const bool warm = last_eager_shape_ == shape && optimizer_->steps() > 0;
+  if (!warm) {
+    last_eager_shape_ = shape;
+    note.graph_note = optimizer_->steps() == 0 ? "the optimizer's first update makes its state"
+                      : captured_              ? "not the captured step's shape: captured if the next step has it too"
+                                               : "a shape's first step runs as usual: the next is captured";
+    return std::nullopt;
+  }
+  if (auto r = capture_step(input, targets, batch, chunks)) return r;
+  note.graph_note = graphs_stopped_;
+  return std::nullopt;
+}
+
+std::optional<StepResult> DataParallel::capture_step(const void* input, const int32_t* targets, int64_t batch,
+                                                     const std::vector<int64_t>& chunks) {
+  drop_captured_step();
+  upload_ahead_.drop();  // a replay copies its batch into the captured input
+  StepResult result = new_result(batch, chunks);
+  auto state = std::make_unique<Step>(*this, batch, result.targets, chunks);
+  // The captured input is made and filled before the capture: each launch copies its batch there.
+  auto pieces = batch_pieces(input, targets, batch);
+  for (const auto& piece : pieces) upload_async(piece.dst, piece.src);
+  state->input = pieces[0].dst;
+  state->target = pieces[1].dst;
+  const int64_t steps_before = optimizer_->steps();
+  std::unique_ptr<StepGraph> graph;
+  try {
+    StepRecorder rec(devices_, nullptr, result, /*per_phase=*/false);  // the links each phase uses
+    std::vector<Device*> devices;
+    for (int i = 0; i < devices_.size(); ++i) devices.push_back(&devices_[i]);
+    graph = std::make_unique<StepGraph>(std::move(devices));
+    enqueue_step(*state, result, rec, nullptr, nullptr, nullptr, nullptr);
+    graph->end();
+    join_replicas(all_devices());  // device 0's first: on CUDA the others leave the capture with it
+    graph->finish();
+  } catch (const std::exception& e) {
+    graph.reset();  // ends what is still open and joins: nothing captured ran
+    state->joined = true;
+    state.reset();
+    // The update was enqueued into the capture, never run: take it back from the count.
+    if (optimizer_->steps() > steps_before) optimizer_->undo_step();
+    graphs_stopped_ = std::string("capturing the step failed, steps run as usual from here: ") + e.what();
+    return std::nullopt;
+  }
+  state->joined = true;
+  captured_ = std::make_unique<CapturedStep>();
+  captured_->shape = shape_of(batch, chunks);
+  captured_->state = std::move(state);
+  captured_->graph = std::move(graph);
+  captured_->grads = grads_;
+  captured_->link_bytes = result.link_bytes;
+  result.graph = GraphUse::Captured;
+  // Its scalars are in the slots and its input on device 0: run it (the update is counted already).
+  return launch_captured(std::move(result));
+}
+
+StepResult DataParallel::replay_step(const void* input, const int32_t* targets) {
+  CapturedStep& c = *captured_;
+  Step& s = *c.state;
+  upload_ahead_.drop();  // a batch uploaded ahead by a step run as usual: this one copies its own
+  StepResult r = new_result(s.batch, s.chunks);
+  write_step_scalars(s.chunks, s.loss_rows);  // the update's values at the count before it
+  upload_async(s.input, input);
+  upload_async(s.target, targets);
+  r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
+  optimizer_->count_replayed_step();  // the update captured with the step runs in the replay
+  // The same bytes cross the same links as in the captured step.
+  r.link_bytes = c.link_bytes;
+  const int n = devices_.size();
+  for (const auto& moved : c.link_bytes)
+    for (size_t j = 0; j < moved.size(); ++j)
+      if (moved[j]) devices_[static_cast<int>(j) % n].count_received(static_cast<int>(j) / n, moved[j]);
+  r.graph = GraphUse::Replayed;
+  return launch_captured(std::move(r));
+}
+
+StepResult DataParallel::launch_captured(StepResult r) {
+  CapturedStep& c = *captured_;
+  Step& s = *c.state;
+  c.graph->launch();
+  try {
+    join_replicas(all_devices());
+  } catch (const std::exception& e) {
+    broken_ = e.what();  // as a step waiting per step: its update was counted
+    throw;
+  }
+  r.lr = lr_;
+  s.loss_sum = 0;  // read from the slots afresh (in-replica adds the replicas')
+  s.correct = 0;
+  report(s, r);
+  // What the capture left in the DataParallel: the master gradients it wrote, and no inference
+  // copy of the master it changed (mixed precision).
+  grads_ = c.grads;
+  inference_params_ = Tensor();
+  return r;
+}
+
+}  // namespace dp

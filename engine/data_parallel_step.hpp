@@ -1,0 +1,53 @@
+// What one DataParallel step holds (engine/step/step_state.hpp) and its clean-up: shared by the
+// step run as usual (engine/data_parallel.cpp) and the captured one (engine/data_parallel_graph.cpp),
+// which keeps its Step for as long as the capture lives (its tensors are the capture's addresses).
+// Private to those two files.
+#pragma once
+#include <array>
+
+#include "engine/data_parallel.hpp"
+#include "engine/step/step_graph.hpp"
+
+namespace dp {
+
+struct DataParallel::Step : StepState {
+  DataParallel& dp;
+  Step(DataParallel& owner, int64_t batch, int64_t loss_rows, std::vector<int64_t> chunks)
+      : StepState(owner.devices_.size(), batch, loss_rows, std::move(chunks)), dp(owner) {
+    for (int i = 0; i < owner.devices_.size(); ++i) devices.push_back(&owner.devices_[i]);
+    slots = owner.slots_;
+    sample_output_shape = owner.model_.output_shape();
+    output_dtype = owner.precision_.mixed() ? storage_dtype(owner.precision_.precision) : DType::F32;
+  }
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+  bool joined = false;  // the step's last join ran: nothing is left to wait for
+  // Released after the streams have been joined (or, unwinding, after joining them here).
+  ~Step() {
+    if (!joined) {  // unwinding: let nothing wait for an all-reduce that will not come, then join
+      if (dp.allreduce_) dp.allreduce_->abandon();
+      try {
+        dp.devices_.synchronize();
+      } catch (...) {
+      }
+      if (dp.allreduce_) dp.allreduce_->finish_step(true);
+      dp.upload_ahead_.drop();  // the next batch is loaded again if a step is run on it
+    }
+    for (auto& net : dp.nets_) {
+      net->clear_cache();  // a step that failed part-way leaves activations cached
+      net->unbind();
+    }
+  }
+};
+
+// The graph, the Step whose tensors are its addresses (the input among them), and what the capture
+// left in the DataParallel that each replay leaves there too.
+struct DataParallel::CapturedStep {
+  StepShape shape;
+  std::unique_ptr<Step> state;
+  std::unique_ptr<StepGraph> graph;  // after state: dropped first (a recording's tasks refer to it)
+  Tensor grads;                      // the master gradients it writes (mixed precision: it made them)
+  std::array<std::vector<int64_t>, kNumPhases> link_bytes;  // what one run moves between devices
+};
+
+}  // namespace dp

@@ -1,0 +1,304 @@
+// Captured steps (DataParallel::set_graphs; engine/step/step_graph.hpp), on host devices, where a
+// capture is a recording of the streams' tasks and a replay runs them again without the host's
+// step code: the same results as steps run as usual, bit for bit, for every model, loss, split and
+// precision, fp16's skipped steps and learning-rate changes included; which steps are captured,
+// replayed or run as usual (another shape, what a capture cannot hold); and a replay that leaves
+// the DataParallel as the usual step does.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "engine/step/step_graph.hpp"
+#include "engine/trace.hpp"
+#include "helpers.hpp"
+#include "step_batches.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+
+struct Setup {
+  std::string model = "mlp";
+  int devices = 3;
+  std::string split = "chunks:2,9,5";
+  int64_t batch = 16;
+  LossMode loss = LossMode::Gathered;
+  Precision precision = Precision::FP32;
+  double loss_scale = 65536;
+  int64_t growth_interval = 2000;
+  double clip = 0;
+  bool report_norm = false;
+  OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
+  std::vector<int64_t> batches;  // per step: its batch size (empty: `batch` every step)
+};
+
+struct Run {
+  std::vector<StepResult> results;
+  std::vector<float> params, buffers, grads;
+  Optimizer::Saved optimizer;
+};
+
+Run run(const Setup& c, bool graphs, int steps) {
+  const ModelDef model = model_of(c.model);
+  auto devs = host_devices(c.devices);
+  PrecisionOptions p;
+  p.precision = c.precision;
+  p.loss_scale.init_scale = c.loss_scale;
+  p.loss_scale.growth_interval = c.growth_interval;
+  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), c.optimizer, 7, c.loss, {}, p);
+  dp.set_host_sync(HostSync::PerStep);
+  dp.set_clip_grad_norm(c.clip);
+  dp.set_report_grad_norm(c.report_norm);
+  dp.set_graphs(graphs);
+  Run out;
+  for (int k = 0; k < steps; ++k) {
+    const int64_t batch = c.batches.empty() ? c.batch : c.batches.at(static_cast<size_t>(k));
+    const auto b = make_batches(model, batch, 1, static_cast<uint64_t>(k)).front();
+    dp.set_learning_rate(c.optimizer.lr() * (1.0 - 0.1 * k));  // a schedule: the lr reaches the kernels each step
+    out.results.push_back(step_on(dp, *b));
+  }
+  out.params = dp.parameters();
+  out.buffers = dp.buffers();
+  out.grads = dp.gradients();
+  out.optimizer = dp.optimizer().save();
+  return out;
+}
+
+void check_same(const Run& usual, const Run& graphed) {
+  REQUIRE(usual.results.size() == graphed.results.size());
+  for (size_t k = 0; k < usual.results.size(); ++k) {
+    CAPTURE(k);
+    const StepResult &a = usual.results[k], &b = graphed.results[k];
+    CHECK(a.loss == b.loss);
+    CHECK(a.correct == b.correct);
+    CHECK(a.grad_norm == b.grad_norm);
+    CHECK(a.skipped == b.skipped);
+    CHECK(a.loss_scale == b.loss_scale);
+    CHECK(a.lr == b.lr);
+    CHECK(a.batch == b.batch);
+    CHECK(a.chunks == b.chunks);
+    CHECK(a.upload_bytes == b.upload_bytes);
+    for (int p = 0; p < kNumPhases; ++p) CHECK(a.link_bytes[p] == b.link_bytes[p]);
+  }
+  CHECK(usual.params == graphed.params);
+  CHECK(usual.buffers == graphed.buffers);
+  CHECK(usual.grads == graphed.grads);
+  CHECK(usual.optimizer.steps == graphed.optimizer.steps);
+  REQUIRE(usual.optimizer.buffers.size() == graphed.optimizer.buffers.size());
+  for (size_t i = 0; i < usual.optimizer.buffers.size(); ++i)
+    CHECK(usual.optimizer.buffers[i].second == graphed.optimizer.buffers[i].second);
+}
+
+std::vector<GraphUse> uses(const Run& r) {
+  std::vector<GraphUse> u;
+  for (const auto& s : r.results) u.push_back(s.graph);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("captured steps replay the usual step bit for bit") {
+  std::vector<Setup> cases;
+  for (const char* model : {"mlp", "convnet", "resnet8", "gpt"})
+    for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
+      Setup c;
+      c.model = model;
+      c.loss = loss;
+      if (std::string(model) == "resnet8") c.batch = 8, c.split = "chunks:3,3,2";
+      if (std::string(model) == "gpt") c.batch = 6, c.split = "chunks:1,3,2", c.optimizer.kind = OptimizerConfig::Kind::AdamW;
+      cases.push_back(c);
+    }
+  Setup idle0;  // device 0 only coordinates
+  idle0.split = "gpu0:0";
+  cases.push_back(idle0);
+  Setup adamw_clipped;  // bias corrections follow the count; the norm and clipping on device 0
+  adamw_clipped.optimizer.kind = OptimizerConfig::Kind::AdamW;
+  adamw_clipped.clip = 0.05, adamw_clipped.report_norm = true;
+  cases.push_back(adamw_clipped);
+  Setup bf16;
+  bf16.model = "convnet", bf16.precision = Precision::BF16;
+  cases.push_back(bf16);
+  // fp16 whose scale doubles every clean step: it overflows again and again, so replays skip
+  // updates (and halve the scale) as well as apply them.
+  Setup fp16;
+  fp16.model = "convnet", fp16.precision = Precision::FP16, fp16.loss_scale = std::ldexp(1.0, 18);
+  fp16.growth_interval = 1, fp16.clip = 1;
+  cases.push_back(fp16);
+  for (const Setup& c : cases) {
+    CAPTURE(c.model);
+    CAPTURE(c.split);
+    CAPTURE(static_cast<int>(c.loss));
+    CAPTURE(static_cast<int>(c.precision));
+    const int steps = c.precision == Precision::FP16 ? 12 : 5;
+    const Run usual = run(c, false, steps), graphed = run(c, true, steps);
+    check_same(usual, graphed);
+    CHECK(usual.results[0].graph == GraphUse::Off);
+    CHECK(graphed.results[0].graph == GraphUse::Eager);
+    int replayed = 0, captured = 0;
+    for (const auto& r : graphed.results) replayed += r.graph == GraphUse::Replayed, captured += r.graph == GraphUse::Captured;
+    CHECK(captured == 1);
+    CHECK(replayed >= steps - 3);
+    if (c.precision == Precision::FP16) {
+      int skipped_in_replay = 0, applied_in_replay = 0;
+      for (const auto& r : graphed.results)
+        if (r.graph == GraphUse::Replayed) (r.skipped ? skipped_in_replay : applied_in_replay)++;
+      CHECK(skipped_in_replay > 0);
+      CHECK(applied_in_replay > 0);
+    }
+  }
+}
+
+TEST_CASE("captured steps: a step of another shape runs as usual, and a shape seen twice in a row is captured anew") {
+  Setup c;
+  c.split = "even";
+  SUBCASE("a short last batch between full ones") {
+    c.batches = {16, 16, 16, 10, 16, 16};
+    const Run usual = run(c, false, 6), graphed = run(c, true, 6);
+    check_same(usual, graphed);
+    CHECK(uses(graphed) == std::vector<GraphUse>{GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed,
+                                                  GraphUse::Eager, GraphUse::Replayed, GraphUse::Replayed});
+    CHECK(graphed.results[3].graph_note.find("not the captured step's shape") != std::string::npos);
+  }
+  SUBCASE("a new shape that stays") {
+    c.batches = {16, 16, 16, 10, 10, 10, 16};
+    const Run usual = run(c, false, 7), graphed = run(c, true, 7);
+    check_same(usual, graphed);
+    CHECK(uses(graphed) == std::vector<GraphUse>{GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed,
+                                                  GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed,
+                                                  GraphUse::Eager});
+  }
+}
+
+TEST_CASE("captured steps: what a capture cannot hold runs as usual and says why") {
+  const ModelDef model = find_model("mlp");
+  auto devs = host_devices(2);
+  const auto batches = make_batches(model, 8, 4, 3);
+  auto three_steps = [&](DataParallel& dp) {
+    std::vector<StepResult> r;
+    for (int k = 0; k < 3; ++k) r.push_back(step_on(dp, *batches[static_cast<size_t>(k)]));
+    return r;
+  };
+  SUBCASE("waiting per phase") {
+    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
+    dp.set_graphs(true);
+    for (const auto& r : three_steps(dp)) {
+      CHECK(r.graph == GraphUse::Eager);
+      CHECK(r.graph_note.find("--host-sync phase") != std::string::npos);
+    }
+  }
+  SUBCASE("--split auto") {
+    DataParallel dp(devs, model, parse_split("auto", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
+    dp.set_host_sync(HostSync::PerStep);
+    dp.set_graphs(true);
+    for (const auto& r : three_steps(dp)) {
+      CHECK(r.graph == GraphUse::Eager);
+      CHECK(r.graph_note.find("--split auto") != std::string::npos);
+      CHECK(r.replica_seconds.size() == 2);  // still timed
+    }
+  }
+  SUBCASE("tracing") {
+    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
+    dp.set_host_sync(HostSync::PerStep);
+    dp.set_graphs(true);
+    Tracer tracer;
+    dp.set_tracer(&tracer);
+    for (const auto& r : three_steps(dp)) CHECK(r.graph_note == "the step is traced");
+    dp.set_tracer(nullptr);
+    CHECK(step_on(dp, *batches[3]).graph == GraphUse::Eager);  // the shape's first step untraced
+  }
+  SUBCASE("--sync allreduce") {
+    SyncOptions sync;
+    sync.mode = SyncMode::AllReduce;
+    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1, LossMode::InReplica, sync);
+    dp.set_host_sync(HostSync::PerStep);
+    dp.set_graphs(true);
+    for (const auto& r : three_steps(dp)) CHECK(r.graph_note.find("--sync allreduce") != std::string::npos);
+  }
+}
+
+TEST_CASE("captured steps: a restored optimizer state is not the captured one, and graphs off drops the capture") {
+  const ModelDef model = find_model("mlp");
+  const auto batches = make_batches(model, 8, 6, 5);
+  auto train = [&](bool graphs) {
+    auto devs = host_devices(2);
+    DataParallel dp(devs, model, parse_split("even", 2, 8), OptimizerConfig{SgdConfig{0.05f, 0.9f}}, 1);
+    dp.set_host_sync(HostSync::PerStep);
+    dp.set_graphs(graphs);
+    std::vector<GraphUse> u;
+    for (int k = 0; k < 3; ++k) u.push_back(step_on(dp, *batches[static_cast<size_t>(k)]).graph);
+    Optimizer::Saved saved = dp.optimizer().save();
+    for (auto& [name, values] : saved.buffers)
+      for (float& v : values) v *= 0.5f;  // a state the capture never saw, at new addresses
+    dp.restore_optimizer(saved);
+    for (int k = 3; k < 5; ++k) u.push_back(step_on(dp, *batches[static_cast<size_t>(k)]).graph);
+    dp.set_graphs(false);
+    u.push_back(step_on(dp, *batches[5]).graph);
+    return std::make_pair(u, dp.parameters());
+  };
+  const auto [usual_uses, usual] = train(false);
+  const auto [graphed_uses, graphed] = train(true);
+  CHECK(usual == graphed);
+  CHECK(graphed_uses == std::vector<GraphUse>{GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed, GraphUse::Eager,
+                                               GraphUse::Captured, GraphUse::Off});
+}
+
+TEST_CASE("captured steps on host devices: a replay runs the recorded tasks, none of the host's step code") {
+  const ModelDef model = find_model("mlp");
+  const auto batches = make_batches(model, 8, 3, 9);
+  // Allocations in the third step: the host's step code makes the step's tensors (replicas,
+  // gathered outputs, reduce buffers) and the tasks make the activations.
+  auto third_step_allocations = [&](bool graphs, GraphUse expect) {
+    auto devs = host_devices(2);
+    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
+    dp.set_host_sync(HostSync::PerStep);
+    dp.set_graphs(graphs);
+    for (int k = 0; k < 2; ++k) step_on(dp, *batches[static_cast<size_t>(k)]);
+    auto count = [&] { return devs[0].allocator().stats().allocations + devs[1].allocator().stats().allocations; };
+    const int64_t before = count();
+    CHECK(step_on(dp, *batches[2]).graph == expect);
+    return count() - before;
+  };
+  const int64_t usual = third_step_allocations(false, GraphUse::Off);
+  const int64_t replay = third_step_allocations(true, GraphUse::Replayed);
+  CHECK(replay > 0);  // the tasks' own (host devices run the kernels' allocations again)
+  CHECK(replay < usual);
+}
+
+TEST_CASE("a recorded step graph on host streams: nothing runs until launched, each launch runs it all in order") {
+  auto devs = host_devices(2);
+  std::vector<int> log;
+  std::mutex m;
+  auto note = [&](int v) {
+    std::lock_guard lock(m);
+    log.push_back(v);
+  };
+  {
+    StepGraph graph({&devs[0], &devs[1]});
+    devs[0].stream().enqueue([&] { note(1); });
+    const Event first = devs[0].stream().record();
+    devs[1].stream().wait(first);
+    devs[1].stream().enqueue([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // device 0 must wait for this
+      note(2);
+    });
+    CHECK_THROWS_AS(devs[1].stream().synchronize(), std::logic_error);  // nothing recorded has run
+    graph.end();
+    devs.synchronize();
+    graph.finish();
+    CHECK(log.empty());  // captured, not run
+    CHECK(graph.recorded_tasks() >= 4);
+    for (int run = 0; run < 3; ++run) {
+      graph.launch();
+      devs[0].stream().enqueue([&] { note(3); });  // after the graph's join into device 0
+      devs.synchronize();
+    }
+  }
+  CHECK(log == std::vector<int>{1, 2, 3, 1, 2, 3, 1, 2, 3});
+  CHECK_FALSE(devs[0].allocator().capturing());
+}
