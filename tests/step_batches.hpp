@@ -41,6 +41,54 @@ inline std::vector<std::shared_ptr<const HostBatch>> make_batches(const ModelDef
   return out;
 }
 
+// The knobs the step tests turn; by default the mlp on three host devices with an uneven split.
+struct StepSetup {
+  std::string model = "mlp";
+  int devices = 3;
+  std::string split = "chunks:2,9,5";
+  int64_t batch = 16;
+  LossMode loss = LossMode::Gathered;
+  SyncOptions sync;
+  HostSync host_sync = HostSync::PerPhase;
+  Precision precision = Precision::FP32;
+  double loss_scale = 65536;  // fp16: the initial scale
+  int64_t growth_interval = 2000;
+  double clip = 0;
+  bool report_norm = false;
+  OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
+};
+
+// A DataParallel on `devs` as the setup says (seed 7), waiting as c.host_sync says.
+inline std::unique_ptr<DataParallel> make_data_parallel(DeviceSet& devs, const ModelDef& model, const StepSetup& c) {
+  PrecisionOptions p;
+  p.precision = c.precision;
+  p.loss_scale.init_scale = c.loss_scale;
+  p.loss_scale.growth_interval = c.growth_interval;
+  auto dp = std::make_unique<DataParallel>(devs, model, parse_split(c.split, c.devices, c.batch), c.optimizer, 7, c.loss,
+                                           c.sync, p);
+  dp->set_host_sync(c.host_sync);
+  dp->set_clip_grad_norm(c.clip);
+  dp->set_report_grad_norm(c.report_norm);
+  return dp;
+}
+
+// Every model with both losses, each at a size its steps run quickly on three devices: copies of
+// `base` for each (model, loss); the GPT trains with AdamW.
+template <typename Setup>
+std::vector<Setup> every_model_and_loss(const Setup& base) {
+  std::vector<Setup> cases;
+  for (const char* model : {"mlp", "convnet", "resnet8", "gpt"})
+    for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
+      Setup c = base;
+      c.model = model;
+      c.loss = loss;
+      if (c.model == "resnet8") c.batch = 8, c.split = "chunks:3,3,2";
+      if (c.model == "gpt") c.batch = 6, c.split = "chunks:1,3,2", c.optimizer.kind = OptimizerConfig::Kind::AdamW;
+      cases.push_back(c);
+    }
+  return cases;
+}
+
 inline StepResult step_on(DataParallel& dp, const HostBatch& b) {
   return b.tokens.empty() ? dp.step(b.images.data(), b.labels.data(), b.size)
                           : dp.step(b.tokens.data(), b.labels.data(), b.size);

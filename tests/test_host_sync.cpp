@@ -18,19 +18,7 @@ using namespace dp::test;
 
 namespace {
 
-struct Setup {
-  std::string model = "mlp";
-  int devices = 3;
-  std::string split = "chunks:2,9,5";
-  int64_t batch = 16;
-  LossMode loss = LossMode::Gathered;
-  SyncOptions sync;
-  Precision precision = Precision::FP32;
-  double loss_scale = 65536;
-  double clip = 0;
-  bool report_norm = false;
-  OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
-};
+using Setup = StepSetup;
 
 struct Steps {
   std::vector<StepResult> results;
@@ -41,13 +29,10 @@ struct Steps {
 Steps run(const Setup& c, HostSync sync, int steps) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);
-  PrecisionOptions p;
-  p.precision = c.precision;
-  p.loss_scale.init_scale = c.loss_scale;
-  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), c.optimizer, 7, c.loss, c.sync, p);
-  dp.set_host_sync(sync);
-  dp.set_clip_grad_norm(c.clip);
-  dp.set_report_grad_norm(c.report_norm);
+  Setup waiting = c;
+  waiting.host_sync = sync;
+  const auto owner = make_data_parallel(devs, model, waiting);
+  DataParallel& dp = *owner;
   std::vector<int64_t> before;
   for (int i = 0; i < c.devices; ++i) before.push_back(devs[i].stream().host_waits());
   Steps out;
@@ -77,16 +62,7 @@ void check_same(const Steps& phase, const Steps& step) {
 }  // namespace
 
 TEST_CASE("waiting once per step gives the per-phase step bit for bit") {
-  std::vector<Setup> cases;
-  for (const char* model : {"mlp", "convnet", "resnet8", "gpt"})
-    for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
-      Setup c;
-      c.model = model;
-      c.loss = loss;
-      if (std::string(model) == "resnet8") c.batch = 8, c.split = "chunks:3,3,2";
-      if (std::string(model) == "gpt") c.batch = 6, c.split = "chunks:1,3,2", c.optimizer.kind = OptimizerConfig::Kind::AdamW;
-      cases.push_back(c);
-    }
+  std::vector<Setup> cases = every_model_and_loss(Setup{});
   Setup idle0;  // device 0 only coordinates: it receives, sums and updates without a chunk
   idle0.split = "gpu0:0";
   cases.push_back(idle0);

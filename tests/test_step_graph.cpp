@@ -23,18 +23,8 @@ using namespace dp::test;
 
 namespace {
 
-struct Setup {
-  std::string model = "mlp";
-  int devices = 3;
-  std::string split = "chunks:2,9,5";
-  int64_t batch = 16;
-  LossMode loss = LossMode::Gathered;
-  Precision precision = Precision::FP32;
-  double loss_scale = 65536;
-  int64_t growth_interval = 2000;
-  double clip = 0;
-  bool report_norm = false;
-  OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
+struct Setup : StepSetup {
+  Setup() { host_sync = HostSync::PerStep; }
   std::vector<int64_t> batches;  // per step: its batch size (empty: `batch` every step)
 };
 
@@ -47,14 +37,8 @@ struct Run {
 Run run(const Setup& c, bool graphs, int steps) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);
-  PrecisionOptions p;
-  p.precision = c.precision;
-  p.loss_scale.init_scale = c.loss_scale;
-  p.loss_scale.growth_interval = c.growth_interval;
-  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), c.optimizer, 7, c.loss, {}, p);
-  dp.set_host_sync(HostSync::PerStep);
-  dp.set_clip_grad_norm(c.clip);
-  dp.set_report_grad_norm(c.report_norm);
+  const auto owner = make_data_parallel(devs, model, c);
+  DataParallel& dp = *owner;
   dp.set_graphs(graphs);
   Run out;
   for (int k = 0; k < steps; ++k) {
@@ -104,16 +88,7 @@ std::vector<GraphUse> uses(const Run& r) {
 }  // namespace
 
 TEST_CASE("captured steps replay the usual step bit for bit") {
-  std::vector<Setup> cases;
-  for (const char* model : {"mlp", "convnet", "resnet8", "gpt"})
-    for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
-      Setup c;
-      c.model = model;
-      c.loss = loss;
-      if (std::string(model) == "resnet8") c.batch = 8, c.split = "chunks:3,3,2";
-      if (std::string(model) == "gpt") c.batch = 6, c.split = "chunks:1,3,2", c.optimizer.kind = OptimizerConfig::Kind::AdamW;
-      cases.push_back(c);
-    }
+  std::vector<Setup> cases = every_model_and_loss(Setup{});
   Setup idle0;  // device 0 only coordinates
   idle0.split = "gpu0:0";
   cases.push_back(idle0);

@@ -20,15 +20,8 @@ using namespace dp::test;
 
 namespace {
 
-struct Setup {
-  std::string model = "mlp";
-  int devices = 3;
-  std::string split = "chunks:2,9,5";
-  int64_t batch = 16;
-  LossMode loss = LossMode::Gathered;
-  SyncOptions sync;
-  HostSync host_sync = HostSync::PerStep;
-  Precision precision = Precision::FP32;
+struct Setup : StepSetup {
+  Setup() { host_sync = HostSync::PerStep; }
   std::vector<int64_t> capacity;
 };
 
@@ -51,10 +44,8 @@ Run run(const Setup& c, const std::vector<std::shared_ptr<const HostBatch>>& bat
         Tracer* tracer = nullptr) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices, c.capacity);
-  PrecisionOptions p;
-  p.precision = c.precision;
-  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), SgdConfig{0.05f, 0.9f}, 7, c.loss, c.sync, p);
-  dp.set_host_sync(c.host_sync);
+  const auto owner = make_data_parallel(devs, model, c);
+  DataParallel& dp = *owner;
   dp.set_tracer(tracer);
   Run out;
   for (size_t k = 0; k < batches.size(); ++k) {
