@@ -6,12 +6,13 @@
 set -euo pipefail
 model=$1 devices=$2 batch=$3 steps=$4 repeats=$5 dp=${6:-build/dp}
 if grep -q avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-SkylakeX}; fi
-metrics=$(mktemp)
-trap 'rm -f "$metrics"' EXIT
+metrics=$(mktemp) log=$(mktemp)
+trap 'rm -f "$metrics" "$log"' EXIT
 for _ in $(seq "$repeats"); do
   for graphs in off on; do
     "$dp" train --model "$model" --devices "$devices" --batch "$batch" --steps "$steps" \
-      --generated-size $((batch * steps)) --cuda-graphs "$graphs" --metrics "$metrics" >/dev/null
+      --generated-size $((batch * steps)) --cuda-graphs "$graphs" --metrics "$metrics" >"$log" 2>&1 ||
+      { cat "$log" >&2; exit 1; }
     /usr/bin/python3 - "$metrics" "$graphs" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if '"step"' in line]
