@@ -17,7 +17,6 @@
 
 namespace dp {
 
-
 HostSync parse_host_sync(const std::string& text) {
   if (text == "phase") return HostSync::PerPhase;
   if (text == "step") return HostSync::PerStep;
