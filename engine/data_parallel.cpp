@@ -362,7 +362,10 @@ std::vector<UploadAhead::Piece> DataParallel::batch_pieces(const void* input, co
 
 // 1. load: the batch (inputs and targets) onto device 0, unless the last step uploaded it ahead.
 void DataParallel::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
-  if (!s.input.defined()) {  // a captured step's input is copied in before each launch
+  if (s.input_staging) {  // a captured step: from the staging memory each replay fills
+    upload_async(s.input, s.input_staging);
+    upload_async(s.target, s.target_staging);
+  } else {
     std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, {}});
     if (loaded.empty())
       for (const auto& piece : batch_pieces(input, targets, s.batch)) {

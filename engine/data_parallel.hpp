@@ -172,7 +172,7 @@ class DataParallel {
   // batch) runs as usual, and a new shape seen twice in a row is captured in place of the old one.
   // Steps run as usual where a capture cannot hold them (StepResult::graph_note says why): waiting
   // per phase, tracing, --split auto (it times each replica), --sync allreduce. A replay loads its
-  // batch into the captured input (no upload ahead). A capture that fails turns graphs off for the
+  // batch into the staging memory the captured load copies from (no upload ahead). A capture that fails turns graphs off for the
   // run and that step runs as usual. Results equal the usual step's bit for bit.
   void set_graphs(bool on);
   bool graphs() const { return graphs_; }

@@ -1,12 +1,11 @@
 // Captured steps (DataParallel::set_graphs, --cuda-graphs): a shape's step captured once with
 // engine/step/step_graph.hpp and replayed. The step enqueued is the usual one (enqueue_step), so
 // the two cannot drift apart; what a replay must do by hand is what the host does around the
-// streams' work: write the step's scalars, copy the batch into the captured input, count the
+// streams' work: write the step's scalars, put the batch where the captured load copies from, count the
 // optimizer's step, read the results, and put back what the capture left in the DataParallel.
 #include <utility>
 
 #include "engine/data_parallel.hpp"
-#include "engine/comm.hpp"
 #include "engine/data_parallel_step.hpp"
 #include "engine/error.hpp"
 
@@ -78,14 +77,18 @@ std::optional<StepResult> DataParallel::run_graphed(const void* input, const int
 std::optional<StepResult> DataParallel::capture_step(const void* input, const int32_t* targets, int64_t batch,
                                                      const std::vector<int64_t>& chunks) {
   drop_captured_step();
-  upload_ahead_.drop();  // a replay copies its batch into the captured input
+  upload_ahead_.drop();  // a replay stages its own batch
   StepResult result = new_result(batch, chunks);
   auto state = std::make_unique<Step>(*this, batch, result.targets, chunks);
-  // The captured input is made and filled before the capture: each launch copies its batch there.
+  // The captured input and the staging memory its load copies from (each replay fills it first).
   auto pieces = batch_pieces(input, targets, batch);
-  for (const auto& piece : pieces) upload_async(piece.dst, piece.src);
   state->input = pieces[0].dst;
   state->target = pieces[1].dst;
+  RawMemory& staging = devices_[0].staging_memory();
+  auto staged_input = std::make_unique<StagingBuffer>(staging, input, state->input.bytes());
+  auto staged_target = std::make_unique<StagingBuffer>(staging, targets, state->target.bytes());
+  state->input_staging = staged_input->get();
+  state->target_staging = staged_target->get();
   const int64_t steps_before = optimizer_->steps();
   std::unique_ptr<StepGraph> graph;
   try {
@@ -109,12 +112,14 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   state->joined = true;
   captured_ = std::make_unique<CapturedStep>();
   captured_->shape = shape_of(batch, chunks);
+  captured_->input = std::move(staged_input);
+  captured_->target = std::move(staged_target);
   captured_->state = std::move(state);
   captured_->graph = std::move(graph);
   captured_->grads = grads_;
   captured_->link_bytes = result.link_bytes;
   result.graph = GraphUse::Captured;
-  // Its scalars are in the slots and its input on device 0: run it (the update is counted already).
+  // Its scalars are in the slots and its batch staged: run it (the update is counted already).
   return launch_captured(std::move(result));
 }
 
@@ -124,8 +129,8 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets) 
   upload_ahead_.drop();  // a batch uploaded ahead by a step run as usual: this one copies its own
   StepResult r = new_result(s.batch, s.chunks);
   write_step_scalars(s.chunks, s.loss_rows);  // the update's values at the count before it
-  upload_async(s.input, input);
-  upload_async(s.target, targets);
+  c.input->fill(input);  // the captured load copies it from there
+  c.target->fill(targets);
   r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
   optimizer_->count_replayed_step();  // the update captured with the step runs in the replay
   // The same bytes cross the same links as in the captured step.

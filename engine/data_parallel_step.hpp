@@ -4,8 +4,10 @@
 // Private to those two files.
 #pragma once
 #include <array>
+#include <cstring>
 
 #include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
 #include "engine/step/step_graph.hpp"
 
 namespace dp {
@@ -42,8 +44,30 @@ struct DataParallel::Step : StepState {
 
 // The graph, the Step whose tensors are its addresses (the input among them), and what the capture
 // left in the DataParallel that each replay leaves there too.
+// Host memory a captured load copies from (page-locked on a GPU, so the copy is a node of the graph:
+// DMA, no host involvement): each replay writes its batch there first.
+class StagingBuffer {
+ public:
+  StagingBuffer(RawMemory& memory, const void* host, size_t bytes)
+      : memory_(memory), ptr_(memory.allocate(bytes)), bytes_(bytes) {
+    if (!ptr_) throw RuntimeError("no host memory to stage a captured step's batch (" + format_bytes(static_cast<int64_t>(bytes)) + ")");
+    fill(host);
+  }
+  ~StagingBuffer() { memory_.release(ptr_, bytes_); }
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+  void fill(const void* host) { std::memcpy(ptr_, host, bytes_); }  // no run of the step may be reading it
+  const void* get() const { return ptr_; }
+
+ private:
+  RawMemory& memory_;
+  void* ptr_;
+  size_t bytes_;
+};
+
 struct DataParallel::CapturedStep {
   StepShape shape;
+  std::unique_ptr<StagingBuffer> input, target;  // before graph: released after it
   std::unique_ptr<Step> state;
   std::unique_ptr<StepGraph> graph;  // after state: dropped first (a recording's tasks refer to it)
   Tensor grads;                      // the master gradients it writes (mixed precision: it made them)

@@ -37,6 +37,10 @@ struct StepState {
   std::vector<Device*> devices;
 
   Tensor input, target;  // the batch on device 0
+  // A captured step's batch, copied in by its load phase from host memory (page-locked on a GPU) that
+  // each replay fills first; null: the load phase uploads the batch it is given.
+  const void* input_staging = nullptr;
+  const void* target_staging = nullptr;
   std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;  // per device
   std::vector<HostSlots*> slots;  // per device, kept by the DataParallel (page-locked on a GPU)
   // Per device, its copy of the step's scalars (kernels read the per-step values there).

@@ -180,7 +180,7 @@ int run_train(const TrainOptions& given) {
   dp.set_graphs(graphs);
   // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;
   // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory. A
-  // replayed step copies its batch into the captured input itself.
+  // replayed step stages its batch itself (the captured load copies it from there).
   const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda() && !graphs);
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);
