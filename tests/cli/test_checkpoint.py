@@ -1,7 +1,8 @@
 """Checkpoints and exact resume, end to end:
 - a run resumed from any checkpoint ends bitwise equal (weights, buffers, per-step losses) to the
-  run never interrupted, for SGD and for AdamW with a schedule and clipping, across epochs and
-  short last batches; with --split auto, the resumed run splits as the original would have;
+  run never interrupted, for SGD and for AdamW with a schedule and clipping (also with captured
+  steps, --cuda-graphs on, which train the same bits), across epochs and short last batches; with
+  --split auto, the resumed run splits as the original would have;
 - Ctrl-C / SIGTERM: the step finishes, a checkpoint is written, metrics intact, exit 130 / 143,
   the last line says how to resume;
 - SIGKILL at many moments while checkpointing: --resume always finds a whole checkpoint and never
@@ -52,10 +53,11 @@ with tempfile.TemporaryDirectory() as tmp:
     write_idx(data, "t10k", 10)
     base = ["train", "--data", data, "--devices", "host:2", "--batch", "8", "--epochs", "2", "--model", "mlp"]
 
-    # ---- exact resume
-    for name, flags in [("sgd", ["--lr", "0.05", "--momentum", "0.9"]),
-                        ("adamw", ["--optimizer", "adamw", "--lr", "0.002", "--lr-schedule", "cosine",
-                                   "--warmup-steps", "3", "--clip-grad-norm", "0.5"])]:
+    # ---- exact resume (and with captured steps: a resumed run captures afresh, the same bits)
+    adamw = ["--optimizer", "adamw", "--lr", "0.002", "--lr-schedule", "cosine", "--warmup-steps", "3",
+             "--clip-grad-norm", "0.5"]
+    for name, flags in [("sgd", ["--lr", "0.05", "--momentum", "0.9"]), ("adamw", adamw),
+                        ("adamw-graphs", adamw + ["--cuda-graphs", "on"])]:
         ck = os.path.join(tmp, f"ck-{name}")
         whole_st, whole_m = os.path.join(tmp, f"{name}.st"), os.path.join(tmp, f"{name}.jsonl")
         rc, _, err = run(base + flags + ["--checkpoint", ck, "--checkpoint-every", "3", "--keep-checkpoints", "10",
@@ -75,6 +77,9 @@ with tempfile.TemporaryDirectory() as tmp:
             check(f"{name}: resumed at step {at}", rc == 0 and f"at step {at}" in err, err)
             check(f"{name}: resumed at {at}: bitwise the same weights", open(st, "rb").read() == open(whole_st, "rb").read())
             check(f"{name}: resumed at {at}: the same losses", losses(m) == want[at:], (losses(m), want[at:]))
+
+    check("adamw: --cuda-graphs on trains the same bits as off",
+          open(os.path.join(tmp, "adamw.st"), "rb").read() == open(os.path.join(tmp, "adamw-graphs.st"), "rb").read())
 
     # Resuming from the parent directory takes the newest.
     rc, _, err = run(base + ["--resume", os.path.join(tmp, "ck-sgd"), "--epochs", "3"])
