@@ -31,7 +31,7 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       splitter_(std::move(split), devices.size()),
       optimizer_(make_optimizer(optimizer)),
       lr_(optimizer.lr()),
-      loss_(make_loss_strategy(sync.mode == SyncMode::AllReduce ? LossMode::InReplica : loss)),
+      loss_(sync.mode == SyncMode::AllReduce ? make_loss_strategy(LossMode::InReplica, false) : make_loss_strategy(loss)),
       gradient_sync_(make_reduce_to_device0()),
       sync_(sync),
       precision_(precision),

@@ -322,7 +322,7 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, me
   CHECK_THROWS_WITH_AS(parse_sync_mode("ring"), doctest::Contains("expected reduce"), UsageError);
 }
 
-TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, device 0 holds no more loss memory, the loss is the batch's mean") {
+TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, no device holds loss memory, the loss is the batch's mean") {
   // DDP's shape: each replica keeps its loss; the host adds the sums after the step. Gathering
   // them onto device 0 made its backward wait for every other forward (issue 13's mpirun gap).
   const int n = 3;
@@ -337,8 +337,8 @@ TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, devi
     const auto& moved = r.link_bytes[static_cast<int>(p)];
     CHECK(std::all_of(moved.begin(), moved.end(), [](int64_t b) { return b == 0; }));
   }
-  CHECK(devs[0].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Loss)] ==
-        devs[1].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Loss)]);
+  // Nor does any replica keep a [loss sum, hits] tensor for device 0: the sums go to host memory.
+  for (int d = 0; d < n; ++d) CHECK(devs[d].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Loss)] == 0);
   // The reported loss is still the mean over the whole batch: the faithful step's.
   auto devs1 = host_devices(n);
   DataParallel faithful(devs1, find_model("mlp"), parse_split("even", n, 12), sgd(), 1, LossMode::Gathered);

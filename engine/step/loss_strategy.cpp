@@ -66,6 +66,7 @@ class GatheredLoss final : public LossStrategy {
 
 class InReplicaLoss final : public LossStrategy {
  public:
+  explicit InReplicaLoss(bool gathers) : gathers_(gathers) {}
   LossMode mode() const override { return LossMode::InReplica; }
   bool scatters_targets() const override { return true; }
   void after_forward(StepState& s, int r) const override {
@@ -75,7 +76,7 @@ class InReplicaLoss final : public LossStrategy {
     Device& dev = *s.devices[static_cast<size_t>(r)];
     const Tensor& out = s.outputs[static_cast<size_t>(r)];
     s.grad_outputs[r] = out;
-    s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
+    if (gathers_) s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
     // [loss sum, hits] as float32 into the scalars device 0 gathers; the exact sums (doubles, for
     // the reported loss) into this replica's slot, read once the step is done.
     softmax_xent_into(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
@@ -104,12 +105,15 @@ class InReplicaLoss final : public LossStrategy {
     }
   }
   void distribute_gradient(StepState&) const override {}  // already where the backward runs
+
+ private:
+  bool gathers_;
 };
 
 }  // namespace
 
-std::unique_ptr<LossStrategy> make_loss_strategy(LossMode mode) {
-  if (mode == LossMode::InReplica) return std::make_unique<InReplicaLoss>();
+std::unique_ptr<LossStrategy> make_loss_strategy(LossMode mode, bool gather_to_device0) {
+  if (mode == LossMode::InReplica) return std::make_unique<InReplicaLoss>(gather_to_device0);
   return std::make_unique<GatheredLoss>();
 }
 

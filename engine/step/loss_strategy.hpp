@@ -41,6 +41,8 @@ class LossStrategy {
   virtual void distribute_gradient(StepState& s) const = 0;
 };
 
-std::unique_ptr<LossStrategy> make_loss_strategy(LossMode mode);
+// gather_to_device0: in-replica, whether device 0 gathers each replica's [loss sum, hits] (DataParallel's
+// step does; --sync allreduce gathers nothing, and the replicas then write no such tensor).
+std::unique_ptr<LossStrategy> make_loss_strategy(LossMode mode, bool gather_to_device0 = true);
 
 }  // namespace dp
