@@ -223,12 +223,14 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
     fw.text += std::string(dp.sync_mode() == SyncMode::AllReduce ? " In DDP's shape" : " With --loss in-replica") +
                " each replica also computes its chunk's loss sum and the gradient of the "
                "batch's mean loss with respect to its own outputs.";
-    ga.text = "Only scalars travel: each replica's [loss sum, correct count] is gathered on device 0. No logits are "
-              "gathered, so device 0 holds no [batch, classes] outputs or gradient (beyond DataParallel).";
-    ga.tensors = {{"gathered scalars", {static_cast<int64_t>(active.size()), 2}, 0}};
-    ga.carried = "float32 scalars";
-    lo.text = std::string("Device 0 adds the replicas' sums and divides by the batch: mean cross-entropy = ") +
-              loss_value + ", the same value and gradients as DataParallel's gathered loss.";
+    if (dp.sync_mode() != SyncMode::AllReduce) {  // DDP's shape gathers nothing (tell_allreduce)
+      ga.text = "Only scalars travel: each replica's [loss sum, correct count] is gathered on device 0. No logits "
+                "are gathered, so device 0 holds no [batch, classes] outputs or gradient (beyond DataParallel).";
+      ga.tensors = {{"gathered scalars", {static_cast<int64_t>(active.size()), 2}, 0}};
+      ga.carried = "float32 scalars";
+      lo.text = std::string("Device 0 adds the replicas' sums and divides by the batch: mean cross-entropy = ") +
+                loss_value + ", the same value and gradients as DataParallel's gathered loss.";
+    }
     bw.text = "Each replica runs backward from the loss gradient it computed itself; nothing is scattered. Replica 0 "
               "writes straight into the master's gradients; the others into their own.";
   } else {
