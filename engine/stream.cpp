@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <utility>
 
 #include "engine/host/spin_wait.hpp"
 #include "engine/trace.hpp"
@@ -65,7 +66,7 @@ void Stream::begin_recording() {
 
 std::shared_ptr<Stream::Recording> Stream::end_recording() {
   std::lock_guard lock(mutex_);
-  return std::move(recording_);
+  return std::exchange(recording_, nullptr);
 }
 
 void Stream::replay(const Recording& recording) {

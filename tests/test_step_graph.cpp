@@ -277,3 +277,17 @@ TEST_CASE("a recorded step graph on host streams: nothing runs until launched, e
   CHECK(log == std::vector<int>{1, 2, 3, 1, 2, 3, 1, 2, 3});
   CHECK_FALSE(devs[0].allocator().capturing());
 }
+
+TEST_CASE("a step graph that cannot open leaves no capture behind") {
+  auto devs = host_devices(2);
+  devs[1].stream().begin_recording();  // already taken: the graph's recording on it fails
+  CHECK_THROWS_AS(StepGraph({&devs[0], &devs[1]}), std::logic_error);
+  CHECK(devs[1].stream().end_recording() != nullptr);
+  CHECK_FALSE(devs[0].allocator().capturing());
+  CHECK_FALSE(devs[1].allocator().capturing());
+  CHECK(devs[0].allocator().stats().graph_pools == 0);
+  int ran = 0;
+  devs[0].stream().enqueue([&] { ++ran; });  // device 0 is not left recording either
+  devs.synchronize();
+  CHECK(ran == 1);
+}

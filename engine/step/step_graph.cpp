@@ -17,15 +17,21 @@ StepGraph::StepGraph(std::vector<Device*> devices) : devices_(std::move(devices)
     for (size_t k = 0; k < pools_.size(); ++k) devices_[k]->allocator().release_pool(pools_[k]);
     throw;
   }
-  Stream& s0 = devices_[0]->stream();
-  if (cuda_)  // on device 0's worker, where its CUDA stream's work is issued (a failure stops the stream)
-    s0.run_in_order([q0] { q0->begin_capture(); });
-  else
-    for (Device* d : devices_) d->stream().begin_recording();
-  // The fork: every other stream's captured work comes after this point of device 0's. Should the
-  // capture not begin, the event carries the failure and the others skip their work: nothing runs.
-  const Event fork = s0.record();
-  for (size_t k = 1; k < devices_.size(); ++k) devices_[k]->stream().wait(fork);
+  try {
+    Stream& s0 = devices_[0]->stream();
+    if (cuda_)  // on device 0's worker, where its CUDA stream's work is issued (a failure stops the stream)
+      s0.run_in_order([q0] { q0->begin_capture(); });
+    else
+      for (Device* d : devices_) d->stream().begin_recording(), ++recording_;
+    // The fork: every other stream's captured work comes after this point of device 0's. Should the
+    // capture not begin, the event carries the failure and the others skip their work: nothing runs.
+    const Event fork = s0.record();
+    for (size_t k = 1; k < devices_.size(); ++k) devices_[k]->stream().wait(fork);
+  } catch (...) {  // no destructor runs for a constructor that throws: close what was opened
+    abandon();
+    for (size_t k = 0; k < pools_.size(); ++k) devices_[k]->allocator().release_pool(pools_[k]);
+    throw;
+  }
 }
 
 void StepGraph::end() {
@@ -38,7 +44,8 @@ void StepGraph::end() {
     // Always run, even after an error: the streams must leave the capture (what failed is in the error).
     s0.run_in_order([this, q0] { exec_ = q0->end_capture(); });
   } else {
-    for (Device* d : devices_) recordings_.push_back(d->stream().end_recording());
+    for (size_t k = 0; k < devices_.size(); ++k)  // only the recordings this graph began
+      recordings_.push_back(k < recording_ ? devices_[k]->stream().end_recording() : nullptr);
   }
 }
 

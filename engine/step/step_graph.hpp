@@ -48,6 +48,7 @@ class StepGraph {
   std::vector<int> pools_;  // per device, its allocator's pool for this graph
   bool cuda_;
   bool ended_ = false, finished_ = false;
+  size_t recording_ = 0;    // host devices: the streams whose recording this graph began
   std::shared_ptr<void> exec_;  // CUDA: the instantiated graph, set by device 0's worker at the end
   std::vector<std::shared_ptr<Stream::Recording>> recordings_;  // host devices: per device
 };
