@@ -223,7 +223,7 @@ TEST_CASE("captured steps: a restored optimizer state is not the captured one, a
                                                GraphUse::Captured, GraphUse::Off});
 }
 
-TEST_CASE("captured steps on host devices: a replay runs the recorded tasks, none of the host's step code") {
+TEST_CASE("captured steps on host devices: a replay makes none of the host's step tensors, so it allocates less than the usual step") {
   const ModelDef model = find_model("mlp");
   const auto batches = make_batches(model, 8, 3, 9);
   // Allocations in the third step: the host's step code makes the step's tensors (replicas,
