@@ -213,6 +213,7 @@ class DataParallel {
   // then runs as usual).
   std::optional<StepResult> capture_step(const void* input, const int32_t* targets, int64_t batch,
                                          const std::vector<int64_t>& chunks);
+  void stop_graphs(const std::string& why);  // graphs off for the rest of the run, and why
   StepResult replay_step(const void* input, const int32_t* targets);
   // Launch the captured step and wait for it; then its results (the optimizer's count has advanced).
   StepResult launch_captured(StepResult r);

@@ -74,6 +74,10 @@ std::optional<StepResult> DataParallel::run_graphed(const void* input, const int
   return std::nullopt;
 }
 
+void DataParallel::stop_graphs(const std::string& why) {
+  graphs_stopped_ = "capturing the step failed, steps run as usual from here: " + why;
+}
+
 std::optional<StepResult> DataParallel::capture_step(const void* input, const int32_t* targets, int64_t batch,
                                                      const std::vector<int64_t>& chunks) {
   drop_captured_step();
@@ -84,9 +88,17 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   auto pieces = batch_pieces(input, targets, batch);
   state->input = pieces[0].dst;
   state->target = pieces[1].dst;
+  // Page-locked on a GPU, which may run short: then no capture, as when capturing fails.
   RawMemory& staging = devices_[0].staging_memory();
-  auto staged_input = std::make_unique<StagingBuffer>(staging, input, state->input.bytes());
-  auto staged_target = std::make_unique<StagingBuffer>(staging, targets, state->target.bytes());
+  std::unique_ptr<StagingBuffer> staged_input, staged_target;
+  try {
+    staged_input = std::make_unique<StagingBuffer>(staging, input, state->input.bytes());
+    staged_target = std::make_unique<StagingBuffer>(staging, targets, state->target.bytes());
+  } catch (const std::exception& e) {
+    state->joined = true;  // nothing was enqueued
+    stop_graphs(e.what());
+    return std::nullopt;
+  }
   state->input_staging = staged_input->get();
   state->target_staging = staged_target->get();
   const int64_t steps_before = optimizer_->steps();
@@ -106,7 +118,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
     state.reset();
     // The update was enqueued into the capture, never run: take it back from the count.
     if (optimizer_->steps() > steps_before) optimizer_->undo_step();
-    graphs_stopped_ = std::string("capturing the step failed, steps run as usual from here: ") + e.what();
+    stop_graphs(e.what());
     return std::nullopt;
   }
   state->joined = true;

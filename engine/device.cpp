@@ -74,6 +74,11 @@ RawMemory& Device::staging_memory() {
   return *staging_;
 }
 
+void Device::replace_staging_memory(std::unique_ptr<RawMemory> memory) {
+  if (cuda_) throw std::logic_error("a CUDA device stages in page-locked memory");
+  staging_ = std::move(memory);
+}
+
 void Device::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   stream_.set_tracer(tracer, index_);

@@ -65,6 +65,9 @@ class Device {
   // Host memory to stage uploads in: page-locked on a GPU (so a copy from it is a DMA that runs
   // beside kernels, not a synchronous staged memcpy), plain host memory on a host device.
   RawMemory& staging_memory();
+  // Host devices: stage in this memory from now on (tests give one that runs out, as page-locked
+  // memory can). Only before anything staged is alive.
+  void replace_staging_memory(std::unique_ptr<RawMemory> memory);
   // Where the all-reduce's ring runs for this device (--sync allreduce), from that device's
   // all-reduce thread: on a GPU a third CUDA stream and its queue (the thread orders it after
   // backward's kernels with the queue's events and waits for it before each ring step); on a host

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -34,9 +35,11 @@ struct Run {
   Optimizer::Saved optimizer;
 };
 
-Run run(const Setup& c, bool graphs, int steps) {
+// `prepare` changes the devices before the DataParallel is made.
+Run run(const Setup& c, bool graphs, int steps, const std::function<void(DeviceSet&)>& prepare = {}) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);
+  if (prepare) prepare(devs);
   const auto owner = make_data_parallel(devs, model, c);
   DataParallel& dp = *owner;
   dp.set_graphs(graphs);
@@ -221,6 +224,42 @@ TEST_CASE("captured steps: a restored optimizer state is not the captured one, a
   CHECK(usual == graphed);
   CHECK(graphed_uses == std::vector<GraphUse>{GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed, GraphUse::Eager,
                                                GraphUse::Captured, GraphUse::Off});
+}
+
+// Staging memory that runs out (page-locked memory on a GPU can): room for the step's result
+// slots, not for a batch.
+class ShortMemory final : public RawMemory {
+ public:
+  void* allocate(size_t bytes) override {
+    if (used_ + bytes > 4096) return nullptr;
+    used_ += bytes;
+    return ::operator new(bytes);
+  }
+  void release(void* p, size_t bytes) noexcept override {
+    used_ -= bytes;
+    ::operator delete(p);
+  }
+
+ private:
+  size_t used_ = 0;
+};
+
+TEST_CASE("captured steps: a capture that cannot stage its batch turns graphs off, and every step runs as usual") {
+  Setup c;
+  c.devices = 2;
+  c.split = "even";
+  c.batch = 8;
+  const Run graphed = run(c, true, 5, [](DeviceSet& devs) { devs[0].replace_staging_memory(std::make_unique<ShortMemory>()); });
+  for (size_t k = 0; k < graphed.results.size(); ++k) {
+    CAPTURE(k);
+    CHECK(graphed.results[k].graph == GraphUse::Eager);
+    if (k >= 2) {  // the second step tried to capture; from then on it says why not
+      CHECK(graphed.results[k].graph_note.rfind("capturing the step failed", 0) == 0);
+      CHECK(graphed.results[k].graph_note.find("no host memory to stage") != std::string::npos);
+    }
+  }
+  CHECK(graphed.optimizer.steps == 5);
+  check_same(run(c, false, 5), graphed);
 }
 
 TEST_CASE("captured steps on host devices: a replay makes none of the host's step tensors, so it allocates less than the usual step") {
