@@ -73,7 +73,7 @@ void Stream::replay(const Recording& recording) {
   {
     std::lock_guard lock(mutex_);
     if (recording_) throw std::logic_error("stream " + name_ + ": replay while recording");
-    for (const Task& t : recording.tasks_) queue_.push_back(t);
+    for (const Task& t : recording.tasks_) queue_.push_back({{}, &t});
     pushed_ += recording.tasks_.size();
   }
   cv_.notify_all();
@@ -97,7 +97,7 @@ void Stream::push(Task t) {
       recording_->tasks_.push_back(std::move(t));
       return;
     }
-    queue_.push_back(std::move(t));
+    queue_.push_back({std::move(t)});
     ++pushed_;
   }
   cv_.notify_all();
@@ -207,7 +207,7 @@ void Stream::remember_error(std::exception_ptr error) {
 void Stream::loop() {
   bool ran = false;  // a task ran since the last count
   for (;;) {
-    Task task;
+    Queued queued;
     bool skip;
     {
       std::unique_lock lock(mutex_);
@@ -221,12 +221,13 @@ void Stream::loop() {
       }
       wait_spinning(lock, cv_, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping and drained
-      task = std::move(queue_.front());
+      queued = std::move(queue_.front());
       queue_.pop_front();
-      skip = error_ && !task.always_run;
+      skip = error_ && !queued.task().always_run;
       ran = true;
     }
     if (skip) continue;
+    const Task& task = queued.task();
     if (task.always_run) {  // event records and waits: not work, not timed
       try {
         task.fn();

@@ -141,6 +141,13 @@ class Stream {
     bool always_run;  // event records and waits run even after an error
     TaskLabel label;
   };
+  // On the queue: a task of its own, or one of a replayed recording's (which outlives the replay),
+  // so a replay copies no closure.
+  struct Queued {
+    Task own;
+    const Task* replayed = nullptr;
+    const Task& task() const { return replayed ? *replayed : own; }
+  };
 
  public:
   // Host devices' stand-in for graph capture (engine/graph/step_graph.hpp): between
@@ -169,7 +176,7 @@ class Stream {
   std::string name_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Task> queue_;
+  std::deque<Queued> queue_;
   // synchronize() waits until every task pushed before it has run: a count, not a pushed event,
   // so waiting on an idle stream costs no wake-up of its worker (two thread handoffs a stream and a
   // phase otherwise, each tens of microseconds on a small VM). Guarded by mutex_.
