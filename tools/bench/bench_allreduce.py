@@ -1,6 +1,6 @@
 """--sync allreduce against DataParallel's reduce on host devices, in one invocation (issue target):
 steps/s of each on mlp, convnet and resnet8 at batch 128 on host:2 and host:4 (SGD, generated
-data, the first 3 steps not timed; median of interleaved runs), and the share of the all-reduce
+data, the first tenth of the steps (3 at least) not timed; median of interleaved runs), and the share of the all-reduce
 time hidden under backward, read from a `dp demo --sync allreduce --trace` timeline (per device:
 the part of its all-reduce slices that lies inside its backward slice). Prints Markdown.
 
@@ -15,8 +15,9 @@ import subprocess
 import sys
 import tempfile
 
-WARMUP = 3
-STEPS = {"mlp": 40, "convnet": 20, "resnet8": 10}
+# About a second or two a run on two cores: long enough that a stray pause of the machine is not
+# the figure.
+STEPS = {"mlp": 300, "convnet": 80, "resnet8": 30}
 
 
 def coretype():
@@ -28,7 +29,8 @@ def steps_per_s(dp, model, devices, sync, env):
         subprocess.run([dp, "train", "--model", model, "--devices", devices, "--batch", "128", "--steps",
                         str(STEPS[model]), "--generated-size", str(128 * STEPS[model]), "--sync", sync, "--metrics",
                         m.name], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        rows = [json.loads(l) for l in open(m.name)][WARMUP:]
+        rows = [json.loads(l) for l in open(m.name)]
+        rows = rows[max(3, len(rows) // 10):]
     return len(rows) / sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
 
 
