@@ -69,6 +69,10 @@ struct dp::cuda::Context::Handles {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   cudnnHandle_t cudnn = nullptr;
+  // cuBLAS's workspace, given to it rather than left to it: fixed for the context's life, so a
+  // GEMM in a captured step (--cuda-graphs) allocates nothing (cuBLAS would otherwise allocate
+  // inside the capture, a memory node in every graph, again at every capture).
+  void* cublas_workspace = nullptr;
   // A bad value a kernel met in its input (a token id outside the vocabulary), found without the
   // host waiting: the kernel records the first as {1 + position, value, limit} in device memory,
   // each such op copies the record to page-locked `data_fault_seen` after it, and synchronize()

@@ -16,6 +16,13 @@ Context::Context(int gpu, const GpuMath& math, Kind kind) : gpu_(gpu), handles_(
   DP_CUDA_CHECK(cublasSetStream(handles_->cublas, handles_->stream));
   // float32 by default; TF32 tensor cores only when asked for.
   DP_CUDA_CHECK(cublasSetMathMode(handles_->cublas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  // The size cuBLAS's documentation recommends (cublasSetWorkspace): 32 MiB on Hopper and later,
+  // 4 MiB before. After cublasSetStream, which would reset it to cuBLAS's own.
+  int major = 0;
+  DP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu));
+  const size_t cublas_workspace_bytes = (major >= 9 ? size_t{32} : size_t{4}) << 20;
+  DP_CUDA_CHECK(cudaMalloc(&handles_->cublas_workspace, cublas_workspace_bytes));
+  DP_CUDA_CHECK(cublasSetWorkspace(handles_->cublas, handles_->cublas_workspace, cublas_workspace_bytes));
   DP_CUDA_CHECK(cudnnCreate(&handles_->cudnn));
   DP_CUDA_CHECK(cudnnSetStream(handles_->cudnn, handles_->stream));
   constexpr size_t fault_bytes = 3 * sizeof(unsigned long long);
@@ -35,6 +42,7 @@ Context::Handles::~Handles() {
   if (data_fault) cudaFree(data_fault);
   if (cudnn) cudnnDestroy(cudnn);
   if (cublas) cublasDestroy(cublas);
+  if (cublas_workspace) cudaFree(cublas_workspace);  // after the handle that used it
   if (stream) cudaStreamDestroy(stream);
 }
 

@@ -120,6 +120,62 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
   CHECK(rel_error(to_host<float>(c, d_db, db.size()), db) < kTol);
 }
 
+TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS works in the context's workspace), and replay the eager bits") {
+  cuda::Context c(0);
+  const int64_t B = 64, I = 256, O = 128;
+  auto in = random_vector(B * I, 11), w = random_vector(O * I, 12), b = random_vector(O, 13), dout = random_vector(B * O, 14);
+  auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b), d_dout = to_device(c, dout);
+  const auto w16 = random_16bit(O * I, 15, DType::BF16), in16 = random_16bit(B * I, 16, DType::BF16);
+  auto d_w16 = to_device(c, w16), d_in16 = to_device(c, in16);
+  cuda::DeviceBuffer d_out(c, B * O * 4), d_din(c, B * I * 4), d_dw(c, O * I * 4), d_db(c, O * 4), d_out16(c, B * O * 2);
+  auto run = [&] {
+    cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
+    cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+    cuda::linear_forward(c, DType::BF16, d_out16.get(), d_in16.get(), d_w16.get(), nullptr, B, I, O);
+  };
+  auto results = [&] {
+    auto r = to_host<float>(c, d_out, B * O);
+    for (const auto* buf : {&d_din, &d_dw, &d_db}) {
+      const size_t n = buf == &d_din ? B * I : buf == &d_dw ? O * I : O;
+      const auto v = to_host<float>(c, *buf, n);
+      r.insert(r.end(), v.begin(), v.end());
+    }
+    for (uint16_t h : to_host<uint16_t>(c, d_out16, B * O)) r.push_back(bf16_to_float(h));
+    return r;
+  };
+  run();
+  const auto eager = results();
+  for (int capture = 0; capture < 3; ++capture) {  // again and again, as a changed batch shape re-captures
+    CAPTURE(capture);
+    cudaStream_t s = c.handles().stream;
+    DP_CUDA_CHECK(cudaMemsetAsync(d_out.get(), 0, B * O * 4, s));
+    c.synchronize();
+    cudaGraph_t graph = nullptr;
+    DP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    run();
+    DP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    size_t count = 0;
+    DP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    DP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+    int allocations = 0;
+    for (cudaGraphNode_t n : nodes) {
+      cudaGraphNodeType type;
+      DP_CUDA_CHECK(cudaGraphNodeGetType(n, &type));
+      allocations += type == cudaGraphNodeTypeMemAlloc || type == cudaGraphNodeTypeMemFree;
+    }
+    CHECK(count >= 4);
+    CHECK(allocations == 0);
+    cudaGraphExec_t exec = nullptr;
+    DP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    DP_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    c.synchronize();
+    CHECK(results() == eager);
+    DP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    DP_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+}
+
 TEST_CASE("linear with TF32 stays within 1e-3") {
   cuda::Context c(0, true);
   ThreadPool pool(1);
