@@ -2,6 +2,8 @@
 // deterministic labels, tokens and images for a given (step, seed), held as the trainer holds
 // them (shared, so an upload ahead can keep one alive).
 #pragma once
+#include <doctest/doctest.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +89,21 @@ std::vector<Setup> every_model_and_loss(const Setup& base) {
       cases.push_back(c);
     }
   return cases;
+}
+
+// Two runs of one step that must agree bit for bit: everything the step reports (the bytes counted
+// as enqueued).
+inline void check_same_step(const StepResult& a, const StepResult& b) {
+  CHECK(a.loss == b.loss);
+  CHECK(a.correct == b.correct);
+  CHECK(a.grad_norm == b.grad_norm);
+  CHECK(a.skipped == b.skipped);
+  CHECK(a.loss_scale == b.loss_scale);
+  CHECK(a.lr == b.lr);
+  CHECK(a.batch == b.batch);
+  CHECK(a.chunks == b.chunks);
+  CHECK(a.upload_bytes == b.upload_bytes);
+  for (int p = 0; p < kNumPhases; ++p) CHECK(a.link_bytes[p] == b.link_bytes[p]);
 }
 
 inline StepResult step_on(DataParallel& dp, const HostBatch& b) {

@@ -46,14 +46,8 @@ Steps run(const Setup& c, HostSync sync, int steps) {
 void check_same(const Steps& phase, const Steps& step) {
   REQUIRE(phase.results.size() == step.results.size());
   for (size_t k = 0; k < phase.results.size(); ++k) {
-    const StepResult &a = phase.results[k], &b = step.results[k];
-    CHECK(a.loss == b.loss);
-    CHECK(a.correct == b.correct);
-    CHECK(a.grad_norm == b.grad_norm);
-    CHECK(a.skipped == b.skipped);
-    CHECK(a.loss_scale == b.loss_scale);
-    CHECK(a.upload_bytes == b.upload_bytes);
-    for (int p = 0; p < kNumPhases; ++p) CHECK(a.link_bytes[p] == b.link_bytes[p]);  // counted as enqueued
+    CAPTURE(k);
+    check_same_step(phase.results[k], step.results[k]);
   }
   CHECK(phase.params == step.params);
   CHECK(phase.buffers == step.buffers);

@@ -61,17 +61,7 @@ void check_same(const Run& usual, const Run& graphed) {
   REQUIRE(usual.results.size() == graphed.results.size());
   for (size_t k = 0; k < usual.results.size(); ++k) {
     CAPTURE(k);
-    const StepResult &a = usual.results[k], &b = graphed.results[k];
-    CHECK(a.loss == b.loss);
-    CHECK(a.correct == b.correct);
-    CHECK(a.grad_norm == b.grad_norm);
-    CHECK(a.skipped == b.skipped);
-    CHECK(a.loss_scale == b.loss_scale);
-    CHECK(a.lr == b.lr);
-    CHECK(a.batch == b.batch);
-    CHECK(a.chunks == b.chunks);
-    CHECK(a.upload_bytes == b.upload_bytes);
-    for (int p = 0; p < kNumPhases; ++p) CHECK(a.link_bytes[p] == b.link_bytes[p]);
+    check_same_step(usual.results[k], graphed.results[k]);
   }
   CHECK(usual.params == graphed.params);
   CHECK(usual.buffers == graphed.buffers);
