@@ -143,13 +143,20 @@ Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
     note_alloc_locked(*b);
     return b;
   }
-  if (capacity_ > 0 && stats_.reserved + want > capacity_) release_cached_locked();  // like PyTorch
+  // While a capture is open nothing cached is given back: a GPU may not cudaFree during one (as
+  // PyTorch's allocator, which releases nothing while a capture is underway). Short of memory, the
+  // capture fails, and the step then runs as usual, which may.
+  const bool may_release = !capturing_;
+  if (capacity_ > 0 && stats_.reserved + want > capacity_) {
+    if (!may_release) throw out_of_memory_locked(bytes);
+    release_cached_locked();  // like PyTorch
+  }
   void* ptr = raw_.allocate(size);
-  if (!ptr) {  // the system itself is out: give the cache back and try once more
+  if (!ptr && may_release) {  // the system itself is out: give the cache back and try once more
     release_cached_locked();
     ptr = raw_.allocate(size);
   }
-  if (!ptr && release_others_) {  // then the siblings' caches (unlocked: they may be here too)
+  if (!ptr && may_release && release_others_) {  // then the siblings' caches (unlocked: they may be here too)
     lock.unlock();
     release_others_();
     lock.lock();
@@ -283,6 +290,7 @@ void CachingAllocator::release_cached_locked() {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard lock(mutex_);
+  if (capturing_) return;  // a sibling short of memory while this one captures: nothing given back (allocate)
   release_cached_locked();
 }
 

@@ -105,7 +105,7 @@ class CachingAllocator {
   // Another device's accelerator stream read the block; `event` was recorded on it after the read.
   void record_reader(Block* block, DeviceQueue& queue, std::shared_ptr<void> event);
   int64_t awaiting_readers() const;  // freed blocks not yet back in the cache
-  void empty_cache();  // return cached, unused blocks to the system
+  void empty_cache();  // return cached, unused blocks to the system (none while capturing)
   // Allocators that draw on the same memory (the logical devices of one GPU): when the system is
   // out even after this cache is emptied, `release_others` empties theirs before one last try, so
   // a sibling's idle cache cannot make this device fail. Called without this allocator's lock.

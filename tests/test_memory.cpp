@@ -164,6 +164,34 @@ TEST_CASE("out of shared memory, an allocator first empties its siblings' caches
   b.free(held);
 }
 
+TEST_CASE("while a capture is open no cached memory is given back (a GPU may not cudaFree then): short of memory it fails") {
+  BudgetMemory gpu(1 << 20);
+  CachingAllocator a(0, "cuda:0.0", gpu, 0), b(1, "cuda:0.1", gpu, 0);
+  a.set_release_others([&] { b.empty_cache(); });
+  b.set_release_others([&] { a.empty_cache(); });
+  // a's cache holds 768 KiB of the GPU's 1 MiB; 300 KiB fits only once it is given back.
+  a.free(a.allocate(768 << 10, MemCategory::Activations));
+  const int pool = a.begin_capture();
+  CHECK_THROWS_AS(a.allocate(300 << 10, MemCategory::Activations), OutOfMemoryError);
+  CHECK(a.stats().reserved == (768 << 10));
+  CHECK_THROWS_AS(b.allocate(300 << 10, MemCategory::Activations), OutOfMemoryError);  // nor for a sibling
+  CHECK(a.stats().reserved == (768 << 10));
+  a.end_capture();
+  a.release_pool(pool);
+  Block* got = b.allocate(300 << 10, MemCategory::Activations);  // after the capture: a's cache goes back
+  CHECK(a.stats().reserved == 0);
+  b.free(got);
+  // A capacity reached inside a capture fails there too, rather than emptying the cache.
+  CachingAllocator bounded(0, "cuda:1", gpu, 512 << 10);
+  bounded.free(bounded.allocate(400 << 10, MemCategory::Activations));
+  const int pool2 = bounded.begin_capture();
+  CHECK_THROWS_AS(bounded.allocate(150 << 10, MemCategory::Activations), OutOfMemoryError);
+  bounded.end_capture();
+  bounded.release_pool(pool2);
+  bounded.free(bounded.allocate(150 << 10, MemCategory::Activations));
+  CHECK(bounded.stats().reserved == (150 << 10));
+}
+
 TEST_CASE("a captured step's pool: its blocks go to no other work until it is released") {
   auto devs = host_devices(1);
   auto& alloc = devs[0].allocator();
