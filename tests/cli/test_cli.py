@@ -181,6 +181,13 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--cuda-graphs off: no graph field", all("graph" not in r for r in outs["off"]), outs["off"])
     check("--cuda-graphs on: says how many steps replayed", "10 of 14 steps replayed a captured step" in said["on"],
           said["on"])
+    check("--cuda-graphs on: says why the last step ran as usual (a short batch)",
+          "the last ran as usual: not the captured step's shape" in said["on"], said["on"])
+    rc, out, err = run(["train", "--data", good, "--devices", "host:2", "--batch", "6", "--model", "mlp", "--steps", "4",
+                        "--split", "auto", "--cuda-graphs", "on"])
+    check("--cuda-graphs on with --split auto: runs as usual and says why",
+          rc == 0 and "0 of 4 steps replayed a captured step; the last ran as usual: --split auto times" in out,
+          err + out)
 
     # Runtime errors: exit 1, and the existing --save file is untouched.
     def keeps_save(name, args, code, needle):

@@ -239,6 +239,7 @@ int run_train(const TrainOptions& given) {
 
   PhaseTimes phase_total{};
   int64_t phased_steps = 0, replayed = 0;  // --cuda-graphs: a replayed step has no phases of its own
+  std::string usual_note;  // --cuda-graphs: why the last step ran as usual ("" if it did not)
   int64_t step = first_step, samples = 0, skipped = 0;
   double last_loss = NAN, train_seconds = 0;
   int current_epoch = 0;
@@ -325,6 +326,7 @@ int run_train(const TrainOptions& given) {
     samples += r.batch;
     train_seconds += secs;
     last_loss = r.loss;
+    usual_note = r.graph == GraphUse::Eager ? r.graph_note : "";
     if (r.graph == GraphUse::Replayed) {
       ++replayed;
     } else {
@@ -397,8 +399,9 @@ int run_train(const TrainOptions& given) {
                 static_cast<long long>(skipped), static_cast<long long>(step - first_step),
                 static_cast<double>(dp.loss_scaler().scale()));
   if (graphs)
-    std::printf("--cuda-graphs: %lld of %lld steps replayed a captured step\n", static_cast<long long>(replayed),
-                static_cast<long long>(step - first_step));
+    std::printf("--cuda-graphs: %lld of %lld steps replayed a captured step%s\n", static_cast<long long>(replayed),
+                static_cast<long long>(step - first_step),
+                usual_note.empty() ? "" : ("; the last ran as usual: " + usual_note).c_str());
   std::printf("time per step by phase (ms%s):", replayed ? ", steps not replayed" : "");
   for (int p = 0; p < kNumPhases; ++p)
     std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)),
