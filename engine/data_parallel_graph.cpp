@@ -42,7 +42,11 @@ std::string DataParallel::graph_blocker() const {
     return "--sync allreduce runs as usual: its all-reduce threads wait for the devices inside the step";
   if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (--host-sync phase)";
   if (tracer_) return "the step is traced";
-  if (splitter_.policy().mode == SplitPolicy::Mode::Auto) return "--split auto times each replica's work";
+  if (splitter_.wants_measurement(steps_run_))  // its replica times come from steps run as usual
+    return splitter_.settled() ? "--split auto re-measures the replicas' speeds every " +
+                                     std::to_string(AutoBalancer::kRemeasureEvery) + "th step"
+                               : "--split auto measures the replicas' speeds until its split holds for " +
+                                     std::to_string(AutoBalancer::kSettleSteps) + " steps";
   return "";
 }
 

@@ -73,6 +73,35 @@ TEST_CASE("the auto balancer splits in proportion to measured throughput, with h
   }
 }
 
+TEST_CASE("the auto balancer wants steps timed until its split holds, then every 50th (captured steps are not timed)") {
+  AutoBalancer b(2, 2, 0.05, 1.0);
+  auto wanted = [&](int64_t from, int64_t to) {
+    std::vector<int64_t> out;
+    for (int64_t k = from; k < to; ++k)
+      if (b.wants_measurement(k)) out.push_back(k);
+    return out;
+  };
+  CHECK(b.observe({64, 64}, {0.064, 0.256}).empty());       // warming up
+  CHECK_FALSE(b.observe({64, 64}, {0.064, 0.256}).empty());  // the split changes: 102,26
+  CHECK_FALSE(b.settled());
+  CHECK(b.observe({102, 26}, {}).empty());  // a step without times (replayed) teaches nothing
+  for (int k = 0; k < AutoBalancer::kSettleSteps; ++k) {
+    CHECK_FALSE(b.settled());
+    CHECK(b.wants_measurement(7));
+    CHECK(b.observe({102, 26}, {0.102, 0.104}).empty());
+  }
+  CHECK(b.settled());
+  CHECK(wanted(1, 120) == std::vector<int64_t>{50, 100});
+  // A checkpoint keeps it settled.
+  AutoBalancer resumed(2, 2, 0.05, 1.0);
+  resumed.restore(b.state());
+  CHECK(resumed.settled());
+  // A device that slows down, seen at a re-measured step, changes the split: measuring again.
+  CHECK_FALSE(b.observe({102, 26}, {0.102, 0.5}).empty());
+  CHECK_FALSE(b.settled());
+  CHECK(wanted(51, 60).size() == 9);
+}
+
 TEST_CASE("--split auto on mixed-speed devices trains exactly like one device (mlp)") {
   const int64_t batch = 24;
   auto run = [&](int n, const std::string& split, std::vector<double> speed, std::vector<std::vector<int64_t>>* chunks) {

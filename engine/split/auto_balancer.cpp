@@ -21,6 +21,13 @@ void AutoBalancer::restore(const State& s) {
   weights_ = s.weights;
   spp_ = s.seconds_per_sample;
   observations_ = s.observations;
+  steady_ = s.steady;
+}
+
+bool AutoBalancer::settled() const {
+  for (int i = 0; i < n_; ++i)
+    if (observations_[i] < warmup_) return false;
+  return steady_ >= kSettleSteps;
 }
 
 std::vector<int64_t> AutoBalancer::sizes(int64_t batch) const {
@@ -43,6 +50,7 @@ double AutoBalancer::predicted_seconds(const std::vector<int64_t>& chunks) const
 }
 
 std::string AutoBalancer::observe(const std::vector<int64_t>& chunks, const std::vector<double>& seconds) {
+  if (static_cast<int>(seconds.size()) != n_) return "";
   int64_t batch = 0;
   for (int i = 0; i < n_; ++i) {
     batch += chunks[i];
@@ -61,8 +69,10 @@ std::string AutoBalancer::observe(const std::vector<int64_t>& chunks, const std:
   const double before = predicted_seconds(current), after = predicted_seconds(proposed);
   if (proposed == current || after >= (1.0 - hysteresis_) * before) {
     weights_ = saved;
+    ++steady_;
     return "";
   }
+  steady_ = 0;
   std::ostringstream os;
   os << "split auto: chunks ";
   for (int i = 0; i < n_; ++i) os << (i ? "," : "") << proposed[i];

@@ -6,6 +6,10 @@
 // step time (the slowest replica's chunk × its seconds per sample) improves by more than the
 // hysteresis, so measurement noise does not make the split flap. Every device keeps at least one
 // sample while the batch allows, so it stays measured.
+//
+// Captured steps (--cuda-graphs) are not timed: the balancer says which steps it needs measured
+// (wants_measurement): until the split has held for `settle_steps` measured steps after the
+// warm-up, and then every `remeasure_every`-th step, so a device that slows down is still seen.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,15 +24,24 @@ class AutoBalancer {
   std::vector<int64_t> sizes(int64_t batch) const;
   // Feed one step's chunks and per-device busy seconds; returns a description when the split
   // changed ("" otherwise).
+  // A step without replica times (a captured or replayed one) teaches nothing: "".
   std::string observe(const std::vector<int64_t>& chunks, const std::vector<double>& seconds);
+  // Measured steps since the split last changed, after the warm-up; the split is settled once
+  // `settle_steps` of them agree with it.
+  static constexpr int kSettleSteps = 3;
+  static constexpr int64_t kRemeasureEvery = 50;
+  bool settled() const;
+  // Must step number `step` (0 = the first) be timed, i.e. run as usual?
+  bool wants_measurement(int64_t step) const { return !settled() || step % kRemeasureEvery == 0; }
   const std::vector<double>& seconds_per_sample() const { return spp_; }
   const std::vector<double>& weights() const { return weights_; }
   // What it has learnt, for a checkpoint; restoring it makes a resumed run split as this one would.
   struct State {
     std::vector<double> weights, seconds_per_sample;
     std::vector<int> observations;
+    int steady = 0;
   };
-  State state() const { return {weights_, spp_, observations_}; }
+  State state() const { return {weights_, spp_, observations_, steady_}; }
   void restore(const State& s);  // RuntimeError when the device count differs
 
  private:
@@ -38,6 +51,7 @@ class AutoBalancer {
   std::vector<double> weights_;  // current proportions
   std::vector<double> spp_;      // smoothed seconds per sample (0 = not measured yet)
   std::vector<int> observations_;
+  int steady_ = 0;  // measured steps, after the warm-up, since the split last changed
 };
 
 }  // namespace dp

@@ -20,6 +20,10 @@ bool Splitter::needs_memory_probe() const {
 
 void Splitter::set_memory_plan(const MemoryPlan& plan) { memory_weights_.assign(plan.chunks.begin(), plan.chunks.end()); }
 
+bool Splitter::wants_measurement(int64_t step) const { return balancer_ && balancer_->wants_measurement(step); }
+
+bool Splitter::settled() const { return !balancer_ || balancer_->settled(); }
+
 std::string Splitter::observe(const std::vector<int64_t>& chunks, const std::vector<double>& replica_seconds) {
   return balancer_ ? balancer_->observe(chunks, replica_seconds) : "";
 }
@@ -28,7 +32,10 @@ nlohmann::json Splitter::state() const {
   nlohmann::json j{{"policy", policy_.text}};
   if (balancer_) {
     const auto st = balancer_->state();
-    j["auto"] = {{"weights", st.weights}, {"seconds_per_sample", st.seconds_per_sample}, {"observations", st.observations}};
+    j["auto"] = {{"weights", st.weights},
+                 {"seconds_per_sample", st.seconds_per_sample},
+                 {"observations", st.observations},
+                 {"steady", st.steady}};
   }
   if (!memory_weights_.empty()) j["balance_memory_chunks"] = memory_weights_;
   return j;
@@ -42,7 +49,8 @@ void Splitter::restore(const nlohmann::json& j) {
     if (balancer_ && j.contains("auto"))
       balancer_->restore({j["auto"].at("weights").get<std::vector<double>>(),
                           j["auto"].at("seconds_per_sample").get<std::vector<double>>(),
-                          j["auto"].at("observations").get<std::vector<int>>()});
+                          j["auto"].at("observations").get<std::vector<int>>(),
+                          j["auto"].value("steady", 0)});  // absent in checkpoints made before captured steps
     if (j.contains("balance_memory_chunks")) {
       memory_weights_ = j["balance_memory_chunks"].get<std::vector<double>>();
       if (static_cast<int>(memory_weights_.size()) != devices_)

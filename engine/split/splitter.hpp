@@ -25,6 +25,10 @@ class Splitter {
   void set_memory_plan(const MemoryPlan& plan);
   // After a step: `auto` learns from the replicas' busy seconds; a description when the split changed.
   std::string observe(const std::vector<int64_t>& chunks, const std::vector<double>& replica_seconds);
+  // `auto` while it still needs step number `step` timed (AutoBalancer::wants_measurement):
+  // such a step runs as usual, not captured or replayed.
+  bool wants_measurement(int64_t step) const;
+  bool settled() const;  // `auto`'s split has held (true for the other policies)
   // What the policy has learnt (auto's measured speeds, balance-memory's chunks), for checkpoints.
   nlohmann::json state() const;
   void restore(const nlohmann::json& state);  // RuntimeError when it does not fit this policy

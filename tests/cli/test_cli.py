@@ -186,7 +186,7 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run(["train", "--data", good, "--devices", "host:2", "--batch", "6", "--model", "mlp", "--steps", "4",
                         "--split", "auto", "--cuda-graphs", "on"])
     check("--cuda-graphs on with --split auto: runs as usual and says why",
-          rc == 0 and "0 of 4 steps replayed a captured step; the last ran as usual: --split auto times" in out,
+          rc == 0 and "0 of 4 steps replayed a captured step; the last ran as usual: --split auto measures" in out,
           err + out)
 
     # Runtime errors: exit 1, and the existing --save file is untouched.
