@@ -8,8 +8,8 @@
 // sample while the batch allows, so it stays measured.
 //
 // Captured steps (--cuda-graphs) are not timed: the balancer says which steps it needs measured
-// (wants_measurement): until the split has held for `settle_steps` measured steps after the
-// warm-up, and then every `remeasure_every`-th step, so a device that slows down is still seen.
+// (wants_measurement): until the split has held for kSettleSteps measured steps after the
+// warm-up, and then every kRemeasureEvery-th step, so a device that slows down is still seen.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,8 +26,8 @@ class AutoBalancer {
   // changed ("" otherwise).
   // A step without replica times (a captured or replayed one) teaches nothing: "".
   std::string observe(const std::vector<int64_t>& chunks, const std::vector<double>& seconds);
-  // Measured steps since the split last changed, after the warm-up; the split is settled once
-  // `settle_steps` of them agree with it.
+  // The split is settled once kSettleSteps measured steps after the warm-up have agreed with it
+  // since it last changed.
   static constexpr int kSettleSteps = 3;
   static constexpr int64_t kRemeasureEvery = 50;
   bool settled() const;
