@@ -106,6 +106,15 @@ inline void check_same_step(const StepResult& a, const StepResult& b) {
   for (int p = 0; p < kNumPhases; ++p) CHECK(a.link_bytes[p] == b.link_bytes[p]);
 }
 
+// Two runs of the same steps, step by step.
+inline void check_same_steps(const std::vector<StepResult>& a, const std::vector<StepResult>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t k = 0; k < a.size(); ++k) {
+    CAPTURE(k);
+    check_same_step(a[k], b[k]);
+  }
+}
+
 inline StepResult step_on(DataParallel& dp, const HostBatch& b) {
   return b.tokens.empty() ? dp.step(b.images.data(), b.labels.data(), b.size)
                           : dp.step(b.tokens.data(), b.labels.data(), b.size);

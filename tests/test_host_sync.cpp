@@ -44,11 +44,7 @@ Steps run(const Setup& c, HostSync sync, int steps) {
 }
 
 void check_same(const Steps& phase, const Steps& step) {
-  REQUIRE(phase.results.size() == step.results.size());
-  for (size_t k = 0; k < phase.results.size(); ++k) {
-    CAPTURE(k);
-    check_same_step(phase.results[k], step.results[k]);
-  }
+  check_same_steps(phase.results, step.results);
   CHECK(phase.params == step.params);
   CHECK(phase.buffers == step.buffers);
 }

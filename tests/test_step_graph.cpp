@@ -59,11 +59,7 @@ Run run(const Setup& c, bool graphs, int steps, const std::function<void(DeviceS
 }
 
 void check_same(const Run& usual, const Run& graphed) {
-  REQUIRE(usual.results.size() == graphed.results.size());
-  for (size_t k = 0; k < usual.results.size(); ++k) {
-    CAPTURE(k);
-    check_same_step(usual.results[k], graphed.results[k]);
-  }
+  check_same_steps(usual.results, graphed.results);
   CHECK(usual.params == graphed.params);
   CHECK(usual.buffers == graphed.buffers);
   CHECK(usual.grads == graphed.grads);
