@@ -253,7 +253,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
                                   const std::vector<int64_t>& chunks, const NextBatch* next) {
   StepResult note;  // with graphs on: why this step runs as usual
   if (graphs_)
-    if (auto r = run_graphed(input, targets, batch, chunks, note)) return std::move(*r);
+    if (auto r = run_graphed(input, targets, batch, chunks, next, note)) return std::move(*r);
   StepResult result = new_result(batch, chunks);
   result.graph = note.graph;
   result.graph_note = note.graph_note;
@@ -362,11 +362,9 @@ std::vector<UploadAhead::Piece> DataParallel::batch_pieces(const void* input, co
 
 // 1. load: the batch (inputs and targets) onto device 0, unless the last step uploaded it ahead.
 void DataParallel::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
-  if (s.input_staging) {  // a captured step: from the staging memory each replay fills
-    upload_async(s.input, s.input_staging);
-    upload_async(s.target, s.target_staging);
-  } else {
+  if (!s.loaded_by_launch) {  // a captured step's launch uploads its batch before the graph
     std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, {}});
+    r.loaded_ahead = !loaded.empty();
     if (loaded.empty())
       for (const auto& piece : batch_pieces(input, targets, s.batch)) {
         upload_async(piece.dst, piece.src);
@@ -423,6 +421,7 @@ void DataParallel::upload_ahead(const int32_t* tokens, const int32_t* targets, i
 void DataParallel::cancel_upload_ahead() {
   next_.reset();
   upload_ahead_.drop();
+  if (captured_) captured_->ahead.reset();
 }
 
 // 2. scatter along dim 0; chunk 0 is a view of the batch on device 0. Labels too where each

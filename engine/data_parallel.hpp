@@ -62,6 +62,7 @@ struct StepResult : PhaseRecord {
   std::vector<int64_t> chunks;          // per device, 0 for devices that sat the step out
   std::vector<double> replica_seconds;  // per device: busy time in forward + backward
   int64_t upload_bytes = 0;             // host -> device 0 in the load phase
+  bool loaded_ahead = false;            // its batch was given to upload_ahead() and copied during the step before
   std::string split_change;             // auto / balance-memory: what changed, if anything
   double lr = 0;                        // the learning rate of this step's update
   double grad_norm = -1;                // ‖g‖₂ of the reduced gradients before clipping (-1: not computed)
@@ -171,9 +172,11 @@ class DataParallel {
   // batch, its chunks, clipping and the norm's reporting; a step of another shape (a short last
   // batch) runs as usual, and a new shape seen twice in a row is captured in place of the old one.
   // Steps run as usual where a capture cannot hold them (StepResult::graph_note says why): waiting
-  // per phase, tracing, --split auto (it times each replica), --sync allreduce. A replay loads its
-  // batch into the staging memory the captured load copies from (no upload ahead). A capture that fails turns graphs off for the
-  // run and that step runs as usual. Results equal the usual step's bit for bit.
+  // per phase, tracing, --split auto (it times each replica), --sync allreduce. Each launch uploads
+  // its batch (from staging memory, page-locked on a GPU) into the captured input just before the
+  // graph; a batch given to upload_ahead() is copied into a second staging set while the step
+  // before runs (StepResult::loaded_ahead). A capture that fails turns graphs off for the run and
+  // that step runs as usual. Results equal the usual step's bit for bit.
   void set_graphs(bool on);
   bool graphs() const { return graphs_; }
 
@@ -207,16 +210,19 @@ class DataParallel {
   // Captured steps (engine/data_parallel_graph.cpp): the step captured or replayed, or nothing when it
   // is to run as usual (r.graph and r.graph_note then say so).
   std::optional<StepResult> run_graphed(const void* input, const int32_t* targets, int64_t batch,
-                                        const std::vector<int64_t>& chunks, StepResult& note);
+                                        const std::vector<int64_t>& chunks, const NextBatch* next, StepResult& note);
   std::string graph_blocker() const;  // why no step can be captured now ("" if one can)
   // Capture the step and run it; nothing when the capture fails (graphs_stopped_ says why: the step
   // then runs as usual).
   std::optional<StepResult> capture_step(const void* input, const int32_t* targets, int64_t batch,
-                                         const std::vector<int64_t>& chunks);
+                                         const std::vector<int64_t>& chunks, const NextBatch* next);
   void stop_graphs(const std::string& why);  // graphs off for the rest of the run, and why
-  StepResult replay_step(const void* input, const int32_t* targets);
-  // Launch the captured step and wait for it; then its results (the optimizer's count has advanced).
-  StepResult launch_captured(StepResult r);
+  // staged_ahead: the last launch copied this batch into the staging set this one uploads from.
+  StepResult replay_step(const void* input, const int32_t* targets, bool staged_ahead, const NextBatch* next);
+  // Upload the batch from the current staging set, launch the captured step, copy `next` (if it has
+  // the captured batch size) into the other set meanwhile, and wait; then its results (the
+  // optimizer's count has advanced).
+  StepResult launch_captured(StepResult r, const NextBatch* next);
   void drop_captured_step();  // the devices must be idle
   // The tensors a batch is loaded into, each with its host bytes: on device 0 (DataParallel), or
   // each active device's chunk (allreduce), input then targets.

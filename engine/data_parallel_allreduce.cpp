@@ -107,6 +107,7 @@ void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* t
     pieces = chunk_pieces(input, targets, s.chunks);
     for (const auto& p : pieces) loaded.push_back(p.dst);
   }
+  r.loaded_ahead = pieces.empty();
   size_t k = 0;
   for (int d = 0; d < devices_.size(); ++d) {
     if (s.chunks[static_cast<size_t>(d)] == 0) continue;

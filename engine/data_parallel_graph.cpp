@@ -1,10 +1,13 @@
 // Captured steps (DataParallel::set_graphs, --cuda-graphs): a shape's step captured once with
 // engine/step/step_graph.hpp and replayed. The step enqueued is the usual one (enqueue_step), so
 // the two cannot drift apart; what a replay must do by hand is what the host does around the
-// streams' work: write the step's scalars, put the batch where the captured load copies from, count the
-// optimizer's step, read the results, and put back what the capture left in the DataParallel.
+// streams' work: write the step's scalars, upload the batch into the captured input (outside the
+// graph, from one of two staging sets, so the next batch can be copied into the other while the
+// graph runs), count the optimizer's step, read the results, and put back what the capture left in
+// the DataParallel.
 #include <utility>
 
+#include "engine/comm.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/data_parallel_step.hpp"
 #include "engine/error.hpp"
@@ -51,7 +54,10 @@ std::string DataParallel::graph_blocker() const {
 }
 
 std::optional<StepResult> DataParallel::run_graphed(const void* input, const int32_t* targets, int64_t batch,
-                                                    const std::vector<int64_t>& chunks, StepResult& note) {
+                                                    const std::vector<int64_t>& chunks, const NextBatch* next,
+                                                    StepResult& note) {
+  // A batch copied ahead serves the very next step only: later, the same pointers may hold other data.
+  const std::optional<UploadAhead::Key> ahead = captured_ ? std::exchange(captured_->ahead, std::nullopt) : std::nullopt;
   note.graph = GraphUse::Eager;
   if (std::string why = graph_blocker(); !why.empty()) {
     note.graph_note = std::move(why);
@@ -61,7 +67,7 @@ std::optional<StepResult> DataParallel::run_graphed(const void* input, const int
   const StepShape shape = shape_of(batch, chunks);
   if (captured_ && captured_->shape == shape) {
     last_eager_shape_.reset();  // "twice in a row": a short batch an epoch is never captured
-    return replay_step(input, targets);
+    return replay_step(input, targets, ahead == UploadAhead::Key{input, targets, batch, {}}, next);
   }
   // A capture freezes the addresses of the optimizer's state, made by its first update, and of
   // what a shape's first step sets up (cuDNN's plans): the step before a capture runs as usual.
@@ -73,7 +79,7 @@ std::optional<StepResult> DataParallel::run_graphed(const void* input, const int
                                                : "a shape's first step runs as usual: the next is captured";
     return std::nullopt;
   }
-  if (auto r = capture_step(input, targets, batch, chunks)) return r;
+  if (auto r = capture_step(input, targets, batch, chunks, next)) return r;
   note.graph_note = graphs_stopped_;
   return std::nullopt;
 }
@@ -83,28 +89,31 @@ void DataParallel::stop_graphs(const std::string& why) {
 }
 
 std::optional<StepResult> DataParallel::capture_step(const void* input, const int32_t* targets, int64_t batch,
-                                                     const std::vector<int64_t>& chunks) {
+                                                     const std::vector<int64_t>& chunks, const NextBatch* next) {
   drop_captured_step();
-  upload_ahead_.drop();  // a replay stages its own batch
+  upload_ahead_.drop();  // a launch uploads its batch from its own staging memory
   StepResult result = new_result(batch, chunks);
   auto state = std::make_unique<Step>(*this, batch, result.targets, chunks);
-  // The captured input and the staging memory its load copies from (each replay fills it first).
+  // The captured input (each launch uploads its batch there first) and the staging memory for it.
   auto pieces = batch_pieces(input, targets, batch);
   state->input = pieces[0].dst;
   state->target = pieces[1].dst;
+  state->loaded_by_launch = true;
   // Page-locked on a GPU, which may run short: then no capture, as when capturing fails.
   RawMemory& staging = devices_[0].staging_memory();
-  std::unique_ptr<StagingBuffer> staged_input, staged_target;
+  std::array<CapturedStep::Staged, 2> staged;
   try {
-    staged_input = std::make_unique<StagingBuffer>(staging, input, state->input.bytes());
-    staged_target = std::make_unique<StagingBuffer>(staging, targets, state->target.bytes());
+    for (auto& set : staged) {
+      set.input = std::make_unique<StagingBuffer>(staging, state->input.bytes());
+      set.target = std::make_unique<StagingBuffer>(staging, state->target.bytes());
+    }
   } catch (const std::exception& e) {
     state->joined = true;  // nothing was enqueued
     stop_graphs(e.what());
     return std::nullopt;
   }
-  state->input_staging = staged_input->get();
-  state->target_staging = staged_target->get();
+  staged[0].input->fill(input);
+  staged[0].target->fill(targets);
   const int64_t steps_before = optimizer_->steps();
   std::unique_ptr<StepGraph> graph;
   try {
@@ -128,25 +137,32 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   state->joined = true;
   captured_ = std::make_unique<CapturedStep>();
   captured_->shape = shape_of(batch, chunks);
-  captured_->input = std::move(staged_input);
-  captured_->target = std::move(staged_target);
+  captured_->staged = std::move(staged);
+  captured_->current = 0;
   captured_->state = std::move(state);
   captured_->graph = std::move(graph);
   captured_->grads = grads_;
   captured_->link_bytes = result.link_bytes;
   result.graph = GraphUse::Captured;
   // Its scalars are in the slots and its batch staged: run it (the update is counted already).
-  return launch_captured(std::move(result));
+  return launch_captured(std::move(result), next);
 }
 
-StepResult DataParallel::replay_step(const void* input, const int32_t* targets) {
+StepResult DataParallel::replay_step(const void* input, const int32_t* targets, bool staged_ahead,
+                                     const NextBatch* next) {
   CapturedStep& c = *captured_;
   Step& s = *c.state;
-  upload_ahead_.drop();  // a batch uploaded ahead by a step run as usual: this one copies its own
+  upload_ahead_.drop();  // a batch uploaded ahead by a step run as usual: this one uploads its own
   StepResult r = new_result(s.batch, s.chunks);
   write_step_scalars(s.chunks, s.loss_rows);  // the update's values at the count before it
-  c.input->fill(input);  // the captured load copies it from there
-  c.target->fill(targets);
+  // The other set: the last launch's upload from it is done (that step was joined).
+  c.current = 1 - c.current;
+  CapturedStep::Staged& set = c.staged[static_cast<size_t>(c.current)];
+  if (!staged_ahead) {
+    set.input->fill(input);
+    set.target->fill(targets);
+  }
+  r.loaded_ahead = staged_ahead;
   r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
   optimizer_->count_replayed_step();  // the update captured with the step runs in the replay
   // The same bytes cross the same links as in the captured step.
@@ -156,13 +172,24 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets) 
     for (size_t j = 0; j < moved.size(); ++j)
       if (moved[j]) devices_[static_cast<int>(j) % n].count_received(static_cast<int>(j) / n, moved[j]);
   r.graph = GraphUse::Replayed;
-  return launch_captured(std::move(r));
+  return launch_captured(std::move(r), next);
 }
 
-StepResult DataParallel::launch_captured(StepResult r) {
+StepResult DataParallel::launch_captured(StepResult r, const NextBatch* next) {
   CapturedStep& c = *captured_;
   Step& s = *c.state;
+  const CapturedStep::Staged& set = c.staged[static_cast<size_t>(c.current)];
+  upload_async(s.input, set.input->get());  // on device 0's stream, so before the graph
+  upload_async(s.target, set.target->get());
   c.graph->launch();
+  // While the devices run it: the next batch into the other set, which no stream reads now. Only a
+  // batch of the captured size can be replayed.
+  if (next && next->batch == s.batch) {
+    const CapturedStep::Staged& other = c.staged[static_cast<size_t>(1 - c.current)];
+    other.input->fill(next->input);
+    other.target->fill(next->targets);
+    c.ahead = UploadAhead::Key{next->input, next->targets, next->batch, {}};
+  }
   try {
     join_replicas(all_devices());
   } catch (const std::exception& e) {

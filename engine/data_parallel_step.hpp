@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <cstring>
+#include <optional>
 
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
@@ -42,16 +43,12 @@ struct DataParallel::Step : StepState {
   }
 };
 
-// The graph, the Step whose tensors are its addresses (the input among them), and what the capture
-// left in the DataParallel that each replay leaves there too.
-// Host memory a captured load copies from (page-locked on a GPU, so the copy is a node of the graph:
-// DMA, no host involvement): each replay writes its batch there first.
+// Host memory a captured step's batch is uploaded from before each launch (page-locked on a GPU, so
+// the upload is DMA on the stream).
 class StagingBuffer {
  public:
-  StagingBuffer(RawMemory& memory, const void* host, size_t bytes)
-      : memory_(memory), ptr_(memory.allocate(bytes)), bytes_(bytes) {
+  StagingBuffer(RawMemory& memory, size_t bytes) : memory_(memory), ptr_(memory.allocate(bytes)), bytes_(bytes) {
     if (!ptr_) throw RuntimeError("no host memory to stage a captured step's batch (" + format_bytes(static_cast<int64_t>(bytes)) + ")");
-    fill(host);
   }
   ~StagingBuffer() { memory_.release(ptr_, bytes_); }
   StagingBuffer(const StagingBuffer&) = delete;
@@ -65,9 +62,18 @@ class StagingBuffer {
   size_t bytes_;
 };
 
+// The graph, the Step whose tensors are its addresses (the input among them), and what the capture
+// left in the DataParallel that each replay leaves there too.
 struct DataParallel::CapturedStep {
   StepShape shape;
-  std::unique_ptr<StagingBuffer> input, target;  // before graph: released after it
+  // Two sets of staging memory: a launch uploads from one while the host copies the next batch
+  // (given to upload_ahead()) into the other, so that copy hides under the step.
+  struct Staged {
+    std::unique_ptr<StagingBuffer> input, target;
+  };
+  std::array<Staged, 2> staged;                // before graph: released after it
+  int current = 0;                             // the set the last launch uploaded from
+  std::optional<UploadAhead::Key> ahead;       // the batch in the other set (copied during the last launch)
   std::unique_ptr<Step> state;
   std::unique_ptr<StepGraph> graph;  // after state: dropped first (a recording's tasks refer to it)
   Tensor grads;                      // the master gradients it writes (mixed precision: it made them)

@@ -120,4 +120,12 @@ inline StepResult step_on(DataParallel& dp, const HostBatch& b) {
                           : dp.step(b.tokens.data(), b.labels.data(), b.size);
 }
 
+// The batch the next step_on() will be given, to upload while the current step runs.
+inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const HostBatch>& b) {
+  if (b->tokens.empty())
+    dp.upload_ahead(b->images.data(), b->labels.data(), b->size, b);
+  else
+    dp.upload_ahead(b->tokens.data(), b->labels.data(), b->size, b);
+}
+
 }  // namespace dp::test

@@ -25,13 +25,6 @@ struct Setup : StepSetup {
   std::vector<int64_t> capacity;
 };
 
-void upload_ahead(DataParallel& dp, const std::shared_ptr<const HostBatch>& b) {
-  if (b->tokens.empty())
-    dp.upload_ahead(b->images.data(), b->labels.data(), b->size, b);
-  else
-    dp.upload_ahead(b->tokens.data(), b->labels.data(), b->size, b);
-}
-
 struct Run {
   std::vector<StepResult> results;
   std::vector<float> params, buffers;
@@ -49,7 +42,7 @@ Run run(const Setup& c, const std::vector<std::shared_ptr<const HostBatch>>& bat
   dp.set_tracer(tracer);
   Run out;
   for (size_t k = 0; k < batches.size(); ++k) {
-    if (ahead && k + 1 < batches.size()) upload_ahead(dp, batches[k + 1]);
+    if (ahead && k + 1 < batches.size()) upload_ahead_on(dp, batches[k + 1]);
     out.results.push_back(step_on(dp, *batches[k]));
   }
   dp.set_tracer(nullptr);
@@ -109,6 +102,11 @@ TEST_CASE("uploading the next batch ahead gives the same steps bit for bit") {
     CHECK(plain.staged == 0);
     CHECK(ahead.staged == 4);
     CHECK(ahead.taken == 4);  // every step after the first found its batch on the device(s)
+    for (size_t k = 0; k < ahead.results.size(); ++k) {
+      CAPTURE(k);
+      CHECK(ahead.results[k].loaded_ahead == (k > 0));
+      CHECK_FALSE(plain.results[k].loaded_ahead);
+    }
   }
 }
 
@@ -128,7 +126,7 @@ TEST_CASE("uploading ahead under a split that changes: chunks staged for the old
     std::vector<std::vector<int64_t>> chunks;
     std::vector<float> params_after;
     for (size_t k = 0; k < batches.size(); ++k) {
-      if (ahead && k + 1 < batches.size()) upload_ahead(dp, batches[k + 1]);
+      if (ahead && k + 1 < batches.size()) upload_ahead_on(dp, batches[k + 1]);
       chunks.push_back(step_on(dp, *batches[k]).chunks);
     }
     return std::make_tuple(chunks, dp.uploads_ahead().taken_count(), dp.uploads_ahead().staged_count());
@@ -148,7 +146,7 @@ TEST_CASE("a step given another batch than the one uploaded ahead loads its own"
   auto devs = host_devices(c.devices);
   DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), SgdConfig{0.05f, 0.9f}, 7);
   dp.set_host_sync(HostSync::PerStep);
-  upload_ahead(dp, batches[1]);  // B ahead of A ...
+  upload_ahead_on(dp, batches[1]);  // B ahead of A ...
   const StepResult a = step_on(dp, *batches[0]);
   CHECK(dp.uploads_ahead().staged());
   const StepResult other = step_on(dp, *batches[2]);  // ... but C comes next
@@ -162,7 +160,7 @@ TEST_CASE("a step given another batch than the one uploaded ahead loads its own"
   CHECK(dp.parameters() == plain.params);
 
   // Cancelled: forgotten, and its batch released.
-  upload_ahead(dp, batches[1]);
+  upload_ahead_on(dp, batches[1]);
   step_on(dp, *batches[0]);
   CHECK(dp.uploads_ahead().staged());
   dp.cancel_upload_ahead();
@@ -228,7 +226,7 @@ TEST_CASE("a copy uploaded ahead that failed is reported as the cause of the ste
     dp.set_host_sync(sync);
     // A transfer that fails on device 0's copy stream: the upload ahead queued behind it is skipped.
     devs[0].copy_stream().enqueue([] { throw RuntimeError("injected copy failure"); });
-    upload_ahead(dp, batches[1]);
+    upload_ahead_on(dp, batches[1]);
     step_on(dp, *batches[0]);  // loads its own batch; stages the next behind the failure
     try {
       step_on(dp, *batches[1]);

@@ -37,10 +37,9 @@ struct StepState {
   std::vector<Device*> devices;
 
   Tensor input, target;  // the batch on device 0
-  // A captured step's batch, copied in by its load phase from host memory (page-locked on a GPU) that
-  // each replay fills first; null: the load phase uploads the batch it is given.
-  const void* input_staging = nullptr;
-  const void* target_staging = nullptr;
+  // A captured step: each launch uploads its batch into `input` and `target` before the graph runs
+  // (from host staging memory, engine/data_parallel_graph.cpp), so its load phase enqueues nothing.
+  bool loaded_by_launch = false;
   std::vector<Tensor> params, buffers, grads, inputs, targets, outputs, grad_outputs, scalars;  // per device
   std::vector<HostSlots*> slots;  // per device, kept by the DataParallel (page-locked on a GPU)
   // Per device, its copy of the step's scalars (kernels read the per-step values there).

@@ -179,6 +179,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--cuda-graphs on: captured once, short batches as usual, the rest replayed",
           uses == ["eager", "captured"] + ["replayed"] * 4 + ["eager"] + ["replayed"] * 6 + ["eager"], uses)
     check("--cuda-graphs off: no graph field", all("graph" not in r for r in outs["off"]), outs["off"])
+    # The batch after a replay was staged while it ran; not after a short batch (not of the
+    # captured size) nor for the capture (it stages its own), nor after a step run as usual.
+    ahead = [r["loaded_ahead"] for r in outs["on"] if "graph" in r]
+    check("--cuda-graphs on --upload-ahead on: replays take the batch staged during the step before",
+          ahead == [False, False] + [True] * 4 + [False, False] + [True] * 5 + [False], ahead)
+    ahead = [r["loaded_ahead"] for r in outs["off"] if "loss" in r]
+    check("--upload-ahead on: every step but the first found its batch uploaded",
+          ahead == [False] + [True] * 13, ahead)
     check("--cuda-graphs on: says how many steps replayed", "10 of 14 steps replayed a captured step" in said["on"],
           said["on"])
     check("--cuda-graphs on: says why the last step ran as usual (a short batch)",

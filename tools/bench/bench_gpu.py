@@ -15,7 +15,9 @@ the others go on.
      step's wall time on cuda:0, mlp and convnet at batch 128 and 1024 (a lower bound: the loss,
      the update and the copies are not counted; target >= 80% at 1024).
   6. The difference captured steps make (--cuda-graphs on against off) on cuda:0 and cuda:0x4, mlp
-     and convnet at batch 128 and 1024; and how many timed steps were replays (all, once warm).
+     and convnet at batch 128 and 1024; and how many timed steps were replays (all, once warm);
+     and on with --upload-ahead off (each replay copies its batch into page-locked memory before
+     its launch, instead of during the launch before).
 Table 1 also times dp with --cuda-graphs on.
 
 Samples/s: dp's from its metrics over the steps after the warm-up; PyTorch's from its own timer
@@ -169,12 +171,15 @@ def busy(a, env):
 
 def graphs(a, env):
     print("\n### 6. Captured steps: --cuda-graphs on against off\n")
-    print("| model | devices | batch | off samples/s | on samples/s | on / off | timed steps replayed |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | devices | batch | off samples/s | on samples/s | on / off | timed steps replayed | "
+          "on, --upload-ahead off | on / that |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for model in [m for m in ("mlp", "convnet") if m in a.models]:
         for devices in (a.gpu, a.multi):
             for batch in (128, 1024):
                 off = median_of(a, lambda: dp_speed(a, env, model, devices, batch))
+                not_ahead = median_of(a, lambda: dp_speed(a, env, model, devices, batch,
+                                                          ("--cuda-graphs", "on", "--upload-ahead", "off")))
                 try:
                     on, replayed = [], ""
                     for _ in range(a.repeats):
@@ -184,8 +189,8 @@ def graphs(a, env):
                     on = statistics.median(on)
                 except RunFailed as e:
                     on = str(e)
-                print(f"| {model} | {devices} | {batch} | {cell(off)} | {cell(on)} | {ratio(on, off)} | {replayed} |",
-                      flush=True)
+                print(f"| {model} | {devices} | {batch} | {cell(off)} | {cell(on)} | {ratio(on, off)} | {replayed} | "
+                      f"{cell(not_ahead)} | {ratio(on, not_ahead)} |", flush=True)
 
 
 def main():

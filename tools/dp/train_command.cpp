@@ -43,7 +43,7 @@ struct TrainOptions : RunOptions {
   int64_t warmup_steps = 0;
   double min_lr = 0, clip_grad_norm = 0;
   std::string host_sync = "step";  // or phase: the host waits after every phase
-  std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices (off with --cuda-graphs on)
+  std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
   std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
@@ -180,8 +180,8 @@ int run_train(const TrainOptions& given) {
   dp.set_graphs(graphs);
   // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;
   // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory. A
-  // replayed step stages its batch itself (the captured load copies it from there).
-  const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda() && !graphs);
+  // replayed step copies the next batch into page-locked memory while its graph runs.
+  const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda());
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);
     if (!s.stripped_prefix.empty())
@@ -354,6 +354,7 @@ int run_train(const TrainOptions& given) {
       if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
       if (r.loss_scale > 0) row["loss_scale"] = r.loss_scale, row["skipped"] = r.skipped;
       if (!r.split_change.empty()) row["split_change"] = r.split_change;
+      if (ahead) row["loaded_ahead"] = r.loaded_ahead;
       if (r.graph != GraphUse::Off) row["graph"] = graph_use_name(r.graph);
       if (!r.graph_note.empty()) row["graph_note"] = r.graph_note;
       metrics << row.dump()
