@@ -43,6 +43,23 @@ def expect(checks, dp, name, args, code, needle):
     checks.check(name, rc == code and needle in err, f"exit {rc} (want {code}), stderr:\n{err}\n(want {needle!r})")
 
 
+class Cli(Checks):
+    """A CLI test script's tally and the dp binary it tests (the script's first argument)."""
+
+    def __init__(self, timeout=300):
+        super().__init__()
+        self.dp = os.path.abspath(sys.argv[1])
+        self.timeout = timeout
+
+    def run(self, args, timeout=None):
+        """dp's exit code, stdout and stderr."""
+        return run_dp(self.dp, args, timeout or self.timeout)
+
+    def expect(self, name, args, code, needle):
+        """dp exits with `code` and says `needle` on stderr."""
+        expect(self, self.dp, name, args, code, needle)
+
+
 def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28):
     """A gzip IDX pair in d: {prefix}-images-idx3-ubyte.gz and {prefix}-labels-idx1-ubyte.gz."""
     n = len(labels) if count is None else count

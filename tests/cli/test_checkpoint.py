@@ -22,16 +22,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, run_dp, write_mnist_like  # noqa: E402
-from checks import expect as expect_dp  # noqa: E402
+from checks import Cli, write_mnist_like  # noqa: E402
 
-DP = os.path.abspath(sys.argv[1])
-CHECKS = Checks()
-check = CHECKS.check
-
-
-def run(args, timeout=300):
-    return run_dp(DP, args, timeout)
+CLI = Cli()
+DP, check, run, expect = CLI.dp, CLI.check, CLI.run, CLI.expect
 
 
 def write_idx(d, prefix, n):
@@ -150,9 +144,6 @@ with tempfile.TemporaryDirectory() as tmp:
         check("a temporary is refused as a checkpoint", expect_tmp.returncode != 0 and "temporary" in expect_tmp.stderr)
 
     # ---- bad input
-    def expect(name, args, code, needle):
-        expect_dp(CHECKS, DP, name, args, code, needle)
-
     good_ck = os.path.join(tmp, "ck-sgd")
     expect("--checkpoint-every 0", base + ["--checkpoint", os.path.join(tmp, "x"), "--checkpoint-every", "0"], 2,
            "--checkpoint-every")
@@ -183,4 +174,4 @@ with tempfile.TemporaryDirectory() as tmp:
     json.dump(state, open(state_file, "w"))
     expect("another format", base + ["--resume", newest], 1, "checkpoint format 99")
 
-CHECKS.finish()
+CLI.finish()

@@ -11,20 +11,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, run_dp, write_idx  # noqa: E402
-from checks import expect as expect_dp  # noqa: E402
+from checks import Cli, write_idx  # noqa: E402
 
-DP = os.path.abspath(sys.argv[1])
-CHECKS = Checks()
-check = CHECKS.check
-
-
-def run(args, timeout=120):
-    return run_dp(DP, args, timeout)
-
-
-def expect(name, args, code, needle):
-    expect_dp(CHECKS, DP, name, args, code, needle)
+CLI = Cli(timeout=120)
+check, run, expect = CLI.check, CLI.run, CLI.expect
 
 
 def cifar_dir(base, name, train_records=20, test_records=8, label=None, extra=0, test=True):
@@ -263,4 +253,4 @@ with tempfile.TemporaryDirectory() as tmp:
                                               "--batch", "8", "--init", res_save], 1,
                "tensor 'conv1.weight' has shape [16, 3, 3, 3], the model needs [64, 3, 3, 3]")
 
-CHECKS.finish()
+CLI.finish()

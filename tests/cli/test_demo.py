@@ -11,12 +11,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks  # noqa: E402
+from checks import Cli  # noqa: E402
 
-DP = os.path.abspath(sys.argv[1])
+CLI = Cli()
+DP, check = CLI.dp, CLI.check
 PHASES = ["load", "scatter", "replicate", "forward", "gather", "loss", "backward", "reduce", "update"]
-CHECKS = Checks()
-check = CHECKS.check
 
 
 def transfers(phase):
@@ -106,4 +105,4 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 
-CHECKS.finish()
+CLI.finish()

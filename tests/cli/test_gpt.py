@@ -12,15 +12,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, expect, losses, run_dp  # noqa: E402
+from checks import Cli, losses  # noqa: E402
 
-dp = os.path.abspath(sys.argv[1])
-c = Checks()
+CLI = Cli()
+check, run, expect = CLI.check, CLI.run, CLI.expect
 SMALL = ["--gpt-layers", "1", "--gpt-heads", "2", "--gpt-dim", "16", "--context", "8"]
-
-
-def run(args):
-    return run_dp(dp, args)
 
 
 def write_bin(path, ids, llmc=False):
@@ -43,49 +39,49 @@ with tempfile.TemporaryDirectory() as tmp:
     # ---- token files: vocabulary from the data (300 ids -> 320), evaluation, metrics
     m = os.path.join(tmp, "m.jsonl")
     rc, out, err = run(base + ["--data", tok, "--steps", "5", "--eval", "--eval-windows", "6", "--metrics", m])
-    c.check("token files train", rc == 0, err)
-    c.check("vocabulary rounded up to 64", "vocabulary 320" in err, err)
-    c.check("llm.c and nanoGPT layouts read", "3000 training and 400 validation tokens" in err, err)
-    c.check("validation loss printed", "validation loss" in out and "over 48 tokens" in out, out)
+    check("token files train", rc == 0, err)
+    check("vocabulary rounded up to 64", "vocabulary 320" in err, err)
+    check("llm.c and nanoGPT layouts read", "3000 training and 400 validation tokens" in err, err)
+    check("validation loss printed", "validation loss" in out and "over 48 tokens" in out, out)
     rows = [json.loads(l) for l in open(m)]
-    c.check("metrics: 5 steps and an evaluation", len(losses(m)) == 5 and rows[-1].get("test_targets") == 48, rows[-1])
+    check("metrics: 5 steps and an evaluation", len(losses(m)) == 5 and rows[-1].get("test_targets") == 48, rows[-1])
 
     # ---- text: bytes, a sample printed as text
     rc, out, err = run(base + ["--data", text, "--steps", "3", "--sample", "20", "--prompt", "the ", "--temperature",
                                "0"])
-    c.check("text trains", rc == 0 and "vocabulary 256" in err, err)
-    c.check("sample printed after the prompt", "sample (20 tokens, temperature 0):\nthe " in out, out)
+    check("text trains", rc == 0 and "vocabulary 256" in err, err)
+    check("sample printed after the prompt", "sample (20 tokens, temperature 0):\nthe " in out, out)
     rc2, out2, _ = run(base + ["--data", text, "--steps", "3", "--sample", "20", "--prompt", "the ", "--temperature",
                                "0"])
-    c.check("greedy sampling is deterministic", rc2 == 0 and out2.split("sample (")[1] == out.split("sample (")[1])
+    check("greedy sampling is deterministic", rc2 == 0 and out2.split("sample (")[1] == out.split("sample (")[1])
     rc, out, err = run(base + ["--data", tok, "--steps", "1", "--sample", "5", "--prompt", "1,2 3"])
-    c.check("token-id prompt", rc == 0 and "sample (5 tokens" in out and "\n1 2 3 " in out, out + err)
+    check("token-id prompt", rc == 0 and "sample (5 tokens" in out and "\n1 2 3 " in out, out + err)
 
     # ---- the generated corpus by default
     rc, out, err = run(base + ["--steps", "2", "--generated-size", "20000"])
-    c.check("generated corpus", rc == 0 and "generated corpus" in err, err)
+    check("generated corpus", rc == 0 and "generated corpus" in err, err)
 
     # ---- exact resume with shuffled windows and AdamW
     ck = os.path.join(tmp, "ck")
     whole_m, whole_st = os.path.join(tmp, "whole.jsonl"), os.path.join(tmp, "whole.st")
     rc, _, err = run(base + ["--data", tok, "--steps", "6", "--checkpoint", ck, "--checkpoint-every", "3", "--metrics",
                              whole_m, "--save", whole_st])
-    c.check("checkpointed run", rc == 0, err)
+    check("checkpointed run", rc == 0, err)
     part_m, part_st = os.path.join(tmp, "part.jsonl"), os.path.join(tmp, "part.st")
     rc, _, err = run(base + ["--data", tok, "--steps", "6", "--resume", os.path.join(ck, "step-00000003"), "--metrics",
                              part_m, "--save", part_st])
-    c.check("resumed at step 3", rc == 0 and "at step 3" in err, err)
-    c.check("resumed: bitwise the same weights", open(part_st, "rb").read() == open(whole_st, "rb").read())
-    c.check("resumed: the same losses", losses(part_m) == losses(whole_m)[3:], (losses(part_m), losses(whole_m)))
+    check("resumed at step 3", rc == 0 and "at step 3" in err, err)
+    check("resumed: bitwise the same weights", open(part_st, "rb").read() == open(whole_st, "rb").read())
+    check("resumed: the same losses", losses(part_m) == losses(whole_m)[3:], (losses(part_m), losses(whole_m)))
     state = json.load(open(os.path.join(ck, "step-00000003", "state.json")))
-    c.check("checkpoint names the GPT's sizes", state.get("gpt", {}).get("context") == 8, state)
-    expect(c, dp, "resume with another context", base[:-1] + ["12", "--data", tok, "--steps", "6", "--resume",
+    check("checkpoint names the GPT's sizes", state.get("gpt", {}).get("context") == 8, state)
+    expect("resume with another context", base[:-1] + ["12", "--data", tok, "--steps", "6", "--resume",
                                                                  os.path.join(ck, "step-00000003")], 1, "context")
 
     # ---- --init: a saved GPT loads back; another --context names wpe
     rc, _, err = run(base + ["--data", tok, "--steps", "1", "--init", whole_st])
-    c.check("--init from a saved GPT", rc == 0, err)
-    expect(c, dp, "--init with a larger --context", base[:-1] + ["16", "--data", tok, "--steps", "1", "--init",
+    check("--init from a saved GPT", rc == 0, err)
+    expect("--init with a larger --context", base[:-1] + ["16", "--data", tok, "--steps", "1", "--init",
                                                                   whole_st], 1, "wpe holds another number of positions")
 
     # ---- memprof: the gathered logits [B, T, V] on device 0, and in-replica without them
@@ -93,15 +89,15 @@ with tempfile.TemporaryDirectory() as tmp:
         j = os.path.join(tmp, f"mp-{loss}.json")
         rc, _, err = run(["memprof", "--model", "gpt", "--devices", "host:4", "--batch", "8", "--data", tok,
                           "--vocab", "4096", "--loss", loss, "--json", j] + SMALL)
-        c.check(f"memprof {loss}", rc == 0, err)
+        check(f"memprof {loss}", rc == 0, err)
         return json.load(open(j))["gpu0_excess"] if rc == 0 else 0
     gathered, in_replica = excess("gathered"), excess("in-replica")
-    c.check("memprof: gathered logits make device 0 the hotspot", gathered > 1.5, gathered)
+    check("memprof: gathered logits make device 0 the hotspot", gathered > 1.5, gathered)
     # What is left is the master state (parameters, gradients, optimizer state), large beside this tiny model's
     # activations; tools/bench/RESULTS.md has the figures at the sizes.
-    c.check("memprof: in-replica loss lowers it", in_replica < gathered - 1, (gathered, in_replica))
+    check("memprof: in-replica loss lowers it", in_replica < gathered - 1, (gathered, in_replica))
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok] + SMALL)
-    c.check("demo narrates a GPT step", rc == 0 and "token ids" in out and "[3, 8, 320]" in out, out + err)
+    check("demo narrates a GPT step", rc == 0 and "token ids" in out and "[3, 8, 320]" in out, out + err)
 
     # ---- bad input
     odd = os.path.join(tmp, "odd")
@@ -109,33 +105,33 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(odd, "train.bin"), "wb") as f:
         f.write(b"\x01\x02\x03")
     write_bin(os.path.join(odd, "val.bin"), [1])
-    expect(c, dp, "odd-sized .bin", base + ["--data", odd, "--steps", "1"], 1, "an odd size")
-    expect(c, dp, "id at or above --vocab", base + ["--data", tok, "--steps", "1", "--vocab", "256"], 1,
+    expect("odd-sized .bin", base + ["--data", odd, "--steps", "1"], 1, "an odd size")
+    expect("id at or above --vocab", base + ["--data", tok, "--steps", "1", "--vocab", "256"], 1,
            "train.bin: token id 259 at position 37 is at or above --vocab 256")
-    expect(c, dp, "--vocab above uint16", base + ["--data", tok, "--vocab", "70000"], 2, "--vocab")
+    expect("--vocab above uint16", base + ["--data", tok, "--vocab", "70000"], 2, "--vocab")
     empty = os.path.join(tmp, "empty.txt")
     open(empty, "w").close()
-    expect(c, dp, "empty text", base + ["--data", empty], 1, "empty text")
+    expect("empty text", base + ["--data", empty], 1, "empty text")
     short = os.path.join(tmp, "short.txt")
     with open(short, "w") as f:
         f.write("01234")
-    expect(c, dp, "corpus shorter than a window", base + ["--data", short], 1, "shorter than one window of --context 8")
-    expect(c, dp, "corpus shorter than a batch", base + ["--data", text, "--batch", "1000"], 1,
+    expect("corpus shorter than a window", base + ["--data", short], 1, "shorter than one window of --context 8")
+    expect("corpus shorter than a batch", base + ["--data", text, "--batch", "1000"], 1,
            "do not fill one batch of 1000 windows")
-    expect(c, dp, "validation shorter than a window", base + ["--data", os.path.join(tmp, "story.txt"), "--context",
+    expect("validation shorter than a window", base + ["--data", os.path.join(tmp, "story.txt"), "--context",
                                                                 "600", "--eval"], 1, "validation tokens, shorter")
     mnist = os.path.join(tmp, "mnist")
     os.makedirs(mnist)
     open(os.path.join(mnist, "train-images-idx3-ubyte.gz"), "wb").close()
-    expect(c, dp, "gpt on image data", base + ["--data", mnist], 1, "holds image data")
-    expect(c, dp, "mlp on token data", ["train", "--model", "mlp", "--data", tok], 1, "holds text or token files")
-    expect(c, dp, "--context with mlp", ["train", "--model", "mlp", "--context", "8"], 2, "--model mlp takes none")
-    expect(c, dp, "--sample with mlp", ["train", "--model", "mlp", "--sample", "5"], 2, "needs a language model")
-    expect(c, dp, "dim not a multiple of heads", base + ["--gpt-heads", "3"], 2, "not a multiple of --gpt-heads 3")
-    expect(c, dp, "bad token prompt", base + ["--data", tok, "--steps", "1", "--sample", "3", "--prompt", "1,x"], 2,
+    expect("gpt on image data", base + ["--data", mnist], 1, "holds image data")
+    expect("mlp on token data", ["train", "--model", "mlp", "--data", tok], 1, "holds text or token files")
+    expect("--context with mlp", ["train", "--model", "mlp", "--context", "8"], 2, "--model mlp takes none")
+    expect("--sample with mlp", ["train", "--model", "mlp", "--sample", "5"], 2, "needs a language model")
+    expect("dim not a multiple of heads", base + ["--gpt-heads", "3"], 2, "not a multiple of --gpt-heads 3")
+    expect("bad token prompt", base + ["--data", tok, "--steps", "1", "--sample", "3", "--prompt", "1,x"], 2,
            "'x' is not a token id")
-    expect(c, dp, "prompt id beyond the vocabulary", base + ["--data", tok, "--steps", "1", "--sample", "3",
+    expect("prompt id beyond the vocabulary", base + ["--data", tok, "--steps", "1", "--sample", "3",
                                                               "--prompt", "999"], 2, "'999' is not a token id")
-    expect(c, dp, "negative temperature", base + ["--temperature", "-1"], 2, "--temperature")
-    expect(c, dp, "--augment on tokens", base + ["--data", tok, "--augment"], 2, "--augment")
-c.finish()
+    expect("negative temperature", base + ["--temperature", "-1"], 2, "--temperature")
+    expect("--augment on tokens", base + ["--data", tok, "--augment"], 2, "--augment")
+CLI.finish()

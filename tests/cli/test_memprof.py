@@ -12,13 +12,12 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks  # noqa: E402
+from checks import Cli  # noqa: E402
 
-DP = os.path.abspath(sys.argv[1])
+CLI = Cli()
+DP, check = CLI.dp, CLI.check
 CATEGORIES = {"parameters", "gradients", "optimizer", "inputs", "activations", "gathered outputs", "loss",
               "reduce buffers", "workspace"}
-CHECKS = Checks()
-check = CHECKS.check
 
 
 def memprof(*args):
@@ -79,4 +78,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check("train oom exit 3", p.returncode == 3 and "ran out of memory" in p.stderr and "remedies" in p.stderr,
           (p.returncode, p.stderr))
 
-CHECKS.finish()
+CLI.finish()

@@ -23,20 +23,10 @@ import termios
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, run_dp, write_mnist_like  # noqa: E402
-from checks import expect as expect_dp  # noqa: E402
+from checks import Cli, write_mnist_like  # noqa: E402
 
-DP = os.path.abspath(sys.argv[1])
-CHECKS = Checks()
-check = CHECKS.check
-
-
-def run(args, timeout=300):
-    return run_dp(DP, args, timeout)
-
-
-def expect(name, args, code, needle):
-    expect_dp(CHECKS, DP, name, args, code, needle)
+CLI = Cli()
+DP, check, run, expect = CLI.dp, CLI.check, CLI.run, CLI.expect
 
 
 def write_idx(d, prefix, n):
@@ -222,4 +212,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check("the bar was drawn", len(bars) > 0, repr(text))
     check("every redraw fits 40 columns", all(len(b) <= 39 for b in bars), [len(b) for b in bars])
 
-CHECKS.finish()
+CLI.finish()

@@ -17,15 +17,10 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, expect, run_dp, write_mnist_like  # noqa: E402
+from checks import Cli, write_mnist_like  # noqa: E402
 
-DP = os.path.abspath(sys.argv[1])
-CHECKS = Checks()
-check = CHECKS.check
-
-
-def run(args, timeout=300):
-    return run_dp(DP, args, timeout)
+CLI = Cli()
+check, run, expect = CLI.check, CLI.run, CLI.expect
 
 
 def rows(path):
@@ -41,14 +36,14 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # ---- bad flags
     for cmd in (["train", "--steps", "1"], ["memprof"], ["demo"]):
-        expect(CHECKS, DP, f"{cmd[0]}: unknown precision", cmd + ["--precision", "fp8"], 2, "--precision 'fp8'")
-    expect(CHECKS, DP, "loss scale without fp16", base + ["--steps", "1", "--precision", "bf16", "--loss-scale", "1024"],
+        expect(f"{cmd[0]}: unknown precision", cmd + ["--precision", "fp8"], 2, "--precision 'fp8'")
+    expect("loss scale without fp16", base + ["--steps", "1", "--precision", "bf16", "--loss-scale", "1024"],
            2, "--loss-scale")
-    expect(CHECKS, DP, "loss scale of zero", base + ["--steps", "1", "--precision", "fp16", "--loss-scale", "0"], 2,
+    expect("loss scale of zero", base + ["--steps", "1", "--precision", "fp16", "--loss-scale", "0"], 2,
            "--loss-scale must be a positive")
-    expect(CHECKS, DP, "loss scale beyond float32", base + ["--steps", "1", "--precision", "fp16", "--loss-scale", "1e39"],
+    expect("loss scale beyond float32", base + ["--steps", "1", "--precision", "fp16", "--loss-scale", "1e39"],
            2, "--loss-scale must be a positive, finite")
-    expect(CHECKS, DP, "growth interval of zero",
+    expect("growth interval of zero",
            base + ["--steps", "1", "--precision", "fp16", "--loss-scale-growth-interval", "0"], 2,
            "--loss-scale-growth-interval")
 
@@ -152,4 +147,4 @@ with tempfile.TemporaryDirectory() as tmp:
         check("demo fp16 allreduce: the widening and the loss scale narrated",
               "widens the bucket's float16 gradients" in out and "multiplied by the loss scale" in out, out)
 
-CHECKS.finish()
+CLI.finish()
