@@ -368,7 +368,9 @@ TEST_CASE("waiting once per step on cuda:0x4 gives the steps of waiting after ev
 TEST_CASE("a captured step on cuda:0 and cuda:0x4 (one CUDA graph for every logical device) replays the usual step bit for bit") {
   // cuda:0 and cuda:0x4; AdamW with clipping and a changing learning rate (the per-step values come
   // from device memory); bf16; fp16 whose scale doubles every clean step, so replays skip updates
-  // too; a short batch between full ones runs as usual and the capture is replayed after it.
+  // too; a short batch between full ones runs as usual and the capture is replayed after it. Also
+  // with the next batch given to upload_ahead (a replay copies it into the second staging set
+  // while its graph runs).
   struct Case {
     const char* model;
     const char* spec;
@@ -385,7 +387,10 @@ TEST_CASE("a captured step on cuda:0 and cuda:0x4 (one CUDA graph for every logi
     CAPTURE(static_cast<int>(c.precision));
     const ModelDef model = test::model_of(c.model);
     const std::vector<int64_t> sizes{14, 14, 14, 14, 9, 14, 14, 14};
-    auto run = [&](bool graphs) {
+    std::vector<std::shared_ptr<const test::HostBatch>> batches;
+    for (size_t k = 0; k < sizes.size(); ++k) batches.push_back(test::make_batches(model, sizes[k], 1, k).front());
+    std::vector<bool> loaded_ahead;
+    auto run = [&](bool graphs, bool ahead = false) {
       auto devs = devices(c.spec);
       OptimizerConfig opt;
       opt.kind = OptimizerConfig::Kind::AdamW;
@@ -400,10 +405,12 @@ TEST_CASE("a captured step on cuda:0 and cuda:0x4 (one CUDA graph for every logi
       dp.set_graphs(graphs);
       std::vector<float> out;
       std::vector<GraphUse> uses;
+      loaded_ahead.clear();
       for (size_t k = 0; k < sizes.size(); ++k) {
         dp.set_learning_rate(0.003 * (1.0 - 0.05 * static_cast<double>(k)));
-        const auto b = test::make_batches(model, sizes[k], 1, k).front();
-        const StepResult r = test::step_on(dp, *b);
+        if (ahead && k + 1 < sizes.size()) test::upload_ahead_on(dp, batches[k + 1]);
+        const StepResult r = test::step_on(dp, *batches[k]);
+        loaded_ahead.push_back(r.loaded_ahead);
         CHECK_MESSAGE(r.graph_note.rfind("capturing the step failed", 0) != 0, r.graph_note);
         out.push_back(static_cast<float>(r.loss));
         out.push_back(static_cast<float>(r.grad_norm));
@@ -417,11 +424,17 @@ TEST_CASE("a captured step on cuda:0 and cuda:0x4 (one CUDA graph for every logi
     const auto [usual, usual_uses] = run(false);
     const auto [graphed, uses] = run(true);
     CHECK(usual == graphed);
-    if (c.precision != Precision::FP16)
+    const auto [staged, staged_uses] = run(true, true);
+    CHECK(usual == staged);
+    CHECK(staged_uses == uses);
+    if (c.precision != Precision::FP16) {
       CHECK(uses == std::vector<GraphUse>{GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed, GraphUse::Replayed,
                                           GraphUse::Eager, GraphUse::Replayed, GraphUse::Replayed, GraphUse::Replayed});
-    else  // a skipped first update leaves no optimizer state: the capture may come a step later
+      // Staged during the replay before; not after the capture's own, the short batch, or a step run as usual.
+      CHECK(loaded_ahead == std::vector<bool>{false, false, true, true, false, false, true, true});
+    } else {  // a skipped first update leaves no optimizer state: the capture may come a step later
       CHECK(std::count(uses.begin(), uses.end(), GraphUse::Replayed) >= 4);
+    }
   }
 }
 
