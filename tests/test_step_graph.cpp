@@ -2,8 +2,9 @@
 // capture is a recording of the streams' tasks and a replay runs them again without the host's
 // step code: the same results as steps run as usual, bit for bit, for every model, loss, split and
 // precision, fp16's skipped steps and learning-rate changes included; which steps are captured,
-// replayed or run as usual (another shape, what a capture cannot hold); and a replay that leaves
-// the DataParallel as the usual step does.
+// replayed or run as usual (another shape, what a capture cannot hold); the next batch staged
+// while a replay runs (and never taken when the memory behind its pointers changed); and a replay
+// that leaves the DataParallel as the usual step does.
 #include <doctest/doctest.h>
 
 #include <chrono>
