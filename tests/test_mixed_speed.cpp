@@ -132,3 +132,26 @@ TEST_CASE("--split auto on mixed-speed devices trains exactly like one device (m
   for (size_t i = 0; i < one.size(); ++i) worst = std::max(worst, double(std::abs(one[i] - mixed[i])));
   CHECK(worst < 2e-5);
 }
+
+TEST_CASE("replica times are each device's forward and backward only, not device 0's other work") {
+  // Device 0 alone also replicates, reduces and updates. Slowed 100 times, that work takes far
+  // longer than the host's own overhead in a phase, so a replica time that counted it would exceed
+  // the forward and backward phases' wall time (the host waits after each phase here).
+  DeviceOptions opts;
+  opts.speed = {0.01, 1.0};
+  DeviceSet devs(parse_device_spec("host:2"), opts);
+  DataParallel dp(devs, find_model("mlp"), parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 4);
+  for (int s = 0; s < 3; ++s) {
+    CAPTURE(s);
+    auto x = random_vector(8 * 784, 40 + s);
+    std::vector<int32_t> y(8, 3);
+    const StepResult r = dp.step(x.data(), y.data(), 8);
+    const double phases = r.seconds[static_cast<int>(Phase::Forward)] + r.seconds[static_cast<int>(Phase::Backward)];
+    REQUIRE(r.replica_seconds.size() == 2u);
+    for (double t : r.replica_seconds) {
+      CHECK(t > 0);
+      CHECK(t <= phases);
+    }
+    CHECK(r.replica_seconds[0] > 10 * r.replica_seconds[1]);  // the slow device's own work is slower
+  }
+}

@@ -1,8 +1,9 @@
 // How long each replica's forward and backward took, for StepResult::replica_seconds (what
-// --split auto balances and the trace shows). A host device's worker runs the work itself, so its
-// busy time is the replica's time. A GPU's worker only enqueues kernels: its busy time would say
-// nothing of a slow GPU, so timed events recorded in stream order around the two phases give the
-// device's own time there.
+// --split auto balances and the trace shows): the two phases only, not the step's other work
+// (device 0's reduce and update among it). Marks are taken in stream order, after the work
+// enqueued before them. A host device's worker runs the work itself, so its busy time between the
+// marks is the replica's time. A GPU's worker only enqueues kernels: its busy time would say
+// nothing of a slow GPU, so timed events recorded at the marks give the device's own time.
 #pragma once
 #include <array>
 #include <memory>
@@ -16,16 +17,19 @@ class ReplicaTimer {
  public:
   enum Mark { ForwardStart = 0, ForwardEnd, BackwardStart, BackwardEnd };
   explicit ReplicaTimer(DeviceSet& devices);
-  // On every device that can time itself, an event in stream order (after the work enqueued so far).
+  // On every device, in stream order (after the work enqueued so far): a timed event on a GPU, the
+  // worker's busy seconds so far on a host device.
   void mark(Mark m);
   // After the step's join: seconds per device, forward plus backward.
   std::vector<double> seconds() const;
 
  private:
-  using Events = std::array<std::shared_ptr<void>, 4>;
+  struct Marks {
+    std::array<std::shared_ptr<void>, 4> events;  // GPU
+    std::array<double, 4> busy{-1, -1, -1, -1};   // host device: busy seconds at each mark
+  };
   DeviceSet& devices_;
-  std::vector<double> busy_before_;
-  std::shared_ptr<std::vector<Events>> events_;  // filled on the workers
+  std::shared_ptr<std::vector<Marks>> marks_;  // filled on the workers
 };
 
 }  // namespace dp
