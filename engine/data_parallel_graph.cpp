@@ -112,8 +112,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
     stop_graphs(e.what());
     return std::nullopt;
   }
-  staged[0].input->fill(input);
-  staged[0].target->fill(targets);
+  staged[0].fill(input, targets);
   const int64_t steps_before = optimizer_->steps();
   std::unique_ptr<StepGraph> graph;
   try {
@@ -157,11 +156,8 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets, 
   write_step_scalars(s.chunks, s.loss_rows);  // the update's values at the count before it
   // The other set: the last launch's upload from it is done (that step was joined).
   c.current = 1 - c.current;
-  CapturedStep::Staged& set = c.staged[static_cast<size_t>(c.current)];
-  if (!staged_ahead) {
-    set.input->fill(input);
-    set.target->fill(targets);
-  }
+  const CapturedStep::Staged& set = c.staged[static_cast<size_t>(c.current)];
+  if (!staged_ahead) set.fill(input, targets);
   r.loaded_ahead = staged_ahead;
   r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
   optimizer_->count_replayed_step();  // the update captured with the step runs in the replay
@@ -185,9 +181,7 @@ StepResult DataParallel::launch_captured(StepResult r, const NextBatch* next) {
   // While the devices run it: the next batch into the other set, which no stream reads now. Only a
   // batch of the captured size can be replayed.
   if (next && next->batch == s.batch) {
-    const CapturedStep::Staged& other = c.staged[static_cast<size_t>(1 - c.current)];
-    other.input->fill(next->input);
-    other.target->fill(next->targets);
+    c.staged[static_cast<size_t>(1 - c.current)].fill(next->input, next->targets);
     c.ahead = UploadAhead::Key{next->input, next->targets, next->batch, {}};
   }
   try {

@@ -70,6 +70,10 @@ struct DataParallel::CapturedStep {
   // (given to upload_ahead()) into the other, so that copy hides under the step.
   struct Staged {
     std::unique_ptr<StagingBuffer> input, target;
+    void fill(const void* in, const int32_t* targets) const {  // no upload from this set may be pending
+      input->fill(in);
+      target->fill(targets);
+    }
   };
   std::array<Staged, 2> staged;                // before graph: released after it
   int current = 0;                             // the set the last launch uploaded from
