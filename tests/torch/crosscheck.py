@@ -123,7 +123,13 @@ def run_case(dp, work, case, idx):
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, clip)
         want_losses.append(ref.dp_step(model, opt, x, y, sizes, clip_grads))
-        assert abs(got_norms[s] - norms[0]) <= 1e-4 * max(1.0, norms[0]), f"step {s + 1}: grad norm {got_norms[s]} != {norms[0]}"
+        # From the same weights (step 1) the norms agree to float rounding. After an AdamW update
+        # they need not: it moves every weight by ~lr whatever its gradient's size, so a gradient
+        # at rounding level moves its weight either way (2.9e-4 of the norm at resnet8's third
+        # step, seen on an AMD Zen 5 with OpenBLAS's SkylakeX kernels under PyTorch).
+        norm_tol = 1e-3 if adamw and s > 0 else 1e-4
+        assert abs(got_norms[s] - norms[0]) <= norm_tol * max(1.0, norms[0]), \
+            f"step {s + 1}: grad norm {got_norms[s]} != {norms[0]}"
 
     label = f"{model_name} host:{ndev} batch {batch} split {split}" + (" in-replica" if "in-replica" in flags else "")
     worst = 0.0
@@ -141,11 +147,22 @@ def run_case(dp, work, case, idx):
             continue
         err = (g - w).abs().max().item()
         worst = max(worst, err / max(1.0, w.abs().max().item()))
-        # AdamW divides each update by √v: an element whose gradient is at rounding level still moves by
-        # up to ~lr, so float-level differences in tiny gradients show at a few % of lr (1e-4 here
-        # against lr >= 1e-3); SGD passes differences through at their own size.
-        atol = 1e-4 if adamw else 2e-5
-        assert torch.allclose(g, w, rtol=1e-4, atol=atol), f"{label}: {k} differs by {err}"
+        # SGD passes float-level differences through at their own size. ResNet-18 has millions of
+        # ReLU inputs: one within float noise of 0 goes either way (the BLAS kernels chosen, how the
+        # loss rounds), and its unit's gradient then moves a few dozen weights of the layers before
+        # it by up to ~2.3e-5 after two steps at lr 0.02 (seen on an AMD Zen 5, every other weight
+        # within 4e-7); a wrong gradient moves them by ~lr, far more.
+        atol = 1e-4 if adamw or model_name == "resnet18" else 2e-5
+        far = (g - w).abs() > atol + 1e-4 * w.abs()
+        if adamw:
+            # AdamW divides each update by √v: an element whose gradient is at rounding level moves
+            # by up to ~lr either way, whatever the size of the difference. A few such elements
+            # (0.1-0.2% of resnet8's convolutions after 3 steps at lr 1e-3 on that Zen 5, by up to
+            # 1.25·lr) may be far; a wrong update (decay, bias correction, a moment) moves them all.
+            assert int(far.sum()) <= far.numel() // 200, f"{label}: {k}: {int(far.sum())} of {far.numel()} differ, by up to {err}"
+            assert err <= 2 * steps * lr, f"{label}: {k} differs by {err}"
+        else:
+            assert not far.any(), f"{label}: {k} differs by {err}"
     if model_name == "resnet18":
         # The saved file loads as it is into torchvision's model (CIFAR stem), strict=True.
         import torchvision
