@@ -240,6 +240,43 @@ TEST_CASE("softmax cross-entropy: value and gradient") {
                        doctest::Contains("label 4"), RuntimeError);
 }
 
+TEST_CASE("softmax cross-entropy on vocabulary-long rows: libm's double formula, in place too") {
+  // The kernel sums a vectorised float32 exp in blocks of 64: rows shorter and longer than a
+  // block, not a multiple of it, with a far-off logit (exp underflows) and a confident row.
+  for (int64_t K : {1, 2, 63, 64, 65, 200, 4099}) {
+    CAPTURE(K);
+    const int64_t B = 3;
+    auto logits = random_vector(static_cast<size_t>(B * K), 70 + static_cast<uint64_t>(K), -8.f, 8.f);
+    if (K > 2) logits[K + 1] = -120.f, logits[2 * K + K / 2] = 40.f;
+    const std::vector<int32_t> labels = {0, static_cast<int32_t>(K - 1), static_cast<int32_t>(K / 2)};
+    double want = 0;
+    std::vector<double> want_grad(static_cast<size_t>(B * K));
+    for (int64_t r = 0; r < B; ++r) {
+      const float* z = logits.data() + r * K;
+      double mx = z[0], sum = 0;
+      for (int64_t j = 0; j < K; ++j) mx = std::max<double>(mx, z[j]);
+      for (int64_t j = 0; j < K; ++j) sum += std::exp(double(z[j]) - mx);
+      want += std::log(sum) + mx - z[labels[r]];
+      for (int64_t j = 0; j < K; ++j)
+        want_grad[r * K + j] = (std::exp(double(z[j]) - mx) / sum - (j == labels[r] ? 1.0 : 0.0)) * 0.5;
+    }
+    std::vector<float> grad(logits.size());
+    CHECK(cpu::softmax_xent(logits.data(), labels.data(), B, K, grad.data(), 0.5f, nullptr) ==
+          doctest::Approx(want).epsilon(1e-6));
+    double worst = 0;
+    for (size_t i = 0; i < grad.size(); ++i) worst = std::max(worst, std::abs(grad[i] - want_grad[i]));
+    CHECK(worst < 1e-7);
+    // dlogits may be the logits themselves: the same loss and gradient.
+    auto in_place = logits;
+    CHECK(cpu::softmax_xent(in_place.data(), labels.data(), B, K, in_place.data(), 0.5f, nullptr) ==
+          doctest::Approx(want).epsilon(1e-6));
+    CHECK(in_place == grad);
+  }
+  std::vector<float> nan_row = {0.f, std::nanf(""), 1.f};
+  const std::vector<int32_t> label0 = {0};
+  CHECK(std::isnan(cpu::softmax_xent(nan_row.data(), label0.data(), 1, 3, nullptr, 0, nullptr)));  // not hidden
+}
+
 TEST_CASE("BatchNorm2d running statistics follow PyTorch (momentum 0.1, unbiased variance)") {
   auto devs = host_devices(1);
   Device& dev = devs[0];

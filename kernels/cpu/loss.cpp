@@ -2,9 +2,36 @@
 #include <string>
 
 #include "engine/error.hpp"
+#include "kernels/cpu/fast_math.hpp"
 #include "kernels/ops/loss.hpp"
 
 namespace dp::cpu {
+
+namespace {
+
+// Σ_j exp(z[j] − mx) over one row, the exps also stored in `e` when it is not null (it may be z
+// itself). The vectorised float32 exp (fast_math.hpp) in blocks, summed in double over explicit
+// lanes (GCC vectorises those without reassociating): a language model's rows are its vocabulary
+// long, and libm's scalar double exp twice per logit made the loss cost more than the GEMM before it.
+double row_exp_sum(const float* z, int64_t K, float mx, float* e) {
+  constexpr int kBlock = 64, kLanes = 8;
+  double lane[kLanes] = {};
+  float block[kBlock];
+  for (int64_t j0 = 0; j0 < K; j0 += kBlock) {
+    const int64_t m = K - j0 < kBlock ? K - j0 : kBlock;
+    for (int64_t i = 0; i < m; ++i) block[i] = fast_exp(z[j0 + i] - mx);
+    for (int64_t i = m; i < kBlock; ++i) block[i] = 0.f;
+    for (int i = 0; i < kBlock; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l] += block[i + l];
+    if (e)
+      for (int64_t i = 0; i < m; ++i) e[j0 + i] = block[i];
+  }
+  double sum = 0;
+  for (double v : lane) sum += v;
+  return sum;
+}
+
+}  // namespace
 
 double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
                     float grad_scale, int64_t* correct) {
@@ -20,16 +47,17 @@ double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64
     int64_t arg = 0;
     for (int64_t j = 1; j < K; ++j)
       if (z[j] > mx) mx = z[j], arg = j;
-    double sum = 0;
-    for (int64_t j = 0; j < K; ++j) sum += std::exp(static_cast<double>(z[j] - mx));
-    const double log_sum = std::log(sum) + mx;
-    total += log_sum - z[y];
+    const float zy = z[y];  // read before the row may be overwritten (dlogits may be logits)
+    float* g = dlogits ? dlogits + r * K : nullptr;
+    const double sum = row_exp_sum(z, K, mx, g);
+    total += std::log(sum) + mx - zy;
     hits += arg == y;
-    if (dlogits)
-      for (int64_t j = 0; j < K; ++j) {
-        double p = std::exp(static_cast<double>(z[j]) - log_sum);
-        dlogits[r * K + j] = static_cast<float>((p - (j == y ? 1.0 : 0.0)) * grad_scale);
-      }
+    if (g) {  // (softmax − onehot)·scale, softmax = exp(z − mx) / sum
+      const double ey = g[y];
+      const float scale = static_cast<float>(grad_scale / sum);
+      for (int64_t j = 0; j < K; ++j) g[j] *= scale;
+      g[y] = static_cast<float>((ey / sum - 1.0) * grad_scale);  // in double: p_y is often close to 1
+    }
   }
   if (correct) *correct = hits;
   return total;
