@@ -1,6 +1,8 @@
-// Softmax cross-entropy: one thread per row (the class count is small), losses in double like the
-// CPU reference, then one block sums the rows' losses and hits (a fixed-shape tree: the same bits
-// every run) and the host reads the two sums and the bad-label flag, waiting for this stream only.
+// Softmax cross-entropy: one warp per row (its lanes read consecutive logits: a language model's
+// rows are its vocabulary long), exps in float32 summed in double like the CPU reference, combined
+// across lanes in a fixed order; then one block sums the rows' losses and hits (a fixed-shape
+// tree: the same bits every run) and the host reads the two sums and the bad-label flag, waiting
+// for this stream only.
 // (Thrust's reduce did this with a cudaMalloc and a cudaFree per call: the free waits for the whole
 // GPU, every logical device's stream on it.)
 #include <algorithm>
@@ -16,36 +18,56 @@ static_assert(offsetof(LossSums, hits) == offsetof(LossSums, loss) + sizeof(doub
 
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kWarp = 32;
+constexpr int kRowsPerBlock = 4;  // a warp a row
 constexpr int kSumThreads = 512;
+constexpr unsigned kAllLanes = 0xffffffffu;
+
+// The row's largest logit and its first index (the CPU's argmax): each lane's over its strided
+// share, then across the lanes. K marks a lane with no element.
+__device__ void row_max(const float* z, int64_t K, int lane, float& mx, int64_t& arg) {
+  mx = -INFINITY, arg = K;
+  for (int64_t j = lane; j < K; j += kWarp)
+    if (arg == K || z[j] > mx) mx = z[j], arg = j;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const float m = __shfl_down_sync(kAllLanes, mx, offset);
+    const int64_t a = __shfl_down_sync(kAllLanes, arg, offset);
+    if (a != K && (arg == K || m > mx || (m == mx && a < arg))) mx = m, arg = a;
+  }
+  mx = __shfl_sync(kAllLanes, mx, 0), arg = __shfl_sync(kAllLanes, arg, 0);
+}
 
 __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
                                  ScalarArg scale_arg, double* row_loss, int32_t* row_hit, int32_t* bad_label) {
-  const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (r >= B) return;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t r = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
+  if (r >= B) return;  // the whole warp: r is the same on every lane
   const float* z = logits + r * K;
   const int32_t y = labels[r];
   if (y < 0 || y >= K) {  // reported on the host after the kernel
-    atomicExch(bad_label, static_cast<int32_t>(r) + 1);
-    row_loss[r] = 0;
-    row_hit[r] = 0;
+    if (lane == 0) {
+      atomicExch(bad_label, static_cast<int32_t>(r) + 1);
+      row_loss[r] = 0;
+      row_hit[r] = 0;
+    }
     return;
   }
-  float mx = z[0];
-  int64_t arg = 0;
-  for (int64_t j = 1; j < K; ++j)
-    if (z[j] > mx) mx = z[j], arg = j;
+  const float zy = z[y];  // before any lane writes the row (dlogits may be logits)
+  float mx;
+  int64_t arg;
+  row_max(z, K, lane, mx, arg);
   double sum = 0;
-  for (int64_t j = 0; j < K; ++j) sum += exp(static_cast<double>(z[j] - mx));
-  const double log_sum = log(sum) + mx;
-  row_loss[r] = log_sum - z[y];
-  row_hit[r] = arg == y;
-  const float grad_scale = scale_arg.get();
-  if (dlogits)
-    for (int64_t j = 0; j < K; ++j) {
-      const double p = exp(static_cast<double>(z[j]) - log_sum);
-      dlogits[r * K + j] = static_cast<float>((p - (j == y ? 1.0 : 0.0)) * grad_scale);
-    }
+  for (int64_t j = lane; j < K; j += kWarp) sum += expf(z[j] - mx);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_down_sync(kAllLanes, sum, offset);
+  sum = __shfl_sync(kAllLanes, sum, 0);  // every lane has read its logits by now
+  if (lane == 0) {
+    row_loss[r] = log(sum) + mx - zy;
+    row_hit[r] = arg == y;
+  }
+  if (!dlogits) return;
+  const double grad_scale = scale_arg.get();
+  for (int64_t j = lane; j < K; j += kWarp)  // each lane rewrites only what it read
+    dlogits[r * K + j] = static_cast<float>((expf(z[j] - mx) / sum - (j == y ? 1.0 : 0.0)) * grad_scale);
 }
 
 // sums[0] = Σ row_loss, sums[1] = Σ row_hit: each thread a strided share, then a tree; `scalars`
@@ -88,8 +110,8 @@ XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, const float* logits,
   cudaStream_t s = c.handles().stream;
   DP_CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int32_t), s));
   if (B > 0) {
-    const unsigned blocks = static_cast<unsigned>((B + kThreads - 1) / kThreads);
-    xent_rows_kernel<<<blocks, kThreads, 0, s>>>(logits, labels, B, K, dlogits, grad_scale, row_loss, row_hit,
+    const unsigned blocks = static_cast<unsigned>((B + kRowsPerBlock - 1) / kRowsPerBlock);
+    xent_rows_kernel<<<blocks, kRowsPerBlock * kWarp, 0, s>>>(logits, labels, B, K, dlogits, grad_scale, row_loss, row_hit,
                                                  bad_label);
     DP_CUDA_CHECK_LAUNCH();
   }

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/device.hpp"
@@ -353,22 +354,36 @@ TEST_CASE("max-pool forward and backward match the CPU reference (2x2/2 and over
 
 TEST_CASE("softmax cross-entropy matches the CPU reference, a bad label is an error") {
   cuda::Context c(0);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  // A warp per row: rows shorter than a warp, not a multiple of it, a GPT-2 vocabulary; row counts
+  // that leave a block's last warps without a row. Both sides sum float32 exps in double (in
+  // another order, with another exp): they agree to float rounding.
+  for (const auto [B, K] : {std::pair<int64_t, int64_t>{300, 10}, {67, 1000}, {5, 50257}}) {
+    CAPTURE(K);
+    auto z = random_vector(static_cast<size_t>(B * K), 15 + static_cast<uint64_t>(K), -4.f, 4.f);
+    std::vector<int32_t> y(static_cast<size_t>(B));
+    for (int64_t i = 0; i < B; ++i) y[i] = static_cast<int32_t>((i * 7) % K);
+    std::vector<float> dz(static_cast<size_t>(B * K));
+    int64_t hits = 0;
+    const double want = cpu::softmax_xent(z.data(), y.data(), B, K, dz.data(), 1.f / B, &hits);
+    auto d_z = to_device(c, z), d_y = to_device(c, y);
+    cuda::DeviceBuffer d_dz(c, dz.size() * 4);
+    int64_t got_hits = 0;
+    const double got = cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, &got_hits);
+    CHECK(got == doctest::Approx(want).epsilon(1e-6));
+    CHECK(got_hits == hits);
+    CHECK(rel_error(to_host<float>(c, d_dz, dz.size()), dz) < kTol);
+    // In place (dlogits = logits): the same loss and gradient.
+    CHECK(cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_z.get(), 1.f / B, nullptr) == got);
+    CHECK(to_host<float>(c, d_z, dz.size()) == to_host<float>(c, d_dz, dz.size()));
+  }
   const int64_t B = 300, K = 10;
   auto z = random_vector(B * K, 15, -4.f, 4.f);
   std::vector<int32_t> y(B);
   for (int64_t i = 0; i < B; ++i) y[i] = static_cast<int32_t>((i * 7) % K);
-  std::vector<float> dz(B * K);
-  int64_t hits = 0;
-  const double want = cpu::softmax_xent(z.data(), y.data(), B, K, dz.data(), 1.f / B, &hits);
-  auto d_z = to_device(c, z), d_y = to_device(c, y);
-  cuda::DeviceBuffer d_dz(c, dz.size() * 4);
-  CudaMallocMemory raw;
-  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  auto d_z = to_device(c, z);
   int64_t got_hits = 0;
-  const double got = cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, &got_hits);
-  CHECK(got == doctest::Approx(want).epsilon(1e-9));
-  CHECK(got_hits == hits);
-  CHECK(rel_error(to_host<float>(c, d_dz, dz.size()), dz) < kTol);
   y[17] = 10;
   auto bad = to_device(c, y);
   CHECK_THROWS_WITH(cuda::softmax_xent(c, alloc, d_z.get(), bad.get<int32_t>(), B, K, nullptr, 0.f, &got_hits),
