@@ -127,6 +127,13 @@ void DataParallel::join_replicas(const std::vector<int>& replicas, std::exceptio
     } catch (...) {
       note(std::current_exception(), r);
     }
+    // The all-reduce's ring enqueued on the comm streams: its own failure is the cause of an
+    // update that stopped, and nothing of it may still run once the step has been joined.
+    if (Stream* comm = devices_[r].comm_stream_if_made()) try {
+        comm->synchronize();
+      } catch (...) {
+        note(std::current_exception(), r);
+      }
   }
   if (!first) return;
   if (!first_is_cause)  // stopped for a copy uploaded ahead (engine/step/upload_ahead.hpp)?

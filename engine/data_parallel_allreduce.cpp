@@ -209,7 +209,7 @@ void DataParallel::backward_overlapped(StepState& s) {
 void DataParallel::finish_allreduce(StepState&) {
   if (host_sync() == HostSync::PerPhase) return allreduce_->finish_step();
   for (int r = 0; r < devices_.size(); ++r)
-    devices_[r].stream().enqueue([this] { allreduce_->wait_step(); }, {"wait for the all-reduce", "reduce"});
+    devices_[r].stream().enqueue([this, r] { allreduce_->wait_step(r); }, {"wait for the all-reduce", "reduce"});
 }
 
 // 9. update: every device applies the same update to its own copy (clipping by the same norm).

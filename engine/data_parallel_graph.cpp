@@ -42,7 +42,7 @@ DataParallel::StepShape DataParallel::shape_of(int64_t batch, const std::vector<
 std::string DataParallel::graph_blocker() const {
   if (!graphs_stopped_.empty()) return graphs_stopped_;
   if (sync_.mode == SyncMode::AllReduce)
-    return "--sync allreduce runs as usual: its all-reduce threads wait for the devices inside the step";
+    return "--sync allreduce runs as usual: its all-reduce is not part of a captured step";
   if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (--host-sync phase)";
   if (tracer_) return "the step is traced";
   if (splitter_.wants_measurement(steps_run_))  // its replica times come from steps run as usual

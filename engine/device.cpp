@@ -64,6 +64,16 @@ Stream& Device::copy_stream() {
   return *copy_stream_;
 }
 
+Stream& Device::comm_stream() {
+  if (!comm_stream_) {
+    auto s = std::make_unique<Stream>(name_ + " comm");
+    if (cuda_) s->set_device_queue(&cuda_->comm_queue());
+    if (tracer_) s->set_tracer(tracer_, kCommTraceTrack + index_);
+    comm_stream_ = std::move(s);
+  }
+  return *comm_stream_;
+}
+
 int Device::gpu() const { return cuda_ ? cuda_->gpu() : -1; }
 
 DeviceQueue* Device::comm_queue() { return cuda_ ? &cuda_->comm_queue() : nullptr; }
@@ -83,6 +93,7 @@ void Device::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   stream_.set_tracer(tracer, index_);
   if (copy_stream_) copy_stream_->set_tracer(tracer, kCopyTraceTrack + index_);
+  if (comm_stream_) comm_stream_->set_tracer(tracer, kCommTraceTrack + index_);
 }
 
 DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
@@ -196,7 +207,7 @@ void DeviceSet::make_cuda(const DeviceSpec& spec, const DeviceOptions& options, 
 void DeviceSet::synchronize() {
   std::exception_ptr first;
   for (auto& d : devices_) {
-    for (Stream* s : {&d->stream(), d->copy_stream_if_made()}) {
+    for (Stream* s : {&d->stream(), d->copy_stream_if_made(), d->comm_stream_if_made()}) {
       if (!s) continue;
       try {
         s->synchronize();

@@ -68,15 +68,20 @@ class Device {
   // Host devices: stage in this memory from now on (tests give one that runs out, as page-locked
   // memory can). Only before anything staged is alive.
   void replace_staging_memory(std::unique_ptr<RawMemory> memory);
-  // Where the all-reduce's ring runs for this device (--sync allreduce), from that device's
-  // all-reduce thread: on a GPU a third CUDA stream and its queue (the thread orders it after
-  // backward's kernels with the queue's events and waits for it before each ring step); on a host
-  // device an inline pool and no queue (the thread's own work is done when it returns).
+  // Where the all-reduce runs for this device (--sync allreduce): on a GPU a third CUDA stream
+  // and its queue, on a host device an inline pool and no queue. Within one process the ring is
+  // enqueued on comm_stream() (made on first use, by the host thread), its steps ordered across
+  // devices by events; NCCL and the exchange across processes are driven by the all-reduce's own
+  // threads through comm_exec() and comm_queue() instead (engine/allreduce/overlapped_allreduce.hpp).
   const Exec& comm_exec() const { return comm_exec_; }
   DeviceQueue* comm_queue();
-  // Trace this device's streams (the copy stream on track kCopyTraceTrack + index); null stops.
+  Stream& comm_stream();
+  Stream* comm_stream_if_made() { return comm_stream_.get(); }
+  // Trace this device's streams (the copy stream on track kCopyTraceTrack + index, the comm stream
+  // on kCommTraceTrack + index); null stops.
   void set_tracer(Tracer* tracer);
   static constexpr int kCopyTraceTrack = 2000;
+  static constexpr int kCommTraceTrack = 1000;
 
   // Bytes copied into this device from each device (index = source), counted when enqueued.
   void count_received(int from, int64_t bytes) { received_[static_cast<size_t>(from)] += bytes; }
@@ -100,6 +105,7 @@ class Device {
   Tracer* tracer_ = nullptr;
   Stream stream_;  // last: its worker must stop before the rest goes away
   std::unique_ptr<Stream> copy_stream_;
+  std::unique_ptr<Stream> comm_stream_;
 };
 
 class DeviceSet {
@@ -108,7 +114,7 @@ class DeviceSet {
   int size() const { return static_cast<int>(devices_.size()); }
   Device& operator[](int i) { return *devices_.at(static_cast<size_t>(i)); }
   const std::string& description() const { return description_; }
-  // Wait for every device's streams (compute and copy); rethrow the first error.
+  // Wait for every device's streams (compute, copy and comm); rethrow the first error.
   void synchronize();
   // Bytes moved between devices so far, [src * size() + dst].
   std::vector<int64_t> link_bytes() const;

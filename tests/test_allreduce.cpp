@@ -150,7 +150,7 @@ TEST_CASE("overlapped all-reduce: modules reported in any order, idle devices, s
         for (int leaf : order) ar.module_done(r, leaf);
       });
     }
-    std::thread update([&] { ar.wait_step(); });  // a stream's wait before its update
+    std::thread update([&] { ar.wait_step(0); });  // a stream's wait before its update
     for (auto& t : backward) t.join();
     update.join();
     ar.finish_step();
@@ -168,15 +168,91 @@ TEST_CASE("overlapped all-reduce: modules reported in any order, idle devices, s
   // The same abandoned from a stream (a replica that failed): a stream waiting to update is
   // released with an error instead of waiting forever; the next step starts clean.
   ar.begin_step({g[0].data(), g[1].data(), g[2].data()});
-  std::thread waiting([&] { CHECK_THROWS_WITH(ar.wait_step(), doctest::Contains("abandoned")); });
+  std::thread waiting([&] { CHECK_THROWS_WITH(ar.wait_step(0), doctest::Contains("abandoned")); });
   ar.module_done(1, 0);
   ar.abandon();
   waiting.join();
   ar.finish_step(true);
   ar.begin_step({g[0].data(), g[1].data(), g[2].data()});
   for (int r = 0; r < n; ++r) ar.device_done(r);
-  ar.wait_step();
+  ar.wait_step(0);
   ar.finish_step();
+}
+
+TEST_CASE("the ring enqueued on comm streams: buckets in any order, idle devices, each update ordered after it, abandoned steps") {
+  // Devices whose memory no thread reads: the buckets' rings go onto the devices' comm streams as
+  // they complete, and each device's wait_step orders its stream's later work after the ring (on
+  // host devices: waits for it). Host devices stand in for the GPU's logical devices here.
+  const ModelLayout lay = ModelLayout::of(find_model("mlp"));
+  const int n = 3;
+  auto devs = host_devices(n);
+  std::vector<Device*> ring;
+  std::vector<Tensor> grads;
+  for (int r = 0; r < n; ++r) {
+    ring.push_back(&devs[r]);
+    grads.push_back(Tensor::empty(devs[r], {lay.parameter_count}, MemCategory::Gradients));
+  }
+  const auto buckets = plan_buckets(lay, 256 << 10);
+  REQUIRE(buckets.size() >= 3);
+  OverlappedAllReduce ar(ring, buckets);
+  const std::vector<float*> views{grads[0].data(), grads[1].data(), grads[2].data()};
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    std::vector<std::vector<float>> g(n);
+    std::vector<double> want(static_cast<size_t>(lay.parameter_count), 0.0);
+    const std::vector<bool> runs{true, step != 1, true};  // device 1 idle in step 1
+    for (int r = 0; r < n; ++r) {
+      g[r] = runs[r] ? random_vector(static_cast<size_t>(lay.parameter_count), 20 * step + r)
+                     : std::vector<float>(static_cast<size_t>(lay.parameter_count), 0.f);
+      grads[r].copy_from_host(g[r].data());
+      for (size_t i = 0; i < want.size(); ++i) want[i] += g[r][i];
+    }
+    ar.begin_step(views);
+    for (int r = 0; r < n; ++r)
+      CHECK(devs[r].comm_stream_if_made() != nullptr);  // made by begin_step, on this thread
+    std::vector<std::thread> backward;
+    std::vector<int> waited(static_cast<size_t>(n), 0);
+    for (int r = 0; r < n; ++r)
+      backward.emplace_back([&, r] {
+        if (!runs[r]) {
+          ar.device_done(r);
+        } else {
+          std::vector<int> order{2, 1, 0};
+          std::mt19937 rng(static_cast<unsigned>(step * 5 + r));
+          std::shuffle(order.begin(), order.end(), rng);  // a bucket's ring waits for all its modules
+          for (int leaf : order) ar.module_done(r, leaf);
+        }
+        ar.wait_step(r);  // what the device's stream runs before its update
+        waited[r] = 1;
+      });
+    for (auto& t : backward) t.join();
+    CHECK(std::all_of(waited.begin(), waited.end(), [](int w) { return w == 1; }));
+    // On host devices wait_step returns once the device's ring steps have run: nothing to join.
+    std::vector<std::vector<float>> got(n);
+    for (int r = 0; r < n; ++r) got[r] = grads[r].to_host();
+    ar.finish_step();
+    double worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[0][i] - want[i]));
+    CHECK(worst < 1e-5);
+    CHECK(got[1] == got[0]);
+    CHECK(got[2] == got[0]);
+  }
+  // A device that stops part-way: nothing waits forever, no ring of an incomplete bucket is
+  // enqueued, and the next step starts clean.
+  ar.begin_step(views);
+  std::thread waiting([&] { CHECK_THROWS_WITH(ar.wait_step(2), doctest::Contains("abandoned")); });
+  ar.module_done(0, 2);
+  ar.module_done(1, 2);
+  ar.abandon();
+  waiting.join();
+  ar.finish_step(true);
+  std::vector<float> ones(static_cast<size_t>(lay.parameter_count), 1.f);
+  for (int r = 0; r < n; ++r) grads[r].copy_from_host(ones.data());
+  ar.begin_step(views);
+  for (int r = 0; r < n; ++r) ar.device_done(r);
+  for (int r = 0; r < n; ++r) ar.wait_step(r);
+  ar.finish_step();
+  for (int r = 0; r < n; ++r) CHECK(grads[r].to_host() == std::vector<float>(ones.size(), 3.f));
 }
 
 namespace {

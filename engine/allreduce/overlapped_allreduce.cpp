@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "engine/allreduce/stream_ring.hpp"
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
@@ -42,7 +43,6 @@ void OverlappedAllReduce::init() {
     for (int l : buckets_[k].leaves) buckets_of_leaf_[static_cast<size_t>(l)].push_back(static_cast<int>(k));
   pending_.assign(static_cast<size_t>(n_), std::vector<int>(buckets_.size(), 0));
   ready_.assign(static_cast<size_t>(n_), std::vector<std::shared_ptr<void>>(buckets_.size()));
-  for (int d = 0; d < n_; ++d) threads_.emplace_back([this, d] { run(d); });
 }
 
 OverlappedAllReduce::~OverlappedAllReduce() {
@@ -61,6 +61,11 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
                        std::to_string(n_) + " devices");
   if (!widen.low.empty() && widen.dtype != DType::BF16 && widen.dtype != DType::F16)
     throw RuntimeError(std::string("all-reduce: cannot widen ") + dtype_name(widen.dtype) + " gradients");
+  if (enqueued()) {
+    for (Device* dev : ring_devices_) dev->comm_stream();  // made here, by the host thread
+  } else if (threads_.empty()) {
+    for (int d = 0; d < n_; ++d) threads_.emplace_back([this, d] { run(d); });
+  }
   std::lock_guard lock(mutex_);
   grads_ = std::move(grads);
   widen_ = std::move(widen);
@@ -69,6 +74,11 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
       pending_[d][k] = static_cast<int>(buckets_[k].leaves.size());
       ready_[d][k] = nullptr;
     }
+  if (enqueued()) {
+    ready_events_.assign(static_cast<size_t>(n_), std::vector<Event>(buckets_.size()));
+    enqueued_ = 0;
+    finals_.clear();
+  }
   error_ = nullptr;
   abandoned_ = false;
   barrier_.reset();
@@ -78,8 +88,66 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
 
 void OverlappedAllReduce::mark_ready_locked(int device, size_t bucket) {
   if (ring_devices_.empty()) return;
+  std::shared_ptr<void> after_backward;
   if (DeviceQueue* q = ring_devices_[static_cast<size_t>(device)]->stream().device_queue())
-    ready_[static_cast<size_t>(device)][bucket] = q->record();
+    after_backward = q->record();
+  if (enqueued()) {
+    Event ready;  // complete now: on a host device the gradients are written, on a GPU enqueued
+    ready.complete(std::move(after_backward));
+    ready_events_[static_cast<size_t>(device)][bucket] = std::move(ready);
+  } else {
+    ready_[static_cast<size_t>(device)][bucket] = std::move(after_backward);
+  }
+}
+
+void OverlappedAllReduce::enqueue_complete_buckets_locked() {
+  while (!abandoned_ && enqueued_ < buckets_.size()) {
+    for (int d = 0; d < n_; ++d)
+      if (pending_[static_cast<size_t>(d)][enqueued_] > 0) return;
+    enqueue_bucket_locked(enqueued_++);
+  }
+}
+
+void OverlappedAllReduce::enqueue_bucket_locked(size_t k) {
+  const GradBucket& b = buckets_[k];
+  const int64_t count = b.end - b.begin;
+  std::vector<float*> views(static_cast<size_t>(n_)), recv(static_cast<size_t>(n_));
+  std::vector<Event> start(static_cast<size_t>(n_));
+  const std::string name = "all-reduce bucket " + std::to_string(k);
+  for (int d = 0; d < n_; ++d) {
+    Device* dev = ring_devices_[static_cast<size_t>(d)];
+    Stream& stream = dev->comm_stream();
+    float* view = views[static_cast<size_t>(d)] = grads_[static_cast<size_t>(d)] + b.begin;
+    recv[static_cast<size_t>(d)] = recv_[static_cast<size_t>(d)].data();
+    stream.wait(ready_events_[static_cast<size_t>(d)][k]);
+    if (!widen_.low.empty() && widen_.low[static_cast<size_t>(d)]) {
+      const Buf low{const_cast<uint16_t*>(widen_.low[static_cast<size_t>(d)] + b.begin), widen_.dtype};
+      stream.enqueue([dev, view, low, count] { convert(dev->comm_exec(), Buf{view, DType::F32}, low, count); },
+                     stream.label([&] { return TaskLabel{"widen " + name, "allreduce"}; }));
+    }
+    start[static_cast<size_t>(d)] = stream.record();
+  }
+  finals_ = enqueue_ring_allreduce(ring_devices_, views, count, recv, std::move(start), name);
+}
+
+void OverlappedAllReduce::wait_enqueued(int device) {
+  std::vector<Event> finals;
+  {
+    std::unique_lock lock(mutex_);
+    wait_spinning(lock, cv_, [&] { return stopping_ || abandoned_ || enqueued_ == buckets_.size(); });
+    if (abandoned_ || stopping_) throw UpstreamError("all-reduce abandoned: a replica did not finish its backward");
+    finals = finals_;
+  }
+  if (finals.empty()) return;  // no buckets
+  // This device's last ring step, and its right neighbour's: the last reader of its gradients.
+  DeviceQueue* queue = ring_devices_[static_cast<size_t>(device)]->stream().device_queue();
+  for (int d : {device, (device + 1) % n_}) {
+    const Event& last = finals[static_cast<size_t>(d)];
+    last.synchronize();
+    if (last.failed())
+      throw UpstreamError("the all-reduce failed on " + ring_devices_[static_cast<size_t>(d)]->name() + "'s comm stream");
+    if (auto after = last.device_event(); queue && after) queue->wait(after);
+  }
 }
 
 void OverlappedAllReduce::module_done(int device, int leaf) {
@@ -89,6 +157,7 @@ void OverlappedAllReduce::module_done(int device, int leaf) {
     std::lock_guard lock(mutex_);
     for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)])
       if (--pending_[device][k] == 0) mark_ready_locked(device, static_cast<size_t>(k)), completed = true;
+    if (completed && enqueued()) enqueue_complete_buckets_locked();
   }
   // Only a completed bucket is news to the threads: waking them for every module would have them
   // poll for the core the backward itself needs.
@@ -102,6 +171,7 @@ void OverlappedAllReduce::device_done(int device) {
       pending_[device][k] = 0;
       mark_ready_locked(device, k);
     }
+  if (enqueued()) enqueue_complete_buckets_locked();
   cv_.notify_all();
 }
 
@@ -120,7 +190,8 @@ bool OverlappedAllReduce::step_finished_locked() const {
   return true;
 }
 
-void OverlappedAllReduce::wait_step() {
+void OverlappedAllReduce::wait_step(int device) {
+  if (enqueued()) return wait_enqueued(device);
   std::unique_lock lock(mutex_);
   wait_spinning(lock, cv_, [&] { return step_finished_locked(); });
   if (error_) std::rethrow_exception(error_);
@@ -129,6 +200,21 @@ void OverlappedAllReduce::wait_step() {
 
 void OverlappedAllReduce::finish_step(bool failed) {
   if (failed) abandon();
+  if (enqueued()) {
+    {
+      std::unique_lock lock(mutex_);
+      wait_spinning(lock, cv_, [&] { return stopping_ || abandoned_ || enqueued_ == buckets_.size(); });
+    }
+    std::exception_ptr error;  // what is enqueued runs to its end: wait for it all
+    for (Device* dev : ring_devices_)
+      if (Stream* comm = dev->comm_stream_if_made()) try {
+          comm->synchronize();
+        } catch (...) {
+          if (!error) error = std::current_exception();
+        }
+    if (error && !failed) std::rethrow_exception(error);
+    return;
+  }
   std::unique_lock lock(mutex_);
   wait_spinning(lock, cv_, [&] { return step_finished_locked(); });
   if (error_ && !failed) std::rethrow_exception(error_);

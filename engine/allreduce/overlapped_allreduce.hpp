@@ -1,24 +1,28 @@
 // All-reduce of resident replicas' gradients in buckets, while backward is still running (what
-// DistributedDataParallel's reducer does): each device has a communication thread beside its
-// stream; when every module of bucket k has run backward on a device (Module's after-backward
-// hook calls module_done), that device's thread takes part in bucket k's ring all-reduce
-// (engine/allreduce/ring.hpp) with the others, while its stream goes on with backward. Buckets
-// are reduced in order, the same on every device, so the rings always meet.
+// DistributedDataParallel's reducer does): when every module of bucket k has run backward on a
+// device (Module's after-backward hook calls module_done), that device's part of bucket k's ring
+// all-reduce (engine/allreduce/ring.hpp) can start, while its stream goes on with backward.
+// Buckets are reduced in order, the same on every device, so the rings always meet. In place on
+// the flat gradient arrays, in one of two ways:
 //
-// In place on the flat gradient arrays. Host devices: each thread reads its neighbour's memory
-// (ring_allreduce_rank); across processes, MPI (set_process_group). Devices whose memory the
-// threads cannot read (CUDA logical devices sharing a GPU; host devices too, when asked, so the
-// path is tested everywhere): each thread drives its device's communication stream
-// (Device::comm_exec), ordered after backward's kernels by an event recorded when the bucket's last
-// module reports, with copies into a receive buffer (CommBuffers) and adds
-// (ring_allreduce_rank_on_devices). Distinct GPUs: NCCL instead of the ring (set_nccl), each
-// device's thread calling its own communicator on that same stream. Across GPU processes, device
-// 0's thread all-reduces with the other ranks through NCCL (set_rank_nccl), then the others copy
-// its result on their streams.
+// Enqueued (devices whose memory a host thread cannot read — CUDA logical devices sharing a GPU;
+// host devices too, when asked, so the path is tested everywhere — in one process, without
+// NCCL): once a bucket is complete on every device, its ring is enqueued on the devices'
+// communication streams (Device::comm_stream, engine/allreduce/stream_ring.hpp), after an event
+// recorded on each compute stream when the bucket's last module reported, with copies into a
+// receive buffer (CommBuffers) and adds. No thread waits mid-step; each device's update waits for
+// the ring's last events on its stream.
 //
-// Mixed precision: backward writes 16-bit gradients; each device's thread widens a bucket of them
-// into its float32 array just before that bucket's all-reduce (autocast leaves float32 .grad on
-// float32 parameters, and that is what DDP reduces), so the widening overlaps backward too.
+// Driven by threads (a communication thread per device): host devices, each thread reading its
+// neighbour's memory (ring_allreduce_rank); across processes, MPI (set_process_group), device 0's
+// thread after this process's ring, the others copying its result; distinct GPUs, NCCL instead of
+// the ring (set_nccl), each device's thread calling its own communicator on its comm_exec()
+// stream. Across GPU processes, device 0's thread all-reduces with the other ranks through NCCL
+// (set_rank_nccl).
+//
+// Mixed precision: backward writes 16-bit gradients; each device widens a bucket of them into its
+// float32 array just before that bucket's all-reduce (autocast leaves float32 .grad on float32
+// parameters, and that is what DDP reduces), so the widening overlaps backward too.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -30,6 +34,7 @@
 
 #include "engine/allreduce/buckets.hpp"
 #include "engine/allreduce/ring.hpp"
+#include "engine/device.hpp"
 #include "engine/mpi/process_group.hpp"
 #include "engine/nccl/nccl_comms.hpp"
 #include "engine/tensor.hpp"
@@ -55,8 +60,9 @@ class OverlappedAllReduce {
   OverlappedAllReduce& operator=(const OverlappedAllReduce&) = delete;
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
-  // Bucket slices go on trace track kTraceTrack + device, beside that device's stream.
-  static constexpr int kTraceTrack = 1000;
+  // Bucket slices go on trace track kTraceTrack + device, beside that device's stream (the comm
+  // stream's track when enqueued).
+  static constexpr int kTraceTrack = Device::kCommTraceTrack;
   void set_tracer(Tracer* tracer) { tracer_ = tracer; }
   // Across processes (mpirun): after this process's ring, device 0's thread all-reduces each
   // bucket with the other processes (every rank reduces the buckets in the same order), and the
@@ -83,16 +89,25 @@ class OverlappedAllReduce {
   // A device will not finish its backward (it failed, or work before it did): the rings are
   // abandoned, and nothing waits for that device's buckets. Any thread; until the next begin_step.
   void abandon();
-  // On a device's stream, before its update: blocks until every bucket of this step is reduced
-  // everywhere; throws when a bucket failed, or UpstreamError when the step was abandoned (so the
-  // update is skipped).
-  void wait_step();
+  // On device d's stream, before its update: driven by threads, blocks until every bucket of this
+  // step is reduced everywhere; enqueued, blocks until every bucket's ring is enqueued and makes
+  // the stream's later work wait for it (on a GPU the host does not wait for the ring itself).
+  // Throws when a bucket failed, or UpstreamError when the step was abandoned (so the update is
+  // skipped).
+  void wait_step(int device);
   // After every backward has ended: waits for the last bucket; rethrows a failure. With
   // `failed`, a backward did not finish: the rings are abandoned instead of awaited.
   void finish_step(bool failed = false);
 
  private:
-  void init();  // after the members the constructors set: the bucket maps, then the threads
+  void init();  // after the members the constructors set: the bucket maps
+  // The ring through the communication streams, enqueued: devices whose memory the threads cannot
+  // read, in one process, without NCCL. Fixed once the first step begins.
+  bool enqueued() const { return !ring_devices_.empty() && !nccl_ && !group_; }
+  // Enqueued: every bucket from enqueued_ on that is complete on every device (mutex_ held).
+  void enqueue_complete_buckets_locked();
+  void enqueue_bucket_locked(size_t bucket);
+  void wait_enqueued(int device);
   void run(int device);
   // The bucket's gradients on `device` are complete (its stream's worker, mutex_ held): on an
   // accelerator, an event after backward's kernels that the ring's stream waits for.
@@ -125,6 +140,12 @@ class OverlappedAllReduce {
   std::vector<Tensor> recv_;
   std::vector<std::vector<std::shared_ptr<void>>> ready_;
   std::vector<const Exec*> comm_execs_;
+  // Enqueued: the ready events [device][bucket] (recorded on the compute stream when the bucket's
+  // last module reported), how many buckets are enqueued, and each device's event after its last
+  // enqueued ring step.
+  std::vector<std::vector<Event>> ready_events_;
+  size_t enqueued_ = 0;
+  std::vector<Event> finals_;
   uint64_t step_ = 0;                      // begin_step count; threads run each step once
   std::vector<uint64_t> done_step_;        // per device: the last step its thread finished
   bool stopping_ = false;

@@ -39,25 +39,38 @@ std::pair<int64_t, int64_t> ring_piece(int64_t n, int parts, int k) {
   return {begin, begin + base + (k < extra ? 1 : 0)};
 }
 
+RingStep ring_step(int rank, int n, int t) {
+  const bool add = t < n - 1;
+  const int s = add ? t : t - (n - 1);
+  return {((rank - s - (add ? 1 : 0)) % n + n) % n, add};
+}
+
 bool ring_allreduce_rank(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier) {
   const int n = static_cast<int>(buffers.size());
   if (n == 1) return true;
   float* mine = buffers[static_cast<size_t>(rank)];
   const float* left = buffers[static_cast<size_t>((rank + n - 1) % n)];
-  // Reduce-scatter: at step s this rank adds its left neighbour's piece (rank − s − 1), which that
-  // neighbour finished accumulating at step s − 1. After n − 1 steps piece (rank + 1) holds the sum.
-  for (int s = 0; s < n - 1; ++s) {
+  for (int t = 0; t < 2 * (n - 1); ++t) {
     if (!barrier.arrive_and_wait()) return false;
-    const auto [b, e] = ring_piece(count, n, ((rank - s - 1) % n + n) % n);
-    for (int64_t i = b; i < e; ++i) mine[i] += left[i];
-  }
-  // All-gather: at step s this rank copies piece (rank − s), complete at its left neighbour.
-  for (int s = 0; s < n - 1; ++s) {
-    if (!barrier.arrive_and_wait()) return false;
-    const auto [b, e] = ring_piece(count, n, ((rank - s) % n + n) % n);
-    for (int64_t i = b; i < e; ++i) mine[i] = left[i];
+    const RingStep step = ring_step(rank, n, t);
+    const auto [b, e] = ring_piece(count, n, step.piece);
+    if (step.add)
+      for (int64_t i = b; i < e; ++i) mine[i] += left[i];
+    else
+      for (int64_t i = b; i < e; ++i) mine[i] = left[i];
   }
   return barrier.arrive_and_wait();  // nobody reads a piece this rank may overwrite next
+}
+
+void ring_step_on_device(RingStep step, int64_t count, int n, float* mine, const float* left, float* recv,
+                         const Exec& here, const Exec& there) {
+  const auto [b, e] = ring_piece(count, n, step.piece);
+  if (step.add) {  // through the receive buffer: the add runs on this device
+    copy_between(here, recv, left + b, static_cast<size_t>(e - b) * sizeof(float), there);
+    add_inplace(here, Buf{mine + b, DType::F32}, Buf{recv, DType::F32}, e - b);
+  } else {
+    copy_between(here, mine + b, left + b, static_cast<size_t>(e - b) * sizeof(float), there);
+  }
 }
 
 bool ring_allreduce_rank_on_devices(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier,
@@ -71,17 +84,9 @@ bool ring_allreduce_rank_on_devices(const std::vector<float*>& buffers, int64_t 
   auto step_done = [&] {
     if (queue) queue->synchronize();
   };
-  for (int s = 0; s < n - 1; ++s) {  // reduce-scatter, as ring_allreduce_rank
+  for (int t = 0; t < 2 * (n - 1); ++t) {
     if (!barrier.arrive_and_wait()) return false;
-    const auto [b, e] = ring_piece(count, n, ((rank - s - 1) % n + n) % n);
-    copy_between(here, recv, left + b, static_cast<size_t>(e - b) * sizeof(float), there);
-    add_inplace(here, Buf{mine + b, DType::F32}, Buf{recv, DType::F32}, e - b);
-    step_done();
-  }
-  for (int s = 0; s < n - 1; ++s) {  // all-gather
-    if (!barrier.arrive_and_wait()) return false;
-    const auto [b, e] = ring_piece(count, n, ((rank - s) % n + n) % n);
-    copy_between(here, mine + b, left + b, static_cast<size_t>(e - b) * sizeof(float), there);
+    ring_step_on_device(ring_step(rank, n, t), count, n, mine, left, recv, here, there);
     step_done();
   }
   return barrier.arrive_and_wait();

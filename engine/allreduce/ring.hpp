@@ -35,6 +35,16 @@ class RingBarrier {
 // [begin, end) of piece `k` of n floats cut into `parts` nearly equal pieces.
 std::pair<int64_t, int64_t> ring_piece(int64_t n, int parts, int k);
 
+// Step t (0 .. 2(n−1) − 1) of participant `rank` in a ring of n: the piece it takes from its left
+// neighbour, and whether it adds it to its own (reduce-scatter: at step s it adds piece rank − s − 1,
+// which the neighbour finished at step s − 1; after n − 1 steps piece rank + 1 holds the sum) or
+// copies it (all-gather: at step s piece rank − s, complete at the neighbour).
+struct RingStep {
+  int piece;
+  bool add;
+};
+RingStep ring_step(int rank, int n, int t);
+
 // Participant `rank`'s part of the all-reduce of buffers[0..N) (each `count` floats), in place;
 // every participant calls it with the same buffers, count and barrier. False if aborted.
 bool ring_allreduce_rank(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier);
@@ -46,6 +56,11 @@ bool ring_allreduce_rank(const std::vector<float*>& buffers, int64_t count, int 
 // device) is the stream behind execs[rank]: the rank waits for it after every step, before the
 // barrier, so a neighbour never reads a piece still being written. The arithmetic is the host
 // ring's (mine += left, piece by piece), so both give the same bits. execs holds every rank's.
+// One step of the ring through device copies, on `here` (this rank's Exec): left's piece copied
+// into `recv` and added to mine, or copied straight into mine (all-gather).
+void ring_step_on_device(RingStep step, int64_t count, int n, float* mine, const float* left, float* recv,
+                         const Exec& here, const Exec& there);
+
 bool ring_allreduce_rank_on_devices(const std::vector<float*>& buffers, int64_t count, int rank, RingBarrier& barrier,
                                     const std::vector<const Exec*>& execs, float* recv, DeviceQueue* queue);
 

@@ -116,9 +116,10 @@ void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const St
   auto& bw = s[static_cast<int>(Phase::Backward)];
   bw.text += " The gradients are cut into buckets (--bucket-mb) from the last layer backwards; as soon as every "
              "module of a bucket has run backward on every device, that bucket's ring all-reduce starts on the "
-             "devices' communication threads while backward goes on with earlier layers (see the trace).";
+             "devices' communication threads (on a GPU, enqueued on their communication streams) while backward goes "
+             "on with earlier layers (see the trace).";
   if (mixed)
-    bw.text += " Each device's thread first widens the bucket's " + low_name +
+    bw.text += " Each device first widens the bucket's " + low_name +
                " gradients into its float32 gradients: autocast leaves float32 gradients on float32 parameters, and "
                "those are what DDP all-reduces.";
   // What DataParallel's reduce would move: every other replica's gradients, 16-bit under mixed precision.
