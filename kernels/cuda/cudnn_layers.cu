@@ -157,6 +157,32 @@ const ConvPlan& float32_plan(Context& c, const ConvShape& g) {
   return p;
 }
 
+// The plan's three convolutions, workspace from the device's allocator for the call; float32 and
+// 16-bit data alike (the scaling factors are float32: the computation is). Gradients are written,
+// not accumulated (beta = 0), like the CPU kernels.
+void run_forward(Context& c, CachingAllocator& alloc, const ConvPlan& p, void* out, const void* in, const void* w) {
+  ScopedBlock ws(alloc, p.fwd.memory);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnConvolutionForward(c.handles().cudnn, &one, p.x.d, in, p.f.d, w, p.conv.d, p.fwd.algo, ws.ptr(),
+                                        p.fwd.memory, &zero, p.y.d, out));
+}
+
+void run_backward_filter(Context& c, CachingAllocator& alloc, const ConvPlan& p, void* dw, const void* dout,
+                         const void* in) {
+  ScopedBlock ws(alloc, p.bwd_filter.memory);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(c.handles().cudnn, &one, p.x.d, in, p.y.d, dout, p.conv.d,
+                                               p.bwd_filter.algo, ws.ptr(), p.bwd_filter.memory, &zero, p.f.d, dw));
+}
+
+void run_backward_data(Context& c, CachingAllocator& alloc, const ConvPlan& p, void* din, const void* dout,
+                       const void* w) {
+  ScopedBlock ws(alloc, p.bwd_data.memory);
+  const float one = 1.f, zero = 0.f;
+  DP_CUDA_CHECK(cudnnConvolutionBackwardData(c.handles().cudnn, &one, p.f.d, w, p.y.d, dout, p.conv.d, p.bwd_data.algo,
+                                             ws.ptr(), p.bwd_data.memory, &zero, p.x.d, din));
+}
+
 // 16-bit bias: out[n, k, ·] += b[k], rounded once (the float32 path uses cudnnAddTensor).
 template <typename T>
 __global__ void add_channel_bias_kernel(T* out, const T* b, int64_t total, int64_t K, int64_t HW) {
@@ -185,45 +211,26 @@ __global__ void channel_sum_kernel(T* db, const T* dout, int64_t N, int64_t K, i
 
 void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b,
                     const ConvShape& g) {
-  auto& h = c.handles();
   const ConvPlan& p = float32_plan(c, g);
-  const auto& perf = p.fwd;
-  ScopedBlock ws(alloc, perf.memory);
-  const float one = 1.f, zero = 0.f;
-  DP_CUDA_CHECK(cudnnConvolutionForward(h.cudnn, &one, p.x.d, in, p.f.d, w, p.conv.d, perf.algo, ws.ptr(), perf.memory,
-                                        &zero, p.y.d, out));
-  if (b) DP_CUDA_CHECK(cudnnAddTensor(h.cudnn, &one, p.bias.d, b, &one, p.y.d, out));
+  run_forward(c, alloc, p, out, in, w);
+  const float one = 1.f;
+  if (b) DP_CUDA_CHECK(cudnnAddTensor(c.handles().cudnn, &one, p.bias.d, b, &one, p.y.d, out));
 }
 
 void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout,
                      const float* in, const float* w, const ConvShape& g) {
-  auto& h = c.handles();
   const ConvPlan& p = float32_plan(c, g);
+  run_backward_filter(c, alloc, p, dw, dout, in);
   const float one = 1.f, zero = 0.f;
-  // Gradients are written, not accumulated (beta = 0), like the CPU kernels.
-  {
-    const auto& perf = p.bwd_filter;
-    ScopedBlock ws(alloc, perf.memory);
-    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, p.x.d, in, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
-                                                 perf.memory, &zero, p.f.d, dw));
-  }
-  if (db) DP_CUDA_CHECK(cudnnConvolutionBackwardBias(h.cudnn, &one, p.y.d, dout, &zero, p.bias.d, db));
-  if (!din) return;
-  const auto& perf = p.bwd_data;
-  ScopedBlock ws(alloc, perf.memory);
-  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, p.f.d, w, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
-                                             perf.memory, &zero, p.x.d, din));
+  if (db) DP_CUDA_CHECK(cudnnConvolutionBackwardBias(c.handles().cudnn, &one, p.y.d, dout, &zero, p.bias.d, db));
+  if (din) run_backward_data(c, alloc, p, din, dout, w);
 }
 
 bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, const void* in, const void* w,
                     const void* b, const ConvShape& g) {
   const ConvPlan& p = plan_for(c, g, t);
   if (!p.usable) return false;
-  const auto& perf = p.fwd;
-  ScopedBlock ws(alloc, perf.memory);
-  const float one = 1.f, zero = 0.f;  // float32 scaling factors: the computation is float32
-  DP_CUDA_CHECK(cudnnConvolutionForward(c.handles().cudnn, &one, p.x.d, in, p.f.d, w, p.conv.d, perf.algo, ws.ptr(),
-                                        perf.memory, &zero, p.y.d, out));
+  run_forward(c, alloc, p, out, in, w);
   if (!b) return true;
   const int64_t HW = out_size(g.H, g.kh, g.stride, g.pad) * out_size(g.W, g.kw, g.stride, g.pad), total = g.N * g.K * HW;
   if (total == 0) return true;
@@ -241,13 +248,7 @@ bool conv2d_backward(Context& c, CachingAllocator& alloc, DType t, void* din, vo
   const ConvPlan& p = plan_for(c, g, t);
   if (!p.usable) return false;
   auto& h = c.handles();
-  const float one = 1.f, zero = 0.f;
-  {
-    const auto& perf = p.bwd_filter;
-    ScopedBlock ws(alloc, perf.memory);
-    DP_CUDA_CHECK(cudnnConvolutionBackwardFilter(h.cudnn, &one, p.x.d, in, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
-                                                 perf.memory, &zero, p.f.d, dw));
-  }
+  run_backward_filter(c, alloc, p, dw, dout, in);
   if (db && g.K > 0) {
     const int64_t HW = out_size(g.H, g.kh, g.stride, g.pad) * out_size(g.W, g.kw, g.stride, g.pad);
     with_float_type(t, "conv2d_backward", [&](auto tag) {
@@ -257,11 +258,7 @@ bool conv2d_backward(Context& c, CachingAllocator& alloc, DType t, void* din, vo
       DP_CUDA_CHECK_LAUNCH();
     });
   }
-  if (!din) return true;
-  const auto& perf = p.bwd_data;
-  ScopedBlock ws(alloc, perf.memory);
-  DP_CUDA_CHECK(cudnnConvolutionBackwardData(h.cudnn, &one, p.f.d, w, p.y.d, dout, p.conv.d, perf.algo, ws.ptr(),
-                                             perf.memory, &zero, p.x.d, din));
+  if (din) run_backward_data(c, alloc, p, din, dout, w);
   return true;
 }
 
