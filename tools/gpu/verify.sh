@@ -10,7 +10,8 @@
 #   unit      every other test (ctest -LE gpu) on that machine
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on each GPU test case and
 #             on dp train --devices cuda:0x4 --steps 3 (mlp, convnet; in-replica, eval, tf32, split
-#             auto, balance-memory, --cuda-graphs on), several processes at once on the one GPU
+#             auto, balance-memory, --cuda-graphs on, --sync allreduce: the ring enqueued on the comm
+#             streams), several processes at once on the one GPU
 #   equal     50 steps on cuda:0x4 against host:4, losses and weights (tools/gpu/compare_runs.py,
 #             tolerance calibrated by host:4 with 1 and 2 threads per device);
 #             one epoch of the convnet on MNIST (.gpu-kit/mnist, carried) on cuda:0x2 against
@@ -98,6 +99,8 @@ stage_sanitize() {
     "--model convnet --split balance-memory"
     "--model mlp --cuda-graphs on"
     "--model convnet --cuda-graphs on --loss in-replica"
+    "--model mlp --sync allreduce --loss in-replica --bucket-mb 0.5"
+    "--model convnet --sync allreduce --loss in-replica --precision bf16"
   )
   export SANITIZE_LOG=$log
   : >"$log"
