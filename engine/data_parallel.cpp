@@ -270,7 +270,11 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   // after the streams have been joined.
   Step s(*this, batch, result.targets, chunks);
   ReplicaTimer timer(devices_);
-  enqueue_step(s, result, rec, &timer, input, targets, next);
+  // A next batch that a replay will take goes to its staging memory (after the step is enqueued,
+  // while the devices run it), not onto the devices.
+  const NextBatch* replayed_next = next && next_is_replayed(*next) ? next : nullptr;
+  enqueue_step(s, result, rec, &timer, input, targets, replayed_next ? nullptr : next);
+  if (replayed_next) stage_for_replay(*replayed_next);
   try {
     join_replicas(all_devices());  // waiting once per step: the only wait (and fp16's verdict before an update)
     s.joined = true;

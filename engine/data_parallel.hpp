@@ -223,6 +223,11 @@ class DataParallel {
   // the captured batch size) into the other set meanwhile, and wait; then its results (the
   // optimizer's count has advanced).
   StepResult launch_captured(StepResult r, const NextBatch* next);
+  // A step run as usual whose next batch has the captured step's shape: that step will be a
+  // replay, which uploads from its staging memory, so `next` is copied there (instead of onto the
+  // devices, where the replay would not read it). False when it will not be replayed.
+  bool next_is_replayed(const NextBatch& next) const;
+  void stage_for_replay(const NextBatch& next);
   void drop_captured_step();  // the devices must be idle
   // The tensors a batch is loaded into, each with its host bytes: on device 0 (DataParallel), or
   // each active device's chunk (allreduce), input then targets.

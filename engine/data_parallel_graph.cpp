@@ -171,6 +171,19 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets, 
   return launch_captured(std::move(r), next);
 }
 
+bool DataParallel::next_is_replayed(const NextBatch& next) const {
+  return graphs_ && captured_ && captured_->shape == shape_of(next.batch, chunk_sizes(next.batch)) &&
+         graph_blocker().empty();
+}
+
+void DataParallel::stage_for_replay(const NextBatch& next) {
+  // The set the replay will upload from (it flips `current` first); the last launch from it has
+  // been joined, and a step run as usual reads no staging set.
+  CapturedStep& c = *captured_;
+  c.staged[static_cast<size_t>(1 - c.current)].fill(next.input, next.targets);
+  c.ahead = UploadAhead::Key{next.input, next.targets, next.batch, {}};
+}
+
 StepResult DataParallel::launch_captured(StepResult r, const NextBatch* next) {
   CapturedStep& c = *captured_;
   Step& s = *c.state;

@@ -176,6 +176,46 @@ TEST_CASE("captured steps: the batch given to upload_ahead is staged while the s
   }
 }
 
+TEST_CASE("captured steps: a step run as usual stages its next batch for the replay after it, not on the devices") {
+  // A short last batch between full ones (an epoch's end): the full batch given to upload_ahead
+  // during the short step goes into the staging memory the replay uploads from. Uploaded onto the
+  // devices instead, the replay would not read it.
+  Setup c;
+  const ModelDef model = model_of(c.model);
+  const auto full = make_batches(model, c.batch, 5, 11);
+  const auto shorter = make_batches(model, c.batch - 5, 1, 12);
+  const std::vector<std::shared_ptr<const HostBatch>> order = {full[0], full[1], full[2], shorter[0], full[3], full[4]};
+  auto train = [&](bool graphs, bool upload) {
+    auto devs = host_devices(c.devices);
+    const auto owner = make_data_parallel(devs, model, c);
+    DataParallel& dp = *owner;
+    dp.set_graphs(graphs);
+    Run out;
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (upload && k + 1 < order.size()) upload_ahead_on(dp, order[k + 1]);
+      out.results.push_back(step_on(dp, *order[k]));
+    }
+    out.params = dp.parameters();
+    out.buffers = dp.buffers();
+    out.grads = dp.gradients();
+    out.optimizer = dp.optimizer().save();
+    return out;
+  };
+  const Run usual = train(false, true), staged = train(true, true);
+  check_same(usual, staged);
+  CHECK(uses(staged) == std::vector<GraphUse>{GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed, GraphUse::Eager,
+                                               GraphUse::Replayed, GraphUse::Replayed});
+  // Step 3 (short, as usual) staged full[3] for step 4's replay. Step 2's replay stages only a batch
+  // of the captured size, so step 3 loads its own; step 0's next batch went onto the devices,
+  // where the capture (step 1) does not read it.
+  std::vector<bool> ahead;
+  for (const auto& r : staged.results) ahead.push_back(r.loaded_ahead);
+  CHECK(ahead == std::vector<bool>{false, false, true, false, true, true});
+  std::vector<bool> usual_ahead;
+  for (const auto& r : usual.results) usual_ahead.push_back(r.loaded_ahead);
+  CHECK(usual_ahead == std::vector<bool>{false, true, true, true, true, true});
+}
+
 TEST_CASE("captured steps: a step of another shape runs as usual, and a shape seen twice in a row is captured anew") {
   Setup c;
   c.split = "even";

@@ -169,11 +169,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--cuda-graphs on: captured once, short batches as usual, the rest replayed",
           uses == ["eager", "captured"] + ["replayed"] * 4 + ["eager"] + ["replayed"] * 6 + ["eager"], uses)
     check("--cuda-graphs off: no graph field", all("graph" not in r for r in outs["off"]), outs["off"])
-    # The batch after a replay was staged while it ran; not after a short batch (not of the
-    # captured size) nor for the capture (it stages its own), nor after a step run as usual.
+    # Each replay's batch was staged during the step before: a replay's, or the short batch's run as
+    # usual (into the replay's staging memory). Not the capture's (it stages its own), nor a short
+    # batch's (not of the captured size, so a replay does not stage it).
     ahead = [r["loaded_ahead"] for r in outs["on"] if "graph" in r]
     check("--cuda-graphs on --upload-ahead on: replays take the batch staged during the step before",
-          ahead == [False, False] + [True] * 4 + [False, False] + [True] * 5 + [False], ahead)
+          ahead == [False, False] + [True] * 4 + [False] + [True] * 6 + [False], ahead)
     ahead = [r["loaded_ahead"] for r in outs["off"] if "loss" in r]
     check("--upload-ahead on: every step but the first found its batch uploaded",
           ahead == [False] + [True] * 13, ahead)
