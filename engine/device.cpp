@@ -54,25 +54,21 @@ Device::Device(int index, std::string name, int64_t capacity, int device_count, 
 
 Device::~Device() = default;
 
-Stream& Device::copy_stream() {
-  if (!copy_stream_) {
-    auto s = std::make_unique<Stream>(name_ + " copy");
-    if (cuda_) s->set_device_queue(&cuda_->copy_queue());
-    if (tracer_) s->set_tracer(tracer_, kCopyTraceTrack + index_);
-    copy_stream_ = std::move(s);
+Stream& Device::side_stream(std::unique_ptr<Stream>& slot, const char* what, DeviceQueue* queue, int track) {
+  if (!slot) {
+    auto s = std::make_unique<Stream>(name_ + " " + what);
+    if (queue) s->set_device_queue(queue);
+    if (tracer_) s->set_tracer(tracer_, track + index_);
+    slot = std::move(s);
   }
-  return *copy_stream_;
+  return *slot;
 }
 
-Stream& Device::comm_stream() {
-  if (!comm_stream_) {
-    auto s = std::make_unique<Stream>(name_ + " comm");
-    if (cuda_) s->set_device_queue(&cuda_->comm_queue());
-    if (tracer_) s->set_tracer(tracer_, kCommTraceTrack + index_);
-    comm_stream_ = std::move(s);
-  }
-  return *comm_stream_;
+Stream& Device::copy_stream() {
+  return side_stream(copy_stream_, "copy", cuda_ ? &cuda_->copy_queue() : nullptr, kCopyTraceTrack);
 }
+
+Stream& Device::comm_stream() { return side_stream(comm_stream_, "comm", comm_queue(), kCommTraceTrack); }
 
 int Device::gpu() const { return cuda_ ? cuda_->gpu() : -1; }
 

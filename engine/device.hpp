@@ -88,6 +88,9 @@ class Device {
   int64_t received_from(int from) const { return received_[static_cast<size_t>(from)].load(); }
 
  private:
+  // A stream beside the compute stream, made on first use: on a GPU over `queue`, traced on track
+  // `track` + index.
+  Stream& side_stream(std::unique_ptr<Stream>& slot, const char* what, DeviceQueue* queue, int track);
   int index_;
   std::string name_;
   std::vector<std::atomic<int64_t>> received_;

@@ -37,6 +37,13 @@ struct Run {
   Optimizer::Saved optimizer;
 };
 
+void keep_end_state(Run& out, DataParallel& dp) {
+  out.params = dp.parameters();
+  out.buffers = dp.buffers();
+  out.grads = dp.gradients();
+  out.optimizer = dp.optimizer().save();
+}
+
 // `prepare` changes the devices before the DataParallel is made.
 Run run(const Setup& c, bool graphs, int steps, const std::function<void(DeviceSet&)>& prepare = {}) {
   const ModelDef model = model_of(c.model);
@@ -52,10 +59,26 @@ Run run(const Setup& c, bool graphs, int steps, const std::function<void(DeviceS
     dp.set_learning_rate(c.optimizer.lr() * (1.0 - 0.1 * k));  // a schedule: the lr reaches the kernels each step
     out.results.push_back(step_on(dp, *b));
   }
-  out.params = dp.parameters();
-  out.buffers = dp.buffers();
-  out.grads = dp.gradients();
-  out.optimizer = dp.optimizer().save();
+  keep_end_state(out, dp);
+  return out;
+}
+
+// Steps over batch_at(k), k < steps: before step k, before(k) (if given), then next_at(k) (if not
+// null) goes to upload_ahead.
+using BatchAt = std::function<std::shared_ptr<const HostBatch>(size_t)>;
+Run run_with_ahead(const Setup& c, const ModelDef& model, bool graphs, size_t steps, const BatchAt& batch_at,
+                   const BatchAt& next_at, const std::function<void(size_t)>& before = {}) {
+  auto devs = host_devices(c.devices);
+  const auto owner = make_data_parallel(devs, model, c);
+  DataParallel& dp = *owner;
+  dp.set_graphs(graphs);
+  Run out;
+  for (size_t k = 0; k < steps; ++k) {
+    if (before) before(k);
+    if (auto next = next_at(k)) upload_ahead_on(dp, next);
+    out.results.push_back(step_on(dp, *batch_at(k)));
+  }
+  keep_end_state(out, dp);
   return out;
 }
 
@@ -137,27 +160,20 @@ TEST_CASE("captured steps: the batch given to upload_ahead is staged while the s
     auto batch_at = [&](size_t k) -> std::shared_ptr<const HostBatch> { return order[k] < 0 ? reused : batches[order[k]]; };
     auto train = [&](bool graphs, bool upload) {
       *reused = *batches[5];
-      auto devs = host_devices(c.devices);
-      const auto owner = make_data_parallel(devs, model, c);
-      DataParallel& dp = *owner;
-      dp.set_graphs(graphs);
-      Run out;
-      for (size_t k = 0; k < order.size(); ++k) {
-        // After step 4 staged `reused` (batches[5]) ahead, step 5 took another batch; the memory
-        // then holds batches[6] for step 6, which must not be taken for the copy staged earlier.
-        if (k == 5) {
-          std::copy(batches[6]->images.begin(), batches[6]->images.end(), reused->images.begin());
-          std::copy(batches[6]->tokens.begin(), batches[6]->tokens.end(), reused->tokens.begin());
-          std::copy(batches[6]->labels.begin(), batches[6]->labels.end(), reused->labels.begin());
-        }
-        if (upload && k + 1 < order.size() && ahead[k]) upload_ahead_on(dp, k == 4 ? reused : batch_at(k + 1));
-        out.results.push_back(step_on(dp, *batch_at(k)));
-      }
-      out.params = dp.parameters();
-      out.buffers = dp.buffers();
-      out.grads = dp.gradients();
-      out.optimizer = dp.optimizer().save();
-      return out;
+      return run_with_ahead(
+          c, model, graphs, order.size(), batch_at,
+          [&](size_t k) -> std::shared_ptr<const HostBatch> {
+            if (!upload || k + 1 >= order.size() || !ahead[k]) return nullptr;
+            return k == 4 ? reused : batch_at(k + 1);
+          },
+          [&](size_t k) {
+            // After step 4 staged `reused` (batches[5]) ahead, step 5 took another batch; the memory
+            // then holds batches[6] for step 6, which must not be taken for the copy staged earlier.
+            if (k != 5) return;
+            std::copy(batches[6]->images.begin(), batches[6]->images.end(), reused->images.begin());
+            std::copy(batches[6]->tokens.begin(), batches[6]->tokens.end(), reused->tokens.begin());
+            std::copy(batches[6]->labels.begin(), batches[6]->labels.end(), reused->labels.begin());
+          });
     };
     const Run usual = train(false, false), graphed = train(true, false), staged = train(true, true);
     check_same(usual, graphed);
@@ -185,23 +201,12 @@ TEST_CASE("captured steps: a step run as usual stages its next batch for the rep
   const auto full = make_batches(model, c.batch, 5, 11);
   const auto shorter = make_batches(model, c.batch - 5, 1, 12);
   const std::vector<std::shared_ptr<const HostBatch>> order = {full[0], full[1], full[2], shorter[0], full[3], full[4]};
-  auto train = [&](bool graphs, bool upload) {
-    auto devs = host_devices(c.devices);
-    const auto owner = make_data_parallel(devs, model, c);
-    DataParallel& dp = *owner;
-    dp.set_graphs(graphs);
-    Run out;
-    for (size_t k = 0; k < order.size(); ++k) {
-      if (upload && k + 1 < order.size()) upload_ahead_on(dp, order[k + 1]);
-      out.results.push_back(step_on(dp, *order[k]));
-    }
-    out.params = dp.parameters();
-    out.buffers = dp.buffers();
-    out.grads = dp.gradients();
-    out.optimizer = dp.optimizer().save();
-    return out;
+  auto train = [&](bool graphs) {
+    return run_with_ahead(
+        c, model, graphs, order.size(), [&](size_t k) { return order[k]; },
+        [&](size_t k) { return k + 1 < order.size() ? order[k + 1] : nullptr; });
   };
-  const Run usual = train(false, true), staged = train(true, true);
+  const Run usual = train(false), staged = train(true);
   check_same(usual, staged);
   CHECK(uses(staged) == std::vector<GraphUse>{GraphUse::Eager, GraphUse::Captured, GraphUse::Replayed, GraphUse::Eager,
                                                GraphUse::Replayed, GraphUse::Replayed});
