@@ -53,6 +53,13 @@ OverlappedAllReduce::~OverlappedAllReduce() {
   barrier_.abort();
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  // Rings still enqueued use the receive buffers this owns (a step that failed is joined already;
+  // this is for one that was never joined).
+  for (Device* dev : ring_devices_)
+    if (Stream* comm = dev->comm_stream_if_made()) try {
+        comm->synchronize();
+      } catch (...) {  // a destructor: the step that failed reported it
+      }
 }
 
 void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrads widen) {
