@@ -77,10 +77,10 @@ def run_case(dp, work, case, idx):
     cifar = model_name in CIFAR_MODELS
     data_dir = os.path.join(work, "tokens" if gpt else "cifar" if cifar else "mnist")
 
-    def run_dp(run, kernels=None):
+    def run_dp(suffix, kernels=None):
         """dp's run of the case (with `kernels`, OpenBLAS's kernel set of that name): its per-step
         metrics rows and its saved state."""
-        out, metrics = os.path.join(work, f"out{idx}{run}.safetensors"), os.path.join(work, f"m{idx}{run}.jsonl")
+        out, metrics = os.path.join(work, f"out{idx}{suffix}.safetensors"), os.path.join(work, f"m{idx}{suffix}.jsonl")
         cmd = [dp, "train", "--model", model_name, "--data", data_dir, "--devices", f"host:{ndev}", "--batch",
                str(batch), "--split", split, "--steps", str(steps), "--no-shuffle", "--init", init, "--save", out,
                "--metrics", metrics] + flags
@@ -159,9 +159,9 @@ def run_case(dp, work, case, idx):
 
     def check(rows, got):
         """Raises AssertionError where dp's run is not PyTorch's step; returns the worst weight error."""
-        def close(got, exact, f32, rel, what):
+        def close(value, exact, f32, rel, what):
             allowed = rel * max(1.0, abs(exact)) + 4 * abs(f32 - exact)
-            assert abs(got - exact) <= allowed, f"{label}: {what} {got} != PyTorch {exact} (float32: {f32})"
+            assert abs(value - exact) <= allowed, f"{label}: {what} {value} != PyTorch {exact} (float32: {f32})"
         assert len(rows) == steps, f"{label}: {len(rows)} steps logged"
         for s, row in enumerate(rows):
             sizes = ref.chunk_sizes(split, len(windows[s][1]), ndev)
