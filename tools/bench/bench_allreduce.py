@@ -15,13 +15,11 @@ import subprocess
 import sys
 import tempfile
 
+from openblas import coretype
+
 # About a second or two a run on two cores: long enough that a stray pause of the machine is not
 # the figure.
 STEPS = {"mlp": 300, "convnet": 80, "resnet8": 30}
-
-
-def coretype():
-    return "SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"
 
 
 def steps_per_s(dp, model, devices, sync, env):

@@ -12,6 +12,8 @@ import sys
 import tempfile
 import time
 
+from openblas import coretype
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -20,7 +22,7 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
-    env = dict(os.environ, OPENBLAS_CORETYPE="SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell")
+    env = dict(os.environ, OPENBLAS_CORETYPE=coretype())
     cmd = [os.path.abspath(a.dp), "train", "--model", "convnet", "--data", a.data, "--devices", "host:2", "--batch",
            "128", "--steps", str(a.steps)]
     plain, with_ck = [], []

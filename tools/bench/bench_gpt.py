@@ -14,12 +14,10 @@ import subprocess
 import sys
 import tempfile
 
+from openblas import coretype
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP = 3
-
-
-def coretype():
-    return "SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"
 
 
 def dp_speed(dp, steps, batch, env):

@@ -15,11 +15,9 @@ import subprocess
 import sys
 import tempfile
 
+from openblas import coretype
+
 WARMUP = 3
-
-
-def coretype():
-    return "SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"
 
 
 def measure(cmd, env, batch):

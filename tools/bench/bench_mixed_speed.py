@@ -37,7 +37,7 @@ def main():
     dp = os.path.abspath(a.dp)
     even, even_chunks, _ = run(dp, a.data, "even", a.speeds, a.steps, a.skip)
     auto, auto_chunks, changes = run(dp, a.data, "auto", a.speeds, a.steps, a.skip)
-    print(f"| split | samples/s | final chunks |\n|---|---|---|")
+    print("| split | samples/s | final chunks |\n|---|---|---|")
     print(f"| even | {even:.0f} | {even_chunks} |")
     print(f"| auto | {auto:.0f} | {auto_chunks} |")
     print(f"\nauto / even = {auto / even:.2f}x (target >= 1.8x, ideal 2.5x)")

@@ -20,11 +20,9 @@ import subprocess
 import sys
 import tempfile
 
+from openblas import coretype
+
 WARMUP_SHARE = 0.1  # of the steps, not timed
-
-
-def coretype():
-    return "SkylakeX" if "avx512f" in open("/proc/cpuinfo").read() else "Haswell"
 
 
 def samples_per_s(cmd, env, batch=128):

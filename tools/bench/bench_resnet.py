@@ -15,13 +15,10 @@ import subprocess
 import sys
 import tempfile
 
+from openblas import coretype
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP = 3
-
-
-def coretype():
-    flags = open("/proc/cpuinfo").read()
-    return "SkylakeX" if "avx512f" in flags else "Haswell"
 
 
 def dp_speed(dp, model, steps, devices, batch, env, extra=()):
