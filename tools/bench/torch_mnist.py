@@ -1,6 +1,6 @@
 """PyTorch CPU baseline for dp-engine's benchmarks: the same model, batch and data, one process.
 
-usage: torch_mnist.py --model convnet --data DIR --batch 128 --threads 2 [--steps N] [--eval]
+usage: torch_mnist.py --model convnet --data DIR --batch 128 --threads 2 [--steps N] [--eval] [--init FILE]
 Prints one JSON line: samples_per_s (timed after warm-up steps), and test accuracy with --eval.
 Set OPENBLAS_CORETYPE before starting Python so OpenBLAS uses its fast kernels, as dp does.
 """
@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "torch"))
 import reference as ref  # noqa: E402
+import st_io  # noqa: E402
 
 
 def read_idx(path):
@@ -40,12 +41,16 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval", action="store_true")
+    ap.add_argument("--init", help="initial weights (safetensors with the state dict's names, e.g. a dp --save); "
+                    "the seed still draws the order, as without it")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     x = ref.normalise(read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz")))  # [N, 1, 28, 28]
     y = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))
-    model = ref.make_model(a.model)
+    model = ref.make_model(a.model)  # drawn even with --init, so that the order is the seed's either way
+    if a.init:
+        model.load_state_dict(st_io.load(a.init))
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     loss_fn = torch.nn.CrossEntropyLoss()
     perm = torch.randperm(len(y))
