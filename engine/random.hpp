@@ -1,7 +1,10 @@
 // The run's random streams. Every purpose draws from its own stream, derived from --seed, the
 // purpose and an index (the epoch, a sample's position): no two purposes ever share a generator.
-// They did once — the initial weights and the first epoch's shuffle both came from
-// mt19937_64(seed) — and it cost 0.7 points of one-epoch MNIST accuracy on average.
+// They did once: the initial weights and the first epoch's shuffle each restarted
+// mt19937_64(seed), so the order reused the weights' very numbers. (The 0.7 points of one-epoch
+// MNIST accuracy this was once blamed for did not reproduce: that accuracy moves by a point with
+// the order alone, and with PyTorch's weights and order dp matches PyTorch's; see
+// tools/bench/RESULTS.md, "paired".)
 //
 // Derived streams also make a resumed run exact without saving generator state: epoch e's
 // shuffle and sample j's augmentation are functions of (seed, e, j) alone.
