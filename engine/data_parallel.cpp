@@ -652,6 +652,10 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   // state are put back, and capacities are lifted while probing.
   // The probes run as usual (each other's shapes; their state is put back, which a capture's would not see).
   const bool graphs = std::exchange(graphs_, false);
+  // And waiting after every phase, as memprof does: waiting once per step, a block the host has
+  // released returns when its stream gets there, so the peaks (and the plan, and every bit of the
+  // run after it) would depend on how the threads happened to run.
+  const HostSync sync = std::exchange(host_sync_, HostSync::PerPhase);
   const auto saved_params = parameters(), saved_buffers = buffers();
   const auto saved_optimizer = optimizer_->save();
   const auto saved_scale = scaler_.state();
@@ -679,6 +683,7 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
     devices_[i].allocator().reset_peak();  // the probes are not part of the run's profile
   }
   graphs_ = graphs;
+  host_sync_ = sync;
   drop_captured_step();
   const MemoryPlan plan = plan_memory_balance(even, pa, shifted, pb, batch);
   splitter_.set_memory_plan(plan);

@@ -16,8 +16,16 @@ MemoryPlan plan_memory_balance(const std::vector<int64_t>& chunks_a, const std::
     const double dc = static_cast<double>(chunks_a[i] - chunks_b[i]);
     per_sample[i] = dc != 0 ? std::max(0.0, (peaks_a[i] - peaks_b[i]) / dc) : -1;
   }
+  // A device whose chunk was the same in both probes cannot be separated (batch 7 on 4 devices:
+  // 2,2,2,1 and 1,2,2,2). Replicas 1..n-1 run the same layers on their chunks, so such a replica
+  // takes the largest per-sample bytes measured on the others; device 0, whose peak holds what only
+  // it holds (its peak may not even grow with its chunk), is the last resort. Taking device 0's
+  // first once gave two replicas 0 bytes a sample and one of them six of seven samples.
+  double replicas = -1;
+  for (size_t i = 1; i < n; ++i) replicas = std::max(replicas, per_sample[i]);
   for (size_t i = 0; i < n; ++i) {
-    if (per_sample[i] < 0) per_sample[i] = per_sample[i == 0 ? 1 : 0];  // not separable: like its neighbour
+    if (per_sample[i] < 0) per_sample[i] = i > 0 && replicas >= 0 ? replicas : std::max(per_sample[0], replicas);
+    per_sample[i] = std::max(per_sample[i], 0.0);
     fixed[i] = peaks_a[i] - per_sample[i] * static_cast<double>(chunks_a[i]);
   }
   MemoryPlan plan;
