@@ -1,0 +1,105 @@
+"""dp train's flags in random combinations (drawn from a fixed seed, so every run tries the same
+ones), each checked against a property that must hold for all of them:
+
+- issue only: --cuda-graphs, --upload-ahead and --host-sync change how a step is issued, never its
+  arithmetic: the same per-step losses (and gradient norms, fp16's scales and skips) and the same
+  final weights, bit for bit,
+  as --cuda-graphs off --upload-ahead off --host-sync phase;
+- resume: a run resumed from the checkpoint it wrote at step k ends bit for bit as the run that
+  went on (and so do its losses from step k).
+
+The combinations span the model, the device count, --sync, --precision, --split, --loss, the
+optimizer, --lr-schedule, clipping, fp16 loss scales that overflow, --sync-bn, and short last
+batches across epochs. The other tests check each flag on chosen cases; this one looks for the
+interactions nobody chose. A failure prints the command lines to repeat it.
+
+usage: test_combinations.py DP_BINARY [CASES_PER_PROPERTY]
+"""
+import hashlib
+import json
+import os
+import random
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Cli  # noqa: E402
+
+CLI = Cli()
+CASES = int(sys.argv[2]) if len(sys.argv) > 2 else 14
+GPT = ["--context", "16", "--gpt-layers", "1", "--gpt-dim", "32", "--gpt-heads", "2"]
+
+
+def draw(rng, case):
+    """One combination: dp train's arguments (no step count, no outputs) and how many steps it can take."""
+    model = rng.choice(["mlp", "convnet", "resnet8", "gpt", "tiny"])
+    devices = rng.choice([1, 2, 3, 4])
+    sync = rng.choice(["reduce", "allreduce"])
+    splits = ["even", "even", "gpu0:1"] + (["balance-memory"] if sync == "reduce" else [])
+    split = rng.choice(splits if devices > 1 else ["even"])
+    batch = rng.randint(3, 10)
+    args = ["train", "--model", model, "--devices", f"host:{devices}", "--sync", sync,
+            "--precision", rng.choice(["fp32", "bf16", "fp16"]), "--split", split,
+            "--loss", "in-replica" if sync == "allreduce" else rng.choice(["gathered", "in-replica"]),
+            "--optimizer", rng.choice(["sgd", "adamw"]), "--batch", str(batch), "--seed", str(case), "--epochs", "6",
+            "--lr-schedule", rng.choice(["constant", "cosine", "step:3,0.5"]), "--warmup-steps", str(rng.randint(0, 2))]
+    # A generated set of two or three batches, the last one short: epochs end inside the run.
+    args += ["--generated-size", "3000"] + GPT if model == "gpt" else ["--generated-size", str(2 * batch + rng.randint(1, batch))]
+    if rng.random() < 0.4:
+        args += ["--clip-grad-norm", "0.5"]
+    if "fp16" in args and rng.random() < 0.5:  # overflows at first: skipped steps, a halving scale
+        args += ["--loss-scale", "1e30", "--loss-scale-growth-interval", "2"]
+    if sync == "allreduce" and rng.random() < 0.3:
+        args += ["--sync-bn"]
+    return args
+
+
+def outcome(args, tmp):
+    """Exit code; then per step the loss, gradient norm and fp16's scale and skip (where reported),
+    and a hash of the saved weights."""
+    metrics, weights = os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "w.safetensors")
+    for f in (metrics, weights):
+        if os.path.exists(f):
+            os.remove(f)
+    rc, _, err = CLI.run(args + ["--metrics", metrics, "--save", weights])
+    if rc != 0:
+        return rc, err.strip().splitlines()[-1:]
+    rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
+    return rc, [(r["step"], r["loss"], r.get("grad_norm"), r.get("loss_scale"), r.get("skipped")) for r in rows], hashlib.sha256(open(weights, "rb").read()).hexdigest()
+
+
+def issue_only(rng, case, tmp):
+    args = draw(rng, case) + ["--steps", str(rng.randint(5, 9))]
+    usual = args + ["--cuda-graphs", "off", "--upload-ahead", "off", "--host-sync", "phase"]
+    other = args + ["--cuda-graphs", rng.choice(["on", "off"]), "--upload-ahead", rng.choice(["on", "off"]),
+                    "--host-sync", rng.choice(["step", "phase"])]
+    a, b = outcome(usual, tmp), outcome(other, tmp)
+    CLI.check(f"issue only, case {case}", a[0] == 0 and a == b,
+              f"\n  dp {' '.join(usual)}\n  -> {str(a)[:400]}\n  dp {' '.join(other)}\n  -> {str(b)[:400]}")
+
+
+def resume(rng, case, tmp):
+    args = draw(rng, case) + ["--cuda-graphs", rng.choice(["on", "off"])]
+    steps = rng.randint(6, 11)
+    k = rng.randint(1, steps - 1)
+    whole = args + ["--steps", str(steps)]
+    a = outcome(whole, tmp)
+    # The same run again, keeping a checkpoint every k steps: the one at step k stands for an
+    # interruption there (the schedule still knows the run's length).
+    ck, ck2 = os.path.join(tmp, f"ck{case}"), os.path.join(tmp, f"ck{case}-resumed")
+    rc, _, err = CLI.run(whole + ["--checkpoint", ck, "--checkpoint-every", str(k), "--keep-checkpoints", "100"])
+    resumed = whole + ["--resume", os.path.join(ck, f"step-{k:08d}"), "--checkpoint", ck2]
+    b = outcome(resumed, tmp)
+    same = a[0] == 0 and rc == 0 and b[0] == 0 and a[1][k:] == b[1] and a[2] == b[2]
+    CLI.check(f"resume, case {case}", same,
+              f"\n  dp {' '.join(whole)}\n  -> {str(a)[:400]}\n  checkpointing: exit {rc} {err.strip()[-200:]}"
+              f"\n  dp {' '.join(resumed)}\n  -> {str(b)[:400]}")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    rng = random.Random(20261125)
+    for case in range(CASES):
+        issue_only(rng, case, tmp)
+    for case in range(CASES, 2 * CASES):
+        resume(rng, case, tmp)
+CLI.finish()
