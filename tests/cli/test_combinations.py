@@ -6,7 +6,9 @@ ones), each checked against a property that must hold for all of them:
   steps; none may change a bit of the per-step losses (and gradient norms, fp16's scales and skips)
   or of the final weights, against --cuda-graphs off --upload-ahead off --host-sync phase;
 - resume: a run resumed from the checkpoint it wrote at step k ends bit for bit as the run that
-  went on (and so do its losses from step k).
+  went on (and so do its losses from step k);
+- two devices: --sync allreduce (each device's sum of the two replicas' gradients) ends bit for bit
+  as the faithful step with --loss in-replica (device 0's sum of the same two).
 
 The combinations span the model, the device count, --sync, --precision, --split, --loss, the
 optimizer, --lr-schedule, clipping, fp16 loss scales that overflow, --sync-bn, and short last
@@ -105,10 +107,27 @@ def resume(rng, case, tmp):
               f"\n  dp {' '.join(resumed)}\n  -> {str(b)[:400]}")
 
 
+def two_devices(rng, case, tmp):
+    args = draw(rng, case)
+    for flag, value in (("--devices", "host:2"), ("--loss", "in-replica"), ("--split", rng.choice(["even", "gpu0:1"]))):
+        args[args.index(flag) + 1] = value
+    if "--sync-bn" in args:
+        args.remove("--sync-bn")
+    args += ["--steps", str(rng.randint(4, 8))]
+    sync = args.index("--sync") + 1
+    reduce, allreduce = list(args), list(args)
+    reduce[sync], allreduce[sync] = "reduce", "allreduce"
+    a, b = outcome(reduce, tmp), outcome(allreduce, tmp)
+    CLI.check(f"two devices, case {case}", a[0] == 0 and a == b,
+              f"\n  dp {' '.join(reduce)}\n  -> {str(a)[:400]}\n  dp {' '.join(allreduce)}\n  -> {str(b)[:400]}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     rng = random.Random(20261125)
     for case in range(CASES):
         same_arithmetic(rng, case, tmp)
     for case in range(CASES, 2 * CASES):
         resume(rng, case, tmp)
+    for case in range(2 * CASES, 2 * CASES + CASES // 2):
+        two_devices(rng, case, tmp)
 CLI.finish()
