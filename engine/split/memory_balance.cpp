@@ -18,14 +18,14 @@ MemoryPlan plan_memory_balance(const std::vector<int64_t>& chunks_a, const std::
   }
   // A device whose chunk was the same in both probes cannot be separated (batch 7 on 4 devices:
   // 2,2,2,1 and 1,2,2,2). Replicas 1..n-1 run the same layers on their chunks, so such a replica
-  // takes the largest per-sample bytes measured on the others; device 0, whose peak holds what only
+  // takes the largest per-sample bytes measured on the others; device 0's, whose peak holds what only
   // it holds (its peak may not even grow with its chunk), is the last resort. Taking device 0's
   // first once gave two replicas 0 bytes a sample and one of them six of seven samples.
-  double replicas = -1;
+  double replicas = -1;  // the largest measured on devices 1..n-1; -1: none was separable
   for (size_t i = 1; i < n; ++i) replicas = std::max(replicas, per_sample[i]);
   for (size_t i = 0; i < n; ++i) {
-    if (per_sample[i] < 0) per_sample[i] = i > 0 && replicas >= 0 ? replicas : std::max(per_sample[0], replicas);
-    per_sample[i] = std::max(per_sample[i], 0.0);
+    if (per_sample[i] < 0) per_sample[i] = replicas >= 0 ? replicas : per_sample[0];
+    per_sample[i] = std::max(per_sample[i], 0.0);  // nothing separable at all: fixed bytes only
     fixed[i] = peaks_a[i] - per_sample[i] * static_cast<double>(chunks_a[i]);
   }
   MemoryPlan plan;
