@@ -33,7 +33,7 @@ GPT = ["--context", "16", "--gpt-layers", "1", "--gpt-dim", "32", "--gpt-heads",
 
 
 def draw(rng, case):
-    """One combination: dp train's arguments (no step count, no outputs) and how many steps it can take."""
+    """One combination: dp train's arguments, without a step count or outputs."""
     model = rng.choice(["mlp", "convnet", "resnet8", "gpt", "tiny"])
     devices = rng.choice([1, 2, 3, 4])
     sync = rng.choice(["reduce", "allreduce"])
@@ -67,7 +67,8 @@ def outcome(args, tmp):
     if rc != 0:
         return rc, err.strip().splitlines()[-1:]
     rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
-    return rc, [(r["step"], r["loss"], r.get("grad_norm"), r.get("loss_scale"), r.get("skipped")) for r in rows], hashlib.sha256(open(weights, "rb").read()).hexdigest()
+    steps = [(r["step"], r["loss"], r.get("grad_norm"), r.get("loss_scale"), r.get("skipped")) for r in rows]
+    return rc, steps, hashlib.sha256(open(weights, "rb").read()).hexdigest()
 
 
 def same_arithmetic(rng, case, tmp):
