@@ -60,12 +60,13 @@ class Cli(Checks):
         expect(self, self.dp, name, args, code, needle)
 
 
-def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28):
-    """A gzip IDX pair in d: {prefix}-images-idx3-ubyte.gz and {prefix}-labels-idx1-ubyte.gz."""
+def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28, level=9):
+    """A gzip IDX pair in d: {prefix}-images-idx3-ubyte.gz and {prefix}-labels-idx1-ubyte.gz
+    (level: gzip's compression level; 1 for a whole data set written in a hurry)."""
     n = len(labels) if count is None else count
-    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
+    with gzip.open(os.path.join(d, f"{prefix}-images-idx3-ubyte.gz"), "wb", compresslevel=level) as f:
         f.write(struct.pack(">IIII", magic, n, rows, 28) + images)
-    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:
+    with gzip.open(os.path.join(d, f"{prefix}-labels-idx1-ubyte.gz"), "wb", compresslevel=level) as f:
         f.write(struct.pack(">II", 0x801, len(labels)) + bytes(labels))
 
 

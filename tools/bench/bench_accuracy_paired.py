@@ -13,13 +13,11 @@ Prints a Markdown table for tools/bench/RESULTS.md: each side's test accuracy, t
 losses differ by more than 1e-3 (relative), and the mean loss of the last 100 steps.
 """
 import argparse
-import gzip
 import json
 import os
 import platform
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,17 +33,17 @@ import reference as ref  # noqa: E402
 import st_io  # noqa: E402
 from torch_mnist import read_idx  # noqa: E402
 
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "cli"))
+from checks import write_idx  # noqa: E402
+
 BATCH, LR, MOMENTUM = 128, 0.05, 0.9
 
 
 def write_reordered(data, order, out):
-    """The training files in `order` (IDX, gzip at level 1), the test files linked as they are."""
+    """The training files in `order`, the test files linked as they are."""
     x = read_idx(os.path.join(data, "train-images-idx3-ubyte.gz"))[order]
     y = read_idx(os.path.join(data, "train-labels-idx1-ubyte.gz"))[order]
-    with gzip.open(os.path.join(out, "train-images-idx3-ubyte.gz"), "wb", compresslevel=1) as f:
-        f.write(struct.pack(">IIII", 0x803, len(x), x.shape[1], x.shape[2]) + x.numpy().tobytes())
-    with gzip.open(os.path.join(out, "train-labels-idx1-ubyte.gz"), "wb", compresslevel=1) as f:
-        f.write(struct.pack(">II", 0x801, len(y)) + y.to(torch.uint8).numpy().tobytes())
+    write_idx(out, "train", x.numpy().tobytes(), y.tolist(), rows=x.shape[1], level=1)
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
         os.symlink(os.path.abspath(os.path.join(data, name)), os.path.join(out, name))
 
