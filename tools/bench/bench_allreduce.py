@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from openblas import coretype
+from openblas import coretype_env
 
 # About a second or two a run on two cores: long enough that a stray pause of the machine is not
 # the figure.
@@ -61,7 +61,7 @@ def main():
     ap.add_argument("--dp", default="build/dp")
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype())
+    env = coretype_env()
     dp = os.path.abspath(a.dp)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
           f"command: {' '.join(sys.argv)}\n")

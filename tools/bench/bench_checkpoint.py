@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 
-from openblas import coretype
+from openblas import coretype_env
 
 
 def main():
@@ -22,7 +22,7 @@ def main():
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype())
+    env = coretype_env()
     cmd = [os.path.abspath(a.dp), "train", "--model", "convnet", "--data", a.data, "--devices", "host:2", "--batch",
            "128", "--steps", str(a.steps)]
     plain, with_ck = [], []

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from openblas import coretype
+from openblas import coretype_env
 
 WARMUP_SHARE = 0.1  # of the steps, not timed
 
@@ -43,8 +43,7 @@ def main():
     ap.add_argument("--dp", default="build/dp")
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype(), OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = coretype_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     dp = os.path.abspath(a.dp)
     mpirun = shutil.which("mpirun")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}, global batch 128; "

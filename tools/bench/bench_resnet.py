@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from openblas import coretype
+from openblas import coretype_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP = 3
@@ -71,7 +71,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--no-resnet", action="store_true", help="only the comparison with --old-dp")
     a = ap.parse_args()
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype())
+    env = coretype_env()
     dp = os.path.abspath(a.dp)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
           f"command: {' '.join(sys.argv)}\n")

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from openblas import coretype
+from openblas import coretype_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP = 5
@@ -63,7 +63,7 @@ def main():
     ap.add_argument("--accuracy-seeds", type=int, default=3)
     ap.add_argument("--no-speed", action="store_true", help="only the accuracy comparison")
     a = ap.parse_args()
-    env = dict(os.environ, OPENBLAS_CORETYPE=coretype())
+    env = coretype_env()
     dp = os.path.abspath(a.dp)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; command: {' '.join(sys.argv)}\n")
     print("| model | dp host:2 samples/s | PyTorch 1 thread | PyTorch 2 threads | dp / best PyTorch | target |")
