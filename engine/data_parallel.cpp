@@ -227,12 +227,16 @@ StepResult DataParallel::step(const int32_t* tokens, const int32_t* targets, int
   return step_any(tokens, DType::I32, targets, batch);
 }
 
-StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch) {
+std::string DataParallel::prepare_step(const void* input, DType dtype, const int32_t* targets, int64_t batch) {
   check_input(dtype);
   check_usable();
   if (batch <= 0) throw RuntimeError("step: empty batch");
   check_batch(input, targets, batch);
-  const std::string probed = splitter_.needs_memory_probe() ? probe_memory(input, targets, batch) : "";
+  return splitter_.needs_memory_probe() ? probe_memory(input, targets, batch, micro_.count > 1) : "";
+}
+
+StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch) {
+  const std::string probed = prepare_step(input, dtype, targets, batch);
   const std::optional<NextBatch> next = std::move(next_);
   next_.reset();
   StepResult r = run_step(input, targets, batch, chunk_sizes(batch), next ? &*next : nullptr);
@@ -268,7 +272,7 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   StepRecorder rec(devices_, tracer_, result, per_phase);
   // Everything the step creates is held in `s` and released when the step ends (or unwinds),
   // after the streams have been joined.
-  Step s(*this, batch, result.targets, chunks);
+  Step s(*this, batch, micro_.loss_rows > 0 ? micro_.loss_rows : result.targets, chunks);
   ReplicaTimer timer(devices_);
   // A next batch that a replay will take goes to its staging memory (after the step is enqueued,
   // while the devices run it), not onto the devices.
@@ -516,8 +520,11 @@ void DataParallel::loss(StepState& s) {
 
 void DataParallel::report(StepState& s, StepResult& r) {
   loss_->read_sums(s);
-  // fp16: this process's verdict (its deciding devices must agree), then every process's.
-  const bool skip = scaler_.enabled() && devices_skipped(s, sync_.mode == SyncMode::AllReduce ? devices_.size() : 1);
+  // fp16: this process's verdict (its deciding devices must agree), then every process's. Before the
+  // last micro-batch of an accumulated step there is no update, so nothing to decide.
+  const bool updated = last_micro_batch();
+  const bool skip = updated && scaler_.enabled() &&
+                    devices_skipped(s, sync_.mode == SyncMode::AllReduce ? devices_.size() : 1);
   if (group_) {  // every process's sums, and how many processes skipped, in one collective
     double sums[3] = {s.loss_sum, static_cast<double>(s.correct), skip ? 1.0 : 0.0};
     group_->allreduce_sum(sums, 3);
@@ -528,10 +535,10 @@ void DataParallel::report(StepState& s, StepResult& r) {
                          std::to_string(static_cast<int>(sums[2])) + " of " + std::to_string(group_->size()) +
                          " skipped the update): their copies of the model now differ");
   }
-  if (scaler_.enabled()) settle_loss_scale(skip);
+  if (scaler_.enabled() && updated) settle_loss_scale(skip);
   r.skipped = skip;
   // The gradient norm, as device 0's stream computed it (none for a skipped step).
-  if ((clip_ > 0 || report_norm_) && !skip) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
+  if ((clip_ > 0 || report_norm_) && updated && !skip) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
   r.loss = s.loss_sum / static_cast<double>(s.loss_rows);
   r.correct = s.correct;
 }
@@ -583,6 +590,8 @@ void DataParallel::reduce(StepState& s) {
 // unscale the gradients first (GradScaler.unscale_), and skip the update when any is inf or NaN —
 // decided on the device, so nothing here waits for it; the host reads the verdict after the step.
 void DataParallel::update(StepState& s, StepResult& r) {
+  if (micro_.count > 1) accumulate_gradients(0, grads_, accumulated_grads_[0]);
+  if (!last_micro_batch()) return end_phase({0});
   const Tensor skip_if = scaler_.enabled() ? found_inf_flag(0) : Tensor();
   if (clip_ > 0 || report_norm_ || scaler_.enabled()) enqueue_unscale_and_clip(s, 0, grads_, skip_if);
   r.lr = lr_;
@@ -641,7 +650,7 @@ void DataParallel::settle_loss_scale(bool skip) {
   scaler_.update(skip);
 }
 
-std::string DataParallel::probe_memory(const void* input, const int32_t* targets, int64_t batch) {
+std::string DataParallel::probe_memory(const void* input, const int32_t* targets, int64_t batch, bool accumulating) {
   const int n = devices_.size();
   if (n == 1) {
     splitter_.set_memory_plan({{batch}, ""});
@@ -656,11 +665,16 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   // released returns when its stream gets there, so the peaks (and the plan, and every bit of the
   // run after it) would depend on how the threads happened to run.
   const HostSync sync = std::exchange(host_sync_, HostSync::PerPhase);
+  const MicroStep micro = std::exchange(micro_, MicroStep{});  // the probes are whole steps, updating
   const auto saved_params = parameters(), saved_buffers = buffers();
   const auto saved_optimizer = optimizer_->save();
   const auto saved_scale = scaler_.state();
   std::vector<int64_t> capacity(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) capacity[i] = devices_[i].allocator().capacity(), devices_[i].allocator().set_capacity(0);
+  // Accumulating, the gradients summed so far wait on device 0 through every micro-batch after the
+  // first: the probes count them as held.
+  const Tensor held = accumulating ? Tensor::zeros(devices_[0], {layout().parameter_count}, MemCategory::Gradients)
+                                   : Tensor();
   const auto even = split_sizes(parse_split("even", n, batch), batch, n);
   const auto shifted = split_sizes(parse_split("gpu0:" + std::to_string(even[0] / 2), n, batch), batch, n);
   // Uploading ahead, a step also holds the next batch on device 0: the probes stage theirs too.
@@ -684,6 +698,7 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   }
   graphs_ = graphs;
   host_sync_ = sync;
+  micro_ = micro;
   drop_captured_step();
   const MemoryPlan plan = plan_memory_balance(even, pa, shifted, pb, batch);
   splitter_.set_memory_plan(plan);

@@ -110,6 +110,24 @@ class DataParallel {
   // The input's type must be the model's (RuntimeError otherwise).
   StepResult step(const float* images, const int32_t* labels, int64_t batch);
   StepResult step(const int32_t* tokens, const int32_t* targets, int64_t batch);
+  // Gradient accumulation (--accumulate): one optimizer step over several micro-batches, each run
+  // through the whole step but the update, as a PyTorch loop calls backward() on each before one
+  // optimizer.step(). The loss is the mean over every sample (every token) of all of them, so the
+  // update equals one step on their concatenation, BatchNorm aside (each micro-batch normalises
+  // itself and updates the running statistics, as in PyTorch). The gradients summed so far wait
+  // between micro-batches in one more gradient-sized buffer on device 0 (allreduce: on every
+  // device, each micro-batch all-reduced: DDP without no_sync). fp16's verdict, clipping and the
+  // norm are on the sum. The result is the optimizer step's: summed losses, hits, samples and phase
+  // times; per device the samples it took (chunks) and its busy time. Captured steps do not apply.
+  struct MicroBatch {
+    const void* input;  // float32 images or int32 token ids, as the model takes (`dtype` says which)
+    DType dtype;
+    const int32_t* targets;
+    int64_t batch;
+    static MicroBatch images(const float* x, const int32_t* labels, int64_t n) { return {x, DType::F32, labels, n}; }
+    static MicroBatch tokens(const int32_t* x, const int32_t* targets, int64_t n) { return {x, DType::I32, targets, n}; }
+  };
+  StepResult step(const std::vector<MicroBatch>& micro_batches);
   // Upload this batch while the next step() runs, so the step after finds it on its device(s):
   // each device's copy stream copies it through staging memory (page-locked on a GPU) beside the
   // compute stream, and the step that uses it only waits for the copy (engine/step/upload_ahead.hpp).
@@ -191,6 +209,9 @@ class DataParallel {
   struct CapturedStep;  // a captured step and what it holds (engine/data_parallel_graph.cpp)
   // input: float images or int32 token ids, as the model takes (checked by the public overloads).
   StepResult step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
+  // step()'s checks of one batch, and --split balance-memory's probe (before the first step):
+  // what it planned ("" if nothing).
+  std::string prepare_step(const void* input, DType dtype, const int32_t* targets, int64_t batch);
   EvalResult evaluate_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
   // A batch to upload while a step runs (upload_ahead()).
   struct NextBatch {
@@ -274,8 +295,14 @@ class DataParallel {
   void copy_master_to_replicas();
   // allreduce, mixed precision: every device rounds its float32 copy into its 16-bit one.
   void round_resident_parameters();
-  // --split balance-memory: two probe steps (state restored afterwards) plan the chunks.
-  std::string probe_memory(const void* input, const int32_t* targets, int64_t batch);
+  // --split balance-memory: two probe steps (state restored afterwards) plan the chunks; with
+  // `accumulating`, beside the buffer the accumulated gradients wait in.
+  std::string probe_memory(const void* input, const int32_t* targets, int64_t batch, bool accumulating = false);
+  // Gradient accumulation, in the update phase on device d's stream: the gradients summed over the
+  // micro-batches before this one (`held`) added in; then, before the last micro-batch, the sum set
+  // aside in `held` (grads takes the other buffer), or at the last `held` released.
+  void accumulate_gradients(int d, Tensor& grads, Tensor& held);
+  bool last_micro_batch() const { return micro_.index + 1 == micro_.count; }
   // Synchronise the streams of the given replicas; raise the first error (a cause before an
   // UpstreamError, its consequence) as a ReplicaError.
   void join_replicas(const std::vector<int>& replicas);
@@ -332,6 +359,13 @@ class DataParallel {
   ProcessGroup* group_ = nullptr;
   std::optional<NextBatch> next_;  // given to upload_ahead(), staged by the next step
   int64_t steps_run_ = 0;
+  // Gradient accumulation: which micro-batch of the optimizer step the running step is, and the
+  // loss rows of them all (0: the step's own); per device, the gradients summed so far.
+  struct MicroStep {
+    int index = 0, count = 1;
+    int64_t loss_rows = 0;
+  } micro_;
+  std::vector<Tensor> accumulated_grads_;
   UploadAhead upload_ahead_;
   bool graphs_ = false;
   // What a captured step holds fixed: a step of another shape cannot replay it.

@@ -217,6 +217,10 @@ void DataParallel::finish_allreduce(StepState&) {
 // are the same all-reduced gradients everywhere, so every device (and process) skips the same
 // steps — which the host checks after the step (settle_loss_scale).
 void DataParallel::update_everywhere(StepState& s, StepResult& r) {
+  if (micro_.count > 1)  // gradient accumulation: each device sums the all-reduced gradients
+    for (int d = 0; d < devices_.size(); ++d)
+      accumulate_gradients(d, d == 0 ? grads_ : resident_grads_[d], accumulated_grads_[static_cast<size_t>(d)]);
+  if (!last_micro_batch()) return end_phase(all_devices());
   r.lr = lr_;
   for (int d = 0; d < devices_.size(); ++d) {
     const Tensor grads = d == 0 ? grads_ : resident_grads_[d];

@@ -44,6 +44,7 @@ std::string DataParallel::graph_blocker() const {
   if (sync_.mode == SyncMode::AllReduce)
     return "--sync allreduce runs as usual: its all-reduce is not part of a captured step";
   if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (--host-sync phase)";
+  if (micro_.count > 1) return "gradients are accumulated over micro-batches (--accumulate)";
   if (tracer_) return "the step is traced";
   if (splitter_.wants_measurement(steps_run_))  // its replica times come from steps run as usual
     return splitter_.settled() ? "--split auto re-measures the replicas' speeds every " +

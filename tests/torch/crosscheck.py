@@ -57,6 +57,14 @@ CASES = [
     ("gpt", 4, 7, "even", 3, ["--optimizer", "adamw", "--lr", "0.002", "--momentum", "0", "--clip-grad-norm", "0.5",
                               "--loss", "in-replica", "--gpt-layers", "1", "--gpt-heads", "4", "--gpt-dim", "16",
                               "--context", "8"]),
+    # Gradient accumulation (--accumulate N, the batch is a micro-batch): PyTorch's loop calling
+    # backward() on each micro-batch, weighted by its share of the rows, and stepping once. The
+    # residual model's BatchNorm normalises each micro-batch and updates its statistics N times.
+    ("mlp", 3, 8, "chunks:1,4,3", 3, ["--lr", "0.1", "--momentum", "0.9", "--accumulate", "3"]),
+    ("resnet8", 2, 6, "gpu0:2", 2, ["--lr", "0.05", "--momentum", "0.9", "--clip-grad-norm", "1.0", "--accumulate",
+                                    "2"]),
+    ("gpt", 2, 3, "even", 2, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--accumulate", "2",
+                              "--loss", "in-replica"] + GPT_FLAGS),
 ]
 CIFAR_MODELS = {"resnet8", "resnet18"}
 CONV_MODELS = {"convnet", "resnet8", "resnet18"}
@@ -103,16 +111,18 @@ def run_case(dp, work, case, idx):
                                nesterov="--nesterov" in flags)
     schedule, warmup, min_lr = flag("--lr-schedule", "constant"), int(flag("--warmup-steps", 0)), float(flag("--min-lr", 0))
     clip = float(flag("--clip-grad-norm", 0))
+    accumulate = int(flag("--accumulate", 1))  # batches (micro-batches) per step
+    batches = steps * accumulate
     if gpt:
         tokens = DATA["tokens"]
-        # --no-shuffle: sample j of step s is the window starting at token (s·B + j)·T.
-        starts = [[(s * batch + j) * context for j in range(batch)] for s in range(steps)]
+        # --no-shuffle: sample j of batch s is the window starting at token (s·B + j)·T.
+        starts = [[(s * batch + j) * context for j in range(batch)] for s in range(batches)]
         windows = [(torch.stack([tokens[a:a + context] for a in st]),
                     torch.stack([tokens[a + 1:a + context + 1] for a in st])) for st in starts]
     else:
         images, labels = DATA["cifar" if cifar else "mnist"]
         x_all, y_all = ref.normalise(images), labels.long()
-        windows = [(x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]) for s in range(steps)]
+        windows = [(x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]) for s in range(batches)]
     def reference(dtype):
         """PyTorch's DataParallel step from the same weights: per-step losses, the gradient norms
         before clipping, the final state."""
@@ -121,9 +131,8 @@ def run_case(dp, work, case, idx):
         m.train()
         losses, norms = [], []
         for s in range(steps):
-            x, y = windows[s]
-            if x.is_floating_point():
-                x = x.to(dtype)
+            micro = [(x.to(dtype) if x.is_floating_point() else x, y)
+                     for x, y in windows[s * accumulate:(s + 1) * accumulate]]
             for group in opt.param_groups:
                 group["lr"] = ref.lr_at(s, steps, lr, schedule, warmup, min_lr)
 
@@ -132,7 +141,7 @@ def run_case(dp, work, case, idx):
                 norms.append(torch.norm(torch.stack([p.grad.detach().norm(2) for p in params]), 2).item())
                 if clip > 0:
                     torch.nn.utils.clip_grad_norm_(params, clip)
-            losses.append(ref.dp_step(m, opt, x, y, ref.chunk_sizes(split, len(y), ndev), clip_grads))
+            losses.append(ref.dp_accumulated_step(m, opt, micro, lambda b: ref.chunk_sizes(split, b, ndev), clip_grads))
         return losses, norms, m.state_dict()
 
     # Training in float32 is chaotic at the edges: an input of a ReLU (or a max-pool's pair) within
@@ -164,7 +173,9 @@ def run_case(dp, work, case, idx):
             assert abs(value - exact) <= allowed, f"{label}: {what} {value} != PyTorch {exact} (float32: {f32})"
         assert len(rows) == steps, f"{label}: {len(rows)} steps logged"
         for s, row in enumerate(rows):
-            sizes = ref.chunk_sizes(split, len(windows[s][1]), ndev)
+            sizes = [0] * ndev  # per device, the samples of every micro-batch of the step
+            for _, y in windows[s * accumulate:(s + 1) * accumulate]:
+                sizes = [a + b for a, b in zip(sizes, ref.chunk_sizes(split, len(y), ndev))]
             assert row["chunks"] == sizes, f"{label}: step {s + 1}: chunks {row['chunks']} != {sizes}"
             step_lr = ref.lr_at(s, steps, lr, schedule, warmup, min_lr)
             assert abs(row["lr"] - step_lr) <= 1e-6 * max(1e-3, step_lr), f"{label}: step {s + 1}: lr {row['lr']} != {step_lr}"

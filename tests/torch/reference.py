@@ -215,6 +215,30 @@ def dp_step(model, opt, x, y, sizes, before_update=None, autocast=None, on_logit
     reduced gradients (clipping). autocast: a dtype to run the replicas' forward and the loss
     under CPU autocast (torch.bfloat16); on_logits sees the gathered logits."""
     opt.zero_grad()
+    loss = dp_forward_backward(model, x, y, sizes, autocast=autocast, on_logits=on_logits)
+    if before_update:
+        before_update()
+    opt.step()
+    return loss
+
+
+def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None):
+    """One optimizer step over micro-batches [(x, y), ...] with gradient accumulation: each through
+    DataParallel's forward and backward (chunks sizes_of(len(y))), its loss weighted by its share of
+    every cross-entropy row, the gradients summed in .grad; then one update. Returns the loss over
+    all of them."""
+    opt.zero_grad()
+    rows = sum(y.numel() for _, y in micro)
+    loss = sum(dp_forward_backward(model, x, y, sizes_of(len(y)), weight=y.numel() / rows) for x, y in micro)
+    if before_update:
+        before_update()
+    opt.step()
+    return loss
+
+
+def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits=None):
+    """DataParallel's forward, loss (times weight) and backward, the replicas' gradients added into
+    the master's .grad; returns the weighted loss."""
     outs, replicas, start = [], [], 0
     context = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
     with context:
@@ -229,7 +253,7 @@ def dp_step(model, opt, x, y, sizes, before_update=None, autocast=None, on_logit
             start += size
         logits = torch.cat(outs)
         # A row per sample, or per token for a language model ([B, T, V] logits, [B, T] targets).
-        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)) * weight
     if on_logits:
         on_logits(logits.detach())
     loss.backward()
@@ -239,9 +263,6 @@ def dp_step(model, opt, x, y, sizes, before_update=None, autocast=None, on_logit
                 continue
             for p, q in zip(model.parameters(), replica.parameters()):
                 p.grad = q.grad.clone() if p.grad is None else p.grad + q.grad
-    if before_update:
-        before_update()
-    opt.step()
     return loss.item()
 
 

@@ -37,7 +37,8 @@ void configure_openblas(char** argv) {
 
 namespace dp::cli {
 std::string out_of_memory_remedies() {
-  return "remedies: a smaller --batch; a smaller device-0 share (--split gpu0:K); --split balance-memory "
+  return "remedies: a smaller --batch (train: with --accumulate N and an N times smaller --batch, the same "
+         "effective batch); a smaller device-0 share (--split gpu0:K); --split balance-memory "
          "(chunks that even out the peaks); --loss in-replica (no gathered logits on device 0); --precision bf16 "
          "(16-bit replicas, activations and gathered outputs); --upload-ahead off (train: no next batch held "
          "on the device during a step); see where the memory goes with dp memprof\n";

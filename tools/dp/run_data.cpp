@@ -123,6 +123,12 @@ std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint6
                                        shard);
 }
 
+int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {
+  if (language) return token_steps_per_epoch(static_cast<int64_t>(tokens.train.tokens.size()), batch * shard.count, context);
+  const int64_t share = (images.train.count + shard.count - 1) / shard.count;  // DistributedSampler's, padded
+  return (share + batch - 1) / batch;
+}
+
 void RunData::check_evaluable(int64_t eval_windows) const {
   if (!language) {
     if (images.test.count == 0) throw RuntimeError(images.test.source + ": no test samples (--eval needs some)");
@@ -144,6 +150,15 @@ EvalResult RunData::evaluate(DataParallel& dp, int64_t batch, int64_t eval_windo
 StepResult step_on(DataParallel& dp, const Batch& batch) {
   if (!batch.tokens.empty()) return dp.step(batch.tokens.data(), batch.labels.data(), batch.size);
   return dp.step(batch.images.data(), batch.labels.data(), batch.size);
+}
+
+StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches) {
+  if (micro_batches.size() == 1) return step_on(dp, *micro_batches[0]);
+  std::vector<DataParallel::MicroBatch> micro;
+  for (const auto& b : micro_batches)
+    micro.push_back(b->tokens.empty() ? DataParallel::MicroBatch::images(b->images.data(), b->labels.data(), b->size)
+                                      : DataParallel::MicroBatch::tokens(b->tokens.data(), b->labels.data(), b->size));
+  return dp.step(micro);
 }
 
 void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch) {

@@ -24,6 +24,8 @@ struct RunData {
   // Training batches from step first_step on (BatchLoader or TokenLoader).
   std::unique_ptr<BatchSource> batches(int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
                                        bool augment = false, int64_t first_step = 0, Shard shard = {}) const;
+  // What batches() gives per epoch for this batch size and shard, before any loader is made.
+  int64_t batches_per_epoch(int64_t batch, Shard shard = {}) const;
   // The held-out loss on device 0: the whole test set (images), or `eval_windows` evenly spaced
   // windows of the validation tokens; RuntimeError when there is nothing to evaluate on.
   EvalResult evaluate(DataParallel& dp, int64_t batch, int64_t eval_windows) const;
@@ -43,6 +45,8 @@ RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_tr
 
 // One DataParallel step on a batch of either kind.
 StepResult step_on(DataParallel& dp, const Batch& batch);
+// One optimizer step over these micro-batches (gradient accumulation; one: step_on's).
+StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches);
 // Have the next step upload `batch` ahead (DataParallel::upload_ahead), which it keeps alive.
 void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch);
 

@@ -17,6 +17,7 @@
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
 #include "engine/io/loader.hpp"
+#include "engine/io/micro_batches.hpp"
 #include "engine/io/checkpoint.hpp"
 #include "engine/io/safetensors.hpp"
 #include "engine/mpi/process_group.hpp"
@@ -33,7 +34,8 @@ namespace {
 
 struct TrainOptions : RunOptions {
   int epochs = 1;
-  int64_t steps = 0;  // 0: no limit
+  int64_t steps = 0;  // 0: no limit (optimizer steps)
+  int64_t accumulate = 1;  // micro-batches per optimizer step
   bool steps_given = false;
   float lr = 0.05f, momentum = 0.9f, dampening = 0.f, weight_decay = 0.f;
   bool nesterov = false, weight_decay_given = false;
@@ -132,6 +134,7 @@ int run_train(const TrainOptions& given) {
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
   if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
+  if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per optimizer step)");
   if (o.sample < 0) throw UsageError("--sample must be >= 0");
   if (!std::isfinite(o.temperature) || o.temperature < 0) throw UsageError("--temperature must be >= 0 (0: greedy)");
   if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
@@ -195,10 +198,14 @@ int run_train(const TrainOptions& given) {
     identity["gpt"] = {{"layers", o.gpt_layers}, {"heads", o.gpt_heads}, {"dim", o.gpt_dim}, {"context", o.context},
                        {"vocab", model.classes}};
   if (group) identity["processes"] = group->size();  // the data's shards depend on it
+  if (o.accumulate > 1) identity["accumulate"] = o.accumulate;  // a step's batches depend on it
   int64_t first_step = 0, checkpointed_from = -1;
   if (!o.resume.empty()) {
     std::string dir;
     Checkpoint c = load_checkpoint(o.resume, dp.layout(), identity, &dir);
+    if (o.accumulate == 1 && c.state.value("accumulate", int64_t{1}) != 1)
+      throw UsageError(dir + ": the checkpoint was made with accumulate " + c.state["accumulate"].dump() +
+                       ", this run has 1 (add --accumulate " + c.state["accumulate"].dump() + ")");
     dp.load_state(c.model.params, c.model.buffers);
     dp.restore_optimizer(c.optimizer);
     if (c.state.value("split", nlohmann::json{}).value("policy", "") == split.text) dp.splitter().restore(c.state["split"]);
@@ -217,21 +224,26 @@ int run_train(const TrainOptions& given) {
     metrics.open(o.metrics, o.resume.empty() ? std::ios::trunc : std::ios::app);
     if (!metrics) throw UsageError("--metrics " + o.metrics + ": cannot open for writing");
   }
+  // The loader counts batches; with --accumulate N an optimizer step takes N of them (micro-batches).
+  const Shard shard = group ? Shard{group->rank(), group->size()} : Shard{};
+  const MicroBatchPlan plan{data.batches_per_epoch(o.batch, shard), o.accumulate};
   const std::unique_ptr<BatchSource> batches =
-      data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, o.steps, o.augment, first_step,
-                   group ? Shard{group->rank(), group->size()} : Shard{});
+      data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
+                   plan.first_batch(first_step), shard);
   BatchSource& loader = *batches;
-  const int64_t total = loader.total_steps();
+  const int64_t all_steps = plan.steps_per_epoch() * o.epochs;
+  const int64_t total = o.steps > 0 ? std::min(all_steps, o.steps) : all_steps;
   if (first_step >= total)
     throw RuntimeError("--resume: the checkpoint is at step " + std::to_string(first_step) + ", and this run has " +
                        std::to_string(total) + " steps in all: nothing is left to train");
   const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, total);
   dp.set_report_grad_norm(metrics.is_open());
   if (primary)
-    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s, %s lr %g, %lld steps over %s\n",
+    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s%s, %s lr %g, %lld steps over %s\n",
                model.language_model() ? model.summary.c_str() : model.name.c_str(), devices.description().c_str(),
                group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
                split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "",
+               o.accumulate > 1 ? (" x " + std::to_string(o.accumulate) + " micro-batches a step").c_str() : "",
                setup.precision.mixed() ? (std::string(", ") + precision_name(setup.precision.precision)).c_str() : "",
                optimizer_name(opt.kind),
                static_cast<double>(opt.sgd.lr), static_cast<long long>(total), data.description.c_str());
@@ -243,7 +255,7 @@ int run_train(const TrainOptions& given) {
   int64_t step = first_step, samples = 0, skipped = 0;
   double last_loss = NAN, train_seconds = 0;
   int current_epoch = 0;
-  const int64_t steps_per_epoch = loader.steps_per_epoch();
+  const int64_t steps_per_epoch = plan.steps_per_epoch();
   std::string last_checkpoint;
   int64_t checkpointed_step = checkpointed_from;  // the state resumed from is saved already
   // A checkpoint is a host snapshot taken between steps (fast), written and fsynced by a
@@ -301,26 +313,32 @@ int run_train(const TrainOptions& given) {
 
   int interrupted = 0;
   bool graphs_said = false;  // --cuda-graphs: why captures stopped, told once
-  auto fetch = [&]() -> std::shared_ptr<const Batch> {
-    auto b = loader.next();
-    return b ? std::make_shared<const Batch>(std::move(*b)) : nullptr;
+  using MicroBatches = std::vector<std::shared_ptr<const Batch>>;  // an optimizer step's (one without --accumulate)
+  auto fetch = [&]() -> MicroBatches {
+    MicroBatches step_batches;
+    while (auto b = loader.next()) {
+      step_batches.push_back(std::make_shared<const Batch>(std::move(*b)));
+      if (plan.ends_step(*step_batches.back())) break;
+    }
+    return step_batches;
   };
   // Wall-clock since the first step began, everything in the loop included (loading the next
   // batch, metrics, checkpoints): the period a run really advances at, where samples_per_s times
   // the step alone. Under mpirun the ranks meet every step, so rank 0's clock is the job's.
   std::optional<std::chrono::steady_clock::time_point> loop_start;
-  for (std::shared_ptr<const Batch> batch = fetch(), next; batch; batch = std::move(next)) {
+  for (MicroBatches micro = fetch(), next; !micro.empty(); micro = std::move(next)) {
     if ((interrupted = pending_interrupt())) break;
     if (!loop_start) loop_start = std::chrono::steady_clock::now();
-    next = fetch();  // a batch ahead: uploaded while this step runs (--upload-ahead)
-    if (ahead && next) upload_ahead(dp, next);
-    if (batch->epoch != current_epoch) {
+    next = fetch();  // a step ahead: its first batch uploaded while this step runs (--upload-ahead)
+    if (ahead && !next.empty()) upload_ahead(dp, next.front());
+    const int epoch = micro.front()->epoch;
+    if (epoch != current_epoch) {
       if (current_epoch) end_epoch(current_epoch);
-      current_epoch = batch->epoch;
+      current_epoch = epoch;
     }
     dp.set_learning_rate(schedule.at(step));
     const auto t0 = std::chrono::steady_clock::now();
-    StepResult r = step_on(dp, *batch);
+    StepResult r = step_on(dp, micro);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++step;
     samples += r.batch;
@@ -343,7 +361,7 @@ int run_train(const TrainOptions& given) {
     if (metrics.is_open()) {
       nlohmann::json phases;
       for (int p = 0; p < kNumPhases; ++p) phases[phase_name(static_cast<Phase>(p))] = r.seconds[p] * 1e3;
-      nlohmann::json row{{"step", step},         {"epoch", batch->epoch}, {"loss", r.loss}, {"lr", r.lr},
+      nlohmann::json row{{"step", step},         {"epoch", epoch}, {"loss", r.loss}, {"lr", r.lr},
                          {"samples_per_s", sps}, {"chunks", r.chunks},   {"phase_ms", phases},
                          {"time_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - *loop_start).count()}};
       if (!r.replica_seconds.empty()) {  // forward + backward per device (on a GPU, its own time: events)
@@ -354,6 +372,7 @@ int run_train(const TrainOptions& given) {
       if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
       if (r.loss_scale > 0) row["loss_scale"] = r.loss_scale, row["skipped"] = r.skipped;
       if (!r.split_change.empty()) row["split_change"] = r.split_change;
+      if (o.accumulate > 1) row["micro_batches"] = micro.size();
       if (ahead) row["loaded_ahead"] = r.loaded_ahead;
       if (r.graph != GraphUse::Off) row["graph"] = graph_use_name(r.graph);
       if (!r.graph_note.empty()) row["graph_note"] = r.graph_note;
@@ -366,7 +385,7 @@ int run_train(const TrainOptions& given) {
       graphs_said = true;  // once: every later step says the same
       progress.message("step " + std::to_string(step) + ": --cuda-graphs: " + r.graph_note);
     }
-    progress.update(step, batch->epoch, r.loss, static_cast<double>(samples) / train_seconds);
+    progress.update(step, epoch, r.loss, static_cast<double>(samples) / train_seconds);
     if (step % o.checkpoint_every == 0) save_checkpoint();
   }
   dp.cancel_upload_ahead();  // interrupted: the batch uploaded ahead is not trained on
@@ -430,7 +449,12 @@ Run add_train_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   add_run_options(cmd, *o);
   cmd->add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "stop after this many steps");
+  cmd->add_option("--steps", o->steps, "stop after this many steps (optimizer steps)");
+  cmd->add_option("--accumulate", o->accumulate,
+                  "gradient accumulation: each optimizer step sums the gradients of this many batches of --batch "
+                  "(the last step of an epoch: those left), as one batch that many times larger, in a micro-batch's "
+                  "memory plus one gradient buffer")
+      ->capture_default_str();
   cmd->add_option("--lr", o->lr, "learning rate (gpt with AdamW: 0.001 unless given)")->capture_default_str();
   cmd->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--dampening", o->dampening, "SGD dampening")->capture_default_str();

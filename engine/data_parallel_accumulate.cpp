@@ -1,0 +1,125 @@
+// Gradient accumulation (--accumulate N): one optimizer step over several micro-batches. Each
+// micro-batch runs the whole step of its mode (engine/data_parallel.cpp, or the allreduce one) but
+// the update; the update phase of every micro-batch but the last sets its gradients aside, adding
+// those of the micro-batches before; the last adds them in and updates. So the memory a step
+// needs is a micro-batch's plus one gradient buffer, the remedy when device 0 runs out of memory
+// that keeps the effective batch (nanoGPT's gradient_accumulation_steps).
+#include <algorithm>
+#include <utility>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "kernels/ops/elementwise.hpp"
+
+namespace dp {
+
+namespace {
+
+// A micro-batch's result added into its optimizer step's. What the update decides (learning
+// rate, norm, fp16's verdict) is the last micro-batch's; what it uploaded ahead, the first's.
+void add_micro_step(StepResult& total, StepResult r, int index, int count) {
+  if (index == 0) {
+    total = std::move(r);
+    return;
+  }
+  total.loss += r.loss;  // each is its rows' loss sum over the step's rows: they add to the mean
+  total.correct += r.correct;
+  total.batch += r.batch;
+  total.targets += r.targets;
+  total.upload_bytes += r.upload_bytes;
+  for (size_t d = 0; d < total.chunks.size(); ++d) total.chunks[d] += r.chunks[d];
+  total.replica_seconds.resize(std::max(total.replica_seconds.size(), r.replica_seconds.size()), 0.0);
+  for (size_t d = 0; d < r.replica_seconds.size(); ++d) total.replica_seconds[d] += r.replica_seconds[d];
+  for (int p = 0; p < kNumPhases; ++p) {
+    total.seconds[p] += r.seconds[p];
+    auto& links = total.link_bytes[p];
+    links.resize(std::max(links.size(), r.link_bytes[p].size()), 0);
+    for (size_t k = 0; k < r.link_bytes[p].size(); ++k) links[k] += r.link_bytes[p][k];
+    auto& memory = total.memory[p];  // per device: the phase's highest peak over the micro-batches
+    memory.resize(std::max(memory.size(), r.memory[p].size()));
+    for (size_t d = 0; d < r.memory[p].size(); ++d) {
+      const int64_t after = r.memory[p][d].in_use_after;
+      if (r.memory[p][d].peak >= memory[d].peak) memory[d] = r.memory[p][d];
+      memory[d].in_use_after = after;
+    }
+  }
+  if (!r.split_change.empty())
+    total.split_change += (total.split_change.empty() ? "" : "; ") + r.split_change;
+  if (index + 1 == count) {
+    total.lr = r.lr;
+    total.grad_norm = r.grad_norm;
+    total.skipped = r.skipped;
+    total.graph = r.graph;
+    total.graph_note = r.graph_note;
+  }
+}
+
+}  // namespace
+
+StepResult DataParallel::step(const std::vector<MicroBatch>& micro) {
+  if (micro.empty()) throw RuntimeError("step: no micro-batches");
+  if (micro.size() == 1) return step_any(micro[0].input, micro[0].dtype, micro[0].targets, micro[0].batch);
+  const int count = static_cast<int>(micro.size());
+  int64_t rows = 0;  // the loss is the mean over all of them (every process's, under mpirun)
+  micro_.count = count;  // for the memory probe, if one runs: the gradients held count
+  std::string probed;
+  try {
+    for (const MicroBatch& m : micro) {
+      const std::string planned = prepare_step(m.input, m.dtype, m.targets, m.batch);
+      if (probed.empty()) probed = planned;
+      rows += m.batch * model_.targets_per_sample();
+    }
+  } catch (...) {
+    micro_ = {};
+    throw;
+  }
+  if (group_) {
+    double sum = static_cast<double>(rows);
+    group_->allreduce_sum(&sum, 1);
+    rows = static_cast<int64_t>(sum);
+  }
+  accumulated_grads_.resize(static_cast<size_t>(devices_.size()));
+  const std::optional<NextBatch> after = std::move(next_);  // given to upload_ahead(): the next step's
+  next_.reset();
+  StepResult total;
+  try {
+    for (int i = 0; i < count; ++i) {
+      micro_ = {i, count, rows};
+      const MicroBatch& m = micro[static_cast<size_t>(i)];
+      // The next micro-batch is uploaded while this one runs, as the next step's batch is.
+      std::optional<NextBatch> next;
+      if (i + 1 < count) {
+        const MicroBatch& n = micro[static_cast<size_t>(i + 1)];
+        next = NextBatch{n.input, n.targets, n.batch, nullptr};  // the caller keeps it alive through step()
+      } else {
+        next = after;
+      }
+      StepResult r = run_step(m.input, m.targets, m.batch, chunk_sizes(m.batch), next ? &*next : nullptr);
+      ++steps_run_;
+      r.split_change = i == 0 && !probed.empty() ? probed : splitter_.observe(r.chunks, r.replica_seconds);
+      add_micro_step(total, std::move(r), i, count);
+    }
+  } catch (...) {
+    micro_ = {};
+    for (auto& g : accumulated_grads_) g = Tensor();  // a failed step's part-sum is not the next one's
+    throw;
+  }
+  micro_ = {};
+  return total;
+}
+
+void DataParallel::accumulate_gradients(int d, Tensor& grads, Tensor& held) {
+  Device& dev = devices_[d];
+  if (held.defined())  // the sum in PyTorch's order: ((g0 + g1) + g2) ..., float addition commuting
+    dev.stream().enqueue([grads, held, &dev] { add_inplace(dev.exec(), grads.buf(), held.buf(), grads.numel()); },
+                         {"add the micro-batches' gradients before", "update"});
+  if (last_micro_batch()) {
+    held = Tensor();  // the add above holds it until it has run
+    return;
+  }
+  // Zeros: the layout's alignment gaps, which no backward writes, stay zero in both buffers.
+  if (!held.defined()) held = Tensor::zeros(dev, grads.shape(), MemCategory::Gradients);
+  std::swap(grads, held);  // the sum waits in `held`; the next micro-batch writes the other buffer
+}
+
+}  // namespace dp
