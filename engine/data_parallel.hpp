@@ -128,6 +128,10 @@ class DataParallel {
     static MicroBatch tokens(const int32_t* x, const int32_t* targets, int64_t n) { return {x, DType::I32, targets, n}; }
   };
   StepResult step(const std::vector<MicroBatch>& micro_batches);
+  // Upload each micro-batch after the first while the one before runs, as upload_ahead() does for
+  // the next step's batch (the CLI sets it with --upload-ahead): one more micro-batch on the
+  // device(s). Off by default.
+  void set_upload_micro_batches_ahead(bool on) { micro_ahead_ = on; }
   // Upload this batch while the next step() runs, so the step after finds it on its device(s):
   // each device's copy stream copies it through staging memory (page-locked on a GPU) beside the
   // compute stream, and the step that uses it only waits for the copy (engine/step/upload_ahead.hpp).
@@ -366,6 +370,7 @@ class DataParallel {
     int64_t loss_rows = 0;
   } micro_;
   std::vector<Tensor> accumulated_grads_;
+  bool micro_ahead_ = false;
   UploadAhead upload_ahead_;
   bool graphs_ = false;
   // What a captured step holds fixed: a step of another shape cannot replay it.

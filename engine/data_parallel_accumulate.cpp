@@ -86,11 +86,13 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro) {
     for (int i = 0; i < count; ++i) {
       micro_ = {i, count, rows};
       const MicroBatch& m = micro[static_cast<size_t>(i)];
-      // The next micro-batch is uploaded while this one runs, as the next step's batch is.
+      // The next micro-batch is uploaded while this one runs, if asked, as the next step's batch is.
       std::optional<NextBatch> next;
       if (i + 1 < count) {
-        const MicroBatch& n = micro[static_cast<size_t>(i + 1)];
-        next = NextBatch{n.input, n.targets, n.batch, nullptr};  // the caller keeps it alive through step()
+        if (micro_ahead_) {
+          const MicroBatch& n = micro[static_cast<size_t>(i + 1)];
+          next = NextBatch{n.input, n.targets, n.batch, nullptr};  // the caller keeps it alive through step()
+        }
       } else {
         next = after;
       }

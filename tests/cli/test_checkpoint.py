@@ -2,7 +2,8 @@
 - a run resumed from any checkpoint ends bitwise equal (weights, buffers, per-step losses) to the
   run never interrupted, for SGD and for AdamW with a schedule and clipping (also with captured
   steps, --cuda-graphs on, which train the same bits), across epochs and short last batches; with
-  --split auto, the resumed run splits as the original would have;
+  --split auto, the resumed run splits as the original would have; with --accumulate, whose
+  steps (and checkpoints) are optimizer steps of several batches;
 - Ctrl-C / SIGTERM: the step finishes, a checkpoint is written, metrics intact, exit 130 / 143,
   the last line says how to resume;
 - SIGKILL at many moments while checkpointing: --resume always finds a whole checkpoint and never
@@ -74,6 +75,31 @@ with tempfile.TemporaryDirectory() as tmp:
 
     check("adamw: --cuda-graphs on trains the same bits as off",
           open(os.path.join(tmp, "adamw.st"), "rb").read() == open(os.path.join(tmp, "adamw-graphs.st"), "rb").read())
+
+    # Gradient accumulation: a step is an optimizer step (here 2 batches; an epoch's 7 batches make
+    # 4 steps, the last of one batch), checkpoints fall between them, and resuming is exact.
+    acc = base + ["--lr", "0.05", "--momentum", "0.9", "--accumulate", "2"]
+    ck, whole_st, whole_m = (os.path.join(tmp, n) for n in ("ck-acc", "acc.st", "acc.jsonl"))
+    rc, _, err = run(acc + ["--checkpoint", ck, "--checkpoint-every", "3", "--keep-checkpoints", "10",
+                            "--save", whole_st, "--metrics", whole_m])
+    rows = [json.loads(l) for l in open(whole_m) if '"step"' in l] if rc == 0 else []
+    check("accumulate: the run", rc == 0 and [r["micro_batches"] for r in rows] == [2, 2, 2, 1] * 2 and
+          [r["epoch"] for r in rows] == [1] * 4 + [2] * 4, (err[-300:], rows[:1]))
+    check("accumulate: checkpoints by optimizer steps", sorted(os.listdir(ck)) == [f"step-{s:08d}" for s in (3, 6, 8)],
+          os.listdir(ck))
+    state = json.load(open(os.path.join(ck, "step-00000006", "state.json")))
+    check("accumulate: state.json", state["epoch"] == 2 and state["position_in_epoch"] == 2 and state["accumulate"] == 2,
+          state)
+    for at in (3, 6):
+        st, m = os.path.join(tmp, f"acc-{at}.st"), os.path.join(tmp, f"acc-{at}.jsonl")
+        rc, _, err = run(acc + ["--resume", os.path.join(ck, f"step-{at:08d}"), "--save", st, "--metrics", m])
+        check(f"accumulate: resumed at {at}: bitwise the same weights and losses", rc == 0 and
+              open(st, "rb").read() == open(whole_st, "rb").read() and losses(m) == losses(whole_m)[at:], err[-300:])
+    expect("accumulate: resumed with another count", acc[:-1] + ["3", "--resume", ck], 1, "made with accumulate 2")
+    expect("accumulate: resumed without it", acc[:-2] + ["--resume", ck], 1, "(add --accumulate 2)")
+    expect("accumulate: a plain checkpoint resumed with it", acc + ["--resume", os.path.join(tmp, "ck-sgd")], 1,
+           "made with accumulate (none)")
+    expect("--accumulate 0", acc[:-1] + ["0"], 2, "--accumulate must be >= 1")
 
     # Resuming from the parent directory takes the newest.
     rc, _, err = run(base + ["--resume", os.path.join(tmp, "ck-sgd"), "--epochs", "3"])

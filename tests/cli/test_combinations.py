@@ -11,9 +11,10 @@ ones), each checked against a property that must hold for all of them:
   as the faithful step with --loss in-replica (device 0's sum of the same two).
 
 The combinations span the model, the device count, --sync, --precision, --split, --loss, the
-optimizer, --lr-schedule, clipping, fp16 loss scales that overflow, --sync-bn, and short last
-batches across epochs. The other tests check each flag on chosen cases; this one looks for the
-interactions nobody chose. A failure prints the command lines to repeat it.
+optimizer, --lr-schedule, clipping, fp16 loss scales that overflow, --sync-bn, gradient
+accumulation, and short last batches across epochs. The other tests check each flag on chosen
+cases; this one looks for the interactions nobody chose. A failure prints the command lines to
+repeat it.
 
 usage: test_combinations.py DP_BINARY [CASES_PER_PROPERTY]
 """
@@ -53,6 +54,9 @@ def draw(rng, case):
         args += ["--loss-scale", "1e30", "--loss-scale-growth-interval", "2"]
     if sync == "allreduce" and rng.random() < 0.3:
         args += ["--sync-bn"]
+    if rng.random() < 0.3:  # gradient accumulation: fewer steps an epoch, so more epochs
+        args += ["--accumulate", str(rng.randint(2, 3))]
+        args[args.index("--epochs") + 1] = "12"
     return args
 
 

@@ -1,6 +1,7 @@
 """dp memprof end to end: the table, the JSON report's fields, the SVG chart, the trace; the
 out-of-memory reproduction (exit 3, message with device, request, phase and breakdown,
-remedies, the report still written); bad sizes; balance-memory and in-replica loss through the CLI.
+remedies, the report still written); bad sizes; balance-memory, in-replica loss and gradient
+accumulation through the CLI.
 
 usage: test_memprof.py DP_BINARY
 """
@@ -47,6 +48,25 @@ with tempfile.TemporaryDirectory() as tmp:
     t = json.load(open(trace))["traceEvents"]
     check("trace counters", any(e["ph"] == "C" for e in t) and any(e["ph"] == "X" and e["tid"] == 0 for e in t))
 
+    # The remedy that keeps the batch: 4 micro-batches of 128 fit where one batch of 512 did not,
+    # in a micro-batch's memory plus one more gradient buffer on device 0.
+    def device0(*args):
+        p = memprof("--model", "convnet", "--devices", "host:4", "--json", js, *args)
+        check(f"memprof {' '.join(args)}", p.returncode == 0, p.stderr)
+        return json.load(open(js))
+    whole, micro, acc = device0("--batch", "512"), device0("--batch", "128"), device0("--batch", "128", "--accumulate", "4")
+    at = lambda r, what: r["devices"][0]["at_peak"][what]
+    check("accumulate: in the report", acc["accumulate"] == 4 and acc["split"] == [128] * 4, acc["split"])
+    check("accumulate: device 0 a micro-batch's peak plus a gradient buffer",
+          acc["devices"][0]["peak_bytes"] == micro["devices"][0]["peak_bytes"] + at(micro, "gradients") and
+          at(acc, "gradients") == 2 * at(micro, "gradients"), (acc["devices"][0], micro["devices"][0]))
+    check("accumulate: under 0.3x the whole batch's", acc["devices"][0]["peak_bytes"] < 0.3 * whole["devices"][0]["peak_bytes"])
+    p = memprof("--model", "convnet", "--devices", "host:4", "--batch", "512", "--device-memory", "12MiB")
+    q = memprof("--model", "convnet", "--devices", "host:4", "--batch", "128", "--accumulate", "4", "--device-memory", "12MiB")
+    check("accumulate: fits where the whole batch runs out of memory", p.returncode == 3 and q.returncode == 0,
+          (p.returncode, q.returncode, q.stderr[-300:]))
+    check("--accumulate 0", memprof("--accumulate", "0").returncode == 2)
+
     # Out of memory on device 0: exit 3, the message, the remedies, the report for what was measured.
     os.remove(js)
     p = memprof("--model", "mlp", "--devices", "host:4", "--batch", "512", "--device-memory", "8MiB", "--json", js)
@@ -54,6 +74,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check("oom message", "device 0 (host:0) ran out of memory trying to allocate" in p.stderr and
           "of 8.00 MiB in use (" in p.stderr and "during reduce" in p.stderr, p.stderr)
     check("remedies", "remedies:" in p.stderr and "balance-memory" in p.stderr and "in-replica" in p.stderr)
+    check("remedies: accumulation", "--accumulate N" in p.stderr, p.stderr)
     r = json.load(open(js))
     check("report written", r["out_of_memory"] is not None and r["out_of_memory"]["device"] == 0 and
           r["out_of_memory"]["request_bytes"] > 0, r.get("out_of_memory"))

@@ -33,6 +33,7 @@ std::string precision_of_categories(Precision p) {
 
 struct MemprofOptions : RunOptions {
   int steps = 2;
+  int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
   std::string json, svg, trace;
 };
 
@@ -42,11 +43,14 @@ int run_memprof(const MemprofOptions& o) {
   if (ProcessGroup::launched_by_mpirun())
     throw UsageError("dp memprof looks at one process's devices; run it without mpirun (dp train runs across processes)");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
+  if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
   check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}});
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
-  const RunData data = load_run_data(o, setup, o.batch * o.steps, 1, 1234, o.batch * o.steps * o.context + 1);
+  const int64_t batches_needed = o.steps * o.accumulate;
+  const RunData data =
+      load_run_data(o, setup, o.batch * batches_needed, 1, 1234, o.batch * batches_needed * o.context + 1);
   const OptimizerConfig sgd = profiling_optimizer(setup);
   std::vector<MemoryPoint> timeline;
   std::vector<int64_t> last_chunks;
@@ -62,11 +66,15 @@ int run_memprof(const MemprofOptions& o) {
       tracer = std::make_unique<Tracer>();
       dp.set_tracer(tracer.get());
     }
-    const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps);
+    const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, batches_needed);
     BatchSource& loader = *batches;
     try {
-      while (auto batch = loader.next()) {
-        StepResult r = step_on(dp, *batch);
+      for (std::vector<std::shared_ptr<const Batch>> micro;; micro.clear()) {
+        while (static_cast<int64_t>(micro.size()) < o.accumulate)
+          if (auto b = loader.next()) micro.push_back(std::make_shared<const Batch>(std::move(*b)));
+          else break;
+        if (micro.empty()) break;
+        StepResult r = step_on(dp, micro);  // with --accumulate: a phase's highest peak over the micro-batches
         ++completed;
         last_chunks = r.chunks;
         if (!r.split_change.empty()) split_note = r.split_change;
@@ -91,8 +99,10 @@ int run_memprof(const MemprofOptions& o) {
 
   // The table. (--sync allreduce computes the loss in each replica whatever --loss says.)
   const std::string loss_name = setup.loss == LossMode::InReplica ? "in-replica" : "gathered";
-  std::printf("dp memprof: %s, batch %lld, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
-              setup.model.name.c_str(), static_cast<long long>(o.batch), devices.description().c_str(),
+  std::printf("dp memprof: %s, batch %lld%s, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
+              setup.model.name.c_str(), static_cast<long long>(o.batch),
+              o.accumulate > 1 ? (" x " + std::to_string(o.accumulate) + " micro-batches a step").c_str() : "",
+              devices.description().c_str(),
               setup.split.text.c_str(), o.sync.c_str(), loss_name.c_str(), o.precision.c_str(), completed,
               setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
   if (setup.precision.mixed())
@@ -100,6 +110,7 @@ int run_memprof(const MemprofOptions& o) {
   if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
   std::printf("chunks: ");
   for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(last_chunks[i]));
+  if (o.accumulate > 1) std::printf(" (each device's samples over a step's micro-batches)");
   std::printf("\n\n%-8s %12s %-10s  %s\n", "device", "peak", "phase", "in use at the peak");
   nlohmann::json devs = nlohmann::json::array();
   for (int i = 0; i < n; ++i) {
@@ -119,7 +130,7 @@ int run_memprof(const MemprofOptions& o) {
                 format_bytes(devices[0].allocator().stats().peak - largest_other_peak(devices)).c_str());
 
   report = {{"model", setup.model.name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
-            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"precision", o.precision}, {"steps", completed},
+            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"precision", o.precision}, {"steps", completed}, {"accumulate", o.accumulate},
             {"capacity", setup.capacity}};
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : timeline) {
@@ -156,6 +167,10 @@ Run add_memprof_command(CLI::App& app) {
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_options(cmd, *o);
   cmd->add_option("--steps", o->steps, "steps to profile")->capture_default_str();
+  cmd->add_option("--accumulate", o->accumulate,
+                  "gradient accumulation: each step sums the gradients of this many batches of --batch (dp train's "
+                  "--accumulate)")
+      ->capture_default_str();
   cmd->add_option("--json", o->json, "write the report as JSON")->check(path_flag());
   cmd->add_option("--svg", o->svg, "write a chart of memory over the step's phases")->check(path_flag());
   cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());

@@ -185,6 +185,7 @@ int run_train(const TrainOptions& given) {
   // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory. A
   // replayed step copies the next batch into page-locked memory while its graph runs.
   const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda());
+  dp.set_upload_micro_batches_ahead(ahead);  // --accumulate: the step's next micro-batch too
   if (!o.init.empty()) {
     ModelState s = load_init(o.init, dp.layout(), model);
     if (!s.stripped_prefix.empty())
@@ -204,7 +205,7 @@ int run_train(const TrainOptions& given) {
     std::string dir;
     Checkpoint c = load_checkpoint(o.resume, dp.layout(), identity, &dir);
     if (o.accumulate == 1 && c.state.value("accumulate", int64_t{1}) != 1)
-      throw UsageError(dir + ": the checkpoint was made with accumulate " + c.state["accumulate"].dump() +
+      throw RuntimeError(dir + ": the checkpoint was made with accumulate " + c.state["accumulate"].dump() +
                        ", this run has 1 (add --accumulate " + c.state["accumulate"].dump() + ")");
     dp.load_state(c.model.params, c.model.buffers);
     dp.restore_optimizer(c.optimizer);

@@ -1,0 +1,199 @@
+// Gradient accumulation (DataParallel::step over micro-batches, dp train --accumulate): an optimizer
+// step over micro-batches equals one step on their concatenation for a model without BatchNorm, in
+// both sync modes and both ways of waiting; fp16's verdict, clipping and the norm are on the sum; a
+// bad micro-batch changes nothing; the memory is a micro-batch's plus one gradient buffer.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "helpers.hpp"
+
+using namespace dp;
+using namespace dp::test;
+
+namespace {
+
+struct Data {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+};
+
+Data data_for(const ModelDef& m, int64_t batch, uint64_t seed) {
+  Data d{random_vector(static_cast<size_t>(batch * numel(m.input_shape)), seed), {}};
+  for (int64_t i = 0; i < batch; ++i) d.y.push_back(static_cast<int32_t>((i * 7 + seed) % m.classes));
+  return d;
+}
+
+// The micro-batches of `sizes` cut from one batch, in order.
+std::vector<DataParallel::MicroBatch> cut(const ModelDef& m, const Data& d, const std::vector<int64_t>& sizes) {
+  std::vector<DataParallel::MicroBatch> micro;
+  int64_t first = 0;
+  for (int64_t n : sizes) {
+    micro.push_back(DataParallel::MicroBatch::images(d.x.data() + first * numel(m.input_shape), d.y.data() + first, n));
+    first += n;
+  }
+  return micro;
+}
+
+OptimizerConfig sgd(float lr = 0.05f) {
+  OptimizerConfig c;
+  c.sgd.lr = lr;
+  c.sgd.momentum = 0.9f;
+  return c;
+}
+
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("gradient accumulation: micro-batches update as their concatenation, in both sync modes") {
+  const ModelDef& model = find_model("mlp");
+  const std::vector<int64_t> sizes{5, 3, 4};  // uneven: each weighs by its share of the 12 rows
+  for (SyncMode mode : {SyncMode::Reduce, SyncMode::AllReduce})
+    for (HostSync wait : {HostSync::PerPhase, HostSync::PerStep}) {
+      CAPTURE(static_cast<int>(mode));
+      CAPTURE(static_cast<int>(wait));
+      SyncOptions sync;
+      sync.mode = mode;
+      const LossMode loss = mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered;
+      auto devs_one = host_devices(3), devs_acc = host_devices(3);
+      DataParallel one(devs_one, model, parse_split("even", 3, 12), sgd(), 5, loss, sync);
+      DataParallel acc(devs_acc, model, parse_split("even", 3, 12), sgd(), 5, loss, sync);
+      one.set_host_sync(wait);
+      acc.set_host_sync(wait);
+      acc.set_report_grad_norm(true);
+      one.set_report_grad_norm(true);
+      for (int s = 0; s < 3; ++s) {
+        const Data d = data_for(model, 12, 10 + s);
+        const StepResult a = one.step(d.x.data(), d.y.data(), 12);
+        const StepResult b = acc.step(cut(model, d, sizes));
+        CHECK(b.batch == 12);
+        CHECK(b.targets == 12);
+        CHECK(std::abs(b.loss - a.loss) <= 1e-6 * std::abs(a.loss));
+        CHECK(b.correct == a.correct);
+        CHECK(std::abs(b.grad_norm - a.grad_norm) <= 1e-5 * a.grad_norm);
+        // Per device, the samples it took over the three micro-batches.
+        std::vector<int64_t> took(3, 0);
+        for (int64_t n : sizes)
+          for (int dev = 0; dev < 3; ++dev) took[static_cast<size_t>(dev)] += acc.chunk_sizes(n)[static_cast<size_t>(dev)];
+        CHECK(b.chunks == took);
+      }
+      CHECK(acc.optimizer().save().steps == 3);
+      CHECK(worst_relative(acc.parameters(), one.parameters()) <= 2e-6);
+      CHECK(worst_relative(acc.gradients(), one.gradients()) <= 2e-5);
+    }
+}
+
+TEST_CASE("gradient accumulation: one micro-batch is the plain step, bit for bit") {
+  const ModelDef& model = find_model("convnet");
+  auto devs_a = host_devices(2), devs_b = host_devices(2);
+  DataParallel a(devs_a, model, parse_split("even", 2, 6), sgd(), 2);
+  DataParallel b(devs_b, model, parse_split("even", 2, 6), sgd(), 2);
+  for (int s = 0; s < 2; ++s) {
+    const Data d = data_for(model, 6, 20 + s);
+    const StepResult ra = a.step(d.x.data(), d.y.data(), 6), rb = b.step(cut(model, d, {6}));
+    CHECK(ra.loss == rb.loss);
+  }
+  CHECK(a.parameters() == b.parameters());
+  CHECK(a.buffers() == b.buffers());
+}
+
+TEST_CASE("gradient accumulation: BatchNorm's running statistics take every micro-batch, as PyTorch's loop") {
+  // Each micro-batch normalises itself, so the update differs from the concatenation's; the
+  // running statistics are updated once per micro-batch: three steps of one micro-batch each on
+  // the same data leave the same buffers as one step over the three (momentum aside, SGD at lr 0).
+  const ModelDef& model = find_model("convnet");
+  const Data d = data_for(model, 12, 30);
+  auto devs_a = host_devices(2), devs_b = host_devices(2);
+  DataParallel a(devs_a, model, parse_split("even", 2, 4), sgd(0.f), 4);
+  DataParallel b(devs_b, model, parse_split("even", 2, 4), sgd(0.f), 4);
+  const auto micro = cut(model, d, {4, 4, 4});
+  for (const auto& m : micro) a.step(static_cast<const float*>(m.input), m.targets, m.batch);
+  b.step(micro);
+  CHECK(a.buffers() == b.buffers());
+  CHECK(b.optimizer().save().steps == 1);
+}
+
+TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, clipping is on the sum") {
+  const ModelDef& model = find_model("mlp");
+  const Data d = data_for(model, 9, 40);
+  SUBCASE("overflow") {
+    PrecisionOptions p;
+    p.precision = Precision::FP16;
+    p.loss_scale.init_scale = std::ldexp(1.0, 100);  // every gradient overflows float16
+    auto devs = host_devices(2);
+    DataParallel dp(devs, model, parse_split("even", 2, 3), sgd(), 6, LossMode::Gathered, {}, p);
+    const auto params = dp.parameters();
+    const StepResult r = dp.step(cut(model, d, {3, 3, 3}));
+    CHECK(r.skipped);
+    CHECK(dp.loss_scaler().scale() == std::ldexp(1.0f, 99));  // halved once, not per micro-batch
+    CHECK(dp.parameters() == params);
+    CHECK(dp.optimizer().save().steps == 0);
+    CHECK(std::isfinite(r.loss));
+  }
+  SUBCASE("clipping") {
+    auto devs_a = host_devices(2), devs_b = host_devices(2);
+    DataParallel a(devs_a, model, parse_split("even", 2, 9), sgd(0.5f), 6);
+    DataParallel b(devs_b, model, parse_split("even", 2, 3), sgd(0.5f), 6);
+    a.set_clip_grad_norm(0.05);
+    b.set_clip_grad_norm(0.05);
+    const StepResult ra = a.step(d.x.data(), d.y.data(), 9), rb = b.step(cut(model, d, {3, 3, 3}));
+    REQUIRE(ra.grad_norm > 0.05);  // the clip bites
+    CHECK(std::abs(rb.grad_norm - ra.grad_norm) <= 1e-5 * ra.grad_norm);
+    CHECK(worst_relative(b.parameters(), a.parameters()) <= 2e-6);
+  }
+}
+
+TEST_CASE("gradient accumulation: a bad micro-batch is refused before anything runs") {
+  const ModelDef& model = find_model("mlp");
+  Data d = data_for(model, 8, 50);
+  d.y[7] = 10;  // a label outside the 10 classes, in the last micro-batch
+  auto devs_a = host_devices(2), devs_b = host_devices(2);
+  DataParallel a(devs_a, model, parse_split("even", 2, 4), sgd(), 7);
+  DataParallel b(devs_b, model, parse_split("even", 2, 4), sgd(), 7);
+  const auto params = a.parameters(), buffers = a.buffers();
+  CHECK_THROWS_WITH_AS(a.step(cut(model, d, {4, 4})), doctest::Contains("sample 3 has a label 10"), RuntimeError);
+  CHECK(a.parameters() == params);
+  CHECK(a.buffers() == buffers);
+  CHECK(a.optimizer().save().steps == 0);
+  CHECK_THROWS_AS(a.step(std::vector<DataParallel::MicroBatch>{}), RuntimeError);
+  // And the next step is what a fresh engine makes of it: nothing of the refused one is left over.
+  d.y[7] = 3;
+  a.step(cut(model, d, {4, 4}));
+  b.step(cut(model, d, {4, 4}));
+  CHECK(a.parameters() == b.parameters());
+}
+
+TEST_CASE("gradient accumulation: device 0 holds a micro-batch's peak plus one gradient buffer") {
+  // The remedy it is for: a batch too large for device 0, run as micro-batches.
+  const ModelDef& model = find_model("convnet");
+  const Data d = data_for(model, 64, 60);
+  int64_t parameters = 0;
+  auto peak_of = [&](const std::vector<int64_t>& sizes, bool ahead = false) {
+    auto devs = host_devices(2);
+    DataParallel dp(devs, model, parse_split("even", 2, 64), sgd(), 8);
+    dp.set_upload_micro_batches_ahead(ahead);
+    parameters = dp.layout().parameter_count;
+    dp.step(cut(model, d, sizes));  // the optimizer's state appears in the first step
+    devs[0].allocator().reset_peak();
+    dp.step(cut(model, d, sizes));
+    return devs[0].allocator().stats().peak;
+  };
+  const int64_t whole = peak_of({64}), micro = peak_of({16}), accumulated = peak_of({16, 16, 16, 16});
+  const int64_t gradients = allocator_bytes(static_cast<int64_t>(sizeof(float)) * parameters);
+  CHECK(accumulated < whole);
+  CHECK(accumulated <= micro + gradients);
+  CHECK(accumulated > micro);
+  // Uploading each next micro-batch ahead holds one more micro-batch's input and labels.
+  const int64_t input = allocator_bytes(16 * numel(model.input_shape) * 4) + allocator_bytes(16 * 4);
+  CHECK(peak_of({16, 16, 16, 16}, true) == accumulated + input);
+}
