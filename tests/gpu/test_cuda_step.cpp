@@ -127,6 +127,62 @@ TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8, even and 
     }
 }
 
+TEST_CASE("gradient accumulation on cuda:0x4 matches host:4 (reduce and allreduce, fp32 and fp16, uneven micro-batches)") {
+  for (const char* model : {"mlp", "convnet"})
+    for (SyncMode mode : {SyncMode::Reduce, SyncMode::AllReduce})
+      for (Precision precision : {Precision::FP32, Precision::FP16}) {
+        CAPTURE(model);
+        CAPTURE(static_cast<int>(mode));
+        CAPTURE(static_cast<int>(precision));
+        const ModelDef& m = find_model(model);
+        const std::vector<int64_t> sizes{9, 5, 7};
+        const int64_t batch = 21;
+        auto run = [&](const std::string& spec, std::vector<double>& losses) {
+          auto devs = devices(spec);
+          SyncOptions sync;
+          sync.mode = mode;
+          PrecisionOptions p;
+          p.precision = precision;
+          p.loss_scale.init_scale = 1024;
+          SgdConfig sgd;
+          sgd.lr = 0.01f;
+          sgd.momentum = 0.9f;
+          DataParallel dp(devs, m, parse_split("even", 4, batch), sgd, 11,
+                          mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, sync, p);
+          dp.set_clip_grad_norm(1.0);
+          dp.set_upload_micro_batches_ahead(true);
+          for (int s = 0; s < 3; ++s) {
+            const auto x = test::random_vector(static_cast<size_t>(batch * numel(m.input_shape)), 200 + s);
+            std::vector<int32_t> y(static_cast<size_t>(batch));
+            for (int64_t i = 0; i < batch; ++i) y[i] = static_cast<int32_t>((i * 3 + s) % 10);
+            std::vector<DataParallel::MicroBatch> micro;
+            int64_t first = 0;
+            for (int64_t n : sizes) {
+              micro.push_back(DataParallel::MicroBatch::images(x.data() + first * numel(m.input_shape), y.data() + first, n));
+              first += n;
+            }
+            losses.push_back(dp.step(micro).loss);
+          }
+          auto params = dp.parameters();
+          auto buffers = dp.buffers();
+          params.insert(params.end(), buffers.begin(), buffers.end());
+          return params;
+        };
+        std::vector<double> host_losses, cuda_losses;
+        const auto host = run("host:4", host_losses);
+        const auto gpu = run("cuda:0x4", cuda_losses);
+        // fp16: as the mixed-precision case below, a few 16-bit units (2^-11) apart.
+        const double unit = std::ldexp(1.0, -11);
+        const double loss_tol = precision == Precision::FP32 ? 1e-4 : 4 * unit, weight_tol = precision == Precision::FP32 ? 1e-4 : 2 * unit;
+        for (size_t s = 0; s < host_losses.size(); ++s)
+          CHECK(std::abs(cuda_losses[s] - host_losses[s]) <= loss_tol * host_losses[s]);
+        double worst = 0;
+        for (size_t i = 0; i < host.size(); ++i)
+          worst = std::max(worst, std::abs(double(host[i]) - gpu[i]) / std::max(1.0, std::abs(double(host[i]))));
+        CHECK(worst <= weight_tol);
+      }
+}
+
 TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica loss, uneven chunks)") {
   GptConfig cfg;
   cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
