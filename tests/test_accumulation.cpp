@@ -10,29 +10,22 @@
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
 #include "helpers.hpp"
+#include "step_batches.hpp"
 
 using namespace dp;
 using namespace dp::test;
 
 namespace {
 
-struct Data {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
-
-Data data_for(const ModelDef& m, int64_t batch, uint64_t seed) {
-  Data d{random_vector(static_cast<size_t>(batch * numel(m.input_shape)), seed), {}};
-  for (int64_t i = 0; i < batch; ++i) d.y.push_back(static_cast<int32_t>((i * 7 + seed) % m.classes));
-  return d;
-}
+// One batch of `batch` samples (tests/step_batches.hpp's, as every step test takes them).
+HostBatch data_for(const ModelDef& m, int64_t batch, uint64_t seed) { return *make_batches(m, batch, 1, seed)[0]; }
 
 // The micro-batches of `sizes` cut from one batch, in order.
-std::vector<DataParallel::MicroBatch> cut(const ModelDef& m, const Data& d, const std::vector<int64_t>& sizes) {
+std::vector<DataParallel::MicroBatch> cut(const ModelDef& m, const HostBatch& d, const std::vector<int64_t>& sizes) {
   std::vector<DataParallel::MicroBatch> micro;
   int64_t first = 0;
   for (int64_t n : sizes) {
-    micro.push_back(DataParallel::MicroBatch::images(d.x.data() + first * numel(m.input_shape), d.y.data() + first, n));
+    micro.push_back(DataParallel::MicroBatch::images(d.images.data() + first * numel(m.input_shape), d.labels.data() + first, n));
     first += n;
   }
   return micro;
@@ -73,8 +66,8 @@ TEST_CASE("gradient accumulation: micro-batches update as their concatenation, i
       acc.set_report_grad_norm(true);
       one.set_report_grad_norm(true);
       for (int s = 0; s < 3; ++s) {
-        const Data d = data_for(model, 12, 10 + s);
-        const StepResult a = one.step(d.x.data(), d.y.data(), 12);
+        const HostBatch d = data_for(model, 12, 10 + s);
+        const StepResult a = one.step(d.images.data(), d.labels.data(), 12);
         const StepResult b = acc.step(cut(model, d, sizes));
         CHECK(b.batch == 12);
         CHECK(b.targets == 12);
@@ -99,8 +92,8 @@ TEST_CASE("gradient accumulation: one micro-batch is the plain step, bit for bit
   DataParallel a(devs_a, model, parse_split("even", 2, 6), sgd(), 2);
   DataParallel b(devs_b, model, parse_split("even", 2, 6), sgd(), 2);
   for (int s = 0; s < 2; ++s) {
-    const Data d = data_for(model, 6, 20 + s);
-    const StepResult ra = a.step(d.x.data(), d.y.data(), 6), rb = b.step(cut(model, d, {6}));
+    const HostBatch d = data_for(model, 6, 20 + s);
+    const StepResult ra = a.step(d.images.data(), d.labels.data(), 6), rb = b.step(cut(model, d, {6}));
     CHECK(ra.loss == rb.loss);
   }
   CHECK(a.parameters() == b.parameters());
@@ -112,7 +105,7 @@ TEST_CASE("gradient accumulation: BatchNorm's running statistics take every micr
   // running statistics are updated once per micro-batch: three steps of one micro-batch each on
   // the same data leave the same buffers as one step over the three (momentum aside, SGD at lr 0).
   const ModelDef& model = find_model("convnet");
-  const Data d = data_for(model, 12, 30);
+  const HostBatch d = data_for(model, 12, 30);
   auto devs_a = host_devices(2), devs_b = host_devices(2);
   DataParallel a(devs_a, model, parse_split("even", 2, 4), sgd(0.f), 4);
   DataParallel b(devs_b, model, parse_split("even", 2, 4), sgd(0.f), 4);
@@ -125,7 +118,7 @@ TEST_CASE("gradient accumulation: BatchNorm's running statistics take every micr
 
 TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, clipping is on the sum") {
   const ModelDef& model = find_model("mlp");
-  const Data d = data_for(model, 9, 40);
+  const HostBatch d = data_for(model, 9, 40);
   SUBCASE("overflow") {
     PrecisionOptions p;
     p.precision = Precision::FP16;
@@ -146,7 +139,7 @@ TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, cli
     DataParallel b(devs_b, model, parse_split("even", 2, 3), sgd(0.5f), 6);
     a.set_clip_grad_norm(0.05);
     b.set_clip_grad_norm(0.05);
-    const StepResult ra = a.step(d.x.data(), d.y.data(), 9), rb = b.step(cut(model, d, {3, 3, 3}));
+    const StepResult ra = a.step(d.images.data(), d.labels.data(), 9), rb = b.step(cut(model, d, {3, 3, 3}));
     REQUIRE(ra.grad_norm > 0.05);  // the clip bites
     CHECK(std::abs(rb.grad_norm - ra.grad_norm) <= 1e-5 * ra.grad_norm);
     CHECK(worst_relative(b.parameters(), a.parameters()) <= 2e-6);
@@ -155,8 +148,8 @@ TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, cli
 
 TEST_CASE("gradient accumulation: a bad micro-batch is refused before anything runs") {
   const ModelDef& model = find_model("mlp");
-  Data d = data_for(model, 8, 50);
-  d.y[7] = 10;  // a label outside the 10 classes, in the last micro-batch
+  HostBatch d = data_for(model, 8, 50);
+  d.labels[7] = 10;  // a label outside the 10 classes, in the last micro-batch
   auto devs_a = host_devices(2), devs_b = host_devices(2);
   DataParallel a(devs_a, model, parse_split("even", 2, 4), sgd(), 7);
   DataParallel b(devs_b, model, parse_split("even", 2, 4), sgd(), 7);
@@ -167,7 +160,7 @@ TEST_CASE("gradient accumulation: a bad micro-batch is refused before anything r
   CHECK(a.optimizer().save().steps == 0);
   CHECK_THROWS_AS(a.step(std::vector<DataParallel::MicroBatch>{}), RuntimeError);
   // And the next step is what a fresh engine makes of it: nothing of the refused one is left over.
-  d.y[7] = 3;
+  d.labels[7] = 3;
   a.step(cut(model, d, {4, 4}));
   b.step(cut(model, d, {4, 4}));
   CHECK(a.parameters() == b.parameters());
@@ -176,7 +169,7 @@ TEST_CASE("gradient accumulation: a bad micro-batch is refused before anything r
 TEST_CASE("gradient accumulation: device 0 holds a micro-batch's peak plus one gradient buffer") {
   // The remedy it is for: a batch too large for device 0, run as micro-batches.
   const ModelDef& model = find_model("convnet");
-  const Data d = data_for(model, 64, 60);
+  const HostBatch d = data_for(model, 64, 60);
   int64_t parameters = 0;
   auto peak_of = [&](const std::vector<int64_t>& sizes, bool ahead = false) {
     auto devs = host_devices(2);
