@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -44,6 +46,15 @@ inline Tensor tensor_from(Device& dev, Shape shape, const std::vector<float>& va
 
 // What the allocator counts for a request: its bytes rounded up to 512.
 inline int64_t allocator_bytes(int64_t bytes) { return (bytes + 511) / 512 * 512; }
+
+// The largest difference of `got` from `want`, relative where |want| exceeds 1 (absolute below).
+inline double worst_relative(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) throw std::invalid_argument("worst_relative: sizes differ");
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(double(want[i]) - got[i]) / std::max(1.0, std::abs(double(want[i]))));
+  return worst;
+}
 
 inline std::vector<float> to_vector(const Tensor& t) { return std::vector<float>(t.data(), t.data() + t.numel()); }
 

@@ -38,14 +38,6 @@ OptimizerConfig sgd(float lr = 0.05f) {
   return c;
 }
 
-double worst_relative(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(1.0, std::abs(double(b[i]))));
-  return worst;
-}
-
 }  // namespace
 
 TEST_CASE("gradient accumulation: micro-batches update as their concatenation, in both sync modes") {

@@ -32,15 +32,6 @@ std::vector<Device*> all_of(DeviceSet& d) {
   return v;
 }
 
-// The largest difference of a run's values from the host run's, relative where they exceed 1.
-double worst_relative(const std::vector<float>& got, const std::vector<float>& host) {
-  REQUIRE(got.size() == host.size());
-  double worst = 0;
-  for (size_t i = 0; i < host.size(); ++i)
-    worst = std::max(worst, std::abs(double(host[i]) - got[i]) / std::max(1.0, std::abs(double(host[i]))));
-  return worst;
-}
-
 // The master parameters, then the buffers.
 std::vector<float> state_of(DataParallel& dp) {
   auto state = dp.parameters();
@@ -134,7 +125,7 @@ TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8, even and 
       const auto gpu = run("cuda:0x4", cuda_losses);
       for (size_t s = 0; s < host_losses.size(); ++s)
         CHECK(cuda_losses[s] == doctest::Approx(host_losses[s]).epsilon(1e-4));
-      CHECK(worst_relative(gpu, host) < 1e-4);
+      CHECK(test::worst_relative(gpu, host) < 1e-4);
     }
 }
 
@@ -184,7 +175,7 @@ TEST_CASE("gradient accumulation on cuda:0x4 matches host:4 (reduce and allreduc
         const double loss_tol = precision == Precision::FP32 ? 1e-4 : 4 * unit, weight_tol = precision == Precision::FP32 ? 1e-4 : 2 * unit;
         for (size_t s = 0; s < host_losses.size(); ++s)
           CHECK(std::abs(cuda_losses[s] - host_losses[s]) <= loss_tol * host_losses[s]);
-        CHECK(worst_relative(gpu, host) <= weight_tol);
+        CHECK(test::worst_relative(gpu, host) <= weight_tol);
       }
 }
 
@@ -214,7 +205,7 @@ TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica lo
     const auto host = run("host:4", host_losses);
     const auto gpu = run("cuda:0x4", cuda_losses);
     for (size_t s = 0; s < host_losses.size(); ++s) CHECK(cuda_losses[s] == doctest::Approx(host_losses[s]).epsilon(1e-4));
-    CHECK(worst_relative(gpu, host) < 1e-4);
+    CHECK(test::worst_relative(gpu, host) < 1e-4);
   }
 }
 
@@ -266,7 +257,7 @@ TEST_CASE("mixed precision on cuda:0x4 matches host:4 within 16-bit rounding (bf
       const double unit = p == Precision::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
       for (size_t s = 0; s < host_losses.size(); ++s) CHECK(std::abs(cuda_losses[s] - host_losses[s]) <= 4 * unit * host_losses[s]);
       CHECK(cuda_scales == host_scales);
-      CHECK(worst_relative(gpu, host) <= 2 * unit);
+      CHECK(test::worst_relative(gpu, host) <= 2 * unit);
     }
 }
 
@@ -332,7 +323,7 @@ TEST_CASE("--sync allreduce on cuda:0x4 (the ring through the GPU's copies) matc
       const double tol = p == Precision::FP32 ? 1e-4 : 4.0 / 256;  // bf16: 4 units of 2^-8, as the test above
       for (size_t s = 0; s < host_losses.size(); ++s)
         CHECK(cuda_losses[s] == doctest::Approx(host_losses[s]).epsilon(tol));
-      CHECK(worst_relative(gpu, host) < tol);
+      CHECK(test::worst_relative(gpu, host) < tol);
     }
 }
 
