@@ -43,12 +43,16 @@ OptimizerConfig sgd(float lr = 0.05f) {
 TEST_CASE("gradient accumulation: micro-batches update as their concatenation, in both sync modes") {
   const ModelDef& model = find_model("mlp");
   const std::vector<int64_t> sizes{5, 3, 4};  // uneven: each weighs by its share of the 12 rows
-  for (SyncMode mode : {SyncMode::Reduce, SyncMode::AllReduce})
+  // allreduce: the ring read across devices by the all-reduce's threads, and as copies and adds on
+  // the devices' communication streams (as on CUDA devices).
+  for (int variant = 0; variant < 3; ++variant)
     for (HostSync wait : {HostSync::PerPhase, HostSync::PerStep}) {
-      CAPTURE(static_cast<int>(mode));
+      const SyncMode mode = variant == 0 ? SyncMode::Reduce : SyncMode::AllReduce;
+      CAPTURE(variant);
       CAPTURE(static_cast<int>(wait));
       SyncOptions sync;
       sync.mode = mode;
+      sync.ring_on_device_streams = variant == 2;
       const LossMode loss = mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered;
       auto devs_one = host_devices(3), devs_acc = host_devices(3);
       DataParallel one(devs_one, model, parse_split("even", 3, 12), sgd(), 5, loss, sync);

@@ -232,6 +232,9 @@ int run_train(const TrainOptions& given) {
       data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
                    plan.first_batch(first_step), shard);
   BatchSource& loader = *batches;
+  if (loader.steps_per_epoch() != plan.batches_per_epoch)  // the plan's count must be the loader's
+    throw RuntimeError("internal: " + std::to_string(loader.steps_per_epoch()) + " batches an epoch, planned " +
+                       std::to_string(plan.batches_per_epoch));
   const int64_t all_steps = plan.steps_per_epoch() * o.epochs;
   const int64_t total = o.steps > 0 ? std::min(all_steps, o.steps) : all_steps;
   if (first_step >= total)
