@@ -87,25 +87,28 @@ with tempfile.TemporaryDirectory() as tmp:
     # rank r the sample that one process's device r holds (perm[2k + r]), so each replica rounds the
     # same 16-bit gradients and the sum of two has no order: bitwise the one-process run — losses,
     # fp16's skipped steps and scales (every rank takes the same verdict), the weights.
-    for prec, extra in (("bf16", []), ("fp16", ["--loss-scale", str(2 ** 30), "--loss-scale-growth-interval", "4"])):
-        one_m, one_st = os.path.join(tmp, f"{prec}-one.jsonl"), os.path.join(tmp, f"{prec}-one.st")
-        many_m, many_st = os.path.join(tmp, f"{prec}-many.jsonl"), os.path.join(tmp, f"{prec}-many.st")
+    # Gradient accumulation too: every rank takes 3 micro-batches of its shard a step.
+    for name, prec, extra in (("bf16", "bf16", []),
+                              ("fp16", "fp16", ["--loss-scale", str(2 ** 30), "--loss-scale-growth-interval", "4"]),
+                              ("fp16 --accumulate 3", "fp16", ["--accumulate", "3", "--clip-grad-norm", "0.5"])):
+        one_m, one_st = os.path.join(tmp, f"{name}-one.jsonl"), os.path.join(tmp, f"{name}-one.st")
+        many_m, many_st = os.path.join(tmp, f"{name}-many.jsonl"), os.path.join(tmp, f"{name}-many.st")
         flags = base[:-2] + ["--epochs", "1", "--steps", "30", "--precision", prec] + extra
         p = subprocess.run([dp, "train"] + flags + ["--devices", "host:2", "--batch", "2", "--metrics", one_m, "--save",
                                                     one_st], capture_output=True, text=True)
         rc, out, err, _ = run(["-np", "2", dp, "train"] + flags + ["--devices", "host:1", "--batch", "1", "--metrics",
                                                                  many_m, "--save", many_st])
-        c.check(f"{prec} across processes runs", rc == 0 and p.returncode == 0, err + p.stderr)
+        c.check(f"{name} across processes runs", rc == 0 and p.returncode == 0, err + p.stderr)
         if rc != 0 or p.returncode != 0:
             continue
         def steps(path):
             return [(x["loss"], x.get("loss_scale"), x.get("skipped")) for x in map(json.loads, open(path))
                     if "step" in x]
         a, b = steps(one_m), steps(many_m)
-        c.check(f"{prec} -np 2: step by step the one-process run (loss, scale, skipped)", len(a) == 30 and a == b,
+        c.check(f"{name} -np 2: step by step the one-process run (loss, scale, skipped)", len(a) == 30 and a == b,
                 (a, b))
-        c.check(f"{prec} -np 2: bitwise the same weights", open(one_st, "rb").read() == open(many_st, "rb").read())
-        if prec == "fp16":
+        c.check(f"{name} -np 2: bitwise the same weights", open(one_st, "rb").read() == open(many_st, "rb").read())
+        if name == "fp16":
             c.check("fp16 -np 2: the overflowing scale skipped, then steps ran", a[0][2] and not a[-1][2], a)
 
     # --sync-bn across processes: BatchNorm over the job's whole batch, as one device on it.
