@@ -305,8 +305,11 @@ class DataParallel {
   // Gradient accumulation, in the update phase on device d's stream: the gradients summed over the
   // micro-batches before this one (`held`) added in; then, before the last micro-batch, the sum set
   // aside in `held` (grads takes the other buffer), or at the last `held` released.
-  void accumulate_gradients(int d, Tensor& grads, Tensor& held);
+  // `add`: whether to add `held` here (under allreduce the last micro-batch's all-reduce has).
+  void accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add = true);
   bool last_micro_batch() const { return micro_.index + 1 == micro_.count; }
+  // allreduce, accumulating, before the last micro-batch: each device keeps its gradients (no_sync).
+  bool accumulating_without_sync() const { return sync_.mode == SyncMode::AllReduce && !last_micro_batch(); }
   // Synchronise the streams of the given replicas; raise the first error (a cause before an
   // UpstreamError, its consequence) as a ReplicaError.
   void join_replicas(const std::vector<int>& replicas);

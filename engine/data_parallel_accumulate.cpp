@@ -110,13 +110,13 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro) {
   return total;
 }
 
-void DataParallel::accumulate_gradients(int d, Tensor& grads, Tensor& held) {
+void DataParallel::accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add) {
   Device& dev = devices_[d];
-  if (held.defined())  // the sum in PyTorch's order: ((g0 + g1) + g2) ..., float addition commuting
+  if (held.defined() && add)  // the sum in PyTorch's order: ((g0 + g1) + g2) ..., float addition commuting
     dev.stream().enqueue([grads, held, &dev] { add_inplace(dev.exec(), grads.buf(), held.buf(), grads.numel()); },
                          {"add the micro-batches' gradients before", "update"});
   if (last_micro_batch()) {
-    held = Tensor();  // the add above holds it until it has run
+    held = Tensor();  // the add above holds it until it has run (the all-reduce: the step's state)
     return;
   }
   // Zeros: the layout's alignment gaps, which no backward writes, stay zero in both buffers.

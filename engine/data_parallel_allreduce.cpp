@@ -47,8 +47,12 @@ void DataParallel::make_resident_replicas(const OptimizerConfig& optimizer) {
   } else {
     allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, sync_.bucket_bytes));
   }
+  // Before the last micro-batch of an accumulated step nothing is all-reduced (no_sync); the step
+  // is joined before the next begins, so this reads micro_ as the host set it for this one.
   for (int r = 0; r < n; ++r)
-    nets_[r]->on_module_backward([this, r](int leaf) { allreduce_->module_done(r, leaf); });
+    nets_[r]->on_module_backward([this, r](int leaf) {
+      if (!accumulating_without_sync()) allreduce_->module_done(r, leaf);
+    });
   if (sync_.sync_bn) {
     replica_group_ = std::make_unique<ReplicaGroup>(n);
     for (int r = 0; r < n; ++r) nets_[r]->root().set_replica_group(replica_group_.get(), r);
@@ -155,6 +159,9 @@ void DataParallel::broadcast_buffers(StepState& s) {
 // run backward on every device, while the streams go on with the modules before it.
 void DataParallel::backward_overlapped(StepState& s) {
   const int n = devices_.size();
+  // Gradient accumulation: the micro-batches before the last are summed on each device (no_sync);
+  // the last one's all-reduce adds those sums in, bucket by bucket.
+  const bool sync = !accumulating_without_sync();
   std::vector<float*> grads(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) grads[r] = r == 0 ? grads_.data() : resident_grads_[r].data();
   loss_->distribute_gradient(s);
@@ -164,15 +171,24 @@ void DataParallel::backward_overlapped(StepState& s) {
     for (int r = 0; r < n; ++r)
       widen.low.push_back(s.chunks[static_cast<size_t>(r)] > 0 ? resident_low_grads_[r].data<uint16_t>() : nullptr);
   }
-  allreduce_->begin_step(grads, std::move(widen));
+  if (sync) {
+    std::vector<const float*> accumulated;
+    for (size_t r = 0; r < accumulated_grads_.size(); ++r)
+      if (accumulated_grads_[r].defined()) {
+        accumulated.resize(static_cast<size_t>(n), nullptr);
+        accumulated[r] = accumulated_grads_[r].data();
+        s.held_until_joined.push_back(accumulated_grads_[r]);  // read by the all-reduce until the step ends
+      }
+    allreduce_->begin_step(grads, widen, std::move(accumulated));
+  }
   for (int r = 0; r < n; ++r) {
     if (s.chunks[static_cast<size_t>(r)] > 0) continue;
     // No samples: it adds zeros to the sum, ready once they are written.
     const Tensor g = r == 0 ? grads_ : resident_grads_[r];
     devices_[r].stream().enqueue(
-        [this, g, r, &dev = devices_[r]] {
+        [this, g, r, sync, &dev = devices_[r]] {
           zero(dev.exec(), g.data(), g.bytes());
-          allreduce_->device_done(r);
+          if (sync) allreduce_->device_done(r);
         },
         {"zero gradients (no samples)", "backward"});
   }
@@ -189,7 +205,12 @@ void DataParallel::backward_overlapped(StepState& s) {
           s.grad_outputs[r] = Tensor();
         },
         stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
+    if (!sync && !widen.low.empty())  // no all-reduce to widen them: the float32 sum takes float32 gradients
+      stream.enqueue([g = grads[r], low = widen.low[static_cast<size_t>(r)], dtype = widen.dtype, count = layout().parameter_count,
+                      &dev = *s.devices[r]] { convert(dev.exec(), Buf{g, DType::F32}, Buf{const_cast<uint16_t*>(low), dtype}, count); },
+                     stream.label([&] { return TaskLabel{"widen gradients (accumulated without all-reduce)", "backward"}; }));
   }
+  if (!sync) return end_phase(all_devices());
   // A device that stopped (it failed, or work it waited for did) never reports its buckets: it
   // abandons the all-reduce, so that no other device waits for them.
   for (int r = 0; r < n; ++r)
@@ -207,6 +228,7 @@ void DataParallel::backward_overlapped(StepState& s) {
 // 8. reduce: the buckets still in flight when backward ended. Waiting per phase, the host waits
 // for them; waiting per step, each stream does, before its update (and stops if they failed).
 void DataParallel::finish_allreduce(StepState&) {
+  if (accumulating_without_sync()) return;  // nothing in flight
   if (host_sync() == HostSync::PerPhase) return allreduce_->finish_step();
   for (int r = 0; r < devices_.size(); ++r)
     devices_[r].stream().enqueue([this, r] { allreduce_->wait_step(r); }, {"wait for the all-reduce", "reduce"});
@@ -217,9 +239,10 @@ void DataParallel::finish_allreduce(StepState&) {
 // are the same all-reduced gradients everywhere, so every device (and process) skips the same
 // steps — which the host checks after the step (settle_loss_scale).
 void DataParallel::update_everywhere(StepState& s, StepResult& r) {
-  if (micro_.count > 1)  // gradient accumulation: each device sums the all-reduced gradients
+  if (micro_.count > 1)  // gradient accumulation: each device sums its gradients (the last all-reduce added them)
     for (int d = 0; d < devices_.size(); ++d)
-      accumulate_gradients(d, d == 0 ? grads_ : resident_grads_[d], accumulated_grads_[static_cast<size_t>(d)]);
+      accumulate_gradients(d, d == 0 ? grads_ : resident_grads_[d], accumulated_grads_[static_cast<size_t>(d)],
+                           !last_micro_batch());
   if (!last_micro_batch()) return end_phase(all_devices());
   r.lr = lr_;
   for (int d = 0; d < devices_.size(); ++d) {

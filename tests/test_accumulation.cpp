@@ -1,7 +1,8 @@
 // Gradient accumulation (DataParallel::step over micro-batches, dp train --accumulate): an optimizer
 // step over micro-batches equals one step on their concatenation for a model without BatchNorm, in
 // both sync modes and both ways of waiting; fp16's verdict, clipping and the norm are on the sum; a
-// bad micro-batch changes nothing; the memory is a micro-batch's plus one gradient buffer.
+// bad micro-batch changes nothing; the memory is a micro-batch's plus one gradient buffer; under
+// allreduce one all-reduce a step (no_sync).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
+#include "engine/trace.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
@@ -185,4 +187,38 @@ TEST_CASE("gradient accumulation: device 0 holds a micro-batch's peak plus one g
   // Uploading each next micro-batch ahead holds one more micro-batch's input and labels.
   const int64_t input = allocator_bytes(16 * numel(model.input_shape) * 4) + allocator_bytes(16 * 4);
   CHECK(peak_of({16, 16, 16, 16}, true) == accumulated + input);
+}
+
+TEST_CASE("gradient accumulation under allreduce: one all-reduce a step (DDP's no_sync)") {
+  // The micro-batches before the last are summed on each device; the last one's all-reduce adds
+  // that sum into each bucket, so a step all-reduces as often as a step without accumulation.
+  const ModelDef& model = find_model("mlp");
+  const HostBatch d = data_for(model, 12, 70);
+  for (bool on_streams : {false, true}) {
+    CAPTURE(on_streams);
+    auto count = [&](const std::vector<int64_t>& sizes, const std::string& what) {
+      auto devs = host_devices(3);
+      SyncOptions sync;
+      sync.mode = SyncMode::AllReduce;
+      sync.bucket_bytes = 64 << 10;  // several buckets
+      sync.ring_on_device_streams = on_streams;
+      DataParallel dp(devs, model, parse_split("even", 3, 12), sgd(), 9, LossMode::InReplica, sync);
+      Tracer tracer;
+      dp.set_tracer(&tracer);
+      dp.step(cut(model, d, sizes));
+      dp.set_tracer(nullptr);
+      const std::string json = tracer.to_json();
+      int64_t n = 0;
+      for (size_t at = json.find(what); at != std::string::npos; at = json.find(what, at + 1)) ++n;
+      return n;
+    };
+    // Threads: a slice per bucket and device, named for the adding too; streams: a task per ring
+    // step, plus one adding per bucket and device.
+    const int64_t plain = count({12}, "all-reduce bucket"), adds = count({4, 4, 4}, "earlier micro-batches");
+    CHECK(plain > 3);
+    CHECK(adds > 0);
+    CHECK(adds % 3 == 0);
+    CHECK(count({4, 4, 4}, "all-reduce bucket") == plain + (on_streams ? adds : 0));
+    if (!on_streams) CHECK(adds == plain);
+  }
 }

@@ -10,6 +10,7 @@
 #include "engine/host/spin_wait.hpp"
 #include "engine/host/thread_pool.hpp"
 #include "kernels/ops/convert.hpp"
+#include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
 
 namespace dp {
@@ -62,7 +63,11 @@ OverlappedAllReduce::~OverlappedAllReduce() {
       }
 }
 
-void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrads widen) {
+void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrads widen,
+                                     std::vector<const float*> accumulated) {
+  if (!accumulated.empty() && accumulated.size() != static_cast<size_t>(n_))
+    throw RuntimeError("all-reduce: accumulated gradients for " + std::to_string(accumulated.size()) + " of " +
+                       std::to_string(n_) + " devices");
   if (!widen.low.empty() && widen.low.size() != static_cast<size_t>(n_))
     throw RuntimeError("all-reduce: 16-bit gradient sources for " + std::to_string(widen.low.size()) + " of " +
                        std::to_string(n_) + " devices");
@@ -76,6 +81,7 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
   std::lock_guard lock(mutex_);
   grads_ = std::move(grads);
   widen_ = std::move(widen);
+  accumulated_ = std::move(accumulated);
   for (int d = 0; d < n_; ++d)
     for (size_t k = 0; k < buckets_.size(); ++k) {
       pending_[d][k] = static_cast<int>(buckets_[k].leaves.size());
@@ -131,6 +137,11 @@ void OverlappedAllReduce::enqueue_bucket_locked(size_t k) {
       const Buf low{const_cast<uint16_t*>(widen_.low[static_cast<size_t>(d)] + b.begin), widen_.dtype};
       stream.enqueue([dev, view, low, count] { convert(dev->comm_exec(), Buf{view, DType::F32}, low, count); },
                      stream.label([&] { return TaskLabel{"widen " + name, "allreduce"}; }));
+    }
+    if (!accumulated_.empty() && accumulated_[static_cast<size_t>(d)]) {
+      const Buf sum{const_cast<float*>(accumulated_[static_cast<size_t>(d)] + b.begin), DType::F32};
+      stream.enqueue([dev, view, sum, count] { add_inplace(dev->comm_exec(), Buf{view, DType::F32}, sum, count); },
+                     stream.label([&] { return TaskLabel{"add the earlier micro-batches' gradients to " + name, "allreduce"}; }));
     }
     start[static_cast<size_t>(d)] = stream.record();
   }
@@ -228,7 +239,8 @@ void OverlappedAllReduce::finish_step(bool failed) {
 }
 
 bool OverlappedAllReduce::reduce_on_device(int device, const GradBucket& b, const std::vector<float*>& views,
-                                           const uint16_t* low, DType low_dtype, const std::shared_ptr<void>& ready) {
+                                           const uint16_t* low, DType low_dtype, const float* accumulated,
+                                           const std::shared_ptr<void>& ready) {
   Device& dev = *ring_devices_[static_cast<size_t>(device)];
   const Exec& exec = dev.comm_exec();
   DeviceQueue* queue = dev.comm_queue();
@@ -238,6 +250,9 @@ bool OverlappedAllReduce::reduce_on_device(int device, const GradBucket& b, cons
     if (ready) queue->wait(ready);  // after backward's kernels for this bucket
   }
   if (low) convert(exec, Buf{views[static_cast<size_t>(device)], DType::F32}, Buf{const_cast<uint16_t*>(low + b.begin), low_dtype}, count);
+  if (accumulated)
+    add_inplace(exec, Buf{views[static_cast<size_t>(device)], DType::F32},
+                Buf{const_cast<float*>(accumulated + b.begin), DType::F32}, count);
   if (nccl_) {  // on the same stream, after the widening: NCCL orders it
     nccl_->allreduce_sum(device, views[static_cast<size_t>(device)], count, *exec.cuda);
     wait_nccl(*nccl_, device, device);
@@ -290,6 +305,7 @@ void OverlappedAllReduce::run(int device) {
     std::vector<float*> grads;
     const uint16_t* low = nullptr;
     DType low_dtype = DType::BF16;
+    const float* accumulated = nullptr;
     {
       std::unique_lock lock(mutex_);
       wait_spinning(lock, cv_, [&] { return stopping_ || step_ != seen; });
@@ -297,6 +313,7 @@ void OverlappedAllReduce::run(int device) {
       seen = step_;
       grads = grads_;
       if (!widen_.low.empty()) low = widen_.low[static_cast<size_t>(device)], low_dtype = widen_.dtype;
+      if (!accumulated_.empty()) accumulated = accumulated_[static_cast<size_t>(device)];
     }
     bool ok = true;
     for (size_t k = 0; k < buckets_.size() && ok; ++k) {
@@ -315,9 +332,10 @@ void OverlappedAllReduce::run(int device) {
         if (ring_devices_.empty()) {
           if (low && low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
           if (low && low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
+          if (accumulated) cpu::add_inplace(inline_pool, views[device], accumulated + b.begin, b.end - b.begin);
           ok = ring_allreduce_rank(views, b.end - b.begin, device, barrier_);
         } else {
-          ok = reduce_on_device(device, b, views, low, low_dtype, ready);
+          ok = reduce_on_device(device, b, views, low, low_dtype, accumulated, ready);
         }
         // This process's sum is on every device; device 0 sums it with the other processes'.
         if (ok && group_) ok = reduce_across_processes(device, b, views);
@@ -329,7 +347,11 @@ void OverlappedAllReduce::run(int device) {
       }
       if (tracer_)
         tracer_->slice(kTraceTrack + device,
-                       std::string(low ? "widen and " : "") + "all-reduce bucket " + std::to_string(k) + " (" +
+                       std::string(low && accumulated ? "widen, add the earlier micro-batches to, and "
+                                   : low               ? "widen and "
+                                   : accumulated       ? "add the earlier micro-batches to and "
+                                                       : "") +
+                           "all-reduce bucket " + std::to_string(k) + " (" +
                            std::to_string((b.end - b.begin) * 4) + " bytes)",
                        "allreduce", t0, tracer_->now_us(), (b.end - b.begin) * 4);
     }

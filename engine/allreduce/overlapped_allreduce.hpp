@@ -23,6 +23,11 @@
 // Mixed precision: backward writes 16-bit gradients; each device widens a bucket of them into its
 // float32 array just before that bucket's all-reduce (autocast leaves float32 .grad on float32
 // parameters, and that is what DDP reduces), so the widening overlaps backward too.
+//
+// Gradient accumulation (DDP's no_sync): the micro-batches before the last are not all-reduced;
+// each device sums their gradients on its own, and that sum is added into each bucket of the last
+// micro-batch's gradients just before the bucket's all-reduce (after the widening), so one
+// all-reduce a step carries them all.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -78,7 +83,10 @@ class OverlappedAllReduce {
   // Before backward: every device's flat float32 gradient array, which the all-reduce sums. A
   // device that runs no backward this step (no samples) zeroes it (it has no 16-bit source) and
   // then calls device_done.
-  void begin_step(std::vector<float*> grads, LowPrecisionGrads widen = {});
+  // `accumulated`: per device, the float32 gradients its earlier micro-batches summed (null: none;
+  // empty: no device has any), added into each bucket before its all-reduce; they must stay
+  // unchanged until the step ends.
+  void begin_step(std::vector<float*> grads, LowPrecisionGrads widen = {}, std::vector<const float*> accumulated = {});
   // From device d's backward, on its stream: module `leaf` (StateEntry::leaf) has final
   // gradients there (on an accelerator: its kernels are enqueued, and an event is recorded after
   // them when this completes a bucket).
@@ -114,7 +122,7 @@ class OverlappedAllReduce {
   void mark_ready_locked(int device, size_t bucket);
   // Bucket b on this thread's device, through its communication stream.
   bool reduce_on_device(int device, const GradBucket& b, const std::vector<float*>& views, const uint16_t* low,
-                        DType low_dtype, const std::shared_ptr<void>& ready);
+                        DType low_dtype, const float* accumulated, const std::shared_ptr<void>& ready);
   // Across processes: device 0 sums this process's result with the other ranks' (MPI on host
   // memory, or NCCL), then every other device copies it. False when the step was abandoned.
   bool reduce_across_processes(int device, const GradBucket& b, const std::vector<float*>& views);
@@ -134,6 +142,7 @@ class OverlappedAllReduce {
   std::condition_variable cv_;
   std::vector<float*> grads_;
   LowPrecisionGrads widen_;
+  std::vector<const float*> accumulated_;
   std::vector<std::vector<int>> pending_;  // [device][bucket]: modules still to run backward
   // The ring through communication streams: a receive buffer on each device, the ready events
   // [device][bucket] (null on host devices), each device's comm Exec.

@@ -48,6 +48,7 @@ struct StepState {
     return scalar_on_device(step_scalars.at(static_cast<size_t>(d)), offsetof(StepScalars, loss_grad_scale));
   }
   Tensor gathered, grad_logits, loss;                // on device 0
+  std::vector<Tensor> held_until_joined;             // read by work not bound to a stream (the all-reduce)
   double loss_sum = 0;                               // over the batch: filled from the slots at the end
   int64_t correct = 0;
 };

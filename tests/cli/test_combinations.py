@@ -8,7 +8,9 @@ ones), each checked against a property that must hold for all of them:
 - resume: a run resumed from the checkpoint it wrote at step k ends bit for bit as the run that
   went on (and so do its losses from step k);
 - two devices: --sync allreduce (each device's sum of the two replicas' gradients) ends bit for bit
-  as the faithful step with --loss in-replica (device 0's sum of the same two).
+  as the faithful step with --loss in-replica (device 0's sum of the same two); without
+  --accumulate, where allreduce first sums each device's micro-batches (DDP's no_sync), the faithful
+  step each micro-batch's replicas.
 
 The combinations span the model, the device count, --sync, --precision, --split, --loss, the
 optimizer, --lr-schedule, clipping, fp16 loss scales that overflow, --sync-bn, gradient
@@ -118,6 +120,8 @@ def two_devices(rng, case, tmp):
         args[args.index(flag) + 1] = value
     if "--sync-bn" in args:
         args.remove("--sync-bn")
+    if "--accumulate" in args:  # allreduce sums each device's micro-batches first (no_sync): another order
+        del args[args.index("--accumulate"):args.index("--accumulate") + 2]
     args += ["--steps", str(rng.randint(4, 8))]
     sync = args.index("--sync") + 1
     reduce, allreduce = list(args), list(args)

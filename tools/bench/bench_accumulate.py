@@ -49,6 +49,7 @@ def main():
           "peak ratio (device 0) | speed ratio |")
     print("|---|---|---|---|---|---|---|---|---|")
     for model, devices, sync, effective, n, steps in (("mlp", "host:4", "reduce", 512, 4, 40),
+                                                      ("mlp", "host:4", "allreduce", 512, 4, 40),
                                                       ("convnet", "host:4", "reduce", 512, 4, 10),
                                                       ("convnet", "host:4", "allreduce", 512, 4, 10),
                                                       ("resnet8", "host:2", "reduce", 128, 4, 6)):
