@@ -205,10 +205,12 @@ void DataParallel::backward_overlapped(StepState& s) {
           s.grad_outputs[r] = Tensor();
         },
         stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
-    if (!sync && !widen.low.empty())  // no all-reduce to widen them: the float32 sum takes float32 gradients
-      stream.enqueue([g = grads[r], low = widen.low[static_cast<size_t>(r)], dtype = widen.dtype, count = layout().parameter_count,
-                      &dev = *s.devices[r]] { convert(dev.exec(), Buf{g, DType::F32}, Buf{const_cast<uint16_t*>(low), dtype}, count); },
-                     stream.label([&] { return TaskLabel{"widen gradients (accumulated without all-reduce)", "backward"}; }));
+    if (!sync && !widen.low.empty()) {  // no all-reduce to widen them: the float32 sum takes float32 gradients
+      const Buf wide{grads[r], DType::F32}, low{const_cast<uint16_t*>(widen.low[static_cast<size_t>(r)]), widen.dtype};
+      stream.enqueue([wide, low, count = layout().parameter_count, &dev = *s.devices[r]] {
+        convert(dev.exec(), wide, low, count);
+      }, stream.label([&] { return TaskLabel{"widen gradients (accumulated without all-reduce)", "backward"}; }));
+    }
   }
   if (!sync) return end_phase(all_devices());
   // A device that stopped (it failed, or work it waited for did) never reports its buckets: it

@@ -141,7 +141,9 @@ void OverlappedAllReduce::enqueue_bucket_locked(size_t k) {
     if (!accumulated_.empty() && accumulated_[static_cast<size_t>(d)]) {
       const Buf sum{const_cast<float*>(accumulated_[static_cast<size_t>(d)] + b.begin), DType::F32};
       stream.enqueue([dev, view, sum, count] { add_inplace(dev->comm_exec(), Buf{view, DType::F32}, sum, count); },
-                     stream.label([&] { return TaskLabel{"add the earlier micro-batches' gradients to " + name, "allreduce"}; }));
+                     stream.label([&] {
+                       return TaskLabel{"add the earlier micro-batches' gradients to " + name, "allreduce"};
+                     }));
     }
     start[static_cast<size_t>(d)] = stream.record();
   }
