@@ -3,7 +3,8 @@ processes): the same safetensors init, the same batches (--no-shuffle; rank r ta
 BatchNorm with DDP's broadcast_buffers; per-step loss and rank 0's final weights and running
 statistics must agree. Chunks are even: DDP averages the ranks' mean losses, which is the mean over
 the whole batch only when the chunks are equal (dp's all-reduce sums gradients of the global mean,
-so it also holds for uneven chunks).
+so it also holds for uneven chunks). With --accumulate N, against DDP's no_sync loop over N
+micro-batches.
 
 bf16: dp's --sync allreduce --precision bf16 against DDP with each rank's forward and loss under CPU
 autocast(bfloat16). The two are not bit-identical by design (autocast keeps BatchNorm's parameters
@@ -17,6 +18,7 @@ roundings of the same size as autocast's from float32. And dp's bf16 must differ
 
 usage: ddp_crosscheck.py DP_BINARY   (exit 77 = skipped: no torch or no gloo)
 """
+import contextlib
 import json
 import math
 import os
@@ -45,7 +47,13 @@ CASES = [  # model, precision, optimizer flags, rounded layers on the way to the
     ("convnet", "fp32", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"], 0),
     ("mlp", "fp32", ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0"], 0),
     ("convnet", "bf16", ["--optimizer", "sgd", "--lr", "0.01", "--momentum", "0.5"], 9),
+    # Gradient accumulation against DDP's no_sync loop: backward() on each micro-batch (its loss
+    # divided by their number), all-reduced on the last only, then one step; BatchNorm's buffers
+    # broadcast before every forward.
+    ("convnet", "fp32", ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--accumulate", "2"], 0),
+    ("mlp", "fp32", ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--accumulate", "3"], 0),
 ]
+MAX_ACCUMULATE = 3
 
 
 def worker(rank, work, tag, model_name, precision, flags, images, labels):
@@ -65,17 +73,21 @@ def worker(rank, work, tag, model_name, precision, flags, images, labels):
     losses, zmax = [], 0.0
     model.train()
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+    accumulate = int(flags[flags.index("--accumulate") + 1]) if "--accumulate" in flags else 1
     for s in range(STEPS):
-        lo = s * BATCH + rank * chunk
-        x, y = x_all[lo:lo + chunk], y_all[lo:lo + chunk]
         opt.zero_grad()
-        with autocast:
-            logits = ddp(x)
-            loss = torch.nn.functional.cross_entropy(logits, y)
-        zmax = max(zmax, logits.detach().float().abs().max().item())
-        loss.backward()
+        total = torch.zeros(())
+        for i in range(accumulate):  # micro-batch m = s·N + i of BATCH samples; this rank's chunk of it
+            lo = (s * accumulate + i) * BATCH + rank * chunk
+            x, y = x_all[lo:lo + chunk], y_all[lo:lo + chunk]
+            with ddp.no_sync() if i + 1 < accumulate else contextlib.nullcontext():
+                with autocast:
+                    logits = ddp(x)
+                    loss = torch.nn.functional.cross_entropy(logits, y) / accumulate
+                zmax = max(zmax, logits.detach().float().abs().max().item())
+                loss.backward()
+            total += loss.detach()
         opt.step()
-        total = loss.detach().clone()
         dist.all_reduce(total)
         losses.append(total.item() / WORLD)
     if rank == 0:
@@ -105,9 +117,9 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         g = torch.Generator().manual_seed(11)
         mnist = os.path.join(work, "mnist")
-        images, labels = ref.random_mnist_dir(mnist, BATCH * STEPS, 4, g)
+        images, labels = ref.random_mnist_dir(mnist, BATCH * STEPS * MAX_ACCUMULATE, 4, g)
         for model_name, precision, flags, layers in CASES:
-            tag = f"{model_name}-{precision}"
+            tag = f"{model_name}-{precision}" + (f"-accumulate{flags[-1]}" if "--accumulate" in flags else "")
             torch.manual_seed(5)
             init = os.path.join(work, f"init-{tag}.safetensors")
             st_io.save(ref.make_model(model_name).state_dict(), init)
