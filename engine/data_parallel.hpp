@@ -24,6 +24,9 @@
 // from the host, device 0's buffers are broadcast (replicate), the loss is in each replica,
 // gradient buckets are all-reduced while backward runs (reduce waits for the last), and every
 // device updates its own copy with its own optimizer state.
+//
+// Gradient accumulation (engine/data_parallel_accumulate.cpp) runs either shape once per
+// micro-batch; the update phase of all but the last sets the gradients aside instead of updating.
 #pragma once
 #include <cstdint>
 #include <exception>
