@@ -66,6 +66,13 @@ with tempfile.TemporaryDirectory() as tmp:
     check("accumulate: fits where the whole batch runs out of memory", p.returncode == 3 and q.returncode == 0,
           (p.returncode, q.returncode, q.stderr[-300:]))
     check("--accumulate 0", memprof("--accumulate", "0").returncode == 2)
+    p = memprof("--model", "mlp", "--devices", "host:2", "--accumulate", str(10 ** 17))
+    check("--accumulate beyond the data: a step of all of it, said", p.returncode == 0 and
+          "so a step takes those" in p.stdout, (p.returncode, p.stdout[:400], p.stderr[-300:]))
+    rc, out, err = CLI.run(["train", "--model", "mlp", "--devices", "host:2", "--batch", "16", "--generated-size", "100",
+                            "--accumulate", str(2 ** 63 - 1), "--steps", "3", "--epochs", "2"])
+    check("train --accumulate beyond an epoch: a step an epoch", rc == 0 and "trained 2 steps, 200 samples" in out,
+          (rc, out, err[-300:]))
 
     # Out of memory on device 0: exit 3, the message, the remedies, the report for what was measured.
     os.remove(js)

@@ -332,7 +332,8 @@ int run_demo(const DemoOptions& o) {
   check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
   RunSetup setup = validate_and_make_devices(o);
   // Only as many samples as the steps take, unless --data names real ones.
-  const RunData data = load_run_data(o, setup, o.batch * o.steps, 1, 7, o.batch * o.steps * o.context + 1);
+  const int64_t samples = generated_samples_for(o.batch, o.steps);
+  const RunData data = load_run_data(o, setup, samples, 1, 7, samples * o.context + 1);
   const ModelDef& model = setup.model;
   DeviceSet& devices = *setup.devices;
   const OptimizerConfig sgd = profiling_optimizer(setup);

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
@@ -85,6 +86,10 @@ int main(int argc, char** argv) {
   } catch (const dp::ReplicaError& e) {
     std::fprintf(stderr, "error: %s\n%s", e.what(), e.out_of_memory ? dp::cli::out_of_memory_remedies().c_str() : "");
     return failed(e.out_of_memory ? 3 : 1);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: the host ran out of memory (std::bad_alloc); try a smaller --batch, data set or "
+                         "--generated-size\n");
+    return failed(1);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return failed(1);

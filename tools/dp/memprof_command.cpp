@@ -3,6 +3,7 @@
 // table, JSON, an SVG chart and a trace; and the out-of-memory of a too-small device reproduced,
 // reported with its remedies (exit 3), the report still written for what was measured.
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -48,9 +49,14 @@ int run_memprof(const MemprofOptions& o) {
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
-  const int64_t batches_needed = o.steps * o.accumulate;
-  const RunData data =
-      load_run_data(o, setup, o.batch * batches_needed, 1, 1234, o.batch * batches_needed * o.context + 1);
+  // The samples to generate for the batches of --batch the run asks for (saturating).
+  const int64_t samples = generated_samples_for(
+      o.batch, o.accumulate > std::numeric_limits<int64_t>::max() / o.steps ? std::numeric_limits<int64_t>::max()
+                                                                           : o.steps * o.accumulate);
+  const RunData data = load_run_data(o, setup, samples, 1, 1234, samples * o.context + 1);
+  // As dp train: more micro-batches than an epoch has make a step of the whole epoch.
+  const int64_t accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
+  const int64_t batches_needed = o.steps * accumulate;
   const OptimizerConfig sgd = profiling_optimizer(setup);
   std::vector<MemoryPoint> timeline;
   std::vector<int64_t> last_chunks;
@@ -70,7 +76,7 @@ int run_memprof(const MemprofOptions& o) {
     BatchSource& loader = *batches;
     try {
       for (std::vector<std::shared_ptr<const Batch>> micro;; micro.clear()) {
-        while (static_cast<int64_t>(micro.size()) < o.accumulate)
+        while (static_cast<int64_t>(micro.size()) < accumulate)
           if (auto b = loader.next()) micro.push_back(std::make_shared<const Batch>(std::move(*b)));
           else break;
         if (micro.empty()) break;
@@ -101,16 +107,20 @@ int run_memprof(const MemprofOptions& o) {
   const std::string loss_name = setup.loss == LossMode::InReplica ? "in-replica" : "gathered";
   std::printf("dp memprof: %s, batch %lld%s, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
               setup.model.name.c_str(), static_cast<long long>(o.batch),
-              o.accumulate > 1 ? (" x " + std::to_string(o.accumulate) + " micro-batches a step").c_str() : "",
+              accumulate > 1 ? (" x " + std::to_string(accumulate) + " micro-batches a step").c_str() : "",
               devices.description().c_str(),
               setup.split.text.c_str(), o.sync.c_str(), loss_name.c_str(), o.precision.c_str(), completed,
               setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
+  if (accumulate < o.accumulate)
+    std::printf("--accumulate %lld: the data holds %lld batches of %lld, so a step takes those (as dp train's)\n",
+                static_cast<long long>(o.accumulate), static_cast<long long>(accumulate),
+                static_cast<long long>(o.batch));
   if (setup.precision.mixed())
     std::printf("%s\n", precision_of_categories(setup.precision.precision).c_str());
   if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
   std::printf("chunks: ");
   for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(last_chunks[i]));
-  if (o.accumulate > 1) std::printf(" (each device's samples over a step's micro-batches)");
+  if (accumulate > 1) std::printf(" (each device's samples over a step's micro-batches)");
   std::printf("\n\n%-8s %12s %-10s  %s\n", "device", "peak", "phase", "in use at the peak");
   nlohmann::json devs = nlohmann::json::array();
   for (int i = 0; i < n; ++i) {
@@ -130,7 +140,7 @@ int run_memprof(const MemprofOptions& o) {
                 format_bytes(devices[0].allocator().stats().peak - largest_other_peak(devices)).c_str());
 
   report = {{"model", setup.model.name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
-            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"precision", o.precision}, {"steps", completed}, {"accumulate", o.accumulate},
+            {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"precision", o.precision}, {"steps", completed}, {"accumulate", accumulate},
             {"capacity", setup.capacity}};
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : timeline) {

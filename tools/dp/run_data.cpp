@@ -1,5 +1,6 @@
 #include "tools/dp/run_data.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "engine/error.hpp"
@@ -121,6 +122,11 @@ std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint6
   }
   return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step,
                                        shard);
+}
+
+int64_t generated_samples_for(int64_t batch, int64_t batches) {
+  const int64_t cap = std::max<int64_t>(batch, 16384);
+  return batches > cap / batch ? cap : std::min(cap, batch * batches);
 }
 
 int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {

@@ -36,6 +36,11 @@ struct RunData {
 // (3x32x32), or a generated corpus (bytes of sentences).
 TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed);
 
+// How many samples memprof and demo generate for `batches` batches of `batch`: that many, or for
+// long runs (where the product may not even fit) at most max(batch, 16384), which the loader goes
+// round again — the memory profile does not depend on which samples a step takes.
+int64_t generated_samples_for(int64_t batch, int64_t batches);
+
 // --data (or the generated default: `generated_train` / `generated_test` samples, or for a GPT a
 // corpus of --generated-size bytes, at least `min_tokens`), checked against the model and --batch.
 // For a GPT it also fixes setup.model's sizes: --gpt-* flags, --context, and the vocabulary

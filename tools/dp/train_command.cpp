@@ -227,7 +227,9 @@ int run_train(const TrainOptions& given) {
   }
   // The loader counts batches; with --accumulate N an optimizer step takes N of them (micro-batches).
   const Shard shard = group ? Shard{group->rank(), group->size()} : Shard{};
-  const MicroBatchPlan plan{data.batches_per_epoch(o.batch, shard), o.accumulate};
+  // More micro-batches than an epoch has make a step of the whole epoch.
+  const int64_t batches_per_epoch = data.batches_per_epoch(o.batch, shard);
+  const MicroBatchPlan plan{batches_per_epoch, std::min(o.accumulate, batches_per_epoch)};
   const std::unique_ptr<BatchSource> batches =
       data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
                    plan.first_batch(first_step), shard);
