@@ -8,13 +8,11 @@ usage: bench_accumulate.py [--dp build/dp] [--repeats 3]
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 
-from openblas import coretype_env
+from openblas import coretype_env, machine_line
 
 WARMUP = 3
 
@@ -43,8 +41,7 @@ def main():
     a = ap.parse_args()
     env = coretype_env()
     dp = os.path.abspath(a.dp)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
-          f"command: {' '.join(sys.argv)}\n")
+    print(machine_line())
     print("| model | devices | --sync | step of | device 0 peak | largest other | samples/s | "
           "peak ratio (device 0) | speed ratio |")
     print("|---|---|---|---|---|---|---|---|---|")

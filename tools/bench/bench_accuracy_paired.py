@@ -15,14 +15,13 @@ losses differ by more than 1e-3 (relative), and the mean loss of the last 100 st
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from openblas import reexec_with_coretype
+from openblas import machine_line, reexec_with_coretype
 
 reexec_with_coretype()  # PyTorch runs in this process: its OpenBLAS reads the variable when it loads
 import torch  # noqa: E402
@@ -87,8 +86,7 @@ def main():
     a = ap.parse_args()
     dp = os.path.abspath(a.dp)
     torch.set_num_threads(a.threads)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}; "
-          f"command: {' '.join(sys.argv)}\n")
+    print(machine_line())
     print(f"| seed | dp {a.devices} accuracy | PyTorch accuracy | dp − PyTorch | losses part at step | "
           "last-100 mean loss dp / PyTorch |")
     print("|---|---|---|---|---|---|")

@@ -9,13 +9,11 @@ usage: bench_allreduce.py [--dp build/dp] [--repeats 3]
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 
-from openblas import coretype_env
+from openblas import coretype_env, machine_line
 
 # About a second or two a run on two cores: long enough that a stray pause of the machine is not
 # the figure.
@@ -63,8 +61,7 @@ def main():
     a = ap.parse_args()
     env = coretype_env()
     dp = os.path.abspath(a.dp)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
-          f"command: {' '.join(sys.argv)}\n")
+    print(machine_line())
     print("| model | devices | reduce steps/s | allreduce steps/s | allreduce / reduce | all-reduce hidden under backward |")
     print("|---|---|---|---|---|---|")
     for devices in ("host:2", "host:4"):

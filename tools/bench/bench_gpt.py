@@ -9,12 +9,11 @@ usage: bench_gpt.py [--dp build/dp] [--steps 10] [--repeats 2] [--batch 32]
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 
-from openblas import coretype_env
+from openblas import coretype_env, machine_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP = 3
@@ -74,8 +73,7 @@ def main():
     a = ap.parse_args()
     env = coretype_env()
     dp = os.path.abspath(a.dp)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
-          f"command: {' '.join(sys.argv)}\n")
+    print(machine_line())
     print("| model | batch | dp host:2 samples/s | PyTorch 1 thread | PyTorch 2 threads | dp / best PyTorch |")
     print("|---|---|---|---|---|---|")
     runs = []

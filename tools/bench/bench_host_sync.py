@@ -9,13 +9,11 @@ usage: bench_host_sync.py [--dp build/dp] [--repeats 5]
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 
-from openblas import coretype_env
+from openblas import coretype_env, machine_line
 
 WARMUP = 3
 
@@ -38,8 +36,7 @@ def main():
     a = ap.parse_args()
     env = coretype_env()
     dp = os.path.abspath(a.dp)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
-          f"command: {' '.join(sys.argv)}\n")
+    print(machine_line())
     print("| model | devices | batch | --sync | --host-sync phase samples/s | --host-sync step | ratio |")
     print("|---|---|---|---|---|---|---|")
     notes = []

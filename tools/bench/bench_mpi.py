@@ -13,14 +13,12 @@ usage: bench_mpi.py [--dp build/dp] [--repeats 3]
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 
-from openblas import coretype_env
+from openblas import coretype_env, machine_line
 
 WARMUP_SHARE = 0.1  # of the steps, not timed
 
@@ -46,8 +44,7 @@ def main():
     env = coretype_env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     dp = os.path.abspath(a.dp)
     mpirun = shutil.which("mpirun")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}, global batch 128; "
-          f"command: {' '.join(sys.argv)}\n")
+    print(machine_line(', global batch 128'))
     print("| model | steps | one process host:2 samples/s | mpirun -np 2, host:1 each | ratio | step-only ratio |")
     print("|---|---|---|---|---|---|")
     for model, steps in (("mlp", 1000), ("convnet", 150), ("resnet8", 40)):

@@ -9,13 +9,12 @@ CIFAR-style batches with SGD (momentum 0.9); the first 3 steps are not timed. Pr
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from openblas import coretype_env
+from openblas import coretype_env, machine_line
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP = 3
@@ -73,8 +72,7 @@ def main():
     a = ap.parse_args()
     env = coretype_env()
     dp = os.path.abspath(a.dp)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']}; "
-          f"command: {' '.join(sys.argv)}\n")
+    print(machine_line())
     print("| model | batch | dp host:2 samples/s | PyTorch 1 thread | PyTorch 2 threads | dp / best PyTorch |")
     print("|---|---|---|---|---|---|")
     for model, batch in [] if a.no_resnet else [("resnet18", 128), ("resnet8", 128)]:

@@ -6,6 +6,7 @@ OPENBLAS_CORETYPE once, when it loads: set it in a child's environment (coretype
 this process imports torch (reexec_with_coretype).
 """
 import os
+import platform
 import sys
 
 
@@ -22,3 +23,13 @@ def reexec_with_coretype():
     """Before `import torch`: start this script again with the kernel set, unless one is chosen."""
     if "OPENBLAS_CORETYPE" not in os.environ:
         os.execve(sys.executable, [sys.executable] + sys.argv, coretype_env())
+
+
+def machine_line(extra=""):
+    """What a benchmark prints first, for RESULTS.md: the machine (CPU model, cores, vector flags),
+    the kernel set, anything `extra` adds, and the command."""
+    cpu = open("/proc/cpuinfo").read()
+    model = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("model name")), "?")
+    flags = "AVX-512" if "avx512f" in cpu else "AVX2" if "avx2" in cpu else "no AVX2"
+    return (f"machine: {platform.machine()}, {model}, {os.cpu_count()} cores, {flags}, OPENBLAS_CORETYPE={coretype()}"
+            f"{extra}; command: {' '.join(sys.argv)}\n")
