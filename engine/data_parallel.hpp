@@ -119,8 +119,8 @@ class DataParallel {
   // update equals one step on their concatenation, BatchNorm aside (each micro-batch normalises
   // itself and updates the running statistics, as in PyTorch). The gradients summed so far wait
   // between micro-batches in one more gradient-sized buffer on device 0 (allreduce: on every
-  // device, each micro-batch all-reduced: DDP without no_sync). fp16's verdict, clipping and the
-  // norm are on the sum. The result is the optimizer step's: summed losses, hits, samples and phase
+  // device, each summing its own, and only the last micro-batch all-reduced: DDP's no_sync).
+  // fp16's verdict, clipping and the norm are on the sum. The result is the optimizer step's: summed losses, hits, samples and phase
   // times; per device the samples it took (chunks) and its busy time. Captured steps do not apply.
   struct MicroBatch {
     const void* input;  // float32 images or int32 token ids, as the model takes (`dtype` says which)
