@@ -65,12 +65,16 @@ class BatchLoader final : public BatchSource {
               bool augment = false, int64_t first_step = 0, Shard shard = {}, int prefetch = 3);
   ~BatchLoader() override;
   std::optional<Batch> next() override;
-  int64_t steps_per_epoch() const override { return (shard_size() + batch_ - 1) / batch_; }
+  int64_t steps_per_epoch() const override { return batches_per_epoch(data_.count, batch_, shard_); }
+  // Batches an epoch of `count` samples makes for this process (its shard, padded as
+  // DistributedSampler pads it), before any loader exists.
+  static int64_t batches_per_epoch(int64_t count, int64_t batch, Shard shard) {
+    return ((count + shard.count - 1) / shard.count + batch - 1) / batch;
+  }
   int64_t total_steps() const override;
 
  private:
   void produce();
-  int64_t shard_size() const { return (data_.count + shard_.count - 1) / shard_.count; }
   const Dataset& data_;
   int64_t batch_;
   bool shuffle_, augment_;

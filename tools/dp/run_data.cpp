@@ -131,8 +131,7 @@ int64_t generated_samples_for(int64_t batch, int64_t batches) {
 
 int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {
   if (language) return token_steps_per_epoch(static_cast<int64_t>(tokens.train.tokens.size()), batch * shard.count, context);
-  const int64_t share = (images.train.count + shard.count - 1) / shard.count;  // DistributedSampler's, padded
-  return (share + batch - 1) / batch;
+  return BatchLoader::batches_per_epoch(images.train.count, batch, shard);
 }
 
 void RunData::check_evaluable(int64_t eval_windows) const {

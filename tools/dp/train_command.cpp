@@ -234,9 +234,6 @@ int run_train(const TrainOptions& given) {
       data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
                    plan.first_batch(first_step), shard);
   BatchSource& loader = *batches;
-  if (loader.steps_per_epoch() != plan.batches_per_epoch)  // the plan's count must be the loader's
-    throw RuntimeError("internal: " + std::to_string(loader.steps_per_epoch()) + " batches an epoch, planned " +
-                       std::to_string(plan.batches_per_epoch));
   const int64_t all_steps = plan.steps_per_epoch() * o.epochs;
   const int64_t total = o.steps > 0 ? std::min(all_steps, o.steps) : all_steps;
   if (first_step >= total)
@@ -249,7 +246,7 @@ int run_train(const TrainOptions& given) {
                model.language_model() ? model.summary.c_str() : model.name.c_str(), devices.description().c_str(),
                group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
                split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "",
-               o.accumulate > 1 ? (" x " + std::to_string(o.accumulate) + " micro-batches a step").c_str() : "",
+               plan.per_step > 1 ? (" x " + std::to_string(plan.per_step) + " micro-batches a step").c_str() : "",
                setup.precision.mixed() ? (std::string(", ") + precision_name(setup.precision.precision)).c_str() : "",
                optimizer_name(opt.kind),
                static_cast<double>(opt.sgd.lr), static_cast<long long>(total), data.description.c_str());
