@@ -120,8 +120,11 @@ class DataParallel {
   // itself and updates the running statistics, as in PyTorch). The gradients summed so far wait
   // between micro-batches in one more gradient-sized buffer on device 0 (allreduce: on every
   // device, each summing its own, and only the last micro-batch all-reduced: DDP's no_sync).
-  // fp16's verdict, clipping and the norm are on the sum. The result is the optimizer step's: summed losses, hits, samples and phase
-  // times; per device the samples it took (chunks) and its busy time. Captured steps do not apply.
+  // fp16's verdict, clipping and the norm are on the sum. The result is the optimizer step's:
+  // summed losses, hits, samples and phase times; per device the samples it took (chunks) and its
+  // busy time. Captured steps do not apply. `each`, if given, receives every micro-batch's own
+  // result too, in order (dp demo narrates them): its loss is its rows' loss sum over the step's
+  // rows, and only the last one's update ran.
   struct MicroBatch {
     const void* input;  // float32 images or int32 token ids, as the model takes (`dtype` says which)
     DType dtype;
@@ -130,7 +133,7 @@ class DataParallel {
     static MicroBatch images(const float* x, const int32_t* labels, int64_t n) { return {x, DType::F32, labels, n}; }
     static MicroBatch tokens(const int32_t* x, const int32_t* targets, int64_t n) { return {x, DType::I32, targets, n}; }
   };
-  StepResult step(const std::vector<MicroBatch>& micro_batches);
+  StepResult step(const std::vector<MicroBatch>& micro_batches, std::vector<StepResult>* each = nullptr);
   // Upload each micro-batch after the first while the one before runs, as upload_ahead() does for
   // the next step's batch (the CLI sets it with --upload-ahead): one more micro-batch on the
   // device(s). Off by default.

@@ -56,9 +56,14 @@ void add_micro_step(StepResult& total, StepResult r, int index, int count) {
 
 }  // namespace
 
-StepResult DataParallel::step(const std::vector<MicroBatch>& micro) {
+StepResult DataParallel::step(const std::vector<MicroBatch>& micro, std::vector<StepResult>* each) {
   if (micro.empty()) throw RuntimeError("step: no micro-batches");
-  if (micro.size() == 1) return step_any(micro[0].input, micro[0].dtype, micro[0].targets, micro[0].batch);
+  if (each) each->clear();
+  if (micro.size() == 1) {
+    StepResult r = step_any(micro[0].input, micro[0].dtype, micro[0].targets, micro[0].batch);
+    if (each) each->push_back(r);
+    return r;
+  }
   const int count = static_cast<int>(micro.size());
   int64_t rows = 0;  // the loss is the mean over all of them (every process's, under mpirun)
   micro_.count = count;  // for the memory probe, if one runs: the gradients held count
@@ -99,6 +104,7 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro) {
       StepResult r = run_step(m.input, m.targets, m.batch, chunk_sizes(m.batch), next ? &*next : nullptr);
       ++steps_run_;
       r.split_change = i == 0 && !probed.empty() ? probed : splitter_.observe(r.chunks, r.replica_seconds);
+      if (each) each->push_back(r);
       add_micro_step(total, std::move(r), i, count);
     }
   } catch (...) {

@@ -222,3 +222,32 @@ TEST_CASE("gradient accumulation under allreduce: one all-reduce a step (DDP's n
     if (!on_streams) CHECK(adds == plain);
   }
 }
+
+TEST_CASE("gradient accumulation: each micro-batch's own result, for dp demo") {
+  const ModelDef& model = find_model("mlp");
+  const HostBatch d = data_for(model, 12, 41);
+  auto devs = host_devices(3);
+  DataParallel dp(devs, model, parse_split("even", 3, 5), sgd(), 7);
+  std::vector<StepResult> each;
+  const StepResult total = dp.step(cut(model, d, {5, 3, 4}), &each);
+  REQUIRE(each.size() == 3);
+  CHECK(each[0].loss + each[1].loss + each[2].loss == total.loss);  // the step's mean, in parts
+  for (int i = 0; i < 3; ++i) {
+    CHECK(each[i].batch == std::vector<int64_t>{5, 3, 4}[i]);
+    CHECK(each[i].loss > 0);
+    CHECK(each[i].loss < total.loss);
+    // DataParallel replicates on every micro-batch: the step's bytes are their sum.
+    const auto& moved = each[i].link_bytes[static_cast<int>(Phase::Replicate)];
+    CHECK(std::accumulate(moved.begin(), moved.end(), int64_t{0}) > 0);
+  }
+  CHECK(each[0].chunks == std::vector<int64_t>{2, 2, 1});
+  CHECK(each[2].chunks == std::vector<int64_t>{2, 2, 0});  // torch.chunk(4, 3): the fewer-chunks rule
+  CHECK(total.chunks == std::vector<int64_t>{2 + 1 + 2, 2 + 1 + 2, 1 + 1 + 0});
+  for (int p = 0; p < kNumPhases; ++p)
+    for (size_t k = 0; k < total.link_bytes[p].size(); ++k)
+      CHECK(total.link_bytes[p][k] == each[0].link_bytes[p][k] + each[1].link_bytes[p][k] + each[2].link_bytes[p][k]);
+  // One micro-batch: its result is the step's.
+  dp.step(cut(model, d, {12}), &each);
+  REQUIRE(each.size() == 1);
+  CHECK(each[0].batch == 12);
+}

@@ -102,6 +102,56 @@ with tempfile.TemporaryDirectory() as tmp:
           and dtypes.get("labels") == "int32", dtypes)
     check("bf16 narrated", r["precision"] == "bf16" and "(carried: bfloat16 parameters)" in p.stdout
           and "rounds the float32 master parameters" in p.stdout, p.stdout[:3000])
+    # Gradient accumulation: each micro-batch runs the whole step but the update; DataParallel
+    # replicates and reduces on every one of them; device 0 holds one more gradient buffer.
+    p = subprocess.run([DP, "demo", "--json", js], capture_output=True, text=True, timeout=120)
+    plain = json.load(open(js))
+    p = subprocess.run([DP, "demo", "--accumulate", "3", "--steps", "2", "--json", js], capture_output=True, text=True,
+                       timeout=120)
+    check("accumulate demo runs", p.returncode == 0, p.stderr)
+    r = json.load(open(js))
+    step = r["steps"][0]
+    micro = step.get("micro_batches", [])
+    check("accumulate recorded", r["accumulate"] == 3 and len(r["steps"]) == 2 and len(micro) == 3, r.get("accumulate"))
+    check("each micro-batch chunked as a batch", [m["chunks"] for m in micro] == [[3, 3, 3, 1]] * 3
+          and step["chunks"] == [9, 9, 9, 3], (step["chunks"], [m["chunks"] for m in micro]))
+    check("micro-batch losses add up to the step's", abs(sum(m["loss"] for m in micro) - step["loss"]) < 1e-6
+          and all(0 < m["loss"] < step["loss"] for m in micro), [m["loss"] for m in micro])
+    mphases = [{ph["phase"]: ph for ph in m["phases"]} for m in micro]
+    check("every micro-batch replicates and reduces",
+          all(transfers(ph["replicate"]) == {(0, d): params for d in (1, 2, 3)}
+              and transfers(ph["reduce"]) == {(d, 0): params for d in (1, 2, 3)} for ph in mphases))
+    total = {ph["phase"]: ph for ph in step["phases"]}
+    check("the step's transfers sum its micro-batches'",
+          transfers(total["replicate"]) == {(0, d): 3 * params for d in (1, 2, 3)}
+          and transfers(total["load"]) == {("host", 0): 3 * (10 * sample + 10 * 4)}, total["replicate"]["transfers"])
+    check("only the last micro-batch updates",
+          [ph["update"]["text"].startswith("No update yet") for ph in mphases] == [True, True, False]
+          and "the step's one update" in mphases[2]["update"]["text"], [ph["update"]["text"][:40] for ph in mphases])
+    check("the loss divides by the step's samples", "over the step's 30 samples" in mphases[0]["loss"]["text"]
+          and "divided by 30 samples" in mphases[0]["loss"]["text"], mphases[0]["loss"]["text"])
+    out = p.stdout
+    check("accumulate narrated", all(f"Micro-batch {i} of 3" in out for i in (1, 2, 3))
+          and "3 broadcasts for one update" in out and "reduced the gradients 3 times" in out
+          and "step 2: chunks 9,9,9,3" in out and "(3 micro-batches)" in out, out[-3000:])
+    gradients = [m["at_peak"]["gradients"] for m in (plain["memory"][0], r["memory"][0])]
+    check("device 0 holds one more gradient buffer", gradients[1] == 2 * gradients[0], gradients)
+    # Under --sync allreduce only the last micro-batch is all-reduced (DDP's no_sync).
+    p = subprocess.run([DP, "demo", "--accumulate", "2", "--sync", "allreduce", "--batch", "8", "--json", js],
+                       capture_output=True, text=True, timeout=120)
+    r = json.load(open(js))
+    texts = [{ph["phase"]: ph["text"] for ph in m["phases"]} for m in r["steps"][0]["micro_batches"]]
+    check("no_sync narrated", p.returncode == 0 and texts[0]["reduce"].startswith("Nothing is all-reduced")
+          and "ring all-reduce" in texts[1]["reduce"] and "every device held the sum" in p.stdout
+          and "all-reduced once, on the last micro-batch" in p.stdout, (p.stderr, texts[0]["reduce"][:80]))
+    # More micro-batches than the data holds: a step of all of them, said.
+    p = subprocess.run([DP, "demo", "--accumulate", "4", "--generated-size", "20", "--json", js],
+                       capture_output=True, text=True, timeout=120)
+    r = json.load(open(js))
+    check("accumulate beyond the data", p.returncode == 0 and r["accumulate"] == 2
+          and "the data holds 2 batches of 10" in p.stdout, (p.stderr, p.stdout[:600]))
+    p = subprocess.run([DP, "demo", "--accumulate", "0"], capture_output=True, text=True, timeout=60)
+    check("accumulate 0 is a usage error", p.returncode == 2 and "--accumulate" in p.stderr, p.stderr)
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 

@@ -98,6 +98,11 @@ with tempfile.TemporaryDirectory() as tmp:
     check("memprof: in-replica loss lowers it", in_replica < gathered - 1, (gathered, in_replica))
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok] + SMALL)
     check("demo narrates a GPT step", rc == 0 and "token ids" in out and "[3, 8, 320]" in out, out + err)
+    check("demo: the loss gradient divides by the batch's tokens", "divided by 24 tokens" in out, out)
+    rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--accumulate", "2",
+                        "--data", tok] + SMALL)
+    check("demo narrates accumulated micro-batches", rc == 0 and "Micro-batch 2 of 2" in out
+          and "over the step's 48 tokens" in out and "divided by 48 tokens" in out, out + err)
 
     # ---- bad input
     odd = os.path.join(tmp, "odd")

@@ -3,7 +3,6 @@
 // table, JSON, an SVG chart and a trace; and the out-of-memory of a too-small device reproduced,
 // reported with its remedies (exit 3), the report still written for what was measured.
 #include <cstdio>
-#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -50,9 +49,7 @@ int run_memprof(const MemprofOptions& o) {
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
   // The samples to generate for the batches of --batch the run asks for (saturating).
-  const int64_t samples = generated_samples_for(
-      o.batch, o.accumulate > std::numeric_limits<int64_t>::max() / o.steps ? std::numeric_limits<int64_t>::max()
-                                                                           : o.steps * o.accumulate);
+  const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
   const RunData data = load_run_data(o, setup, samples, 1, 1234, samples * o.context + 1);
   // As dp train: more micro-batches than an epoch has make a step of the whole epoch.
   const int64_t accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
@@ -75,11 +72,8 @@ int run_memprof(const MemprofOptions& o) {
     const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, batches_needed);
     BatchSource& loader = *batches;
     try {
-      for (std::vector<std::shared_ptr<const Batch>> micro;; micro.clear()) {
-        while (static_cast<int64_t>(micro.size()) < accumulate)
-          if (auto b = loader.next()) micro.push_back(std::make_shared<const Batch>(std::move(*b)));
-          else break;
-        if (micro.empty()) break;
+      for (auto micro = next_micro_batches(loader, accumulate); !micro.empty();
+           micro = next_micro_batches(loader, accumulate)) {
         StepResult r = step_on(dp, micro);  // with --accumulate: a phase's highest peak over the micro-batches
         ++completed;
         last_chunks = r.chunks;

@@ -1,6 +1,7 @@
 #include "tools/dp/run_data.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "engine/error.hpp"
@@ -84,6 +85,8 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
   if (!o.data.empty() && is_token_data(o.data))
     throw RuntimeError("--data " + o.data + " holds text or token files; --model " + model.name +
                        " takes images (use --model gpt for a language model)");
+  // --generated-size, when given, is the size (memprof and demo otherwise take what their steps need).
+  if (o.generated_size_given) generated_train = o.generated_train;
   d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed)
                             : load_data_dir(o.data);
   const Dataset& train = d.images.train;
@@ -124,9 +127,11 @@ std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint6
                                        shard);
 }
 
-int64_t generated_samples_for(int64_t batch, int64_t batches) {
-  const int64_t cap = std::max<int64_t>(batch, 16384);
-  return batches > cap / batch ? cap : std::min(cap, batch * batches);
+int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumulate) {
+  const int64_t cap = std::max<int64_t>(o.batch, 16384);
+  const int64_t batches = accumulate > std::numeric_limits<int64_t>::max() / steps ? std::numeric_limits<int64_t>::max()
+                                                                                  : steps * accumulate;
+  return batches > cap / o.batch ? cap : std::min(cap, o.batch * batches);
 }
 
 int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {
@@ -157,13 +162,22 @@ StepResult step_on(DataParallel& dp, const Batch& batch) {
   return dp.step(batch.images.data(), batch.labels.data(), batch.size);
 }
 
-StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches) {
-  if (micro_batches.size() == 1) return step_on(dp, *micro_batches[0]);
+StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches,
+                   std::vector<StepResult>* each) {
+  if (micro_batches.size() == 1 && !each) return step_on(dp, *micro_batches[0]);
   std::vector<DataParallel::MicroBatch> micro;
   for (const auto& b : micro_batches)
     micro.push_back(b->tokens.empty() ? DataParallel::MicroBatch::images(b->images.data(), b->labels.data(), b->size)
                                       : DataParallel::MicroBatch::tokens(b->tokens.data(), b->labels.data(), b->size));
-  return dp.step(micro);
+  return dp.step(micro, each);
+}
+
+std::vector<std::shared_ptr<const Batch>> next_micro_batches(BatchSource& loader, int64_t count) {
+  std::vector<std::shared_ptr<const Batch>> micro;
+  while (static_cast<int64_t>(micro.size()) < count)
+    if (auto b = loader.next()) micro.push_back(std::make_shared<const Batch>(std::move(*b)));
+    else break;
+  return micro;
 }
 
 void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch) {

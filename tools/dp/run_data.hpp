@@ -36,10 +36,11 @@ struct RunData {
 // (3x32x32), or a generated corpus (bytes of sentences).
 TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed);
 
-// How many samples memprof and demo generate for `batches` batches of `batch`: that many, or for
-// long runs (where the product may not even fit) at most max(batch, 16384), which the loader goes
-// round again — the memory profile does not depend on which samples a step takes.
-int64_t generated_samples_for(int64_t batch, int64_t batches);
+// How many samples memprof and demo generate for `steps` steps of `accumulate` batches of --batch
+// (unless --generated-size says): that many, or for long runs (where the product may not
+// even fit) at most max(batch, 16384), which the loader goes round again — the memory profile does
+// not depend on which samples a step takes.
+int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumulate);
 
 // --data (or the generated default: `generated_train` / `generated_test` samples, or for a GPT a
 // corpus of --generated-size bytes, at least `min_tokens`), checked against the model and --batch.
@@ -50,8 +51,13 @@ RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_tr
 
 // One DataParallel step on a batch of either kind.
 StepResult step_on(DataParallel& dp, const Batch& batch);
-// One optimizer step over these micro-batches (gradient accumulation; one: step_on's).
-StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches);
+// One optimizer step over these micro-batches (gradient accumulation; one: step_on's); `each`, if
+// given, receives every micro-batch's own result (DataParallel::step).
+StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches,
+                   std::vector<StepResult>* each = nullptr);
+// memprof's and demo's steps: the next `count` batches the loader gives, whatever their epoch
+// (fewer at the end; none when it is done).
+std::vector<std::shared_ptr<const Batch>> next_micro_batches(BatchSource& loader, int64_t count);
 // Have the next step upload `batch` ahead (DataParallel::upload_ahead), which it keeps alive.
 void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch);
 

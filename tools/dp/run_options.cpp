@@ -82,7 +82,8 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                   "(every deterministic one timed once per shape, the fastest kept)")
       ->capture_default_str();
   cmd->add_option("--generated-size", o.generated_train,
-                  "training samples of the generated dataset (gpt: bytes of the generated corpus, default 1000000)")
+                  "training samples of the generated dataset (gpt: bytes of the generated corpus, default 1000000; "
+                  "memprof and demo: as many as their steps take)")
       ->capture_default_str();
   cmd->add_option("--gpt-layers", o.gpt_layers, "gpt: transformer blocks")->capture_default_str();
   cmd->add_option("--gpt-heads", o.gpt_heads, "gpt: attention heads")->capture_default_str();
