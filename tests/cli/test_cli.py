@@ -178,6 +178,31 @@ with tempfile.TemporaryDirectory() as tmp:
     ahead = [r["loaded_ahead"] for r in outs["off"] if "loss" in r]
     check("--upload-ahead on: every step but the first found its batch uploaded",
           ahead == [False] + [True] * 13, ahead)
+
+    # --eval-every: evaluation after every N steps besides each epoch's end (5 steps of 8 an epoch
+    # here); rows keyed after_step, the training itself untouched.
+    expect("negative eval-every", small + ["--eval-every", "-1"], 2, "--eval-every must be >= 0")
+    runs = {}
+    for name, extra in (("plain", []), ("every", ["--eval", "--eval-every", "2"]), ("four", ["--eval", "--steps", "4"])):
+        path = os.path.join(tmp, f"eval_{name}.jsonl")
+        rc, out, err = run(["train", "--data", good, "--devices", "host:2", "--batch", "8", "--model", "mlp",
+                            "--epochs", "2", "--metrics", path] + extra)
+        check(f"--eval-every: {name} runs", rc == 0, err + out)
+        runs[name] = ([json.loads(line) for line in open(path)] if rc == 0 else [], out)
+    evals = [r for r in runs["every"][0] if "test_loss" in r]
+    check("--eval-every 2: after steps 2 and 4, epoch 1's end (5), 6, 8 and epoch 2's end (10), once each",
+          [(r["after_step"], r["epoch"]) for r in evals] == [(2, 1), (4, 1), (5, 1), (6, 2), (8, 2), (10, 2)]
+          and all("step" not in r for r in evals), evals)
+    check("--eval-every: printed with its step", "step 2 (epoch 1): test loss" in runs["every"][1]
+          and "epoch 2: test loss" in runs["every"][1] and "step 10" not in runs["every"][1], runs["every"][1])
+    check("--eval-every changes no training step",
+          [r for r in runs["every"][0] if "step" in r] and
+          [(r["step"], r["loss"]) for r in runs["every"][0] if "step" in r] ==
+          [(r["step"], r["loss"]) for r in runs["plain"][0] if "step" in r])
+    four = [r for r in runs["four"][0] if "test_loss" in r]
+    check("--eval-every: step 4's evaluation is the one a run of 4 steps ends with",
+          len(four) == 1 and four[0]["after_step"] == 4 and four[0]["test_loss"] == evals[1]["test_loss"]
+          and four[0]["test_accuracy"] == evals[1]["test_accuracy"], (four, evals[1:2]))
     check("--cuda-graphs on: says how many steps replayed", "10 of 14 steps replayed a captured step" in said["on"],
           said["on"])
     check("--cuda-graphs on: says why the last step ran as usual (a short batch)",

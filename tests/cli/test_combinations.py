@@ -2,7 +2,7 @@
 ones), each checked against a property that must hold for all of them:
 
 - no change to the arithmetic: --cuda-graphs, --upload-ahead and --host-sync change how a step is
-  issued, --device-speed how fast a device runs, --eval and --checkpoint what happens between
+  issued, --device-speed how fast a device runs, --eval, --eval-every and --checkpoint what happens between
   steps; none may change a bit of the per-step losses (and gradient norms, fp16's scales and skips)
   or of the final weights, against --cuda-graphs off --upload-ahead off --host-sync phase;
 - resume: a run resumed from the checkpoint it wrote at step k ends bit for bit as the run that
@@ -89,6 +89,8 @@ def same_arithmetic(rng, case, tmp):
         other += ["--device-speed", ",".join(rng.choice(["1", "0.5"]) for _ in range(devices))]
     if rng.random() < 0.3:
         other += ["--eval"]
+    if rng.random() < 0.3:
+        other += ["--eval-every", str(rng.randint(1, 3))]
     if rng.random() < 0.3:
         other += ["--checkpoint", os.path.join(tmp, f"ck{case}"), "--checkpoint-every", "2"]
     a, b = outcome(usual, tmp), outcome(other, tmp)

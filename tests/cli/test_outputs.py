@@ -123,6 +123,8 @@ with tempfile.TemporaryDirectory() as tmp:
     notest = mnist_dir(tmp, "notest", train=40, test=0)
     expect("0 test samples with --eval", small[:2] + [notest] + small[3:] + ["--eval"], 1,
            "t10k-images-idx3-ubyte.gz: no test samples")
+    expect("0 test samples with --eval-every", small[:2] + [notest] + small[3:] + ["--eval-every", "2"], 1,
+           "t10k-images-idx3-ubyte.gz: no test samples")
     rc, _, err = run(small[:2] + [notest] + small[3:])
     check("0 test samples without --eval is fine", rc == 0, err)
 

@@ -141,14 +141,14 @@ int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {
 
 void RunData::check_evaluable(int64_t eval_windows) const {
   if (!language) {
-    if (images.test.count == 0) throw RuntimeError(images.test.source + ": no test samples (--eval needs some)");
+    if (images.test.count == 0) throw RuntimeError(images.test.source + ": no test samples (--eval and --eval-every need some)");
     return;
   }
   if (eval_windows < 1) throw UsageError("--eval-windows must be > 0");
   const auto n = static_cast<int64_t>(tokens.val.tokens.size());
   if (n < context + 1)
     throw RuntimeError(tokens.val.source + ": " + std::to_string(n) + " validation tokens, shorter than one window of --context " +
-                       std::to_string(context) + " + 1 (--eval needs one)");
+                       std::to_string(context) + " + 1 (--eval and --eval-every need one)");
 }
 
 EvalResult RunData::evaluate(DataParallel& dp, int64_t batch, int64_t eval_windows) const {

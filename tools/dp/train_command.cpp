@@ -50,6 +50,7 @@ struct TrainOptions : RunOptions {
   bool no_shuffle = false, augment = false;
   std::string init, save, metrics;
   bool eval = false;
+  int64_t eval_every = 0;  // also evaluate after every this many optimizer steps (0: off)
   int64_t eval_windows = 64;
   int64_t sample = 0;
   std::string prompt;
@@ -127,7 +128,7 @@ int run_train(const TrainOptions& given) {
   const bool primary = !group || group->rank() == 0;
   if (!primary) {
     o.metrics.clear(), o.save.clear(), o.checkpoint.clear();
-    o.eval = false, o.sample = 0;
+    o.eval = false, o.eval_every = 0, o.sample = 0;
     if (!std::freopen("/dev/null", "w", stdout)) throw RuntimeError("cannot silence stdout on rank " + std::to_string(group->rank()));
   }
   // Everything that can be checked is checked before any training starts.
@@ -138,6 +139,7 @@ int run_train(const TrainOptions& given) {
   if (o.sample < 0) throw UsageError("--sample must be >= 0");
   if (!std::isfinite(o.temperature) || o.temperature < 0) throw UsageError("--temperature must be >= 0 (0: greedy)");
   if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
+  if (o.eval_every < 0) throw UsageError("--eval-every must be >= 0 (optimizer steps; 0: off)");
   const bool language = find_model(o.model).language_model();
   if (o.sample > 0 && !language) throw UsageError("--sample generates text; it needs a language model (--model gpt)");
   OptimizerConfig opt;
@@ -172,7 +174,7 @@ int run_train(const TrainOptions& given) {
   const SplitPolicy& split = setup.split;
   const RunData data = load_run_data(o, setup, o.generated_train, o.generated_test, 1234);
   const ModelDef& model = setup.model;  // a GPT's sizes are final once its data is loaded
-  if (o.eval) data.check_evaluable(o.eval_windows);
+  if (o.eval || o.eval_every > 0) data.check_evaluable(o.eval_windows);
   const std::vector<int32_t> prompt = o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes)
                                                    : std::vector<int32_t>{};
 
@@ -291,27 +293,33 @@ int run_train(const TrainOptions& given) {
     checkpointed_step = step;
   };
   defer_interrupts();  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 / 143
-  auto end_epoch = [&](int epoch) {
-    if (!o.eval) return;
-    EvalResult r = data.evaluate(dp, o.batch, o.eval_windows);
+  // Evaluation (--eval at each epoch's end, --eval-every N after every N steps): one pass over the
+  // held-out data on device 0, reported on stdout and as a metrics row keyed `after_step` (not
+  // `step`, which marks the training rows).
+  auto report_eval = [&](const std::string& when, nlohmann::json row) {
+    const EvalResult r = data.evaluate(dp, o.batch, o.eval_windows);
     const double loss = r.loss_sum / static_cast<double>(r.count), acc = static_cast<double>(r.correct) / r.count;
     char line[240];
     if (data.language)
       std::snprintf(line, sizeof line,
-                    "epoch %d: validation loss %.4f (perplexity %.2f; unigram entropy %.4f), next-token accuracy %.2f%% "
+                    "%s: validation loss %.4f (perplexity %.2f; unigram entropy %.4f), next-token accuracy %.2f%% "
                     "over %lld tokens",
-                    epoch, loss, std::exp(loss), unigram_entropy(data.tokens.train.tokens), 100 * acc,
+                    when.c_str(), loss, std::exp(loss), unigram_entropy(data.tokens.train.tokens), 100 * acc,
                     static_cast<long long>(r.count));
     else
-      std::snprintf(line, sizeof line, "epoch %d: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", epoch, loss,
+      std::snprintf(line, sizeof line, "%s: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", when.c_str(), loss,
                     100 * acc, static_cast<long long>(r.correct), static_cast<long long>(r.count));
     progress.clear();  // results go to stdout, with the summary; progress stays on stderr
     std::printf("%s\n", line);
     std::fflush(stdout);
-    if (metrics.is_open())
-      metrics << nlohmann::json{{"epoch", epoch}, {"test_loss", loss}, {"test_accuracy", acc}, {"test_targets", r.count}}.dump()
-              << "\n"
-              << std::flush;
+    if (metrics.is_open()) {
+      row["after_step"] = step;
+      row["test_loss"] = loss, row["test_accuracy"] = acc, row["test_targets"] = r.count;
+      metrics << row.dump() << "\n" << std::flush;
+    }
+  };
+  auto end_epoch = [&](int epoch) {
+    if (o.eval) report_eval("epoch " + std::to_string(epoch), {{"epoch", epoch}});
   };
 
   int interrupted = 0;
@@ -389,6 +397,10 @@ int run_train(const TrainOptions& given) {
       progress.message("step " + std::to_string(step) + ": --cuda-graphs: " + r.graph_note);
     }
     progress.update(step, epoch, r.loss, static_cast<double>(samples) / train_seconds);
+    // An epoch's last step (or the run's) evaluates once: as the epoch's, with --eval.
+    const bool epoch_ends = step % steps_per_epoch == 0 || step == total;
+    if (o.eval_every > 0 && step % o.eval_every == 0 && !(o.eval && epoch_ends))
+      report_eval("step " + std::to_string(step) + " (epoch " + std::to_string(epoch) + ")", {{"epoch", epoch}});
     if (step % o.checkpoint_every == 0) save_checkpoint();
   }
   dp.cancel_upload_ahead();  // interrupted: the batch uploaded ahead is not trained on
@@ -490,7 +502,10 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)")->check(path_flag());
   cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)")->check(path_flag());
   cmd->add_flag("--eval", o->eval, "evaluate on the test set (gpt: validation windows) after each epoch");
-  cmd->add_option("--eval-windows", o->eval_windows, "gpt: validation windows --eval takes, evenly spaced")
+  cmd->add_option("--eval-every", o->eval_every,
+                  "also evaluate after every N optimizer steps (nanoGPT's eval_interval; 0: off)")
+      ->capture_default_str();
+  cmd->add_option("--eval-windows", o->eval_windows, "gpt: validation windows an evaluation takes, evenly spaced")
       ->capture_default_str();
   cmd->add_option("--sample", o->sample, "gpt: after training, print this many generated tokens");
   cmd->add_option("--prompt", o->prompt, "gpt: what --sample continues (text; token ids for token files)");
