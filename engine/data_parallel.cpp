@@ -29,7 +29,7 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
     : devices_(devices),
       model_(model),
       splitter_(std::move(split), devices.size()),
-      optimizer_(make_optimizer(optimizer)),
+      optimizer_(make_optimizer(optimizer, decay_runs(model, optimizer.decay_params))),
       lr_(optimizer.lr()),
       loss_(sync.mode == SyncMode::AllReduce ? make_loss_strategy(LossMode::InReplica, false) : make_loss_strategy(loss)),
       gradient_sync_(make_reduce_to_device0()),

@@ -25,7 +25,7 @@ void DataParallel::make_resident_replicas(const OptimizerConfig& optimizer) {
     resident_params_[r] = Tensor::empty(dev, {lay.parameter_count}, MemCategory::Parameters);
     resident_grads_[r] = Tensor::zeros(dev, {lay.parameter_count}, MemCategory::Gradients);
     resident_buffers_[r] = Tensor::empty(dev, {lay.buffer_count}, MemCategory::Parameters);
-    replica_optimizers_[r] = make_optimizer(optimizer);
+    replica_optimizers_[r] = make_optimizer(optimizer, decay_runs(lay, optimizer.decay_params));
   }
   if (precision_.mixed()) {  // zeros: the layout's alignment gaps, which no backward writes
     const DType low = storage_dtype(precision_.precision);

@@ -2,6 +2,7 @@
 // rate schedules, gradient clipping's scale, state saved and restored, and AdamW's state on device 0.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <future>
@@ -173,5 +174,62 @@ TEST_CASE("an update reads its learning rate and bias corrections from device me
       CHECK(p.to_host() == q.to_host());
     }
     CHECK(enqueued->steps() == 2);
+  }
+}
+
+TEST_CASE("weight decay on the matrices only: nanoGPT's parameter groups") {
+  SUBCASE("the runs of a layout") {
+    // convnet: conv 4-D weight, bias; BatchNorm weight, bias; ...; linear 2-D weight, bias.
+    const ModelLayout lay = ModelLayout::of(find_model("convnet"));
+    const auto runs = decay_runs(lay, DecayParams::Matrices);
+    CHECK(decay_runs(lay, DecayParams::All) == std::vector<DecayRun>{{0, lay.parameter_count, true}});
+    REQUIRE(runs.size() >= 2);
+    CHECK(runs.front().begin == 0);
+    CHECK(runs.back().end == lay.parameter_count);
+    for (size_t i = 0; i + 1 < runs.size(); ++i) {
+      CHECK(runs[i].end == runs[i + 1].begin);
+      CHECK(runs[i].decay != runs[i + 1].decay);  // neighbours of one kind are merged
+    }
+    // Every parameter entry lies in a run of its kind.
+    for (const StateEntry& e : lay.entries) {
+      if (e.buffer()) continue;
+      CAPTURE(e.name);
+      const auto in = std::find_if(runs.begin(), runs.end(), [&](const DecayRun& r) { return r.begin <= e.offset && e.offset < r.end; });
+      REQUIRE(in != runs.end());
+      CHECK(e.offset + numel(e.shape) <= in->end);
+      CHECK(in->decay == (e.shape.size() >= 2));
+    }
+    CHECK(parse_decay_params("matrices") == DecayParams::Matrices);
+    CHECK_THROWS_WITH_AS(parse_decay_params("biases"), doctest::Contains("--weight-decay-params 'biases'"), UsageError);
+  }
+  SUBCASE("the update decays only the runs that decay, for SGD and AdamW") {
+    auto devs = host_devices(1);
+    const std::vector<DecayRun> runs{{0, 3, true}, {3, 5, false}, {5, 8, true}};
+    const std::vector<float> p0{1, -2, 0.5f, 3, -1, 0.25f, 2, -0.5f}, g0{0.1f, 0.2f, -0.3f, 0.4f, 0.5f, -0.6f, 0.7f, 0.05f};
+    for (const auto kind : {OptimizerConfig::Kind::Sgd, OptimizerConfig::Kind::AdamW}) {
+      CAPTURE(static_cast<int>(kind));
+      OptimizerConfig c;
+      c.kind = kind;
+      c.sgd.lr = 0.1f;
+      c.sgd.momentum = 0.9f;
+      c.sgd.weight_decay = 0.3f;
+      OptimizerConfig no_decay = c;
+      no_decay.sgd.weight_decay = 0.f;
+      auto grouped = make_optimizer(c, runs), decayed = make_optimizer(c), plain = make_optimizer(no_decay);
+      Tensor a = tensor_from(devs[0], {8}, p0, MemCategory::Parameters), b = tensor_from(devs[0], {8}, p0, MemCategory::Parameters),
+             z = tensor_from(devs[0], {8}, p0, MemCategory::Parameters);
+      for (int t = 0; t < 3; ++t) {  // momentum and moments carry the decay (or not) from step to step
+        Tensor g = tensor_from(devs[0], {8}, g0, MemCategory::Gradients);
+        grouped->step(a, g, 0.1f);
+        decayed->step(b, g, 0.1f);
+        plain->step(z, g, 0.1f);
+      }
+      const auto got = a.to_host(), with = b.to_host(), without = z.to_host();
+      for (int i = 0; i < 8; ++i) {
+        CAPTURE(i);
+        CHECK(got[i] == (i >= 3 && i < 5 ? without[i] : with[i]));
+        CHECK(with[i] != without[i]);  // the decay moved every element
+      }
+    }
   }
 }

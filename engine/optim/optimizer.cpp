@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <string>
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
@@ -65,9 +66,25 @@ void check_saved(const Optimizer::Saved& s, const std::vector<std::string>& name
   }
 }
 
+// A run's part of a flat buffer (absent stays absent).
+Buf part(Buf b, int64_t begin) {
+  if (b.ptr) b.ptr = static_cast<float*>(b.ptr) + begin;
+  return b;
+}
+
+// The runs an update takes: the given ones (which must cover the n parameters), or the whole
+// array, decayed.
+std::vector<DecayRun> runs_or_whole(const std::vector<DecayRun>& runs, int64_t n) {
+  if (runs.empty()) return {{0, n, true}};
+  if (runs.front().begin != 0 || runs.back().end != n)
+    throw RuntimeError("optimizer: weight decay runs cover [" + std::to_string(runs.front().begin) + ", " +
+                       std::to_string(runs.back().end) + "), the parameters [0, " + std::to_string(n) + ")");
+  return runs;
+}
+
 class Sgd final : public Optimizer {
  public:
-  explicit Sgd(const SgdConfig& c) : cfg_(c) {}
+  Sgd(const SgdConfig& c, std::vector<DecayRun> runs) : cfg_(c), runs_(std::move(runs)) {}
   OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::Sgd; }
   using Optimizer::step;
   void fill_scalars(float lr, StepScalars& s) const override { s.lr = lr; }
@@ -77,9 +94,16 @@ class Sgd final : public Optimizer {
     if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
     state_created_by_last_step_ = first;
     dev.stream().enqueue(
-        [params, grads, buf = momentum_, first, cfg = cfg_, scalars, skip_if, &dev] {
-          sgd_update(dev.exec(), params.buf(), grads.buf(), buf.buf(), first,
-                     SgdStep(cfg, scalar_on_device(scalars, offsetof(StepScalars, lr))), params.numel(), skip_if.buf());
+        [params, grads, buf = momentum_, first, cfg = cfg_, runs = runs_or_whole(runs_, params.numel()), scalars,
+         skip_if, &dev] {
+          for (const DecayRun& run : runs) {  // torch.optim's parameter groups: weight decay or none
+            SgdConfig c = cfg;
+            if (!run.decay) c.weight_decay = 0.f;
+            sgd_update(dev.exec(), part(params.buf(), run.begin), part(grads.buf(), run.begin),
+                       part(buf.buf(), run.begin), first,
+                       SgdStep(c, scalar_on_device(scalars, offsetof(StepScalars, lr))), run.end - run.begin,
+                       skip_if.buf());
+          }
         },
         dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
     ++steps_;
@@ -105,12 +129,13 @@ class Sgd final : public Optimizer {
  private:
   void drop_state() override { momentum_ = Tensor(); }
   SgdConfig cfg_;
+  std::vector<DecayRun> runs_;
   Tensor momentum_;
 };
 
 class AdamW final : public Optimizer {
  public:
-  explicit AdamW(const OptimizerConfig& c) : cfg_(c) {}
+  AdamW(const OptimizerConfig& c, std::vector<DecayRun> runs) : cfg_(c), runs_(std::move(runs)) {}
   OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::AdamW; }
   using Optimizer::step;
   void fill_scalars(float lr, StepScalars& s) const override {
@@ -125,16 +150,22 @@ class AdamW final : public Optimizer {
     state_created_by_last_step_ = !exp_avg_.defined();
     if (!exp_avg_.defined()) exp_avg_ = state_like(params), exp_avg_sq_ = state_like(params);
     ++steps_;
-    const AdamWStep s{scalar_on_device(scalars, offsetof(StepScalars, lr)),
-                      cfg_.sgd.weight_decay,
-                      cfg_.adamw.beta1,
-                      cfg_.adamw.beta2,
-                      cfg_.adamw.eps,
-                      scalar_on_device(scalars, offsetof(StepScalars, adamw_step_size)),
-                      scalar_on_device(scalars, offsetof(StepScalars, adamw_bc2_sqrt))};
+    const AdamWStep step{scalar_on_device(scalars, offsetof(StepScalars, lr)),
+                         cfg_.sgd.weight_decay,
+                         cfg_.adamw.beta1,
+                         cfg_.adamw.beta2,
+                         cfg_.adamw.eps,
+                         scalar_on_device(scalars, offsetof(StepScalars, adamw_step_size)),
+                         scalar_on_device(scalars, offsetof(StepScalars, adamw_bc2_sqrt))};
     dev.stream().enqueue(
-        [params, grads, m = exp_avg_, v = exp_avg_sq_, s, scalars, skip_if, &dev] {
-          adamw_update(dev.exec(), params.buf(), grads.buf(), m.buf(), v.buf(), s, params.numel(), skip_if.buf());
+        [params, grads, m = exp_avg_, v = exp_avg_sq_, step, runs = runs_or_whole(runs_, params.numel()), scalars,
+         skip_if, &dev] {
+          for (const DecayRun& run : runs) {  // torch.optim's parameter groups: weight decay or none
+            AdamWStep s = step;
+            if (!run.decay) s.weight_decay = 0.f;
+            adamw_update(dev.exec(), part(params.buf(), run.begin), part(grads.buf(), run.begin),
+                         part(m.buf(), run.begin), part(v.buf(), run.begin), s, run.end - run.begin, skip_if.buf());
+          }
         },
         dev.stream().label([&] { return TaskLabel{"adamw update " + std::to_string(params.numel()) + " parameters", "update"}; }));
   }
@@ -159,15 +190,16 @@ class AdamW final : public Optimizer {
  private:
   void drop_state() override { exp_avg_ = exp_avg_sq_ = Tensor(); }
   OptimizerConfig cfg_;
+  std::vector<DecayRun> runs_;
   Tensor exp_avg_, exp_avg_sq_;
 };
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg) {
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, std::vector<DecayRun> runs) {
   validate(cfg);
-  if (cfg.kind == OptimizerConfig::Kind::AdamW) return std::make_unique<AdamW>(cfg);
-  return std::make_unique<Sgd>(cfg.sgd);
+  if (cfg.kind == OptimizerConfig::Kind::AdamW) return std::make_unique<AdamW>(cfg, std::move(runs));
+  return std::make_unique<Sgd>(cfg.sgd, std::move(runs));
 }
 
 }  // namespace dp

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/optim/decay_groups.hpp"
 #include "engine/step/step_scalars.hpp"
 #include "engine/tensor.hpp"
 #include "kernels/ops/adamw.hpp"
@@ -25,6 +26,7 @@ struct OptimizerConfig {
   Kind kind = Kind::Sgd;
   SgdConfig sgd;  // lr and weight_decay serve both; momentum, dampening, nesterov are SGD's
   AdamWConfig adamw;
+  DecayParams decay_params = DecayParams::All;  // which parameters weight_decay applies to
   OptimizerConfig() = default;
   OptimizerConfig(const SgdConfig& s) : sgd(s) {}  // NOLINT: an SGD configuration is one
   float lr() const { return sgd.lr; }
@@ -79,6 +81,8 @@ class Optimizer {
   bool state_created_by_last_step_ = false;
 };
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg);
+// `runs`: where weight decay applies in the flat parameter array (decay_runs(); the update takes
+// each run in turn). None: everywhere, one update over the whole array.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, std::vector<DecayRun> runs = {});
 
 }  // namespace dp

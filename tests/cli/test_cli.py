@@ -73,6 +73,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for name, extra, needle in [
         ("unknown flag", ["--bogus"], "bogus"),
         ("unknown model", ["--model", "resnet999"], "unknown model 'resnet999'"),
+        ("bad weight decay params", ["--weight-decay-params", "biases"], "--weight-decay-params 'biases'"),
         ("batch 0", ["--batch", "0"], "--batch must be > 0"),
         ("batch negative", ["--batch", "-4"], "--batch must be > 0"),
         ("steps 0", ["--steps", "0"], "--steps must be > 0"),

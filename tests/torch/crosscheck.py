@@ -51,12 +51,19 @@ CASES = [
                                "0.3"]),
     # nanoGPT's GPT on token files (vocabulary 100 ids -> 128): a loss row per token, over uneven
     # chunks, gathered (DataParallel's) and in-replica, SGD and AdamW.
-    ("gpt", 3, 5, "chunks:1,3,1", 3, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0"] + GPT_FLAGS),
+    # Its AdamW decays the matrices only (nanoGPT's groups, the GPT's default), strongly enough
+    # that decaying the LayerNorm weights too would be seen.
+    ("gpt", 3, 5, "chunks:1,3,1", 3, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--weight-decay",
+                                      "0.5"] + GPT_FLAGS),
     ("gpt", 2, 4, "even", 3, ["--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9", "--loss", "in-replica"]
      + GPT_FLAGS),
     ("gpt", 4, 7, "even", 3, ["--optimizer", "adamw", "--lr", "0.002", "--momentum", "0", "--clip-grad-norm", "0.5",
                               "--loss", "in-replica", "--gpt-layers", "1", "--gpt-heads", "4", "--gpt-dim", "16",
-                              "--context", "8"]),
+                              "--context", "8", "--weight-decay", "0.1", "--weight-decay-params", "all"]),
+    # Weight decay on the matrices only (nanoGPT's groups; the GPT's default, above): SGD's L2
+    # penalty spares the convnet's biases and BatchNorm weights.
+    ("convnet", 2, 12, "even", 3, ["--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.05",
+                                   "--weight-decay-params", "matrices"]),
     # Gradient accumulation (--accumulate N, the batch is a micro-batch): PyTorch's loop calling
     # backward() on each micro-batch, weighted by its share of the rows, and stepping once. The
     # residual model's BatchNorm normalises each micro-batch and updates its statistics N times.
@@ -103,11 +110,16 @@ def run_case(dp, work, case, idx):
     damp = float(flag("--dampening", 0.0))
 
     def make_optimizer(m):
+        # --weight-decay-params matrices (the GPT's default): nanoGPT's configure_optimizers, two
+        # groups, weight decay on the tensors of 2+ dimensions only.
+        groups = list(m.parameters())
+        if flag("--weight-decay-params", "matrices" if gpt else "all") == "matrices":
+            groups = [{"params": [p for p in m.parameters() if p.dim() >= 2], "weight_decay": wd},
+                      {"params": [p for p in m.parameters() if p.dim() < 2], "weight_decay": 0.0}]
         if adamw:
             betas = tuple(float(b) for b in flag("--betas", "0.9,0.999").split(","))
-            return torch.optim.AdamW(m.parameters(), lr=lr, betas=betas, eps=float(flag("--eps", 1e-8)),
-                                     weight_decay=wd)
-        return torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum, dampening=damp, weight_decay=wd,
+            return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=float(flag("--eps", 1e-8)), weight_decay=wd)
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum, dampening=damp, weight_decay=wd,
                                nesterov="--nesterov" in flags)
     schedule, warmup, min_lr = flag("--lr-schedule", "constant"), int(flag("--warmup-steps", 0)), float(flag("--min-lr", 0))
     clip = float(flag("--clip-grad-norm", 0))

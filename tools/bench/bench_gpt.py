@@ -1,7 +1,7 @@
 """The GPT on host devices against PyTorch CPU, in one invocation (issue target: the default GPT,
 4 layers, 4 heads, dim 256, context 128, at batch 32 on byte-level text, host:2 >= 1.3x PyTorch's
 best of 1 or 2 threads). Both sides train the same model (tests/torch/reference.py's GPT, nanoGPT's
-names) with AdamW on windows of the same generated corpus; the first 3 steps are not timed.
+names) with AdamW (nanoGPT's parameter groups) on windows of the same generated corpus; the first 3 steps are not timed.
 Prints Markdown.
 
 usage: bench_gpt.py [--dp build/dp] [--steps 10] [--repeats 2] [--batch 32]
@@ -38,7 +38,10 @@ torch.set_num_threads(threads)
 torch.manual_seed(0)
 T, V = 128, 256
 model = ref.make_model("gpt", dict(vocab=V, context=T, layers=4, heads=4, dim=256))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+# nanoGPT's parameter groups, as dp's GPT default (--weight-decay-params matrices)
+groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.01},
+          {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+opt = torch.optim.AdamW(groups, lr=1e-3)
 data = torch.randint(0, V, (batch * steps * T + 1,))
 model.train()
 for s in range(steps):

@@ -39,6 +39,7 @@ struct TrainOptions : RunOptions {
   bool steps_given = false;
   float lr = 0.05f, momentum = 0.9f, dampening = 0.f, weight_decay = 0.f;
   bool nesterov = false, weight_decay_given = false;
+  std::string weight_decay_params;  // all | matrices; "": matrices for a GPT (nanoGPT's), all otherwise
   std::vector<float> betas{0.9f, 0.999f};
   float eps = 1e-8f;
   std::string lr_schedule = "constant";
@@ -121,6 +122,14 @@ ProcessGroup* join_process_group(const TrainOptions& o) {
   return &group;
 }
 
+// The header's ", weight decay 0.01 (matrices only)".
+std::string weight_decay_text(const OptimizerConfig& opt) {
+  char text[64];
+  std::snprintf(text, sizeof text, ", weight decay %g%s", static_cast<double>(opt.sgd.weight_decay),
+                opt.decay_params == DecayParams::Matrices ? " (matrices only)" : "");
+  return text;
+}
+
 int run_train(const TrainOptions& given) {
   TrainOptions o = given;
   ProcessGroup* group = join_process_group(o);
@@ -151,6 +160,9 @@ int run_train(const TrainOptions& given) {
   // torch.optim's defaults: no weight decay for SGD, 0.01 (decoupled) for AdamW.
   opt.sgd.weight_decay = o.weight_decay_given || opt.kind == OptimizerConfig::Kind::Sgd ? o.weight_decay : 0.01f;
   opt.sgd.nesterov = o.nesterov;
+  opt.decay_params = parse_decay_params(!o.weight_decay_params.empty() ? o.weight_decay_params
+                                        : language                     ? "matrices"
+                                                                       : "all");
   if (o.betas.size() != 2) throw UsageError("--betas takes two numbers, e.g. 0.9,0.999");
   opt.adamw = {o.betas[0], o.betas[1], o.eps};
   validate(opt);
@@ -244,14 +256,15 @@ int run_train(const TrainOptions& given) {
   const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, total);
   dp.set_report_grad_norm(metrics.is_open());
   if (primary)
-    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s%s, %s lr %g, %lld steps over %s\n",
+    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s%s, %s lr %g%s, %lld steps over %s\n",
                model.language_model() ? model.summary.c_str() : model.name.c_str(), devices.description().c_str(),
                group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
                split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "",
                plan.per_step > 1 ? (" x " + std::to_string(plan.per_step) + " micro-batches a step").c_str() : "",
                setup.precision.mixed() ? (std::string(", ") + precision_name(setup.precision.precision)).c_str() : "",
-               optimizer_name(opt.kind),
-               static_cast<double>(opt.sgd.lr), static_cast<long long>(total), data.description.c_str());
+               optimizer_name(opt.kind), static_cast<double>(opt.sgd.lr),
+               opt.sgd.weight_decay > 0 ? weight_decay_text(opt).c_str() : "", static_cast<long long>(total),
+               data.description.c_str());
   Progress progress(total, ::isatty(STDERR_FILENO) == 1, !primary);
 
   PhaseTimes phase_total{};
@@ -475,6 +488,9 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--dampening", o->dampening, "SGD dampening")->capture_default_str();
   cmd->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
   cmd->add_option("--weight-decay", o->weight_decay, "SGD: L2 penalty (default 0); AdamW: decoupled decay (default 0.01)");
+  cmd->add_option("--weight-decay-params", o->weight_decay_params,
+                  "which parameters --weight-decay applies to: all, or matrices (those of 2+ dimensions: not biases "
+                  "or norms; nanoGPT's groups, gpt's default)");
   cmd->add_option("--betas", o->betas, "AdamW: beta1,beta2")->delimiter(',')->capture_default_str();
   cmd->add_option("--eps", o->eps, "AdamW: epsilon")->capture_default_str();
   cmd->add_option("--lr-schedule", o->lr_schedule, "constant, cosine, or step:N,G (times G every N steps)")
