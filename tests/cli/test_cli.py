@@ -214,6 +214,39 @@ with tempfile.TemporaryDirectory() as tmp:
           rc == 0 and "0 of 4 steps replayed a captured step; the last ran as usual: --split auto measures" in out,
           err + out)
 
+    # --save-best: after each evaluation whose loss is the lowest so far, the weights then; a run
+    # that stops at that step saves the same bytes. A resumed run goes on from its checkpoint's best.
+    expect("save-best the same file as save", small + ["--eval", "--save", os.path.join(tmp, "same.safetensors"),
+                                                       "--save-best", os.path.join(tmp, "same.safetensors")], 2,
+           "--save and --save-best name the same file")
+    expect("save-best without evaluations", small + ["--save-best", os.path.join(tmp, "nb.safetensors")], 2,
+           "--save-best keeps the weights of the best evaluation")
+    best_run = ["train", "--data", good, "--devices", "host:2", "--batch", "8", "--model", "mlp", "--epochs", "4",
+                "--lr", "0.3", "--lr-schedule", "step:12,30", "--eval-every", "2"]  # the best at step 12, then worse
+    best, best_m, ck = (os.path.join(tmp, n) for n in ("best.safetensors", "best.jsonl", "best_ck"))
+    rc, out, err = run(best_run + ["--save-best", best, "--metrics", best_m, "--checkpoint", ck, "--checkpoint-every",
+                                   "5", "--keep-checkpoints", "10"])
+    check("--save-best runs", rc == 0, err + out)
+    evals = [json.loads(line) for line in open(best_m) if "test_loss" in line] if rc == 0 else []
+    losses = [r["test_loss"] for r in evals]
+    check("--save-best: saved where the loss is the lowest so far",
+          evals and [r["saved_best"] for r in evals] == [all(x < y for y in losses[:i]) for i, x in enumerate(losses)],
+          evals)
+    at = evals[losses.index(min(losses))]["after_step"] if evals else 0
+    stop = os.path.join(tmp, "stop.safetensors")
+    rc, out2, err = run(best_run + ["--steps", str(at), "--save", stop])
+    check(f"--save-best holds the weights after step {at}", rc == 0 and open(best, "rb").read() == open(stop, "rb").read(),
+          (at, losses))
+    check("--save-best: said", f"after step {at}: its weights are {best}" in out and "the best so far: saved" in out, out)
+    resumed_best, resumed_m = os.path.join(tmp, "best2.safetensors"), os.path.join(tmp, "best2.jsonl")
+    rc, out, err = run(best_run + ["--save-best", resumed_best, "--metrics", resumed_m, "--resume",
+                                   os.path.join(ck, "step-00000015")])
+    again = [json.loads(line) for line in open(resumed_m) if "test_loss" in line] if rc == 0 else []
+    check("--save-best after --resume: measured against the checkpoint's best (step 12): nothing better since",
+          rc == 0 and at == 12 and [r["after_step"] for r in again] == [16, 18, 20]
+          and [r["saved_best"] for r in again] == [False] * 3 and not os.path.exists(resumed_best)
+          and "after step 12: before the checkpoint this run resumed from" in out, (err, again, losses))
+
     # Runtime errors: exit 1, and the existing --save file is untouched.
     def keeps_save(name, args, code, needle):
         expect(name, args + ["--save", save, "--metrics", metrics], code, needle)

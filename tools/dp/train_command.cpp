@@ -49,7 +49,7 @@ struct TrainOptions : RunOptions {
   std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
   std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
   bool no_shuffle = false, augment = false;
-  std::string init, save, metrics;
+  std::string init, save, save_best, metrics;
   bool eval = false;
   int64_t eval_every = 0;  // also evaluate after every this many optimizer steps (0: off)
   int64_t eval_windows = 64;
@@ -136,7 +136,7 @@ int run_train(const TrainOptions& given) {
   // Rank 0 alone reports and writes (progress, results, metrics, --save, checkpoints, samples).
   const bool primary = !group || group->rank() == 0;
   if (!primary) {
-    o.metrics.clear(), o.save.clear(), o.checkpoint.clear();
+    o.metrics.clear(), o.save.clear(), o.save_best.clear(), o.checkpoint.clear();
     o.eval = false, o.eval_every = 0, o.sample = 0;
     if (!std::freopen("/dev/null", "w", stdout)) throw RuntimeError("cannot silence stdout on rank " + std::to_string(group->rank()));
   }
@@ -149,6 +149,8 @@ int run_train(const TrainOptions& given) {
   if (!std::isfinite(o.temperature) || o.temperature < 0) throw UsageError("--temperature must be >= 0 (0: greedy)");
   if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
   if (o.eval_every < 0) throw UsageError("--eval-every must be >= 0 (optimizer steps; 0: off)");
+  if (!o.save_best.empty() && !o.eval && o.eval_every == 0)
+    throw UsageError("--save-best keeps the weights of the best evaluation: add --eval or --eval-every N");
   const bool language = find_model(o.model).language_model();
   if (o.sample > 0 && !language) throw UsageError("--sample generates text; it needs a language model (--model gpt)");
   OptimizerConfig opt;
@@ -180,7 +182,7 @@ int run_train(const TrainOptions& given) {
   if (!o.checkpoint.empty()) check_checkpoint_dir(o.checkpoint, !o.resume.empty());
   if (!o.resume.empty() && !std::filesystem::is_directory(o.resume))
     throw UsageError("--resume " + o.resume + ": not a directory");
-  check_outputs(o, {{"--save", o.save}, {"--metrics", o.metrics}}, {{"--init", o.init}});
+  check_outputs(o, {{"--save", o.save}, {"--save-best", o.save_best}, {"--metrics", o.metrics}}, {{"--init", o.init}});
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const SplitPolicy& split = setup.split;
@@ -215,6 +217,10 @@ int run_train(const TrainOptions& given) {
   if (group) identity["processes"] = group->size();  // the data's shards depend on it
   if (o.accumulate > 1) identity["accumulate"] = o.accumulate;  // a step's batches depend on it
   int64_t first_step = 0, checkpointed_from = -1;
+  // --save-best: the lowest held-out loss so far and the step after which it was measured (a
+  // resumed run continues from its checkpoint's).
+  double best_loss = INFINITY;
+  int64_t best_step = -1;
   if (!o.resume.empty()) {
     std::string dir;
     Checkpoint c = load_checkpoint(o.resume, dp.layout(), identity, &dir);
@@ -228,6 +234,9 @@ int run_train(const TrainOptions& given) {
       dp.loss_scaler().restore({c.state["loss_scale"].at("scale").get<double>(),
                                 c.state["loss_scale"].at("growth_tracker").get<int64_t>()});
     first_step = c.state.at("step").get<int64_t>();
+    if (c.state.contains("best_eval"))
+      best_loss = c.state["best_eval"].at("test_loss").get<double>(),
+      best_step = c.state["best_eval"].at("after_step").get<int64_t>();
     checkpointed_from = first_step;
     if (primary) std::fprintf(stderr, "resuming from %s at step %lld\n", dir.c_str(), static_cast<long long>(first_step));
   }
@@ -298,6 +307,7 @@ int run_train(const TrainOptions& given) {
       c.state["loss_scale"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker}};
     }
     c.state["devices"] = devices.description();
+    if (best_step >= 0) c.state["best_eval"] = {{"test_loss", best_loss}, {"after_step", best_step}};
     c.state["command"] = command_line();
     finish_writing();
     writing = std::async(std::launch::async, [&layout = dp.layout(), c = std::move(c), at = step, &o] {
@@ -322,10 +332,16 @@ int run_train(const TrainOptions& given) {
     else
       std::snprintf(line, sizeof line, "%s: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", when.c_str(), loss,
                     100 * acc, static_cast<long long>(r.correct), static_cast<long long>(r.count));
+    const bool best = !o.save_best.empty() && loss < best_loss;
+    if (best) {  // written before it is said, atomically: an interrupted write leaves the last best
+      save_safetensors(o.save_best, dp.layout(), {dp.parameters(), dp.buffers()});
+      best_loss = loss, best_step = step;
+    }
     progress.clear();  // results go to stdout, with the summary; progress stays on stderr
-    std::printf("%s\n", line);
+    std::printf("%s%s\n", line, best ? ("; the best so far: saved " + o.save_best).c_str() : "");
     std::fflush(stdout);
     if (metrics.is_open()) {
+      if (!o.save_best.empty()) row["saved_best"] = best;
       row["after_step"] = step;
       row["test_loss"] = loss, row["test_accuracy"] = acc, row["test_targets"] = r.count;
       metrics << row.dump() << "\n" << std::flush;
@@ -459,6 +475,11 @@ int run_train(const TrainOptions& given) {
     save_safetensors(o.save, dp.layout(), {dp.parameters(), dp.buffers()});
     std::printf("saved %s\n", o.save.c_str());
   }
+  if (!o.save_best.empty() && best_step >= 0)
+    std::printf("best held-out loss %.4f after step %lld: %s\n", best_loss, static_cast<long long>(best_step),
+                best_step > first_step ? ("its weights are " + o.save_best).c_str()
+                                       : "before the checkpoint this run resumed from, and none better since (the "
+                                         "run that reached it wrote its weights; --save-best was not written)");
   if (o.sample > 0) {
     const auto generated = generate_tokens(dp, prompt, o.sample, o.temperature, o.seed);
     std::vector<int32_t> text = prompt;
@@ -516,6 +537,10 @@ Run add_train_command(CLI::App& app) {
   cmd->add_flag("--augment", o->augment, "training only: random 32x32 crop of the 4-pixel-padded image, horizontal flip");
   cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)")->check(path_flag());
   cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)")->check(path_flag());
+  cmd->add_option("--save-best", o->save_best,
+                  "write the weights here after each evaluation (--eval, --eval-every) whose held-out loss is the "
+                  "lowest so far")
+      ->check(path_flag());
   cmd->add_option("--metrics", o->metrics, "one JSON object per step (JSON lines)")->check(path_flag());
   cmd->add_flag("--eval", o->eval, "evaluate on the test set (gpt: validation windows) after each epoch");
   cmd->add_option("--eval-every", o->eval_every,
