@@ -214,6 +214,22 @@ with tempfile.TemporaryDirectory() as tmp:
           rc == 0 and "0 of 4 steps replayed a captured step; the last ran as usual: --split auto measures" in out,
           err + out)
 
+    # --trace: a Chrome/Perfetto timeline of a window of steps (default: the run's 2nd to 4th).
+    def traced_steps(path):
+        events = json.load(open(path))["traceEvents"]
+        host = [e["tid"] for e in events if e["ph"] == "M" and e["args"].get("name") == "host: step phases"]
+        return sum(1 for e in events if e["ph"] == "X" and host and e["tid"] == host[0] and e["name"] == "load")
+    trace = os.path.join(tmp, "train-trace.json")
+    rc, out, err = run(small + ["--steps", "6", "--trace", trace, "--trace-steps", "2:4"])
+    check("--trace-steps 2:4: three steps traced", rc == 0 and traced_steps(trace) == 3
+          and f"trace of steps 2-4: {trace}" in out, err + out)
+    rc, out, err = run(small + ["--steps", "3", "--trace", trace])
+    check("--trace: by default from the 2nd step, written when the run ends inside the window",
+          rc == 0 and traced_steps(trace) == 2 and "trace of steps 2-3" in out, err + out)
+    for bad in ("4:2", "0:3", "2-4", "x:3"):
+        expect(f"--trace-steps {bad}", small + ["--trace", trace, "--trace-steps", bad], 2, f"--trace-steps '{bad}'")
+    expect("--trace-steps without --trace", small + ["--trace-steps", "2:3"], 2, "add --trace")
+
     # --save-best: after each evaluation whose loss is the lowest so far, the weights then; a run
     # that stops at that step saves the same bytes. A resumed run goes on from its checkpoint's best.
     expect("save-best the same file as save", small + ["--eval", "--save", os.path.join(tmp, "same.safetensors"),

@@ -26,6 +26,7 @@
 #include "tools/dp/progress.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
+#include "tools/dp/train_trace.hpp"
 #include "tools/dp/sample_text.hpp"
 
 namespace dp::cli {
@@ -50,6 +51,7 @@ struct TrainOptions : RunOptions {
   std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
   bool no_shuffle = false, augment = false;
   std::string init, save, save_best, metrics;
+  std::string trace, trace_steps;  // --trace FILE of the steps --trace-steps A:B
   bool eval = false;
   int64_t eval_every = 0;  // also evaluate after every this many optimizer steps (0: off)
   int64_t eval_windows = 64;
@@ -136,7 +138,7 @@ int run_train(const TrainOptions& given) {
   // Rank 0 alone reports and writes (progress, results, metrics, --save, checkpoints, samples).
   const bool primary = !group || group->rank() == 0;
   if (!primary) {
-    o.metrics.clear(), o.save.clear(), o.save_best.clear(), o.checkpoint.clear();
+    o.metrics.clear(), o.save.clear(), o.save_best.clear(), o.checkpoint.clear(), o.trace.clear();
     o.eval = false, o.eval_every = 0, o.sample = 0;
     if (!std::freopen("/dev/null", "w", stdout)) throw RuntimeError("cannot silence stdout on rank " + std::to_string(group->rank()));
   }
@@ -149,6 +151,7 @@ int run_train(const TrainOptions& given) {
   if (!std::isfinite(o.temperature) || o.temperature < 0) throw UsageError("--temperature must be >= 0 (0: greedy)");
   if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
   if (o.eval_every < 0) throw UsageError("--eval-every must be >= 0 (optimizer steps; 0: off)");
+  if (!o.trace_steps.empty() && o.trace.empty()) throw UsageError("--trace-steps says which steps --trace FILE traces: add --trace");
   if (!o.save_best.empty() && !o.eval && o.eval_every == 0)
     throw UsageError("--save-best keeps the weights of the best evaluation: add --eval or --eval-every N");
   const bool language = find_model(o.model).language_model();
@@ -182,7 +185,10 @@ int run_train(const TrainOptions& given) {
   if (!o.checkpoint.empty()) check_checkpoint_dir(o.checkpoint, !o.resume.empty());
   if (!o.resume.empty() && !std::filesystem::is_directory(o.resume))
     throw UsageError("--resume " + o.resume + ": not a directory");
-  check_outputs(o, {{"--save", o.save}, {"--save-best", o.save_best}, {"--metrics", o.metrics}}, {{"--init", o.init}});
+  check_outputs(o, {{"--save", o.save}, {"--save-best", o.save_best}, {"--metrics", o.metrics}, {"--trace", o.trace}},
+                {{"--init", o.init}});
+  std::optional<TrainTrace> trace;  // made before the DataParallel it traces (train_trace.hpp)
+  if (!o.trace.empty()) trace.emplace(o.trace, o.trace_steps);
   RunSetup setup = validate_and_make_devices(o);
   DeviceSet& devices = *setup.devices;
   const SplitPolicy& split = setup.split;
@@ -241,6 +247,7 @@ int run_train(const TrainOptions& given) {
     if (primary) std::fprintf(stderr, "resuming from %s at step %lld\n", dir.c_str(), static_cast<long long>(first_step));
   }
 
+  if (trace) trace->start(first_step);
   // Opened (and so truncated) only once everything that can fail before training has passed; a
   // resumed run appends to the metrics of the run it continues.
   std::ofstream metrics;
@@ -275,6 +282,12 @@ int run_train(const TrainOptions& given) {
                opt.sgd.weight_decay > 0 ? weight_decay_text(opt).c_str() : "", static_cast<long long>(total),
                data.description.c_str());
   Progress progress(total, ::isatty(STDERR_FILENO) == 1, !primary);
+  auto say = [&](const std::string& result) {  // a result line on stdout, off the progress bar
+    if (result.empty()) return;
+    progress.clear();
+    std::printf("%s\n", result.c_str());
+    std::fflush(stdout);
+  };
 
   PhaseTimes phase_total{};
   int64_t phased_steps = 0, replayed = 0;  // --cuda-graphs: a replayed step has no phases of its own
@@ -377,6 +390,7 @@ int run_train(const TrainOptions& given) {
       current_epoch = epoch;
     }
     dp.set_learning_rate(schedule.at(step));
+    if (trace) trace->before_step(dp, step + 1);
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r = step_on(dp, micro);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -426,6 +440,7 @@ int run_train(const TrainOptions& given) {
       progress.message("step " + std::to_string(step) + ": --cuda-graphs: " + r.graph_note);
     }
     progress.update(step, epoch, r.loss, static_cast<double>(samples) / train_seconds);
+    if (trace) say(trace->after_step(dp, step));
     // An epoch's last step (or the run's) evaluates once: as the epoch's, with --eval.
     const bool epoch_ends = step % steps_per_epoch == 0 || step == total;
     if (o.eval_every > 0 && step % o.eval_every == 0 && !(o.eval && epoch_ends))
@@ -433,6 +448,7 @@ int run_train(const TrainOptions& given) {
     if (step % o.checkpoint_every == 0) save_checkpoint();
   }
   dp.cancel_upload_ahead();  // interrupted: the batch uploaded ahead is not trained on
+  if (trace) say(trace->finish(dp, step));  // the run ended inside the window
   if (!interrupted) interrupted = pending_interrupt();
   if (interrupted) {
     progress.finish();
@@ -537,6 +553,8 @@ Run add_train_command(CLI::App& app) {
   cmd->add_flag("--augment", o->augment, "training only: random 32x32 crop of the 4-pixel-padded image, horizontal flip");
   cmd->add_option("--init", o->init, "initial weights (safetensors, PyTorch state-dict names)")->check(path_flag());
   cmd->add_option("--save", o->save, "write the final weights here (safetensors, atomically)")->check(path_flag());
+  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace of some steps (--trace-steps)")->check(path_flag());
+  cmd->add_option("--trace-steps", o->trace_steps, "A:B, the steps --trace covers (default: the run's 2nd to 4th)");
   cmd->add_option("--save-best", o->save_best,
                   "write the weights here after each evaluation (--eval, --eval-every) whose held-out loss is the "
                   "lowest so far")
