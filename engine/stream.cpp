@@ -253,10 +253,11 @@ void Stream::loop() {
     busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
     if (tracer) {
       const double end = trace_start + std::chrono::duration<double, std::micro>(elapsed).count();
-      if (task.label.copy_from >= 0 && task.label.copy_from != track_)
-        tracer->copy(task.label.copy_from, track_, task.label.name, trace_start, end, task.label.bytes);
+      const int track = track_.load();
+      if (task.label.copy_from >= 0 && task.label.copy_from != track)
+        tracer->copy(task.label.copy_from, track, task.label.name, trace_start, end, task.label.bytes);
       else
-        tracer->slice(track_, task.label.name, task.label.category, trace_start, end, task.label.bytes);
+        tracer->slice(track, task.label.name, task.label.category, trace_start, end, task.label.bytes);
     }
   }
 }

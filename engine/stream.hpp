@@ -193,7 +193,7 @@ class Stream {
   std::atomic<Tracer*> tracer_{nullptr};
   DeviceQueue* device_queue_ = nullptr;  // set before any work, read by the worker after that
   std::shared_ptr<Recording> recording_;  // guarded by mutex_
-  int track_ = 0;
+  std::atomic<int> track_{0};  // atomic: dp train --trace sets it between steps while a copy may run
   std::thread worker_;
 };
 
