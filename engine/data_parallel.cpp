@@ -85,6 +85,13 @@ DataParallel::~DataParallel() {
 
 std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const { return splitter_.chunk_sizes(batch); }
 
+void DataParallel::set_label_smoothing(double epsilon) {
+  if (!(epsilon >= 0 && epsilon <= 1)) throw UsageError("--label-smoothing must be in [0, 1] (0: off)");
+  if (captured_ && static_cast<float>(epsilon) != label_smoothing_)
+    throw RuntimeError("set_label_smoothing: a captured step holds the smoothing it was captured with");
+  label_smoothing_ = static_cast<float>(epsilon);
+}
+
 void DataParallel::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   devices_.set_tracer(tracer);

@@ -166,6 +166,11 @@ class DataParallel {
   // over all of them (torch.nn.utils.clip_grad_norm_); 0 = off. Device 0 holds every gradient at
   // that moment, so under DataParallel the global norm costs one pass there and no communication.
   void set_clip_grad_norm(double max_norm) { clip_ = max_norm; }
+  // --label-smoothing ε in [0, 1]: the training loss's target is (1 − ε)·onehot + ε/classes
+  // (torch.nn.CrossEntropyLoss(label_smoothing=ε)), the reported loss that loss. evaluate() stays
+  // plain cross-entropy (a perplexity is its exp). A captured step keeps the ε it was captured with:
+  // set it before the first step. UsageError outside [0, 1].
+  void set_label_smoothing(double epsilon);
   // Report ‖g‖₂ in StepResult::grad_norm even without clipping (one more pass over the gradients).
   void set_report_grad_norm(bool on) { report_norm_ = on; }
   const ModelLayout& layout() const { return nets_[0]->layout(); }
@@ -340,6 +345,7 @@ class DataParallel {
   std::unique_ptr<Optimizer> optimizer_;
   double lr_;
   double clip_ = 0;
+  float label_smoothing_ = 0;
   bool report_norm_ = false;
   std::unique_ptr<LossStrategy> loss_;
   std::unique_ptr<GradientSync> gradient_sync_;

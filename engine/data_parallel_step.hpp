@@ -21,6 +21,7 @@ struct DataParallel::Step : StepState {
     slots = owner.slots_;
     sample_output_shape = owner.model_.output_shape();
     output_dtype = owner.precision_.mixed() ? storage_dtype(owner.precision_.precision) : DType::F32;
+    label_smoothing = owner.label_smoothing_;
   }
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;

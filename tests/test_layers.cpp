@@ -240,6 +240,46 @@ TEST_CASE("softmax cross-entropy: value and gradient") {
                        doctest::Contains("label 4"), RuntimeError);
 }
 
+TEST_CASE("softmax cross-entropy with label smoothing: PyTorch's formula and its gradient, in place too") {
+  // CrossEntropyLoss(label_smoothing=ε): (1 − ε)·(−log p_y) + ε·mean_k(−log p_k) per row.
+  const int64_t B = 4;
+  for (const int64_t K : {3, 70}) {  // a row within one block of the vectorised exp, and longer
+    CAPTURE(K);
+    auto logits = random_vector(static_cast<size_t>(B * K), 11 + static_cast<uint64_t>(K), -3.f, 3.f);
+    const std::vector<int32_t> labels = {0, 2, 1, static_cast<int32_t>(K - 1)};
+    for (const float ls : {0.1f, 1.f}) {
+      CAPTURE(ls);
+      double want = 0;
+      for (int64_t r = 0; r < B; ++r) {
+        double sum = 0, mean_nll = 0;
+        for (int64_t j = 0; j < K; ++j) sum += std::exp(double(logits[r * K + j]));
+        for (int64_t j = 0; j < K; ++j) mean_nll += (std::log(sum) - logits[r * K + j]) / K;
+        want += (1 - ls) * (std::log(sum) - logits[r * K + labels[r]]) + ls * mean_nll;
+      }
+      std::vector<float> grad(logits.size());
+      const double sum = cpu::softmax_xent(logits.data(), labels.data(), B, K, grad.data(), 1.f / B, nullptr, ls);
+      CHECK(sum == doctest::Approx(want).epsilon(1e-6));
+      const float h = 1e-3f;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        auto l = logits;
+        l[i] += h;
+        const double up = cpu::softmax_xent(l.data(), labels.data(), B, K, nullptr, 0, nullptr, ls) / B;
+        l[i] -= 2 * h;
+        const double down = cpu::softmax_xent(l.data(), labels.data(), B, K, nullptr, 0, nullptr, ls) / B;
+        CHECK(grad[i] == doctest::Approx((up - down) / (2 * h)).epsilon(1e-3).scale(1));
+      }
+      auto in_place = logits;
+      CHECK(cpu::softmax_xent(in_place.data(), labels.data(), B, K, in_place.data(), 1.f / B, nullptr, ls) == sum);
+      CHECK(in_place == grad);
+    }
+    // ε = 0 is the plain loss, bit for bit.
+    std::vector<float> plain(logits.size()), zero(logits.size());
+    CHECK(cpu::softmax_xent(logits.data(), labels.data(), B, K, plain.data(), 0.5f, nullptr) ==
+          cpu::softmax_xent(logits.data(), labels.data(), B, K, zero.data(), 0.5f, nullptr, 0.f));
+    CHECK(plain == zero);
+  }
+}
+
 TEST_CASE("softmax cross-entropy on vocabulary-long rows: libm's double formula, in place too") {
   // The kernel sums a vectorised float32 exp in blocks of 64: rows shorter and longer than a
   // block, not a multiple of it, with a far-off logit (exp underflows) and a confident row.

@@ -52,7 +52,7 @@ class GatheredLoss final : public LossStrategy {
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
     softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
-                      s.grad_logits.buf(), s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf());
+                      s.grad_logits.buf(), s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
   }
   void read_sums(StepState& s) const override {
     s.loss_sum = s.slots[0]->loss.loss;
@@ -81,7 +81,7 @@ class InReplicaLoss final : public LossStrategy {
     // the reported loss) into this replica's slot, read once the step is done.
     softmax_xent_into(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
                       s.grad_outputs[r].buf(), s.loss_grad_scale_on(r), &s.slots[static_cast<size_t>(r)]->loss,
-                      s.scalars[r].buf());
+                      s.scalars[r].buf(), s.label_smoothing);
     s.outputs[r] = Tensor();
   }
   void gather(StepState& s) const override {

@@ -32,6 +32,7 @@ struct StepState {
   // its dtype: the step enqueues the gather before any output exists.
   Shape sample_output_shape;
   DType output_dtype = DType::F32;
+  float label_smoothing = 0;  // the training loss's (CrossEntropyLoss's label_smoothing)
   Shape output_shape(int64_t rows) const;
   std::vector<int> active;      // devices with a chunk
   std::vector<Device*> devices;

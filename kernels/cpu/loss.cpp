@@ -34,7 +34,8 @@ double row_exp_sum(const float* z, int64_t K, float mx, float* e) {
 }  // namespace
 
 double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
-                    float grad_scale, int64_t* correct) {
+                    float grad_scale, int64_t* correct, float label_smoothing) {
+  const double eps = label_smoothing, off = eps / static_cast<double>(K);  // the target's share of every class
   double total = 0;
   int64_t hits = 0;
   for (int64_t r = 0; r < B; ++r) {
@@ -48,11 +49,19 @@ double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64
     for (int64_t j = 1; j < K; ++j)
       if (z[j] > mx) mx = z[j], arg = j;
     const float zy = z[y];  // read before the row may be overwritten (dlogits may be logits)
+    double zsum = 0;        // label smoothing: Σ_k z_k, for mean_k(−log p_k) = lse − mean(z)
+    if (eps > 0)
+      for (int64_t j = 0; j < K; ++j) zsum += z[j];
     float* g = dlogits ? dlogits + r * K : nullptr;
     const double sum = row_exp_sum(z, K, mx, g);
-    total += std::log(sum) + mx - zy;
+    const double lse = std::log(sum) + mx;
+    total += eps > 0 ? (1.0 - eps) * (lse - zy) + eps * (lse - zsum / static_cast<double>(K)) : lse - zy;
     hits += arg == y;
-    if (g) {  // (softmax − onehot)·scale, softmax = exp(z − mx) / sum
+    if (g && eps > 0) {  // (softmax − (1 − ε)·onehot − ε/K)·scale
+      const double ey = g[y];
+      for (int64_t j = 0; j < K; ++j) g[j] = static_cast<float>((g[j] / sum - off) * grad_scale);
+      g[y] = static_cast<float>((ey / sum - (1.0 - eps) - off) * grad_scale);
+    } else if (g) {  // (softmax − onehot)·scale, softmax = exp(z − mx) / sum
       const double ey = g[y];
       const float scale = static_cast<float>(grad_scale / sum);
       for (int64_t j = 0; j < K; ++j) g[j] *= scale;

@@ -38,7 +38,8 @@ __device__ void row_max(const float* z, int64_t K, int lane, float& mx, int64_t&
 }
 
 __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
-                                 ScalarArg scale_arg, double* row_loss, int32_t* row_hit, int32_t* bad_label) {
+                                 ScalarArg scale_arg, double* row_loss, int32_t* row_hit, int32_t* bad_label,
+                                 float label_smoothing) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t r = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   if (r >= B) return;  // the whole warp: r is the same on every lane
@@ -56,18 +57,23 @@ __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int
   float mx;
   int64_t arg;
   row_max(z, K, lane, mx, arg);
-  double sum = 0;
-  for (int64_t j = lane; j < K; j += kWarp) sum += expf(z[j] - mx);
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_down_sync(kAllLanes, sum, offset);
+  const double eps = label_smoothing, off = eps / static_cast<double>(K);  // the target's share of every class
+  double sum = 0, zsum = 0;  // zsum: label smoothing's Σ_k z_k (mean_k(−log p_k) = lse − mean(z))
+  for (int64_t j = lane; j < K; j += kWarp) sum += expf(z[j] - mx), zsum += z[j];
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    sum += __shfl_down_sync(kAllLanes, sum, offset);
+    zsum += __shfl_down_sync(kAllLanes, zsum, offset);
+  }
   sum = __shfl_sync(kAllLanes, sum, 0);  // every lane has read its logits by now
   if (lane == 0) {
-    row_loss[r] = log(sum) + mx - zy;
+    const double lse = log(sum) + mx;
+    row_loss[r] = eps > 0 ? (1.0 - eps) * (lse - zy) + eps * (lse - zsum / static_cast<double>(K)) : lse - zy;
     row_hit[r] = arg == y;
   }
   if (!dlogits) return;
   const double grad_scale = scale_arg.get();
   for (int64_t j = lane; j < K; j += kWarp)  // each lane rewrites only what it read
-    dlogits[r * K + j] = static_cast<float>((expf(z[j] - mx) / sum - (j == y ? 1.0 : 0.0)) * grad_scale);
+    dlogits[r * K + j] = static_cast<float>((expf(z[j] - mx) / sum - (j == y ? 1.0 - eps : 0.0) - off) * grad_scale);
 }
 
 // sums[0] = Σ row_loss, sums[1] = Σ row_hit: each thread a strided share, then a tree; `scalars`
@@ -101,7 +107,7 @@ struct XentOnDevice {
   const int32_t* bad_row;  // 1 + the first bad row, or 0
 };
 XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, const float* logits, const int32_t* labels, int64_t B,
-                          int64_t K, float* dlogits, ScalarArg grad_scale, float* scalars) {
+                          int64_t K, float* dlogits, ScalarArg grad_scale, float* scalars, float label_smoothing) {
   const size_t doubles = static_cast<size_t>(B + 2) * sizeof(double);
   auto* row_loss = scratch.at<double>();
   double* sums = row_loss + B;
@@ -111,8 +117,8 @@ XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, const float* logits,
   DP_CUDA_CHECK(cudaMemsetAsync(bad_label, 0, sizeof(int32_t), s));
   if (B > 0) {
     const unsigned blocks = static_cast<unsigned>((B + kRowsPerBlock - 1) / kRowsPerBlock);
-    xent_rows_kernel<<<blocks, kRowsPerBlock * kWarp, 0, s>>>(logits, labels, B, K, dlogits, grad_scale, row_loss, row_hit,
-                                                 bad_label);
+    xent_rows_kernel<<<blocks, kRowsPerBlock * kWarp, 0, s>>>(logits, labels, B, K, dlogits, grad_scale, row_loss,
+                                                              row_hit, bad_label, label_smoothing);
     DP_CUDA_CHECK_LAUNCH();
   }
   sum_rows_kernel<<<1, kSumThreads, 0, s>>>(row_loss, row_hit, B, sums, scalars);
@@ -127,9 +133,9 @@ size_t xent_scratch_bytes(int64_t B) {
 }  // namespace
 
 double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                    int64_t K, float* dlogits, float grad_scale, int64_t* correct) {
+                    int64_t K, float* dlogits, float grad_scale, int64_t* correct, float label_smoothing) {
   ScopedBlock scratch(alloc, xent_scratch_bytes(B));
-  const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, nullptr);
+  const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, nullptr, label_smoothing);
   cudaStream_t s = c.handles().stream;
   double sums[2] = {0, 0};
   int32_t bad = 0;
@@ -142,9 +148,10 @@ double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, co
 }
 
 void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                       int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars) {
+                       int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
+                       float label_smoothing) {
   ScopedBlock scratch(alloc, xent_scratch_bytes(B));
-  const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, scalars);
+  const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, scalars, label_smoothing);
   // LossSums is {double, double, int32}: the two sums and the flag, in two copies.
   cudaStream_t s = c.handles().stream;
   DP_CUDA_CHECK(cudaMemcpyAsync(&out->loss, d.sums, 2 * sizeof(double), cudaMemcpyDeviceToHost, s));

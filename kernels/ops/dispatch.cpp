@@ -99,7 +99,7 @@ void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* 
 }
 
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
-                       LossSums* out, Buf scalars) {
+                       LossSums* out, Buf scalars, float label_smoothing) {
   Operands o(ex, "softmax_xent");
   const float* x = o.in(logits, B * K);
   float* dx = o.out(dlogits, B * K);
@@ -107,7 +107,7 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
   float* sc = scalars.f32("softmax_xent (scalars)");
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::softmax_xent_into(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, out, sc);
+    cuda::softmax_xent_into(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, out, sc, label_smoothing);
     return o.finish();
   }
 #endif
@@ -115,7 +115,7 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
   // failing the task before anything after it), then write the sums.
   LossSums sums;
   int64_t correct = 0;
-  sums.loss = cpu::softmax_xent(x, y, B, K, dx, grad_scale.get(), &correct);
+  sums.loss = cpu::softmax_xent(x, y, B, K, dx, grad_scale.get(), &correct, label_smoothing);
   sums.hits = static_cast<double>(correct);
   if (sc) sc[0] = static_cast<float>(sums.loss), sc[1] = static_cast<float>(sums.hits);
   *out = sums;
@@ -123,7 +123,7 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
 }
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
-                    int64_t* correct) {
+                    int64_t* correct, float label_smoothing) {
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
   // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs.
   Operands o(ex, "softmax_xent");
@@ -133,12 +133,12 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
   double sum = 0;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    sum = cuda::softmax_xent(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, correct);
+    sum = cuda::softmax_xent(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, correct, label_smoothing);
     o.finish();
     return sum;
   }
 #endif
-  sum = cpu::softmax_xent(x, y, B, K, dx, grad_scale, correct);
+  sum = cpu::softmax_xent(x, y, B, K, dx, grad_scale, correct, label_smoothing);
   o.finish();
   return sum;
 }

@@ -3,6 +3,8 @@
 // it), writes dlogits = (softmax − onehot)·grad_scale when dlogits is present, and counts correct
 // argmax predictions when `correct` is not null. A label outside [0, K) is a RuntimeError.
 // dlogits may be logits itself (each row is read whole before its gradient is written).
+// label_smoothing ε (torch.nn.CrossEntropyLoss's): the target is (1 − ε)·onehot + ε/K, so a row's
+// loss is (1 − ε)·(−log p_label) + ε·mean_k(−log p_k) and its gradient softmax − that target.
 #pragma once
 #include <cstdint>
 
@@ -22,27 +24,28 @@ struct LossSums {
 
 namespace cpu {
 double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
-                    float grad_scale, int64_t* correct);
+                    float grad_scale, int64_t* correct, float label_smoothing = 0.f);
 }  // namespace cpu
 namespace cuda {
 // Per-row scratch comes from `alloc` (counted as workspace).
 double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                    int64_t K, float* dlogits, float grad_scale, int64_t* correct);
+                    int64_t K, float* dlogits, float grad_scale, int64_t* correct, float label_smoothing = 0.f);
 // The same without waiting: the sums reach *out (host memory; page-locked for the copy to be
 // asynchronous) when the stream gets there, and, when scalars is not null, float [loss, hits]
 // into that device memory too. Scratch from `alloc`, returned stream-ordered.
 void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
-                       int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars);
+                       int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
+                       float label_smoothing = 0.f);
 }  // namespace cuda
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
-                    int64_t* correct);
+                    int64_t* correct, float label_smoothing = 0.f);
 // In the step (it must not wait for its device): the sums into *out as the stream reaches them,
 // read by the host after waiting for it; a bad label is out->bad_row, not an exception. Optional
 // `scalars`: float32 [loss, hits] on the device (in-replica loss: what device 0 gathers). The
 // gradient's scale may be read from device memory when the kernel runs (the step's, which fp16's
 // loss scale changes from step to step).
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
-                       LossSums* out, Buf scalars = {});
+                       LossSums* out, Buf scalars = {}, float label_smoothing = 0.f);
 
 }  // namespace dp

@@ -74,6 +74,7 @@ with tempfile.TemporaryDirectory() as tmp:
         ("unknown flag", ["--bogus"], "bogus"),
         ("unknown model", ["--model", "resnet999"], "unknown model 'resnet999'"),
         ("bad weight decay params", ["--weight-decay-params", "biases"], "--weight-decay-params 'biases'"),
+        ("label smoothing above 1", ["--label-smoothing", "1.5"], "--label-smoothing must be in [0, 1]"),
         ("batch 0", ["--batch", "0"], "--batch must be > 0"),
         ("batch negative", ["--batch", "-4"], "--batch must be > 0"),
         ("steps 0", ["--steps", "0"], "--steps must be > 0"),

@@ -52,6 +52,8 @@ def draw(rng, case):
     args += ["--generated-size", "3000"] + GPT if model == "gpt" else ["--generated-size", str(2 * batch + rng.randint(1, batch))]
     if rng.random() < 0.4:
         args += ["--clip-grad-norm", "0.5"]
+    if rng.random() < 0.3:
+        args += ["--label-smoothing", "0.1"]
     if rng.random() < 0.4:  # parameter groups: the optimizer updates the flat array in runs
         args += ["--weight-decay", rng.choice(["0.01", "0.1"]), "--weight-decay-params", rng.choice(["all", "matrices"])]
     if "fp16" in args and rng.random() < 0.5:  # overflows at first: skipped steps, a halving scale

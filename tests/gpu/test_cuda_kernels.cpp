@@ -374,6 +374,13 @@ TEST_CASE("softmax cross-entropy matches the CPU reference, a bad label is an er
     CHECK(got == doctest::Approx(want).epsilon(1e-6));
     CHECK(got_hits == hits);
     CHECK(rel_error(to_host<float>(c, d_dz, dz.size()), dz) < kTol);
+    // Label smoothing (CrossEntropyLoss's label_smoothing), against the CPU's.
+    std::vector<float> dz_smooth(dz.size());
+    const double want_smooth = cpu::softmax_xent(z.data(), y.data(), B, K, dz_smooth.data(), 1.f / B, nullptr, 0.1f);
+    CHECK(cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, nullptr, 0.1f) ==
+          doctest::Approx(want_smooth).epsilon(1e-6));
+    CHECK(rel_error(to_host<float>(c, d_dz, dz.size()), dz_smooth) < kTol);
+    cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B, nullptr);
     // In place (dlogits = logits): the same loss and gradient.
     CHECK(cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_z.get(), 1.f / B, nullptr) == got);
     CHECK(to_host<float>(c, d_z, dz.size()) == to_host<float>(c, d_dz, dz.size()));

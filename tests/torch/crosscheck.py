@@ -64,6 +64,10 @@ CASES = [
     # penalty spares the convnet's biases and BatchNorm weights.
     ("convnet", 2, 12, "even", 3, ["--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.05",
                                    "--weight-decay-params", "matrices"]),
+    # Label smoothing (CrossEntropyLoss(label_smoothing=ε)): the gathered loss and each replica's.
+    ("convnet", 3, 10, "even", 3, ["--lr", "0.05", "--momentum", "0.9", "--label-smoothing", "0.1"]),
+    ("gpt", 2, 4, "even", 2, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--loss", "in-replica",
+                              "--label-smoothing", "0.2", "--accumulate", "2"] + GPT_FLAGS),
     # Gradient accumulation (--accumulate N, the batch is a micro-batch): PyTorch's loop calling
     # backward() on each micro-batch, weighted by its share of the rows, and stepping once. The
     # residual model's BatchNorm normalises each micro-batch and updates its statistics N times.
@@ -124,6 +128,7 @@ def run_case(dp, work, case, idx):
     schedule, warmup, min_lr = flag("--lr-schedule", "constant"), int(flag("--warmup-steps", 0)), float(flag("--min-lr", 0))
     clip = float(flag("--clip-grad-norm", 0))
     accumulate = int(flag("--accumulate", 1))  # batches (micro-batches) per step
+    smoothing = float(flag("--label-smoothing", 0))
     batches = steps * accumulate
     if gpt:
         tokens = DATA["tokens"]
@@ -153,7 +158,8 @@ def run_case(dp, work, case, idx):
                 norms.append(torch.norm(torch.stack([p.grad.detach().norm(2) for p in params]), 2).item())
                 if clip > 0:
                     torch.nn.utils.clip_grad_norm_(params, clip)
-            losses.append(ref.dp_accumulated_step(m, opt, micro, lambda b: ref.chunk_sizes(split, b, ndev), clip_grads))
+            losses.append(ref.dp_accumulated_step(m, opt, micro, lambda b: ref.chunk_sizes(split, b, ndev), clip_grads,
+                                                  label_smoothing=smoothing))
         return losses, norms, m.state_dict()
 
     # Training in float32 is chaotic at the edges: an input of a ReLU (or a max-pool's pair) within

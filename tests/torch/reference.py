@@ -222,21 +222,22 @@ def dp_step(model, opt, x, y, sizes, before_update=None, autocast=None, on_logit
     return loss
 
 
-def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None):
+def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None, label_smoothing=0.0):
     """One optimizer step over micro-batches [(x, y), ...] with gradient accumulation: each through
     DataParallel's forward and backward (chunks sizes_of(len(y))), its loss weighted by its share of
     every cross-entropy row, the gradients summed in .grad; then one update. Returns the loss over
-    all of them."""
+    all of them. label_smoothing: CrossEntropyLoss's."""
     opt.zero_grad()
     rows = sum(y.numel() for _, y in micro)
-    loss = sum(dp_forward_backward(model, x, y, sizes_of(len(y)), weight=y.numel() / rows) for x, y in micro)
+    loss = sum(dp_forward_backward(model, x, y, sizes_of(len(y)), weight=y.numel() / rows,
+                                   label_smoothing=label_smoothing) for x, y in micro)
     if before_update:
         before_update()
     opt.step()
     return loss
 
 
-def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits=None):
+def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits=None, label_smoothing=0.0):
     """DataParallel's forward, loss (times weight) and backward, the replicas' gradients added into
     the master's .grad; returns the weighted loss."""
     outs, replicas, start = [], [], 0
@@ -253,7 +254,8 @@ def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits
             start += size
         logits = torch.cat(outs)
         # A row per sample, or per token for a language model ([B, T, V] logits, [B, T] targets).
-        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)) * weight
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1),
+                                           label_smoothing=label_smoothing) * weight
     if on_logits:
         on_logits(logits.detach())
     loss.backward()

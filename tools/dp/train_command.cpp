@@ -45,7 +45,7 @@ struct TrainOptions : RunOptions {
   float eps = 1e-8f;
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
-  double min_lr = 0, clip_grad_norm = 0;
+  double min_lr = 0, clip_grad_norm = 0, label_smoothing = 0;
   std::string host_sync = "step";  // or phase: the host waits after every phase
   std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
   std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
@@ -171,6 +171,7 @@ int run_train(const TrainOptions& given) {
   if (o.betas.size() != 2) throw UsageError("--betas takes two numbers, e.g. 0.9,0.999");
   opt.adamw = {o.betas[0], o.betas[1], o.eps};
   validate(opt);
+  if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1)) throw UsageError("--label-smoothing must be in [0, 1] (0: off)");
   if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
     throw UsageError("--clip-grad-norm must be a finite number >= 0 (0: off)");
   const HostSync host_sync = parse_host_sync(o.host_sync);
@@ -201,6 +202,7 @@ int run_train(const TrainOptions& given) {
   DataParallel dp(devices, model, split, opt, o.seed, setup.loss, setup.sync, setup.precision);
   dp.set_process_group(group);
   dp.set_clip_grad_norm(o.clip_grad_norm);
+  dp.set_label_smoothing(o.label_smoothing);
   dp.set_host_sync(host_sync);
   dp.set_graphs(graphs);
   // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;
@@ -548,6 +550,9 @@ Run add_train_command(CLI::App& app) {
                   "enqueued as usual")
       ->capture_default_str();
   cmd->add_option("--clip-grad-norm", o->clip_grad_norm, "scale gradients to this global L2 norm at most (0: off)")
+      ->capture_default_str();
+  cmd->add_option("--label-smoothing", o->label_smoothing,
+                  "the training loss's target is (1 - e)·onehot + e/classes (CrossEntropyLoss's; 0: off)")
       ->capture_default_str();
   cmd->add_flag("--no-shuffle", o->no_shuffle, "take samples in file order");
   cmd->add_flag("--augment", o->augment, "training only: random 32x32 crop of the 4-pixel-padded image, horizontal flip");
