@@ -1,6 +1,8 @@
 #include "tools/dp/run_data.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 
@@ -137,6 +139,23 @@ int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumu
 int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {
   if (language) return token_steps_per_epoch(static_cast<int64_t>(tokens.train.tokens.size()), batch * shard.count, context);
   return BatchLoader::batches_per_epoch(images.train.count, batch, shard);
+}
+
+EvalReport RunData::report(const EvalResult& r) const {
+  EvalReport out{r.loss_sum / static_cast<double>(r.count), static_cast<double>(r.correct) / static_cast<double>(r.count),
+                 r.count, ""};
+  char line[240];
+  if (language)
+    std::snprintf(line, sizeof line,
+                  "validation loss %.4f (perplexity %.2f; unigram entropy %.4f), next-token accuracy %.2f%% over %lld "
+                  "tokens",
+                  out.loss, std::exp(out.loss), unigram_entropy(tokens.train.tokens), 100 * out.accuracy,
+                  static_cast<long long>(r.count));
+  else
+    std::snprintf(line, sizeof line, "test loss %.4f, test accuracy %.2f%% (%lld/%lld)", out.loss, 100 * out.accuracy,
+                  static_cast<long long>(r.correct), static_cast<long long>(r.count));
+  out.text = line;
+  return out;
 }
 
 void RunData::check_evaluable(int64_t eval_windows) const {

@@ -25,6 +25,7 @@
 #include "tools/dp/commands.hpp"
 #include "tools/dp/progress.hpp"
 #include "tools/dp/run_data.hpp"
+#include "tools/dp/model_weights.hpp"
 #include "tools/dp/run_options.hpp"
 #include "tools/dp/train_trace.hpp"
 #include "tools/dp/sample_text.hpp"
@@ -88,21 +89,6 @@ void check_checkpoint_dir(const std::string& dir, bool resuming) {
   fs::create_directories(dir, ec);
   if (ec) throw UsageError("--checkpoint " + dir + ": cannot create it (" + ec.message() + ")");
   check_writable((fs::path(dir) / "probe").string(), "--checkpoint");
-}
-
-// --init: the weights of a file whose names and shapes are the model's. A GPT's shapes follow its
-// sizes, so a mismatch names the flags that decide them.
-ModelState load_init(const std::string& path, const ModelLayout& layout, const ModelDef& model) {
-  try {
-    return load_safetensors(path, layout);
-  } catch (const RuntimeError& e) {
-    const std::string what = e.what();
-    if (!model.language_model() || what.find("' has shape") == std::string::npos) throw;
-    std::string hint = "the file's GPT has other sizes than --gpt-layers/--gpt-dim/--context/--vocab say";
-    if (what.find("'transformer.wpe.weight'") != std::string::npos)
-      hint = "its wpe holds another number of positions than --context " + std::to_string(model.input_shape.at(0));
-    throw RuntimeError(what + " (" + hint + ")");
-  }
 }
 
 // Under mpirun: every rank joins the job's process group and checks that it runs rank 0's
@@ -211,7 +197,7 @@ int run_train(const TrainOptions& given) {
   const bool ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && devices[0].is_cuda());
   dp.set_upload_micro_batches_ahead(ahead);  // --accumulate: the step's next micro-batch too
   if (!o.init.empty()) {
-    ModelState s = load_init(o.init, dp.layout(), model);
+    ModelState s = load_weights(o.init, dp.layout(), model);
     if (!s.stripped_prefix.empty())
       std::fprintf(stderr, "--init %s: names carry nn.DataParallel's '%s' prefix; loaded without it\n", o.init.c_str(),
                    s.stripped_prefix.c_str());
@@ -335,30 +321,20 @@ int run_train(const TrainOptions& given) {
   // held-out data on device 0, reported on stdout and as a metrics row keyed `after_step` (not
   // `step`, which marks the training rows).
   auto report_eval = [&](const std::string& when, nlohmann::json row) {
-    const EvalResult r = data.evaluate(dp, o.batch, o.eval_windows);
-    const double loss = r.loss_sum / static_cast<double>(r.count), acc = static_cast<double>(r.correct) / r.count;
-    char line[240];
-    if (data.language)
-      std::snprintf(line, sizeof line,
-                    "%s: validation loss %.4f (perplexity %.2f; unigram entropy %.4f), next-token accuracy %.2f%% "
-                    "over %lld tokens",
-                    when.c_str(), loss, std::exp(loss), unigram_entropy(data.tokens.train.tokens), 100 * acc,
-                    static_cast<long long>(r.count));
-    else
-      std::snprintf(line, sizeof line, "%s: test loss %.4f, test accuracy %.2f%% (%lld/%lld)", when.c_str(), loss,
-                    100 * acc, static_cast<long long>(r.correct), static_cast<long long>(r.count));
+    const EvalReport r = data.report(data.evaluate(dp, o.batch, o.eval_windows));
+    const double loss = r.loss;
     const bool best = !o.save_best.empty() && loss < best_loss;
     if (best) {  // written before it is said, atomically: an interrupted write leaves the last best
       save_safetensors(o.save_best, dp.layout(), {dp.parameters(), dp.buffers()});
       best_loss = loss, best_step = step;
     }
     progress.clear();  // results go to stdout, with the summary; progress stays on stderr
-    std::printf("%s%s\n", line, best ? ("; the best so far: saved " + o.save_best).c_str() : "");
+    std::printf("%s: %s%s\n", when.c_str(), r.text.c_str(), best ? ("; the best so far: saved " + o.save_best).c_str() : "");
     std::fflush(stdout);
     if (metrics.is_open()) {
       if (!o.save_best.empty()) row["saved_best"] = best;
       row["after_step"] = step;
-      row["test_loss"] = loss, row["test_accuracy"] = acc, row["test_targets"] = r.count;
+      row["test_loss"] = r.loss, row["test_accuracy"] = r.accuracy, row["test_targets"] = r.targets;
       metrics << row.dump() << "\n" << std::flush;
     }
   };

@@ -1,0 +1,97 @@
+// dp eval: saved weights (dp train --save, --save-best, a checkpoint's model.safetensors, or
+// PyTorch's state dict) on the held-out data, as dp train --eval measures it — the test set, or
+// for a GPT the validation windows — on device 0; for a GPT, optionally text sampled from them.
+// Nothing is trained, so a model can be measured and used after its run.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "engine/io/atomic_file.hpp"
+#include "engine/mpi/process_group.hpp"
+#include "tools/dp/commands.hpp"
+#include "tools/dp/model_weights.hpp"
+#include "tools/dp/run_data.hpp"
+#include "tools/dp/run_options.hpp"
+#include "tools/dp/sample_text.hpp"
+
+namespace dp::cli {
+
+namespace {
+
+struct EvalOptions : RunOptions {
+  std::string weights, json;
+  int64_t eval_windows = 64;
+  int64_t sample = 0;
+  std::string prompt;
+  double temperature = 0.8;
+};
+
+int run_eval(const EvalOptions& o) {
+  if (ProcessGroup::launched_by_mpirun())
+    throw UsageError("dp eval runs on one process's device 0; run it without mpirun");
+  if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
+  if (o.sample < 0) throw UsageError("--sample must be >= 0");
+  if (!std::isfinite(o.temperature) || o.temperature < 0) throw UsageError("--temperature must be >= 0 (0: greedy)");
+  const bool language = find_model(o.model).language_model();
+  if (o.sample > 0 && !language) throw UsageError("--sample generates text; it needs a language model (--model gpt)");
+  check_outputs(o, {{"--json", o.json}}, {{"--weights", o.weights}});
+  RunSetup setup = validate_and_make_devices(o);
+  // The data as dp train loads it (the same generated set when there is no --data).
+  const RunData data = load_run_data(o, setup, o.generated_train, o.generated_test, 1234);
+  const ModelDef& model = setup.model;  // a GPT's sizes are final once its data is loaded
+  data.check_evaluable(o.eval_windows);
+  const std::vector<int32_t> prompt =
+      o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes) : std::vector<int32_t>{};
+  DataParallel dp(*setup.devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
+                  setup.precision);
+  const ModelState weights = load_weights(o.weights, dp.layout(), model);
+  if (!weights.stripped_prefix.empty())
+    std::fprintf(stderr, "--weights %s: names carry nn.DataParallel's '%s' prefix; loaded without it\n",
+                 o.weights.c_str(), weights.stripped_prefix.c_str());
+  dp.load_state(weights.params, weights.buffers);
+
+  const EvalReport r = data.report(data.evaluate(dp, o.batch, o.eval_windows));
+  std::printf("dp eval: %s from %s on %s\n%s\n", model.language_model() ? model.summary.c_str() : model.name.c_str(),
+              o.weights.c_str(), data.description.c_str(), r.text.c_str());
+  nlohmann::json report{{"model", model.name},       {"weights", o.weights},     {"data", data.description},
+                        {"precision", o.precision},  {"test_loss", r.loss},      {"test_accuracy", r.accuracy},
+                        {"test_targets", r.targets}};
+  if (o.sample > 0) {
+    std::vector<int32_t> text = prompt;
+    const auto generated = generate_tokens(dp, prompt, o.sample, o.temperature, o.seed);
+    text.insert(text.end(), generated.begin(), generated.end());
+    const std::string rendered = render_tokens(text, data.tokens.bytes);
+    std::printf("sample (%lld tokens, temperature %g):\n%s\n", static_cast<long long>(o.sample), o.temperature,
+                rendered.c_str());
+    report["sample"] = rendered;
+  }
+  if (!o.json.empty()) write_file_atomically(o.json, report.dump(2));
+  return 0;
+}
+
+}  // namespace
+
+Run add_eval_command(CLI::App& app) {
+  auto o = std::make_shared<EvalOptions>();
+  auto* cmd = app.add_subcommand("eval", "Saved weights on the held-out data (and, for a GPT, a sample)");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_run_options(cmd, *o);
+  cmd->add_option("--weights", o->weights, "the weights (safetensors: --save, --save-best, a checkpoint's model)")
+      ->required()
+      ->check(path_flag());
+  cmd->add_option("--eval-windows", o->eval_windows, "gpt: validation windows, evenly spaced")->capture_default_str();
+  cmd->add_option("--sample", o->sample, "gpt: print this many tokens generated from the weights");
+  cmd->add_option("--prompt", o->prompt, "gpt: what --sample continues (text; token ids for token files)");
+  cmd->add_option("--temperature", o->temperature, "gpt: --sample's temperature (0: the most likely token)")
+      ->capture_default_str();
+  cmd->add_option("--json", o->json, "write the result as JSON")->check(path_flag());
+  return [o, cmd] {
+    note_given_flags(cmd, *o);
+    return run_eval(*o);
+  };
+}
+
+}  // namespace dp::cli

@@ -1,0 +1,20 @@
+#include "tools/dp/model_weights.hpp"
+
+#include "engine/error.hpp"
+
+namespace dp::cli {
+
+ModelState load_weights(const std::string& path, const ModelLayout& layout, const ModelDef& model) {
+  try {
+    return load_safetensors(path, layout);
+  } catch (const RuntimeError& e) {
+    const std::string what = e.what();
+    if (!model.language_model() || what.find("' has shape") == std::string::npos) throw;
+    std::string hint = "the file's GPT has other sizes than --gpt-layers/--gpt-dim/--context/--vocab say";
+    if (what.find("'transformer.wpe.weight'") != std::string::npos)
+      hint = "its wpe holds another number of positions than --context " + std::to_string(model.input_shape.at(0));
+    throw RuntimeError(what + " (" + hint + ")");
+  }
+}
+
+}  // namespace dp::cli
