@@ -35,9 +35,11 @@ with tempfile.TemporaryDirectory() as tmp:
     for precision in ("fp32", "bf16"):
         base = ["--model", "mlp", "--devices", "host:2", "--batch", "32", "--generated-size", "512",
                 "--precision", precision]
-        final, best, metrics = (os.path.join(tmp, f"{n}-{precision}") for n in ("final.st", "best.st", "m.jsonl"))
+        final, best, metrics, ck = (os.path.join(tmp, f"{n}-{precision}") for n in ("final.st", "best.st", "m.jsonl",
+                                                                                    "ck"))
         rc, _, err = run(["train"] + base + ["--steps", "12", "--lr", "0.5", "--eval-every", "4", "--eval", "--save",
-                                             final, "--save-best", best, "--metrics", metrics])
+                                             final, "--save-best", best, "--metrics", metrics, "--checkpoint", ck,
+                                             "--checkpoint-every", "4", "--keep-checkpoints", "5"])
         check(f"{precision}: train runs", rc == 0, err)
         rows = evaluations(metrics) if rc == 0 else []
         rc, out, err, r = evaluated(base, final, tmp)
@@ -45,6 +47,13 @@ with tempfile.TemporaryDirectory() as tmp:
               rc == 0 and rows and r["test_loss"] == rows[-1]["test_loss"]
               and r["test_accuracy"] == rows[-1]["test_accuracy"] and r["test_targets"] == 4000, (err, r, rows[-1:]))
         check(f"{precision}: said as train says it", rc == 0 and "test loss" in out and "test accuracy" in out, out)
+        # A checkpoint's weights, and --checkpoint's directory (its newest): the evaluation after that step.
+        rc, out, err, r = evaluated(base, os.path.join(ck, "step-00000004"), tmp)
+        check(f"{precision}: a checkpoint's weights give the evaluation after its step",
+              rc == 0 and rows and r["test_loss"] == rows[0]["test_loss"] and rows[0]["after_step"] == 4, (err, r))
+        rc, out, err, r = evaluated(base, ck, tmp)
+        check(f"{precision}: --checkpoint's directory: its newest", rc == 0 and rows and
+              r["test_loss"] == rows[-1]["test_loss"] and "step-00000012" in err, (err, r))
         saved = [x for x in rows if x.get("saved_best")]
         rc, out, err, r = evaluated(base, best, tmp)
         check(f"{precision}: --save-best's weights give the best evaluation's loss",
@@ -73,6 +82,8 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("--sample without a language model", mlp + ["--weights", final, "--sample", "5"], 2,
            "--sample generates text")
     expect("missing weights", mlp + ["--weights", os.path.join(tmp, "nothing.st")], 1, "nothing.st")
+    expect("another model's checkpoint", mlp[:2] + ["convnet"] + mlp[3:] + ["--weights", os.path.join(tmp, "ck-fp32")],
+           1, 'the checkpoint was made with model "mlp"')
     expect("--json over the weights", mlp + ["--weights", final, "--json", final], 2, "is the same file as --weights")
     expect("eval under a bad temperature", ["eval"] + GPT + ["--weights", gpt_st, "--temperature", "-1"], 2,
            "--temperature must be >= 0")

@@ -4,12 +4,14 @@
 // Nothing is trained, so a model can be measured and used after its run.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
+#include "engine/io/checkpoint.hpp"
 #include "engine/mpi/process_group.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/model_weights.hpp"
@@ -47,7 +49,15 @@ int run_eval(const EvalOptions& o) {
       o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes) : std::vector<int32_t>{};
   DataParallel dp(*setup.devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
                   setup.precision);
-  const ModelState weights = load_weights(o.weights, dp.layout(), model);
+  // A checkpoint (or --checkpoint's directory: its newest) gives its model.safetensors.
+  ModelState weights;
+  if (std::filesystem::is_directory(o.weights)) {
+    std::string dir;
+    weights = load_checkpoint(o.weights, dp.layout(), {{"model", model.name}}, &dir).model;
+    std::fprintf(stderr, "--weights %s: the checkpoint %s\n", o.weights.c_str(), dir.c_str());
+  } else {
+    weights = load_weights(o.weights, dp.layout(), model);
+  }
   if (!weights.stripped_prefix.empty())
     std::fprintf(stderr, "--weights %s: names carry nn.DataParallel's '%s' prefix; loaded without it\n",
                  o.weights.c_str(), weights.stripped_prefix.c_str());
@@ -79,7 +89,8 @@ Run add_eval_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("eval", "Saved weights on the held-out data (and, for a GPT, a sample)");
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_options(cmd, *o);
-  cmd->add_option("--weights", o->weights, "the weights (safetensors: --save, --save-best, a checkpoint's model)")
+  cmd->add_option("--weights", o->weights,
+                  "the weights: safetensors (--save, --save-best), a checkpoint, or --checkpoint's directory (its newest)")
       ->required()
       ->check(path_flag());
   cmd->add_option("--eval-windows", o->eval_windows, "gpt: validation windows, evenly spaced")->capture_default_str();
