@@ -64,12 +64,14 @@ with tempfile.TemporaryDirectory() as tmp:
     for procs in (2, 4):
         one_m, one_st = os.path.join(tmp, f"one{procs}.jsonl"), os.path.join(tmp, f"one{procs}.st")
         many_m, many_st = os.path.join(tmp, f"many{procs}.jsonl"), os.path.join(tmp, f"many{procs}.st")
+        many_trace = os.path.join(tmp, f"many{procs}-trace.json")
         p = subprocess.run([dp, "train"] + base + ["--devices", f"host:{procs}", "--batch", str(8 * procs), "--metrics",
                                                    one_m, "--save", one_st], capture_output=True, text=True)
         c.check(f"one process host:{procs}", p.returncode == 0, p.stderr)
         rc, out, err, _ = run(["-np", str(procs), dp, "train"] + base + ["--devices", "host:1", "--batch", "8",
                                                                        "--metrics", many_m, "--save", many_st, "--eval",
-                                                                       "--eval-every", "5"])
+                                                                       "--eval-every", "5", "--trace", many_trace,
+                                                                       "--trace-steps", "2:3"])
         c.check(f"mpirun -np {procs}", rc == 0, err)
         if rc != 0 or p.returncode != 0:
             continue
@@ -85,6 +87,8 @@ with tempfile.TemporaryDirectory() as tmp:
         c.check(f"-np {procs}: rank 0 alone reports", err.count("dp train:") == 1 and out.count("test accuracy") == evals,
                 out + err)
         c.check(f"-np {procs}: the header names the processes", f"in each of {procs} processes" in err, err)
+        c.check(f"-np {procs}: rank 0 writes the trace", out.count("trace of steps 2-3") == 1
+                and json.load(open(many_trace))["traceEvents"], out)
 
     # Mixed precision across processes. With one sample per rank, DistributedSampler's striding gives
     # rank r the sample that one process's device r holds (perm[2k + r]), so each replica rounds the

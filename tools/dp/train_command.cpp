@@ -124,7 +124,7 @@ int run_train(const TrainOptions& given) {
   // Rank 0 alone reports and writes (progress, results, metrics, --save, checkpoints, samples).
   const bool primary = !group || group->rank() == 0;
   if (!primary) {
-    o.metrics.clear(), o.save.clear(), o.save_best.clear(), o.checkpoint.clear(), o.trace.clear();
+    o.metrics.clear(), o.save.clear(), o.save_best.clear(), o.checkpoint.clear(), o.trace.clear(), o.trace_steps.clear();
     o.eval = false, o.eval_every = 0, o.sample = 0;
     if (!std::freopen("/dev/null", "w", stdout)) throw RuntimeError("cannot silence stdout on rank " + std::to_string(group->rank()));
   }
