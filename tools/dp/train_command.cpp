@@ -23,12 +23,12 @@
 #include "engine/mpi/process_group.hpp"
 #include "engine/optim/schedule.hpp"
 #include "tools/dp/commands.hpp"
+#include "tools/dp/model_weights.hpp"
 #include "tools/dp/progress.hpp"
 #include "tools/dp/run_data.hpp"
-#include "tools/dp/model_weights.hpp"
 #include "tools/dp/run_options.hpp"
-#include "tools/dp/train_trace.hpp"
 #include "tools/dp/sample_text.hpp"
+#include "tools/dp/train_trace.hpp"
 
 namespace dp::cli {
 
@@ -276,10 +276,10 @@ int run_train(const TrainOptions& given) {
                optimizer_name(opt.kind), static_cast<double>(opt.sgd.lr),
                opt.sgd.weight_decay > 0 ? weight_decay_text(opt).c_str() : "",
                o.label_smoothing > 0 ? (", label smoothing " + format_number(o.label_smoothing)).c_str() : "",
-               static_cast<long long>(total),
-               data.description.c_str());
+               static_cast<long long>(total), data.description.c_str());
   Progress progress(total, ::isatty(STDERR_FILENO) == 1, !primary);
-  auto say = [&](const std::string& result) {  // a result line on stdout, off the progress bar
+  // Results go to stdout (with the summary), off the progress bar, which stays on stderr.
+  auto say = [&](const std::string& result) {
     if (result.empty()) return;
     progress.clear();
     std::printf("%s\n", result.c_str());
@@ -331,15 +331,12 @@ int run_train(const TrainOptions& given) {
   // `step`, which marks the training rows).
   auto report_eval = [&](const std::string& when, nlohmann::json row) {
     const EvalReport r = data.report(data.evaluate(dp, o.batch, o.eval_windows));
-    const double loss = r.loss;
-    const bool best = !o.save_best.empty() && loss < best_loss;
+    const bool best = !o.save_best.empty() && r.loss < best_loss;
     if (best) {  // written before it is said, atomically: an interrupted write leaves the last best
       save_safetensors(o.save_best, dp.layout(), {dp.parameters(), dp.buffers()});
-      best_loss = loss, best_step = step;
+      best_loss = r.loss, best_step = step;
     }
-    progress.clear();  // results go to stdout, with the summary; progress stays on stderr
-    std::printf("%s: %s%s\n", when.c_str(), r.text.c_str(), best ? ("; the best so far: saved " + o.save_best).c_str() : "");
-    std::fflush(stdout);
+    say(when + ": " + r.text + (best ? "; the best so far: saved " + o.save_best : ""));
     if (metrics.is_open()) {
       if (!o.save_best.empty()) row["saved_best"] = best;
       row["after_step"] = step;
