@@ -59,10 +59,12 @@ __global__ void xent_rows_kernel(const float* logits, const int32_t* labels, int
   row_max(z, K, lane, mx, arg);
   const double eps = label_smoothing, off = eps / static_cast<double>(K);  // the target's share of every class
   double sum = 0, zsum = 0;  // zsum: label smoothing's Σ_k z_k (mean_k(−log p_k) = lse − mean(z))
-  for (int64_t j = lane; j < K; j += kWarp) sum += expf(z[j] - mx), zsum += z[j];
+  for (int64_t j = lane; j < K; j += kWarp) sum += expf(z[j] - mx);
+  if (eps > 0)  // the same on every lane: the whole warp shuffles, or none of it
+    for (int64_t j = lane; j < K; j += kWarp) zsum += z[j];
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     sum += __shfl_down_sync(kAllLanes, sum, offset);
-    zsum += __shfl_down_sync(kAllLanes, zsum, offset);
+    if (eps > 0) zsum += __shfl_down_sync(kAllLanes, zsum, offset);
   }
   sum = __shfl_sync(kAllLanes, sum, 0);  // every lane has read its logits by now
   if (lane == 0) {
