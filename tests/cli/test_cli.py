@@ -195,8 +195,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--eval-every 2: after steps 2 and 4, epoch 1's end (5), 6, 8 and epoch 2's end (10), once each",
           [(r["after_step"], r["epoch"]) for r in evals] == [(2, 1), (4, 1), (5, 1), (6, 2), (8, 2), (10, 2)]
           and all("step" not in r for r in evals), evals)
-    check("--eval-every: printed with its step", "step 2 (epoch 1): test loss" in runs["every"][1]
-          and "epoch 2: test loss" in runs["every"][1] and "step 10" not in runs["every"][1], runs["every"][1])
+    check("--eval-every: printed with its step", "step 2 (epoch 1): training loss" in runs["every"][1]
+          and "(the last 2 steps), test loss" in runs["every"][1] and "epoch 1: training loss" in runs["every"][1]
+          and "(the last step), test loss" in runs["every"][1] and "step 10" not in runs["every"][1], runs["every"][1])
+    # Each evaluation reports the mean training loss of the steps since the one before.
+    step_loss = {r["step"]: r["loss"] for r in runs["every"][0] if "step" in r}
+    bounds = [0] + [r["after_step"] for r in evals]
+    want = [sum(step_loss[s] for s in range(a + 1, b + 1)) / (b - a) for a, b in zip(bounds, bounds[1:])]
+    check("--eval-every: the training loss since the last evaluation",
+          [r["train_steps"] for r in evals] == [b - a for a, b in zip(bounds, bounds[1:])]
+          and all(abs(r["train_loss"] - w) <= 1e-12 * max(1, abs(w)) for r, w in zip(evals, want)), (evals, want))
     check("--eval-every changes no training step",
           [r for r in runs["every"][0] if "step" in r] and
           [(r["step"], r["loss"]) for r in runs["every"][0] if "step" in r] ==

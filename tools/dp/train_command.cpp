@@ -328,21 +328,33 @@ int run_train(const TrainOptions& given) {
   defer_interrupts();  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 / 143
   // Evaluation (--eval at each epoch's end, --eval-every N after every N steps): one pass over the
   // held-out data on device 0, reported on stdout and as a metrics row keyed `after_step` (not
-  // `step`, which marks the training rows).
+  // `step`, which marks the training rows), beside the mean training loss of the steps since the
+  // last evaluation (nanoGPT's "train loss, val loss": overfitting shows as the two part).
+  double train_loss_sum = 0;
+  int64_t train_loss_steps = 0;
   auto report_eval = [&](const std::string& when, nlohmann::json row) {
     const EvalReport r = data.report(data.evaluate(dp, o.batch, o.eval_windows));
+    const double train_loss = train_loss_steps ? train_loss_sum / static_cast<double>(train_loss_steps) : NAN;
+    char train[96] = "";
+    if (train_loss_steps == 1)
+      std::snprintf(train, sizeof train, "training loss %.4f (the last step), ", train_loss);
+    else if (train_loss_steps)
+      std::snprintf(train, sizeof train, "training loss %.4f (the last %lld steps), ", train_loss,
+                    static_cast<long long>(train_loss_steps));
     const bool best = !o.save_best.empty() && r.loss < best_loss;
     if (best) {  // written before it is said, atomically: an interrupted write leaves the last best
       save_safetensors(o.save_best, dp.layout(), {dp.parameters(), dp.buffers()});
       best_loss = r.loss, best_step = step;
     }
-    say(when + ": " + r.text + (best ? "; the best so far: saved " + o.save_best : ""));
+    say(when + ": " + train + r.text + (best ? "; the best so far: saved " + o.save_best : ""));
     if (metrics.is_open()) {
       if (!o.save_best.empty()) row["saved_best"] = best;
+      if (train_loss_steps) row["train_loss"] = train_loss, row["train_steps"] = train_loss_steps;
       row["after_step"] = step;
       row["test_loss"] = r.loss, row["test_accuracy"] = r.accuracy, row["test_targets"] = r.targets;
       metrics << row.dump() << "\n" << std::flush;
     }
+    train_loss_sum = 0, train_loss_steps = 0;
   };
   auto end_epoch = [&](int epoch) {
     if (o.eval) report_eval("epoch " + std::to_string(epoch), {{"epoch", epoch}});
@@ -382,6 +394,7 @@ int run_train(const TrainOptions& given) {
     samples += r.batch;
     train_seconds += secs;
     last_loss = r.loss;
+    train_loss_sum += r.loss, ++train_loss_steps;
     usual_note = r.graph == GraphUse::Eager ? r.graph_note : "";
     if (r.graph == GraphUse::Replayed) {
       ++replayed;
