@@ -1,18 +1,16 @@
 #include "engine/random.hpp"
 
+#include "kernels/splitmix64.hpp"
+
 namespace dp {
 
-namespace {
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser: a bijection that scatters every bit
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
 uint64_t stream_seed(uint64_t seed, RandomPurpose purpose, uint64_t index) {
-  return mix(mix(mix(seed) ^ static_cast<uint64_t>(purpose)) ^ index);
+  return splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(purpose)) ^ index);
+}
+
+uint64_t dropout_key(uint64_t seed, int64_t step, int micro_batch, int rank) {
+  const uint64_t at_step = stream_seed(seed, RandomPurpose::Dropout, static_cast<uint64_t>(step));
+  return splitmix64(splitmix64(at_step ^ static_cast<uint64_t>(micro_batch)) ^ static_cast<uint64_t>(rank));
 }
 
 std::mt19937_64 random_stream(uint64_t seed, RandomPurpose purpose, uint64_t index) {

@@ -20,10 +20,16 @@ enum class RandomPurpose : uint64_t {
   Augment = 3,  // each sample's crop and flip (index: epoch << 32 | position in the epoch)
   Sample = 4,   // a language model's shuffled windows (index: the step)
   Generate = 5, // text generation after training (--sample)
+  Dropout = 6,  // dropout's masks (index: the optimizer step; dropout_key below)
 };
 
 // A 64-bit seed for (seed, purpose, index), through splitmix64's finaliser at each step.
 uint64_t stream_seed(uint64_t seed, RandomPurpose purpose, uint64_t index = 0);
 std::mt19937_64 random_stream(uint64_t seed, RandomPurpose purpose, uint64_t index = 0);
+
+// The key of a training pass's dropout masks (kernels/dropout_mask.hpp): optimizer step `step`
+// (from 0), its micro-batch `micro_batch` (gradient accumulation; 0 otherwise), and under mpirun
+// the process's rank (each process draws its own samples' masks).
+uint64_t dropout_key(uint64_t seed, int64_t step, int micro_batch, int rank);
 
 }  // namespace dp
