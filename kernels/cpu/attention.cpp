@@ -1,5 +1,6 @@
 // Causal attention per (b, h), in parallel over the B·H pairs. q, k, v of one head are strided
-// views of qkv (leading dimension 3C), so no copies are made.
+// views of qkv (leading dimension 3C), so no copies are made. With dropout, each thread forms the
+// dropped probabilities of its head in a buffer of its own (T·T).
 #include <cblas.h>
 
 #include <cmath>
@@ -12,10 +13,25 @@
 
 namespace dp::cpu {
 
-void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, const AttentionShape& s) {
+namespace {
+
+// dst = src ⊙ the dropout factors of head h of sample b ([T, T] of the sample's [H, T, T]).
+void drop_head(float* dst, const float* src, int64_t b, int64_t h, int64_t T, const DropoutMask& drop, uint64_t key) {
+  const uint64_t state = dropout_sample_state(key, drop.site, drop.first_sample + b);
+  const uint32_t threshold = drop.threshold();
+  const float scale = drop.scale();
+  for (int64_t e = 0; e < T * T; ++e) dst[e] = src[e] * dropout_factor(state, h * T * T + e, threshold, scale);
+}
+
+}  // namespace
+
+void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, const AttentionShape& s,
+                       const DropoutMask& drop) {
   const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  pool.parallel_for(s.B * H, [=](int64_t p0, int64_t p1) {
+  const uint64_t key = drop.pass_key();
+  pool.parallel_for(s.B * H, [=, &drop](int64_t p0, int64_t p1) {
+    std::vector<float> dropped(drop.on() ? static_cast<size_t>(T * T) : 0);
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t b = p / H, h = p % H;
       const float* q = qkv + b * T * ld + h * hs;
@@ -38,20 +54,24 @@ void attention_forward(ThreadPool& pool, float* out, float* att, const float* qk
         for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
         for (int64_t j = t + 1; j < T; ++j) row[j] = 0.f;
       }
-      // out_h = att·v, written into its columns of out [B, T, C]
+      const float* weights = a;
+      if (drop.on()) drop_head(dropped.data(), a, b, h, T, drop, key), weights = dropped.data();
+      // out_h = att·v (att dropped), written into its columns of out [B, T, C]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),
-                  static_cast<int>(T), 1.f, a, static_cast<int>(T), v, static_cast<int>(ld), 0.f,
+                  static_cast<int>(T), 1.f, weights, static_cast<int>(T), v, static_cast<int>(ld), 0.f,
                   out + b * T * C + h * hs, static_cast<int>(C));
     }
   });
 }
 
 void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const float* qkv, const float* att,
-                        const AttentionShape& s) {
+                        const AttentionShape& s, const DropoutMask& drop) {
   const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  pool.parallel_for(s.B * H, [=](int64_t p0, int64_t p1) {
+  const uint64_t key = drop.pass_key();
+  pool.parallel_for(s.B * H, [=, &drop](int64_t p0, int64_t p1) {
     std::vector<float> dscore(static_cast<size_t>(T * T));
+    std::vector<float> dropped(drop.on() ? static_cast<size_t>(T * T) : 0);
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t b = p / H, h = p % H;
       const float* q = qkv + b * T * ld + h * hs;
@@ -62,12 +82,17 @@ void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const 
       float* dq = dqkv + b * T * ld + h * hs;
       float* dk = dq + C;
       float* dv = dq + 2 * C;
-      // datt = dy·vᵀ ; dv = attᵀ·dy
+      // datt = dy·vᵀ ; dv = attᵀ·dy (att dropped, as forward used it)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(T),
                   static_cast<int>(hs), 1.f, dy, static_cast<int>(C), v, static_cast<int>(ld), 0.f, dscore.data(),
                   static_cast<int>(T));
+      const float* weights = a;
+      if (drop.on()) {  // the same mask: through it to the probabilities, datt ⊙= f
+        drop_head(dropped.data(), a, b, h, T, drop, key), weights = dropped.data();
+        drop_head(dscore.data(), dscore.data(), b, h, T, drop, key);
+      }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),
-                  static_cast<int>(T), 1.f, a, static_cast<int>(T), dy, static_cast<int>(C), 0.f, dv,
+                  static_cast<int>(T), 1.f, weights, static_cast<int>(T), dy, static_cast<int>(C), 0.f, dv,
                   static_cast<int>(ld));
       // softmax backward per row (masked entries have att 0, so they get 0), then the scale
       for (int64_t t = 0; t < T; ++t) {

@@ -1,13 +1,16 @@
 // Causal attention with cuBLAS strided-batched GEMMs over the B·H heads (llm.c's layout): q, k, v
 // are first permuted from qkv [B, T, 3C] to [B·H, T, hs] in the caller's scratch; a warp per row
 // does the masked softmax and its backward. cuBLAS is column-major: each row-major product below
-// is written as its transpose (see kernels/cuda/linear.cu).
+// is written as its transpose (see kernels/cuda/linear.cu). With dropout, the dropped probabilities
+// are formed in scratch by dropout's own kernel (kernels/cuda/dropout.cu), over each sample's
+// [H, T, T] probabilities as the CPU reference draws them.
 #include <algorithm>
 #include <cmath>
 
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/attention.hpp"
+#include "kernels/ops/dropout.hpp"
 
 namespace dp::cuda {
 
@@ -79,7 +82,8 @@ int i32(int64_t v) { return static_cast<int>(v); }
 
 }  // namespace
 
-void attention_forward(Context& c, float* out, float* att, const float* qkv, const AttentionShape& s, float* scratch) {
+void attention_forward(Context& c, float* out, float* att, const float* qkv, const AttentionShape& s, float* scratch,
+                       const DropoutMask& drop) {
   const int64_t B = s.B, T = s.T, H = s.H, hs = s.hs(), BTC = B * T * s.C, BH = B * H;
   if (BTC == 0) return;
   cudaStream_t st = c.handles().stream;
@@ -94,15 +98,21 @@ void attention_forward(Context& c, float* out, float* att, const float* qkv, con
   const dim3 block(32, 8);
   causal_softmax_kernel<<<static_cast<unsigned>((BH * T + 7) / 8), block, 0, st>>>(att, BH * T, T);
   DP_CUDA_CHECK_LAUNCH();
+  const float* weights = att;
+  if (drop.on()) {  // the dropped probabilities after the head outputs in scratch; att keeps its own
+    float* dropped = y + BTC;
+    dropout_apply(c, dropped, att, B, H * T * T, drop);
+    weights = dropped;
+  }
   // y = att·v   (column-major: yᵀ = vᵀ·attᵀ)
   DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, i32(hs), i32(T), i32(T), &one, v, i32(hs),
-                                          T * hs, att, i32(T), T * T, &zero, y, i32(hs), T * hs, i32(BH)));
+                                          T * hs, weights, i32(T), T * T, &zero, y, i32(hs), T * hs, i32(BH)));
   heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(out, y, B, T, H, hs, s.C, 0);
   DP_CUDA_CHECK_LAUNCH();
 }
 
 void attention_backward(Context& c, float* dqkv, const float* dout, const float* qkv, const float* att,
-                        const AttentionShape& s, float* scratch) {
+                        const AttentionShape& s, float* scratch, const DropoutMask& drop) {
   const int64_t B = s.B, T = s.T, H = s.H, hs = s.hs(), C = s.C, BTC = B * T * C, BH = B * H;
   if (BTC == 0) return;
   cudaStream_t st = c.handles().stream;
@@ -116,9 +126,16 @@ void attention_backward(Context& c, float* dqkv, const float* dout, const float*
   // datt = dy·vᵀ
   DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, i32(T), i32(T), i32(hs), &one, v, i32(hs),
                                           T * hs, dy, i32(hs), T * hs, &zero, dscore, i32(T), T * T, i32(BH)));
-  // dv = attᵀ·dy, into v's slot (v is no longer needed)
+  const float* weights = att;
+  if (drop.on()) {  // the same mask again: the dropped probabilities for dv, and datt ⊙= f
+    float* dropped = dscore + BH * T * T;
+    dropout_apply(c, dropped, att, B, H * T * T, drop);
+    dropout_apply(c, dscore, dscore, B, H * T * T, drop);
+    weights = dropped;
+  }
+  // dv = attᵀ·dy (att dropped, as forward used it), into v's slot (v is no longer needed)
   DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, i32(hs), i32(T), i32(T), &one, dy, i32(hs),
-                                          T * hs, att, i32(T), T * T, &zero, v, i32(hs), T * hs, i32(BH)));
+                                          T * hs, weights, i32(T), T * T, &zero, v, i32(hs), T * hs, i32(BH)));
   const dim3 block(32, 8);
   causal_softmax_backward_kernel<<<static_cast<unsigned>((BH * T + 7) / 8), block, 0, st>>>(dscore, att, BH * T, T,
                                                                                             scale);

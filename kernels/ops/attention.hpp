@@ -4,9 +4,14 @@
 // kept for backward (counted as activations: it is the T² in a transformer's memory).
 // Backward writes dqkv [B, T, 3C] from dout [B, T, C]. CPU: OpenBLAS on the heads' strided views;
 // CUDA: cuBLAS strided-batched GEMMs over (b, h) after a permute to [B·H, T, hs].
+//
+// With a dropout mask that is on (nanoGPT's attn_dropout): out = (att ⊙ f)·v, f the mask's factors
+// over each sample's [H, T, T] probabilities (kernels/ops/dropout.hpp), while att keeps the
+// probabilities themselves, which softmax's backward needs; backward draws the mask again.
 #pragma once
 #include <cstdint>
 
+#include "kernels/dropout_mask.hpp"
 #include "kernels/exec.hpp"
 
 namespace dp {
@@ -17,21 +22,26 @@ struct AttentionShape {
 };
 
 namespace cpu {
-void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, const AttentionShape& s);
+void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, const AttentionShape& s,
+                       const DropoutMask& drop);
 void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const float* qkv, const float* att,
-                        const AttentionShape& s);
+                        const AttentionShape& s, const DropoutMask& drop);
 }  // namespace cpu
 namespace cuda {
-// `scratch` holds 4·B·T·C floats (the permuted q, k, v and the head outputs) and, for backward,
-// B·H·T·T more (the score gradients); attention_scratch_floats says how many.
-void attention_forward(Context& c, float* out, float* att, const float* qkv, const AttentionShape& s, float* scratch);
+// `scratch` holds 4·B·T·C floats (the permuted q, k, v and the head outputs), for backward B·H·T·T
+// more (the score gradients), and with dropout B·H·T·T more (the dropped probabilities);
+// attention_scratch_floats says how many.
+void attention_forward(Context& c, float* out, float* att, const float* qkv, const AttentionShape& s, float* scratch,
+                       const DropoutMask& drop);
 void attention_backward(Context& c, float* dqkv, const float* dout, const float* qkv, const float* att,
-                        const AttentionShape& s, float* scratch);
+                        const AttentionShape& s, float* scratch, const DropoutMask& drop);
 }  // namespace cuda
 
 // Floats of scratch the caller provides (0 on host devices).
-int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward);
-void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch);
-void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch);
+int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward, bool dropout = false);
+void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch,
+                       const DropoutMask& drop = {});
+void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch,
+                        const DropoutMask& drop = {});
 
 }  // namespace dp

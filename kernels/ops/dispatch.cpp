@@ -143,12 +143,13 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
   return sum;
 }
 
-int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward) {
+int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward, bool dropout) {
   if (!ex.on_cuda()) return 0;
-  return 4 * s.B * s.T * s.C + (backward ? s.B * s.H * s.T * s.T : 0);
+  return 4 * s.B * s.T * s.C + ((backward ? 1 : 0) + (dropout ? 1 : 0)) * s.B * s.H * s.T * s.T;
 }
 
-void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch) {
+void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch,
+                       const DropoutMask& drop) {
   constexpr const char* op = "attention_forward";
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
@@ -156,15 +157,16 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
   const float* x = o.in(qkv, 3 * btc);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::attention_forward(*ex.cuda, y, a, x, s, scratch.f32(op));
+    cuda::attention_forward(*ex.cuda, y, a, x, s, scratch.f32(op), drop);
     return o.finish();
   }
 #endif
-  cpu::attention_forward(*ex.pool, y, a, x, s);
+  cpu::attention_forward(*ex.pool, y, a, x, s, drop);
   o.finish();
 }
 
-void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch) {
+void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch,
+                        const DropoutMask& drop) {
   constexpr const char* op = "attention_backward";
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
@@ -172,11 +174,11 @@ void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, co
   const float *dy = o.in(dout, btc), *x = o.in(qkv, 3 * btc), *a = o.in(att, att_n);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::attention_backward(*ex.cuda, dx, dy, x, a, s, scratch.f32(op));
+    cuda::attention_backward(*ex.cuda, dx, dy, x, a, s, scratch.f32(op), drop);
     return o.finish();
   }
 #endif
-  cpu::attention_backward(*ex.pool, dx, dy, x, a, s);
+  cpu::attention_backward(*ex.pool, dx, dy, x, a, s, drop);
   o.finish();
 }
 

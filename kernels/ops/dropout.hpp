@@ -1,0 +1,32 @@
+// Dropout in training (PyTorch's nn.Dropout, inverted): out = in · f per element, f = 1/(1 − p)
+// where the mask keeps the element and 0 where it drops it (kernels/dropout_mask.hpp draws which,
+// from the pass's key). Backward is the same op on the gradient, din = dout · f, the mask drawn
+// again: nothing is stored between the two. `in` holds `samples` samples of `per_sample` elements;
+// its sample i is the pass's sample mask.first_sample + i. out may be in (in place).
+#pragma once
+#include <cstdint>
+
+#include "kernels/dropout_mask.hpp"
+#include "kernels/exec.hpp"
+#include "kernels/operands.hpp"
+
+namespace dp {
+namespace cpu {
+void dropout_apply(ThreadPool& pool, float* out, const float* in, int64_t samples, int64_t per_sample,
+                   const DropoutMask& mask);
+}  // namespace cpu
+namespace cuda {
+void dropout_apply(Context& c, float* out, const float* in, int64_t samples, int64_t per_sample,
+                   const DropoutMask& mask);
+}  // namespace cuda
+
+// 16-bit operands compute in float32 and round once (kernels/operands.hpp).
+inline void dropout_apply(const Exec& ex, Buf out, Buf in, int64_t samples, int64_t per_sample,
+                          const DropoutMask& mask) {
+  Operands o(ex, "dropout");
+  const int64_t n = samples * per_sample;
+  DP_DISPATCH(ex, dropout_apply, o.out(out, n), o.in(in, n), samples, per_sample, mask);
+  o.finish();
+}
+
+}  // namespace dp

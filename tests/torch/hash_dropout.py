@@ -1,0 +1,72 @@
+"""dp-engine's dropout masks, drawn in numpy exactly as kernels/dropout_mask.hpp draws them, so a
+PyTorch model can drop the very elements dp drops (PyTorch's own generator could not).
+
+A pass's key comes from (seed, optimizer step, micro-batch, rank) (engine/random.cpp); a sample's
+state from (key, site, the sample's index in the pass's batch); element e is kept when the 24 high
+bits of splitmix64's e-th output from that state are at or above round(p·2^24), and then scaled by
+float32's 1/(1 − p).
+"""
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+GAMMA = 0x9E3779B97F4A7C15
+MASK64 = (1 << 64) - 1
+DROPOUT_PURPOSE = 6  # engine/random.hpp's RandomPurpose::Dropout
+
+
+def splitmix64(x):
+    """On a Python int, or elementwise on a numpy uint64 array (wrapping as C++ does)."""
+    if isinstance(x, np.ndarray):
+        with np.errstate(over="ignore"):
+            x = x + np.uint64(GAMMA)
+            x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            return x ^ (x >> np.uint64(31))
+    x = (x + GAMMA) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def dropout_key(seed, step, micro_batch=0, rank=0):
+    at_step = splitmix64(splitmix64(splitmix64(seed) ^ DROPOUT_PURPOSE) ^ step)
+    return splitmix64(splitmix64(at_step ^ micro_batch) ^ rank)
+
+
+def factors(key, site, p, first_sample, samples, per_sample):
+    """[samples, per_sample] float32: 1/(1 − p) where kept, 0 where dropped."""
+    p32 = np.float32(p)
+    threshold = math.floor(float(p32) * 16777216.0 + 0.5)  # std::lround of a positive double
+    scale = np.float32(1) / (np.float32(1) - p32)
+    site_state = splitmix64(key ^ site)
+    states = splitmix64(np.array([site_state ^ (first_sample + s) for s in range(samples)], dtype=np.uint64))
+    with np.errstate(over="ignore"):
+        counters = states[:, None] + np.arange(per_sample, dtype=np.uint64)[None, :] * np.uint64(GAMMA)
+    draws = splitmix64(counters) >> np.uint64(40)
+    return torch.from_numpy(np.where(draws >= threshold, scale, np.float32(0)).astype(np.float32))
+
+
+class Pass:
+    """The pass being run: set before each replica's forward (its key, its first sample)."""
+    key = 0
+    first_sample = 0
+
+
+def apply(x, site, p):
+    """x ⊙ the factors of `site` over each sample of x (dim 0), in x's dtype."""
+    f = factors(Pass.key, site, p, Pass.first_sample, x.size(0), x[0].numel())
+    return x * f.view_as(x).to(x.dtype)
+
+
+class Dropout(nn.Module):
+    """nn.Dropout(p) drawing dp's masks at `site`."""
+
+    def __init__(self, p, site):
+        super().__init__()
+        self.p, self.site = p, site
+
+    def forward(self, x):
+        return apply(x, self.site, self.p) if self.training and self.p > 0 else x
