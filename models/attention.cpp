@@ -1,6 +1,7 @@
 // nanoGPT's CausalSelfAttention: c_attn (Linear C -> 3C: q, k, v in that order), causal
-// attention over H heads, c_proj (Linear C -> C). Children are named as nanoGPT's, so the state
-// dict reads "attn.c_attn.weight", "attn.c_proj.bias".
+// attention over H heads, c_proj (Linear C -> C), resid_dropout. Children are named as nanoGPT's,
+// so the state dict reads "attn.c_attn.weight", "attn.c_proj.bias". nanoGPT's attn_dropout (on the
+// probabilities) happens inside the attention kernel, which draws its mask from this module's site.
 #include <sstream>
 
 #include "engine/device.hpp"
@@ -13,17 +14,25 @@ namespace {
 
 class CausalSelfAttention final : public Module {
  public:
-  CausalSelfAttention(int64_t c, int64_t heads, double proj_std) : c_(c), heads_(heads) {
+  CausalSelfAttention(int64_t c, int64_t heads, double proj_std, float dropout, uint32_t site)
+      : c_(c), heads_(heads), dropout_(dropout), site_(site) {
     if (heads <= 0 || c % heads != 0)
       throw RuntimeError("attention: " + std::to_string(c) + " channels do not split into " + std::to_string(heads) +
                          " heads");
     c_attn_ = &add("c_attn", make_linear(c, 3 * c, true, 0.02));
     c_proj_ = &add("c_proj", make_linear(c, c, true, proj_std));
+    resid_dropout_ = &add("resid_dropout", make_dropout(dropout, site + 1));
   }
   std::string describe() const override {
     std::ostringstream os;
-    os << "CausalSelfAttention(" << c_ << ", heads=" << heads_ << ")";
+    os << "CausalSelfAttention(" << c_ << ", heads=" << heads_;
+    if (dropout_ > 0) os << ", dropout=" << dropout_;
+    os << ")";
     return os.str();
+  }
+  void set_dropout_source(const DropoutSource* source) override {
+    source_ = source;
+    Module::set_dropout_source(source);
   }
   Shape output_shape(const Shape& in) const override {
     if (in.size() != 2 || in[1] != c_) throw RuntimeError(describe() + " takes [T, C] per sample, got " + shape_str(in));
@@ -35,16 +44,23 @@ class CausalSelfAttention final : public Module {
     // Mixed precision: softmax in float32, the probabilities and the output stored like qkv.
     att_ = Tensor::empty(dev, {s.B, heads_, s.T, s.T}, MemCategory::Activations, qkv_.dtype());
     Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations, qkv_.dtype());
-    Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false)}, MemCategory::Workspace);
-    attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf());
-    return c_proj_->forward(dev, y, training);
+    drop_ = DropoutMask{};
+    if (training && dropout_ > 0) {
+      const DropoutSource source = source_ ? *source_ : DropoutSource{};
+      drop_ = DropoutMask{dropout_, site_, source.key, source.key_at, source.first_sample};
+    }
+    Tensor scratch =
+        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false, drop_.on())}, MemCategory::Workspace);
+    attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), drop_);
+    return resid_dropout_->forward(dev, c_proj_->forward(dev, y, training), training);
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
-    const Tensor dy = c_proj_->backward(dev, grad_out, true);
+    const Tensor dy = c_proj_->backward(dev, resid_dropout_->backward(dev, grad_out, true), true);
     const AttentionShape s{qkv_.dim(0), qkv_.dim(1), c_, heads_};
     Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations, qkv_.dtype());
-    Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, true)}, MemCategory::Workspace);
-    attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf());
+    Tensor scratch =
+        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, true, drop_.on())}, MemCategory::Workspace);
+    attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf(), drop_);
     qkv_ = att_ = Tensor();
     return c_attn_->backward(dev, dqkv, need_grad_in);
   }
@@ -55,14 +71,19 @@ class CausalSelfAttention final : public Module {
 
  private:
   int64_t c_, heads_;
-  Module *c_attn_ = nullptr, *c_proj_ = nullptr;
+  float dropout_;
+  uint32_t site_;
+  const DropoutSource* source_ = nullptr;
+  Module *c_attn_ = nullptr, *c_proj_ = nullptr, *resid_dropout_ = nullptr;
   Tensor qkv_, att_;
+  DropoutMask drop_;  // the last training forward's, for backward (off: none)
 };
 
 }  // namespace
 
-std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std) {
-  return std::make_unique<CausalSelfAttention>(channels, heads, proj_std);
+std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std, float dropout,
+                                                   uint32_t site) {
+  return std::make_unique<CausalSelfAttention>(channels, heads, proj_std, dropout, site);
 }
 
 }  // namespace dp

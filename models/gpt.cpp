@@ -1,7 +1,9 @@
 // nanoGPT's GPT, with its state-dict names (lm_head untied from wte):
-//   x = wte(ids) + wpe(0..T−1)
-//   per block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x)),  mlp = c_proj(gelu(c_fc(x)))
+//   x = drop(wte(ids) + wpe(0..T−1))
+//   per block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x)),  mlp = dropout(c_proj(gelu(c_fc(x))))
 //   logits = lm_head(ln_f(x))
+// Dropout sites are numbered 0 for drop, then 3 per block i: 3i+1 the attention probabilities,
+// 3i+2 attention's resid_dropout, 3i+3 the MLP's (each site draws masks of its own).
 // Initialisation as nanoGPT's: N(0, 0.02) for Linear and Embedding weights, c_proj weights
 // N(0, 0.02/√(2·layers)), zero biases, LayerNorm ones and zeros.
 #include <cmath>
@@ -26,15 +28,16 @@ Tensor residual_forward(Device& dev, const Tensor& x, Tensor fx) {
 
 class Block final : public Module {
  public:
-  Block(int64_t c, int64_t heads, int64_t layers) {
+  Block(int64_t c, int64_t heads, int64_t layers, float dropout, uint32_t first_site) {
     const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layers));
     ln_1_ = &add("ln_1", make_layernorm(c));
-    attn_ = &add("attn", make_causal_self_attention(c, heads, proj_std));
+    attn_ = &add("attn", make_causal_self_attention(c, heads, proj_std, dropout, first_site));
     ln_2_ = &add("ln_2", make_layernorm(c));
     auto mlp = make_sequential();
     mlp->append("c_fc", make_linear(c, 4 * c, true, 0.02));
     mlp->append("gelu", make_gelu());
     mlp->append("c_proj", make_linear(4 * c, c, true, proj_std));
+    mlp->append("dropout", make_dropout(dropout, first_site + 2));
     mlp_ = &add("mlp", std::move(mlp));
   }
   std::string describe() const override { return "Block"; }
@@ -62,8 +65,10 @@ class Transformer final : public Module {
   explicit Transformer(const GptConfig& g) : cfg_(g) {
     wte_ = &add("wte", make_embedding(g.vocab, g.dim));
     wpe_ = &add("wpe", make_embedding(g.context, g.dim));
+    drop_ = &add("drop", make_dropout(g.dropout, 0));
     auto h = make_sequential();
-    for (int64_t i = 0; i < g.layers; ++i) h->append(std::make_unique<Block>(g.dim, g.heads, g.layers));
+    for (int64_t i = 0; i < g.layers; ++i)
+      h->append(std::make_unique<Block>(g.dim, g.heads, g.layers, g.dropout, static_cast<uint32_t>(3 * i + 1)));
     h_ = &add("h", std::move(h));
     ln_f_ = &add("ln_f", make_layernorm(g.dim));
   }
@@ -83,10 +88,10 @@ class Transformer final : public Module {
     upload(dev.exec(), positions_.data(), pos.data(), pos.size() * sizeof(int32_t));  // on this stream, in order
     const Tensor p = wpe_->forward(dev, positions_, training);  // [T, C], added to every sample
     for (int64_t b = 0; b < B; ++b) add_inplace(dev.exec(), x.rows(b, 1).buf(), p.buf(), p.numel());
-    return ln_f_->forward(dev, h_->forward(dev, x, training), training);
+    return ln_f_->forward(dev, h_->forward(dev, drop_->forward(dev, x, training), training), training);
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
-    const Tensor gx = h_->backward(dev, ln_f_->backward(dev, grad_out, true), true);
+    const Tensor gx = drop_->backward(dev, h_->backward(dev, ln_f_->backward(dev, grad_out, true), true), true);
     const int64_t B = gx.dim(0), T = gx.dim(1);
     // Summed over the batch in float32 (a 16-bit sum would round at every sample).
     Tensor gp = Tensor::zeros(dev, {T, cfg_.dim}, MemCategory::Activations, DType::F32);
@@ -103,7 +108,7 @@ class Transformer final : public Module {
 
  private:
   GptConfig cfg_;
-  Module *wte_, *wpe_, *h_, *ln_f_;
+  Module *wte_, *wpe_, *drop_, *h_, *ln_f_;
   Tensor positions_;
 };
 
@@ -112,6 +117,7 @@ class Transformer final : public Module {
 std::unique_ptr<Module> make_gpt(const GptConfig& g) {
   if (g.vocab < 1 || g.context < 1 || g.layers < 1 || g.heads < 1 || g.dim < 1 || g.dim % g.heads != 0)
     throw UsageError("GPT sizes: vocabulary, context, layers, heads and dim must be positive, dim a multiple of heads");
+  if (!(g.dropout >= 0 && g.dropout < 1)) throw UsageError("--dropout must be in [0, 1)");
   auto gpt = make_sequential();
   gpt->append("transformer", std::make_unique<Transformer>(g));
   gpt->append("lm_head", make_linear(g.dim, g.vocab, false, 0.02));

@@ -100,7 +100,14 @@ void init_state(const ModelLayout& layout, float* params, float* buffers, uint64
 }
 
 Network::Network(const ModelDef& def)
-    : root_(make_checked(def)), leaves_(param_modules(*root_)), layout_(ModelLayout::of(*root_)) {}
+    : root_(make_checked(def)),
+      leaves_(param_modules(*root_)),
+      layout_(ModelLayout::of(*root_)),
+      dropout_source_(std::make_unique<DropoutSource>()) {
+  root_->set_dropout_source(dropout_source_.get());
+}
+
+void Network::set_dropout_source(const DropoutSource& source) { *dropout_source_ = source; }
 
 void Network::bind(const Tensor& params, const Tensor& grads, const Tensor& buffers) {
   std::vector<std::vector<Tensor>> values(leaves_.size()), gradients(leaves_.size());

@@ -75,6 +75,9 @@ class Network {
   // Bind views of flat storage (grads may be undefined: inference only).
   void bind(const Tensor& params, const Tensor& grads, const Tensor& buffers);
   void unbind();  // drop the views, so replica storage is freed when the step ends
+  // Where the next training forward's dropout masks come from (the pass's key and this replica's
+  // first sample in the pass's batch); its backward draws the same.
+  void set_dropout_source(const DropoutSource& source);
   Tensor forward(Device& dev, const Tensor& input, bool training);
   // From the gradient of the output; writes the bound parameter gradients.
   void backward(Device& dev, const Tensor& grad_output);
@@ -87,6 +90,7 @@ class Network {
   std::unique_ptr<Module> root_;
   std::vector<Module*> leaves_;
   ModelLayout layout_;
+  std::unique_ptr<DropoutSource> dropout_source_;  // the modules hold its address
 };
 
 }  // namespace dp

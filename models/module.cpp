@@ -24,6 +24,10 @@ void Module::set_replica_group(ReplicaGroup* group, int replica) {
   for (auto& c : children_) c.module->set_replica_group(group, replica);
 }
 
+void Module::set_dropout_source(const DropoutSource* source) {
+  for (auto& c : children_) c.module->set_dropout_source(source);
+}
+
 void Module::clear_cache() {
   for (auto& c : children_) c.module->clear_cache();
 }

@@ -21,6 +21,16 @@ namespace dp {
 class Device;
 class ReplicaGroup;
 
+// Where a training pass's dropout masks come from (kernels/dropout_mask.hpp): the pass's key —
+// read from device memory when the kernels run, so a replayed step draws its own — and the
+// index, in the pass's whole batch, of the first sample this module tree takes. The Network owns
+// one and sets it before each training forward; without one, dropout draws under key 0.
+struct DropoutSource {
+  uint64_t key = 0;
+  const uint32_t* key_at = nullptr;
+  int64_t first_sample = 0;
+};
+
 struct ParamDecl {
   enum class Kind { Parameter, Buffer };
   enum class Init { Uniform, Normal, Ones, Zeros };
@@ -64,6 +74,8 @@ class Module {
   // --sync-bn: BatchNorm layers normalise with statistics over every member of `group`, this
   // module tree being member `replica`; null: over this replica's chunk alone. Containers recurse.
   virtual void set_replica_group(ReplicaGroup* group, int replica);
+  // The source dropout modules draw their masks from (it outlives the tree). Containers recurse.
+  virtual void set_dropout_source(const DropoutSource* source);
 
  protected:
   virtual Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) = 0;
@@ -112,18 +124,27 @@ std::unique_ptr<Module> make_relu();
 std::unique_ptr<Module> make_maxpool2d(int64_t kernel, int64_t stride);
 std::unique_ptr<Module> make_adaptive_avgpool2d_1x1();  // AdaptiveAvgPool2d((1, 1))
 std::unique_ptr<Module> make_flatten();
+// nn.Dropout(p) in training, the identity otherwise; `site` numbers it among the model's dropouts
+// (its masks are its own: kernels/dropout_mask.hpp).
+std::unique_ptr<Module> make_dropout(float p, uint32_t site);
 // Transformer leaves (models/transformer_layers.cpp).
 std::unique_ptr<Module> make_layernorm(int64_t channels, float eps = 1e-5f);  // over the last dimension
 std::unique_ptr<Module> make_gelu();                                          // exact (erf)
 std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_std = 0.02);  // int32 ids in
-// nanoGPT's CausalSelfAttention over [T, C] samples: children c_attn and c_proj (models/attention.cpp);
-// c_proj's weights drawn with proj_std (nanoGPT: 0.02/√(2·layers)).
-std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std = 0.02);
+// nanoGPT's CausalSelfAttention over [T, C] samples: children c_attn, c_proj and resid_dropout
+// (models/attention.cpp); c_proj's weights drawn with proj_std (nanoGPT: 0.02/√(2·layers)). With
+// dropout p > 0, the attention probabilities drop at site `site` (attn_dropout, inside the
+// attention kernel) and c_proj's output at site + 1 (resid_dropout).
+std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std = 0.02,
+                                                   float dropout = 0, uint32_t site = 0);
 
-// nanoGPT's GPT (models/gpt.cpp): transformer.{wte, wpe, h.i.{ln_1, attn, ln_2, mlp}, ln_f} and an
-// lm_head without bias, not tied to wte. Samples are [T] int32 token ids; the output is [T, V].
+// nanoGPT's GPT (models/gpt.cpp): transformer.{wte, wpe, drop, h.i.{ln_1, attn, ln_2, mlp}, ln_f} and
+// an lm_head without bias, not tied to wte. Samples are [T] int32 token ids; the output is [T, V].
+// dropout: nanoGPT's config.dropout, at its four places (after the embeddings, on the attention
+// probabilities, after attention's and the MLP's projections); 0: none.
 struct GptConfig {
   int64_t vocab = 256, context = 128, layers = 4, heads = 4, dim = 256;
+  float dropout = 0;
 };
 std::unique_ptr<Module> make_gpt(const GptConfig& cfg);
 

@@ -1,5 +1,7 @@
 // The named models. Sequential ones are PyTorch nn.Sequential layer lists ("3.weight"); the
 // ResNets are torchvision's module trees ("layer2.0.downsample.1.running_var").
+#include <sstream>
+
 #include "engine/error.hpp"
 #include "models/model.hpp"
 
@@ -57,6 +59,11 @@ ModelDef gpt_model(const GptConfig& g) {
   def.summary = "nanoGPT's GPT (untied lm_head): " + std::to_string(g.layers) + " layers, " + std::to_string(g.heads) +
                 " heads, dim " + std::to_string(g.dim) + ", context " + std::to_string(g.context) + ", vocabulary " +
                 std::to_string(g.vocab);
+  if (g.dropout > 0) {
+    std::ostringstream p;
+    p << g.dropout;
+    def.summary += ", dropout " + p.str();
+  }
   def.input_shape = {g.context};
   def.classes = g.vocab;
   def.make = [g] { return make_gpt(g); };

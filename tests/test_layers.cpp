@@ -436,6 +436,30 @@ TEST_CASE("Causal self-attention gradients match finite differences (qkv, heads,
   gradcheck(*attn, {2, 5, 8}, random_vector(80, 24, -1.f, 1.f), true, 1e-3f, 1e-2);
 }
 
+TEST_CASE("Dropout: the identity in evaluation, and gradients through it and attention's dropout match finite differences") {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  auto drop = make_dropout(0.4f, 1);
+  CHECK(drop->describe() == "Dropout(p=0.4, inplace=False)");
+  const Tensor x = tensor_from(dev, {2, 3, 4}, random_vector(24, 8));
+  const Tensor same = drop->forward(dev, x, false);
+  CHECK(same.data() == x.data());  // evaluation: handed on as it is
+  // Training: forward and backward draw the same mask (the op is linear, so dx = f ⊙ dy).
+  const auto y = to_vector(drop->forward(dev, x, true));
+  const auto dx = to_vector(drop->backward(dev, tensor_from(dev, {2, 3, 4}, std::vector<float>(24, 1.f)), true));
+  const auto xs = to_vector(x);
+  int zeros = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    CHECK(y[i] == xs[i] * dx[i]);
+    zeros += dx[i] == 0.f;
+  }
+  CHECK(zeros > 0);
+  CHECK(zeros < 24);
+  gradcheck(*make_dropout(0.3f, 2), {3, 5}, random_vector(15, 9));
+  gradcheck(*make_causal_self_attention(8, 2, 0.02, 0.3f, 4), {2, 5, 8}, random_vector(80, 24, -1.f, 1.f), true, 1e-3f,
+            1e-2);
+}
+
 TEST_CASE("Causal self-attention: a position never sees a later one") {
   auto devs = host_devices(1);
   auto attn = make_causal_self_attention(4, 2);
@@ -465,43 +489,46 @@ TEST_CASE("Causal self-attention: a position never sees a later one") {
   for (Module* m : leaves) m->bind({}, {});
 }
 
-TEST_CASE("GPT: nanoGPT's state-dict names and sizes, gradients of every parameter match finite differences") {
-  const GptConfig g{7, 4, 2, 2, 8};
-  auto gpt = make_gpt(g);
-  const ModelLayout l = ModelLayout::of(*gpt);
-  std::vector<std::string> names;
-  int64_t trainable = 0;
-  for (const auto& e : l.entries) names.push_back(e.name), trainable += numel(e.shape);
-  CHECK(names.front() == "transformer.wte.weight");
-  CHECK(names[1] == "transformer.wpe.weight");
-  CHECK(std::find(names.begin(), names.end(), "transformer.h.1.attn.c_attn.bias") != names.end());
-  CHECK(std::find(names.begin(), names.end(), "transformer.h.0.mlp.c_proj.weight") != names.end());
-  CHECK(names[names.size() - 3] == "transformer.ln_f.weight");
-  CHECK(names.back() == "lm_head.weight");  // no bias, not tied
-  // nanoGPT's count: V·C + T·C + L·(12C² + 13C) + 2C, plus the untied lm_head V·C.
-  const int64_t C = g.dim, L = g.layers;
-  CHECK(trainable == g.vocab * C + g.context * C + L * (12 * C * C + 13 * C) + 2 * C + g.vocab * C);
-  CHECK(gpt->output_shape({4}) == Shape{4, 7});
-  CHECK_THROWS_WITH_AS(gpt->output_shape({5}), doctest::Contains("--context"), RuntimeError);
+TEST_CASE("GPT: nanoGPT's state-dict names and sizes, gradients of every parameter match finite differences, with dropout too") {
+  for (float dropout : {0.f, 0.25f}) {  // dropout: the same masks in every forward (key 0)
+    CAPTURE(dropout);
+    const GptConfig g{7, 4, 2, 2, 8, dropout};
+    auto gpt = make_gpt(g);
+    const ModelLayout l = ModelLayout::of(*gpt);
+    std::vector<std::string> names;
+    int64_t trainable = 0;
+    for (const auto& e : l.entries) names.push_back(e.name), trainable += numel(e.shape);
+    CHECK(names.front() == "transformer.wte.weight");
+    CHECK(names[1] == "transformer.wpe.weight");
+    CHECK(std::find(names.begin(), names.end(), "transformer.h.1.attn.c_attn.bias") != names.end());
+    CHECK(std::find(names.begin(), names.end(), "transformer.h.0.mlp.c_proj.weight") != names.end());
+    CHECK(names[names.size() - 3] == "transformer.ln_f.weight");
+    CHECK(names.back() == "lm_head.weight");  // no bias, not tied
+    // nanoGPT's count: V·C + T·C + L·(12C² + 13C) + 2C, plus the untied lm_head V·C.
+    const int64_t C = g.dim, L = g.layers;
+    CHECK(trainable == g.vocab * C + g.context * C + L * (12 * C * C + 13 * C) + 2 * C + g.vocab * C);
+    CHECK(gpt->output_shape({4}) == Shape{4, 7});
+    CHECK_THROWS_WITH_AS(gpt->output_shape({5}), doctest::Contains("--context"), RuntimeError);
 
-  auto devs = host_devices(1);
-  Device& dev = devs[0];
-  Bound b = bind_random(*gpt, dev, 77);
-  Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
-  const int32_t id_values[12] = {1, 5, 5, 0, 6, 2, 1, 1, 3, 4, 0, 6};  // repeats, every position
-  std::copy(id_values, id_values + 12, ids.data<int32_t>());
-  Tensor out = gpt->forward(dev, ids, true);
-  CHECK(out.shape() == Shape{3, 4, 7});
-  const auto r = random_vector(static_cast<size_t>(out.numel()), 78);
-  CHECK_FALSE(gpt->backward(dev, tensor_from(dev, out.shape(), r), false).defined());
-  auto loss = [&] {
-    Tensor o = gpt->forward(dev, ids, true);
+    auto devs = host_devices(1);
+    Device& dev = devs[0];
+    Bound b = bind_random(*gpt, dev, 77);
+    Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
+    const int32_t id_values[12] = {1, 5, 5, 0, 6, 2, 1, 1, 3, 4, 0, 6};  // repeats, every position
+    std::copy(id_values, id_values + 12, ids.data<int32_t>());
+    Tensor out = gpt->forward(dev, ids, true);
+    CHECK(out.shape() == Shape{3, 4, 7});
+    const auto r = random_vector(static_cast<size_t>(out.numel()), 78);
+    CHECK_FALSE(gpt->backward(dev, tensor_from(dev, out.shape(), r), false).defined());
+    auto loss = [&] {
+      Tensor o = gpt->forward(dev, ids, true);
+      gpt->clear_cache();
+      return weighted_sum(o, r);
+    };
+    const std::vector<float> grads = to_vector(b.grads);
+    for (const auto& e : l.entries)
+      check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
     gpt->clear_cache();
-    return weighted_sum(o, r);
-  };
-  const std::vector<float> grads = to_vector(b.grads);
-  for (const auto& e : l.entries)
-    check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
-  gpt->clear_cache();
-  for (Module* m : param_modules(*gpt)) m->bind({}, {});
+    for (Module* m : param_modules(*gpt)) m->bind({}, {});
+  }
 }
