@@ -9,6 +9,7 @@
 
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
+#include "engine/random.hpp"
 #include "engine/step/replica_timer.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
@@ -35,7 +36,8 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
       gradient_sync_(make_reduce_to_device0()),
       sync_(sync),
       precision_(precision),
-      scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()) {
+      scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()),
+      seed_(seed) {
   if (sync_.mode == SyncMode::AllReduce && devices.spans_gpus()) {
     if (!NcclComms::available())
       throw UsageError("--sync allreduce on distinct GPUs needs NCCL, which this build lacks (it is found with the "
@@ -248,6 +250,7 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
   next_.reset();
   StepResult r = run_step(input, targets, batch, chunk_sizes(batch), next ? &*next : nullptr);
   ++steps_run_;
+  ++steps_done_;
   r.split_change = probed.empty() ? splitter_.observe(r.chunks, r.replica_seconds) : probed;
   return r;
 }
@@ -349,6 +352,8 @@ std::vector<int> DataParallel::write_step_scalars(const std::vector<int64_t>& ch
   if (scaler_.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(scaler_.scale()));
   // d(mean loss)/d(row loss sum), times fp16's loss scale (1 without): what the loss gradient is scaled by.
   v.loss_grad_scale = scaler_.scale() / static_cast<float>(loss_rows);
+  const uint64_t key = dropout_key(seed_, steps_done_, micro_.index, group_ ? group_->rank() : 0);
+  v.dropout_key[0] = static_cast<uint32_t>(key), v.dropout_key[1] = static_cast<uint32_t>(key >> 32);
   // The last step has been joined: no stream still reads a slot's scalars.
   std::vector<int> taking_part;
   for (int d = 0; d < devices_.size(); ++d) {
@@ -488,9 +493,14 @@ void DataParallel::forward(StepState& s) {
       stream.run_in_order([this, &stream] {
         if (stream.failed()) replica_group_->abort();
       });
+    // Dropout draws this pass's masks for the samples of the whole batch this replica takes.
+    int64_t first_sample = 0;
+    for (int d = 0; d < r; ++d) first_sample += s.chunks[static_cast<size_t>(d)];
+    const DropoutSource dropout{0, dropout_key_on_device(s.step_scalars[static_cast<size_t>(r)]), first_sample};
     stream.enqueue(
-        [this, r, &s, grads] {
+        [this, r, &s, grads, dropout] {
           nets_[r]->bind(s.params[r], grads, s.buffers[r]);
+          nets_[r]->set_dropout_source(dropout);
           try {
             s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);
           } catch (...) {

@@ -10,7 +10,7 @@
 // each phase's end.
 //
 // The values that change from step to step (learning rate, AdamW's bias corrections, fp16's loss
-// scale) reach the kernels through device memory (engine/step/step_scalars.hpp): each device's
+// scale, dropout's key) reach the kernels through device memory (engine/step/step_scalars.hpp): each device's
 // stream copies them from the host first thing, so every kernel argument is the same from one step
 // to the next of the same shape — what replaying a captured step (a CUDA graph) needs.
 //
@@ -162,6 +162,11 @@ class DataParallel {
   void restore_optimizer(const Optimizer::Saved& state);
   // The learning rate of the next updates (a schedule sets it before each step).
   void set_learning_rate(double lr) { lr_ = lr; }
+  // Optimizer steps taken (fp16's skipped ones too). A model's dropout draws step k's masks from
+  // (seed, k) (engine/random.hpp's dropout_key), so a run resumed at step k sets this to k to draw
+  // what the uninterrupted run drew.
+  int64_t steps_done() const { return steps_done_; }
+  void set_steps_done(int64_t steps) { steps_done_ = steps; }
   // --clip-grad-norm: after the reduce, scale device 0's gradients by min(1, max_norm / (‖g‖₂ + 1e-6))
   // over all of them (torch.nn.utils.clip_grad_norm_); 0 = off. Device 0 holds every gradient at
   // that moment, so under DataParallel the global norm costs one pass there and no communication.
@@ -279,8 +284,8 @@ class DataParallel {
   // The step's scalars into the slot of every device that takes part (device 0, the active ones; all
   // under allreduce), and each one's copy of them (StepState::step_scalars) enqueued first thing.
   void enqueue_step_scalars(StepState& s);
-  // The step's scalars (next update's lr and bias corrections, fp16's scales) into the slot of every
-  // device that takes part; the devices that do.
+  // The step's scalars (next update's lr and bias corrections, fp16's scales, the pass's dropout
+  // key) into the slot of every device that takes part; the devices that do.
   std::vector<int> write_step_scalars(const std::vector<int64_t>& chunks, int64_t loss_rows);
   // The nine phases (DESIGN.md), in order.
   void load(StepState& s, const void* input, const int32_t* targets, StepResult& r);
@@ -378,6 +383,8 @@ class DataParallel {
   ProcessGroup* group_ = nullptr;
   std::optional<NextBatch> next_;  // given to upload_ahead(), staged by the next step
   int64_t steps_run_ = 0;
+  int64_t steps_done_ = 0;  // optimizer steps (steps_run_ counts micro-batches and probes' steps too)
+  uint64_t seed_ = 0;       // dropout's keys derive from it
   // Gradient accumulation: which micro-batch of the optimizer step the running step is, and the
   // loss rows of them all (0: the step's own); per device, the gradients summed so far.
   struct MicroStep {

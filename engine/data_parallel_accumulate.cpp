@@ -113,6 +113,7 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro, std::vector<
     throw;
   }
   micro_ = {};
+  ++steps_done_;
   return total;
 }
 

@@ -13,9 +13,12 @@
 
 namespace dp::test {
 
-// A named model, "gpt" meaning a small GPT (vocabulary 64, context 16, 2 layers, 2 heads, dim 32).
+// A named model, "gpt" meaning a small GPT (vocabulary 64, context 16, 2 layers, 2 heads, dim 32),
+// "gpt-dropout" that GPT with nanoGPT's dropout 0.2.
 inline ModelDef model_of(const std::string& name) {
-  return name == "gpt" ? gpt_model({64, 16, 2, 2, 32}) : find_model(name);
+  if (name == "gpt") return gpt_model({64, 16, 2, 2, 32});
+  if (name == "gpt-dropout") return gpt_model({64, 16, 2, 2, 32, 0.2f});
+  return find_model(name);
 }
 
 struct HostBatch {
@@ -75,17 +78,18 @@ inline std::unique_ptr<DataParallel> make_data_parallel(DeviceSet& devs, const M
 }
 
 // Every model with both losses, each at a size its steps run quickly on three devices: copies of
-// `base` for each (model, loss); the GPT trains with AdamW.
+// `base` for each (model, loss); the GPTs (one of them with dropout) train with AdamW.
 template <typename Setup>
 std::vector<Setup> every_model_and_loss(const Setup& base) {
   std::vector<Setup> cases;
-  for (const char* model : {"mlp", "convnet", "resnet8", "gpt"})
+  for (const char* model : {"mlp", "convnet", "resnet8", "gpt", "gpt-dropout"})
     for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
       Setup c = base;
       c.model = model;
       c.loss = loss;
       if (c.model == "resnet8") c.batch = 8, c.split = "chunks:3,3,2";
-      if (c.model == "gpt") c.batch = 6, c.split = "chunks:1,3,2", c.optimizer.kind = OptimizerConfig::Kind::AdamW;
+      if (c.model.rfind("gpt", 0) == 0)
+        c.batch = 6, c.split = "chunks:1,3,2", c.optimizer.kind = OptimizerConfig::Kind::AdamW;
       cases.push_back(c);
     }
   return cases;

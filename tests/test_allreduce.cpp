@@ -314,10 +314,12 @@ OptimizerConfig adamw() {
 
 }  // namespace
 
-TEST_CASE("--sync allreduce trains exactly as the faithful step (mlp, convnet with BatchNorm, a GPT)") {
+TEST_CASE("--sync allreduce trains exactly as the faithful step (mlp, convnet with BatchNorm, a GPT, one that drops)") {
   GptConfig cfg;
   cfg.vocab = 29, cfg.context = 6, cfg.layers = 1, cfg.heads = 2, cfg.dim = 8;
   const ModelDef gpt = gpt_model(cfg);
+  cfg.dropout = 0.3f;  // each resident replica draws its samples' masks by their index in the batch
+  const ModelDef dropping_gpt = gpt_model(cfg);
   struct Case {
     const ModelDef* model;
     int n;
@@ -335,6 +337,7 @@ TEST_CASE("--sync allreduce trains exactly as the faithful step (mlp, convnet wi
       // before each forward, as only replica 0's survive in DataParallel.
       {&find_model("convnet"), 3, "chunks:5,9,4", 18, sgd(), 0},
       {&gpt, 3, "even", 7, adamw(), 1.0},
+      {&dropping_gpt, 3, "chunks:1,4,2", 7, adamw(), 0},
   };
   for (const auto& c : cases) {
     CAPTURE(c.model->name);

@@ -1,15 +1,21 @@
 // Dropout (nanoGPT's, --dropout): the masks (kernels/dropout_mask.hpp), the op and attention's
-// dropout.
+// dropout; whole DataParallel steps of a GPT that drops: N devices drop what one device drops,
+// each step and micro-batch draws its own masks, a resumed run draws what the uninterrupted run
+// drew, evaluation does not drop. (Finite differences through the module and attention's dropout:
+// test_layers.cpp. Captured steps, waiting once per step and uploading ahead with dropout: the GPT
+// with dropout is one of every_model_and_loss's models.)
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <string>
 
+#include "engine/data_parallel.hpp"
 #include "engine/random.hpp"
 #include "engine/host/thread_pool.hpp"
 #include "helpers.hpp"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/dropout.hpp"
+#include "step_batches.hpp"
 
 using namespace dp;
 using namespace dp::test;
@@ -115,4 +121,112 @@ TEST_CASE("attention's dropout drops the probabilities it multiplies v by, and b
                     qkv[static_cast<size_t>((b * T + j) * 3 * C + 2 * C + h * hs + d)];
           CHECK(y1[static_cast<size_t>((b * T + t) * C + h * hs + d)] == doctest::Approx(want).epsilon(1e-5));
         }
+}
+
+namespace {
+
+// A small GPT (vocabulary 64, context 16, 2 layers, 2 heads, dim 32) with nanoGPT's dropout.
+ModelDef dropping_gpt(float p = 0.2f) { return gpt_model({64, 16, 2, 2, 32, p}); }
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<float> params;
+};
+
+Trained train(const ModelDef& model, const StepSetup& c, int steps) {
+  auto devs = host_devices(c.devices);
+  auto dp = make_data_parallel(devs, model, c);
+  Trained out;
+  for (const auto& b : make_batches(model, c.batch, steps, 3)) out.losses.push_back(step_on(*dp, *b).loss);
+  out.params = dp->parameters();
+  return out;
+}
+
+StepSetup gpt_setup(int devices, const std::string& split, LossMode loss) {
+  StepSetup c;
+  c.devices = devices, c.split = split, c.batch = 6, c.loss = loss;
+  c.optimizer.kind = OptimizerConfig::Kind::AdamW;
+  c.optimizer.sgd.lr = 0.003f;
+  return c;
+}
+
+double max_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - b[i]));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("a GPT that drops: three devices over uneven chunks drop what one device drops, gathered and in-replica") {
+  const Trained one = train(dropping_gpt(), gpt_setup(1, "even", LossMode::Gathered), 3);
+  const Trained without = train(dropping_gpt(0), gpt_setup(1, "even", LossMode::Gathered), 3);
+  for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
+    CAPTURE(static_cast<int>(loss));
+    const Trained three = train(dropping_gpt(), gpt_setup(3, "chunks:1,3,2", loss), 3);
+    for (size_t k = 0; k < one.losses.size(); ++k) {
+      CHECK(three.losses[k] == doctest::Approx(one.losses[k]).epsilon(1e-6));
+      CHECK(std::abs(without.losses[k] - one.losses[k]) > 1e-3);  // the dropout is there to be seen
+    }
+    CHECK(max_difference(three.params, one.params) < 2e-6);  // float rounding of the sums' order
+  }
+}
+
+TEST_CASE("a GPT that drops: each step and micro-batch draws its own masks, resumed at step k (set_steps_done) it draws the uninterrupted run's") {
+  const ModelDef model = dropping_gpt();
+  const StepSetup c = gpt_setup(2, "even", LossMode::Gathered);
+  const auto batches = make_batches(model, c.batch, 4, 5);
+  auto devs = host_devices(c.devices);
+  auto straight = make_data_parallel(devs, model, c);
+  std::vector<StepResult> all;
+  for (const auto& b : batches) all.push_back(step_on(*straight, *b));
+  CHECK(straight->steps_done() == 4);
+
+  auto resume = [&](bool set_steps) {
+    auto devs2 = host_devices(c.devices);
+    auto first = make_data_parallel(devs2, model, c);
+    step_on(*first, *batches[0]), step_on(*first, *batches[1]);
+    auto devs3 = host_devices(c.devices);
+    auto resumed = make_data_parallel(devs3, model, c);
+    resumed->load_state(first->parameters(), first->buffers());
+    resumed->restore_optimizer(first->optimizer().save());
+    if (set_steps) resumed->set_steps_done(first->steps_done());
+    std::vector<StepResult> rest{step_on(*resumed, *batches[2]), step_on(*resumed, *batches[3])};
+    return std::make_pair(rest, resumed->parameters());
+  };
+  const auto [rest, params] = resume(true);
+  check_same_step(rest[0], all[2]);
+  check_same_step(rest[1], all[3]);
+  CHECK(params == straight->parameters());
+  // Without it, the resumed run draws step 0's and step 1's masks again: other losses.
+  CHECK(resume(false).first[0].loss != all[2].loss);
+
+  // Two micro-batches of the same samples under one set of weights: their own masks, other losses.
+  auto devs4 = host_devices(c.devices);
+  auto accumulating = make_data_parallel(devs4, model, c);
+  const HostBatch& b = *batches[0];
+  std::vector<StepResult> each;
+  accumulating->step({DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size),
+                      DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size)},
+                     &each);
+  REQUIRE(each.size() == 2);
+  CHECK(each[0].loss != each[1].loss);
+  CHECK(accumulating->steps_done() == 1);
+}
+
+TEST_CASE("a GPT that drops evaluates without dropping: the held-out loss of the same weights at any p") {
+  const ModelDef with = dropping_gpt(0.5f), without = dropping_gpt(0);
+  const StepSetup c = gpt_setup(2, "even", LossMode::Gathered);
+  auto devs = host_devices(c.devices);
+  auto a = make_data_parallel(devs, with, c);
+  auto devs2 = host_devices(c.devices);
+  auto b = make_data_parallel(devs2, without, c);
+  const auto batch = make_batches(with, 4, 1, 9).front();
+  CHECK(a->parameters() == b->parameters());  // dropout declares nothing: the same initial weights
+  const EvalResult ea = a->evaluate(batch->tokens.data(), batch->labels.data(), batch->size);
+  const EvalResult eb = b->evaluate(batch->tokens.data(), batch->labels.data(), batch->size);
+  CHECK(ea.loss_sum == eb.loss_sum);
+  CHECK(ea.correct == eb.correct);
+  CHECK(a->logits(batch->tokens.data(), 16) == b->logits(batch->tokens.data(), 16));
 }

@@ -144,11 +144,11 @@ TEST_CASE("captured steps replay the usual step bit for bit") {
 }
 
 TEST_CASE("captured steps: the batch given to upload_ahead is staged while the step before replays, bit for bit") {
-  for (const char* name : {"mlp", "convnet", "gpt"}) {
+  for (const char* name : {"mlp", "convnet", "gpt", "gpt-dropout"}) {
     CAPTURE(name);
     Setup c;
     c.model = name;
-    if (c.model == "gpt") c.batch = 6, c.split = "chunks:1,3,2";
+    if (c.model.rfind("gpt", 0) == 0) c.batch = 6, c.split = "chunks:1,3,2";
     const ModelDef model = model_of(c.model);
     const auto batches = make_batches(model, c.batch, 9, 4);
     // Where the loader reuses its memory: one batch whose contents change between steps.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "engine/allreduce/overlapped_allreduce.hpp"
 #include "engine/comm.hpp"
@@ -179,13 +180,17 @@ TEST_CASE("gradient accumulation on cuda:0x4 matches host:4 (reduce and allreduc
       }
 }
 
-TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica loss, uneven chunks)") {
+TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica loss, uneven chunks, dropout)") {
   GptConfig cfg;
   cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
-  const ModelDef model = gpt_model(cfg);
   const int64_t batch = 9;
-  for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
+  // With dropout the GPU draws the host's masks (the key read from device memory by its kernels).
+  for (auto [dropout, loss] : {std::pair{0.f, LossMode::Gathered}, std::pair{0.f, LossMode::InReplica},
+                               std::pair{0.2f, LossMode::Gathered}, std::pair{0.2f, LossMode::InReplica}}) {
+    CAPTURE(dropout);
     CAPTURE(static_cast<int>(loss));
+    cfg.dropout = dropout;
+    const ModelDef model = gpt_model(cfg);
     auto run = [&](const std::string& spec, std::vector<double>& losses) {
       auto devs = devices(spec);
       OptimizerConfig opt;
