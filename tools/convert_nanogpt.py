@@ -8,8 +8,9 @@ On the way: torch.compile's `_orig_mod.` prefix comes off; the causal-mask buffe
 nanoGPT without flash attention) are dropped; lm_head, tied to wte in nanoGPT, is written as a copy
 of its own (dp's lm_head is untied: the same function, until fine-tuning moves the two apart); a
 model made with bias=False gets zero biases (the same function; dp trains them if it fine-tunes);
-every tensor is written in float32. Dropout is not in dp: it evaluates and samples the same, and
-fine-tunes without it. --heads is needed only for a bare state dict (ckpt.pt says n_head).
+every tensor is written in float32. The flags include the checkpoint's dropout (model_args.dropout,
+when above 0): dp train drops as nanoGPT did when it fine-tunes; evaluation and sampling never drop.
+--heads is needed only for a bare state dict (ckpt.pt says n_head).
 A checkpoint is a pickle, unpickled as nanoGPT's sample.py does: convert only files you trust.
 """
 import argparse
@@ -53,6 +54,8 @@ def convert(ckpt, heads=None):
         raise SystemExit(f"error: {heads} heads do not divide the width {dim}")
     flags = ["--model", "gpt", "--gpt-layers", str(layers), "--gpt-heads", str(heads), "--gpt-dim", str(dim),
              "--context", str(context), "--vocab", str(vocab)]
+    if float(args.get("dropout", 0) or 0) > 0:
+        flags += ["--dropout", f"{float(args['dropout']):g}"]
     return out, flags
 
 

@@ -14,7 +14,7 @@ ones), each checked against a property that must hold for all of them:
 
 The combinations span the model, the device count, --sync, --precision, --split, --loss, the
 optimizer, --lr-schedule, clipping, fp16 loss scales that overflow, --sync-bn, gradient
-accumulation, and short last batches across epochs. The other tests check each flag on chosen
+accumulation, the GPT's dropout, and short last batches across epochs. The other tests check each flag on chosen
 cases; this one looks for the interactions nobody chose. A failure prints the command lines to
 repeat it.
 
@@ -63,6 +63,8 @@ def draw(rng, case):
     if rng.random() < 0.3:  # gradient accumulation: fewer steps an epoch, so more epochs
         args += ["--accumulate", str(rng.randint(2, 3))]
         args[args.index("--epochs") + 1] = "12"
+    if model == "gpt" and rng.random() < 0.5:  # masks drawn from (seed, step, micro-batch, sample)
+        args += ["--dropout", "0.2"]
     return args
 
 

@@ -1,5 +1,5 @@
 """The GPT from the command line: token files, text and the generated corpus; evaluation and
---sample; exact resume with shuffled windows; memprof's hotspot in both loss modes; bad input
+--sample; exact resume with shuffled windows, and with dropout; memprof's hotspot in both loss modes; bad input
 (an odd-sized .bin, an id at or above --vocab, --context beyond an --init file's wpe, an empty text,
 a corpus shorter than one window, flags for the wrong model).
 
@@ -78,6 +78,29 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("resume with another context", base[:-1] + ["12", "--data", tok, "--steps", "6", "--resume",
                                                                  os.path.join(ck, "step-00000003")], 1, "context")
 
+    # ---- dropout: named in the header; a run resumed at step 3 draws the masks the whole run drew
+    # (they follow the step), and evaluation does not drop (dp eval of the weights: the run's own)
+    drop = ["--dropout", "0.2", "--data", tok, "--steps", "6", "--eval-every", "6", "--eval-windows", "6"]
+    ckd = os.path.join(tmp, "ck-dropout")
+    d_whole_m, d_whole_st, d_part_m, d_part_st = (os.path.join(tmp, "dropout-" + f) for f in (
+        "whole.jsonl", "whole.st", "part.jsonl", "part.st"))
+    rc, out, err = run(base + drop + ["--checkpoint", ckd, "--checkpoint-every", "3", "--metrics", d_whole_m, "--save",
+                                      d_whole_st])
+    check("dropout trains, named in the header", rc == 0 and "dropout 0.2 on host:2" in err, err)
+    evaluated = [line for line in out.splitlines() if "validation loss" in line]
+    rc, _, err = run(base + drop + ["--resume", ckd + "/step-00000003", "--metrics", d_part_m, "--save", d_part_st])
+    check("dropout: resumed at step 3", rc == 0, err)
+    check("dropout: resumed, bitwise the same weights", open(d_part_st, "rb").read() == open(d_whole_st, "rb").read())
+    check("dropout: resumed, the same losses", losses(d_part_m) == losses(d_whole_m)[3:],
+          (losses(d_part_m), losses(d_whole_m)))
+    without = os.path.join(tmp, "without.jsonl")
+    rc, _, err = run(base + ["--data", tok, "--steps", "6", "--metrics", without])
+    check("dropout changes the training losses", rc == 0 and losses(without) != losses(d_whole_m), err)
+    rc, out, err = run(["eval", "--model", "gpt", "--devices", "host:2", "--batch", "4", "--data", tok,
+                        "--eval-windows", "6", "--weights", d_whole_st] + SMALL)
+    check("dropout: dp eval of the weights says what the run said (evaluation does not drop)",
+          rc == 0 and len(evaluated) == 1 and evaluated[0].split("validation loss")[1] in out, (evaluated, out, err))
+
     # ---- --init: a saved GPT loads back; another --context names wpe
     rc, _, err = run(base + ["--data", tok, "--steps", "1", "--init", whole_st])
     check("--init from a saved GPT", rc == 0, err)
@@ -131,6 +154,9 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("gpt on image data", base + ["--data", mnist], 1, "holds image data")
     expect("mlp on token data", ["train", "--model", "mlp", "--data", tok], 1, "holds text or token files")
     expect("--context with mlp", ["train", "--model", "mlp", "--context", "8"], 2, "--model mlp takes none")
+    expect("--dropout with mlp", ["train", "--model", "mlp", "--dropout", "0.1"], 2, "--model mlp takes none")
+    expect("--dropout 1", base + ["--dropout", "1"], 2, "--dropout must be in [0, 1)")
+    expect("--dropout negative", base + ["--dropout", "-0.1"], 2, "--dropout must be in [0, 1)")
     expect("--sample with mlp", ["train", "--model", "mlp", "--sample", "5"], 2, "needs a language model")
     expect("dim not a multiple of heads", base + ["--gpt-heads", "3"], 2, "not a multiple of --gpt-heads 3")
     expect("bad token prompt", base + ["--data", tok, "--steps", "1", "--sample", "3", "--prompt", "1,x"], 2,

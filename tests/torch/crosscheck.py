@@ -17,6 +17,7 @@ except ImportError:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hash_dropout  # noqa: E402
 import reference as ref  # noqa: E402
 import st_io  # noqa: E402
 
@@ -76,6 +77,13 @@ CASES = [
                                     "2"]),
     ("gpt", 2, 3, "even", 2, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--accumulate", "2",
                               "--loss", "in-replica"] + GPT_FLAGS),
+    # nanoGPT's dropout at its four places, the reference drawing dp's masks (hash_dropout.py) for
+    # each sample by its index in the whole batch, whichever replica takes it: uneven chunks, and
+    # each micro-batch's own masks under accumulation.
+    ("gpt", 3, 5, "chunks:1,3,1", 3, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--dropout", "0.2"]
+     + GPT_FLAGS),
+    ("gpt", 2, 4, "even", 2, ["--optimizer", "sgd", "--lr", "0.3", "--momentum", "0.9", "--loss", "in-replica",
+                              "--dropout", "0.1", "--accumulate", "2"] + GPT_FLAGS),
 ]
 CIFAR_MODELS = {"resnet8", "resnet18"}
 CONV_MODELS = {"convnet", "resnet8", "resnet18"}
@@ -90,7 +98,8 @@ def run_case(dp, work, case, idx):
     gpt = model_name == "gpt"
     context = int(flag("--context", 0))
     model = ref.make_model(model_name, dict(vocab=GPT_VOCAB, context=context, layers=int(flag("--gpt-layers", 0)),
-                                            heads=int(flag("--gpt-heads", 0)), dim=int(flag("--gpt-dim", 0))))
+                                            heads=int(flag("--gpt-heads", 0)), dim=int(flag("--gpt-dim", 0)),
+                                            dropout=float(flag("--dropout", 0))))
     init = os.path.join(work, f"init{idx}.safetensors")
     st_io.save(model.state_dict(), init)
     cifar = model_name in CIFAR_MODELS
@@ -158,8 +167,9 @@ def run_case(dp, work, case, idx):
                 norms.append(torch.norm(torch.stack([p.grad.detach().norm(2) for p in params]), 2).item())
                 if clip > 0:
                     torch.nn.utils.clip_grad_norm_(params, clip)
+            keys = [hash_dropout.dropout_key(0, s, k) for k in range(len(micro))]  # dp's --seed 0
             losses.append(ref.dp_accumulated_step(m, opt, micro, lambda b: ref.chunk_sizes(split, b, ndev), clip_grads,
-                                                  label_smoothing=smoothing))
+                                                  label_smoothing=smoothing, dropout_keys=keys))
         return losses, norms, m.state_dict()
 
     # Training in float32 is chaotic at the edges: an input of a ReLU (or a max-pool's pair) within

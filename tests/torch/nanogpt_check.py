@@ -70,7 +70,7 @@ with tempfile.TemporaryDirectory() as tmp:
             for i in range(LAYERS):  # nanoGPT without flash attention registers its causal mask
                 sd[f"_orig_mod.transformer.h.{i}.attn.bias"] = torch.tril(torch.ones(T, T)).view(1, 1, T, T)
             ckpt = {"model": sd, "model_args": dict(n_layer=LAYERS, n_head=HEADS, n_embd=DIM, block_size=T,
-                                                    vocab_size=VOCAB, bias=True, dropout=0.0),
+                                                    vocab_size=VOCAB, bias=True, dropout=0.1),
                     "iter_num": 100, "best_val_loss": torch.tensor(4.2)}
             extra = []
         else:
@@ -87,9 +87,11 @@ with tempfile.TemporaryDirectory() as tmp:
         if p.returncode != 0:
             continue
         flags = p.stdout.split("dp flags: ")[1].split()
+        # ckpt.pt's model_args say dropout 0.1: its flag comes along (dp eval does not drop).
+        dropout = ["--dropout", "0.1"] if case.startswith("ckpt") else []
         check(f"{case}: the flags of its sizes", flags == ["--model", "gpt", "--gpt-layers", str(LAYERS),
                                                          "--gpt-heads", str(HEADS), "--gpt-dim", str(DIM),
-                                                         "--context", str(T), "--vocab", str(VOCAB)], flags)
+                                                         "--context", str(T), "--vocab", str(VOCAB)] + dropout, flags)
         js = os.path.join(tmp, "eval.json")
         e = subprocess.run([DP, "eval"] + flags + ["--data", data, "--devices", "host:1", "--batch", "4",
                                                    "--eval-windows", str(WINDOWS), "--weights", out, "--json", js],

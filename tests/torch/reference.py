@@ -14,6 +14,8 @@ import struct
 import torch
 import torch.nn as nn
 
+import hash_dropout
+
 
 def cifar_resnet(blocks, widths, num_classes=10):
     """torchvision's ResNet with the CIFAR stem (conv1 3x3 stride 1, maxpool = Identity), built from
@@ -61,13 +63,15 @@ def cifar_resnet(blocks, widths, num_classes=10):
 
 
 class CausalSelfAttention(nn.Module):
-    """nanoGPT's: q, k, v from c_attn in that order, H heads, scores / sqrt(C/H), causal softmax."""
+    """nanoGPT's: q, k, v from c_attn in that order, H heads, scores / sqrt(C/H), causal softmax;
+    dropout on the probabilities (site `site`) and after c_proj (site + 1), with dp's masks."""
 
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, dropout=0.0, site=0):
         super().__init__()
         self.c_attn = nn.Linear(dim, 3 * dim)
         self.c_proj = nn.Linear(dim, dim)
-        self.heads = heads
+        self.resid_dropout = hash_dropout.Dropout(dropout, site + 1)
+        self.heads, self.dropout, self.site = heads, dropout, site
 
     def forward(self, x):
         B, T, C = x.size()
@@ -75,28 +79,34 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
         att = att.masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool)) == 0, float("-inf"))
-        y = torch.softmax(att, dim=-1) @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        att = torch.softmax(att, dim=-1)
+        if self.training and self.dropout > 0:
+            att = hash_dropout.apply(att, self.site, self.dropout)
+        y = att @ v
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
 
 
 class MLP(nn.Module):
-    def __init__(self, dim):
+    def __init__(self, dim, dropout=0.0, site=0):
         super().__init__()
         self.c_fc = nn.Linear(dim, 4 * dim)
         self.gelu = nn.GELU()  # exact (erf)
         self.c_proj = nn.Linear(4 * dim, dim)
+        self.dropout = hash_dropout.Dropout(dropout, site)
 
     def forward(self, x):
-        return self.c_proj(self.gelu(self.c_fc(x)))
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
 class Block(nn.Module):
-    def __init__(self, dim, heads):
+    """Block i's dropout sites are 3i+1 (attention probabilities), 3i+2 and 3i+3, as dp numbers them."""
+
+    def __init__(self, dim, heads, dropout=0.0, first_site=1):
         super().__init__()
         self.ln_1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, heads)
+        self.attn = CausalSelfAttention(dim, heads, dropout, first_site)
         self.ln_2 = nn.LayerNorm(dim)
-        self.mlp = MLP(dim)
+        self.mlp = MLP(dim, dropout, first_site + 2)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -104,13 +114,14 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """nanoGPT's GPT with its state-dict names, lm_head untied, no dropout; nanoGPT's init."""
+    """nanoGPT's GPT with its state-dict names, lm_head untied; nanoGPT's init. Its dropout draws
+    dp's masks (hash_dropout): set hash_dropout.Pass before each replica's forward."""
 
-    def __init__(self, vocab, context, layers, heads, dim):
+    def __init__(self, vocab, context, layers, heads, dim, dropout=0.0):
         super().__init__()
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab, dim), wpe=nn.Embedding(context, dim),
-            h=nn.ModuleList([Block(dim, heads) for _ in range(layers)]), ln_f=nn.LayerNorm(dim)))
+            wte=nn.Embedding(vocab, dim), wpe=nn.Embedding(context, dim), drop=hash_dropout.Dropout(dropout, 0),
+            h=nn.ModuleList([Block(dim, heads, dropout, 3 * i + 1) for i in range(layers)]), ln_f=nn.LayerNorm(dim)))
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
@@ -122,7 +133,7 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         T = idx.size(1)
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T)))
         for block in self.transformer.h:
             x = block(x)
         return self.lm_head(self.transformer.ln_f(x))
@@ -222,24 +233,27 @@ def dp_step(model, opt, x, y, sizes, before_update=None, autocast=None, on_logit
     return loss
 
 
-def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None, label_smoothing=0.0):
+def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None, label_smoothing=0.0, dropout_keys=None):
     """One optimizer step over micro-batches [(x, y), ...] with gradient accumulation: each through
     DataParallel's forward and backward (chunks sizes_of(len(y))), its loss weighted by its share of
     every cross-entropy row, the gradients summed in .grad; then one update. Returns the loss over
-    all of them. label_smoothing: CrossEntropyLoss's."""
+    all of them. label_smoothing: CrossEntropyLoss's. dropout_keys: each micro-batch's pass key."""
     opt.zero_grad()
     rows = sum(y.numel() for _, y in micro)
+    keys = dropout_keys or [0] * len(micro)
     loss = sum(dp_forward_backward(model, x, y, sizes_of(len(y)), weight=y.numel() / rows,
-                                   label_smoothing=label_smoothing) for x, y in micro)
+                                   label_smoothing=label_smoothing, dropout_key=k) for (x, y), k in zip(micro, keys))
     if before_update:
         before_update()
     opt.step()
     return loss
 
 
-def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits=None, label_smoothing=0.0):
+def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits=None, label_smoothing=0.0,
+                        dropout_key=0):
     """DataParallel's forward, loss (times weight) and backward, the replicas' gradients added into
-    the master's .grad; returns the weighted loss."""
+    the master's .grad; returns the weighted loss. dropout_key: the pass's (dp's masks, by each
+    sample's index in the whole batch)."""
     outs, replicas, start = [], [], 0
     context = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
     with context:
@@ -250,6 +264,7 @@ def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits
             # copies whose buffer updates are thrown away, as DataParallel's replicas are.
             replica = model if r == 0 else copy.deepcopy(model)
             replicas.append(replica)
+            hash_dropout.Pass.key, hash_dropout.Pass.first_sample = dropout_key, start
             outs.append(replica(x[start:start + size]))
             start += size
         logits = torch.cat(outs)

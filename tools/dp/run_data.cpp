@@ -67,6 +67,7 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
   }
   GptConfig cfg;
   cfg.layers = o.gpt_layers, cfg.heads = o.gpt_heads, cfg.dim = o.gpt_dim, cfg.context = o.context;
+  cfg.dropout = o.dropout;
   cfg.vocab = d.tokens.vocab;
   if (o.vocab > 0) {
     if (o.vocab <= d.tokens.max_id) {

@@ -90,6 +90,10 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--gpt-dim", o.gpt_dim, "gpt: embedding width (a multiple of the heads)")->capture_default_str();
   cmd->add_option("--context", o.context, "gpt: tokens per sample (T)")->capture_default_str();
   cmd->add_option("--vocab", o.vocab, "gpt: vocabulary size (default: the data's; may only raise it)");
+  cmd->add_option("--dropout", o.dropout,
+                  "gpt: nanoGPT's dropout probability in training (after the embeddings, on the attention "
+                  "probabilities, after attention and the MLP); 0: none")
+      ->capture_default_str();
 }
 
 void note_given_flags(const CLI::App* cmd, RunOptions& o) {
@@ -100,7 +104,7 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o) {
   o.optimizer_given = cmd->count("--optimizer") > 0;
   o.loss_given = cmd->count("--loss") > 0;
   o.loss_scale_given = cmd->count("--loss-scale") + cmd->count("--loss-scale-growth-interval") > 0;
-  for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab"})
+  for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout"})
     if (cmd->count(flag) > 0) o.gpt_flags_given = true;
 }
 
@@ -116,9 +120,10 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
       throw UsageError("--gpt-dim " + std::to_string(o.gpt_dim) + " is not a multiple of --gpt-heads " +
                        std::to_string(o.gpt_heads));
     if (o.vocab < 0 || o.vocab > 65536) throw UsageError("--vocab must be from 1 to 65536 (token ids are uint16)");
+    if (!(o.dropout >= 0 && o.dropout < 1)) throw UsageError("--dropout must be in [0, 1) (0: none)");
   } else if (o.gpt_flags_given) {
-    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context and --vocab size the gpt; --model " + o.model +
-                     " takes none of them");
+    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; --model " +
+                     o.model + " takes none of them");
   }
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);

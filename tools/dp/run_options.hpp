@@ -37,6 +37,7 @@ struct RunOptions {
   bool generated_size_given = false, optimizer_given = false, loss_given = false, loss_scale_given = false;
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
+  float dropout = 0;  // nanoGPT's dropout: a training-time property of the model (none in evaluation)
   bool gpt_flags_given = false;
 };
 

@@ -235,6 +235,7 @@ int run_train(const TrainOptions& given) {
       dp.loss_scaler().restore({c.state["loss_scale"].at("scale").get<double>(),
                                 c.state["loss_scale"].at("growth_tracker").get<int64_t>()});
     first_step = c.state.at("step").get<int64_t>();
+    dp.set_steps_done(first_step);  // dropout draws step k's masks from (seed, k)
     if (c.state.contains("best_eval"))
       best_loss = c.state["best_eval"].at("test_loss").get<double>(),
       best_step = c.state["best_eval"].at("after_step").get<int64_t>();
