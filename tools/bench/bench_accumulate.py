@@ -6,31 +6,15 @@ interleaved runs). Prints Markdown.
 usage: bench_accumulate.py [--dp build/dp] [--repeats 3]
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import tempfile
 
+from dp_runs import memprof, samples_per_s
 from openblas import coretype_env, machine_line
-
-WARMUP = 3
-
-
-def samples_per_s(cmd, env):
-    with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
-        subprocess.run(cmd + ["--metrics", m.name], check=True, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        rows = [json.loads(l) for l in open(m.name) if '"step"' in l][WARMUP:]
-    samples = sum(sum(r["chunks"]) for r in rows)
-    return samples / sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
 
 
 def peaks(cmd, env):
-    with tempfile.NamedTemporaryFile(suffix=".json") as j:
-        subprocess.run(cmd + ["--json", j.name], check=True, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        r = json.load(open(j.name))
+    r = memprof(cmd, env)
     return r["devices"][0]["peak_bytes"], max(d["peak_bytes"] for d in r["devices"][1:])
 
 

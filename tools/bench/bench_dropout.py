@@ -14,36 +14,14 @@ use against that.
 usage: bench_dropout.py [--dp build/dp] [--repeats 3] [--epochs 30]
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import tempfile
 
+from dp_runs import memprof, samples_per_s, train_rows
 from openblas import coretype_env, machine_line
 
-WARMUP = 3
 TEXT = "/usr/share/common-licenses/GPL-3"
 MODEL = ["--model", "gpt", "--gpt-layers", "4", "--gpt-heads", "4", "--gpt-dim", "128", "--context", "64"]
-
-
-def run_metrics(cmd, env):
-    with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
-        subprocess.run(cmd + ["--metrics", m.name], check=True, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        return [json.loads(line) for line in open(m.name)]
-
-
-def samples_per_s(cmd, env):
-    rows = [r for r in run_metrics(cmd, env) if "step" in r][WARMUP:]
-    return sum(sum(r["chunks"]) for r in rows) / sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
-
-
-def peak(cmd, env):
-    with tempfile.NamedTemporaryFile(suffix=".json") as j:
-        subprocess.run(cmd + ["--json", j.name], check=True, env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        return json.load(open(j.name))["devices"][0]["peak_bytes"]
 
 
 def main():
@@ -64,7 +42,8 @@ def main():
         for p in speed:
             speed[p].append(samples_per_s([dp, "train"] + base + ["--dropout", p, "--steps", "12",
                                                                   "--generated-size", "200000"], env))
-    mem = {p: peak([dp, "memprof"] + base + ["--dropout", p, "--generated-size", "200000"], env) for p in speed}
+    mem = {p: memprof([dp, "memprof"] + base + ["--dropout", p, "--generated-size", "200000"], env)["devices"][0]
+           ["peak_bytes"] for p in speed}
     for p in speed:
         s, m = statistics.median(speed[p]), mem[p]
         print(f"| {p} | {s:.1f} | {s / statistics.median(speed['0']):.2f}x | {m / 2**20:.1f} MiB | "
@@ -78,7 +57,7 @@ def main():
     print("|---|---|---|---|---|")
     for seed in ("0", "1"):
         for p in ("0", "0.2"):
-            rows = run_metrics([dp, "train"] + MODEL + ["--data", TEXT, "--devices", "host:2", "--batch", "16",
+            rows = train_rows([dp, "train"] + MODEL + ["--data", TEXT, "--devices", "host:2", "--batch", "16",
                                                         "--epochs", str(a.epochs), "--eval-every", "50",
                                                         "--eval-windows", "64", "--dropout", p, "--seed", seed], env)
             evals = [r for r in rows if "test_loss" in r]

@@ -1,0 +1,27 @@
+"""Running dp from a benchmark and reading what it reports: the metrics rows of `dp train`, its
+samples/s over the steps after a warm-up, and the JSON of `dp memprof`."""
+import json
+import subprocess
+import tempfile
+
+
+def train_rows(cmd, env):
+    """Every metrics row (steps and evaluations) of `cmd`, a `dp train` command line."""
+    with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
+        subprocess.run(cmd + ["--metrics", m.name], check=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return [json.loads(line) for line in open(m.name)]
+
+
+def samples_per_s(cmd, env, warmup=3):
+    """`dp train`'s samples over the steps' own time, the first `warmup` steps not counted."""
+    rows = [r for r in train_rows(cmd, env) if "step" in r][warmup:]
+    return sum(sum(r["chunks"]) for r in rows) / sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
+
+
+def memprof(cmd, env):
+    """The JSON report of `cmd`, a `dp memprof` command line."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as j:
+        subprocess.run(cmd + ["--json", j.name], check=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return json.load(open(j.name))
