@@ -44,11 +44,7 @@ class CausalSelfAttention final : public Module {
     // Mixed precision: softmax in float32, the probabilities and the output stored like qkv.
     att_ = Tensor::empty(dev, {s.B, heads_, s.T, s.T}, MemCategory::Activations, qkv_.dtype());
     Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations, qkv_.dtype());
-    drop_ = DropoutMask{};
-    if (training && dropout_ > 0) {
-      const DropoutSource source = source_ ? *source_ : DropoutSource{};
-      drop_ = DropoutMask{dropout_, site_, source.key, source.key_at, source.first_sample};
-    }
+    drop_ = training && dropout_ > 0 ? dropout_mask(source_, dropout_, site_) : DropoutMask{};
     Tensor scratch =
         Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false, drop_.on())}, MemCategory::Workspace);
     attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), drop_);

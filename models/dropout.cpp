@@ -27,8 +27,7 @@ class Dropout final : public Module {
   Tensor forward(Device& dev, const Tensor& in, bool training) override {
     dropping_ = training && p_ > 0 && in.numel() > 0;
     if (!dropping_) return in;
-    const DropoutSource source = source_ ? *source_ : DropoutSource{};
-    mask_ = DropoutMask{p_, site_, source.key, source.key_at, source.first_sample};
+    mask_ = dropout_mask(source_, p_, site_);
     samples_ = in.dim(0);
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     dropout_apply(dev.exec(), out.buf(), in.buf(), samples_, in.numel() / samples_, mask_);

@@ -2,6 +2,11 @@
 
 namespace dp {
 
+DropoutMask dropout_mask(const DropoutSource* source, float p, uint32_t site) {
+  const DropoutSource s = source ? *source : DropoutSource{};
+  return DropoutMask{p, site, s.key, s.key_at, s.first_sample};
+}
+
 bool Module::has_params() const {
   if (!params().empty()) return true;
   for (const auto& c : children_)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/tensor.hpp"
+#include "kernels/dropout_mask.hpp"
 
 namespace dp {
 
@@ -30,6 +31,8 @@ struct DropoutSource {
   const uint32_t* key_at = nullptr;
   int64_t first_sample = 0;
 };
+// The masks of dropout site `site` at probability p for the pass `source` (null: key 0) says.
+DropoutMask dropout_mask(const DropoutSource* source, float p, uint32_t site);
 
 struct ParamDecl {
   enum class Kind { Parameter, Buffer };
