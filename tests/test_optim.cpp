@@ -230,6 +230,10 @@ TEST_CASE("weight decay on the matrices only: nanoGPT's parameter groups") {
         CHECK(got[i] == (i >= 3 && i < 5 ? without[i] : with[i]));
         CHECK(with[i] != without[i]);  // the decay moved every element
       }
+      // Runs that do not cover the parameters are refused, not run over a part of them.
+      Tensor longer = tensor_from(devs[0], {9}, std::vector<float>(9, 1.f), MemCategory::Parameters);
+      CHECK_THROWS_WITH_AS(make_optimizer(c, runs)->step(longer, longer, 0.1f),
+                           doctest::Contains("weight decay runs cover [0, 8), the parameters [0, 9)"), RuntimeError);
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "engine/device.hpp"
@@ -72,15 +73,24 @@ Buf part(Buf b, int64_t begin) {
   return b;
 }
 
-// The runs an update takes: the given ones (which must cover the n parameters), or the whole
-// array, decayed.
-std::vector<DecayRun> runs_or_whole(const std::vector<DecayRun>& runs, int64_t n) {
-  if (runs.empty()) return {{0, n, true}};
-  if (runs.front().begin != 0 || runs.back().end != n)
-    throw RuntimeError("optimizer: weight decay runs cover [" + std::to_string(runs.front().begin) + ", " +
-                       std::to_string(runs.back().end) + "), the parameters [0, " + std::to_string(n) + ")");
-  return runs;
-}
+// The runs an update takes: the given ones (which must cover the parameters), or the whole array,
+// decayed. Checked and made once for the parameters' count; each enqueued update shares them.
+class UpdateRuns {
+ public:
+  explicit UpdateRuns(std::vector<DecayRun> given) : given_(std::move(given)) {}
+  std::shared_ptr<const std::vector<DecayRun>> over(int64_t n) {
+    if (runs_ && runs_->back().end == n) return runs_;
+    if (given_.empty()) return runs_ = std::make_shared<const std::vector<DecayRun>>(1, DecayRun{0, n, true});
+    if (given_.front().begin != 0 || given_.back().end != n)
+      throw RuntimeError("optimizer: weight decay runs cover [" + std::to_string(given_.front().begin) + ", " +
+                         std::to_string(given_.back().end) + "), the parameters [0, " + std::to_string(n) + ")");
+    return runs_ = std::make_shared<const std::vector<DecayRun>>(given_);
+  }
+
+ private:
+  std::vector<DecayRun> given_;
+  std::shared_ptr<const std::vector<DecayRun>> runs_;
+};
 
 class Sgd final : public Optimizer {
  public:
@@ -94,9 +104,9 @@ class Sgd final : public Optimizer {
     if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
     state_created_by_last_step_ = first;
     dev.stream().enqueue(
-        [params, grads, buf = momentum_, first, cfg = cfg_, runs = runs_or_whole(runs_, params.numel()), scalars,
-         skip_if, &dev] {
-          for (const DecayRun& run : runs) {  // torch.optim's parameter groups: weight decay or none
+        [params, grads, buf = momentum_, first, cfg = cfg_, runs = runs_.over(params.numel()), scalars, skip_if,
+         &dev] {
+          for (const DecayRun& run : *runs) {  // torch.optim's parameter groups: weight decay or none
             SgdConfig c = cfg;
             if (!run.decay) c.weight_decay = 0.f;
             sgd_update(dev.exec(), part(params.buf(), run.begin), part(grads.buf(), run.begin),
@@ -129,7 +139,7 @@ class Sgd final : public Optimizer {
  private:
   void drop_state() override { momentum_ = Tensor(); }
   SgdConfig cfg_;
-  std::vector<DecayRun> runs_;
+  UpdateRuns runs_;
   Tensor momentum_;
 };
 
@@ -158,9 +168,9 @@ class AdamW final : public Optimizer {
                          scalar_on_device(scalars, offsetof(StepScalars, adamw_step_size)),
                          scalar_on_device(scalars, offsetof(StepScalars, adamw_bc2_sqrt))};
     dev.stream().enqueue(
-        [params, grads, m = exp_avg_, v = exp_avg_sq_, step, runs = runs_or_whole(runs_, params.numel()), scalars,
-         skip_if, &dev] {
-          for (const DecayRun& run : runs) {  // torch.optim's parameter groups: weight decay or none
+        [params, grads, m = exp_avg_, v = exp_avg_sq_, step, runs = runs_.over(params.numel()), scalars, skip_if,
+         &dev] {
+          for (const DecayRun& run : *runs) {  // torch.optim's parameter groups: weight decay or none
             AdamWStep s = step;
             if (!run.decay) s.weight_decay = 0.f;
             adamw_update(dev.exec(), part(params.buf(), run.begin), part(grads.buf(), run.begin),
@@ -190,7 +200,7 @@ class AdamW final : public Optimizer {
  private:
   void drop_state() override { exp_avg_ = exp_avg_sq_ = Tensor(); }
   OptimizerConfig cfg_;
-  std::vector<DecayRun> runs_;
+  UpdateRuns runs_;
   Tensor exp_avg_, exp_avg_sq_;
 };
 
