@@ -298,7 +298,6 @@ int run_demo(const DemoOptions& o) {
 Run add_demo_command(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
   auto* cmd = app.add_subcommand("demo", "One DataParallel step, narrated phase by phase");
-  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_options(cmd, *o);
   cmd->add_option("--steps", o->steps, "steps to run (the first is narrated)")->capture_default_str();
   cmd->add_option("--accumulate", o->accumulate,

@@ -87,7 +87,6 @@ int run_eval(const EvalOptions& o) {
 Run add_eval_command(CLI::App& app) {
   auto o = std::make_shared<EvalOptions>();
   auto* cmd = app.add_subcommand("eval", "Saved weights on the held-out data (and, for a GPT, a sample)");
-  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_options(cmd, *o);
   cmd->add_option("--weights", o->weights,
                   "the weights: safetensors (--save, --save-best), a checkpoint, or --checkpoint's directory (its newest)")

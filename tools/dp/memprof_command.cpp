@@ -168,7 +168,6 @@ int run_memprof(const MemprofOptions& o) {
 Run add_memprof_command(CLI::App& app) {
   auto o = std::make_shared<MemprofOptions>();
   auto* cmd = app.add_subcommand("memprof", "Per-device memory of the DataParallel step: peaks, the GPU0 excess, OOM");
-  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   add_run_options(cmd, *o);
   cmd->add_option("--steps", o->steps, "steps to profile")->capture_default_str();
   cmd->add_option("--accumulate", o->accumulate,

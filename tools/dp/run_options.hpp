@@ -41,6 +41,7 @@ struct RunOptions {
   bool gpt_flags_given = false;
 };
 
+// The options every run command shares; from here on, a flag given twice takes its last value.
 void add_run_options(CLI::App* cmd, RunOptions& o);
 // Called when the command runs: records which of the shared flags were given.
 void note_given_flags(const CLI::App* cmd, RunOptions& o);

@@ -509,7 +509,6 @@ int run_train(const TrainOptions& given) {
 Run add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model with the DataParallel step");
-  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag wins
   add_run_options(cmd, *o);
   cmd->add_option("--epochs", o->epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--steps", o->steps, "stop after this many steps (optimizer steps)");
