@@ -94,6 +94,14 @@ void DataParallel::set_label_smoothing(double epsilon) {
   label_smoothing_ = static_cast<float>(epsilon);
 }
 
+void DataParallel::set_recompute(bool on) {
+  if (captured_ && on != recompute_)
+    throw RuntimeError("set_recompute: a captured step holds the choice it was captured with");
+  if (on) check_has_recompute_units(model_);
+  for (auto& net : nets_) net->root().set_recompute(on);
+  recompute_ = on;
+}
+
 void DataParallel::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   devices_.set_tracer(tracer);

@@ -176,6 +176,14 @@ class DataParallel {
   // plain cross-entropy (a perplexity is its exp). A captured step keeps the ε it was captured with:
   // set it before the first step. UsageError outside [0, 1].
   void set_label_smoothing(double epsilon);
+  // --recompute blocks: activation checkpointing (torch.utils.checkpoint around each block). Every
+  // replica keeps only the inputs of its blocks (ResNet BasicBlocks, GPT Blocks) from forward to
+  // backward, and runs each block's forward again just before its backward (models/module.hpp).
+  // Training is the same bit for bit, for one more forward of each block; activation memory drops
+  // to the blocks' inputs plus one block's own. A captured step keeps the choice it was captured
+  // with: set it before the first step. UsageError for a model without blocks.
+  void set_recompute(bool on);
+  bool recompute() const { return recompute_; }
   // Report ‖g‖₂ in StepResult::grad_norm even without clipping (one more pass over the gradients).
   void set_report_grad_norm(bool on) { report_norm_ = on; }
   const ModelLayout& layout() const { return nets_[0]->layout(); }
@@ -351,6 +359,7 @@ class DataParallel {
   double lr_;
   double clip_ = 0;
   float label_smoothing_ = 0;
+  bool recompute_ = false;
   bool report_norm_ = false;
   std::unique_ptr<LossStrategy> loss_;
   std::unique_ptr<GradientSync> gradient_sync_;

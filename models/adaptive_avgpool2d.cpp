@@ -15,7 +15,7 @@ class AdaptiveAvgPool2d final : public Module {
       throw RuntimeError(describe() + " cannot take inputs of shape " + shape_str(in));
     return {in[0], 1, 1};
   }
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     in_shape_ = in.shape();
     dtype_ = in.dtype();
     Tensor out = Tensor::empty(dev, {in.dim(0), in.dim(1), 1, 1}, MemCategory::Activations, dtype_);

@@ -38,7 +38,7 @@ class CausalSelfAttention final : public Module {
     if (in.size() != 2 || in[1] != c_) throw RuntimeError(describe() + " takes [T, C] per sample, got " + shape_str(in));
     return in;
   }
-  Tensor forward(Device& dev, const Tensor& in, bool training) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool training) override {
     const AttentionShape s{in.dim(0), in.dim(1), c_, heads_};
     qkv_ = c_attn_->forward(dev, in, training);
     // Mixed precision: softmax in float32, the probabilities and the output stored like qkv.

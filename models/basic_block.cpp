@@ -37,6 +37,9 @@ class BasicBlock final : public Module {
     return os.str();
   }
 
+  // Four or five activations the size of its output, against its input alone when recomputed.
+  bool recompute_unit() const override { return true; }
+
   Shape output_shape(const Shape& in) const override {
     Shape main = in;
     for (const Module* m : main_path()) main = m->output_shape(main);
@@ -47,7 +50,7 @@ class BasicBlock final : public Module {
     return main;
   }
 
-  Tensor forward(Device& dev, const Tensor& in, bool training) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool training) override {
     Tensor h = in;
     for (Module* m : main_path()) h = m->forward(dev, h, training);
     const Tensor shortcut = downsample_ ? downsample_->forward(dev, in, training) : in;

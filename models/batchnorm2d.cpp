@@ -35,7 +35,7 @@ class BatchNorm2d final : public Module {
             {"running_var", {c_}, K::Buffer, I::Ones},
             {"num_batches_tracked", {}, K::Buffer, I::Zeros, 0, true}};
   }
-  Tensor forward(Device& dev, const Tensor& in, bool training) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool training) override {
     const int64_t N = in.dim(0), HW = in.dim(2) * in.dim(3);
     // Mixed precision: statistics and normalisation in float32, the output stored like the input.
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
@@ -47,13 +47,17 @@ class BatchNorm2d final : public Module {
     }
     input_ = in;
     stats_ = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
+    // A recompute unit repeating its forward (--recompute) normalises as the first time did, and
+    // leaves the running statistics (updated the first time) alone.
+    const bool first = !repeating();
+    const Buf running_mean = first ? values_[2].buf() : Buf{}, running_var = first ? values_[3].buf() : Buf{};
     if (group_) {
-      forward_synchronised(dev, in, out, args);
+      forward_synchronised(dev, in, out, running_mean, running_var, args);
     } else {
       batchnorm_forward_train(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
-                              values_[0].buf(), values_[1].buf(), values_[2].buf(), values_[3].buf(), args);
+                              values_[0].buf(), values_[1].buf(), running_mean, running_var, args);
     }
-    add_scalar(dev.exec(), values_[4].buf(), 1.f);  // num_batches_tracked
+    if (first) add_scalar(dev.exec(), values_[4].buf(), 1.f);  // num_batches_tracked
     return out;
   }
   void set_replica_group(ReplicaGroup* group, int replica) override {
@@ -83,10 +87,22 @@ class BatchNorm2d final : public Module {
   // SyncBatchNorm: the mean over every member's values (Σ nᵢ·meanᵢ / Σ nᵢ), then the biased
   // variance Σ nᵢ·(varᵢ + (meanᵢ − mean)²) / Σ nᵢ, each chunk's own statistics being centred
   // (no E[x²] − mean² cancellation); then normalise with them.
-  void forward_synchronised(Device& dev, const Tensor& in, Tensor& out, const BatchNormArgs& args) {
+  // A repeat (--recompute) takes the statistics the first forward met, without meeting again.
+  void forward_synchronised(Device& dev, const Tensor& in, Tensor& out, Buf running_mean, Buf running_var,
+                            const BatchNormArgs& args) {
     Tensor local = Tensor::empty(dev, {2, c_}, MemCategory::Activations);
+    std::vector<float>& mv = synced_stats_;
+    if (!repeating()) meet_statistics(dev, in, local, args);
+    upload(dev.exec(), local.data(), mv.data(), mv.size() * sizeof(float));
+    batchnorm_forward_with_stats(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
+                                 values_[0].buf(), values_[1].buf(), running_mean, running_var,
+                                 local.rows(0, 1).buf(), local.rows(1, 1).buf(), count_, args);
+  }
+  // Into synced_stats_ ([mean; biased variance] over every member) and count_.
+  void meet_statistics(Device& dev, const Tensor& in, Tensor& local, const BatchNormArgs& args) {
     batchnorm_stats(dev.exec(), local.rows(0, 1).buf(), local.rows(1, 1).buf(), in.buf(), args);
-    std::vector<float> mv(static_cast<size_t>(2 * c_));
+    std::vector<float>& mv = synced_stats_;
+    mv.resize(static_cast<size_t>(2 * c_));
     download(dev.exec(), mv.data(), local.data(), mv.size() * sizeof(float));
     const auto n = static_cast<double>(args.N * args.HW);
     std::vector<double> sums(static_cast<size_t>(c_ + 1));
@@ -105,10 +121,6 @@ class BatchNorm2d final : public Module {
       mv[c] = static_cast<float>(mean[c]);
       mv[c_ + c] = static_cast<float>(m2[c] / sums[c_]);
     }
-    upload(dev.exec(), local.data(), mv.data(), mv.size() * sizeof(float));
-    batchnorm_forward_with_stats(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
-                                 values_[0].buf(), values_[1].buf(), values_[2].buf(), values_[3].buf(),
-                                 local.rows(0, 1).buf(), local.rows(1, 1).buf(), count_, args);
   }
   // This chunk's Σdy, Σdy·x̂ are its dbeta, dgamma (summed over replicas by the gradient
   // all-reduce, as SyncBatchNorm leaves them to DDP); dx needs their sums over every member.
@@ -139,6 +151,9 @@ class BatchNorm2d final : public Module {
   ReplicaGroup* group_ = nullptr;
   int replica_ = 0;
   int64_t count_ = 0;  // values per channel over every member (--sync-bn)
+  // --sync-bn: the last training forward's [mean; biased variance] over every member, kept on the
+  // host (a few floats) for a repeat of that forward (--recompute).
+  std::vector<float> synced_stats_;
 };
 
 }  // namespace

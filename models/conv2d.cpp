@@ -38,7 +38,7 @@ class Conv2d final : public Module {
       p.push_back({"bias", {out_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Uniform, 1.0 / std::sqrt(fan_in)});
     return p;
   }
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     auto s = geometry(in.dim(0), {in.dim(1), in.dim(2), in.dim(3)});
     input_ = in;
     Tensor out = Tensor::empty(dev, {s.N, out_, s.OH(), s.OW()}, MemCategory::Activations, values_[0].dtype());

@@ -24,7 +24,7 @@ class Dropout final : public Module {
   }
   Shape output_shape(const Shape& in) const override { return in; }
   void set_dropout_source(const DropoutSource* source) override { source_ = source; }
-  Tensor forward(Device& dev, const Tensor& in, bool training) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool training) override {
     dropping_ = training && p_ > 0 && in.numel() > 0;
     if (!dropping_) return in;
     mask_ = dropout_mask(source_, p_, site_);

@@ -7,7 +7,7 @@ class Flatten final : public Module {
  public:
   std::string describe() const override { return "Flatten(start_dim=1, end_dim=-1)"; }
   Shape output_shape(const Shape& in) const override { return {numel(in)}; }
-  Tensor forward(Device&, const Tensor& in, bool) override {
+  Tensor forward_impl(Device&, const Tensor& in, bool) override {
     in_shape_ = in.shape();
     return in.reshape({in.dim(0), in.numel() / (in.dim(0) ? in.dim(0) : 1)});
   }

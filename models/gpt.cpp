@@ -41,8 +41,11 @@ class Block final : public Module {
     mlp_ = &add("mlp", std::move(mlp));
   }
   std::string describe() const override { return "Block"; }
+  // Its activations are some 16 times its input [T, C] (the MLP's two 4C-wide ones among them), and
+  // attention's [heads, T, T] probabilities on top.
+  bool recompute_unit() const override { return true; }
   Shape output_shape(const Shape& in) const override { return mlp_->output_shape(attn_->output_shape(in)); }
-  Tensor forward(Device& dev, const Tensor& x, bool training) override {
+  Tensor forward_impl(Device& dev, const Tensor& x, bool training) override {
     const Tensor x2 = residual_forward(dev, x, attn_->forward(dev, ln_1_->forward(dev, x, training), training));
     return residual_forward(dev, x2, mlp_->forward(dev, ln_2_->forward(dev, x2, training), training));
   }
@@ -79,7 +82,7 @@ class Transformer final : public Module {
                          " (--context), got " + shape_str(in));
     return {in[0], cfg_.dim};
   }
-  Tensor forward(Device& dev, const Tensor& ids, bool training) override {
+  Tensor forward_impl(Device& dev, const Tensor& ids, bool training) override {
     const int64_t B = ids.dim(0), T = ids.dim(1);
     Tensor x = wte_->forward(dev, ids, training);
     positions_ = Tensor::empty(dev, {T}, MemCategory::Inputs, DType::I32);

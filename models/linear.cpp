@@ -37,7 +37,7 @@ class Linear final : public Module {
                    bound});
     return p;
   }
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     const int64_t B = in.numel() / in_;  // rows: every leading dimension
     input_ = in;
     Shape shape = in.shape();

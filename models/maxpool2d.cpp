@@ -21,7 +21,7 @@ class MaxPool2d final : public Module {
       throw RuntimeError(describe() + " cannot take inputs of shape " + shape_str(in));
     return {in[0], (in[1] - k_) / stride_ + 1, (in[2] - k_) / stride_ + 1};
   }
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     Shape o = output_shape({in.dim(1), in.dim(2), in.dim(3)});
     in_shape_ = in.shape();
     dtype_ = in.dtype();

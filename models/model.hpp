@@ -33,6 +33,9 @@ std::unique_ptr<Module> make_resnet_without_batchnorm_for_tests(int64_t classes)
 const ModelDef& find_model(const std::string& name);  // UsageError for an unknown name
 // The GPT of these sizes (the registry's "gpt" entry has GptConfig's defaults).
 ModelDef gpt_model(const GptConfig& cfg);
+// --recompute blocks needs blocks (models/module.hpp's recompute units): UsageError naming the
+// registry's models that have some, for a model without.
+void check_has_recompute_units(const ModelDef& def);
 
 // Where each state-dict entry lives: parameters in one flat array (and their gradients in
 // another of the same layout), buffers in a third. Every entry starts at a multiple of

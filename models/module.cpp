@@ -1,5 +1,7 @@
 #include "models/module.hpp"
 
+#include <utility>
+
 namespace dp {
 
 DropoutMask dropout_mask(const DropoutSource* source, float p, uint32_t site) {
@@ -19,7 +21,26 @@ void Module::bind(std::vector<Tensor> values, std::vector<Tensor> grads) {
   grads_ = std::move(grads);
 }
 
+Tensor Module::forward(Device& dev, const Tensor& in, bool training) {
+  if (!recompute_ || !training || repeating_) return forward_impl(dev, in, training);
+  Tensor out = forward_impl(dev, in, training);
+  clear_cache();  // the subtree's activations; backward makes them again from the input
+  recompute_input_ = in;
+  return out;
+}
+
 Tensor Module::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) {
+  if (recompute_input_.defined()) {
+    // The forward again, for the caches backward reads; its output is what was returned the first time.
+    set_repeating(true);
+    try {
+      forward_impl(dev, std::exchange(recompute_input_, Tensor()), true);
+    } catch (...) {
+      set_repeating(false);
+      throw;
+    }
+    set_repeating(false);
+  }
   Tensor grad_in = backward_impl(dev, grad_out, need_grad_in);
   if (after_backward_) after_backward_();
   return grad_in;
@@ -34,7 +55,23 @@ void Module::set_dropout_source(const DropoutSource* source) {
 }
 
 void Module::clear_cache() {
+  recompute_input_ = Tensor();
   for (auto& c : children_) c.module->clear_cache();
+}
+
+int Module::set_recompute(bool on) {
+  int units = 0;
+  if (recompute_unit()) {
+    recompute_ = on;
+    ++units;
+  }
+  for (auto& c : children_) units += c.module->set_recompute(on);
+  return units;
+}
+
+void Module::set_repeating(bool on) {
+  repeating_ = on;
+  for (auto& c : children_) c.module->set_repeating(on);
 }
 
 Module& Module::add(std::string name, std::unique_ptr<Module> child) {

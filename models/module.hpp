@@ -8,6 +8,15 @@
 // forward caches what backward needs; backward writes (not accumulates) the module's parameter
 // gradients, drops the cache, and returns the input gradient unless need_grad_in is false. So
 // activation memory rises through forward and falls through backward.
+//
+// Activation checkpointing (--recompute blocks; torch.utils.checkpoint around each block): a
+// module that is a recompute unit (a ResNet BasicBlock, a GPT Block) and has recompute set keeps
+// only its input after a training forward, dropping every activation its subtree cached; its
+// backward first runs that forward again ("repeating"), then the usual backward. A repeat does
+// exactly what the first forward did, without its side effects (BatchNorm: no second update of
+// the running statistics, and under --sync-bn the statistics met the first time, no second
+// all-reduce); dropout's masks are drawn from the pass, not from a stream, so they repeat. So
+// training with it is bit for bit training without it, for one more forward of each unit.
 #pragma once
 #include <functional>
 #include <memory>
@@ -64,7 +73,9 @@ class Module {
   // One tensor per params() entry; grads holds an undefined tensor for buffers (and for all
   // entries when only inference runs).
   void bind(std::vector<Tensor> values, std::vector<Tensor> grads);
-  virtual Tensor forward(Device& dev, const Tensor& in, bool training) = 0;
+  // The module's forward_impl; for a recompute unit in training, the input kept and the subtree's
+  // cache dropped (see the top of this file).
+  Tensor forward(Device& dev, const Tensor& in, bool training);
   // The module's backward_impl, then its after-backward hook, if one is set: from that moment its
   // own parameter gradients are final (containers call their children's backward, so every
   // module's hook fires, in backward's order).
@@ -72,8 +83,14 @@ class Module {
   // What DDP-style all-reduce hangs on a module: a bucket of gradients can be sent once every
   // module in it has run its backward. Empty: none.
   void set_after_backward(std::function<void()> hook) { after_backward_ = std::move(hook); }
-  // Drop whatever forward cached (a step that failed part-way); containers recurse.
+  // Drop whatever forward cached (a step that failed part-way); containers recurse, and call this
+  // base (it drops a recompute unit's kept input).
   virtual void clear_cache();
+  // Whether this module is a block worth recomputing: one whose activations are many times its
+  // input (BasicBlock, the GPT's Block).
+  virtual bool recompute_unit() const { return false; }
+  // Sets recompute on every recompute unit of this subtree; returns how many there are.
+  int set_recompute(bool on);
   // --sync-bn: BatchNorm layers normalise with statistics over every member of `group`, this
   // module tree being member `replica`; null: over this replica's chunk alone. Containers recurse.
   virtual void set_replica_group(ReplicaGroup* group, int replica);
@@ -81,13 +98,20 @@ class Module {
   virtual void set_dropout_source(const DropoutSource* source);
 
  protected:
+  virtual Tensor forward_impl(Device& dev, const Tensor& in, bool training) = 0;
   virtual Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) = 0;
+  // True while a recompute unit above repeats its forward: side effects are not to happen again.
+  bool repeating() const { return repeating_; }
   Module& add(std::string name, std::unique_ptr<Module> child);
   std::vector<Tensor> values_, grads_;
 
  private:
+  void set_repeating(bool on);  // on this subtree
+
   std::vector<Child> children_;
   std::function<void()> after_backward_;
+  bool recompute_ = false, repeating_ = false;
+  Tensor recompute_input_;  // a recompute unit's input, from its forward to its backward
 };
 
 // Containers.
@@ -98,7 +122,7 @@ class Sequential : public Module {
   // Children run in the order appended; unnamed ones are named by position ("0", "1", ...).
   Sequential& append(std::unique_ptr<Module> child);
   Sequential& append(std::string name, std::unique_ptr<Module> child);
-  Tensor forward(Device& dev, const Tensor& in, bool training) override;
+  Tensor forward_impl(Device& dev, const Tensor& in, bool training) override;
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override;
 
  private:

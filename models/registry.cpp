@@ -72,6 +72,15 @@ ModelDef gpt_model(const GptConfig& g) {
   return def;
 }
 
+void check_has_recompute_units(const ModelDef& def) {
+  if (def.make()->set_recompute(false) > 0) return;  // a fresh tree counts them
+  std::string with_blocks;
+  for (const ModelDef& m : model_registry())
+    if (m.make()->set_recompute(false) > 0) with_blocks += (with_blocks.empty() ? "" : ", ") + m.name;
+  throw UsageError("--recompute blocks: --model " + def.name + " has no blocks to recompute (" + with_blocks +
+                   " have)");
+}
+
 const std::vector<ModelDef>& model_registry() {
   static const std::vector<ModelDef> models = {
       {"tiny", "Flatten, Linear(784,32), ReLU, Linear(32,10) (for dp demo)", {1, 28, 28}, 10,

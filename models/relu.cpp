@@ -9,7 +9,7 @@ class ReLU final : public Module {
  public:
   std::string describe() const override { return "ReLU()"; }
   Shape output_shape(const Shape& in) const override { return in; }
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     relu_forward(dev.exec(), out.buf(), in.buf(), in.numel());
     output_ = out;

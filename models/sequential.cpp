@@ -18,7 +18,7 @@ Sequential& Sequential::append(std::string name, std::unique_ptr<Module> child) 
   return *this;
 }
 
-Tensor Sequential::forward(Device& dev, const Tensor& in, bool training) {
+Tensor Sequential::forward_impl(Device& dev, const Tensor& in, bool training) {
   Tensor x = in;
   for (const auto& c : children()) x = c.module->forward(dev, x, training);
   return x;

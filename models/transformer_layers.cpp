@@ -26,7 +26,7 @@ class LayerNorm final : public Module {
     return {{"weight", {c_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Ones},
             {"bias", {c_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Zeros}};
   }
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     const int64_t rows = in.numel() / c_;
     input_ = in;
     stats_ = Tensor::empty(dev, {2, rows}, MemCategory::Activations);
@@ -57,7 +57,7 @@ class Gelu final : public Module {
  public:
   std::string describe() const override { return "GELU(approximate='none')"; }
   Shape output_shape(const Shape& in) const override { return in; }
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     input_ = in;
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     gelu_forward(dev.exec(), out.buf(), in.buf(), in.numel());
@@ -92,7 +92,7 @@ class Embedding final : public Module {
     return {{"weight", {v_, c_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Normal, std_}};
   }
   // `in` holds int32 token ids; there is no gradient with respect to them.
-  Tensor forward(Device& dev, const Tensor& in, bool) override {
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     if (in.dtype() != DType::I32) throw RuntimeError(describe() + " takes int32 token ids");
     ids_ = in;
     Shape shape = in.shape();

@@ -60,6 +60,7 @@ struct StepSetup {
   int64_t growth_interval = 2000;
   double clip = 0;
   bool report_norm = false;
+  bool recompute = false;  // --recompute blocks
   OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
 };
 
@@ -74,6 +75,7 @@ inline std::unique_ptr<DataParallel> make_data_parallel(DeviceSet& devs, const M
   dp->set_host_sync(c.host_sync);
   dp->set_clip_grad_norm(c.clip);
   dp->set_report_grad_norm(c.report_norm);
+  dp->set_recompute(c.recompute);
   return dp;
 }
 

@@ -152,6 +152,12 @@ with tempfile.TemporaryDirectory() as tmp:
           and "the data holds 2 batches of 10" in p.stdout, (p.stderr, p.stdout[:600]))
     p = subprocess.run([DP, "demo", "--accumulate", "0"], capture_output=True, text=True, timeout=60)
     check("accumulate 0 is a usage error", p.returncode == 2 and "--accumulate" in p.stderr, p.stderr)
+    # --recompute blocks: forward keeps the blocks' inputs, backward runs each block's forward again.
+    p = subprocess.run([DP, "demo", "--model", "resnet8", "--recompute", "blocks", "--json", js], capture_output=True,
+                       text=True, timeout=120)
+    texts = {s["phase"]: s["text"] for s in json.load(open(js))["steps"][0]["phases"]} if p.returncode == 0 else {}
+    check("recompute narrated", p.returncode == 0 and "keeps only its input" in texts.get("forward", "")
+          and "runs that block's forward again" in texts.get("backward", ""), (p.stderr, texts.get("forward", "")[:200]))
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 

@@ -1,5 +1,5 @@
 """The GPT from the command line: token files, text and the generated corpus; evaluation and
---sample; exact resume with shuffled windows, and with dropout; memprof's hotspot in both loss modes; bad input
+--sample; exact resume with shuffled windows, and with dropout; --recompute bit for bit; memprof's hotspot in both loss modes; bad input
 (an odd-sized .bin, an id at or above --vocab, --context beyond an --init file's wpe, an empty text,
 a corpus shorter than one window, flags for the wrong model).
 
@@ -93,6 +93,15 @@ with tempfile.TemporaryDirectory() as tmp:
     check("dropout: resumed, bitwise the same weights", open(d_part_st, "rb").read() == open(d_whole_st, "rb").read())
     check("dropout: resumed, the same losses", losses(d_part_m) == losses(d_whole_m)[3:],
           (losses(d_part_m), losses(d_whole_m)))
+    # ---- --recompute blocks: the same training bit for bit, dropout's masks included; a run
+    # checkpointed without it resumes with it
+    r_m, r_st, rp_st = (os.path.join(tmp, "recompute-" + f) for f in ("whole.jsonl", "whole.st", "part.st"))
+    rc, _, err = run(base + drop + ["--recompute", "blocks", "--metrics", r_m, "--save", r_st])
+    check("recompute: the same weights and losses", rc == 0 and open(r_st, "rb").read() == open(d_whole_st, "rb").read()
+          and losses(r_m) == losses(d_whole_m), err)
+    rc, _, err = run(base + drop + ["--recompute", "blocks", "--resume", ckd + "/step-00000003", "--save", rp_st])
+    check("recompute: resumes a run that did not", rc == 0 and open(rp_st, "rb").read() == open(d_whole_st, "rb").read(),
+          err)
     without = os.path.join(tmp, "without.jsonl")
     rc, _, err = run(base + ["--data", tok, "--steps", "6", "--metrics", without])
     check("dropout changes the training losses", rc == 0 and losses(without) != losses(d_whole_m), err)

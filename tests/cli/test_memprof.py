@@ -1,7 +1,7 @@
 """dp memprof end to end: the table, the JSON report's fields, the SVG chart, the trace; the
 out-of-memory reproduction (exit 3, message with device, request, phase and breakdown,
-remedies, the report still written); bad sizes; balance-memory, in-replica loss and gradient
-accumulation through the CLI.
+remedies, the report still written); bad sizes; balance-memory, in-replica loss, gradient
+accumulation and --recompute through the CLI.
 
 usage: test_memprof.py DP_BINARY
 """
@@ -73,6 +73,35 @@ with tempfile.TemporaryDirectory() as tmp:
                             "--accumulate", str(2 ** 63 - 1), "--steps", "3", "--epochs", "2"])
     check("train --accumulate beyond an epoch: a step an epoch", rc == 0 and "trained 2 steps, 200 samples" in out,
           (rc, out, err[-300:]))
+
+    # --recompute blocks (activation checkpointing): each replica keeps its blocks' inputs only, so
+    # the activations shrink (a GPT's most: its blocks hold nearly all of them), and a batch that ran
+    # out of memory fits.
+    def report(*args):
+        p = memprof("--json", js, *args)
+        check(f"memprof {' '.join(args)}", p.returncode == 0, p.stderr)
+        return json.load(open(js)), p.stdout
+    gpt = ["--model", "gpt", "--devices", "host:2", "--batch", "8", "--context", "64", "--gpt-layers", "6",
+           "--gpt-dim", "64", "--gpt-heads", "4"]
+    (plain, _), (recomputed, out) = report(*gpt), report(*gpt, "--recompute", "blocks")
+    act = lambda r, d: r["devices"][d]["peak_by_category"]["activations"]
+    check("recompute: in the report", plain["recompute"] == "off" and recomputed["recompute"] == "blocks" and
+          "recompute blocks:" in out, out[:400])
+    check("recompute: a GPT replica's activations under 0.4x", all(act(recomputed, d) < 0.4 * act(plain, d) for d in (0, 1)),
+          [(act(plain, d), act(recomputed, d)) for d in (0, 1)])
+    check("recompute: only activations change", all(
+        plain["devices"][d]["peak_by_category"][c] == recomputed["devices"][d]["peak_by_category"][c]
+        for d in (0, 1) for c in ("parameters", "gradients", "optimizer", "gathered outputs")))
+    resnet = ["--model", "resnet8", "--devices", "host:2", "--batch", "64", "--device-memory", "24MiB"]
+    p, q = memprof(*resnet), memprof(*resnet, "--recompute", "blocks")
+    check("recompute: fits where the batch ran out of memory", p.returncode == 3 and q.returncode == 0,
+          (p.returncode, q.returncode, q.stderr[-300:]))
+    check("remedies: recompute", "--recompute blocks" in p.stderr, p.stderr)
+    p = memprof("--model", "convnet", "--recompute", "blocks")
+    check("recompute: a model without blocks", p.returncode == 2 and
+          "--model convnet has no blocks to recompute (resnet18, resnet8, gpt have)" in p.stderr, p.stderr)
+    p = memprof("--recompute", "everything")
+    check("recompute: a bad value", p.returncode == 2 and "--recompute must be off or blocks" in p.stderr, p.stderr)
 
     # Out of memory on device 0: exit 3, the message, the remedies, the report for what was measured.
     os.remove(js)

@@ -191,6 +191,7 @@ int run_demo(const DemoOptions& o) {
   DeviceSet& devices = *setup.devices;
   const OptimizerConfig sgd = profiling_optimizer(setup);
   DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss, setup.sync, setup.precision);
+  dp.set_recompute(setup.recompute);
   std::unique_ptr<Tracer> tracer;
   if (!o.trace.empty()) {
     tracer = std::make_unique<Tracer>();

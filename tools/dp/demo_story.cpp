@@ -203,6 +203,19 @@ void tell_accumulated_reduce(std::vector<PhaseStory>& s, const DataParallel& dp,
   up.tensors.insert(up.tensors.begin(), TensorNote{"accumulated gradients (added in)", {P}, 0});
 }
 
+// --recompute blocks: what forward keeps and what backward does first.
+void tell_recompute(std::vector<PhaseStory>& s) {
+  s[static_cast<int>(Phase::Forward)].text +=
+      " --recompute blocks: each block (a ResNet BasicBlock, a GPT Block) keeps only its input once its forward is "
+      "done, and drops the activations it made, so a replica holds its blocks' inputs rather than every activation "
+      "until backward.";
+  s[static_cast<int>(Phase::Backward)].text +=
+      " Before each block's backward, the replica runs that block's forward again from its kept input (the same "
+      "values bit for bit: BatchNorm normalises with the same batch statistics and leaves the running ones alone the "
+      "second time, dropout draws the same masks), so at any moment only one block's activations exist: one more forward's work "
+      "for that memory.";
+}
+
 }  // namespace
 
 std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const MicroBatchPlace& place) {
@@ -350,6 +363,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
     tell_allreduce(s, dp, r, active, place);
   else if (place.accumulating())
     tell_accumulated_reduce(s, dp, r, place);
+  if (dp.recompute()) tell_recompute(s);
   return s;
 }
 

@@ -49,6 +49,7 @@ int run_eval(const EvalOptions& o) {
       o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes) : std::vector<int32_t>{};
   DataParallel dp(*setup.devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
                   setup.precision);
+  dp.set_recompute(setup.recompute);  // nothing to recompute in evaluation, but a model without blocks is refused
   // A checkpoint (or --checkpoint's directory: its newest) gives its model.safetensors.
   ModelState weights;
   if (std::filesystem::is_directory(o.weights)) {

@@ -41,7 +41,8 @@ std::string out_of_memory_remedies() {
   return "remedies: a smaller --batch (train: with --accumulate N and an N times smaller --batch, the same "
          "effective batch); a smaller device-0 share (--split gpu0:K); --split balance-memory "
          "(chunks that even out the peaks); --loss in-replica (no gathered logits on device 0); --precision bf16 "
-         "(16-bit replicas, activations and gathered outputs); --upload-ahead off (train: no next batch held "
+         "(16-bit replicas, activations and gathered outputs); --recompute blocks (resnet and gpt: only the "
+         "blocks' inputs kept until backward); --upload-ahead off (train: no next batch held "
          "on the device during a step); see where the memory goes with dp memprof\n";
 }
 }  // namespace dp::cli

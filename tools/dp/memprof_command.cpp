@@ -64,6 +64,7 @@ int run_memprof(const MemprofOptions& o) {
   nlohmann::json report;
   {
     DataParallel dp(devices, setup.model, setup.split, sgd, o.seed, setup.loss, setup.sync, setup.precision);
+    dp.set_recompute(setup.recompute);
     std::unique_ptr<Tracer> tracer;
     if (!o.trace.empty()) {
       tracer = std::make_unique<Tracer>();
@@ -111,6 +112,8 @@ int run_memprof(const MemprofOptions& o) {
                 static_cast<long long>(o.batch));
   if (setup.precision.mixed())
     std::printf("%s\n", precision_of_categories(setup.precision.precision).c_str());
+  if (setup.recompute)
+    std::printf("recompute blocks: each replica keeps its blocks' inputs until backward repeats their forwards\n");
   if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
   std::printf("chunks: ");
   for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(last_chunks[i]));
@@ -135,7 +138,7 @@ int run_memprof(const MemprofOptions& o) {
 
   report = {{"model", setup.model.name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
             {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"precision", o.precision}, {"steps", completed}, {"accumulate", accumulate},
-            {"capacity", setup.capacity}};
+            {"recompute", o.recompute}, {"capacity", setup.capacity}};
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : timeline) {
     nlohmann::json per = nlohmann::json::array();
@@ -153,7 +156,8 @@ int run_memprof(const MemprofOptions& o) {
     for (int i = 0; i < n; ++i) names.push_back("device " + std::to_string(i));
     write_file_atomically(o.svg, memory_svg("dp memprof: " + setup.model.name + ", batch " + std::to_string(o.batch) +
                                                 ", " + devices.description() + ", split " + setup.split.text +
-                                                (setup.precision.mixed() ? ", " + o.precision : ""),
+                                                (setup.precision.mixed() ? ", " + o.precision : "") +
+                                                (setup.recompute ? ", recompute blocks" : ""),
                                             names, timeline, setup.capacity));
   }
   if (!oom_message.empty()) {

@@ -96,6 +96,11 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                   "gpt: nanoGPT's dropout probability in training (after the embeddings, on the attention "
                   "probabilities, after attention and the MLP); 0: none")
       ->capture_default_str();
+  cmd->add_option("--recompute", o.recompute,
+                  "off, or blocks: activation checkpointing, each replica keeping only its blocks' inputs (ResNet "
+                  "BasicBlocks, GPT Blocks) until backward runs each block's forward again; the same training bit for "
+                  "bit, less activation memory, one more forward")
+      ->capture_default_str();
 }
 
 void note_given_flags(const CLI::App* cmd, RunOptions& o) {
@@ -127,6 +132,10 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
     throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; --model " +
                      o.model + " takes none of them");
   }
+  if (o.recompute != "off" && o.recompute != "blocks")
+    throw UsageError("--recompute must be off or blocks, not '" + o.recompute + "'");
+  r.recompute = o.recompute == "blocks";
+  if (r.recompute) check_has_recompute_units(r.model);
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);
   r.sync.mode = parse_sync_mode(o.sync);

@@ -38,6 +38,7 @@ struct RunOptions {
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
   float dropout = 0;  // nanoGPT's dropout: a training-time property of the model (none in evaluation)
+  std::string recompute = "off";  // or blocks: activation checkpointing (DataParallel::set_recompute)
   bool gpt_flags_given = false;
 };
 
@@ -64,6 +65,7 @@ struct RunSetup {
   PrecisionOptions precision;
   OptimizerConfig::Kind optimizer = OptimizerConfig::Kind::Sgd;
   int64_t capacity = 0;
+  bool recompute = false;  // --recompute blocks
 };
 RunSetup validate_and_make_devices(const RunOptions& o);
 

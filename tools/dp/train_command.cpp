@@ -196,6 +196,7 @@ int run_train(const TrainOptions& given) {
   dp.set_process_group(group);
   dp.set_clip_grad_norm(o.clip_grad_norm);
   dp.set_label_smoothing(o.label_smoothing);
+  dp.set_recompute(setup.recompute);
   dp.set_host_sync(host_sync);
   dp.set_graphs(graphs);
   // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;

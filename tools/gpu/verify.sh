@@ -12,7 +12,7 @@
 #             on dp train --devices cuda:0x4 --steps 3 (mlp, convnet; in-replica, eval, tf32, split
 #             auto, balance-memory, --cuda-graphs on, --sync allreduce: the ring enqueued on the comm
 #             streams, and with --accumulate: no_sync, the sum added into its buckets; the GPT with
-#             dropout), several processes at once on the one GPU
+#             dropout; resnet8 with --recompute blocks), several processes at once on the one GPU
 #   equal     50 steps on cuda:0x4 against host:4, losses and weights (tools/gpu/compare_runs.py,
 #             tolerance calibrated by host:4 with 1 and 2 threads per device);
 #             one epoch of the convnet on MNIST (.gpu-kit/mnist, carried) on cuda:0x2 against
@@ -104,6 +104,7 @@ stage_sanitize() {
     "--model convnet --sync allreduce --loss in-replica --precision bf16"
     "--model convnet --sync allreduce --loss in-replica --accumulate 2 --batch 32"
     "--model gpt --gpt-layers 2 --gpt-dim 64 --context 32 --batch 8 --generated-size 20000 --dropout 0.2"
+    "--model resnet8 --batch 16 --recompute blocks --generated-size 256"
   )
   export SANITIZE_LOG=$log
   : >"$log"

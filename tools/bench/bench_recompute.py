@@ -1,0 +1,78 @@
+"""--recompute blocks (activation checkpointing): what it saves and what it costs, in one invocation.
+Prints Markdown.
+
+For each model: `dp memprof`'s peak on device 0 and device 1 and device 1's activations, and
+`dp train` samples/s (first 3 steps not timed; median of interleaved runs), with --recompute off
+and blocks, the same batch; then the largest batch `dp memprof` fits under a --device-memory
+capacity, both ways (exit 0 against exit 3, found by bisection). dp's recompute repeats each
+block's forward in backward, so the expected cost is about one forward in three of forward and
+backward; what it saves is every block's activations but one block's.
+
+usage: bench_recompute.py [--dp build/dp] [--repeats 3]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+
+from dp_runs import memprof, samples_per_s
+from openblas import coretype_env, machine_line
+
+GPT = ["--model", "gpt", "--gpt-layers", "8", "--gpt-heads", "4", "--gpt-dim", "128", "--context", "64",
+       "--generated-size", "200000"]
+CASES = [  # name, model flags, batch, train steps, capacity for the largest batch
+    ("gpt 8x128, T 64", GPT, 16, 12, "96MiB"),
+    ("resnet8", ["--model", "resnet8", "--generated-size", "2048"], 64, 10, "48MiB"),
+    ("resnet18", ["--model", "resnet18", "--generated-size", "1024"], 32, 6, "320MiB"),
+]
+
+
+def fits(dp, flags, batch, capacity, recompute, env):
+    p = subprocess.run([dp, "memprof"] + flags + ["--devices", "host:2", "--batch", str(batch), "--steps", "1",
+                                                  "--device-memory", capacity, "--recompute", recompute],
+                       env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if p.returncode not in (0, 3):
+        raise RuntimeError(f"memprof exit {p.returncode}")
+    return p.returncode == 0
+
+
+def largest_batch(dp, flags, capacity, recompute, env):
+    lo, hi = 0, 2
+    while fits(dp, flags, hi, capacity, recompute, env):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # lo fits, hi does not
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(dp, flags, mid, capacity, recompute, env) else (lo, mid)
+    return lo
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dp", default="build/dp")
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    env = coretype_env()
+    dp = os.path.abspath(a.dp)
+    print(machine_line())
+    print("| model, batch (host:2) | --recompute | samples/s | speed ratio | device 0 peak | device 1 peak | "
+          "device 1 activations | peak ratio (d0, d1) | largest batch under the capacity |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, flags, batch, steps, capacity in CASES:
+        base = flags + ["--devices", "host:2", "--batch", str(batch)]
+        speed = {r: [] for r in ("off", "blocks")}
+        for _ in range(a.repeats):
+            for r in speed:
+                speed[r].append(samples_per_s([dp, "train"] + base + ["--recompute", r, "--steps", str(steps)], env))
+        mem = {r: memprof([dp, "memprof"] + base + ["--recompute", r], env)["devices"] for r in speed}
+        for r in speed:
+            s, d = statistics.median(speed[r]), mem[r]
+            act = d[1]["peak_by_category"]["activations"]
+            largest = largest_batch(dp, flags, capacity, r, env)
+            print(f"| {name}, {batch} | {r} | {s:.1f} | {s / statistics.median(speed['off']):.2f}x | "
+                  f"{d[0]['peak_bytes'] / 2**20:.1f} MiB | {d[1]['peak_bytes'] / 2**20:.1f} MiB | {act / 2**20:.1f} MiB | "
+                  f"{d[0]['peak_bytes'] / mem['off'][0]['peak_bytes']:.2f}x, "
+                  f"{d[1]['peak_bytes'] / mem['off'][1]['peak_bytes']:.2f}x | {largest} at {capacity} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
