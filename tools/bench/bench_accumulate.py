@@ -5,12 +5,9 @@ interleaved runs). Prints Markdown.
 
 usage: bench_accumulate.py [--dp build/dp] [--repeats 3]
 """
-import argparse
-import os
 import statistics
 
-from dp_runs import memprof, samples_per_s
-from openblas import coretype_env, machine_line
+from dp_runs import memprof, samples_per_s, start
 
 
 def peaks(cmd, env):
@@ -19,13 +16,7 @@ def peaks(cmd, env):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dp", default="build/dp")
-    ap.add_argument("--repeats", type=int, default=3)
-    a = ap.parse_args()
-    env = coretype_env()
-    dp = os.path.abspath(a.dp)
-    print(machine_line())
+    a, env, dp = start()
     print("| model | devices | --sync | step of | device 0 peak | largest other | samples/s | "
           "peak ratio (device 0) | speed ratio |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -6,14 +6,13 @@ the part of its all-reduce slices that lies inside its backward slice). Prints M
 
 usage: bench_allreduce.py [--dp build/dp] [--repeats 3]
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import tempfile
 
-from openblas import coretype_env, machine_line
+from dp_runs import start
 
 # About a second or two a run on two cores: long enough that a stray pause of the machine is not
 # the figure.
@@ -55,13 +54,7 @@ def hidden_share(dp, model, devices, env):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dp", default="build/dp")
-    ap.add_argument("--repeats", type=int, default=3)
-    a = ap.parse_args()
-    env = coretype_env()
-    dp = os.path.abspath(a.dp)
-    print(machine_line())
+    a, env, dp = start()
     print("| model | devices | reduce steps/s | allreduce steps/s | allreduce / reduce | all-reduce hidden under backward |")
     print("|---|---|---|---|---|---|")
     for devices in ("host:2", "host:4"):

@@ -13,26 +13,17 @@ use against that.
 
 usage: bench_dropout.py [--dp build/dp] [--repeats 3] [--epochs 30]
 """
-import argparse
 import os
 import statistics
 
-from dp_runs import memprof, samples_per_s, train_rows
-from openblas import coretype_env, machine_line
+from dp_runs import memprof, samples_per_s, start, train_rows
 
 TEXT = "/usr/share/common-licenses/GPL-3"
 MODEL = ["--model", "gpt", "--gpt-layers", "4", "--gpt-heads", "4", "--gpt-dim", "128", "--context", "64"]
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dp", default="build/dp")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--epochs", type=int, default=30)
-    a = ap.parse_args()
-    env = coretype_env()
-    dp = os.path.abspath(a.dp)
-    print(machine_line())
+    a, env, dp = start(add=lambda ap: ap.add_argument("--epochs", type=int, default=30))
 
     print("| --dropout | samples/s | speed ratio | device 0 peak | peak ratio |")
     print("|---|---|---|---|---|")

@@ -6,14 +6,13 @@ Prints Markdown.
 
 usage: bench_gpt.py [--dp build/dp] [--steps 10] [--repeats 2] [--batch 32]
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
-from openblas import coretype_env, machine_line
+from dp_runs import start
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WARMUP = 3
@@ -68,15 +67,8 @@ def torch_speed(threads, steps, batch, env):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dp", default="build/dp")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=32)
-    a = ap.parse_args()
-    env = coretype_env()
-    dp = os.path.abspath(a.dp)
-    print(machine_line())
+    a, env, dp = start(repeats=2, add=lambda ap: (ap.add_argument("--steps", type=int, default=10),
+                                                   ap.add_argument("--batch", type=int, default=32)))
     print("| model | batch | dp host:2 samples/s | PyTorch 1 thread | PyTorch 2 threads | dp / best PyTorch |")
     print("|---|---|---|---|---|---|")
     runs = []

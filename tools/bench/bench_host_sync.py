@@ -6,14 +6,12 @@ Markdown.
 
 usage: bench_host_sync.py [--dp build/dp] [--repeats 5]
 """
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import tempfile
 
-from openblas import coretype_env, machine_line
+from dp_runs import start
 
 WARMUP = 3
 
@@ -30,13 +28,7 @@ def measure(cmd, env, batch):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dp", default="build/dp")
-    ap.add_argument("--repeats", type=int, default=5)
-    a = ap.parse_args()
-    env = coretype_env()
-    dp = os.path.abspath(a.dp)
-    print(machine_line())
+    a, env, dp = start(repeats=5)
     print("| model | devices | batch | --sync | --host-sync phase samples/s | --host-sync step | ratio |")
     print("|---|---|---|---|---|---|---|")
     notes = []

@@ -10,13 +10,10 @@ backward; what it saves is every block's activations but one block's.
 
 usage: bench_recompute.py [--dp build/dp] [--repeats 3]
 """
-import argparse
-import os
 import statistics
 import subprocess
 
-from dp_runs import memprof, samples_per_s
-from openblas import coretype_env, machine_line
+from dp_runs import memprof, samples_per_s, start
 
 GPT = ["--model", "gpt", "--gpt-layers", "8", "--gpt-heads", "4", "--gpt-dim", "128", "--context", "64",
        "--generated-size", "200000"]
@@ -47,13 +44,7 @@ def largest_batch(dp, flags, capacity, recompute, env):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dp", default="build/dp")
-    ap.add_argument("--repeats", type=int, default=3)
-    a = ap.parse_args()
-    env = coretype_env()
-    dp = os.path.abspath(a.dp)
-    print(machine_line())
+    a, env, dp = start()
     print("| model, batch (host:2) | --recompute | samples/s | speed ratio | device 0 peak | device 1 peak | "
           "device 1 activations | peak ratio (d0, d1) | largest batch under the capacity |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -1,8 +1,27 @@
-"""Running dp from a benchmark and reading what it reports: the metrics rows of `dp train`, its
-samples/s over the steps after a warm-up, and the JSON of `dp memprof`."""
+"""Running dp from a benchmark and reading what it reports: how a benchmark starts (its arguments,
+the OpenBLAS core type, the machine line), the metrics rows of `dp train`, its samples/s over the
+steps after a warm-up, and the JSON of `dp memprof`."""
+import argparse
 import json
+import os
 import subprocess
 import tempfile
+
+from openblas import coretype_env, machine_line
+
+
+def start(repeats=3, add=None):
+    """What a benchmark begins with: its arguments (--dp, --repeats, and those `add` puts on the
+    parser), the environment that names OpenBLAS's core type for this CPU, and dp's absolute path;
+    the machine line is printed first."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dp", default="build/dp")
+    ap.add_argument("--repeats", type=int, default=repeats)
+    if add:
+        add(ap)
+    a = ap.parse_args()
+    print(machine_line())
+    return a, coretype_env(), os.path.abspath(a.dp)
 
 
 def train_rows(cmd, env):
