@@ -20,6 +20,7 @@ struct ModelDef {
   std::function<std::unique_ptr<Module>()> make;  // the root of a fresh tree
   DType input_dtype = DType::F32;  // float32 images, or int32 token ids
   Shape target_shape = {};         // per sample: {} one label, or {T} a next token per position
+  float dropout = 0;               // the GPT's dropout probability in training (0: none)
 
   bool language_model() const { return input_dtype == DType::I32; }
   // Cross-entropy rows per sample: the loss is the mean over batch · targets_per_sample() rows.

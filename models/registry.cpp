@@ -69,6 +69,7 @@ ModelDef gpt_model(const GptConfig& g) {
   def.make = [g] { return make_gpt(g); };
   def.input_dtype = DType::I32;
   def.target_shape = {g.context};
+  def.dropout = g.dropout;
   return def;
 }
 

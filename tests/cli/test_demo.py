@@ -158,6 +158,17 @@ with tempfile.TemporaryDirectory() as tmp:
     texts = {s["phase"]: s["text"] for s in json.load(open(js))["steps"][0]["phases"]} if p.returncode == 0 else {}
     check("recompute narrated", p.returncode == 0 and "keeps only its input" in texts.get("forward", "")
           and "runs that block's forward again" in texts.get("backward", ""), (p.stderr, texts.get("forward", "")[:200]))
+    # The GPT's --dropout: where the masks come from, and that backward keeps none.
+    p = subprocess.run([DP, "demo", "--model", "gpt", "--dropout", "0.2", "--gpt-layers", "1", "--gpt-dim", "32",
+                        "--context", "16", "--batch", "8", "--json", js], capture_output=True, text=True, timeout=120)
+    texts = {s["phase"]: s["text"] for s in json.load(open(js))["steps"][0]["phases"]} if p.returncode == 0 else {}
+    check("dropout narrated", p.returncode == 0 and "Dropout 0.2" in texts.get("forward", "")
+          and "however it is split" in texts.get("forward", "") and "keeps no mask" in texts.get("backward", ""),
+          (p.stderr, texts.get("forward", "")[:300]))
+    p = subprocess.run([DP, "demo", "--model", "gpt", "--gpt-layers", "1", "--gpt-dim", "32", "--context", "16",
+                        "--batch", "8", "--json", js], capture_output=True, text=True, timeout=120)
+    texts = {s["phase"]: s["text"] for s in json.load(open(js))["steps"][0]["phases"]} if p.returncode == 0 else {}
+    check("no dropout, none narrated", p.returncode == 0 and "Dropout" not in texts.get("forward", "x Dropout"))
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 

@@ -203,6 +203,21 @@ void tell_accumulated_reduce(std::vector<PhaseStory>& s, const DataParallel& dp,
   up.tensors.insert(up.tensors.begin(), TensorNote{"accumulated gradients (added in)", {P}, 0});
 }
 
+// The GPT's --dropout: where its masks come from, so that splitting the batch changes none of them.
+void tell_dropout(std::vector<PhaseStory>& s, const ModelDef& m) {
+  std::ostringstream p;
+  p << m.dropout;
+  s[static_cast<int>(Phase::Forward)].text +=
+      " Dropout " + p.str() + " (nanoGPT's four places: after the embeddings, on the attention probabilities, after "
+      "attention's and the MLP's projections) zeroes each element with that probability and scales the rest by 1/(1 − " +
+      p.str() + "). Each mask bit is a hash of the step's key (seed, step, micro-batch), the site, the sample's place in "
+      "the whole batch and the element: no random stream is shared, so the replicas together drop exactly what one "
+      "device would drop for the whole batch, however it is split.";
+  s[static_cast<int>(Phase::Backward)].text +=
+      " Dropout keeps no mask: backward hashes the same bits again and lets through the gradient of what forward "
+      "let through.";
+}
+
 // --recompute blocks: what forward keeps and what backward does first.
 void tell_recompute(std::vector<PhaseStory>& s) {
   s[static_cast<int>(Phase::Forward)].text +=
@@ -363,6 +378,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
     tell_allreduce(s, dp, r, active, place);
   else if (place.accumulating())
     tell_accumulated_reduce(s, dp, r, place);
+  if (m.dropout > 0) tell_dropout(s, m);
   if (dp.recompute()) tell_recompute(s);
   return s;
 }
