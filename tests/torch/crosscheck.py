@@ -84,6 +84,12 @@ CASES = [
      + GPT_FLAGS),
     ("gpt", 2, 4, "even", 2, ["--optimizer", "sgd", "--lr", "0.3", "--momentum", "0.9", "--loss", "in-replica",
                               "--dropout", "0.1", "--accumulate", "2"] + GPT_FLAGS),
+    # --recompute blocks (activation checkpointing) is the identity on the arithmetic: the plain
+    # PyTorch step is the reference. BatchNorm's running statistics updated once per forward, not
+    # twice as under torch.utils.checkpoint; dropout's masks drawn again in the repeat.
+    ("resnet8", 3, 11, "chunks:5,4,2", 2, ["--lr", "0.05", "--momentum", "0.9", "--recompute", "blocks"]),
+    ("gpt", 3, 5, "chunks:1,3,1", 2, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--dropout", "0.2",
+                                      "--recompute", "blocks"] + GPT_FLAGS),
 ]
 CIFAR_MODELS = {"resnet8", "resnet18"}
 CONV_MODELS = {"convnet", "resnet8", "resnet18"}
