@@ -1,6 +1,6 @@
 // Activation checkpointing (DataParallel::set_recompute, dp train --recompute blocks): training
 // with it is training without it bit for bit — every model with blocks, both losses, both sync
-// modes (--sync-bn's statistics met once), every precision, fp16's skipped steps, accumulation,
+// modes (--sync-bn too), every precision, fp16's skipped steps, accumulation,
 // captured steps — BatchNorm's running statistics updated once per forward; a replica holds only
 // its blocks' inputs between forward and backward; a model without blocks is refused; a failed
 // step leaves nothing behind.
@@ -104,7 +104,7 @@ TEST_CASE("recompute: training with it is training without it, bit for bit, for 
   }
 }
 
-TEST_CASE("recompute under --sync allreduce: the same bit for bit, --sync-bn meeting the statistics once") {
+TEST_CASE("recompute under --sync allreduce: the same bit for bit, --sync-bn included") {
   for (const char* model : {"resnet8", "gpt-dropout"})
     for (bool sync_bn : {false, true})
       for (bool ring_on_streams : {false, true}) {
