@@ -23,7 +23,6 @@ namespace {
 struct Run {
   std::vector<StepResult> results;
   std::vector<float> params, buffers, grads;
-  std::vector<int64_t> peaks;  // per device, over the last step
 };
 
 // `steps` steps of c (a micro-batch split of each batch when `micro` is given), recomputing or not.
@@ -37,7 +36,6 @@ Run run(StepSetup c, bool recompute, int steps, const std::vector<int64_t>& micr
   Run out;
   const auto batches = make_batches(model, c.batch, steps, 3);
   for (const auto& b : batches) {
-    for (int d = 0; d < c.devices; ++d) devs[d].allocator().reset_peak();
     if (micro.empty()) {
       out.results.push_back(step_on(dp, *b));
       continue;
@@ -55,7 +53,6 @@ Run run(StepSetup c, bool recompute, int steps, const std::vector<int64_t>& micr
     }
     out.results.push_back(dp.step(parts));
   }
-  for (int d = 0; d < c.devices; ++d) out.peaks.push_back(devs[d].allocator().stats().peak);
   out.params = dp.parameters();
   out.buffers = dp.buffers();
   out.grads = dp.gradients();
