@@ -8,8 +8,14 @@ capacity, both ways (exit 0 against exit 3, found by bisection). dp's recompute 
 block's forward in backward, so the expected cost is about one forward in three of forward and
 backward; what it saves is every block's activations but one block's.
 
+For comparison, the price PyTorch (Debian's, CPU, 1 thread: faster than 2 on these machines) pays for
+torch.utils.checkpoint around each block of the same GPT (tests/torch/reference.py's, nanoGPT's):
+its samples/s with and without, the same batch, SGD, first 3 steps not timed.
+
 usage: bench_recompute.py [--dp build/dp] [--repeats 3]
 """
+import json
+import os
 import statistics
 import subprocess
 
@@ -22,6 +28,49 @@ CASES = [  # name, model flags, batch, train steps, capacity for the largest bat
     ("resnet8", ["--model", "resnet8", "--generated-size", "2048"], 64, 10, "48MiB"),
     ("resnet18", ["--model", "resnet18", "--generated-size", "1024"], 32, 6, "320MiB"),
 ]
+
+
+TORCH_RUN = r"""
+import sys, time, json, torch
+import torch.utils.checkpoint as cp
+sys.path.insert(0, sys.argv[1])
+import reference as ref
+checkpoint, steps, batch, warmup = sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4]), 3
+torch.set_num_threads(1)
+torch.manual_seed(0)
+T, V = 64, 256
+model = ref.make_model("gpt", dict(vocab=V, context=T, layers=8, heads=4, dim=128))
+if checkpoint:  # each block under torch.utils.checkpoint, as dp's --recompute blocks
+    for block in model.transformer.h:
+        block.forward = (lambda f: lambda x: cp.checkpoint(f, x, use_reentrant=False))(block.forward)
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+data = torch.randint(0, V, (batch * steps * T + 1,))
+model.train()
+for s in range(steps):
+    if s == warmup:
+        t0 = time.perf_counter()
+    starts = torch.arange(batch) * T + s * batch * T
+    x = torch.stack([data[a:a + T] for a in starts])
+    y = torch.stack([data[a + 1:a + T + 1] for a in starts])
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x).view(-1, V), y.view(-1))
+    loss.backward()
+    opt.step()
+print(json.dumps({"samples_per_s": batch * (steps - warmup) / (time.perf_counter() - t0)}))
+"""
+
+
+def torch_speed(checkpoint, steps, batch, env):
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = subprocess.run(["/usr/bin/python3", "-c", TORCH_RUN, os.path.join(here, "..", "..", "tests", "torch"),
+                          "1" if checkpoint else "0", str(steps), str(batch)], check=True, env=env,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["samples_per_s"]
+
+
+def torch_version():
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                          text=True).stdout.strip()
 
 
 def fits(dp, flags, batch, capacity, recompute, env):
@@ -63,6 +112,19 @@ def main():
                   f"{d[0]['peak_bytes'] / 2**20:.1f} MiB | {d[1]['peak_bytes'] / 2**20:.1f} MiB | {act / 2**20:.1f} MiB | "
                   f"{d[0]['peak_bytes'] / mem['off'][0]['peak_bytes']:.2f}x, "
                   f"{d[1]['peak_bytes'] / mem['off'][1]['peak_bytes']:.2f}x | {largest} at {capacity} |", flush=True)
+
+    name, _, batch, steps, _ = CASES[0]
+    print(f"\nPyTorch {torch_version()} on the same GPT ({name}, batch {batch}, 1 thread), "
+          "torch.utils.checkpoint around each block:\n")
+    print("| checkpoint | samples/s | speed ratio |")
+    print("|---|---|---|")
+    speed = {False: [], True: []}
+    for _ in range(a.repeats):
+        for c in speed:
+            speed[c].append(torch_speed(c, steps, batch, env))
+    for c in speed:
+        s = statistics.median(speed[c])
+        print(f"| {'each block' if c else 'off'} | {s:.1f} | {s / statistics.median(speed[False]):.2f}x |", flush=True)
 
 
 if __name__ == "__main__":
