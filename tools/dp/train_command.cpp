@@ -269,13 +269,13 @@ int run_train(const TrainOptions& given) {
   const LrSchedule schedule = parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, total);
   dp.set_report_grad_norm(metrics.is_open());
   if (primary)
-    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s%s, %s lr %g%s%s, %lld steps over %s\n",
+    std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s%s%s, %s lr %g%s%s, %lld steps over %s\n",
                model.language_model() ? model.summary.c_str() : model.name.c_str(), devices.description().c_str(),
                group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
                split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "",
                plan.per_step > 1 ? (" x " + std::to_string(plan.per_step) + " micro-batches a step").c_str() : "",
                setup.precision.mixed() ? (std::string(", ") + precision_name(setup.precision.precision)).c_str() : "",
-               optimizer_name(opt.kind), static_cast<double>(opt.sgd.lr),
+               setup.recompute ? ", recomputing blocks" : "", optimizer_name(opt.kind), static_cast<double>(opt.sgd.lr),
                opt.sgd.weight_decay > 0 ? weight_decay_text(opt).c_str() : "",
                o.label_smoothing > 0 ? (", label smoothing " + format_number(o.label_smoothing)).c_str() : "",
                static_cast<long long>(total), data.description.c_str());
