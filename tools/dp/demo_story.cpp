@@ -208,10 +208,11 @@ void tell_dropout(std::vector<PhaseStory>& s, const ModelDef& m) {
   std::ostringstream p;
   p << m.dropout;
   s[static_cast<int>(Phase::Forward)].text +=
-      " Dropout " + p.str() + " (nanoGPT's four places: after the embeddings, on the attention probabilities, after "
-      "attention's and the MLP's projections) zeroes each element with that probability and scales the rest by 1/(1 − " +
-      p.str() + "). Each mask bit is a hash of the step's key (seed, step, micro-batch), the site, the sample's place in "
-      "the whole batch and the element: no random stream is shared, so the replicas together drop exactly what one "
+      " Dropout " + p.str() +
+      " (nanoGPT's four places: after the embeddings, on the attention probabilities, after attention's and the "
+      "MLP's projections) zeroes each element with that probability and scales the rest by 1/(1 − " + p.str() +
+      "). Each mask bit is a hash of the step's key (seed, step, micro-batch), the site, the sample's place in the "
+      "whole batch and the element: no random stream is shared, so the replicas together drop exactly what one "
       "device would drop for the whole batch, however it is split.";
   s[static_cast<int>(Phase::Backward)].text +=
       " Dropout keeps no mask: backward hashes the same bits again and lets through the gradient of what forward "
@@ -227,8 +228,8 @@ void tell_recompute(std::vector<PhaseStory>& s) {
   s[static_cast<int>(Phase::Backward)].text +=
       " Before each block's backward, the replica runs that block's forward again from its kept input (the same "
       "values bit for bit: BatchNorm normalises with the same batch statistics and leaves the running ones alone the "
-      "second time, dropout draws the same masks), so at any moment only one block's activations exist: one more forward's work "
-      "for that memory.";
+      "second time, dropout draws the same masks), so at any moment only one block's activations exist: one more "
+      "forward's work for that memory.";
 }
 
 }  // namespace
