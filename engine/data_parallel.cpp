@@ -94,12 +94,12 @@ void DataParallel::set_label_smoothing(double epsilon) {
   label_smoothing_ = static_cast<float>(epsilon);
 }
 
-void DataParallel::set_recompute(bool on) {
-  if (captured_ && on != recompute_)
+void DataParallel::set_recompute(int64_t blocks) {
+  const int64_t n = dp::recomputed_blocks(model_, blocks);
+  if (captured_ && n != recompute_)
     throw RuntimeError("set_recompute: a captured step holds the choice it was captured with");
-  if (on) check_has_recompute_units(model_);
-  for (auto& net : nets_) net->root().set_recompute(on);
-  recompute_ = on;
+  for (auto& net : nets_) net->root().set_recompute(n);
+  recompute_ = n;
 }
 
 void DataParallel::set_tracer(Tracer* tracer) {

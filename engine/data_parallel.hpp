@@ -176,14 +176,18 @@ class DataParallel {
   // plain cross-entropy (a perplexity is its exp). A captured step keeps the ε it was captured with:
   // set it before the first step. UsageError outside [0, 1].
   void set_label_smoothing(double epsilon);
-  // --recompute blocks: activation checkpointing (torch.utils.checkpoint around each block). Every
-  // replica keeps only the inputs of its blocks (ResNet BasicBlocks, GPT Blocks) from forward to
-  // backward, and runs each block's forward again just before its backward (models/module.hpp).
-  // Training is the same bit for bit, for one more forward of each block; activation memory drops
-  // to the blocks' inputs plus one block's own. A captured step keeps the choice it was captured
-  // with: set it before the first step. UsageError for a model without blocks.
-  void set_recompute(bool on);
-  bool recompute() const { return recompute_; }
+  // --recompute blocks[:N]: activation checkpointing (torch.utils.checkpoint around each block).
+  // Every replica keeps only the inputs of its first `blocks` blocks (ResNet BasicBlocks, GPT
+  // Blocks; kEveryRecomputeUnit: all of them, 0: none) from forward to backward, and runs each one's
+  // forward again just before its backward (models/module.hpp). Training is the same bit for bit,
+  // for one more forward of each; with every block, activation memory drops to the blocks' inputs
+  // plus one block's own. The first blocks are held longest, and a ResNet's are its largest. A
+  // captured step keeps the choice it was captured with: set it before the first step. UsageError
+  // for a model without blocks, or for more than it has.
+  void set_recompute(int64_t blocks);
+  void set_recompute(bool) = delete;  // a count, not a switch: kEveryRecomputeUnit for every block
+  int64_t recomputed_blocks() const { return recompute_; }  // 0: off
+  int64_t blocks() const { return recompute_units(model_); }
   // Report ‖g‖₂ in StepResult::grad_norm even without clipping (one more pass over the gradients).
   void set_report_grad_norm(bool on) { report_norm_ = on; }
   const ModelLayout& layout() const { return nets_[0]->layout(); }
@@ -359,7 +363,7 @@ class DataParallel {
   double lr_;
   double clip_ = 0;
   float label_smoothing_ = 0;
-  bool recompute_ = false;
+  int64_t recompute_ = 0;  // blocks recomputed
   bool report_norm_ = false;
   std::unique_ptr<LossStrategy> loss_;
   std::unique_ptr<GradientSync> gradient_sync_;

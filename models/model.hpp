@@ -34,9 +34,12 @@ std::unique_ptr<Module> make_resnet_without_batchnorm_for_tests(int64_t classes)
 const ModelDef& find_model(const std::string& name);  // UsageError for an unknown name
 // The GPT of these sizes (the registry's "gpt" entry has GptConfig's defaults).
 ModelDef gpt_model(const GptConfig& cfg);
-// --recompute blocks needs blocks (models/module.hpp's recompute units): UsageError naming the
-// registry's models that have some, for a model without.
-void check_has_recompute_units(const ModelDef& def);
+// --recompute blocks[:N] needs blocks (models/module.hpp's recompute units): how many of the def's
+// `blocks` are recomputed (kEveryRecomputeUnit: all it has; 0: none). UsageError naming the
+// registry's models that have some, for a model without, and naming the count for N beyond it.
+int64_t recomputed_blocks(const ModelDef& def, int64_t blocks);
+// The def's recompute units (a fresh tree counts them).
+int64_t recompute_units(const ModelDef& def);
 
 // Where each state-dict entry lives: parameters in one flat array (and their gradients in
 // another of the same layout), buffers in a third. Every entry starts at a multiple of

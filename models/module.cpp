@@ -59,14 +59,15 @@ void Module::clear_cache() {
   for (auto& c : children_) c.module->clear_cache();
 }
 
-int Module::set_recompute(bool on) {
-  int units = 0;
-  if (recompute_unit()) {
-    recompute_ = on;
-    ++units;
-  }
-  for (auto& c : children_) units += c.module->set_recompute(on);
-  return units;
+int64_t Module::set_recompute(int64_t first) {
+  int64_t seen = 0;
+  mark_recompute(first, seen);
+  return seen;
+}
+
+void Module::mark_recompute(int64_t first, int64_t& seen) {
+  if (recompute_unit()) recompute_ = seen++ < first;
+  for (auto& c : children_) c.module->mark_recompute(first, seen);
 }
 
 void Module::set_repeating(bool on) {

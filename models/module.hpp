@@ -18,7 +18,9 @@
 // all-reduce); dropout's masks are drawn from the pass, not from a stream, so they repeat. So
 // training with it is bit for bit training without it, for one more forward of each unit.
 #pragma once
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +37,8 @@ class ReplicaGroup;
 // read from device memory when the kernels run, so a replayed step draws its own — and the
 // index, in the pass's whole batch, of the first sample this module tree takes. The Network owns
 // one and sets it before each training forward; without one, dropout draws under key 0.
+constexpr int64_t kEveryRecomputeUnit = std::numeric_limits<int64_t>::max();  // Module::set_recompute: every unit
+
 struct DropoutSource {
   uint64_t key = 0;
   const uint32_t* key_at = nullptr;
@@ -89,8 +93,9 @@ class Module {
   // Whether this module is a block worth recomputing: one whose activations are many times its
   // input (BasicBlock, the GPT's Block).
   virtual bool recompute_unit() const { return false; }
-  // Sets recompute on every recompute unit of this subtree; returns how many there are.
-  int set_recompute(bool on);
+  // Recompute the first `first` recompute units of this subtree in forward order (depth first) and
+  // not the others (0: none; kEveryRecomputeUnit: all); returns how many units the subtree has.
+  int64_t set_recompute(int64_t first);
   // --sync-bn: BatchNorm layers normalise with statistics over every member of `group`, this
   // module tree being member `replica`; null: over this replica's chunk alone. Containers recurse.
   virtual void set_replica_group(ReplicaGroup* group, int replica);
@@ -107,6 +112,7 @@ class Module {
 
  private:
   void set_repeating(bool on);  // on this subtree
+  void mark_recompute(int64_t first, int64_t& seen);  // set_recompute's walk; `seen`: units before
 
   std::vector<Child> children_;
   std::function<void()> after_backward_;

@@ -73,13 +73,24 @@ ModelDef gpt_model(const GptConfig& g) {
   return def;
 }
 
-void check_has_recompute_units(const ModelDef& def) {
-  if (def.make()->set_recompute(false) > 0) return;  // a fresh tree counts them
-  std::string with_blocks;
-  for (const ModelDef& m : model_registry())
-    if (m.make()->set_recompute(false) > 0) with_blocks += (with_blocks.empty() ? "" : ", ") + m.name;
-  throw UsageError("--recompute blocks: --model " + def.name + " has no blocks to recompute (" + with_blocks +
-                   " have)");
+int64_t recompute_units(const ModelDef& def) { return def.make()->set_recompute(0); }
+
+int64_t recomputed_blocks(const ModelDef& def, int64_t blocks) {
+  if (blocks == 0) return 0;
+  const int64_t units = recompute_units(def);
+  if (units == 0) {
+    std::string with_blocks;
+    for (const ModelDef& m : model_registry())
+      if (recompute_units(m) > 0) with_blocks += (with_blocks.empty() ? "" : ", ") + m.name;
+    throw UsageError("--recompute blocks: --model " + def.name + " has no blocks to recompute (" + with_blocks +
+                     " have)");
+  }
+  if (blocks == kEveryRecomputeUnit) return units;
+  if (blocks < 1 || blocks > units)
+    throw UsageError("--recompute blocks:" + std::to_string(blocks) + ": --model " + def.name + " has " +
+                     std::to_string(units) + " blocks (recompute from 1 to " + std::to_string(units) +
+                     " of them, or all with --recompute blocks)");
+  return blocks;
 }
 
 const std::vector<ModelDef>& model_registry() {

@@ -60,7 +60,7 @@ struct StepSetup {
   int64_t growth_interval = 2000;
   double clip = 0;
   bool report_norm = false;
-  bool recompute = false;  // --recompute blocks
+  int64_t recompute = 0;  // --recompute: the first N blocks recomputed (kEveryRecomputeUnit: all)
   OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
 };
 

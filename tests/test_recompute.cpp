@@ -2,8 +2,8 @@
 // with it is training without it bit for bit — every model with blocks, both losses, both sync
 // modes (--sync-bn too), every precision, fp16's skipped steps, accumulation,
 // captured steps — BatchNorm's running statistics updated once per forward; a replica holds only
-// its blocks' inputs between forward and backward; a model without blocks is refused; a failed
-// step leaves nothing behind.
+// its blocks' inputs between forward and backward; the first N blocks alone, less memory the more;
+// a model without blocks, or N beyond its blocks, is refused; a failed step leaves nothing behind.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -29,7 +29,7 @@ struct Run {
 Run run(StepSetup c, bool recompute, int steps, const std::vector<int64_t>& micro = {}, bool graphs = false) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);
-  c.recompute = recompute;
+  c.recompute = recompute ? kEveryRecomputeUnit : 0;
   const auto owner = make_data_parallel(devs, model, c);
   DataParallel& dp = *owner;
   dp.set_graphs(graphs);
@@ -150,7 +150,7 @@ TEST_CASE("recompute: a replica holds its blocks' inputs, not their activations"
   auto peak_of = [&](bool recompute) {
     auto devs = host_devices(2);
     StepSetup s = c;
-    s.recompute = recompute;
+    s.recompute = recompute ? kEveryRecomputeUnit : 0;
     const auto dp = make_data_parallel(devs, model, s);
     const auto batches = make_batches(model, c.batch, 2, 5);
     step_on(*dp, *batches[0]);
@@ -167,6 +167,51 @@ TEST_CASE("recompute: a replica holds its blocks' inputs, not their activations"
   CHECK(plain - recomputed == plain_activations - recomputed_activations);  // the activations alone
 }
 
+TEST_CASE("recompute the first N blocks: bit for bit, and less memory the more of them") {
+  for (const char* model : {"resnet8", "gpt-dropout"}) {
+    StepSetup c = models_with_blocks(StepSetup{}).front();
+    for (const StepSetup& m : models_with_blocks(StepSetup{}))
+      if (m.model == model) c = m;
+    CAPTURE(model);
+    const Run plain = run(c, false, 2);
+    StepSetup some = c;
+    some.recompute = 1;  // resnet8 has 4 blocks, the test GPT 2
+    const ModelDef def = model_of(c.model);
+    auto devs = host_devices(c.devices);
+    const auto dp = make_data_parallel(devs, def, some);
+    CHECK(dp->recomputed_blocks() == 1);
+    CHECK(dp->blocks() == (c.model == "resnet8" ? 4 : 2));
+    Run partial;
+    for (const auto& b : make_batches(def, c.batch, 2, 3)) partial.results.push_back(step_on(*dp, *b));
+    partial.params = dp->parameters();
+    partial.buffers = dp->buffers();
+    partial.grads = dp->gradients();
+    check_same(plain, partial);
+  }
+  // An 8-block GPT on two devices: device 1's activation peak falls with every two more blocks.
+  const ModelDef model = gpt_model({64, 64, 8, 4, 64});
+  std::vector<int64_t> peaks;
+  for (int64_t n : {int64_t{0}, int64_t{2}, int64_t{4}, int64_t{6}, kEveryRecomputeUnit}) {
+    auto devs = host_devices(2);
+    StepSetup s;
+    s.model = "gpt", s.devices = 2, s.split = "even", s.batch = 8, s.recompute = n;
+    s.optimizer.kind = OptimizerConfig::Kind::AdamW;
+    const auto dp = make_data_parallel(devs, model, s);
+    CHECK(dp->recomputed_blocks() == (n == kEveryRecomputeUnit ? 8 : n));
+    step_on(*dp, *make_batches(model, s.batch, 1, 5)[0]);
+    peaks.push_back(devs[1].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Activations)]);
+  }
+  MESSAGE("device 1's activation peak recomputing 0, 2, 4, 6, 8 of 8 blocks: " << peaks[0] << ", " << peaks[1] << ", "
+                                                                             << peaks[2] << ", " << peaks[3] << ", "
+                                                                             << peaks[4]);
+  for (size_t i = 1; i < peaks.size(); ++i) CHECK(peaks[i] < peaks[i - 1]);
+  // More blocks than the model has is refused, naming how many it has.
+  auto devs = host_devices(2);
+  StepSetup s;
+  s.model = "gpt", s.devices = 2, s.split = "even", s.batch = 8, s.recompute = 9;
+  CHECK_THROWS_WITH_AS(make_data_parallel(devs, model, s), doctest::Contains("--model gpt has 8 blocks"), UsageError);
+}
+
 TEST_CASE("recompute: a model without blocks is refused, naming those that have them") {
   auto devs = host_devices(2);
   StepSetup c;
@@ -174,7 +219,7 @@ TEST_CASE("recompute: a model without blocks is refused, naming those that have 
   c.split = "even";
   for (const char* model : {"mlp", "convnet"}) {
     c.model = model;
-    c.recompute = true;
+    c.recompute = kEveryRecomputeUnit;
     try {
       make_data_parallel(devs, find_model(model), c);
       FAIL("no error");
@@ -186,7 +231,7 @@ TEST_CASE("recompute: a model without blocks is refused, naming those that have 
   }
   // Turning it off is always allowed.
   c.model = "mlp";
-  c.recompute = false;
+  c.recompute = 0;
   CHECK_NOTHROW(make_data_parallel(devs, find_model("mlp"), c));
 }
 
@@ -200,7 +245,7 @@ TEST_CASE("recompute: a step that runs out of memory in backward leaves nothing 
   c.devices = 2;
   c.split = "even";
   c.batch = 6;
-  c.recompute = true;
+  c.recompute = kEveryRecomputeUnit;
   c.optimizer.kind = OptimizerConfig::Kind::AdamW;
   const auto batches = make_batches(model, c.batch, 2, 9);
   auto devs = host_devices(2);

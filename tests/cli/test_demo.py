@@ -158,6 +158,11 @@ with tempfile.TemporaryDirectory() as tmp:
     texts = {s["phase"]: s["text"] for s in json.load(open(js))["steps"][0]["phases"]} if p.returncode == 0 else {}
     check("recompute narrated", p.returncode == 0 and "keeps only its input" in texts.get("forward", "")
           and "runs that block's forward again" in texts.get("backward", ""), (p.stderr, texts.get("forward", "")[:200]))
+    p = subprocess.run([DP, "demo", "--model", "resnet8", "--recompute", "blocks:2", "--json", js], capture_output=True,
+                       text=True, timeout=120)
+    texts = {s["phase"]: s["text"] for s in json.load(open(js))["steps"][0]["phases"]} if p.returncode == 0 else {}
+    check("recompute blocks:2 narrated", p.returncode == 0 and "each of the first 2 of 4 blocks" in texts.get("forward", "")
+          and "exist one at a time" in texts.get("backward", ""), (p.stderr, texts.get("forward", "")[:200]))
     # The GPT's --dropout: where the masks come from, and that backward keeps none.
     p = subprocess.run([DP, "demo", "--model", "gpt", "--dropout", "0.2", "--gpt-layers", "1", "--gpt-dim", "32",
                         "--context", "16", "--batch", "8", "--json", js], capture_output=True, text=True, timeout=120)

@@ -84,9 +84,18 @@ with tempfile.TemporaryDirectory() as tmp:
     gpt = ["--model", "gpt", "--devices", "host:2", "--batch", "8", "--context", "64", "--gpt-layers", "6",
            "--gpt-dim", "64", "--gpt-heads", "4"]
     (plain, _), (recomputed, out) = report(*gpt), report(*gpt, "--recompute", "blocks")
+    (some, some_out) = report(*gpt, "--recompute", "blocks:3")
     act = lambda r, d: r["devices"][d]["peak_by_category"]["activations"]
     check("recompute: in the report", plain["recompute"] == "off" and recomputed["recompute"] == "blocks" and
-          "recompute blocks:" in out, out[:400])
+          plain["recomputed_blocks"] == 0 and recomputed["recomputed_blocks"] == 6 and
+          "recompute every block (6): " in out, out[:400])
+    check("recompute blocks:3: half of the blocks, half way", some["recomputed_blocks"] == 3 and
+          "recompute the first 3 of 6 blocks: " in some_out and
+          all(act(recomputed, d) < act(some, d) < act(plain, d) for d in (0, 1)),
+          [(act(plain, d), act(some, d), act(recomputed, d)) for d in (0, 1)])
+    p = memprof(*gpt, "--recompute", "blocks:7")
+    check("recompute: more blocks than the model has", p.returncode == 2 and
+          "--recompute blocks:7: --model gpt has 6 blocks" in p.stderr, p.stderr)
     check("recompute: a GPT replica's activations under 0.4x", all(act(recomputed, d) < 0.4 * act(plain, d) for d in (0, 1)),
           [(act(plain, d), act(recomputed, d)) for d in (0, 1)])
     check("recompute: only activations change", all(
@@ -100,8 +109,10 @@ with tempfile.TemporaryDirectory() as tmp:
     p = memprof("--model", "convnet", "--recompute", "blocks")
     check("recompute: a model without blocks", p.returncode == 2 and
           "--model convnet has no blocks to recompute (resnet18, resnet8, gpt have)" in p.stderr, p.stderr)
-    p = memprof("--recompute", "everything")
-    check("recompute: a bad value", p.returncode == 2 and "--recompute must be off or blocks" in p.stderr, p.stderr)
+    for bad in ("everything", "blocks:0", "blocks:", "blocks:two", "blocks:-1"):
+        p = memprof("--recompute", bad)
+        check(f"recompute: a bad value {bad}", p.returncode == 2 and
+              f"--recompute must be off, blocks or blocks:N with N >= 1, not '{bad}'" in p.stderr, p.stderr)
 
     # Out of memory on device 0: exit 3, the message, the remedies, the report for what was measured.
     os.remove(js)

@@ -376,7 +376,7 @@ TEST_CASE("--recompute blocks on cuda:0x2 trains bit for bit as without, in less
         PrecisionOptions p;
         p.precision = precision;
         DataParallel dp(devs, model, parse_split("chunks:5,7", 2, batch), opt, 3, LossMode::Gathered, {}, p);
-        dp.set_recompute(recompute);
+        dp.set_recompute(recompute ? kEveryRecomputeUnit : 0);
         std::vector<float> out;
         for (const auto& b : batches) out.push_back(static_cast<float>(test::step_on(dp, *b).loss));
         const auto state = state_of(dp);

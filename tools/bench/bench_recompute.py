@@ -3,14 +3,15 @@ Prints Markdown.
 
 For each model: `dp memprof`'s peak on device 0 and device 1 and device 1's activations, and
 `dp train` samples/s (first 3 steps not timed; median of interleaved runs), with --recompute off
-and blocks, the same batch; then the largest batch `dp memprof` fits under a --device-memory
-capacity, both ways (exit 0 against exit 3, found by bisection). dp's recompute repeats each
-block's forward in backward, so the expected cost is about one forward in three of forward and
-backward; what it saves is every block's activations but one block's.
+and blocks (for the GPT also blocks:4, half of its blocks), the same batch; then the largest batch
+`dp memprof` fits under a --device-memory capacity, each way (exit 0 against exit 3, found by
+bisection). dp's recompute repeats each block's forward in backward, so the expected cost is
+about one forward in three of forward and backward; what it saves is every block's activations
+but one block's.
 
-For comparison, the price PyTorch (Debian's, CPU, 1 thread: faster than 2 on these machines) pays for
-torch.utils.checkpoint around each block of the same GPT (tests/torch/reference.py's, nanoGPT's):
-its samples/s with and without, the same batch, SGD, first 3 steps not timed.
+For comparison, the price PyTorch (Debian's, CPU, 1 thread: faster than 2 on these machines) pays
+for torch.utils.checkpoint around each block of the same GPT (tests/torch/reference.py's,
+nanoGPT's): its samples/s with and without, the same batch, SGD, first 3 steps not timed.
 
 usage: bench_recompute.py [--dp build/dp] [--repeats 3]
 """
@@ -23,10 +24,10 @@ from dp_runs import memprof, samples_per_s, start
 
 GPT = ["--model", "gpt", "--gpt-layers", "8", "--gpt-heads", "4", "--gpt-dim", "128", "--context", "64",
        "--generated-size", "200000"]
-CASES = [  # name, model flags, batch, train steps, capacity for the largest batch
-    ("gpt 8x128, T 64", GPT, 16, 12, "96MiB"),
-    ("resnet8", ["--model", "resnet8", "--generated-size", "2048"], 64, 10, "48MiB"),
-    ("resnet18", ["--model", "resnet18", "--generated-size", "1024"], 32, 6, "320MiB"),
+CASES = [  # name, model flags, batch, train steps, capacity for the largest batch, --recompute values
+    ("gpt 8x128, T 64", GPT, 16, 12, "96MiB", ("off", "blocks:4", "blocks")),
+    ("resnet8", ["--model", "resnet8", "--generated-size", "2048"], 64, 10, "48MiB", ("off", "blocks")),
+    ("resnet18", ["--model", "resnet18", "--generated-size", "1024"], 32, 6, "320MiB", ("off", "blocks")),
 ]
 
 
@@ -97,9 +98,9 @@ def main():
     print("| model, batch (host:2) | --recompute | samples/s | speed ratio | device 0 peak | device 1 peak | "
           "device 1 activations | peak ratio (d0, d1) | largest batch under the capacity |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, flags, batch, steps, capacity in CASES:
+    for name, flags, batch, steps, capacity, settings in CASES:
         base = flags + ["--devices", "host:2", "--batch", str(batch)]
-        speed = {r: [] for r in ("off", "blocks")}
+        speed = {r: [] for r in settings}
         for _ in range(a.repeats):
             for r in speed:
                 speed[r].append(samples_per_s([dp, "train"] + base + ["--recompute", r, "--steps", str(steps)], env))
@@ -113,7 +114,7 @@ def main():
                   f"{d[0]['peak_bytes'] / mem['off'][0]['peak_bytes']:.2f}x, "
                   f"{d[1]['peak_bytes'] / mem['off'][1]['peak_bytes']:.2f}x | {largest} at {capacity} |", flush=True)
 
-    name, _, batch, steps, _ = CASES[0]
+    name, _, batch, steps, _, _ = CASES[0]
     print(f"\nPyTorch {torch_version()} on the same GPT ({name}, batch {batch}, 1 thread), "
           "torch.utils.checkpoint around each block:\n")
     print("| checkpoint | samples/s | speed ratio |")

@@ -219,17 +219,23 @@ void tell_dropout(std::vector<PhaseStory>& s, const ModelDef& m) {
       "let through.";
 }
 
-// --recompute blocks: what forward keeps and what backward does first.
-void tell_recompute(std::vector<PhaseStory>& s) {
+// --recompute blocks[:N]: what forward keeps and what backward does first.
+void tell_recompute(std::vector<PhaseStory>& s, const DataParallel& dp) {
+  const bool every = dp.recomputed_blocks() == dp.blocks();
   s[static_cast<int>(Phase::Forward)].text +=
-      " --recompute blocks: each block (a ResNet BasicBlock, a GPT Block) keeps only its input once its forward is "
-      "done, and drops the activations it made, so a replica holds its blocks' inputs rather than every activation "
-      "until backward.";
+      " --recompute: " +
+      (every ? std::string("each block") : "each of the first " + std::to_string(dp.recomputed_blocks()) + " of " +
+                                               std::to_string(dp.blocks()) + " blocks") +
+      " (a ResNet BasicBlock, a GPT Block) keeps only its input once its forward is done, and drops the activations "
+      "it made, so a replica holds " + (every ? "its blocks' inputs" : "those blocks' inputs") +
+      " rather than their activations until backward.";
   s[static_cast<int>(Phase::Backward)].text +=
-      " Before each block's backward, the replica runs that block's forward again from its kept input (the same "
+      std::string(every ? " Before each block's backward" : " Before the backward of each of those blocks") +
+      ", the replica runs that block's forward again from its kept input (the same "
       "values bit for bit: BatchNorm normalises with the same batch statistics and leaves the running ones alone the "
-      "second time, dropout draws the same masks), so at any moment only one block's activations exist: one more "
-      "forward's work for that memory.";
+      "second time, dropout draws the same masks), so " +
+      (every ? "at any moment only one block's activations exist" : "those blocks' activations exist one at a time") +
+      ": one more forward's work for that memory.";
 }
 
 }  // namespace
@@ -380,7 +386,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   else if (place.accumulating())
     tell_accumulated_reduce(s, dp, r, place);
   if (m.dropout > 0) tell_dropout(s, m);
-  if (dp.recompute()) tell_recompute(s);
+  if (dp.recomputed_blocks() > 0) tell_recompute(s, dp);
   return s;
 }
 

@@ -62,9 +62,13 @@ int run_memprof(const MemprofOptions& o) {
   int64_t oom_request = 0;
   int completed = 0;
   nlohmann::json report;
+  std::string recomputed;  // --recompute: which blocks
+  int64_t recomputed_blocks = 0;
   {
     DataParallel dp(devices, setup.model, setup.split, sgd, o.seed, setup.loss, setup.sync, setup.precision);
     dp.set_recompute(setup.recompute);
+    recomputed = recomputed_text(dp);
+    recomputed_blocks = dp.recomputed_blocks();
     std::unique_ptr<Tracer> tracer;
     if (!o.trace.empty()) {
       tracer = std::make_unique<Tracer>();
@@ -112,8 +116,8 @@ int run_memprof(const MemprofOptions& o) {
                 static_cast<long long>(o.batch));
   if (setup.precision.mixed())
     std::printf("%s\n", precision_of_categories(setup.precision.precision).c_str());
-  if (setup.recompute)
-    std::printf("recompute blocks: each replica keeps its blocks' inputs until backward repeats their forwards\n");
+  if (recomputed_blocks > 0)
+    std::printf("recompute %s: each keeps its input until backward repeats its forward\n", recomputed.c_str());
   if (!split_note.empty()) std::printf("%s\n", split_note.c_str());
   std::printf("chunks: ");
   for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(last_chunks[i]));
@@ -138,7 +142,7 @@ int run_memprof(const MemprofOptions& o) {
 
   report = {{"model", setup.model.name}, {"batch", o.batch},    {"devices", devs},       {"gpu0_excess", excess},
             {"split", last_chunks},       {"split_mode", setup.split.text}, {"loss", loss_name}, {"sync", o.sync}, {"precision", o.precision}, {"steps", completed}, {"accumulate", accumulate},
-            {"recompute", o.recompute}, {"capacity", setup.capacity}};
+            {"recompute", o.recompute}, {"recomputed_blocks", recomputed_blocks}, {"capacity", setup.capacity}};
   nlohmann::json tl = nlohmann::json::array();
   for (const auto& p : timeline) {
     nlohmann::json per = nlohmann::json::array();
@@ -157,7 +161,7 @@ int run_memprof(const MemprofOptions& o) {
     write_file_atomically(o.svg, memory_svg("dp memprof: " + setup.model.name + ", batch " + std::to_string(o.batch) +
                                                 ", " + devices.description() + ", split " + setup.split.text +
                                                 (setup.precision.mixed() ? ", " + o.precision : "") +
-                                                (setup.recompute ? ", recompute blocks" : ""),
+                                                (recomputed_blocks > 0 ? ", recompute " + recomputed : ""),
                                             names, timeline, setup.capacity));
   }
   if (!oom_message.empty()) {

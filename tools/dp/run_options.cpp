@@ -15,6 +15,19 @@ CLI::Validator path_flag() {
 }
 
 namespace {
+// --recompute: off (0), blocks (every one), blocks:N (the first N, N >= 1).
+int64_t parse_recompute(const std::string& text) {
+  if (text == "off") return 0;
+  if (text == "blocks") return kEveryRecomputeUnit;
+  int64_t n = 0;
+  const char* digits = text.data() + 7;
+  if (text.rfind("blocks:", 0) == 0 && text.size() > 7) {
+    const auto [end, ec] = std::from_chars(digits, text.data() + text.size(), n);
+    if (ec == std::errc() && end == text.data() + text.size() && n >= 1) return n;
+  }
+  throw UsageError("--recompute must be off, blocks or blocks:N with N >= 1, not '" + text + "'");
+}
+
 // CLI11 clamps an out-of-range integer to the type's limit; a seed must be taken as written.
 CLI::Validator seed_value() {
   return CLI::Validator(
@@ -97,9 +110,9 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                   "probabilities, after attention and the MLP); 0: none")
       ->capture_default_str();
   cmd->add_option("--recompute", o.recompute,
-                  "off, or blocks: activation checkpointing, each replica keeping only its blocks' inputs (ResNet "
-                  "BasicBlocks, GPT Blocks) until backward runs each block's forward again; the same training bit for "
-                  "bit, less activation memory, one more forward")
+                  "off, blocks or blocks:N: activation checkpointing, each replica keeping only its blocks' inputs "
+                  "(ResNet BasicBlocks, GPT Blocks; blocks:N the first N) until backward runs each one's forward "
+                  "again; the same training bit for bit, less activation memory, one more forward")
       ->capture_default_str();
 }
 
@@ -132,10 +145,10 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
     throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; --model " +
                      o.model + " takes none of them");
   }
-  if (o.recompute != "off" && o.recompute != "blocks")
-    throw UsageError("--recompute must be off or blocks, not '" + o.recompute + "'");
-  r.recompute = o.recompute == "blocks";
-  if (r.recompute) check_has_recompute_units(r.model);
+  // Refused before the data loads when the model has no blocks; blocks:N against the count once
+  // the model is final (a GPT's layers), by DataParallel::set_recompute.
+  r.recompute = parse_recompute(o.recompute);
+  if (r.recompute > 0) recomputed_blocks(r.model, kEveryRecomputeUnit);
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);
   r.sync.mode = parse_sync_mode(o.sync);
@@ -173,6 +186,13 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   r.devices = std::make_unique<DeviceSet>(spec, dev_opts);
   r.split = parse_split(o.split, r.devices->size(), o.batch);
   return r;
+}
+
+std::string recomputed_text(const DataParallel& dp) {
+  const int64_t n = dp.recomputed_blocks(), all = dp.blocks();
+  if (n == 0) return "";
+  if (n == all) return "every block (" + std::to_string(all) + ")";
+  return "the first " + std::to_string(n) + " of " + std::to_string(all) + " blocks";
 }
 
 OptimizerConfig profiling_optimizer(const RunSetup& setup) {

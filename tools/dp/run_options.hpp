@@ -38,7 +38,7 @@ struct RunOptions {
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
   float dropout = 0;  // nanoGPT's dropout: a training-time property of the model (none in evaluation)
-  std::string recompute = "off";  // or blocks: activation checkpointing (DataParallel::set_recompute)
+  std::string recompute = "off";  // blocks or blocks:N: activation checkpointing (DataParallel::set_recompute)
   bool gpt_flags_given = false;
 };
 
@@ -65,9 +65,12 @@ struct RunSetup {
   PrecisionOptions precision;
   OptimizerConfig::Kind optimizer = OptimizerConfig::Kind::Sgd;
   int64_t capacity = 0;
-  bool recompute = false;  // --recompute blocks
+  int64_t recompute = 0;  // --recompute: the blocks recomputed (all of them for "blocks"), 0: off
 };
 RunSetup validate_and_make_devices(const RunOptions& o);
+
+// What --recompute recomputes: "" when off, "every block (8)", "the first 4 of 8 blocks".
+std::string recomputed_text(const DataParallel& dp);
 
 // The optimizer memprof and demo run with: --optimizer at lr 0.05 (SGD with momentum 0.9, so its
 // state exists as in training).

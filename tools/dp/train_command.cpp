@@ -275,7 +275,7 @@ int run_train(const TrainOptions& given) {
                split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "",
                plan.per_step > 1 ? (" x " + std::to_string(plan.per_step) + " micro-batches a step").c_str() : "",
                setup.precision.mixed() ? (std::string(", ") + precision_name(setup.precision.precision)).c_str() : "",
-               setup.recompute ? ", recomputing blocks" : "", optimizer_name(opt.kind), static_cast<double>(opt.sgd.lr),
+               dp.recomputed_blocks() ? (", recomputing " + recomputed_text(dp)).c_str() : "", optimizer_name(opt.kind), static_cast<double>(opt.sgd.lr),
                opt.sgd.weight_decay > 0 ? weight_decay_text(opt).c_str() : "",
                o.label_smoothing > 0 ? (", label smoothing " + format_number(o.label_smoothing)).c_str() : "",
                static_cast<long long>(total), data.description.c_str());
