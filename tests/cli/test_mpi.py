@@ -132,8 +132,8 @@ with tempfile.TemporaryDirectory() as tmp:
         c.check("--sync-bn across 2 processes x 2 devices = one device on the whole batch",
                 len(a) == len(b) == 6 and all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b)), (a, b))
 
-    # --recompute blocks across processes: the repeat of each block meets no statistics again, and
-    # the job trains bit for bit as without it (resnet8's BatchNorm under --sync-bn).
+    # --recompute blocks across processes, resnet8's BatchNorm meeting its statistics across them
+    # (--sync-bn): the job trains bit for bit as without it.
     res = ["train", "--model", "resnet8", "--sync", "allreduce", "--sync-bn", "--devices", "host:1", "--batch", "16",
            "--generated-size", "200", "--steps", "3"]
     saved = {}
