@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "engine/data_parallel.hpp"
@@ -76,15 +78,20 @@ std::vector<StepSetup> models_with_blocks(const StepSetup& base) {
   return cases;
 }
 
+// The gathered-loss setup of one of them.
+StepSetup setup_of(const std::string& model) {
+  for (const StepSetup& c : models_with_blocks(StepSetup{}))
+    if (c.model == model) return c;
+  throw std::invalid_argument("no setup for " + model);
+}
+
 }  // namespace
 
 TEST_CASE("recompute: training with it is training without it, bit for bit, for every model with blocks") {
   std::vector<StepSetup> cases = models_with_blocks(StepSetup{});
   for (Precision p : {Precision::BF16, Precision::FP16})
     for (const char* model : {"resnet8", "gpt-dropout"}) {
-      StepSetup c = models_with_blocks(StepSetup{}).front();
-      for (const StepSetup& m : models_with_blocks(StepSetup{}))
-        if (m.model == model) c = m;
+      StepSetup c = setup_of(model);
       c.precision = p;
       if (p == Precision::FP16) c.loss_scale = std::ldexp(1.0, 100), c.clip = 1;  // the first steps overflow
       cases.push_back(c);
@@ -106,9 +113,7 @@ TEST_CASE("recompute under --sync allreduce: the same bit for bit, --sync-bn inc
     for (bool sync_bn : {false, true})
       for (bool ring_on_streams : {false, true}) {
         if (sync_bn && model[0] == 'g') continue;  // no BatchNorm
-        StepSetup c = models_with_blocks(StepSetup{}).front();
-        for (const StepSetup& m : models_with_blocks(StepSetup{}))
-          if (m.model == model) c = m;
+        StepSetup c = setup_of(model);
         c.loss = LossMode::InReplica;
         c.sync.mode = SyncMode::AllReduce;
         c.sync.sync_bn = sync_bn;
@@ -123,9 +128,7 @@ TEST_CASE("recompute under --sync allreduce: the same bit for bit, --sync-bn inc
 
 TEST_CASE("recompute with accumulation and with captured steps: the same bit for bit") {
   for (const char* model : {"resnet8", "gpt-dropout"}) {
-    StepSetup c = models_with_blocks(StepSetup{}).front();
-    for (const StepSetup& m : models_with_blocks(StepSetup{}))
-      if (m.model == model) c = m;
+    StepSetup c = setup_of(model);
     CAPTURE(model);
     const std::vector<int64_t> micro = c.batch == 8 ? std::vector<int64_t>{5, 3} : std::vector<int64_t>{4, 2};
     check_same(run(c, false, 2, micro), run(c, true, 2, micro));
@@ -169,9 +172,7 @@ TEST_CASE("recompute: a replica holds its blocks' inputs, not their activations"
 
 TEST_CASE("recompute the first N blocks: bit for bit, and less memory the more of them") {
   for (const char* model : {"resnet8", "gpt-dropout"}) {
-    StepSetup c = models_with_blocks(StepSetup{}).front();
-    for (const StepSetup& m : models_with_blocks(StepSetup{}))
-      if (m.model == model) c = m;
+    StepSetup c = setup_of(model);
     CAPTURE(model);
     const Run plain = run(c, false, 2);
     StepSetup some = c;

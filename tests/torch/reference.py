@@ -10,6 +10,7 @@ import contextlib
 import copy
 import gzip
 import struct
+import time
 
 import torch
 import torch.nn as nn
@@ -294,3 +295,21 @@ def lr_at(s, total, lr, schedule="constant", warmup=0, min_lr=0.0):
         n, g = schedule[5:].split(",")
         return lr * float(g) ** ((s - warmup) // int(n))
     return lr
+
+
+def timed_lm_steps(model, opt, vocab, context, batch, steps, warmup=3):
+    """PyTorch's side of the GPT benchmarks: `steps` training steps of a language model on
+    consecutive windows of random tokens; samples/s over the steps after the first `warmup`."""
+    data = torch.randint(0, vocab, (batch * steps * context + 1,))
+    model.train()
+    for s in range(steps):
+        if s == warmup:
+            t0 = time.perf_counter()
+        starts = torch.arange(batch) * context + s * batch * context
+        x = torch.stack([data[a:a + context] for a in starts])
+        y = torch.stack([data[a + 1:a + context + 1] for a in starts])
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x).view(-1, vocab), y.view(-1))
+        loss.backward()
+        opt.step()
+    return batch * (steps - warmup) / (time.perf_counter() - t0)

@@ -29,7 +29,7 @@ def dp_speed(dp, steps, batch, env):
 
 
 TORCH_RUN = r"""
-import sys, time, json, torch
+import sys, json, torch
 sys.path.insert(0, sys.argv[1])
 import reference as ref
 threads, steps, batch, warmup = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -41,21 +41,7 @@ model = ref.make_model("gpt", dict(vocab=V, context=T, layers=4, heads=4, dim=25
 groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.01},
           {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
 opt = torch.optim.AdamW(groups, lr=1e-3)
-data = torch.randint(0, V, (batch * steps * T + 1,))
-model.train()
-for s in range(steps):
-    if s == warmup:
-        t0 = time.perf_counter()
-    starts = torch.arange(batch) * T + s * batch * T
-    x = torch.stack([data[a:a + T] for a in starts])
-    y = torch.stack([data[a + 1:a + T + 1] for a in starts])
-    opt.zero_grad()
-    logits = model(x)
-    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), y.view(-1))
-    loss.backward()
-    opt.step()
-dt = time.perf_counter() - t0
-print(json.dumps({"samples_per_s": batch * (steps - warmup) / dt}))
+print(json.dumps({"samples_per_s": ref.timed_lm_steps(model, opt, V, T, batch, steps, warmup)}))
 """
 
 

@@ -32,7 +32,7 @@ CASES = [  # name, model flags, batch, train steps, capacity for the largest bat
 
 
 TORCH_RUN = r"""
-import sys, time, json, torch
+import sys, json, torch
 import torch.utils.checkpoint as cp
 sys.path.insert(0, sys.argv[1])
 import reference as ref
@@ -45,19 +45,7 @@ if checkpoint:  # each block under torch.utils.checkpoint, as dp's --recompute b
     for block in model.transformer.h:
         block.forward = (lambda f: lambda x: cp.checkpoint(f, x, use_reentrant=False))(block.forward)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-data = torch.randint(0, V, (batch * steps * T + 1,))
-model.train()
-for s in range(steps):
-    if s == warmup:
-        t0 = time.perf_counter()
-    starts = torch.arange(batch) * T + s * batch * T
-    x = torch.stack([data[a:a + T] for a in starts])
-    y = torch.stack([data[a + 1:a + T + 1] for a in starts])
-    opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(x).view(-1, V), y.view(-1))
-    loss.backward()
-    opt.step()
-print(json.dumps({"samples_per_s": batch * (steps - warmup) / (time.perf_counter() - t0)}))
+print(json.dumps({"samples_per_s": ref.timed_lm_steps(model, opt, V, T, batch, steps, warmup)}))
 """
 
 
