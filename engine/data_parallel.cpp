@@ -95,7 +95,7 @@ void DataParallel::set_label_smoothing(double epsilon) {
 }
 
 void DataParallel::set_recompute(int64_t blocks) {
-  const int64_t n = dp::recomputed_blocks(model_, blocks);
+  const int64_t n = blocks_to_recompute(model_, blocks);
   if (captured_ && n != recompute_)
     throw RuntimeError("set_recompute: a captured step holds the choice it was captured with");
   for (auto& net : nets_) net->root().set_recompute(n);

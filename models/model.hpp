@@ -37,7 +37,7 @@ ModelDef gpt_model(const GptConfig& cfg);
 // --recompute blocks[:N] needs blocks (models/module.hpp's recompute units): how many of the def's
 // `blocks` are recomputed (kEveryRecomputeUnit: all it has; 0: none). UsageError naming the
 // registry's models that have some, for a model without, and naming the count for N beyond it.
-int64_t recomputed_blocks(const ModelDef& def, int64_t blocks);
+int64_t blocks_to_recompute(const ModelDef& def, int64_t blocks);
 // The def's recompute units (a fresh tree counts them).
 int64_t recompute_units(const ModelDef& def);
 

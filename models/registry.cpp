@@ -75,7 +75,7 @@ ModelDef gpt_model(const GptConfig& g) {
 
 int64_t recompute_units(const ModelDef& def) { return def.make()->set_recompute(0); }
 
-int64_t recomputed_blocks(const ModelDef& def, int64_t blocks) {
+int64_t blocks_to_recompute(const ModelDef& def, int64_t blocks) {
   if (blocks == 0) return 0;
   const int64_t units = recompute_units(def);
   if (units == 0) {

@@ -266,6 +266,7 @@ TEST_CASE("recompute: a step that runs out of memory in backward leaves nothing 
   } catch (const ReplicaError& e) {
     CHECK(e.replica == 1);
     CHECK(e.out_of_memory);
+    CHECK(std::string(e.what()).find("during backward") != std::string::npos);  // where the blocks are made again
   }
   CHECK(dp.parameters() == params_before);
   CHECK(devs[0].allocator().stats().in_use == d0_before);

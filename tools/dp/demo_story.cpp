@@ -221,11 +221,12 @@ void tell_dropout(std::vector<PhaseStory>& s, const ModelDef& m) {
 
 // --recompute blocks[:N]: what forward keeps and what backward does first.
 void tell_recompute(std::vector<PhaseStory>& s, const DataParallel& dp) {
-  const bool every = dp.recomputed_blocks() == dp.blocks();
+  const int64_t n = dp.recomputed_blocks(), all = dp.blocks();  // blocks() counts a fresh tree: once
+  const bool every = n == all;
   s[static_cast<int>(Phase::Forward)].text +=
       " --recompute: " +
-      (every ? std::string("each block") : "each of the first " + std::to_string(dp.recomputed_blocks()) + " of " +
-                                               std::to_string(dp.blocks()) + " blocks") +
+      (every ? std::string("each block") : "each of the first " + std::to_string(n) + " of " + std::to_string(all) +
+                                               " blocks") +
       " (a ResNet BasicBlock, a GPT Block) keeps only its input once its forward is done, and drops the activations "
       "it made, so a replica holds " + (every ? "its blocks' inputs" : "those blocks' inputs") +
       " rather than their activations until backward.";

@@ -148,7 +148,7 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   // Refused before the data loads when the model has no blocks; blocks:N against the count once
   // the model is final (a GPT's layers), by DataParallel::set_recompute.
   r.recompute = parse_recompute(o.recompute);
-  if (r.recompute > 0) recomputed_blocks(r.model, kEveryRecomputeUnit);
+  if (r.recompute > 0) blocks_to_recompute(r.model, kEveryRecomputeUnit);
   const DeviceSpec spec = parse_device_spec(o.devices);
   r.loss = parse_loss_mode(o.loss);
   r.sync.mode = parse_sync_mode(o.sync);
