@@ -2,8 +2,9 @@
 # Packs what a build needs from Debian's packages and the GPU machine's image lacks (it has CUDA,
 # CMake, ninja and g++, but no apt and no network): the header-only libraries (nlohmann-json,
 # CLI11, doctest) with their CMake configs, zlib, and OpenBLAS with its Fortran runtime, into
-# .gpu-kit/kit.tar.xz (ignored by git; about 10 MB). Run it here, then carry .gpu-kit with the
-# device tool and build there with tools/gpu/build.sh.
+# .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), and MNIST (../shared/data/mnist, or
+# DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch. Run it here, then carry .gpu-kit with the
+# device tool (tools/gpu/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=$(mktemp -d)
@@ -23,3 +24,9 @@ ln -s libz.so.1 "$stage"/lib/libz.so
 mkdir -p .gpu-kit
 tar -C "$stage" -cJf .gpu-kit/kit.tar.xz .
 ls -la .gpu-kit/kit.tar.xz
+mnist=${DP_MNIST:-../shared/data/mnist}
+if compgen -G "$mnist/*-ubyte.gz" >/dev/null; then
+  mkdir -p .gpu-kit/mnist && cp "$mnist"/*-ubyte.gz .gpu-kit/mnist/ && du -sh .gpu-kit/mnist
+else
+  echo "no MNIST at $mnist (DP_MNIST names another folder): verify.sh's equal stage will miss its epoch" >&2
+fi

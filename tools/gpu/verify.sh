@@ -1,27 +1,37 @@
 #!/usr/bin/env bash
 # The GPU session's one command (METHOD.md: one script that builds, checks and times in one call):
-# run on the device machine with carry [".gpu-kit"] (tools/gpu/kit.sh makes it here), e.g.
-#   tools/gpu/verify.sh build tests equal bench
+# run on the device machine with carry [".gpu-kit"] (tools/gpu/kit.sh and tools/gpu/prebuild.sh
+# make it here; tools/gpu/README.md has the lease's plan), e.g.
+#   tools/gpu/verify.sh --within 520 probe build tests equal sanitize
+# --within S: everything ends S seconds after the start. Each stage gets what is left (a stage with
+# too little left is skipped, saying so), each command in it a time limit from the same clock, so a
+# cut-short call still brings back every log and a summary; without it nothing is limited but the
+# stages' own limits.
 # Stages, in the order given (each writes $OUT/<stage>.log, at most 8 files come back):
-#   build     tools/gpu/build.sh (incremental where the machine still has build-gpu)
-#   tests     ctest -L gpu with DP_REQUIRE_GPU=1: each GPU test case its own ctest, in its own
-#             process, with a time limit (one sticky CUDA error cannot hide the cases after it, a
-#             hang is named, and no GPU is a failure)
-#   unit      every other test (ctest -LE gpu) on that machine
-#   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on each GPU test case and
-#             on dp train --devices cuda:0x4 --steps 3 (mlp, convnet; in-replica, eval, tf32, split
-#             auto, balance-memory, --cuda-graphs on, --sync allreduce: the ring enqueued on the comm
-#             streams, and with --accumulate: no_sync, the sum added into its buckets; the GPT with
-#             dropout; resnet8 with --recompute blocks), several processes at once on the one GPU
+#   probe     the machine: GPU, driver, nvcc, CPU flags, cuDNN, NCCL and mpirun found where
+#   build     tools/gpu/build.sh: the binaries prebuilt here if they fit, else a build from source
+#   tests     every GPU test case in its own process, one at a time, with a time limit and
+#             DP_REQUIRE_GPU=1 (one sticky CUDA error cannot hide the cases after it, a hang is
+#             named, a filter matching nothing and no GPU are failures)
+#   unit      every other test on that machine: ctest -LE gpu after a build from source; with the
+#             prebuilt binaries the unit cases and the CLI suite that runs dp on the GPU (test_cli)
 #   equal     50 steps on cuda:0x4 against host:4, losses and weights (tools/gpu/compare_runs.py,
 #             tolerance calibrated by host:4 with 1 and 2 threads per device);
 #             one epoch of the convnet on MNIST (.gpu-kit/mnist, carried) on cuda:0x2 against
 #             host:2, test accuracy; --device-memory on cuda:0: exit 3 naming remedies
+#   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on each GPU test case and
+#             on dp train --devices cuda:0x4 --steps 3 runs (below), several processes at once on
+#             the one GPU, the most telling first: memcheck on everything, then the other three
+#             on the kernel cases and the train runs, then on the step cases (slow: every kernel
+#             of several trainings instrumented)
+#   mpi       tests/cli/test_mpi.py (its GPU case: one rank through NCCL) where mpirun is there
+#             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
 #             wall time per --cudnn choice (convnet 128 and 1024, resnet18 256)
-#   bench     tools/bench/bench_gpu.py (Markdown for RESULTS.md)
+#   bench     tools/bench/bench_gpu.py $DP_BENCH_ARGS (Markdown for RESULTS.md)
 # Every stage runs even when one before it failed (except after a failed build); summary.txt
-# gets one line per stage and is printed last. Exit status: the number of failed stages.
+# gets one line per stage (PASS, FAIL or SKIP) and is printed last. Exit status: the number of
+# failed stages.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 out=${OUT:-verify-out}
@@ -31,59 +41,141 @@ summary="$out/summary.txt"
 failed=0
 jobs=${DP_SANITIZE_JOBS:-14}
 
+# The clock every limit is read from: DP_DEADLINE (epoch seconds), set by --within; 0 is none.
+export DP_DEADLINE=0
+if [[ ${1:-} == --within ]]; then
+  [[ ${2:-} =~ ^[0-9]+$ ]] || { echo "verify.sh: --within takes seconds, e.g. --within 520" >&2; exit 2; }
+  DP_DEADLINE=$(($(date +%s) + $2))
+  shift 2
+fi
+# Seconds left before the deadline (a large number when there is none).
+left() { if ((DP_DEADLINE == 0)); then echo 999999; else echo $((DP_DEADLINE - $(date +%s))); fi; }
+# A time limit for one command: its own cap, or what is left less a margin for the logs, if less.
+limit() {
+  local cap=$1 l
+  l=$(($(left) - 10))
+  ((l < cap)) && cap=$l
+  ((cap < 1)) && cap=1
+  echo "$cap"
+}
+export -f left limit
+
 note() { echo "$*" | tee -a "$summary"; }
 stage_result() {  # stage name, exit status, what
   if [[ $2 -eq 0 ]]; then note "PASS $1: $3"; else note "FAIL $1 (exit $2): $3"; failed=$((failed + 1)); fi
+}
+# A stage starts only with this many seconds left; else one SKIP line says so.
+fits() {  # stage name, seconds it needs at least
+  local l
+  l=$(left)
+  ((l >= $2)) && return 0
+  note "SKIP $1: ${l} s left before the deadline, it needs at least $2 s"
+  return 1
+}
+
+stage_probe() {
+  local log="$out/probe.log"
+  {
+    echo "== GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm --format=csv,noheader
+    echo "== nvcc"; nvcc --version | tail -2
+    echo "== CPU"; grep -m1 'model name' /proc/cpuinfo; nproc
+    echo "x86-64-v3 flags: $(for f in avx2 fma bmi2 f16c movbe avx512f; do grep -qw $f /proc/cpuinfo && printf '%s ' $f; done)"
+    echo "== CUDA's libraries"; ls /usr/local/cuda/lib64/lib{cudart,cublas,cudnn,nccl}.so.[0-9]* 2>&1
+    echo "== wheels"; python3 -c '
+import importlib
+for n in ("nvidia.cudnn", "nvidia.nccl", "nvidia.cublas", "mpi4py", "torch"):
+    try:
+        m = importlib.import_module(n); print(n, getattr(m, "__version__", ""), list(getattr(m, "__path__", [""]))[:1])
+    except Exception as e:
+        print(n, "missing:", e)'
+    echo "== MPI"; command -v mpirun && mpirun --version 2>&1 | head -1 || echo "no mpirun"
+    ls /usr/lib/x86_64-linux-gnu/libmpi.so* 2>/dev/null || echo "no libmpi in /usr/lib/x86_64-linux-gnu"
+  } >"$log" 2>&1
+  note "PASS probe: $(grep -A1 '^== GPU' "$log" | tail -1); $(grep '^x86-64-v3' "$log"); $(grep -c missing "$log") wheel(s) missing; $(grep -q '^no mpirun' "$log" && echo 'no mpirun' || echo 'mpirun there')"
 }
 
 stage_build() {
   local t0=$SECONDS
   tools/gpu/build.sh >"$out/build.log" 2>&1
   local rc=$?
-  stage_result build "$rc" "tools/gpu/build.sh in $((SECONDS - t0)) s"
+  stage_result build "$rc" "tools/gpu/build.sh in $((SECONDS - t0)) s: $(grep -E '^(prebuilt binaries used|built from source)' "$out/build.log" | cut -c1-160)"
   [[ $rc -ne 0 ]] && { tail -30 "$out/build.log"; exit 1; }
 }
 
 env_ready() { [[ -f build-gpu/env.sh ]] && source build-gpu/env.sh; }
 
+gpu_cases() {  # the GPU test binary's case names, one a line
+  build-gpu/tests/dp_gpu_tests --list-test-cases --no-intro | grep -v '^\[doctest\]' | grep -v '^===' | sed '/^$/d'
+}
+
 stage_tests() {
-  local log="$out/tests.log" t0=$SECONDS
-  {
-    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
-    nvcc --version | tail -1
-  } >"$log" 2>&1
+  local log="$out/tests.log" t0=$SECONDS pass=0 bad=0 unrun=0 rc name
+  local -a cases
+  mapfile -t cases < <(gpu_cases)
+  : >"$log"
+  if build-gpu/tests/dp_gpu_tests --list-test-cases --no-intro | grep -n ';' >>"$log"; then
+    echo "a case's name holds ';' (ctest would split it)" >>"$log"; bad=$((bad + 1))
+  fi
   # One at a time: a case that measures the GPU's free memory must have it to itself.
-  DP_REQUIRE_GPU=1 ctest --test-dir build-gpu -L gpu --output-on-failure >>"$log" 2>&1
-  local rc=$?
-  stage_result tests "$rc" "ctest -L gpu in $((SECONDS - t0)) s: $(grep -E 'tests passed' "$log" | tail -1)"
+  for name in "${cases[@]}"; do
+    if (($(left) < 20)); then unrun=$((unrun + 1)); echo "NOT RUN (deadline): $name" >>"$log"; continue; fi
+    local s=$SECONDS
+    DP_REQUIRE_GPU=1 timeout "$(limit 300)" build-gpu/tests/dp_gpu_tests "-tc=${name//,/?}" --no-intro >"$out/case.txt" 2>&1
+    rc=$?
+    # a filter that matched nothing ran nothing: not a pass
+    grep -qE 'test cases: *0 \|' "$out/case.txt" && rc=98
+    if ((rc == 0)); then
+      pass=$((pass + 1)); echo "pass ($((SECONDS - s)) s): $name" >>"$log"
+    else
+      bad=$((bad + 1))
+      { echo "FAIL (exit $rc$( ((rc == 124)) && echo ', timed out'), $((SECONDS - s)) s): $name"; tail -40 "$out/case.txt"; } >>"$log"
+    fi
+  done
+  rm -f "$out/case.txt"
+  stage_result tests $((bad + unrun)) "$pass of ${#cases[@]} GPU cases pass, $bad fail, $unrun not run, in $((SECONDS - t0)) s"
 }
 
 stage_unit() {
-  local t0=$SECONDS
-  ctest --test-dir build-gpu -LE gpu -j"$(nproc)" --output-on-failure >"$out/unit.log" 2>&1
-  local rc=$?
-  stage_result unit "$rc" "ctest -LE gpu in $((SECONDS - t0)) s: $(grep -E 'tests passed' "$out/unit.log" | tail -1)"
+  local t0=$SECONDS log="$out/unit.log" rc
+  if [[ -f build-gpu/CTestTestfile.cmake ]]; then
+    timeout "$(limit 900)" ctest --test-dir build-gpu -LE gpu -j"$(nproc)" --output-on-failure >"$log" 2>&1
+    rc=$?
+    stage_result unit "$rc" "ctest -LE gpu in $((SECONDS - t0)) s: $(grep -E 'tests passed' "$log" | tail -1)"
+    return
+  fi
+  # Prebuilt binaries have no ctest files: the unit cases, then test_cli (it runs cuda:0x4 here).
+  timeout "$(limit 600)" build-gpu/tests/dp_tests --no-intro >"$log" 2>&1
+  rc=$?
+  timeout "$(limit 600)" python3 tests/cli/test_cli.py build-gpu/dp >>"$log" 2>&1
+  local cli=$?
+  stage_result unit $((rc + cli)) "dp_tests (exit $rc: $(grep -E '^\[doctest\] test cases' "$log" | tail -1 | tr -s ' ')), test_cli (exit $cli) in $((SECONDS - t0)) s"
 }
 
-# One compute-sanitizer run: tool, log file, then the command. Prints "clean" or "dirty" last.
+# One compute-sanitizer run: tool, log file, then the command. Prints "clean", "dirty" or
+# "unfinished" last. Its time limit is DP_SANITIZE_TIMEOUT or what is left, if less.
 sanitize_one() {
-  local tool=$1 log=$2
+  local tool=$1 log=$2 cap
   shift 2
-  timeout "${DP_SANITIZE_TIMEOUT:-540}" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$log.full" 2>&1
-  local rc=$?
-  # a doctest filter that matched nothing ran nothing: not clean
-  grep -qE 'test cases: *0 \|' "$log.full" && rc=98
-  {
-    echo "== compute-sanitizer --tool $tool $*"
-    grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit)" "$log.full" | head -20
-    [[ $rc -eq 124 ]] && echo "-- TIMED OUT after ${DP_SANITIZE_TIMEOUT:-540} s (not clean: unfinished)"
-    if [[ $rc -ne 0 ]]; then
-      echo "-- exit $rc; the end of its output:"
-      tail -40 "$log.full"
-    fi
-  } >"$log"
-  rm -f "$log.full"
-  [[ $rc -eq 0 ]] && echo clean >>"$log" || echo dirty >>"$log"
+  cap=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
+  if ((cap < 15)); then
+    { echo "== compute-sanitizer --tool $tool $*"; echo "-- not started: the deadline"; echo unfinished; } >"$log"
+  else
+    timeout "$cap" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$log.full" 2>&1
+    local rc=$?
+    # a doctest filter that matched nothing ran nothing: not clean
+    grep -qE 'test cases: *0 \|' "$log.full" && rc=98
+    {
+      echo "== compute-sanitizer --tool $tool $*"
+      grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit)" "$log.full" | head -20
+      [[ $rc -eq 124 ]] && echo "-- TIMED OUT after $cap s (not clean: unfinished)"
+      if [[ $rc -ne 0 && $rc -ne 124 ]]; then
+        echo "-- exit $rc; the end of its output:"
+        tail -40 "$log.full"
+      fi
+      if [[ $rc -eq 0 ]]; then echo clean; elif [[ $rc -eq 124 ]]; then echo unfinished; else echo dirty; fi
+    } >"$log"
+    rm -f "$log.full"
+  fi
   # into the stage's log as each run ends: a stage cut short by a time limit still reports
   if command -v flock >/dev/null; then flock "$SANITIZE_LOG" cat "$log" >>"$SANITIZE_LOG"; else cat "$log" >>"$SANITIZE_LOG"; fi
 }
@@ -92,6 +184,9 @@ export -f sanitize_one
 stage_sanitize() {
   local log="$out/sanitize.log" dir t0=$SECONDS
   dir=$(mktemp -d)
+  # The issue's runs (mlp and convnet; in-replica, eval, tf32, split auto, balance-memory), then what
+  # came after: captured steps, --sync allreduce (the ring on the comm streams; bf16; with
+  # --accumulate: no_sync, the sum added into its buckets), the GPT with dropout, resnet8 recomputing.
   local -a trains=(
     "--model mlp"
     "--model convnet"
@@ -110,54 +205,62 @@ stage_sanitize() {
   : >"$log"
   local bin=build-gpu/tests/dp_gpu_tests
   # DP_SANITIZE_QUICK=1: racecheck, synccheck and initcheck only on the kernel cases and the first
-  # two trains (memcheck on everything); the step cases under racecheck take many minutes.
+  # two trains (memcheck on everything).
   # DP_SANITIZE_PART=slow|rest: only the step cases under racecheck, synccheck and initcheck (slow),
-  # or everything else (rest), so the whole set fits in two calls of the device tool's 10 minutes.
+  # or everything else (rest).
   local quick=${DP_SANITIZE_QUICK:-0} part=${DP_SANITIZE_PART:-all}
-  mapfile -t cases < <("$bin" --list-test-cases --no-intro | grep -v '^\[doctest\]' | grep -v '^===' | sed '/^$/d')
+  local -a cases
+  mapfile -t cases < <(gpu_cases)
   # Each job a file of NUL-separated words (tool, then the command: doctest names hold spaces and
-  # parentheses), run $jobs at a time on the one GPU.
-  # The slow ones (racecheck, synccheck, initcheck on the step cases: every kernel of several
-  # trainings instrumented) are numbered first, so they start at once and the rest fill in around
-  # them.
+  # parentheses), started in the order of their numbers, $jobs at a time on the one GPU.
   local n=1000
   job() { n=$((n + 1)); printf '%s\0' "$@" >"$dir/$n.job"; }
-  local -a step_cases=() kernel_cases=()
+  train_job() {  # tool, then the train's flags
+    local tool=$1
+    shift
+    job "$tool" build-gpu/dp train --devices cuda:0x4 --steps 3 --generated-size 384 "$@"
+  }
+  local -a step_cases=() kernel_cases=() alone=()
   for name in "${cases[@]}"; do
-    # the cases that measure or fill the GPU's memory would see the other processes': alone below
-    [[ $name == *"memory comes back"* || $name == *"sibling's cache"* ]] && continue
+    # the cases that measure or fill the GPU's memory would see the other processes': alone, last
+    if [[ $name == *"memory comes back"* || $name == *"sibling's cache"* ]]; then alone+=("$name"); continue; fi
     if [[ $name == *"cuda:0x"* ]]; then step_cases+=("$name"); else kernel_cases+=("$name"); fi
   done
+  local t tool
+  if [[ $part != slow ]]; then
+    for name in "${kernel_cases[@]}" "${step_cases[@]}"; do job memcheck "$bin" "-tc=${name//,/?}"; done
+    # shellcheck disable=SC2086
+    for t in "${trains[@]}"; do train_job memcheck $t; done
+    for tool in racecheck synccheck initcheck; do
+      for name in "${kernel_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
+      local -a these=("${trains[@]}")
+      [[ $quick == 1 ]] && these=("${trains[@]:0:2}")
+      # shellcheck disable=SC2086
+      for t in "${these[@]}"; do train_job "$tool" $t; done
+    done
+  fi
   if [[ $quick != 1 && $part != rest ]]; then
     for tool in racecheck synccheck initcheck; do
       for name in "${step_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
     done
   fi
-  [[ $part == slow ]] && step_cases=() kernel_cases=() cases=()
-  for tool in memcheck racecheck synccheck initcheck; do
-    [[ $part == slow ]] && break
-    for name in "${kernel_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
-    [[ $tool == memcheck ]] && for name in "${step_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
-    local -a these=("${trains[@]}")
-    [[ $quick == 1 && $tool != memcheck ]] && these=("${trains[@]:0:2}")
-    for t in "${these[@]}"; do
-      # shellcheck disable=SC2086
-      job "$tool" build-gpu/dp train --devices cuda:0x4 --steps 3 --generated-size 384 $t
+  if compgen -G "$dir/*.job" >/dev/null; then
+    printf '%s\n' "$dir"/*.job | xargs -P "$jobs" -I{} bash -c 'mapfile -d "" -t w <"$1"; sanitize_one "${w[0]}" "${1%.job}.log" "${w[@]:1}"' _ {}
+  fi
+  if [[ $part != slow ]]; then
+    for name in "${alone[@]}"; do
+      for tool in memcheck initcheck; do
+        n=$((n + 1))
+        sanitize_one "$tool" "$dir/$n.log" "$bin" "-tc=${name//,/?}"
+      done
     done
-  done
-  printf '%s\n' "$dir"/*.job | xargs -P "$jobs" -I{} bash -c 'mapfile -d "" -t w <"$1"; sanitize_one "${w[0]}" "${1%.job}.log" "${w[@]:1}"' _ {}
-  local bad runs
-  for name in "${cases[@]}"; do
-    [[ $name == *"memory comes back"* || $name == *"sibling's cache"* ]] || continue
-    for tool in memcheck initcheck; do
-      n=$((n + 1))
-      sanitize_one "$tool" "$dir/$n.log" "$bin" "-tc=${name//,/?}"
-    done
-  done
+  fi
+  local runs bad unfinished
   runs=$(grep -c '^== compute-sanitizer' "$log")
   bad=$(grep -c '^dirty$' "$log")
+  unfinished=$(grep -c '^unfinished$' "$log")
   rm -rf "$dir"
-  stage_result sanitize "$bad" "$((runs - bad)) of $runs compute-sanitizer runs clean in $((SECONDS - t0)) s"
+  stage_result sanitize $((bad + unfinished)) "$((runs - bad - unfinished)) of $runs compute-sanitizer runs clean, $bad dirty, $unfinished unfinished (time limit), in $((SECONDS - t0)) s"
 }
 
 stage_equal() {
@@ -175,9 +278,9 @@ stage_equal() {
     for devices in cuda:0x4 host:4 host:4t2; do
       local -a extra=()
       [[ $devices == host:4t2 ]] && extra=(--threads-per-device 2)
-      build-gpu/dp train --model "$model" --devices "${devices%t2}" "${extra[@]}" --steps 50 --batch 128 --generated-size 6400 \
-        --lr "$lr" --metrics "$dir/$model-$lr-$devices.jsonl" --save "$dir/$model-$lr-$devices.safetensors" >>"$log" 2>&1 ||
-        bad=$((bad + 1))
+      timeout "$(limit 300)" build-gpu/dp train --model "$model" --devices "${devices%t2}" "${extra[@]}" --steps 50 --batch 128 \
+        --generated-size 6400 --lr "$lr" --metrics "$dir/$model-$lr-$devices.jsonl" --save "$dir/$model-$lr-$devices.safetensors" \
+        >>"$log" 2>&1 || bad=$((bad + 1))
     done
     echo "== $model, lr $lr: cuda:0x4 against host:4, 50 steps ($what)" >>"$log"
     python3 tools/gpu/compare_runs.py "$dir/$model-$lr-cuda:0x4.jsonl" "$dir/$model-$lr-cuda:0x4.safetensors" \
@@ -189,7 +292,7 @@ stage_equal() {
   # One epoch of MNIST on cuda:0x2 and host:2 from the same seed: the same accuracy within 0.5 points.
   if [[ -f .gpu-kit/mnist/train-images-idx3-ubyte.gz ]]; then
     for devices in cuda:0x2 host:2; do
-      build-gpu/dp train --model convnet --devices "$devices" --data .gpu-kit/mnist --epochs 1 --eval \
+      timeout "$(limit 300)" build-gpu/dp train --model convnet --devices "$devices" --data .gpu-kit/mnist --epochs 1 --eval \
         --metrics "$dir/mnist-$devices.jsonl" >>"$log" 2>&1 || bad=$((bad + 1))
     done
     python3 - "$dir/mnist-cuda:0x2.jsonl" "$dir/mnist-host:2.jsonl" >>"$log" 2>&1 <<'PY' || bad=$((bad + 1))
@@ -199,12 +302,12 @@ print(f"== MNIST, one epoch of the convnet: test accuracy cuda:0x2 {acc[0]:.4f},
 sys.exit(0 if acc[1] > 0.5 and abs(acc[0] - acc[1]) <= 0.005 else 1)
 PY
   else
-    echo "== MNIST: .gpu-kit/mnist not carried" >>"$log"
+    echo "== MNIST: .gpu-kit/mnist not carried (tools/gpu/kit.sh copies it)" >>"$log"
     bad=$((bad + 1))
   fi
   # --device-memory on a GPU: out of memory is exit 3 with its remedies.
-  build-gpu/dp train --model convnet --devices cuda:0 --batch 4096 --steps 1 --generated-size 8192 --device-memory 16MiB \
-    >"$dir/oom.txt" 2>&1
+  timeout "$(limit 120)" build-gpu/dp train --model convnet --devices cuda:0 --batch 4096 --steps 1 --generated-size 8192 \
+    --device-memory 16MiB >"$dir/oom.txt" 2>&1
   local rc=$?
   { echo "== --device-memory 16MiB on cuda:0, batch 4096: exit $rc"; tail -5 "$dir/oom.txt"; } >>"$log"
   [[ $rc -eq 3 ]] || bad=$((bad + 1))
@@ -212,26 +315,40 @@ PY
   stage_result equal "$bad" "50 steps cuda:0x4 against host:4 ($(grep -c '^within' "$log") of 3 within calibrated tolerance, 2 judged), MNIST epoch, --device-memory exit 3"
 }
 
+stage_mpi() {
+  local log="$out/mpi.log" t0=$SECONDS rc
+  command -v mpirun >/dev/null || { note "SKIP mpi: no mpirun on this machine (the NCCL-over-ranks case needs it)"; return; }
+  timeout "$(limit 600)" python3 tests/cli/test_mpi.py build-gpu/dp >"$log" 2>&1
+  rc=$?
+  if ((rc == 77)); then note "SKIP mpi: $(tail -1 "$log")"; return; fi
+  stage_result mpi "$rc" "tests/cli/test_mpi.py in $((SECONDS - t0)) s: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)"
+}
+
 stage_profile() {
   local t0=$SECONDS
-  OUT="$out" tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 >/dev/null 2>&1
+  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 >/dev/null 2>&1
   stage_result profile $? "tools/gpu/profile.sh in $((SECONDS - t0)) s (profile.txt)"
 }
 
 stage_bench() {
-  python3 tools/bench/bench_gpu.py --dp build-gpu/dp >"$out/bench.md" 2>&1
-  stage_result bench $? "tools/bench/bench_gpu.py (bench.md)"
+  local t0=$SECONDS
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 timeout "$(limit 900)" python3 tools/bench/bench_gpu.py --dp build-gpu/dp ${DP_BENCH_ARGS:-} >"$out/bench.md" 2>&1
+  stage_result bench $? "tools/bench/bench_gpu.py ${DP_BENCH_ARGS:-} in $((SECONDS - t0)) s (bench.md)"
 }
 
-[[ $# -gt 0 ]] || set -- build tests equal bench
+# The least time each stage is started with.
+declare -A needs=([tests]=60 [unit]=60 [sanitize]=60 [equal]=60 [mpi]=30 [profile]=60 [bench]=60)
+[[ $# -gt 0 ]] || set -- probe build tests equal bench
 for stage in "$@"; do
   case "$stage" in
+    probe) stage_probe ;;
     build) stage_build ;;
-    tests | unit | sanitize | equal | profile | bench)
+    tests | unit | sanitize | equal | mpi | profile | bench)
       env_ready || { note "FAIL $stage: no build-gpu/env.sh (run the build stage first)"; failed=$((failed + 1)); continue; }
-      "stage_$stage"
+      fits "$stage" "${needs[$stage]}" && "stage_$stage"
       ;;
-    *) echo "verify.sh: unknown stage '$stage' (build, tests, unit, sanitize, equal, profile, bench)" >&2; exit 2 ;;
+    *) echo "verify.sh: unknown stage '$stage' (probe, build, tests, unit, sanitize, equal, mpi, profile, bench)" >&2; exit 2 ;;
   esac
 done
 echo "---- summary"
