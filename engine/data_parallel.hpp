@@ -188,6 +188,9 @@ class DataParallel {
   void set_recompute(bool) = delete;  // a count, not a switch: kEveryRecomputeUnit for every block
   int64_t recomputed_blocks() const { return recompute_; }  // 0: off
   int64_t blocks() const { return recompute_units(model_); }
+  // --sync-bn's all-reduces so far (ReplicaGroup::allreduces; 0 without it). A recomputed block
+  // repeats its forward with the statistics it met the first time, so --recompute adds none.
+  int64_t sync_bn_allreduces() const { return replica_group_ ? replica_group_->allreduces() : 0; }
   // Report ‖g‖₂ in StepResult::grad_norm even without clipping (one more pass over the gradients).
   void set_report_grad_norm(bool on) { report_norm_ = on; }
   const ModelLayout& layout() const { return nets_[0]->layout(); }

@@ -1,6 +1,6 @@
 // Activation checkpointing (DataParallel::set_recompute, dp train --recompute blocks): training
 // with it is training without it bit for bit — every model with blocks, both losses, both sync
-// modes (--sync-bn too), every precision, fp16's skipped steps, accumulation,
+// modes (--sync-bn too, meeting for its statistics no more often), every precision, fp16's skipped steps, accumulation,
 // captured steps — BatchNorm's running statistics updated once per forward; a replica holds only
 // its blocks' inputs between forward and backward; the first N blocks alone, less memory the more;
 // a model without blocks, or N beyond its blocks, is refused; a failed step leaves nothing behind.
@@ -25,6 +25,7 @@ namespace {
 struct Run {
   std::vector<StepResult> results;
   std::vector<float> params, buffers, grads;
+  int64_t sync_bn_allreduces = 0;
 };
 
 // `steps` steps of c (a micro-batch split of each batch when `micro` is given), recomputing or not.
@@ -58,6 +59,7 @@ Run run(StepSetup c, bool recompute, int steps, const std::vector<int64_t>& micr
   out.params = dp.parameters();
   out.buffers = dp.buffers();
   out.grads = dp.gradients();
+  out.sync_bn_allreduces = dp.sync_bn_allreduces();
   return out;
 }
 
@@ -122,7 +124,14 @@ TEST_CASE("recompute under --sync allreduce: the same bit for bit, --sync-bn inc
         CAPTURE(model);
         CAPTURE(sync_bn);
         CAPTURE(ring_on_streams);
-        check_same(run(c, false, 3), run(c, true, 3));
+        const Run plain = run(c, false, 3), recomputed = run(c, true, 3);
+        check_same(plain, recomputed);
+        // A repeat normalises with the statistics its first forward met: it meets no more. Another
+        // all-reduce would give the same bits, so only the count shows it. resnet8 has 12
+        // BatchNorm layers (the stem's, two a block, three downsamples), each meeting twice in
+        // forward and once in backward, for 3 steps.
+        CHECK(plain.sync_bn_allreduces == (sync_bn ? 12 * 3 * 3 : 0));
+        CHECK(recomputed.sync_bn_allreduces == plain.sync_bn_allreduces);
       }
 }
 

@@ -25,6 +25,7 @@ void ReplicaGroup::allreduce_sum(int replica, std::vector<double>& data) {
       for (size_t i = 0; i < v.size(); ++i) result_[i] += v[i];
     }
     if (group_) group_->allreduce_sum_side(result_.data(), static_cast<int64_t>(result_.size()));
+    allreduces_.fetch_add(1, std::memory_order_relaxed);
   }
   wait();  // the sum is ready
   data = result_;

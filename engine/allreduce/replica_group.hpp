@@ -4,6 +4,7 @@
 // every replica (the same model), and gets the sum over all of them — and over every process,
 // under mpirun. Host memory; a replica that fails calls abort, which releases the others.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,9 @@ class ReplicaGroup {
   // RuntimeError if another replica failed (abort) meanwhile.
   void allreduce_sum(int replica, std::vector<double>& data);
   void abort();
+  // The all-reduces completed so far (each counted once, not per member): the host sync points
+  // that --sync-bn adds, three per BatchNorm layer a step (two in forward, one in backward).
+  int64_t allreduces() const { return allreduces_.load(std::memory_order_relaxed); }
 
  private:
   std::vector<int> members_;
@@ -31,6 +35,7 @@ class ReplicaGroup {
   std::vector<double> result_;
   std::unique_ptr<RingBarrier> barrier_;
   ProcessGroup* group_ = nullptr;
+  std::atomic<int64_t> allreduces_{0};
 };
 
 }  // namespace dp
