@@ -1,9 +1,10 @@
 // Activation checkpointing (DataParallel::set_recompute, dp train --recompute blocks): training
 // with it is training without it bit for bit — every model with blocks, both losses, both sync
-// modes (--sync-bn too, meeting for its statistics no more often), every precision, fp16's skipped steps, accumulation,
-// captured steps — BatchNorm's running statistics updated once per forward; a replica holds only
-// its blocks' inputs between forward and backward; the first N blocks alone, less memory the more;
-// a model without blocks, or N beyond its blocks, is refused; a failed step leaves nothing behind.
+// modes (--sync-bn too, meeting for its statistics no more often), every precision, fp16's
+// skipped steps, accumulation, captured steps — BatchNorm's running statistics updated once per
+// forward; a replica holds only its blocks' inputs between forward and backward; the first N
+// blocks alone, less memory the more; a model without blocks, or N beyond its blocks, is refused;
+// a failed step leaves nothing behind.
 #include <doctest/doctest.h>
 
 #include <cmath>
