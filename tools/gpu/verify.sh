@@ -28,7 +28,8 @@
 #             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
 #             wall time per --cudnn choice (convnet 128 and 1024, resnet18 256)
-#   bench     tools/bench/bench_gpu.py $DP_BENCH_ARGS (Markdown for RESULTS.md)
+#   bench     tools/bench/bench_gpu.py $DP_BENCH_ARGS (Markdown for RESULTS.md), for at most
+#             DP_BENCH_SECONDS (the tables it finished come back)
 # Every stage runs even when one before it failed (except after a failed build); summary.txt
 # gets one line per stage (PASS, FAIL or SKIP) and is printed last. Exit status: the number of
 # failed stages.
@@ -152,20 +153,26 @@ stage_unit() {
 }
 
 # One compute-sanitizer run: tool, log file, then the command. Prints "clean", "dirty" or
-# "unfinished" last. Its time limit is DP_SANITIZE_TIMEOUT or what is left, if less.
+# "unfinished" last. Its time limit is DP_SANITIZE_TIMEOUT or what is left, if less. A run that
+# finished in an earlier call on this machine with the same binaries ($SANITIZE_DONE) is not run
+# again: its verdict is copied, so a second call goes on where the first was cut off.
 sanitize_one() {
-  local tool=$1 log=$2 cap
+  local tool=$1 log=$2 cap header done_file
   shift 2
+  header="== compute-sanitizer --tool $tool $*"
+  done_file="$SANITIZE_DONE/$(sha1sum <<<"$header" | cut -c1-40).log"
   cap=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
-  if ((cap < 15)); then
-    { echo "== compute-sanitizer --tool $tool $*"; echo "-- not started: the deadline"; echo unfinished; } >"$log"
+  if [[ -f $done_file ]]; then
+    { sed '$d' "$done_file"; echo "-- (finished in an earlier call with these binaries)"; tail -1 "$done_file"; } >"$log"
+  elif ((cap < 15)); then
+    { echo "$header"; echo "-- not started: the deadline"; echo unfinished; } >"$log"
   else
     timeout "$cap" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$log.full" 2>&1
     local rc=$?
     # a doctest filter that matched nothing ran nothing: not clean
     grep -qE 'test cases: *0 \|' "$log.full" && rc=98
     {
-      echo "== compute-sanitizer --tool $tool $*"
+      echo "$header"
       grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit)" "$log.full" | head -20
       [[ $rc -eq 124 ]] && echo "-- TIMED OUT after $cap s (not clean: unfinished)"
       if [[ $rc -ne 0 && $rc -ne 124 ]]; then
@@ -175,6 +182,7 @@ sanitize_one() {
       if [[ $rc -eq 0 ]]; then echo clean; elif [[ $rc -eq 124 ]]; then echo unfinished; else echo dirty; fi
     } >"$log"
     rm -f "$log.full"
+    [[ $rc -ne 124 ]] && cp "$log" "$done_file"
   fi
   # into the stage's log as each run ends: a stage cut short by a time limit still reports
   if command -v flock >/dev/null; then flock "$SANITIZE_LOG" cat "$log" >>"$SANITIZE_LOG"; else cat "$log" >>"$SANITIZE_LOG"; fi
@@ -202,6 +210,10 @@ stage_sanitize() {
     "--model resnet8 --batch 16 --recompute blocks --generated-size 256"
   )
   export SANITIZE_LOG=$log
+  # Finished runs, kept for a later call on this machine, by the binaries they ran.
+  SANITIZE_DONE=/tmp/dp-sanitized/$(cat build-gpu/dp build-gpu/tests/dp_gpu_tests | md5sum | cut -c1-32)
+  export SANITIZE_DONE
+  mkdir -p "$SANITIZE_DONE"
   : >"$log"
   local bin=build-gpu/tests/dp_gpu_tests
   # DP_SANITIZE_QUICK=1: racecheck, synccheck and initcheck only on the kernel cases and the first
@@ -260,7 +272,7 @@ stage_sanitize() {
   bad=$(grep -c '^dirty$' "$log")
   unfinished=$(grep -c '^unfinished$' "$log")
   rm -rf "$dir"
-  stage_result sanitize $((bad + unfinished)) "$((runs - bad - unfinished)) of $runs compute-sanitizer runs clean, $bad dirty, $unfinished unfinished (time limit), in $((SECONDS - t0)) s"
+  stage_result sanitize $((bad + unfinished)) "$((runs - bad - unfinished)) of $runs compute-sanitizer runs clean ($(grep -c '^-- (finished in an earlier call' "$log") of them in an earlier call), $bad dirty, $unfinished unfinished (time limit), in $((SECONDS - t0)) s"
 }
 
 stage_equal() {
@@ -333,7 +345,7 @@ stage_profile() {
 stage_bench() {
   local t0=$SECONDS
   # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 timeout "$(limit 900)" python3 tools/bench/bench_gpu.py --dp build-gpu/dp ${DP_BENCH_ARGS:-} >"$out/bench.md" 2>&1
+  PYTHONUNBUFFERED=1 timeout "$(limit "${DP_BENCH_SECONDS:-900}")" python3 tools/bench/bench_gpu.py --dp build-gpu/dp ${DP_BENCH_ARGS:-} >"$out/bench.md" 2>&1
   stage_result bench $? "tools/bench/bench_gpu.py ${DP_BENCH_ARGS:-} in $((SECONDS - t0)) s (bench.md)"
 }
 
