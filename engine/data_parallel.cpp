@@ -360,7 +360,7 @@ std::vector<int> DataParallel::write_step_scalars(const std::vector<int64_t>& ch
   if (scaler_.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(scaler_.scale()));
   // d(mean loss)/d(row loss sum), times fp16's loss scale (1 without): what the loss gradient is scaled by.
   v.loss_grad_scale = scaler_.scale() / static_cast<float>(loss_rows);
-  const uint64_t key = dropout_key(seed_, steps_done_, micro_.index, group_ ? group_->rank() : 0);
+  const uint64_t key = dropout_key(seed_, steps_done_);
   v.dropout_key[0] = static_cast<uint32_t>(key), v.dropout_key[1] = static_cast<uint32_t>(key >> 32);
   // The last step has been joined: no stream still reads a slot's scalars.
   std::vector<int> taking_part;
@@ -501,10 +501,12 @@ void DataParallel::forward(StepState& s) {
       stream.run_in_order([this, &stream] {
         if (stream.failed()) replica_group_->abort();
       });
-    // Dropout draws this pass's masks for the samples of the whole batch this replica takes.
-    int64_t first_sample = 0;
+    // Dropout draws the masks of the samples this replica takes, by their place in the step's
+    // whole batch: after the micro-batches before this one, and the chunks of the devices before it.
+    int64_t first_sample = micro_.first_sample;
     for (int d = 0; d < r; ++d) first_sample += s.chunks[static_cast<size_t>(d)];
-    const DropoutSource dropout{0, dropout_key_on_device(s.step_scalars[static_cast<size_t>(r)]), first_sample};
+    const DropoutSource dropout{0, dropout_key_on_device(s.step_scalars[static_cast<size_t>(r)]), first_sample,
+                                placement_};
     stream.enqueue(
         [this, r, &s, grads, dropout] {
           nets_[r]->bind(s.params[r], grads, s.buffers[r]);

@@ -201,6 +201,10 @@ class DataParallel {
   // allreduce under mpirun: the other processes' replicas join every all-reduce, the loss is the
   // mean over every process's batch, and StepResult's batch, loss and hits are the job's.
   void set_process_group(ProcessGroup* group);
+  // Under mpirun, before the first step: where this process's samples sit in the step's batch over
+  // every process, as its loader shards it (RunData::placement), so dropout draws the masks one
+  // process would draw for them.
+  void set_sample_placement(SamplePlacement placement) { placement_ = placement; }
   SyncMode sync_mode() const { return sync_.mode; }
   Precision precision() const { return precision_.precision; }
   // fp16's dynamic loss scale (disabled otherwise); its state goes into checkpoints.
@@ -406,7 +410,9 @@ class DataParallel {
   struct MicroStep {
     int index = 0, count = 1;
     int64_t loss_rows = 0;
+    int64_t first_sample = 0;  // the samples of the micro-batches before this one
   } micro_;
+  SamplePlacement placement_{};  // where this process's samples sit in the step's batch (mpirun)
   std::vector<Tensor> accumulated_grads_;
   bool micro_ahead_ = false;
   UploadAhead upload_ahead_;

@@ -88,8 +88,10 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro, std::vector<
   next_.reset();
   StepResult total;
   try {
+    int64_t first_sample = 0;
     for (int i = 0; i < count; ++i) {
-      micro_ = {i, count, rows};
+      micro_ = {i, count, rows, first_sample};
+      first_sample += micro[static_cast<size_t>(i)].batch;
       const MicroBatch& m = micro[static_cast<size_t>(i)];
       // The next micro-batch is uploaded while this one runs, if asked, as the next step's batch is.
       std::optional<NextBatch> next;

@@ -27,9 +27,8 @@ enum class RandomPurpose : uint64_t {
 uint64_t stream_seed(uint64_t seed, RandomPurpose purpose, uint64_t index = 0);
 std::mt19937_64 random_stream(uint64_t seed, RandomPurpose purpose, uint64_t index = 0);
 
-// The key of a training pass's dropout masks (kernels/dropout_mask.hpp): optimizer step `step`
-// (from 0), its micro-batch `micro_batch` (gradient accumulation; 0 otherwise), and under mpirun
-// the process's rank (each process draws its own samples' masks).
-uint64_t dropout_key(uint64_t seed, int64_t step, int micro_batch, int rank);
+// The key of an optimizer step's dropout masks (kernels/dropout_mask.hpp), `step` from 0. Its
+// micro-batches and processes share it: a sample's index in the step's whole batch tells them apart.
+uint64_t dropout_key(uint64_t seed, int64_t step);
 
 }  // namespace dp

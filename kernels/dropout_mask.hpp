@@ -1,9 +1,11 @@
 // Dropout's masks, drawn by a counter-based generator: whether element e of sample n is kept at a
 // dropout site is a pure function of (the pass's key, the site, n, e). Nothing is stored between
 // forward and backward — backward draws the same mask again — and the mask of a sample does not
-// depend on which replica, device or kernel computes it: N devices drop what one device drops,
-// the CPU and the GPU drop the same elements, and a resumed run draws what the uninterrupted
-// run drew (the key is a function of the seed and the step, engine/data_parallel.cpp).
+// depend on which replica, device, micro-batch, process or kernel computes it: N devices drop what
+// one device drops, --accumulate and mpirun's processes change no mask, the CPU and the GPU drop
+// the same elements, and a resumed run draws what the uninterrupted run drew (the key is a
+// function of the seed and the optimizer step, n the sample's index in the step's whole batch,
+// engine/data_parallel.cpp).
 //
 // The draws are splitmix64's sequence (kernels/splitmix64.hpp) from a state per
 // (site, sample): element e is the 24 high bits of its e-th output, kept when at or above
@@ -13,20 +15,25 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/sample_placement.hpp"
 #include "kernels/splitmix64.hpp"
 
 namespace dp {
 
-// A dropout site's masks for one pass: which site, with what probability, under which key, and the
-// index of the buffer's first sample in the pass's whole batch.
+// A dropout site's masks for one pass: which site, with what probability, under which key, and
+// where the buffer's samples sit in the step's whole batch: its sample i is this process's sample
+// first_sample + i.
 struct DropoutMask {
   float p = 0;                     // 0: nothing dropped (the op is a copy)
   uint32_t site = 0;               // which dropout of the model (models number them)
-  uint64_t key = 0;                // the pass's key, when `key_at` is null (tests, single uses)
+  uint64_t key = 0;                // the step's key, when `key_at` is null (tests, single uses)
   const uint32_t* key_at = nullptr;  // else read when the kernel runs: {low, high} in device memory
   int64_t first_sample = 0;
+  SamplePlacement placement{};
 
   bool on() const { return p > 0; }
+  // The index in the step's whole batch of the buffer's sample i.
+  DP_HOST_DEVICE int64_t sample(int64_t i) const { return (first_sample + i) * placement.stride + placement.offset; }
   // Kept when the draw's 24 bits are >= this; p = 1 drops everything (2^24 is above every draw).
   uint32_t threshold() const { return static_cast<uint32_t>(std::lround(static_cast<double>(p) * 16777216.0)); }
   float scale() const { return p < 1 ? 1.f / (1.f - p) : 0.f; }  // PyTorch's 1/(1 − p), in float32

@@ -6,7 +6,7 @@ namespace dp {
 
 DropoutMask dropout_mask(const DropoutSource* source, float p, uint32_t site) {
   const DropoutSource s = source ? *source : DropoutSource{};
-  return DropoutMask{p, site, s.key, s.key_at, s.first_sample};
+  return DropoutMask{p, site, s.key, s.key_at, s.first_sample, s.placement};
 }
 
 bool Module::has_params() const {

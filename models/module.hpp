@@ -33,16 +33,17 @@ namespace dp {
 class Device;
 class ReplicaGroup;
 
-// Where a training pass's dropout masks come from (kernels/dropout_mask.hpp): the pass's key —
-// read from device memory when the kernels run, so a replayed step draws its own — and the
-// index, in the pass's whole batch, of the first sample this module tree takes. The Network owns
-// one and sets it before each training forward; without one, dropout draws under key 0.
 constexpr int64_t kEveryRecomputeUnit = std::numeric_limits<int64_t>::max();  // Module::set_recompute: every unit
 
+// Where a training pass's dropout masks come from (kernels/dropout_mask.hpp): the step's key —
+// read from device memory when the kernels run, so a replayed step draws its own — and where the
+// samples this module tree takes sit in the step's whole batch. The Network owns one and sets it
+// before each training forward; without one, dropout draws under key 0.
 struct DropoutSource {
   uint64_t key = 0;
   const uint32_t* key_at = nullptr;
-  int64_t first_sample = 0;
+  int64_t first_sample = 0;  // this process's index of the pass's first sample
+  SamplePlacement placement{};
 };
 // The masks of dropout site `site` at probability p for the pass `source` (null: key 0) says.
 DropoutMask dropout_mask(const DropoutSource* source, float p, uint32_t site);

@@ -247,6 +247,29 @@ TEST_CASE("the loader: file order without shuffling, a short last batch, per-epo
   }
 }
 
+TEST_CASE("under mpirun's shards, process r's sample j is sample j*stride + offset of one process's batch (placement)") {
+  Dataset d = small_dataset(24);
+  for (size_t i = 0; i < d.labels.size(); ++i) d.labels[i] = static_cast<uint8_t>(i);  // naming each sample
+  for (bool shuffle : {false, true}) {
+    CAPTURE(shuffle);
+    BatchLoader whole(d, 12, shuffle, 7, 1, 0);  // one process, 2 steps of 12
+    CHECK(whole.placement().stride == 1);
+    CHECK(whole.placement().offset == 0);
+    std::vector<std::vector<int32_t>> one;
+    while (auto b = whole.next()) one.push_back(b->labels);
+    for (int rank = 0; rank < 3; ++rank) {
+      BatchLoader mine(d, 4, shuffle, 7, 1, 0, false, 0, Shard{rank, 3});  // 3 processes of 4
+      const SamplePlacement at = mine.placement();
+      for (size_t step = 0; step < one.size(); ++step) {
+        const auto b = mine.next();
+        REQUIRE(b);
+        for (int64_t j = 0; j < b->size; ++j)
+          CHECK(b->labels[static_cast<size_t>(j)] == one[step][static_cast<size_t>(j * at.stride + at.offset)]);
+      }
+    }
+  }
+}
+
 TEST_CASE("the generated dataset is deterministic and covers every class") {
   TrainTest a = generate_dataset(200, 50, 1234), b = generate_dataset(200, 50, 1234);
   CHECK(a.train.images == b.train.images);

@@ -2,6 +2,7 @@
 // windows of T+1 tokens in order and drawn per step; evaluation windows; bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -164,6 +165,27 @@ TEST_CASE("the token loader: epochs, a step limit, and a resumed run that contin
                        doctest::Contains("tiny: 10 tokens, shorter than one window of --context 10 + 1"), RuntimeError);
   CHECK_THROWS_WITH_AS(TokenLoader(TokenSplit{iota_tokens(30), "small"}, 4, 10, false, 0, 1, 0),
                        doctest::Contains("do not fill one batch of 4 windows"), RuntimeError);
+}
+
+TEST_CASE("under mpirun's shards, process r's window j is window j*stride + offset of one process's batch (placement)") {
+  TokenSplit split{iota_tokens(401), "train"};
+  TokenLoader whole(split, 6, 10, true, 3, 1, 3);  // one process, batches of 6 windows
+  CHECK(whole.placement().stride == 1);
+  CHECK(whole.placement().offset == 0);
+  std::vector<Batch> one;
+  while (auto b = whole.next()) one.push_back(*b);
+  for (int rank = 0; rank < 2; ++rank) {
+    TokenLoader mine(split, 3, 10, true, 3, 1, 3, 0, Shard{rank, 2});  // 2 processes of 3
+    const SamplePlacement at = mine.placement();
+    for (const Batch& all : one) {
+      const auto b = mine.next();
+      REQUIRE(b);
+      for (int64_t j = 0; j < b->size; ++j) {
+        const int64_t w = j * at.stride + at.offset;
+        CHECK(std::equal(b->tokens.begin() + j * 10, b->tokens.begin() + (j + 1) * 10, all.tokens.begin() + w * 10));
+      }
+    }
+  }
 }
 
 TEST_CASE("the generated corpus is deterministic text of sentences, with a unigram entropy to beat") {

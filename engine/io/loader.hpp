@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/io/dataset.hpp"
+#include "kernels/sample_placement.hpp"
 
 namespace dp {
 
@@ -47,6 +48,8 @@ class BatchSource {
   virtual std::optional<Batch> next() = 0;  // nullopt when done
   virtual int64_t steps_per_epoch() const = 0;
   virtual int64_t total_steps() const = 0;
+  // Where this process's samples sit in each step's batch over every process (mpirun's shards).
+  virtual SamplePlacement placement() const = 0;
 };
 
 // This process's share of each epoch under mpirun, as torch's DistributedSampler cuts it: the
@@ -72,6 +75,8 @@ class BatchLoader final : public BatchSource {
     return ((count + shard.count - 1) / shard.count + batch - 1) / batch;
   }
   int64_t total_steps() const override;
+  // Rank r's sample j of a step is position j·count + r of the step's batch (shard_order).
+  SamplePlacement placement() const override { return {shard_.count, shard_.rank}; }
 
  private:
   void produce();

@@ -32,12 +32,15 @@ class TokenLoader final : public BatchSource {
  public:
   // As BatchLoader: `epochs` epochs, at most max_steps (0 = no limit), from step first_step on.
   // Under mpirun (shard.count processes) a step's windows are those of one batch of count·batch
-  // windows, and this process takes its rank's slice of them.
+  // windows, and this process takes every count-th of them from its rank's, as BatchLoader's
+  // shards take samples.
   TokenLoader(const TokenSplit& split, int64_t batch, int64_t context, bool shuffle, uint64_t seed, int epochs,
               int64_t max_steps, int64_t first_step = 0, Shard shard = {});
   std::optional<Batch> next() override;
   int64_t steps_per_epoch() const override { return steps_per_epoch_; }
   int64_t total_steps() const override;
+  // Rank r's window j is window j·count + r of the count·batch.
+  SamplePlacement placement() const override { return {shard_.count, shard_.rank}; }
 
  private:
   const TokenSplit& split_;

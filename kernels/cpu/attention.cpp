@@ -17,7 +17,7 @@ namespace {
 
 // dst = src ⊙ the dropout factors of head h of sample b ([T, T] of the sample's [H, T, T]).
 void drop_head(float* dst, const float* src, int64_t b, int64_t h, int64_t T, const DropoutMask& drop, uint64_t key) {
-  const uint64_t state = dropout_sample_state(key, drop.site, drop.first_sample + b);
+  const uint64_t state = dropout_sample_state(key, drop.site, drop.sample(b));
   const uint32_t threshold = drop.threshold();
   const float scale = drop.scale();
   for (int64_t e = 0; e < T * T; ++e) dst[e] = src[e] * dropout_factor(state, h * T * T + e, threshold, scale);

@@ -1,6 +1,6 @@
 """Training across processes: `mpirun -np P dp train --sync allreduce` with host:1 each equals one
 process with host:P (per-step losses, final weights) — in bf16 and fp16 (loss scale, skipped steps)
-bitwise; rank 0 alone writes; a command line that differs between ranks, an error on one rank
+bitwise, and the GPT with dropout (with and without accumulation); rank 0 alone writes; a command line that differs between ranks, an error on one rank
 alone and a rank killed mid-run end the job with an error in bounded time; dp train without
 --sync allreduce, and memprof, are refused under mpirun. Skipped (exit 77) without mpirun or
 without MPI in this build.
@@ -117,6 +117,28 @@ with tempfile.TemporaryDirectory() as tmp:
         c.check(f"{name} -np 2: bitwise the same weights", open(one_st, "rb").read() == open(many_st, "rb").read())
         if name == "fp16":
             c.check("fp16 -np 2: the overflowing scale skipped, then steps ran", a[0][2] and not a[-1][2], a)
+
+    # The GPT's dropout across processes: a window's mask follows its place in the step's whole
+    # batch, not the process or micro-batch that takes it, so the job drops what one process on as
+    # many devices drops (losses and weights within float rounding of the sums' order).
+    for extra in ([], ["--accumulate", "2"]):
+        name = " ".join(["--dropout"] + extra)
+        one_m, one_st = os.path.join(tmp, "drop-one.jsonl"), os.path.join(tmp, "drop-one.st")
+        many_m, many_st = os.path.join(tmp, "drop-many.jsonl"), os.path.join(tmp, "drop-many.st")
+        gpt = ["train", "--model", "gpt", "--gpt-layers", "1", "--gpt-dim", "32", "--context", "16",
+               "--generated-size", "20000", "--dropout", "0.2", "--sync", "allreduce", "--steps", "6"] + extra
+        p = subprocess.run([dp] + gpt + ["--devices", "host:2", "--batch", "4", "--metrics", one_m, "--save", one_st],
+                           capture_output=True, text=True)
+        rc, out, err, _ = run(["-np", "2", dp] + gpt + ["--devices", "host:1", "--batch", "2", "--metrics", many_m,
+                                                      "--save", many_st])
+        c.check(f"{name} across processes runs", rc == 0 and p.returncode == 0, err[-2000:] + p.stderr)
+        if rc == 0 and p.returncode == 0:
+            a, b = losses(one_m), losses(many_m)
+            c.check(f"{name} -np 2: the one-process losses",
+                    len(a) == len(b) == 6 and all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b)), (a, b))
+            wa, wb = weights(one_st), weights(many_st)
+            worst = max(max(abs(x - y) for x, y in zip(wa[k], wb[k])) for k in wa)
+            c.check(f"{name} -np 2: the one-process weights", set(wa) == set(wb) and worst < 1e-4, worst)
 
     # --sync-bn across processes: BatchNorm over the job's whole batch, as one device on it.
     one_m, sync_m = os.path.join(tmp, "bn-one.jsonl"), os.path.join(tmp, "bn-sync.jsonl")

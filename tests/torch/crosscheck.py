@@ -173,9 +173,9 @@ def run_case(dp, work, case, idx):
                 norms.append(torch.norm(torch.stack([p.grad.detach().norm(2) for p in params]), 2).item())
                 if clip > 0:
                     torch.nn.utils.clip_grad_norm_(params, clip)
-            keys = [hash_dropout.dropout_key(0, s, k) for k in range(len(micro))]  # dp's --seed 0
             losses.append(ref.dp_accumulated_step(m, opt, micro, lambda b: ref.chunk_sizes(split, b, ndev), clip_grads,
-                                                  label_smoothing=smoothing, dropout_keys=keys))
+                                                  label_smoothing=smoothing,
+                                                  dropout_key=hash_dropout.dropout_key(0, s)))  # dp's --seed 0
         return losses, norms, m.state_dict()
 
     # Training in float32 is chaotic at the edges: an input of a ReLU (or a max-pool's pair) within

@@ -1,8 +1,8 @@
 """dp-engine's dropout masks, drawn in numpy exactly as kernels/dropout_mask.hpp draws them, so a
 PyTorch model can drop the very elements dp drops (PyTorch's own generator could not).
 
-A pass's key comes from (seed, optimizer step, micro-batch, rank) (engine/random.cpp); a sample's
-state from (key, site, the sample's index in the pass's batch); element e is kept when the 24 high
+A step's key comes from (seed, optimizer step) (engine/random.cpp); a sample's state from (key,
+site, the sample's index in the step's whole batch, over its micro-batches); element e is kept when the 24 high
 bits of splitmix64's e-th output from that state are at or above round(p·2^24), and then scaled by
 float32's 1/(1 − p).
 """
@@ -31,9 +31,8 @@ def splitmix64(x):
     return x ^ (x >> 31)
 
 
-def dropout_key(seed, step, micro_batch=0, rank=0):
-    at_step = splitmix64(splitmix64(splitmix64(seed) ^ DROPOUT_PURPOSE) ^ step)
-    return splitmix64(splitmix64(at_step ^ micro_batch) ^ rank)
+def dropout_key(seed, step):
+    return splitmix64(splitmix64(splitmix64(seed) ^ DROPOUT_PURPOSE) ^ step)
 
 
 def factors(key, site, p, first_sample, samples, per_sample):

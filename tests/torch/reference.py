@@ -234,16 +234,18 @@ def dp_step(model, opt, x, y, sizes, before_update=None, autocast=None, on_logit
     return loss
 
 
-def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None, label_smoothing=0.0, dropout_keys=None):
+def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None, label_smoothing=0.0, dropout_key=0):
     """One optimizer step over micro-batches [(x, y), ...] with gradient accumulation: each through
     DataParallel's forward and backward (chunks sizes_of(len(y))), its loss weighted by its share of
     every cross-entropy row, the gradients summed in .grad; then one update. Returns the loss over
-    all of them. label_smoothing: CrossEntropyLoss's. dropout_keys: each micro-batch's pass key."""
+    all of them. label_smoothing: CrossEntropyLoss's. dropout_key: the step's (each sample's mask by
+    its index in the step's whole batch, over the micro-batches)."""
     opt.zero_grad()
     rows = sum(y.numel() for _, y in micro)
-    keys = dropout_keys or [0] * len(micro)
+    firsts = [sum(len(y) for _, y in micro[:k]) for k in range(len(micro))]
     loss = sum(dp_forward_backward(model, x, y, sizes_of(len(y)), weight=y.numel() / rows,
-                                   label_smoothing=label_smoothing, dropout_key=k) for (x, y), k in zip(micro, keys))
+                                   label_smoothing=label_smoothing, dropout_key=dropout_key, first_sample=first)
+               for (x, y), first in zip(micro, firsts))
     if before_update:
         before_update()
     opt.step()
@@ -251,10 +253,10 @@ def dp_accumulated_step(model, opt, micro, sizes_of, before_update=None, label_s
 
 
 def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits=None, label_smoothing=0.0,
-                        dropout_key=0):
+                        dropout_key=0, first_sample=0):
     """DataParallel's forward, loss (times weight) and backward, the replicas' gradients added into
-    the master's .grad; returns the weighted loss. dropout_key: the pass's (dp's masks, by each
-    sample's index in the whole batch)."""
+    the master's .grad; returns the weighted loss. dropout_key: the step's (dp's masks, by each
+    sample's index in the step's whole batch, x's first being first_sample)."""
     outs, replicas, start = [], [], 0
     context = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
     with context:
@@ -265,7 +267,7 @@ def dp_forward_backward(model, x, y, sizes, weight=1.0, autocast=None, on_logits
             # copies whose buffer updates are thrown away, as DataParallel's replicas are.
             replica = model if r == 0 else copy.deepcopy(model)
             replicas.append(replica)
-            hash_dropout.Pass.key, hash_dropout.Pass.first_sample = dropout_key, start
+            hash_dropout.Pass.key, hash_dropout.Pass.first_sample = dropout_key, first_sample + start
             outs.append(replica(x[start:start + size]))
             start += size
         logits = torch.cat(outs)

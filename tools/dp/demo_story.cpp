@@ -211,9 +211,9 @@ void tell_dropout(std::vector<PhaseStory>& s, const ModelDef& m) {
       " Dropout " + p.str() +
       " (nanoGPT's four places: after the embeddings, on the attention probabilities, after attention's and the "
       "MLP's projections) zeroes each element with that probability and scales the rest by 1/(1 − " + p.str() +
-      "). Each mask bit is a hash of the step's key (seed, step, micro-batch), the site, the sample's place in the "
-      "whole batch and the element: no random stream is shared, so the replicas together drop exactly what one "
-      "device would drop for the whole batch, however it is split.";
+      "). Each mask bit is a hash of the step's key (seed, step), the site, the sample's place in the step's "
+      "whole batch (over its micro-batches and processes) and the element: no random stream is shared, so the "
+      "replicas together drop exactly what one device would drop for the whole batch, however it is split.";
   s[static_cast<int>(Phase::Backward)].text +=
       " Dropout keeps no mask: backward hashes the same bits again and lets through the gradient of what forward "
       "let through.";

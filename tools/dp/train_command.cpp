@@ -261,6 +261,7 @@ int run_train(const TrainOptions& given) {
       data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
                    plan.first_batch(first_step), shard);
   BatchSource& loader = *batches;
+  dp.set_sample_placement(loader.placement());  // mpirun: dropout draws one process's masks
   const int64_t all_steps = plan.steps_per_epoch() * o.epochs;
   const int64_t total = o.steps > 0 ? std::min(all_steps, o.steps) : all_steps;
   if (first_step >= total)
