@@ -211,7 +211,7 @@ stage_sanitize() {
   )
   export SANITIZE_LOG=$log
   # Finished runs, kept for a later call on this machine, by the binaries they ran.
-  SANITIZE_DONE=/tmp/dp-sanitized/$(cat build-gpu/dp build-gpu/tests/dp_gpu_tests | md5sum | cut -c1-32)
+  SANITIZE_DONE=${DP_SANITIZE_DONE_ROOT:-/tmp/dp-sanitized}/$(cat build-gpu/dp build-gpu/tests/dp_gpu_tests | md5sum | cut -c1-32)
   export SANITIZE_DONE
   mkdir -p "$SANITIZE_DONE"
   : >"$log"

@@ -1,0 +1,104 @@
+"""The GPU lease's script, tools/gpu/verify.sh, run here without a GPU: a lease is 15 minutes and
+cannot be spent finding a bug in its plumbing. In a scratch copy of the tree whose build-gpu holds
+this build's binaries, with a stand-in compute-sanitizer on the PATH:
+- tests: every GPU case runs in its own process and, with no GPU, fails (DP_REQUIRE_GPU=1), each
+  counted and named;
+- sanitize: every run's verdict is counted; a second call with the same binaries takes the first
+  call's verdicts instead of running again; --within cuts slow runs, which count as unfinished,
+  never clean, and the call ends inside its time;
+- a stage left with too little time is skipped and says so; an unknown stage is an error.
+
+usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
+"""
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import Checks  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+dp, gpu_tests = (os.path.abspath(p) for p in sys.argv[1:3])
+c = Checks()
+
+
+def cases():
+    out = subprocess.run([gpu_tests, "--list-test-cases", "--no-intro"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line and not line.startswith(("[doctest]", "==="))]
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    tree = os.path.join(tmp, "tree")
+    shutil.copytree(os.path.join(ROOT, "tools"), os.path.join(tree, "tools"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    os.makedirs(os.path.join(tree, "build-gpu", "tests"))
+    os.symlink(dp, os.path.join(tree, "build-gpu", "dp"))
+    os.symlink(gpu_tests, os.path.join(tree, "build-gpu", "tests", "dp_gpu_tests"))
+    open(os.path.join(tree, "build-gpu", "env.sh"), "w").close()
+    fake = os.path.join(tmp, "bin")
+    os.makedirs(fake)
+    sanitizer = os.path.join(fake, "compute-sanitizer")
+    with open(sanitizer, "w") as f:  # sleeps $FAKE_SANITIZER_SECONDS, then reports a clean run
+        f.write('#!/bin/sh\nsleep "${FAKE_SANITIZER_SECONDS:-0}"\necho "========= ERROR SUMMARY: 0 errors"\n')
+    os.chmod(sanitizer, os.stat(sanitizer).st_mode | stat.S_IEXEC)
+    done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
+
+    def verify(args, out, seconds=0, timeout=300):
+        env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
+                   FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done)
+        t0 = time.monotonic()
+        p = subprocess.run(["bash", os.path.join(tree, "tools", "gpu", "verify.sh")] + args, env=env,
+                           capture_output=True, text=True, timeout=timeout)
+        summary = os.path.join(out, "summary.txt")
+        return p, open(summary).read() if os.path.exists(summary) else "", time.monotonic() - t0
+
+    names = cases()
+    c.check("the GPU test binary lists its cases", len(names) > 10, names)
+
+    # ---- tests: each case in its own process, each failing without a GPU
+    out = os.path.join(tmp, "out-tests")
+    p, summary, _ = verify(["tests"], out)
+    log = open(os.path.join(out, "tests.log")).read() if os.path.exists(os.path.join(out, "tests.log")) else ""
+    c.check("tests: a summary line", f"0 of {len(names)} GPU cases pass, {len(names)} fail, 0 not run" in summary,
+            summary + p.stderr)
+    c.check("tests: each case named with its failure", all(f"FAIL (exit 1, " in log and n in log for n in names)
+            and log.count("no usable CUDA GPU") == len(names), log[-2000:])
+    c.check("tests: the exit status counts the failed stage", p.returncode == 1, p.returncode)
+
+    # ---- sanitize: every run counted; a second call takes the first one's verdicts
+    out = os.path.join(tmp, "out-sanitize")
+    p, summary, _ = verify(["sanitize"], out)
+    runs = open(os.path.join(out, "sanitize.log")).read().count("== compute-sanitizer") \
+        if os.path.exists(os.path.join(out, "sanitize.log")) else 0
+    c.check("sanitize: every run clean under the stand-in", p.returncode == 0 and f"{runs} of {runs} compute-sanitizer "
+            "runs clean (0 of them in an earlier call), 0 dirty, 0 unfinished" in summary and runs > 4 * len(names),
+            summary + p.stderr[-2000:])
+    out2 = os.path.join(tmp, "out-sanitize-again")
+    p, summary, _ = verify(["sanitize"], out2)
+    c.check("sanitize again: the earlier call's verdicts, not new runs",
+            f"{runs} of {runs} compute-sanitizer runs clean ({runs} of them in an earlier call)" in summary, summary)
+
+    # ---- --within: slow runs cut, counted unfinished, the call inside its time
+    shutil.rmtree(done)
+    out = os.path.join(tmp, "out-deadline")
+    p, summary, secs = verify(["--within", "62", "sanitize"], out, seconds=4)
+    c.check("--within: some runs finished, the rest unfinished, none dirty",
+            "FAIL sanitize" in summary and " 0 dirty" in summary and " 0 unfinished" not in summary
+            and " 0 of " not in summary, summary)
+    c.check("--within: the call ends inside its time", secs < 62, secs)
+
+    # ---- too little time for a stage; a bad stage
+    p, summary, _ = verify(["--within", "20", "tests"], os.path.join(tmp, "out-skip"))
+    c.check("a stage with too little time is skipped, saying so", "SKIP tests: " in summary and p.returncode == 0,
+            summary)
+    p, _, _ = verify(["no-such-stage"], os.path.join(tmp, "out-bad"))
+    c.check("an unknown stage is an error", p.returncode == 2 and "unknown stage 'no-such-stage'" in p.stderr, p.stderr)
+    p, _, _ = verify(["--within", "soon"], os.path.join(tmp, "out-bad2"))
+    c.check("--within without seconds is an error", p.returncode == 2 and "--within takes seconds" in p.stderr,
+            p.stderr)
+
+c.finish()
