@@ -65,7 +65,7 @@ with tempfile.TemporaryDirectory() as tmp:
     log = open(os.path.join(out, "tests.log")).read() if os.path.exists(os.path.join(out, "tests.log")) else ""
     c.check("tests: a summary line", f"0 of {len(names)} GPU cases pass, {len(names)} fail, 0 not run" in summary,
             summary + p.stderr)
-    c.check("tests: each case named with its failure", all(f"FAIL (exit 1, " in log and n in log for n in names)
+    c.check("tests: each case named with its failure", all("FAIL (exit 1, " in log and n in log for n in names)
             and log.count("no usable CUDA GPU") == len(names), log[-2000:])
     c.check("tests: the exit status counts the failed stage", p.returncode == 1, p.returncode)
 
