@@ -202,7 +202,7 @@ class DataParallel {
   // mean over every process's batch, and StepResult's batch, loss and hits are the job's.
   void set_process_group(ProcessGroup* group);
   // Under mpirun, before the first step: where this process's samples sit in the step's batch over
-  // every process, as its loader shards it (RunData::placement), so dropout draws the masks one
+  // every process, as its loader shards it (BatchSource::placement), so dropout draws the masks one
   // process would draw for them.
   void set_sample_placement(SamplePlacement placement) { placement_ = placement; }
   SyncMode sync_mode() const { return sync_.mode; }

@@ -1,8 +1,8 @@
 // Where one process's samples sit in an optimizer step's whole batch over every process: its
 // sample j (counted over the step's micro-batches) is sample j·stride + offset of the batch. One
 // process: {1, 0}. Under mpirun it is how the loader shards a batch (BatchSource::placement:
-// interleaved for images, as DistributedSampler; contiguous for token windows). Dropout draws a
-// sample's mask by that index (kernels/dropout_mask.hpp), so processes draw one process's masks.
+// interleaved, as DistributedSampler deals samples, {count, rank}). Dropout draws a sample's mask
+// by that index (kernels/dropout_mask.hpp), so processes draw one process's masks.
 #pragma once
 #include <cstdint>
 

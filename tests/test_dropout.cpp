@@ -258,11 +258,16 @@ TEST_CASE("a GPT that drops: a sample's mask follows its place in the step's bat
   near(acc_loss, acc_grads);
   // Two processes (mpirun), each placed by where its windows sit: windows 0-3 and 4-7, or the
   // even and the odd ones (the loaders' shards); each one's loss and gradient are its half's mean.
-  for (const auto& [mine, placement] :
-       {std::make_pair(std::vector<std::vector<int64_t>>{{0, 1, 2, 3}, {4, 5, 6, 7}}, std::vector<SamplePlacement>{{1, 0}, {1, 4}}),
-        std::make_pair(std::vector<std::vector<int64_t>>{{0, 2, 4, 6}, {1, 3, 5, 7}}, std::vector<SamplePlacement>{{2, 0}, {2, 1}})}) {
-    const auto [a_loss, a_grads] = run({mine[0]}, placement[0]);
-    const auto [b_loss, b_grads] = run({mine[1]}, placement[1]);
+  struct TwoProcesses {
+    std::vector<int64_t> windows[2];
+    SamplePlacement placement[2];
+  };
+  const TwoProcesses splits[] = {{{{0, 1, 2, 3}, {4, 5, 6, 7}}, {{1, 0}, {1, 4}}},
+                                 {{{0, 2, 4, 6}, {1, 3, 5, 7}}, {{2, 0}, {2, 1}}}};
+  for (const TwoProcesses& two : splits) {
+    const auto& mine = two.windows;
+    const auto [a_loss, a_grads] = run({mine[0]}, two.placement[0]);
+    const auto [b_loss, b_grads] = run({mine[1]}, two.placement[1]);
     std::vector<float> mean(grads.size());
     for (size_t i = 0; i < mean.size(); ++i) mean[i] = (a_grads[i] + b_grads[i]) / 2;
     near((a_loss + b_loss) / 2, mean);

@@ -80,7 +80,8 @@ std::optional<Batch> TokenLoader::next() {
                                    shuffle_, seed_);
   // This process's windows: every count-th of the step's, from its rank's (as BatchLoader's shards).
   std::vector<int64_t> mine(static_cast<size_t>(batch_));
-  for (int64_t j = 0; j < batch_; ++j) mine[static_cast<size_t>(j)] = starts[static_cast<size_t>(j * shard_.count + shard_.rank)];
+  for (int64_t j = 0; j < batch_; ++j)
+    mine[static_cast<size_t>(j)] = starts[static_cast<size_t>(j * shard_.count + shard_.rank)];
   Batch b = make_token_batch(split_, mine.data(), batch_, context_);
   b.epoch = static_cast<int>(step_ / steps_per_epoch_) + 1;
   b.index = step_ % steps_per_epoch_;

@@ -1,9 +1,9 @@
 """Training across processes: `mpirun -np P dp train --sync allreduce` with host:1 each equals one
 process with host:P (per-step losses, final weights) — in bf16 and fp16 (loss scale, skipped steps)
-bitwise, and the GPT with dropout (with and without accumulation); rank 0 alone writes; a command line that differs between ranks, an error on one rank
-alone and a rank killed mid-run end the job with an error in bounded time; dp train without
---sync allreduce, and memprof, are refused under mpirun. Skipped (exit 77) without mpirun or
-without MPI in this build.
+bitwise, and the GPT with dropout (with and without accumulation); rank 0 alone writes; a command
+line that differs between ranks, an error on one rank alone and a rank killed mid-run end the job
+with an error in bounded time; dp train without --sync allreduce, and memprof, are refused under
+mpirun. Skipped (exit 77) without mpirun or without MPI in this build.
 
 usage: test_mpi.py DP_BINARY
 """
