@@ -64,7 +64,7 @@ def draw(rng, case):
     if rng.random() < 0.3:  # gradient accumulation: fewer steps an epoch, so more epochs
         args += ["--accumulate", str(rng.randint(2, 3))]
         args[args.index("--epochs") + 1] = "12"
-    if model == "gpt" and rng.random() < 0.5:  # masks drawn from (seed, step, micro-batch, sample)
+    if model == "gpt" and rng.random() < 0.5:  # masks drawn from (seed, step, the sample's place in its step)
         args += ["--dropout", "0.2"]
     return args
 
