@@ -110,7 +110,7 @@ gpu_cases() {  # the GPU test binary's case names, one a line
 }
 
 stage_tests() {
-  local log="$out/tests.log" t0=$SECONDS pass=0 bad=0 unrun=0 rc name
+  local log="$out/tests.log" t0=$SECONDS pass=0 bad=0 unrun=0 rc name slowest=0 slowest_name="" took
   local -a cases
   mapfile -t cases < <(gpu_cases)
   : >"$log"
@@ -123,6 +123,8 @@ stage_tests() {
     local s=$SECONDS
     DP_REQUIRE_GPU=1 timeout "$(limit 300)" build-gpu/tests/dp_gpu_tests "-tc=${name//,/?}" --no-intro >"$out/case.txt" 2>&1
     rc=$?
+    took=$((SECONDS - s))
+    ((took > slowest)) && slowest=$took slowest_name=$name
     # a filter that matched nothing ran nothing: not a pass
     grep -qE 'test cases: *0 \|' "$out/case.txt" && rc=98
     if ((rc == 0)); then
@@ -133,7 +135,7 @@ stage_tests() {
     fi
   done
   rm -f "$out/case.txt"
-  stage_result tests $((bad + unrun)) "$pass of ${#cases[@]} GPU cases pass, $bad fail, $unrun not run, in $((SECONDS - t0)) s"
+  stage_result tests $((bad + unrun)) "$pass of ${#cases[@]} GPU cases pass, $bad fail, $unrun not run, in $((SECONDS - t0)) s (slowest ${slowest} s: ${slowest_name:0:60})"
 }
 
 stage_unit() {
