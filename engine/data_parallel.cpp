@@ -57,6 +57,7 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
     throw UsageError("--split balance-memory evens out DataParallel's device-0 hotspot; --sync allreduce has none "
                      "(every device holds the same state): use another split");
   for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
+  blocks_ = recompute_units(model_);
   const ModelLayout& lay = layout();
   Device& d0 = devices_[0];
   params_ = Tensor::empty(d0, {lay.parameter_count}, MemCategory::Parameters);

@@ -187,7 +187,7 @@ class DataParallel {
   void set_recompute(int64_t blocks);
   void set_recompute(bool) = delete;  // a count, not a switch: kEveryRecomputeUnit for every block
   int64_t recomputed_blocks() const { return recompute_; }  // 0: off
-  int64_t blocks() const { return recompute_units(model_); }
+  int64_t blocks() const { return blocks_; }  // the model's recompute units (model.hpp)
   // --sync-bn's all-reduces so far (ReplicaGroup::allreduces; 0 without it). A recomputed block
   // repeats its forward with the statistics it met the first time, so --recompute adds none.
   int64_t sync_bn_allreduces() const { return replica_group_ ? replica_group_->allreduces() : 0; }
@@ -371,6 +371,7 @@ class DataParallel {
   double clip_ = 0;
   float label_smoothing_ = 0;
   int64_t recompute_ = 0;  // blocks recomputed
+  int64_t blocks_ = 0;     // the model's blocks, counted once (a count builds a model)
   bool report_norm_ = false;
   std::unique_ptr<LossStrategy> loss_;
   std::unique_ptr<GradientSync> gradient_sync_;
