@@ -221,7 +221,7 @@ void tell_dropout(std::vector<PhaseStory>& s, const ModelDef& m) {
 
 // --recompute blocks[:N]: what forward keeps and what backward does first.
 void tell_recompute(std::vector<PhaseStory>& s, const DataParallel& dp) {
-  const int64_t n = dp.recomputed_blocks(), all = dp.blocks();  // blocks() counts a fresh tree: once
+  const int64_t n = dp.recomputed_blocks(), all = dp.blocks();
   const bool every = n == all;
   s[static_cast<int>(Phase::Forward)].text +=
       " --recompute: " +

@@ -128,10 +128,10 @@ stage_tests() {
     # a filter that matched nothing ran nothing: not a pass
     grep -qE 'test cases: *0 \|' "$out/case.txt" && rc=98
     if ((rc == 0)); then
-      pass=$((pass + 1)); echo "pass ($((SECONDS - s)) s): $name" >>"$log"
+      pass=$((pass + 1)); echo "pass ($took s): $name" >>"$log"
     else
       bad=$((bad + 1))
-      { echo "FAIL (exit $rc$( ((rc == 124)) && echo ', timed out'), $((SECONDS - s)) s): $name"; tail -40 "$out/case.txt"; } >>"$log"
+      { echo "FAIL (exit $rc$( ((rc == 124)) && echo ', timed out'), $took s): $name"; tail -40 "$out/case.txt"; } >>"$log"
     fi
   done
   rm -f "$out/case.txt"
