@@ -6,6 +6,8 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - sanitize: every run's verdict is counted; a second call with the same binaries takes the first
   call's verdicts instead of running again; --within cuts slow runs, which count as unfinished,
   never clean, and the call ends inside its time;
+- sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
+  saying why, not a hundred runs read as dirty;
 - a stage left with too little time is skipped and says so; an unknown stage is an error.
 
 usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
@@ -42,14 +44,20 @@ with tempfile.TemporaryDirectory() as tmp:
     fake = os.path.join(tmp, "bin")
     os.makedirs(fake)
     sanitizer = os.path.join(fake, "compute-sanitizer")
+    started = os.path.join(tmp, "sanitizer-runs")  # one line per start of the stand-in
     with open(sanitizer, "w") as f:  # sleeps $FAKE_SANITIZER_SECONDS, then reports a clean run
-        f.write('#!/bin/sh\nsleep "${FAKE_SANITIZER_SECONDS:-0}"\necho "========= ERROR SUMMARY: 0 errors"\n')
+        f.write(f'#!/bin/sh\necho run >>"{started}"\n'
+                # as on gVisor (the device tool's KINDS.md): the GPU refused, the program's first allocation fails
+                'if [ -n "$FAKE_SANITIZER_UNSUPPORTED" ]; then\n'
+                '  echo "========= Error: Device not supported"; echo "CUDA error 999 at cudaMalloc"; exit 1\nfi\n'
+                'sleep "${FAKE_SANITIZER_SECONDS:-0}"\necho "========= ERROR SUMMARY: 0 errors"\n')
     os.chmod(sanitizer, os.stat(sanitizer).st_mode | stat.S_IEXEC)
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
-    def verify(args, out, seconds=0, timeout=300):
+    def verify(args, out, seconds=0, timeout=300, unsupported=False):
         env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
-                   FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done)
+                   FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
+                   FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "")
         t0 = time.monotonic()
         p = subprocess.run(["bash", os.path.join(tree, "tools", "gpu", "verify.sh")] + args, env=env,
                            capture_output=True, text=True, timeout=timeout)
@@ -81,6 +89,15 @@ with tempfile.TemporaryDirectory() as tmp:
     p, summary, _ = verify(["sanitize"], out2)
     c.check("sanitize again: the earlier call's verdicts, not new runs",
             f"{runs} of {runs} compute-sanitizer runs clean ({runs} of them in an earlier call)" in summary, summary)
+
+    # ---- a GPU compute-sanitizer cannot instrument: one try, then a failed stage saying why
+    shutil.rmtree(done)
+    open(started, "w").close()
+    p, summary, secs = verify(["sanitize"], os.path.join(tmp, "out-unsupported"), unsupported=True)
+    c.check("sanitizer refused: the stage fails in one try, saying why",
+            "FAIL sanitize (exit 1): not run: compute-sanitizer cannot instrument this GPU here (Error: Device not "
+            "supported; kernel " in summary and open(started).read().count("run") == 1 and p.returncode == 1,
+            (summary, open(started).read(), p.stderr[-1000:]))
 
     # ---- --within: slow runs cut, counted unfinished, the call inside its time
     shutil.rmtree(done)

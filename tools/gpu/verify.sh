@@ -79,6 +79,14 @@ stage_probe() {
   {
     echo "== GPU"; nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm --format=csv,noheader
     echo "== nvcc"; nvcc --version | tail -2
+    # KINDS.md: on gVisor (kernel 4.4.0) compute-sanitizer and ncu cannot see the GPU; on Firecracker they can
+    local kernel
+    kernel=$(uname -r)
+    case "$kernel" in
+      4.4.0) echo "runtime: gVisor (kernel $kernel): no compute-sanitizer, no ncu counters" ;;
+      *-fc-*) echo "runtime: Firecracker (kernel $kernel)" ;;
+      *) echo "runtime: unknown (kernel $kernel)" ;;
+    esac
     echo "== CPU"; grep -m1 'model name' /proc/cpuinfo; nproc
     echo "x86-64-v3 flags: $(for f in avx2 fma bmi2 f16c movbe avx512f; do grep -qw $f /proc/cpuinfo && printf '%s ' $f; done)"
     echo "== CUDA's libraries"; ls /usr/local/cuda/lib64/lib{cudart,cublas,cudnn,nccl}.so.[0-9]* 2>&1
@@ -92,7 +100,7 @@ for n in ("nvidia.cudnn", "nvidia.nccl", "nvidia.cublas", "mpi4py", "torch"):
     echo "== MPI"; command -v mpirun && mpirun --version 2>&1 | head -1 || echo "no mpirun"
     ls /usr/lib/x86_64-linux-gnu/libmpi.so* 2>/dev/null || echo "no libmpi in /usr/lib/x86_64-linux-gnu"
   } >"$log" 2>&1
-  note "PASS probe: $(grep -A1 '^== GPU' "$log" | tail -1); $(grep '^x86-64-v3' "$log"); $(grep -c missing "$log") wheel(s) missing; $(grep -q '^no mpirun' "$log" && echo 'no mpirun' || echo 'mpirun there')"
+  note "PASS probe: $(grep -A1 '^== GPU' "$log" | tail -1); $(grep '^runtime:' "$log" | cut -d'(' -f1); $(grep '^x86-64-v3' "$log"); $(grep -c missing "$log") wheel(s) missing; $(grep -q '^no mpirun' "$log" && echo 'no mpirun' || echo 'mpirun there')"
 }
 
 stage_build() {
@@ -217,13 +225,28 @@ stage_sanitize() {
   mkdir -p "$SANITIZE_DONE"
   : >"$log"
   local bin=build-gpu/tests/dp_gpu_tests
+  local -a cases
+  mapfile -t cases < <(gpu_cases)
+  # First, whether compute-sanitizer can instrument this GPU at all (on gVisor it says "Device not
+  # supported" and every run would read as dirty): one kernel case, seconds. Matched in its own
+  # words (the lines it starts with =========), not the tested program's.
+  local sanitizer_cannot='device not supported|^=+ .*(unable to|failed to initialize|not supported)'
+  local first=${cases[0]:-} probe_log
+  probe_log=$(mktemp)
+  timeout "$(limit 90)" compute-sanitizer --tool memcheck --error-exitcode 99 "$bin" "-tc=${first//,/?}" >"$probe_log" 2>&1
+  if grep -qiE "$sanitizer_cannot" "$probe_log"; then
+    { echo "== compute-sanitizer cannot instrument this GPU here (kernel $(uname -r)):"; tail -20 "$probe_log"; } >"$log"
+    rm -f "$probe_log"
+    rm -rf "$dir"
+    stage_result sanitize 1 "not run: compute-sanitizer cannot instrument this GPU here ($(grep -m1 -iE "$sanitizer_cannot" "$log" | sed 's/^=* *//'); kernel $(uname -r))"
+    return
+  fi
+  rm -f "$probe_log"
   # DP_SANITIZE_QUICK=1: racecheck, synccheck and initcheck only on the kernel cases and the first
   # two trains (memcheck on everything).
   # DP_SANITIZE_PART=slow|rest: only the step cases under racecheck, synccheck and initcheck (slow),
   # or everything else (rest).
   local quick=${DP_SANITIZE_QUICK:-0} part=${DP_SANITIZE_PART:-all}
-  local -a cases
-  mapfile -t cases < <(gpu_cases)
   # Each job a file of NUL-separated words (tool, then the command: doctest names hold spaces and
   # parentheses), started in the order of their numbers, $jobs at a time on the one GPU.
   local n=1000
