@@ -231,17 +231,15 @@ stage_sanitize() {
   # supported" and every run would read as dirty): one kernel case, seconds. Matched in its own
   # words (the lines it starts with =========), not the tested program's.
   local sanitizer_cannot='device not supported|^=+ .*(unable to|failed to initialize|not supported)'
-  local first=${cases[0]:-} probe_log
-  probe_log=$(mktemp)
-  timeout "$(limit 90)" compute-sanitizer --tool memcheck --error-exitcode 99 "$bin" "-tc=${first//,/?}" >"$probe_log" 2>&1
-  if grep -qiE "$sanitizer_cannot" "$probe_log"; then
-    { echo "== compute-sanitizer cannot instrument this GPU here (kernel $(uname -r)):"; tail -20 "$probe_log"; } >"$log"
-    rm -f "$probe_log"
+  local first=${cases[0]:-} tried refusal
+  tried=$(timeout "$(limit 90)" compute-sanitizer --tool memcheck --error-exitcode 99 "$bin" "-tc=${first//,/?}" 2>&1)
+  refusal=$(grep -m1 -iE "$sanitizer_cannot" <<<"$tried" | sed 's/^=* *//')
+  if [[ -n $refusal ]]; then
+    { echo "== compute-sanitizer cannot instrument this GPU here (kernel $(uname -r)):"; tail -20 <<<"$tried"; } >"$log"
     rm -rf "$dir"
-    stage_result sanitize 1 "not run: compute-sanitizer cannot instrument this GPU here ($(grep -m1 -iE "$sanitizer_cannot" "$log" | sed 's/^=* *//'); kernel $(uname -r))"
+    stage_result sanitize 1 "not run: compute-sanitizer cannot instrument this GPU here ($refusal; kernel $(uname -r))"
     return
   fi
-  rm -f "$probe_log"
   # DP_SANITIZE_QUICK=1: racecheck, synccheck and initcheck only on the kernel cases and the first
   # two trains (memcheck on everything).
   # DP_SANITIZE_PART=slow|rest: only the step cases under racecheck, synccheck and initcheck (slow),
