@@ -7,13 +7,12 @@
 // Initialisation as nanoGPT's: N(0, 0.02) for Linear and Embedding weights, c_proj weights
 // N(0, 0.02/√(2·layers)), zero biases, LayerNorm ones and zeros.
 #include <cmath>
-#include <numeric>
 #include <sstream>
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "kernels/ops/elementwise.hpp"
-#include "kernels/ops/memory.hpp"
+#include "kernels/ops/transformer.hpp"
 #include "models/module.hpp"
 
 namespace dp {
@@ -86,9 +85,7 @@ class Transformer final : public Module {
     const int64_t B = ids.dim(0), T = ids.dim(1);
     Tensor x = wte_->forward(dev, ids, training);
     positions_ = Tensor::empty(dev, {T}, MemCategory::Inputs, DType::I32);
-    std::vector<int32_t> pos(static_cast<size_t>(T));
-    std::iota(pos.begin(), pos.end(), 0);
-    upload(dev.exec(), positions_.data(), pos.data(), pos.size() * sizeof(int32_t));  // on this stream, in order
+    positions(dev.exec(), positions_.buf(), T);  // on the device: a captured step makes them again
     const Tensor p = wpe_->forward(dev, positions_, training);  // [T, C], added to every sample
     for (int64_t b = 0; b < B; ++b) add_inplace(dev.exec(), x.rows(b, 1).buf(), p.buf(), p.numel());
     return ln_f_->forward(dev, h_->forward(dev, drop_->forward(dev, x, training), training), training);

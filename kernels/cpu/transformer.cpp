@@ -119,4 +119,8 @@ void embedding_backward(ThreadPool& pool, float* dtable, const float* dout, cons
   });
 }
 
+void positions(ThreadPool&, int32_t* ids, int64_t T) {
+  for (int64_t t = 0; t < T; ++t) ids[t] = static_cast<int32_t>(t);
+}
+
 }  // namespace dp::cpu

@@ -92,6 +92,11 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const f
   }
 }
 
+__global__ void positions_kernel(int32_t* ids, int64_t T) {
+  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < T; t += int64_t{gridDim.x} * blockDim.x)
+    ids[t] = static_cast<int32_t>(t);
+}
+
 }  // namespace
 
 void layernorm_forward(Context& c, float* out, float* mean, float* rstd, const float* in, const float* gamma,
@@ -135,6 +140,12 @@ void embedding_forward(Context& c, float* out, const int32_t* ids, const float* 
                                                                                        c.handles().data_fault);
   DP_CUDA_CHECK_LAUNCH();
   after_id_check(c);
+}
+
+void positions(Context& c, int32_t* ids, int64_t T) {
+  if (T == 0) return;
+  positions_kernel<<<blocks_for(T), kThreads, 0, c.handles().stream>>>(ids, T);
+  DP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace dp::cuda

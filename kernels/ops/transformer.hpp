@@ -6,6 +6,8 @@
 //   embedding   out[r] = table[ids[r]];  backward writes dtable = Σ over rows with that id (a
 //               repeated id accumulates, in row order on both backends: the same bits every run),
 //               zero elsewhere; an id outside [0, V) is a RuntimeError
+//   positions   ids[t] = t for t < T: a GPT's position ids, made on the device (an upload from host
+//               memory would be a copy node in a captured step, replayed from memory long freed)
 #pragma once
 #include <cstdint>
 
@@ -24,6 +26,7 @@ void embedding_forward(ThreadPool& pool, float* out, const int32_t* ids, const f
                        int64_t C);
 void embedding_backward(ThreadPool& pool, float* dtable, const float* dout, const int32_t* ids, int64_t rows, int64_t V,
                         int64_t C);
+void positions(ThreadPool& pool, int32_t* ids, int64_t T);
 }  // namespace cpu
 namespace cuda {
 void layernorm_forward(Context& c, float* out, float* mean, float* rstd, const float* in, const float* gamma,
@@ -38,6 +41,7 @@ void embedding_forward(Context& c, float* out, const int32_t* ids, const float* 
 // the sort's scratch comes from `alloc` (workspace).
 void embedding_backward(Context& c, CachingAllocator& alloc, float* dtable, const float* dout, const int32_t* ids,
                         int64_t rows, int64_t V, int64_t C);
+void positions(Context& c, int32_t* ids, int64_t T);
 }  // namespace cuda
 
 inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf in, Buf gamma, Buf beta, int64_t rows,
@@ -82,5 +86,6 @@ inline void embedding_backward(const Exec& ex, Buf dtable, Buf dout, Buf ids, in
     cpu::embedding_backward(*ex.pool, dt, dy, id, rows, V, C);
   o.finish();
 }
+inline void positions(const Exec& ex, Buf ids, int64_t T) { DP_DISPATCH(ex, positions, ids.i32("positions"), T); }
 
 }  // namespace dp

@@ -669,6 +669,22 @@ TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
   CHECK(alloc.stats().in_use == 0);
 }
 
+TEST_CASE("a GPT's position ids are made on the device, equal to the CPU's (no host memory a captured step would replay)") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  for (const int64_t T : {int64_t{1}, int64_t{7}, int64_t{256}, int64_t{1025}}) {
+    CAPTURE(T);
+    std::vector<int32_t> expect(static_cast<size_t>(T), -1);
+    cpu::positions(pool, expect.data(), T);
+    cuda::DeviceBuffer d(c, static_cast<size_t>(T + 1) * sizeof(int32_t));
+    REQUIRE(cudaMemset(d.get(), 0xff, static_cast<size_t>(T + 1) * sizeof(int32_t)) == cudaSuccess);  // every id -1
+    cuda::positions(c, d.get<int32_t>(), T);
+    const auto got = to_host<int32_t>(c, d, static_cast<size_t>(T + 1));
+    CHECK(std::vector<int32_t>(got.begin(), got.end() - 1) == expect);
+    CHECK(got.back() == -1);  // nothing past T
+  }
+}
+
 TEST_CASE("Embedding's backward sums a token's rows in row order: bit for bit the CPU's, every run") {
   // Many rows, few ids (long runs of one id, as for common tokens), a vocabulary over 2^16.
   cuda::Context c(0);
