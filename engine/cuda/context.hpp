@@ -42,6 +42,7 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <typename T = float>
   T* get() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
   void upload(Context& ctx, const void* host, size_t bytes);
   void download(Context& ctx, void* host, size_t bytes) const;
 

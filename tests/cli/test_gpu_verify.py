@@ -3,8 +3,9 @@ cannot be spent finding a bug in its plumbing. In a scratch copy of the tree who
 this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - tests: every GPU case runs in its own process and, with no GPU, fails (DP_REQUIRE_GPU=1), each
   counted and named;
-- sanitize: every run's verdict is counted; a second call with the same binaries takes the first
-  call's verdicts instead of running again; --within cuts slow runs, which count as unfinished,
+- sanitize: every run's verdict is counted; the cases whose CUDA calls fail by design run without
+  API-error reports, the case that compares times under memcheck only; a second call with the same
+  binaries takes the first call's verdicts instead of running again; --within cuts slow runs, which count as unfinished,
   never clean, and the call ends inside its time;
 - sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
   saying why, not a hundred runs read as dirty;
@@ -46,7 +47,7 @@ with tempfile.TemporaryDirectory() as tmp:
     sanitizer = os.path.join(fake, "compute-sanitizer")
     started = os.path.join(tmp, "sanitizer-runs")  # one line per start of the stand-in
     with open(sanitizer, "w") as f:  # sleeps $FAKE_SANITIZER_SECONDS, then reports a clean run
-        f.write(f'#!/bin/sh\necho run >>"{started}"\n'
+        f.write(f'#!/bin/sh\necho "run $*" >>"{started}"\n'
                 # as on gVisor (the device tool's KINDS.md): the GPU refused, the program's first allocation fails
                 'if [ -n "$FAKE_SANITIZER_UNSUPPORTED" ]; then\n'
                 '  echo "========= Error: Device not supported"; echo "CUDA error 999 at cudaMalloc"; exit 1\nfi\n'
@@ -79,16 +80,31 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # ---- sanitize: every run counted; a second call takes the first one's verdicts
     out = os.path.join(tmp, "out-sanitize")
+    open(started, "w").close()
     p, summary, _ = verify(["sanitize"], out)
     runs = open(os.path.join(out, "sanitize.log")).read().count("== compute-sanitizer") \
         if os.path.exists(os.path.join(out, "sanitize.log")) else 0
     c.check("sanitize: every run clean under the stand-in", p.returncode == 0 and f"{runs} of {runs} compute-sanitizer "
-            "runs clean (0 of them in an earlier call), 0 dirty, 0 unfinished" in summary and runs > 4 * len(names),
-            summary + p.stderr[-2000:])
+            "runs clean, 0 dirty, 0 unfinished (time limit); 0 verdicts from an earlier call" in summary
+            and runs > 4 * len(names), summary + p.stderr[-2000:])
+    starts = [line for line in open(started).read().splitlines() if line.startswith("run ")]
+
+    def runs_of(case):
+        return [line for line in starts if case in line]
+    failing = runs_of("a failed CUDA call is reported once")
+    c.check("sanitize: a case that fails a CUDA call by design runs without API-error reports, under every tool",
+            len(failing) == 4 and all("--report-api-errors no" in line for line in failing), failing)
+    c.check("sanitize: the other cases keep API-error reports",
+            sum("--report-api-errors" in line for line in starts) == len(failing) + 4 * any("NCCL on one GPU" in n for n in names),
+            [line for line in starts if "--report-api-errors" in line])
+    timed = runs_of("replica times on a GPU")
+    c.check("sanitize: the case that compares the GPU's times runs under memcheck only",
+            len(timed) == 1 and "--tool memcheck" in timed[0], timed)
     out2 = os.path.join(tmp, "out-sanitize-again")
     p, summary, _ = verify(["sanitize"], out2)
     c.check("sanitize again: the earlier call's verdicts, not new runs",
-            f"{runs} of {runs} compute-sanitizer runs clean ({runs} of them in an earlier call)" in summary, summary)
+            f"{runs} of {runs} compute-sanitizer runs clean, 0 dirty, 0 unfinished (time limit); {runs} verdicts from an "
+            "earlier call" in summary, summary)
 
     # ---- a GPU compute-sanitizer cannot instrument: one try, then a failed stage saying why
     shutil.rmtree(done)
@@ -96,7 +112,8 @@ with tempfile.TemporaryDirectory() as tmp:
     p, summary, secs = verify(["sanitize"], os.path.join(tmp, "out-unsupported"), unsupported=True)
     c.check("sanitizer refused: the stage fails in one try, saying why",
             "FAIL sanitize (exit 1): not run: compute-sanitizer cannot instrument this GPU here (Error: Device not "
-            "supported; kernel " in summary and open(started).read().count("run") == 1 and p.returncode == 1,
+            "supported; kernel " in summary and sum(line.startswith("run ") for line in open(started).read().splitlines()) == 1
+            and p.returncode == 1,
             (summary, open(started).read(), p.stderr[-1000:]))
 
     # ---- --within: slow runs cut, counted unfinished, the call inside its time

@@ -176,15 +176,25 @@ sanitize_one() {
   elif ((cap < 15)); then
     { echo "$header"; echo "-- not started: the deadline"; echo unfinished; } >"$log"
   else
-    timeout "$cap" compute-sanitizer --tool "$tool" --error-exitcode 99 "$@" >"$log.full" 2>&1
+    # Cases whose CUDA calls fail by design: the check that a failed call is reported once makes
+    # one fail; NCCL's set-up asks for kernels built for other GPUs and gets error 209 inside
+    # libnccl. Their API errors are expected (dp checks every return code and throws); their
+    # memory accesses are still checked.
+    local -a options=()
+    case "$*" in
+      *"a failed CUDA call is reported once"* | *"NCCL on one GPU"*) options=(--report-api-errors no) ;;
+    esac
+    timeout "$cap" compute-sanitizer --tool "$tool" "${options[@]}" --error-exitcode 99 "$@" >"$log.full" 2>&1
     local rc=$?
     # a doctest filter that matched nothing ran nothing: not clean
     grep -qE 'test cases: *0 \|' "$log.full" && rc=98
     {
-      echo "$header"
-      grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit)" "$log.full" | head -20
+      echo "$header${options[*]:+ (${options[*]})}"
+      # each finding's first line and where it was (the kernel, its thread and block)
+      grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit|Host API)|^=========     (at|by|Uninitialized)" \
+        "$log.full" | head -30
       [[ $rc -eq 124 ]] && echo "-- TIMED OUT after $cap s (not clean: unfinished)"
-      if [[ $rc -ne 0 && $rc -ne 124 ]]; then
+      if [[ $rc -ne 0 ]]; then
         echo "-- exit $rc; the end of its output:"
         tail -40 "$log.full"
       fi
@@ -254,15 +264,19 @@ stage_sanitize() {
     shift
     job "$tool" build-gpu/dp train --devices cuda:0x4 --steps 3 --generated-size 384 "$@"
   }
-  local -a step_cases=() kernel_cases=() alone=()
+  local -a step_cases=() kernel_cases=() alone=() timed=()
   for name in "${cases[@]}"; do
     # the cases that measure or fill the GPU's memory would see the other processes': alone, last
     if [[ $name == *"memory comes back"* || $name == *"sibling's cache"* ]]; then alone+=("$name"); continue; fi
+    # a case that compares the GPU's times (a replica with 255 times the work takes longer): the
+    # other tools' instrumentation costs per kernel and per barrier, not per unit of work, so only
+    # memcheck keeps the proportion it asserts
+    if [[ $name == *"replica times on a GPU"* ]]; then timed+=("$name"); continue; fi
     if [[ $name == *"cuda:0x"* ]]; then step_cases+=("$name"); else kernel_cases+=("$name"); fi
   done
   local t tool
   if [[ $part != slow ]]; then
-    for name in "${kernel_cases[@]}" "${step_cases[@]}"; do job memcheck "$bin" "-tc=${name//,/?}"; done
+    for name in "${kernel_cases[@]}" "${step_cases[@]}" "${timed[@]}"; do job memcheck "$bin" "-tc=${name//,/?}"; done
     # shellcheck disable=SC2086
     for t in "${trains[@]}"; do train_job memcheck $t; done
     for tool in racecheck synccheck initcheck; do
@@ -294,7 +308,7 @@ stage_sanitize() {
   bad=$(grep -c '^dirty$' "$log")
   unfinished=$(grep -c '^unfinished$' "$log")
   rm -rf "$dir"
-  stage_result sanitize $((bad + unfinished)) "$((runs - bad - unfinished)) of $runs compute-sanitizer runs clean ($(grep -c '^-- (finished in an earlier call' "$log") of them in an earlier call), $bad dirty, $unfinished unfinished (time limit), in $((SECONDS - t0)) s"
+  stage_result sanitize $((bad + unfinished)) "$((runs - bad - unfinished)) of $runs compute-sanitizer runs clean, $bad dirty, $unfinished unfinished (time limit); $(grep -c '^-- (finished in an earlier call' "$log") verdicts from an earlier call; in $((SECONDS - t0)) s"
 }
 
 stage_equal() {
