@@ -1,5 +1,6 @@
 #include "engine/comm.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/error.hpp"
@@ -150,6 +151,24 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
   const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / elem));
   for (const auto& s : srcs)
     if (&s.device() != &home) home.count_received(s.device().index(), s.numel() * static_cast<int64_t>(elem));
+  // Logical devices on device 0's own GPU: their memory is device 0's to read, so one kernel sums
+  // every source in place, in order: the buffered path's bits in a quarter of its memory traffic
+  // and with no reduce buffers (as NCCL's reduce keeps no copy per source on the root).
+  const bool in_place = home.gpu() >= 0 && std::all_of(srcs.begin(), srcs.end(), [&](const Tensor& s) {
+                          return s.device().gpu() == home.gpu();
+                        });
+  if (in_place) {
+    TaskLabel label = home.stream().label([&] {
+      return TaskLabel{"reduce-add in place [0, " + std::to_string(n) + ")", "reduce"};
+    });
+    home.stream().enqueue([&home, dst, srcs, n] {
+      std::vector<Buf> xs;
+      for (const auto& s : srcs) xs.push_back(s.buf());
+      add_many_inplace(home.exec(), dst.buf(), xs, n);
+      for (const auto& s : srcs) s.record_read_by(home);
+    }, std::move(label));
+    return;
+  }
   for (int64_t off = 0; off < n; off += bucket) {
     const int64_t len = std::min(bucket, n - off);
     TaskLabel label = home.stream().label([&] {

@@ -48,9 +48,11 @@ std::vector<Tensor> broadcast_coalesced(const Tensor& src, const std::vector<Dev
 // far (its copies out of src): a write after those reads cannot overtake them.
 void release_source_after(const Tensor& src, const std::vector<Device*>& readers);
 
-// dst += Σ srcs, on dst's device, bucket by bucket: each bucket of every source is received into
-// a buffer on dst's device (counted as reduce buffers), then added. The sources may be 16-bit and
-// dst float32 (mixed precision): buffers and bytes moved are the sources', the sum is dst's.
+// dst += Σ srcs (in their order), on dst's device, bucket by bucket: each bucket of every source is
+// received into a buffer on dst's device (counted as reduce buffers), then added. The sources may
+// be 16-bit and dst float32 (mixed precision): buffers and bytes moved are the sources', the sum is
+// dst's. On a GPU whose logical devices hold every source, one kernel reads them in place instead:
+// the same bits, no buffers.
 void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes = kBucketBytes);
 
 }  // namespace dp

@@ -1,7 +1,8 @@
 // ReLU and y += x on 16-bit storage (mixed precision on a GPU): float32 arithmetic on the loaded
 // values and one rounding on store — bit for bit what widening, the float32 kernel and rounding
 // back give (kernels/operands.hpp), without the copies. add_inplace also takes a float32 y with a
-// 16-bit x: the reduce summing replicas' 16-bit gradients into the float32 master.
+// 16-bit x: the reduce summing replicas' 16-bit gradients into the float32 master; add_many_inplace
+// (any float types) does that reduce in one pass when device 0 reads the replicas' gradients in place.
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -29,6 +30,24 @@ template <typename Y, typename X>
 __global__ void add_kernel(Y* y, const X* x, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] = store_as<Y>(load_float(y[i]) + load_float(x[i]));
+}
+
+// Up to kMaxSources pointers by value: the launch carries them, nothing to upload (a captured
+// step replays the same launch).
+constexpr int kMaxSources = 8;
+struct Sources {
+  const void* x[kMaxSources];
+  int count;
+};
+
+template <typename Y, typename X>
+__global__ void add_many_kernel(Y* y, Sources xs, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    float acc = load_float(y[i]);
+    // rounded to Y after each add, as add_kernel stores it (a no-op for float)
+    for (int k = 0; k < xs.count; ++k) acc = load_float(store_as<Y>(acc + load_float(static_cast<const X*>(xs.x[k])[i])));
+    y[i] = store_as<Y>(acc);
+  }
 }
 
 }  // namespace
@@ -61,6 +80,25 @@ void add_inplace(Context& c, DType ty, void* y, DType tx, const void* x, int64_t
       using X = decltype(xtag);
       add_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<Y*>(y), static_cast<const X*>(x), n);
       DP_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void add_many_inplace(Context& c, DType ty, void* y, DType tx, const std::vector<const void*>& xs, int64_t n) {
+  if (n == 0 || xs.empty()) return;
+  with_float_type(ty, "add_many_inplace", [&](auto ytag) {
+    with_float_type(tx, "add_many_inplace", [&](auto xtag) {
+      using Y = decltype(ytag);
+      using X = decltype(xtag);
+      // kMaxSources at a time: each group starts from the y the last one stored, so the order and
+      // the roundings stay add_inplace's
+      for (size_t first = 0; first < xs.size(); first += kMaxSources) {
+        Sources group{};
+        group.count = static_cast<int>(std::min<size_t>(kMaxSources, xs.size() - first));
+        for (int k = 0; k < group.count; ++k) group.x[k] = xs[first + static_cast<size_t>(k)];
+        add_many_kernel<Y, X><<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<Y*>(y), group, n);
+        DP_CUDA_CHECK_LAUNCH();
+      }
     });
   });
 }

@@ -25,6 +25,19 @@ void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, cons
   std::memcpy(dst, src, bytes);
 }
 
+void add_many_inplace(const Exec& ex, Buf y, const std::vector<Buf>& xs, int64_t n) {
+  for (const Buf& x : xs)
+    if (x.dtype != xs[0].dtype) throw RuntimeError("add_many_inplace: sources of different dtypes");
+#if DP_WITH_CUDA
+  if (ex.on_cuda() && !xs.empty()) {
+    std::vector<const void*> ptrs;
+    for (const Buf& x : xs) ptrs.push_back(x.ptr);
+    return cuda::add_many_inplace(*ex.cuda, y.dtype, y.ptr, xs[0].dtype, ptrs, n);
+  }
+#endif
+  for (const Buf& x : xs) add_inplace(ex, y, x, n);
+}
+
 void convert(const Exec& ex, Buf dst, Buf src, int64_t n) {
   constexpr const char* op = "convert";
   if (dst.dtype == src.dtype) return copy_between(ex, dst.ptr, src.ptr, static_cast<size_t>(n) * dtype_size(dst.dtype), ex);

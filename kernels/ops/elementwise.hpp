@@ -5,6 +5,7 @@
 // (gradient clipping's global norm; the call completes the device's work before it).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/exec.hpp"
 #include "kernels/operands.hpp"
@@ -35,6 +36,10 @@ void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t
 void relu_forward(Context& c, DType t, void* out, const void* in, int64_t n);
 void relu_backward(Context& c, DType t, void* din, const void* dout, const void* out, int64_t n);
 void add_inplace(Context& c, DType ty, void* y, DType tx, const void* x, int64_t n);
+// y += xs[0], then += xs[1], … in one pass over y, each add rounded to y's type as add_inplace's
+// is: the bits of add_inplace once per x, in order, reading y and writing it once instead of once
+// per x. The xs (one dtype) are read where they are: memory this GPU can address.
+void add_many_inplace(Context& c, DType ty, void* y, DType tx, const std::vector<const void*>& xs, int64_t n);
 }  // namespace cuda
 
 inline void relu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
@@ -64,6 +69,9 @@ inline void add_inplace(const Exec& ex, Buf y, Buf x, int64_t n) {
   DP_DISPATCH(ex, add_inplace, o.inout(y, n), o.in(x, n), n);
   o.finish();
 }
+// y += x for each x of xs (one dtype), in order. On a GPU one kernel (cuda::add_many_inplace); on
+// host devices add_inplace once per x, which is what that kernel reproduces.
+void add_many_inplace(const Exec& ex, Buf y, const std::vector<Buf>& xs, int64_t n);  // kernels/ops/dispatch.cpp
 inline void add_scalar(const Exec& ex, Buf y, float value) { DP_DISPATCH(ex, add_scalar, y.f32("add_scalar"), value); }
 inline void scale(const Exec& ex, Buf y, ScalarArg s, int64_t n) {
   Operands o(ex, "scale");

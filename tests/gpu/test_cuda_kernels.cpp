@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -361,6 +362,59 @@ TEST_CASE("relu, add and SGD match the CPU reference exactly") {
       CHECK(rel_error(to_host<float>(c, d_p, n), cp) < 1e-6);
       CHECK(rel_error(to_host<float>(c, d_b, n), cb) < 1e-6);
     }
+}
+
+TEST_CASE("the reduce's one-pass sum (add_many_inplace) gives add_inplace's bits once per source, in order") {
+  // y += x0, += x1, … for 1, 3 and 9 sources (9: two launches of at most 8), a float32 y with
+  // float32 and 16-bit sources (the reduce into the master gradients) and a 16-bit y (rounded after
+  // every add). The reference: the CPU's add_inplace once per source.
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  const Exec host{&pool, nullptr, nullptr}, gpu{nullptr, &c, &alloc};
+  const int64_t n = 70001;
+  auto bits_of = [](DType t, const std::vector<float>& f) {
+    std::vector<uint16_t> v(f.size());
+    for (size_t i = 0; i < f.size(); ++i) v[i] = t == DType::BF16 ? float_to_bf16(f[i]) : float_to_f16(f[i]);
+    return v;
+  };
+  for (const auto& [ty, tx] : {std::pair{DType::F32, DType::F32}, std::pair{DType::F32, DType::BF16},
+                               std::pair{DType::F32, DType::F16}, std::pair{DType::BF16, DType::BF16},
+                               std::pair{DType::F16, DType::F16}}) {
+    for (int count : {1, 3, 9}) {
+      const std::string types = std::string(dtype_name(ty)) + " += " + dtype_name(tx);
+      CAPTURE(types);
+      CAPTURE(count);
+      // Host memory of each type as raw bytes; the device's copy of the same bytes.
+      auto bytes_of = [&](DType t, uint64_t seed) {
+        const auto f = random_vector(static_cast<size_t>(n), seed);
+        std::vector<unsigned char> b(static_cast<size_t>(n) * dtype_size(t));
+        if (t == DType::F32) {
+          std::memcpy(b.data(), f.data(), b.size());
+        } else {
+          const auto v = bits_of(t, f);
+          std::memcpy(b.data(), v.data(), b.size());
+        }
+        return b;
+      };
+      auto y = bytes_of(ty, 60);
+      std::vector<std::vector<unsigned char>> xs;
+      for (int k = 0; k < count; ++k) xs.push_back(bytes_of(tx, 61 + static_cast<uint64_t>(k)));
+      auto d_y = to_device(c, y);
+      std::vector<cuda::DeviceBuffer> d_xs;
+      std::vector<Buf> host_xs, dev_xs;
+      for (auto& x : xs) {
+        d_xs.push_back(to_device(c, x));
+        host_xs.push_back(Buf{x.data(), tx});
+        dev_xs.push_back(Buf{d_xs.back().get<void>(), tx});
+      }
+      add_many_inplace(host, Buf{y.data(), ty}, host_xs, n);
+      add_many_inplace(gpu, Buf{d_y.get<void>(), ty}, dev_xs, n);
+      CHECK(to_host<unsigned char>(c, d_y, y.size()) == y);
+    }
+  }
+  CHECK(alloc.stats().in_use == 0);  // no scratch: the sources are read where they are
 }
 
 TEST_CASE("max-pool forward and backward match the CPU reference (2x2/2 and overlapping 3x3/2)") {

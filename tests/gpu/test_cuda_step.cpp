@@ -79,6 +79,8 @@ TEST_CASE("comm primitives are exact across cuda:0x4") {
   std::vector<float> want(p);
   for (auto& x : want) x *= 4;
   CHECK(master.to_host() == want);
+  // logical devices of one GPU: device 0 read the others' memory in place, with no reduce buffers
+  CHECK(devs[0].allocator().stats().peak_by_category[static_cast<int>(MemCategory::CommBuffers)] == 0);
 }
 
 TEST_CASE("a source dropped while another stream's copy of it runs is not overwritten under the copy (cuda:0x2)") {
