@@ -22,8 +22,8 @@
 #   sanitize  compute-sanitizer memcheck, racecheck, synccheck, initcheck on each GPU test case and
 #             on dp train --devices cuda:0x4 --steps 3 runs (below), several processes at once on
 #             the one GPU, the most telling first: memcheck on everything, then the other three
-#             on the kernel cases and the train runs, then on the step cases (slow: every kernel
-#             of several trainings instrumented)
+#             on the kernel cases and the train runs, then on the step cases, initcheck first
+#             (slow: every kernel of several trainings instrumented)
 #   mpi       tests/cli/test_mpi.py (its GPU case: one rank through NCCL) where mpirun is there
 #             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
@@ -288,7 +288,10 @@ stage_sanitize() {
     done
   fi
   if [[ $quick != 1 && $part != rest ]]; then
-    for tool in racecheck synccheck initcheck; do
+    # initcheck first: what a step adds to its kernels is ordering between streams, which decides
+    # whether a read finds memory written; racecheck and synccheck look inside each kernel (shared
+    # memory, barriers), which the kernel cases have covered already
+    for tool in initcheck synccheck racecheck; do
       for name in "${step_cases[@]}"; do job "$tool" "$bin" "-tc=${name//,/?}"; done
     done
   fi
