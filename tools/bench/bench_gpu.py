@@ -18,6 +18,11 @@ the others go on.
      and convnet at batch 128 and 1024; and how many timed steps were replays (all, once warm);
      and on with --upload-ahead off (each replay copies its batch into page-locked memory before
      its launch, instead of during the launch before).
+  7. The cuDNN-bound rows of table 1 (convnet at 128 and 1024, resnet18 at 256) with the same
+     algorithm policy on both sides: dp's default (--cudnn deterministic) against PyTorch with
+     cudnn.deterministic, and dp --cudnn heuristic against PyTorch's default (atomics allowed).
+     Table 1 sets each side's default against the other's; this one says how much of a gap is
+     the policy and how much the kernels.
 Table 1 also times dp with --cuda-graphs on.
 
 Samples/s: dp's from its metrics over the steps after the warm-up; PyTorch's from its own timer
@@ -71,10 +76,10 @@ def dp_speed(a, env, model, devices, batch, extra=()):
     return sum(sum(r["chunks"]) for r in rows) / seconds
 
 
-def torch_speed(a, env, model, batch, precision="fp32"):
+def torch_speed(a, env, model, batch, precision="fp32", deterministic=False):
     out = run([sys.executable, os.path.join(HERE, "torch_speed.py"), "--model", model, "--batch", str(batch),
                "--device", a.torch_device, "--steps", str(a.steps), "--warmup", str(a.warmup),
-               "--precision", precision], env)
+               "--precision", precision, *(["--deterministic"] if deterministic else [])], env)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -119,6 +124,22 @@ def vs_pytorch(a, env):
                                 else (v[-1] if v else None) for v in got.values())
         print(f"| {model} | {batch} | {cell(ours)} | {cell(graphs)} | {cell(theirs)} | {ratio(ours, theirs)} | "
               f"{ratio(graphs, theirs)} | >= {target}x |", flush=True)
+
+
+def same_policy(a, env):
+    print("\n### 7. The cuDNN-bound rows with the same algorithm policy on both sides (TF32 off)\n")
+    print("| model | batch | dp deterministic (default) | PyTorch deterministic | ratio | dp --cudnn heuristic | "
+          "PyTorch default | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for model, batch in (("convnet", 128), ("convnet", 1024), ("resnet18", 256)):
+        if model not in a.models:
+            continue
+        det = median_of(a, lambda: dp_speed(a, env, model, a.gpu, batch))
+        tdet = median_of(a, lambda: torch_speed(a, env, model, batch, deterministic=True)["samples_per_s"])
+        heu = median_of(a, lambda: dp_speed(a, env, model, a.gpu, batch, ("--cudnn", "heuristic")))
+        theu = median_of(a, lambda: torch_speed(a, env, model, batch)["samples_per_s"])
+        print(f"| {model} | {batch} | {cell(det)} | {cell(tdet)} | {ratio(det, tdet)} | {cell(heu)} | {cell(theu)} | "
+              f"{ratio(heu, theu)} |", flush=True)
 
 
 def dataparallel_overhead(a, env):
@@ -202,7 +223,7 @@ def main():
     ap.add_argument("--steps", type=int, default=50, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="1,2,3,4,5,6", help="which tables, e.g. 1,3")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="which tables, e.g. 1,3")
     ap.add_argument("--models", default="mlp,convnet,resnet18", help="tables 1 and 2: which models")
     a = ap.parse_args()
     a.dp = os.path.abspath(a.dp)
@@ -216,10 +237,11 @@ def main():
         print(f"GPU: {smi}\n")
     except OSError:
         pass
-    tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth, "5": busy, "6": graphs}
+    tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth, "5": busy, "6": graphs,
+              "7": same_policy}
     for k in a.only.split(","):
         if k not in tables:
-            ap.error(f"--only: no table {k!r} (1-6)")
+            ap.error(f"--only: no table {k!r} (1-7)")
         tables[k](a, env)
 
 
