@@ -136,6 +136,8 @@ void release_source_after(const Tensor& src, const std::vector<Device*>& readers
     if (d != &src.device()) src.device().stream().wait(d->stream().record());
 }
 
+bool reads_in_place(const Device& home, const Device& from) { return home.gpu() >= 0 && from.gpu() == home.gpu(); }
+
 void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes) {
   Device& home = dst.device();
   for (const auto& s : srcs) {
@@ -154,9 +156,8 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
   // Logical devices on device 0's own GPU: their memory is device 0's to read, so one kernel sums
   // every source in place, in order: the buffered path's bits in a quarter of its memory traffic
   // and with no reduce buffers (as NCCL's reduce keeps no copy per source on the root).
-  const bool in_place = home.gpu() >= 0 && std::all_of(srcs.begin(), srcs.end(), [&](const Tensor& s) {
-                          return s.device().gpu() == home.gpu();
-                        });
+  const bool in_place =
+      std::all_of(srcs.begin(), srcs.end(), [&](const Tensor& s) { return reads_in_place(home, s.device()); });
   if (in_place) {
     TaskLabel label = home.stream().label([&] {
       return TaskLabel{"reduce-add in place [0, " + std::to_string(n) + ")", "reduce"};

@@ -55,4 +55,7 @@ void release_source_after(const Tensor& src, const std::vector<Device*>& readers
 // the same bits, no buffers.
 void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes = kBucketBytes);
 
+// Whether that reduce on `home` reads a source on `from` in place: both logical devices of one GPU.
+bool reads_in_place(const Device& home, const Device& from);
+
 }  // namespace dp

@@ -195,6 +195,7 @@ class DataParallel {
   void set_report_grad_norm(bool on) { report_norm_ = on; }
   const ModelLayout& layout() const { return nets_[0]->layout(); }
   DeviceSet& devices() { return devices_; }
+  const DeviceSet& devices() const { return devices_; }
   const SplitPolicy& split() const { return splitter_.policy(); }
   Splitter& splitter() { return splitter_; }
   LossMode loss_mode() const { return loss_->mode(); }

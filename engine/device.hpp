@@ -116,6 +116,7 @@ class DeviceSet {
   DeviceSet(const DeviceSpec& spec, const DeviceOptions& options);
   int size() const { return static_cast<int>(devices_.size()); }
   Device& operator[](int i) { return *devices_.at(static_cast<size_t>(i)); }
+  const Device& operator[](int i) const { return *devices_.at(static_cast<size_t>(i)); }
   const std::string& description() const { return description_; }
   // Wait for every device's streams (compute, copy and comm); rethrow the first error.
   void synchronize();

@@ -290,6 +290,11 @@ with tempfile.TemporaryDirectory() as tmp:
         check("auto with a GPU: every GPU", "cuda (auto: " in err + out, err + out)
         rc, out, err = run(small + ["--devices", "cuda:0x4", "--steps", "2"])
         check("cuda:0x4 trains on the GPU", rc == 0 and "on cuda:0x4" in err + out, err + out)
+        # logical devices of one GPU: the reduce reads the replicas' gradients in place, no buffers
+        rc, out, err = run(["demo", "--devices", "cuda:0x2"])
+        check("demo on cuda:0x2: the reduce reads in place, and device 0 holds no reduce buffers",
+              rc == 0 and "read by device 0 where they are" in out and "received into buffers" not in out
+              and "reduce buffers, on top" not in out, err + out[-3000:])
         keeps_save("cuda: no such GPU", small + ["--devices", "cuda:63"], 1, "GPU 63 does not exist")
     keeps_save("data missing", small + ["--data", os.path.join(tmp, "nope")], 1, "not a directory")
     keeps_save("bad magic", ["train", "--data", mnist_dir(tmp, "magic", magic=0x1234)] + small[3:], 1, "bad magic")

@@ -273,10 +273,15 @@ int run_demo(const DemoOptions& o) {
       std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. Every device holds the same\n"
                   "  parameters, gradients and optimizer state, and its own chunk's activations.\n",
                   excess);
-    else
+    else if (devices[0].allocator().stats().peak_by_category[static_cast<int>(MemCategory::CommBuffers)] > 0)
       std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
                   "  gradients, the optimizer state, the gathered outputs and their gradient, the loss and the\n"
                   "  reduce buffers, on top of its own replica's share.\n",
+                  excess);
+    else  // logical devices of one GPU: the reduce read the others' gradients in place, no buffers
+      std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
+                  "  gradients, the optimizer state, the gathered outputs and their gradient and the loss, on top\n"
+                  "  of its own replica's share.\n",
                   excess);
     report["gpu0_excess"] = excess;
   }

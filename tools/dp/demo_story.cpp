@@ -2,9 +2,11 @@
 // step's shape changes them too; tests/cli/test_demo.py checks what they name.
 #include "tools/dp/demo_story.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
+#include "engine/comm.hpp"
 #include "tools/dp/memory_report.hpp"
 
 namespace dp::cli {
@@ -358,17 +360,28 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   }
 
   auto& re = s[static_cast<int>(Phase::Reduce)];
-  re.text = "Every other replica's gradients are sent to device 0, received into buffers there, and summed into "
-            "the master gradients (reduce-add, bucketed). The sum over replicas, with the loss a mean over the "
-            "whole batch, equals one device's gradient on the full batch.";
-  for (int i : active)
-    if (i != 0) re.tensors.push_back({"received gradients of replica " + std::to_string(i), {P}, 0, low});
+  // Logical devices of one GPU: device 0 reads the others' gradients where they are (comm.hpp).
+  const bool in_place = std::all_of(active.begin(), active.end(), [&](int i) {
+    return i == 0 || reads_in_place(dp.devices()[0], dp.devices()[i]);
+  });
+  const std::string received =
+      in_place ? "read by device 0 where they are (logical devices of one GPU share its memory: no buffers) and "
+                 "summed in one pass into "
+               : "sent to device 0, received into buffers there, and summed into ";
+  re.text = "Every other replica's gradients are " + received + "the master gradients (reduce-add" +
+            (in_place ? "" : ", bucketed") + "). The sum over replicas, with the loss a mean over the whole batch, "
+            "equals one device's gradient on the full batch.";
+  if (!in_place)
+    for (int i : active)
+      if (i != 0) re.tensors.push_back({"received gradients of replica " + std::to_string(i), {P}, 0, low});
   re.carried = low_name + " gradients";
   if (mixed) {
     re.text = "Every replica wrote " + low_name + " gradients. Replica 0's are widened into the float32 master "
-              "gradients on device 0; every other replica's are sent to device 0 in " + low_name +
-              " (half the bytes), received into buffers there and summed into the float32 master (reduce-add, "
-              "bucketed).";
+              "gradients on device 0; every other replica's are " +
+              (in_place ? "read by device 0 where they are, in " + low_name + ", and summed in one pass into the "
+                          "float32 master (reduce-add)."
+                        : "sent to device 0 in " + low_name + " (half the bytes), received into buffers there and "
+                          "summed into the float32 master (reduce-add, bucketed).");
     re.tensors.insert(re.tensors.begin(), TensorNote{"master gradients", {P}, 0});
   }
 
