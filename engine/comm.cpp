@@ -154,8 +154,9 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
   for (const auto& s : srcs)
     if (&s.device() != &home) home.count_received(s.device().index(), s.numel() * static_cast<int64_t>(elem));
   // Logical devices on device 0's own GPU: their memory is device 0's to read, so one kernel sums
-  // every source in place, in order: the buffered path's bits in a quarter of its memory traffic
-  // and with no reduce buffers (as NCCL's reduce keeps no copy per source on the root).
+  // every source in place, in order: the buffered path's bits in a third of its memory traffic
+  // (y and each source read once, y written once, against a copy and an add per source) and with
+  // no reduce buffers (as NCCL's reduce keeps no copy per source on the root).
   const bool in_place =
       std::all_of(srcs.begin(), srcs.end(), [&](const Tensor& s) { return reads_in_place(home, s.device()); });
   if (in_place) {
