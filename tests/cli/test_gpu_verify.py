@@ -9,6 +9,7 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
   never clean, and the call ends inside its time;
 - sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
   saying why, not a hundred runs read as dirty;
+- unit, with prebuilt binaries (no ctest files): each unit case in its own process, counted;
 - a stage left with too little time is skipped and says so; an unknown stage is an error.
 
 usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
@@ -41,6 +42,7 @@ with tempfile.TemporaryDirectory() as tmp:
     os.makedirs(os.path.join(tree, "build-gpu", "tests"))
     os.symlink(dp, os.path.join(tree, "build-gpu", "dp"))
     os.symlink(gpu_tests, os.path.join(tree, "build-gpu", "tests", "dp_gpu_tests"))
+    os.symlink(os.path.join(os.path.dirname(gpu_tests), "dp_tests"), os.path.join(tree, "build-gpu", "tests", "dp_tests"))
     open(os.path.join(tree, "build-gpu", "env.sh"), "w").close()
     fake = os.path.join(tmp, "bin")
     os.makedirs(fake)
@@ -124,6 +126,17 @@ with tempfile.TemporaryDirectory() as tmp:
             "FAIL sanitize" in summary and " 0 dirty" in summary and " 0 unfinished" not in summary
             and " 0 of " not in summary, summary)
     c.check("--within: the call ends inside its time", secs < 62, secs)
+
+    # ---- unit with prebuilt binaries (no ctest files): each unit case in its own process, counted
+    out = os.path.join(tmp, "out-unit")
+    os.environ["DP_UNIT_CASES"], os.environ["DP_UNIT_SUITES"] = "reduce_add|scatter", ""
+    p, summary, _ = verify(["unit"], out)
+    del os.environ["DP_UNIT_CASES"], os.environ["DP_UNIT_SUITES"]
+    log = open(os.path.join(out, "unit.log")).read() if os.path.exists(os.path.join(out, "unit.log")) else ""
+    ran = [line for line in log.splitlines() if line.startswith("pass: unit ")]
+    c.check("unit (prebuilt): the chosen unit cases, each in its own process, all pass",
+            p.returncode == 0 and len(ran) >= 2 and f"PASS unit: {len(ran)} of {len(ran)} pass ({len(ran)} unit cases"
+            in summary, summary + log[-2000:])
 
     # ---- too little time for a stage; a bad stage
     p, summary, _ = verify(["--within", "20", "tests"], os.path.join(tmp, "out-skip"))

@@ -21,8 +21,8 @@ the others go on.
   7. The cuDNN-bound rows of table 1 (convnet at 128 and 1024, resnet18 at 256) with the same
      algorithm policy on both sides: dp's default (--cudnn deterministic) against PyTorch with
      cudnn.deterministic, and dp --cudnn heuristic against PyTorch's default (atomics allowed).
-     Table 1 sets each side's default against the other's; this one says how much of a gap is
-     the policy and how much the kernels.
+     Its last column is table 1's ratio (each side's default); the other two say how much of a
+     gap is the policy and how much the kernels.
 Table 1 also times dp with --cuda-graphs on.
 
 Samples/s: dp's from its metrics over the steps after the warm-up; PyTorch's from its own timer
@@ -129,8 +129,8 @@ def vs_pytorch(a, env):
 def same_policy(a, env):
     print("\n### 7. The cuDNN-bound rows with the same algorithm policy on both sides (TF32 off)\n")
     print("| model | batch | dp deterministic (default) | PyTorch deterministic | ratio | dp --cudnn heuristic | "
-          "PyTorch default | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+          "PyTorch default | ratio | defaults: dp / PyTorch |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for model, batch in (("convnet", 128), ("convnet", 1024), ("resnet18", 256)):
         if model not in a.models:
             continue
@@ -139,7 +139,7 @@ def same_policy(a, env):
         heu = median_of(a, lambda: dp_speed(a, env, model, a.gpu, batch, ("--cudnn", "heuristic")))
         theu = median_of(a, lambda: torch_speed(a, env, model, batch)["samples_per_s"])
         print(f"| {model} | {batch} | {cell(det)} | {cell(tdet)} | {ratio(det, tdet)} | {cell(heu)} | {cell(theu)} | "
-              f"{ratio(heu, theu)} |", flush=True)
+              f"{ratio(heu, theu)} | {ratio(det, theu)} |", flush=True)
 
 
 def dataparallel_overhead(a, env):
