@@ -374,10 +374,17 @@ TEST_CASE("the reduce's one-pass sum (add_many_inplace) gives add_inplace's bits
   CachingAllocator alloc(0, "cuda:0", raw, 0);
   const Exec host{&pool, nullptr, nullptr}, gpu{nullptr, &c, &alloc};
   const int64_t n = 70001;
-  auto bits_of = [](DType t, const std::vector<float>& f) {
-    std::vector<uint16_t> v(f.size());
-    for (size_t i = 0; i < f.size(); ++i) v[i] = t == DType::BF16 ? float_to_bf16(f[i]) : float_to_f16(f[i]);
-    return v;
+  // Random values of type t as raw host bytes (16-bit ones rounded from float32: random_16bit).
+  auto bytes_of = [&](DType t, uint64_t seed) {
+    std::vector<unsigned char> b(static_cast<size_t>(n) * dtype_size(t));
+    if (t == DType::F32) {
+      const auto f = random_vector(static_cast<size_t>(n), seed);
+      std::memcpy(b.data(), f.data(), b.size());
+    } else {
+      const auto v = random_16bit(static_cast<size_t>(n), seed, t);
+      std::memcpy(b.data(), v.data(), b.size());
+    }
+    return b;
   };
   for (const auto& [ty, tx] : {std::pair{DType::F32, DType::F32}, std::pair{DType::F32, DType::BF16},
                                std::pair{DType::F32, DType::F16}, std::pair{DType::BF16, DType::BF16},
@@ -386,18 +393,6 @@ TEST_CASE("the reduce's one-pass sum (add_many_inplace) gives add_inplace's bits
       const std::string types = std::string(dtype_name(ty)) + " += " + dtype_name(tx);
       CAPTURE(types);
       CAPTURE(count);
-      // Host memory of each type as raw bytes; the device's copy of the same bytes.
-      auto bytes_of = [&](DType t, uint64_t seed) {
-        const auto f = random_vector(static_cast<size_t>(n), seed);
-        std::vector<unsigned char> b(static_cast<size_t>(n) * dtype_size(t));
-        if (t == DType::F32) {
-          std::memcpy(b.data(), f.data(), b.size());
-        } else {
-          const auto v = bits_of(t, f);
-          std::memcpy(b.data(), v.data(), b.size());
-        }
-        return b;
-      };
       auto y = bytes_of(ty, 60);
       std::vector<std::vector<unsigned char>> xs;
       for (int k = 0; k < count; ++k) xs.push_back(bytes_of(tx, 61 + static_cast<uint64_t>(k)));

@@ -61,6 +61,15 @@ limit() {
   echo "$cap"
 }
 export -f left limit
+# A doctest run whose filter matched nothing ran nothing: never a pass. (Its output file.)
+ran_nothing() { grep -qE 'test cases: *0 \|' "$1"; }
+export -f ran_nothing
+# Debian's OpenBLAS in the kit misreads these CPUs and falls back to generic kernels (as ctest's
+# DP_TEST_ENV does on the CPU machine): every stage's CPU references and host devices get the core.
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SkylakeX
+  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=Haswell; fi
+fi
 
 note() { echo "$*" | tee -a "$summary"; }
 stage_result() {  # stage name, exit status, what
@@ -114,9 +123,10 @@ stage_build() {
 
 env_ready() { [[ -f build-gpu/env.sh ]] && source build-gpu/env.sh; }
 
-gpu_cases() {  # the GPU test binary's case names, one a line
-  build-gpu/tests/dp_gpu_tests --list-test-cases --no-intro | grep -v '^\[doctest\]' | grep -v '^===' | sed '/^$/d'
+doctest_cases() {  # a doctest binary's case names, one a line
+  "$1" --list-test-cases --no-intro | grep -v '^\[doctest\]' | grep -v '^===' | sed '/^$/d'
 }
+gpu_cases() { doctest_cases build-gpu/tests/dp_gpu_tests; }
 
 stage_tests() {
   local log="$out/tests.log" t0=$SECONDS pass=0 bad=0 unrun=0 rc name slowest=0 slowest_name="" took
@@ -135,7 +145,7 @@ stage_tests() {
     took=$((SECONDS - s))
     ((took > slowest)) && slowest=$took slowest_name=$name
     # a filter that matched nothing ran nothing: not a pass
-    grep -qE 'test cases: *0 \|' "$out/case.txt" && rc=98
+    ran_nothing "$out/case.txt" && rc=98
     if ((rc == 0)); then
       pass=$((pass + 1)); echo "pass ($took s): $name" >>"$log"
     else
@@ -159,16 +169,21 @@ stage_unit() {
   # unit case in its own process, every core busy, then the CLI suites beside each other. Not the
   # PyTorch cross-checks (their reference is Debian's CPU PyTorch 1.13, not this image's) nor the
   # MPI suite (the prebuilt dp has no MPI): the CPU machine's CI runs those.
-  local dir pass bad unrun
+  local dir pass bad unrun f
   dir=$(mktemp -d)
-  export UNIT_DIR=$dir UNIT_BLAS=""
-  grep -qw avx512f /proc/cpuinfo && UNIT_BLAS=SkylakeX
-  [[ -z $UNIT_BLAS ]] && grep -qw avx2 /proc/cpuinfo && UNIT_BLAS=Haswell
+  export UNIT_DIR=$dir
   # DP_UNIT_CASES (a grep -E pattern) and DP_UNIT_SUITES (names) run a part: a rerun of what failed.
-  build-gpu/tests/dp_tests --list-test-cases --no-intro | grep -v '^\[doctest\]' | grep -v '^===' | sed '/^$/d' |
-    grep -E -- "${DP_UNIT_CASES:-.}" >"$dir/cases"
+  doctest_cases build-gpu/tests/dp_tests | grep -E -- "${DP_UNIT_CASES:-.}" >"$dir/cases"
+  # Every CLI suite but MPI's and this script's own (it takes the GPU test binary, and fakes a GPU).
   local -a suites
-  read -r -a suites <<<"${DP_UNIT_SUITES-test_cli test_demo test_eval test_outputs test_checkpoint test_memprof test_gpt test_allreduce test_combinations test_precision}"
+  if [[ -n ${DP_UNIT_SUITES+set} ]]; then
+    read -r -a suites <<<"$DP_UNIT_SUITES"
+  else
+    for f in tests/cli/test_*.py; do
+      f=$(basename "$f" .py)
+      [[ $f == test_mpi || $f == test_gpu_verify ]] || suites+=("$f")
+    done
+  fi
   {  # the suites first: each takes longer than any unit case
     local k=0 suite
     for suite in "${suites[@]}"; do k=$((k + 1)); printf 'cli\t%d\t%s\n' "$k" "$suite"; done
@@ -181,17 +196,16 @@ stage_unit() {
     f="$UNIT_DIR/$kind.$n"
     if (($(left) < 15)); then echo "NOT RUN (deadline): $name" >"$f"; exit 0; fi
     if [[ $kind == unit ]]; then
-      OPENBLAS_CORETYPE=$UNIT_BLAS timeout "$(limit 300)" build-gpu/tests/dp_tests "-tc=${name//,/?}" --no-intro >"$f.out" 2>&1
+      timeout "$(limit 300)" build-gpu/tests/dp_tests "-tc=${name//,/?}" --no-intro >"$f.out" 2>&1
       rc=$?
-      grep -qE "test cases: *0 \|" "$f.out" && rc=98  # a filter that matched nothing ran nothing
+      ran_nothing "$f.out" && rc=98
     else
-      OPENBLAS_CORETYPE=$UNIT_BLAS timeout "$(limit 600)" python3 "tests/cli/$name.py" build-gpu/dp >"$f.out" 2>&1
+      timeout "$(limit 600)" python3 "tests/cli/$name.py" build-gpu/dp >"$f.out" 2>&1
       rc=$?
     fi
     if ((rc == 0)); then echo "pass: $kind $name" >"$f"; else { echo "FAIL (exit $rc): $kind $name"; tail -30 "$f.out"; } >"$f"; fi
     rm -f "$f.out"' _ {} <"$dir/jobs"
   : >"$log"
-  local f
   while IFS=$'\t' read -r kind n _; do
     f="$dir/$kind.$n"
     if [[ -f $f ]]; then cat "$f" >>"$log"; else echo "NOT RUN: $kind $n" >>"$log"; fi
@@ -231,7 +245,7 @@ sanitize_one() {
     timeout "$cap" compute-sanitizer --tool "$tool" "${options[@]}" --error-exitcode 99 "$@" >"$log.full" 2>&1
     local rc=$?
     # a doctest filter that matched nothing ran nothing: not clean
-    grep -qE 'test cases: *0 \|' "$log.full" && rc=98
+    ran_nothing "$log.full" && rc=98
     {
       echo "$header${options[*]:+ (${options[*]})}"
       # each finding's first line and where it was (the kernel, its thread and block)
