@@ -365,7 +365,8 @@ TEST_CASE("relu, add and SGD match the CPU reference exactly") {
 }
 
 TEST_CASE("the reduce's one-pass sum (add_many_inplace) gives add_inplace's bits once per source, in order") {
-  // y += x0, += x1, … for 1, 3 and 9 sources (9: two launches of at most 8), a float32 y with
+  // y += x0, += x1, … for 1 to 9 and 17 sources (each count up to 8 is its own kernel; 9 and 17: more
+  // launches of at most 8), n no multiple of a block's elements, a float32 y with
   // float32 and 16-bit sources (the reduce into the master gradients) and a 16-bit y (rounded after
   // every add). The reference: the CPU's add_inplace once per source.
   cuda::Context c(0);
@@ -389,7 +390,7 @@ TEST_CASE("the reduce's one-pass sum (add_many_inplace) gives add_inplace's bits
   for (const auto& [ty, tx] : {std::pair{DType::F32, DType::F32}, std::pair{DType::F32, DType::BF16},
                                std::pair{DType::F32, DType::F16}, std::pair{DType::BF16, DType::BF16},
                                std::pair{DType::F16, DType::F16}}) {
-    for (int count : {1, 3, 9}) {
+    for (int count : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17}) {
       const std::string types = std::string(dtype_name(ty)) + " += " + dtype_name(tx);
       CAPTURE(types);
       CAPTURE(count);
