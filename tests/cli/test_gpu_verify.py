@@ -148,4 +148,25 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("--within without seconds is an error", p.returncode == 2 and "--within takes seconds" in p.stderr,
             p.stderr)
 
+    # ---- the profile's table of kernel times, from Nsight Compute's CSV in either unit spelling
+    header = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"\n'
+    rows = [("0", "gemm", "ns", "2,000"), ("1", "relu", "usecond", "1.5"), ("2", "gemm", "ns", "4,000")]
+
+    def kernel_times(rows, steps="2"):
+        path = os.path.join(tmp, "ncu.csv")
+        with open(path, "w") as f:
+            f.write("==PROF== a note ncu prints unquoted\n" + header)
+            f.writelines(f'"{i}","{k}","gpu__time_duration.sum","{u}","{v}"\n' for i, k, u, v in rows)
+        return subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu", "kernel_times.py"), path, steps],
+                              capture_output=True, text=True)
+
+    p = kernel_times(rows)
+    c.check("kernel_times: ns and usecond rows summed per kernel, per step, the largest first",
+            p.returncode == 0 and p.stdout.splitlines()[:3] == [
+                "kernel time per step: 0.004 ms in 2 kernels", "    0.003 ms    1.0x  gemm", "    0.001 ms    0.5x  relu"],
+            p.stdout + p.stderr)
+    p = kernel_times(rows + [("3", "copy", "furlong", "1")])
+    c.check("kernel_times: an unknown unit is an error naming it", p.returncode != 0 and "unknown unit 'furlong'"
+            in p.stderr, p.stdout + p.stderr)
+
 c.finish()

@@ -7,7 +7,9 @@ import collections
 import csv
 import sys
 
-UNIT = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+# Milliseconds per unit, as Nsight Compute writes them: "nsecond" in some versions, "ns" in others
+# (2025's, on the H200 lease of 2026-11-26, whose profile this table's lack of "ns" lost).
+UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3, "s": 1e3}
 
 
 def main():
@@ -19,7 +21,10 @@ def main():
     for row in csv.DictReader(lines):
         if row.get("Metric Name") != "gpu__time_duration.sum":
             continue
-        ms = float(row["Metric Value"].replace(",", "")) * UNIT[row["Metric Unit"]]
+        unit = row["Metric Unit"]
+        if unit not in UNIT:
+            sys.exit(f"{path}: gpu__time_duration.sum in unknown unit '{unit}' (known: {', '.join(UNIT)})")
+        ms = float(row["Metric Value"].replace(",", "")) * UNIT[unit]
         name = row["Kernel Name"]
         total[name] += ms
         count[name] += 1
