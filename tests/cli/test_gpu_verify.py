@@ -7,6 +7,7 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
   API-error reports, the case that compares times under memcheck only; a second call with the same
   binaries takes the first call's verdicts instead of running again; --within cuts slow runs, which count as unfinished,
   never clean, and the call ends inside its time;
+- sanitize with a dirty run: counted dirty, its findings tallied by kind and place;
 - sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
   saying why, not a hundred runs read as dirty;
 - unit, with prebuilt binaries (no ctest files): each unit case in its own process, counted;
@@ -53,14 +54,22 @@ with tempfile.TemporaryDirectory() as tmp:
                 # as on gVisor (the device tool's KINDS.md): the GPU refused, the program's first allocation fails
                 'if [ -n "$FAKE_SANITIZER_UNSUPPORTED" ]; then\n'
                 '  echo "========= Error: Device not supported"; echo "CUDA error 999 at cudaMalloc"; exit 1\nfi\n'
+                # the runs whose command matches the pattern $FAKE_SANITIZER_FINDINGS: three findings, two kinds
+                'if [ -n "$FAKE_SANITIZER_FINDINGS" ]; then case "$*" in $FAKE_SANITIZER_FINDINGS)\n'
+                '  for i in 1 2; do echo "========= Uninitialized __global__ memory read of size 4 bytes"\n'
+                '    echo "=========     at void k<float>(float *)+0x150"; done\n'
+                '  echo "========= Host API memory access error at host access to 0x7f00 of size 512 bytes"\n'
+                '  echo "=========         Host Frame: cuGraphLaunch [0x3a] in libcuda.so.1"\n'
+                '  echo "=========         Host Frame: dp::DataParallel::step(int) [0x4b] in dp"\n'
+                '  echo "========= ERROR SUMMARY: 3 errors"; exit 99;; esac; fi\n'
                 'sleep "${FAKE_SANITIZER_SECONDS:-0}"\necho "========= ERROR SUMMARY: 0 errors"\n')
     os.chmod(sanitizer, os.stat(sanitizer).st_mode | stat.S_IEXEC)
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
-    def verify(args, out, seconds=0, timeout=300, unsupported=False):
+    def verify(args, out, seconds=0, timeout=300, unsupported=False, findings=""):
         env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
-                   FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "")
+                   FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "", FAKE_SANITIZER_FINDINGS=findings)
         t0 = time.monotonic()
         p = subprocess.run(["bash", os.path.join(tree, "tools", "gpu", "verify.sh")] + args, env=env,
                            capture_output=True, text=True, timeout=timeout)
@@ -117,6 +126,18 @@ with tempfile.TemporaryDirectory() as tmp:
             "supported; kernel " in summary and sum(line.startswith("run ") for line in open(started).read().splitlines()) == 1
             and p.returncode == 1,
             (summary, open(started).read(), p.stderr[-1000:]))
+
+    # ---- a dirty run: its findings counted by kind and place, every one (not only those printed)
+    shutil.rmtree(done)
+    out = os.path.join(tmp, "out-dirty")
+    p, summary, _ = verify(["sanitize"], out, findings="*--tool initcheck*build-gpu/dp train *--model mlp --cuda-graphs on")
+    log = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
+    c.check("sanitize: a dirty run counted as dirty", p.returncode == 1 and " 1 dirty, 0 unfinished" in summary, summary)
+    c.check("sanitize: a dirty run's findings counted by kind and where",
+            "-- every finding, counted by kind and where:\n"
+            "      2  Uninitialized __global__ memory read of size 4 bytes  |  void k<float>(float *)\n"
+            "      1  Host API memory access error at host access to X of size 512 bytes  |  cuGraphLaunch from "
+            "dp::DataParallel::step\n" in log, log[-1500:])
 
     # ---- --within: slow runs cut, counted unfinished, the call inside its time
     shutil.rmtree(done)

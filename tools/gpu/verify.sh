@@ -242,7 +242,9 @@ sanitize_one() {
     case "$*" in
       *"a failed CUDA call is reported once"* | *"NCCL on one GPU"*) options=(--report-api-errors no) ;;
     esac
-    timeout "$cap" compute-sanitizer --tool "$tool" "${options[@]}" --error-exitcode 99 "$@" >"$log.full" 2>&1
+    # --print-limit: the tally below sees (nearly) every finding, not the default 100
+    timeout "$cap" compute-sanitizer --tool "$tool" "${options[@]}" --print-limit 20000 --error-exitcode 99 "$@" \
+      >"$log.full" 2>&1
     local rc=$?
     # a doctest filter that matched nothing ran nothing: not clean
     ran_nothing "$log.full" && rc=98
@@ -251,6 +253,10 @@ sanitize_one() {
       # each finding's first line and where it was (the kernel, its thread and block)
       grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit|Host API)|^=========     (at|by|Uninitialized)" \
         "$log.full" | head -30
+      if grep -qE "^========= (Invalid|Race|Uninitialized|Barrier|Program hit|Host API)" "$log.full"; then
+        echo "-- every finding, counted by kind and where:"
+        awk -f tools/gpu/sanitizer_tally.awk "$log.full" | sort -rn | head -40
+      fi
       [[ $rc -eq 124 ]] && echo "-- TIMED OUT after $cap s (not clean: unfinished)"
       if [[ $rc -ne 0 ]]; then
         echo "-- exit $rc; the end of its output:"
