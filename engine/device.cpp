@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "engine/error.hpp"
 #include "engine/host/host_memory.hpp"
 #include "engine/cuda/backend.hpp"
 #include "engine/cuda/device_query.hpp"
+#include "kernels/ops/memory.hpp"
 
 namespace dp {
 
@@ -26,6 +28,16 @@ int64_t capacity_of(const DeviceOptions& options, int device, int count) {
 
 void configure_host_blas() { openblas_set_num_threads(1); }
 
+bool poison_allocations() {
+  const char* v = std::getenv("DP_POISON_ALLOCATIONS");
+  return v && *v && std::string(v) != "0";
+}
+
+void Device::poison_if_asked() {
+  // Through the compute stream's exec: a GPU's fill is ordered after the block's last user there.
+  if (poison_allocations()) allocator_.set_fill_on_allocate([this](void* p, size_t n) { poison(exec_, p, n); });
+}
+
 Device::Device(int index, std::string name, int64_t capacity, int threads, int device_count)
     : index_(index),
       name_(name),
@@ -36,7 +48,9 @@ Device::Device(int index, std::string name, int64_t capacity, int threads, int d
       exec_{&pool_, nullptr, &allocator_},
       copy_exec_{&copy_pool_, nullptr, &allocator_},
       comm_exec_{&comm_pool_, nullptr, &allocator_},
-      stream_(name) {}
+      stream_(name) {
+  poison_if_asked();
+}
 
 Device::Device(int index, std::string name, int64_t capacity, int device_count, int gpu, const cuda::GpuMath& math)
     : index_(index),
@@ -50,6 +64,7 @@ Device::Device(int index, std::string name, int64_t capacity, int device_count, 
       comm_exec_{&comm_pool_, &cuda_->comm_context(), &allocator_},
       stream_(name) {
   stream_.set_device_queue(&cuda_->queue());
+  poison_if_asked();
 }
 
 Device::~Device() = default;

@@ -91,6 +91,7 @@ class Device {
   // A stream beside the compute stream, made on first use: on a GPU over `queue`, traced on track
   // `track` + index.
   Stream& side_stream(std::unique_ptr<Stream>& slot, const char* what, DeviceQueue* queue, int track);
+  void poison_if_asked();  // DP_POISON_ALLOCATIONS: the allocator's fill
   int index_;
   std::string name_;
   std::vector<std::atomic<int64_t>> received_;
@@ -132,6 +133,13 @@ class DeviceSet {
   std::vector<std::unique_ptr<Device>> devices_;
   std::string description_;
 };
+
+// DP_POISON_ALLOCATIONS set (not 0): every device fills each block its allocator hands out
+// with 0xFF bytes (NaN in every float type) before its user has it, outside captured steps. A
+// debugging aid: work that reads memory nothing wrote turns NaN, or differs from the same run
+// without it, where it would otherwise read whatever the block held last. Slow on a GPU (each
+// fill waits for the device's stream).
+bool poison_allocations();
 
 // Make one OpenBLAS call run in the calling thread: parallelism comes from devices and
 // --threads-per-device, not from BLAS's own pool.

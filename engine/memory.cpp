@@ -126,6 +126,21 @@ void CachingAllocator::note_alloc_locked(const Block& b) {
 // so whether a run fits does not depend on the cache's history. The cache is emptied first
 // whenever holding it would take the device past its capacity.
 Block* CachingAllocator::allocate(size_t bytes, MemCategory category) {
+  Block* b = take_block(bytes, category);
+  // Outside the lock (a GPU's fill waits for its stream); a block taken into a capture (pool != 0)
+  // is left alone: its stream is being captured and cannot wait.
+  if (fill_ && b->pool == 0) {
+    try {
+      fill_(b->ptr, b->size);
+    } catch (...) {
+      free(b);
+      throw;
+    }
+  }
+  return b;
+}
+
+Block* CachingAllocator::take_block(size_t bytes, MemCategory category) {
   const size_t size = round_size(bytes);
   const auto want = static_cast<int64_t>(size);
   std::unique_lock lock(mutex_);

@@ -99,6 +99,11 @@ class CachingAllocator {
 
   // Throws OutOfMemoryError when the capacity (or the system) cannot supply the bytes.
   Block* allocate(size_t bytes, MemCategory category);
+  // Called with every block handed out, except inside a capture, before its user has it: the
+  // device's poison (DP_POISON_ALLOCATIONS, engine/device.cpp), so that a kernel reading memory
+  // nothing wrote meets NaN instead of what a block's last user left, which may be the very
+  // values a repeated computation expects.
+  void set_fill_on_allocate(std::function<void(void*, size_t)> fill) { fill_ = std::move(fill); }
   // No longer in use (in_use drops now); reused once the streams that read it have passed their
   // reads. Never throws.
   void free(Block* block);
@@ -133,6 +138,7 @@ class CachingAllocator {
   void set_capacity(int64_t bytes);  // 0 = unlimited
 
  private:
+  Block* take_block(size_t bytes, MemCategory category);  // allocate(), less the fill
   void release_cached_locked();
   void collect_read_blocks_locked();  // freed blocks whose readers have all passed: into the cache
   OutOfMemoryError out_of_memory_locked(size_t bytes) const;
@@ -158,6 +164,7 @@ class CachingAllocator {
   MemoryStats stats_;
   std::string phase_;
   std::function<void()> release_others_;
+  std::function<void(void*, size_t)> fill_;
 };
 
 // A kernel's scratch memory for the length of a scope, from the device's allocator (counted as

@@ -1,6 +1,13 @@
 // The caching allocator's accounting by category, its cache, and the out-of-memory error.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "engine/error.hpp"
 #include "helpers.hpp"
 
@@ -273,4 +280,62 @@ TEST_CASE("a captured step's pool: a block another stream read inside the captur
   alloc.free(b);
   alloc.release_pool(pool);
   CHECK(alloc.stats().in_use == 0);
+}
+
+TEST_CASE("the fill on allocate: every block handed out (fresh or cached, all of it), none inside a capture, and a failing fill loses nothing") {
+  BudgetMemory gpu(1 << 20);
+  CachingAllocator a(0, "cuda:0", gpu, 0);
+  std::vector<std::pair<void*, size_t>> filled;
+  a.set_fill_on_allocate([&](void* p, size_t n) { filled.emplace_back(p, n); });
+  Block* fresh = a.allocate(1000, MemCategory::Activations);
+  REQUIRE(filled.size() == 1);
+  CHECK(filled[0] == std::pair{fresh->ptr, fresh->size});
+  CHECK(fresh->size >= 1000);  // the whole block: a kernel that reads past its tensor meets the fill too
+  void* const ptr = fresh->ptr;
+  a.free(fresh);
+  Block* cached = a.allocate(900, MemCategory::Gradients);  // the same block again: filled again
+  CHECK(cached->ptr == ptr);
+  CHECK(filled.size() == 2);
+  a.free(cached);
+  const int pool = a.begin_capture();  // its stream is being captured and cannot wait
+  Block* captured = a.allocate(900, MemCategory::Gradients);
+  CHECK(filled.size() == 2);
+  a.free(captured);
+  a.end_capture();
+  a.release_pool(pool);
+  a.set_fill_on_allocate([](void*, size_t) { throw RuntimeError("the device failed"); });
+  CHECK_THROWS_WITH(a.allocate(2000, MemCategory::Activations), "the device failed");
+  CHECK(a.stats().in_use == 0);
+}
+
+TEST_CASE("DP_POISON_ALLOCATIONS: a device's tensors start as NaN, a reused block too, and Tensor::zeros is still zero") {
+  // As it was after: the whole suite also runs with the variable set (ctest's unit_poisoned).
+  const char* was = std::getenv("DP_POISON_ALLOCATIONS");
+  const std::string before = was ? was : "";
+  ::setenv("DP_POISON_ALLOCATIONS", "1", 1);
+  auto devs = host_devices(1);
+  ::setenv("DP_POISON_ALLOCATIONS", "0", 1);
+  CHECK(!poison_allocations());
+  auto plain = host_devices(1);  // no fill
+  if (was) ::setenv("DP_POISON_ALLOCATIONS", before.c_str(), 1);
+  else ::unsetenv("DP_POISON_ALLOCATIONS");
+  auto nan_everywhere = [](const Tensor& t) {
+    for (float v : t.to_host())
+      if (!std::isnan(v)) return false;
+    return true;
+  };
+  {
+    Tensor t = Tensor::empty(devs[0], {1000}, MemCategory::Activations);
+    CHECK(nan_everywhere(t));
+    std::fill_n(t.data(), 1000, 2.5f);  // what a repeated computation would find there again
+  }
+  Tensor again = Tensor::empty(devs[0], {1000}, MemCategory::Activations);
+  CHECK(devs[0].allocator().stats().cache_hits == 1);
+  CHECK(nan_everywhere(again));
+  Tensor z = Tensor::zeros(devs[0], {1000}, MemCategory::Gradients);
+  for (float v : z.to_host()) REQUIRE(v == 0.f);
+  Tensor u = Tensor::empty(plain[0], {1000}, MemCategory::Activations);
+  std::fill_n(u.data(), 1000, 2.5f);
+  u = Tensor();
+  CHECK(Tensor::empty(plain[0], {1000}, MemCategory::Activations).to_host()[0] == 2.5f);
 }

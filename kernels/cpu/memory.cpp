@@ -8,6 +8,9 @@ namespace dp::cpu {
 void zero(ThreadPool&, void* dst, size_t bytes) {
   if (bytes) std::memset(dst, 0, bytes);
 }
+void poison(ThreadPool&, void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0xFF, bytes);
+}
 void upload(ThreadPool&, void* dst, const void* host, size_t bytes) {
   if (bytes) std::memcpy(dst, host, bytes);
 }

@@ -12,6 +12,15 @@ void zero(Context& c, void* dst, size_t bytes) {
   DP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, c.handles().stream));
 }
 
+// On the stream, after the block's last user there (the allocator hands a block back only to work
+// on the same stream), and waited for: the block's next user may be on another stream.
+void poison(Context& c, void* dst, size_t bytes) {
+  if (!bytes) return;
+  DP_CUDA_CHECK(cudaSetDevice(c.gpu()));
+  DP_CUDA_CHECK(cudaMemsetAsync(dst, 0xFF, bytes, c.handles().stream));
+  c.synchronize();
+}
+
 void upload(Context& c, void* dst, const void* host, size_t bytes) {
   if (!bytes) return;
   DP_CUDA_CHECK(cudaSetDevice(c.gpu()));

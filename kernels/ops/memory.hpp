@@ -9,11 +9,13 @@
 namespace dp {
 namespace cpu {
 void zero(ThreadPool&, void* dst, size_t bytes);
+void poison(ThreadPool&, void* dst, size_t bytes);
 void upload(ThreadPool&, void* dst, const void* host, size_t bytes);
 void download(ThreadPool&, void* host, const void* src, size_t bytes);
 }  // namespace cpu
 namespace cuda {
 void zero(Context& c, void* dst, size_t bytes);
+void poison(Context& c, void* dst, size_t bytes);  // completed on return
 void upload(Context& c, void* dst, const void* host, size_t bytes);
 void download(Context& c, void* host, const void* src, size_t bytes);  // completed on return
 // src lives on `from`'s GPU: a peer copy, or device-to-device when both share a GPU.
@@ -21,6 +23,9 @@ void copy(Context& to, void* dst, const void* src, size_t bytes, Context& from);
 }  // namespace cuda
 
 inline void zero(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, zero, dst, bytes); }
+// Every byte 0xFF: NaN in float32, bfloat16 and float16, -1 in int32; done before it returns, so
+// work on any of the device's streams sees it (DP_POISON_ALLOCATIONS' fill, engine/device.cpp).
+inline void poison(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, poison, dst, bytes); }
 inline void upload(const Exec& ex, void* dst, const void* host, size_t bytes) { DP_DISPATCH(ex, upload, dst, host, bytes); }
 inline void download(const Exec& ex, void* host, const void* src, size_t bytes) {
   DP_DISPATCH(ex, download, host, src, bytes);

@@ -25,9 +25,10 @@ class Checks:
         sys.exit(1 if self.failed else 0)
 
 
-def run_dp(dp, args, timeout=300):
-    """dp's exit code, stdout and stderr."""
-    p = subprocess.run([dp] + args, capture_output=True, text=True, errors="replace", timeout=timeout)
+def run_dp(dp, args, timeout=300, env=None):
+    """dp's exit code, stdout and stderr (env: variables set for this run, beside the inherited ones)."""
+    p = subprocess.run([dp] + args, capture_output=True, text=True, errors="replace", timeout=timeout,
+                       env=dict(os.environ, **env) if env else None)
     return p.returncode, p.stdout, p.stderr
 
 
@@ -51,9 +52,9 @@ class Cli(Checks):
         self.dp = os.path.abspath(sys.argv[1])
         self.timeout = timeout
 
-    def run(self, args, timeout=None):
+    def run(self, args, timeout=None, env=None):
         """dp's exit code, stdout and stderr."""
-        return run_dp(self.dp, args, timeout or self.timeout)
+        return run_dp(self.dp, args, timeout or self.timeout, env)
 
     def expect(self, name, args, code, needle):
         """dp exits with `code` and says `needle` on stderr."""

@@ -6,6 +6,8 @@ ones), each checked against a property that must hold for all of them:
   and backward, --eval, --eval-every, --trace and --checkpoint what happens between steps; none
   may change a bit of the per-step losses (and gradient norms,
   fp16's scales and skips) or of the final weights, against --cuda-graphs off --upload-ahead off --host-sync phase;
+  in every other case the changed run also has DP_POISON_ALLOCATIONS=1 (each allocation filled with
+  NaN first), so a kernel that reads memory nothing wrote shows as a changed bit or a NaN;
 - resume: a run resumed from the checkpoint it wrote at step k ends bit for bit as the run that
   went on (and so do its losses from step k);
 - two devices: --sync allreduce (each device's sum of the two replicas' gradients) ends bit for bit
@@ -69,14 +71,14 @@ def draw(rng, case):
     return args
 
 
-def outcome(args, tmp):
+def outcome(args, tmp, env=None):
     """Exit code; then per step the loss, gradient norm and fp16's scale and skip (where reported),
     and a hash of the saved weights."""
     metrics, weights = os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "w.safetensors")
     for f in (metrics, weights):
         if os.path.exists(f):
             os.remove(f)
-    rc, _, err = CLI.run(args + ["--metrics", metrics, "--save", weights])
+    rc, _, err = CLI.run(args + ["--metrics", metrics, "--save", weights], env=env)
     if rc != 0:
         return rc, err.strip().splitlines()[-1:]
     rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
@@ -104,9 +106,11 @@ def same_arithmetic(rng, case, tmp):
         other += ["--checkpoint", os.path.join(tmp, f"ck{case}"), "--checkpoint-every", "2"]
     if args[args.index("--model") + 1] in ("resnet8", "gpt") and rng.random() < 0.8:
         other += ["--recompute", rng.choice(["blocks", "blocks:1"])]
-    a, b = outcome(usual, tmp), outcome(other, tmp)
+    poison = {"DP_POISON_ALLOCATIONS": "1"} if case % 2 else {}  # by the case, not the draws: they stay as they were
+    a, b = outcome(usual, tmp), outcome(other, tmp, poison)
     CLI.check(f"same arithmetic, case {case}", a[0] == 0 and a == b,
-              f"\n  dp {' '.join(usual)}\n  -> {str(a)[:400]}\n  dp {' '.join(other)}\n  -> {str(b)[:400]}")
+              f"\n  dp {' '.join(usual)}\n  -> {str(a)[:400]}\n  {'DP_POISON_ALLOCATIONS=1 ' if poison else ''}dp "
+              f"{' '.join(other)}\n  -> {str(b)[:400]}")
 
 
 def resume(rng, case, tmp):
