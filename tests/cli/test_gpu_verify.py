@@ -2,7 +2,7 @@
 cannot be spent finding a bug in its plumbing. In a scratch copy of the tree whose build-gpu holds
 this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - tests: every GPU case runs in its own process and, with no GPU, fails (DP_REQUIRE_GPU=1), each
-  counted and named;
+  counted and named; so does poisoned (the same with DP_POISON_ALLOCATIONS=1), in its own log;
 - sanitize: every run's verdict is counted; the cases whose CUDA calls fail by design run without
   API-error reports, the case that compares times under memcheck only; a second call with the same
   binaries takes the first call's verdicts instead of running again; --within cuts slow runs, which count as unfinished,
@@ -88,6 +88,12 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("tests: each case named with its failure", all("FAIL (exit 1, " in log and n in log for n in names)
             and log.count("no usable CUDA GPU") == len(names), log[-2000:])
     c.check("tests: the exit status counts the failed stage", p.returncode == 1, p.returncode)
+    out = os.path.join(tmp, "out-poisoned")
+    p, summary, _ = verify(["poisoned"], out)
+    log = open(os.path.join(out, "poisoned.log")).read() if os.path.exists(os.path.join(out, "poisoned.log")) else ""
+    c.check("poisoned: the same cases under its own name and log",
+            f"FAIL poisoned (exit {len(names)}): 0 of {len(names)} GPU cases pass" in summary
+            and log.count("no usable CUDA GPU") == len(names), summary + log[-1000:])
 
     # ---- sanitize: every run counted; a second call takes the first one's verdicts
     out = os.path.join(tmp, "out-sanitize")

@@ -13,6 +13,8 @@
 #   tests     every GPU test case in its own process, one at a time, with a time limit and
 #             DP_REQUIRE_GPU=1 (one sticky CUDA error cannot hide the cases after it, a hang is
 #             named, a filter matching nothing and no GPU are failures)
+#   poisoned  the same with DP_POISON_ALLOCATIONS=1: every allocation filled with NaN first, so a
+#             result that depends on memory nothing wrote fails its comparison
 #   unit      every other test on that machine: ctest -LE gpu after a build from source; with the
 #             prebuilt binaries the same run by hand (each unit case in its own process, the CLI
 #             suites), less the PyTorch cross-checks and the MPI suite
@@ -128,9 +130,18 @@ doctest_cases() {  # a doctest binary's case names, one a line
 }
 gpu_cases() { doctest_cases build-gpu/tests/dp_gpu_tests; }
 
-stage_tests() {
-  local log="$out/tests.log" t0=$SECONDS pass=0 bad=0 unrun=0 rc name slowest=0 slowest_name="" took
-  local -a cases
+stage_tests() { gpu_cases_each tests; }
+# The same with every allocation filled with NaN first (DP_POISON_ALLOCATIONS): a kernel whose result
+# depends on memory nothing wrote fails its comparison here. Without compute-sanitizer's slowdown,
+# it tells whether initcheck's reports of reads matter (RESULTS.md, 2026-11-26).
+stage_poisoned() { gpu_cases_each poisoned DP_POISON_ALLOCATIONS=1; }
+
+# Every GPU case in its own process: the stage's name (its log is $out/NAME.log), then variables
+# to set for each case.
+gpu_cases_each() {
+  local stage=$1 log="$out/$1.log" t0=$SECONDS pass=0 bad=0 unrun=0 rc name slowest=0 slowest_name="" took
+  shift
+  local -a cases env_vars=("$@")
   mapfile -t cases < <(gpu_cases)
   : >"$log"
   if build-gpu/tests/dp_gpu_tests --list-test-cases --no-intro | grep -n ';' >>"$log"; then
@@ -140,7 +151,8 @@ stage_tests() {
   for name in "${cases[@]}"; do
     if (($(left) < 20)); then unrun=$((unrun + 1)); echo "NOT RUN (deadline): $name" >>"$log"; continue; fi
     local s=$SECONDS
-    DP_REQUIRE_GPU=1 timeout "$(limit 300)" build-gpu/tests/dp_gpu_tests "-tc=${name//,/?}" --no-intro >"$out/case.txt" 2>&1
+    env "${env_vars[@]}" DP_REQUIRE_GPU=1 timeout "$(limit 300)" build-gpu/tests/dp_gpu_tests "-tc=${name//,/?}" \
+      --no-intro >"$out/case.txt" 2>&1
     rc=$?
     took=$((SECONDS - s))
     ((took > slowest)) && slowest=$took slowest_name=$name
@@ -154,7 +166,7 @@ stage_tests() {
     fi
   done
   rm -f "$out/case.txt"
-  stage_result tests $((bad + unrun)) "$pass of ${#cases[@]} GPU cases pass, $bad fail, $unrun not run, in $((SECONDS - t0)) s (slowest ${slowest} s: ${slowest_name:0:60})"
+  stage_result "$stage" $((bad + unrun)) "$pass of ${#cases[@]} GPU cases pass, $bad fail, $unrun not run, in $((SECONDS - t0)) s (slowest ${slowest} s: ${slowest_name:0:60})"
 }
 
 stage_unit() {
@@ -453,17 +465,17 @@ stage_bench() {
 }
 
 # The least time each stage is started with.
-declare -A needs=([tests]=60 [unit]=60 [sanitize]=60 [equal]=60 [mpi]=30 [profile]=60 [bench]=60)
+declare -A needs=([tests]=60 [poisoned]=60 [unit]=60 [sanitize]=60 [equal]=60 [mpi]=30 [profile]=60 [bench]=60)
 [[ $# -gt 0 ]] || set -- probe build tests equal bench
 for stage in "$@"; do
   case "$stage" in
     probe) stage_probe ;;
     build) stage_build ;;
-    tests | unit | sanitize | equal | mpi | profile | bench)
+    tests | poisoned | unit | sanitize | equal | mpi | profile | bench)
       env_ready || { note "FAIL $stage: no build-gpu/env.sh (run the build stage first)"; failed=$((failed + 1)); continue; }
       fits "$stage" "${needs[$stage]}" && "stage_$stage"
       ;;
-    *) echo "verify.sh: unknown stage '$stage' (probe, build, tests, unit, sanitize, equal, mpi, profile, bench)" >&2; exit 2 ;;
+    *) echo "verify.sh: unknown stage '$stage' (probe, build, tests, poisoned, unit, sanitize, equal, mpi, profile, bench)" >&2; exit 2 ;;
   esac
 done
 echo "---- summary"
