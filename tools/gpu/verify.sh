@@ -130,17 +130,19 @@ doctest_cases() {  # a doctest binary's case names, one a line
 }
 gpu_cases() { doctest_cases build-gpu/tests/dp_gpu_tests; }
 
-stage_tests() { gpu_cases_each tests; }
+stage_tests() { gpu_cases_each tests 300; }
 # The same with every allocation filled with NaN first (DP_POISON_ALLOCATIONS): a kernel whose result
 # depends on memory nothing wrote fails its comparison here. Without compute-sanitizer's slowdown,
 # it tells whether initcheck's reports of reads matter (RESULTS.md, 2026-11-26).
-stage_poisoned() { gpu_cases_each poisoned DP_POISON_ALLOCATIONS=1; }
+# Each fill waits for its stream, so a step that waits inside on another thread's work could hang:
+# a shorter limit per case (the slowest takes 30 s unpoisoned on the H200).
+stage_poisoned() { gpu_cases_each poisoned 150 DP_POISON_ALLOCATIONS=1; }
 
-# Every GPU case in its own process: the stage's name (its log is $out/NAME.log), then variables
-# to set for each case.
+# Every GPU case in its own process: the stage's name (its log is $out/NAME.log), each case's time
+# limit in seconds, then variables to set for each case.
 gpu_cases_each() {
-  local stage=$1 log="$out/$1.log" t0=$SECONDS pass=0 bad=0 unrun=0 rc name slowest=0 slowest_name="" took
-  shift
+  local stage=$1 log="$out/$1.log" case_limit=$2 t0=$SECONDS pass=0 bad=0 unrun=0 rc name slowest=0 slowest_name="" took
+  shift 2
   local -a cases env_vars=("$@")
   mapfile -t cases < <(gpu_cases)
   : >"$log"
@@ -151,7 +153,7 @@ gpu_cases_each() {
   for name in "${cases[@]}"; do
     if (($(left) < 20)); then unrun=$((unrun + 1)); echo "NOT RUN (deadline): $name" >>"$log"; continue; fi
     local s=$SECONDS
-    env "${env_vars[@]}" DP_REQUIRE_GPU=1 timeout "$(limit 300)" build-gpu/tests/dp_gpu_tests "-tc=${name//,/?}" \
+    env "${env_vars[@]}" DP_REQUIRE_GPU=1 timeout "$(limit "$case_limit")" build-gpu/tests/dp_gpu_tests "-tc=${name//,/?}" \
       --no-intro >"$out/case.txt" 2>&1
     rc=$?
     took=$((SECONDS - s))
