@@ -11,7 +11,9 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
   saying why, not a hundred runs read as dirty;
 - unit, with prebuilt binaries (no ctest files): each unit case in its own process, counted;
-- a stage left with too little time is skipped and says so; an unknown stage is an error.
+- a stage left with too little time is skipped and says so; an unknown stage is an error;
+- the profile's helpers: kernel_times.py reads Nsight Compute's CSV in either unit spelling and
+  names an unknown unit; phase_table.py puts real runs' phases side by side in the step's order.
 
 usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
 """
@@ -192,6 +194,25 @@ with tempfile.TemporaryDirectory() as tmp:
             p.returncode == 0 and p.stdout.splitlines()[:3] == [
                 "kernel time per step: 0.004 ms in 2 kernels", "    0.003 ms    1.0x  gemm", "    0.001 ms    0.5x  relu"],
             p.stdout + p.stderr)
+    # ---- the profile's phases side by side, from dp train's --metrics (host devices here)
+    runs = []
+    for devices in ("host:1", "host:2"):
+        metrics = os.path.join(tmp, f"phases-{devices}.jsonl")
+        subprocess.run([dp, "train", "--model", "mlp", "--devices", devices, "--batch", "16", "--steps", "4",
+                        "--generated-size", "64", "--metrics", metrics], capture_output=True)
+        runs.append(f"{devices}={metrics}")
+    table = os.path.join(ROOT, "tools", "gpu", "phase_table.py")
+    p = subprocess.run([sys.executable, table, "2"] + runs, capture_output=True, text=True)
+    lines = p.stdout.splitlines()
+    c.check("phase_table: a row per phase in the step's order, then the step and samples/s, a column per run",
+            p.returncode == 0 and lines[0] == "| phase (ms per step, steps 2 on) | host:1 | host:2 |"
+            and [l.split(" | ")[0][2:] for l in lines[2:]] == ["load", "scatter", "replicate", "forward", "gather",
+                                                               "loss", "backward", "reduce", "update", "step",
+                                                               "samples/s"]
+            and all(l.count("|") == 4 for l in lines), p.stdout + p.stderr)
+    p = subprocess.run([sys.executable, table, "9"] + runs, capture_output=True, text=True)
+    c.check("phase_table: no steps that late is an error naming the file", p.returncode != 0 and "no steps from 9 on"
+            in p.stderr, p.stdout + p.stderr)
     p = kernel_times(rows + [("3", "copy", "furlong", "1")])
     c.check("kernel_times: an unknown unit is an error naming it", p.returncode != 0 and "unknown unit 'furlong'"
             in p.stderr, p.stdout + p.stderr)

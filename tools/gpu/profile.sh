@@ -5,7 +5,9 @@
 # --cudnn choice. Appends to $OUT/profile.txt and keeps Nsight Compute's CSV beside it
 # (ncu-MODEL-BATCH.csv.gz), so a table that fails to read loses no lease time. Exit 1 when a part
 # failed (tools/gpu/verify.sh profile runs it).
-#   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256
+# A spec phases:MODEL:BATCH instead: DataParallel's overhead phase by phase, the mean time of each
+# phase of a step on cuda:0x1 and on cuda:0x4 at that global batch (tools/gpu/phase_table.py).
+#   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 source build-gpu/env.sh
@@ -13,9 +15,25 @@ out=${OUT:-profile-out}
 mkdir -p "$out"
 steps=4
 failed=0
+log="$out/profile.txt"
 for spec in "$@"; do
+  if [[ $spec == phases:* ]]; then
+    model=${spec#phases:} batch=${spec##*:}
+    model=${model%%:*}
+    {
+      echo "######## DataParallel's overhead by phase: $model, global batch $batch, cuda:0x1 against cuda:0x4"
+      runs=()
+      for devices in cuda:0x1 cuda:0x4; do
+        rm -f "/tmp/phases-$devices.jsonl"
+        build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps 30 \
+          --generated-size $((batch * 30)) --metrics "/tmp/phases-$devices.jsonl" >/dev/null 2>&1 || failed=1
+        runs+=("$devices=/tmp/phases-$devices.jsonl")
+      done
+      python3 tools/gpu/phase_table.py 10 "${runs[@]}" || failed=1
+    } >>"$log" 2>&1
+    continue
+  fi
   model=${spec%%:*} batch=${spec##*:}
-  log="$out/profile.txt"
   {
     echo "######## $model, batch $batch"
     for cudnn in deterministic heuristic benchmark; do

@@ -30,7 +30,8 @@
 #   mpi       tests/cli/test_mpi.py (its GPU case: one rank through NCCL) where mpirun is there
 #             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
-#             wall time per --cudnn choice (convnet 128 and 1024, resnet18 256)
+#             wall time per --cudnn choice (convnet 1024, resnet18 256); each phase's time on
+#             cuda:0x1 against cuda:0x4 (mlp and convnet, global batch 1024)
 #   bench     tools/bench/bench_gpu.py $DP_BENCH_ARGS (Markdown for RESULTS.md), for at most
 #             DP_BENCH_SECONDS (the tables it finished come back)
 # Every stage runs even when one before it failed (except after a failed build); summary.txt
@@ -455,7 +456,7 @@ stage_mpi() {
 
 stage_profile() {
   local t0=$SECONDS
-  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 >/dev/null 2>&1
+  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:1024 resnet18:256 phases:mlp:1024 phases:convnet:1024 >/dev/null 2>&1
   stage_result profile $? "tools/gpu/profile.sh in $((SECONDS - t0)) s (profile.txt)"
 }
 
