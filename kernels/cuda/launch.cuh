@@ -2,6 +2,7 @@
 // stride over the rest), so one definition serves every .cu file.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 namespace dp::cuda {
@@ -9,6 +10,17 @@ namespace dp::cuda {
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+// Index arithmetic in 32 bits where every index of the launch fits, with room for one grid stride
+// past the end (a blocks_for grid): a 64-bit division or remainder costs several times a 32-bit
+// one, and a kernel that splits a flat index into (plane, row, column) does a few per element.
+// f(I{}) with I = int32_t or int64_t; `largest` is the largest element count the kernel indexes.
+template <typename F>
+void with_index_type(int64_t largest, F&& f) {
+  constexpr int64_t kLargestGrid = int64_t{65535} * kThreads;
+  if (largest <= int64_t{INT32_MAX} - kLargestGrid) f(int32_t{});
+  else f(int64_t{});
 }
 
 }  // namespace dp::cuda

@@ -15,18 +15,19 @@ namespace dp::cuda {
 namespace {
 
 
-template <typename T>
-__global__ void maxpool_forward_kernel(T* out, int32_t* argmax, const T* in, int64_t planes, int64_t H,
-                                       int64_t W, int64_t OH, int64_t OW, int64_t k, int64_t stride) {
-  const int64_t total = planes * OH * OW;
-  for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < total; o += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
+// I: the index type (with_index_type: 32 bits unless a tensor is too large for them).
+template <typename T, typename I>
+__global__ void maxpool_forward_kernel(T* out, int32_t* argmax, const T* in, I planes, I H, I W, I OH, I OW, I k,
+                                       I stride) {
+  const I total = planes * OH * OW;
+  for (I o = blockIdx.x * I(blockDim.x) + threadIdx.x; o < total; o += I(gridDim.x) * blockDim.x) {
+    const I p = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
     const T* x = in + p * H * W;
     float best = -INFINITY;
     int32_t at = static_cast<int32_t>(oh * stride * W + ow * stride);
-    for (int64_t i = 0; i < k; ++i)
-      for (int64_t j = 0; j < k; ++j) {
-        const int64_t idx = (oh * stride + i) * W + ow * stride + j;
+    for (I i = 0; i < k; ++i)
+      for (I j = 0; j < k; ++j) {
+        const I idx = (oh * stride + i) * W + ow * stride + j;
         const float v = load_float(x[idx]);
         if (v > best || isnan(v)) best = v, at = static_cast<int32_t>(idx);
       }
@@ -35,19 +36,19 @@ __global__ void maxpool_forward_kernel(T* out, int32_t* argmax, const T* in, int
   }
 }
 
-template <typename T>
-__global__ void maxpool_backward_kernel(T* din, const T* dout, const int32_t* argmax, int64_t planes,
-                                        int64_t H, int64_t W, int64_t OH, int64_t OW, int64_t k, int64_t stride) {
-  const int64_t total = planes * H * W;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = i / (H * W), h = i / W % H, w = i % W, flat = h * W + w;
+template <typename T, typename I>
+__global__ void maxpool_backward_kernel(T* din, const T* dout, const int32_t* argmax, I planes, I H, I W, I OH,
+                                        I OW, I k, I stride) {
+  const I total = planes * H * W;
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * blockDim.x) {
+    const I p = i / (H * W), h = i / W % H, w = i % W, flat = h * W + w;
     // Outputs whose window covers (h, w): oh·stride <= h < oh·stride + k.
-    const int64_t oh0 = h < k ? 0 : (h - k) / stride + 1, oh1 = min(OH - 1, h / stride);
-    const int64_t ow0 = w < k ? 0 : (w - k) / stride + 1, ow1 = min(OW - 1, w / stride);
+    const I oh0 = h < k ? 0 : (h - k) / stride + 1, oh1 = min(OH - 1, h / stride);
+    const I ow0 = w < k ? 0 : (w - k) / stride + 1, ow1 = min(OW - 1, w / stride);
     float sum = 0.f;
-    for (int64_t oh = oh0; oh <= oh1; ++oh)
-      for (int64_t ow = ow0; ow <= ow1; ++ow) {
-        const int64_t o = p * OH * OW + oh * OW + ow;
+    for (I oh = oh0; oh <= oh1; ++oh)
+      for (I ow = ow0; ow <= ow1; ++ow) {
+        const I o = p * OH * OW + oh * OW + ow;
         if (argmax[o] == flat) sum += load_float(dout[o]);
       }
     din[i] = store_as<T>(sum);
@@ -80,8 +81,11 @@ void maxpool2d_forward(Context& c, DType t, void* out, int32_t* argmax, const vo
   if (n == 0) return;
   with_float_type(t, "maxpool2d_forward", [&](auto tag) {
     using T = decltype(tag);
-    maxpool_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
-        static_cast<T*>(out), argmax, static_cast<const T*>(in), N * C, H, W, OH, OW, k, stride);
+    with_index_type(N * C * H * W, [&](auto index) {
+      using I = decltype(index);
+      maxpool_forward_kernel<T, I><<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
+          static_cast<T*>(out), argmax, static_cast<const T*>(in), I(N * C), I(H), I(W), I(OH), I(OW), I(k), I(stride));
+    });
     DP_CUDA_CHECK_LAUNCH();
   });
 }
@@ -92,8 +96,12 @@ void maxpool2d_backward(Context& c, DType t, void* din, const void* dout, const 
   if (n == 0) return;
   with_float_type(t, "maxpool2d_backward", [&](auto tag) {
     using T = decltype(tag);
-    maxpool_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
-        static_cast<T*>(din), static_cast<const T*>(dout), argmax, N * C, H, W, OH, OW, k, stride);
+    with_index_type(n, [&](auto index) {
+      using I = decltype(index);
+      maxpool_backward_kernel<T, I><<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
+          static_cast<T*>(din), static_cast<const T*>(dout), argmax, I(N * C), I(H), I(W), I(OH), I(OW), I(k),
+          I(stride));
+    });
     DP_CUDA_CHECK_LAUNCH();
   });
 }
