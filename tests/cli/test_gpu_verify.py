@@ -93,9 +93,12 @@ with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "out-poisoned")
     p, summary, _ = verify(["poisoned"], out)
     log = open(os.path.join(out, "poisoned.log")).read() if os.path.exists(os.path.join(out, "poisoned.log")) else ""
-    c.check("poisoned: the same cases under its own name and log",
-            f"FAIL poisoned (exit {len(names)}): 0 of {len(names)} GPU cases pass" in summary
-            and log.count("no usable CUDA GPU") == len(names), summary + log[-1000:])
+    timed = [n for n in names if "replica times on a GPU" in n]
+    c.check("poisoned: the same cases under their own name and log, but the one that compares times",
+            len(timed) == 1 and f"FAIL poisoned (exit {len(names) - 1}): 0 of {len(names)} GPU cases pass, "
+            f"{len(names) - 1} fail, 0 not run, 1 left out, in " in summary
+            and log.count("no usable CUDA GPU") == len(names) - 1 and f"LEFT OUT: {timed[0]}" in log,
+            summary + log[-1000:])
 
     # ---- sanitize: every run counted; a second call takes the first one's verdicts
     out = os.path.join(tmp, "out-sanitize")
