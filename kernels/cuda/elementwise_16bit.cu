@@ -76,8 +76,7 @@ void launch_add_many(cudaStream_t stream, Y* y, const Sources& xs, int64_t n) {
   if constexpr (K < kMaxSources) {
     if (xs.count != K) return launch_add_many<Y, X, K + 1>(stream, y, xs, n);
   }
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads * kUnroll - 1) / (kThreads * kUnroll), 65535));
-  add_many_kernel<Y, X, K><<<blocks, kThreads, 0, stream>>>(y, xs, n);
+  add_many_kernel<Y, X, K><<<blocks_for(n, kUnroll), kThreads, 0, stream>>>(y, xs, n);
 }
 
 }  // namespace

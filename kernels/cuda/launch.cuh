@@ -8,8 +8,10 @@
 namespace dp::cuda {
 
 constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
+// per_thread: elements each thread takes in one pass (a kernel that unrolls its grid-stride loop).
+inline unsigned blocks_for(int64_t n, int per_thread = 1) {
+  const int64_t per_block = int64_t{kThreads} * per_thread;
+  return static_cast<unsigned>(std::min<int64_t>((n + per_block - 1) / per_block, 65535));
 }
 
 // Index arithmetic in 32 bits where every index of the launch fits, with room for one grid stride

@@ -44,7 +44,13 @@ with tempfile.TemporaryDirectory() as tmp:
                     ignore=shutil.ignore_patterns("__pycache__"))
     os.makedirs(os.path.join(tree, "build-gpu", "tests"))
     os.symlink(dp, os.path.join(tree, "build-gpu", "dp"))
-    os.symlink(gpu_tests, os.path.join(tree, "build-gpu", "tests", "dp_gpu_tests"))
+    # the GPU test binary behind a wrapper that notes each case run's DP_POISON_ALLOCATIONS
+    poison_seen = os.path.join(tmp, "poison-seen")
+    wrapper = os.path.join(tree, "build-gpu", "tests", "dp_gpu_tests")
+    with open(wrapper, "w") as f:
+        f.write(f'#!/bin/sh\ncase "$1" in -tc=*) echo "${{DP_POISON_ALLOCATIONS:-unset}}" >>"{poison_seen}";; esac\n'
+                f'exec "{gpu_tests}" "$@"\n')
+    os.chmod(wrapper, 0o755)
     os.symlink(os.path.join(os.path.dirname(gpu_tests), "dp_tests"), os.path.join(tree, "build-gpu", "tests", "dp_tests"))
     open(os.path.join(tree, "build-gpu", "env.sh"), "w").close()
     fake = os.path.join(tmp, "bin")
@@ -90,8 +96,14 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("tests: each case named with its failure", all("FAIL (exit 1, " in log and n in log for n in names)
             and log.count("no usable CUDA GPU") == len(names), log[-2000:])
     c.check("tests: the exit status counts the failed stage", p.returncode == 1, p.returncode)
+    seen_tests = open(poison_seen).read().split() if os.path.exists(poison_seen) else []
+    os.remove(poison_seen)
     out = os.path.join(tmp, "out-poisoned")
     p, summary, _ = verify(["poisoned"], out)
+    seen_poisoned = open(poison_seen).read().split() if os.path.exists(poison_seen) else []
+    c.check("tests runs each case without DP_POISON_ALLOCATIONS, poisoned with it set to 1",
+            seen_tests == ["unset"] * len(names) and seen_poisoned == ["1"] * (len(names) - 1),
+            (seen_tests[:5], seen_poisoned[:5]))
     log = open(os.path.join(out, "poisoned.log")).read() if os.path.exists(os.path.join(out, "poisoned.log")) else ""
     timed = [n for n in names if "replica times on a GPU" in n]
     c.check("poisoned: the same cases under their own name and log, but the one that compares times",
