@@ -29,9 +29,15 @@ struct Exec {
 
 // Run `op` on the backend of `ex`: dp::cuda::op(*ex.cuda, args...) or dp::cpu::op(*ex.pool, args...).
 // Builds without CUDA have only the CPU path.
+// DP_DISPATCH_WITH_SCRATCH: the same, the CUDA body taking the device's allocator after its
+// context (for scratch memory, e.g. the per-block partial sums of a split reduction).
 #if DP_WITH_CUDA
 #define DP_DISPATCH(ex, op, ...) \
   ((ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, __VA_ARGS__) : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...)                                         \
+  ((ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, *(ex).alloc, __VA_ARGS__) \
+                  : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
 #else
 #define DP_DISPATCH(ex, op, ...) (::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...) (::dp::cpu::op(*(ex).pool, __VA_ARGS__))
 #endif

@@ -1,5 +1,5 @@
-// ReLU, element-wise add (the reduce's sum) and the SGD update: one thread per element,
-// grid-stride loops; the same arithmetic as kernels/cpu.
+// ReLU, element-wise add (the reduce's sum) and the SGD update: grid-stride loops, the same
+// arithmetic as kernels/cpu.
 #include <algorithm>
 
 #include "engine/cuda/check.cuh"
@@ -12,19 +12,41 @@ namespace dp::cuda {
 namespace {
 
 
+// ReLU and the add are memory-bound: a thread takes kUnroll elements a pass (a grid's stride
+// apart, so a warp's accesses stay adjacent) and issues every load before the first store — one
+// load in flight a thread left them at 0.6x PyTorch's vectorised kernels (resnet18, H100). An
+// element is read and written by one thread only, so output and input may be the same buffer.
+constexpr int kUnroll = 4;
+
+template <int kInputs, typename F>
+__device__ void unrolled(float* out, const float* const (&in)[kInputs], int64_t n, F f) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t base = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; base < n; base += stride * kUnroll) {
+    float v[kInputs][kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int k = 0; k < kInputs; ++k)
+        if (base + u * stride < n) v[k][u] = in[k][base + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (base + u * stride < n) out[base + u * stride] = f(v, u);
+  }
+}
+
 __global__ void relu_forward_kernel(float* out, const float* in, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = in[i] > 0.f || isnan(in[i]) ? in[i] : 0.f;  // fmaxf would turn NaN into 0
+  unrolled<1>(out, {in}, n, [](const float(&v)[1][kUnroll], int u) {
+    const float x = v[0][u];
+    return x > 0.f || isnan(x) ? x : 0.f;  // fmaxf would turn NaN into 0
+  });
 }
 
 __global__ void relu_backward_kernel(float* din, const float* dout, const float* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    din[i] = out[i] > 0.f ? dout[i] : 0.f;
+  unrolled<2>(din, {dout, out}, n, [](const float(&v)[2][kUnroll], int u) { return v[1][u] > 0.f ? v[0][u] : 0.f; });
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] += x[i];
+  unrolled<2>(y, {y, x}, n, [](const float(&v)[2][kUnroll], int u) { return v[0][u] + v[1][u]; });
 }
 
 __global__ void add_scalar_kernel(float* y, float value) { *y += value; }
@@ -49,19 +71,19 @@ __global__ void sgd_kernel(float* p, const float* g, float* buf, bool first, Sgd
 
 void relu_forward(Context& c, float* out, const float* in, int64_t n) {
   if (n == 0) return;
-  relu_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(out, in, n);
+  relu_forward_kernel<<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(out, in, n);
   DP_CUDA_CHECK_LAUNCH();
 }
 
 void relu_backward(Context& c, float* din, const float* dout, const float* out, int64_t n) {
   if (n == 0) return;
-  relu_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(din, dout, out, n);
+  relu_backward_kernel<<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(din, dout, out, n);
   DP_CUDA_CHECK_LAUNCH();
 }
 
 void add_inplace(Context& c, float* y, const float* x, int64_t n) {
   if (n == 0) return;
-  add_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(y, x, n);
+  add_kernel<<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(y, x, n);
   DP_CUDA_CHECK_LAUNCH();
 }
 

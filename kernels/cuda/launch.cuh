@@ -17,11 +17,12 @@ inline unsigned blocks_for(int64_t n, int per_thread = 1) {
 // Index arithmetic in 32 bits where every index of the launch fits, with room for one grid stride
 // past the end (a blocks_for grid): a 64-bit division or remainder costs several times a 32-bit
 // one, and a kernel that splits a flat index into (plane, row, column) does a few per element.
-// f(I{}) with I = int32_t or int64_t; `largest` is the largest element count the kernel indexes.
+// f(I{}) with I = int32_t or int64_t; `largest` is the largest element count the kernel indexes,
+// `per_thread` the grid strides a thread's index moves in one pass (blocks_for's argument).
 template <typename F>
-void with_index_type(int64_t largest, F&& f) {
+void with_index_type(int64_t largest, F&& f, int per_thread = 1) {
   constexpr int64_t kLargestGrid = int64_t{65535} * kThreads;
-  if (largest <= int64_t{INT32_MAX} - kLargestGrid) f(int32_t{});
+  if (largest <= int64_t{INT32_MAX} - kLargestGrid * per_thread) f(int32_t{});
   else f(int64_t{});
 }
 

@@ -1,6 +1,7 @@
 // BatchNorm2d over [N, C, HW] with PyTorch's semantics. Training normalises with this batch's
 // statistics (biased variance), saves mean and 1/std per channel, and updates the running
-// estimates (momentum, unbiased variance) when running_mean is present. CPU reference; CUDA: cuDNN.
+// estimates (momentum, unbiased variance) when running_mean is present. CPU reference; CUDA:
+// kernels/cuda/batchnorm.cu (the per-channel sums split over many blocks, in the allocator's scratch).
 #pragma once
 #include <cstdint>
 
@@ -37,25 +38,28 @@ void batchnorm_backward_apply(ThreadPool& pool, float* din, const float* dout, c
                               const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C, int64_t HW);
 }  // namespace cpu
 namespace cuda {
-void batchnorm_stats(Context& c, float* mean, float* var, const float* in, int64_t N, int64_t C, int64_t HW);
+void batchnorm_stats(Context& c, CachingAllocator& alloc, float* mean, float* var, const float* in, int64_t N,
+                     int64_t C, int64_t HW);
 void batchnorm_forward_with_stats(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
                                   const float* gamma, const float* beta, float* running_mean, float* running_var,
                                   const float* mean, const float* var, int64_t count, int64_t N, int64_t C,
                                   int64_t HW, float momentum, float eps);
-void batchnorm_backward_reduce(Context& c, float* sum_dy, float* sum_dy_xhat, const float* dout, const float* in,
-                               const float* save_mean, const float* save_invstd, int64_t N, int64_t C, int64_t HW);
-void batchnorm_backward_apply(Context& c, float* din, const float* dout, const float* in, const float* gamma,
-                              const float* save_mean, const float* save_invstd, const float* sum_dy,
-                              const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C, int64_t HW);
-void batchnorm_forward_train(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
-                             const float* gamma, const float* beta, float* running_mean, float* running_var, int64_t N,
-                             int64_t C, int64_t HW, float momentum, float eps);
+void batchnorm_backward_reduce(Context& c, CachingAllocator& alloc, float* sum_dy, float* sum_dy_xhat,
+                               const float* dout, const float* in, const float* save_mean, const float* save_invstd,
+                               int64_t N, int64_t C, int64_t HW);
+void batchnorm_backward_apply(Context& c, CachingAllocator& alloc, float* din, const float* dout, const float* in,
+                              const float* gamma, const float* save_mean, const float* save_invstd,
+                              const float* sum_dy, const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C,
+                              int64_t HW);
+void batchnorm_forward_train(Context& c, CachingAllocator& alloc, float* out, float* save_mean, float* save_invstd,
+                             const float* in, const float* gamma, const float* beta, float* running_mean,
+                             float* running_var, int64_t N, int64_t C, int64_t HW, float momentum, float eps);
 void batchnorm_forward_eval(Context& c, float* out, const float* in, const float* gamma, const float* beta,
                             const float* running_mean, const float* running_var, int64_t N, int64_t C, int64_t HW,
                             float eps);
-void batchnorm_backward(Context& c, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,
-                        const float* gamma, const float* save_mean, const float* save_invstd, int64_t N, int64_t C,
-                        int64_t HW, float eps);
+void batchnorm_backward(Context& c, CachingAllocator& alloc, float* din, float* dgamma, float* dbeta,
+                        const float* dout, const float* in, const float* gamma, const float* save_mean,
+                        const float* save_invstd, int64_t N, int64_t C, int64_t HW, float eps);
 }  // namespace cuda
 
 struct BatchNormArgs {
@@ -67,7 +71,7 @@ inline void batchnorm_forward_train(const Exec& ex, Buf out, Buf save_mean, Buf 
                                     Buf beta, Buf running_mean, Buf running_var, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_forward_train");
   const int64_t n = a.numel(), C = a.C;
-  DP_DISPATCH(ex, batchnorm_forward_train, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C), o.in(in, n),
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_forward_train, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C), o.in(in, n),
               o.in(gamma, C), o.in(beta, C), o.inout(running_mean, C), o.inout(running_var, C), a.N, a.C, a.HW,
               a.momentum, a.eps);
   o.finish();
@@ -84,14 +88,14 @@ inline void batchnorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, B
                                Buf save_mean, Buf save_invstd, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward");
   const int64_t n = a.numel(), C = a.C;
-  DP_DISPATCH(ex, batchnorm_backward, o.out(din, n), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, n), o.in(in, n),
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward, o.out(din, n), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, n), o.in(in, n),
               o.in(gamma, C), o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW, a.eps);
   o.finish();
 }
 
 inline void batchnorm_stats(const Exec& ex, Buf mean, Buf var, Buf in, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_stats");
-  DP_DISPATCH(ex, batchnorm_stats, o.out(mean, a.C), o.out(var, a.C), o.in(in, a.numel()), a.N, a.C, a.HW);
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_stats, o.out(mean, a.C), o.out(var, a.C), o.in(in, a.numel()), a.N, a.C, a.HW);
   o.finish();
 }
 inline void batchnorm_forward_with_stats(const Exec& ex, Buf out, Buf save_mean, Buf save_invstd, Buf in, Buf gamma,
@@ -108,7 +112,7 @@ inline void batchnorm_backward_reduce(const Exec& ex, Buf sum_dy, Buf sum_dy_xha
                                       Buf save_invstd, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward_reduce");
   const int64_t n = a.numel(), C = a.C;
-  DP_DISPATCH(ex, batchnorm_backward_reduce, o.out(sum_dy, C), o.out(sum_dy_xhat, C), o.in(dout, n), o.in(in, n),
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward_reduce, o.out(sum_dy, C), o.out(sum_dy_xhat, C), o.in(dout, n), o.in(in, n),
               o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW);
   o.finish();
 }
@@ -117,7 +121,7 @@ inline void batchnorm_backward_apply(const Exec& ex, Buf din, Buf dout, Buf in, 
                                      const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward_apply");
   const int64_t n = a.numel(), C = a.C;
-  DP_DISPATCH(ex, batchnorm_backward_apply, o.out(din, n), o.in(dout, n), o.in(in, n), o.in(gamma, C),
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward_apply, o.out(din, n), o.in(dout, n), o.in(in, n), o.in(gamma, C),
               o.in(save_mean, C), o.in(save_invstd, C), o.in(sum_dy, C), o.in(sum_dy_xhat, C), count, a.N, a.C, a.HW);
   o.finish();
 }

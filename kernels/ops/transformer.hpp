@@ -75,15 +75,8 @@ inline void embedding_forward(const Exec& ex, Buf out, Buf ids, Buf table, int64
 }
 inline void embedding_backward(const Exec& ex, Buf dtable, Buf dout, Buf ids, int64_t rows, int64_t V, int64_t C) {
   Operands o(ex, "embedding_backward");
-  float* dt = o.out(dtable, V * C);
-  const float* dy = o.in(dout, rows * C);
-  const int32_t* id = ids.i32("embedding_backward");
-#if DP_WITH_CUDA
-  if (ex.on_cuda())
-    cuda::embedding_backward(*ex.cuda, *ex.alloc, dt, dy, id, rows, V, C);
-  else
-#endif
-    cpu::embedding_backward(*ex.pool, dt, dy, id, rows, V, C);
+  DP_DISPATCH_WITH_SCRATCH(ex, embedding_backward, o.out(dtable, V * C), o.in(dout, rows * C),
+                           ids.i32("embedding_backward"), rows, V, C);
   o.finish();
 }
 inline void positions(const Exec& ex, Buf ids, int64_t T) { DP_DISPATCH(ex, positions, ids.i32("positions"), T); }

@@ -295,38 +295,97 @@ TEST_CASE("every --cudnn choice of convolution algorithms matches the CPU refere
   }
 }
 
-TEST_CASE("batchnorm training, evaluation and backward (cuDNN) match the CPU reference") {
+TEST_CASE("batchnorm training, evaluation and backward match the CPU reference, a channel split over blocks or not") {
+  // Shapes: a channel in one part; in several (a part ends inside a plane); planes smaller than a
+  // block (the walk over n·HW wraps several planes a step); one sample. Backward without dx too (a
+  // first layer's batch norm).
   cuda::Context c(0);
   ThreadPool pool(1);
-  const int64_t N = 6, C = 5, HW = 49;
-  auto x = random_vector(N * C * HW, 30, -2.f, 3.f), gamma = random_vector(C, 31, 0.5f, 1.5f),
-       beta = random_vector(C, 32), dy = random_vector(N * C * HW, 33);
-  std::vector<float> rm(C, 0.f), rv(C, 1.f), y(x.size()), mean(C), invstd(C), dx(x.size()), dg(C), dbeta(C),
-      ye(x.size());
-  cpu::batchnorm_forward_train(pool, y.data(), mean.data(), invstd.data(), x.data(), gamma.data(), beta.data(),
-                               rm.data(), rv.data(), N, C, HW, 0.1f, 1e-5f);
-  cpu::batchnorm_backward(pool, dx.data(), dg.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
-                          invstd.data(), N, C, HW, 1e-5f);
-  cpu::batchnorm_forward_eval(pool, ye.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N, C, HW,
-                              1e-5f);
-  auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_b = to_device(c, beta), d_dy = to_device(c, dy);
-  auto d_rm = to_device(c, std::vector<float>(C, 0.f)), d_rv = to_device(c, std::vector<float>(C, 1.f));
-  cuda::DeviceBuffer d_y(c, x.size() * 4), d_mean(c, C * 4), d_inv(c, C * 4), d_dx(c, x.size() * 4),
-      d_dg(c, C * 4), d_dbeta(c, C * 4), d_ye(c, x.size() * 4);
-  cuda::batchnorm_forward_train(c, d_y.get(), d_mean.get(), d_inv.get(), d_x.get(), d_g.get(), d_b.get(), d_rm.get(),
-                                d_rv.get(), N, C, HW, 0.1f, 1e-5f);
-  cuda::batchnorm_backward(c, d_dx.get(), d_dg.get(), d_dbeta.get(), d_dy.get(), d_x.get(), d_g.get(), d_mean.get(),
-                           d_inv.get(), N, C, HW, 1e-5f);
-  cuda::batchnorm_forward_eval(c, d_ye.get(), d_x.get(), d_g.get(), d_b.get(), d_rm.get(), d_rv.get(), N, C, HW, 1e-5f);
-  CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_mean, C), mean) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_inv, C), invstd) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_rm, C), rm) < kTol);  // unbiased running variance, like PyTorch
-  CHECK(rel_error(to_host<float>(c, d_rv, C), rv) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_dx, x.size()), dx) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_dbeta, C), dbeta) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_ye, x.size()), ye) < kTol);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  for (auto [N, C, HW] : {std::tuple<int64_t, int64_t, int64_t>{6, 5, 49}, {64, 3, 1000}, {3000, 2, 3}, {1, 2, 70001}}) {
+    CAPTURE(N);
+    CAPTURE(HW);
+    auto x = random_vector(N * C * HW, 30, -2.f, 3.f), gamma = random_vector(C, 31, 0.5f, 1.5f),
+         beta = random_vector(C, 32), dy = random_vector(N * C * HW, 33);
+    std::vector<float> rm(C, 0.f), rv(C, 1.f), y(x.size()), mean(C), invstd(C), dx(x.size()), dg(C), dbeta(C),
+        ye(x.size());
+    cpu::batchnorm_forward_train(pool, y.data(), mean.data(), invstd.data(), x.data(), gamma.data(), beta.data(),
+                                 rm.data(), rv.data(), N, C, HW, 0.1f, 1e-5f);
+    cpu::batchnorm_backward(pool, dx.data(), dg.data(), dbeta.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                            invstd.data(), N, C, HW, 1e-5f);
+    cpu::batchnorm_forward_eval(pool, ye.data(), x.data(), gamma.data(), beta.data(), rm.data(), rv.data(), N, C, HW,
+                                1e-5f);
+    auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_b = to_device(c, beta), d_dy = to_device(c, dy);
+    auto d_rm = to_device(c, std::vector<float>(C, 0.f)), d_rv = to_device(c, std::vector<float>(C, 1.f));
+    cuda::DeviceBuffer d_y(c, x.size() * 4), d_mean(c, C * 4), d_inv(c, C * 4), d_dx(c, x.size() * 4),
+        d_dg(c, C * 4), d_dbeta(c, C * 4), d_ye(c, x.size() * 4), d_dg2(c, C * 4), d_dbeta2(c, C * 4);
+    cuda::batchnorm_forward_train(c, alloc, d_y.get(), d_mean.get(), d_inv.get(), d_x.get(), d_g.get(), d_b.get(),
+                                  d_rm.get(), d_rv.get(), N, C, HW, 0.1f, 1e-5f);
+    cuda::batchnorm_backward(c, alloc, d_dx.get(), d_dg.get(), d_dbeta.get(), d_dy.get(), d_x.get(), d_g.get(),
+                             d_mean.get(), d_inv.get(), N, C, HW, 1e-5f);
+    cuda::batchnorm_backward(c, alloc, nullptr, d_dg2.get(), d_dbeta2.get(), d_dy.get(), d_x.get(), d_g.get(),
+                             d_mean.get(), d_inv.get(), N, C, HW, 1e-5f);
+    cuda::batchnorm_forward_eval(c, d_ye.get(), d_x.get(), d_g.get(), d_b.get(), d_rm.get(), d_rv.get(), N, C, HW,
+                                 1e-5f);
+    CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_mean, C), mean) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_inv, C), invstd) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_rm, C), rm) < kTol);  // unbiased running variance, like PyTorch
+    CHECK(rel_error(to_host<float>(c, d_rv, C), rv) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dx, x.size()), dx) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dbeta, C), dbeta) < kTol);
+    CHECK(to_host<float>(c, d_dg2, C) == to_host<float>(c, d_dg, C));  // the same sums, without dx
+    CHECK(to_host<float>(c, d_dbeta2, C) == to_host<float>(c, d_dbeta, C));
+    CHECK(rel_error(to_host<float>(c, d_ye, x.size()), ye) < kTol);
+    CHECK(alloc.stats().in_use == 0);  // the partial sums' scratch went back to the cache
+  }
+}
+
+TEST_CASE("batch norm's statistics keep their precision when the mean is far from zero against the spread") {
+  // Σx² − (Σx)²/M would lose the variance of values near 1000 with a spread of 0.3; the sums are
+  // taken from each channel's first value instead. Against the exact statistics (double, two
+  // passes) rather than the CPU reference, whose float plane sums are not that precise here.
+  cuda::Context c(0);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  const int64_t N = 40, C = 3, HW = 500, M = N * HW;
+  const auto x = random_vector(N * C * HW, 34, 1000.f, 1001.f);
+  auto d_x = to_device(c, x);
+  cuda::DeviceBuffer d_mean(c, C * 4), d_var(c, C * 4);
+  cuda::batchnorm_stats(c, alloc, d_mean.get(), d_var.get(), d_x.get(), N, C, HW);
+  const auto mean = to_host<float>(c, d_mean, C), var = to_host<float>(c, d_var, C);
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double m = 0, v = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < HW; ++i) m += x[(n * C + ch) * HW + i];
+    m /= M;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < HW; ++i) v += (x[(n * C + ch) * HW + i] - m) * (x[(n * C + ch) * HW + i] - m);
+    v /= M;
+    CHECK(std::abs(mean[ch] - m) <= 1e-6 * m);
+    CHECK(std::abs(var[ch] - v) <= 1e-5 * v);
+  }
+}
+
+TEST_CASE("a convolution's bias gradient, a channel split over blocks, matches the CPU reference and repeats its bits") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  const ConvShape s{48, 2, 28, 27, 3, 3, 3, 1, 1};  // 48·28·27 values a channel: several parts
+  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
+  auto x = random_vector(in_n, 40), w = random_vector(w_n, 41), dy = random_vector(out_n, 42);
+  std::vector<float> dx(in_n), dw(w_n), db(s.K), ws(cpu::conv2d_workspace_floats(s, 1, true));
+  cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+  auto d_x = to_device(c, x), d_w = to_device(c, w), d_dy = to_device(c, dy);
+  cuda::DeviceBuffer d_dw(c, w_n * 4), d_db(c, s.K * 4);
+  cuda::conv2d_backward(c, alloc, nullptr, d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(), s);
+  const auto first = to_host<float>(c, d_db, s.K);
+  CHECK(rel_error(first, db) < kTol);
+  cuda::conv2d_backward(c, alloc, nullptr, d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(), s);
+  CHECK(to_host<float>(c, d_db, s.K) == first);
 }
 
 TEST_CASE("relu, add and SGD match the CPU reference exactly") {
@@ -862,12 +921,14 @@ TEST_CASE("SyncBatchNorm's pieces (--sync-bn) match the CPU reference") {
        d_rv = to_device(c, std::vector<float>(C, 1.f));
   cuda::DeviceBuffer d_mean(c, C * 4), d_var(c, C * 4), d_y(c, x.size() * 4), d_sm(c, C * 4), d_si(c, C * 4),
       d_sdy(c, C * 4), d_sdyx(c, C * 4), d_dx(c, x.size() * 4);
-  cuda::batchnorm_stats(c, d_mean.get(), d_var.get(), d_x.get(), N, C, HW);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  cuda::batchnorm_stats(c, alloc, d_mean.get(), d_var.get(), d_x.get(), N, C, HW);
   cuda::batchnorm_forward_with_stats(c, d_y.get(), d_sm.get(), d_si.get(), d_x.get(), d_g.get(), d_b.get(), d_rm.get(),
                                      d_rv.get(), d_gm.get(), d_gv.get(), count, N, C, HW, 0.1f, 1e-5f);
-  cuda::batchnorm_backward_reduce(c, d_sdy.get(), d_sdyx.get(), d_dy.get(), d_x.get(), d_sm.get(), d_si.get(), N, C, HW);
-  cuda::batchnorm_backward_apply(c, d_dx.get(), d_dy.get(), d_x.get(), d_g.get(), d_sm.get(), d_si.get(), d_gsdy.get(),
-                                 d_gsdyx.get(), count, N, C, HW);
+  cuda::batchnorm_backward_reduce(c, alloc, d_sdy.get(), d_sdyx.get(), d_dy.get(), d_x.get(), d_sm.get(), d_si.get(), N, C, HW);
+  cuda::batchnorm_backward_apply(c, alloc, d_dx.get(), d_dy.get(), d_x.get(), d_g.get(), d_sm.get(), d_si.get(),
+                                 d_gsdy.get(), d_gsdyx.get(), count, N, C, HW);
   CHECK(rel_error(to_host<float>(c, d_mean, C), mean) < kTol);
   CHECK(rel_error(to_host<float>(c, d_var, C), var) < kTol);
   CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
