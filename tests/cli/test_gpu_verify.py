@@ -225,6 +225,12 @@ with tempfile.TemporaryDirectory() as tmp:
                                                                "loss", "backward", "reduce", "update", "step",
                                                                "samples/s"]
             and all(l.count("|") == 4 for l in lines), p.stdout + p.stderr)
+    p = subprocess.run([sys.executable, table, "--step-time", "2", runs[0].split("=", 1)[1]], capture_output=True,
+                       text=True)
+    step_row = next((l for l in lines if l.startswith("| step |")), "")
+    c.check("phase_table --step-time: the table's step time for that run, alone",
+            p.returncode == 0 and p.stdout.strip().endswith(" ms per step (steps 2 on)")
+            and step_row.split(" | ")[1] == p.stdout.split()[0], p.stdout + p.stderr + step_row)
     p = subprocess.run([sys.executable, table, "9"] + runs, capture_output=True, text=True)
     c.check("phase_table: no steps that late is an error naming the file", p.returncode != 0 and "no steps from 9 on"
             in p.stderr, p.stdout + p.stderr)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -269,16 +270,18 @@ int run_demo(const DemoOptions& o) {
   }
   if (largest_other_peak(devices) > 0) {
     const double excess = gpu0_excess(devices);
+    std::vector<int> every_device(static_cast<size_t>(n));
+    std::iota(every_device.begin(), every_device.end(), 0);
     if (dp.sync_mode() == SyncMode::AllReduce)
       std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. Every device holds the same\n"
                   "  parameters, gradients and optimizer state, and its own chunk's activations.\n",
                   excess);
-    else if (devices[0].allocator().stats().peak_by_category[static_cast<int>(MemCategory::CommBuffers)] > 0)
+    else if (!reduce_reads_in_place(dp, every_device))
       std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
                   "  gradients, the optimizer state, the gathered outputs and their gradient, the loss and the\n"
                   "  reduce buffers, on top of its own replica's share.\n",
                   excess);
-    else  // logical devices of one GPU: the reduce read the others' gradients in place, no buffers
+    else  // logical devices of one GPU: the reduce reads the others' gradients in place, no buffers
       std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
                   "  gradients, the optimizer state, the gathered outputs and their gradient and the loss, on top\n"
                   "  of its own replica's share.\n",

@@ -360,10 +360,7 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   }
 
   auto& re = s[static_cast<int>(Phase::Reduce)];
-  // Logical devices of one GPU: device 0 reads the others' gradients where they are (comm.hpp).
-  const bool in_place = std::all_of(active.begin(), active.end(), [&](int i) {
-    return i == 0 || reads_in_place(dp.devices()[0], dp.devices()[i]);
-  });
+  const bool in_place = reduce_reads_in_place(dp, active);
   const std::string received =
       in_place ? "read by device 0 where they are (logical devices of one GPU share its memory: no buffers) and "
                  "summed in one pass into "
@@ -402,6 +399,12 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   if (m.dropout > 0) tell_dropout(s, m);
   if (dp.recomputed_blocks() > 0) tell_recompute(s, dp);
   return s;
+}
+
+bool reduce_reads_in_place(const DataParallel& dp, const std::vector<int>& replicas) {
+  return std::all_of(replicas.begin(), replicas.end(), [&](int i) {
+    return i == 0 || reads_in_place(dp.devices()[0], dp.devices()[i]);
+  });
 }
 
 std::string join_sizes(const std::vector<int64_t>& v) {

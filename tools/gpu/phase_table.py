@@ -2,7 +2,10 @@
 for runs of the same model and global batch on different devices (`dp train --metrics`), side by
 side, with samples/s (tools/gpu/profile.sh, for cuda:0x1 against cuda:0x4).
 
-usage: phase_table.py FIRST LABEL=METRICS.jsonl [LABEL=METRICS.jsonl ...]
+`--step-time FIRST METRICS.jsonl` prints only the mean step time (profile.sh's wall time per
+`--cudnn` choice), from the same computation.
+
+usage: phase_table.py [--step-time] FIRST LABEL=METRICS.jsonl [LABEL=METRICS.jsonl ...]
 """
 import json
 import sys
@@ -10,19 +13,35 @@ import sys
 ORDER = ["load", "scatter", "replicate", "forward", "gather", "loss", "backward", "reduce", "update"]
 
 
-def mean_phases(path, first):
+def steps_from(path, first):
     rows = [json.loads(line) for line in open(path) if '"step"' in line]
     rows = [r for r in rows if r["step"] >= first]
     if not rows:
         sys.exit(f"{path}: no steps from {first} on")
+    return rows
+
+
+def mean_step_ms(rows):
+    return sum(1e3 * sum(r["chunks"]) / r["samples_per_s"] for r in rows) / len(rows)
+
+
+def mean_phases(path, first):
+    rows = steps_from(path, first)
     phases = {p: sum(r["phase_ms"][p] for r in rows) / len(rows) for p in rows[0]["phase_ms"]}
-    step_ms = sum(1e3 * sum(r["chunks"]) / r["samples_per_s"] for r in rows) / len(rows)
+    step_ms = mean_step_ms(rows)
     return phases, step_ms, sum(rows[0]["chunks"]) * 1e3 / step_ms
 
 
 def main():
+    usage = __doc__.strip().splitlines()[-1]
+    if sys.argv[1:2] == ["--step-time"]:
+        if len(sys.argv) != 4 or not sys.argv[2].isdigit():
+            sys.exit(usage)
+        first = int(sys.argv[2])
+        print(f"{mean_step_ms(steps_from(sys.argv[3], first)):.3f} ms per step (steps {first} on)")
+        return
     if len(sys.argv) < 3 or not sys.argv[1].isdigit() or any("=" not in a for a in sys.argv[2:]):
-        sys.exit(__doc__.strip().splitlines()[-1])
+        sys.exit(usage)
     first = int(sys.argv[1])
     runs = [(a.split("=", 1)[0], mean_phases(a.split("=", 1)[1], first)) for a in sys.argv[2:]]
     print("| phase (ms per step, steps %d on) | %s |" % (first, " | ".join(label for label, _ in runs)))

@@ -40,9 +40,7 @@ for spec in "$@"; do
       echo "== dp train --devices cuda:0 --model $model --batch $batch --cudnn $cudnn: wall time"
       build-gpu/dp train --model "$model" --devices cuda:0 --batch "$batch" --steps 30 --generated-size $((batch * 30)) \
         --cudnn $cudnn --metrics /tmp/m.jsonl >/dev/null 2>&1 &&
-        python3 -c "
-import json; r=[json.loads(l) for l in open('/tmp/m.jsonl') if '\"step\"' in l][10:]
-print(f'{1000*sum(sum(x[\"chunks\"])/x[\"samples_per_s\"] for x in r)/len(r):.3f} ms per step (steps 10-29)')"
+        python3 tools/gpu/phase_table.py --step-time 10 /tmp/m.jsonl || failed=1
     done
     echo "== dp: Nsight Compute, $steps steps (the first with cuDNN's set-up)"
     ncu --csv --metrics gpu__time_duration.sum --clock-control none --cache-control none \
