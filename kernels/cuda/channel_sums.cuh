@@ -6,24 +6,20 @@
 // Block (c, s) sums the s-th of S equal parts of channel c's N·HW values, each thread in double,
 // then a fixed-shape tree writes the part's sums to partials[k][c][s]; a per-channel kernel of the
 // caller adds the S parts in order (part_total). S depends on the shape only, never on the GPU, so
-// every run — and every GPU — gives the same bits.
+// every run — and every GPU — gives the same bits (the split and the walk: kernels/channel_parts.hpp).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
 #include "engine/cuda/check.cuh"
 #include "engine/memory.hpp"
+#include "kernels/channel_parts.hpp"
 #include "kernels/cuda/launch.cuh"
 
 namespace dp::cuda::channel_sums {
 
-constexpr int kUnroll = 4;               // loads in flight per thread before the adds
-constexpr int64_t kValuesPerPart = 8192; // 32 a thread: enough to hide the tree's cost
-constexpr int64_t kMaxParts = 1024;
-
-inline int64_t parts_for(int64_t N, int64_t HW) {
-  return std::clamp<int64_t>((N * HW + kValuesPerPart - 1) / kValuesPerPart, 1, kMaxParts);
-}
+constexpr int kUnroll = 4;  // loads in flight per thread before the adds
+using channel_parts::parts_for;
 
 // Term::channel(c) gives the channel's view (its constants, a shift or a mean, read once a block):
 // `Value load(int64_t j)` reads what element j contributes and `void add(double* acc, Value)` adds
@@ -33,20 +29,18 @@ template <int K, typename Term>
 __global__ void partials_kernel(double* partials, int64_t N, int64_t C, int64_t HW, int64_t S, Term term) {
   __shared__ double tree[K][kThreads];
   const int64_t c = blockIdx.x, s = blockIdx.y, M = N * HW;
-  const int64_t end = M * (s + 1) / S;
-  const int64_t step_n = kThreads / HW, step_hw = kThreads % HW;
-  int64_t i = M * s / S + threadIdx.x, n = i / HW, hw = i - n * HW;
+  const int64_t end = channel_parts::part_begin(M, s + 1, S);
+  channel_parts::Walk walk(channel_parts::part_begin(M, s, S) + threadIdx.x, kThreads, HW);
   const auto channel = term.channel(c);
   double acc[K] = {};
-  while (i < end) {
+  while (walk.i < end) {
     decltype(channel.load(0)) v[kUnroll];
     bool live[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      live[u] = i < end;
-      if (live[u]) v[u] = channel.load((n * C + c) * HW + hw);
-      i += kThreads, n += step_n, hw += step_hw;
-      if (hw >= HW) hw -= HW, ++n;
+      live[u] = walk.i < end;
+      if (live[u]) v[u] = channel.load(walk.offset(C, c));
+      walk.advance();
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)

@@ -1,0 +1,47 @@
+// The index arithmetic of the CUDA per-channel sums (kernels/channel_parts.hpp), checked on the
+// host: every value of every channel is read exactly once, by the part that owns it, at its place
+// in the [N, C, HW] tensor — the same walk the kernel takes, block by block and thread by thread.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+#include "kernels/channel_parts.hpp"
+
+using namespace dp;
+
+namespace {
+constexpr int64_t kThreads = 256;  // the kernel's block (kernels/cuda/launch.cuh)
+}
+
+TEST_CASE("the per-channel sums' parts and walks read every value of a channel once, where it is") {
+  // One part; several (a part ending inside a plane); planes smaller than a block, of one value,
+  // of exactly a block and one more; one sample; the most parts.
+  for (auto [N, C, HW] : {std::tuple<int64_t, int64_t, int64_t>{6, 5, 49}, {64, 3, 1000}, {3000, 2, 3}, {1, 2, 70001},
+                          {5, 2, 1}, {40, 1, 256}, {33, 2, 257}, {1, 1, 1}, {1024, 1, 8200}}) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(HW);
+    const int64_t M = N * HW, S = channel_parts::parts_for(N, HW);
+    CHECK(S >= 1);
+    CHECK(S <= channel_parts::kMaxParts);
+    CHECK((S == channel_parts::kMaxParts || M <= S * channel_parts::kValuesPerPart));
+    std::vector<int> reads(static_cast<size_t>(N * C * HW), 0);
+    bool placed = true;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t end = channel_parts::part_begin(M, s + 1, S);
+        for (int64_t t = 0; t < kThreads; ++t)
+          for (channel_parts::Walk w(channel_parts::part_begin(M, s, S) + t, kThreads, HW); w.i < end; w.advance()) {
+            const int64_t j = w.offset(C, c);
+            placed = placed && w.hw < HW && j == (w.i / HW * C + c) * HW + w.i % HW;
+            ++reads[static_cast<size_t>(j)];
+          }
+      }
+    CHECK(placed);
+    CHECK(std::all_of(reads.begin(), reads.end(), [](int r) { return r == 1; }));
+  }
+  CHECK(channel_parts::parts_for(0, 7) == 1);  // no values: one part, which reads nothing
+  CHECK(channel_parts::parts_for(4096, 4096) == channel_parts::kMaxParts);
+}
