@@ -151,29 +151,26 @@ __device__ void for_each_element(I n, F f) {
     f(base, stride);
 }
 
-template <typename I>
-__global__ void normalize_kernel(float* out, const float* in, const float* gamma, const float* beta,
-                                 const float* mean, const float* invstd, I n, I HW, I C) {
-  for_each_element(n, [&](I base, I stride) {
-    float x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < n) x[u] = in[base + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const I i = base + u * stride;
-      if (i >= n) break;
-      const I c = i / HW % C;
-      const float scale = gamma[c] * invstd[c], shift = beta[c] - mean[c] * scale;
-      out[i] = x[u] * scale + shift;
-    }
-  });
-}
+// out = x·scale + shift, per channel: training's from gamma, beta and the batch's statistics (saved
+// mean and 1/std), evaluation's from the running estimates.
+struct BatchScale {
+  const float *gamma, *beta, *mean, *invstd;
+  __device__ void operator()(int64_t c, float& scale, float& shift) const {
+    scale = gamma[c] * invstd[c];
+    shift = beta[c] - mean[c] * scale;
+  }
+};
+struct RunningScale {
+  const float *gamma, *beta, *running_mean, *running_var;
+  float eps;
+  __device__ void operator()(int64_t c, float& scale, float& shift) const {
+    scale = gamma[c] / sqrtf(running_var[c] + eps);
+    shift = beta[c] - running_mean[c] * scale;
+  }
+};
 
-template <typename I>
-__global__ void normalize_eval_kernel(float* out, const float* in, const float* gamma, const float* beta,
-                                      const float* running_mean, const float* running_var, float eps, I n, I HW,
-                                      I C) {
+template <typename I, typename Scale>
+__global__ void normalize_kernel(float* out, const float* in, Scale scale_of, I n, I HW, I C) {
   for_each_element(n, [&](I base, I stride) {
     float x[kUnroll];
 #pragma unroll
@@ -183,8 +180,8 @@ __global__ void normalize_eval_kernel(float* out, const float* in, const float* 
     for (int u = 0; u < kUnroll; ++u) {
       const I i = base + u * stride;
       if (i >= n) break;
-      const I c = i / HW % C;
-      const float scale = gamma[c] / sqrtf(running_var[c] + eps), shift = beta[c] - running_mean[c] * scale;
+      float scale, shift;
+      scale_of(i / HW % C, scale, shift);
       out[i] = x[u] * scale + shift;
     }
   });
@@ -210,13 +207,12 @@ __global__ void dx_kernel(float* din, const float* dout, const float* in, const 
 
 unsigned channel_blocks(int64_t C) { return static_cast<unsigned>((C + kThreads - 1) / kThreads); }
 
-void normalize(Context& c, float* out, const float* in, const float* gamma, const float* beta, const float* mean,
-               const float* invstd, int64_t N, int64_t C, int64_t HW) {
+template <typename Scale>
+void normalize(Context& c, float* out, const float* in, const Scale& scale, int64_t N, int64_t C, int64_t HW) {
   const int64_t n = N * C * HW;
   with_index_type(n, [&](auto tag) {
     using I = decltype(tag);
-    normalize_kernel<I><<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(out, in, gamma, beta, mean,
-                                                                                    invstd, n, HW, C);
+    normalize_kernel<I><<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(out, in, scale, n, HW, C);
     DP_CUDA_CHECK_LAUNCH();
   }, kUnroll);
 }
@@ -258,20 +254,14 @@ void batchnorm_forward_train(Context& c, CachingAllocator& alloc, float* out, fl
                                                                   sums.ptr(), in, C, sums.parts(), HW, N * HW,
                                                                   momentum, eps);
   DP_CUDA_CHECK_LAUNCH();
-  normalize(c, out, in, gamma, beta, save_mean, save_invstd, N, C, HW);
+  normalize(c, out, in, BatchScale{gamma, beta, save_mean, save_invstd}, N, C, HW);
 }
 
 void batchnorm_forward_eval(Context& c, float* out, const float* in, const float* gamma, const float* beta,
                             const float* running_mean, const float* running_var, int64_t N, int64_t C, int64_t HW,
                             float eps) {
-  const int64_t n = N * C * HW;
-  if (n == 0) return;
-  with_index_type(n, [&](auto tag) {
-    using I = decltype(tag);
-    normalize_eval_kernel<I><<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(
-        out, in, gamma, beta, running_mean, running_var, eps, n, HW, C);
-    DP_CUDA_CHECK_LAUNCH();
-  }, kUnroll);
+  if (N * C * HW == 0) return;
+  normalize(c, out, in, RunningScale{gamma, beta, running_mean, running_var, eps}, N, C, HW);
 }
 
 void batchnorm_backward(Context& c, CachingAllocator& alloc, float* din, float* dgamma, float* dbeta,
@@ -308,7 +298,7 @@ void batchnorm_forward_with_stats(Context& c, float* out, float* save_mean, floa
   given_stats_kernel<<<channel_blocks(C), kThreads, 0, c.handles().stream>>>(
       save_mean, save_invstd, running_mean, running_var, mean, var, C, count, momentum, eps);
   DP_CUDA_CHECK_LAUNCH();
-  if (N * HW > 0) normalize(c, out, in, gamma, beta, save_mean, save_invstd, N, C, HW);
+  if (N * HW > 0) normalize(c, out, in, BatchScale{gamma, beta, save_mean, save_invstd}, N, C, HW);
 }
 
 void batchnorm_backward_reduce(Context& c, CachingAllocator& alloc, float* sum_dy, float* sum_dy_xhat,
