@@ -23,7 +23,7 @@ namespace cs = channel_sums;
 // from one pass without the cancellation of Σx² − (Σx)²/M when the mean is large against the spread.
 struct StatsTerm {
   const float* in;
-  int64_t HW, C;
+  int64_t HW;
   struct Channel {
     const float* in;
     float shift;
@@ -249,7 +249,7 @@ void batchnorm_forward_train(Context& c, CachingAllocator& alloc, float* out, fl
   if (N * C * HW == 0) return;
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
-  sums.compute(stream, N, HW, StatsTerm{in, HW, C});
+  sums.compute(stream, N, HW, StatsTerm{in, HW});
   train_stats_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(save_mean, save_invstd, running_mean, running_var,
                                                                   sums.ptr(), in, C, sums.parts(), HW, N * HW,
                                                                   momentum, eps);
@@ -284,7 +284,7 @@ void batchnorm_stats(Context& c, CachingAllocator& alloc, float* mean, float* va
   if (C == 0) return;
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
-  sums.compute(stream, N, HW, StatsTerm{in, HW, C});
+  sums.compute(stream, N, HW, StatsTerm{in, HW});
   chunk_stats_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(mean, var, sums.ptr(), in, C, sums.parts(), HW,
                                                                   N * HW);
   DP_CUDA_CHECK_LAUNCH();
