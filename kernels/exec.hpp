@@ -34,7 +34,7 @@ struct Exec {
 #if DP_WITH_CUDA
 #define DP_DISPATCH(ex, op, ...) \
   ((ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, __VA_ARGS__) : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
-#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...)                                         \
+#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...)                              \
   ((ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, *(ex).alloc, __VA_ARGS__) \
                   : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
 #else
