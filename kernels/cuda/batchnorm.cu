@@ -11,6 +11,7 @@
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/channel_sums.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/unrolled.cuh"
 #include "kernels/ops/batchnorm.hpp"
 
 namespace dp::cuda {
@@ -141,16 +142,6 @@ __global__ void given_grad_sums_kernel(DxCoefficients coef, const float* gamma, 
   if (c < C) dx_coefficients(coef, gamma, save_invstd, sum_dy[c], sum_dy_xhat[c], count, c);
 }
 
-// Element-wise passes over [N, C, HW]: kUnroll elements a thread, every load before the math.
-constexpr int kUnroll = 4;
-
-template <typename I, typename F>
-__device__ void for_each_element(I n, F f) {
-  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
-  for (I base = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; base < n; base += stride * kUnroll)
-    f(base, stride);
-}
-
 // out = x·scale + shift, per channel: training's from gamma, beta and the batch's statistics (saved
 // mean and 1/std), evaluation's from the running estimates.
 struct BatchScale {
@@ -169,39 +160,22 @@ struct RunningScale {
   }
 };
 
+// Element-wise passes over [N, C, HW] (unrolled.cuh); element i is in channel i / HW % C.
 template <typename I, typename Scale>
 __global__ void normalize_kernel(float* out, const float* in, Scale scale_of, I n, I HW, I C) {
-  for_each_element(n, [&](I base, I stride) {
-    float x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < n) x[u] = in[base + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const I i = base + u * stride;
-      if (i >= n) break;
-      float scale, shift;
-      scale_of(i / HW % C, scale, shift);
-      out[i] = x[u] * scale + shift;
-    }
+  unrolled_map<I, 1>(out, {in}, n, [&](const float(&x)[1], I i) {
+    float scale, shift;
+    scale_of(i / HW % C, scale, shift);
+    return x[0] * scale + shift;
   });
 }
 
 template <typename I>
 __global__ void dx_kernel(float* din, const float* dout, const float* in, const float* mean, DxCoefficients coef,
                           I n, I HW, I C) {
-  for_each_element(n, [&](I base, I stride) {
-    float dy[kUnroll], x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < n) dy[u] = dout[base + u * stride], x[u] = in[base + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const I i = base + u * stride;
-      if (i >= n) break;
-      const I c = i / HW % C;
-      din[i] = coef.k[c] * (dy[u] - coef.mean_dy[c] - (x[u] - mean[c]) * coef.proj[c]);
-    }
+  unrolled_map<I, 2>(din, {dout, in}, n, [&](const float(&v)[2], I i) {
+    const I c = i / HW % C;
+    return coef.k[c] * (v[0] - coef.mean_dy[c] - (v[1] - mean[c]) * coef.proj[c]);
   });
 }
 
@@ -249,7 +223,7 @@ void batchnorm_forward_train(Context& c, CachingAllocator& alloc, float* out, fl
   if (N * C * HW == 0) return;
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
-  sums.compute(stream, N, HW, StatsTerm{in, HW});
+  sums.compute(stream, StatsTerm{in, HW});
   train_stats_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(save_mean, save_invstd, running_mean, running_var,
                                                                   sums.ptr(), in, C, sums.parts(), HW, N * HW,
                                                                   momentum, eps);
@@ -270,7 +244,7 @@ void batchnorm_backward(Context& c, CachingAllocator& alloc, float* din, float* 
   if (N * C * HW == 0) return;
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
-  sums.compute(stream, N, HW, GradTerm{dout, in, save_mean});
+  sums.compute(stream, GradTerm{dout, in, save_mean});
   Coefficients coef(alloc, din ? C : 0);
   grad_sums_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(dgamma, dbeta, din ? coef.get() : DxCoefficients{},
                                                                 sums.ptr(), gamma, save_invstd, C, sums.parts(),
@@ -284,7 +258,7 @@ void batchnorm_stats(Context& c, CachingAllocator& alloc, float* mean, float* va
   if (C == 0) return;
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
-  sums.compute(stream, N, HW, StatsTerm{in, HW});
+  sums.compute(stream, StatsTerm{in, HW});
   chunk_stats_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(mean, var, sums.ptr(), in, C, sums.parts(), HW,
                                                                   N * HW);
   DP_CUDA_CHECK_LAUNCH();
@@ -307,7 +281,7 @@ void batchnorm_backward_reduce(Context& c, CachingAllocator& alloc, float* sum_d
   if (C == 0) return;
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
-  sums.compute(stream, N, HW, GradTerm{dout, in, save_mean});
+  sums.compute(stream, GradTerm{dout, in, save_mean});
   chunk_grad_sums_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(sum_dy, sum_dy_xhat, sums.ptr(), save_invstd, C,
                                                                       sums.parts());
   DP_CUDA_CHECK_LAUNCH();

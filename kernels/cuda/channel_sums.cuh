@@ -15,10 +15,10 @@
 #include "engine/memory.hpp"
 #include "kernels/channel_parts.hpp"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/unrolled.cuh"  // kUnroll: loads in flight a thread
 
 namespace dp::cuda::channel_sums {
 
-constexpr int kUnroll = 4;  // loads in flight per thread before the adds
 using channel_parts::parts_for;
 
 // Term::channel(c) gives the channel's view (its constants, a shift or a mean, read once a block):
@@ -75,24 +75,25 @@ template <int K>
 class Partials {
  public:
   Partials(CachingAllocator& alloc, int64_t N, int64_t C, int64_t HW)
-      : C_(C), S_(parts_for(N, HW)), block_(alloc, static_cast<size_t>(K * C * S_) * sizeof(double)) {}
+      : N_(N), C_(C), HW_(HW), S_(parts_for(N, HW)),
+        block_(alloc, static_cast<size_t>(K * C * S_) * sizeof(double)) {}
   // No values (N·HW = 0): every sum is 0, and nothing is read.
   template <typename Term>
-  void compute(cudaStream_t stream, int64_t N, int64_t HW, const Term& term) {
+  void compute(cudaStream_t stream, const Term& term) {
     if (C_ == 0) return;
-    if (N * HW == 0) {
+    if (N_ * HW_ == 0) {
       DP_CUDA_CHECK(cudaMemsetAsync(block_.ptr(), 0, static_cast<size_t>(K * C_ * S_) * sizeof(double), stream));
       return;
     }
     const dim3 grid(static_cast<unsigned>(C_), static_cast<unsigned>(S_));
-    partials_kernel<K><<<grid, kThreads, 0, stream>>>(block_.at<double>(), N, C_, HW, S_, term);
+    partials_kernel<K><<<grid, kThreads, 0, stream>>>(block_.at<double>(), N_, C_, HW_, S_, term);
     DP_CUDA_CHECK_LAUNCH();
   }
   const double* ptr() const { return block_.at<double>(); }
   int64_t parts() const { return S_; }
 
  private:
-  int64_t C_, S_;
+  int64_t N_, C_, HW_, S_;
   ScopedBlock block_;
 };
 

@@ -216,7 +216,7 @@ void bias_grad(Context& c, CachingAllocator& alloc, T* db, const T* dout, const 
   const int64_t HW = out_size(g.H, g.kh, g.stride, g.pad) * out_size(g.W, g.kw, g.stride, g.pad);
   auto stream = c.handles().stream;
   channel_sums::Partials<1> sums(alloc, g.N, g.K, HW);
-  sums.compute(stream, g.N, HW, BiasGradTerm<T>{dout});
+  sums.compute(stream, BiasGradTerm<T>{dout});
   bias_grad_kernel<T><<<static_cast<unsigned>((g.K + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       db, sums.ptr(), g.K, sums.parts());
   DP_CUDA_CHECK_LAUNCH();

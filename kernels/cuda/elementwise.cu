@@ -4,6 +4,7 @@
 
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/unrolled.cuh"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/sgd.hpp"
 
@@ -11,42 +12,18 @@ namespace dp::cuda {
 
 namespace {
 
-
-// ReLU and the add are memory-bound: a thread takes kUnroll elements a pass (a grid's stride
-// apart, so a warp's accesses stay adjacent) and issues every load before the first store — one
-// load in flight a thread left them at 0.6x PyTorch's vectorised kernels (resnet18, H100). An
-// element is read and written by one thread only, so output and input may be the same buffer.
-constexpr int kUnroll = 4;
-
-template <int kInputs, typename F>
-__device__ void unrolled(float* out, const float* const (&in)[kInputs], int64_t n, F f) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t base = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; base < n; base += stride * kUnroll) {
-    float v[kInputs][kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int k = 0; k < kInputs; ++k)
-        if (base + u * stride < n) v[k][u] = in[k][base + u * stride];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (base + u * stride < n) out[base + u * stride] = f(v, u);
-  }
-}
-
 __global__ void relu_forward_kernel(float* out, const float* in, int64_t n) {
-  unrolled<1>(out, {in}, n, [](const float(&v)[1][kUnroll], int u) {
-    const float x = v[0][u];
-    return x > 0.f || isnan(x) ? x : 0.f;  // fmaxf would turn NaN into 0
+  unrolled_map<int64_t, 1>(out, {in}, n, [](const float(&x)[1], int64_t) {
+    return x[0] > 0.f || isnan(x[0]) ? x[0] : 0.f;  // fmaxf would turn NaN into 0
   });
 }
 
 __global__ void relu_backward_kernel(float* din, const float* dout, const float* out, int64_t n) {
-  unrolled<2>(din, {dout, out}, n, [](const float(&v)[2][kUnroll], int u) { return v[1][u] > 0.f ? v[0][u] : 0.f; });
+  unrolled_map<int64_t, 2>(din, {dout, out}, n, [](const float(&x)[2], int64_t) { return x[1] > 0.f ? x[0] : 0.f; });
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
-  unrolled<2>(y, {y, x}, n, [](const float(&v)[2][kUnroll], int u) { return v[0][u] + v[1][u]; });
+  unrolled_map<int64_t, 2>(y, {y, x}, n, [](const float(&v)[2], int64_t) { return v[0] + v[1]; });
 }
 
 __global__ void add_scalar_kernel(float* y, float value) { *y += value; }

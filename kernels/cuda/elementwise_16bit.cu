@@ -6,6 +6,7 @@
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/unrolled.cuh"
 #include "kernels/ops/elementwise.hpp"
 
 namespace dp::cuda {
@@ -40,12 +41,10 @@ struct Sources {
   int count;
 };
 
-// K sources known at compile time, and kUnroll elements per thread per pass (coalesced: a grid
-// stride apart): every load of a pass issues before its first add, so enough bytes are in flight
-// to keep memory busy. A loop over a run-time count waited on each load in turn (0.27x of a
-// copy's bandwidth on an H200, RESULTS.md).
-constexpr int kUnroll = 4;
-
+// K sources known at compile time, and kUnroll elements per thread per pass, as unrolled.cuh's
+// pattern (its own loop: a sum rounded to Y after each add): every load of a pass issues before
+// its first add, so enough bytes are in flight to keep memory busy. A loop over a run-time count
+// waited on each load in turn (0.27x of a copy's bandwidth on an H200, RESULTS.md).
 template <typename Y, typename X, int K>
 __global__ void add_many_kernel(Y* y, Sources xs, int64_t n) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
