@@ -1,7 +1,6 @@
 // AdamW: one thread per element, grid-stride, the same arithmetic as the CPU reference.
-#include <algorithm>
-
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/adamw.hpp"
 
 namespace dp::cuda {
@@ -27,9 +26,7 @@ __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, AdamW
 void adamw_update(Context& c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const AdamWStep& s,
                   int64_t n, const int32_t* skip_if) {
   if (n == 0) return;
-  constexpr int kThreads = 256;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
-  adamw_kernel<<<blocks, kThreads, 0, c.handles().stream>>>(param, grad, exp_avg, exp_avg_sq, s, n, skip_if);
+  adamw_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(param, grad, exp_avg, exp_avg_sq, s, n, skip_if);
   DP_CUDA_CHECK_LAUNCH();
 }
 

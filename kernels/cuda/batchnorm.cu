@@ -179,8 +179,6 @@ __global__ void dx_kernel(float* din, const float* dout, const float* in, const 
   });
 }
 
-unsigned channel_blocks(int64_t C) { return static_cast<unsigned>((C + kThreads - 1) / kThreads); }
-
 template <typename Scale>
 void normalize(Context& c, float* out, const float* in, const Scale& scale, int64_t N, int64_t C, int64_t HW) {
   const int64_t n = N * C * HW;
@@ -224,9 +222,8 @@ void batchnorm_forward_train(Context& c, CachingAllocator& alloc, float* out, fl
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
   sums.compute(stream, StatsTerm{in, HW});
-  train_stats_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(save_mean, save_invstd, running_mean, running_var,
-                                                                  sums.ptr(), in, C, sums.parts(), HW, N * HW,
-                                                                  momentum, eps);
+  train_stats_kernel<<<cs::finish_blocks(C), kThreads, 0, stream>>>(
+      save_mean, save_invstd, running_mean, running_var, sums.ptr(), in, C, sums.parts(), HW, N * HW, momentum, eps);
   DP_CUDA_CHECK_LAUNCH();
   normalize(c, out, in, BatchScale{gamma, beta, save_mean, save_invstd}, N, C, HW);
 }
@@ -246,9 +243,8 @@ void batchnorm_backward(Context& c, CachingAllocator& alloc, float* din, float* 
   cs::Partials<2> sums(alloc, N, C, HW);
   sums.compute(stream, GradTerm{dout, in, save_mean});
   Coefficients coef(alloc, din ? C : 0);
-  grad_sums_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(dgamma, dbeta, din ? coef.get() : DxCoefficients{},
-                                                                sums.ptr(), gamma, save_invstd, C, sums.parts(),
-                                                                N * HW);
+  grad_sums_kernel<<<cs::finish_blocks(C), kThreads, 0, stream>>>(
+      dgamma, dbeta, din ? coef.get() : DxCoefficients{}, sums.ptr(), gamma, save_invstd, C, sums.parts(), N * HW);
   DP_CUDA_CHECK_LAUNCH();
   if (din) dx(c, din, dout, in, save_mean, coef.get(), N, C, HW);
 }
@@ -259,8 +255,8 @@ void batchnorm_stats(Context& c, CachingAllocator& alloc, float* mean, float* va
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
   sums.compute(stream, StatsTerm{in, HW});
-  chunk_stats_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(mean, var, sums.ptr(), in, C, sums.parts(), HW,
-                                                                  N * HW);
+  chunk_stats_kernel<<<cs::finish_blocks(C), kThreads, 0, stream>>>(mean, var, sums.ptr(), in, C, sums.parts(), HW,
+                                                                     N * HW);
   DP_CUDA_CHECK_LAUNCH();
 }
 
@@ -269,7 +265,7 @@ void batchnorm_forward_with_stats(Context& c, float* out, float* save_mean, floa
                                   const float* mean, const float* var, int64_t count, int64_t N, int64_t C,
                                   int64_t HW, float momentum, float eps) {
   if (C == 0) return;
-  given_stats_kernel<<<channel_blocks(C), kThreads, 0, c.handles().stream>>>(
+  given_stats_kernel<<<cs::finish_blocks(C), kThreads, 0, c.handles().stream>>>(
       save_mean, save_invstd, running_mean, running_var, mean, var, C, count, momentum, eps);
   DP_CUDA_CHECK_LAUNCH();
   if (N * HW > 0) normalize(c, out, in, BatchScale{gamma, beta, save_mean, save_invstd}, N, C, HW);
@@ -282,8 +278,8 @@ void batchnorm_backward_reduce(Context& c, CachingAllocator& alloc, float* sum_d
   auto stream = c.handles().stream;
   cs::Partials<2> sums(alloc, N, C, HW);
   sums.compute(stream, GradTerm{dout, in, save_mean});
-  chunk_grad_sums_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(sum_dy, sum_dy_xhat, sums.ptr(), save_invstd, C,
-                                                                      sums.parts());
+  chunk_grad_sums_kernel<<<cs::finish_blocks(C), kThreads, 0, stream>>>(sum_dy, sum_dy_xhat, sums.ptr(),
+                                                                         save_invstd, C, sums.parts());
   DP_CUDA_CHECK_LAUNCH();
 }
 
@@ -293,8 +289,8 @@ void batchnorm_backward_apply(Context& c, CachingAllocator& alloc, float* din, c
                               int64_t HW) {
   if (N * C * HW == 0) return;
   Coefficients coef(alloc, C);
-  given_grad_sums_kernel<<<channel_blocks(C), kThreads, 0, c.handles().stream>>>(coef.get(), gamma, save_invstd,
-                                                                                  sum_dy, sum_dy_xhat, C, count);
+  given_grad_sums_kernel<<<cs::finish_blocks(C), kThreads, 0, c.handles().stream>>>(
+      coef.get(), gamma, save_invstd, sum_dy, sum_dy_xhat, C, count);
   DP_CUDA_CHECK_LAUNCH();
   dx(c, din, dout, in, save_mean, coef.get(), N, C, HW);
 }

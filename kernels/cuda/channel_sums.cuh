@@ -68,6 +68,9 @@ __device__ inline double part_total(const double* partials, int64_t C, int64_t S
   return total;
 }
 
+// Grid of the per-channel kernel that finishes the sums: one thread a channel, no grid stride.
+inline unsigned finish_blocks(int64_t C) { return static_cast<unsigned>((C + kThreads - 1) / kThreads); }
+
 // The partials of K sums per channel, in scratch memory from the device's allocator (returned to
 // its cache when this goes out of scope: later work on the same stream may reuse it, as with
 // cuDNN's workspace). Launch `finish` kernels that read ptr() before it does.

@@ -217,8 +217,7 @@ void bias_grad(Context& c, CachingAllocator& alloc, T* db, const T* dout, const 
   auto stream = c.handles().stream;
   channel_sums::Partials<1> sums(alloc, g.N, g.K, HW);
   sums.compute(stream, BiasGradTerm<T>{dout});
-  bias_grad_kernel<T><<<static_cast<unsigned>((g.K + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      db, sums.ptr(), g.K, sums.parts());
+  bias_grad_kernel<T><<<channel_sums::finish_blocks(g.K), kThreads, 0, stream>>>(db, sums.ptr(), g.K, sums.parts());
   DP_CUDA_CHECK_LAUNCH();
 }
 

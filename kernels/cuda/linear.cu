@@ -1,16 +1,13 @@
 // Linear through cuBLAS SGEMM. cuBLAS is column-major; a row-major [r, c] matrix is the
 // column-major [c, r] one, so each row-major product below is written as its transpose.
-#include <algorithm>
-
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/column_sum.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/linear.hpp"
 
 namespace dp::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
 
 __global__ void bias_rows_kernel(float* out, const float* b, int64_t B, int64_t O) {
   const int64_t total = B * O;
@@ -25,8 +22,7 @@ int dim(int64_t v) { return static_cast<int>(v); }
 void linear_forward(Context& c, float* out, const float* in, const float* w, const float* b, int64_t B, int64_t I,
                     int64_t O) {
   if (B == 0) return;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((B * O + kThreads - 1) / kThreads, 65535));
-  bias_rows_kernel<<<blocks, kThreads, 0, c.handles().stream>>>(out, b, B, O);
+  bias_rows_kernel<<<blocks_for(B * O), kThreads, 0, c.handles().stream>>>(out, b, B, O);
   DP_CUDA_CHECK_LAUNCH();
   // out[B,O] = in[B,I]·W^T  <=>  out^T[O,B] = W[O,I]·in^T[I,B]  (col-major: W is "T" of its buffer)
   const float one = 1.f;

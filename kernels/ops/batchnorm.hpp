@@ -71,9 +71,9 @@ inline void batchnorm_forward_train(const Exec& ex, Buf out, Buf save_mean, Buf 
                                     Buf beta, Buf running_mean, Buf running_var, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_forward_train");
   const int64_t n = a.numel(), C = a.C;
-  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_forward_train, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C), o.in(in, n),
-              o.in(gamma, C), o.in(beta, C), o.inout(running_mean, C), o.inout(running_var, C), a.N, a.C, a.HW,
-              a.momentum, a.eps);
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_forward_train, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C),
+                           o.in(in, n), o.in(gamma, C), o.in(beta, C), o.inout(running_mean, C),
+                           o.inout(running_var, C), a.N, a.C, a.HW, a.momentum, a.eps);
   o.finish();
 }
 inline void batchnorm_forward_eval(const Exec& ex, Buf out, Buf in, Buf gamma, Buf beta, Buf running_mean,
@@ -88,14 +88,16 @@ inline void batchnorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, B
                                Buf save_mean, Buf save_invstd, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward");
   const int64_t n = a.numel(), C = a.C;
-  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward, o.out(din, n), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, n), o.in(in, n),
-              o.in(gamma, C), o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW, a.eps);
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward, o.out(din, n), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, n),
+                           o.in(in, n), o.in(gamma, C), o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW,
+                           a.eps);
   o.finish();
 }
 
 inline void batchnorm_stats(const Exec& ex, Buf mean, Buf var, Buf in, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_stats");
-  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_stats, o.out(mean, a.C), o.out(var, a.C), o.in(in, a.numel()), a.N, a.C, a.HW);
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_stats, o.out(mean, a.C), o.out(var, a.C), o.in(in, a.numel()), a.N, a.C,
+                           a.HW);
   o.finish();
 }
 inline void batchnorm_forward_with_stats(const Exec& ex, Buf out, Buf save_mean, Buf save_invstd, Buf in, Buf gamma,
@@ -112,8 +114,8 @@ inline void batchnorm_backward_reduce(const Exec& ex, Buf sum_dy, Buf sum_dy_xha
                                       Buf save_invstd, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward_reduce");
   const int64_t n = a.numel(), C = a.C;
-  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward_reduce, o.out(sum_dy, C), o.out(sum_dy_xhat, C), o.in(dout, n), o.in(in, n),
-              o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW);
+  DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward_reduce, o.out(sum_dy, C), o.out(sum_dy_xhat, C), o.in(dout, n),
+                           o.in(in, n), o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW);
   o.finish();
 }
 inline void batchnorm_backward_apply(const Exec& ex, Buf din, Buf dout, Buf in, Buf gamma, Buf save_mean,
@@ -122,7 +124,8 @@ inline void batchnorm_backward_apply(const Exec& ex, Buf din, Buf dout, Buf in, 
   Operands o(ex, "batchnorm_backward_apply");
   const int64_t n = a.numel(), C = a.C;
   DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward_apply, o.out(din, n), o.in(dout, n), o.in(in, n), o.in(gamma, C),
-              o.in(save_mean, C), o.in(save_invstd, C), o.in(sum_dy, C), o.in(sum_dy_xhat, C), count, a.N, a.C, a.HW);
+                           o.in(save_mean, C), o.in(save_invstd, C), o.in(sum_dy, C), o.in(sum_dy_xhat, C), count,
+                           a.N, a.C, a.HW);
   o.finish();
 }
 
