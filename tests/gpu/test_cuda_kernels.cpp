@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,7 @@
 #include "kernels/ops/dropout.hpp"
 #include "kernels/half.hpp"
 #include "engine/cuda/device_query.hpp"
+#include "tests/gpu/unrolled_probe.hpp"
 #include "tests/helpers.hpp"
 
 using namespace dp;
@@ -386,6 +388,34 @@ TEST_CASE("a convolution's bias gradient, a channel split over blocks, matches t
   CHECK(rel_error(first, db) < kTol);
   cuda::conv2d_backward(c, alloc, nullptr, d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(), s);
   CHECK(to_host<float>(c, d_db, s.K) == first);
+}
+
+TEST_CASE("the unrolled element-wise pattern writes every element once over many grid passes, in place too") {
+  // The ops' grids cover their data in one pass below 65535·256·4 elements; a grid of one or three
+  // blocks takes the later passes, each ending mid-pass, and the guard past n must stay untouched.
+  cuda::Context c(0);
+  constexpr int64_t kGuard = 1024;
+  constexpr float kUntouched = -12345.f;
+  for (int64_t n : {int64_t{1}, int64_t{1023}, int64_t{1025}, int64_t{10007}})
+    for (unsigned blocks : {1u, 3u})
+      for (bool index64 : {false, true})
+        for (bool in_place : {false, true}) {
+          CAPTURE(n);
+          CAPTURE(blocks);
+          CAPTURE(index64);
+          CAPTURE(in_place);
+          std::vector<float> a(static_cast<size_t>(n)), b(a.size()), want(a.size() + kGuard, kUntouched);
+          for (int64_t i = 0; i < n; ++i) {
+            a[static_cast<size_t>(i)] = static_cast<float>(i % 7);
+            b[static_cast<size_t>(i)] = static_cast<float>(i % 5);
+            want[static_cast<size_t>(i)] = static_cast<float>(i % 7 + 2 * (i % 5) + i);  // exact in float
+          }
+          std::vector<float> start(want.size(), kUntouched);
+          if (in_place) std::copy(a.begin(), a.end(), start.begin());
+          auto d_out = to_device(c, start), d_a = to_device(c, a), d_b = to_device(c, b);
+          cuda::unrolled_probe(c, d_out.get(), in_place ? d_out.get() : d_a.get(), d_b.get(), n, blocks, index64);
+          CHECK(to_host<float>(c, d_out, want.size()) == want);
+        }
 }
 
 TEST_CASE("relu, add and SGD match the CPU reference exactly") {
