@@ -1,6 +1,8 @@
 // Conv2d (square stride and padding, NCHW, weight [K, C, kh, kw], bias optional). CPU: im2col +
 // one GEMM per sample (Caffe's approach) over the caller's workspace; CUDA: cuDNN, its workspace
-// from the device's allocator (MemCategory::Workspace), 16-bit operands on the tensor cores.
+// from the device's allocator (MemCategory::Workspace), 16-bit operands on the tensor cores; in
+// float32 with deterministic algorithms (--cudnn's default), a small filter's weight gradient is
+// dp's own (conv2d_weight_grad_direct).
 // Backward: din may be absent (the first layer), db absent without a bias; dw, db are written.
 #pragma once
 #include <cstdint>
@@ -31,6 +33,11 @@ namespace cuda {
 void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
 void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      const ConvShape& s);
+// dw alone, float32, without cuDNN, when the filter has at most conv_wgrad::kMaxTaps taps: parts
+// of the batch summed separately and added in a fixed order (kernels/conv_wgrad_parts.hpp), the
+// same bits every run and on every GPU. False, having done nothing, for a larger filter.
+bool conv2d_weight_grad_direct(Context& c, CachingAllocator& alloc, float* dw, const float* dout, const float* in,
+                               const ConvShape& s);
 // Every present operand of 16-bit type t, on the tensor cores (float32 accumulation, one rounding
 // on store; a bias is added in a second rounding, as PyTorch's cuDNN path does). False, having
 // done nothing, when cuDNN offers no algorithm for this geometry in 16 bits.

@@ -21,6 +21,7 @@
 #include "engine/cuda/check.cuh"
 #include "engine/cuda/context.hpp"
 #include "kernels/ops/batchnorm.hpp"
+#include "kernels/conv_wgrad_parts.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
@@ -388,6 +389,55 @@ TEST_CASE("a convolution's bias gradient, a channel split over blocks, matches t
   CHECK(rel_error(first, db) < kTol);
   cuda::conv2d_backward(c, alloc, nullptr, d_dw.get(), d_db.get(), d_dy.get(), d_x.get(), d_w.get(), s);
   CHECK(to_host<float>(c, d_db, s.K) == first);
+}
+
+TEST_CASE("a small filter's weight gradient (dp's direct kernel) is the host run of its parts bit for bit, within the CPU reference's tolerance") {
+  ThreadPool pool(1);
+  CudaMallocMemory raw;
+  cuda::Context c(0);  // --cudnn deterministic: conv2d_backward takes the direct kernel
+  cuda::Context heuristic(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Heuristic});
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  // The convnet's first layer; stride 2 with padding; the most taps (8 a thread); rows of one
+  // position; many parts
+  for (const ConvShape& s : {ConvShape{64, 1, 28, 28, 16, 5, 5, 1, 2}, ConvShape{5, 3, 13, 11, 4, 3, 3, 2, 1},
+                             ConvShape{2, 32, 6, 6, 64, 1, 1, 1, 0}, ConvShape{9, 2, 3, 1, 3, 3, 1, 1, 1},
+                             ConvShape{300, 1, 12, 12, 2, 3, 3, 1, 1}}) {
+    CAPTURE(s.N);
+    CAPTURE(s.C);
+    CAPTURE(s.K);
+    CAPTURE(s.kh);
+    REQUIRE(conv_wgrad::eligible(s));
+    const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
+    auto x = random_vector(in_n, 90), w = random_vector(w_n, 91), dy = random_vector(out_n, 92);
+    std::vector<float> dx(in_n), dw(w_n), db(s.K), ws(cpu::conv2d_workspace_floats(s, 1, true)), parts(w_n);
+    cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    conv_wgrad::host_weight_grad(parts.data(), dy.data(), x.data(), s);
+    auto d_x = to_device(c, x), d_w = to_device(c, w), d_dy = to_device(c, dy);
+    auto d_dw = to_device(c, std::vector<float>(w_n, NAN));  // NaN: a tap left unwritten shows
+    REQUIRE(cuda::conv2d_weight_grad_direct(c, alloc, d_dw.get(), d_dy.get(), d_x.get(), s));
+    const auto direct = to_host<float>(c, d_dw, w_n);
+    CHECK(direct == parts);
+    CHECK(rel_error(direct, dw) < kTol);
+    // conv2d_backward takes it under --cudnn deterministic (the same bits), cuDNN's otherwise
+    auto d_dw2 = to_device(c, std::vector<float>(w_n, NAN));
+    cuda::conv2d_backward(c, alloc, nullptr, d_dw2.get(), nullptr, d_dy.get(), d_x.get(), d_w.get(), s);
+    CHECK(to_host<float>(c, d_dw2, w_n) == direct);
+    auto h_x = to_device(heuristic, x), h_w = to_device(heuristic, w), h_dy = to_device(heuristic, dy);
+    auto h_dw = to_device(heuristic, std::vector<float>(w_n, NAN));
+    cuda::conv2d_backward(heuristic, alloc, nullptr, h_dw.get(), nullptr, h_dy.get(), h_x.get(), h_w.get(), s);
+    CHECK(rel_error(to_host<float>(heuristic, h_dw, w_n), dw) < kTol);
+  }
+  // A larger filter is cuDNN's: the direct kernel declines and writes nothing
+  const ConvShape big{4, 16, 10, 10, 32, 5, 5, 1, 2};
+  REQUIRE(!conv_wgrad::eligible(big));
+  const int64_t w_n = big.K * big.col_rows();
+  auto d_dw = to_device(c, std::vector<float>(w_n, 7.f));
+  cuda::DeviceBuffer d_in(c, big.N * big.C * big.H * big.W * 4), d_dy(c, big.N * big.K * big.OH() * big.OW() * 4);
+  CHECK(!cuda::conv2d_weight_grad_direct(c, alloc, d_dw.get(), static_cast<const float*>(d_dy.get()),
+                                         static_cast<const float*>(d_in.get()), big));
+  const auto untouched = to_host<float>(c, d_dw, w_n);
+  CHECK(std::all_of(untouched.begin(), untouched.end(), [](float v) { return v == 7.f; }));
+  CHECK(alloc.stats().in_use == 0);  // the partial sums went back to the cache
 }
 
 TEST_CASE("the unrolled element-wise pattern writes every element once over many grid passes, in place too") {

@@ -3,11 +3,14 @@
 # each kernel's time per step (Nsight Compute for dp, torch.profiler for PyTorch eager, with cuDNN's
 # default and its deterministic algorithms), and each side's wall time per step, dp's for each
 # --cudnn choice. Appends to $OUT/profile.txt and keeps Nsight Compute's CSV beside it
-# (ncu-MODEL-BATCH.csv.gz), so a table that fails to read loses no lease time. Exit 1 when a part
+# (ncu-MODEL-BATCH[xN].csv.gz), so a table that fails to read loses no lease time. Exit 1 when a part
 # failed (tools/gpu/verify.sh profile runs it).
 # A spec phases:MODEL:BATCH instead: DataParallel's overhead phase by phase, the mean time of each
 # phase of a step on cuda:0x1 and on cuda:0x4 at that global batch (tools/gpu/phase_table.py).
-#   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024
+# A spec replicas:MODEL:BATCH: DataParallel's GPU work, the kernel time per step on cuda:0x4 at
+# that global batch (Nsight Compute runs kernels one at a time: every replica's, summed), beside
+# cuda:0x1's and cuda:0x4's wall time per step.
+#   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024 replicas:convnet:1024
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 source build-gpu/env.sh
@@ -16,7 +19,35 @@ mkdir -p "$out"
 steps=4
 failed=0
 log="$out/profile.txt"
+
+# Nsight Compute's kernel time per step of `dp train` on DEVICES ($steps steps, the first with
+# cuDNN's set-up), its CSV kept under $out.
+ncu_kernels() {  # MODEL BATCH DEVICES
+  local model=$1 batch=$2 devices=$3
+  ncu --csv --metrics gpu__time_duration.sum --clock-control none --cache-control none \
+    build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps $steps \
+    --generated-size $((batch * steps)) >/tmp/ncu.csv 2>/tmp/ncu.err
+  gzip -c /tmp/ncu.csv >"$out/ncu-$model-$batch${devices#cuda:0}.csv.gz"
+  python3 tools/gpu/kernel_times.py /tmp/ncu.csv $steps || { failed=1; tail -5 /tmp/ncu.err; }
+}
+
 for spec in "$@"; do
+  if [[ $spec == replicas:* ]]; then
+    model=${spec#replicas:} batch=${spec##*:}
+    model=${model%%:*}
+    {
+      echo "######## DataParallel's GPU work: $model, global batch $batch, cuda:0x4 against cuda:0x1"
+      for devices in cuda:0x1 cuda:0x4; do
+        echo "== dp train --devices $devices --model $model --batch $batch: wall time"
+        build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps 30 \
+          --generated-size $((batch * 30)) --metrics /tmp/m.jsonl >/dev/null 2>&1 &&
+          python3 tools/gpu/phase_table.py --step-time 10 /tmp/m.jsonl || failed=1
+      done
+      echo "== dp on cuda:0x4: Nsight Compute, $steps steps (every replica's kernels, one at a time)"
+      ncu_kernels "$model" "$batch" cuda:0x4
+    } >>"$log" 2>&1
+    continue
+  fi
   if [[ $spec == phases:* ]]; then
     model=${spec#phases:} batch=${spec##*:}
     model=${model%%:*}
@@ -43,11 +74,7 @@ for spec in "$@"; do
         python3 tools/gpu/phase_table.py --step-time 10 /tmp/m.jsonl || failed=1
     done
     echo "== dp: Nsight Compute, $steps steps (the first with cuDNN's set-up)"
-    ncu --csv --metrics gpu__time_duration.sum --clock-control none --cache-control none \
-      build-gpu/dp train --model "$model" --devices cuda:0 --batch "$batch" --steps $steps \
-      --generated-size $((batch * steps)) >/tmp/ncu.csv 2>/tmp/ncu.err
-    gzip -c /tmp/ncu.csv >"$out/ncu-$model-$batch.csv.gz"
-    python3 tools/gpu/kernel_times.py /tmp/ncu.csv $steps || { failed=1; tail -5 /tmp/ncu.err; }
+    ncu_kernels "$model" "$batch" cuda:0
     for det in "" --deterministic; do
       echo "== PyTorch eager ${det:-(the default algorithms)}"
       python3 tools/bench/torch_speed.py --model "$model" --batch "$batch" --steps 30 --warmup 10 --profile 5 $det ||

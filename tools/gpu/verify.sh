@@ -31,7 +31,8 @@
 #             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
 #             wall time per --cudnn choice (convnet 1024, resnet18 256); each phase's time on
-#             cuda:0x1 against cuda:0x4 (mlp and convnet, global batch 1024)
+#             cuda:0x1 against cuda:0x4 (mlp and convnet, global batch 1024); the convnet's
+#             kernel time per step on cuda:0x4 (every replica's, Nsight Compute)
 #   bench     tools/bench/bench_gpu.py $DP_BENCH_ARGS (Markdown for RESULTS.md), for at most
 #             DP_BENCH_SECONDS (the tables it finished come back)
 # Every stage runs even when one before it failed (except after a failed build); summary.txt
@@ -462,7 +463,7 @@ stage_mpi() {
 
 stage_profile() {
   local t0=$SECONDS
-  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:1024 resnet18:256 mlp:1024 phases:mlp:1024 phases:convnet:1024 >/dev/null 2>&1
+  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:1024 resnet18:256 mlp:1024 phases:mlp:1024 phases:convnet:1024 replicas:convnet:1024 >/dev/null 2>&1
   stage_result profile $? "tools/gpu/profile.sh in $((SECONDS - t0)) s (profile.txt)"
 }
 
