@@ -7,7 +7,8 @@ the others go on.
      TF32 off on both: mlp and convnet at batch 128 and 1024, resnet18 at 256.
      Targets: >= 1.5x at 128, >= 1.1x at 1024, >= 1.0x for resnet18.
   2. DataParallel's overhead: cuda:0x4 against cuda:0x1 at the same global batch of 1024
-     (target >= 0.85x), the faithful step and --sync allreduce.
+     (target >= 0.85x), the faithful step eager and captured (--cuda-graphs on, both sides: what
+     is left once the host's per-phase work is gone), and --sync allreduce.
   3. bf16 against fp32 for resnet18 at batch 256 on cuda:0, dp and PyTorch autocast (expect >= 2x).
   4. broadcast_coalesced and reduce_add_coalesced of 64 MiB on cuda:0x4 against one device-to-device
      copy (build/comm_bandwidth; target >= 0.8x).
@@ -148,7 +149,8 @@ def dataparallel_overhead(a, env):
     print(f"| model | step | {one} samples/s | {a.multi} samples/s | ratio |")
     print("|---|---|---|---|---|")
     for model in [m for m in ("mlp", "convnet") if m in a.models]:
-        for label, extra in (("faithful (--sync reduce)", ()), ("--sync allreduce", ("--sync", "allreduce"))):
+        for label, extra in (("faithful (--sync reduce)", ()), ("faithful, --cuda-graphs on", ("--cuda-graphs", "on")),
+                             ("--sync allreduce", ("--sync", "allreduce"))):
             single = median_of(a, lambda: dp_speed(a, env, model, one, 1024, extra))
             multi = median_of(a, lambda: dp_speed(a, env, model, a.multi, 1024, extra))
             print(f"| {model} | {label} | {cell(single)} | {cell(multi)} | {ratio(multi, single)} |", flush=True)
