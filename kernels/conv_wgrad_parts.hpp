@@ -19,6 +19,13 @@
 #include "kernels/ops/conv2d.hpp"  // ConvShape
 #include "kernels/scalar_arg.hpp"   // DP_HOST_DEVICE
 
+// On the GPU a thread's accumulators stay in registers only if the loops over them are unrolled.
+#ifdef __CUDA_ARCH__
+#define DP_CONV_WGRAD_UNROLL _Pragma("unroll")
+#else
+#define DP_CONV_WGRAD_UNROLL
+#endif
+
 namespace dp::conv_wgrad {
 
 constexpr int kThreads = 256;  // a block (kernels/cuda/launch.cuh's kThreads; the .cu checks)
@@ -100,6 +107,7 @@ DP_HOST_DEVICE inline void part_sums(float (&acc)[P], const float* dy, const flo
                                      int64_t begin, int64_t end) {
   Tap taps[P];
   bool live[P];
+  DP_CONV_WGRAD_UNROLL
   for (int j = 0; j < P; ++j) {
     const int64_t t = thread + int64_t{j} * kThreads;
     live[j] = t < g.taps();
@@ -109,6 +117,7 @@ DP_HOST_DEVICE inline void part_sums(float (&acc)[P], const float* dy, const flo
   if (begin >= end) return;
   int64_t n = begin / g.OH, oh = begin - n * g.OH;
   for (int64_t row = begin; row < end; ++row) {
+    DP_CONV_WGRAD_UNROLL
     for (int j = 0; j < P; ++j)
       if (live[j]) acc[j] = add_row(acc[j], dy, x, g, taps[j], n, oh);
     if (++oh == g.OH) oh = 0, ++n;
