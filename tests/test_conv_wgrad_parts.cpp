@@ -10,9 +10,9 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/host/thread_pool.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
 #include "kernels/ops/conv2d.hpp"
+#include "tests/conv_wgrad_cases.hpp"
 #include "tests/helpers.hpp"
 
 using namespace dp;
@@ -100,27 +100,16 @@ TEST_CASE("a row's columns are exactly those whose input lies in the image, summ
 }
 
 TEST_CASE("the direct weight gradient, part by part and thread by thread, matches the CPU reference") {
-  ThreadPool pool(1);
-  // The convnet's first layer at a small batch; stride 2 with padding; 1x1; the most taps (8 a
-  // thread); rows of one position; many parts
-  for (const ConvShape& s : {ConvShape{6, 1, 28, 28, 16, 5, 5, 1, 2}, ConvShape{5, 3, 13, 11, 4, 3, 3, 2, 1},
-                             ConvShape{3, 8, 7, 7, 5, 1, 1, 1, 0}, ConvShape{2, 32, 6, 6, 64, 1, 1, 1, 0},
-                             ConvShape{9, 2, 3, 1, 3, 3, 1, 1, 1}, ConvShape{300, 1, 12, 12, 2, 3, 3, 1, 1}}) {
-    CAPTURE(s.N);
-    CAPTURE(s.C);
-    CAPTURE(s.K);
-    CAPTURE(s.kh);
+  for (const ConvShape& s : test::wgrad_direct_shapes()) {
+    INFO("shape (N C H W K kh kw stride pad): ", test::describe(s));
     REQUIRE(conv_wgrad::eligible(s));
-    const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
-    auto x = random_vector(in_n, 60), w = random_vector(w_n, 61), dy = random_vector(out_n, 62);
-    std::vector<float> dx(in_n), dw(w_n), db(s.K), ws(cpu::conv2d_workspace_floats(s, 1, true));
-    cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
-    std::vector<float> got(w_n, NAN);
-    conv_wgrad::host_weight_grad(got.data(), dy.data(), x.data(), s);
+    const auto c = test::wgrad_case(s, 60);
+    std::vector<float> got(c.dw.size(), NAN);
+    conv_wgrad::host_weight_grad(got.data(), c.dy.data(), c.x.data(), s);
     double err = 0, scale = 1;
-    for (int64_t i = 0; i < w_n; ++i) {
-      err = std::max(err, std::abs(double(got[i]) - dw[i]));
-      scale = std::max(scale, std::abs(double(dw[i])));
+    for (size_t i = 0; i < got.size(); ++i) {
+      err = std::max(err, std::abs(double(got[i]) - c.dw[i]));
+      scale = std::max(scale, std::abs(double(c.dw[i])));
     }
     CHECK(err / scale < 1e-5);
   }

@@ -35,6 +35,7 @@
 #include "kernels/ops/dropout.hpp"
 #include "kernels/half.hpp"
 #include "engine/cuda/device_query.hpp"
+#include "tests/conv_wgrad_cases.hpp"
 #include "tests/gpu/unrolled_probe.hpp"
 #include "tests/helpers.hpp"
 
@@ -392,25 +393,16 @@ TEST_CASE("a convolution's bias gradient, a channel split over blocks, matches t
 }
 
 TEST_CASE("a small filter's weight gradient (dp's direct kernel) is the host run of its parts bit for bit, within the CPU reference's tolerance") {
-  ThreadPool pool(1);
   CudaMallocMemory raw;
   cuda::Context c(0);  // --cudnn deterministic: conv2d_backward takes the direct kernel
   cuda::Context heuristic(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Heuristic});
   CachingAllocator alloc(0, "cuda:0", raw, 0);
-  // The convnet's first layer; stride 2 with padding; the most taps (8 a thread); rows of one
-  // position; many parts
-  for (const ConvShape& s : {ConvShape{64, 1, 28, 28, 16, 5, 5, 1, 2}, ConvShape{5, 3, 13, 11, 4, 3, 3, 2, 1},
-                             ConvShape{2, 32, 6, 6, 64, 1, 1, 1, 0}, ConvShape{9, 2, 3, 1, 3, 3, 1, 1, 1},
-                             ConvShape{300, 1, 12, 12, 2, 3, 3, 1, 1}}) {
-    CAPTURE(s.N);
-    CAPTURE(s.C);
-    CAPTURE(s.K);
-    CAPTURE(s.kh);
+  for (const ConvShape& s : test::wgrad_direct_shapes()) {
+    INFO("shape (N C H W K kh kw stride pad): ", test::describe(s));
     REQUIRE(conv_wgrad::eligible(s));
-    const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
-    auto x = random_vector(in_n, 90), w = random_vector(w_n, 91), dy = random_vector(out_n, 92);
-    std::vector<float> dx(in_n), dw(w_n), db(s.K), ws(cpu::conv2d_workspace_floats(s, 1, true)), parts(w_n);
-    cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
+    const auto [x, w, dy, dw] = test::wgrad_case(s, 90);
+    const int64_t w_n = static_cast<int64_t>(w.size());
+    std::vector<float> parts(w_n);
     conv_wgrad::host_weight_grad(parts.data(), dy.data(), x.data(), s);
     auto d_x = to_device(c, x), d_w = to_device(c, w), d_dy = to_device(c, dy);
     auto d_dw = to_device(c, std::vector<float>(w_n, NAN));  // NaN: a tap left unwritten shows
