@@ -13,7 +13,7 @@ the others go on.
   4. broadcast_coalesced and reduce_add_coalesced of 64 MiB on cuda:0x4 against one device-to-device
      copy (build/comm_bandwidth; target >= 0.8x).
   5. How busy the GPU is: forward + backward GPU time (CUDA events, metrics' replica_ms) over the
-     step's wall time on cuda:0, mlp and convnet at batch 128 and 1024 (a lower bound: the loss,
+     wall time per step on cuda:0, mlp and convnet at batch 128 and 1024 (a lower bound: the loss,
      the update and the copies are not counted; target >= 80% at 1024).
   6. The difference captured steps make (--cuda-graphs on against off) on cuda:0 and cuda:0x4, mlp
      and convnet at batch 128 and 1024; and how many timed steps were replays (all, once warm);
@@ -26,8 +26,10 @@ the others go on.
      gap is the policy and how much the kernels.
 Table 1 also times dp with --cuda-graphs on.
 
-Samples/s: dp's from its metrics over the steps after the warm-up; PyTorch's from its own timer
-around the same number of steps; the median of --repeats runs, dp and PyTorch interleaved.
+Samples/s: dp's by the wall clock over the steps after the warm-up (its metrics' time_s: the work
+between steps, such as loading the next batch from host memory, included; until 2026-11-26 the
+steps' own times, which left it out); PyTorch's from its own timer around the same number of steps
+(its batches wait on the GPU already); the median of --repeats runs, dp and PyTorch interleaved.
 
 usage (on the GPU machine, after tools/gpu/build.sh):
   python3 tools/bench/bench_gpu.py --dp build-gpu/dp [--repeats 3] [--only 1,3]
@@ -60,21 +62,27 @@ def run(cmd, env):
 
 
 def dp_rows(a, env, model, devices, batch, extra=()):
-    """The metrics rows of the timed steps (after the warm-up)."""
+    """The metrics rows of the timed steps (after the warm-up), and the run's wall clock (time_s)
+    when the warm-up ended."""
     steps = a.warmup + a.steps
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
         run([a.dp, "train", "--model", model, "--devices", devices, "--batch", str(batch), "--steps", str(steps),
              "--generated-size", str(batch * steps), "--metrics", m.name, *extra], env)
-        rows = [json.loads(l) for l in open(m.name) if '"step"' in l][a.warmup:]
-    if not rows:
+        rows = [json.loads(l) for l in open(m.name) if '"step"' in l]
+    if len(rows) <= a.warmup:
         raise RunFailed("no timed steps in the metrics")
-    return rows
+    return rows[a.warmup:], rows[a.warmup - 1]["time_s"] if a.warmup else 0.0
+
+
+def wall_seconds(rows, start):
+    """The timed steps' wall-clock time: everything between them included (loading the next batch,
+    the metrics), as PyTorch's timer includes everything; a step's own samples_per_s leaves that out."""
+    return rows[-1]["time_s"] - start
 
 
 def dp_speed(a, env, model, devices, batch, extra=()):
-    rows = dp_rows(a, env, model, devices, batch, extra)
-    seconds = sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows)
-    return sum(sum(r["chunks"]) for r in rows) / seconds
+    rows, start = dp_rows(a, env, model, devices, batch, extra)
+    return sum(sum(r["chunks"]) for r in rows) / wall_seconds(rows, start)
 
 
 def torch_speed(a, env, model, batch, precision="fp32", deterministic=False):
@@ -178,15 +186,15 @@ def bandwidth(a, env):
 
 
 def busy(a, env):
-    print(f"\n### 5. Forward + backward GPU time over the step's wall time, {a.gpu} (target >= 80% at batch 1024)\n")
+    print(f"\n### 5. Forward + backward GPU time over the wall time per step, {a.gpu} (target >= 80% at batch 1024)\n")
     print("| model | batch | step ms | forward + backward ms (events) | share |")
     print("|---|---|---|---|---|")
     for model in [m for m in ("mlp", "convnet") if m in a.models]:
         for batch in (128, 1024):
             try:
-                rows = dp_rows(a, env, model, a.gpu, batch)
-                step = statistics.median(1000 * sum(r["chunks"]) / r["samples_per_s"] for r in rows)
-                gpu = statistics.median(r["replica_ms"][0] for r in rows)
+                rows, start = dp_rows(a, env, model, a.gpu, batch)
+                step = 1000 * wall_seconds(rows, start) / len(rows)
+                gpu = statistics.mean(r["replica_ms"][0] for r in rows)
                 print(f"| {model} | {batch} | {step:.3f} | {gpu:.3f} | {100 * gpu / step:.0f}% |", flush=True)
             except (RunFailed, KeyError) as e:
                 print(f"| {model} | {batch} | fails: {e} | | |", flush=True)
@@ -206,8 +214,8 @@ def graphs(a, env):
                 try:
                     on, replayed = [], ""
                     for _ in range(a.repeats):
-                        rows = dp_rows(a, env, model, devices, batch, ("--cuda-graphs", "on"))
-                        on.append(sum(sum(r["chunks"]) for r in rows) / sum(sum(r["chunks"]) / r["samples_per_s"] for r in rows))
+                        rows, start = dp_rows(a, env, model, devices, batch, ("--cuda-graphs", "on"))
+                        on.append(sum(sum(r["chunks"]) for r in rows) / wall_seconds(rows, start))
                         replayed = f"{sum(r.get('graph') == 'replayed' for r in rows)} of {len(rows)}"
                     on = statistics.median(on)
                 except RunFailed as e:

@@ -2,7 +2,7 @@
 for runs of the same model and global batch on different devices (`dp train --metrics`), side by
 side, with samples/s (tools/gpu/profile.sh, for cuda:0x1 against cuda:0x4).
 
-`--step-time FIRST METRICS.jsonl` prints only the mean step time (profile.sh's wall time per
+`--step-time FIRST METRICS.jsonl` prints only the mean wall-clock time per step (profile.sh's, per
 `--cudnn` choice), from the same computation.
 
 usage: phase_table.py [--step-time] FIRST LABEL=METRICS.jsonl [LABEL=METRICS.jsonl ...]
@@ -14,21 +14,24 @@ ORDER = ["load", "scatter", "replicate", "forward", "gather", "loss", "backward"
 
 
 def steps_from(path, first):
+    """The steps from FIRST on, and the run's wall clock (time_s) when the step before ended."""
     rows = [json.loads(line) for line in open(path) if '"step"' in line]
+    before = [r["time_s"] for r in rows if r["step"] == first - 1]
     rows = [r for r in rows if r["step"] >= first]
     if not rows:
         sys.exit(f"{path}: no steps from {first} on")
-    return rows
+    return rows, before[0] if before else 0.0
 
 
-def mean_step_ms(rows):
-    return sum(1e3 * sum(r["chunks"]) / r["samples_per_s"] for r in rows) / len(rows)
+def mean_step_ms(rows, start):
+    """Wall-clock time per step, the work between steps (loading the next batch) included."""
+    return 1e3 * (rows[-1]["time_s"] - start) / len(rows)
 
 
 def mean_phases(path, first):
-    rows = steps_from(path, first)
+    rows, start = steps_from(path, first)
     phases = {p: sum(r["phase_ms"][p] for r in rows) / len(rows) for p in rows[0]["phase_ms"]}
-    step_ms = mean_step_ms(rows)
+    step_ms = mean_step_ms(rows, start)
     return phases, step_ms, sum(rows[0]["chunks"]) * 1e3 / step_ms
 
 
@@ -38,7 +41,7 @@ def main():
         if len(sys.argv) != 4 or not sys.argv[2].isdigit():
             sys.exit(usage)
         first = int(sys.argv[2])
-        print(f"{mean_step_ms(steps_from(sys.argv[3], first)):.3f} ms per step (steps {first} on)")
+        print(f"{mean_step_ms(*steps_from(sys.argv[3], first)):.3f} ms per step (steps {first} on)")
         return
     if len(sys.argv) < 3 or not sys.argv[1].isdigit() or any("=" not in a for a in sys.argv[2:]):
         sys.exit(usage)
