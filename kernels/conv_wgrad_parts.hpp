@@ -1,8 +1,9 @@
 // The weight gradient of a convolution with few filter taps (K·C·kh·kw ≤ kMaxTaps), computed
 // directly on a GPU (kernels/cuda/conv_wgrad_direct.cu) instead of by cuDNN's deterministic
 // algorithm, whose parallelism is the filter's, not the batch's: on an H100 it took 0.58 ms a step
-// for the convnet's first convolution (1→16, 5×5) at batch 1024 and about 0.45 ms at batch 128 —
-// a quarter to a third of the step, paid again by every replica of `cuda:0xN`.
+// for the convnet's first convolution (1→16, 5×5) at batch 1024, a quarter of the step, and going
+// by what --cudnn deterministic costs over heuristic, about as much at batch 128 — paid again by
+// every replica of `cuda:0xN`.
 //
 // The batch's output rows (n, oh) are cut into parts, one block each (how many depends on the
 // shape only, never on the GPU). Thread t of a block sums taps t, t + kThreads, … over its part's
@@ -31,7 +32,7 @@ namespace dp::conv_wgrad {
 constexpr int kThreads = 256;  // a block (kernels/cuda/launch.cuh's kThreads; the .cu checks)
 constexpr int kMaxTapsPerThread = 8;
 constexpr int64_t kMaxTaps = int64_t{kThreads} * kMaxTapsPerThread;
-constexpr int64_t kPositionsPerPart = 1024;  // about 4 a thread per tap: many blocks at small batches
+constexpr int64_t kPositionsPerPart = 1024;  // a block's walk per tap: many blocks at small batches
 constexpr int64_t kMaxParts = 4096;
 
 // A convolution's sizes with its output's, in the form the kernels take by value.

@@ -49,8 +49,10 @@ TEST_CASE("the direct weight gradient's parts cover every output row once; its t
     for (int64_t p = 0; p < P; ++p)
       for (int64_t r = conv_wgrad::part_begin(R, p, P); r < conv_wgrad::part_begin(R, p + 1, P); ++r) ++seen[r];
     CHECK(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
-    // A part holds about kPositionsPerPart positions unless the parts are at their most.
-    CHECK((P == conv_wgrad::kMaxParts || (R + P - 1) / P * g.OW <= conv_wgrad::kPositionsPerPart + g.OW));
+    // A part holds at most kPositionsPerPart positions (or one row, if longer) unless the parts
+    // are at their most (8192 samples of 30 rows here)
+    CHECK((P == conv_wgrad::kMaxParts || (R + P - 1) / P * g.OW <= std::max(conv_wgrad::kPositionsPerPart, g.OW)));
+    CHECK((P == conv_wgrad::kMaxParts) == (N == 8192));
   }
   // Taps in weight order [K, C, kh, kw]
   const auto g = conv_wgrad::geometry_of(ConvShape{1, 3, 8, 8, 4, 2, 5, 1, 0});
