@@ -35,7 +35,7 @@ float naive_row(float acc, const float* dy, const float* x, const conv_wgrad::Ge
 
 }  // namespace
 
-TEST_CASE("the direct weight gradient's parts cover every output row once; its taps, threads and limits") {
+TEST_CASE("the direct weight gradient's parts cover every output row once, and its taps, threads and limits hold") {
   for (auto [N, H, kh, stride, pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{1, 5, 3, 1, 1},
                                        {1024, 28, 5, 1, 2}, {7, 9, 3, 2, 0}, {8192, 30, 1, 1, 0}, {3, 1, 1, 1, 0}}) {
     const ConvShape s{N, 2, H, H, 3, kh, kh, stride, pad};
