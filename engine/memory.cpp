@@ -237,7 +237,8 @@ void CachingAllocator::end_capture() {
   // reads they stand for happen inside each replay, which later work on every stream waits for.
   for (auto [b, event] : captured_reads_) {
     auto& r = b->readers;
-    r.erase(std::remove_if(r.begin(), r.end(), [e = event](const auto& use) { return use.second.get() == e; }), r.end());
+    r.erase(std::remove_if(r.begin(), r.end(), [e = event](const auto& use) { return use.second.event.get() == e; }),
+            r.end());
   }
   captured_reads_.clear();
   Pool& pool = pools_.at(capturing_);
@@ -261,17 +262,17 @@ bool CachingAllocator::capturing() const {
   return capturing_ != 0;
 }
 
-void CachingAllocator::record_reader(Block* b, DeviceQueue& queue, std::shared_ptr<void> event) {
+void CachingAllocator::record_reader(Block* b, DeviceQueue& queue, DeviceQueue::Mark mark) {
   std::lock_guard lock(mutex_);
-  if (capturing_) captured_reads_.emplace_back(b, event.get());
+  if (capturing_) captured_reads_.emplace_back(b, mark.event.get());
   // A queue passes its events in order: its latest read is the one to wait for (and a block read
-  // every step, such as the master parameters, keeps one event per queue, not one per step).
-  for (auto& [q, e] : b->readers)
+  // every step, such as the master parameters, keeps one mark per queue, not one per step).
+  for (auto& [q, m] : b->readers)
     if (q == &queue) {
-      e = std::move(event);
+      m = std::move(mark);
       return;
     }
-  b->readers.emplace_back(&queue, std::move(event));
+  b->readers.emplace_back(&queue, std::move(mark));
 }
 
 int64_t CachingAllocator::awaiting_readers() const {
@@ -279,19 +280,32 @@ int64_t CachingAllocator::awaiting_readers() const {
   return static_cast<int64_t>(awaiting_.size());
 }
 
+// Runs at every allocation, so it asks the devices little (on a GPU each question is a driver
+// call). A queue passes its marks in order: one it has seen passed vouches for every earlier one
+// (DeviceQueue::known_passed), and one found pending in this pass for every later one. The blocks
+// stay in the order they were freed, which is about the order of their marks, so a pass asks each
+// queue about one pending mark, and each mark is found passed at most once.
 void CachingAllocator::collect_read_blocks_locked() {
-  for (size_t i = 0; i < awaiting_.size();) {
-    Block* b = awaiting_[i];
+  std::vector<std::pair<DeviceQueue*, uint64_t>> pending;  // per queue, the lowest mark found pending
+  auto passed = [&](const std::pair<DeviceQueue*, DeviceQueue::Mark>& use) {
+    DeviceQueue* q = use.first;
+    const DeviceQueue::Mark& m = use.second;
+    if (q->known_passed(m.seq)) return true;
+    auto it = std::find_if(pending.begin(), pending.end(), [q](const auto& p) { return p.first == q; });
+    if (it != pending.end() && m.seq >= it->second) return false;
+    if (q->ask_passed(m)) return true;
+    if (it == pending.end()) pending.emplace_back(q, m.seq);
+    else it->second = m.seq;  // lower than what was pending
+    return false;
+  };
+  size_t kept = 0;
+  for (Block* b : awaiting_) {
     auto& r = b->readers;
-    r.erase(std::remove_if(r.begin(), r.end(), [](const auto& use) { return use.first->query(use.second); }), r.end());
-    if (!r.empty()) {
-      ++i;
-      continue;
-    }
-    cache_.emplace(b->size, b);
-    awaiting_[i] = awaiting_.back();
-    awaiting_.pop_back();
+    r.erase(std::remove_if(r.begin(), r.end(), passed), r.end());
+    if (r.empty()) cache_.emplace(b->size, b);
+    else awaiting_[kept++] = b;  // in order, behind what is read
   }
+  awaiting_.resize(kept);
 }
 
 void CachingAllocator::release_cached_locked() {

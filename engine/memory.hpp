@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/stream.hpp"  // DeviceQueue and its marks
+
 namespace dp {
 
 enum class MemCategory : int {
@@ -76,7 +78,6 @@ class RawMemory {
   virtual void release(void* ptr, size_t bytes) noexcept = 0;  // also from destructors
 };
 
-class DeviceQueue;
 
 struct Block {
   void* ptr = nullptr;
@@ -84,9 +85,9 @@ struct Block {
   MemCategory category = MemCategory::Workspace;
   size_t requested = 0;
   size_t accounted = 0;  // the request rounded to 512 bytes: what in_use counts
-  // Other devices' streams that read the block, each with an event recorded after its read: the
+  // Other devices' streams that read the block, each with a mark recorded after its read: the
   // block goes back to the cache only once every one has passed it (record_stream's rule).
-  std::vector<std::pair<DeviceQueue*, std::shared_ptr<void>>> readers;
+  std::vector<std::pair<DeviceQueue*, DeviceQueue::Mark>> readers;
   int pool = 0;  // a captured step's private pool (CachingAllocator::begin_capture), 0: the cache
 };
 
@@ -108,7 +109,7 @@ class CachingAllocator {
   // reads. Never throws.
   void free(Block* block);
   // Another device's accelerator stream read the block; `event` was recorded on it after the read.
-  void record_reader(Block* block, DeviceQueue& queue, std::shared_ptr<void> event);
+  void record_reader(Block* block, DeviceQueue& queue, DeviceQueue::Mark mark);
   int64_t awaiting_readers() const;  // freed blocks not yet back in the cache
   void empty_cache();  // return cached, unused blocks to the system (none while capturing)
   // Allocators that draw on the same memory (the logical devices of one GPU): when the system is

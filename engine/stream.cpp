@@ -54,6 +54,21 @@ void Event::rearm() {
   state_->device_event.reset();
 }
 
+DeviceQueue::Mark DeviceQueue::mark() {
+  std::lock_guard lock(mark_mutex_);
+  return {record(), ++marks_};
+}
+
+bool DeviceQueue::known_passed(uint64_t seq) const { return seq <= passed_.load(std::memory_order_acquire); }
+
+bool DeviceQueue::ask_passed(const Mark& m) {
+  if (!query(m.event)) return false;
+  uint64_t known = passed_.load(std::memory_order_relaxed);
+  while (known < m.seq && !passed_.compare_exchange_weak(known, m.seq, std::memory_order_release)) {
+  }
+  return true;
+}
+
 void Stream::Recording::rearm() {
   for (Event& e : events_) e.rearm();
 }

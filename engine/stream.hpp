@@ -89,6 +89,23 @@ class DeviceQueue {
   virtual void begin_capture() { throw std::logic_error("this device cannot capture its work"); }
   virtual std::shared_ptr<void> end_capture() { throw std::logic_error("this device cannot capture its work"); }
   virtual void launch(const std::shared_ptr<void>& /*graph*/) { throw std::logic_error("this device cannot capture its work"); }
+
+  // A read's mark: an event after all work so far, numbered in this queue's order. The queue passes
+  // its events in order, so a mark seen passed vouches for every earlier one: an allocator holding
+  // blocks for other streams' reads (CachingAllocator::collect_read_blocks_locked) asks the device
+  // about few of them, not every one at every allocation.
+  struct Mark {
+    std::shared_ptr<void> event;
+    uint64_t seq = 0;  // from 1, in record order
+  };
+  Mark mark();                                 // record(), numbered under a lock: numbers follow the events' order
+  bool known_passed(uint64_t seq) const;      // without asking the device
+  bool ask_passed(const Mark& m);             // query(); passed, it vouches for every earlier mark
+
+ private:
+  std::mutex mark_mutex_;
+  uint64_t marks_ = 0;
+  std::atomic<uint64_t> passed_{0};  // every mark up to this one has passed
 };
 
 struct TaskLabel {

@@ -61,7 +61,7 @@ void Tensor::copy_from_host(const void* src) const {
 void Tensor::record_read_by(Device& reader) const {
   DeviceQueue* queue = reader.stream().device_queue();
   if (!defined() || &reader == device_ || !queue) return;
-  storage_->record_reader(*queue, queue->record());
+  storage_->record_reader(*queue, queue->mark());
 }
 
 Tensor Tensor::rows(int64_t begin, int64_t count) const {

@@ -30,7 +30,7 @@ class Storage {
   void* data() const { return block_->ptr; }
   size_t bytes() const { return block_->requested; }
   MemCategory category() const { return block_->category; }
-  void record_reader(DeviceQueue& queue, std::shared_ptr<void> event) { alloc_.record_reader(block_, queue, std::move(event)); }
+  void record_reader(DeviceQueue& queue, DeviceQueue::Mark mark) { alloc_.record_reader(block_, queue, std::move(mark)); }
 
  private:
   CachingAllocator& alloc_;

@@ -87,15 +87,19 @@ class ManualQueue final : public DeviceQueue {
   }
   void wait(const std::shared_ptr<void>&) override {}
   bool query(const std::shared_ptr<void>& event) override {
+    ++queries;
     const auto* e = static_cast<ManualEvent*>(event.get());
     if (e->captured) throw std::logic_error("queried an event recorded during a capture");
     return e->done.load();
   }
   void synchronize() override {}
-  void finish_all() {
+  void finish_all() { finish_first(SIZE_MAX); }
+  // The device passes its first n events (in order, as a stream does).
+  void finish_first(size_t n) {
     std::lock_guard lock(m_);
-    for (auto& e : events_) e->done = true;
+    for (size_t i = 0; i < events_.size() && i < n; ++i) events_[i]->done = true;
   }
+  std::atomic<int> queries{0};  // how often the device was asked
   size_t recorded() {
     std::lock_guard lock(m_);
     return events_.size();

@@ -100,7 +100,7 @@ TEST_CASE("a freed block that another stream read goes back to the cache only on
   ManualQueue reader;  // another device's stream, its copy out of the block still pending
   Block* b = alloc.allocate(4096, MemCategory::Activations);
   void* const ptr = b->ptr;
-  alloc.record_reader(b, reader, reader.record());
+  alloc.record_reader(b, reader, reader.mark());
   alloc.free(b);
   CHECK(alloc.stats().in_use == 0);  // the tensor is gone: counted free at once, as on host devices
   CHECK(alloc.awaiting_readers() == 1);
@@ -117,8 +117,8 @@ TEST_CASE("a freed block that another stream read goes back to the cache only on
   Block* twice = alloc.allocate(4096, MemCategory::Activations);
   void* const twice_ptr = twice->ptr;
   ManualQueue second;
-  alloc.record_reader(twice, reader, reader.record());
-  alloc.record_reader(twice, second, second.record());
+  alloc.record_reader(twice, reader, reader.mark());
+  alloc.record_reader(twice, second, second.mark());
   alloc.free(twice);
   reader.finish_all();
   Block* a = alloc.allocate(4096, MemCategory::Activations);
@@ -132,6 +132,62 @@ TEST_CASE("a freed block that another stream read goes back to the cache only on
   Block* d = alloc.allocate(4096, MemCategory::Activations);
   CHECK(alloc.awaiting_readers() == 0);
   alloc.free(d);
+}
+
+TEST_CASE("collecting blocks that other streams read asks each queue about one pending mark, and each passed mark once") {
+  auto devs = host_devices(1);
+  auto& alloc = devs[0].allocator();
+  ManualQueue first, second;
+  std::vector<void*> read_ptrs;
+  constexpr int kBlocks = 20;
+  for (int i = 0; i < kBlocks; ++i) {  // read in turn by two queues, freed in that order
+    Block* b = alloc.allocate(4096, MemCategory::Activations);
+    read_ptrs.push_back(b->ptr);
+    alloc.record_reader(b, i % 2 ? second : first, (i % 2 ? second : first).mark());
+    alloc.free(b);
+  }
+  CHECK(alloc.awaiting_readers() == kBlocks);
+  // Nothing passed: one question a queue (the oldest mark), not one a block
+  first.queries = 0, second.queries = 0;
+  std::vector<Block*> fresh;
+  fresh.push_back(alloc.allocate(4096, MemCategory::Activations));
+  CHECK(first.queries == 1);
+  CHECK(second.queries == 1);
+  CHECK(alloc.awaiting_readers() == kBlocks);
+  // The first queue passes its first three marks (blocks 0, 2, 4): those blocks come back, and
+  // the fourth is the one pending mark asked about
+  first.finish_first(3);
+  first.queries = 0, second.queries = 0;
+  fresh.push_back(alloc.allocate(4096, MemCategory::Activations));
+  CHECK(std::find(read_ptrs.begin(), read_ptrs.end(), fresh.back()->ptr) != read_ptrs.end());  // one of them, reused
+  CHECK(first.queries == 4);
+  CHECK(second.queries == 1);
+  CHECK(alloc.awaiting_readers() == kBlocks - 3);
+  // Both pass everything: every block comes back; the marks already seen passed are not asked again
+  first.finish_all(), second.finish_all();
+  first.queries = 0, second.queries = 0;
+  fresh.push_back(alloc.allocate(4096, MemCategory::Activations));
+  CHECK(alloc.awaiting_readers() == 0);
+  CHECK(first.queries == 7);   // its 7 marks not yet seen passed
+  CHECK(second.queries == 10);
+  first.queries = 0, second.queries = 0;
+  fresh.push_back(alloc.allocate(4096, MemCategory::Activations));
+  CHECK(first.queries + second.queries == 0);  // nothing waits: nothing asked
+  // A later mark seen passed vouches for an earlier one still held by a block
+  Block* early = alloc.allocate(4096, MemCategory::Activations);
+  Block* late = alloc.allocate(4096, MemCategory::Activations);
+  const auto early_mark = first.mark(), late_mark = first.mark();
+  alloc.record_reader(early, first, early_mark);
+  alloc.record_reader(late, first, late_mark);
+  first.finish_all();
+  CHECK(first.ask_passed(late_mark));
+  CHECK(first.known_passed(early_mark.seq));
+  alloc.free(late), alloc.free(early);  // late first: collected in this order
+  first.queries = 0;
+  fresh.push_back(alloc.allocate(4096, MemCategory::Activations));
+  CHECK(first.queries == 0);
+  CHECK(alloc.awaiting_readers() == 0);
+  for (Block* b : fresh) alloc.free(b);
 }
 
 namespace {
@@ -256,16 +312,16 @@ TEST_CASE("a captured step's pool: a block another stream read inside the captur
   auto& alloc = devs[0].allocator();
   ManualQueue reader;
   Block* live = alloc.allocate(4096, MemCategory::Parameters);  // read every step, as the master is
-  alloc.record_reader(live, reader, reader.record());
-  alloc.record_reader(live, reader, reader.record());
+  alloc.record_reader(live, reader, reader.mark());
+  alloc.record_reader(live, reader, reader.mark());
   CHECK(live->readers.size() == 1);  // one event per queue: its latest
   reader.finish_all();
   const int pool = alloc.begin_capture();
   reader.capturing = true;
   Block* read = alloc.allocate(4096, MemCategory::Activations);
   void* const read_ptr = read->ptr;
-  alloc.record_reader(read, reader, reader.record());
-  alloc.record_reader(live, reader, reader.record());
+  alloc.record_reader(read, reader, reader.mark());
+  alloc.record_reader(live, reader, reader.mark());
   alloc.free(read);
   Block* other = alloc.allocate(4096, MemCategory::Activations);  // queries nothing (ManualQueue would throw)
   CHECK(other->ptr != read_ptr);
