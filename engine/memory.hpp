@@ -78,7 +78,6 @@ class RawMemory {
   virtual void release(void* ptr, size_t bytes) noexcept = 0;  // also from destructors
 };
 
-
 struct Block {
   void* ptr = nullptr;
   size_t size = 0;  // bytes held from the system (a cached block may be larger than asked)
@@ -108,7 +107,7 @@ class CachingAllocator {
   // No longer in use (in_use drops now); reused once the streams that read it have passed their
   // reads. Never throws.
   void free(Block* block);
-  // Another device's accelerator stream read the block; `event` was recorded on it after the read.
+  // Another device's accelerator stream read the block; `mark` was recorded on it after the read.
   void record_reader(Block* block, DeviceQueue& queue, DeviceQueue::Mark mark);
   int64_t awaiting_readers() const;  // freed blocks not yet back in the cache
   void empty_cache();  // return cached, unused blocks to the system (none while capturing)
