@@ -48,8 +48,8 @@ inline Geometry geometry_of(const ConvShape& s) {
 
 // Small enough for a block to hold every tap: 1 to kMaxTaps of them.
 inline bool eligible(const ConvShape& s) {
-  const int64_t taps = s.K * s.C * s.kh * s.kw;
-  return taps >= 1 && taps <= kMaxTaps && s.stride >= 1 && s.OH() >= 0 && s.OW() >= 0;
+  const Geometry g = geometry_of(s);
+  return g.taps() >= 1 && g.taps() <= kMaxTaps && g.stride >= 1 && g.OH >= 0 && g.OW >= 0;
 }
 
 // Parts of the N·OH output rows: about kPositionsPerPart output positions each, at most kMaxParts.

@@ -31,6 +31,23 @@ ncu_kernels() {  # MODEL BATCH DEVICES
   python3 tools/gpu/kernel_times.py /tmp/ncu.csv $steps || { failed=1; tail -5 /tmp/ncu.err; }
 }
 
+# 30 steps of `dp train` on DEVICES (more flags after), their metrics into FILE.
+train_metrics() {  # MODEL BATCH DEVICES FILE [FLAGS...]
+  local model=$1 batch=$2 devices=$3 file=$4
+  shift 4
+  rm -f "$file"
+  build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps 30 \
+    --generated-size $((batch * 30)) --metrics "$file" "$@" >/dev/null 2>&1
+}
+
+# Their wall-clock time per step from step 10 on.
+wall_time() {  # MODEL BATCH DEVICES [FLAGS...]
+  local model=$1 batch=$2 devices=$3
+  shift 3
+  train_metrics "$model" "$batch" "$devices" /tmp/m.jsonl "$@" &&
+    python3 tools/gpu/phase_table.py --step-time 10 /tmp/m.jsonl || failed=1
+}
+
 for spec in "$@"; do
   if [[ $spec == replicas:* ]]; then
     model=${spec#replicas:} batch=${spec##*:}
@@ -39,9 +56,7 @@ for spec in "$@"; do
       echo "######## DataParallel's GPU work: $model, global batch $batch, cuda:0x4 against cuda:0x1"
       for devices in cuda:0x1 cuda:0x4; do
         echo "== dp train --devices $devices --model $model --batch $batch: wall time"
-        build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps 30 \
-          --generated-size $((batch * 30)) --metrics /tmp/m.jsonl >/dev/null 2>&1 &&
-          python3 tools/gpu/phase_table.py --step-time 10 /tmp/m.jsonl || failed=1
+        wall_time "$model" "$batch" "$devices"
       done
       echo "== dp on cuda:0x4: Nsight Compute, $steps steps (every replica's kernels, one at a time)"
       ncu_kernels "$model" "$batch" cuda:0x4
@@ -55,9 +70,7 @@ for spec in "$@"; do
       echo "######## DataParallel's overhead by phase: $model, global batch $batch, cuda:0x1 against cuda:0x4"
       runs=()
       for devices in cuda:0x1 cuda:0x4; do
-        rm -f "/tmp/phases-$devices.jsonl"
-        build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps 30 \
-          --generated-size $((batch * 30)) --metrics "/tmp/phases-$devices.jsonl" >/dev/null 2>&1 || failed=1
+        train_metrics "$model" "$batch" "$devices" "/tmp/phases-$devices.jsonl" || failed=1
         runs+=("$devices=/tmp/phases-$devices.jsonl")
       done
       python3 tools/gpu/phase_table.py 10 "${runs[@]}" || failed=1
@@ -69,9 +82,7 @@ for spec in "$@"; do
     echo "######## $model, batch $batch"
     for cudnn in deterministic heuristic benchmark; do
       echo "== dp train --devices cuda:0 --model $model --batch $batch --cudnn $cudnn: wall time"
-      build-gpu/dp train --model "$model" --devices cuda:0 --batch "$batch" --steps 30 --generated-size $((batch * 30)) \
-        --cudnn $cudnn --metrics /tmp/m.jsonl >/dev/null 2>&1 &&
-        python3 tools/gpu/phase_table.py --step-time 10 /tmp/m.jsonl || failed=1
+      wall_time "$model" "$batch" cuda:0 --cudnn "$cudnn"
     done
     echo "== dp: Nsight Compute, $steps steps (the first with cuDNN's set-up)"
     ncu_kernels "$model" "$batch" cuda:0
