@@ -11,11 +11,13 @@
 
 namespace dp::test {
 
-// The convnet's first layer; stride 2 with padding; 1x1; the most taps (8 a thread); rows of one
+// The convnet's two layers; resnet18's first; stride 2 with padding; 1x1 (64 channels by 32
+// columns); tiles cut short in both directions (20 channels, 100 columns; 40 channels); a row of one
 // position; many parts.
 inline std::vector<ConvShape> wgrad_direct_shapes() {
-  return {{64, 1, 28, 28, 16, 5, 5, 1, 2}, {5, 3, 13, 11, 4, 3, 3, 2, 1}, {3, 8, 7, 7, 5, 1, 1, 1, 0},
-          {2, 32, 6, 6, 64, 1, 1, 1, 0},   {9, 2, 3, 1, 3, 3, 1, 1, 1},   {300, 1, 12, 12, 2, 3, 3, 1, 1}};
+  return {{64, 1, 28, 28, 16, 5, 5, 1, 2}, {4, 16, 14, 14, 32, 5, 5, 1, 2}, {2, 3, 32, 32, 64, 3, 3, 1, 1},
+          {5, 3, 13, 11, 4, 3, 3, 2, 1},   {2, 32, 6, 6, 64, 1, 1, 1, 0},   {3, 4, 9, 9, 20, 5, 5, 2, 2},
+          {2, 2, 7, 7, 40, 3, 3, 1, 1},    {9, 2, 3, 1, 3, 3, 1, 1, 1},     {300, 1, 12, 12, 2, 3, 3, 1, 1}};
 }
 
 // "N C H W K kh kw stride pad", for a failing check's message.

@@ -1,5 +1,6 @@
-// A small convolution's weight gradient without cuDNN: partial sums per part of the batch's output
-// rows, then each tap's parts added in order (the arithmetic, and why: kernels/conv_wgrad_parts.hpp).
+// A small convolution's weight gradient without cuDNN: each block a tile of taps over one part of
+// the output positions, staged through shared memory, then each tap's parts added in order (the
+// arithmetic, and why: kernels/conv_wgrad_parts.hpp).
 #include "engine/cuda/check.cuh"
 #include "engine/memory.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
@@ -10,19 +11,38 @@ namespace dp::cuda {
 
 namespace {
 
-static_assert(conv_wgrad::kThreads == kThreads, "the parts' threads are the launches' blocks");
+static_assert(conv_wgrad::kThreads == kThreads, "a tile's threads are the launches' blocks");
 
-// Block p: part p's sums of every tap, partials[p][tap].
-template <int P>
-__global__ void wgrad_partials_kernel(float* partials, const float* __restrict__ dy, const float* __restrict__ x,
-                                      conv_wgrad::Geometry g, int64_t parts) {
-  const int64_t p = blockIdx.x, T = g.taps(), R = g.rows();
-  float acc[P];
-  conv_wgrad::part_sums(acc, dy, x, g, threadIdx.x, conv_wgrad::part_begin(R, p, parts),
-                        conv_wgrad::part_begin(R, p + 1, parts));
+// Block (part, tile): the tile's taps summed over the part's positions, into partials[part].
+// Each stage's global loads are issued before the previous chunk's products, to overlap them.
+template <int M, int N>
+__global__ void __launch_bounds__(conv_wgrad::kThreads)
+    wgrad_tiles_kernel(float* partials, const float* __restrict__ dy, const float* __restrict__ x,
+                       conv_wgrad::Geometry g, conv_wgrad::Plan plan) {
+  constexpr int RM = M / 16, RN = N / 16;
+  __shared__ __align__(16) float dys[conv_wgrad::kChunk * (M + conv_wgrad::kPad)];
+  __shared__ __align__(16) float xs[conv_wgrad::kChunk * (N + conv_wgrad::kPad)];
+  const int tid = threadIdx.x;
+  const int64_t part = blockIdx.x;
+  const int k0 = static_cast<int>(blockIdx.y / plan.tiles_n) * M, j0 = static_cast<int>(blockIdx.y % plan.tiles_n) * N;
+  const auto columns = conv_wgrad::load_columns<RN>(g, j0, tid);
+  const conv_wgrad::Cell cell = conv_wgrad::cell_of(tid);
+  const int begin = static_cast<int>(plan.part_begin(part)), end = static_cast<int>(plan.part_begin(part + 1));
+  float dy_regs[RM], x_regs[RN], acc[RM][RN];
 #pragma unroll
-  for (int j = 0; j < P; ++j)
-    if (const int64_t t = threadIdx.x + int64_t{j} * kThreads; t < T) partials[p * T + t] = acc[j];
+  for (int i = 0; i < RM; ++i)
+#pragma unroll
+    for (int j = 0; j < RN; ++j) acc[i][j] = 0.f;
+  conv_wgrad::load_stage(dy_regs, x_regs, dy, x, g, columns, k0, begin, tid);
+  for (int q0 = begin; q0 < end; q0 += conv_wgrad::kChunk) {
+    conv_wgrad::store_stage<M, N>(dys, xs, dy_regs, x_regs, tid);
+    __syncthreads();
+    if (q0 + conv_wgrad::kChunk < end)
+      conv_wgrad::load_stage(dy_regs, x_regs, dy, x, g, columns, k0, q0 + conv_wgrad::kChunk, tid);
+    conv_wgrad::multiply_stage<M, N>(acc, dys, xs, cell);
+    __syncthreads();
+  }
+  conv_wgrad::write_partials<M, N>(partials + part * g.taps(), acc, g, k0, j0, cell);
 }
 
 __global__ void wgrad_finish_kernel(float* dw, const float* partials, int64_t taps, int64_t parts) {
@@ -30,11 +50,21 @@ __global__ void wgrad_finish_kernel(float* dw, const float* partials, int64_t ta
   if (t < taps) dw[t] = conv_wgrad::tap_total(partials, taps, parts, t);
 }
 
-template <int P>
-void launch_partials(cudaStream_t stream, float* partials, const float* dy, const float* x,
-                     const conv_wgrad::Geometry& g, int64_t parts) {
-  wgrad_partials_kernel<P><<<static_cast<unsigned>(parts), kThreads, 0, stream>>>(partials, dy, x, g, parts);
+template <int M, int N>
+void launch_tiles(cudaStream_t stream, float* partials, const float* dy, const float* x, const conv_wgrad::Geometry& g,
+                  const conv_wgrad::Plan& plan) {
+  const dim3 grid(static_cast<unsigned>(plan.parts), static_cast<unsigned>(plan.tiles()));
+  wgrad_tiles_kernel<M, N><<<grid, conv_wgrad::kThreads, 0, stream>>>(partials, dy, x, g, plan);
   DP_CUDA_CHECK_LAUNCH();
+}
+
+template <int M>
+void launch_tiles_m(cudaStream_t stream, float* partials, const float* dy, const float* x,
+                    const conv_wgrad::Geometry& g, const conv_wgrad::Plan& plan) {
+  if (plan.tile.n == 32)
+    launch_tiles<M, 32>(stream, partials, dy, x, g, plan);
+  else
+    launch_tiles<M, 64>(stream, partials, dy, x, g, plan);
 }
 
 }  // namespace
@@ -43,19 +73,19 @@ bool conv2d_weight_grad_direct(Context& c, CachingAllocator& alloc, float* dw, c
                                const ConvShape& s) {
   if (!conv_wgrad::eligible(s)) return false;
   const conv_wgrad::Geometry g = conv_wgrad::geometry_of(s);
-  const int64_t T = g.taps(), parts = conv_wgrad::parts_for(g);
+  const conv_wgrad::Plan plan = conv_wgrad::plan_for(g);
+  const int64_t T = g.taps();
   auto stream = c.handles().stream;
   // Returned to the cache when this goes out of scope; later work on the stream may reuse it, as
   // with cuDNN's workspace.
-  ScopedBlock partials(alloc, static_cast<size_t>(parts * T) * sizeof(float));
+  ScopedBlock partials(alloc, static_cast<size_t>(plan.parts * T) * sizeof(float));
   float* sums = partials.at<float>();
-  switch (conv_wgrad::taps_per_thread(T)) {
-    case 1: launch_partials<1>(stream, sums, dout, in, g, parts); break;
-    case 2: launch_partials<2>(stream, sums, dout, in, g, parts); break;
-    case 4: launch_partials<4>(stream, sums, dout, in, g, parts); break;
-    default: launch_partials<8>(stream, sums, dout, in, g, parts); break;
+  switch (plan.tile.m) {
+    case 16: launch_tiles_m<16>(stream, sums, dout, in, g, plan); break;
+    case 32: launch_tiles_m<32>(stream, sums, dout, in, g, plan); break;
+    default: launch_tiles_m<64>(stream, sums, dout, in, g, plan); break;
   }
-  wgrad_finish_kernel<<<blocks_for(T), kThreads, 0, stream>>>(dw, sums, T, parts);
+  wgrad_finish_kernel<<<blocks_for(T), kThreads, 0, stream>>>(dw, sums, T, plan.parts);
   DP_CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -33,9 +33,10 @@ namespace cuda {
 void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
 void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      const ConvShape& s);
-// dw alone, float32, without cuDNN, when the filter has at most conv_wgrad::kMaxTaps taps: parts
-// of the batch summed separately and added in a fixed order (kernels/conv_wgrad_parts.hpp), the
-// same bits every run and on every GPU. False, having done nothing, for a larger filter.
+// dw alone, float32, without cuDNN, when the filter has at most conv_wgrad::kMaxTaps taps: tiles of
+// taps summed over parts of the output positions, the parts added in a fixed order
+// (kernels/conv_wgrad_parts.hpp), the same bits every run and on every GPU. False, having done
+// nothing, for a larger filter.
 bool conv2d_weight_grad_direct(Context& c, CachingAllocator& alloc, float* dw, const float* dout, const float* in,
                                const ConvShape& s);
 // Every present operand of 16-bit type t, on the tensor cores (float32 accumulation, one rounding
