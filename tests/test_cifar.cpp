@@ -7,6 +7,7 @@
 
 #include "engine/error.hpp"
 #include "engine/io/dataset.hpp"
+#include "engine/host/thread_pool.hpp"
 #include "engine/io/loader.hpp"
 #include "helpers.hpp"
 
@@ -76,6 +77,55 @@ TEST_CASE("normalisation is per channel: (x/255 - mean[c]) / std[c]") {
   CHECK(out[0] == doctest::Approx((1.0 - 0.4914) / 0.2470));
   CHECK(out[1] == doctest::Approx((0.0 - 0.4822) / 0.2435));
   CHECK(out[2] == doctest::Approx((128 / 255.0 - 0.4465) / 0.2616));
+}
+
+TEST_CASE("a batch's pixels are normalise_sample's bits for every byte and channel (its lookup table)") {
+  Dataset d;
+  d.count = 256;
+  d.channels = 3;
+  d.rows = 1;
+  d.cols = 1;
+  use_cifar10_statistics(d);
+  for (int v = 0; v < 256; ++v)
+    for (int c = 0; c < 3; ++c) d.images.push_back(static_cast<uint8_t>((v + 85 * c) % 256));
+  d.labels.assign(256, 1);
+  std::vector<int64_t> order(256);
+  for (int64_t i = 0; i < 256; ++i) order[static_cast<size_t>(i)] = i;
+  const Batch b = make_batch(d, order.data(), 256);
+  std::vector<float> want(3);
+  bool same = true;
+  for (size_t i = 0; i < 256; ++i) {
+    normalise_sample(d, d.images.data() + 3 * i, want.data());
+    for (size_t c = 0; c < 3; ++c) same = same && b.images[3 * i + c] == want[c];  // exact
+  }
+  CHECK(same);
+}
+
+TEST_CASE("a batch made by several threads is the one made by one: plain, augmented, and the loader's") {
+  const TrainTest tt = generate_cifar_like(40, 2, 6);
+  const std::vector<int64_t> order = shuffled_indices(40, 11);
+  const AugmentStreams streams{9, 2, 5};
+  ThreadPool pool(3);
+  for (const AugmentStreams* augment : {static_cast<const AugmentStreams*>(nullptr), &streams}) {
+    CAPTURE(augment != nullptr);
+    const Batch one = make_batch(tt.train, order.data(), 37, augment);
+    const Batch three = make_batch(tt.train, order.data(), 37, augment, &pool);
+    CHECK(three.size == 37);
+    CHECK(three.images == one.images);
+    CHECK(three.labels == one.labels);
+  }
+  BatchLoader single(tt.train, 16, true, 4, 2, 0, true), threaded(tt.train, 16, true, 4, 2, 0, true, 0, {}, 3, 3);
+  int batches = 0;
+  while (auto a = single.next()) {
+    const auto b = threaded.next();
+    REQUIRE(b);
+    CHECK(b->images == a->images);
+    CHECK(b->labels == a->labels);
+    CHECK(b->epoch == a->epoch);
+    ++batches;
+  }
+  CHECK(!threaded.next());
+  CHECK(batches == 6);  // 3 a epoch (16, 16, 8), 2 epochs
 }
 
 TEST_CASE("augmentation: a shifted crop with zero padding, or its mirror, deterministic per seed") {

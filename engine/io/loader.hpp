@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -17,6 +18,8 @@
 #include "kernels/sample_placement.hpp"
 
 namespace dp {
+
+class ThreadPool;
 
 struct Batch {
   std::vector<float> images;     // [size, channels, rows, cols], normalised (image models)
@@ -64,8 +67,9 @@ class BatchLoader final : public BatchSource {
  public:
   // Produces batches for `epochs` epochs, stopping early after max_steps (0 = no limit), from
   // step `first_step` on (a resumed run: the batches before it are skipped, not made).
+  // `threads` make each batch together (make_batch's pool; the batches are the same for any number).
   BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
-              bool augment = false, int64_t first_step = 0, Shard shard = {}, int prefetch = 3);
+              bool augment = false, int64_t first_step = 0, Shard shard = {}, int prefetch = 3, int threads = 1);
   ~BatchLoader() override;
   std::optional<Batch> next() override;
   int64_t steps_per_epoch() const override { return batches_per_epoch(data_.count, batch_, shard_); }
@@ -89,6 +93,7 @@ class BatchLoader final : public BatchSource {
   int64_t first_step_;
   Shard shard_;
   size_t prefetch_;
+  std::unique_ptr<ThreadPool> pool_;  // none with one thread
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Batch> queue_;
@@ -104,7 +109,10 @@ struct AugmentStreams {
   int64_t first_position;  // of the batch's first sample in the epoch (in this process's shard)
   Shard shard = {};        // position p of the shard is position p·count + rank of the epoch
 };
-// The samples at `indices`, normalised; augmented first when `augment` is given.
-Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment = nullptr);
+// The samples at `indices`, normalised; augmented first when `augment` is given; the samples
+// shared out over `pool`'s threads when one is given (each sample is written by one thread and
+// draws from its own stream, so the batch is the same for any number of threads).
+Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment = nullptr,
+                 ThreadPool* pool = nullptr);
 
 }  // namespace dp

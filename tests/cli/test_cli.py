@@ -153,6 +153,19 @@ with tempfile.TemporaryDirectory() as tmp:
               [(r.get("loss"), r.get("test_accuracy")) for r in outs["on"]] ==
               [(r.get("loss"), r.get("test_accuracy")) for r in outs["off"]] and len(outs["on"]) > 2, outs)
 
+    # Batches made by several threads: the same training.
+    expect("bad loader threads", small + ["--loader-threads", "0"], 2, "--loader-threads '0': expected auto or a number")
+    expect("bad loader threads (text)", small + ["--loader-threads", "many"], 2, "--loader-threads 'many'")
+    outs = {}
+    for threads in ("1", "3"):
+        path = os.path.join(tmp, f"loader_{threads}.jsonl")
+        rc, out, err = run(["train", "--data", good, "--devices", "host:2", "--batch", "16", "--model", "mlp",
+                            "--epochs", "2", "--loader-threads", threads, "--metrics", path])
+        check(f"--loader-threads {threads} runs", rc == 0, err + out)
+        outs[threads] = [json.loads(line) for line in open(path)] if rc == 0 else []
+    check("--loader-threads 3 = 1: losses", [r.get("loss") for r in outs["3"]] == [r.get("loss") for r in outs["1"]]
+          and len(outs["1"]) > 2, outs)
+
     # Captured steps (--cuda-graphs on): the same training, across two epochs of 6 batches of 6 and
     # a short one of 4 each, with evaluation and an upload ahead before the steps run as usual.
     expect("bad cuda graphs", small + ["--cuda-graphs", "maybe"], 2, "--cuda-graphs 'maybe': expected on or off")

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <stdexcept>
+#include <thread>
 
 #include "engine/error.hpp"
 #include "engine/io/token_loader.hpp"
@@ -120,14 +122,29 @@ RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_tr
 }
 
 std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint64_t seed, int epochs,
-                                              int64_t max_steps, bool augment, int64_t first_step, Shard shard) const {
+                                              int64_t max_steps, bool augment, int64_t first_step, Shard shard,
+                                              int loader_threads) const {
   if (language) {
     if (augment) throw UsageError("--augment crops and flips images; it does not apply to token data");
     return std::make_unique<TokenLoader>(tokens.train, batch, context, shuffle, seed, epochs, max_steps, first_step,
                                          shard);
   }
   return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step,
-                                       shard);
+                                       shard, 3, loader_threads);
+}
+
+int loader_threads_for(const std::string& text, bool cuda) {
+  if (text == "auto") return cuda ? std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4) : 1;
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || n < 1 || n > 64)
+    throw UsageError("--loader-threads '" + text + "': expected auto or a number from 1 to 64");
+  return n;
 }
 
 int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumulate) {

@@ -50,6 +50,7 @@ struct TrainOptions : RunOptions {
   std::string host_sync = "step";  // or phase: the host waits after every phase
   std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
   std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
+  std::string loader_threads = "auto";  // or N: threads making each batch
   bool no_shuffle = false, augment = false;
   std::string init, save, save_best, metrics;
   std::string trace, trace_steps;  // --trace FILE of the steps --trace-steps A:B
@@ -170,6 +171,7 @@ int run_train(const TrainOptions& given) {
   const HostSync host_sync = parse_host_sync(o.host_sync);
   if (o.upload_ahead != "auto" && o.upload_ahead != "on" && o.upload_ahead != "off")
     throw UsageError("--upload-ahead '" + o.upload_ahead + "': expected auto, on or off");
+  loader_threads_for(o.loader_threads, false);  // fail before loading
   if (o.cuda_graphs != "on" && o.cuda_graphs != "off")
     throw UsageError("--cuda-graphs '" + o.cuda_graphs + "': expected on or off");
   const bool graphs = o.cuda_graphs == "on";
@@ -259,7 +261,7 @@ int run_train(const TrainOptions& given) {
   const MicroBatchPlan plan{batches_per_epoch, std::min(o.accumulate, batches_per_epoch)};
   const std::unique_ptr<BatchSource> batches =
       data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
-                   plan.first_batch(first_step), shard);
+                   plan.first_batch(first_step), shard, loader_threads_for(o.loader_threads, devices[0].is_cuda()));
   BatchSource& loader = *batches;
   dp.set_sample_placement(loader.placement());  // mpirun: dropout draws one process's masks
   const int64_t all_steps = plan.steps_per_epoch() * o.epochs;
@@ -540,6 +542,10 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--upload-ahead", o->upload_ahead,
                   "upload the next batch while a step runs (a copy stream, pinned staging memory on GPUs; one "
                   "more batch on device 0): auto (on for CUDA devices), on, off")
+      ->capture_default_str();
+  cmd->add_option("--loader-threads", o->loader_threads,
+                  "threads making each training batch (normalising, --augment): a number, or auto (a quarter of "
+                  "the cores, 1 to 4, on CUDA devices; 1 on host devices, whose step uses every core)")
       ->capture_default_str();
   cmd->add_option("--cuda-graphs", o->cuda_graphs,
                   "on: capture a batch shape's whole step once (its second step) and replay it: one CUDA graph "
