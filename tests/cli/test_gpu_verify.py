@@ -17,7 +17,9 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
 
 usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
 """
+import glob
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -131,6 +133,21 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("sanitize: the other cases keep API-error reports",
             sum("--report-api-errors" in line for line in starts) == len(failing) + 4 * any("NCCL on one GPU" in n for n in names),
             [line for line in starts if "--report-api-errors" in line])
+    races = [line for line in starts if "--tool racecheck" in line]
+    step_races = [line for line in races if "dp_gpu_tests" in line and "cuda:0x" in line]
+    c.check("sanitize: racecheck on the step cases leaves the libraries' kernels out, and only there",
+            len(step_races) > 5 and all("--kernel-name-exclude regex=" in line for line in step_races)
+            and not any("--kernel-name-exclude" in line for line in races if line not in step_races)
+            and any("--tool racecheck" in line and "dp train" not in line and "cuda:0x" not in line for line in races),
+            races[:5])
+    library = re.search(r"LIBRARY_KERNELS='([^']+)'", open(os.path.join(ROOT, "tools", "gpu", "verify.sh")).read())
+    ours = sorted({m.group(1) for path in glob.glob(os.path.join(ROOT, "kernels", "**", "*.cu*"), recursive=True)
+                   + glob.glob(os.path.join(ROOT, "engine", "**", "*.cu*"), recursive=True)
+                   for m in re.finditer(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s+)?(?:void\s+)?(\w+)\s*\(",
+                                        open(path).read())})
+    c.check("sanitize: no kernel of dp's has a name the libraries' pattern matches",
+            library is not None and len(ours) > 30 and not [k for k in ours if re.search(library.group(1), k)],
+            (library and library.group(1), [k for k in ours if library and re.search(library.group(1), k)], len(ours)))
     timed = runs_of("replica times on a GPU")
     c.check("sanitize: the case that compares the GPU's times runs under memcheck only",
             len(timed) == 1 and "--tool memcheck" in timed[0], timed)
