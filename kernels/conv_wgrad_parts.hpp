@@ -10,7 +10,8 @@
 // the shape only, never on the GPU), and a block computes a tile of taps (TileShape) over one
 // part: each stage it stages a chunk of dy and of x̂ in shared memory, and each thread adds its
 // taps' products in position order, in float with fused multiply-adds. A second kernel adds each
-// tap's parts in order, in double, and rounds once: the same bits every run and on every GPU.
+// tap's parts in a fixed order (tap_total), in double, and rounds once: the same bits every run
+// and on every GPU.
 //
 // Host code too. host_weight_grad is the arithmetic in its plainest form (per tap, per part,
 // positions in order) — the CPU test checks it against the CPU reference and the GPU test checks
@@ -205,15 +206,34 @@ DP_HOST_DEVICE inline void write_partials(float* part_row, const float (&acc)[M 
   }
 }
 
-// Tap t's gradient: its P parts' sums (partials[part][tap]) added in order, in double, rounded once.
-DP_HOST_DEVICE inline float tap_total(const float* partials, int64_t taps, int64_t P, int64_t t) {
+// Tap t's gradient from its P parts' sums (partials[part][tap]), in double, rounded once:
+// kFinishLanes lanes each add the parts p ≡ lane (mod kFinishLanes) in order, then the lanes' sums
+// are added pairwise, lane + kFinishLanes/2 into lane first. The finishing kernel runs the lanes as
+// threads (a block: 32 taps by kFinishLanes lanes, so each load is 32 consecutive taps): many
+// loads in flight where one thread a tap walked up to a thousand parts one by one.
+constexpr int kFinishLanes = 8;
+
+DP_HOST_DEVICE inline double lane_sum(const float* partials, int64_t taps, int64_t P, int64_t t, int lane) {
   double total = 0;
-  for (int64_t p = 0; p < P; ++p) total += partials[p * taps + t];
-  return static_cast<float>(total);
+  for (int64_t p = lane; p < P; p += kFinishLanes) total += partials[p * taps + t];
+  return total;
+}
+
+// The lanes' sums added as the kernel adds them: sums[lane] += sums[lane + half], halving.
+DP_HOST_DEVICE inline void add_lanes_step(double* sums, int half, int lane) {
+  if (lane < half) sums[lane] += sums[lane + half];
+}
+
+inline float tap_total(const float* partials, int64_t taps, int64_t P, int64_t t) {
+  double sums[kFinishLanes];
+  for (int lane = 0; lane < kFinishLanes; ++lane) sums[lane] = lane_sum(partials, taps, P, t, lane);
+  for (int half = kFinishLanes / 2; half > 0; half /= 2)
+    for (int lane = 0; lane < half; ++lane) add_lanes_step(sums, half, lane);
+  return static_cast<float>(sums[0]);
 }
 
 // The kernels' arithmetic, plainly: each tap's sum over each part's positions in order (0 past
-// the last position, as the kernels stage it), then the parts in order. dw[K·C·kh·kw].
+// the last position, as the kernels stage it), then its parts added by tap_total. dw[K·C·kh·kw].
 inline void host_weight_grad(float* dw, const float* dy, const float* x, const ConvShape& s) {
   const Geometry g = geometry_of(s);
   const Plan plan = plan_for(g);

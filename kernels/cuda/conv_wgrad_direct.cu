@@ -45,9 +45,20 @@ __global__ void __launch_bounds__(conv_wgrad::kThreads)
   conv_wgrad::write_partials<M, N>(partials + part * g.taps(), acc, g, k0, j0, cell);
 }
 
+// Block b: taps 32·b .. 32·b + 31 (threadIdx.x), each summed by kFinishLanes lanes (threadIdx.y),
+// then the lanes added pairwise in shared memory: conv_wgrad::tap_total's arithmetic.
 __global__ void wgrad_finish_kernel(float* dw, const float* partials, int64_t taps, int64_t parts) {
-  const int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (t < taps) dw[t] = conv_wgrad::tap_total(partials, taps, parts, t);
+  __shared__ double sums[32][conv_wgrad::kFinishLanes + 1];  // [tap][lane]; + 1: fewer bank conflicts
+  const int64_t t = blockIdx.x * int64_t{32} + threadIdx.x;
+  const int lane = static_cast<int>(threadIdx.y);
+  double* mine = sums[threadIdx.x];
+  mine[lane] = t < taps ? conv_wgrad::lane_sum(partials, taps, parts, t, lane) : 0.0;
+  __syncthreads();
+  for (int half = conv_wgrad::kFinishLanes / 2; half > 0; half /= 2) {
+    conv_wgrad::add_lanes_step(mine, half, lane);
+    __syncthreads();
+  }
+  if (lane == 0 && t < taps) dw[t] = static_cast<float>(mine[0]);
 }
 
 template <int M, int N>
@@ -85,7 +96,9 @@ bool conv2d_weight_grad_direct(Context& c, CachingAllocator& alloc, float* dw, c
     case 32: launch_tiles_m<32>(stream, sums, dout, in, g, plan); break;
     default: launch_tiles_m<64>(stream, sums, dout, in, g, plan); break;
   }
-  wgrad_finish_kernel<<<blocks_for(T), kThreads, 0, stream>>>(dw, sums, T, plan.parts);
+  static_assert(32 * conv_wgrad::kFinishLanes <= 1024, "a finishing block's threads");
+  wgrad_finish_kernel<<<static_cast<unsigned>((T + 31) / 32), dim3(32, conv_wgrad::kFinishLanes), 0, stream>>>(
+      dw, sums, T, plan.parts);
   DP_CUDA_CHECK_LAUNCH();
   return true;
 }
