@@ -10,7 +10,9 @@
 # A spec replicas:MODEL:BATCH: DataParallel's GPU work, the kernel time per step on cuda:0x4 at
 # that global batch (Nsight Compute runs kernels one at a time: every replica's, summed), beside
 # cuda:0x1's and cuda:0x4's wall time per step.
-#   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024 replicas:convnet:1024
+# A spec loader:MODEL:BATCH: the wall time per step on cuda:0 with one loader thread and with
+# --loader-threads auto, eager and captured: whether making the batches bounds the run.
+#   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024 replicas:convnet:1024 loader:mlp:1024
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 source build-gpu/env.sh
@@ -60,6 +62,20 @@ for spec in "$@"; do
       done
       echo "== dp on cuda:0x4: Nsight Compute, $steps steps (every replica's kernels, one at a time)"
       ncu_kernels "$model" "$batch" cuda:0x4
+    } >>"$log" 2>&1
+    continue
+  fi
+  if [[ $spec == loader:* ]]; then
+    model=${spec#loader:} batch=${spec##*:}
+    model=${model%%:*}
+    {
+      echo "######## Making the batches: $model, batch $batch, cuda:0, one loader thread against auto ($(nproc) cores)"
+      for graphs in off on; do
+        for threads in 1 auto; do
+          echo "== dp train --devices cuda:0 --model $model --batch $batch --cuda-graphs $graphs --loader-threads $threads: wall time"
+          wall_time "$model" "$batch" cuda:0 --cuda-graphs "$graphs" --loader-threads "$threads"
+        done
+      done
     } >>"$log" 2>&1
     continue
   fi

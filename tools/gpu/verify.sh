@@ -475,7 +475,7 @@ stage_mpi() {
 
 stage_profile() {
   local t0=$SECONDS
-  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:1024 resnet18:256 mlp:1024 phases:mlp:1024 phases:convnet:1024 replicas:convnet:1024 >/dev/null 2>&1
+  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:1024 resnet18:256 mlp:1024 phases:mlp:1024 phases:convnet:1024 replicas:convnet:1024 loader:mlp:1024 >/dev/null 2>&1
   stage_result profile $? "tools/gpu/profile.sh in $((SECONDS - t0)) s (profile.txt)"
 }
 
