@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "kernels/conv_wgrad_parts.hpp"
@@ -152,6 +153,27 @@ TEST_CASE("the direct weight gradient's tiled kernels, run thread by thread on t
     std::vector<float> plain(c.dw.size(), NAN);
     conv_wgrad::host_weight_grad(plain.data(), c.dy.data(), c.x.data(), s);
     CHECK(same_bits(emulate_weight_grad(c.dy.data(), c.x.data(), s), plain));
+  }
+}
+
+TEST_CASE("the direct weight gradient's tiled kernels give the plain sums' bits on random small shapes") {
+  // Odd sizes around the tiles' edges (channels 1-70, columns 1-80), strides 1-3, padding up to the
+  // filter's size and past it, images down to 1x1: each against host_weight_grad.
+  std::mt19937_64 rng(2026);
+  auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
+  int tried = 0;
+  while (tried < 40) {
+    const int64_t kh = pick(1, 5), kw = pick(1, 5), stride = pick(1, 3), pad = pick(0, 3);
+    const int64_t H = pick(1, 9), W = pick(1, 9), C = pick(1, 4), K = pick(1, 70), N = pick(1, 5);
+    const ConvShape s{N, C, H, W, K, kh, kw, stride, pad};
+    if (s.OH() < 1 || s.OW() < 1 || !conv_wgrad::eligible(s)) continue;
+    ++tried;
+    INFO("shape (N C H W K kh kw stride pad): ", test::describe(s));
+    const auto x = test::random_vector(static_cast<size_t>(N * C * H * W), 300 + tried);
+    const auto dy = test::random_vector(static_cast<size_t>(N * K * s.OH() * s.OW()), 400 + tried);
+    std::vector<float> plain(static_cast<size_t>(K * C * kh * kw), NAN);
+    conv_wgrad::host_weight_grad(plain.data(), dy.data(), x.data(), s);
+    CHECK(same_bits(emulate_weight_grad(dy.data(), x.data(), s), plain));
   }
 }
 
