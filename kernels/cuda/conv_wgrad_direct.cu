@@ -1,6 +1,6 @@
 // A small convolution's weight gradient without cuDNN: each block a tile of taps over one part of
-// the output positions, staged through shared memory, then each tap's parts added in order (the
-// arithmetic, and why: kernels/conv_wgrad_parts.hpp).
+// the output positions, staged through shared memory, then each tap's parts added in a fixed order
+// (the arithmetic, and why: kernels/conv_wgrad_parts.hpp).
 #include "engine/cuda/check.cuh"
 #include "engine/memory.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
@@ -14,7 +14,7 @@ namespace {
 static_assert(conv_wgrad::kThreads == kThreads, "a tile's threads are the launches' blocks");
 
 // Block (part, tile): the tile's taps summed over the part's positions, into partials[part].
-// Each stage's global loads are issued before the previous chunk's products, to overlap them.
+// A chunk's global loads are issued before the products of the chunk before it, to overlap them.
 template <int M, int N>
 __global__ void __launch_bounds__(conv_wgrad::kThreads)
     wgrad_tiles_kernel(float* partials, const float* __restrict__ dy, const float* __restrict__ x,
