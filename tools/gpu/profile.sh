@@ -50,64 +50,61 @@ wall_time() {  # MODEL BATCH DEVICES [FLAGS...]
     python3 tools/gpu/phase_table.py --step-time 10 /tmp/m.jsonl || failed=1
 }
 
+# The specs' parts, each one MODEL and BATCH: what their headers and tables hold.
+replicas_part() {
+  echo "######## DataParallel's GPU work: $model, global batch $batch, cuda:0x4 against cuda:0x1"
+  for devices in cuda:0x1 cuda:0x4; do
+    echo "== dp train --devices $devices --model $model --batch $batch: wall time"
+    wall_time "$model" "$batch" "$devices"
+  done
+  echo "== dp on cuda:0x4: Nsight Compute, $steps steps (every replica's kernels, one at a time)"
+  ncu_kernels "$model" "$batch" cuda:0x4
+}
+
+loader_part() {
+  echo "######## Making the batches: $model, batch $batch, cuda:0, one loader thread against auto ($(nproc) cores)"
+  for graphs in off on; do
+    for threads in 1 auto; do
+      echo "== dp train --devices cuda:0 --model $model --batch $batch --cuda-graphs $graphs --loader-threads $threads: wall time"
+      wall_time "$model" "$batch" cuda:0 --cuda-graphs "$graphs" --loader-threads "$threads"
+    done
+  done
+}
+
+phases_part() {
+  echo "######## DataParallel's overhead by phase: $model, global batch $batch, cuda:0x1 against cuda:0x4"
+  local -a runs=()
+  for devices in cuda:0x1 cuda:0x4; do
+    train_metrics "$model" "$batch" "$devices" "/tmp/phases-$devices.jsonl" || failed=1
+    runs+=("$devices=/tmp/phases-$devices.jsonl")
+  done
+  python3 tools/gpu/phase_table.py 10 "${runs[@]}" || failed=1
+}
+
+kernels_part() {
+  echo "######## $model, batch $batch"
+  for cudnn in deterministic heuristic benchmark; do
+    echo "== dp train --devices cuda:0 --model $model --batch $batch --cudnn $cudnn: wall time"
+    wall_time "$model" "$batch" cuda:0 --cudnn "$cudnn"
+  done
+  echo "== dp: Nsight Compute, $steps steps (the first with cuDNN's set-up)"
+  ncu_kernels "$model" "$batch" cuda:0
+  for det in "" --deterministic; do
+    echo "== PyTorch eager ${det:-(the default algorithms)}"
+    python3 tools/bench/torch_speed.py --model "$model" --batch "$batch" --steps 30 --warmup 10 --profile 5 $det ||
+      failed=1
+  done
+}
+
+# A spec is [KIND:]MODEL:BATCH, KIND replicas, loader or phases (none: the kernels part).
 for spec in "$@"; do
-  if [[ $spec == replicas:* ]]; then
-    model=${spec#replicas:} batch=${spec##*:}
-    model=${model%%:*}
-    {
-      echo "######## DataParallel's GPU work: $model, global batch $batch, cuda:0x4 against cuda:0x1"
-      for devices in cuda:0x1 cuda:0x4; do
-        echo "== dp train --devices $devices --model $model --batch $batch: wall time"
-        wall_time "$model" "$batch" "$devices"
-      done
-      echo "== dp on cuda:0x4: Nsight Compute, $steps steps (every replica's kernels, one at a time)"
-      ncu_kernels "$model" "$batch" cuda:0x4
-    } >>"$log" 2>&1
-    continue
-  fi
-  if [[ $spec == loader:* ]]; then
-    model=${spec#loader:} batch=${spec##*:}
-    model=${model%%:*}
-    {
-      echo "######## Making the batches: $model, batch $batch, cuda:0, one loader thread against auto ($(nproc) cores)"
-      for graphs in off on; do
-        for threads in 1 auto; do
-          echo "== dp train --devices cuda:0 --model $model --batch $batch --cuda-graphs $graphs --loader-threads $threads: wall time"
-          wall_time "$model" "$batch" cuda:0 --cuda-graphs "$graphs" --loader-threads "$threads"
-        done
-      done
-    } >>"$log" 2>&1
-    continue
-  fi
-  if [[ $spec == phases:* ]]; then
-    model=${spec#phases:} batch=${spec##*:}
-    model=${model%%:*}
-    {
-      echo "######## DataParallel's overhead by phase: $model, global batch $batch, cuda:0x1 against cuda:0x4"
-      runs=()
-      for devices in cuda:0x1 cuda:0x4; do
-        train_metrics "$model" "$batch" "$devices" "/tmp/phases-$devices.jsonl" || failed=1
-        runs+=("$devices=/tmp/phases-$devices.jsonl")
-      done
-      python3 tools/gpu/phase_table.py 10 "${runs[@]}" || failed=1
-    } >>"$log" 2>&1
-    continue
-  fi
+  kind=kernels
+  [[ $spec == *:*:* ]] && kind=${spec%%:*} spec=${spec#*:}
   model=${spec%%:*} batch=${spec##*:}
-  {
-    echo "######## $model, batch $batch"
-    for cudnn in deterministic heuristic benchmark; do
-      echo "== dp train --devices cuda:0 --model $model --batch $batch --cudnn $cudnn: wall time"
-      wall_time "$model" "$batch" cuda:0 --cudnn "$cudnn"
-    done
-    echo "== dp: Nsight Compute, $steps steps (the first with cuDNN's set-up)"
-    ncu_kernels "$model" "$batch" cuda:0
-    for det in "" --deterministic; do
-      echo "== PyTorch eager ${det:-(the default algorithms)}"
-      python3 tools/bench/torch_speed.py --model "$model" --batch "$batch" --steps 30 --warmup 10 --profile 5 $det ||
-        failed=1
-    done
-  } >>"$log" 2>&1
+  case $kind in
+    replicas | loader | phases | kernels) "${kind}_part" >>"$log" 2>&1 ;;
+    *) echo "profile.sh: no part '$kind' (replicas, loader, phases, or MODEL:BATCH alone)" >&2; failed=1 ;;
+  esac
 done
 echo "---- $out/profile.txt"; grep -E "^(####|==|kernel time|[0-9.]+ ms per)" "$out/profile.txt"
 exit $failed
