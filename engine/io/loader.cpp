@@ -8,12 +8,17 @@
 
 namespace dp {
 
+namespace {
+// One pixel of channel c: x/255, then (x − mean[c]) / std[c].
+float normalised(const Dataset& data, int64_t c, uint8_t pixel) {
+  return (static_cast<float>(pixel) / 255.f - data.mean.at(static_cast<size_t>(c))) / data.std.at(static_cast<size_t>(c));
+}
+}  // namespace
+
 void normalise_sample(const Dataset& data, const uint8_t* pixels, float* out) {
   const int64_t plane = data.rows * data.cols;
-  for (int64_t c = 0; c < data.channels; ++c) {
-    const float mean = data.mean.at(static_cast<size_t>(c)), stdev = data.std.at(static_cast<size_t>(c));
-    for (int64_t i = c * plane; i < (c + 1) * plane; ++i) out[i] = (static_cast<float>(pixels[i]) / 255.f - mean) / stdev;
-  }
+  for (int64_t c = 0; c < data.channels; ++c)
+    for (int64_t i = c * plane; i < (c + 1) * plane; ++i) out[i] = normalised(data, c, pixels[i]);
 }
 
 void augment_sample(uint8_t* pixels, int64_t channels, int64_t rows, int64_t cols, std::mt19937_64& rng) {
@@ -50,17 +55,16 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int epoch, bool shuff
   return order;
 }
 
+namespace {
 // normalise_sample's values for every byte, per channel: a batch looks them up instead of
-// dividing twice per pixel (the same expression, so the same bits).
+// dividing twice per pixel.
 std::vector<float> normalisation_table(const Dataset& data) {
   std::vector<float> table(static_cast<size_t>(data.channels * 256));
-  for (int64_t c = 0; c < data.channels; ++c) {
-    const float mean = data.mean.at(static_cast<size_t>(c)), stdev = data.std.at(static_cast<size_t>(c));
-    for (int v = 0; v < 256; ++v)
-      table[static_cast<size_t>(c * 256 + v)] = (static_cast<float>(v) / 255.f - mean) / stdev;
-  }
+  for (int64_t c = 0; c < data.channels; ++c)
+    for (int v = 0; v < 256; ++v) table[static_cast<size_t>(c * 256 + v)] = normalised(data, c, static_cast<uint8_t>(v));
   return table;
 }
+}  // namespace
 
 Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment,
                  ThreadPool* pool) {
