@@ -18,6 +18,7 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
 usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
 """
 import glob
+import gzip
 import os
 import re
 import shutil
@@ -60,7 +61,12 @@ with tempfile.TemporaryDirectory() as tmp:
     sanitizer = os.path.join(fake, "compute-sanitizer")
     started = os.path.join(tmp, "sanitizer-runs")  # one line per start of the stand-in
     with open(sanitizer, "w") as f:  # sleeps $FAKE_SANITIZER_SECONDS, then reports a clean run
-        f.write(f'#!/bin/sh\necho "run $*" >>"{started}"\n'
+        f.write('#!/bin/sh\n'
+                # what it says of itself; with $FAKE_SANITIZER_OPTIONS its help lists the options for Hopper's stores
+                'case "$1" in --version) echo "Version 2099.1.0"; exit 0;;\n'
+                '  --help) [ -n "$FAKE_SANITIZER_OPTIONS" ] && echo "  --check-bulk-copy arg\n  --check-warpgroup-mma arg"; '
+                'exit 0;; esac\n'
+                f'echo "run $*" >>"{started}"\n'
                 # as on gVisor (the device tool's KINDS.md): the GPU refused, the program's first allocation fails
                 'if [ -n "$FAKE_SANITIZER_UNSUPPORTED" ]; then\n'
                 '  echo "========= Error: Device not supported"; echo "CUDA error 999 at cudaMalloc"; exit 1\nfi\n'
@@ -76,9 +82,10 @@ with tempfile.TemporaryDirectory() as tmp:
     os.chmod(sanitizer, os.stat(sanitizer).st_mode | stat.S_IEXEC)
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
-    def verify(args, out, seconds=0, timeout=300, unsupported=False, findings=""):
+    def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False):
         env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
+                   FAKE_SANITIZER_OPTIONS="1" if options else "",
                    FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "", FAKE_SANITIZER_FINDINGS=findings)
         t0 = time.monotonic()
         p = subprocess.run(["bash", os.path.join(tree, "tools", "gpu", "verify.sh")] + args, env=env,
@@ -130,8 +137,13 @@ with tempfile.TemporaryDirectory() as tmp:
     failing = runs_of("a failed CUDA call is reported once")
     c.check("sanitize: a case that fails a CUDA call by design runs without API-error reports, under every tool",
             len(failing) == 4 and all("--report-api-errors no" in line for line in failing), failing)
+    out_of_memory = [line for line in starts if "memory comes back" in line or "sibling's cache" in line]
+    c.check("sanitize: the out-of-memory cases run without API-error reports (cudaMalloc fails by design), "
+            "under memcheck and initcheck",
+            len(out_of_memory) == 4 and all("--report-api-errors no" in line for line in out_of_memory), out_of_memory)
     c.check("sanitize: the other cases keep API-error reports",
-            sum("--report-api-errors" in line for line in starts) == len(failing) + 4 * any("NCCL on one GPU" in n for n in names),
+            sum("--report-api-errors" in line for line in starts)
+            == len(failing) + len(out_of_memory) + 4 * any("NCCL on one GPU" in n for n in names),
             [line for line in starts if "--report-api-errors" in line])
     races = [line for line in starts if "--tool racecheck" in line]
     step_races = [line for line in races if "dp_gpu_tests" in line and "cuda:0x" in line]
@@ -167,10 +179,30 @@ with tempfile.TemporaryDirectory() as tmp:
             and p.returncode == 1,
             (summary, open(started).read(), p.stderr[-1000:]))
 
+    log = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
+    c.check("sanitize: names the compute-sanitizer, and runs initcheck as it comes when its help lists no option for "
+            "Hopper's stores",
+            "== this compute-sanitizer: Version 2099.1.0" in log and "== initcheck as it comes" in log
+            and not any("--check-bulk-copy" in line for line in starts), log[:500])
+
     # ---- a dirty run: its findings counted by kind and place, every one (not only those printed)
     shutil.rmtree(done)
     out = os.path.join(tmp, "out-dirty")
-    p, summary, _ = verify(["sanitize"], out, findings="*--tool initcheck*build-gpu/dp train *--model mlp --cuda-graphs on")
+    open(started, "w").close()
+    p, summary, _ = verify(["sanitize"], out, findings="*--tool initcheck*build-gpu/dp train *--model mlp --cuda-graphs on",
+                           options=True)
+    starts = [line for line in open(started).read().splitlines() if line.startswith("run ")]
+    checks = [line for line in starts if "--tool initcheck" in line]
+    c.check("sanitize: initcheck asks for bulk copies and warpgroup MMA where the help lists them (tried on one "
+            "case first), the other tools do not",
+            len(checks) > 10 and all("--check-bulk-copy yes --check-warpgroup-mma yes" in line for line in checks)
+            and not any("--check-bulk-copy" in line for line in starts if line not in checks), checks[:3])
+    findings = os.path.join(out, "sanitize-findings.txt.gz")
+    text = gzip.open(findings, "rt").read() if os.path.exists(findings) else ""
+    c.check("sanitize: a dirty run's output comes back whole in one file, under its command",
+            text.startswith("== compute-sanitizer --tool initcheck build-gpu/dp train") and "--model mlp --cuda-graphs on" in text
+            and text.count("Uninitialized __global__ memory read") == 2 and text.count("== compute-sanitizer") == 1,
+            text[:800])
     log = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
     c.check("sanitize: a dirty run counted as dirty", p.returncode == 1 and " 1 dirty, 0 unfinished" in summary, summary)
     c.check("sanitize: a dirty run's findings counted by kind and where",

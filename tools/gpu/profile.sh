@@ -3,7 +3,7 @@
 # each kernel's time per step (Nsight Compute for dp, torch.profiler for PyTorch eager, with cuDNN's
 # default and its deterministic algorithms), and each side's wall time per step, dp's for each
 # --cudnn choice. Appends to $OUT/profile.txt and keeps Nsight Compute's CSV beside it
-# (ncu-MODEL-BATCH[xN].csv.gz), so a table that fails to read loses no lease time. Exit 1 when a part
+# (ncu-MODEL-BATCH[xN].csv.gz, in $OUT/ncu-csv.tar), so a table that fails to read loses no lease time. Exit 1 when a part
 # failed (tools/gpu/verify.sh profile runs it).
 # A spec phases:MODEL:BATCH instead: DataParallel's overhead phase by phase, the mean time of each
 # phase of a step on cuda:0x1 and on cuda:0x4 at that global batch (tools/gpu/phase_table.py).
@@ -29,7 +29,9 @@ ncu_kernels() {  # MODEL BATCH DEVICES
   ncu --csv --metrics gpu__time_duration.sum --clock-control none --cache-control none \
     build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps $steps \
     --generated-size $((batch * steps)) >/tmp/ncu.csv 2>/tmp/ncu.err
-  gzip -c /tmp/ncu.csv >"$out/ncu-$model-$batch${devices#cuda:0}.csv.gz"
+  # one tar of them all: few files come back from the device machine, and tests.log must be one
+  local name="ncu-$model-$batch${devices#cuda:0}.csv.gz"
+  gzip -c /tmp/ncu.csv >"/tmp/$name" && tar -rf "$out/ncu-csv.tar" -C /tmp "$name" && rm -f "/tmp/$name"
   python3 tools/gpu/kernel_times.py /tmp/ncu.csv $steps || { failed=1; tail -5 /tmp/ncu.err; }
 }
 

@@ -253,11 +253,19 @@ sanitize_one() {
   [[ $tool == racecheck-ours ]] && tool=racecheck options=(--kernel-name-exclude "regex=$LIBRARY_KERNELS")
   # Cases whose CUDA calls fail by design: the check that a failed call is reported once makes
   # one fail; NCCL's set-up asks for kernels built for other GPUs and gets error 209 inside
-  # libnccl. Their API errors are expected (dp checks every return code and throws); their
-  # memory accesses are still checked.
+  # libnccl; the out-of-memory cases fill the GPU until cudaMalloc fails. Their API errors are
+  # expected (dp checks every return code and throws or, out of memory, empties caches and says
+  # so); their memory accesses are still checked.
   case "$*" in
-    *"a failed CUDA call is reported once"* | *"NCCL on one GPU"*) options+=(--report-api-errors no) ;;
+    *"a failed CUDA call is reported once"* | *"NCCL on one GPU"* | *"memory comes back"* | *"sibling's cache"*)
+      options+=(--report-api-errors no) ;;
   esac
+  # initcheck with what the probe in stage_sanitize found this compute-sanitizer takes (see there)
+  if [[ $tool == initcheck && -n ${SANITIZE_INITCHECK_EXTRA:-} ]]; then
+    local -a extra
+    read -ra extra <<<"$SANITIZE_INITCHECK_EXTRA"
+    options+=("${extra[@]}")
+  fi
   header="== compute-sanitizer --tool $tool $*"
   done_file="$SANITIZE_DONE/$(sha1sum <<<"$header${options[*]}" | cut -c1-40).log"
   cap=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
@@ -288,6 +296,12 @@ sanitize_one() {
       fi
       if [[ $rc -eq 0 ]]; then echo clean; elif [[ $rc -eq 124 ]]; then echo unfinished; else echo dirty; fi
     } >"$log"
+    # A dirty run's first findings whole (each with its address and the host frames that launched the
+    # kernel: which op read what), for the account afterwards; one file for every run (few files
+    # come back from the device machine).
+    if [[ $rc -ne 0 && $rc -ne 124 ]]; then
+      { echo "$header${options[*]:+ (${options[*]})}"; head -3000 "$log.full"; } | gzip -c >"$log.full.gz"
+    fi
     rm -f "$log.full"
     [[ $rc -ne 124 ]] && cp "$log" "$done_file"
   fi
@@ -344,6 +358,26 @@ stage_sanitize() {
     rm -rf "$dir"
     stage_result sanitize 1 "not run: compute-sanitizer cannot instrument this GPU here ($refusal; kernel $(uname -r))"
     return
+  fi
+  # What initcheck sees: Hopper kernels (cuBLAS's and cuDNN's among them) store through bulk copies
+  # (TMA) and warpgroup MMA, which compute-sanitizer instruments only when asked (where it has the
+  # options); a store it does not see makes every later read of those bytes read as uninitialised.
+  # Asked for when this compute-sanitizer lists the options and a kernel case runs clean with them.
+  echo "== this compute-sanitizer: $(compute-sanitizer --version 2>&1 | grep -m1 -i version)" >>"$log"
+  local help wanted=() opt
+  help=$(compute-sanitizer --help 2>&1)
+  for opt in --check-bulk-copy --check-warpgroup-mma; do grep -q -- "$opt" <<<"$help" && wanted+=("$opt" yes); done
+  export SANITIZE_INITCHECK_EXTRA=""
+  if ((${#wanted[@]})); then
+    if timeout "$(limit 90)" compute-sanitizer --tool initcheck "${wanted[@]}" --error-exitcode 99 "$bin" "-tc=${first//,/?}" \
+      >"$dir/initcheck-options.txt" 2>&1; then
+      SANITIZE_INITCHECK_EXTRA="${wanted[*]}"
+      echo "== initcheck runs with ${wanted[*]}" >>"$log"
+    else
+      { echo "== initcheck without ${wanted[*]} (a kernel case with them did not run clean):"; tail -5 "$dir/initcheck-options.txt"; } >>"$log"
+    fi
+  else
+    echo "== initcheck as it comes (this compute-sanitizer lists neither --check-bulk-copy nor --check-warpgroup-mma)" >>"$log"
   fi
   # DP_SANITIZE_QUICK=1: racecheck, synccheck and initcheck only on the kernel cases and the first
   # two trains (memcheck on everything).
@@ -404,6 +438,10 @@ stage_sanitize() {
     printf '%s\n' "$dir"/*.job | xargs -P "$jobs" -I{} bash -c 'mapfile -d "" -t w <"$1"; sanitize_one "${w[0]}" "${1%.job}.log" "${w[@]:1}"' _ {}
   fi
   alone_under initcheck
+  if compgen -G "$dir/*.log.full.gz" >/dev/null; then
+    # one gzip stream per dirty run, concatenated: zcat reads them as one text
+    cat "$dir"/*.log.full.gz >"$out/sanitize-findings.txt.gz"
+  fi
   local runs bad unfinished
   runs=$(grep -c '^== compute-sanitizer' "$log")
   bad=$(grep -c '^dirty$' "$log")
