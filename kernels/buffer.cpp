@@ -10,6 +10,7 @@ size_t dtype_size(DType t) {
     case DType::I32: return 4;
     case DType::BF16:
     case DType::F16: return 2;
+    case DType::U8: return 1;
   }
   return 4;
 }
@@ -20,6 +21,7 @@ const char* dtype_name(DType t) {
     case DType::I32: return "int32";
     case DType::BF16: return "bfloat16";
     case DType::F16: return "float16";
+    case DType::U8: return "uint8";
   }
   return "?";
 }

@@ -9,9 +9,10 @@
 
 namespace dp {
 
-enum class DType { F32, I32, BF16, F16 };
+// U8: images' pixels as a loader sends them when devices normalise them (kernels/ops/pixels.hpp).
+enum class DType { F32, I32, BF16, F16, U8 };
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "float32", "int32", "bfloat16", "float16"
+const char* dtype_name(DType t);  // "float32", "int32", "bfloat16", "float16", "uint8"
 
 // A device pointer and its element type. A default Buf is "absent" (an optional output).
 struct Buf {

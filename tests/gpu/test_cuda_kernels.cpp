@@ -33,6 +33,7 @@
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/adamw.hpp"
 #include "kernels/ops/dropout.hpp"
+#include "kernels/ops/pixels.hpp"
 #include "kernels/half.hpp"
 #include "engine/cuda/device_query.hpp"
 #include "tests/conv_wgrad_cases.hpp"
@@ -1147,6 +1148,35 @@ TEST_CASE("bfloat16 and float16 conversions match the CPU rounding bit for bit (
   cpu::bf16_to_float(pool, back.data(), bf.data(), n);
   cuda::bf16_to_float(c, d_back.get(), d_bf.get<uint16_t>(), n);
   CHECK(to_host<float>(c, d_back, x.size()) == back);
+}
+
+TEST_CASE("pixels looked up on the GPU are the CPU's lookup bit for bit (four at a time, one at a time)") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  std::mt19937_64 rng(81);
+  // (samples, channels, plane, offset): MNIST's and CIFAR's planes (multiples of 4: four pixels a
+  // load); a plane of 21 and a batch starting 1 byte in (one at a time); more planes than a grid
+  struct Shape {
+    int64_t samples, channels, plane, offset;
+  };
+  for (const Shape& s : {Shape{130, 1, 784, 0}, Shape{37, 3, 1024, 0}, Shape{9, 3, 21, 0}, Shape{8, 1, 784, 1},
+                         Shape{70000, 1, 4, 0}}) {
+    CAPTURE(s.samples);
+    CAPTURE(s.plane);
+    CAPTURE(s.offset);
+    const int64_t n = s.samples * s.channels * s.plane;
+    std::vector<uint8_t> pixels(static_cast<size_t>(n + s.offset));
+    for (auto& p : pixels) p = static_cast<uint8_t>(rng());
+    const auto table = random_vector(static_cast<size_t>(s.channels * 256), 82, -3.f, 3.f);
+    std::vector<float> want(static_cast<size_t>(n));
+    cpu::expand_pixels(pool, want.data(), pixels.data() + s.offset, table.data(), s.samples, s.channels, s.plane);
+    auto d_pixels = to_device(c, pixels);
+    auto d_table = to_device(c, table);
+    cuda::DeviceBuffer d_out(c, static_cast<size_t>(n) * sizeof(float));
+    cuda::expand_pixels(c, d_out.get(), d_pixels.get<uint8_t>() + s.offset, d_table.get(), s.samples, s.channels,
+                        s.plane);
+    CHECK(to_host<float>(c, d_out, static_cast<size_t>(n)) == want);
+  }
 }
 
 int main(int argc, char** argv) {
