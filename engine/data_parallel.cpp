@@ -232,10 +232,22 @@ void DataParallel::check_batch(const void* input, const int32_t* targets, int64_
 }
 
 void DataParallel::check_input(DType dtype) const {
+  if (dtype == DType::U8 && model_.input_dtype == DType::F32) {
+    if (!takes_pixels())
+      throw RuntimeError("model " + model_.name + " takes float32 images: uint8 pixels need their normalisation "
+                         "first (set_pixel_input, --normalise-on device)");
+    return;
+  }
   if (dtype != model_.input_dtype)
     throw RuntimeError("model " + model_.name + " takes " +
                        (model_.language_model() ? "int32 token ids" : "float32 images") + ", not " +
                        (dtype == DType::I32 ? "token ids" : "images"));
+}
+
+void DataParallel::check_step_input(DType dtype) const {
+  check_input(dtype);
+  if (dtype != wire_dtype())
+    throw RuntimeError("this DataParallel takes its batches as uint8 pixels (set_pixel_input), not float32 images");
 }
 
 StepResult DataParallel::step(const float* images, const int32_t* labels, int64_t batch) {
@@ -246,7 +258,7 @@ StepResult DataParallel::step(const int32_t* tokens, const int32_t* targets, int
 }
 
 std::string DataParallel::prepare_step(const void* input, DType dtype, const int32_t* targets, int64_t batch) {
-  check_input(dtype);
+  check_step_input(dtype);
   check_usable();
   if (batch <= 0) throw RuntimeError("step: empty batch");
   check_batch(input, targets, batch);
@@ -392,11 +404,12 @@ Shape with_batch(int64_t batch, Shape per_sample) {
 
 std::vector<UploadAhead::Piece> DataParallel::batch_pieces(const void* input, const int32_t* targets, int64_t batch) {
   Device& d0 = devices_[0];
-  return {{Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, model_.input_dtype), input},
+  return {{Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, wire_dtype()), input},
           {Tensor::empty(d0, with_batch(batch, model_.target_shape), MemCategory::Inputs, DType::I32), targets}};
 }
 
-// 1. load: the batch (inputs and targets) onto device 0, unless the last step uploaded it ahead.
+// 1. load: the batch (inputs and targets) onto device 0, unless the last step uploaded it ahead;
+// pixels (--normalise-on device) looked up into the images the model takes.
 void DataParallel::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
   if (!s.loaded_by_launch) {  // a captured step's launch uploads its batch before the graph
     std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, {}});
@@ -406,10 +419,12 @@ void DataParallel::load(StepState& s, const void* input, const int32_t* targets,
         upload_async(piece.dst, piece.src);
         loaded.push_back(piece.dst);
       }
-    s.input = loaded[0];
+    s.input = model_input(0, loaded[0], s.pixels[0]);
     s.target = loaded[1];
+  } else if (s.pixels[0].defined()) {  // captured: each launch uploads the pixels, the graph looks them up
+    s.input = images_from_pixels(0, s.pixels[0]);
   }
-  r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
+  r.upload_bytes = static_cast<int64_t>(s.uploaded_input().bytes() + s.target.bytes());
   end_phase({0});
 }
 
@@ -419,7 +434,7 @@ void DataParallel::stage_next(const NextBatch& next) {
   // On a device with a capacity, the next batch must fit beside the highest use seen so far (the
   // step's peak comes after this point). Until two steps have shown that peak (the optimizer's
   // state appears at the end of the first), no upload ahead.
-  const int64_t per_sample = static_cast<int64_t>(numel(model_.input_shape) * dtype_size(model_.input_dtype)) +
+  const int64_t per_sample = static_cast<int64_t>(numel(model_.input_shape) * dtype_size(wire_dtype())) +
                              model_.targets_per_sample() * static_cast<int64_t>(sizeof(int32_t));
   for (int d = 0; d < devices_.size(); ++d) {
     const int64_t rows = key.chunks.empty() ? (d == 0 ? next.batch : 0) : key.chunks[static_cast<size_t>(d)];
@@ -443,13 +458,13 @@ void DataParallel::stage_next(const NextBatch& next) {
 
 void DataParallel::upload_ahead(const float* images, const int32_t* labels, int64_t batch,
                                 std::shared_ptr<const void> owner) {
-  check_input(DType::F32);
+  check_step_input(DType::F32);
   if (batch <= 0) throw RuntimeError("upload_ahead: empty batch");
   next_ = NextBatch{images, labels, batch, std::move(owner)};
 }
 void DataParallel::upload_ahead(const int32_t* tokens, const int32_t* targets, int64_t batch,
                                 std::shared_ptr<const void> owner) {
-  check_input(DType::I32);
+  check_step_input(DType::I32);
   if (batch <= 0) throw RuntimeError("upload_ahead: empty batch");
   next_ = NextBatch{tokens, targets, batch, std::move(owner)};
 }
@@ -744,10 +759,12 @@ EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const
   check_input(dtype);
   if (batch <= 0) throw RuntimeError("evaluate: empty batch");
   Device& d0 = devices_[0];
-  Tensor input = Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, model_.input_dtype);
+  const Tensor uploaded = Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, dtype);
   Tensor target = Tensor::empty(d0, with_batch(batch, model_.target_shape), MemCategory::Inputs, DType::I32);
-  upload_async(input, input_data);
+  upload_async(uploaded, input_data);
   upload_async(target, targets);
+  Tensor pixels;  // held until device 0 is joined below
+  const Tensor input = model_input(0, uploaded, pixels);
   EvalResult out;
   out.count = target.numel();
   // Mixed precision evaluates as it trains: on a 16-bit copy of the master parameters.

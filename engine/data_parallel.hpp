@@ -113,6 +113,17 @@ class DataParallel {
   // The input's type must be the model's (RuntimeError otherwise).
   StepResult step(const float* images, const int32_t* labels, int64_t batch);
   StepResult step(const int32_t* tokens, const int32_t* targets, int64_t batch);
+  // Images as their uint8 pixels (the loader's BatchForm::Pixels), after set_pixel_input().
+  StepResult step(const uint8_t* pixels, const int32_t* labels, int64_t batch);
+  // --normalise-on device (engine/data_parallel_pixels.cpp): from here on the steps take images as
+  // their uint8 pixels [batch, C, H, W], a quarter of float32's bytes to make, stage and upload,
+  // and each device that loads a batch (device 0; under allreduce each device its chunk) looks them
+  // up in `table` ([C · 256], the loader's normalisation_table) into the float32 images the model
+  // takes: the same bits as the loader's own normalisation, so the same steps. The float32
+  // overloads of step() and upload_ahead() are refused from then on; evaluate() takes either.
+  // RuntimeError for a model that takes no images or a table of the wrong size.
+  void set_pixel_input(std::vector<float> table);
+  bool takes_pixels() const { return !pixel_table_.empty(); }
   // Gradient accumulation (--accumulate): one optimizer step over several micro-batches, each run
   // through the whole step but the update, as a PyTorch loop calls backward() on each before one
   // optimizer.step(). The loss is the mean over every sample (every token) of all of them, so the
@@ -132,6 +143,7 @@ class DataParallel {
     int64_t batch;
     static MicroBatch images(const float* x, const int32_t* labels, int64_t n) { return {x, DType::F32, labels, n}; }
     static MicroBatch tokens(const int32_t* x, const int32_t* targets, int64_t n) { return {x, DType::I32, targets, n}; }
+    static MicroBatch pixels(const uint8_t* x, const int32_t* labels, int64_t n) { return {x, DType::U8, labels, n}; }
   };
   StepResult step(const std::vector<MicroBatch>& micro_batches, std::vector<StepResult>* each = nullptr);
   // Upload each micro-batch after the first while the one before runs, as upload_ahead() does for
@@ -146,12 +158,14 @@ class DataParallel {
   // on device 0 (under --sync allreduce, its chunks on every device) during the current step.
   void upload_ahead(const float* images, const int32_t* labels, int64_t batch, std::shared_ptr<const void> owner);
   void upload_ahead(const int32_t* tokens, const int32_t* targets, int64_t batch, std::shared_ptr<const void> owner);
+  void upload_ahead(const uint8_t* pixels, const int32_t* labels, int64_t batch, std::shared_ptr<const void> owner);
   // Drop a batch given to upload_ahead() that no step will take (waits for its copies).
   void cancel_upload_ahead();
   const UploadAhead& uploads_ahead() const { return upload_ahead_; }
   // Forward in eval mode (running statistics) on device 0 with the master parameters.
   EvalResult evaluate(const float* images, const int32_t* labels, int64_t batch);
   EvalResult evaluate(const int32_t* tokens, const int32_t* targets, int64_t batch);
+  EvalResult evaluate(const uint8_t* pixels, const int32_t* labels, int64_t batch);  // after set_pixel_input()
   // A language model's output for one sequence of `length` <= T token ids, in eval mode on device 0:
   // [length, vocabulary] logits on the host (text generation).
   std::vector<float> logits(const int32_t* tokens, int64_t length);
@@ -297,7 +311,19 @@ class DataParallel {
                                                const std::vector<int64_t>& chunks);
   // After the load phase: stage `next` on the copy streams (skipped when it does not fit beside the step).
   void stage_next(const NextBatch& next);
+  // An input of this type is one the model takes (pixels: after set_pixel_input()).
   void check_input(DType dtype) const;
+  // And a step's: what crosses to the devices (wire_dtype()), as its batches uploaded ahead and a
+  // captured step's staging memory hold.
+  void check_step_input(DType dtype) const;
+  // What a batch's input crosses to the devices as: uint8 pixels after set_pixel_input(), else
+  // what the model takes.
+  DType wire_dtype() const { return takes_pixels() ? DType::U8 : model_.input_dtype; }
+  // On device d's stream: `pixels`, as uploaded, looked up into a new float32 tensor of images.
+  Tensor images_from_pixels(int d, const Tensor& pixels);
+  // The uploaded input of device d in the form the model takes: itself, or its pixels expanded
+  // (kept in `keep` until the step is joined: the upload into it may be the copy stream's).
+  Tensor model_input(int d, const Tensor& uploaded, Tensor& keep);
   // Every label within the classes; a language model's every input token within the vocabulary.
   void check_batch(const void* input, const int32_t* targets, int64_t batch) const;
   void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
@@ -418,6 +444,9 @@ class DataParallel {
   std::vector<Tensor> accumulated_grads_;
   bool micro_ahead_ = false;
   UploadAhead upload_ahead_;
+  // set_pixel_input(): the table on the host, and its copy on each device that loads batches.
+  std::vector<float> pixel_table_;
+  std::vector<Tensor> pixel_tables_;
   bool graphs_ = false;
   // What a captured step holds fixed: a step of another shape cannot replay it.
   struct StepShape {

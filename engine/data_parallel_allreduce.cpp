@@ -83,7 +83,7 @@ void DataParallel::round_resident_parameters() {
 
 std::vector<UploadAhead::Piece> DataParallel::chunk_pieces(const void* input, const int32_t* targets,
                                                          const std::vector<int64_t>& chunks) {
-  const size_t in_bytes = static_cast<size_t>(numel(model_.input_shape)) * dtype_size(model_.input_dtype);
+  const size_t in_bytes = static_cast<size_t>(numel(model_.input_shape)) * dtype_size(wire_dtype());
   const size_t target_bytes = static_cast<size_t>(model_.targets_per_sample()) * sizeof(int32_t);
   std::vector<UploadAhead::Piece> pieces;
   int64_t first = 0;
@@ -93,7 +93,7 @@ std::vector<UploadAhead::Piece> DataParallel::chunk_pieces(const void* input, co
     Shape in_shape = model_.input_shape, target_shape = model_.target_shape;
     in_shape.insert(in_shape.begin(), rows);
     target_shape.insert(target_shape.begin(), rows);
-    pieces.push_back({Tensor::empty(devices_[d], in_shape, MemCategory::Inputs, model_.input_dtype),
+    pieces.push_back({Tensor::empty(devices_[d], in_shape, MemCategory::Inputs, wire_dtype()),
                       static_cast<const char*>(input) + static_cast<size_t>(first) * in_bytes});
     pieces.push_back({Tensor::empty(devices_[d], target_shape, MemCategory::Inputs, DType::I32),
                       reinterpret_cast<const char*>(targets) + static_cast<size_t>(first) * target_bytes});
@@ -103,7 +103,7 @@ std::vector<UploadAhead::Piece> DataParallel::chunk_pieces(const void* input, co
 }
 
 // 1. load: each device receives its own chunk straight from the host (no staging on device 0),
-// unless the last step uploaded it ahead.
+// unless the last step uploaded it ahead; pixels (--normalise-on device) each device looks up itself.
 void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
   std::vector<UploadAhead::Piece> pieces;
   std::vector<Tensor> loaded = upload_ahead_.take({input, targets, s.batch, s.chunks});
@@ -129,6 +129,7 @@ void DataParallel::load_chunks(StepState& s, const void* input, const int32_t* t
                              static_cast<int64_t>(x.bytes() + y.bytes())};
           }));
     }
+    s.inputs[d] = model_input(d, x, s.pixels[d]);
     r.upload_bytes += static_cast<int64_t>(x.bytes() + y.bytes());
     k += 2;
   }

@@ -97,7 +97,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   auto state = std::make_unique<Step>(*this, batch, result.targets, chunks);
   // The captured input (each launch uploads its batch there first) and the staging memory for it.
   auto pieces = batch_pieces(input, targets, batch);
-  state->input = pieces[0].dst;
+  (takes_pixels() ? state->pixels[0] : state->input) = pieces[0].dst;  // pixels: the graph looks them up
   state->target = pieces[1].dst;
   state->loaded_by_launch = true;
   // Page-locked on a GPU, which may run short: then no capture, as when capturing fails.
@@ -105,7 +105,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   std::array<CapturedStep::Staged, 2> staged;
   try {
     for (auto& set : staged) {
-      set.input = std::make_unique<StagingBuffer>(staging, state->input.bytes());
+      set.input = std::make_unique<StagingBuffer>(staging, pieces[0].dst.bytes());
       set.target = std::make_unique<StagingBuffer>(staging, state->target.bytes());
     }
   } catch (const std::exception& e) {
@@ -160,7 +160,7 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets, 
   const CapturedStep::Staged& set = c.staged[static_cast<size_t>(c.current)];
   if (!staged_ahead) set.fill(input, targets);
   r.loaded_ahead = staged_ahead;
-  r.upload_bytes = static_cast<int64_t>(s.input.bytes() + s.target.bytes());
+  r.upload_bytes = static_cast<int64_t>(s.uploaded_input().bytes() + s.target.bytes());
   optimizer_->count_replayed_step();  // the update captured with the step runs in the replay
   // The same bytes cross the same links as in the captured step.
   r.link_bytes = c.link_bytes;
@@ -189,7 +189,7 @@ StepResult DataParallel::launch_captured(StepResult r, const NextBatch* next) {
   CapturedStep& c = *captured_;
   Step& s = *c.state;
   const CapturedStep::Staged& set = c.staged[static_cast<size_t>(c.current)];
-  upload_async(s.input, set.input->get());  // on device 0's stream, so before the graph
+  upload_async(s.uploaded_input(), set.input->get());  // on device 0's stream, so before the graph
   upload_async(s.target, set.target->get());
   c.graph->launch();
   // While the devices run it: the next batch into the other set, which no stream reads now. Only a

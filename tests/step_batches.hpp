@@ -23,6 +23,7 @@ inline ModelDef model_of(const std::string& name) {
 
 struct HostBatch {
   std::vector<float> images;
+  std::vector<uint8_t> pixels;  // images as their pixels, for a DataParallel that takes them (set_pixel_input)
   std::vector<int32_t> tokens, labels;
   int64_t size = 0;
 };
@@ -122,16 +123,19 @@ inline void check_same_steps(const std::vector<StepResult>& a, const std::vector
 }
 
 inline StepResult step_on(DataParallel& dp, const HostBatch& b) {
-  return b.tokens.empty() ? dp.step(b.images.data(), b.labels.data(), b.size)
-                          : dp.step(b.tokens.data(), b.labels.data(), b.size);
+  if (!b.tokens.empty()) return dp.step(b.tokens.data(), b.labels.data(), b.size);
+  if (!b.pixels.empty()) return dp.step(b.pixels.data(), b.labels.data(), b.size);
+  return dp.step(b.images.data(), b.labels.data(), b.size);
 }
 
 // The batch the next step_on() will be given, to upload while the current step runs.
 inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const HostBatch>& b) {
-  if (b->tokens.empty())
-    dp.upload_ahead(b->images.data(), b->labels.data(), b->size, b);
-  else
+  if (!b->tokens.empty())
     dp.upload_ahead(b->tokens.data(), b->labels.data(), b->size, b);
+  else if (!b->pixels.empty())
+    dp.upload_ahead(b->pixels.data(), b->labels.data(), b->size, b);
+  else
+    dp.upload_ahead(b->images.data(), b->labels.data(), b->size, b);
 }
 
 }  // namespace dp::test

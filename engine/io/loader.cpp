@@ -55,25 +55,25 @@ std::vector<int64_t> epoch_order(int64_t n, uint64_t seed, int epoch, bool shuff
   return order;
 }
 
-namespace {
-// normalise_sample's values for every byte, per channel: a batch looks them up instead of
-// dividing twice per pixel.
 std::vector<float> normalisation_table(const Dataset& data) {
   std::vector<float> table(static_cast<size_t>(data.channels * 256));
   for (int64_t c = 0; c < data.channels; ++c)
     for (int v = 0; v < 256; ++v) table[static_cast<size_t>(c * 256 + v)] = normalised(data, c, static_cast<uint8_t>(v));
   return table;
 }
-}  // namespace
 
 Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, BatchForm form) {
   Batch b;
   b.size = count;
   const int64_t px = data.sample_pixels(), plane = data.rows * data.cols;
-  b.images.resize(static_cast<size_t>(count * px));
+  const bool pixels_only = form == BatchForm::Pixels;
+  if (pixels_only)
+    b.pixels.resize(static_cast<size_t>(count * px));
+  else
+    b.images.resize(static_cast<size_t>(count * px));
   b.labels.resize(static_cast<size_t>(count));
-  const std::vector<float> table = normalisation_table(data);
+  const std::vector<float> table = pixels_only ? std::vector<float>{} : normalisation_table(data);
   auto make = [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> sample(augment ? static_cast<size_t>(px) : 0);
     for (int64_t i = begin; i < end; ++i) {
@@ -85,6 +85,11 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
         std::mt19937_64 rng = random_stream(augment->seed, RandomPurpose::Augment, index);
         augment_sample(sample.data(), data.channels, data.rows, data.cols, rng);
         pixels = sample.data();
+      }
+      if (pixels_only) {
+        std::copy(pixels, pixels + px, b.pixels.data() + i * px);
+        b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
+        continue;
       }
       float* out = b.images.data() + i * px;
       for (int64_t c = 0; c < data.channels; ++c) {
@@ -111,9 +116,10 @@ std::vector<int64_t> shard_order(const std::vector<int64_t>& order, Shard shard)
 }
 
 BatchLoader::BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs,
-                         int64_t max_steps, bool augment, int64_t first_step, Shard shard, int prefetch, int threads)
+                         int64_t max_steps, bool augment, int64_t first_step, Shard shard, int prefetch, int threads,
+                         BatchForm form)
     : data_(data), batch_(batch), shuffle_(shuffle), augment_(augment), seed_(seed), epochs_(epochs), max_steps_(max_steps),
-      first_step_(first_step), shard_(shard),
+      first_step_(first_step), shard_(shard), form_(form),
       prefetch_(static_cast<size_t>(std::max(prefetch, 1))),
       pool_(threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr) {
   thread_ = std::thread([this] { produce(); });
@@ -148,7 +154,7 @@ void BatchLoader::produce() {
         if (step < first_step_) continue;
         const int64_t begin = i * batch_, count = std::min(batch_, size - begin);
         const AugmentStreams streams{seed_, epoch, begin, shard_};
-        Batch b = make_batch(data_, order.data() + begin, count, augment_ ? &streams : nullptr, pool_.get());
+        Batch b = make_batch(data_, order.data() + begin, count, augment_ ? &streams : nullptr, pool_.get(), form_);
         b.epoch = epoch;
         b.index = i;
         std::unique_lock lock(mutex_);

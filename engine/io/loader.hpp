@@ -21,8 +21,14 @@ namespace dp {
 
 class ThreadPool;
 
+// How a batch of images leaves the loader: normalised float32 (`images`), or the samples' uint8
+// pixels (`pixels`: a quarter of the bytes), which the device receiving them normalises through
+// normalisation_table (--normalise-on device; kernels/ops/pixels.hpp), to the same bits.
+enum class BatchForm { Images, Pixels };
+
 struct Batch {
-  std::vector<float> images;     // [size, channels, rows, cols], normalised (image models)
+  std::vector<float> images;     // [size, channels, rows, cols], normalised (image models, BatchForm::Images)
+  std::vector<uint8_t> pixels;   // [size, channels, rows, cols], as stored (augmented) (BatchForm::Pixels)
   std::vector<int32_t> tokens;   // [size, T] token ids (language models; images is empty)
   std::vector<int32_t> labels;   // [size], or [size, T]: the next token at each position
   int64_t size = 0;
@@ -32,6 +38,9 @@ struct Batch {
 
 // One sample's pixels (channels planes) to floats: x/255, then (x − mean[c]) / std[c].
 void normalise_sample(const Dataset& data, const uint8_t* pixels, float* out);
+// normalise_sample's value of every byte, per channel ([channels · 256]): batches look pixels up
+// there instead of dividing twice per pixel, on the host or on a device (BatchForm::Pixels).
+std::vector<float> normalisation_table(const Dataset& data);
 
 // Training augmentation (--augment, torchvision's CIFAR recipe): a random 32x32 crop of the image
 // zero-padded by 4 on every side, and a horizontal flip with probability 1/2; in place on one
@@ -69,7 +78,8 @@ class BatchLoader final : public BatchSource {
   // step `first_step` on (a resumed run: the batches before it are skipped, not made).
   // `threads` make each batch together (make_batch's pool; the batches are the same for any number).
   BatchLoader(const Dataset& data, int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
-              bool augment = false, int64_t first_step = 0, Shard shard = {}, int prefetch = 3, int threads = 1);
+              bool augment = false, int64_t first_step = 0, Shard shard = {}, int prefetch = 3, int threads = 1,
+              BatchForm form = BatchForm::Images);
   ~BatchLoader() override;
   std::optional<Batch> next() override;
   int64_t steps_per_epoch() const override { return batches_per_epoch(data_.count, batch_, shard_); }
@@ -92,6 +102,7 @@ class BatchLoader final : public BatchSource {
   int64_t max_steps_;
   int64_t first_step_;
   Shard shard_;
+  BatchForm form_;
   size_t prefetch_;
   std::unique_ptr<ThreadPool> pool_;  // none with one thread
   std::mutex mutex_;
@@ -109,10 +120,11 @@ struct AugmentStreams {
   int64_t first_position;  // of the batch's first sample in the epoch (in this process's shard)
   Shard shard = {};        // position p of the shard is position p·count + rank of the epoch
 };
-// The samples at `indices`, normalised; augmented first when `augment` is given; the samples
-// shared out over `pool`'s threads when one is given (each sample is written by one thread and
-// draws from its own stream, so the batch is the same for any number of threads).
+// The samples at `indices`, normalised (or their pixels, BatchForm::Pixels); augmented first when
+// `augment` is given; the samples shared out over `pool`'s threads when one is given (each sample
+// is written by one thread and draws from its own stream, so the batch is the same for any number
+// of threads).
 Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, const AugmentStreams* augment = nullptr,
-                 ThreadPool* pool = nullptr);
+                 ThreadPool* pool = nullptr, BatchForm form = BatchForm::Images);
 
 }  // namespace dp

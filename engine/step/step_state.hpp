@@ -38,6 +38,12 @@ struct StepState {
   std::vector<Device*> devices;
 
   Tensor input, target;  // the batch on device 0
+  // Per device, the batch (allreduce: the chunk) as it was uploaded when it came as uint8 pixels
+  // (--normalise-on device), looked up into `input` (allreduce: `inputs`); held until the step is
+  // joined, as the upload into it may be a copy stream's.
+  std::vector<Tensor> pixels;
+  // What device 0's batch input was uploaded into (a captured step's launch uploads there).
+  const Tensor& uploaded_input() const { return pixels[0].defined() ? pixels[0] : input; }
   // A captured step: each launch uploads its batch into `input` and `target` before the graph runs
   // (from host staging memory, engine/data_parallel_graph.cpp), so its load phase enqueues nothing.
   bool loaded_by_launch = false;

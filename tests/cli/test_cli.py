@@ -166,6 +166,30 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--loader-threads 3 = 1: losses", [r.get("loss") for r in outs["3"]] == [r.get("loss") for r in outs["1"]]
           and len(outs["1"]) > 2, outs)
 
+    # Pixels normalised on the device that loads them (--normalise-on device): the same training,
+    # bit for bit, under each sync mode, captured, with --augment on CIFAR-like data, across an
+    # epoch's end and its evaluation.
+    expect("bad normalise-on", small + ["--normalise-on", "gpu"], 2, "--normalise-on 'gpu': expected auto, host or device")
+    expect("normalise-on device for tokens", ["train", "--model", "gpt", "--gpt-layers", "1", "--gpt-dim", "32",
+                                              "--context", "16", "--batch", "4", "--steps", "1", "--normalise-on",
+                                              "device"], 2, "token ids have no pixels")
+    for name, extra in (("reduce", []), ("allreduce", ["--sync", "allreduce"]), ("captured", ["--cuda-graphs", "on"]),
+                        ("resnet8 --augment", ["--model", "resnet8", "--augment", "--generated-size", "64",
+                                               "--steps", "6"])):
+        outs, weights = {}, {}
+        for where in ("host", "device"):
+            path, saved = os.path.join(tmp, f"norm_{where}.jsonl"), os.path.join(tmp, f"norm_{where}.safetensors")
+            args = ["train", "--data", good, "--devices", "host:2", "--batch", "16", "--model", "convnet", "--epochs",
+                    "2", "--eval"] if not name.startswith("resnet8") else ["train", "--devices", "host:2", "--batch", "8"]
+            rc, out, err = run(args + extra + ["--normalise-on", where, "--metrics", path, "--save", saved])
+            check(f"--normalise-on {where} ({name}) runs", rc == 0, err + out)
+            outs[where] = [json.loads(line) for line in open(path)] if rc == 0 else []
+            weights[where] = open(saved, "rb").read() if rc == 0 else b""
+        check(f"--normalise-on device = host ({name}): losses, test accuracy, weights",
+              [(r.get("loss"), r.get("test_accuracy")) for r in outs["device"]] ==
+              [(r.get("loss"), r.get("test_accuracy")) for r in outs["host"]] and len(outs["host"]) > 2
+              and weights["device"] == weights["host"] and weights["host"], (outs, len(weights["host"])))
+
     # Captured steps (--cuda-graphs on): the same training, across two epochs of 6 batches of 6 and
     # a short one of 4 each, with evaluation and an upload ahead before the steps run as usual.
     expect("bad cuda graphs", small + ["--cuda-graphs", "maybe"], 2, "--cuda-graphs 'maybe': expected on or off")

@@ -2,7 +2,7 @@
 ones), each checked against a property that must hold for all of them:
 
 - no change to the arithmetic: --cuda-graphs, --upload-ahead and --host-sync change how a step is
-  issued, --device-speed how fast a device runs, --recompute what a replica keeps between forward
+  issued, --normalise-on where the pixels are normalised, --device-speed how fast a device runs, --recompute what a replica keeps between forward
   and backward, --eval, --eval-every, --trace and --checkpoint what happens between steps; none
   may change a bit of the per-step losses (and gradient norms,
   fp16's scales and skips) or of the final weights, against --cuda-graphs off --upload-ahead off --host-sync phase;
@@ -106,6 +106,10 @@ def same_arithmetic(rng, case, tmp):
         other += ["--checkpoint", os.path.join(tmp, f"ck{case}"), "--checkpoint-every", "2"]
     if args[args.index("--model") + 1] in ("resnet8", "gpt") and rng.random() < 0.8:
         other += ["--recompute", rng.choice(["blocks", "blocks:1"])]
+    # where pixels are normalised: the loader's threads, or the device that loads the batch (token
+    # data has no pixels: auto, which is host); drawn last, so the earlier draws stay as they were
+    usual += ["--normalise-on", "host"]
+    other += ["--normalise-on", "auto" if args[args.index("--model") + 1] == "gpt" else rng.choice(["device", "host"])]
     poison = {"DP_POISON_ALLOCATIONS": "1"} if case % 2 else {}  # by the case, not the draws: they stay as they were
     a, b = outcome(usual, tmp), outcome(other, tmp, poison)
     CLI.check(f"same arithmetic, case {case}", a[0] == 0 and a == b,

@@ -11,6 +11,7 @@
 #include "engine/allreduce/overlapped_allreduce.hpp"
 #include "engine/comm.hpp"
 #include "engine/data_parallel.hpp"
+#include "engine/io/loader.hpp"
 #include "engine/nccl/nccl_comms.hpp"
 #include "kernels/ops/memory.hpp"
 #include "tests/helpers.hpp"
@@ -296,6 +297,59 @@ TEST_CASE("uploading ahead on cuda:0x2 (copy stream, pinned staging) gives the s
   const auto plain = run(false, taken_plain), ahead = run(true, taken_ahead);
   CHECK(taken_ahead == 4);
   CHECK(plain == ahead);  // the same kernels on the same bytes
+}
+
+TEST_CASE("pixels on cuda:0x2 (--normalise-on device) give the steps of float32 images bit for bit (reduce, allreduce, captured, ahead)") {
+  // The same samples both ways: the loader's images, and its pixels looked up on the GPU.
+  const ModelDef& model = find_model("convnet");
+  const int64_t batch = 64;
+  const TrainTest tt = generate_dataset(batch * 5, 0, 3);
+  const std::vector<float> table = normalisation_table(tt.train);
+  std::vector<std::shared_ptr<const Batch>> images, pixels;
+  const std::vector<int64_t> order = shuffled_indices(tt.train.count, 4);
+  for (int s = 0; s < 5; ++s) {
+    images.push_back(std::make_shared<const Batch>(make_batch(tt.train, order.data() + s * batch, batch)));
+    pixels.push_back(std::make_shared<const Batch>(
+        make_batch(tt.train, order.data() + s * batch, batch, nullptr, nullptr, BatchForm::Pixels)));
+  }
+  struct Way {
+    const char* name;
+    SyncMode sync;
+    bool graphs, ahead;
+  };
+  for (const Way& w : {Way{"reduce", SyncMode::Reduce, false, false}, Way{"allreduce", SyncMode::AllReduce, false, true},
+                       Way{"captured", SyncMode::Reduce, true, true}}) {
+    CAPTURE(w.name);
+    auto run = [&](bool as_pixels) {
+      auto devs = devices("cuda:0x2");
+      SyncOptions sync;
+      sync.mode = w.sync;
+      DataParallel dp(devs, model, parse_split("even", 2, batch), SgdConfig{0.01f, 0.9f}, 5,
+                      w.sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, sync);
+      dp.set_host_sync(HostSync::PerStep);
+      dp.set_graphs(w.graphs);
+      if (as_pixels) dp.set_pixel_input(table);
+      std::vector<double> out;
+      for (size_t k = 0; k < images.size(); ++k) {
+        const Batch& b = as_pixels ? *pixels[k] : *images[k];
+        if (w.ahead && k + 1 < images.size()) {
+          const auto& next = as_pixels ? pixels[k + 1] : images[k + 1];
+          if (as_pixels)
+            dp.upload_ahead(next->pixels.data(), next->labels.data(), batch, next);
+          else
+            dp.upload_ahead(next->images.data(), next->labels.data(), batch, next);
+        }
+        const StepResult r = as_pixels ? dp.step(b.pixels.data(), b.labels.data(), batch)
+                                       : dp.step(b.images.data(), b.labels.data(), batch);
+        out.push_back(r.loss);
+        if (w.graphs && k + 1 == images.size()) CHECK(r.graph == GraphUse::Replayed);
+      }
+      for (float p : dp.parameters()) out.push_back(p);
+      for (float b : dp.buffers()) out.push_back(b);
+      return out;
+    };
+    CHECK(run(true) == run(false));  // the same kernels on the same float32 bits
+  }
 }
 
 TEST_CASE("--sync allreduce on cuda:0x4 (the ring through the GPU's copies) matches host:4, bf16 included") {

@@ -123,14 +123,24 @@ RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_tr
 
 std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint64_t seed, int epochs,
                                               int64_t max_steps, bool augment, int64_t first_step, Shard shard,
-                                              int loader_threads) const {
+                                              int loader_threads, BatchForm form) const {
   if (language) {
     if (augment) throw UsageError("--augment crops and flips images; it does not apply to token data");
     return std::make_unique<TokenLoader>(tokens.train, batch, context, shuffle, seed, epochs, max_steps, first_step,
                                          shard);
   }
   return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step,
-                                       shard, 3, loader_threads);
+                                       shard, 3, loader_threads, form);
+}
+
+BatchForm batch_form_for(const std::string& text, bool cuda, bool language) {
+  if (text != "auto" && text != "host" && text != "device")
+    throw UsageError("--normalise-on '" + text + "': expected auto, host or device");
+  if (language) {
+    if (text == "device") throw UsageError("--normalise-on device: token ids have no pixels to normalise");
+    return BatchForm::Images;
+  }
+  return text == "device" || (text == "auto" && cuda) ? BatchForm::Pixels : BatchForm::Images;
 }
 
 int loader_threads_for(const std::string& text, bool cuda) {
@@ -196,6 +206,7 @@ EvalResult RunData::evaluate(DataParallel& dp, int64_t batch, int64_t eval_windo
 
 StepResult step_on(DataParallel& dp, const Batch& batch) {
   if (!batch.tokens.empty()) return dp.step(batch.tokens.data(), batch.labels.data(), batch.size);
+  if (!batch.pixels.empty()) return dp.step(batch.pixels.data(), batch.labels.data(), batch.size);
   return dp.step(batch.images.data(), batch.labels.data(), batch.size);
 }
 
@@ -204,8 +215,9 @@ StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Bat
   if (micro_batches.size() == 1 && !each) return step_on(dp, *micro_batches[0]);
   std::vector<DataParallel::MicroBatch> micro;
   for (const auto& b : micro_batches)
-    micro.push_back(b->tokens.empty() ? DataParallel::MicroBatch::images(b->images.data(), b->labels.data(), b->size)
-                                      : DataParallel::MicroBatch::tokens(b->tokens.data(), b->labels.data(), b->size));
+    micro.push_back(!b->tokens.empty() ? DataParallel::MicroBatch::tokens(b->tokens.data(), b->labels.data(), b->size)
+                    : !b->pixels.empty() ? DataParallel::MicroBatch::pixels(b->pixels.data(), b->labels.data(), b->size)
+                                         : DataParallel::MicroBatch::images(b->images.data(), b->labels.data(), b->size));
   return dp.step(micro, each);
 }
 
@@ -220,6 +232,8 @@ std::vector<std::shared_ptr<const Batch>> next_micro_batches(BatchSource& loader
 void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch) {
   if (!batch->tokens.empty())
     dp.upload_ahead(batch->tokens.data(), batch->labels.data(), batch->size, batch);
+  else if (!batch->pixels.empty())
+    dp.upload_ahead(batch->pixels.data(), batch->labels.data(), batch->size, batch);
   else
     dp.upload_ahead(batch->images.data(), batch->labels.data(), batch->size, batch);
 }

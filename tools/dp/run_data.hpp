@@ -32,9 +32,10 @@ struct RunData {
 
   // Training batches from step first_step on (BatchLoader, each batch made by loader_threads, or
   // TokenLoader).
+  // `form`: images as normalised float32 or as their pixels (--normalise-on device).
   std::unique_ptr<BatchSource> batches(int64_t batch, bool shuffle, uint64_t seed, int epochs, int64_t max_steps,
                                        bool augment = false, int64_t first_step = 0, Shard shard = {},
-                                       int loader_threads = 1) const;
+                                       int loader_threads = 1, BatchForm form = BatchForm::Images) const;
   // What batches() gives per epoch for this batch size and shard, before any loader is made.
   int64_t batches_per_epoch(int64_t batch, Shard shard = {}) const;
   // The held-out loss on device 0: the whole test set (images), or `eval_windows` evenly spaced
@@ -49,6 +50,13 @@ struct RunData {
 // 0.31 ms a step; one core makes that batch in 0.5-1 ms), and 1 for host devices, whose step uses
 // every core itself. UsageError for anything else.
 int loader_threads_for(const std::string& text, bool cuda);
+
+// --normalise-on host|device|auto: where each image's pixels become the model's float32, the
+// loader's threads (host) or the device that loads the batch from its uint8 pixels (device: a
+// quarter of the bytes to make and upload, the same bits). auto: device on CUDA devices, host on
+// host devices, whose "upload" is a memcpy on the same cores. Token data has no pixels: host.
+// UsageError for anything else.
+BatchForm batch_form_for(const std::string& text, bool cuda, bool language);
 
 // The generated default that fits the model: seven-segment digits (1x28x28), CIFAR-style shapes
 // (3x32x32), or a generated corpus (bytes of sentences).

@@ -51,6 +51,7 @@ struct TrainOptions : RunOptions {
   std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
   std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
   std::string loader_threads = "auto";  // or N: threads making each batch
+  std::string normalise_on = "auto";    // host, device; auto: device on CUDA devices
   bool no_shuffle = false, augment = false;
   std::string init, save, save_best, metrics;
   std::string trace, trace_steps;  // --trace FILE of the steps --trace-steps A:B
@@ -172,6 +173,7 @@ int run_train(const TrainOptions& given) {
   if (o.upload_ahead != "auto" && o.upload_ahead != "on" && o.upload_ahead != "off")
     throw UsageError("--upload-ahead '" + o.upload_ahead + "': expected auto, on or off");
   loader_threads_for(o.loader_threads, false);  // fail before loading
+  batch_form_for(o.normalise_on, false, false);
   if (o.cuda_graphs != "on" && o.cuda_graphs != "off")
     throw UsageError("--cuda-graphs '" + o.cuda_graphs + "': expected on or off");
   const bool graphs = o.cuda_graphs == "on";
@@ -259,9 +261,11 @@ int run_train(const TrainOptions& given) {
   // More micro-batches than an epoch has make a step of the whole epoch.
   const int64_t batches_per_epoch = data.batches_per_epoch(o.batch, shard);
   const MicroBatchPlan plan{batches_per_epoch, std::min(o.accumulate, batches_per_epoch)};
+  const BatchForm form = batch_form_for(o.normalise_on, devices[0].is_cuda(), data.language);
+  if (form == BatchForm::Pixels) dp.set_pixel_input(normalisation_table(data.images.train));
   const std::unique_ptr<BatchSource> batches =
       data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
-                   plan.first_batch(first_step), shard, loader_threads_for(o.loader_threads, devices[0].is_cuda()));
+                   plan.first_batch(first_step), shard, loader_threads_for(o.loader_threads, devices[0].is_cuda()), form);
   BatchSource& loader = *batches;
   dp.set_sample_placement(loader.placement());  // mpirun: dropout draws one process's masks
   const int64_t all_steps = plan.steps_per_epoch() * o.epochs;
@@ -546,6 +550,11 @@ Run add_train_command(CLI::App& app) {
   cmd->add_option("--loader-threads", o->loader_threads,
                   "threads making each training batch (normalising, --augment): a number, or auto (a quarter of "
                   "the cores, 1 to 4, on CUDA devices; 1 on host devices, whose step uses every core)")
+      ->capture_default_str();
+  cmd->add_option("--normalise-on", o->normalise_on,
+                  "where images' pixels become the model's float32: host (the loader's threads), device (the "
+                  "loader sends uint8 pixels, a quarter of the bytes, and the loading device looks them up: the same "
+                  "bits), auto (device on CUDA devices)")
       ->capture_default_str();
   cmd->add_option("--cuda-graphs", o->cuda_graphs,
                   "on: capture a batch shape's whole step once (its second step) and replay it: one CUDA graph "
