@@ -10,8 +10,9 @@
 # A spec replicas:MODEL:BATCH: DataParallel's GPU work, the kernel time per step on cuda:0x4 at
 # that global batch (Nsight Compute runs kernels one at a time: every replica's, summed), beside
 # cuda:0x1's and cuda:0x4's wall time per step.
-# A spec loader:MODEL:BATCH: the wall time per step on cuda:0 with one loader thread and with
-# --loader-threads auto, eager and captured: whether making the batches bounds the run.
+# A spec loader:MODEL:BATCH: the wall time per step on cuda:0 with the batches normalised by the
+# loader (--normalise-on host) and as pixels normalised on the GPU (device), eager and captured:
+# what making and moving the batches costs the run.
 #   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024 replicas:convnet:1024 loader:mlp:1024
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -64,11 +65,11 @@ replicas_part() {
 }
 
 loader_part() {
-  echo "######## Making the batches: $model, batch $batch, cuda:0, one loader thread against auto ($(nproc) cores)"
+  echo "######## Making the batches: $model, batch $batch, cuda:0, float32 from the loader against pixels normalised on the GPU ($(nproc) cores, --loader-threads auto)"
   for graphs in off on; do
-    for threads in 1 auto; do
-      echo "== dp train --devices cuda:0 --model $model --batch $batch --cuda-graphs $graphs --loader-threads $threads: wall time"
-      wall_time "$model" "$batch" cuda:0 --cuda-graphs "$graphs" --loader-threads "$threads"
+    for where in host device; do
+      echo "== dp train --devices cuda:0 --model $model --batch $batch --cuda-graphs $graphs --normalise-on $where: wall time"
+      wall_time "$model" "$batch" cuda:0 --cuda-graphs "$graphs" --normalise-on "$where"
     done
   done
 }
