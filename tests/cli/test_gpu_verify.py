@@ -71,6 +71,9 @@ with tempfile.TemporaryDirectory() as tmp:
                 'if [ -n "$FAKE_SANITIZER_UNSUPPORTED" ]; then\n'
                 '  echo "========= Error: Device not supported"; echo "CUDA error 999 at cudaMalloc"; exit 1\nfi\n'
                 # the runs whose command matches the pattern $FAKE_SANITIZER_FINDINGS: three findings, two kinds
+                # (with $FAKE_SANITIZER_CLEAN_POISONED, none when every allocation is written first)
+                'if [ -n "$FAKE_SANITIZER_CLEAN_POISONED" ] && [ -n "$DP_POISON_ALLOCATIONS" ]; then\n'
+                '  echo "========= ERROR SUMMARY: 0 errors"; exit 0\nfi\n'
                 'if [ -n "$FAKE_SANITIZER_FINDINGS" ]; then case "$*" in $FAKE_SANITIZER_FINDINGS)\n'
                 '  for i in 1 2; do echo "========= Uninitialized __global__ memory read of size 4 bytes"\n'
                 '    echo "=========     at void k<float>(float *)+0x150"; done\n'
@@ -82,10 +85,10 @@ with tempfile.TemporaryDirectory() as tmp:
     os.chmod(sanitizer, os.stat(sanitizer).st_mode | stat.S_IEXEC)
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
-    def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False):
+    def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False):
         env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
-                   FAKE_SANITIZER_OPTIONS="1" if options else "",
+                   FAKE_SANITIZER_OPTIONS="1" if options else "", FAKE_SANITIZER_CLEAN_POISONED="1" if clean_poisoned else "",
                    FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "", FAKE_SANITIZER_FINDINGS=findings)
         t0 = time.monotonic()
         p = subprocess.run(["bash", os.path.join(tree, "tools", "gpu", "verify.sh")] + args, env=env,
@@ -205,6 +208,18 @@ with tempfile.TemporaryDirectory() as tmp:
             text[:800])
     log = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
     c.check("sanitize: a dirty run counted as dirty", p.returncode == 1 and " 1 dirty, 0 unfinished" in summary, summary)
+    c.check("sanitize: a dirty initcheck run is run again with every allocation written first, and says what that found",
+            "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): dirty (exit 99), every finding:\n"
+            "      2  Uninitialized __global__ memory read of size 4 bytes" in log
+            and sum("--tool initcheck" in line and "--model mlp --cuda-graphs on" in line for line in
+                    open(started).read().splitlines()) == 2, log[-1500:])
+    shutil.rmtree(done)
+    p, summary, _ = verify(["sanitize"], os.path.join(tmp, "out-dirty-poisoned"),
+                           findings="*--tool initcheck*build-gpu/dp train *--model mlp --cuda-graphs on", clean_poisoned=True)
+    log2 = open(os.path.join(tmp, "out-dirty-poisoned", "sanitize.log")).read()
+    c.check("sanitize: clean when every allocation is written first: said so, and still counted dirty",
+            "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): clean\ndirty\n" in log2
+            and " 1 dirty, 0 unfinished" in summary, log2[-800:])
     c.check("sanitize: a dirty run's findings counted by kind and where",
             "-- every finding, counted by kind and where:\n"
             "      2  Uninitialized __global__ memory read of size 4 bytes  |  void k<float>(float *)\n"
