@@ -28,7 +28,8 @@ void DataParallel::set_pixel_input(std::vector<float> table) {
         Tensor::empty(devices_[d], {channels * 256}, MemCategory::Inputs, DType::F32);
     upload_async(pixel_tables_[static_cast<size_t>(d)], pixel_table_.data());
   }
-  for (int d = 0; d < loading; ++d) devices_[d].stream().synchronize();  // pixel_table_ may move later
+  // The copies read pixel_table_, which a second call would replace: done before returning.
+  for (int d = 0; d < loading; ++d) devices_[d].stream().synchronize();
 }
 
 Tensor DataParallel::images_from_pixels(int d, const Tensor& pixels) {
