@@ -456,17 +456,18 @@ void DataParallel::stage_next(const NextBatch& next) {
   upload_ahead_.stage(std::move(key), std::move(pieces), next.owner);
 }
 
+void DataParallel::upload_ahead(const MicroBatch& b, std::shared_ptr<const void> owner) {
+  check_step_input(b.dtype);
+  if (b.batch <= 0) throw RuntimeError("upload_ahead: empty batch");
+  next_ = NextBatch{b.input, b.targets, b.batch, std::move(owner)};
+}
 void DataParallel::upload_ahead(const float* images, const int32_t* labels, int64_t batch,
                                 std::shared_ptr<const void> owner) {
-  check_step_input(DType::F32);
-  if (batch <= 0) throw RuntimeError("upload_ahead: empty batch");
-  next_ = NextBatch{images, labels, batch, std::move(owner)};
+  upload_ahead(MicroBatch::images(images, labels, batch), std::move(owner));
 }
 void DataParallel::upload_ahead(const int32_t* tokens, const int32_t* targets, int64_t batch,
                                 std::shared_ptr<const void> owner) {
-  check_step_input(DType::I32);
-  if (batch <= 0) throw RuntimeError("upload_ahead: empty batch");
-  next_ = NextBatch{tokens, targets, batch, std::move(owner)};
+  upload_ahead(MicroBatch::tokens(tokens, targets, batch), std::move(owner));
 }
 
 void DataParallel::cancel_upload_ahead() {

@@ -136,8 +136,11 @@ class DataParallel {
   // busy time. Captured steps do not apply. `each`, if given, receives every micro-batch's own
   // result too, in order (dp demo narrates them): its loss is its rows' loss sum over the step's
   // rows, and only the last one's update ran.
+  // One batch of any input form, as a view: a micro-batch here, or a whole step's batch given to
+  // step(const MicroBatch&) and upload_ahead(const MicroBatch&, ...), which call the typed overload
+  // `dtype` names (a caller holding batches of several forms says which once, in its MicroBatch).
   struct MicroBatch {
-    const void* input;  // float32 images or int32 token ids, as the model takes (`dtype` says which)
+    const void* input;  // float32 images, int32 token ids or uint8 pixels (`dtype` says which)
     DType dtype;
     const int32_t* targets;
     int64_t batch;
@@ -146,6 +149,7 @@ class DataParallel {
     static MicroBatch pixels(const uint8_t* x, const int32_t* labels, int64_t n) { return {x, DType::U8, labels, n}; }
   };
   StepResult step(const std::vector<MicroBatch>& micro_batches, std::vector<StepResult>* each = nullptr);
+  StepResult step(const MicroBatch& batch) { return step_any(batch.input, batch.dtype, batch.targets, batch.batch); }
   // Upload each micro-batch after the first while the one before runs, as upload_ahead() does for
   // the next step's batch (the CLI sets it with --upload-ahead): one more micro-batch on the
   // device(s). Off by default.
@@ -159,6 +163,7 @@ class DataParallel {
   void upload_ahead(const float* images, const int32_t* labels, int64_t batch, std::shared_ptr<const void> owner);
   void upload_ahead(const int32_t* tokens, const int32_t* targets, int64_t batch, std::shared_ptr<const void> owner);
   void upload_ahead(const uint8_t* pixels, const int32_t* labels, int64_t batch, std::shared_ptr<const void> owner);
+  void upload_ahead(const MicroBatch& batch, std::shared_ptr<const void> owner);
   // Drop a batch given to upload_ahead() that no step will take (waits for its copies).
   void cancel_upload_ahead();
   const UploadAhead& uploads_ahead() const { return upload_ahead_; }

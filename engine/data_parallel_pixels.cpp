@@ -60,9 +60,7 @@ StepResult DataParallel::step(const uint8_t* pixels, const int32_t* labels, int6
 
 void DataParallel::upload_ahead(const uint8_t* pixels, const int32_t* labels, int64_t batch,
                                 std::shared_ptr<const void> owner) {
-  check_step_input(DType::U8);
-  if (batch <= 0) throw RuntimeError("upload_ahead: empty batch");
-  next_ = NextBatch{pixels, labels, batch, std::move(owner)};
+  upload_ahead(MicroBatch::pixels(pixels, labels, batch), std::move(owner));
 }
 
 EvalResult DataParallel::evaluate(const uint8_t* pixels, const int32_t* labels, int64_t batch) {

@@ -122,20 +122,18 @@ inline void check_same_steps(const std::vector<StepResult>& a, const std::vector
   }
 }
 
-inline StepResult step_on(DataParallel& dp, const HostBatch& b) {
-  if (!b.tokens.empty()) return dp.step(b.tokens.data(), b.labels.data(), b.size);
-  if (!b.pixels.empty()) return dp.step(b.pixels.data(), b.labels.data(), b.size);
-  return dp.step(b.images.data(), b.labels.data(), b.size);
+// The one place a test batch says which form it has (token ids, pixels or float32 images).
+inline DataParallel::MicroBatch view_of(const HostBatch& b) {
+  if (!b.tokens.empty()) return DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size);
+  if (!b.pixels.empty()) return DataParallel::MicroBatch::pixels(b.pixels.data(), b.labels.data(), b.size);
+  return DataParallel::MicroBatch::images(b.images.data(), b.labels.data(), b.size);
 }
+
+inline StepResult step_on(DataParallel& dp, const HostBatch& b) { return dp.step(view_of(b)); }
 
 // The batch the next step_on() will be given, to upload while the current step runs.
 inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const HostBatch>& b) {
-  if (!b->tokens.empty())
-    dp.upload_ahead(b->tokens.data(), b->labels.data(), b->size, b);
-  else if (!b->pixels.empty())
-    dp.upload_ahead(b->pixels.data(), b->labels.data(), b->size, b);
-  else
-    dp.upload_ahead(b->images.data(), b->labels.data(), b->size, b);
+  dp.upload_ahead(view_of(*b), b);
 }
 
 }  // namespace dp::test

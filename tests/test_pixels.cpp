@@ -71,11 +71,7 @@ Run run(const StepSetup& c, const std::vector<std::shared_ptr<const HostBatch>>&
   for (size_t k = 0; k < batches.size(); k += static_cast<size_t>(micro)) {
     if (micro > 1) {
       std::vector<DataParallel::MicroBatch> m;
-      for (size_t j = k; j < k + static_cast<size_t>(micro) && j < batches.size(); ++j) {
-        const HostBatch& b = *batches[j];
-        m.push_back(b.pixels.empty() ? DataParallel::MicroBatch::images(b.images.data(), b.labels.data(), b.size)
-                                     : DataParallel::MicroBatch::pixels(b.pixels.data(), b.labels.data(), b.size));
-      }
+      for (size_t j = k; j < k + static_cast<size_t>(micro) && j < batches.size(); ++j) m.push_back(view_of(*batches[j]));
       out.results.push_back(dp.step(m));
       continue;
     }

@@ -204,20 +204,24 @@ EvalResult RunData::evaluate(DataParallel& dp, int64_t batch, int64_t eval_windo
   return evaluate_images(dp, images.test, batch);
 }
 
-StepResult step_on(DataParallel& dp, const Batch& batch) {
-  if (!batch.tokens.empty()) return dp.step(batch.tokens.data(), batch.labels.data(), batch.size);
-  if (!batch.pixels.empty()) return dp.step(batch.pixels.data(), batch.labels.data(), batch.size);
-  return dp.step(batch.images.data(), batch.labels.data(), batch.size);
+namespace {
+
+// The one place a loader's batch says which form it has (token ids, pixels or float32 images).
+DataParallel::MicroBatch view_of(const Batch& b) {
+  if (!b.tokens.empty()) return DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size);
+  if (!b.pixels.empty()) return DataParallel::MicroBatch::pixels(b.pixels.data(), b.labels.data(), b.size);
+  return DataParallel::MicroBatch::images(b.images.data(), b.labels.data(), b.size);
 }
+
+}  // namespace
+
+StepResult step_on(DataParallel& dp, const Batch& batch) { return dp.step(view_of(batch)); }
 
 StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches,
                    std::vector<StepResult>* each) {
   if (micro_batches.size() == 1 && !each) return step_on(dp, *micro_batches[0]);
   std::vector<DataParallel::MicroBatch> micro;
-  for (const auto& b : micro_batches)
-    micro.push_back(!b->tokens.empty() ? DataParallel::MicroBatch::tokens(b->tokens.data(), b->labels.data(), b->size)
-                    : !b->pixels.empty() ? DataParallel::MicroBatch::pixels(b->pixels.data(), b->labels.data(), b->size)
-                                         : DataParallel::MicroBatch::images(b->images.data(), b->labels.data(), b->size));
+  for (const auto& b : micro_batches) micro.push_back(view_of(*b));
   return dp.step(micro, each);
 }
 
@@ -229,13 +233,6 @@ std::vector<std::shared_ptr<const Batch>> next_micro_batches(BatchSource& loader
   return micro;
 }
 
-void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch) {
-  if (!batch->tokens.empty())
-    dp.upload_ahead(batch->tokens.data(), batch->labels.data(), batch->size, batch);
-  else if (!batch->pixels.empty())
-    dp.upload_ahead(batch->pixels.data(), batch->labels.data(), batch->size, batch);
-  else
-    dp.upload_ahead(batch->images.data(), batch->labels.data(), batch->size, batch);
-}
+void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch) { dp.upload_ahead(view_of(*batch), batch); }
 
 }  // namespace dp::cli
