@@ -124,6 +124,7 @@ class DataParallel {
   // RuntimeError for a model that takes no images or a table of the wrong size.
   void set_pixel_input(std::vector<float> table);
   bool takes_pixels() const { return !pixel_table_.empty(); }
+  const std::vector<float>& pixel_table() const { return pixel_table_; }  // empty before set_pixel_input()
   // Gradient accumulation (--accumulate): one optimizer step over several micro-batches, each run
   // through the whole step but the update, as a PyTorch loop calls backward() on each before one
   // optimizer.step(). The loss is the mean over every sample (every token) of all of them, so the

@@ -185,9 +185,10 @@ with tempfile.TemporaryDirectory() as tmp:
             check(f"--normalise-on {where} ({name}) runs", rc == 0, err + out)
             outs[where] = [json.loads(line) for line in open(path)] if rc == 0 else []
             weights[where] = open(saved, "rb").read() if rc == 0 else b""
-        check(f"--normalise-on device = host ({name}): losses, test accuracy, weights",
-              [(r.get("loss"), r.get("test_accuracy")) for r in outs["device"]] ==
-              [(r.get("loss"), r.get("test_accuracy")) for r in outs["host"]] and len(outs["host"]) > 2
+        check(f"--normalise-on device = host ({name}): losses, test loss and accuracy, weights",
+              [(r.get("loss"), r.get("test_loss"), r.get("test_accuracy")) for r in outs["device"]] ==
+              [(r.get("loss"), r.get("test_loss"), r.get("test_accuracy")) for r in outs["host"]]
+              and len(outs["host"]) > 2
               and weights["device"] == weights["host"] and weights["host"], (outs, len(weights["host"])))
 
     # Captured steps (--cuda-graphs on): the same training, across two epochs of 6 batches of 6 and
