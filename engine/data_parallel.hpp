@@ -138,8 +138,8 @@ class DataParallel {
   // result too, in order (dp demo narrates them): its loss is its rows' loss sum over the step's
   // rows, and only the last one's update ran.
   // One batch of any input form, as a view: a micro-batch here, or a whole step's batch given to
-  // step(const MicroBatch&) and upload_ahead(const MicroBatch&, ...), which call the typed overload
-  // `dtype` names (a caller holding batches of several forms says which once, in its MicroBatch).
+  // step(const MicroBatch&) and upload_ahead(const MicroBatch&, ...), which do what the typed
+  // overload `dtype` names does (a caller holding batches of several forms says which once, here).
   struct MicroBatch {
     const void* input;  // float32 images, int32 token ids or uint8 pixels (`dtype` says which)
     DType dtype;
