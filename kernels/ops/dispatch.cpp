@@ -161,7 +161,8 @@ int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool b
   return 4 * s.B * s.T * s.C + ((backward ? 1 : 0) + (dropout ? 1 : 0)) * s.B * s.H * s.T * s.T;
 }
 
-void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch,
+// `scratch` serves the CUDA kernels only (a CPU-only build leaves it unused).
+void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, [[maybe_unused]] Buf scratch,
                        const DropoutMask& drop) {
   constexpr const char* op = "attention_forward";
   Operands o(ex, op);
@@ -178,8 +179,8 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
   o.finish();
 }
 
-void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s, Buf scratch,
-                        const DropoutMask& drop) {
+void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s,
+                        [[maybe_unused]] Buf scratch, const DropoutMask& drop) {
   constexpr const char* op = "attention_backward";
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
