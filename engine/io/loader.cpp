@@ -86,9 +86,9 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
         augment_sample(sample.data(), data.channels, data.rows, data.cols, rng);
         pixels = sample.data();
       }
+      b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
       if (pixels_only) {
         std::copy(pixels, pixels + px, b.pixels.data() + i * px);
-        b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
         continue;
       }
       float* out = b.images.data() + i * px;
@@ -96,7 +96,6 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
         const float* values = table.data() + c * 256;
         for (int64_t k = c * plane; k < (c + 1) * plane; ++k) out[k] = values[pixels[k]];
       }
-      b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
     }
   };
   if (pool)

@@ -41,10 +41,12 @@ void expand_pixels(Context& c, float* images, const uint8_t* pixels, const float
                    int64_t channels, int64_t plane) {
   const int64_t planes = samples * channels;
   if (planes == 0 || plane == 0) return;
-  if (plane > INT32_MAX || channels > INT32_MAX) throw RuntimeError("expand_pixels: a plane of " + std::to_string(plane) + " pixels (at most 2^31 - 1)");
+  if (plane > INT32_MAX || channels > INT32_MAX)  // the kernel indexes within a plane in int
+    throw RuntimeError("expand_pixels: " + std::to_string(channels) + " channels of " + std::to_string(plane) +
+                       " pixels (each at most 2^31 - 1)");
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(planes, 65535));
   // float4 stores need 16-byte aligned planes: the tensors are (the allocator's blocks are), and a
-  // plane of a multiple of 4 pixels keeps every plane so
+  // plane of a multiple of 4 pixels keeps every plane so.
   const bool aligned = plane % 4 == 0 && reinterpret_cast<uintptr_t>(images) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(pixels) % 4 == 0;
   if (aligned)
