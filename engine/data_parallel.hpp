@@ -138,8 +138,8 @@ class DataParallel {
   // result too, in order (dp demo narrates them): its loss is its rows' loss sum over the step's
   // rows, and only the last one's update ran.
   // One batch of any input form, as a view: a micro-batch here, or a whole step's batch given to
-  // step(const MicroBatch&) and upload_ahead(const MicroBatch&, ...), which do what the typed
-  // overload `dtype` names does (a caller holding batches of several forms says which once, here).
+  // step(const MicroBatch&), upload_ahead(const MicroBatch&, ...) and evaluate(const MicroBatch&),
+  // which do what the typed overload `dtype` names does (a caller holding batches of several forms says which once, here).
   struct MicroBatch {
     const void* input;  // float32 images, int32 token ids or uint8 pixels (`dtype` says which)
     DType dtype;
@@ -172,6 +172,7 @@ class DataParallel {
   EvalResult evaluate(const float* images, const int32_t* labels, int64_t batch);
   EvalResult evaluate(const int32_t* tokens, const int32_t* targets, int64_t batch);
   EvalResult evaluate(const uint8_t* pixels, const int32_t* labels, int64_t batch);  // after set_pixel_input()
+  EvalResult evaluate(const MicroBatch& b) { return evaluate_any(b.input, b.dtype, b.targets, b.batch); }
   // A language model's output for one sequence of `length` <= T token ids, in eval mode on device 0:
   // [length, vocabulary] logits on the host (text generation).
   std::vector<float> logits(const int32_t* tokens, int64_t length);

@@ -17,6 +17,13 @@ namespace {
 
 constexpr int64_t kDefaultCorpusBytes = 1000000;
 
+// The one place a loader's batch says which form it has (token ids, pixels or float32 images).
+DataParallel::MicroBatch view_of(const Batch& b) {
+  if (!b.tokens.empty()) return DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size);
+  if (!b.pixels.empty()) return DataParallel::MicroBatch::pixels(b.pixels.data(), b.labels.data(), b.size);
+  return DataParallel::MicroBatch::images(b.images.data(), b.labels.data(), b.size);
+}
+
 EvalResult evaluate_images(DataParallel& dp, const Dataset& test, int64_t batch) {
   EvalResult total;
   std::vector<int64_t> order(static_cast<size_t>(test.count));
@@ -28,8 +35,7 @@ EvalResult evaluate_images(DataParallel& dp, const Dataset& test, int64_t batch)
   for (int64_t begin = 0; begin < test.count; begin += batch) {
     const int64_t n = std::min(batch, test.count - begin);
     Batch b = make_batch(test, order.data() + begin, n, nullptr, nullptr, form);
-    EvalResult r = form == BatchForm::Pixels ? dp.evaluate(b.pixels.data(), b.labels.data(), n)
-                                             : dp.evaluate(b.images.data(), b.labels.data(), n);
+    const EvalResult r = dp.evaluate(view_of(b));
     total.loss_sum += r.loss_sum;
     total.correct += r.correct;
     total.count += r.count;
@@ -43,7 +49,7 @@ EvalResult evaluate_tokens(DataParallel& dp, const TokenSplit& val, int64_t cont
   for (size_t begin = 0; begin < starts.size(); begin += static_cast<size_t>(batch)) {
     const auto n = static_cast<int64_t>(std::min(starts.size() - begin, static_cast<size_t>(batch)));
     Batch b = make_token_batch(val, starts.data() + begin, n, context);
-    EvalResult r = dp.evaluate(b.tokens.data(), b.labels.data(), n);
+    const EvalResult r = dp.evaluate(view_of(b));
     total.loss_sum += r.loss_sum;
     total.correct += r.correct;
     total.count += r.count;
@@ -208,17 +214,6 @@ EvalResult RunData::evaluate(DataParallel& dp, int64_t batch, int64_t eval_windo
   if (language) return evaluate_tokens(dp, tokens.val, context, batch, eval_windows);
   return evaluate_images(dp, images.test, batch);
 }
-
-namespace {
-
-// The one place a loader's batch says which form it has (token ids, pixels or float32 images).
-DataParallel::MicroBatch view_of(const Batch& b) {
-  if (!b.tokens.empty()) return DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size);
-  if (!b.pixels.empty()) return DataParallel::MicroBatch::pixels(b.pixels.data(), b.labels.data(), b.size);
-  return DataParallel::MicroBatch::images(b.images.data(), b.labels.data(), b.size);
-}
-
-}  // namespace
 
 StepResult step_on(DataParallel& dp, const Batch& batch) { return dp.step(view_of(batch)); }
 
