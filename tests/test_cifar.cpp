@@ -136,9 +136,9 @@ TEST_CASE("augmentation: a shifted crop with zero padding, or its mirror, determ
   int flips = 0, shifted = 0;
   for (uint64_t seed = 0; seed < 200; ++seed) {
     std::mt19937_64 rng(seed), again(seed);
-    auto a = img, b = img;
-    augment_sample(a.data(), 1, 32, 32, rng);
-    augment_sample(b.data(), 1, 32, 32, again);
+    std::vector<uint8_t> a(img.size()), b(img.size());
+    augment_sample(img.data(), a.data(), 1, 32, 32, rng);
+    augment_sample(img.data(), b.data(), 1, 32, 32, again);
     CHECK(a == b);
     // Every row is the same run of columns, reversed when flipped, with zeros where it left the image.
     const int first = a[32 * 16 + 15], second = a[32 * 16 + 16];

@@ -21,19 +21,19 @@ void normalise_sample(const Dataset& data, const uint8_t* pixels, float* out) {
     for (int64_t i = c * plane; i < (c + 1) * plane; ++i) out[i] = normalised(data, c, pixels[i]);
 }
 
-void augment_sample(uint8_t* pixels, int64_t channels, int64_t rows, int64_t cols, std::mt19937_64& rng) {
+void augment_sample(const uint8_t* src, uint8_t* dst, int64_t channels, int64_t rows, int64_t cols,
+                    std::mt19937_64& rng) {
   constexpr int64_t kPad = 4;
   // The crop's top-left corner in the padded image, 0..2·pad each, then the flip.
   const int64_t dy = static_cast<int64_t>(rng() % (2 * kPad + 1)) - kPad;
   const int64_t dx = static_cast<int64_t>(rng() % (2 * kPad + 1)) - kPad;
   const bool flip = (rng() & 1u) != 0;
-  std::vector<uint8_t> src(pixels, pixels + channels * rows * cols);
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t y = 0; y < rows; ++y)
       for (int64_t x = 0; x < cols; ++x) {
         const int64_t sy = y + dy, sx = (flip ? cols - 1 - x : x) + dx;
-        pixels[(c * rows + y) * cols + x] =
-            sy < 0 || sy >= rows || sx < 0 || sx >= cols ? 0 : src[static_cast<size_t>((c * rows + sy) * cols + sx)];
+        dst[(c * rows + y) * cols + x] =
+            sy < 0 || sy >= rows || sx < 0 || sx >= cols ? 0 : src[(c * rows + sy) * cols + sx];
       }
 }
 
@@ -75,22 +75,23 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
   b.labels.resize(static_cast<size_t>(count));
   const std::vector<float> table = pixels_only ? std::vector<float>{} : normalisation_table(data);
   auto make = [&](int64_t begin, int64_t end) {
-    std::vector<uint8_t> sample(augment ? static_cast<size_t>(px) : 0);
+    // An augmented sample goes straight into the batch (pixel form) or into this worker's one
+    // scratch sample, then through the table (float form): no allocation and no copy per sample.
+    std::vector<uint8_t> scratch(augment && !pixels_only ? static_cast<size_t>(px) : 0);
     for (int64_t i = begin; i < end; ++i) {
       const uint8_t* pixels = data.images.data() + indices[i] * px;
+      b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
+      uint8_t* stored = pixels_only ? b.pixels.data() + i * px : scratch.data();
       if (augment) {
-        std::copy(pixels, pixels + px, sample.begin());
         const int64_t position = (augment->first_position + i) * augment->shard.count + augment->shard.rank;
         const uint64_t index = static_cast<uint64_t>(augment->epoch) << 32 | static_cast<uint64_t>(position);
         std::mt19937_64 rng = random_stream(augment->seed, RandomPurpose::Augment, index);
-        augment_sample(sample.data(), data.channels, data.rows, data.cols, rng);
-        pixels = sample.data();
+        augment_sample(pixels, stored, data.channels, data.rows, data.cols, rng);
+        pixels = stored;
+      } else if (pixels_only) {
+        std::copy(pixels, pixels + px, stored);
       }
-      b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
-      if (pixels_only) {
-        std::copy(pixels, pixels + px, b.pixels.data() + i * px);
-        continue;
-      }
+      if (pixels_only) continue;
       float* out = b.images.data() + i * px;
       for (int64_t c = 0; c < data.channels; ++c) {
         const float* values = table.data() + c * 256;

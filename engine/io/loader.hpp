@@ -43,9 +43,10 @@ void normalise_sample(const Dataset& data, const uint8_t* pixels, float* out);
 std::vector<float> normalisation_table(const Dataset& data);
 
 // Training augmentation (--augment, torchvision's CIFAR recipe): a random 32x32 crop of the image
-// zero-padded by 4 on every side, and a horizontal flip with probability 1/2; in place on one
-// sample's uint8 planes, drawn from rng.
-void augment_sample(uint8_t* pixels, int64_t channels, int64_t rows, int64_t cols, std::mt19937_64& rng);
+// zero-padded by 4 on every side, and a horizontal flip with probability 1/2; from one sample's
+// uint8 planes (src) to another's (dst, which must not overlap src), drawn from rng.
+void augment_sample(const uint8_t* src, uint8_t* dst, int64_t channels, int64_t rows, int64_t cols,
+                    std::mt19937_64& rng);
 
 // Fisher–Yates with mt19937_64: the same order on every platform for a seed.
 std::vector<int64_t> shuffled_indices(int64_t n, uint64_t seed);
