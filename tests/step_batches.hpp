@@ -1,6 +1,6 @@
 // Batches for tests that run whole DataParallel steps on any model, images or tokens: the same
 // deterministic labels, tokens and images for a given (step, seed), held as the trainer holds
-// them (shared, so an upload ahead can keep one alive).
+// them (loader Batches, shared, so an upload ahead can keep one alive).
 #pragma once
 #include <doctest/doctest.h>
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/data_parallel.hpp"
+#include "engine/io/batch_view.hpp"
 #include "helpers.hpp"
 
 namespace dp::test {
@@ -21,20 +22,13 @@ inline ModelDef model_of(const std::string& name) {
   return find_model(name);
 }
 
-struct HostBatch {
-  std::vector<float> images;
-  std::vector<uint8_t> pixels;  // images as their pixels, for a DataParallel that takes them (set_pixel_input)
-  std::vector<int32_t> tokens, labels;
-  int64_t size = 0;
-};
-
 // `count` batches of `batch` samples; batch s of seed k is the same in every test that asks for it.
-inline std::vector<std::shared_ptr<const HostBatch>> make_batches(const ModelDef& model, int64_t batch, int count,
-                                                                   uint64_t seed) {
-  std::vector<std::shared_ptr<const HostBatch>> out;
+inline std::vector<std::shared_ptr<const Batch>> make_batches(const ModelDef& model, int64_t batch, int count,
+                                                               uint64_t seed) {
+  std::vector<std::shared_ptr<const Batch>> out;
   const int64_t per_sample = numel(model.input_shape), targets = batch * model.targets_per_sample();
   for (int s = 0; s < count; ++s) {
-    auto b = std::make_shared<HostBatch>();
+    auto b = std::make_shared<Batch>();
     b->size = batch;
     for (int64_t i = 0; i < targets; ++i) b->labels.push_back(static_cast<int32_t>((i * 7 + s + seed) % model.classes));
     if (model.language_model())
@@ -122,17 +116,10 @@ inline void check_same_steps(const std::vector<StepResult>& a, const std::vector
   }
 }
 
-// The one place a test batch says which form it has (token ids, pixels or float32 images).
-inline DataParallel::MicroBatch view_of(const HostBatch& b) {
-  if (!b.tokens.empty()) return DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size);
-  if (!b.pixels.empty()) return DataParallel::MicroBatch::pixels(b.pixels.data(), b.labels.data(), b.size);
-  return DataParallel::MicroBatch::images(b.images.data(), b.labels.data(), b.size);
-}
-
-inline StepResult step_on(DataParallel& dp, const HostBatch& b) { return dp.step(view_of(b)); }
+inline StepResult step_on(DataParallel& dp, const Batch& b) { return dp.step(view_of(b)); }
 
 // The batch the next step_on() will be given, to upload while the current step runs.
-inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const HostBatch>& b) {
+inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const Batch>& b) {
   dp.upload_ahead(view_of(*b), b);
 }
 

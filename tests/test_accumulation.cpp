@@ -20,10 +20,10 @@ using namespace dp::test;
 namespace {
 
 // One batch of `batch` samples (tests/step_batches.hpp's, as every step test takes them).
-HostBatch data_for(const ModelDef& m, int64_t batch, uint64_t seed) { return *make_batches(m, batch, 1, seed)[0]; }
+Batch data_for(const ModelDef& m, int64_t batch, uint64_t seed) { return *make_batches(m, batch, 1, seed)[0]; }
 
 // The micro-batches of `sizes` cut from one batch, in order.
-std::vector<DataParallel::MicroBatch> cut(const ModelDef& m, const HostBatch& d, const std::vector<int64_t>& sizes) {
+std::vector<DataParallel::MicroBatch> cut(const ModelDef& m, const Batch& d, const std::vector<int64_t>& sizes) {
   std::vector<DataParallel::MicroBatch> micro;
   int64_t first = 0;
   for (int64_t n : sizes) {
@@ -64,7 +64,7 @@ TEST_CASE("gradient accumulation: micro-batches update as their concatenation, i
       acc.set_report_grad_norm(true);
       one.set_report_grad_norm(true);
       for (int s = 0; s < 3; ++s) {
-        const HostBatch d = data_for(model, 12, 10 + s);
+        const Batch d = data_for(model, 12, 10 + s);
         const StepResult a = one.step(d.images.data(), d.labels.data(), 12);
         const StepResult b = acc.step(cut(model, d, sizes));
         CHECK(b.batch == 12);
@@ -90,7 +90,7 @@ TEST_CASE("gradient accumulation: one micro-batch is the plain step, bit for bit
   DataParallel a(devs_a, model, parse_split("even", 2, 6), sgd(), 2);
   DataParallel b(devs_b, model, parse_split("even", 2, 6), sgd(), 2);
   for (int s = 0; s < 2; ++s) {
-    const HostBatch d = data_for(model, 6, 20 + s);
+    const Batch d = data_for(model, 6, 20 + s);
     const StepResult ra = a.step(d.images.data(), d.labels.data(), 6), rb = b.step(cut(model, d, {6}));
     CHECK(ra.loss == rb.loss);
   }
@@ -103,7 +103,7 @@ TEST_CASE("gradient accumulation: BatchNorm's running statistics take every micr
   // running statistics are updated once per micro-batch: three steps of one micro-batch each on
   // the same data leave the same buffers as one step over the three (momentum aside, SGD at lr 0).
   const ModelDef& model = find_model("convnet");
-  const HostBatch d = data_for(model, 12, 30);
+  const Batch d = data_for(model, 12, 30);
   auto devs_a = host_devices(2), devs_b = host_devices(2);
   DataParallel a(devs_a, model, parse_split("even", 2, 4), sgd(0.f), 4);
   DataParallel b(devs_b, model, parse_split("even", 2, 4), sgd(0.f), 4);
@@ -116,7 +116,7 @@ TEST_CASE("gradient accumulation: BatchNorm's running statistics take every micr
 
 TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, clipping is on the sum") {
   const ModelDef& model = find_model("mlp");
-  const HostBatch d = data_for(model, 9, 40);
+  const Batch d = data_for(model, 9, 40);
   SUBCASE("overflow") {
     PrecisionOptions p;
     p.precision = Precision::FP16;
@@ -146,7 +146,7 @@ TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, cli
 
 TEST_CASE("gradient accumulation: a bad micro-batch is refused before anything runs") {
   const ModelDef& model = find_model("mlp");
-  HostBatch d = data_for(model, 8, 50);
+  Batch d = data_for(model, 8, 50);
   d.labels[7] = 10;  // a label outside the 10 classes, in the last micro-batch
   auto devs_a = host_devices(2), devs_b = host_devices(2);
   DataParallel a(devs_a, model, parse_split("even", 2, 4), sgd(), 7);
@@ -167,7 +167,7 @@ TEST_CASE("gradient accumulation: a bad micro-batch is refused before anything r
 TEST_CASE("gradient accumulation: device 0 holds a micro-batch's peak plus one gradient buffer") {
   // The remedy it is for: a batch too large for device 0, run as micro-batches.
   const ModelDef& model = find_model("convnet");
-  const HostBatch d = data_for(model, 64, 60);
+  const Batch d = data_for(model, 64, 60);
   int64_t parameters = 0;
   auto peak_of = [&](const std::vector<int64_t>& sizes, bool ahead = false) {
     auto devs = host_devices(2);
@@ -193,7 +193,7 @@ TEST_CASE("gradient accumulation under allreduce: one all-reduce a step (DDP's n
   // The micro-batches before the last are summed on each device; the last one's all-reduce adds
   // that sum into each bucket, so a step all-reduces as often as a step without accumulation.
   const ModelDef& model = find_model("mlp");
-  const HostBatch d = data_for(model, 12, 70);
+  const Batch d = data_for(model, 12, 70);
   for (bool on_streams : {false, true}) {
     CAPTURE(on_streams);
     auto count = [&](const std::vector<int64_t>& sizes, const std::string& what) {
@@ -225,7 +225,7 @@ TEST_CASE("gradient accumulation under allreduce: one all-reduce a step (DDP's n
 
 TEST_CASE("gradient accumulation: each micro-batch's own result, for dp demo") {
   const ModelDef& model = find_model("mlp");
-  const HostBatch d = data_for(model, 12, 41);
+  const Batch d = data_for(model, 12, 41);
   auto devs = host_devices(3);
   DataParallel dp(devs, model, parse_split("even", 3, 5), sgd(), 7);
   std::vector<StepResult> each;

@@ -213,7 +213,7 @@ TEST_CASE("a GPT that drops: each step and micro-batch draws its own masks, resu
   // Two micro-batches of the same samples under one set of weights: their own masks, other losses.
   auto devs4 = host_devices(c.devices);
   auto accumulating = make_data_parallel(devs4, model, c);
-  const HostBatch& b = *batches[0];
+  const Batch& b = *batches[0];
   std::vector<StepResult> each;
   accumulating->step({DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size),
                       DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size)},

@@ -45,12 +45,12 @@ SgdConfig sgd(float lr = 0.05f) {
   return c;
 }
 
-struct Batch {
+struct ImageBatch {
   std::vector<float> x;
   std::vector<int32_t> y;
 };
-Batch batch_for(const ModelDef& m, int64_t batch, uint64_t seed) {
-  Batch b{random_vector(static_cast<size_t>(batch * numel(m.input_shape)), seed), {}};
+ImageBatch batch_for(const ModelDef& m, int64_t batch, uint64_t seed) {
+  ImageBatch b{random_vector(static_cast<size_t>(batch * numel(m.input_shape)), seed), {}};
   for (int64_t i = 0; i < batch; ++i) b.y.push_back(static_cast<int32_t>((i * 7 + seed) % m.classes));
   return b;
 }
@@ -119,7 +119,7 @@ TEST_CASE("mixed precision: replicas, gradients and their transfers are 16-bit, 
     const ModelDef& model = find_model("convnet");
     auto devs = host_devices(2);
     DataParallel dp(devs, model, parse_split("even", 2, 8), sgd(), 5, LossMode::Gathered, {}, precision(p));
-    const Batch b = batch_for(model, 8, 1);
+    const ImageBatch b = batch_for(model, 8, 1);
     StepResult r = dp.step(b.x.data(), b.y.data(), 8);
     const int64_t P = dp.layout().parameter_count, nbuf = dp.layout().buffer_count;
     // Replicate: half the parameter bytes; buffers stay float32. Reduce: half the gradient bytes.
@@ -172,7 +172,7 @@ TEST_CASE("mixed precision: the master gradient is the float32 sum of the replic
       CAPTURE(precision_text);
       const ModelDef& model = find_model(name);
       const int64_t B = 8;
-      const Batch b = batch_for(model, B, 3);
+      const ImageBatch b = batch_for(model, B, 3);
       const auto opts = precision(p, 1024);  // fp16: the same scale everywhere
       auto devs2 = host_devices(2);
       DataParallel two(devs2, model, parse_split("even", 2, B), sgd(), 7, LossMode::Gathered, {}, opts);
@@ -225,7 +225,7 @@ TEST_CASE("mixed precision: training follows float32 within 16-bit precision, th
           l.push_back(dp.step(x.data(), y.data(), B).loss);
           if (s == 4) CHECK(dp.logits(x.data(), 16).size() == 16 * 64);
         } else {
-          const Batch b = batch_for(model, B, 100 + s);
+          const ImageBatch b = batch_for(model, B, 100 + s);
           l.push_back(dp.step(b.x.data(), b.y.data(), B).loss);
         }
       }
@@ -251,7 +251,7 @@ TEST_CASE("fp16 loss scaling: an overflow skips the step, halves the scale, leav
   // 2^100 times the loss gradient cannot be a float16: every replica's gradients overflow.
   DataParallel dp(devs, model, parse_split("even", 2, 8), opt, 3, LossMode::Gathered, {},
                   precision(Precision::FP16, std::ldexp(1.0, 100), 3));
-  const Batch b = batch_for(model, 8, 1);
+  const ImageBatch b = batch_for(model, 8, 1);
   const auto params = dp.parameters(), buffers = dp.buffers();
   StepResult r = dp.step(b.x.data(), b.y.data(), 8);
   CHECK(r.skipped);
@@ -291,7 +291,7 @@ TEST_CASE("fp16 loss scaling: a skipped first step leaves SGD without momentum, 
     DataParallel dp(devs, model, parse_split("even", 2, 8), sgd(), 3,
                     mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, sync,
                     precision(Precision::FP16, std::ldexp(1.0, 100)));
-    const Batch b = batch_for(model, 8, 1);
+    const ImageBatch b = batch_for(model, 8, 1);
     const auto params = dp.parameters();
     CHECK(dp.step(b.x.data(), b.y.data(), 8).skipped);
     CHECK(dp.parameters() == params);
@@ -309,7 +309,7 @@ TEST_CASE("fp16 loss scaling: unscaled gradients do not depend on the scale") {
   // Powers of two scale float16 values exactly (away from its subnormals and its overflow), so the
   // master gradient after unscaling is the same at 2^6 and 2^12 to float16's precision.
   const ModelDef& model = find_model("convnet");
-  const Batch b = batch_for(model, 8, 2);
+  const ImageBatch b = batch_for(model, 8, 2);
   std::vector<std::vector<float>> g;
   for (double scale : {64.0, 4096.0}) {
     auto devs = host_devices(2);
@@ -379,7 +379,7 @@ Run run_steps(const ModelDef& model, int n, const std::string& split, int64_t ba
   DataParallel dp(devs, model, parse_split(split, n, batch), opt, 13, LossMode::InReplica, sync, p);
   Run out;
   for (int s = 0; s < steps; ++s) {
-    const Batch b = batch_for(model, batch, 200 + s);
+    const ImageBatch b = batch_for(model, batch, 200 + s);
     const StepResult r = dp.step(b.x.data(), b.y.data(), batch);
     out.losses.push_back(r.loss);
     out.skipped.push_back(r.skipped);
@@ -494,7 +494,7 @@ TEST_CASE("mixed precision, allreduce: an fp16 overflow skips the step on every 
   opt.sgd.lr = 1e-3f;
   DataParallel dp(devs, model, parse_split("even", 3, 9), opt, 3, LossMode::InReplica, allreduce(),
                   precision(Precision::FP16, std::ldexp(1.0, 100), 3));
-  const Batch b = batch_for(model, 9, 1);
+  const ImageBatch b = batch_for(model, 9, 1);
   const auto params = dp.parameters();
   const EvalResult before = dp.evaluate(b.x.data(), b.y.data(), 9);
   const StepResult r = dp.step(b.x.data(), b.y.data(), 9);

@@ -36,14 +36,14 @@ Dataset random_images(int64_t count, int64_t channels, int64_t rows, int64_t col
 }
 
 // The same samples as float32 images and as pixels, `count` batches of `batch` in a shuffled order.
-std::pair<std::vector<std::shared_ptr<const HostBatch>>, std::vector<std::shared_ptr<const HostBatch>>> both_forms(
+std::pair<std::vector<std::shared_ptr<const Batch>>, std::vector<std::shared_ptr<const Batch>>> both_forms(
     const Dataset& d, int64_t batch, int count, uint64_t seed) {
   const std::vector<int64_t> order = shuffled_indices(d.count, seed);
-  std::vector<std::shared_ptr<const HostBatch>> images, pixels;
+  std::vector<std::shared_ptr<const Batch>> images, pixels;
   for (int k = 0; k < count; ++k) {
     const int64_t* at = order.data() + (k * batch) % (d.count - batch + 1);
     Batch a = make_batch(d, at, batch), b = make_batch(d, at, batch, nullptr, nullptr, BatchForm::Pixels);
-    auto x = std::make_shared<HostBatch>(), y = std::make_shared<HostBatch>();
+    auto x = std::make_shared<Batch>(), y = std::make_shared<Batch>();
     x->images = std::move(a.images), y->pixels = std::move(b.pixels);
     for (auto label : a.labels) x->labels.push_back(label), y->labels.push_back(label);
     x->size = y->size = batch;
@@ -59,7 +59,7 @@ struct Run {
 
 // Steps over the batches (micro: that many micro-batches a step; ahead: each next batch uploaded
 // while a step runs); `table`: the DataParallel takes pixels through it.
-Run run(const StepSetup& c, const std::vector<std::shared_ptr<const HostBatch>>& batches, const std::vector<float>* table,
+Run run(const StepSetup& c, const std::vector<std::shared_ptr<const Batch>>& batches, const std::vector<float>* table,
         bool graphs = false, bool ahead = false, int micro = 1) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);

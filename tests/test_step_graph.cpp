@@ -65,7 +65,7 @@ Run run(const Setup& c, bool graphs, int steps, const std::function<void(DeviceS
 
 // Steps over batch_at(k), k < steps: before step k, before(k) (if given), then next_at(k) (if not
 // null) goes to upload_ahead.
-using BatchAt = std::function<std::shared_ptr<const HostBatch>(size_t)>;
+using BatchAt = std::function<std::shared_ptr<const Batch>(size_t)>;
 Run run_with_ahead(const Setup& c, const ModelDef& model, bool graphs, size_t steps, const BatchAt& batch_at,
                    const BatchAt& next_at, const std::function<void(size_t)>& before = {}) {
   auto devs = host_devices(c.devices);
@@ -152,17 +152,17 @@ TEST_CASE("captured steps: the batch given to upload_ahead is staged while the s
     const ModelDef model = model_of(c.model);
     const auto batches = make_batches(model, c.batch, 9, 4);
     // Where the loader reuses its memory: one batch whose contents change between steps.
-    auto reused = std::make_shared<HostBatch>(*batches[5]);
+    auto reused = std::make_shared<Batch>(*batches[5]);
     // Steps over `order` (indices into batches; -1: `reused`, refilled from batches[6] by then),
     // each with the next one uploaded ahead where `ahead[k]`.
     const std::vector<int> order = {0, 1, 2, 3, 4, 7, -1, 8};
     const std::vector<bool> ahead = {true, true, true, true, true, false, true, true};
-    auto batch_at = [&](size_t k) -> std::shared_ptr<const HostBatch> { return order[k] < 0 ? reused : batches[order[k]]; };
+    auto batch_at = [&](size_t k) -> std::shared_ptr<const Batch> { return order[k] < 0 ? reused : batches[order[k]]; };
     auto train = [&](bool graphs, bool upload) {
       *reused = *batches[5];
       return run_with_ahead(
           c, model, graphs, order.size(), batch_at,
-          [&](size_t k) -> std::shared_ptr<const HostBatch> {
+          [&](size_t k) -> std::shared_ptr<const Batch> {
             if (!upload || k + 1 >= order.size() || !ahead[k]) return nullptr;
             return k == 4 ? reused : batch_at(k + 1);
           },
@@ -200,7 +200,7 @@ TEST_CASE("captured steps: a step run as usual stages its next batch for the rep
   const ModelDef model = model_of(c.model);
   const auto full = make_batches(model, c.batch, 5, 11);
   const auto shorter = make_batches(model, c.batch - 5, 1, 12);
-  const std::vector<std::shared_ptr<const HostBatch>> order = {full[0], full[1], full[2], shorter[0], full[3], full[4]};
+  const std::vector<std::shared_ptr<const Batch>> order = {full[0], full[1], full[2], shorter[0], full[3], full[4]};
   auto train = [&](bool graphs) {
     return run_with_ahead(
         c, model, graphs, order.size(), [&](size_t k) { return order[k]; },

@@ -33,7 +33,7 @@ struct Run {
 };
 
 // Steps over `batches` in order; with `ahead`, each step uploads the next batch while it runs.
-Run run(const Setup& c, const std::vector<std::shared_ptr<const HostBatch>>& batches, bool ahead,
+Run run(const Setup& c, const std::vector<std::shared_ptr<const Batch>>& batches, bool ahead,
         Tracer* tracer = nullptr) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices, c.capacity);

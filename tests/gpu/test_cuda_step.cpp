@@ -523,7 +523,7 @@ TEST_CASE("a captured step on cuda:0 and cuda:0x4 (one CUDA graph for every logi
     CAPTURE(static_cast<int>(c.precision));
     const ModelDef model = test::model_of(c.model);
     const std::vector<int64_t> sizes{14, 14, 14, 14, 9, 14, 14, 14};
-    std::vector<std::shared_ptr<const test::HostBatch>> batches;
+    std::vector<std::shared_ptr<const Batch>> batches;
     for (size_t k = 0; k < sizes.size(); ++k) batches.push_back(test::make_batches(model, sizes[k], 1, k).front());
     std::vector<bool> loaded_ahead;
     auto run = [&](bool graphs, bool ahead = false) {

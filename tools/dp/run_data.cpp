@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/error.hpp"
+#include "engine/io/batch_view.hpp"
 #include "engine/io/token_loader.hpp"
 
 namespace dp::cli {
@@ -16,13 +17,6 @@ namespace dp::cli {
 namespace {
 
 constexpr int64_t kDefaultCorpusBytes = 1000000;
-
-// The one place a loader's batch says which form it has (token ids, pixels or float32 images).
-DataParallel::MicroBatch view_of(const Batch& b) {
-  if (!b.tokens.empty()) return DataParallel::MicroBatch::tokens(b.tokens.data(), b.labels.data(), b.size);
-  if (!b.pixels.empty()) return DataParallel::MicroBatch::pixels(b.pixels.data(), b.labels.data(), b.size);
-  return DataParallel::MicroBatch::images(b.images.data(), b.labels.data(), b.size);
-}
 
 EvalResult evaluate_images(DataParallel& dp, const Dataset& test, int64_t batch) {
   EvalResult total;
