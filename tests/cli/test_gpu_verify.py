@@ -74,6 +74,12 @@ with tempfile.TemporaryDirectory() as tmp:
                 # (with $FAKE_SANITIZER_CLEAN_POISONED, none when every allocation is written first)
                 'if [ -n "$FAKE_SANITIZER_CLEAN_POISONED" ] && [ -n "$DP_POISON_ALLOCATIONS" ]; then\n'
                 '  echo "========= ERROR SUMMARY: 0 errors"; exit 0\nfi\n'
+                # the runs matching $FAKE_SANITIZER_INTERNAL: the tool fails itself, but where a filter names the
+                # kernels to check (as racecheck on cuDNN's bf16 convolutions, session 53)
+                'if [ -n "$FAKE_SANITIZER_INTERNAL" ]; then case "$*" in *"--kernel-name regex="*) ;;\n'
+                '  $FAKE_SANITIZER_INTERNAL) echo "========= Internal Sanitizer Error: The Sanitizer failed to handle a '
+                'hardware exception."\n  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99;;\n'
+                'esac; fi\n'
                 'if [ -n "$FAKE_SANITIZER_FINDINGS" ]; then case "$*" in $FAKE_SANITIZER_FINDINGS)\n'
                 '  for i in 1 2; do echo "========= Uninitialized __global__ memory read of size 4 bytes"\n'
                 '    echo "=========     at void k<float>(float *)+0x150"; done\n'
@@ -85,8 +91,10 @@ with tempfile.TemporaryDirectory() as tmp:
     os.chmod(sanitizer, os.stat(sanitizer).st_mode | stat.S_IEXEC)
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
-    def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False):
+    def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False,
+               internal=""):
         env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
+                   FAKE_SANITIZER_INTERNAL=internal,
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
                    FAKE_SANITIZER_OPTIONS="1" if options else "", FAKE_SANITIZER_CLEAN_POISONED="1" if clean_poisoned else "",
                    FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "", FAKE_SANITIZER_FINDINGS=findings)
@@ -220,6 +228,42 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("sanitize: clean when every allocation is written first: said so, and still counted dirty",
             "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): clean\ndirty\n" in log2
             and " 1 dirty, 0 unfinished" in summary, log2[-800:])
+    # ---- racecheck failing itself: once more checking dp's kernels only, said so, still dirty
+    shutil.rmtree(done)
+    open(started, "w").close()
+    out = os.path.join(tmp, "out-internal")
+    p, summary, _ = verify(["sanitize"], out, internal="*--tool racecheck*-tc=--recompute blocks*")
+    log3 = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
+    again = [line for line in open(started).read().splitlines()
+             if "--tool racecheck" in line and "-tc=--recompute blocks" in line]
+    c.check("sanitize: racecheck that fails itself is run again with a filter naming dp's kernels, no exclude list",
+            len(again) == 2 and "--kernel-name-exclude" in again[0]
+            and "--kernel-name regex=dp::cuda|2dp4cuda" in again[1] and "--kernel-name-exclude" not in again[1], again)
+    c.check("sanitize: the tool's own error in the short log, the second run's verdict, the run still dirty",
+            "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception." in log3
+            and "-- again checking dp's kernels only (--kernel-name regex=dp::cuda|2dp4cuda): clean\ndirty\n" in log3
+            and " 1 dirty, 0 unfinished" in summary and p.returncode == 1, (summary, log3[-1500:]))
+    # ---- DP_SANITIZE_MATCH: only the runs it matches
+    shutil.rmtree(done)
+    open(started, "w").close()
+    os.environ["DP_SANITIZE_MATCH"] = "^racecheck-ours .*bf16|^memcheck .*sibling's cache"
+    p, summary, _ = verify(["sanitize"], os.path.join(tmp, "out-match"))
+    del os.environ["DP_SANITIZE_MATCH"]
+    chosen = [line for line in open(started).read().splitlines() if line.startswith("run ") and "-tc=" in line]
+    bf16 = [n for n in names if "cuda:0x" in n and "bf16" in n]
+    races = [line for line in chosen if "--tool racecheck" in line]
+    alone = [line for line in chosen if "sibling's cache" in line]
+    c.check("DP_SANITIZE_MATCH: only the runs it matches, the cases run alone included",
+            len(bf16) >= 2 and len(races) == len(bf16)
+            and all("--kernel-name-exclude" in line and "bf16" in line for line in races)
+            and len(alone) == 1 and "--tool memcheck" in alone[0]
+            and f"{len(bf16) + 1} of {len(bf16) + 1} compute-sanitizer runs clean" in summary, (chosen, summary))
+    kernel_files = [path for path in glob.glob(os.path.join(ROOT, "kernels", "**", "*.cu*"), recursive=True)
+                    + glob.glob(os.path.join(ROOT, "engine", "**", "*.cu*"), recursive=True)
+                    if "__global__" in open(path).read()]
+    c.check("sanitize: every file with a kernel of dp's puts it in namespace dp::cuda (what DP_KERNELS names)",
+            len(kernel_files) > 10 and all("namespace dp::cuda" in open(path).read() for path in kernel_files),
+            [path for path in kernel_files if "namespace dp::cuda" not in open(path).read()])
     c.check("sanitize: a dirty run's findings counted by kind and where",
             "-- every finding, counted by kind and where:\n"
             "      2  Uninitialized __global__ memory read of size 4 bytes  |  void k<float>(float *)\n"

@@ -26,7 +26,9 @@
 #             on dp train --devices cuda:0x4 --steps 3 runs (below), several processes at once on
 #             the one GPU, the most telling first: memcheck on everything, then the other three
 #             on the kernel cases and the train runs, then on the step cases, initcheck first
-#             (slow: every kernel of several trainings instrumented)
+#             (slow: every kernel of several trainings instrumented). DP_SANITIZE_PART=slow|rest
+#             and DP_SANITIZE_MATCH=<regex> choose runs. A dirty initcheck run is run once more
+#             poisoned, a racecheck run the tool failed itself once more on dp's kernels only
 #   mpi       tests/cli/test_mpi.py (its GPU case: one rank through NCCL) where mpirun is there
 #             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
@@ -241,6 +243,33 @@ stage_unit() {
   stage_result unit $((bad + unrun)) "$pass of $((pass + bad + unrun)) pass ($cases unit cases, each in its own process, and ${#suites[@]} CLI suites), $bad fail, $unrun not run, in $((SECONDS - t0)) s"
 }
 
+# A dirty run's check once more, changed as LABEL says: LOG, LABEL, then the command. Its verdict
+# goes into LOG above the first run's, which stays the run's (the last line).
+run_again() {
+  local log=$1 label=$2 again rc
+  shift 2
+  again=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
+  ((again >= 15)) || return 0
+  timeout "$again" "$@" >"$log.again" 2>&1
+  rc=$?
+  {
+    sed '$d' "$log"
+    case $rc in
+      0) echo "-- again $label: clean" ;;
+      124) echo "-- again $label: unfinished (time limit)" ;;
+      *)
+        echo "-- again $label: dirty (exit $rc), every finding:"
+        awk -f tools/gpu/sanitizer_tally.awk "$log.again" | sort -rn | head -20
+        grep -m 3 "Internal Sanitizer Error" "$log.again"
+        ;;
+    esac
+    tail -1 "$log"
+  } >"$log.with-again"
+  mv "$log.with-again" "$log"
+  rm -f "$log.again"
+}
+export -f run_again
+
 # One compute-sanitizer run: tool, log file, then the command. Prints "clean", "dirty" or
 # "unfinished" last. Its time limit is DP_SANITIZE_TIMEOUT or what is left, if less. A run that
 # finished in an earlier call on this machine with the same binaries ($SANITIZE_DONE) is not run
@@ -283,7 +312,7 @@ sanitize_one() {
     {
       echo "$header${options[*]:+ (${options[*]})}"
       # each finding's first line and where it was (the kernel, its thread and block)
-      grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit|Host API)|^=========     (at|by|Uninitialized)" \
+      grep -E "ERROR SUMMARY|========= (Invalid|Race|Uninitialized|Barrier|Program hit|Host API|Internal Sanitizer)|^=========     (at|by|Uninitialized)" \
         "$log.full" | head -30
       if grep -qE "^========= (Invalid|Race|Uninitialized|Barrier|Program hit|Host API)" "$log.full"; then
         echo "-- every finding, counted by kind and where:"
@@ -302,34 +331,31 @@ sanitize_one() {
     if [[ $rc -ne 0 && $rc -ne 124 ]]; then
       { echo "$header${options[*]:+ (${options[*]})}"; head -3000 "$log.full"; } | gzip -c >"$log.full.gz"
     fi
-    rm -f "$log.full"
     # A dirty initcheck run, once more with every allocation dp makes written first (NaN,
-    # DP_POISON_ALLOCATIONS=1): clean then, what it read was memory from dp's allocator that nothing
-    # had written yet (the poisoned comparisons say whether any result depends on it); dirty still,
-    # memory outside it (a library's own) or writes the tool does not see. The verdict stays dirty.
+    # DP_POISON_ALLOCATIONS=1). Clean then: every read it flagged is of dp's own blocks, and the
+    # case still passes with them NaN first, so what those reads found had been written (by writes
+    # the tool does not follow) wherever a NaN would reach the case's checks. Dirty still: memory
+    # outside dp's allocator (a library's own), or a case that fails on NaN. The verdict stays dirty.
     if [[ $tool == initcheck && $rc -ne 0 && $rc -ne 124 && $rc -ne 98 && -z ${DP_POISON_ALLOCATIONS:-} ]]; then
-      local again prc
-      again=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
-      if ((again >= 15)); then
-        DP_POISON_ALLOCATIONS=1 timeout "$again" compute-sanitizer --tool "$tool" "${options[@]}" --print-limit 20000 \
-          --error-exitcode 99 "$@" >"$log.poisoned" 2>&1
-        prc=$?
-        {
-          sed '$d' "$log"
-          case $prc in
-            0) echo "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): clean" ;;
-            124) echo "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): unfinished (time limit)" ;;
-            *)
-              echo "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): dirty (exit $prc), every finding:"
-              awk -f tools/gpu/sanitizer_tally.awk "$log.poisoned" | sort -rn | head -20
-              ;;
-          esac
-          tail -1 "$log"
-        } >"$log.with-poison"
-        mv "$log.with-poison" "$log"
-        rm -f "$log.poisoned"
-      fi
+      run_again "$log" "with DP_POISON_ALLOCATIONS=1 (every allocation written first)" \
+        env DP_POISON_ALLOCATIONS=1 compute-sanitizer --tool "$tool" "${options[@]}" --print-limit 20000 \
+        --error-exitcode 99 "$@"
     fi
+    # racecheck that failed itself (an "Internal Sanitizer Error", as on cuDNN's bf16 convolutions
+    # on an H100), once more with a filter that names dp's kernels instead of the libraries', so no
+    # library kernel is instrumented whatever its name: clean then, the exclude list let through a
+    # library kernel racecheck cannot instrument; the same error, racecheck's presence alone breaks
+    # a kernel it does not check.
+    if [[ $tool == racecheck && $rc -ne 0 && $rc -ne 124 && $rc -ne 98 ]] \
+      && grep -q "Internal Sanitizer Error" "$log.full"; then
+      local -a ours=()
+      local o
+      for o in "${options[@]}"; do [[ $o == --kernel-name-exclude || $o == regex=* ]] || ours+=("$o"); done
+      run_again "$log" "checking dp's kernels only (--kernel-name regex=$DP_KERNELS)" \
+        compute-sanitizer --tool racecheck "${ours[@]}" --kernel-name "regex=$DP_KERNELS" --print-limit 20000 \
+        --error-exitcode 99 "$@"
+    fi
+    rm -f "$log.full"
     [[ $rc -ne 124 ]] && cp "$log" "$done_file"
   fi
   # into the stage's log as each run ends: a stage cut short by a time limit still reports
@@ -343,6 +369,8 @@ export -f sanitize_one
 # library GEMM and convolution of several trainings kept all 12 unfinished in every lease to
 # session 47. No kernel of dp's matches (tests/cli/test_gpu_verify.py checks its sources).
 export LIBRARY_KERNELS='xmma|cutlass|cudnn|cublas|nccl|fft2d|convolve|wgrad_alg|wgrad2d|dgrad|flip_filter|winograd|op_generic|gemv|gemmSN|splitKreduce'
+# dp's own kernels, all in namespace dp::cuda: the name demangled or mangled (_ZN2dp4cuda...)
+export DP_KERNELS='dp::cuda|2dp4cuda'
 
 stage_sanitize() {
   local log="$out/sanitize.log" dir t0=$SECONDS
@@ -413,8 +441,14 @@ stage_sanitize() {
   local quick=${DP_SANITIZE_QUICK:-0} part=${DP_SANITIZE_PART:-all}
   # Each job a file of NUL-separated words (tool, then the command: doctest names hold spaces and
   # parentheses), started in the order of their numbers, $jobs at a time on the one GPU.
-  local n=1000
-  job() { n=$((n + 1)); printf '%s\0' "$@" >"$dir/$n.job"; }
+  # DP_SANITIZE_MATCH: only the runs whose tool and command match this extended regex (e.g.
+  # '^racecheck-ours .*bf16' for the racecheck of the step cases with bf16 in their names).
+  local n=1000 match=${DP_SANITIZE_MATCH:-}
+  job() {
+    [[ -z $match || "$*" =~ $match ]] || return 0
+    n=$((n + 1))
+    printf '%s\0' "$@" >"$dir/$n.job"
+  }
   train_job() {  # tool, then the train's flags
     local tool=$1
     shift
@@ -456,6 +490,7 @@ stage_sanitize() {
   alone_under() {
     [[ $part == slow ]] && return
     for name in "${alone[@]}"; do
+      [[ -z $match || "$1 $bin -tc=${name//,/?}" =~ $match ]] || continue
       n=$((n + 1))
       sanitize_one "$1" "$dir/$n.log" "$bin" "-tc=${name//,/?}"
     done
