@@ -243,6 +243,12 @@ with tempfile.TemporaryDirectory() as tmp:
             "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception." in log3
             and "-- again checking dp's kernels only (--kernel-name regex=dp::cuda|2dp4cuda): clean\ndirty\n" in log3
             and " 1 dirty, 0 unfinished" in summary and p.returncode == 1, (summary, log3[-1500:]))
+    # ---- DP_PROFILE_SPECS: the profile's specs named by the caller (here one it has no part for)
+    os.environ["DP_PROFILE_SPECS"] = "nosuch:mlp:1024"
+    p, summary, _ = verify(["profile"], os.path.join(tmp, "out-profile"))
+    del os.environ["DP_PROFILE_SPECS"]
+    c.check("DP_PROFILE_SPECS: profile.sh runs the specs it names, and the summary says which",
+            "FAIL profile (exit 1): tools/gpu/profile.sh nosuch:mlp:1024 in " in summary, summary)
     # ---- DP_SANITIZE_MATCH: only the runs it matches
     shutil.rmtree(done)
     open(started, "w").close()

@@ -34,7 +34,8 @@
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
 #             wall time per --cudnn choice (convnet 1024, resnet18 256); each phase's time on
 #             cuda:0x1 against cuda:0x4 (mlp and convnet, global batch 1024); the convnet's
-#             kernel time per step on cuda:0x4 (every replica's, Nsight Compute)
+#             kernel time per step on cuda:0x4 (every replica's, Nsight Compute); DP_PROFILE_SPECS
+#             names other specs
 #   bench     tools/bench/bench_gpu.py $DP_BENCH_ARGS (Markdown for RESULTS.md), for at most
 #             DP_BENCH_SECONDS (the tables it finished come back)
 # Every stage runs even when one before it failed (except after a failed build); summary.txt
@@ -573,10 +574,12 @@ stage_mpi() {
   stage_result mpi "$rc" "tests/cli/test_mpi.py in $((SECONDS - t0)) s: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)"
 }
 
+# DP_PROFILE_SPECS: profile.sh's specs instead of these (e.g. "replicas:mlp:1024").
 stage_profile() {
-  local t0=$SECONDS
-  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh convnet:1024 resnet18:256 mlp:1024 phases:mlp:1024 phases:convnet:1024 replicas:convnet:1024 loader:mlp:1024 >/dev/null 2>&1
-  stage_result profile $? "tools/gpu/profile.sh in $((SECONDS - t0)) s (profile.txt)"
+  local t0=$SECONDS specs
+  read -ra specs <<<"${DP_PROFILE_SPECS:-convnet:1024 resnet18:256 mlp:1024 phases:mlp:1024 phases:convnet:1024 replicas:convnet:1024 loader:mlp:1024}"
+  OUT="$out" timeout "$(limit 900)" tools/gpu/profile.sh "${specs[@]}" >/dev/null 2>&1
+  stage_result profile $? "tools/gpu/profile.sh ${specs[*]} in $((SECONDS - t0)) s (profile.txt)"
 }
 
 stage_bench() {
