@@ -264,12 +264,16 @@ with tempfile.TemporaryDirectory() as tmp:
             and all("--kernel-name-exclude" in line and "bf16" in line for line in races)
             and len(alone) == 1 and "--tool memcheck" in alone[0]
             and f"{len(bf16) + 1} of {len(bf16) + 1} compute-sanitizer runs clean" in summary, (chosen, summary))
+    def outside_dp_cuda(path):  # the kernels of a file not between its namespace dp::cuda's opening and close
+        text = open(path).read()
+        opens, closes = text.find("namespace dp::cuda"), text.rfind("}  // namespace dp::cuda")
+        return [m.start() for m in re.finditer(r"__global__", text) if not opens < m.start() < closes]
     kernel_files = [path for path in glob.glob(os.path.join(ROOT, "kernels", "**", "*.cu*"), recursive=True)
                     + glob.glob(os.path.join(ROOT, "engine", "**", "*.cu*"), recursive=True)
                     if "__global__" in open(path).read()]
-    c.check("sanitize: every file with a kernel of dp's puts it in namespace dp::cuda (what DP_KERNELS names)",
-            len(kernel_files) > 10 and all("namespace dp::cuda" in open(path).read() for path in kernel_files),
-            [path for path in kernel_files if "namespace dp::cuda" not in open(path).read()])
+    c.check("sanitize: every kernel of dp's is inside namespace dp::cuda (what DP_KERNELS names)",
+            len(kernel_files) > 10 and not [path for path in kernel_files if outside_dp_cuda(path)],
+            [path for path in kernel_files if outside_dp_cuda(path)])
     c.check("sanitize: a dirty run's findings counted by kind and where",
             "-- every finding, counted by kind and where:\n"
             "      2  Uninitialized __global__ memory read of size 4 bytes  |  void k<float>(float *)\n"

@@ -337,7 +337,9 @@ sanitize_one() {
     # case still passes with them NaN first, so what those reads found had been written (by writes
     # the tool does not follow) wherever a NaN would reach the case's checks. Dirty still: memory
     # outside dp's allocator (a library's own), or a case that fails on NaN. The verdict stays dirty.
-    if [[ $tool == initcheck && $rc -ne 0 && $rc -ne 124 && $rc -ne 98 && -z ${DP_POISON_ALLOCATIONS:-} ]]; then
+    local dirty=0  # findings or a failed case: not cut by the time limit (124), not a filter matching nothing (98)
+    ((rc != 0 && rc != 124 && rc != 98)) && dirty=1
+    if ((dirty)) && [[ $tool == initcheck && -z ${DP_POISON_ALLOCATIONS:-} ]]; then
       run_again "$log" "with DP_POISON_ALLOCATIONS=1 (every allocation written first)" \
         env DP_POISON_ALLOCATIONS=1 compute-sanitizer --tool "$tool" "${options[@]}" --print-limit 20000 \
         --error-exitcode 99 "$@"
@@ -347,8 +349,7 @@ sanitize_one() {
     # library kernel is instrumented whatever its name: clean then, the exclude list let through a
     # library kernel racecheck cannot instrument; the same error, racecheck's presence alone breaks
     # a kernel it does not check.
-    if [[ $tool == racecheck && $rc -ne 0 && $rc -ne 124 && $rc -ne 98 ]] \
-      && grep -q "Internal Sanitizer Error" "$log.full"; then
+    if ((dirty)) && [[ $tool == racecheck ]] && grep -q "Internal Sanitizer Error" "$log.full"; then
       local -a ours=()
       local o
       for o in "${options[@]}"; do [[ $o == --kernel-name-exclude || $o == regex=* ]] || ours+=("$o"); done
