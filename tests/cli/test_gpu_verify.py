@@ -76,10 +76,14 @@ with tempfile.TemporaryDirectory() as tmp:
                 '  echo "========= ERROR SUMMARY: 0 errors"; exit 0\nfi\n'
                 # the runs matching $FAKE_SANITIZER_INTERNAL: the tool fails itself, but where a filter names the
                 # kernels to check (as racecheck on cuDNN's bf16 convolutions, session 53)
-                'if [ -n "$FAKE_SANITIZER_INTERNAL" ]; then case "$*" in *"--kernel-name regex="*) ;;\n'
-                '  $FAKE_SANITIZER_INTERNAL) echo "========= Internal Sanitizer Error: The Sanitizer failed to handle a '
-                'hardware exception."\n  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99;;\n'
-                'esac; fi\n'
+                # ($FAKE_SANITIZER_INTERNAL_OURS: there too, where it names dp's kernels, as in session 54), and
+                # never where the filter matches no kernel
+                'internal() { echo "========= Internal Sanitizer Error: The Sanitizer failed to handle a '
+                'hardware exception."\n  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99; }\n'
+                'if [ -n "$FAKE_SANITIZER_INTERNAL" ]; then case "$*" in $FAKE_SANITIZER_INTERNAL)\n'
+                '  case "$*" in *"--kernel-name regex=^instrument-no-kernel"*) ;;\n'
+                '    *"--kernel-name regex="*) [ -n "$FAKE_SANITIZER_INTERNAL_OURS" ] && internal ;;\n'
+                '    *) internal ;; esac ;; esac; fi\n'
                 'if [ -n "$FAKE_SANITIZER_FINDINGS" ]; then case "$*" in $FAKE_SANITIZER_FINDINGS)\n'
                 '  for i in 1 2; do echo "========= Uninitialized __global__ memory read of size 4 bytes"\n'
                 '    echo "=========     at void k<float>(float *)+0x150"; done\n'
@@ -92,9 +96,9 @@ with tempfile.TemporaryDirectory() as tmp:
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
     def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False,
-               internal=""):
+               internal="", internal_ours=False):
         env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
-                   FAKE_SANITIZER_INTERNAL=internal,
+                   FAKE_SANITIZER_INTERNAL=internal, FAKE_SANITIZER_INTERNAL_OURS="1" if internal_ours else "",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
                    FAKE_SANITIZER_OPTIONS="1" if options else "", FAKE_SANITIZER_CLEAN_POISONED="1" if clean_poisoned else "",
                    FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "", FAKE_SANITIZER_FINDINGS=findings)
@@ -243,6 +247,24 @@ with tempfile.TemporaryDirectory() as tmp:
             "========= Internal Sanitizer Error: The Sanitizer failed to handle a hardware exception." in log3
             and "-- again checking dp's kernels only (--kernel-name regex=dp::cuda|2dp4cuda): clean\ndirty\n" in log3
             and " 1 dirty, 0 unfinished" in summary and p.returncode == 1, (summary, log3[-1500:]))
+    c.check("sanitize: a racecheck clean with dp's kernels only is not run a third time",
+            "instrumenting no kernel" not in log3, log3[-1500:])
+    # ---- failing itself with dp's kernels only too: a third run that instruments no kernel
+    shutil.rmtree(done)
+    open(started, "w").close()
+    out = os.path.join(tmp, "out-internal-ours")
+    p, summary, _ = verify(["sanitize"], out, internal="*--tool racecheck*-tc=--recompute blocks*", internal_ours=True)
+    log4 = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
+    again = [line for line in open(started).read().splitlines()
+             if "--tool racecheck" in line and "-tc=--recompute blocks" in line]
+    c.check("sanitize: racecheck failing itself on dp's kernels only is run a third time, instrumenting no kernel",
+            len(again) == 3 and "--kernel-name regex=dp::cuda|2dp4cuda" in again[1]
+            and "--kernel-name regex=^instrument-no-kernel$" in again[2] and "--kernel-name-exclude" not in again[2], again)
+    c.check("sanitize: both reruns' verdicts in order, the run still dirty",
+            "-- again checking dp's kernels only (--kernel-name regex=dp::cuda|2dp4cuda): dirty (exit 99)" in log4
+            and "-- again instrumenting no kernel (--kernel-name regex=^instrument-no-kernel$): clean\ndirty\n" in log4
+            and log4.index("checking dp's kernels only") < log4.index("instrumenting no kernel")
+            and " 1 dirty, 0 unfinished" in summary and p.returncode == 1, (summary, log4[-2000:]))
     # ---- DP_PROFILE_SPECS: the profile's specs named by the caller (here one it has no part for)
     os.environ["DP_PROFILE_SPECS"] = "nosuch:mlp:1024"
     p, summary, _ = verify(["profile"], os.path.join(tmp, "out-profile"))

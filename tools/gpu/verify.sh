@@ -245,14 +245,17 @@ stage_unit() {
 }
 
 # A dirty run's check once more, changed as LABEL says: LOG, LABEL, then the command. Its verdict
-# goes into LOG above the first run's, which stays the run's (the last line).
+# goes into LOG above the first run's, which stays the run's (the last line). AGAIN_INTERNAL says
+# whether the tool failed itself again (an "Internal Sanitizer Error").
 run_again() {
   local log=$1 label=$2 again rc
   shift 2
+  AGAIN_INTERNAL=0
   again=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
   ((again >= 15)) || return 0
   timeout "$again" "$@" >"$log.again" 2>&1
   rc=$?
+  grep -q "Internal Sanitizer Error" "$log.again" && AGAIN_INTERNAL=1
   {
     sed '$d' "$log"
     case $rc in
@@ -347,8 +350,10 @@ sanitize_one() {
     # racecheck that failed itself (an "Internal Sanitizer Error", as on cuDNN's bf16 convolutions
     # on an H100), once more with a filter that names dp's kernels instead of the libraries', so no
     # library kernel is instrumented whatever its name: clean then, the exclude list let through a
-    # library kernel racecheck cannot instrument; the same error, racecheck's presence alone breaks
-    # a kernel it does not check.
+    # library kernel racecheck cannot instrument. The same error (session 54): once more with a
+    # filter no kernel's name can match, so racecheck instruments nothing. The same error again:
+    # racecheck's presence alone breaks a kernel, and no kernel of dp's is involved; clean: one of
+    # dp's kernels, instrumented, is where it fails.
     if ((dirty)) && [[ $tool == racecheck ]] && grep -q "Internal Sanitizer Error" "$log.full"; then
       local -a ours=()
       local o
@@ -356,6 +361,11 @@ sanitize_one() {
       run_again "$log" "checking dp's kernels only (--kernel-name regex=$DP_KERNELS)" \
         compute-sanitizer --tool racecheck "${ours[@]}" --kernel-name "regex=$DP_KERNELS" --print-limit 20000 \
         --error-exitcode 99 "$@"
+      if ((AGAIN_INTERNAL)); then
+        run_again "$log" "instrumenting no kernel (--kernel-name regex=$NO_KERNELS)" \
+          compute-sanitizer --tool racecheck "${ours[@]}" --kernel-name "regex=$NO_KERNELS" --print-limit 20000 \
+          --error-exitcode 99 "$@"
+      fi
     fi
     rm -f "$log.full"
     [[ $rc -ne 124 ]] && cp "$log" "$done_file"
@@ -373,6 +383,8 @@ export -f sanitize_one
 export LIBRARY_KERNELS='xmma|cutlass|cudnn|cublas|nccl|fft2d|convolve|wgrad_alg|wgrad2d|dgrad|flip_filter|winograd|op_generic|gemv|gemmSN|splitKreduce'
 # dp's own kernels, all in namespace dp::cuda: the name demangled or mangled (_ZN2dp4cuda...)
 export DP_KERNELS='dp::cuda|2dp4cuda'
+# a filter no kernel's name matches, mangled or not (a C++ name holds no '-')
+export NO_KERNELS='^instrument-no-kernel$'
 
 stage_sanitize() {
   local log="$out/sanitize.log" dir t0=$SECONDS
