@@ -232,14 +232,21 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("sanitize: clean when every allocation is written first: said so, and still counted dirty",
             "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): clean\ndirty\n" in log2
             and " 1 dirty, 0 unfinished" in summary, log2[-800:])
+    def racecheck_failing_itself(name, internal_ours):
+        """The sanitize stage with racecheck failing itself on one step case (and, with internal_ours,
+        on dp's kernels only too): its exit, summary, log, and every racecheck start of that case."""
+        shutil.rmtree(done)
+        open(started, "w").close()
+        out = os.path.join(tmp, name)
+        p, summary, _ = verify(["sanitize"], out, internal="*--tool racecheck*-tc=--recompute blocks*",
+                               internal_ours=internal_ours)
+        log = os.path.join(out, "sanitize.log")
+        runs = [line for line in open(started).read().splitlines()
+                if "--tool racecheck" in line and "-tc=--recompute blocks" in line]
+        return p, summary, open(log).read() if os.path.exists(log) else "", runs
+
     # ---- racecheck failing itself: once more checking dp's kernels only, said so, still dirty
-    shutil.rmtree(done)
-    open(started, "w").close()
-    out = os.path.join(tmp, "out-internal")
-    p, summary, _ = verify(["sanitize"], out, internal="*--tool racecheck*-tc=--recompute blocks*")
-    log3 = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
-    again = [line for line in open(started).read().splitlines()
-             if "--tool racecheck" in line and "-tc=--recompute blocks" in line]
+    p, summary, log3, again = racecheck_failing_itself("out-internal", False)
     c.check("sanitize: racecheck that fails itself is run again with a filter naming dp's kernels, no exclude list",
             len(again) == 2 and "--kernel-name-exclude" in again[0]
             and "--kernel-name regex=dp::cuda|2dp4cuda" in again[1] and "--kernel-name-exclude" not in again[1], again)
@@ -250,13 +257,7 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("sanitize: a racecheck clean with dp's kernels only is not run a third time",
             "instrumenting no kernel" not in log3, log3[-1500:])
     # ---- failing itself with dp's kernels only too: a third run that instruments no kernel
-    shutil.rmtree(done)
-    open(started, "w").close()
-    out = os.path.join(tmp, "out-internal-ours")
-    p, summary, _ = verify(["sanitize"], out, internal="*--tool racecheck*-tc=--recompute blocks*", internal_ours=True)
-    log4 = open(os.path.join(out, "sanitize.log")).read() if os.path.exists(os.path.join(out, "sanitize.log")) else ""
-    again = [line for line in open(started).read().splitlines()
-             if "--tool racecheck" in line and "-tc=--recompute blocks" in line]
+    p, summary, log4, again = racecheck_failing_itself("out-internal-ours", True)
     c.check("sanitize: racecheck failing itself on dp's kernels only is run a third time, instrumenting no kernel",
             len(again) == 3 and "--kernel-name regex=dp::cuda|2dp4cuda" in again[1]
             and "--kernel-name regex=^instrument-no-kernel$" in again[2] and "--kernel-name-exclude" not in again[2], again)
