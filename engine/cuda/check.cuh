@@ -62,6 +62,11 @@ inline void check(cudnnStatus_t s, const char* what, const char* file, int line)
 // After a kernel launch: launch-configuration errors surface here, not later.
 #define DP_CUDA_CHECK_LAUNCH() ::dp::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
+namespace dp::cuda {
+struct LtPlans;
+void destroy_lt_plans(LtPlans* plans) noexcept;  // kernels/cuda/gemm_lt.cu
+}  // namespace dp::cuda
+
 // What a Context holds, visible to the .cu files only (ops.hpp stays free of CUDA headers).
 struct dp::cuda::Context::Handles {
   ~Handles();
@@ -73,10 +78,14 @@ struct dp::cuda::Context::Handles {
   // GEMM in a captured step (--cuda-graphs) allocates nothing (cuBLAS would otherwise allocate
   // inside the capture, a memory node in every graph, again at every capture).
   void* cublas_workspace = nullptr;
+  size_t cublas_workspace_bytes = 0;  // cuBLASLt's products work in the same memory, on the same stream
   // A bad value a kernel met in its input (a token id outside the vocabulary), found without the
   // host waiting: the kernel records the first as {1 + position, value, limit} in device memory,
   // each such op copies the record to page-locked `data_fault_seen` after it, and synchronize()
   // raises it — as CUDA reports its own asynchronous faults at the next wait. Compute contexts only.
   unsigned long long* data_fault = nullptr;       // device memory, 3 values, zeroed
   unsigned long long* data_fault_seen = nullptr;  // page-locked host memory, 3 values
+  // cuBLASLt's handle and this context's product plans (kernels/cuda/gemm_lt.cu), made on the
+  // first float32 Linear that uses them (GpuMath::linear). Per context, so one thread at a time.
+  LtPlans* lt_plans = nullptr;
 };

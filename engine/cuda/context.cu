@@ -23,6 +23,7 @@ Context::Context(int gpu, const GpuMath& math, Kind kind) : gpu_(gpu), handles_(
   const size_t cublas_workspace_bytes = (major >= 9 ? size_t{32} : size_t{4}) << 20;
   DP_CUDA_CHECK(cudaMalloc(&handles_->cublas_workspace, cublas_workspace_bytes));
   DP_CUDA_CHECK(cublasSetWorkspace(handles_->cublas, handles_->cublas_workspace, cublas_workspace_bytes));
+  handles_->cublas_workspace_bytes = cublas_workspace_bytes;
   DP_CUDA_CHECK(cudnnCreate(&handles_->cudnn));
   DP_CUDA_CHECK(cudnnSetStream(handles_->cudnn, handles_->stream));
   constexpr size_t fault_bytes = 3 * sizeof(unsigned long long);
@@ -40,6 +41,7 @@ Context::Handles::~Handles() {
   if (gpu >= 0) cudaSetDevice(gpu);
   if (data_fault_seen) cudaFreeHost(data_fault_seen);
   if (data_fault) cudaFree(data_fault);
+  destroy_lt_plans(lt_plans);
   if (cudnn) cudnnDestroy(cudnn);
   if (cublas) cublasDestroy(cublas);
   if (cublas_workspace) cudaFree(cublas_workspace);  // after the handle that used it

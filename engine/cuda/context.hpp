@@ -22,6 +22,7 @@ class Context {
   int gpu() const { return gpu_; }
   bool allow_tf32() const { return math_.allow_tf32; }
   ConvAlgorithms conv_algorithms() const { return math_.conv; }
+  LinearGemm linear_gemm() const { return math_.linear; }
   void synchronize();  // wait for the stream (tests and host reads only: never inside a step)
   struct Handles;
   Handles& handles() { return *handles_; }

@@ -19,4 +19,19 @@ const char* conv_algorithms_name(ConvAlgorithms a) {
   }
 }
 
+LinearGemm parse_linear_gemm(const std::string& text, const std::string& what) {
+  if (text == "cublas") return LinearGemm::Cublas;
+  if (text == "lt") return LinearGemm::Lt;
+  if (text == "lt-splitk") return LinearGemm::LtSplitK;
+  throw UsageError(what + " '" + text + "': expected cublas, lt or lt-splitk");
+}
+
+const char* linear_gemm_name(LinearGemm g) {
+  switch (g) {
+    case LinearGemm::Lt: return "lt";
+    case LinearGemm::LtSplitK: return "lt-splitk";
+    default: return "cublas";
+  }
+}
+
 }  // namespace dp::cuda

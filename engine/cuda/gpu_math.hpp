@@ -1,6 +1,6 @@
-// How a CUDA device does its arithmetic: TF32 for float32 products (--tf32) and how convolutions
-// choose cuDNN's algorithms (--cudnn), carried from DeviceOptions to each logical device's
-// Context. Plain C++: host code and builds without CUDA hold one.
+// How a CUDA device does its arithmetic: TF32 for float32 products (--tf32), how convolutions
+// choose cuDNN's algorithms (--cudnn) and which library runs float32 Linear (DP_LINEAR_GEMM),
+// carried from DeviceOptions to each logical device's Context. Plain C++: host code and builds without CUDA hold one.
 #pragma once
 #include <string>
 
@@ -16,9 +16,22 @@ enum class ConvAlgorithms {
 ConvAlgorithms parse_conv_algorithms(const std::string& text);
 const char* conv_algorithms_name(ConvAlgorithms a);
 
+// How a float32 Linear runs its three products (16-bit operands always take cublasGemmEx).
+enum class LinearGemm {
+  Cublas,    // cublasSgemm, the bias and its gradient in kernels of their own (default)
+  Lt,        // cuBLASLt: the bias added in the forward GEMM's epilogue, its gradient summed in the
+             // weight gradient's; no split-K (each product one kernel). Falls back per product to
+             // Cublas's way where cuBLASLt offers no algorithm.
+  LtSplitK,  // Lt with split-K allowed (a separate reduce kernel where cuBLASLt picks it)
+};
+// "cublas" | "lt" | "lt-splitk"; UsageError otherwise, naming `what` (where the text came from).
+LinearGemm parse_linear_gemm(const std::string& text, const std::string& what);
+const char* linear_gemm_name(LinearGemm g);
+
 struct GpuMath {
   bool allow_tf32 = false;
   ConvAlgorithms conv = ConvAlgorithms::Deterministic;
+  LinearGemm linear = LinearGemm::Cublas;
 };
 
 }  // namespace dp::cuda

@@ -1,7 +1,9 @@
-// Linear through cuBLAS SGEMM. cuBLAS is column-major; a row-major [r, c] matrix is the
-// column-major [c, r] one, so each row-major product below is written as its transpose.
+// Linear through cuBLAS SGEMM, or cuBLASLt with the bias in the GEMMs' epilogues
+// (GpuMath::linear). cuBLAS is column-major; a row-major [r, c] matrix is the column-major [c, r]
+// one, so each row-major product below is written as its transpose.
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/column_sum.cuh"
+#include "kernels/cuda/gemm_lt.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/linear.hpp"
 
@@ -17,14 +19,19 @@ __global__ void bias_rows_kernel(float* out, const float* b, int64_t B, int64_t 
 
 int dim(int64_t v) { return static_cast<int>(v); }
 
+bool uses_lt(Context& c) { return c.linear_gemm() != LinearGemm::Cublas; }
+
 }  // namespace
 
 void linear_forward(Context& c, float* out, const float* in, const float* w, const float* b, int64_t B, int64_t I,
                     int64_t O) {
   if (B == 0) return;
+  // out[B,O] = in[B,I]·W^T  <=>  out^T[O,B] = W[O,I]·in^T[I,B]  (col-major: W is "T" of its buffer)
+  if (uses_lt(c) && lt_matmul(c, {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w, I, in, I, out, O,
+                                  b ? LtEpilogue::Bias : LtEpilogue::None, const_cast<float*>(b)}))
+    return;
   bias_rows_kernel<<<blocks_for(B * O), kThreads, 0, c.handles().stream>>>(out, b, B, O);
   DP_CUDA_CHECK_LAUNCH();
-  // out[B,O] = in[B,I]·W^T  <=>  out^T[O,B] = W[O,I]·in^T[I,B]  (col-major: W is "T" of its buffer)
   const float one = 1.f;
   DP_CUDA_CHECK(cublasSgemm(c.handles().cublas, CUBLAS_OP_T, CUBLAS_OP_N, dim(O), dim(B), dim(I), &one, w, dim(I), in,
                             dim(I), &one, out, dim(O)));
@@ -35,12 +42,22 @@ void linear_backward(Context& c, float* din, float* dw, float* db, const float* 
   const float one = 1.f, zero = 0.f;
   cublasHandle_t h = c.handles().cublas;
   // din[B,I] = dout[B,O]·W[O,I]  <=>  din^T[I,B] = W^T[I,O]·dout^T[O,B]
-  if (din && B > 0)
+  if (din && B > 0 &&
+      !(uses_lt(c) && lt_matmul(c, {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, I, dout, O, din, I})))
     DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, dim(I), dim(B), dim(O), &one, w, dim(I), dout, dim(O), &zero,
                               din, dim(I)));
-  // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]
-  DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, dim(I), dim(O), dim(B), &one, in, dim(I), dout, dim(O), &zero,
-                            dw, dim(I)));
+  // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]; db[O] = Σ_r dout[r,:], the
+  // sum over the product's k of its B operand: cuBLASLt's BGRADB epilogue.
+  const LtProduct weight_grad{CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, dw, I};
+  if (uses_lt(c) && B > 0 && db) {
+    LtProduct fused = weight_grad;
+    fused.epilogue = LtEpilogue::BiasGradB;
+    fused.bias = db;
+    if (lt_matmul(c, fused)) return;
+  }
+  if (!(uses_lt(c) && B > 0 && lt_matmul(c, weight_grad)))
+    DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, dim(I), dim(O), dim(B), &one, in, dim(I), dout, dim(O), &zero,
+                              dw, dim(I)));
   if (db) column_sum(c, db, dout, B, O);
 }
 

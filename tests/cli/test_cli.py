@@ -123,6 +123,10 @@ with tempfile.TemporaryDirectory() as tmp:
     check("split auto runs", rc == 0, err)
     expect("bad host sync", small + ["--host-sync", "never"], 2, "--host-sync 'never'")
     expect("bad cudnn choice", small + ["--cudnn", "fastest"], 2, "--cudnn 'fastest': expected deterministic, heuristic or benchmark")
+    rc, out, err = run(small, env={"DP_LINEAR_GEMM": "fast"})
+    check("bad DP_LINEAR_GEMM", rc == 2 and "DP_LINEAR_GEMM 'fast': expected cublas, lt or lt-splitk" in err, err)
+    rc, out, err = run(small + ["--steps", "2"], env={"DP_LINEAR_GEMM": "lt"})
+    check("DP_LINEAR_GEMM lt on host devices: no effect, runs", rc == 0, err)
     # Waiting once per step (the default) or after every phase: the same training, bit for bit.
     runs = {}
     for sync in ("phase", "step"):

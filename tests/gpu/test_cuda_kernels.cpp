@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -110,86 +111,133 @@ struct Pair16 {
 
 }  // namespace
 
-TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32)") {
-  cuda::Context c(0);
+TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32), through cuBLAS and cuBLASLt") {
   ThreadPool pool(1);
   configure_host_blas();
   const int64_t B = 37, I = 129, O = 65;
   auto in = random_vector(B * I, 1), w = random_vector(O * I, 2), b = random_vector(O, 3), dout = random_vector(B * O, 4);
-  std::vector<float> out(B * O), din(B * I), dw(O * I), db(O);
+  std::vector<float> out(B * O), din(B * I), dw(O * I), db(O), out_nobias(B * O), dw_nobias(O * I);
   cpu::linear_forward(pool, out.data(), in.data(), w.data(), b.data(), B, I, O);
   cpu::linear_backward(pool, din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, I, O);
-  auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b), d_dout = to_device(c, dout);
-  cuda::DeviceBuffer d_out(c, out.size() * 4), d_din(c, din.size() * 4), d_dw(c, dw.size() * 4), d_db(c, db.size() * 4);
-  cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
-  cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
-  CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_din, din.size()), din) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
-  CHECK(rel_error(to_host<float>(c, d_db, db.size()), db) < kTol);
+  cpu::linear_forward(pool, out_nobias.data(), in.data(), w.data(), nullptr, B, I, O);
+  for (auto gemm : {cuda::LinearGemm::Cublas, cuda::LinearGemm::Lt, cuda::LinearGemm::LtSplitK}) {
+    // offset 1: the bias and its gradient 4 bytes past an aligned block (cuBLASLt's fused way
+    // wants 16; the product falls back to cuBLAS's way and must still be right)
+    for (int64_t offset : {0, 1}) {
+      CAPTURE(cuda::linear_gemm_name(gemm));
+      CAPTURE(offset);
+      cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Deterministic, gemm});
+      auto d_in = to_device(c, in), d_w = to_device(c, w), d_dout = to_device(c, dout);
+      cuda::DeviceBuffer d_b(c, (O + 1) * 4), d_db(c, (O + 1) * 4);
+      d_b.upload(c, b.data(), 0);  // (nothing: the bias goes at its offset below)
+      DP_CUDA_CHECK(cudaMemcpyAsync(d_b.get() + offset, b.data(), O * 4, cudaMemcpyHostToDevice, c.handles().stream));
+      cuda::DeviceBuffer d_out(c, out.size() * 4), d_din(c, din.size() * 4), d_dw(c, dw.size() * 4);
+      // NaN first: an output left unwritten fails the comparison
+      for (const auto* buf : {&d_out, &d_din, &d_dw, &d_db})
+        DP_CUDA_CHECK(cudaMemsetAsync(buf->get<void>(), 0xff, buf->bytes(), c.handles().stream));
+      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get() + offset, B, I, O);
+      cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get() + offset, d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+      CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < kTol);
+      CHECK(rel_error(to_host<float>(c, d_din, din.size()), din) < kTol);
+      CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
+      const auto got_db = to_host<float>(c, d_db, O + 1);
+      CHECK(rel_error(std::vector<float>(got_db.begin() + offset, got_db.begin() + offset + O), db) < kTol);
+      // no bias: forward without one, backward without its gradient (the first layer: no din either)
+      DP_CUDA_CHECK(cudaMemsetAsync(d_out.get<void>(), 0xff, d_out.bytes(), c.handles().stream));
+      DP_CUDA_CHECK(cudaMemsetAsync(d_dw.get<void>(), 0xff, d_dw.bytes(), c.handles().stream));
+      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), nullptr, B, I, O);
+      cuda::linear_backward(c, nullptr, d_dw.get(), nullptr, d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+      CHECK(rel_error(to_host<float>(c, d_out, out.size()), out_nobias) < kTol);
+      CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
+    }
+  }
 }
 
-TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS works in the context's workspace), and replay the eager bits") {
-  cuda::Context c(0);
+TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASLt work in the context's workspace), and replay the eager bits") {
   const int64_t B = 64, I = 256, O = 128;
-  auto in = random_vector(B * I, 11), w = random_vector(O * I, 12), b = random_vector(O, 13), dout = random_vector(B * O, 14);
-  auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b), d_dout = to_device(c, dout);
+  const auto in = random_vector(B * I, 11), w = random_vector(O * I, 12), b = random_vector(O, 13),
+             dout = random_vector(B * O, 14);
   const auto w16 = random_16bit(O * I, 15, DType::BF16), in16 = random_16bit(B * I, 16, DType::BF16);
-  auto d_w16 = to_device(c, w16), d_in16 = to_device(c, in16);
-  cuda::DeviceBuffer d_out(c, B * O * 4), d_din(c, B * I * 4), d_dw(c, O * I * 4), d_db(c, O * 4), d_out16(c, B * O * 2);
-  auto run = [&] {
-    cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
-    cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
-    cuda::linear_forward(c, DType::BF16, d_out16.get(), d_in16.get(), d_w16.get(), nullptr, B, I, O);
-  };
-  auto results = [&] {
-    auto r = to_host<float>(c, d_out, B * O);
-    for (const auto* buf : {&d_din, &d_dw, &d_db}) {
-      const size_t n = buf == &d_din ? B * I : buf == &d_dw ? O * I : O;
-      const auto v = to_host<float>(c, *buf, n);
-      r.insert(r.end(), v.begin(), v.end());
-    }
-    for (uint16_t h : to_host<uint16_t>(c, d_out16, B * O)) r.push_back(bf16_to_float(h));
-    return r;
-  };
-  // Every output filled with NaN (all bits set) first: an output the eager run leaves unwritten
-  // differs from the replay's, which starts from zeros. Without the fill, initcheck flags the read
-  // of the bf16 output, whose Hopper GEMM stores (TMA) it does not follow.
-  for (const auto* buf : {&d_out, &d_din, &d_dw, &d_db, &d_out16})
-    DP_CUDA_CHECK(cudaMemsetAsync(buf->get<void>(), 0xff, buf->bytes(), c.handles().stream));
-  run();
-  const auto eager = results();
-  for (int capture = 0; capture < 3; ++capture) {  // again and again, as a changed batch shape re-captures
-    CAPTURE(capture);
-    cudaStream_t s = c.handles().stream;
-    // every output zeroed: the replay must write each of them to give the eager bits
+  std::map<cuda::LinearGemm, int> kernels;  // kernel nodes in a capture of the float32 Linear's products
+  for (auto gemm : {cuda::LinearGemm::Cublas, cuda::LinearGemm::Lt}) {
+    CAPTURE(cuda::linear_gemm_name(gemm));
+    cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Deterministic, gemm});
+    auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b), d_dout = to_device(c, dout);
+    auto d_w16 = to_device(c, w16), d_in16 = to_device(c, in16);
+    cuda::DeviceBuffer d_out(c, B * O * 4), d_din(c, B * I * 4), d_dw(c, O * I * 4), d_db(c, O * 4), d_out16(c, B * O * 2);
+    auto run_float32 = [&] {
+      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
+      cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+    };
+    auto run = [&] {
+      run_float32();
+      cuda::linear_forward(c, DType::BF16, d_out16.get(), d_in16.get(), d_w16.get(), nullptr, B, I, O);
+    };
+    auto results = [&] {
+      auto r = to_host<float>(c, d_out, B * O);
+      for (const auto* buf : {&d_din, &d_dw, &d_db}) {
+        const size_t n = buf == &d_din ? B * I : buf == &d_dw ? O * I : O;
+        const auto v = to_host<float>(c, *buf, n);
+        r.insert(r.end(), v.begin(), v.end());
+      }
+      for (uint16_t h : to_host<uint16_t>(c, d_out16, B * O)) r.push_back(bf16_to_float(h));
+      return r;
+    };
+    auto nodes_of = [](cudaGraph_t graph) {
+      size_t count = 0;
+      DP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+      std::vector<cudaGraphNode_t> nodes(count);
+      DP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+      std::map<cudaGraphNodeType, int> by_type;
+      for (cudaGraphNode_t n : nodes) {
+        cudaGraphNodeType type;
+        DP_CUDA_CHECK(cudaGraphNodeGetType(n, &type));
+        ++by_type[type];
+      }
+      return by_type;
+    };
+    // Every output filled with NaN (all bits set) first: an output the eager run leaves unwritten
+    // differs from the replay's, which starts from zeros. Without the fill, initcheck flags the read
+    // of the bf16 output, whose Hopper GEMM stores (TMA) it does not follow.
     for (const auto* buf : {&d_out, &d_din, &d_dw, &d_db, &d_out16})
-      DP_CUDA_CHECK(cudaMemsetAsync(buf->get<void>(), 0, buf->bytes(), s));
-    c.synchronize();
+      DP_CUDA_CHECK(cudaMemsetAsync(buf->get<void>(), 0xff, buf->bytes(), c.handles().stream));
+    run();
+    const auto eager = results();
+    cudaStream_t s = c.handles().stream;
+    for (int capture = 0; capture < 3; ++capture) {  // again and again, as a changed batch shape re-captures
+      CAPTURE(capture);
+      // every output zeroed: the replay must write each of them to give the eager bits
+      for (const auto* buf : {&d_out, &d_din, &d_dw, &d_db, &d_out16})
+        DP_CUDA_CHECK(cudaMemsetAsync(buf->get<void>(), 0, buf->bytes(), s));
+      c.synchronize();
+      cudaGraph_t graph = nullptr;
+      DP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+      run();
+      DP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      auto by_type = nodes_of(graph);
+      CHECK(by_type[cudaGraphNodeTypeKernel] >= 4);
+      CHECK(by_type[cudaGraphNodeTypeMemAlloc] + by_type[cudaGraphNodeTypeMemFree] == 0);
+      cudaGraphExec_t exec = nullptr;
+      DP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      DP_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      c.synchronize();
+      CHECK(results() == eager);
+      DP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      DP_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
     cudaGraph_t graph = nullptr;
     DP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
-    run();
+    run_float32();
     DP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    size_t count = 0;
-    DP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
-    std::vector<cudaGraphNode_t> nodes(count);
-    DP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
-    int allocations = 0;
-    for (cudaGraphNode_t n : nodes) {
-      cudaGraphNodeType type;
-      DP_CUDA_CHECK(cudaGraphNodeGetType(n, &type));
-      allocations += type == cudaGraphNodeTypeMemAlloc || type == cudaGraphNodeTypeMemFree;
-    }
-    CHECK(count >= 4);
-    CHECK(allocations == 0);
-    cudaGraphExec_t exec = nullptr;
-    DP_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    DP_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    c.synchronize();
-    CHECK(results() == eager);
-    DP_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    kernels[gemm] = nodes_of(graph)[cudaGraphNodeTypeKernel];
     DP_CUDA_CHECK(cudaGraphDestroy(graph));
   }
+  // cuBLASLt adds the bias and sums its gradient inside the GEMMs: the two kernels of their own
+  // (bias rows, column sum) are gone, and no split-K reduce follows a product.
+  MESSAGE("float32 Linear forward + backward, kernels: cuBLAS " << kernels[cuda::LinearGemm::Cublas] << ", cuBLASLt "
+                                                                << kernels[cuda::LinearGemm::Lt]);
+  CHECK(kernels[cuda::LinearGemm::Lt] == 3);
+  CHECK(kernels[cuda::LinearGemm::Lt] < kernels[cuda::LinearGemm::Cublas]);
 }
 
 TEST_CASE("a CUDA graph's copy node reads what its kernel node wrote, replay after replay") {

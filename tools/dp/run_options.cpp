@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 
 #include "engine/error.hpp"
@@ -182,6 +183,9 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   dev_opts.gpu_math.allow_tf32 = o.tf32;
   if (ProcessGroup::launched_by_mpirun()) dev_opts.local_rank = std::max(0, ProcessGroup::local_rank());
   dev_opts.gpu_math.conv = cuda::parse_conv_algorithms(o.cudnn);
+  // Which library runs float32 Linear on CUDA devices: a knob for measuring, not a flag (README).
+  if (const char* gemm = std::getenv("DP_LINEAR_GEMM"); gemm && *gemm)
+    dev_opts.gpu_math.linear = cuda::parse_linear_gemm(gemm, "DP_LINEAR_GEMM");
   if (r.capacity > 0) dev_opts.capacity = {r.capacity};
   r.devices = std::make_unique<DeviceSet>(spec, dev_opts);
   r.split = parse_split(o.split, r.devices->size(), o.batch);

@@ -1,0 +1,36 @@
+// A float32 product through cuBLASLt (GpuMath::linear lt / lt-splitk): column-major, as cuBLAS's,
+// with an epilogue that adds a bias to the result or sums a bias gradient from the B operand, so
+// Linear needs no kernels of its own around its GEMMs. One plan per product shape, operand
+// alignment and epilogue, kept by the context (its descriptors and the heuristics' algorithm: the
+// heuristics cost tens of microseconds a query).
+#pragma once
+#include <cstdint>
+
+#include "engine/cuda/check.cuh"
+
+namespace dp::cuda {
+
+enum class LtEpilogue {
+  None,
+  Bias,       // D[i, j] += bias[i] (bias: m values)
+  BiasGradB,  // bias[j] = Σ_k op(B)[k, j] (bias: n values), written, not accumulated
+};
+
+struct LtProduct {
+  cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float* d = nullptr;  // D = op(A)·op(B), written (beta 0)
+  int64_t ldd = 0;
+  LtEpilogue epilogue = LtEpilogue::None;
+  float* bias = nullptr;
+};
+
+// Enqueues the product on the context's stream and returns true; false (nothing enqueued) when
+// cuBLASLt has no algorithm for it, so the caller does it another way. Errors throw.
+bool lt_matmul(Context& c, const LtProduct& p);
+
+}  // namespace dp::cuda
