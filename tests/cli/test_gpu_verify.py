@@ -76,12 +76,12 @@ with tempfile.TemporaryDirectory() as tmp:
                 '  echo "========= ERROR SUMMARY: 0 errors"; exit 0\nfi\n'
                 # the runs matching $FAKE_SANITIZER_INTERNAL: the tool fails itself, but where a filter names the
                 # kernels to check (as racecheck on cuDNN's bf16 convolutions, session 53)
-                # ($FAKE_SANITIZER_INTERNAL_OURS: there too, where it names dp's kernels, as in session 54), and
-                # never where the filter matches no kernel
+                # ($FAKE_SANITIZER_INTERNAL_OURS: there too, where it names dp's kernels, as in session 54;
+                # $FAKE_SANITIZER_INTERNAL_NONE: even where the filter matches no kernel, as in session 55)
                 'internal() { echo "========= Internal Sanitizer Error: The Sanitizer failed to handle a '
                 'hardware exception."\n  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99; }\n'
                 'if [ -n "$FAKE_SANITIZER_INTERNAL" ]; then case "$*" in $FAKE_SANITIZER_INTERNAL)\n'
-                '  case "$*" in *"--kernel-name regex=^instrument-no-kernel"*) ;;\n'
+                '  case "$*" in *"--kernel-name regex=^instrument-no-kernel"*) [ -n "$FAKE_SANITIZER_INTERNAL_NONE" ] && internal ;;\n'
                 '    *"--kernel-name regex="*) [ -n "$FAKE_SANITIZER_INTERNAL_OURS" ] && internal ;;\n'
                 '    *) internal ;; esac ;; esac; fi\n'
                 'if [ -n "$FAKE_SANITIZER_FINDINGS" ]; then case "$*" in $FAKE_SANITIZER_FINDINGS)\n'
@@ -96,9 +96,10 @@ with tempfile.TemporaryDirectory() as tmp:
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
     def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False,
-               internal="", internal_ours=False):
+               internal="", internal_ours=False, internal_none=False):
         env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
                    FAKE_SANITIZER_INTERNAL=internal, FAKE_SANITIZER_INTERNAL_OURS="1" if internal_ours else "",
+                   FAKE_SANITIZER_INTERNAL_NONE="1" if internal_none else "",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
                    FAKE_SANITIZER_OPTIONS="1" if options else "", FAKE_SANITIZER_CLEAN_POISONED="1" if clean_poisoned else "",
                    FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "", FAKE_SANITIZER_FINDINGS=findings)
@@ -232,14 +233,15 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("sanitize: clean when every allocation is written first: said so, and still counted dirty",
             "-- again with DP_POISON_ALLOCATIONS=1 (every allocation written first): clean\ndirty\n" in log2
             and " 1 dirty, 0 unfinished" in summary, log2[-800:])
-    def racecheck_failing_itself(name, internal_ours):
+    def racecheck_failing_itself(name, internal_ours, internal_none=False):
         """The sanitize stage with racecheck failing itself on one step case (and, with internal_ours,
-        on dp's kernels only too): its exit, summary, log, and every racecheck start of that case."""
+        on dp's kernels only too; with internal_none, instrumenting no kernel too): its exit, summary,
+        log, and every racecheck start of that case."""
         shutil.rmtree(done)
         open(started, "w").close()
         out = os.path.join(tmp, name)
         p, summary, _ = verify(["sanitize"], out, internal="*--tool racecheck*-tc=--recompute blocks*",
-                               internal_ours=internal_ours)
+                               internal_ours=internal_ours, internal_none=internal_none)
         log = os.path.join(out, "sanitize.log")
         runs = [line for line in open(started).read().splitlines()
                 if "--tool racecheck" in line and "-tc=--recompute blocks" in line]
@@ -266,6 +268,14 @@ with tempfile.TemporaryDirectory() as tmp:
             and "-- again instrumenting no kernel (--kernel-name regex=^instrument-no-kernel$): clean\ndirty\n" in log4
             and log4.index("checking dp's kernels only") < log4.index("instrumenting no kernel")
             and " 1 dirty, 0 unfinished" in summary and p.returncode == 1, (summary, log4[-2000:]))
+    # ---- failing itself even instrumenting no kernel: the tool's failure, its own verdict, the stage failed
+    p, summary, log5, again = racecheck_failing_itself("out-internal-none", True, True)
+    c.check("sanitize: racecheck failing itself instrumenting no kernel is the tool's failure: neither clean nor dirty",
+            len(again) == 3
+            and "-- again instrumenting no kernel (--kernel-name regex=^instrument-no-kernel$): dirty (exit 99)" in log5
+            and "-- racecheck fails itself instrumenting no kernel: the tool's failure, not dp's\ntool-failed\n" in log5
+            and " 0 dirty, 0 unfinished (time limit), 1 failed by racecheck itself (instrumenting no kernel);" in summary
+            and p.returncode == 1, (summary, log5[-2000:]))
     # ---- DP_PROFILE_SPECS: the profile's specs named by the caller (here one it has no part for)
     os.environ["DP_PROFILE_SPECS"] = "nosuch:mlp:1024"
     p, summary, _ = verify(["profile"], os.path.join(tmp, "out-profile"))

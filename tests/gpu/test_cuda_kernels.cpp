@@ -232,11 +232,12 @@ TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASL
     kernels[gemm] = nodes_of(graph)[cudaGraphNodeTypeKernel];
     DP_CUDA_CHECK(cudaGraphDestroy(graph));
   }
-  // cuBLASLt adds the bias and sums its gradient inside the GEMMs: the two kernels of their own
-  // (bias rows, column sum) are gone, and no split-K reduce follows a product.
+  // cuBLASLt adds the bias in the forward GEMM's epilogue (dp's bias rows kernel is gone) and, with
+  // no split-K, no reduce follows a product. Its float32 bias gradient (BGRADB) is a kernel of its
+  // own after the weight gradient's GEMM (an H100 in session 55: cuBLAS's way 6 kernels, cuBLASLt's 4).
   MESSAGE("float32 Linear forward + backward, kernels: cuBLAS " << kernels[cuda::LinearGemm::Cublas] << ", cuBLASLt "
                                                                 << kernels[cuda::LinearGemm::Lt]);
-  CHECK(kernels[cuda::LinearGemm::Lt] == 3);
+  CHECK(kernels[cuda::LinearGemm::Lt] <= 4);
   CHECK(kernels[cuda::LinearGemm::Lt] < kernels[cuda::LinearGemm::Cublas]);
 }
 
