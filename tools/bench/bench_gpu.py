@@ -8,7 +8,9 @@ the others go on.
      Targets: >= 1.5x at 128, >= 1.1x at 1024, >= 1.0x for resnet18.
   2. DataParallel's overhead: cuda:0x4 against cuda:0x1 at the same global batch of 1024
      (target >= 0.85x), the faithful step eager and captured (--cuda-graphs on, both sides: what
-     is left once the host's per-phase work is gone), and --sync allreduce.
+     is left once the host's per-phase work is gone), and --sync allreduce. The two sides
+     interleaved repeat by repeat; beside the wall-clock ratio, the ratio of the runs' median step
+     times (session 55 saw one configuration's figure move 2x between single repeats).
   3. bf16 against fp32 for resnet18 at batch 256 on cuda:0, dp and PyTorch autocast (expect >= 2x).
   4. broadcast_coalesced and reduce_add_coalesced of 64 MiB on cuda:0x4 against one device-to-device
      copy (build/comm_bandwidth; target >= 0.8x).
@@ -81,8 +83,18 @@ def wall_seconds(rows, start):
 
 
 def dp_speed(a, env, model, devices, batch, extra=()):
+    return dp_speeds(a, env, model, devices, batch, extra)[0]
+
+
+def dp_speeds(a, env, model, devices, batch, extra=()):
+    """Samples/s by the wall clock over the timed steps, and by their median step (a step's wall time:
+    the difference of consecutive time_s, the work between steps included), which a few stalled
+    steps do not move."""
     rows, start = dp_rows(a, env, model, devices, batch, extra)
-    return sum(sum(r["chunks"]) for r in rows) / wall_seconds(rows, start)
+    samples = [sum(r["chunks"]) for r in rows]
+    ends = [r["time_s"] for r in rows]
+    steps = [end - begin for begin, end in zip([start] + ends[:-1], ends)]
+    return sum(samples) / wall_seconds(rows, start), statistics.median(samples) / statistics.median(steps)
 
 
 def torch_speed(a, env, model, batch, precision="fp32", deterministic=False):
@@ -154,14 +166,30 @@ def same_policy(a, env):
 def dataparallel_overhead(a, env):
     one = a.gpu.split(":")[0] + ":0x1" if a.gpu.startswith("cuda") else "host:1"
     print(f"\n### 2. DataParallel's overhead: {a.multi} against {one}, global batch 1024 (target >= 0.85x)\n")
-    print(f"| model | step | {one} samples/s | {a.multi} samples/s | ratio |")
-    print("|---|---|---|---|---|")
+    print("The two sides interleaved, each the median of the repeats; `by median step`: the same ratio from\n"
+          "each run's median step time (a few stalled steps do not move it).\n")
+    print(f"| model | step | {one} samples/s | {a.multi} samples/s | ratio | ratio by median step |")
+    print("|---|---|---|---|---|---|")
     for model in [m for m in ("mlp", "convnet") if m in a.models]:
         for label, extra in (("faithful (--sync reduce)", ()), ("faithful, --cuda-graphs on", ("--cuda-graphs", "on")),
                              ("--sync allreduce", ("--sync", "allreduce"))):
-            single = median_of(a, lambda: dp_speed(a, env, model, one, 1024, extra))
-            multi = median_of(a, lambda: dp_speed(a, env, model, a.multi, 1024, extra))
-            print(f"| {model} | {label} | {cell(single)} | {cell(multi)} | {ratio(multi, single)} |", flush=True)
+            got = {one: [], a.multi: []}
+            failed = None
+            for _ in range(a.repeats):  # interleaved, so a drift of the machine hits both sides
+                for devices in got:
+                    try:
+                        got[devices].append(dp_speeds(a, env, model, devices, 1024, extra))
+                    except RunFailed as e:
+                        failed = str(e)
+                if failed:
+                    break
+            if failed:
+                print(f"| {model} | {label} | fails: {failed} | | - | - |", flush=True)
+                continue
+            (single, single_median), (multi, multi_median) = (
+                tuple(statistics.median(run[i] for run in runs) for i in (0, 1)) for runs in got.values())
+            print(f"| {model} | {label} | {cell(single)} | {cell(multi)} | {ratio(multi, single)} | "
+                  f"{ratio(multi_median, single_median)} |", flush=True)
 
 
 def precision(a, env):
