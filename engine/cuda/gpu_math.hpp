@@ -1,6 +1,7 @@
 // How a CUDA device does its arithmetic: TF32 for float32 products (--tf32), how convolutions
 // choose cuDNN's algorithms (--cudnn) and which library runs float32 Linear (DP_LINEAR_GEMM),
-// carried from DeviceOptions to each logical device's Context. Plain C++: host code and builds without CUDA hold one.
+// carried from DeviceOptions to each logical device's Context. Plain C++: host code and builds
+// without CUDA hold one.
 #pragma once
 #include <string>
 
@@ -19,9 +20,10 @@ const char* conv_algorithms_name(ConvAlgorithms a);
 // How a float32 Linear runs its three products (16-bit operands always take cublasGemmEx).
 enum class LinearGemm {
   Cublas,    // cublasSgemm, the bias and its gradient in kernels of their own (default)
-  Lt,        // cuBLASLt: the bias added in the forward GEMM's epilogue, its gradient summed in the
-             // weight gradient's; no split-K (each product one kernel). Falls back per product to
-             // Cublas's way where cuBLASLt offers no algorithm.
+  Lt,        // cuBLASLt: the bias added in the forward GEMM's epilogue, its gradient by the weight
+             // gradient's bias-gradient epilogue (in float32 a cuBLASLt kernel of its own after the
+             // GEMM, on an H100); no split-K. Falls back per product to Cublas's way where cuBLASLt
+             // offers no algorithm. Slower than Cublas on the mlp (RESULTS.md, session 55).
   LtSplitK,  // Lt with split-K allowed (a separate reduce kernel where cuBLASLt picks it)
 };
 // "cublas" | "lt" | "lt-splitk"; UsageError otherwise, naming `what` (where the text came from).

@@ -1,10 +1,13 @@
+// cuBLASLt products for float32 Linear (gemm_lt.cuh): each context's plans, built on a shape's
+// first call, and the call itself in the context's cuBLAS workspace (so a captured step allocates
+// nothing here either).
+#include "kernels/cuda/gemm_lt.cuh"
+
 #include <cublasLt.h>
 
 #include <array>
 #include <map>
 #include <memory>
-
-#include "kernels/cuda/gemm_lt.cuh"
 
 namespace dp::cuda {
 

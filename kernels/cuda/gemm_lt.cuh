@@ -1,6 +1,7 @@
 // A float32 product through cuBLASLt (GpuMath::linear lt / lt-splitk): column-major, as cuBLAS's,
 // with an epilogue that adds a bias to the result or sums a bias gradient from the B operand, so
-// Linear needs no kernels of its own around its GEMMs. One plan per product shape, operand
+// Linear needs no kernels of its own around its GEMMs (cuBLASLt may run the bias gradient as a
+// kernel of its own: it does in float32 on an H100). One plan per product shape, operand
 // alignment and epilogue, kept by the context (its descriptors and the heuristics' algorithm: the
 // heuristics cost tens of microseconds a query).
 #pragma once

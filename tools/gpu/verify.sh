@@ -28,7 +28,9 @@
 #             on the kernel cases and the train runs, then on the step cases, initcheck first
 #             (slow: every kernel of several trainings instrumented). DP_SANITIZE_PART=slow|rest
 #             and DP_SANITIZE_MATCH=<regex> choose runs. A dirty initcheck run is run once more
-#             poisoned, a racecheck run the tool failed itself once more on dp's kernels only
+#             poisoned, a racecheck run the tool failed itself once more on dp's kernels only,
+#             and if it fails itself there too, a third time instrumenting no kernel (the same
+#             failure again: "tool-failed", neither clean nor dirty)
 #   mpi       tests/cli/test_mpi.py (its GPU case: one rank through NCCL) where mpirun is there
 #             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
@@ -275,9 +277,10 @@ run_again() {
 export -f run_again
 
 # One compute-sanitizer run: tool, log file, then the command. Prints "clean", "dirty",
-# "unfinished" or (racecheck failing itself with no kernel instrumented) "tool-failed" last. Its time limit is DP_SANITIZE_TIMEOUT or what is left, if less. A run that
-# finished in an earlier call on this machine with the same binaries ($SANITIZE_DONE) is not run
-# again: its verdict is copied, so a second call goes on where the first was cut off.
+# "unfinished" or (racecheck failing itself with no kernel instrumented) "tool-failed" last. Its
+# time limit is DP_SANITIZE_TIMEOUT or what is left, if less. A run that finished in an earlier
+# call on this machine with the same binaries ($SANITIZE_DONE) is not run again: its verdict is
+# copied, so a second call goes on where the first was cut off.
 sanitize_one() {
   local tool=$1 log=$2 cap header done_file
   shift 2
