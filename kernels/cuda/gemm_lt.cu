@@ -19,7 +19,6 @@ struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  size_t workspace = 0;
   bool usable = false;
   LtPlan() = default;
   LtPlan(const LtPlan&) = delete;
@@ -100,7 +99,6 @@ void build(LtPlan& plan, cublasLtHandle_t lt, Context& c, const LtProduct& p) {
   DP_CUDA_CHECK(s);
   if (count < 1 || result.state != CUBLAS_STATUS_SUCCESS) return;
   plan.algo = result.algo;
-  plan.workspace = result.workspaceSize;
   plan.usable = true;
 }
 
@@ -108,9 +106,9 @@ void build(LtPlan& plan, cublasLtHandle_t lt, Context& c, const LtProduct& p) {
 
 struct LtPlans {
   cublasLtHandle_t handle = nullptr;
-  // shape, leading dimensions, operations, epilogue, operand alignments, math: what the algorithm
-  // depends on (the context fixes the GPU, TF32 and split-K)
-  std::map<std::array<int64_t, 14>, std::unique_ptr<LtPlan>> plans;
+  // shape, leading dimensions, operations, epilogue, operand alignments: what the algorithm
+  // depends on beyond what the context fixes (the GPU, TF32, split-K)
+  std::map<std::array<int64_t, 12>, std::unique_ptr<LtPlan>> plans;
   ~LtPlans() {
     plans.clear();  // the descriptors before the handle
     if (handle) cublasLtDestroy(handle);
@@ -130,10 +128,9 @@ bool lt_matmul(Context& c, const LtProduct& p) {
   // The bias vector has no alignment preference: take the fused way only where it is 16-byte aligned
   // (parameters and gradients are 64-byte aligned in their flat buffers).
   if (p.epilogue != LtEpilogue::None && alignment(p.bias) < 16) return false;
-  const std::array<int64_t, 14> key{p.m, p.n, p.k, p.lda, p.ldb, p.ldd, static_cast<int64_t>(p.ta),
+  const std::array<int64_t, 12> key{p.m, p.n, p.k, p.lda, p.ldb, p.ldd, static_cast<int64_t>(p.ta),
                                     static_cast<int64_t>(p.tb), static_cast<int64_t>(p.epilogue),
-                                    alignment(p.a), alignment(p.b), alignment(p.d), c.allow_tf32() ? 1 : 0,
-                                    static_cast<int64_t>(c.linear_gemm())};
+                                    alignment(p.a), alignment(p.b), alignment(p.d)};
   auto& slot = all.plans[key];
   if (!slot) {
     auto plan = std::make_unique<LtPlan>();
@@ -142,9 +139,9 @@ bool lt_matmul(Context& c, const LtProduct& p) {
   }
   const LtPlan& plan = *slot;
   if (!plan.usable) return false;
-  if (plan.workspace > h.cublas_workspace_bytes) return false;
   if (p.epilogue != LtEpilogue::None) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(p.bias));
   const float one = 1.f, zero = 0.f;
+  // The algorithm's workspace fits the context's: the heuristics were given that as the most.
   DP_CUDA_CHECK(cublasLtMatmul(all.handle, plan.desc, &one, p.a, plan.a, p.b, plan.b, &zero, p.d, plan.d, p.d, plan.d,
                                &plan.algo, h.cublas_workspace, h.cublas_workspace_bytes, h.stream));
   return true;

@@ -12,6 +12,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import Cli, write_idx  # noqa: E402
+from checks import losses as step_losses  # noqa: E402
 
 CLI = Cli(timeout=120)
 check, run, expect = CLI.check, CLI.run, CLI.expect
@@ -125,8 +126,12 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("bad cudnn choice", small + ["--cudnn", "fastest"], 2, "--cudnn 'fastest': expected deterministic, heuristic or benchmark")
     rc, out, err = run(small, env={"DP_LINEAR_GEMM": "fast"})
     check("bad DP_LINEAR_GEMM", rc == 2 and "DP_LINEAR_GEMM 'fast': expected cublas, lt or lt-splitk" in err, err)
-    rc, out, err = run(small + ["--steps", "2"], env={"DP_LINEAR_GEMM": "lt"})
-    check("DP_LINEAR_GEMM lt on host devices: no effect, runs", rc == 0, err)
+    # host devices have no cuBLAS: the knob changes nothing there, bit for bit
+    plain = run(small + ["--metrics", os.path.join(tmp, "gemm_plain.jsonl")])
+    lt = run(small + ["--metrics", os.path.join(tmp, "gemm_lt.jsonl")], env={"DP_LINEAR_GEMM": "lt"})
+    check("DP_LINEAR_GEMM lt on host devices: runs, the same losses as without it",
+          plain[0] == 0 and lt[0] == 0 and step_losses(os.path.join(tmp, "gemm_lt.jsonl")) ==
+          step_losses(os.path.join(tmp, "gemm_plain.jsonl")) != [], (plain[2], lt[2]))
     # Waiting once per step (the default) or after every phase: the same training, bit for bit.
     runs = {}
     for sync in ("phase", "step"):
