@@ -180,6 +180,7 @@ class ScopedBlock {
   ScopedBlock(const ScopedBlock&) = delete;
   ScopedBlock& operator=(const ScopedBlock&) = delete;
   void* ptr() const { return block_ ? block_->ptr : nullptr; }
+  size_t bytes() const { return block_ ? block_->requested : 0; }  // as asked, not as held
   template <typename T>
   T* at(size_t byte_offset = 0) const {
     return block_ ? reinterpret_cast<T*>(static_cast<char*>(block_->ptr) + byte_offset) : nullptr;

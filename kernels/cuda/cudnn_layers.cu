@@ -1,9 +1,10 @@
 // Conv2d through cuDNN 9's descriptor API. A convolution's descriptors and
 // algorithms are planned once per geometry and storage type (plan_for below); the algorithm comes
 // from cuDNN's heuristics restricted to exact float32 math unless the context allows TF32,
-// deterministic ones first; workspace comes from the device's caching allocator. 16-bit operands
-// (mixed precision) run on the tensor cores with float32 accumulation (cuDNN's pseudo-half and
-// pseudo-bfloat16 configurations), their bias through the kernels below. The bias gradient is a
+// deterministic ones first (--cudnn benchmark: cuDNN times them on buffers of dp's); workspace comes
+// from the device's caching allocator. 16-bit operands (mixed precision) run on the tensor cores
+// with float32 accumulation (cuDNN's pseudo-half and pseudo-bfloat16 configurations), their bias
+// through the kernels below. The bias gradient is a
 // per-channel sum split over many blocks (channel_sums.cuh), for every storage type:
 // cudnnConvolutionBackwardBias took 1.24 ms a step at convnet's batch 1024 on an H100, for 77 MB.
 // In float32 under --cudnn deterministic, a small filter's weight gradient is conv_wgrad_direct.cu's.
@@ -18,6 +19,7 @@
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/channel_sums.cuh"
 #include "kernels/cuda/half.cuh"
+#include "kernels/buffer.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/conv2d.hpp"
 #include "engine/memory.hpp"
@@ -98,10 +100,35 @@ std::optional<Perf> pick(Query query, bool tensor_ops, bool deterministic_first)
   return std::nullopt;
 }
 
+// The most workspace any algorithm of a direction asks for, by the heuristics' list of them all.
+template <typename Perf, typename Query>
+size_t most_workspace(Query query) {
+  constexpr int kMax = 16;
+  Perf results[kMax];
+  int count = 0;
+  if (query(kMax, &count, results) != CUDNN_STATUS_SUCCESS) return 0;
+  size_t most = 0;
+  for (int i = 0; i < count; ++i)
+    if (results[i].status == CUDNN_STATUS_SUCCESS) most = std::max(most, results[i].memory);
+  return most;
+}
+
+// The workspace offered to cuDNN's timing: `most` bytes, halved while the allocator cannot give
+// them (cuDNN then skips the algorithms that need more, as PyTorch's benchmark mode does).
+std::unique_ptr<ScopedBlock> workspace_on_offer(CachingAllocator& alloc, size_t most) {
+  for (size_t bytes = most;; bytes /= 2) {
+    try {
+      return std::make_unique<ScopedBlock>(alloc, bytes);
+    } catch (const OutOfMemoryError&) {
+      if (bytes == 0) throw;
+    }
+  }
+}
+
 // A convolution's cuDNN plan: its descriptors and, per direction, the algorithm and workspace size
-// the heuristics chose. Built on a geometry's first call and kept for the process (a model has a
-// few geometries; a short last batch adds one more): the heuristics cost tens of microseconds a
-// query, more than a small convolution itself. Keyed by geometry, math mode, storage type, --cudnn and GPU (the choice
+// the heuristics (or, --cudnn benchmark, cuDNN's timing) chose. Built on a geometry's first call
+// and kept for the process (a model has a few geometries; a short last batch adds one more): the
+// heuristics cost tens of microseconds a query, more than a small convolution itself. Keyed by geometry, math mode, storage type, --cudnn and GPU (the choice
 // depends on the chip). A plan is only read once built, from any thread. `usable` is false when a
 // direction has no algorithm: float32 reports it, 16-bit data fall back to widening.
 struct ConvPlan {
@@ -112,33 +139,68 @@ struct ConvPlan {
   cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter{};
   cudnnConvolutionBwdDataAlgoPerf_t bwd_data{};
   bool usable = false;
-  ConvPlan(cudnnHandle_t cudnn, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how)
+  ConvPlan(Context& c, CachingAllocator& alloc, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how)
       : x(g.N, g.C, g.H, g.W, t),
         y(g.N, g.K, out_size(g.H, g.kh, g.stride, g.pad), out_size(g.W, g.kw, g.stride, g.pad), t),
         bias(1, g.K, 1, 1, t), f(g, t), conv(g, tensor_ops) {
-    // Benchmark: cuDNN runs each algorithm on scratch memory of its own (cudaMalloc, outside the
-    // device's allocator, for this once per geometry) and lists them fastest first.
-    const bool timed = how == ConvAlgorithms::Benchmark, deterministic_first = how != ConvAlgorithms::Heuristic;
-    auto fwd_pick = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
-      return timed ? cudnnFindConvolutionForwardAlgorithm(cudnn, x.d, f.d, conv.d, y.d, n, count, r)
-                   : cudnnGetConvolutionForwardAlgorithm_v7(cudnn, x.d, f.d, conv.d, y.d, n, count, r);
-    }, tensor_ops, deterministic_first);
-    auto filter_pick = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
-        [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
-          return timed ? cudnnFindConvolutionBackwardFilterAlgorithm(cudnn, x.d, y.d, conv.d, f.d, n, count, r)
-                       : cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn, x.d, y.d, conv.d, f.d, n, count, r);
-        }, tensor_ops, deterministic_first);
-    auto data_pick = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
-      return timed ? cudnnFindConvolutionBackwardDataAlgorithm(cudnn, f.d, y.d, conv.d, x.d, n, count, r)
-                   : cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn, f.d, y.d, conv.d, x.d, n, count, r);
-    }, tensor_ops, deterministic_first);
+    const cudnnHandle_t cudnn = c.handles().cudnn;
+    const bool deterministic_first = how != ConvAlgorithms::Heuristic;
+    auto fwd_guess = [&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
+      return cudnnGetConvolutionForwardAlgorithm_v7(cudnn, x.d, f.d, conv.d, y.d, n, count, r);
+    };
+    auto filter_guess = [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+      return cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnn, x.d, y.d, conv.d, f.d, n, count, r);
+    };
+    auto data_guess = [&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+      return cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn, f.d, y.d, conv.d, x.d, n, count, r);
+    };
+    std::optional<cudnnConvolutionFwdAlgoPerf_t> fwd_pick;
+    std::optional<cudnnConvolutionBwdFilterAlgoPerf_t> filter_pick;
+    std::optional<cudnnConvolutionBwdDataAlgoPerf_t> data_pick;
+    if (how != ConvAlgorithms::Benchmark) {
+      fwd_pick = pick<cudnnConvolutionFwdAlgoPerf_t>(fwd_guess, tensor_ops, deterministic_first);
+      filter_pick = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(filter_guess, tensor_ops, deterministic_first);
+      data_pick = pick<cudnnConvolutionBwdDataAlgoPerf_t>(data_guess, tensor_ops, deterministic_first);
+    } else {
+      // cuDNN times every algorithm on buffers of dp's, from the device's allocator like any
+      // workspace (memprof counts them, --device-memory bounds them), zero-filled: the timings do
+      // not depend on the values, and nothing reads memory no one wrote. cuDNN's own variant
+      // (cudaMalloc, outside the allocator, never written) was what initcheck flagged in session 56.
+      const size_t elem = dtype_size(t);
+      const int64_t oh = out_size(g.H, g.kh, g.stride, g.pad), ow = out_size(g.W, g.kw, g.stride, g.pad);
+      ScopedBlock xs(alloc, static_cast<size_t>(g.N * g.C * g.H * g.W) * elem),
+          fs(alloc, static_cast<size_t>(g.K * g.C * g.kh * g.kw) * elem),
+          ys(alloc, static_cast<size_t>(g.N * g.K * oh * ow) * elem);
+      const auto stream = c.handles().stream;
+      for (const ScopedBlock* b : {&xs, &fs, &ys})
+        if (b->ptr()) DP_CUDA_CHECK(cudaMemsetAsync(b->ptr(), 0, b->bytes(), stream));
+      const size_t most = std::max({most_workspace<cudnnConvolutionFwdAlgoPerf_t>(fwd_guess),
+                                    most_workspace<cudnnConvolutionBwdFilterAlgoPerf_t>(filter_guess),
+                                    most_workspace<cudnnConvolutionBwdDataAlgoPerf_t>(data_guess)});
+      const auto scratch = workspace_on_offer(alloc, most);
+      void* const sp = scratch->ptr();
+      const size_t sb = scratch->bytes();
+      fwd_pick = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
+        return cudnnFindConvolutionForwardAlgorithmEx(cudnn, x.d, xs.ptr(), f.d, fs.ptr(), conv.d, y.d, ys.ptr(), n,
+                                                      count, r, sp, sb);
+      }, tensor_ops, deterministic_first);
+      filter_pick = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
+          [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
+            return cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnn, x.d, xs.ptr(), y.d, ys.ptr(), conv.d, f.d,
+                                                                 fs.ptr(), n, count, r, sp, sb);
+          }, tensor_ops, deterministic_first);
+      data_pick = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
+        return cudnnFindConvolutionBackwardDataAlgorithmEx(cudnn, f.d, fs.ptr(), y.d, ys.ptr(), conv.d, x.d,
+                                                           xs.ptr(), n, count, r, sp, sb);
+      }, tensor_ops, deterministic_first);
+    }
     usable = fwd_pick && filter_pick && data_pick;
     if (!usable) return;
     fwd = *fwd_pick, bwd_filter = *filter_pick, bwd_data = *data_pick;
   }
 };
 
-const ConvPlan& plan_for(Context& c, const ConvShape& g, DType t) {
+const ConvPlan& plan_for(Context& c, CachingAllocator& alloc, const ConvShape& g, DType t) {
   static std::mutex mu;
   // Never destroyed: no static-destruction order to get wrong against cuDNN's own teardown.
   static auto* plans = new std::map<std::array<int64_t, 13>, std::unique_ptr<ConvPlan>>();
@@ -147,12 +209,12 @@ const ConvPlan& plan_for(Context& c, const ConvShape& g, DType t) {
                                     c.gpu(), static_cast<int64_t>(t), static_cast<int64_t>(c.conv_algorithms())};
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = (*plans)[key];
-  if (!slot) slot = std::make_unique<ConvPlan>(c.handles().cudnn, g, tensor_ops, t, c.conv_algorithms());
+  if (!slot) slot = std::make_unique<ConvPlan>(c, alloc, g, tensor_ops, t, c.conv_algorithms());
   return *slot;
 }
 
-const ConvPlan& float32_plan(Context& c, const ConvShape& g) {
-  const ConvPlan& p = plan_for(c, g, DType::F32);
+const ConvPlan& float32_plan(Context& c, CachingAllocator& alloc, const ConvShape& g) {
+  const ConvPlan& p = plan_for(c, alloc, g, DType::F32);
   if (!p.usable)
     throw RuntimeError("cuDNN found no usable algorithm for this convolution" +
                        std::string(c.allow_tf32() ? "" : " in float32 math (try --tf32)"));
@@ -226,7 +288,7 @@ void bias_grad(Context& c, CachingAllocator& alloc, T* db, const T* dout, const 
 
 void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b,
                     const ConvShape& g) {
-  const ConvPlan& p = float32_plan(c, g);
+  const ConvPlan& p = float32_plan(c, alloc, g);
   run_forward(c, alloc, p, out, in, w);
   const float one = 1.f;
   if (b) DP_CUDA_CHECK(cudnnAddTensor(c.handles().cudnn, &one, p.bias.d, b, &one, p.y.d, out));
@@ -234,7 +296,7 @@ void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float
 
 void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout,
                      const float* in, const float* w, const ConvShape& g) {
-  const ConvPlan& p = float32_plan(c, g);
+  const ConvPlan& p = float32_plan(c, alloc, g);
   // A small filter's deterministic weight gradient is dp's own: cuDNN's deterministic choices for
   // one run on the filter's parallelism (1.26 ms for the convnet's second layer at batch 256 on an
   // H100, 0.58 ms at 1024).
@@ -247,7 +309,7 @@ void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw,
 
 bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, const void* in, const void* w,
                     const void* b, const ConvShape& g) {
-  const ConvPlan& p = plan_for(c, g, t);
+  const ConvPlan& p = plan_for(c, alloc, g, t);
   if (!p.usable) return false;
   run_forward(c, alloc, p, out, in, w);
   if (!b) return true;
@@ -264,7 +326,7 @@ bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, con
 
 bool conv2d_backward(Context& c, CachingAllocator& alloc, DType t, void* din, void* dw, void* db, const void* dout,
                      const void* in, const void* w, const ConvShape& g) {
-  const ConvPlan& p = plan_for(c, g, t);
+  const ConvPlan& p = plan_for(c, alloc, g, t);
   if (!p.usable) return false;
   run_backward_filter(c, alloc, p, dw, dout, in);
   if (db)

@@ -366,6 +366,33 @@ TEST_CASE("--cudnn benchmark convolutions (every algorithm timed) match the CPU 
   check_conv_algorithms(cuda::ConvAlgorithms::Benchmark);
 }
 
+TEST_CASE("--cudnn benchmark times the algorithms on the device allocator's memory, bounded by its capacity") {
+  // cuDNN's own timing variant took scratch by cudaMalloc, uncounted, unbounded and never written
+  // (initcheck's finding in session 56). A geometry of this case alone: its plan is built here.
+  ThreadPool pool(1);
+  CudaMallocMemory raw;
+  cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Benchmark});
+  const ConvShape s{4, 3, 9, 9, 5, 3, 3, 1, 1};
+  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * 9;
+  auto x = random_vector(in_n, 90), w = random_vector(w_n, 91), b = random_vector(s.K, 92);
+  std::vector<float> y(out_n), ws(cpu::conv2d_workspace_floats(s, 1, true));
+  cpu::conv2d_forward(pool, y.data(), x.data(), w.data(), b.data(), s, ws.data());
+  auto d_x = to_device(c, x), d_w = to_device(c, w), d_b = to_device(c, b);
+  cuda::DeviceBuffer d_y(c, out_n * 4);
+  const int64_t find_buffers = (in_n + w_n + out_n) * 4;  // the timing's input, filter and output
+  {
+    CachingAllocator tight(0, "cuda:0", raw, find_buffers / 2);
+    CHECK_THROWS_AS(cuda::conv2d_forward(c, tight, d_y.get(), d_x.get(), d_w.get(), d_b.get(), s), OutOfMemoryError);
+    CHECK(tight.stats().in_use == 0);
+  }
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  cuda::conv2d_forward(c, alloc, d_y.get(), d_x.get(), d_w.get(), d_b.get(), s);
+  const MemoryStats st = alloc.stats();
+  CHECK(st.in_use == 0);
+  CHECK(st.peak_by_category[static_cast<int>(MemCategory::Workspace)] >= find_buffers);
+  CHECK(rel_error(to_host<float>(c, d_y, out_n), y) < kTol);
+}
+
 TEST_CASE("batchnorm training, evaluation and backward match the CPU reference, a channel split over blocks or not") {
   // Shapes: a channel in one part; in several (a part ends inside a plane); planes smaller than a
   // block (the walk over n·HW wraps several planes a step); one sample. Backward without dx too (a
