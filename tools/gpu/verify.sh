@@ -402,7 +402,8 @@ stage_sanitize() {
   dir=$(mktemp -d)
   # The runs (mlp and convnet; in-replica, eval, tf32, split auto, balance-memory), then what
   # came after: captured steps, --sync allreduce (the ring on the comm streams; bf16; with
-  # --accumulate: no_sync, the sum added into its buckets), the GPT with dropout, resnet8 recomputing.
+  # --accumulate: no_sync, the sum added into its buckets), the GPT with dropout, resnet8 recomputing,
+  # the convnet with cuDNN timing its algorithms (on the allocator's memory since session 56).
   local -a trains=(
     "--model mlp"
     "--model convnet"
@@ -416,6 +417,7 @@ stage_sanitize() {
     "--model convnet --sync allreduce --loss in-replica --accumulate 2 --batch 32"
     "--model gpt --gpt-layers 2 --gpt-dim 64 --context 32 --batch 8 --generated-size 20000 --dropout 0.2"
     "--model resnet8 --batch 16 --recompute blocks --generated-size 256"
+    "--model convnet --cudnn benchmark"
   )
   export SANITIZE_LOG=$log
   # Finished runs, kept for a later call on this machine, by the binaries they ran.
