@@ -96,8 +96,9 @@ with tempfile.TemporaryDirectory() as tmp:
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
     def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False,
-               internal="", internal_ours=False, internal_none=False):
-        env = dict(os.environ, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
+               internal="", internal_ours=False, internal_none=False, settings=None):
+        # settings: the caller's variables for verify.sh (DP_SANITIZE_MATCH, ...), for this call only
+        env = dict(os.environ, **(settings or {}), OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
                    FAKE_SANITIZER_INTERNAL=internal, FAKE_SANITIZER_INTERNAL_OURS="1" if internal_ours else "",
                    FAKE_SANITIZER_INTERNAL_NONE="1" if internal_none else "",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
@@ -277,17 +278,14 @@ with tempfile.TemporaryDirectory() as tmp:
             and " 0 dirty, 0 unfinished (time limit), 1 failed by racecheck itself (instrumenting no kernel);" in summary
             and p.returncode == 1, (summary, log5[-2000:]))
     # ---- DP_PROFILE_SPECS: the profile's specs named by the caller (here one it has no part for)
-    os.environ["DP_PROFILE_SPECS"] = "nosuch:mlp:1024"
-    p, summary, _ = verify(["profile"], os.path.join(tmp, "out-profile"))
-    del os.environ["DP_PROFILE_SPECS"]
+    p, summary, _ = verify(["profile"], os.path.join(tmp, "out-profile"), settings={"DP_PROFILE_SPECS": "nosuch:mlp:1024"})
     c.check("DP_PROFILE_SPECS: profile.sh runs the specs it names, and the summary says which",
             "FAIL profile (exit 1): tools/gpu/profile.sh nosuch:mlp:1024 in " in summary, summary)
     # ---- DP_SANITIZE_MATCH: only the runs it matches
     shutil.rmtree(done)
     open(started, "w").close()
-    os.environ["DP_SANITIZE_MATCH"] = "^racecheck-ours .*bf16|^memcheck .*sibling's cache"
-    p, summary, _ = verify(["sanitize"], os.path.join(tmp, "out-match"))
-    del os.environ["DP_SANITIZE_MATCH"]
+    p, summary, _ = verify(["sanitize"], os.path.join(tmp, "out-match"),
+                           settings={"DP_SANITIZE_MATCH": "^racecheck-ours .*bf16|^memcheck .*sibling's cache"})
     chosen = [line for line in open(started).read().splitlines() if line.startswith("run ") and "-tc=" in line]
     bf16 = [n for n in names if "cuda:0x" in n and "bf16" in n]
     races = [line for line in chosen if "--tool racecheck" in line]
@@ -324,9 +322,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # ---- unit with prebuilt binaries (no ctest files): each unit case in its own process, counted
     out = os.path.join(tmp, "out-unit")
-    os.environ["DP_UNIT_CASES"], os.environ["DP_UNIT_SUITES"] = "reduce_add|scatter", ""
-    p, summary, _ = verify(["unit"], out)
-    del os.environ["DP_UNIT_CASES"], os.environ["DP_UNIT_SUITES"]
+    p, summary, _ = verify(["unit"], out, settings={"DP_UNIT_CASES": "reduce_add|scatter", "DP_UNIT_SUITES": ""})
     log = open(os.path.join(out, "unit.log")).read() if os.path.exists(os.path.join(out, "unit.log")) else ""
     ran = [line for line in log.splitlines() if line.startswith("pass: unit ")]
     c.check("unit (prebuilt): the chosen unit cases, each in its own process, all pass",
