@@ -1,13 +1,13 @@
-// Conv2d through cuDNN 9's descriptor API. A convolution's descriptors and
-// algorithms are planned once per geometry and storage type (plan_for below); the algorithm comes
-// from cuDNN's heuristics restricted to exact float32 math unless the context allows TF32,
-// deterministic ones first (--cudnn benchmark: cuDNN times them on buffers of dp's); workspace comes
-// from the device's caching allocator. 16-bit operands (mixed precision) run on the tensor cores
-// with float32 accumulation (cuDNN's pseudo-half and pseudo-bfloat16 configurations), their bias
-// through the kernels below. The bias gradient is a
-// per-channel sum split over many blocks (channel_sums.cuh), for every storage type:
-// cudnnConvolutionBackwardBias took 1.24 ms a step at convnet's batch 1024 on an H100, for 77 MB.
-// In float32 under --cudnn deterministic, a small filter's weight gradient is conv_wgrad_direct.cu's.
+// Conv2d through cuDNN 9's descriptor API. A convolution's descriptors and algorithms are planned
+// once per geometry and storage type (plan_for below); the algorithm comes from cuDNN's heuristics
+// restricted to exact float32 math unless the context allows TF32, deterministic ones first
+// (--cudnn benchmark: cuDNN times them on buffers of dp's); workspace comes from the device's
+// caching allocator. 16-bit operands (mixed precision) run on the tensor cores with float32
+// accumulation (cuDNN's pseudo-half and pseudo-bfloat16 configurations), their bias through the
+// kernels below. The bias gradient is a per-channel sum split over many blocks (channel_sums.cuh),
+// for every storage type: cudnnConvolutionBackwardBias took 1.24 ms a step at convnet's batch 1024
+// on an H100, for 77 MB. In float32 under --cudnn deterministic, a small filter's weight gradient
+// is conv_wgrad_direct.cu's.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -19,8 +19,8 @@
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/channel_sums.cuh"
 #include "kernels/cuda/half.cuh"
-#include "kernels/buffer.hpp"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/buffer.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "engine/memory.hpp"
 
@@ -128,9 +128,10 @@ std::unique_ptr<ScopedBlock> workspace_on_offer(CachingAllocator& alloc, size_t 
 // A convolution's cuDNN plan: its descriptors and, per direction, the algorithm and workspace size
 // the heuristics (or, --cudnn benchmark, cuDNN's timing) chose. Built on a geometry's first call
 // and kept for the process (a model has a few geometries; a short last batch adds one more): the
-// heuristics cost tens of microseconds a query, more than a small convolution itself. Keyed by geometry, math mode, storage type, --cudnn and GPU (the choice
-// depends on the chip). A plan is only read once built, from any thread. `usable` is false when a
-// direction has no algorithm: float32 reports it, 16-bit data fall back to widening.
+// heuristics cost tens of microseconds a query, more than a small convolution itself. Keyed by
+// geometry, math mode, storage type, --cudnn and GPU (the choice depends on the chip). A plan is
+// only read once built, from any thread. `usable` is false when a direction has no algorithm:
+// float32 reports it, 16-bit data fall back to widening.
 struct ConvPlan {
   TensorDesc x, y, bias;
   FilterDesc f;
