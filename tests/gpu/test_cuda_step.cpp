@@ -272,30 +272,20 @@ void check_mixed_precision_against_host(Precision p, const std::string& model_na
 
 }  // namespace
 
-TEST_CASE("mixed precision bf16 on cuda:0x4 matches host:4 within 16-bit rounding: mlp") {
-  check_mixed_precision_against_host(Precision::BF16, "mlp");
-}
-TEST_CASE("mixed precision bf16 on cuda:0x4 matches host:4 within 16-bit rounding: convnet") {
-  check_mixed_precision_against_host(Precision::BF16, "convnet");
-}
-TEST_CASE("mixed precision bf16 on cuda:0x4 matches host:4 within 16-bit rounding: resnet8") {
-  check_mixed_precision_against_host(Precision::BF16, "resnet8");
-}
-TEST_CASE("mixed precision bf16 on cuda:0x4 matches host:4 within 16-bit rounding: gpt") {
-  check_mixed_precision_against_host(Precision::BF16, "gpt");
-}
-TEST_CASE("mixed precision fp16 on cuda:0x4 matches host:4 within 16-bit rounding: mlp") {
-  check_mixed_precision_against_host(Precision::FP16, "mlp");
-}
-TEST_CASE("mixed precision fp16 on cuda:0x4 matches host:4 within 16-bit rounding: convnet") {
-  check_mixed_precision_against_host(Precision::FP16, "convnet");
-}
-TEST_CASE("mixed precision fp16 on cuda:0x4 matches host:4 within 16-bit rounding: resnet8") {
-  check_mixed_precision_against_host(Precision::FP16, "resnet8");
-}
-TEST_CASE("mixed precision fp16 on cuda:0x4 matches host:4 within 16-bit rounding: gpt") {
-  check_mixed_precision_against_host(Precision::FP16, "gpt");
-}
+// A case for each precision and model, each its own ctest entry (and compute-sanitizer run).
+#define DP_MIXED_PRECISION_CASE(PRECISION, text, model)                                           \
+  TEST_CASE("mixed precision " text " on cuda:0x4 matches host:4 within 16-bit rounding: " model) { \
+    check_mixed_precision_against_host(Precision::PRECISION, model);                              \
+  }
+DP_MIXED_PRECISION_CASE(BF16, "bf16", "mlp")
+DP_MIXED_PRECISION_CASE(BF16, "bf16", "convnet")
+DP_MIXED_PRECISION_CASE(BF16, "bf16", "resnet8")
+DP_MIXED_PRECISION_CASE(BF16, "bf16", "gpt")
+DP_MIXED_PRECISION_CASE(FP16, "fp16", "mlp")
+DP_MIXED_PRECISION_CASE(FP16, "fp16", "convnet")
+DP_MIXED_PRECISION_CASE(FP16, "fp16", "resnet8")
+DP_MIXED_PRECISION_CASE(FP16, "fp16", "gpt")
+#undef DP_MIXED_PRECISION_CASE
 
 TEST_CASE("uploading ahead on cuda:0x2 (copy stream, pinned staging) gives the same steps as loading in the step") {
   const ModelDef& model = find_model("convnet");
