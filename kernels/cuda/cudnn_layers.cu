@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/cuda/check.cuh"
 #include "kernels/cuda/channel_sums.cuh"
@@ -75,6 +76,17 @@ struct ConvDesc {
 
 int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
 
+// What a query lists (the heuristics' guesses or cuDNN's timings, best first); nothing when cuDNN
+// rejects the query outright.
+template <typename Perf, typename Query>
+std::vector<Perf> algorithms(Query query) {
+  constexpr int kMax = 16;
+  Perf results[kMax];
+  int count = 0;
+  if (query(kMax, &count, results) != CUDNN_STATUS_SUCCESS) return {};
+  return std::vector<Perf>(results, results + count);
+}
+
 // By default the first usable deterministic choice of cuDNN's heuristics: the same step twice gives the same
 // bits, as on the CPU (a resumed run equals the uninterrupted one). Some backward algorithms add
 // with atomics in a varying order; only when the heuristics offer nothing else is one of those
@@ -85,31 +97,24 @@ int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (i
 // --cudnn heuristic takes the first usable one whatever its determinism.
 template <typename Perf, typename Query>
 std::optional<Perf> pick(Query query, bool tensor_ops, bool deterministic_first) {
-  constexpr int kMax = 16;
-  Perf results[kMax];
-  int count = 0;
-  if (query(kMax, &count, results) != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  const std::vector<Perf> listed = algorithms<Perf>(query);
   auto usable = [&](const Perf& r) {
     return r.status == CUDNN_STATUS_SUCCESS &&
            (tensor_ops || r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH);
   };
-  for (int i = 0; i < count && deterministic_first; ++i)
-    if (usable(results[i]) && results[i].determinism == CUDNN_DETERMINISTIC) return results[i];
-  for (int i = 0; i < count; ++i)
-    if (usable(results[i])) return results[i];
+  for (const Perf& r : listed)
+    if (deterministic_first && usable(r) && r.determinism == CUDNN_DETERMINISTIC) return r;
+  for (const Perf& r : listed)
+    if (usable(r)) return r;
   return std::nullopt;
 }
 
 // The most workspace any algorithm of a direction asks for, by the heuristics' list of them all.
 template <typename Perf, typename Query>
 size_t most_workspace(Query query) {
-  constexpr int kMax = 16;
-  Perf results[kMax];
-  int count = 0;
-  if (query(kMax, &count, results) != CUDNN_STATUS_SUCCESS) return 0;
   size_t most = 0;
-  for (int i = 0; i < count; ++i)
-    if (results[i].status == CUDNN_STATUS_SUCCESS) most = std::max(most, results[i].memory);
+  for (const Perf& r : algorithms<Perf>(query))
+    if (r.status == CUDNN_STATUS_SUCCESS) most = std::max(most, r.memory);
   return most;
 }
 

@@ -11,7 +11,6 @@
 
 namespace dp::cuda {
 
-
 namespace {
 
 // A product's plan: its descriptors and the heuristics' first algorithm, or none (usable false).
