@@ -247,17 +247,17 @@ stage_unit() {
 }
 
 # A dirty run's check once more, changed as LABEL says: LOG, LABEL, then the command. Its verdict
-# goes into LOG above the first run's, which stays the run's (the last line). AGAIN_INTERNAL says
-# whether the tool failed itself again (an "Internal Sanitizer Error").
+# goes into LOG above the first run's, which stays the run's (the last line). Returns 1 when the
+# tool failed itself again (an "Internal Sanitizer Error"), else 0 (a rerun skipped for the
+# deadline included).
 run_again() {
-  local log=$1 label=$2 again rc
+  local log=$1 label=$2 again rc failed_itself=0
   shift 2
-  AGAIN_INTERNAL=0
   again=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
   ((again >= 15)) || return 0
   timeout "$again" "$@" >"$log.again" 2>&1
   rc=$?
-  grep -q "Internal Sanitizer Error" "$log.again" && AGAIN_INTERNAL=1
+  grep -q "Internal Sanitizer Error" "$log.again" && failed_itself=1
   {
     sed '$d' "$log"
     case $rc in
@@ -273,6 +273,7 @@ run_again() {
   } >"$log.with-again"
   mv "$log.with-again" "$log"
   rm -f "$log.again"
+  return $((failed_itself))
 }
 export -f run_again
 
@@ -361,17 +362,16 @@ sanitize_one() {
       local -a ours=()
       local o
       for o in "${options[@]}"; do [[ $o == --kernel-name-exclude || $o == regex=* ]] || ours+=("$o"); done
-      run_again "$log" "checking dp's kernels only (--kernel-name regex=$DP_KERNELS)" \
+      if ! run_again "$log" "checking dp's kernels only (--kernel-name regex=$DP_KERNELS)" \
         compute-sanitizer --tool racecheck "${ours[@]}" --kernel-name "regex=$DP_KERNELS" --print-limit 20000 \
-        --error-exitcode 99 "$@"
-      if ((AGAIN_INTERNAL)); then
-        run_again "$log" "instrumenting no kernel (--kernel-name regex=$NO_KERNELS)" \
+        --error-exitcode 99 "$@"; then
+        # It failed itself on dp's kernels only too: once more instrumenting nothing. The same error
+        # then (session 55, the bf16 step cases on an H100): racecheck could not check the run, and
+        # no kernel of dp's is involved. Neither clean nor dirty: its own verdict, which still fails
+        # the stage.
+        if ! run_again "$log" "instrumenting no kernel (--kernel-name regex=$NO_KERNELS)" \
           compute-sanitizer --tool racecheck "${ours[@]}" --kernel-name "regex=$NO_KERNELS" --print-limit 20000 \
-          --error-exitcode 99 "$@"
-        # The same error with nothing instrumented (session 55, the bf16 step cases on an H100):
-        # racecheck could not check the run, and no kernel of dp's is involved. Neither clean nor
-        # dirty: its own verdict, which still fails the stage.
-        if ((AGAIN_INTERNAL)); then
+          --error-exitcode 99 "$@"; then
           { sed '$d' "$log"; echo "-- racecheck fails itself instrumenting no kernel: the tool's failure, not dp's"
             echo tool-failed; } >"$log.verdict"
           mv "$log.verdict" "$log"
