@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 
 #include "engine/data_parallel.hpp"
@@ -61,6 +62,20 @@ PrecisionOptions precision(Precision p, double init_scale = 65536, int64_t inter
   o.loss_scale.init_scale = init_scale;
   o.loss_scale.growth_interval = interval;
   return o;
+}
+
+// body(model, precision) for each of the models named and both 16-bit precisions, each pair
+// named in a failure's output.
+template <class Body>
+void for_each_model_and_precision(std::initializer_list<const char*> names, Body body) {
+  for (const char* name : names) {
+    for (Precision p : {Precision::BF16, Precision::FP16}) {
+      const std::string model_name = name, precision_text = precision_name(p);
+      CAPTURE(model_name);
+      CAPTURE(precision_text);
+      body(find_model(name), p);
+    }
+  }
 }
 
 }  // namespace
@@ -165,45 +180,39 @@ TEST_CASE("mixed precision: the master gradient is the float32 sum of the replic
   // Scaling a gradient by 2 commutes with rounding, so one device on half the batch (loss a mean
   // over half as many rows: gradients twice as large) gives exactly twice a replica's 16-bit
   // gradient. Two replicas must then sum to exactly half the sum of two one-device runs.
-  for (const char* name : {"mlp", "convnet"}) {
-    for (Precision p : {Precision::BF16, Precision::FP16}) {
-      const std::string model_name = name, precision_text = precision_name(p);
-      CAPTURE(model_name);
-      CAPTURE(precision_text);
-      const ModelDef& model = find_model(name);
-      const int64_t B = 8;
-      const ImageBatch b = batch_for(model, B, 3);
-      const auto opts = precision(p, 1024);  // fp16: the same scale everywhere
-      auto devs2 = host_devices(2);
-      DataParallel two(devs2, model, parse_split("even", 2, B), sgd(), 7, LossMode::Gathered, {}, opts);
-      two.step(b.x.data(), b.y.data(), B);
-      const auto g = two.gradients();
-      std::vector<std::vector<float>> halves;
-      for (int64_t part = 0; part < 2; ++part) {
-        auto devs1 = host_devices(1);
-        DataParallel one(devs1, model, parse_split("even", 1, B / 2), sgd(), 7, LossMode::Gathered, {}, opts);
-        const int64_t per = numel(model.input_shape);
-        one.step(b.x.data() + part * (B / 2) * per, b.y.data() + part * (B / 2), B / 2);
-        halves.push_back(one.gradients());
-      }
-      // bf16 has float32's exponents: exact. float16's subnormals (|x| < 2^-14 after scaling)
-      // round at a fixed step of 2^-24 whatever the value, so there doubling does not commute with
-      // rounding — in weight gradients and in the activation gradients that feed them. Those
-      // differences are absolute and tiny: bounded here by half a float16 unit (2^-12) of the
-      // largest gradient, far above them and far below any rounding of a normal float16 gradient.
-      double largest = 0;
-      for (size_t i = 0; i < g.size(); ++i) largest = std::max(largest, std::abs(0.5 * (double(halves[0][i]) + halves[1][i])));
-      const double slack = p == Precision::BF16 ? 0.0 : std::ldexp(largest, -12);
-      int64_t differ = 0, inexact = 0;
-      for (size_t i = 0; i < g.size(); ++i) {
-        const float ref = 0.5f * (halves[0][i] + halves[1][i]);
-        inexact += g[i] != ref ? 1 : 0;
-        if (std::abs(double(g[i]) - ref) > slack) ++differ;
-      }
-      CHECK(differ == 0);
-      if (p == Precision::FP16) CHECK(inexact <= static_cast<int64_t>(g.size() / 100));  // the subnormal few
+  for_each_model_and_precision({"mlp", "convnet"}, [&](const ModelDef& model, Precision p) {
+    const int64_t B = 8;
+    const ImageBatch b = batch_for(model, B, 3);
+    const auto opts = precision(p, 1024);  // fp16: the same scale everywhere
+    auto devs2 = host_devices(2);
+    DataParallel two(devs2, model, parse_split("even", 2, B), sgd(), 7, LossMode::Gathered, {}, opts);
+    two.step(b.x.data(), b.y.data(), B);
+    const auto g = two.gradients();
+    std::vector<std::vector<float>> halves;
+    for (int64_t part = 0; part < 2; ++part) {
+      auto devs1 = host_devices(1);
+      DataParallel one(devs1, model, parse_split("even", 1, B / 2), sgd(), 7, LossMode::Gathered, {}, opts);
+      const int64_t per = numel(model.input_shape);
+      one.step(b.x.data() + part * (B / 2) * per, b.y.data() + part * (B / 2), B / 2);
+      halves.push_back(one.gradients());
     }
-  }
+    // bf16 has float32's exponents: exact. float16's subnormals (|x| < 2^-14 after scaling)
+    // round at a fixed step of 2^-24 whatever the value, so there doubling does not commute with
+    // rounding — in weight gradients and in the activation gradients that feed them. Those
+    // differences are absolute and tiny: bounded here by half a float16 unit (2^-12) of the
+    // largest gradient, far above them and far below any rounding of a normal float16 gradient.
+    double largest = 0;
+    for (size_t i = 0; i < g.size(); ++i) largest = std::max(largest, std::abs(0.5 * (double(halves[0][i]) + halves[1][i])));
+    const double slack = p == Precision::BF16 ? 0.0 : std::ldexp(largest, -12);
+    int64_t differ = 0, inexact = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const float ref = 0.5f * (halves[0][i] + halves[1][i]);
+      inexact += g[i] != ref ? 1 : 0;
+      if (std::abs(double(g[i]) - ref) > slack) ++differ;
+    }
+    CHECK(differ == 0);
+    if (p == Precision::FP16) CHECK(inexact <= static_cast<int64_t>(g.size() / 100));  // the subnormal few
+  });
 }
 
 TEST_CASE("mixed precision: training follows float32 within 16-bit precision, the GPT too") {
@@ -401,24 +410,18 @@ TEST_CASE("mixed precision, allreduce on 2 devices: bitwise the faithful step (m
   // float32 update: every step must agree to the bit — losses, skipped fp16 steps, weights,
   // BatchNorm's running statistics and the last gradients. fp16 starts with an overflowing scale,
   // so both skip, halve and recover on the same steps.
-  for (const char* name : {"mlp", "convnet"}) {
-    for (Precision p : {Precision::BF16, Precision::FP16}) {
-      const std::string model_name = name, precision_text = precision_name(p);
-      CAPTURE(model_name);
-      CAPTURE(precision_text);
-      const ModelDef& model = find_model(name);
-      const auto opts = precision(p, p == Precision::FP16 ? std::ldexp(1.0, 20) : 65536, 2);
-      const Run faithful = run_steps(model, 2, "chunks:3,7", 10, {}, opts, 6);
-      const Run ring = run_steps(model, 2, "chunks:3,7", 10, allreduce(), opts, 6);
-      CHECK(ring.losses == faithful.losses);
-      CHECK(ring.skipped == faithful.skipped);
-      CHECK(ring.params == faithful.params);
-      CHECK(ring.buffers == faithful.buffers);
-      CHECK(ring.grads == faithful.grads);
-      if (p == Precision::FP16) CHECK(ring.skipped.front());
-      CHECK_FALSE(ring.skipped.back());
-    }
-  }
+  for_each_model_and_precision({"mlp", "convnet"}, [&](const ModelDef& model, Precision p) {
+    const auto opts = precision(p, p == Precision::FP16 ? std::ldexp(1.0, 20) : 65536, 2);
+    const Run faithful = run_steps(model, 2, "chunks:3,7", 10, {}, opts, 6);
+    const Run ring = run_steps(model, 2, "chunks:3,7", 10, allreduce(), opts, 6);
+    CHECK(ring.losses == faithful.losses);
+    CHECK(ring.skipped == faithful.skipped);
+    CHECK(ring.params == faithful.params);
+    CHECK(ring.buffers == faithful.buffers);
+    CHECK(ring.grads == faithful.grads);
+    if (p == Precision::FP16) CHECK(ring.skipped.front());
+    CHECK_FALSE(ring.skipped.back());
+  });
 }
 
 TEST_CASE("mixed precision, allreduce on 4 devices: the faithful step up to the summation order") {
