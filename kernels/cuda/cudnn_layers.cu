@@ -74,8 +74,6 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
-int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad) { return (in + 2 * pad - k) / stride + 1; }
-
 // What a query lists (the heuristics' guesses or cuDNN's timings, best first); nothing when cuDNN
 // rejects the query outright.
 template <typename Perf, typename Query>
@@ -147,7 +145,7 @@ struct ConvPlan {
   bool usable = false;
   ConvPlan(Context& c, CachingAllocator& alloc, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how)
       : x(g.N, g.C, g.H, g.W, t),
-        y(g.N, g.K, out_size(g.H, g.kh, g.stride, g.pad), out_size(g.W, g.kw, g.stride, g.pad), t),
+        y(g.N, g.K, g.OH(), g.OW(), t),
         bias(1, g.K, 1, 1, t), f(g, t), conv(g, tensor_ops) {
     const cudnnHandle_t cudnn = c.handles().cudnn;
     const bool deterministic_first = how != ConvAlgorithms::Heuristic;
@@ -173,10 +171,9 @@ struct ConvPlan {
       // not depend on the values, and nothing reads memory no one wrote. cuDNN's own variant
       // (cudaMalloc, outside the allocator, never written) was what initcheck flagged in session 56.
       const size_t elem = dtype_size(t);
-      const int64_t oh = out_size(g.H, g.kh, g.stride, g.pad), ow = out_size(g.W, g.kw, g.stride, g.pad);
       ScopedBlock xs(alloc, static_cast<size_t>(g.N * g.C * g.H * g.W) * elem),
           fs(alloc, static_cast<size_t>(g.K * g.C * g.kh * g.kw) * elem),
-          ys(alloc, static_cast<size_t>(g.N * g.K * oh * ow) * elem);
+          ys(alloc, static_cast<size_t>(g.N * g.K * g.OH() * g.OW()) * elem);
       const auto stream = c.handles().stream;
       for (const ScopedBlock* b : {&xs, &fs, &ys})
         if (b->ptr()) DP_CUDA_CHECK(cudaMemsetAsync(b->ptr(), 0, b->bytes(), stream));
@@ -282,7 +279,7 @@ __global__ void bias_grad_kernel(T* db, const double* partials, int64_t K, int64
 template <typename T>
 void bias_grad(Context& c, CachingAllocator& alloc, T* db, const T* dout, const ConvShape& g) {
   if (g.K == 0) return;
-  const int64_t HW = out_size(g.H, g.kh, g.stride, g.pad) * out_size(g.W, g.kw, g.stride, g.pad);
+  const int64_t HW = g.OH() * g.OW();
   auto stream = c.handles().stream;
   channel_sums::Partials<1> sums(alloc, g.N, g.K, HW);
   sums.compute(stream, BiasGradTerm<T>{dout});
@@ -319,7 +316,7 @@ bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, con
   if (!p.usable) return false;
   run_forward(c, alloc, p, out, in, w);
   if (!b) return true;
-  const int64_t HW = out_size(g.H, g.kh, g.stride, g.pad) * out_size(g.W, g.kw, g.stride, g.pad), total = g.N * g.K * HW;
+  const int64_t HW = g.OH() * g.OW(), total = g.N * g.K * HW;
   if (total == 0) return true;
   with_float_type(t, "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
