@@ -32,7 +32,7 @@ struct WgradCase {
 };
 
 inline WgradCase wgrad_case(const ConvShape& s, uint64_t seed) {
-  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
+  const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
   WgradCase c{random_vector(in_n, seed), random_vector(w_n, seed + 1), random_vector(out_n, seed + 2),
               std::vector<float>(w_n)};
   std::vector<float> dx(in_n), db(s.K), ws(cpu::conv2d_workspace_floats(s, 1, true));

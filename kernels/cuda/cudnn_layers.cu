@@ -171,9 +171,9 @@ struct ConvPlan {
       // not depend on the values, and nothing reads memory no one wrote. cuDNN's own variant
       // (cudaMalloc, outside the allocator, never written) was what initcheck flagged in session 56.
       const size_t elem = dtype_size(t);
-      ScopedBlock xs(alloc, static_cast<size_t>(g.N * g.C * g.H * g.W) * elem),
-          fs(alloc, static_cast<size_t>(g.K * g.C * g.kh * g.kw) * elem),
-          ys(alloc, static_cast<size_t>(g.N * g.K * g.OH() * g.OW()) * elem);
+      ScopedBlock xs(alloc, static_cast<size_t>(g.in_numel()) * elem),
+          fs(alloc, static_cast<size_t>(g.weight_numel()) * elem),
+          ys(alloc, static_cast<size_t>(g.out_numel()) * elem);
       const auto stream = c.handles().stream;
       for (const ScopedBlock* b : {&xs, &fs, &ys})
         if (b->ptr()) DP_CUDA_CHECK(cudaMemsetAsync(b->ptr(), 0, b->bytes(), stream));

@@ -19,6 +19,9 @@ struct ConvShape {
   int64_t OW() const { return (W + 2 * pad - kw) / stride + 1; }
   int64_t col_rows() const { return C * kh * kw; }
   int64_t col_cols() const { return OH() * OW(); }
+  int64_t in_numel() const { return N * C * H * W; }
+  int64_t out_numel() const { return N * K * OH() * OW(); }
+  int64_t weight_numel() const { return K * col_rows(); }
 };
 
 namespace cpu {

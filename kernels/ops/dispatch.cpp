@@ -61,8 +61,8 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
     return;
 #endif
   Operands o(ex, "conv2d_forward");
-  float* y = o.out(out, s.N * s.K * s.OH() * s.OW());
-  const float *x = o.in(in, s.N * s.C * s.H * s.W), *wt = o.in(w, s.K * s.col_rows()), *bias = o.in(b, s.K);
+  float* y = o.out(out, s.out_numel());
+  const float *x = o.in(in, s.in_numel()), *wt = o.in(w, s.weight_numel()), *bias = o.in(b, s.K);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
     cuda::conv2d_forward(*ex.cuda, *ex.alloc, y, x, wt, bias, s);
@@ -81,7 +81,7 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
     return;
 #endif
   Operands o(ex, "conv2d_backward");
-  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
+  const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
   float *dx = o.out(din, in_n), *dwt = o.out(dw, w_n), *dbias = o.out(db, s.K);
   const float *dy = o.in(dout, out_n), *x = o.in(in, in_n), *wt = o.in(w, w_n);
 #if DP_WITH_CUDA

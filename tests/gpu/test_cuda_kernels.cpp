@@ -286,7 +286,7 @@ TEST_CASE("conv2d forward and backward (cuDNN) match the CPU reference") {
   ThreadPool pool(1);
   for (auto [k, stride, pad] : {std::tuple<int64_t, int64_t, int64_t>{5, 1, 2}, {3, 2, 1}, {3, 1, 0}}) {
     const ConvShape s{4, 3, 14, 13, 6, k, k, stride, pad};
-    const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * k * k;
+    const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
     auto x = random_vector(in_n, 20 + k), w = random_vector(w_n, 21), b = random_vector(s.K, 22),
          dy = random_vector(out_n, 23);
     std::vector<float> y(out_n), dx(in_n), dw(w_n), db(s.K);
@@ -331,7 +331,7 @@ void check_conv_algorithms(cuda::ConvAlgorithms how) {
   CHECK(c.conv_algorithms() == how);
   CachingAllocator alloc(0, "cuda:0", raw, 0);
   const ConvShape s{16, 8, 20, 20, 32, 3, 3, 1, 1};
-  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * 9;
+  const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
   auto x = random_vector(in_n, 80), w = random_vector(w_n, 81), b = random_vector(s.K, 82), dy = random_vector(out_n, 83);
   std::vector<float> y(out_n), dx(in_n), dw(w_n), db(s.K);
   std::vector<float> ws(cpu::conv2d_workspace_floats(s, 1, true));
@@ -373,7 +373,7 @@ TEST_CASE("--cudnn benchmark times the algorithms on the device allocator's memo
   CudaMallocMemory raw;
   cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Benchmark});
   const ConvShape s{4, 3, 9, 9, 5, 3, 3, 1, 1};
-  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * 9;
+  const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
   auto x = random_vector(in_n, 90), w = random_vector(w_n, 91), b = random_vector(s.K, 92);
   std::vector<float> y(out_n), ws(cpu::conv2d_workspace_floats(s, 1, true));
   cpu::conv2d_forward(pool, y.data(), x.data(), w.data(), b.data(), s, ws.data());
@@ -481,7 +481,7 @@ TEST_CASE("a convolution's bias gradient, a channel split over blocks, matches t
   CudaMallocMemory raw;
   CachingAllocator alloc(0, "cuda:0", raw, 0);
   const ConvShape s{48, 2, 28, 27, 3, 3, 3, 1, 1};  // 48·28·27 values a channel: several parts
-  const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.col_rows();
+  const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
   auto x = random_vector(in_n, 40), w = random_vector(w_n, 41), dy = random_vector(out_n, 42);
   std::vector<float> dx(in_n), dw(w_n), db(s.K), ws(cpu::conv2d_workspace_floats(s, 1, true));
   cpu::conv2d_backward(pool, dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), s, ws.data());
@@ -524,9 +524,9 @@ TEST_CASE("a small filter's weight gradient (dp's tiled kernels) is the host run
   // A larger filter (resnet18's 3x3 layers) is cuDNN's: the direct kernels decline and write nothing
   const ConvShape big{4, 64, 6, 6, 64, 3, 3, 1, 1};
   REQUIRE(!conv_wgrad::eligible(big));
-  const int64_t w_n = big.K * big.col_rows();
+  const int64_t w_n = big.weight_numel();
   auto d_dw = to_device(c, std::vector<float>(w_n, 7.f));
-  cuda::DeviceBuffer d_in(c, big.N * big.C * big.H * big.W * 4), d_dy(c, big.N * big.K * big.OH() * big.OW() * 4);
+  cuda::DeviceBuffer d_in(c, big.in_numel() * 4), d_dy(c, big.out_numel() * 4);
   CHECK(!cuda::conv2d_weight_grad_direct(c, alloc, d_dw.get(), static_cast<const float*>(d_dy.get()),
                                          static_cast<const float*>(d_in.get()), big));
   const auto untouched = to_host<float>(c, d_dw, w_n);
@@ -1155,7 +1155,7 @@ TEST_CASE("16-bit linear, conv2d, ReLU, add and pooling run natively on the GPU 
       CAPTURE(k);
       CAPTURE(stride);
       const ConvShape s{4, 8, 14, 13, 16, k, k, stride, pad};
-      const int64_t in_n = s.N * s.C * s.H * s.W, out_n = s.N * s.K * s.OH() * s.OW(), w_n = s.K * s.C * k * k;
+      const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
       Pair16 x(c, random_16bit(in_n, 20 + k, t), t), w(c, random_16bit(w_n, 21, t), t), b(c, random_16bit(s.K, 22, t), t),
           dy(c, random_16bit(out_n, 23, t), t), y(c, out_n, t), dx(c, in_n, t), dw(c, w_n, t), db(c, s.K, t);
       std::vector<float> ws(static_cast<size_t>(cpu::conv2d_workspace_floats(s, 1, true)));
