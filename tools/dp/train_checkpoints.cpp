@@ -1,0 +1,61 @@
+// dp train's checkpoint state and resuming from it.
+#include "tools/dp/train_checkpoints.hpp"
+
+#include "engine/error.hpp"
+#include "tools/dp/commands.hpp"
+
+namespace dp::cli {
+
+nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimizer, const TrainOptions& o,
+                            const ProcessGroup* group) {
+  nlohmann::json identity{{"model", model.name}, {"optimizer", optimizer_name(optimizer)}, {"batch", o.batch}};
+  if (model.language_model())
+    identity["gpt"] = {{"layers", o.gpt_layers}, {"heads", o.gpt_heads}, {"dim", o.gpt_dim}, {"context", o.context},
+                       {"vocab", model.classes}};
+  if (group) identity["processes"] = group->size();
+  if (o.accumulate > 1) identity["accumulate"] = o.accumulate;
+  return identity;
+}
+
+Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json& identity, int64_t steps_per_epoch,
+                            uint64_t seed, const LrSchedule& schedule, const BestEval& best) {
+  Checkpoint c{{dp.parameters(), dp.buffers(), ""}, dp.optimizer().save(), {}};
+  c.state = identity;
+  c.state["epoch"] = step / steps_per_epoch + 1;            // of the next step
+  c.state["position_in_epoch"] = step % steps_per_epoch;   // its batch index
+  c.state["seed"] = seed;
+  c.state["schedule"] = {{"kind", schedule.text}, {"lr", schedule.lr}, {"min_lr", schedule.min_lr},
+                         {"warmup_steps", schedule.warmup}, {"total_steps", schedule.total}};
+  c.state["split"] = dp.splitter().state();
+  c.state["precision"] = precision_name(dp.precision());
+  if (dp.loss_scaler().enabled()) {  // GradScaler.state_dict()'s scale and growth tracker
+    const LossScaler::State ls = dp.loss_scaler().state();
+    c.state["loss_scale"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker}};
+  }
+  c.state["devices"] = dp.devices().description();
+  if (best.after_step >= 0) c.state["best_eval"] = {{"test_loss", best.loss}, {"after_step", best.after_step}};
+  c.state["command"] = command_line();
+  return c;
+}
+
+Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate,
+                   const SplitPolicy& split) {
+  Resumed r;
+  Checkpoint c = load_checkpoint(from, dp.layout(), identity, &r.dir);
+  if (accumulate == 1 && c.state.value("accumulate", int64_t{1}) != 1)
+    throw RuntimeError(r.dir + ": the checkpoint was made with accumulate " + c.state["accumulate"].dump() +
+                       ", this run has 1 (add --accumulate " + c.state["accumulate"].dump() + ")");
+  dp.load_state(c.model.params, c.model.buffers);
+  dp.restore_optimizer(c.optimizer);
+  if (c.state.value("split", nlohmann::json{}).value("policy", "") == split.text) dp.splitter().restore(c.state["split"]);
+  if (dp.loss_scaler().enabled() && c.state.contains("loss_scale"))  // fp16 continues with its scale
+    dp.loss_scaler().restore({c.state["loss_scale"].at("scale").get<double>(),
+                              c.state["loss_scale"].at("growth_tracker").get<int64_t>()});
+  r.step = c.state.at("step").get<int64_t>();
+  dp.set_steps_done(r.step);  // dropout draws step k's masks from (seed, k)
+  if (c.state.contains("best_eval"))
+    r.best = {c.state["best_eval"].at("test_loss").get<double>(), c.state["best_eval"].at("after_step").get<int64_t>()};
+  return r;
+}
+
+}  // namespace dp::cli

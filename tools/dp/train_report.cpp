@@ -1,0 +1,67 @@
+// dp train's metrics rows and summary.
+#include "tools/dp/train_report.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace dp::cli {
+
+nlohmann::json step_metrics_row(const StepResult& r, int64_t step, int epoch, double seconds, double since_start) {
+  nlohmann::json phases;
+  for (int p = 0; p < kNumPhases; ++p) phases[phase_name(static_cast<Phase>(p))] = r.seconds[p] * 1e3;
+  nlohmann::json row{{"step", step},
+                     {"epoch", epoch},
+                     {"loss", r.loss},
+                     {"lr", r.lr},
+                     {"samples_per_s", static_cast<double>(r.batch) / seconds},
+                     {"chunks", r.chunks},
+                     {"phase_ms", phases},
+                     {"time_s", since_start}};
+  if (!r.replica_seconds.empty()) {  // forward + backward per device (on a GPU, its own time: events)
+    nlohmann::json busy = nlohmann::json::array();
+    for (double v : r.replica_seconds) busy.push_back(v * 1e3);
+    row["replica_ms"] = busy;
+  }
+  if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
+  if (r.loss_scale > 0) row["loss_scale"] = r.loss_scale, row["skipped"] = r.skipped;
+  if (!r.split_change.empty()) row["split_change"] = r.split_change;
+  if (r.graph != GraphUse::Off) row["graph"] = graph_use_name(r.graph);
+  if (!r.graph_note.empty()) row["graph_note"] = r.graph_note;
+  return row;
+}
+
+void RunTally::add(const StepResult& r, double step_seconds) {
+  ++steps;
+  samples += r.batch;
+  seconds += step_seconds;
+  last_loss = r.loss;
+  skipped += r.skipped ? 1 : 0;
+  usual_note = r.graph == GraphUse::Eager ? r.graph_note : "";
+  if (r.graph == GraphUse::Replayed) {
+    ++replayed;
+  } else {
+    ++phased;
+    for (int p = 0; p < kNumPhases; ++p) phase_seconds[p] += r.seconds[p];
+  }
+}
+
+void print_run_summary(const RunTally& t, DataParallel& dp, bool graphs) {
+  std::printf("trained %lld steps, %lld samples in %.2f s: %.0f samples/s, last loss %.4f\n",
+              static_cast<long long>(t.steps), static_cast<long long>(t.samples), t.seconds,
+              static_cast<double>(t.samples) / std::max(t.seconds, 1e-9), t.last_loss);
+  if (dp.loss_scaler().enabled())
+    std::printf("fp16 loss scaling: %lld of %lld steps skipped (inf/NaN gradients), loss scale now %g\n",
+                static_cast<long long>(t.skipped), static_cast<long long>(t.steps),
+                static_cast<double>(dp.loss_scaler().scale()));
+  if (graphs)
+    std::printf("--cuda-graphs: %lld of %lld steps replayed a captured step%s\n", static_cast<long long>(t.replayed),
+                static_cast<long long>(t.steps),
+                t.usual_note.empty() ? "" : ("; the last ran as usual: " + t.usual_note).c_str());
+  std::printf("time per step by phase (ms%s):", t.replayed ? ", steps not replayed" : "");
+  for (int p = 0; p < kNumPhases; ++p)
+    std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)),
+                t.phased ? t.phase_seconds[p] * 1e3 / static_cast<double>(t.phased) : 0.0);
+  std::printf("\n");
+}
+
+}  // namespace dp::cli
