@@ -124,11 +124,11 @@ int run_train(const TrainOptions& given) {
     dp.load_state(s.params, s.buffers);
   }
   const nlohmann::json identity = run_identity(model, opt.kind, o, group);
-  int64_t first_step = 0, checkpointed_from = -1;
+  int64_t first_step = 0;
   BestEval best;  // --save-best's (a resumed run continues from its checkpoint's)
   if (!o.resume.empty()) {
     const Resumed resumed = resume_run(dp, o.resume, identity, o.accumulate, split);
-    first_step = checkpointed_from = resumed.step;
+    first_step = resumed.step;
     best = resumed.best;
     if (primary)
       std::fprintf(stderr, "resuming from %s at step %lld\n", resumed.dir.c_str(), static_cast<long long>(first_step));
@@ -186,7 +186,7 @@ int run_train(const TrainOptions& given) {
   int current_epoch = 0;
   const int64_t steps_per_epoch = plan.steps_per_epoch();
   std::string last_checkpoint;
-  int64_t checkpointed_step = checkpointed_from;  // the state resumed from is saved already
+  int64_t checkpointed_step = o.resume.empty() ? -1 : first_step;  // the state resumed from is saved already
   // A checkpoint is a host snapshot taken between steps (fast), written and fsynced by a
   // background thread while training goes on; one write at a time, waited for at the end.
   std::future<std::string> writing;
