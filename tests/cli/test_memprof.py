@@ -66,6 +66,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check("accumulate: fits where the whole batch runs out of memory", p.returncode == 3 and q.returncode == 0,
           (p.returncode, q.returncode, q.stderr[-300:]))
     check("--accumulate 0", memprof("--accumulate", "0").returncode == 2)
+    # A small gpu0:K share puts device 0 below the others: the table says by how much less.
+    p = memprof("--model", "convnet", "--devices", "host:4", "--split", "gpu0:4", "--json", js)
+    r = json.load(open(js))
+    less = r["devices"][0]["peak_bytes"] < max(d["peak_bytes"] for d in r["devices"][1:])
+    check("gpu0:4: device 0 below the others, said as less", p.returncode == 0 and less and
+          " less)" in p.stdout and "-" not in p.stdout.split("gpu0 excess")[1], p.stdout[-300:])
     p = memprof("--model", "mlp", "--devices", "host:2", "--accumulate", str(10 ** 17))
     check("--accumulate beyond the data: a step of all of it, said", p.returncode == 0 and
           "so a step takes those" in p.stdout, (p.returncode, p.stdout[:400], p.stderr[-300:]))

@@ -132,9 +132,12 @@ void print_memprof_table(const MemprofOptions& o, const RunSetup& setup, const M
     std::printf("%-8s %12s %-10s  %s\n", ("d" + std::to_string(i)).c_str(), format_bytes(st.peak).c_str(),
                 st.peak_phase.c_str(), format_breakdown(st.at_peak).c_str());
   }
-  if (n > 1)
-    std::printf("\ngpu0 excess: device 0 peaks at %.2fx the largest other device (%s more)\n", gpu0_excess(devices),
-                format_bytes(devices[0].allocator().stats().peak - largest_other_peak(devices)).c_str());
+  if (n > 1) {
+    // With a small gpu0:K share device 0 can peak below the others: say "less", not "-N B more".
+    const int64_t over = devices[0].allocator().stats().peak - largest_other_peak(devices);
+    std::printf("\ngpu0 excess: device 0 peaks at %.2fx the largest other device (%s %s)\n", gpu0_excess(devices),
+                format_bytes(over < 0 ? -over : over).c_str(), over < 0 ? "less" : "more");
+  }
 }
 
 // The --json report: the settings, each device's peaks, the split, the timeline and the
