@@ -176,33 +176,9 @@ void narrate_micro_batches(const DataParallel& dp, const std::vector<StepResult>
   std::printf("\n\n");
 }
 
-int run_demo(const DemoOptions& o) {
-  if (ProcessGroup::launched_by_mpirun())
-    throw UsageError("dp demo looks at one process's devices; run it without mpirun (dp train runs across processes)");
-  if (o.steps <= 0) throw UsageError("--steps must be > 0");
-  if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
-  check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
-  RunSetup setup = validate_and_make_devices(o);
-  // Only as many samples as the steps take (saturating), unless --data names real ones.
-  const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
-  const RunData data = load_run_data(o, setup, samples, 1, 7, samples * o.context + 1);
-  // As dp train: more micro-batches than an epoch has make a step of the whole epoch.
-  const int64_t accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
-  const ModelDef& model = setup.model;
-  DeviceSet& devices = *setup.devices;
-  const OptimizerConfig sgd = profiling_optimizer(setup);
-  DataParallel dp(devices, model, setup.split, sgd, o.seed, setup.loss, setup.sync, setup.precision);
-  dp.set_recompute(setup.recompute);
-  std::unique_ptr<Tracer> tracer;
-  if (!o.trace.empty()) {
-    tracer = std::make_unique<Tracer>();
-    dp.set_tracer(tracer.get());
-  }
-  const int n = devices.size();
-  const bool allreduce = dp.sync_mode() == SyncMode::AllReduce;
-  const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, 0, 1 << 20, o.steps * accumulate);
-  BatchSource& loader = *batches;
-
+// The run's first lines: the model, batch, devices, split and precision, and what --accumulate does.
+void print_demo_header(const DemoOptions& o, const DataParallel& dp, const ModelDef& model, const DeviceSet& devices,
+                       int64_t accumulate) {
   std::printf("dp demo: one DataParallel step of '%s' (%s) with batch %lld on %s, --split %s, --precision %s\n",
               model.name.c_str(), model.summary.c_str(), static_cast<long long>(o.batch),
               devices.description().c_str(), dp.split().text.c_str(), precision_name(dp.precision()));
@@ -215,51 +191,51 @@ int run_demo(const DemoOptions& o) {
                 static_cast<long long>(o.accumulate), static_cast<long long>(accumulate),
                 static_cast<long long>(o.batch));
   std::printf("\n");
-  nlohmann::json report{{"model", model.name},
-                        {"devices", n},
-                        {"batch", o.batch},
-                        {"accumulate", accumulate},
-                        {"split", dp.split().text},
-                        {"precision", precision_name(dp.precision())}};
-  nlohmann::json steps = nlohmann::json::array();
-  int step = 0;
-  for (auto micro = next_micro_batches(loader, accumulate); !micro.empty(); micro = next_micro_batches(loader, accumulate)) {
-    ++step;
-    std::vector<StepResult> each;
-    const StepResult r = step_on(dp, micro, &each);
-    const int count = static_cast<int>(each.size());
-    std::vector<std::vector<PhaseStory>> stories;
-    for (int i = 0; i < count; ++i)
-      stories.push_back(tell(dp, each[static_cast<size_t>(i)], MicroBatchPlace{i, count, r.targets}));
-    nlohmann::json entry{{"step", step}, {"chunks", r.chunks}, {"loss", r.loss}};
-    if (step == 1) std::printf("  %s\n\n", device_row(n, each.front().chunks).c_str());
-    if (count == 1) {
-      entry["phases"] = phases_json(r, n, allreduce, &stories.front());
-      if (step == 1)
-        for (int p = 0; p < kNumPhases; ++p) print_phase(r, static_cast<Phase>(p), n, allreduce, stories.front()[p]);
-    } else {  // the step's sums, then each micro-batch told
-      entry["phases"] = phases_json(r, n, allreduce, nullptr);
-      nlohmann::json told = nlohmann::json::array();
-      for (int i = 0; i < count; ++i) {
-        const StepResult& m = each[static_cast<size_t>(i)];
-        told.push_back({{"micro_batch", i + 1},
-                        {"batch", m.batch},
-                        {"chunks", m.chunks},
-                        {"loss", m.loss},
-                        {"phases", phases_json(m, n, allreduce, &stories[static_cast<size_t>(i)])}});
-      }
-      entry["micro_batches"] = told;
-      if (step == 1) narrate_micro_batches(dp, each, r, stories);
-    }
-    if (step > 1)
-      std::printf("step %d: chunks %s, loss %.4f, %.3f ms%s\n", step, join_sizes(r.chunks).c_str(), r.loss, step_ms(r),
-                  count > 1 ? (" (" + std::to_string(count) + " micro-batches)").c_str() : "");
-    if (!r.split_change.empty()) std::printf("   %s\n", r.split_change.c_str());
-    steps.push_back(entry);
-  }
-  report["steps"] = steps;
+}
 
-  // Memory: the peak of every device, and what device 0 holds that the others do not.
+// Runs one step (its micro-batches) and returns its JSON entry; the first step is narrated in
+// full, each later one gets a line.
+nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro, int step) {
+  const int n = dp.devices().size();
+  const bool allreduce = dp.sync_mode() == SyncMode::AllReduce;
+  std::vector<StepResult> each;
+  const StepResult r = step_on(dp, micro, &each);
+  const int count = static_cast<int>(each.size());
+  std::vector<std::vector<PhaseStory>> stories;
+  for (int i = 0; i < count; ++i)
+    stories.push_back(tell(dp, each[static_cast<size_t>(i)], MicroBatchPlace{i, count, r.targets}));
+  nlohmann::json entry{{"step", step}, {"chunks", r.chunks}, {"loss", r.loss}};
+  if (step == 1) std::printf("  %s\n\n", device_row(n, each.front().chunks).c_str());
+  if (count == 1) {
+    entry["phases"] = phases_json(r, n, allreduce, &stories.front());
+    if (step == 1)
+      for (int p = 0; p < kNumPhases; ++p) print_phase(r, static_cast<Phase>(p), n, allreduce, stories.front()[p]);
+  } else {  // the step's sums, then each micro-batch told
+    entry["phases"] = phases_json(r, n, allreduce, nullptr);
+    nlohmann::json told = nlohmann::json::array();
+    for (int i = 0; i < count; ++i) {
+      const StepResult& m = each[static_cast<size_t>(i)];
+      told.push_back({{"micro_batch", i + 1},
+                      {"batch", m.batch},
+                      {"chunks", m.chunks},
+                      {"loss", m.loss},
+                      {"phases", phases_json(m, n, allreduce, &stories[static_cast<size_t>(i)])}});
+    }
+    entry["micro_batches"] = told;
+    if (step == 1) narrate_micro_batches(dp, each, r, stories);
+  }
+  if (step > 1)
+    std::printf("step %d: chunks %s, loss %.4f, %.3f ms%s\n", step, join_sizes(r.chunks).c_str(), r.loss, step_ms(r),
+                count > 1 ? (" (" + std::to_string(count) + " micro-batches)").c_str() : "");
+  if (!r.split_change.empty()) std::printf("   %s\n", r.split_change.c_str());
+  return entry;
+}
+
+// Memory: the peak of every device, and what device 0 holds that the others do not. Adds
+// "memory" (and "gpu0_excess" with more than one device) to the report.
+void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accumulate, nlohmann::json& report) {
+  const int n = devices.size();
+  const bool allreduce = dp.sync_mode() == SyncMode::AllReduce;
   std::printf("Memory per device (peak over the run, and what was in use at that moment):\n");
   nlohmann::json memory = nlohmann::json::array();
   for (int i = 0; i < n; ++i) {
@@ -272,7 +248,7 @@ int run_demo(const DemoOptions& o) {
     const double excess = gpu0_excess(devices);
     std::vector<int> every_device(static_cast<size_t>(n));
     std::iota(every_device.begin(), every_device.end(), 0);
-    if (dp.sync_mode() == SyncMode::AllReduce)
+    if (allreduce)
       std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. Every device holds the same\n"
                   "  parameters, gradients and optimizer state, and its own chunk's activations.\n",
                   excess);
@@ -293,6 +269,46 @@ int run_demo(const DemoOptions& o) {
                 "  gradient-sized buffer (in 'gradients'): a step needs a micro-batch's memory plus that buffer.\n",
                 allreduce ? "every device" : "device 0");
   report["memory"] = memory;
+}
+
+int run_demo(const DemoOptions& o) {
+  if (ProcessGroup::launched_by_mpirun())
+    throw UsageError("dp demo looks at one process's devices; run it without mpirun (dp train runs across processes)");
+  if (o.steps <= 0) throw UsageError("--steps must be > 0");
+  if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
+  check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
+  RunSetup setup = validate_and_make_devices(o);
+  // Only as many samples as the steps take (saturating), unless --data names real ones.
+  const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
+  const RunData data = load_run_data(o, setup, samples, 1, 7, samples * o.context + 1);
+  // As dp train: more micro-batches than an epoch has make a step of the whole epoch.
+  const int64_t accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
+  const ModelDef& model = setup.model;
+  DeviceSet& devices = *setup.devices;
+  DataParallel dp(devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
+                  setup.precision);
+  dp.set_recompute(setup.recompute);
+  std::unique_ptr<Tracer> tracer;
+  if (!o.trace.empty()) {
+    tracer = std::make_unique<Tracer>();
+    dp.set_tracer(tracer.get());
+  }
+  const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, 0, 1 << 20, o.steps * accumulate);
+  BatchSource& loader = *batches;
+
+  print_demo_header(o, dp, model, devices, accumulate);
+  nlohmann::json report{{"model", model.name},
+                        {"devices", devices.size()},
+                        {"batch", o.batch},
+                        {"accumulate", accumulate},
+                        {"split", dp.split().text},
+                        {"precision", precision_name(dp.precision())}};
+  nlohmann::json steps = nlohmann::json::array();
+  int step = 0;
+  for (auto micro = next_micro_batches(loader, accumulate); !micro.empty(); micro = next_micro_batches(loader, accumulate))
+    steps.push_back(run_demo_step(dp, micro, ++step));
+  report["steps"] = steps;
+  report_demo_memory(dp, devices, accumulate, report);
   if (tracer) {
     dp.set_tracer(nullptr);
     tracer->write(o.trace);
