@@ -30,7 +30,12 @@ with tempfile.TemporaryDirectory() as tmp:
     for i, name in enumerate(PHASES):
         check(f"narrates {name}", f"{i + 1}. {name}" in out)
     check("explains chunking", "torch.chunk(10, 4)" in out and "3,3,3,1" in out, out[:2000])
-    check("points at the hotspot", "GPU0 hotspot" in out)
+    check("points at the hotspot", "\n  GPU0 hotspot: device 0 peaks at" in out, out[-600:])
+    # A small gpu0:K share puts device 0 below the others: no hotspot, and why.
+    q = subprocess.run([DP, "demo", "--model", "convnet", "--batch", "512", "--split", "gpu0:1"], capture_output=True,
+                       text=True, timeout=120)
+    check("gpu0:1: device 0 below the others, no hotspot", q.returncode == 0 and "No GPU0 hotspot: device 0 peaks at 0."
+          in q.stdout and "the activations it saves outweigh them" in q.stdout, q.stdout[-600:] + q.stderr)
     check("ascii transfers", "d0 --[9.19 KiB]--> d1" in out and "host --[" in out)
 
     r = json.load(open(js))

@@ -252,6 +252,11 @@ void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accu
       std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. Every device holds the same\n"
                   "  parameters, gradients and optimizer state, and its own chunk's activations.\n",
                   excess);
+    else if (excess < 1)  // the split (gpu0:K, say) gave device 0 so few samples that it sits below the others
+      std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It still alone holds the master\n"
+                  "  gradients, the optimizer state, the gathered outputs and the loss, but the split gave it a chunk\n"
+                  "  small enough that the activations it saves outweigh them.\n",
+                  excess);
     else if (!reduce_reads_in_place(dp, every_device))
       std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
                   "  gradients, the optimizer state, the gathered outputs and their gradient, the loss and the\n"
