@@ -60,7 +60,7 @@ struct MemprofRun {
 
 // Runs the steps, keeping the per-phase timeline, and stops at an out-of-memory (the report
 // is still written for what was measured).
-MemprofRun profile_steps(const MemprofOptions& o, RunSetup& setup, const RunData& data, int64_t accumulate) {
+MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
   MemprofRun run;
   DataParallel dp(*setup.devices, setup.model, setup.split, profiling_optimizer(setup), o.seed, setup.loss,
                   setup.sync, setup.precision);
