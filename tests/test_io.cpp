@@ -6,6 +6,7 @@
 #include <sys/sysmacros.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 
@@ -179,6 +180,17 @@ TEST_CASE("corrupt safetensors files are rejected with a message naming the prob
   std::string redtyped = header;
   redtyped.replace(redtyped.find("F32"), 3, "F16");
   expect(with_header(redtyped, body), "has dtype F16");
+  {
+    auto h = nlohmann::json::parse(header);  // a tensor the model has, left out
+    h.erase("1.bias");
+    expect(with_header(h.dump(), body), "missing tensor '1.bias'");
+    h = nlohmann::json::parse(header);
+    h["1.bias"]["data_offsets"] = "everywhere";
+    expect(with_header(h.dump(), body), "entry '1.bias' is malformed");
+    h = nlohmann::json::parse(header);
+    h["1.bias"]["data_offsets"][1] = h["1.bias"]["data_offsets"][1].get<uint64_t>() - 4;
+    expect(with_header(h.dump(), body), "tensor '1.bias' has 2044 bytes for 512 elements of F32");
+  }
   // A file for another model: names missing.
   const ModelLayout convnet = ModelLayout::of(find_model("convnet"));
   write_bytes(dir.file("c.safetensors"), good);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -25,71 +26,95 @@ std::string read_all(const std::string& path) {
 
 const char* dtype_of(const StateEntry& e) { return e.decl.integer ? "I64" : "F32"; }
 size_t elem_size(const std::string& dtype) { return dtype == "I64" ? 8 : 4; }
-}  // namespace
 
-ModelState load_safetensors(const std::string& path, const ModelLayout& layout) {
-  const std::string data = read_all(path);
-  auto fail = [&](const std::string& why) -> RuntimeError { return RuntimeError(path + ": not a valid safetensors file: " + why); };
+// Builds the "not a valid safetensors file" error for this path.
+using Fail = std::function<RuntimeError(const std::string&)>;
+
+// The file's bytes split at the JSON header: the header parsed, and where the tensor data begins.
+struct SafetensorsFile {
+  std::string data;
+  nlohmann::json header;
+  size_t body = 0;  // offset of the data section; data_offsets count from here
+};
+
+SafetensorsFile read_safetensors(const std::string& path, const Fail& fail) {
+  SafetensorsFile f{read_all(path), {}, 0};
+  const std::string& data = f.data;
   if (data.size() < 8) throw fail("the file is " + std::to_string(data.size()) + " bytes, too short for a header");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(data[static_cast<size_t>(i)]);
   if (header_len > kMaxHeader || header_len > data.size() - 8)
     throw fail("header length " + std::to_string(header_len) + " exceeds the file");
-  nlohmann::json header;
   try {
-    header = nlohmann::json::parse(data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+    f.header = nlohmann::json::parse(data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
   } catch (const std::exception& e) {
     throw fail(std::string("header is not JSON (") + e.what() + ")");
   }
-  if (!header.is_object()) throw fail("header is not a JSON object");
-  const size_t body = 8 + header_len, body_len = data.size() - body;
+  if (!f.header.is_object()) throw fail("header is not a JSON object");
+  f.body = 8 + header_len;
+  return f;
+}
 
-  ModelState state;
-  state.params.assign(static_cast<size_t>(layout.parameter_count), 0.f);
-  state.buffers.assign(static_cast<size_t>(layout.buffer_count), 0.f);
-  std::set<std::string> expected;
-  for (const auto& e : layout.entries) expected.insert(e.name);
-  // A state dict saved from a model wrapped in nn.DataParallel names every tensor "module.<name>":
-  // the same weights, taken as they are.
+// A state dict saved from a model wrapped in nn.DataParallel names every tensor "module.<name>":
+// the same weights, taken as they are. Returns the prefix to strip ("" or "module."), after
+// checking that every tensor in the file, so stripped, is one the model has.
+std::string model_prefix(const nlohmann::json& header, const ModelLayout& layout, const std::string& path) {
   const std::string kWrapped = "module.";
   bool wrapped = true, any = false;
   for (auto it = header.begin(); it != header.end(); ++it)
     if (it.key() != "__metadata__") any = true, wrapped = wrapped && it.key().rfind(kWrapped, 0) == 0;
   const std::string prefix = any && wrapped ? kWrapped : "";
-  state.stripped_prefix = prefix;
+  std::set<std::string> expected;
+  for (const auto& e : layout.entries) expected.insert(e.name);
   for (auto it = header.begin(); it != header.end(); ++it)
     if (it.key() != "__metadata__" && !expected.count(it.key().substr(prefix.size())))
       throw RuntimeError(path + ": unexpected tensor '" + it.key() + "' (not in the model's state dict)");
+  return prefix;
+}
 
+// Checks one header entry against the model's tensor and copies its data into dst as float32.
+void read_tensor(const SafetensorsFile& f, const nlohmann::json& t, const StateEntry& e, float* dst,
+                 const std::string& path, const Fail& fail) {
+  const std::string dtype = t.at("dtype").get<std::string>();
+  const auto shape = t.at("shape").get<std::vector<int64_t>>();
+  const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
+  if (shape != e.shape)
+    throw RuntimeError(path + ": tensor '" + e.name + "' has shape " + shape_str(shape) + ", the model needs " +
+                       shape_str(e.shape));
+  const bool ok_dtype = e.decl.integer ? (dtype == "I64" || dtype == "F32") : dtype == "F32";
+  if (!ok_dtype) throw RuntimeError(path + ": tensor '" + e.name + "' has dtype " + dtype + ", expected " + dtype_of(e));
+  const uint64_t n = static_cast<uint64_t>(numel(e.shape)), body_len = f.data.size() - f.body;
+  if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > body_len)
+    throw fail("tensor '" + e.name + "' has data offsets outside the file");
+  if (offsets[1] - offsets[0] != n * elem_size(dtype))
+    throw fail("tensor '" + e.name + "' has " + std::to_string(offsets[1] - offsets[0]) + " bytes for " +
+               std::to_string(n) + " elements of " + dtype);
+  const char* src = f.data.data() + f.body + offsets[0];
+  if (dtype == "F32") {
+    std::memcpy(dst, src, n * 4);
+    return;
+  }
+  for (uint64_t i = 0; i < n; ++i) {  // I64: an integer buffer such as num_batches_tracked
+    int64_t v;
+    std::memcpy(&v, src + i * 8, 8);
+    dst[i] = static_cast<float>(v);
+  }
+}
+}  // namespace
+
+ModelState load_safetensors(const std::string& path, const ModelLayout& layout) {
+  const Fail fail = [&](const std::string& why) { return RuntimeError(path + ": not a valid safetensors file: " + why); };
+  const SafetensorsFile f = read_safetensors(path, fail);
+  ModelState state;
+  state.params.assign(static_cast<size_t>(layout.parameter_count), 0.f);
+  state.buffers.assign(static_cast<size_t>(layout.buffer_count), 0.f);
+  state.stripped_prefix = model_prefix(f.header, layout, path);
   for (const auto& e : layout.entries) {
-    if (!header.contains(prefix + e.name)) throw RuntimeError(path + ": missing tensor '" + prefix + e.name + "'");
-    const auto& t = header[prefix + e.name];
+    const std::string name = state.stripped_prefix + e.name;
+    if (!f.header.contains(name)) throw RuntimeError(path + ": missing tensor '" + name + "'");
+    float* dst = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
     try {
-      const std::string dtype = t.at("dtype").get<std::string>();
-      const auto shape = t.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
-      if (shape != e.shape)
-        throw RuntimeError(path + ": tensor '" + e.name + "' has shape " + shape_str(shape) + ", the model needs " +
-                           shape_str(e.shape));
-      const bool ok_dtype = e.decl.integer ? (dtype == "I64" || dtype == "F32") : dtype == "F32";
-      if (!ok_dtype) throw RuntimeError(path + ": tensor '" + e.name + "' has dtype " + dtype + ", expected " + dtype_of(e));
-      const uint64_t n = static_cast<uint64_t>(numel(e.shape));
-      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > body_len)
-        throw fail("tensor '" + e.name + "' has data offsets outside the file");
-      if (offsets[1] - offsets[0] != n * elem_size(dtype))
-        throw fail("tensor '" + e.name + "' has " + std::to_string(offsets[1] - offsets[0]) + " bytes for " +
-                   std::to_string(n) + " elements of " + dtype);
-      float* dst = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
-      const char* src = data.data() + body + offsets[0];
-      for (uint64_t i = 0; i < n; ++i) {
-        if (dtype == "I64") {
-          int64_t v;
-          std::memcpy(&v, src + i * 8, 8);
-          dst[i] = static_cast<float>(v);
-        } else {
-          std::memcpy(dst + i, src + i * 4, 4);
-        }
-      }
+      read_tensor(f, f.header.at(name), e, dst, path, fail);
     } catch (const nlohmann::json::exception& ex) {
       throw fail("entry '" + e.name + "' is malformed (" + ex.what() + ")");
     }
