@@ -129,10 +129,9 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o) {
     if (cmd->count(flag) > 0) o.gpt_flags_given = true;
 }
 
-RunSetup validate_and_make_devices(const RunOptions& o) {
-  RunSetup r;
-  if (o.batch <= 0) throw UsageError("--batch must be > 0");
-  if (o.generated_train <= 0) throw UsageError("--generated-size must be > 0");
+namespace {
+// The model and its own options: the GPT's shape flags (refused on other models) and --recompute.
+void check_model_options(const RunOptions& o, RunSetup& r) {
   r.model = find_model(o.model);
   if (r.model.language_model()) {
     if (o.gpt_layers < 1 || o.gpt_heads < 1 || o.gpt_dim < 1 || o.context < 1)
@@ -150,7 +149,11 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   // the model is final (a GPT's layers), by DataParallel::set_recompute.
   r.recompute = parse_recompute(o.recompute);
   if (r.recompute > 0) blocks_to_recompute(r.model, kEveryRecomputeUnit);
-  const DeviceSpec spec = parse_device_spec(o.devices);
+}
+
+// How the step trains: where the loss is computed, how gradients meet, the precision and its
+// loss scaling, and the optimizer; each combination that cannot work refused by name.
+void choose_step_semantics(const RunOptions& o, RunSetup& r) {
   r.loss = parse_loss_mode(o.loss);
   r.sync.mode = parse_sync_mode(o.sync);
   if (!(o.bucket_mb > 0) || o.bucket_mb > 65536) throw UsageError("--bucket-mb must be > 0 (MiB)");
@@ -173,8 +176,11 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   }
   // A GPT trains with AdamW unless told otherwise (SGD barely moves it), so its profile has AdamW's state.
   r.optimizer = parse_optimizer(r.model.language_model() && !o.optimizer_given ? "adamw" : o.optimizer);
-  if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");
-  if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
+}
+
+// What the devices are given: host threads and speeds, the GPU math (TF32, cuDNN algorithms, the
+// Linear GEMM library), the MPI local rank that picks a process's GPU, and the capacity.
+DeviceOptions device_options(const RunOptions& o, const DeviceSpec& spec, int64_t capacity) {
   if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)
     throw UsageError("--device-speed simulates slow host devices; it does not apply to cuda devices");
   DeviceOptions dev_opts;
@@ -186,8 +192,21 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   // Which library runs float32 Linear on CUDA devices: a knob for measuring, not a flag (README).
   if (const char* gemm = std::getenv("DP_LINEAR_GEMM"); gemm && *gemm)
     dev_opts.gpu_math.linear = cuda::parse_linear_gemm(gemm, "DP_LINEAR_GEMM");
-  if (r.capacity > 0) dev_opts.capacity = {r.capacity};
-  r.devices = std::make_unique<DeviceSet>(spec, dev_opts);
+  if (capacity > 0) dev_opts.capacity = {capacity};
+  return dev_opts;
+}
+}  // namespace
+
+RunSetup validate_and_make_devices(const RunOptions& o) {
+  RunSetup r;
+  if (o.batch <= 0) throw UsageError("--batch must be > 0");
+  if (o.generated_train <= 0) throw UsageError("--generated-size must be > 0");
+  check_model_options(o, r);
+  const DeviceSpec spec = parse_device_spec(o.devices);
+  choose_step_semantics(o, r);
+  if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");
+  if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
+  r.devices = std::make_unique<DeviceSet>(spec, device_options(o, spec, r.capacity));
   r.split = parse_split(o.split, r.devices->size(), o.batch);
   return r;
 }
