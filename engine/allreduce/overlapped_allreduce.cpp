@@ -300,62 +300,76 @@ bool OverlappedAllReduce::reduce_across_processes(int device, const GradBucket& 
   return barrier_.arrive_and_wait();
 }
 
+bool OverlappedAllReduce::wait_for_step(int device, uint64_t& seen, StepInputs& in) {
+  std::unique_lock lock(mutex_);
+  wait_spinning(lock, cv_, [&] { return stopping_ || step_ != seen; });
+  if (stopping_) return false;
+  seen = step_;
+  in = StepInputs{grads_, nullptr, DType::BF16, nullptr};
+  if (!widen_.low.empty()) in.low = widen_.low[static_cast<size_t>(device)], in.low_dtype = widen_.dtype;
+  if (!accumulated_.empty()) in.accumulated = accumulated_[static_cast<size_t>(device)];
+  return true;
+}
+
+namespace {
+// The trace's name for a bucket's work on one device: what it did before the ring, and the size.
+std::string bucket_slice_name(bool widened, bool accumulated, size_t k, int64_t count) {
+  return std::string(widened && accumulated ? "widen, add the earlier micro-batches to, and "
+                     : widened              ? "widen and "
+                     : accumulated          ? "add the earlier micro-batches to and "
+                                            : "") +
+         "all-reduce bucket " + std::to_string(k) + " (" + std::to_string(count * 4) + " bytes)";
+}
+}  // namespace
+
+OverlappedAllReduce::BucketOutcome OverlappedAllReduce::reduce_bucket(int device, size_t k, const StepInputs& in,
+                                                                      ThreadPool& inline_pool) {
+  std::shared_ptr<void> ready;
+  {
+    std::unique_lock lock(mutex_);
+    wait_spinning(lock, cv_, [&] { return stopping_ || pending_[device][k] <= 0; });
+    if (stopping_) return BucketOutcome::Stopping;
+    ready = ready_[static_cast<size_t>(device)][k];
+  }
+  const GradBucket& b = buckets_[k];
+  const int64_t count = b.end - b.begin;
+  std::vector<float*> views(in.grads.size());
+  for (size_t d = 0; d < in.grads.size(); ++d) views[d] = in.grads[d] + b.begin;
+  const double t0 = tracer_ ? tracer_->now_us() : 0;
+  bool ok = true;
+  try {
+    if (ring_devices_.empty()) {
+      if (in.low && in.low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], in.low + b.begin, count);
+      if (in.low && in.low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], in.low + b.begin, count);
+      if (in.accumulated) cpu::add_inplace(inline_pool, views[device], in.accumulated + b.begin, count);
+      ok = ring_allreduce_rank(views, count, device, barrier_);
+    } else {
+      ok = reduce_on_device(device, b, views, in.low, in.low_dtype, in.accumulated, ready);
+    }
+    // This process's sum is on every device; device 0 sums it with the other processes'.
+    if (ok && group_) ok = reduce_across_processes(device, b, views);
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    if (!error_) error_ = std::current_exception();
+    barrier_.abort();
+    ok = false;
+  }
+  if (tracer_)
+    tracer_->slice(kTraceTrack + device, bucket_slice_name(in.low, in.accumulated, k, count), "allreduce", t0,
+                   tracer_->now_us(), count * 4);
+  return ok ? BucketOutcome::Reduced : BucketOutcome::Failed;
+}
+
 void OverlappedAllReduce::run(int device) {
   ThreadPool inline_pool(1);  // the widening runs on this thread, never on the device's busy pool
   uint64_t seen = 0;
-  for (;;) {
-    std::vector<float*> grads;
-    const uint16_t* low = nullptr;
-    DType low_dtype = DType::BF16;
-    const float* accumulated = nullptr;
-    {
-      std::unique_lock lock(mutex_);
-      wait_spinning(lock, cv_, [&] { return stopping_ || step_ != seen; });
-      if (stopping_) return;
-      seen = step_;
-      grads = grads_;
-      if (!widen_.low.empty()) low = widen_.low[static_cast<size_t>(device)], low_dtype = widen_.dtype;
-      if (!accumulated_.empty()) accumulated = accumulated_[static_cast<size_t>(device)];
-    }
-    bool ok = true;
-    for (size_t k = 0; k < buckets_.size() && ok; ++k) {
-      std::shared_ptr<void> ready;
-      {
-        std::unique_lock lock(mutex_);
-        wait_spinning(lock, cv_, [&] { return stopping_ || pending_[device][k] <= 0; });
-        if (stopping_) return;
-        ready = ready_[static_cast<size_t>(device)][k];
-      }
-      const GradBucket& b = buckets_[k];
-      std::vector<float*> views(grads.size());
-      for (size_t d = 0; d < grads.size(); ++d) views[d] = grads[d] + b.begin;
-      const double t0 = tracer_ ? tracer_->now_us() : 0;
-      try {
-        if (ring_devices_.empty()) {
-          if (low && low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
-          if (low && low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], low + b.begin, b.end - b.begin);
-          if (accumulated) cpu::add_inplace(inline_pool, views[device], accumulated + b.begin, b.end - b.begin);
-          ok = ring_allreduce_rank(views, b.end - b.begin, device, barrier_);
-        } else {
-          ok = reduce_on_device(device, b, views, low, low_dtype, accumulated, ready);
-        }
-        // This process's sum is on every device; device 0 sums it with the other processes'.
-        if (ok && group_) ok = reduce_across_processes(device, b, views);
-      } catch (...) {
-        std::lock_guard lock(mutex_);
-        if (!error_) error_ = std::current_exception();
-        barrier_.abort();
-        ok = false;
-      }
-      if (tracer_)
-        tracer_->slice(kTraceTrack + device,
-                       std::string(low && accumulated ? "widen, add the earlier micro-batches to, and "
-                                   : low               ? "widen and "
-                                   : accumulated       ? "add the earlier micro-batches to and "
-                                                       : "") +
-                           "all-reduce bucket " + std::to_string(k) + " (" +
-                           std::to_string((b.end - b.begin) * 4) + " bytes)",
-                       "allreduce", t0, tracer_->now_us(), (b.end - b.begin) * 4);
+  StepInputs in;
+  while (wait_for_step(device, seen, in)) {
+    // A failed bucket ends this device's step (the others see the barrier aborted); stopping ends the thread.
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const BucketOutcome outcome = reduce_bucket(device, k, in, inline_pool);
+      if (outcome == BucketOutcome::Stopping) return;
+      if (outcome == BucketOutcome::Failed) break;
     }
     std::lock_guard lock(mutex_);
     done_step_[static_cast<size_t>(device)] = seen;

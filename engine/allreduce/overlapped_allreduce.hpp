@@ -48,6 +48,8 @@
 
 namespace dp {
 
+class ThreadPool;
+
 // Where backward writes 16-bit gradients (mixed precision): per device, the flat 16-bit array of
 // the float32 one's layout (null: none, the float32 array is backward's own), and their dtype.
 struct LowPrecisionGrads {
@@ -116,7 +118,21 @@ class OverlappedAllReduce {
   void enqueue_complete_buckets_locked();
   void enqueue_bucket_locked(size_t bucket);
   void wait_enqueued(int device);
+  // The threads (not enqueued): each device's runs every step's buckets in order.
   void run(int device);
+  // One device's part of a step, copied under the lock when the step begins.
+  struct StepInputs {
+    std::vector<float*> grads;           // every device's gradients
+    const uint16_t* low = nullptr;       // mixed precision: this device's 16-bit gradients to widen
+    DType low_dtype = DType::BF16;
+    const float* accumulated = nullptr;  // the earlier micro-batches' sum to add in
+  };
+  // Waits for a step after `seen` and takes its inputs; false when the all-reduce is stopping.
+  bool wait_for_step(int device, uint64_t& seen, StepInputs& in);
+  enum class BucketOutcome { Reduced, Failed, Stopping };
+  // Bucket k on this thread's device: waits for its modules' backward, then widens, adds and
+  // all-reduces it (and across processes), and traces it. Failed: recorded in error_ or abandoned.
+  BucketOutcome reduce_bucket(int device, size_t k, const StepInputs& in, ThreadPool& inline_pool);
   // The bucket's gradients on `device` are complete (its stream's worker, mutex_ held): on an
   // accelerator, an event after backward's kernels that the ring's stream waits for.
   void mark_ready_locked(int device, size_t bucket);
