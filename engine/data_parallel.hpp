@@ -363,6 +363,10 @@ class DataParallel {
   void load_chunks(StepState& s, const void* input, const int32_t* targets, StepResult& r);
   void broadcast_buffers(StepState& s);
   void backward_overlapped(StepState& s);
+  LowPrecisionGrads low_precision_gradients(const StepState& s) const;
+  float* resident_gradients(int r);  // replica r's float32 gradients (device 0's: the master's)
+  void begin_bucketed_allreduce(StepState& s, LowPrecisionGrads widen);
+  void enqueue_replica_backward(StepState& s, int r, bool sync, const LowPrecisionGrads& widen);
   void finish_allreduce(StepState& s);
   void update_everywhere(StepState& s, StepResult& r);
   void copy_master_to_replicas();

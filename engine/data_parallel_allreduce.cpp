@@ -156,6 +156,58 @@ void DataParallel::broadcast_buffers(StepState& s) {
   end_phase(all_devices());
 }
 
+// Mixed precision: the 16-bit gradients backward writes on each device with samples, which the
+// all-reduce (or, without one, the backward's own task) widens into the float32 ones.
+LowPrecisionGrads DataParallel::low_precision_gradients(const StepState& s) const {
+  LowPrecisionGrads widen;
+  if (resident_low_grads_.empty()) return widen;
+  widen.dtype = storage_dtype(precision_.precision);
+  for (int r = 0; r < devices_.size(); ++r)
+    widen.low.push_back(s.chunks[static_cast<size_t>(r)] > 0 ? resident_low_grads_[r].data<uint16_t>() : nullptr);
+  return widen;
+}
+
+float* DataParallel::resident_gradients(int r) { return r == 0 ? grads_.data() : resident_grads_[r].data(); }
+
+// The all-reduce's step: each device's float32 gradients, the 16-bit ones to widen, and the sums
+// of the earlier micro-batches to add in, bucket by bucket.
+void DataParallel::begin_bucketed_allreduce(StepState& s, LowPrecisionGrads widen) {
+  const int n = devices_.size();
+  std::vector<float*> grads(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) grads[r] = resident_gradients(r);
+  std::vector<const float*> accumulated;
+  for (size_t r = 0; r < accumulated_grads_.size(); ++r)
+    if (accumulated_grads_[r].defined()) {
+      accumulated.resize(static_cast<size_t>(n), nullptr);
+      accumulated[r] = accumulated_grads_[r].data();
+      s.held_until_joined.push_back(accumulated_grads_[r]);  // read by the all-reduce until the step ends
+    }
+  allreduce_->begin_step(std::move(grads), std::move(widen), std::move(accumulated));
+}
+
+// Replica r's backward on its stream (its modules report their buckets to the all-reduce as they
+// finish); without an all-reduce to widen mixed precision's gradients, a task after it does.
+void DataParallel::enqueue_replica_backward(StepState& s, int r, bool sync, const LowPrecisionGrads& widen) {
+  Stream& stream = s.devices[r]->stream();
+  stream.enqueue(
+      [this, r, &s] {
+        try {
+          nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
+        } catch (...) {
+          if (replica_group_) replica_group_->abort();
+          throw;
+        }
+        s.grad_outputs[r] = Tensor();
+      },
+      stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
+  if (sync || widen.low.empty()) return;
+  // The float32 sum of the micro-batches takes float32 gradients.
+  const Buf wide{resident_gradients(r), DType::F32}, low{const_cast<uint16_t*>(widen.low[static_cast<size_t>(r)]), widen.dtype};
+  stream.enqueue([wide, low, count = layout().parameter_count, &dev = *s.devices[r]] {
+    convert(dev.exec(), wide, low, count);
+  }, stream.label([&] { return TaskLabel{"widen gradients (accumulated without all-reduce)", "backward"}; }));
+}
+
 // 7. backward on every replica; each bucket's all-reduce starts as soon as its last module has
 // run backward on every device, while the streams go on with the modules before it.
 void DataParallel::backward_overlapped(StepState& s) {
@@ -163,25 +215,9 @@ void DataParallel::backward_overlapped(StepState& s) {
   // Gradient accumulation: the micro-batches before the last are summed on each device (no_sync);
   // the last one's all-reduce adds those sums in, bucket by bucket.
   const bool sync = !accumulating_without_sync();
-  std::vector<float*> grads(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) grads[r] = r == 0 ? grads_.data() : resident_grads_[r].data();
   loss_->distribute_gradient(s);
-  LowPrecisionGrads widen;  // mixed precision: the 16-bit gradients backward writes
-  if (!resident_low_grads_.empty()) {
-    widen.dtype = storage_dtype(precision_.precision);
-    for (int r = 0; r < n; ++r)
-      widen.low.push_back(s.chunks[static_cast<size_t>(r)] > 0 ? resident_low_grads_[r].data<uint16_t>() : nullptr);
-  }
-  if (sync) {
-    std::vector<const float*> accumulated;
-    for (size_t r = 0; r < accumulated_grads_.size(); ++r)
-      if (accumulated_grads_[r].defined()) {
-        accumulated.resize(static_cast<size_t>(n), nullptr);
-        accumulated[r] = accumulated_grads_[r].data();
-        s.held_until_joined.push_back(accumulated_grads_[r]);  // read by the all-reduce until the step ends
-      }
-    allreduce_->begin_step(grads, widen, std::move(accumulated));
-  }
+  const LowPrecisionGrads widen = low_precision_gradients(s);
+  if (sync) begin_bucketed_allreduce(s, widen);
   for (int r = 0; r < n; ++r) {
     if (s.chunks[static_cast<size_t>(r)] > 0) continue;
     // No samples: it adds zeros to the sum, ready once they are written.
@@ -193,26 +229,7 @@ void DataParallel::backward_overlapped(StepState& s) {
         },
         {"zero gradients (no samples)", "backward"});
   }
-  for (int r : s.active) {
-    Stream& stream = s.devices[r]->stream();
-    stream.enqueue(
-        [this, r, &s] {
-          try {
-            nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
-          } catch (...) {
-            if (replica_group_) replica_group_->abort();
-            throw;
-          }
-          s.grad_outputs[r] = Tensor();
-        },
-        stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
-    if (!sync && !widen.low.empty()) {  // no all-reduce to widen them: the float32 sum takes float32 gradients
-      const Buf wide{grads[r], DType::F32}, low{const_cast<uint16_t*>(widen.low[static_cast<size_t>(r)]), widen.dtype};
-      stream.enqueue([wide, low, count = layout().parameter_count, &dev = *s.devices[r]] {
-        convert(dev.exec(), wide, low, count);
-      }, stream.label([&] { return TaskLabel{"widen gradients (accumulated without all-reduce)", "backward"}; }));
-    }
-  }
+  for (int r : s.active) enqueue_replica_backward(s, r, sync, widen);
   if (!sync) return end_phase(all_devices());
   // A device that stopped (it failed, or work it waited for did) never reports its buckets: it
   // abandons the all-reduce, so that no other device waits for them.
