@@ -118,7 +118,7 @@ class OverlappedAllReduce {
   void enqueue_complete_buckets_locked();
   void enqueue_bucket_locked(size_t bucket);
   void wait_enqueued(int device);
-  // The threads (not enqueued): each device's runs every step's buckets in order.
+  // A device's thread (when not enqueued): every step's buckets, in order, until stopping.
   void run(int device);
   // One device's part of a step, copied under the lock when the step begins.
   struct StepInputs {
