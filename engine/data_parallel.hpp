@@ -364,7 +364,6 @@ class DataParallel {
   void broadcast_buffers(StepState& s);
   void backward_overlapped(StepState& s);
   LowPrecisionGrads low_precision_gradients(const StepState& s) const;
-  float* resident_gradients(int r);  // replica r's float32 gradients (device 0's: the master's)
   void begin_bucketed_allreduce(StepState& s, LowPrecisionGrads widen);
   void enqueue_replica_backward(StepState& s, int r, bool sync, const LowPrecisionGrads& widen);
   void finish_allreduce(StepState& s);
@@ -382,6 +381,8 @@ class DataParallel {
   void accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add = true);
   bool last_micro_batch() const { return micro_.index + 1 == micro_.count; }
   // allreduce, accumulating, before the last micro-batch: each device keeps its gradients (no_sync).
+  // allreduce: replica r's float32 gradients (device 0's are the master's).
+  Tensor& replica_gradients(int r) { return r == 0 ? grads_ : resident_grads_[r]; }
   bool accumulating_without_sync() const { return sync_.mode == SyncMode::AllReduce && !last_micro_batch(); }
   // Synchronise the streams of the given replicas; raise the first error (a cause before an
   // UpstreamError, its consequence) as a ReplicaError.

@@ -167,14 +167,12 @@ LowPrecisionGrads DataParallel::low_precision_gradients(const StepState& s) cons
   return widen;
 }
 
-float* DataParallel::resident_gradients(int r) { return r == 0 ? grads_.data() : resident_grads_[r].data(); }
-
 // The all-reduce's step: each device's float32 gradients, the 16-bit ones to widen, and the sums
 // of the earlier micro-batches to add in, bucket by bucket.
 void DataParallel::begin_bucketed_allreduce(StepState& s, LowPrecisionGrads widen) {
   const int n = devices_.size();
   std::vector<float*> grads(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) grads[r] = resident_gradients(r);
+  for (int r = 0; r < n; ++r) grads[r] = replica_gradients(r).data();
   std::vector<const float*> accumulated;
   for (size_t r = 0; r < accumulated_grads_.size(); ++r)
     if (accumulated_grads_[r].defined()) {
@@ -202,7 +200,8 @@ void DataParallel::enqueue_replica_backward(StepState& s, int r, bool sync, cons
       stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
   if (sync || widen.low.empty()) return;
   // The float32 sum of the micro-batches takes float32 gradients.
-  const Buf wide{resident_gradients(r), DType::F32}, low{const_cast<uint16_t*>(widen.low[static_cast<size_t>(r)]), widen.dtype};
+  const Buf wide{replica_gradients(r).data(), DType::F32};
+  const Buf low{const_cast<uint16_t*>(widen.low[static_cast<size_t>(r)]), widen.dtype};
   stream.enqueue([wide, low, count = layout().parameter_count, &dev = *s.devices[r]] {
     convert(dev.exec(), wide, low, count);
   }, stream.label([&] { return TaskLabel{"widen gradients (accumulated without all-reduce)", "backward"}; }));
@@ -221,7 +220,7 @@ void DataParallel::backward_overlapped(StepState& s) {
   for (int r = 0; r < n; ++r) {
     if (s.chunks[static_cast<size_t>(r)] > 0) continue;
     // No samples: it adds zeros to the sum, ready once they are written.
-    const Tensor g = r == 0 ? grads_ : resident_grads_[r];
+    const Tensor g = replica_gradients(r);
     devices_[r].stream().enqueue(
         [this, g, r, sync, &dev = devices_[r]] {
           zero(dev.exec(), g.data(), g.bytes());
@@ -261,12 +260,12 @@ void DataParallel::finish_allreduce(StepState&) {
 void DataParallel::update_everywhere(StepState& s, StepResult& r) {
   if (micro_.count > 1)  // gradient accumulation: each device sums its gradients (the last all-reduce added them)
     for (int d = 0; d < devices_.size(); ++d)
-      accumulate_gradients(d, d == 0 ? grads_ : resident_grads_[d], accumulated_grads_[static_cast<size_t>(d)],
+      accumulate_gradients(d, replica_gradients(d), accumulated_grads_[static_cast<size_t>(d)],
                            !last_micro_batch());
   if (!last_micro_batch()) return end_phase(all_devices());
   r.lr = lr_;
   for (int d = 0; d < devices_.size(); ++d) {
-    const Tensor grads = d == 0 ? grads_ : resident_grads_[d];
+    const Tensor grads = replica_gradients(d);
     const Tensor skip_if = scaler_.enabled() ? found_inf_flag(d) : Tensor();
     if (clip_ > 0 || (report_norm_ && d == 0) || scaler_.enabled()) enqueue_unscale_and_clip(s, d, grads, skip_if);
     (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(d == 0 ? params_ : resident_params_[d], grads,
