@@ -5,15 +5,18 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
 #include "engine/io/dataset.hpp"
 #include "engine/io/loader.hpp"
+#include "engine/io/read_file.hpp"
 #include "engine/io/safetensors.hpp"
 #include "helpers.hpp"
 
@@ -123,6 +126,34 @@ TEST_CASE("corrupt IDX files are rejected with a message naming the problem") {
   write_bytes(dir.file("bad.gz"), gz);
   CHECK_THROWS_WITH_AS(read_idx_pair(dir.file("bad.gz"), dir.file("lbl.gz")), doctest::Contains("corrupt file"),
                        RuntimeError);
+}
+
+TEST_CASE("read_file: a whole file at its size, an empty one, a pipe, and a clear error for what cannot be read") {
+  TempDir dir;
+  std::string bytes(3 << 20, '\0');  // larger than any stream buffer, every byte value, a zero inside
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
+  write_bytes(dir.file("big"), bytes);
+  CHECK(read_file(dir.file("big")) == bytes);
+  write_bytes(dir.file("empty"), "");
+  CHECK(read_file(dir.file("empty")).empty());
+  // A pipe has no size: read to its end.
+  REQUIRE(mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  const auto old_sigpipe = std::signal(SIGPIPE, SIG_IGN);  // a reader that gives up must not kill the writer
+  std::thread writer([&] { write_bytes(dir.file("fifo"), bytes.substr(0, 100000)); });
+  std::string piped, error;
+  try {
+    piped = read_file(dir.file("fifo"));
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  writer.join();
+  std::signal(SIGPIPE, old_sigpipe);
+  CHECK(error == "");
+  CHECK(piped == bytes.substr(0, 100000));
+  const std::string missing = "cannot open " + dir.file("none") + ": No such file";
+  CHECK_THROWS_WITH_AS(read_file(dir.file("none")), doctest::Contains(missing.c_str()), RuntimeError);
+  const std::string not_a_file = "cannot read " + dir.path.string() + ": it is a directory";
+  CHECK_THROWS_WITH_AS(read_file(dir.path.string()), doctest::Contains(not_a_file.c_str()), RuntimeError);
 }
 
 TEST_CASE("safetensors round-trip with PyTorch's state-dict names, int64 num_batches_tracked") {

@@ -2,33 +2,24 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
+#include "engine/io/read_file.hpp"
 
 namespace dp {
 
 namespace {
 constexpr uint64_t kMaxHeader = 100u << 20;  // the format's own limit on the JSON header
 
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw RuntimeError("cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 const char* dtype_of(const StateEntry& e) { return e.decl.integer ? "I64" : "F32"; }
 size_t elem_size(const std::string& dtype) { return dtype == "I64" ? 8 : 4; }
 
-// Builds the "not a valid safetensors file" error for this path.
-using Fail = std::function<RuntimeError(const std::string&)>;
+RuntimeError not_valid(const std::string& path, const std::string& why) {
+  return RuntimeError(path + ": not a valid safetensors file: " + why);
+}
 
 // The file's bytes split at the JSON header: the header parsed, and where the tensor data begins.
 struct SafetensorsFile {
@@ -37,20 +28,20 @@ struct SafetensorsFile {
   size_t body = 0;  // offset of the data section; data_offsets count from here
 };
 
-SafetensorsFile read_safetensors(const std::string& path, const Fail& fail) {
-  SafetensorsFile f{read_all(path), {}, 0};
+SafetensorsFile read_safetensors(const std::string& path) {
+  SafetensorsFile f{read_file(path), {}, 0};
   const std::string& data = f.data;
-  if (data.size() < 8) throw fail("the file is " + std::to_string(data.size()) + " bytes, too short for a header");
+  if (data.size() < 8) throw not_valid(path, "the file is " + std::to_string(data.size()) + " bytes, too short for a header");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(data[static_cast<size_t>(i)]);
   if (header_len > kMaxHeader || header_len > data.size() - 8)
-    throw fail("header length " + std::to_string(header_len) + " exceeds the file");
+    throw not_valid(path, "header length " + std::to_string(header_len) + " exceeds the file");
   try {
     f.header = nlohmann::json::parse(data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
   } catch (const std::exception& e) {
-    throw fail(std::string("header is not JSON (") + e.what() + ")");
+    throw not_valid(path, std::string("header is not JSON (") + e.what() + ")");
   }
-  if (!f.header.is_object()) throw fail("header is not a JSON object");
+  if (!f.header.is_object()) throw not_valid(path, "header is not a JSON object");
   f.body = 8 + header_len;
   return f;
 }
@@ -74,7 +65,7 @@ std::string model_prefix(const nlohmann::json& header, const ModelLayout& layout
 
 // Checks one header entry against the model's tensor and copies its data into dst as float32.
 void read_tensor(const SafetensorsFile& f, const nlohmann::json& t, const StateEntry& e, float* dst,
-                 const std::string& path, const Fail& fail) {
+                 const std::string& path) {
   const std::string dtype = t.at("dtype").get<std::string>();
   const auto shape = t.at("shape").get<std::vector<int64_t>>();
   const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
@@ -85,9 +76,9 @@ void read_tensor(const SafetensorsFile& f, const nlohmann::json& t, const StateE
   if (!ok_dtype) throw RuntimeError(path + ": tensor '" + e.name + "' has dtype " + dtype + ", expected " + dtype_of(e));
   const uint64_t n = static_cast<uint64_t>(numel(e.shape)), body_len = f.data.size() - f.body;
   if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > body_len)
-    throw fail("tensor '" + e.name + "' has data offsets outside the file");
+    throw not_valid(path, "tensor '" + e.name + "' has data offsets outside the file");
   if (offsets[1] - offsets[0] != n * elem_size(dtype))
-    throw fail("tensor '" + e.name + "' has " + std::to_string(offsets[1] - offsets[0]) + " bytes for " +
+    throw not_valid(path, "tensor '" + e.name + "' has " + std::to_string(offsets[1] - offsets[0]) + " bytes for " +
                std::to_string(n) + " elements of " + dtype);
   const char* src = f.data.data() + f.body + offsets[0];
   if (dtype == "F32") {
@@ -103,8 +94,7 @@ void read_tensor(const SafetensorsFile& f, const nlohmann::json& t, const StateE
 }  // namespace
 
 ModelState load_safetensors(const std::string& path, const ModelLayout& layout) {
-  const Fail fail = [&](const std::string& why) { return RuntimeError(path + ": not a valid safetensors file: " + why); };
-  const SafetensorsFile f = read_safetensors(path, fail);
+  const SafetensorsFile f = read_safetensors(path);
   ModelState state;
   state.params.assign(static_cast<size_t>(layout.parameter_count), 0.f);
   state.buffers.assign(static_cast<size_t>(layout.buffer_count), 0.f);
@@ -114,9 +104,9 @@ ModelState load_safetensors(const std::string& path, const ModelLayout& layout) 
     if (!f.header.contains(name)) throw RuntimeError(path + ": missing tensor '" + name + "'");
     float* dst = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
     try {
-      read_tensor(f, f.header.at(name), e, dst, path, fail);
+      read_tensor(f, f.header.at(name), e, dst, path);
     } catch (const nlohmann::json::exception& ex) {
-      throw fail("entry '" + e.name + "' is malformed (" + ex.what() + ")");
+      throw not_valid(path, "entry '" + e.name + "' is malformed (" + ex.what() + ")");
     }
   }
   return state;

@@ -4,12 +4,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
+#include "engine/io/read_file.hpp"
 #include "engine/random.hpp"
 
 namespace dp {
@@ -17,14 +16,6 @@ namespace dp {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RuntimeError(path + ": cannot open for reading");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw RuntimeError(path + ": read failed");
-  return bytes;
-}
 
 int32_t le32(const std::string& b, size_t at) {
   uint32_t v = 0;
@@ -49,7 +40,7 @@ bool has_image_files(const fs::path& dir) {
 }  // namespace
 
 std::vector<uint16_t> read_token_file(const std::string& path) {
-  const std::string b = read_all(path);
+  const std::string b = read_file(path);
   constexpr size_t kHeaderBytes = kLlmcHeaderInts * 4;
   if (b.size() >= kHeaderBytes && le32(b, 0) == kLlmcMagic) {
     const int32_t version = le32(b, 4);
@@ -112,7 +103,7 @@ TokenData text_token_data(const std::string& text, const std::string& source) {
 
 TokenData load_token_data(const std::string& path) {
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return text_token_data(read_all(path), path);
+  if (fs::is_regular_file(path, ec)) return text_token_data(read_file(path), path);
   if (!fs::is_directory(path, ec)) throw RuntimeError("--data " + path + ": no such file or directory");
   const fs::path dir(path);
   if (fs::exists(dir / "train.bin", ec)) {
@@ -138,7 +129,7 @@ TokenData load_token_data(const std::string& path) {
   if (files.empty()) throw RuntimeError("--data " + path + ": no train.bin and no text files");
   std::sort(files.begin(), files.end());
   std::string text;
-  for (const auto& f : files) text += read_all(f.string());
+  for (const auto& f : files) text += read_file(f.string());
   return text_token_data(text, path + " (" + std::to_string(files.size()) + " text files)");
 }
 
