@@ -58,4 +58,16 @@ Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::js
   return r;
 }
 
+void CheckpointWriter::write(const ModelLayout& layout, int64_t step, Checkpoint c) {
+  finish();
+  writing_ = std::async(std::launch::async, [this, &layout, c = std::move(c), step] {
+    return write_checkpoint(dir_, step, layout, c, keep_);
+  });
+}
+
+const std::string& CheckpointWriter::finish() {
+  if (writing_.valid()) last_ = writing_.get();
+  return last_;
+}
+
 }  // namespace dp::cli

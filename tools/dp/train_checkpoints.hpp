@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -41,5 +42,25 @@ struct Resumed {
 // state, the split when the policy is the same, fp16's loss scale, the step dropout draws from.
 Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate,
                    const SplitPolicy& split);
+
+// --checkpoint's writes: each checkpoint is a host snapshot taken between steps (fast), then
+// written and fsynced by a background thread while training goes on, one write at a time.
+class CheckpointWriter {
+ public:
+  // `dir`: --checkpoint's directory, which keeps the newest `keep` checkpoints.
+  CheckpointWriter(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
+  // Starts writing `c`, the state after `step` steps, once the write before it is done (which
+  // rethrows that write's failure). `layout` must outlive the write.
+  void write(const ModelLayout& layout, int64_t step, Checkpoint c);
+  // Waits for the write in progress (rethrowing its failure); the newest checkpoint written, ""
+  // when none was.
+  const std::string& finish();
+
+ private:
+  std::string dir_;
+  int keep_;
+  std::future<std::string> writing_;
+  std::string last_;
+};
 
 }  // namespace dp::cli
