@@ -58,130 +58,329 @@ std::string held_scaled(bool scaled) {
                 : "";
 }
 
+// What every phase's story is told from: the step, its result, and where it sits in its optimizer
+// step.
+struct StepFacts {
+  StepFacts(const DataParallel& dp, const StepResult& r, const MicroBatchPlace& place);
+  const DataParallel& dp;
+  const StepResult& r;
+  const MicroBatchPlace& place;
+  const ModelDef& m;
+  int n;           // devices, those with no samples this step too
+  int64_t B, P;    // the batch's samples, the model's parameters
+  DType low;       // what replicas, activations and their transfers are stored in: float32 unless mixed
+  bool mixed;      // --precision bf16 or fp16
+  std::string low_name;
+  std::vector<int> active;  // the devices with samples this step
+  bool fp16() const { return r.loss_scale > 0; }
+  // Per sample: [classes], or [T, vocabulary] for a GPT.
+  Shape outputs(int64_t rows) const { return with_batch(rows, m.output_shape()); }
+};
+
+StepFacts::StepFacts(const DataParallel& dp_, const StepResult& r_, const MicroBatchPlace& place_)
+    : dp(dp_), r(r_), place(place_), m(dp_.model()), n(static_cast<int>(r_.chunks.size())), B(r_.batch),
+      P(dp_.layout().parameter_count), low(storage_dtype(dp_.precision())), mixed(low != DType::F32),
+      low_name(dtype_name(low)) {
+  for (int i = 0; i < n; ++i)
+    if (r.chunks[i] > 0) active.push_back(i);
+}
+
+using Stories = std::vector<PhaseStory>;  // one per Phase, in Phase order
+PhaseStory& of(Stories& s, Phase phase) { return s[static_cast<int>(phase)]; }
+
+// " fp16: ... (GradScaler). This step was skipped." when the loss is scaled.
+std::string unscale_and_check(const StepFacts& f, const std::string& how) {
+  return f.fp16() ? how + std::string(f.r.skipped ? " This step was skipped." : "") : "";
+}
+
+// DataParallel's step, phase by phase (tell_allreduce and tell_accumulated_reduce retell what
+// their shapes change).
+
+void tell_load(PhaseStory& load, const StepFacts& f) {
+  load.text = "The whole minibatch is copied from (pinned) host memory to device 0, the output device "
+              "(\"GPU0\"). Everything starts and ends there.";
+  if (f.m.language_model()) {
+    load.tensors = {{"token ids", with_batch(f.B, f.m.input_shape), 0, DType::I32},
+                    {"next tokens", with_batch(f.B, f.m.target_shape), 0, DType::I32}};
+    load.carried = "int32 token ids and next tokens";
+  } else {
+    load.tensors = {{"images", with_batch(f.B, f.m.input_shape), 0}, {"labels", {f.B}, 0, DType::I32}};
+    load.carried = "float32 images, int32 labels";
+  }
+}
+
+void tell_scatter(PhaseStory& sc, const StepFacts& f) {
+  const std::string& split_text = f.dp.split().text;
+  std::ostringstream t;
+  if (split_text == "even") {
+    const int64_t chunk = (f.B + f.n - 1) / f.n;
+    t << "The batch is cut along dim 0 like torch.chunk(" << f.B << ", " << f.n << "): chunks of ceil(" << f.B << "/"
+      << f.n << ") = " << chunk << " samples, the last one takes what is left: " << join_sizes(f.r.chunks) << ".";
+    if (static_cast<int>(f.active.size()) < f.n)
+      t << " Only " << f.active.size() << " chunks come out, so only " << f.active.size()
+        << " replicas run and the remaining device(s) sit this step out (PyTorch's fewer-chunks rule).";
+  } else {
+    t << "The batch is cut along dim 0 by --split " << split_text << ": " << join_sizes(f.r.chunks) << ".";
+  }
+  t << " Chunk 0 stays on device 0 as a view (no copy); every other chunk is copied device 0 -> device i.";
+  sc.text = t.str();
+  for (int i : f.active)
+    sc.tensors.push_back({"chunk " + std::to_string(i), with_batch(f.r.chunks[i], f.m.input_shape), i, f.m.input_dtype});
+  sc.carried = std::string(dtype_name(f.m.input_dtype)) + " inputs" + (f.dp.loss_mode() == LossMode::InReplica ? ", int32 labels" : "");
+}
+
+void tell_replicate(PhaseStory& rep, const StepFacts& f) {
+  rep.text = "The master parameters (" + std::to_string(f.P) +
+             " floats) and buffers are broadcast from device 0 to every other active device, coalesced into ~10 "
+             "MiB buckets. Replica 0 is the master itself: nothing is copied for it. DataParallel does this on "
+             "every step.";
+  for (int i : f.active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {f.P}, i, f.low});
+  rep.carried = f.low_name + " parameters" + (f.dp.layout().buffer_count > 0 ? ", float32 buffers" : "");
+  if (f.mixed)
+    rep.text = "Device 0 rounds the float32 master parameters (" + std::to_string(f.P) + " values) to " + f.low_name +
+               " once; replica 0 runs on that copy and every other active device receives it, coalesced into ~10 "
+               "MiB buckets: half the bytes of float32. Buffers (BatchNorm's running statistics) stay float32. "
+               "DataParallel does this on every step.";
+}
+
+void tell_forward(PhaseStory& fw, const StepFacts& f) {
+  fw.text = "Each replica runs the model forward on its own chunk, on its own device stream, all at once.";
+  for (int i : f.active) fw.tensors.push_back({"output " + std::to_string(i), f.outputs(f.r.chunks[i]), i, f.low});
+  if (f.mixed)
+    fw.text += " Matrix products and convolutions take " + f.low_name +
+               " operands and accumulate in float32; BatchNorm, LayerNorm and softmax compute in float32; every "
+               "activation is stored in " + f.low_name + ".";
+}
+
+// --loss in-replica (and DDP's shape): each replica computes its own loss after forward; device 0
+// gathers only scalars.
+void tell_loss_in_replica(Stories& s, const StepFacts& f) {
+  const bool ddp = f.dp.sync_mode() == SyncMode::AllReduce;
+  of(s, Phase::Forward).text += std::string(ddp ? " In DDP's shape" : " With --loss in-replica") +
+                                " each replica also computes its chunk's loss sum and the gradient of " +
+                                mean_loss(f.place) + " with respect to its own outputs.";
+  if (!ddp) {  // DDP's shape gathers nothing (tell_allreduce)
+    PhaseStory& ga = of(s, Phase::Gather);
+    ga.text = "Only scalars travel: each replica's [loss sum, correct count] is gathered on device 0. No logits "
+              "are gathered, so device 0 holds no [batch, classes] outputs or gradient (beyond DataParallel).";
+    ga.tensors = {{"gathered scalars", {static_cast<int64_t>(f.active.size()), 2}, 0}};
+    ga.carried = "float32 scalars";
+    of(s, Phase::Loss).text = "Device 0 adds the replicas' sums and divides by the " +
+                              std::string(f.place.accumulating() ? "step's rows" : "batch") + ": " +
+                              reported_loss(f.m, f.r, f.place) +
+                              ", the same value and gradients as DataParallel's gathered loss.";
+  }
+  of(s, Phase::Backward).text =
+      "Each replica runs backward from the loss gradient it computed itself; nothing is scattered. Replica 0 "
+      "writes straight into the master's gradients; the others into their own.";
+}
+
+// DataParallel's loss: the outputs gathered on device 0, the loss and its gradient there, the
+// gradient scattered back for backward.
+void tell_gathered_loss(Stories& s, const StepFacts& f) {
+  PhaseStory& ga = of(s, Phase::Gather);
+  ga.text = "The outputs are concatenated along dim 0 on device 0, in chunk order: device 0 now holds the "
+            "whole batch's logits — one part of the GPU0 hotspot.";
+  ga.tensors = {{"gathered outputs", f.outputs(f.B), 0, f.low}};
+  ga.carried = f.low_name + " outputs";
+  PhaseStory& lo = of(s, Phase::Loss);
+  const int64_t rows = f.place.accumulating() ? f.place.step_targets : f.r.targets;
+  lo.text = std::string(f.place.accumulating() ? "The loss is computed on device 0 over this micro-batch's gathered "
+                                                 "outputs: "
+                                               : "The loss is computed on device 0 over the whole gathered batch: ") +
+            reported_loss(f.m, f.r, f.place) + ". Its gradient with respect to the logits (softmax − one-hot, divided by " +
+            rows_text(f.m, rows) + ") is also on device 0" +
+            (f.place.accumulating() ? ": the micro-batches' gradients add up to the gradient of the step's mean loss."
+                                    : ".");
+  lo.tensors = {{"loss gradient", f.outputs(f.B), 0, f.low}};
+  if (f.mixed)
+    lo.text += " The loss reads the " + f.low_name + " logits and computes in float32; its gradient is stored in " +
+               f.low_name + (f.fp16() ? ", multiplied by the loss scale (" + std::to_string(static_cast<int64_t>(f.r.loss_scale)) +
+                                            ") so that small gradients survive float16"
+                                      : std::string()) +
+               ".";
+  PhaseStory& bw = of(s, Phase::Backward);
+  bw.carried = f.low_name + " output gradients";
+  bw.text = "The loss gradient is scattered back with the same chunk sizes, and each replica runs backward on its "
+            "own stream. Replica 0 writes straight into the master's gradients; the others into their own.";
+  for (int i : f.active) bw.tensors.push_back({"grad of output " + std::to_string(i), f.outputs(f.r.chunks[i]), i, f.low});
+}
+
+// Gather, loss and backward: where the loss is computed decides all three.
+void tell_loss(Stories& s, const StepFacts& f) {
+  if (f.dp.loss_mode() == LossMode::InReplica)
+    tell_loss_in_replica(s, f);
+  else
+    tell_gathered_loss(s, f);
+  if (f.mixed) {  // no replica aliases the float32 master
+    std::string& bw = of(s, Phase::Backward).text;
+    const std::string aliasing = "Replica 0 writes straight into the master's gradients; the others into their own.";
+    if (const auto at = bw.find(aliasing); at != std::string::npos)
+      bw.replace(at, aliasing.size(), "Every replica, replica 0 included, writes its own " + f.low_name + " gradients.");
+  }
+}
+
+void tell_reduce(PhaseStory& re, const StepFacts& f) {
+  const bool in_place = reduce_reads_in_place(f.dp, f.active);
+  const std::string received =
+      in_place ? "read by device 0 where they are (logical devices of one GPU share its memory: no buffers) and "
+                 "summed in one pass into "
+               : "sent to device 0, received into buffers there, and summed into ";
+  re.text = "Every other replica's gradients are " + received + "the master gradients (reduce-add" +
+            (in_place ? "" : ", bucketed") + "). The sum over replicas, with the loss a mean over the whole batch, "
+            "equals one device's gradient on the full batch.";
+  if (!in_place)
+    for (int i : f.active)
+      if (i != 0) re.tensors.push_back({"received gradients of replica " + std::to_string(i), {f.P}, 0, f.low});
+  re.carried = f.low_name + " gradients";
+  if (f.mixed) {
+    re.text = "Every replica wrote " + f.low_name + " gradients. Replica 0's are widened into the float32 master "
+              "gradients on device 0; every other replica's are " +
+              (in_place ? "read by device 0 where they are, in " + f.low_name + ", and summed in one pass into the "
+                          "float32 master (reduce-add)."
+                        : "sent to device 0 in " + f.low_name + " (half the bytes), received into buffers there and "
+                          "summed into the float32 master (reduce-add, bucketed).");
+    re.tensors.insert(re.tensors.begin(), TensorNote{"master gradients", {f.P}, 0});
+  }
+}
+
+void tell_update(PhaseStory& up, const StepFacts& f) {
+  up.text = "SGD updates the master parameters on device 0. The optimizer state (momentum) lives on device 0 only; "
+            "the next step replicates the new parameters again.";
+  up.tensors = {{"parameters", {f.P}, 0}, {"momentum", {f.P}, 0}};
+  if (f.mixed)
+    up.text += " Master parameters, gradients and optimizer state are float32: the update is float32." +
+               unscale_and_check(f, " fp16: the gradients are first divided by the loss scale and checked for inf/NaN; "
+                                     "a step with any is skipped and the scale halved (GradScaler).");
+}
+
 // --sync allreduce, a micro-batch before an accumulated step's last: DDP's no_sync. Nothing crosses
 // a link after forward; each device sums its own gradients.
-// `low`: the replicas' 16-bit gradient type under mixed precision ("" in float32).
-void no_sync(std::vector<PhaseStory>& s, int64_t P, int n, bool scaled, const std::string& low,
-             const MicroBatchPlace& place) {
-  s[static_cast<int>(Phase::Backward)].text +=
-      " No bucket is all-reduced (" + which_micro_batch(place) + ", DDP's no_sync): each device keeps these "
+void no_sync(Stories& s, const StepFacts& f) {
+  of(s, Phase::Backward).text +=
+      " No bucket is all-reduced (" + which_micro_batch(f.place) + ", DDP's no_sync): each device keeps these "
       "gradients to itself.";
-  s[static_cast<int>(Phase::Reduce)] = {
+  of(s, Phase::Reduce) = {
       "Nothing is all-reduced for this micro-batch: under --accumulate only a step's last micro-batch is, each "
       "device adding in the sum it kept of the ones before (DDP's no_sync). No byte crosses a link.",
       {}};
-  PhaseStory& up = s[static_cast<int>(Phase::Update)];
-  up.text = "No update yet (" + which_micro_batch(place) + "): each device " +
-            (low.empty() ? std::string() : "widens its " + low + " gradients into float32 ones and ") +
-            (place.index == 0 ? std::string("sets its gradients aside")
-                              : std::string("adds the sum it kept of the micro-batches before into its gradients and "
-                                            "sets that aside")) +
+  PhaseStory& up = of(s, Phase::Update);
+  up.text = "No update yet (" + which_micro_batch(f.place) + "): each device " +
+            (f.mixed ? "widens its " + f.low_name + " gradients into float32 ones and " : std::string()) +
+            (f.place.index == 0 ? std::string("sets its gradients aside")
+                                : std::string("adds the sum it kept of the micro-batches before into its gradients and "
+                                              "sets that aside")) +
             " in one more gradient-sized float32 buffer, so the next micro-batch's backward writes fresh gradients. "
-            "Parameters and optimizer state are untouched." + held_scaled(scaled);
+            "Parameters and optimizer state are untouched." + held_scaled(f.fp16());
   up.tensors.clear();
-  for (int i = 0; i < n; ++i) up.tensors.push_back({"accumulated gradients", {P}, i});
+  for (int i = 0; i < f.n; ++i) up.tensors.push_back({"accumulated gradients", {f.P}, i});
 }
 
-// --sync allreduce: the phases that differ from DataParallel's, with the ring's bytes beside the
-// ones device 0 would receive in DataParallel's reduce.
-void tell_allreduce(std::vector<PhaseStory>& s, const DataParallel& dp, const StepResult& r,
-                    const std::vector<int>& active, const MicroBatchPlace& place) {
-  const int n = static_cast<int>(r.chunks.size());
-  const ModelDef& m = dp.model();
-  const int64_t P = dp.layout().parameter_count, bytes = P * 4;
-  const DType low = storage_dtype(dp.precision());
-  const bool mixed = low != DType::F32;
-  const std::string low_name = dtype_name(low);
-  auto& load = s[static_cast<int>(Phase::Load)];
+// --sync allreduce up to backward: each device loads its own chunk, keeps its replica resident and
+// computes its own loss; nothing is scattered, replicated or gathered.
+void allreduce_until_backward(Stories& s, const StepFacts& f) {
+  PhaseStory& load = of(s, Phase::Load);
   load.text = "--sync allreduce (DistributedDataParallel's shape): each device receives its own chunk straight from "
               "host memory; nothing is staged on device 0.";
   load.tensors.clear();
-  for (int i : active)
-    load.tensors.push_back({"chunk " + std::to_string(i), with_batch(r.chunks[i], m.input_shape), i, m.input_dtype});
-  s[static_cast<int>(Phase::Scatter)] = {"Nothing to scatter: every device loaded its chunk itself.", {}};
-  s[static_cast<int>(Phase::Replicate)] = {
-      "Nothing to replicate: the replicas stay resident from step to step, equal because every device applies the "
-      "same update. Only device 0's buffers (BatchNorm's running statistics) are broadcast before forward, as DDP's "
-      "broadcast_buffers does.",
-      {},
-      "float32 buffers"};
-  if (mixed) {  // DDP under autocast: float32 state everywhere, each device its own 16-bit copy
-    auto& rep = s[static_cast<int>(Phase::Replicate)];
+  for (int i : f.active)
+    load.tensors.push_back({"chunk " + std::to_string(i), with_batch(f.r.chunks[i], f.m.input_shape), i, f.m.input_dtype});
+  of(s, Phase::Scatter) = {"Nothing to scatter: every device loaded its chunk itself.", {}};
+  PhaseStory& rep = of(s, Phase::Replicate);
+  rep = {"Nothing to replicate: the replicas stay resident from step to step, equal because every device applies the "
+         "same update. Only device 0's buffers (BatchNorm's running statistics) are broadcast before forward, as DDP's "
+         "broadcast_buffers does.",
+         {},
+         "float32 buffers"};
+  if (f.mixed) {  // DDP under autocast: float32 state everywhere, each device its own 16-bit copy
     rep.text += " Mixed precision: every device keeps float32 parameters and runs forward and backward on its own " +
-                low_name + " copy of them, which it rounded itself after the last update (autocast's cast of the "
+                f.low_name + " copy of them, which it rounded itself after the last update (autocast's cast of the "
                 "weights): nothing crosses a link for it.";
-    for (int i : active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {P}, i, low});
+    for (int i : f.active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {f.P}, i, f.low});
   }
-  s[static_cast<int>(Phase::Gather)] = {
+  of(s, Phase::Gather) = {
       "Nothing is gathered: each replica keeps its outputs and its loss. The host adds the replicas' [loss sum, "
       "correct count] once the step is done, only to report the batch's mean loss; no device waits for another's "
       "forward.",
       {}};
-  s[static_cast<int>(Phase::Loss)] = {
-      "No loss on device 0: each replica computed its chunk's loss sum and the gradient of " + mean_loss(place) +
-          " after its forward. Reported: " + reported_loss(m, r, place) + ".",
-      {}};
-  if (mixed && r.loss_scale > 0)
-    s[static_cast<int>(Phase::Loss)].text += " fp16: each replica's loss gradient was multiplied by the loss scale (" +
-                                             std::to_string(static_cast<int64_t>(r.loss_scale)) +
-                                             ") so that small gradients survive float16.";
-  auto& bw = s[static_cast<int>(Phase::Backward)];
-  if (place.accumulating() && !place.last()) {  // DDP's no_sync: this micro-batch starts no bucket
-    no_sync(s, P, n, r.loss_scale > 0, mixed ? low_name : std::string(), place);
-    return;
-  }
+  PhaseStory& lo = of(s, Phase::Loss);
+  lo = {"No loss on device 0: each replica computed its chunk's loss sum and the gradient of " + mean_loss(f.place) +
+            " after its forward. Reported: " + reported_loss(f.m, f.r, f.place) + ".",
+        {}};
+  if (f.mixed && f.fp16())
+    lo.text += " fp16: each replica's loss gradient was multiplied by the loss scale (" +
+               std::to_string(static_cast<int64_t>(f.r.loss_scale)) + ") so that small gradients survive float16.";
+}
+
+// --sync allreduce: buckets all-reduced during backward, by a ring whose bytes are set beside the
+// ones device 0 would receive in DataParallel's reduce.
+void allreduce_buckets(Stories& s, const StepFacts& f) {
+  PhaseStory& bw = of(s, Phase::Backward);
   bw.text += " The gradients are cut into buckets (--bucket-mb) from the last layer backwards; as soon as every "
              "module of a bucket has run backward on every device, that bucket's ring all-reduce starts on the "
              "devices' communication threads (on a GPU, enqueued on their communication streams) while backward goes "
              "on with earlier layers (see the trace).";
-  if (mixed)
-    bw.text += " Each device first widens the bucket's " + low_name +
+  if (f.mixed)
+    bw.text += " Each device first widens the bucket's " + f.low_name +
                " gradients into its float32 gradients: autocast leaves float32 gradients on float32 parameters, and "
                "those are what DDP all-reduces.";
   // What DataParallel's reduce would move: every other replica's gradients, 16-bit under mixed precision.
-  const int64_t dp_bytes = static_cast<int64_t>(active.size() > 0 ? active.size() - 1 : 0) * P *
-                           static_cast<int64_t>(dtype_size(low));
+  const int64_t bytes = f.P * 4;
+  const int64_t dp_bytes = static_cast<int64_t>(f.active.size() > 0 ? f.active.size() - 1 : 0) * f.P *
+                           static_cast<int64_t>(dtype_size(f.low));
   std::ostringstream re;
   re << "The ring all-reduce (reduce-scatter, then all-gather) leaves every device with the sum of all replicas' "
-     << "gradients: each device sends 2(N-1)/N of them, " << format_bytes(n > 1 ? 2 * (n - 1) * bytes / n : 0)
+     << "gradients: each device sends 2(N-1)/N of them, " << format_bytes(f.n > 1 ? 2 * (f.n - 1) * bytes / f.n : 0)
      << " here, whatever N is; DataParallel's reduce makes device 0 receive " << format_bytes(dp_bytes)
-     << " (every other replica's " << (mixed ? low_name + " " : std::string()) << "gradients)."
-     << (mixed ? " The ring carries float32, twice the bytes of a 16-bit value, as DDP under autocast does." : "")
+     << " (every other replica's " << (f.mixed ? f.low_name + " " : std::string()) << "gradients)."
+     << (f.mixed ? " The ring carries float32, twice the bytes of a 16-bit value, as DDP under autocast does." : "")
      << " This phase only waits for the buckets still in flight when backward ended.";
-  if (place.accumulating())
-    re << " With --accumulate " << place.count << ", each device added its own sum of the "
-       << micro_batches_text(place.count - 1) << " before into each bucket just before that bucket's all-reduce (DDP's no_sync until the "
+  if (f.place.accumulating())
+    re << " With --accumulate " << f.place.count << ", each device added its own sum of the "
+       << micro_batches_text(f.place.count - 1) << " before into each bucket just before that bucket's all-reduce (DDP's no_sync until the "
           "last micro-batch): one all-reduce per optimizer step, whatever the micro-batches, where DataParallel's "
           "reduce runs on every micro-batch.";
-  s[static_cast<int>(Phase::Reduce)] = {re.str(), {}, "float32 gradients"};
-  for (int i = 0; i < n; ++i) s[static_cast<int>(Phase::Reduce)].tensors.push_back({"gradients (all-reduced)", {P}, i});
-  auto& up = s[static_cast<int>(Phase::Update)];
-  up.text = std::string(place.accumulating() ? "The step's one update, on the gradients of all its micro-batches. " : "") +
+  PhaseStory& reduce = of(s, Phase::Reduce);
+  reduce = {re.str(), {}, "float32 gradients"};
+  for (int i = 0; i < f.n; ++i) reduce.tensors.push_back({"gradients (all-reduced)", {f.P}, i});
+}
+
+// --sync allreduce: every device updates its own copy.
+void allreduce_update(PhaseStory& up, const StepFacts& f) {
+  up.text = std::string(f.place.accumulating() ? "The step's one update, on the gradients of all its micro-batches. " : "") +
             "Every device runs the optimizer on its own copy with its own state: the same update everywhere, so "
             "no device holds more than another (no GPU0 hotspot), and nothing is broadcast next step.";
-  if (mixed)
-    up.text += " The update is float32; then every device rounds its new parameters into its " + low_name + " copy." +
-               (r.loss_scale > 0 ? " fp16: every device first divides its gradients by the loss scale and checks them "
-                                   "for inf/NaN; they are the same all-reduced values everywhere, so a step with any is "
-                                   "skipped on every device alike and the scale halved (GradScaler)." +
-                                       std::string(r.skipped ? " This step was skipped." : "")
-                                 : "");
+  if (f.mixed)
+    up.text += " The update is float32; then every device rounds its new parameters into its " + f.low_name + " copy." +
+               unscale_and_check(f, " fp16: every device first divides its gradients by the loss scale and checks them "
+                                    "for inf/NaN; they are the same all-reduced values everywhere, so a step with any is "
+                                    "skipped on every device alike and the scale halved (GradScaler).");
   up.tensors.clear();
-  for (int i = 0; i < n; ++i) {
-    up.tensors.push_back({"parameters and optimizer state", {P}, i});
-    if (mixed) up.tensors.push_back({"parameters, rounded for the next step", {P}, i, low});
+  for (int i = 0; i < f.n; ++i) {
+    up.tensors.push_back({"parameters and optimizer state", {f.P}, i});
+    if (f.mixed) up.tensors.push_back({"parameters, rounded for the next step", {f.P}, i, f.low});
   }
+}
+
+// --sync allreduce: the phases that differ from DataParallel's.
+void tell_allreduce(Stories& s, const StepFacts& f) {
+  allreduce_until_backward(s, f);
+  if (f.place.accumulating() && !f.place.last()) {  // DDP's no_sync: this micro-batch starts no bucket
+    no_sync(s, f);
+    return;
+  }
+  allreduce_buckets(s, f);
+  allreduce_update(of(s, Phase::Update), f);
 }
 
 // --accumulate under DataParallel's reduce: every micro-batch replicates and reduces; only the
 // last updates, on the sum device 0 kept of the ones before.
-void tell_accumulated_reduce(std::vector<PhaseStory>& s, const DataParallel& dp, const StepResult& r,
-                             const MicroBatchPlace& place) {
-  const int64_t P = dp.layout().parameter_count;
-  s[static_cast<int>(Phase::Replicate)].text +=
+void tell_accumulated_reduce(Stories& s, const StepFacts& f) {
+  const MicroBatchPlace& place = f.place;
+  of(s, Phase::Replicate).text +=
       " With --accumulate " + std::to_string(place.count) + " it does so for every micro-batch, although the master "
       "changes only once a step: " + std::to_string(place.count) + " broadcasts for one update.";
-  PhaseStory& up = s[static_cast<int>(Phase::Update)];
+  PhaseStory& up = of(s, Phase::Update);
   if (!place.last()) {
     up.text = "No update yet (" + which_micro_batch(place) + "): device 0 " +
               (place.index == 0 ? std::string("sets the reduced gradients aside")
@@ -189,11 +388,11 @@ void tell_accumulated_reduce(std::vector<PhaseStory>& s, const DataParallel& dp,
                                               "gradients and sets that aside")) +
               " in one more gradient-sized float32 buffer (counted as gradients), so the next micro-batch's backward "
               "and reduce write fresh master gradients. Parameters and optimizer state are untouched, so the next "
-              "micro-batch replicates the same parameters again." + held_scaled(r.loss_scale > 0);
-    up.tensors = {{"accumulated gradients", {P}, 0}};
+              "micro-batch replicates the same parameters again." + held_scaled(f.fp16());
+    up.tensors = {{"accumulated gradients", {f.P}, 0}};
     return;
   }
-  std::string& reduce = s[static_cast<int>(Phase::Reduce)].text;
+  std::string& reduce = of(s, Phase::Reduce).text;
   const std::string whole = "The sum over replicas, with the loss a mean over the whole batch, equals one device's "
                             "gradient on the full batch.";
   if (const auto at = reduce.find(whole); at != std::string::npos)
@@ -202,37 +401,37 @@ void tell_accumulated_reduce(std::vector<PhaseStory>& s, const DataParallel& dp,
   up.text = "Device 0 first adds the sum it kept of the " + micro_batches_text(place.count - 1) + " before into the reduced gradients: the gradient of the step's mean loss, as one batch "
             "of all of them would give (BatchNorm aside: each micro-batch normalised itself). Then the step's one "
             "update: " + up.text;
-  up.tensors.insert(up.tensors.begin(), TensorNote{"accumulated gradients (added in)", {P}, 0});
+  up.tensors.insert(up.tensors.begin(), TensorNote{"accumulated gradients (added in)", {f.P}, 0});
 }
 
 // The GPT's --dropout: where its masks come from, so that splitting the batch changes none of them.
-void tell_dropout(std::vector<PhaseStory>& s, const ModelDef& m) {
+void tell_dropout(Stories& s, const ModelDef& m) {
   std::ostringstream p;
   p << m.dropout;
-  s[static_cast<int>(Phase::Forward)].text +=
+  of(s, Phase::Forward).text +=
       " Dropout " + p.str() +
       " (nanoGPT's four places: after the embeddings, on the attention probabilities, after attention's and the "
       "MLP's projections) zeroes each element with that probability and scales the rest by 1/(1 − " + p.str() +
       "). Each mask bit is a hash of the step's key (seed, step), the site, the sample's place in the step's "
       "whole batch (over its micro-batches and processes) and the element: no random stream is shared, so the "
       "replicas together drop exactly what one device would drop for the whole batch, however it is split.";
-  s[static_cast<int>(Phase::Backward)].text +=
+  of(s, Phase::Backward).text +=
       " Dropout keeps no mask: backward hashes the same bits again and lets through the gradient of what forward "
       "let through.";
 }
 
 // --recompute blocks[:N]: what forward keeps and what backward does first.
-void tell_recompute(std::vector<PhaseStory>& s, const DataParallel& dp) {
+void tell_recompute(Stories& s, const DataParallel& dp) {
   const int64_t n = dp.recomputed_blocks(), all = dp.blocks();
   const bool every = n == all;
-  s[static_cast<int>(Phase::Forward)].text +=
+  of(s, Phase::Forward).text +=
       " --recompute: " +
       (every ? std::string("each block") : "each of the first " + std::to_string(n) + " of " + std::to_string(all) +
                                                " blocks") +
       " (a ResNet BasicBlock, a GPT Block) keeps only its input once its forward is done, and drops the activations "
       "it made, so a replica holds " + (every ? "its blocks' inputs" : "those blocks' inputs") +
       " rather than their activations until backward.";
-  s[static_cast<int>(Phase::Backward)].text +=
+  of(s, Phase::Backward).text +=
       std::string(every ? " Before each block's backward" : " Before the backward of each of those blocks") +
       ", the replica runs that block's forward again from its kept input (the same "
       "values bit for bit: BatchNorm normalises with the same batch statistics and leaves the running ones alone the "
@@ -244,159 +443,20 @@ void tell_recompute(std::vector<PhaseStory>& s, const DataParallel& dp) {
 }  // namespace
 
 std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const MicroBatchPlace& place) {
-  const std::string& split_text = dp.split().text;
-  const int n = static_cast<int>(r.chunks.size());
-  const ModelDef& m = dp.model();
-  const int64_t B = r.batch, P = dp.layout().parameter_count;
-  const Shape out = m.output_shape();  // per sample: [classes], or [T, vocabulary] for a GPT
-  auto outputs = [&](int64_t rows) { return with_batch(rows, out); };
-  // Mixed precision: what replicas, activations and their transfers are stored in.
-  const DType low = storage_dtype(dp.precision());
-  const bool mixed = low != DType::F32;
-  const std::string low_name = dtype_name(low), in_name = dtype_name(m.input_dtype);
-  std::vector<int> active;
-  for (int i = 0; i < n; ++i)
-    if (r.chunks[i] > 0) active.push_back(i);
-  std::vector<PhaseStory> s(kNumPhases);
-  auto& load = s[static_cast<int>(Phase::Load)];
-  load.text = "The whole minibatch is copied from (pinned) host memory to device 0, the output device "
-              "(\"GPU0\"). Everything starts and ends there.";
-  if (m.language_model()) {
-    load.tensors = {{"token ids", with_batch(B, m.input_shape), 0, DType::I32},
-                    {"next tokens", with_batch(B, m.target_shape), 0, DType::I32}};
-    load.carried = "int32 token ids and next tokens";
-  } else {
-    load.tensors = {{"images", with_batch(B, m.input_shape), 0}, {"labels", {B}, 0, DType::I32}};
-    load.carried = "float32 images, int32 labels";
-  }
-
-  auto& sc = s[static_cast<int>(Phase::Scatter)];
-  std::ostringstream t;
-  if (split_text == "even") {
-    const int64_t chunk = (B + n - 1) / n;
-    t << "The batch is cut along dim 0 like torch.chunk(" << B << ", " << n << "): chunks of ceil(" << B << "/" << n
-      << ") = " << chunk << " samples, the last one takes what is left: " << join_sizes(r.chunks) << ".";
-    if (static_cast<int>(active.size()) < n)
-      t << " Only " << active.size() << " chunks come out, so only " << active.size()
-        << " replicas run and the remaining device(s) sit this step out (PyTorch's fewer-chunks rule).";
-  } else {
-    t << "The batch is cut along dim 0 by --split " << split_text << ": " << join_sizes(r.chunks) << ".";
-  }
-  t << " Chunk 0 stays on device 0 as a view (no copy); every other chunk is copied device 0 -> device i.";
-  sc.text = t.str();
-  for (int i : active)
-    sc.tensors.push_back({"chunk " + std::to_string(i), with_batch(r.chunks[i], m.input_shape), i, m.input_dtype});
-  sc.carried = in_name + " inputs" + (dp.loss_mode() == LossMode::InReplica ? ", int32 labels" : "");
-
-  auto& rep = s[static_cast<int>(Phase::Replicate)];
-  rep.text = "The master parameters (" + std::to_string(P) +
-             " floats) and buffers are broadcast from device 0 to every other active device, coalesced into ~10 "
-             "MiB buckets. Replica 0 is the master itself: nothing is copied for it. DataParallel does this on "
-             "every step.";
-  for (int i : active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {P}, i, low});
-  rep.carried = low_name + " parameters" + (dp.layout().buffer_count > 0 ? ", float32 buffers" : "");
-  if (mixed)
-    rep.text = "Device 0 rounds the float32 master parameters (" + std::to_string(P) + " values) to " + low_name +
-               " once; replica 0 runs on that copy and every other active device receives it, coalesced into ~10 "
-               "MiB buckets: half the bytes of float32. Buffers (BatchNorm's running statistics) stay float32. "
-               "DataParallel does this on every step.";
-
-  auto& fw = s[static_cast<int>(Phase::Forward)];
-  fw.text = "Each replica runs the model forward on its own chunk, on its own device stream, all at once.";
-  for (int i : active) fw.tensors.push_back({"output " + std::to_string(i), outputs(r.chunks[i]), i, low});
-  if (mixed)
-    fw.text += " Matrix products and convolutions take " + low_name +
-               " operands and accumulate in float32; BatchNorm, LayerNorm and softmax compute in float32; every "
-               "activation is stored in " + low_name + ".";
-
-  auto& ga = s[static_cast<int>(Phase::Gather)];
-  auto& lo = s[static_cast<int>(Phase::Loss)];
-  auto& bw = s[static_cast<int>(Phase::Backward)];
-  if (dp.loss_mode() == LossMode::InReplica) {
-    fw.text += std::string(dp.sync_mode() == SyncMode::AllReduce ? " In DDP's shape" : " With --loss in-replica") +
-               " each replica also computes its chunk's loss sum and the gradient of " + mean_loss(place) +
-               " with respect to its own outputs.";
-    if (dp.sync_mode() != SyncMode::AllReduce) {  // DDP's shape gathers nothing (tell_allreduce)
-      ga.text = "Only scalars travel: each replica's [loss sum, correct count] is gathered on device 0. No logits "
-                "are gathered, so device 0 holds no [batch, classes] outputs or gradient (beyond DataParallel).";
-      ga.tensors = {{"gathered scalars", {static_cast<int64_t>(active.size()), 2}, 0}};
-      ga.carried = "float32 scalars";
-      lo.text = "Device 0 adds the replicas' sums and divides by the " +
-                std::string(place.accumulating() ? "step's rows" : "batch") + ": " + reported_loss(m, r, place) +
-                ", the same value and gradients as DataParallel's gathered loss.";
-    }
-    bw.text = "Each replica runs backward from the loss gradient it computed itself; nothing is scattered. Replica 0 "
-              "writes straight into the master's gradients; the others into their own.";
-  } else {
-    ga.text = "The outputs are concatenated along dim 0 on device 0, in chunk order: device 0 now holds the "
-              "whole batch's logits — one part of the GPU0 hotspot.";
-    ga.tensors = {{"gathered outputs", outputs(B), 0, low}};
-    ga.carried = low_name + " outputs";
-    const int64_t rows = place.accumulating() ? place.step_targets : r.targets;
-    lo.text = std::string(place.accumulating() ? "The loss is computed on device 0 over this micro-batch's gathered "
-                                                 "outputs: "
-                                               : "The loss is computed on device 0 over the whole gathered batch: ") +
-              reported_loss(m, r, place) + ". Its gradient with respect to the logits (softmax − one-hot, divided by " +
-              rows_text(m, rows) + ") is also on device 0" +
-              (place.accumulating() ? ": the micro-batches' gradients add up to the gradient of the step's mean loss."
-                                    : ".");
-    lo.tensors = {{"loss gradient", outputs(B), 0, low}};
-    if (mixed)
-      lo.text += " The loss reads the " + low_name + " logits and computes in float32; its gradient is stored in " +
-                 low_name + (r.loss_scale > 0 ? ", multiplied by the loss scale (" + std::to_string(static_cast<int64_t>(r.loss_scale)) +
-                                                   ") so that small gradients survive float16"
-                                              : std::string()) +
-                 ".";
-    bw.carried = low_name + " output gradients";
-    bw.text = "The loss gradient is scattered back with the same chunk sizes, and each replica runs backward on its "
-              "own stream. Replica 0 writes straight into the master's gradients; the others into their own.";
-    for (int i : active) bw.tensors.push_back({"grad of output " + std::to_string(i), outputs(r.chunks[i]), i, low});
-  }
-
-  if (mixed) {  // no replica aliases the float32 master
-    const std::string aliasing = "Replica 0 writes straight into the master's gradients; the others into their own.";
-    if (const auto at = bw.text.find(aliasing); at != std::string::npos)
-      bw.text.replace(at, aliasing.size(), "Every replica, replica 0 included, writes its own " + low_name + " gradients.");
-  }
-
-  auto& re = s[static_cast<int>(Phase::Reduce)];
-  const bool in_place = reduce_reads_in_place(dp, active);
-  const std::string received =
-      in_place ? "read by device 0 where they are (logical devices of one GPU share its memory: no buffers) and "
-                 "summed in one pass into "
-               : "sent to device 0, received into buffers there, and summed into ";
-  re.text = "Every other replica's gradients are " + received + "the master gradients (reduce-add" +
-            (in_place ? "" : ", bucketed") + "). The sum over replicas, with the loss a mean over the whole batch, "
-            "equals one device's gradient on the full batch.";
-  if (!in_place)
-    for (int i : active)
-      if (i != 0) re.tensors.push_back({"received gradients of replica " + std::to_string(i), {P}, 0, low});
-  re.carried = low_name + " gradients";
-  if (mixed) {
-    re.text = "Every replica wrote " + low_name + " gradients. Replica 0's are widened into the float32 master "
-              "gradients on device 0; every other replica's are " +
-              (in_place ? "read by device 0 where they are, in " + low_name + ", and summed in one pass into the "
-                          "float32 master (reduce-add)."
-                        : "sent to device 0 in " + low_name + " (half the bytes), received into buffers there and "
-                          "summed into the float32 master (reduce-add, bucketed).");
-    re.tensors.insert(re.tensors.begin(), TensorNote{"master gradients", {P}, 0});
-  }
-
-  auto& up = s[static_cast<int>(Phase::Update)];
-  up.text = "SGD updates the master parameters on device 0. The optimizer state (momentum) lives on device 0 only; "
-            "the next step replicates the new parameters again.";
-  up.tensors = {{"parameters", {P}, 0}, {"momentum", {P}, 0}};
-  if (mixed)
-    up.text += std::string(" Master parameters, gradients and optimizer state are float32: the update is float32.") +
-               (r.loss_scale > 0 ? " fp16: the gradients are first divided by the loss scale and checked for inf/NaN; "
-                                   "a step with any is skipped and the scale halved (GradScaler)." +
-                                       std::string(r.skipped ? " This step was skipped." : "")
-                                 : "");
+  const StepFacts f(dp, r, place);
+  Stories s(kNumPhases);
+  tell_load(of(s, Phase::Load), f);
+  tell_scatter(of(s, Phase::Scatter), f);
+  tell_replicate(of(s, Phase::Replicate), f);
+  tell_forward(of(s, Phase::Forward), f);
+  tell_loss(s, f);  // gather, loss and backward
+  tell_reduce(of(s, Phase::Reduce), f);
+  tell_update(of(s, Phase::Update), f);
   if (dp.sync_mode() == SyncMode::AllReduce)
-    tell_allreduce(s, dp, r, active, place);
+    tell_allreduce(s, f);
   else if (place.accumulating())
-    tell_accumulated_reduce(s, dp, r, place);
-  if (m.dropout > 0) tell_dropout(s, m);
+    tell_accumulated_reduce(s, f);
+  if (f.m.dropout > 0) tell_dropout(s, f.m);
   if (dp.recomputed_blocks() > 0) tell_recompute(s, dp);
   return s;
 }
