@@ -273,6 +273,13 @@ class DataParallel {
   // step()'s checks of one batch, and --split balance-memory's probe (before the first step):
   // what it planned ("" if nothing).
   std::string prepare_step(const void* input, DType dtype, const int32_t* targets, int64_t batch);
+  // --accumulate: every micro-batch prepared before any runs. Returns the loss rows of them all
+  // (every process's, under mpirun); `probed` gets what the first preparation planned.
+  int64_t prepare_micro_batches(const std::vector<MicroBatch>& micro, std::string& probed);
+  // Runs them in order, each with the next uploaded ahead (after the last, the next step's batch);
+  // returns their results summed (add_micro_step).
+  StepResult run_micro_batches(const std::vector<MicroBatch>& micro, int64_t rows, const std::string& probed,
+                               std::vector<StepResult>* each);
   EvalResult evaluate_any(const void* input, DType dtype, const int32_t* targets, int64_t batch);
   // A batch to upload while a step runs (upload_ahead()).
   struct NextBatch {

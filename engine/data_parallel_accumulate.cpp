@@ -64,10 +64,16 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro, std::vector<
     if (each) each->push_back(r);
     return r;
   }
-  const int count = static_cast<int>(micro.size());
-  int64_t rows = 0;  // the loss is the mean over all of them (every process's, under mpirun)
-  micro_.count = count;  // for the memory probe, if one runs: the gradients held count
   std::string probed;
+  const int64_t rows = prepare_micro_batches(micro, probed);
+  StepResult total = run_micro_batches(micro, rows, probed, each);
+  ++steps_done_;
+  return total;
+}
+
+int64_t DataParallel::prepare_micro_batches(const std::vector<MicroBatch>& micro, std::string& probed) {
+  int64_t rows = 0;  // the loss is the mean over all of them (every process's, under mpirun)
+  micro_.count = static_cast<int>(micro.size());  // for the memory probe, if one runs: the gradients held count
   try {
     for (const MicroBatch& m : micro) {
       const std::string planned = prepare_step(m.input, m.dtype, m.targets, m.batch);
@@ -83,6 +89,12 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro, std::vector<
     group_->allreduce_sum(&sum, 1);
     rows = static_cast<int64_t>(sum);
   }
+  return rows;
+}
+
+StepResult DataParallel::run_micro_batches(const std::vector<MicroBatch>& micro, int64_t rows,
+                                           const std::string& probed, std::vector<StepResult>* each) {
+  const int count = static_cast<int>(micro.size());
   accumulated_grads_.resize(static_cast<size_t>(devices_.size()));
   const std::optional<NextBatch> after = std::move(next_);  // given to upload_ahead(): the next step's
   next_.reset();
@@ -115,7 +127,6 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro, std::vector<
     throw;
   }
   micro_ = {};
-  ++steps_done_;
   return total;
 }
 
