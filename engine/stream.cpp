@@ -251,29 +251,33 @@ void Stream::loop() {
       }
       continue;
     }
-    Tracer* tracer = tracer_.load();
-    const double trace_start = tracer ? tracer->now_us() : 0;
-    const auto start = std::chrono::steady_clock::now();
-    try {
-      task.fn();
-    } catch (...) {
-      remember_error(std::current_exception());
-    }
-    auto elapsed = std::chrono::steady_clock::now() - start;
-    if (const double speed = speed_.load(); speed < 1.0) {
-      const auto extra = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed * (1.0 / speed - 1.0));
-      std::this_thread::sleep_for(extra);
-      elapsed += extra;
-    }
-    busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
-    if (tracer) {
-      const double end = trace_start + std::chrono::duration<double, std::micro>(elapsed).count();
-      const int track = track_.load();
-      if (task.label.copy_from >= 0 && task.label.copy_from != track)
-        tracer->copy(task.label.copy_from, track, task.label.name, trace_start, end, task.label.bytes);
-      else
-        tracer->slice(track, task.label.name, task.label.category, trace_start, end, task.label.bytes);
-    }
+    run_timed(task);
+  }
+}
+
+void Stream::run_timed(const Task& task) {
+  Tracer* tracer = tracer_.load();
+  const double trace_start = tracer ? tracer->now_us() : 0;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    task.fn();
+  } catch (...) {
+    remember_error(std::current_exception());
+  }
+  auto elapsed = std::chrono::steady_clock::now() - start;
+  if (const double speed = speed_.load(); speed < 1.0) {
+    const auto extra = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed * (1.0 / speed - 1.0));
+    std::this_thread::sleep_for(extra);
+    elapsed += extra;
+  }
+  busy_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  if (tracer) {
+    const double end = trace_start + std::chrono::duration<double, std::micro>(elapsed).count();
+    const int track = track_.load();
+    if (task.label.copy_from >= 0 && task.label.copy_from != track)
+      tracer->copy(task.label.copy_from, track, task.label.name, trace_start, end, task.label.bytes);
+    else
+      tracer->slice(track, task.label.name, task.label.category, trace_start, end, task.label.bytes);
   }
 }
 

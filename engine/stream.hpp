@@ -188,6 +188,8 @@ class Stream {
  private:
   void push(Task t);
   void loop();
+  // A task's work, timed (and slowed to --device-speed), counted as busy and traced.
+  void run_timed(const Task& task);
   void remember_error(std::exception_ptr error);  // the first one wins
 
   std::string name_;
