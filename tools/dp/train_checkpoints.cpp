@@ -60,8 +60,8 @@ Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::js
 
 void CheckpointWriter::write(const ModelLayout& layout, int64_t step, Checkpoint c) {
   finish();
-  writing_ = std::async(std::launch::async, [this, &layout, c = std::move(c), step] {
-    return write_checkpoint(dir_, step, layout, c, keep_);
+  writing_ = std::async(std::launch::async, [dir = dir_, keep = keep_, &layout, c = std::move(c), step] {
+    return write_checkpoint(dir, step, layout, c, keep);
   });
 }
 

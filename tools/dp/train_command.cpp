@@ -62,7 +62,7 @@ class TrainLoop {
   void say(const std::string& result);
 
   TrainRun& run_;
-  TrainOptions& o_;
+  const TrainOptions& o_;
   DataParallel& dp_;
   Progress progress_;
   RunTally tally_;  // this run's steps, for the summary
