@@ -15,6 +15,7 @@
 #include "engine/io/safetensors.hpp"
 #include "models/model.hpp"
 #include "models/module.hpp"
+#include "tools/bench/bench_cli.hpp"
 
 using namespace dp;
 using Clock = std::chrono::steady_clock;
@@ -32,9 +33,9 @@ static double best_ms(int repeats, F&& f) {
 
 static int run(int argc, char** argv) {
   GptConfig cfg;  // GPT-2 small's blocks by default (vocab 256, context 16: the blocks dominate)
-  cfg.layers = argc > 1 ? std::stoll(argv[1]) : 12;
-  cfg.dim = argc > 2 ? std::stoll(argv[2]) : 768;
-  const int repeats = argc > 3 ? std::stoi(argv[3]) : 7;
+  cfg.layers = dp::bench::whole_arg(argc, argv, 1, "layers", 12);
+  cfg.dim = dp::bench::whole_arg(argc, argv, 2, "dim", 768);
+  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 3, "repeats", 7));
   cfg.heads = cfg.dim % 64 == 0 ? cfg.dim / 64 : 1, cfg.context = 16, cfg.vocab = 256;
   if (cfg.layers < 1 || cfg.dim < 1 || repeats < 1) {
     std::fprintf(stderr, "usage: checkpoint_load [layers > 0] [dim > 0] [repeats > 0]\n");
@@ -60,11 +61,4 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "checkpoint_load: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return dp::bench::guarded_main("checkpoint_load", run, argc, argv); }

@@ -17,6 +17,7 @@
 #include "engine/comm.hpp"
 #include "engine/device.hpp"
 #include "engine/device_spec.hpp"
+#include "tools/bench/bench_cli.hpp"
 
 using namespace dp;
 using Clock = std::chrono::steady_clock;
@@ -39,8 +40,8 @@ double seconds_per_call(DeviceSet& devs, int repeats, Op op) {
 
 int run(int argc, char** argv) {
   const std::string spec = argc > 1 ? argv[1] : "host:4";
-  const double mib = argc > 2 ? std::stod(argv[2]) : 64;
-  const int repeats = argc > 3 ? std::stoi(argv[3]) : 20;
+  const double mib = dp::bench::real_arg(argc, argv, 2, "MiB", 64);
+  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 3, "repeats", 20));
   if (mib <= 0 || repeats <= 0) {
     std::fprintf(stderr, "usage: comm_bandwidth [devices] [MiB > 0] [repeats > 0]\n");
     return 2;
@@ -93,11 +94,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "comm_bandwidth: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return dp::bench::guarded_main("comm_bandwidth", run, argc, argv); }

@@ -8,15 +8,16 @@
 
 #include "engine/device.hpp"
 #include "models/model.hpp"
+#include "tools/bench/bench_cli.hpp"
 
 using namespace dp;
 using Clock = std::chrono::steady_clock;
 
 static int run(int argc, char** argv) {
   const std::string name = argc > 1 ? argv[1] : "convnet";
-  const int64_t batch = argc > 2 ? std::stoll(argv[2]) : 64;
-  const int threads = argc > 3 ? std::stoi(argv[3]) : 1;
-  const int repeats = argc > 4 ? std::stoi(argv[4]) : 50;
+  const int64_t batch = dp::bench::whole_arg(argc, argv, 2, "batch", 64);
+  const int threads = static_cast<int>(dp::bench::whole_arg(argc, argv, 3, "threads", 1));
+  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 4, "repeats", 50));
   if (batch <= 0 || threads <= 0 || repeats <= 0) {
     std::fprintf(stderr, "usage: layer_timing [model] [batch > 0] [threads > 0] [repeats > 0]\n");
     return 2;
@@ -72,11 +73,4 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "layer_timing: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return dp::bench::guarded_main("layer_timing", run, argc, argv); }

@@ -10,16 +10,17 @@
 #include "engine/host/thread_pool.hpp"
 #include "engine/io/dataset.hpp"
 #include "engine/io/loader.hpp"
+#include "tools/bench/bench_cli.hpp"
 
 using namespace dp;
 using Clock = std::chrono::steady_clock;
 
 static int run(int argc, char** argv) {
   const std::string form = argc > 1 ? argv[1] : "pixels";
-  const bool augment = argc > 2 ? std::stoi(argv[2]) != 0 : true;
-  const int64_t batch = argc > 3 ? std::stoll(argv[3]) : 256;
-  const int threads = argc > 4 ? std::stoi(argv[4]) : 1;
-  const int repeats = argc > 5 ? std::stoi(argv[5]) : 5;
+  const bool augment = dp::bench::whole_arg(argc, argv, 2, "augment", 1) != 0;
+  const int64_t batch = dp::bench::whole_arg(argc, argv, 3, "batch", 256);
+  const int threads = static_cast<int>(dp::bench::whole_arg(argc, argv, 4, "threads", 1));
+  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 5, "repeats", 5));
   if ((form != "pixels" && form != "images") || batch <= 0 || threads <= 0 || repeats <= 0) {
     std::fprintf(stderr, "usage: loader_speed [pixels|images] [augment 0|1] [batch > 0] [threads > 0] [repeats > 0]\n");
     return 2;
@@ -43,11 +44,4 @@ static int run(int argc, char** argv) {
   return 0;
 }
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "loader_speed: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return dp::bench::guarded_main("loader_speed", run, argc, argv); }
