@@ -7,30 +7,22 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace dp::bench {
 
-// Positional argument `i` (from 1), named `name` in errors, as a whole number; `fallback` when it is
-// not given. "x" or "12abc" is an error naming the argument, not a silent 12 or a bare "stoll".
-inline int64_t whole_arg(int argc, char** argv, int i, const char* name, int64_t fallback) {
+// Positional argument `i` (from 1), named `name` in errors, as a T (int64_t, double); `fallback`
+// when it is not given. "x" or "12abc" is an error naming the argument, not a silent 12 or a bare
+// "stoll".
+template <class T>
+T number_arg(int argc, char** argv, int i, const char* name, T fallback) {
   if (argc <= i) return fallback;
   const std::string text = argv[i];
-  int64_t v = 0;
+  T v{};
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size())
-    throw std::invalid_argument("argument " + std::to_string(i) + " (" + name + "): '" + text +
-                                "' is not a whole number");
-  return v;
-}
-
-// The same for a real number ("64", "0.5").
-inline double real_arg(int argc, char** argv, int i, const char* name, double fallback) {
-  if (argc <= i) return fallback;
-  const std::string text = argv[i];
-  double v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
-    throw std::invalid_argument("argument " + std::to_string(i) + " (" + name + "): '" + text + "' is not a number");
+    throw std::invalid_argument("argument " + std::to_string(i) + " (" + name + "): '" + text + "' is not a" +
+                                (std::is_integral_v<T> ? " whole number" : " number"));
   return v;
 }
 

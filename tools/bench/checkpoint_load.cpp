@@ -33,9 +33,9 @@ static double best_ms(int repeats, F&& f) {
 
 static int run(int argc, char** argv) {
   GptConfig cfg;  // GPT-2 small's blocks by default (vocab 256, context 16: the blocks dominate)
-  cfg.layers = dp::bench::whole_arg(argc, argv, 1, "layers", 12);
-  cfg.dim = dp::bench::whole_arg(argc, argv, 2, "dim", 768);
-  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 3, "repeats", 7));
+  cfg.layers = dp::bench::number_arg<int64_t>(argc, argv, 1, "layers", 12);
+  cfg.dim = dp::bench::number_arg<int64_t>(argc, argv, 2, "dim", 768);
+  const int repeats = static_cast<int>(dp::bench::number_arg<int64_t>(argc, argv, 3, "repeats", 7));
   cfg.heads = cfg.dim % 64 == 0 ? cfg.dim / 64 : 1, cfg.context = 16, cfg.vocab = 256;
   if (cfg.layers < 1 || cfg.dim < 1 || repeats < 1) {
     std::fprintf(stderr, "usage: checkpoint_load [layers > 0] [dim > 0] [repeats > 0]\n");

@@ -40,8 +40,8 @@ double seconds_per_call(DeviceSet& devs, int repeats, Op op) {
 
 int run(int argc, char** argv) {
   const std::string spec = argc > 1 ? argv[1] : "host:4";
-  const double mib = dp::bench::real_arg(argc, argv, 2, "MiB", 64);
-  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 3, "repeats", 20));
+  const double mib = dp::bench::number_arg<double>(argc, argv, 2, "MiB", 64);
+  const int repeats = static_cast<int>(dp::bench::number_arg<int64_t>(argc, argv, 3, "repeats", 20));
   if (mib <= 0 || repeats <= 0) {
     std::fprintf(stderr, "usage: comm_bandwidth [devices] [MiB > 0] [repeats > 0]\n");
     return 2;

@@ -15,9 +15,9 @@ using Clock = std::chrono::steady_clock;
 
 static int run(int argc, char** argv) {
   const std::string name = argc > 1 ? argv[1] : "convnet";
-  const int64_t batch = dp::bench::whole_arg(argc, argv, 2, "batch", 64);
-  const int threads = static_cast<int>(dp::bench::whole_arg(argc, argv, 3, "threads", 1));
-  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 4, "repeats", 50));
+  const int64_t batch = dp::bench::number_arg<int64_t>(argc, argv, 2, "batch", 64);
+  const int threads = static_cast<int>(dp::bench::number_arg<int64_t>(argc, argv, 3, "threads", 1));
+  const int repeats = static_cast<int>(dp::bench::number_arg<int64_t>(argc, argv, 4, "repeats", 50));
   if (batch <= 0 || threads <= 0 || repeats <= 0) {
     std::fprintf(stderr, "usage: layer_timing [model] [batch > 0] [threads > 0] [repeats > 0]\n");
     return 2;

@@ -17,10 +17,10 @@ using Clock = std::chrono::steady_clock;
 
 static int run(int argc, char** argv) {
   const std::string form = argc > 1 ? argv[1] : "pixels";
-  const bool augment = dp::bench::whole_arg(argc, argv, 2, "augment", 1) != 0;
-  const int64_t batch = dp::bench::whole_arg(argc, argv, 3, "batch", 256);
-  const int threads = static_cast<int>(dp::bench::whole_arg(argc, argv, 4, "threads", 1));
-  const int repeats = static_cast<int>(dp::bench::whole_arg(argc, argv, 5, "repeats", 5));
+  const bool augment = dp::bench::number_arg<int64_t>(argc, argv, 2, "augment", 1) != 0;
+  const int64_t batch = dp::bench::number_arg<int64_t>(argc, argv, 3, "batch", 256);
+  const int threads = static_cast<int>(dp::bench::number_arg<int64_t>(argc, argv, 4, "threads", 1));
+  const int repeats = static_cast<int>(dp::bench::number_arg<int64_t>(argc, argv, 5, "repeats", 5));
   if ((form != "pixels" && form != "images") || batch <= 0 || threads <= 0 || repeats <= 0) {
     std::fprintf(stderr, "usage: loader_speed [pixels|images] [augment 0|1] [batch > 0] [threads > 0] [repeats > 0]\n");
     return 2;
