@@ -388,9 +388,9 @@ class DataParallel {
   void accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add = true);
   bool last_micro_batch() const { return micro_.index + 1 == micro_.count; }
   // allreduce, accumulating, before the last micro-batch: each device keeps its gradients (no_sync).
+  bool accumulating_without_sync() const { return sync_.mode == SyncMode::AllReduce && !last_micro_batch(); }
   // allreduce: replica r's float32 gradients (device 0's are the master's).
   Tensor& replica_gradients(int r) { return r == 0 ? grads_ : resident_grads_[r]; }
-  bool accumulating_without_sync() const { return sync_.mode == SyncMode::AllReduce && !last_micro_batch(); }
   // Synchronise the streams of the given replicas; raise the first error (a cause before an
   // UpstreamError, its consequence) as a ReplicaError.
   void join_replicas(const std::vector<int>& replicas);
