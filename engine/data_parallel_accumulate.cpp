@@ -1,7 +1,7 @@
 // Gradient accumulation (--accumulate N): one optimizer step over several micro-batches. Each
-// micro-batch runs the whole step of its mode (engine/data_parallel.cpp, or the allreduce one) but
-// the update; the update phase of every micro-batch but the last sets its gradients aside, adding
-// those of the micro-batches before; the last adds them in and updates. So the memory a step
+// micro-batch runs the whole step of its step shape (engine/shapes/) but the update; the update
+// phase of every micro-batch but the last sets its gradients aside (StepEngine::accumulate_gradients),
+// adding those of the micro-batches before; the last adds them in and updates. So the memory a step
 // needs is a micro-batch's plus one gradient buffer, the remedy when device 0 runs out of memory
 // that keeps the effective batch (nanoGPT's gradient_accumulation_steps).
 #include <algorithm>
@@ -128,20 +128,6 @@ StepResult DataParallel::run_micro_batches(const std::vector<MicroBatch>& micro,
   }
   micro_ = {};
   return total;
-}
-
-void DataParallel::accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add) {
-  Device& dev = devices_[d];
-  if (held.defined() && add)  // the sum in PyTorch's order: ((g0 + g1) + g2) ..., float addition commuting
-    dev.stream().enqueue([grads, held, &dev] { add_inplace(dev.exec(), grads.buf(), held.buf(), grads.numel()); },
-                         {"add the micro-batches' gradients before", "update"});
-  if (last_micro_batch()) {
-    held = Tensor();  // the add above holds it until it has run (the all-reduce: the step's state)
-    return;
-  }
-  // Zeros: the layout's alignment gaps, which no backward writes, stay zero in both buffers.
-  if (!held.defined()) held = Tensor::zeros(dev, grads.shape(), MemCategory::Gradients);
-  std::swap(grads, held);  // the sum waits in `held`; the next micro-batch writes the other buffer
 }
 
 }  // namespace dp

@@ -1,4 +1,4 @@
-// Captured steps (DataParallel::set_graphs, --cuda-graphs): a shape's step captured once with
+// Captured steps (DataParallel::set_graphs, --cuda-graphs): a batch shape's step captured once with
 // engine/step/step_graph.hpp and replayed. The step enqueued is the usual one (enqueue_step), so
 // the two cannot drift apart; what a replay must do by hand is what the host does around the
 // streams' work: write the step's scalars, upload the batch into the captured input (outside the
@@ -27,22 +27,21 @@ const char* graph_use_name(GraphUse use) {
 void DataParallel::set_graphs(bool on) {
   if (!on) drop_captured_step();
   graphs_ = on;
-  last_eager_shape_.reset();
+  last_eager_key_.reset();
 }
 
 void DataParallel::drop_captured_step() {
   captured_.reset();
-  last_eager_shape_.reset();
+  last_eager_key_.reset();
 }
 
-DataParallel::StepShape DataParallel::shape_of(int64_t batch, const std::vector<int64_t>& chunks) const {
+DataParallel::GraphKey DataParallel::graph_key(int64_t batch, const std::vector<int64_t>& chunks) const {
   return {batch, chunks, clip_, report_norm_};
 }
 
 std::string DataParallel::graph_blocker() const {
   if (!graphs_stopped_.empty()) return graphs_stopped_;
-  if (sync_.mode == SyncMode::AllReduce)
-    return "--sync allreduce runs as usual: its all-reduce is not part of a captured step";
+  if (std::string why = shape_->graph_blocker(); !why.empty()) return why;
   if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (--host-sync phase)";
   if (micro_.count > 1) return "gradients are accumulated over micro-batches (--accumulate)";
   if (tracer_) return "the step is traced";
@@ -62,19 +61,19 @@ std::optional<StepResult> DataParallel::run_graphed(const void* input, const int
   note.graph = GraphUse::Eager;
   if (std::string why = graph_blocker(); !why.empty()) {
     note.graph_note = std::move(why);
-    last_eager_shape_.reset();
+    last_eager_key_.reset();
     return std::nullopt;
   }
-  const StepShape shape = shape_of(batch, chunks);
-  if (captured_ && captured_->shape == shape) {
-    last_eager_shape_.reset();  // "twice in a row": a short batch an epoch is never captured
+  const GraphKey key = graph_key(batch, chunks);
+  if (captured_ && captured_->key == key) {
+    last_eager_key_.reset();  // "twice in a row": a short batch an epoch is never captured
     return replay_step(input, targets, ahead == UploadAhead::Key{input, targets, batch, {}}, next);
   }
   // A capture freezes the addresses of the optimizer's state, made by its first update, and of
-  // what a shape's first step sets up (cuDNN's plans): the step before a capture runs as usual.
-  const bool warm = last_eager_shape_ == shape && optimizer_->steps() > 0;
+  // what a batch shape's first step sets up (cuDNN's plans): the step before a capture runs as usual.
+  const bool warm = last_eager_key_ == key && optimizer_->steps() > 0;
   if (!warm) {
-    last_eager_shape_ = shape;
+    last_eager_key_ = key;
     note.graph_note = optimizer_->steps() == 0 ? "the optimizer's first update makes its state"
                       : captured_              ? "not the captured step's shape: captured if the next step has it too"
                                                : "a shape's first step runs as usual: the next is captured";
@@ -136,7 +135,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   }
   state->joined = true;
   captured_ = std::make_unique<CapturedStep>();
-  captured_->shape = shape_of(batch, chunks);
+  captured_->key = graph_key(batch, chunks);
   captured_->staged = std::move(staged);
   captured_->current = 0;
   captured_->state = std::move(state);
@@ -173,7 +172,7 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets, 
 }
 
 bool DataParallel::next_is_replayed(const NextBatch& next) const {
-  return graphs_ && captured_ && captured_->shape == shape_of(next.batch, chunk_sizes(next.batch)) &&
+  return graphs_ && captured_ && captured_->key == graph_key(next.batch, chunk_sizes(next.batch)) &&
          graph_blocker().empty();
 }
 

@@ -20,8 +20,8 @@ void DataParallel::set_pixel_input(std::vector<float> table) {
   if (captured_ || next_ || steps_run_ > 0)
     throw RuntimeError("set_pixel_input: before the first step (a captured step or a batch uploaded ahead holds float32)");
   pixel_table_ = std::move(table);
-  // On each device that loads batches: device 0 (DataParallel), every device (allreduce).
-  const int loading = sync_.mode == SyncMode::AllReduce ? devices_.size() : 1;
+  // On each device that loads batches: device 0 (DataParallel's shape), every device (allreduce).
+  const int loading = shape_->loads_chunks() ? devices_.size() : 1;
   pixel_tables_.assign(static_cast<size_t>(devices_.size()), Tensor());
   for (int d = 0; d < loading; ++d) {
     pixel_tables_[static_cast<size_t>(d)] =
@@ -30,28 +30,6 @@ void DataParallel::set_pixel_input(std::vector<float> table) {
   }
   // The copies read pixel_table_, which a second call would replace: done before returning.
   for (int d = 0; d < loading; ++d) devices_[d].stream().synchronize();
-}
-
-Tensor DataParallel::images_from_pixels(int d, const Tensor& pixels) {
-  Device& dev = devices_[d];
-  const Tensor& table = pixel_tables_.at(static_cast<size_t>(d));
-  if (!table.defined()) throw RuntimeError("images_from_pixels: no table on " + dev.name());
-  Tensor images = Tensor::empty(dev, pixels.shape(), MemCategory::Inputs, DType::F32);
-  const Shape& shape = pixels.shape();  // [batch, C, H, W]
-  const int64_t samples = shape.at(0), channels = shape.at(1), plane = shape.at(2) * shape.at(3);
-  dev.stream().enqueue(
-      [images, pixels, table, samples, channels, plane, &dev] {
-        expand_pixels(dev.exec(), images.data<float>(), pixels.data<uint8_t>(), table.data<float>(), samples,
-                      channels, plane);
-      },
-      dev.stream().label([&] { return TaskLabel{"normalise pixels " + shape_str(shape), "copy"}; }));
-  return images;
-}
-
-Tensor DataParallel::model_input(int d, const Tensor& uploaded, Tensor& keep) {
-  if (uploaded.dtype() != DType::U8) return uploaded;
-  keep = uploaded;
-  return images_from_pixels(d, uploaded);
 }
 
 StepResult DataParallel::step(const uint8_t* pixels, const int32_t* labels, int64_t batch) {

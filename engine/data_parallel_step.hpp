@@ -29,12 +29,12 @@ struct DataParallel::Step : StepState {
   // Released after the streams have been joined (or, unwinding, after joining them here).
   ~Step() {
     if (!joined) {  // unwinding: let nothing wait for an all-reduce that will not come, then join
-      if (dp.allreduce_) dp.allreduce_->abandon();
+      dp.shape_->abandon_step();
       try {
         dp.devices_.synchronize();
       } catch (...) {
       }
-      if (dp.allreduce_) dp.allreduce_->finish_step(true);
+      dp.shape_->after_abandoned_step();
       dp.upload_ahead_.drop();  // the next batch is loaded again if a step is run on it
     }
     for (auto& net : dp.nets_) {
@@ -66,7 +66,7 @@ class StagingBuffer {
 // The graph, the Step whose tensors are its addresses (the input among them), and what the capture
 // left in the DataParallel that each replay leaves there too.
 struct DataParallel::CapturedStep {
-  StepShape shape;
+  GraphKey key;
   // Two sets of staging memory: a launch uploads from one while the host copies the next batch
   // (given to upload_ahead()) into the other, so that copy hides under the step.
   struct Staged {

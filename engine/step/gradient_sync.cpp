@@ -7,12 +7,6 @@
 
 namespace dp {
 
-SyncMode parse_sync_mode(const std::string& text) {
-  if (text == "reduce") return SyncMode::Reduce;
-  if (text == "allreduce") return SyncMode::AllReduce;
-  throw UsageError("--sync '" + text + "': expected reduce (DataParallel's) or allreduce (DistributedDataParallel's)");
-}
-
 namespace {
 
 class ReduceToDevice0 final : public GradientSync {

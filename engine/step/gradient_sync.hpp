@@ -1,20 +1,15 @@
-// How the replicas' gradients meet — a strategy the step calls in its reduce phase. Today:
-// DataParallel's reduce onto device 0 (every replica's gradients received into buffers on device
-// 0 in 10 MiB buckets and summed into the master gradients: the GPU0 hotspot's reduce buffers).
-// The other shape, --sync allreduce (resident replicas, buckets all-reduced during backward,
-// every device updating its own copy), is DataParallel's allreduce step
-// (engine/data_parallel_allreduce.cpp, engine/allreduce/).
+// How the replicas' gradients meet in DataParallel's step shape (engine/shapes/data_parallel_shape.hpp):
+// the reduce onto device 0 (every replica's gradients received into buffers on device 0 in 10 MiB
+// buckets and summed into the master gradients: the GPU0 hotspot's reduce buffers). The other
+// shapes meet their gradients their own way (engine/shapes/).
 #pragma once
 #include <memory>
 #include <string>
 
+#include "engine/shapes/sync_mode.hpp"
 #include "engine/step/step_state.hpp"
 
 namespace dp {
-
-// --sync: reduce (DataParallel's, the default) or allreduce (DistributedDataParallel's shape).
-enum class SyncMode { Reduce, AllReduce };
-SyncMode parse_sync_mode(const std::string& text);  // UsageError for anything else
 
 class GradientSync {
  public:

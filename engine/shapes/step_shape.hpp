@@ -1,0 +1,78 @@
+// A step shape: how one training step moves data and state between the devices, as the nine phases
+// of DESIGN.md (load, scatter, replicate, forward, gather, loss, backward, reduce, update), each
+// enqueuing its work on the devices' streams. DataParallel (engine/data_parallel.hpp) runs the
+// phases in order, times them and joins them; the shape decides what each one does:
+//   reduce     DataParallel's (engine/shapes/data_parallel_shape.hpp): the batch on device 0,
+//              scattered; the master replicated every step; the outputs gathered for the loss;
+//              the gradients reduced onto device 0, which alone updates.
+//   allreduce  DistributedDataParallel's (engine/shapes/resident_shape.hpp): resident replicas,
+//              each loading its own chunk; the loss in each replica; gradient buckets all-reduced
+//              during backward; every device updating its own copy.
+// A shape works on the StepEngine the DataParallel is built on (engine/step/step_engine.hpp).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/optim/optimizer.hpp"
+#include "engine/shapes/sync_mode.hpp"
+#include "engine/split/split.hpp"
+#include "engine/step/step_engine.hpp"
+
+namespace dp {
+
+class StepShape {
+ public:
+  virtual ~StepShape() = default;
+  virtual SyncMode mode() const = 0;
+
+  // The nine phases, in order. `input` and `targets` are the host batch (null for a captured step,
+  // whose launch uploads it into s.input and s.target).
+  virtual void load(StepState& s, const void* input, const int32_t* targets, StepResult& r) = 0;
+  virtual void scatter(StepState& s) = 0;
+  virtual void replicate(StepState& s) = 0;
+  virtual void forward(StepState& s) = 0;
+  virtual void gather(StepState& s) = 0;
+  virtual void loss(StepState& s) = 0;
+  virtual void backward(StepState& s) = 0;
+  virtual void reduce(StepState& s) = 0;
+  virtual void update(StepState& s, StepResult& r) = 0;
+
+  // Whether each device loads its own chunk from the host (else device 0 loads the whole batch):
+  // where a batch uploaded ahead goes, and which devices look up pixels.
+  virtual bool loads_chunks() const = 0;
+  // Whether device d takes part in a step with these chunks (gets the step's scalars).
+  virtual bool takes_part(int d, const std::vector<int64_t>& chunks) const = 0;
+  // fp16: how many devices (0 ..) decide the step's inf/NaN verdict; they must agree.
+  virtual int deciding_devices() const = 0;
+
+  // After the master state was loaded: what the shape keeps elsewhere follows it.
+  virtual void after_load_state() {}
+  // What evaluation runs on under mixed precision, if the shape keeps it (undefined: device 0
+  // rounds the master).
+  virtual Tensor low_precision_inference_parameters() const { return {}; }
+  // Why no step of this shape can be captured ("" if one can).
+  virtual std::string graph_blocker() const { return ""; }
+  virtual void set_tracer(Tracer*) {}
+  // Across processes (mpirun); UsageError when the shape is one process's.
+  virtual void set_process_group(ProcessGroup* group) = 0;
+  // fp16 skipped the update: other optimizers than the master's take it back too.
+  virtual void undo_step() {}
+  // A saved optimizer state put back: other optimizers than the master's take it too.
+  virtual void restore_optimizer(const Optimizer::Saved&) {}
+  // A step unwinding before its last join: nothing may wait for work that will not come (before
+  // the devices are synchronised), and what is left is ended (after).
+  virtual void abandon_step() {}
+  virtual void after_abandoned_step() {}
+  virtual int64_t sync_bn_allreduces() const { return 0; }
+};
+
+// Refuses what the shape of `sync.mode` cannot run on these devices with this split (UsageError),
+// before anything is allocated.
+void check_step_shape(const SyncOptions& sync, const DeviceSet& devices, const SplitPolicy& split);
+// The shape of e.sync_.mode, its state made on e's devices after the master's; it sets e.loss_
+// (`loss`: what was asked for, where the shape lets the user choose).
+std::unique_ptr<StepShape> make_step_shape(StepEngine& e, LossMode loss, const OptimizerConfig& optimizer);
+
+}  // namespace dp

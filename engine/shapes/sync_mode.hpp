@@ -1,0 +1,24 @@
+// --sync: which step shape a DataParallel runs (engine/shapes/step_shape.hpp), and its options.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace dp {
+
+// reduce: DataParallel's (the default): scatter, replicate, gather, reduce onto device 0.
+// allreduce: DistributedDataParallel's: resident replicas, bucketed all-reduce during backward.
+enum class SyncMode { Reduce, AllReduce };
+SyncMode parse_sync_mode(const std::string& text);  // UsageError for anything else
+const char* sync_mode_name(SyncMode mode);          // "reduce", "allreduce"
+
+struct SyncOptions {
+  SyncMode mode = SyncMode::Reduce;
+  int64_t bucket_bytes = 25 << 20;  // allreduce: DDP's default bucket_cap_mb
+  bool sync_bn = false;             // allreduce: BatchNorm statistics over the global batch (SyncBatchNorm)
+  // allreduce: the ring as copies and adds on each device's communication stream, as CUDA logical
+  // devices always run it (engine/allreduce/overlapped_allreduce.hpp); host devices read each
+  // other's memory unless this is set (tests run both paths on host devices).
+  bool ring_on_device_streams = false;
+};
+
+}  // namespace dp

@@ -1,0 +1,136 @@
+// What every step shape (engine/shapes/) works on: the devices and one network per device, the
+// master state on device 0, the optimizer, the precision and fp16's loss scale, each device's host
+// slots, the micro-batch being run, and the helpers the phases share (joins, a replica's forward,
+// the norm and clipping, gradient accumulation, the tensors a batch is loaded into).
+// DataParallel (engine/data_parallel.hpp) is built on one and drives the step; a StepShape
+// enqueues the phases' work on it.
+#pragma once
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <vector>
+
+#include "engine/device.hpp"
+#include "engine/mpi/process_group.hpp"
+#include "engine/optim/optimizer.hpp"
+#include "engine/precision/loss_scaler.hpp"
+#include "engine/precision/precision.hpp"
+#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/loss_strategy.hpp"
+#include "engine/step/step_result.hpp"
+#include "engine/step/step_state.hpp"
+#include "engine/step/upload_ahead.hpp"
+#include "engine/trace.hpp"
+#include "kernels/sample_placement.hpp"
+#include "models/model.hpp"
+
+namespace dp {
+
+class ReplicaGroup;
+
+// [batch, per-sample dimensions...]
+inline Shape with_batch(int64_t batch, Shape per_sample) {
+  per_sample.insert(per_sample.begin(), batch);
+  return per_sample;
+}
+
+struct StepEngine {
+  // No device memory yet: init_master_state() makes the master state on device 0.
+  StepEngine(DeviceSet& devices, const ModelDef& model, const OptimizerConfig& optimizer, uint64_t seed,
+             SyncOptions sync, PrecisionOptions precision);
+  ~StepEngine();  // the devices must be idle
+  StepEngine(const StepEngine&) = delete;
+  StepEngine& operator=(const StepEngine&) = delete;
+
+  // One network per device, the master parameters, gradients and buffers on device 0, initialised
+  // with PyTorch's default distributions from the seed (returned as host copies, for load_state).
+  void init_master_state(std::vector<float>& params, std::vector<float>& buffers);
+  // Each device's host slots (page-locked on a GPU).
+  void make_slots();
+
+  const ModelLayout& layout() const { return nets_[0]->layout(); }
+  HostSync host_sync() const { return host_sync_; }
+  std::vector<int> all_devices() const;  // 0 .. n-1
+  // Accumulating: whether the running micro-batch is its optimizer step's last (or only) one.
+  bool last_micro_batch() const { return micro_.index + 1 == micro_.count; }
+
+  // Synchronise the streams of the given replicas; raise the first error (a cause before an
+  // UpstreamError, its consequence) as a ReplicaError.
+  void join_replicas(const std::vector<int>& replicas);
+  // The same, with an error already caught from error_replica's stream.
+  void join_replicas(const std::vector<int>& replicas, std::exception_ptr error, int error_replica);
+  // Device 0's stream; on an error, every stream, raising the cause.
+  void join_device0();
+  // The end of a phase: a join of these replicas when waiting per phase, nothing otherwise.
+  void end_phase(const std::vector<int>& replicas);
+
+  // Replica r's forward on its stream, bound to s.params[r], `grads` (undefined: bound in backward)
+  // and s.buffers[r], drawing dropout's masks for its samples' places in the step's whole batch.
+  // `group` (--sync-bn): released when the replica stops before or in its forward.
+  void enqueue_forward(StepState& s, int r, const Tensor& grads, ReplicaGroup* group);
+  // Before an update, on device d's stream: fp16's unscaling and inf/NaN verdict (into found_inf,
+  // when defined), the gradient norm and clipping.
+  void enqueue_unscale_and_clip(const StepState& s, int d, const Tensor& grads, const Tensor& found_inf);
+  const Tensor& found_inf_flag(int d);  // fp16: device d's verdict (int32, made at first use)
+  // Gradient accumulation, in the update phase on device d's stream: the gradients summed over the
+  // micro-batches before this one (`held`) added in; then, before the last micro-batch, the sum set
+  // aside in `held` (grads takes the other buffer), or at the last `held` released.
+  // `add`: whether to add `held` here (under allreduce the last micro-batch's all-reduce has).
+  void accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add = true);
+  // Mixed precision: a 16-bit copy of the master parameters on device 0 (the replicas' source).
+  Tensor low_precision_parameters();
+
+  // What a batch's input crosses to the devices as: uint8 pixels after set_pixel_input(), else
+  // what the model takes.
+  bool takes_pixels() const { return !pixel_table_.empty(); }
+  DType wire_dtype() const { return takes_pixels() ? DType::U8 : model_.input_dtype; }
+  // On device d's stream: `pixels`, as uploaded, looked up into a new float32 tensor of images.
+  Tensor images_from_pixels(int d, const Tensor& pixels);
+  // The uploaded input of device d in the form the model takes: itself, or its pixels expanded
+  // (kept in `keep` until the step is joined: the upload into it may be the copy stream's).
+  Tensor model_input(int d, const Tensor& uploaded, Tensor& keep);
+  // The tensors a batch is loaded into, each with its host bytes, input then targets: the whole
+  // batch on device 0, or each active device's chunk.
+  std::vector<UploadAhead::Piece> batch_pieces(const void* input, const int32_t* targets, int64_t batch);
+  std::vector<UploadAhead::Piece> chunk_pieces(const void* input, const int32_t* targets,
+                                               const std::vector<int64_t>& chunks);
+
+  DeviceSet& devices_;
+  const ModelDef& model_;
+  std::unique_ptr<Optimizer> optimizer_;  // the master's, on device 0
+  double lr_;
+  double clip_ = 0;
+  float label_smoothing_ = 0;
+  bool report_norm_ = false;
+  std::unique_ptr<LossStrategy> loss_;  // the step shape's choice
+  Tracer* tracer_ = nullptr;
+  HostSync host_sync_ = HostSync::PerPhase;
+  std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
+  Tensor params_, grads_, buffers_;             // master state on device 0
+  SyncOptions sync_;
+  PrecisionOptions precision_;
+  LossScaler scaler_;
+  Tensor inference_params_;  // mixed precision: DataParallel::inference_parameters()'s copy
+  // Per device, what its stream reports after the step (StepState::slots): staging memory,
+  // page-locked on a GPU so the copies into it do not wait.
+  std::vector<HostSlots*> slots_;
+  std::vector<Tensor> found_inf_;  // fp16: per device, its verdict on this step's gradients
+  ProcessGroup* group_ = nullptr;
+  int64_t steps_done_ = 0;  // optimizer steps
+  uint64_t seed_ = 0;       // dropout's keys derive from it
+  // Gradient accumulation: which micro-batch of the optimizer step the running step is, and the
+  // loss rows of them all (0: the step's own); per device, the gradients summed so far.
+  struct MicroStep {
+    int index = 0, count = 1;
+    int64_t loss_rows = 0;
+    int64_t first_sample = 0;  // the samples of the micro-batches before this one
+  } micro_;
+  std::vector<Tensor> accumulated_grads_;
+  SamplePlacement placement_{};  // where this process's samples sit in the step's batch (mpirun)
+  UploadAhead upload_ahead_;
+  // set_pixel_input(): the table on the host, and its copy on each device that loads batches.
+  std::vector<float> pixel_table_;
+  std::vector<Tensor> pixel_tables_;
+};
+
+}  // namespace dp
