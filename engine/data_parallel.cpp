@@ -76,13 +76,6 @@ void DataParallel::set_tracer(Tracer* tracer) {
   shape_->set_tracer(tracer);
 }
 
-Tensor DataParallel::inference_parameters() {
-  if (!precision_.mixed()) return params_;
-  if (Tensor kept = shape_->low_precision_inference_parameters(); kept.defined()) return kept;
-  if (!inference_params_.defined()) inference_params_ = low_precision_parameters();
-  return inference_params_;
-}
-
 void DataParallel::check_usable() const {
   if (!broken_.empty())
     throw RuntimeError("an earlier step failed after its update was enqueued (" + broken_ +
@@ -363,7 +356,7 @@ EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const
   EvalResult out;
   out.count = target.numel();
   // Mixed precision evaluates as it trains: on a 16-bit copy of the master parameters.
-  const Tensor params = inference_parameters();
+  const Tensor params = shape_->inference_parameters();
   d0.stream().enqueue([&] {
     nets_[0]->bind(params, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
@@ -384,7 +377,7 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
   Tensor input = Tensor::empty(d0, {1, length}, MemCategory::Inputs, DType::I32);
   upload_async(input, tokens);
   std::vector<float> out(static_cast<size_t>(length * model_.classes));
-  const Tensor params = inference_parameters();
+  const Tensor params = shape_->inference_parameters();
   d0.stream().enqueue([&] {
     nets_[0]->bind(params, Tensor(), buffers_);
     Tensor logits = nets_[0]->forward(d0, input, false);
@@ -401,20 +394,11 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
   return out;
 }
 
-std::vector<float> DataParallel::parameters() { return params_.to_host(); }
-std::vector<float> DataParallel::buffers() { return buffers_.to_host(); }
-std::vector<float> DataParallel::gradients() {
-  if (!grads_.defined()) return std::vector<float>(static_cast<size_t>(layout().parameter_count), 0.f);  // a failed mixed step
-  return grads_.to_host();
-}
-
+std::vector<float> DataParallel::parameters() { return shape_->parameters(); }
+std::vector<float> DataParallel::buffers() { return shape_->buffers(); }
+std::vector<float> DataParallel::gradients() { return shape_->gradients(); }
 void DataParallel::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
-  if (static_cast<int64_t>(params.size()) != params_.numel() || static_cast<int64_t>(buffers.size()) != buffers_.numel())
-    throw RuntimeError("load_state: state sizes do not match the model");
-  params_.copy_from_host(params.data());
-  buffers_.copy_from_host(buffers.data());
-  inference_params_ = Tensor();  // made from the old master
-  shape_->after_load_state();
+  shape_->load_state(params, buffers);
 }
 
 void DataParallel::set_process_group(ProcessGroup* group) {

@@ -199,9 +199,6 @@ class DataParallel : private StepEngine {
   void check_step_input(DType dtype) const;  // and the form a step's batches cross in (wire_dtype())
   void check_batch(const void* input, const int32_t* targets, int64_t batch) const;  // labels, tokens in range
   void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
-  // What evaluation and generation run on: the master, or under mixed precision a 16-bit copy
-  // kept until the master changes (generation runs a forward per token).
-  Tensor inference_parameters();
   // --split balance-memory (data_parallel_probe.cpp): two probe steps, undone, plan the chunks.
   std::string probe_memory(const void* input, const int32_t* targets, int64_t batch, bool accumulating = false);
   // Captured steps (data_parallel_graph.cpp).

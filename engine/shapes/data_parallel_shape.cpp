@@ -10,7 +10,7 @@
 namespace dp {
 
 DataParallelShape::DataParallelShape(StepEngine& engine, LossMode loss)
-    : e_(engine), gradient_sync_(make_reduce_to_device0()) {
+    : StepShape(engine), gradient_sync_(make_reduce_to_device0()) {
   e_.loss_ = make_loss_strategy(loss);
 }
 

@@ -40,7 +40,6 @@ class DataParallelShape final : public StepShape {
   void set_process_group(ProcessGroup* group) override;                       // refused: one process's
 
  private:
-  StepEngine& e_;
   std::unique_ptr<GradientSync> gradient_sync_;
 };
 

@@ -13,20 +13,17 @@
 
 namespace dp {
 
-ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimizer) : e_(engine) {
-  // The loss in each replica, gathering nothing: each device's loss and gradient are its own.
-  e_.loss_ = make_loss_strategy(LossMode::InReplica, false);
+ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimizer) : ChunkedShape(engine) {
   const int n = e_.devices_.size();
   const ModelLayout& lay = e_.layout();
   resident_params_.resize(static_cast<size_t>(n));
   resident_grads_.resize(static_cast<size_t>(n));
-  resident_buffers_.resize(static_cast<size_t>(n));
   replica_optimizers_.resize(static_cast<size_t>(n));
   for (int r = 1; r < n; ++r) {
     Device& dev = e_.devices_[r];
     resident_params_[r] = Tensor::empty(dev, {lay.parameter_count}, MemCategory::Parameters);
     resident_grads_[r] = Tensor::zeros(dev, {lay.parameter_count}, MemCategory::Gradients);
-    resident_buffers_[r] = Tensor::empty(dev, {lay.buffer_count}, MemCategory::Parameters);
+    make_replica_buffers(r);
     replica_optimizers_[r] = make_optimizer(optimizer, decay_runs(lay, optimizer.decay_params));
   }
   if (e_.precision_.mixed()) {  // zeros: the layout's alignment gaps, which no backward writes
@@ -55,17 +52,12 @@ ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimize
     e_.nets_[r]->on_module_backward([this, r](int leaf) {
       if (!accumulating_without_sync()) allreduce_->module_done(r, leaf);
     });
-  if (e_.sync_.sync_bn) {
-    replica_group_ = std::make_unique<ReplicaGroup>(n);
-    for (int r = 0; r < n; ++r) e_.nets_[r]->root().set_replica_group(replica_group_.get(), r);
-  }
+  if (e_.sync_.sync_bn) make_replica_group();
 }
 
-void ResidentShape::after_load_state() {
-  for (int r = 1; r < e_.devices_.size(); ++r) {
-    copy_async(resident_params_[r], e_.params_);
-    copy_async(resident_buffers_[r], e_.buffers_);
-  }
+void ResidentShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
+  ChunkedShape::load_state(params, buffers);
+  for (int r = 1; r < e_.devices_.size(); ++r) copy_async(resident_params_[r], e_.params_);
   e_.devices_.synchronize();
   round_resident_parameters();
   e_.devices_.synchronize();
@@ -82,60 +74,19 @@ void ResidentShape::round_resident_parameters() {
   }
 }
 
-// 1. load: each device receives its own chunk straight from the host (no staging on device 0),
-// unless the last step uploaded it ahead; pixels (--normalise-on device) each device looks up itself.
-void ResidentShape::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
-  std::vector<UploadAhead::Piece> pieces;
-  std::vector<Tensor> loaded = e_.upload_ahead_.take({input, targets, s.batch, s.chunks});
-  if (loaded.empty()) {
-    pieces = e_.chunk_pieces(input, targets, s.chunks);
-    for (const auto& p : pieces) loaded.push_back(p.dst);
-  }
-  r.loaded_ahead = pieces.empty();
-  size_t k = 0;
-  for (int d = 0; d < e_.devices_.size(); ++d) {
-    if (s.chunks[static_cast<size_t>(d)] == 0) continue;
-    Device& dev = e_.devices_[d];
-    Tensor x = s.inputs[d] = loaded[k], y = s.targets[d] = loaded[k + 1];
-    if (!pieces.empty()) {
-      const void *in = pieces[k].src, *tg = pieces[k + 1].src;
-      dev.stream().enqueue(
-          [x, y, in, tg, &dev] {
-            upload(dev.exec(), x.data<char>(), in, x.bytes());
-            upload(dev.exec(), y.data<char>(), tg, y.bytes());
-          },
-          dev.stream().label([&] {
-            return TaskLabel{"load host -> " + dev.name() + " " + shape_str(x.shape()), "copy", -1,
-                             static_cast<int64_t>(x.bytes() + y.bytes())};
-          }));
-    }
-    s.inputs[d] = e_.model_input(d, x, s.pixels[d]);
-    r.upload_bytes += static_cast<int64_t>(x.bytes() + y.bytes());
-    k += 2;
-  }
-  e_.end_phase(s.active);
-}
-
-// 2. scatter: nothing; each device loaded its own chunk.
-void ResidentShape::scatter(StepState&) {}
-
 // 3. replicate: nothing to copy but device 0's buffers (BatchNorm's running statistics), as
 // DDP's broadcast_buffers does before each forward; the parameters are already everywhere
 // (mixed precision: each device's 16-bit copy, rounded after the last update).
 void ResidentShape::replicate(StepState& s) {
-  if (replica_group_) replica_group_->begin_step(s.active);  // --sync-bn: this step's members
+  broadcast_buffers(s);
   const bool mixed = !resident_low_params_.empty();
   for (int r = 0; r < e_.devices_.size(); ++r) {
     s.params[r] = mixed ? resident_low_params_[r] : r == 0 ? e_.params_ : resident_params_[r];
-    s.buffers[r] = r == 0 ? e_.buffers_ : resident_buffers_[r];
     if (mixed)
       s.grads[r] = resident_low_grads_[r];
     else if (r > 0)
       s.grads[r] = resident_grads_[r];
-    if (r > 0 && e_.buffers_.numel() > 0) copy_async(resident_buffers_[r], e_.buffers_);
   }
-  // Device 0's forward updates the running statistics in place: only after every copy has read them.
-  if (e_.buffers_.numel() > 0) release_source_after(e_.buffers_, s.devices);
   e_.end_phase(e_.all_devices());
 }
 
@@ -146,11 +97,6 @@ void ResidentShape::forward(StepState& s) {
   e_.end_phase(s.active);
 }
 
-// 5. gather and 6. loss: nothing. Each replica computed its chunk's loss and gradient after its
-// forward, and the host adds their sums once the step is done (DataParallel's report). Gathering
-// them onto device 0 would make its backward wait for every other device's forward.
-void ResidentShape::gather(StepState&) {}
-void ResidentShape::loss(StepState&) {}
 
 // Mixed precision: the 16-bit gradients backward writes on each device with samples, which the
 // all-reduce (or, without one, the backward's own task) widens into the float32 ones.
@@ -273,8 +219,9 @@ void ResidentShape::update(StepState& s, StepResult& r) {
 
 bool ResidentShape::accumulating_without_sync() const { return !e_.last_micro_batch(); }
 
-Tensor ResidentShape::low_precision_inference_parameters() const {
-  return resident_low_params_.empty() ? Tensor() : resident_low_params_[0];  // kept current by every update
+Tensor ResidentShape::inference_parameters() {
+  // Mixed precision: device 0's 16-bit copy, kept current by every update.
+  return resident_low_params_.empty() ? StepShape::inference_parameters() : resident_low_params_[0];
 }
 
 std::string ResidentShape::graph_blocker() const {
@@ -313,8 +260,6 @@ void ResidentShape::restore_optimizer(const Optimizer::Saved& state) {
 
 void ResidentShape::abandon_step() { allreduce_->abandon(); }
 void ResidentShape::after_abandoned_step() { allreduce_->finish_step(true); }
-
-int64_t ResidentShape::sync_bn_allreduces() const { return replica_group_ ? replica_group_->allreduces() : 0; }
 
 void ResidentShape::check(const SyncOptions&, const DeviceSet& devices, const SplitPolicy& split) {
   if (devices.spans_gpus()) {

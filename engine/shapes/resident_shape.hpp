@@ -11,21 +11,20 @@
 //              device, while backward goes on (engine/allreduce/overlapped_allreduce.hpp)
 //   reduce     the buckets still in flight
 //   update     every device its own copy, with its own optimizer state
-// Gradient accumulation before the last micro-batch all-reduces nothing (DDP's no_sync).
-// --sync-bn: BatchNorm statistics over every replica (engine/allreduce/replica_group.hpp).
+// Gradient accumulation before the last micro-batch all-reduces nothing (DDP's no_sync). Loading,
+// the in-replica loss, the buffers' broadcast and --sync-bn are engine/shapes/chunked_shape.hpp's.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/allreduce/overlapped_allreduce.hpp"
-#include "engine/allreduce/replica_group.hpp"
 #include "engine/nccl/nccl_comms.hpp"
-#include "engine/shapes/step_shape.hpp"
+#include "engine/shapes/chunked_shape.hpp"
 
 namespace dp {
 
-class ResidentShape final : public StepShape {
+class ResidentShape final : public ChunkedShape {
  public:
   // What this shape cannot run (UsageError): distinct GPUs without NCCL or with one shared,
   // --split balance-memory (there is no device-0 hotspot to even out).
@@ -35,21 +34,14 @@ class ResidentShape final : public StepShape {
   ResidentShape(StepEngine& engine, const OptimizerConfig& optimizer);
   SyncMode mode() const override { return SyncMode::AllReduce; }
 
-  void load(StepState& s, const void* input, const int32_t* targets, StepResult& r) override;
-  void scatter(StepState& s) override;
   void replicate(StepState& s) override;
   void forward(StepState& s) override;
-  void gather(StepState& s) override;
-  void loss(StepState& s) override;
   void backward(StepState& s) override;
   void reduce(StepState& s) override;
   void update(StepState& s, StepResult& r) override;
 
-  bool loads_chunks() const override { return true; }
-  bool takes_part(int, const std::vector<int64_t>&) const override { return true; }
-  int deciding_devices() const override { return e_.devices_.size(); }
-  void after_load_state() override;  // the master copied to every device
-  Tensor low_precision_inference_parameters() const override;
+  void load_state(const std::vector<float>& params, const std::vector<float>& buffers) override;  // and every copy
+  Tensor inference_parameters() override;
   std::string graph_blocker() const override;
   void set_tracer(Tracer* tracer) override;
   void set_process_group(ProcessGroup* group) override;
@@ -57,7 +49,6 @@ class ResidentShape final : public StepShape {
   void restore_optimizer(const Optimizer::Saved& state) override;
   void abandon_step() override;
   void after_abandoned_step() override;
-  int64_t sync_bn_allreduces() const override;
 
  private:
   // Mixed precision: every device rounds its float32 copy into its 16-bit one.
@@ -73,10 +64,9 @@ class ResidentShape final : public StepShape {
   // Replica r's float32 gradients (device 0's are the master's).
   Tensor& replica_gradients(int r) { return r == 0 ? e_.grads_ : resident_grads_[r]; }
 
-  StepEngine& e_;
   // Devices 1.. keep their own copies (index 0 is unused: device 0's are the master's), each with
   // its own optimizer state.
-  std::vector<Tensor> resident_params_, resident_grads_, resident_buffers_;
+  std::vector<Tensor> resident_params_, resident_grads_;
   // Mixed precision: on every device (0 included) the 16-bit parameters forward and backward run
   // on, rounded after each update, and the 16-bit gradients backward writes, widened bucket by
   // bucket into the float32 gradients that are all-reduced.
@@ -86,7 +76,6 @@ class ResidentShape final : public StepShape {
   // before the communicators go.
   std::unique_ptr<NcclComms> nccl_devices_, nccl_ranks_;
   std::unique_ptr<OverlappedAllReduce> allreduce_;
-  std::unique_ptr<ReplicaGroup> replica_group_;  // --sync-bn
 };
 
 }  // namespace dp

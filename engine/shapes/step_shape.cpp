@@ -6,6 +6,29 @@
 
 namespace dp {
 
+std::vector<float> StepShape::parameters() { return e_.params_.to_host(); }
+std::vector<float> StepShape::buffers() { return e_.buffers_.to_host(); }
+
+std::vector<float> StepShape::gradients() {
+  if (!e_.grads_.defined()) return std::vector<float>(static_cast<size_t>(e_.layout().parameter_count), 0.f);
+  return e_.grads_.to_host();
+}
+
+void StepShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
+  if (static_cast<int64_t>(params.size()) != e_.params_.numel() ||
+      static_cast<int64_t>(buffers.size()) != e_.buffers_.numel())
+    throw RuntimeError("load_state: state sizes do not match the model");
+  e_.params_.copy_from_host(params.data());
+  e_.buffers_.copy_from_host(buffers.data());
+  e_.inference_params_ = Tensor();  // made from the old master
+}
+
+Tensor StepShape::inference_parameters() {
+  if (!e_.precision_.mixed()) return e_.params_;
+  if (!e_.inference_params_.defined()) e_.inference_params_ = e_.low_precision_parameters();
+  return e_.inference_params_;
+}
+
 void check_step_shape(const SyncOptions& sync, const DeviceSet& devices, const SplitPolicy& split) {
   if (sync.sync_bn && sync.mode == SyncMode::Reduce)
     throw UsageError("--sync-bn synchronises BatchNorm across resident replicas: it needs --sync allreduce (as "

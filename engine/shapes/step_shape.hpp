@@ -24,7 +24,10 @@ namespace dp {
 
 class StepShape {
  public:
+  explicit StepShape(StepEngine& engine) : e_(engine) {}
   virtual ~StepShape() = default;
+  StepShape(const StepShape&) = delete;
+  StepShape& operator=(const StepShape&) = delete;
   virtual SyncMode mode() const = 0;
 
   // The nine phases, in order. `input` and `targets` are the host batch (null for a captured step,
@@ -47,11 +50,15 @@ class StepShape {
   // fp16: how many devices (0 ..) decide the step's inf/NaN verdict; they must agree.
   virtual int deciding_devices() const = 0;
 
-  // After the master state was loaded: what the shape keeps elsewhere follows it.
-  virtual void after_load_state() {}
-  // What evaluation runs on under mixed precision, if the shape keeps it (undefined: device 0
-  // rounds the master).
-  virtual Tensor low_precision_inference_parameters() const { return {}; }
+  // The model's state as host copies in layout order (parameters, buffers, the last step's summed
+  // gradients), and loading it; where the shape keeps it: by default the master on device 0.
+  virtual std::vector<float> parameters();
+  virtual std::vector<float> buffers();
+  virtual std::vector<float> gradients();  // zeros where none were made (a mixed step that failed early)
+  virtual void load_state(const std::vector<float>& params, const std::vector<float>& buffers);
+  // What evaluation and generation run on, on device 0: the master, or under mixed precision a
+  // 16-bit copy of it kept until the master changes (generation runs a forward per token).
+  virtual Tensor inference_parameters();
   // Why no step of this shape can be captured ("" if one can).
   virtual std::string graph_blocker() const { return ""; }
   virtual void set_tracer(Tracer*) {}
@@ -66,6 +73,9 @@ class StepShape {
   virtual void abandon_step() {}
   virtual void after_abandoned_step() {}
   virtual int64_t sync_bn_allreduces() const { return 0; }
+
+ protected:
+  StepEngine& e_;
 };
 
 // Refuses what the shape of `sync.mode` cannot run on these devices with this split (UsageError),

@@ -8,7 +8,7 @@
 //   auto          balanced by measured speed as training runs (engine/split/auto_balancer.hpp); even
 //                 until measured
 //   balance-memory  chunks that make the largest device peak smallest, from probe steps
-//                 (DataParallel::balance_memory); even until probed
+//                 (DataParallel::probe_memory); even until probed
 #pragma once
 #include <cstdint>
 #include <string>
