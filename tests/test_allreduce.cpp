@@ -13,7 +13,7 @@
 
 #include "engine/allreduce/buckets.hpp"
 #include "engine/allreduce/overlapped_allreduce.hpp"
-#include "engine/allreduce/ring.hpp"
+#include "engine/collectives/ring.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
 #include "engine/mpi/process_group.hpp"

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/allreduce/stream_ring.hpp"
+#include "engine/collectives/across_processes.hpp"
+#include "engine/collectives/stream_ring.hpp"
 #include "engine/device.hpp"
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
@@ -16,22 +17,19 @@
 namespace dp {
 
 OverlappedAllReduce::OverlappedAllReduce(int devices, std::vector<GradBucket> buckets)
-    : n_(devices), buckets_(std::move(buckets)), barrier_(devices), done_step_(static_cast<size_t>(devices), 0) {
+    : n_(devices), buckets_(std::move(buckets)), done_step_(static_cast<size_t>(devices), 0) {
   init();
 }
 
 OverlappedAllReduce::OverlappedAllReduce(std::vector<Device*> devices, std::vector<GradBucket> buckets)
     : n_(static_cast<int>(devices.size())),
       buckets_(std::move(buckets)),
-      barrier_(n_),
       ring_devices_(std::move(devices)),
       done_step_(static_cast<size_t>(n_), 0) {
   int64_t largest = 0;
   for (const auto& b : buckets_) largest = std::max(largest, b.end - b.begin);
-  for (Device* dev : ring_devices_) {  // a ring step moves one piece: at most largest / n + 1 floats
+  for (Device* dev : ring_devices_)  // a ring step moves one piece: at most largest / n + 1 floats
     recv_.push_back(Tensor::empty(*dev, {largest / n_ + 1}, MemCategory::CommBuffers));
-    comm_execs_.push_back(&dev->comm_exec());
-  }
   init();
 }
 
@@ -51,7 +49,7 @@ OverlappedAllReduce::~OverlappedAllReduce() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  barrier_.abort();
+  if (transport_) transport_->abort();
   cv_.notify_all();
   for (auto& t : threads_) t.join();
   // Rings still enqueued use the receive buffers this owns (a step that failed is joined already;
@@ -76,6 +74,7 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
   if (enqueued()) {
     for (Device* dev : ring_devices_) dev->comm_stream();  // made here, by the host thread
   } else if (threads_.empty()) {
+    make_transport();
     for (int d = 0; d < n_; ++d) threads_.emplace_back([this, d] { run(d); });
   }
   std::lock_guard lock(mutex_);
@@ -94,7 +93,7 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
   }
   error_ = nullptr;
   abandoned_ = false;
-  barrier_.reset();
+  if (transport_) transport_->reset();
   ++step_;
   cv_.notify_all();
 }
@@ -196,7 +195,7 @@ void OverlappedAllReduce::device_done(int device) {
 }
 
 void OverlappedAllReduce::abandon() {
-  barrier_.abort();
+  if (transport_) transport_->abort();
   std::lock_guard lock(mutex_);
   abandoned_ = true;
   // A device will never report its remaining modules: release the threads waiting for them.
@@ -240,9 +239,8 @@ void OverlappedAllReduce::finish_step(bool failed) {
   if (error_ && !failed) std::rethrow_exception(error_);
 }
 
-bool OverlappedAllReduce::reduce_on_device(int device, const GradBucket& b, const std::vector<float*>& views,
-                                           const uint16_t* low, DType low_dtype, const float* accumulated,
-                                           const std::shared_ptr<void>& ready) {
+void OverlappedAllReduce::prepare_on_device(int device, const GradBucket& b, float* view, const uint16_t* low,
+                                            DType low_dtype, const float* accumulated, const std::shared_ptr<void>& ready) {
   Device& dev = *ring_devices_[static_cast<size_t>(device)];
   const Exec& exec = dev.comm_exec();
   DeviceQueue* queue = dev.comm_queue();
@@ -251,53 +249,22 @@ bool OverlappedAllReduce::reduce_on_device(int device, const GradBucket& b, cons
     queue->bind_thread();
     if (ready) queue->wait(ready);  // after backward's kernels for this bucket
   }
-  if (low) convert(exec, Buf{views[static_cast<size_t>(device)], DType::F32}, Buf{const_cast<uint16_t*>(low + b.begin), low_dtype}, count);
+  if (low) convert(exec, Buf{view, DType::F32}, Buf{const_cast<uint16_t*>(low + b.begin), low_dtype}, count);
   if (accumulated)
-    add_inplace(exec, Buf{views[static_cast<size_t>(device)], DType::F32},
-                Buf{const_cast<float*>(accumulated + b.begin), DType::F32}, count);
-  if (nccl_) {  // on the same stream, after the widening: NCCL orders it
-    nccl_->allreduce_sum(device, views[static_cast<size_t>(device)], count, *exec.cuda);
-    wait_nccl(*nccl_, device, device);
-    return true;
-  }
-  if (queue) queue->synchronize();  // this device's piece of the sum is final before anyone reads it
-  return ring_allreduce_rank_on_devices(views, count, device, barrier_, comm_execs_,
-                                        recv_[static_cast<size_t>(device)].data(), queue);
+    add_inplace(exec, Buf{view, DType::F32}, Buf{const_cast<float*>(accumulated + b.begin), DType::F32}, count);
+  // NCCL is enqueued on the same stream, after the widening, and orders itself; the device ring's
+  // neighbours read this piece of the sum as soon as it starts.
+  if (queue && !nccl_) queue->synchronize();
 }
 
-void OverlappedAllReduce::wait_nccl(NcclComms& comms, int member, int device) {
-  // An NCCL collective waits for every member: when another device abandons the step, it never
-  // comes, so the wait gives up (the communicator is aborted; later steps report that).
-  comms.wait(member, *ring_devices_[static_cast<size_t>(device)]->comm_exec().cuda, [this] {
-    std::lock_guard lock(mutex_);
-    return abandoned_ || stopping_;
-  });
-}
-
-bool OverlappedAllReduce::reduce_across_processes(int device, const GradBucket& b, const std::vector<float*>& views) {
-  const int64_t count = b.end - b.begin;
-  if (device == 0) {
-    if (rank_nccl_) {
-      DeviceQueue* queue = ring_devices_[0]->comm_queue();
-      if (queue) queue->bind_thread();
-      rank_nccl_->allreduce_sum(0, views[0], count, *ring_devices_[0]->comm_exec().cuda);
-      wait_nccl(*rank_nccl_, 0, 0);
-    } else {
-      group_->allreduce_sum(views[0], count);
-    }
-  }
-  if (!barrier_.arrive_and_wait()) return false;
-  if (device != 0) {
-    if (ring_devices_.empty()) {
-      std::copy(views[0], views[0] + count, views[static_cast<size_t>(device)]);
-    } else {  // device memory: a copy on this device's communication stream
-      Device& dev = *ring_devices_[static_cast<size_t>(device)];
-      copy_between(dev.comm_exec(), views[static_cast<size_t>(device)], views[0], static_cast<size_t>(count) * sizeof(float),
-                   ring_devices_[0]->comm_exec());
-      if (DeviceQueue* queue = dev.comm_queue()) queue->synchronize();
-    }
-  }
-  return barrier_.arrive_and_wait();
+void OverlappedAllReduce::make_transport() {
+  std::vector<const Exec*> execs;
+  std::vector<DeviceQueue*> queues;
+  for (Device* dev : ring_devices_) execs.push_back(&dev->comm_exec()), queues.push_back(dev->comm_queue());
+  std::unique_ptr<Transport> local = ring_devices_.empty() ? make_host_ring(n_)
+                                     : nccl_              ? make_nccl_transport(*nccl_, execs)
+                                                          : make_device_ring(execs, queues, recv_);
+  transport_ = group_ ? make_across_processes(std::move(local), *group_, execs, queues, rank_nccl_) : std::move(local);
 }
 
 bool OverlappedAllReduce::wait_for_step(int device, uint64_t& seen, StepInputs& in) {
@@ -342,16 +309,14 @@ OverlappedAllReduce::BucketOutcome OverlappedAllReduce::reduce_bucket(int device
       if (in.low && in.low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], in.low + b.begin, count);
       if (in.low && in.low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], in.low + b.begin, count);
       if (in.accumulated) cpu::add_inplace(inline_pool, views[device], in.accumulated + b.begin, count);
-      ok = ring_allreduce_rank(views, count, device, barrier_);
     } else {
-      ok = reduce_on_device(device, b, views, in.low, in.low_dtype, in.accumulated, ready);
+      prepare_on_device(device, b, views[device], in.low, in.low_dtype, in.accumulated, ready);
     }
-    // This process's sum is on every device; device 0 sums it with the other processes'.
-    if (ok && group_) ok = reduce_across_processes(device, b, views);
+    ok = transport_->all_reduce(device, views[device], count);
   } catch (...) {
     std::lock_guard lock(mutex_);
     if (!error_) error_ = std::current_exception();
-    barrier_.abort();
+    transport_->abort();
     ok = false;
   }
   if (tracer_)

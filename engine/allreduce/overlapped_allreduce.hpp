@@ -1,24 +1,25 @@
 // All-reduce of resident replicas' gradients in buckets, while backward is still running (what
 // DistributedDataParallel's reducer does): when every module of bucket k has run backward on a
 // device (Module's after-backward hook calls module_done), that device's part of bucket k's ring
-// all-reduce (engine/allreduce/ring.hpp) can start, while its stream goes on with backward.
+// all-reduce (engine/collectives/ring.hpp) can start, while its stream goes on with backward.
 // Buckets are reduced in order, the same on every device, so the rings always meet. In place on
 // the flat gradient arrays, in one of two ways:
 //
 // Enqueued (devices whose memory a host thread cannot read — CUDA logical devices sharing a GPU;
 // host devices too, when asked, so the path is tested everywhere — in one process, without
 // NCCL): once a bucket is complete on every device, its ring is enqueued on the devices'
-// communication streams (Device::comm_stream, engine/allreduce/stream_ring.hpp), after an event
+// communication streams (Device::comm_stream, engine/collectives/stream_ring.hpp), after an event
 // recorded on each compute stream when the bucket's last module reported, with copies into a
 // receive buffer (CommBuffers) and adds. No thread waits mid-step; each device's update waits for
 // the ring's last events on its stream.
 //
-// Driven by threads (a communication thread per device): host devices, each thread reading its
-// neighbour's memory (ring_allreduce_rank); across processes, MPI (set_process_group), device 0's
-// thread after this process's ring, the others copying its result; distinct GPUs, NCCL instead of
-// the ring (set_nccl), each device's thread calling its own communicator on its comm_exec()
-// stream. Across GPU processes, device 0's thread all-reduces with the other ranks through NCCL
-// (set_rank_nccl).
+// Driven by threads (a communication thread per device), each calling its part of the bucket's
+// all-reduce on a transport (engine/collectives/transport.hpp): host devices, the host ring (each
+// thread reading its neighbour's memory); distinct GPUs, NCCL (set_nccl), each device's thread
+// calling its own communicator on its comm_exec() stream; across processes (set_process_group),
+// wrapped by engine/collectives/across_processes.hpp: device 0's thread all-reduces with the other
+// ranks (MPI, or NCCL across GPU processes: set_rank_nccl) after this process's ring, the others
+// copying its result.
 //
 // Mixed precision: backward writes 16-bit gradients; each device widens a bucket of them into its
 // float32 array just before that bucket's all-reduce (autocast leaves float32 .grad on float32
@@ -38,7 +39,7 @@
 #include <vector>
 
 #include "engine/allreduce/buckets.hpp"
-#include "engine/allreduce/ring.hpp"
+#include "engine/collectives/transport.hpp"
 #include "engine/device.hpp"
 #include "engine/mpi/process_group.hpp"
 #include "engine/nccl/nccl_comms.hpp"
@@ -136,14 +137,13 @@ class OverlappedAllReduce {
   // The bucket's gradients on `device` are complete (its stream's worker, mutex_ held): on an
   // accelerator, an event after backward's kernels that the ring's stream waits for.
   void mark_ready_locked(int device, size_t bucket);
-  // Bucket b on this thread's device, through its communication stream.
-  bool reduce_on_device(int device, const GradBucket& b, const std::vector<float*>& views, const uint16_t* low,
-                        DType low_dtype, const float* accumulated, const std::shared_ptr<void>& ready);
-  // Across processes: device 0 sums this process's result with the other ranks' (MPI on host
-  // memory, or NCCL), then every other device copies it. False when the step was abandoned.
-  bool reduce_across_processes(int device, const GradBucket& b, const std::vector<float*>& views);
-  // NCCL's wait on device d's communication stream, giving up when the step is abandoned.
-  void wait_nccl(NcclComms& comms, int member, int device);
+  // Bucket b on this thread's device, before its all-reduce: after backward's kernels, widened and
+  // the earlier micro-batches added, on its communication stream.
+  void prepare_on_device(int device, const GradBucket& b, float* view, const uint16_t* low, DType low_dtype,
+                         const float* accumulated, const std::shared_ptr<void>& ready);
+  // The threads' transport (engine/collectives/transport.hpp), when they start: the host ring, the
+  // device ring or NCCL, wrapped across processes under mpirun.
+  void make_transport();
   bool step_finished_locked() const;  // every device's thread is done with this step
   int n_;
   std::vector<GradBucket> buckets_;
@@ -152,7 +152,7 @@ class OverlappedAllReduce {
   ProcessGroup* group_ = nullptr;
   NcclComms* nccl_ = nullptr;
   NcclComms* rank_nccl_ = nullptr;
-  RingBarrier barrier_;
+  std::unique_ptr<Transport> transport_;
   std::vector<Device*> ring_devices_;  // empty: the threads read each other's memory
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -161,10 +161,9 @@ class OverlappedAllReduce {
   std::vector<const float*> accumulated_;
   std::vector<std::vector<int>> pending_;  // [device][bucket]: modules still to run backward
   // The ring through communication streams: a receive buffer on each device, the ready events
-  // [device][bucket] (null on host devices), each device's comm Exec.
+  // [device][bucket] (null on host devices).
   std::vector<Tensor> recv_;
   std::vector<std::vector<std::shared_ptr<void>>> ready_;
-  std::vector<const Exec*> comm_execs_;
   // Enqueued: the ready events [device][bucket] (recorded on the compute stream when the bucket's
   // last module reported), how many buckets are enqueued, and each device's event after its last
   // enqueued ring step.

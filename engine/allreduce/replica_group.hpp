@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/allreduce/ring.hpp"
+#include "engine/collectives/ring.hpp"
 #include "engine/mpi/process_group.hpp"
 
 namespace dp {

@@ -4,7 +4,9 @@
 // called. Every MPI return code is checked: a failure is a RuntimeError naming the call.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace dp {
 
@@ -31,6 +33,17 @@ class ProcessGroup {
   // on another thread (SyncBatchNorm's statistics during the gradient all-reduce).
   void allreduce_sum_side(double* data, int64_t count);
   void broadcast(void* data, int64_t bytes, int root = 0);
+  // Communicators of their own for collectives that several threads of a process run at once: lane
+  // l is the same on every rank (ZeRO: lane r for each process's device r). Every rank calls this
+  // at the same point from one thread, with the same count; again with a larger count adds lanes.
+  void make_lanes(int lanes);
+  int lanes() const { return static_cast<int>(lanes_.size()); }
+  // On a lane, in place over a buffer of Σ counts elements that every rank holds, cut into parts of
+  // counts[p] in rank order: reduce_scatter_sum leaves on rank p the sum of every rank's part p (the
+  // other parts unchanged); all_gather gives every rank every rank p's part p.
+  void reduce_scatter_sum(int lane, float* data, const std::vector<int64_t>& counts);
+  void all_gather(int lane, void* data, const std::vector<int64_t>& counts, int element_bytes);
+  void broadcast_on_lane(int lane, void* data, int64_t bytes, int root);
   // After this process reported an error and is about to exit with `code`: in a job of several
   // processes with MPI running, end the whole job (MPI_Abort: mpirun stops every rank) instead of
   // finalising, which would wait for ranks that wait for this one — an error on one rank (a file
@@ -41,6 +54,7 @@ class ProcessGroup {
   ProcessGroup();
   int rank_ = 0, size_ = 1;
   void* side_ = nullptr;  // the second communicator (an MPI_Comm), when built with MPI
+  std::vector<std::shared_ptr<void>> lanes_;  // make_lanes's (MPI_Comm each)
 };
 
 }  // namespace dp

@@ -3,7 +3,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "engine/error.hpp"
 #include "engine/mpi/process_group.hpp"
@@ -89,6 +92,68 @@ int64_t ProcessGroup::allreduce_max(int64_t value) {
 void ProcessGroup::broadcast(void* data, int64_t bytes, int root) {
   in_pieces(static_cast<char*>(data), bytes, [root](char* p, int n) {
     check(MPI_Bcast(p, n, MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  });
+}
+
+namespace {
+MPI_Comm lane_comm(const std::vector<std::shared_ptr<void>>& lanes, int lane) {
+  if (lane < 0 || lane >= static_cast<int>(lanes.size()))
+    throw RuntimeError("MPI lane " + std::to_string(lane) + " of " + std::to_string(lanes.size()) + " made");
+  return *static_cast<MPI_Comm*>(lanes[static_cast<size_t>(lane)].get());
+}
+// MPI's counts are int.
+std::vector<int> int_counts(const std::vector<int64_t>& counts, int64_t scale, const char* call) {
+  std::vector<int> out;
+  for (int64_t c : counts) {
+    if (c * scale > std::numeric_limits<int>::max())
+      throw RuntimeError(std::string(call) + ": a part of " + std::to_string(c * scale) + " is beyond MPI's int counts");
+    out.push_back(static_cast<int>(c * scale));
+  }
+  return out;
+}
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> at(counts.size(), 0);
+  for (size_t p = 1; p < counts.size(); ++p) at[p] = at[p - 1] + counts[p - 1];
+  return at;
+}
+}  // namespace
+
+void ProcessGroup::make_lanes(int lanes) {
+  while (static_cast<int>(lanes_.size()) < lanes) {
+    auto comm = std::shared_ptr<void>(new MPI_Comm(MPI_COMM_NULL), [](void* p) {
+      auto* c = static_cast<MPI_Comm*>(p);
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized && *c != MPI_COMM_NULL) MPI_Comm_free(c);
+      delete c;
+    });
+    check(MPI_Comm_dup(MPI_COMM_WORLD, static_cast<MPI_Comm*>(comm.get())), "MPI_Comm_dup");
+    check(MPI_Comm_set_errhandler(*static_cast<MPI_Comm*>(comm.get()), MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    lanes_.push_back(std::move(comm));
+  }
+}
+
+void ProcessGroup::reduce_scatter_sum(int lane, float* data, const std::vector<int64_t>& counts) {
+  const std::vector<int> n = int_counts(counts, 1, "MPI_Reduce_scatter");
+  const std::vector<int> at = displacements(n);
+  std::vector<float> mine(static_cast<size_t>(n[static_cast<size_t>(rank_)]));
+  check(MPI_Reduce_scatter(data, mine.data(), n.data(), MPI_FLOAT, MPI_SUM, lane_comm(lanes_, lane)),
+        "MPI_Reduce_scatter");
+  std::copy(mine.begin(), mine.end(), data + at[static_cast<size_t>(rank_)]);
+}
+
+void ProcessGroup::all_gather(int lane, void* data, const std::vector<int64_t>& counts, int element_bytes) {
+  const std::vector<int> n = int_counts(counts, element_bytes, "MPI_Allgatherv");
+  const std::vector<int> at = displacements(n);
+  check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, n.data(), at.data(), MPI_BYTE,
+                       lane_comm(lanes_, lane)),
+        "MPI_Allgatherv");
+}
+
+void ProcessGroup::broadcast_on_lane(int lane, void* data, int64_t bytes, int root) {
+  MPI_Comm comm = lane_comm(lanes_, lane);
+  in_pieces(static_cast<char*>(data), bytes, [root, comm](char* p, int n) {
+    check(MPI_Bcast(p, n, MPI_BYTE, root, comm), "MPI_Bcast (lane)");
   });
 }
 

@@ -19,6 +19,10 @@ void ProcessGroup::allreduce_sum(double*, int64_t) {}
 int64_t ProcessGroup::allreduce_max(int64_t value) { return value; }
 void ProcessGroup::allreduce_sum_side(double*, int64_t) {}
 void ProcessGroup::broadcast(void*, int64_t, int) {}
+void ProcessGroup::make_lanes(int) {}
+void ProcessGroup::reduce_scatter_sum(int, float*, const std::vector<int64_t>&) {}
+void ProcessGroup::all_gather(int, void*, const std::vector<int64_t>&, int) {}
+void ProcessGroup::broadcast_on_lane(int, void*, int64_t, int) {}
 void ProcessGroup::end_job_after_error(int) {}
 
 }  // namespace dp

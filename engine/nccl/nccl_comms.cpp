@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/collectives/ring.hpp"
 #include "engine/cuda/check.cuh"
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
@@ -42,6 +43,42 @@ class Comms final : public NcclComms {
           "ncclAllReduce", comm);
   }
 
+  void reduce_scatter_pieces(int member, float* data, int64_t count, cuda::Context& on) override {
+    ncclComm_t comm = live(member);
+    DP_CUDA_CHECK(cudaSetDevice(gpus_[static_cast<size_t>(member)]));
+    const int n = ranks(comm);
+    check(ncclGroupStart(), "ncclGroupStart", comm);
+    for (int k = 0; k < n; ++k) {
+      const auto [b, e] = ring_piece(count, n, k);
+      check(ncclReduce(data + b, data + b, static_cast<size_t>(e - b), ncclFloat32, ncclSum, owner(k, n), comm,
+                       on.handles().stream),
+            "ncclReduce", comm);
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd (reduce-scatter)", comm);
+  }
+
+  void all_gather_pieces(int member, void* data, int64_t count, DType dtype, cuda::Context& on) override {
+    ncclComm_t comm = live(member);
+    DP_CUDA_CHECK(cudaSetDevice(gpus_[static_cast<size_t>(member)]));
+    const int n = ranks(comm);
+    const size_t elem = dtype_size(dtype);
+    check(ncclGroupStart(), "ncclGroupStart", comm);
+    for (int k = 0; k < n; ++k) {
+      const auto [b, e] = ring_piece(count, n, k);
+      char* at = static_cast<char*>(data) + static_cast<size_t>(b) * elem;
+      check(ncclBroadcast(at, at, static_cast<size_t>(e - b), nccl_type(dtype), owner(k, n), comm, on.handles().stream),
+            "ncclBroadcast", comm);
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd (all-gather)", comm);
+  }
+
+  void broadcast(int member, void* data, int64_t count, DType dtype, int root, cuda::Context& on) override {
+    ncclComm_t comm = live(member);
+    DP_CUDA_CHECK(cudaSetDevice(gpus_[static_cast<size_t>(member)]));
+    check(ncclBroadcast(data, data, static_cast<size_t>(count), nccl_type(dtype), root, comm, on.handles().stream),
+          "ncclBroadcast", comm);
+  }
+
   void wait(int member, cuda::Context& on, const std::function<bool()>& give_up) override {
     ncclComm_t comm = live(member);
     cudaStream_t s = on.handles().stream;
@@ -64,6 +101,23 @@ class Comms final : public NcclComms {
   }
 
  private:
+  static int ranks(ncclComm_t comm) {
+    int n = 0;
+    check(ncclCommCount(comm, &n), "ncclCommCount", comm);
+    return n;
+  }
+  // The rank that owns piece k after a reduce-scatter: the one for which owned_piece(rank, n) == k.
+  static int owner(int k, int n) { return (k + n - 1) % n; }
+  static ncclDataType_t nccl_type(DType t) {
+    switch (t) {
+      case DType::F32: return ncclFloat32;
+      case DType::BF16: return ncclBfloat16;
+      case DType::F16: return ncclFloat16;
+      case DType::I32: return ncclInt32;
+      case DType::U8: return ncclUint8;
+    }
+    throw RuntimeError("NCCL: no type for this dtype");
+  }
   ncclComm_t live(int member) const {
     ncclComm_t comm = comms_.at(static_cast<size_t>(member));
     if (!comm)

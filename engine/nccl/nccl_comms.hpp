@@ -14,6 +14,8 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/buffer.hpp"
+
 namespace dp {
 
 namespace cuda {
@@ -34,6 +36,13 @@ class NcclComms {
   // `count` floats at `data` (on member m's GPU) summed over the communicator's ranks, in place,
   // enqueued on `on`'s stream.
   virtual void allreduce_sum(int member, float* data, int64_t count, cuda::Context& on) = 0;
+  // The ring's pieces of `count` elements at `data` (engine/collectives/ring.hpp's ring_piece over
+  // the communicator's ranks), in place: each piece summed onto the rank that owns it (owned_piece)
+  // as one group of reduces (ZeRO's reduce-scatter, pieces of any size); each owner's piece sent to
+  // every rank as one group of broadcasts (its all-gather); and the whole of root's to every rank.
+  virtual void reduce_scatter_pieces(int member, float* data, int64_t count, cuda::Context& on) = 0;
+  virtual void all_gather_pieces(int member, void* data, int64_t count, DType dtype, cuda::Context& on) = 0;
+  virtual void broadcast(int member, void* data, int64_t count, DType dtype, int root, cuda::Context& on) = 0;
   // Waits for `on`'s stream, watching member m's communicator: an asynchronous NCCL error (a peer
   // gone, a network failure), or give_up() turning true (the caller's step was abandoned), aborts
   // the communicator and throws instead of waiting forever; an aborted member's later calls throw.

@@ -1,8 +1,9 @@
-// The ring all-reduce (ring.hpp) enqueued on each device's comm stream (Device::comm_stream) and
-// ordered across devices by events, so that no host thread waits for any step of it: step t on a
-// device waits only for its left neighbour's step t − 1. On a GPU the host enqueues the whole ring
-// at once (the old way, each device's thread waited for its stream and met the others at a barrier
-// after every step: 2(N−1) host waits a bucket); on host devices the comm streams' workers run it.
+// The ring all-reduce (engine/collectives/ring.hpp) enqueued on each device's comm stream
+// (Device::comm_stream) and ordered across devices by events, so that no host thread waits for any
+// step of it: step t on a device waits only for its left neighbour's step t − 1. On a GPU the host
+// enqueues the whole ring at once (the old way, each device's thread waited for its stream and met
+// the others at a barrier after every step: 2(N−1) host waits a bucket); on host devices the comm
+// streams' workers run it.
 //
 // Why the neighbour's previous step is enough. A step reads only the left neighbour's buffer, and
 // the piece it reads there was last written by that neighbour's step t − 1 (or is its start, for

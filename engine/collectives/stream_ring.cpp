@@ -1,6 +1,6 @@
-#include "engine/allreduce/stream_ring.hpp"
+#include "engine/collectives/stream_ring.hpp"
 
-#include "engine/allreduce/ring.hpp"
+#include "engine/collectives/ring.hpp"
 #include "engine/device.hpp"
 
 namespace dp {
@@ -20,7 +20,7 @@ std::vector<Event> enqueue_ring_allreduce(const std::vector<Device*>& devices, c
       float *mine = buffers[static_cast<size_t>(d)], *in = recv[static_cast<size_t>(d)];
       const float* theirs = buffers[static_cast<size_t>(left)];
       stream.enqueue([step, count, n, mine, theirs, in, &dev, &from] {
-        ring_step_on_device(step, count, n, mine, theirs, in, dev.comm_exec(), from.comm_exec());
+        ring_step_on_device(step, count, n, Buf{mine, DType::F32}, theirs, in, dev.comm_exec(), from.comm_exec());
       },
                      stream.label([&] {
                        const auto [b, e] = ring_piece(count, n, step.piece);
