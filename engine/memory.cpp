@@ -28,6 +28,7 @@ const char* category_name(MemCategory c) {
     case MemCategory::Loss: return "loss";
     case MemCategory::CommBuffers: return "reduce buffers";
     case MemCategory::Workspace: return "workspace";
+    case MemCategory::GatheredParameters: return "gathered parameters";
     case MemCategory::Count: break;
   }
   return "?";

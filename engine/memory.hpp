@@ -30,6 +30,7 @@ enum class MemCategory : int {
   Loss,
   CommBuffers,
   Workspace,
+  GatheredParameters,  // ZeRO-3: a bucket's parameters all-gathered for the modules that run on them
   Count
 };
 constexpr int kNumMemCategories = static_cast<int>(MemCategory::Count);

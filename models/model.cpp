@@ -132,10 +132,41 @@ void Network::backward(Device& dev, const Tensor& grad_output) {
 
 void Network::clear_cache() { root_->clear_cache(); }
 
+namespace {
+// A leaf's hook from the network's (empty stays empty).
+std::function<void()> for_leaf(const std::function<void(int)>& hook, size_t leaf) {
+  if (!hook) return {};
+  return [hook, leaf] { hook(static_cast<int>(leaf)); };
+}
+}  // namespace
+
 void Network::on_module_backward(const std::function<void(int leaf)>& hook) {
+  for (size_t i = 0; i < leaves_.size(); ++i) {
+    Module::Hooks h = leaves_[i]->hooks();
+    h.after_backward = for_leaf(hook, i);
+    leaves_[i]->set_hooks(std::move(h));
+  }
+}
+
+void Network::set_leaf_hooks(const LeafHooks& hooks) {
   for (size_t i = 0; i < leaves_.size(); ++i)
-    leaves_[i]->set_after_backward(hook ? std::function<void()>([hook, i] { hook(static_cast<int>(i)); })
-                                        : std::function<void()>());
+    leaves_[i]->set_hooks({for_leaf(hooks.before_forward, i), for_leaf(hooks.after_forward, i),
+                           for_leaf(hooks.before_backward, i), for_leaf(hooks.after_backward, i)});
+}
+
+void Network::bind_leaf(int leaf, const Tensor& params, const Tensor& grads, int64_t offset, const Tensor& buffers) {
+  std::vector<Tensor> values, gradients;
+  for (const auto& e : layout_.entries) {
+    if (e.leaf != leaf) continue;
+    if (e.buffer()) {
+      values.push_back(buffers.slice_flat(e.offset, e.shape));
+      gradients.emplace_back();
+    } else {
+      values.push_back(params.defined() ? params.slice_flat(e.offset - offset, e.shape) : Tensor());
+      gradients.push_back(grads.defined() ? grads.slice_flat(e.offset - offset, e.shape) : Tensor());
+    }
+  }
+  leaves_.at(static_cast<size_t>(leaf))->bind(std::move(values), std::move(gradients));
 }
 
 }  // namespace dp

@@ -92,6 +92,17 @@ class Network {
   // Called after each module with parameters has run its backward, with its StateEntry::leaf
   // index: its gradients are final (DDP-style all-reduce starts buckets on it). Empty: none.
   void on_module_backward(const std::function<void(int leaf)>& hook);
+  // Each module with parameters' hooks (Module::Hooks), given its StateEntry::leaf index.
+  struct LeafHooks {
+    std::function<void(int leaf)> before_forward, after_forward, before_backward, after_backward;
+  };
+  void set_leaf_hooks(const LeafHooks& hooks);
+  // Bind one module with parameters to views of storage of its own: its parameters in `params` and
+  // gradients in `grads` (either undefined: none), each holding the flat parameter array's elements
+  // from `offset` on (a bucket of it), its buffers in the flat `buffers`. What ZeRO binds to the
+  // parameters it gathers and the gradient buckets it reduce-scatters.
+  void bind_leaf(int leaf, const Tensor& params, const Tensor& grads, int64_t offset, const Tensor& buffers);
+  int leaves() const { return static_cast<int>(leaves_.size()); }
 
  private:
   std::unique_ptr<Module> root_;

@@ -22,14 +22,18 @@ void Module::bind(std::vector<Tensor> values, std::vector<Tensor> grads) {
 }
 
 Tensor Module::forward(Device& dev, const Tensor& in, bool training) {
-  if (!recompute_ || !training || repeating_) return forward_impl(dev, in, training);
+  if (hooks_.before_forward) hooks_.before_forward();
   Tensor out = forward_impl(dev, in, training);
-  clear_cache();  // the subtree's activations; backward makes them again from the input
-  recompute_input_ = in;
+  if (recompute_ && training && !repeating_) {
+    clear_cache();  // the subtree's activations; backward makes them again from the input
+    recompute_input_ = in;
+  }
+  if (hooks_.after_forward) hooks_.after_forward();
   return out;
 }
 
 Tensor Module::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) {
+  if (hooks_.before_backward) hooks_.before_backward();
   if (recompute_input_.defined()) {
     // The forward again, for the caches backward reads; its output is what was returned the first time.
     set_repeating(true);
@@ -42,7 +46,7 @@ Tensor Module::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) 
     set_repeating(false);
   }
   Tensor grad_in = backward_impl(dev, grad_out, need_grad_in);
-  if (after_backward_) after_backward_();
+  if (hooks_.after_backward) hooks_.after_backward();
   return grad_in;
 }
 

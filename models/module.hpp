@@ -85,9 +85,15 @@ class Module {
   // own parameter gradients are final (containers call their children's backward, so every
   // module's hook fires, in backward's order).
   Tensor backward(Device& dev, const Tensor& grad_out, bool need_grad_in);
-  // What DDP-style all-reduce hangs on a module: a bucket of gradients can be sent once every
-  // module in it has run its backward. Empty: none.
-  void set_after_backward(std::function<void()> hook) { after_backward_ = std::move(hook); }
+  // What a step shape hangs on a module: before and after its forward (a recomputed one too, inside
+  // its recompute unit's backward) and its backward. DDP's all-reduce sends a bucket of gradients
+  // once every module in it has run after_backward; ZeRO gathers a module's sharded parameters
+  // before it runs and binds its gradients into buckets. Empty functions: none.
+  struct Hooks {
+    std::function<void()> before_forward, after_forward, before_backward, after_backward;
+  };
+  void set_hooks(Hooks hooks) { hooks_ = std::move(hooks); }
+  const Hooks& hooks() const { return hooks_; }
   // Drop whatever forward cached (a step that failed part-way); containers recurse, and call this
   // base (it drops a recompute unit's kept input).
   virtual void clear_cache();
@@ -116,7 +122,7 @@ class Module {
   void mark_recompute(int64_t first, int64_t& seen);  // set_recompute's walk; `seen`: units before
 
   std::vector<Child> children_;
-  std::function<void()> after_backward_;
+  Hooks hooks_;
   bool recompute_ = false, repeating_ = false;
   Tensor recompute_input_;  // a recompute unit's input, from its forward to its backward
 };

@@ -21,4 +21,25 @@ std::vector<GradBucket> plan_buckets(const ModelLayout& layout, int64_t bucket_b
   return buckets;
 }
 
+std::vector<GradBucket> plan_module_buckets(const ModelLayout& layout, int64_t bucket_bytes) {
+  // Each module's first parameter: its range runs to the next module's first (or the end).
+  std::vector<std::pair<int64_t, int>> starts;  // (offset, leaf), in layout order
+  for (const auto& e : layout.entries)
+    if (!e.buffer() && (starts.empty() || starts.back().second != e.leaf)) starts.push_back({e.offset, e.leaf});
+  const int64_t per = std::max<int64_t>(1, bucket_bytes / 4);
+  std::vector<GradBucket> buckets;
+  int64_t end = layout.parameter_count;
+  GradBucket open{end, end, {}};
+  for (auto it = starts.rbegin(); it != starts.rend(); ++it) {  // from the end: backward's order
+    open.begin = it->first;
+    open.leaves.push_back(it->second);
+    if (open.end - open.begin >= per || std::next(it) == starts.rend()) {
+      if (std::next(it) == starts.rend()) open.begin = 0;  // anything before the first module's parameters
+      buckets.push_back(open);
+      open = GradBucket{open.begin, open.begin, {}};
+    }
+  }
+  return buckets;
+}
+
 }  // namespace dp

@@ -16,5 +16,10 @@ struct GradBucket {
 };
 
 std::vector<GradBucket> plan_buckets(const ModelLayout& layout, int64_t bucket_bytes);
+// The same, never cutting a module's parameters: each bucket whole modules (its last one's
+// alignment gap too), closed once it reaches bucket_bytes, so a module's parameters and gradients
+// are views into one bucket (ZeRO-2's gradient buckets, ZeRO-3's gathered parameters). A module
+// larger than bucket_bytes is a bucket of its own.
+std::vector<GradBucket> plan_module_buckets(const ModelLayout& layout, int64_t bucket_bytes);
 
 }  // namespace dp

@@ -55,7 +55,7 @@ class Optimizer {
   virtual void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if = {}) = 0;
   // The same at learning rate lr, the scalars copied to the device for this one update.
   void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if = {});
-  void undo_step();
+  virtual void undo_step();
   // A replayed captured step (engine/step/step_graph.hpp) ran the update step() enqueued when it was
   // captured, with this count's scalars: count it as step() would.
   void count_replayed_step() {

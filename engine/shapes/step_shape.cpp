@@ -3,6 +3,7 @@
 #include "engine/error.hpp"
 #include "engine/shapes/data_parallel_shape.hpp"
 #include "engine/shapes/resident_shape.hpp"
+#include "engine/shapes/sharded_shape.hpp"
 
 namespace dp {
 
@@ -34,12 +35,16 @@ void check_step_shape(const SyncOptions& sync, const DeviceSet& devices, const S
     throw UsageError("--sync-bn synchronises BatchNorm across resident replicas: it needs --sync allreduce (as "
                      "PyTorch's SyncBatchNorm needs DistributedDataParallel)");
   if (sync.mode == SyncMode::AllReduce) ResidentShape::check(sync, devices, split);
+  if (sharded(sync.mode)) ShardedShape::check(sync, devices, split);
 }
 
 std::unique_ptr<StepShape> make_step_shape(StepEngine& e, LossMode loss, const OptimizerConfig& optimizer) {
   switch (e.sync_.mode) {
     case SyncMode::Reduce: return std::make_unique<DataParallelShape>(e, loss);
     case SyncMode::AllReduce: return std::make_unique<ResidentShape>(e, optimizer);
+    case SyncMode::Zero1:
+    case SyncMode::Zero2:
+    case SyncMode::Zero3: return std::make_unique<ShardedShape>(e, optimizer, e.sync_.mode);
   }
   throw RuntimeError("make_step_shape: unknown --sync mode");
 }

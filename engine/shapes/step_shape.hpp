@@ -8,6 +8,9 @@
 //   allreduce  DistributedDataParallel's (engine/shapes/resident_shape.hpp): resident replicas,
 //              each loading its own chunk; the loss in each replica; gradient buckets all-reduced
 //              during backward; every device updating its own copy.
+//   zero1..3   ZeRO's (engine/shapes/sharded_shape.hpp): DDP's, with the optimizer state, then the
+//              gradients, then the parameters sharded; gradients reduce-scattered, each device
+//              updating its part, parameters all-gathered.
 // A shape works on the StepEngine the DataParallel is built on (engine/step/step_engine.hpp).
 #pragma once
 #include <cstdint>

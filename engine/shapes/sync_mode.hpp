@@ -7,14 +7,19 @@ namespace dp {
 
 // reduce: DataParallel's (the default): scatter, replicate, gather, reduce onto device 0.
 // allreduce: DistributedDataParallel's: resident replicas, bucketed all-reduce during backward.
-enum class SyncMode { Reduce, AllReduce };
+// zero1, zero2, zero3: ZeRO's stages, DDP's shape with the optimizer state, then the gradients,
+// then the parameters sharded over the devices (engine/shapes/sharded_shape.hpp).
+enum class SyncMode { Reduce, AllReduce, Zero1, Zero2, Zero3 };
+// Every device loads its own chunk and keeps a replica's worth of the step (every mode but reduce).
+inline bool replicas_resident(SyncMode mode) { return mode != SyncMode::Reduce; }
+inline bool sharded(SyncMode mode) { return mode >= SyncMode::Zero1; }
 SyncMode parse_sync_mode(const std::string& text);  // UsageError for anything else
 const char* sync_mode_name(SyncMode mode);          // "reduce", "allreduce"
 
 struct SyncOptions {
   SyncMode mode = SyncMode::Reduce;
-  int64_t bucket_bytes = 25 << 20;  // allreduce: DDP's default bucket_cap_mb
-  bool sync_bn = false;             // allreduce: BatchNorm statistics over the global batch (SyncBatchNorm)
+  int64_t bucket_bytes = 25 << 20;  // allreduce and ZeRO: DDP's default bucket_cap_mb
+  bool sync_bn = false;             // allreduce and ZeRO: BatchNorm statistics over the global batch (SyncBatchNorm)
   // allreduce: the ring as copies and adds on each device's communication stream, as CUDA logical
   // devices always run it (engine/allreduce/overlapped_allreduce.hpp); host devices read each
   // other's memory unless this is set (tests run both paths on host devices).

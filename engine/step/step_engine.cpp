@@ -35,13 +35,18 @@ StepEngine::~StepEngine() {
 void StepEngine::init_master_state(std::vector<float>& params, std::vector<float>& buffers) {
   for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
   const ModelLayout& lay = layout();
-  Device& d0 = devices_[0];
-  params_ = Tensor::empty(d0, {lay.parameter_count}, MemCategory::Parameters);
-  grads_ = Tensor::zeros(d0, {lay.parameter_count}, MemCategory::Gradients);
-  buffers_ = Tensor::empty(d0, {lay.buffer_count}, MemCategory::Parameters);
+  buffers_ = Tensor::empty(devices_[0], {lay.buffer_count}, MemCategory::Parameters);
   params.assign(static_cast<size_t>(lay.parameter_count), 0.f);
   buffers.assign(static_cast<size_t>(lay.buffer_count), 0.f);
   init_state(lay, params.data(), buffers.data(), seed_);
+}
+
+void StepEngine::make_master_parameters() {
+  params_ = Tensor::empty(devices_[0], {layout().parameter_count}, MemCategory::Parameters);
+}
+
+void StepEngine::make_master_gradients() {
+  grads_ = Tensor::zeros(devices_[0], {layout().parameter_count}, MemCategory::Gradients);
 }
 
 void StepEngine::make_slots() {
@@ -126,7 +131,8 @@ void StepEngine::end_phase(const std::vector<int>& replicas) {
 
 // Replica r's forward on its stream (engine/shapes/ call it in their forward phase, each replica on
 // its own stream, concurrently).
-void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, ReplicaGroup* group) {
+void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, ReplicaGroup* group,
+                                 std::function<void()> bind) {
   Stream& stream = s.devices[r]->stream();
   // --sync-bn: a replica whose stream stopped before its forward never joins the statistics'
   // all-reduce; it releases the others instead of leaving them waiting.
@@ -141,8 +147,11 @@ void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, Repli
   const DropoutSource dropout{0, dropout_key_on_device(s.step_scalars[static_cast<size_t>(r)]), first_sample,
                               placement_};
   stream.enqueue(
-      [this, r, &s, grads, dropout, group] {
-        nets_[r]->bind(s.params[r], grads, s.buffers[r]);
+      [this, r, &s, grads, dropout, group, bind = std::move(bind)] {
+        if (bind)
+          bind();
+        else
+          nets_[r]->bind(s.params[r], grads, s.buffers[r]);
         nets_[r]->set_dropout_source(dropout);
         try {
           s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);

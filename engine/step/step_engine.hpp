@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,16 +36,19 @@ inline Shape with_batch(int64_t batch, Shape per_sample) {
 }
 
 struct StepEngine {
-  // No device memory yet: init_master_state() makes the master state on device 0.
+  // No device memory yet: init_master_state() and the step shape make the state.
   StepEngine(DeviceSet& devices, const ModelDef& model, const OptimizerConfig& optimizer, uint64_t seed,
              SyncOptions sync, PrecisionOptions precision);
   ~StepEngine();  // the devices must be idle
   StepEngine(const StepEngine&) = delete;
   StepEngine& operator=(const StepEngine&) = delete;
 
-  // One network per device, the master parameters, gradients and buffers on device 0, initialised
-  // with PyTorch's default distributions from the seed (returned as host copies, for load_state).
+  // One network per device, the master buffers on device 0, and the model's initial state drawn from
+  // PyTorch's default distributions with the seed, as host copies (for load_state).
   void init_master_state(std::vector<float>& params, std::vector<float>& buffers);
+  // The whole master parameters and gradients (zeros) on device 0, where a step shape keeps them.
+  void make_master_parameters();
+  void make_master_gradients();
   // Each device's host slots (page-locked on a GPU).
   void make_slots();
 
@@ -65,9 +69,11 @@ struct StepEngine {
   void end_phase(const std::vector<int>& replicas);
 
   // Replica r's forward on its stream, bound to s.params[r], `grads` (undefined: bound in backward)
-  // and s.buffers[r], drawing dropout's masks for its samples' places in the step's whole batch.
-  // `group` (--sync-bn): released when the replica stops before or in its forward.
-  void enqueue_forward(StepState& s, int r, const Tensor& grads, ReplicaGroup* group);
+  // and s.buffers[r] — or, given `bind`, bound by it first thing — drawing dropout's masks for its
+  // samples' places in the step's whole batch. `group` (--sync-bn): released when the replica stops
+  // before or in its forward.
+  void enqueue_forward(StepState& s, int r, const Tensor& grads, ReplicaGroup* group,
+                       std::function<void()> bind = {});
   // Before an update, on device d's stream: fp16's unscaling and inf/NaN verdict (into found_inf,
   // when defined), the gradient norm and clipping.
   void enqueue_unscale_and_clip(const StepState& s, int d, const Tensor& grads, const Tensor& found_inf);

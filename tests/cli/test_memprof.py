@@ -18,7 +18,7 @@ from checks import Cli  # noqa: E402
 CLI = Cli()
 DP, check = CLI.dp, CLI.check
 CATEGORIES = {"parameters", "gradients", "optimizer", "inputs", "activations", "gathered outputs", "loss",
-              "reduce buffers", "workspace"}
+              "reduce buffers", "workspace", "gathered parameters"}
 
 
 def memprof(*args):

@@ -142,7 +142,7 @@ int times_moved(const std::vector<StepResult>& each, Phase p) {
 void narrate_micro_batches(const DataParallel& dp, const std::vector<StepResult>& each, const StepResult& total,
                            const std::vector<std::vector<PhaseStory>>& stories) {
   const int n = static_cast<int>(total.chunks.size()), count = static_cast<int>(each.size());
-  const bool allreduce = dp.sync_mode() == SyncMode::AllReduce;
+  const bool allreduce = replicas_resident(dp.sync_mode());
   for (int i = 0; i < count; ++i) {
     const StepResult& r = each[static_cast<size_t>(i)];
     const auto& story = stories[static_cast<size_t>(i)];
@@ -164,7 +164,10 @@ void narrate_micro_batches(const DataParallel& dp, const std::vector<StepResult>
   std::printf("The step: %d micro-batches, %lld samples, loss %.4f (the mean over all of them), one update.",
               count, static_cast<long long>(total.batch), total.loss);
   const int64_t replicated = device_bytes(total, Phase::Replicate), reduced = device_bytes(total, Phase::Reduce);
-  if (allreduce && n > 1)
+  if (sharded(dp.sync_mode()) && n > 1)
+    std::printf(" Each micro-batch's gradients were reduce-scattered, each device summing its part for the step's one "
+                "update: the gradients stay sharded, where DDP's no_sync would keep whole ones until the last.");
+  else if (allreduce && n > 1)
     std::printf(" The gradients were all-reduced once, on the last micro-batch (DDP's no_sync before it); "
                 "DataParallel's reduce would have run on each of the %d.",
                 count);
@@ -197,7 +200,7 @@ void print_demo_header(const DemoOptions& o, const DataParallel& dp, const Model
 // full, each later one gets a line.
 nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro, int step) {
   const int n = dp.devices().size();
-  const bool allreduce = dp.sync_mode() == SyncMode::AllReduce;
+  const bool allreduce = replicas_resident(dp.sync_mode());
   std::vector<StepResult> each;
   const StepResult r = step_on(dp, micro, &each);
   const int count = static_cast<int>(each.size());
@@ -235,7 +238,7 @@ nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr
 // "memory" (and "gpu0_excess" with more than one device) to the report.
 void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accumulate, nlohmann::json& report) {
   const int n = devices.size();
-  const bool allreduce = dp.sync_mode() == SyncMode::AllReduce;
+  const bool allreduce = replicas_resident(dp.sync_mode());
   std::printf("Memory per device (peak over the run, and what was in use at that moment):\n");
   nlohmann::json memory = nlohmann::json::array();
   for (int i = 0; i < n; ++i) {
@@ -248,7 +251,14 @@ void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accu
     const double excess = gpu0_excess(devices);
     std::vector<int> every_device(static_cast<size_t>(n));
     std::iota(every_device.begin(), every_device.end(), 0);
-    if (allreduce)
+    if (sharded(dp.sync_mode()))
+      std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. Every device holds its 1/%d part\n"
+                  "  of the optimizer state%s, %s, and its own chunk's activations.\n",
+                  excess, n, dp.sync_mode() == SyncMode::Zero1 ? "" : dp.sync_mode() == SyncMode::Zero2 ? " and gradients" : ", gradients and parameters",
+                  dp.sync_mode() == SyncMode::Zero3 ? "the buckets of parameters it gathered while their modules ran"
+                  : dp.sync_mode() == SyncMode::Zero2 ? "the whole parameters and the gradient buckets in flight"
+                                                      : "the whole parameters and gradients");
+    else if (allreduce)
       std::printf("\n  No GPU0 hotspot: device 0 peaks at %.2fx the largest other device. Every device holds the same\n"
                   "  parameters, gradients and optimizer state, and its own chunk's activations.\n",
                   excess);
@@ -271,8 +281,8 @@ void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accu
   }
   if (accumulate > 1)
     std::printf("\n  --accumulate: %s held the sum of a step's micro-batches' gradients between them, one more\n"
-                "  gradient-sized buffer (in 'gradients'): a step needs a micro-batch's memory plus that buffer.\n",
-                allreduce ? "every device" : "device 0");
+                "  %s buffer (in 'gradients'): a step needs a micro-batch's memory plus that buffer.\n",
+                allreduce ? "every device" : "device 0", sharded(dp.sync_mode()) ? "part-sized" : "gradient-sized");
   report["memory"] = memory;
 }
 

@@ -73,6 +73,7 @@ struct StepFacts {
   std::string low_name;
   std::vector<int> active;  // the devices with samples this step
   bool fp16() const { return r.loss_scale > 0; }
+  int stage() const { return static_cast<int>(dp.sync_mode()) - static_cast<int>(SyncMode::Zero1) + 1; }  // ZeRO's
   // Per sample: [classes], or [T, vocabulary] for a GPT.
   Shape outputs(int64_t rows) const { return with_batch(rows, m.output_shape()); }
 };
@@ -155,7 +156,7 @@ void tell_forward(PhaseStory& fw, const StepFacts& f) {
 // --loss in-replica (and DDP's shape): each replica computes its own loss after forward; device 0
 // gathers only scalars.
 void tell_loss_in_replica(Stories& s, const StepFacts& f) {
-  const bool ddp = f.dp.sync_mode() == SyncMode::AllReduce;
+  const bool ddp = replicas_resident(f.dp.sync_mode());
   of(s, Phase::Forward).text += std::string(ddp ? " In DDP's shape" : " With --loss in-replica") +
                                 " each replica also computes its chunk's loss sum and the gradient of " +
                                 mean_loss(f.place) + " with respect to its own outputs.";
@@ -282,6 +283,12 @@ void allreduce_until_backward(Stories& s, const StepFacts& f) {
   PhaseStory& load = of(s, Phase::Load);
   load.text = "--sync allreduce (DistributedDataParallel's shape): each device receives its own chunk straight from "
               "host memory; nothing is staged on device 0.";
+  if (sharded(f.dp.sync_mode()))
+    load.text = "--sync " + std::string(sync_mode_name(f.dp.sync_mode())) + " (ZeRO stage " + std::to_string(f.stage()) +
+                ": DistributedDataParallel's shape with the optimizer state" +
+                (f.stage() >= 2 ? std::string(f.stage() == 3 ? ", the gradients and the parameters" : " and the gradients") : "") +
+                " sharded over the devices): each device receives its own chunk straight from host memory; nothing is "
+                "staged on device 0.";
   load.tensors.clear();
   for (int i : f.active)
     load.tensors.push_back({"chunk " + std::to_string(i), with_batch(f.r.chunks[i], f.m.input_shape), i, f.m.input_dtype});
@@ -373,6 +380,115 @@ void tell_allreduce(Stories& s, const StepFacts& f) {
   allreduce_update(of(s, Phase::Update), f);
 }
 
+// Bytes device i received in phase p (from its left neighbour, in a ring).
+int64_t received(const StepResult& r, Phase p, int i) {
+  const int n = static_cast<int>(r.chunks.size());
+  int64_t sum = 0;
+  for (int from = 0; from < n; ++from) sum += r.link_bytes[static_cast<int>(p)][static_cast<size_t>(from * n + i)];
+  return sum;
+}
+
+// "1/4 of them": a device's share of what is sharded.
+std::string share(const StepFacts& f) { return "1/" + std::to_string(f.n); }
+
+// --sync zero1|2|3: where each device keeps the parameters, and zero3's gathers during forward.
+void zero_forward(Stories& s, const StepFacts& f) {
+  PhaseStory& rep = of(s, Phase::Replicate);
+  if (f.stage() <= 2) {
+    rep.text = "Nothing to replicate: every device holds the whole " + f.low_name + " parameters, all-gathered at the "
+               "end of the last update. Only device 0's buffers (BatchNorm's running statistics) are broadcast before "
+               "forward, as DDP's broadcast_buffers does.";
+  } else {
+    rep.text = "Nothing to replicate, and no device holds the whole model: each keeps only its " + share(f) +
+               " part of every bucket of parameters (float32), and its modules gather the rest when they run. Only "
+               "device 0's buffers (BatchNorm's running statistics) are broadcast before forward.";
+    PhaseStory& fw = of(s, Phase::Forward);
+    fw.text += " ZeRO-3: just before the first module of a bucket (--bucket-mb, whole modules each) runs, every device "
+               "gives its part of that bucket's parameters and the ring all-gathers them (each device receives the "
+               "other (N-1)/N) into a buffer counted as 'gathered parameters', which goes once the bucket's last "
+               "module has run forward: at any moment a device holds a bucket or two of the model, not all of it.";
+    if (f.mixed) fw.text += " Each part is rounded from its float32 master to " + f.low_name + " as it is given: the "
+                            "ring carries " + f.low_name + ".";
+    fw.carried = f.low_name + " parameters (all-gathered)";
+  }
+}
+
+// --sync zero1|2|3: buckets reduce-scattered during backward; no phase after it moves gradients.
+void zero_buckets(Stories& s, const StepFacts& f) {
+  PhaseStory& bw = of(s, Phase::Backward);
+  bw.text = "Each replica runs backward from the loss gradient it computed itself; nothing is scattered."
+            " The gradients are cut into buckets (--bucket-mb) from the last layer backwards; once every module of "
+             "a bucket has run backward on a device, that device joins the bucket's ring reduce-scatter: the first "
+             "half of DDP's all-reduce, after which each device holds the sum of its own " + share(f) +
+             " part of the bucket only, and keeps it (the rest it drops). The buckets are reduce-scattered in order, on "
+             "the devices' own streams between backward's modules.";
+  if (f.stage() == 1)
+    bw.text += " ZeRO-1 keeps the whole gradients (backward writes them as DDP's does); only its part is summed.";
+  else
+    bw.text += " Backward writes each bucket's gradients into a buffer of their own, which goes as soon as the "
+               "bucket is reduce-scattered: a device holds its " + share(f) + " part of the gradients and a bucket or "
+               "two in flight, not all of them.";
+  if (f.stage() == 3)
+    bw.text += " Each bucket's parameters are all-gathered again before its modules run backward, and released "
+               "with its gradients.";
+  if (f.mixed)
+    bw.text += " Each device first widens its " + f.low_name + " gradients into float32, as DDP under autocast "
+               "reduces float32 gradients.";
+  bw.carried = "float32 gradients (reduce-scattered)" + (f.stage() == 3 ? ", " + f.low_name + " parameters (all-gathered)" : std::string());
+  const int64_t ring = f.n > 1 ? 2 * (f.n - 1) * f.P * 4 / f.n : 0;
+  const int64_t dp_bytes = static_cast<int64_t>(f.active.size() > 0 ? f.active.size() - 1 : 0) * f.P *
+                           static_cast<int64_t>(dtype_size(f.low));
+  int64_t moved = 0;
+  for (int p = 0; p < kNumPhases; ++p) moved += received(f.r, static_cast<Phase>(p), 0);
+  std::ostringstream re;
+  re << "Nothing left to reduce: every bucket was reduce-scattered during backward. Over the whole step each device "
+     << "received " << format_bytes(moved) << " (device 0 here, from its left neighbour in the ring): "
+     << (f.stage() == 3 ? "3(N-1)/N of the parameters' float32 bytes (all-gathered for forward and again for backward, "
+                          "and the gradients reduce-scattered)"
+                        : "2(N-1)/N of the parameters' float32 bytes (the gradients reduce-scattered, the new parameters "
+                          "all-gathered)")
+     << "; DDP's all-reduce moves " << format_bytes(ring) << " (2(N-1)/N) and DataParallel's reduce makes device 0 "
+     << "receive " << format_bytes(dp_bytes) << " (every other replica's gradients), on top of its broadcast.";
+  of(s, Phase::Reduce) = {re.str(), {}, ""};
+  for (int i = 0; i < f.n; ++i) of(s, Phase::Reduce).tensors.push_back({"its part of the gradients (summed)", {(f.P + f.n - 1) / f.n}, i});
+}
+
+// --sync zero1|2|3: each device updates its part; zero1/2 then all-gather the parameters.
+void zero_update(PhaseStory& up, const StepFacts& f) {
+  up.text = std::string(f.place.accumulating() ? "The step's one update, on the sum of its micro-batches' parts. " : "") +
+            "Each device runs the optimizer on its own " + share(f) + " part of the parameters, with its part of "
+            "the optimizer state (the only copy of it): no device holds more than another, and no device holds all "
+            "of it. The gradient norm (for --clip-grad-norm) is the sum of every device's parts.";
+  if (f.mixed)
+    up.text += " The parts are float32 master parameters; each device then rounds its part to " + f.low_name + "." +
+               unscale_and_check(f, " fp16: every device first divides its part by the loss scale; the inf/NaN "
+                                    "verdict is over every device's parts, so all skip the same steps (GradScaler).");
+  if (f.stage() <= 2)
+    up.text += " Then the ring all-gathers the new parameters (the second half of DDP's all-reduce, carrying "
+               "parameters rather than gradients): every device holds the whole model again for the next forward.";
+  else
+    up.text += " Nothing is gathered now: the next forward gathers each bucket when it needs it.";
+  up.carried = f.low_name + " parameters (all-gathered)";
+  up.tensors.clear();
+  for (int i = 0; i < f.n; ++i) up.tensors.push_back({"its part of the parameters and optimizer state", {(f.P + f.n - 1) / f.n}, i});
+}
+
+// --sync zero1|2|3: the phases that differ from DataParallel's.
+void tell_zero(Stories& s, const StepFacts& f) {
+  allreduce_until_backward(s, f);
+  zero_forward(s, f);
+  zero_buckets(s, f);
+  if (f.place.accumulating() && !f.place.last()) {
+    of(s, Phase::Update) = {"No update yet (" + which_micro_batch(f.place) + "): each device keeps the sum of its "
+                            "part of this micro-batch's gradients (added to the earlier micro-batches') for the step's "
+                            "one update. ZeRO reduce-scatters every micro-batch, where DDP's no_sync waits for the "
+                            "last: its gradients stay sharded." + held_scaled(f.fp16()),
+                            {}, ""};
+    return;
+  }
+  zero_update(of(s, Phase::Update), f);
+}
+
 // --accumulate under DataParallel's reduce: every micro-batch replicates and reduces; only the
 // last updates, on the sum device 0 kept of the ones before.
 void tell_accumulated_reduce(Stories& s, const StepFacts& f) {
@@ -454,6 +570,8 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   tell_update(of(s, Phase::Update), f);
   if (dp.sync_mode() == SyncMode::AllReduce)
     tell_allreduce(s, f);
+  else if (sharded(dp.sync_mode()))
+    tell_zero(s, f);
   else if (place.accumulating())
     tell_accumulated_reduce(s, f);
   if (f.m.dropout > 0) tell_dropout(s, f.m);

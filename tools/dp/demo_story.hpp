@@ -1,6 +1,6 @@
 // dp demo's narration: what each phase of a step did and why, the tensors it involved and what its
 // transfers carried, told from the step's result — DataParallel's step, DDP's shape under --sync
-// allreduce, and each micro-batch of an accumulated step (--accumulate).
+// allreduce, ZeRO's under --sync zero1|2|3, and each micro-batch of an accumulated step (--accumulate).
 #pragma once
 #include <cstdint>
 #include <string>

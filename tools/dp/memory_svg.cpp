@@ -9,7 +9,7 @@ namespace dp::cli {
 namespace {
 
 const char* kColors[kNumMemCategories] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f"};
+                                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 const char* kPhaseShort[kNumPhases] = {"ld", "sc", "rp", "fw", "ga", "ls", "bw", "rd", "up"};
 
 std::string esc(const std::string& s) {

@@ -101,7 +101,7 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
   return run;
 }
 
-// (--sync allreduce computes the loss in each replica whatever --loss says.)
+// (--sync allreduce and zero1-3 compute the loss in each replica whatever --loss says.)
 std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::InReplica ? "in-replica" : "gathered"; }
 
 // The table: the run's settings, the split, each device's peak and what was in use at it, and

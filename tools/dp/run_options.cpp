@@ -69,11 +69,13 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
       ->capture_default_str();
   cmd->add_option("--sync", o.sync,
-                  "reduce (DataParallel's: gradients summed on device 0) or allreduce (resident replicas, buckets "
-                  "all-reduced during backward, every device updating its own copy)")
+                  "reduce (DataParallel's: gradients summed on device 0), allreduce (resident replicas, buckets "
+                  "all-reduced during backward, every device updating its own copy), or zero1, zero2, zero3 (ZeRO: "
+                  "allreduce's shape with the optimizer state, then the gradients, then the parameters sharded)")
       ->capture_default_str();
-  cmd->add_option("--bucket-mb", o.bucket_mb, "allreduce: gradient bucket size in MiB")->capture_default_str();
-  cmd->add_flag("--sync-bn", o.sync_bn, "allreduce: BatchNorm statistics over the whole batch (SyncBatchNorm)");
+  cmd->add_option("--bucket-mb", o.bucket_mb, "allreduce and zero1-3: gradient bucket size in MiB")->capture_default_str();
+  cmd->add_flag("--sync-bn", o.sync_bn,
+                "allreduce and zero1-3: BatchNorm statistics over the whole batch (SyncBatchNorm)");
   cmd->add_option("--precision", o.precision,
                   "fp32, bf16 or fp16: 16-bit replicas, activations, gathered outputs and gradient transfers around "
                   "float32 master weights and optimizer state (autocast's recipe); fp16 scales the loss")
@@ -166,11 +168,11 @@ void choose_step_semantics(const RunOptions& o, RunSetup& r) {
   if (o.loss_scale_given && !r.precision.scales_loss())
     throw UsageError("--loss-scale and --loss-scale-growth-interval apply to --precision fp16 (bf16 has float32's "
                      "range and needs no loss scaling)");
-  if (o.sync_bn && r.sync.mode != SyncMode::AllReduce)
-    throw UsageError("--sync-bn needs --sync allreduce (BatchNorm synchronised across resident replicas)");
-  if (r.sync.mode == SyncMode::AllReduce) {
+  if (o.sync_bn && !replicas_resident(r.sync.mode))
+    throw UsageError("--sync-bn needs --sync allreduce or zero1-3 (BatchNorm synchronised across resident replicas)");
+  if (replicas_resident(r.sync.mode)) {
     if (o.loss_given && r.loss == LossMode::Gathered)
-      throw UsageError("--sync allreduce computes the loss in each replica; --loss gathered gathers logits on "
+      throw UsageError("--sync " + o.sync + " computes the loss in each replica; --loss gathered gathers logits on "
                        "device 0, which only --sync reduce does");
     r.loss = LossMode::InReplica;
   }

@@ -20,7 +20,7 @@ struct RunOptions {
   int64_t batch = 128;
   std::string split = "even";
   std::string loss = "gathered";
-  std::string sync = "reduce";  // or allreduce (DistributedDataParallel's shape)
+  std::string sync = "reduce";  // or allreduce (DistributedDataParallel's shape), zero1, zero2, zero3
   double bucket_mb = 25;
   bool sync_bn = false;
   std::string precision = "fp32";  // bf16, fp16: 16-bit replicas, activations and transfers

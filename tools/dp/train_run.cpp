@@ -17,9 +17,9 @@ namespace {
 // command line (a mismatch is an error on every rank, not a hang in a collective later).
 ProcessGroup* join_process_group(const TrainOptions& o) {
   if (!ProcessGroup::launched_by_mpirun()) return nullptr;
-  if (parse_sync_mode(o.sync) != SyncMode::AllReduce)
-    throw UsageError("under mpirun, dp train trains across processes with --sync allreduce only (DataParallel's "
-                     "reduce onto device 0 is one process's): add --sync allreduce");
+  if (!replicas_resident(parse_sync_mode(o.sync)))
+    throw UsageError("under mpirun, dp train trains across processes with --sync allreduce or zero1-3 only "
+                     "(DataParallel's reduce onto device 0 is one process's): add --sync allreduce");
   ProcessGroup& group = ProcessGroup::world();
   uint64_t mine = 1469598103934665603ull;  // FNV-1a of the arguments
   for (const auto& arg : command_line())

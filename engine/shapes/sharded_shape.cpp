@@ -1,0 +1,616 @@
+// ZeRO's step shape (--sync zero1|zero2|zero3), phase by phase (engine/shapes/sharded_shape.hpp).
+#include "engine/shapes/sharded_shape.hpp"
+
+#include <cmath>
+#include <cstddef>
+
+#include "engine/collectives/across_processes.hpp"
+#include "engine/comm.hpp"
+#include "engine/error.hpp"
+#include "engine/stream.hpp"
+#include "kernels/ops/convert.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
+
+namespace dp {
+
+namespace {
+constexpr int32_t kSkip = 1, kApply = 0;  // fp16's verdict, uploaded from here (lives as long as any copy)
+
+void abandoned() { throw UpstreamError("ZeRO: a collective was abandoned (another device failed)"); }
+}  // namespace
+
+// ---- the log a device with no samples follows ----
+
+void ShardedShape::CollectiveLog::reset() {
+  std::lock_guard lock(mutex_);
+  entries_.clear();
+  ended_ = aborted_ = false;
+}
+
+void ShardedShape::CollectiveLog::append(Entry e) {
+  std::lock_guard lock(mutex_);
+  entries_.push_back(e);
+  cv_.notify_all();
+}
+
+void ShardedShape::CollectiveLog::end() {
+  std::lock_guard lock(mutex_);
+  ended_ = true;
+  cv_.notify_all();
+}
+
+void ShardedShape::CollectiveLog::abort() {
+  std::lock_guard lock(mutex_);
+  aborted_ = true;
+  cv_.notify_all();
+}
+
+bool ShardedShape::CollectiveLog::next(size_t i, Entry& e) {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return aborted_ || ended_ || i < entries_.size(); });
+  if (aborted_) abandoned();
+  if (i >= entries_.size()) return false;
+  e = entries_[i];
+  return true;
+}
+
+// ---- construction ----
+
+void ShardedShape::check(const SyncOptions& sync, const DeviceSet& devices, const SplitPolicy& split) {
+  const std::string name = std::string("--sync ") + sync_mode_name(sync.mode);
+  if (devices.spans_gpus()) {
+    if (!NcclComms::available())
+      throw UsageError(name + " on distinct GPUs needs NCCL, which this build lacks (it is found with the CUDA toolkit "
+                              "at build time); logical devices sharing one GPU (cuda:0x4) run the ring through that "
+                              "GPU's copies");
+    for (int i = 0; i < devices.size(); ++i)
+      for (int j = 0; j < i; ++j)
+        if (devices[i].gpu() == devices[j].gpu())
+          throw UsageError(name + " across GPUs runs NCCL, which takes one logical device per GPU; " +
+                           devices[i].name() + " and " + devices[j].name() +
+                           " share one (use cuda:0x4 on one GPU, or each GPU once)");
+  }
+  if (split.mode == SplitPolicy::Mode::BalanceMemory)
+    throw UsageError("--split balance-memory evens out DataParallel's device-0 hotspot; " + name +
+                     " has none (every device holds the same share): use another split");
+}
+
+ShardedShape::ShardedShape(StepEngine& engine, const OptimizerConfig& optimizer, SyncMode mode)
+    : ChunkedShape(engine),
+      mode_(mode),
+      mixed_(engine.precision_.mixed()),
+      low_(engine.precision_.mixed() ? storage_dtype(engine.precision_.precision) : DType::F32),
+      optimizer_config_(optimizer) {
+  const ModelLayout& lay = e_.layout();
+  buckets_ = stage() == 1 ? plan_buckets(lay, e_.sync_.bucket_bytes) : plan_module_buckets(lay, e_.sync_.bucket_bytes);
+  buckets_of_leaf_.resize(static_cast<size_t>(e_.nets_[0]->leaves()));
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    for (int leaf : buckets_[k].leaves) buckets_of_leaf_[static_cast<size_t>(leaf)].push_back(static_cast<int>(k));
+  const int n = e_.devices_.size();
+  for (int r = 1; r < n; ++r) make_replica_buffers(r);
+  if (e_.devices_.spans_gpus()) {  // NCCL, one communicator per GPU (check refused the rest)
+    std::vector<int> gpus;
+    for (int r = 0; r < n; ++r) gpus.push_back(e_.devices_[r].gpu());
+    nccl_devices_ = NcclComms::for_devices(gpus);
+  }
+  transport_ = make_local_transport();
+  make_shards(optimizer);
+  install_hooks();
+  norm_group_ = std::make_unique<ReplicaGroup>(n);
+  if (e_.sync_.sync_bn) make_replica_group();
+}
+
+ShardedShape::~ShardedShape() {
+  for (auto& net : e_.nets_) net->set_leaf_hooks({});
+}
+
+std::unique_ptr<Transport> ShardedShape::make_local_transport() {
+  const int n = e_.devices_.size();
+  std::vector<Device*> devices;
+  std::vector<const Exec*> execs;
+  std::vector<DeviceQueue*> queues;
+  for (int r = 0; r < n; ++r) {
+    devices.push_back(&e_.devices_[r]);
+    execs.push_back(&e_.devices_[r].exec());
+    queues.push_back(e_.devices_[r].stream().device_queue());
+  }
+  std::unique_ptr<Transport> t;
+  if (nccl_devices_) {
+    t = make_nccl_transport(*nccl_devices_, execs);
+  } else if (e_.devices_[0].is_cuda()) {  // logical devices of one GPU: copies between them
+    int64_t largest = 0;
+    for (const auto& b : buckets_) largest = std::max(largest, b.end - b.begin);
+    std::vector<Tensor> recv;
+    for (Device* dev : devices) recv.push_back(Tensor::empty(*dev, {largest / n + 1}, MemCategory::CommBuffers));
+    t = make_device_ring(execs, queues, std::move(recv));
+  } else {
+    t = make_host_ring(n);
+  }
+  t->count_links(devices);
+  return t;
+}
+
+std::pair<int64_t, int64_t> ShardedShape::owned(int d, size_t k) const {
+  const GradBucket& b = buckets_[k];
+  const auto [lo, hi] = transport_->owned(d, b.end - b.begin);
+  return {b.begin + lo, b.begin + hi};
+}
+
+void ShardedShape::make_shards(const OptimizerConfig& optimizer) {
+  const int n = e_.devices_.size();
+  const int64_t count = e_.layout().parameter_count;
+  shards_.assign(static_cast<size_t>(n), Shard{});
+  std::vector<ShardedOptimizer::Piece> pieces;
+  // Device 0's whole float32 parameters and gradients are the engine's, where this shape keeps them.
+  if (stage() <= 2 && !mixed_ && !e_.params_.defined()) e_.make_master_parameters();
+  if (stage() == 1 && !mixed_ && !e_.grads_.defined()) e_.make_master_gradients();
+  for (int d = 0; d < n; ++d) {
+    Device& dev = e_.devices_[d];
+    Shard& sh = shards_[static_cast<size_t>(d)];
+    if (stage() <= 2)  // device 0's float32 parameters are the engine's master
+      sh.params = d == 0 && !mixed_ ? e_.params_ : Tensor::empty(dev, {count}, MemCategory::Parameters, low_);
+    if (stage() == 1)  // zeros: the alignment gaps, which no backward writes
+      sh.grads = d == 0 && !mixed_ ? e_.grads_ : Tensor::zeros(dev, {count}, MemCategory::Gradients, low_);
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const auto [b, e] = owned(d, k);
+      if (stage() <= 2 && !mixed_) {
+        sh.master.push_back(sh.params.slice_flat(b, {e - b}));
+      } else {
+        sh.master.push_back(Tensor::empty(dev, {e - b}, MemCategory::Parameters));
+      }
+      sh.piece_grads.push_back(piece_grads_are_views() ? sh.grads.slice_flat(b, {e - b})
+                                                       : Tensor::zeros(dev, {e - b}, MemCategory::Gradients));
+      pieces.push_back({b, e, sh.master.back()});
+    }
+    sh.gathered.resize(buckets_.size());
+    sh.bucket_grads.resize(buckets_.size());
+    sh.held.resize(buckets_.size());
+  }
+  auto sharded = std::make_unique<ShardedOptimizer>(optimizer, decay_runs(e_.layout(), optimizer.decay_params),
+                                                    std::move(pieces), count);
+  optimizer_ = sharded.get();
+  e_.optimizer_ = std::move(sharded);
+}
+
+void ShardedShape::install_hooks() {
+  for (int d = 0; d < e_.devices_.size(); ++d)
+    e_.nets_[d]->set_leaf_hooks({[this, d](int leaf) { before_forward(d, leaf); },
+                                 [this, d](int leaf) { after_forward(d, leaf); },
+                                 [this, d](int leaf) { before_backward(d, leaf); },
+                                 [this, d](int leaf) { after_backward(d, leaf); }});
+}
+
+// ---- the modules' hooks (on device d's stream, inside its forward and backward) ----
+
+void ShardedShape::begin_pass(int d, Pass pass) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  sh.pass = pass;
+  const size_t buckets = buckets_.size();
+  sh.forward_left.assign(buckets, 0);
+  sh.backward_left.assign(buckets, 0);
+  for (size_t k = 0; k < buckets; ++k)
+    sh.forward_left[k] = sh.backward_left[k] = static_cast<int>(buckets_[k].leaves.size());
+  sh.complete.assign(buckets, false);
+  sh.drained = 0;
+}
+
+Tensor ShardedShape::bucket_params(int d, int k) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  if (stage() == 3) return sh.gathered[static_cast<size_t>(k)];
+  const GradBucket& b = buckets_[static_cast<size_t>(k)];
+  return sh.params.slice_flat(b.begin, {b.end - b.begin});
+}
+
+void ShardedShape::bind_module(int d, int leaf, int k) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  const Tensor grads = sh.pass == Pass::Backward ? sh.bucket_grads[static_cast<size_t>(k)] : Tensor();
+  e_.nets_[d]->bind_leaf(leaf, bucket_params(d, k), grads, buckets_[static_cast<size_t>(k)].begin, replica_buffers(d));
+}
+
+void ShardedShape::before_forward(int d, int leaf) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  if (sh.pass == Pass::None || stage() != 3) return;  // evaluation binds the whole; zero1/2 are bound
+  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)]) {
+    if (!sh.gathered[static_cast<size_t>(k)].defined()) gather(d, k);
+    bind_module(d, leaf, k);
+  }
+}
+
+void ShardedShape::after_forward(int d, int leaf) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  if (sh.pass != Pass::Forward || stage() != 3) return;  // a recomputed forward keeps them for backward
+  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)])
+    if (--sh.forward_left[static_cast<size_t>(k)] == 0) release_gathered(d, k);
+}
+
+void ShardedShape::before_backward(int d, int leaf) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  if (sh.pass != Pass::Backward || stage() == 1) return;  // zero1's gradients are the full array's
+  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)]) {
+    const auto ku = static_cast<size_t>(k);
+    if (stage() == 3 && !sh.gathered[ku].defined()) gather(d, k);
+    if (!sh.bucket_grads[ku].defined())  // zeros: the alignment gaps, which no backward writes
+      sh.bucket_grads[ku] = Tensor::zeros(e_.devices_[d], {buckets_[ku].end - buckets_[ku].begin},
+                                          MemCategory::Gradients, low_);
+    bind_module(d, leaf, k);
+  }
+}
+
+void ShardedShape::after_backward(int d, int leaf) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  if (sh.pass != Pass::Backward) return;
+  for (int k : buckets_of_leaf_[static_cast<size_t>(leaf)])
+    if (--sh.backward_left[static_cast<size_t>(k)] == 0) sh.complete[static_cast<size_t>(k)] = true;
+  drain(d);
+}
+
+// ---- the collectives (on device d's stream) ----
+
+void ShardedShape::gather(int d, int k) {
+  if (d == leader_) log_of(shards_[static_cast<size_t>(d)].pass).append({true, k});
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  Device& dev = e_.devices_[d];
+  const GradBucket& b = buckets_[static_cast<size_t>(k)];
+  const int64_t count = b.end - b.begin;
+  Tensor all = Tensor::empty(dev, {count}, MemCategory::GatheredParameters, low_);
+  const auto [lo, hi] = owned(d, static_cast<size_t>(k));
+  const Tensor& mine = sh.master[static_cast<size_t>(k)];  // float32: rounded into 16-bit ones
+  convert(dev.exec(), Buf{all.data<char>() + static_cast<size_t>(lo - b.begin) * dtype_size(low_), low_}, mine.buf(),
+          hi - lo);
+  if (!transport_->all_gather(d, Buf{all.data<char>(), low_}, count)) abandoned();
+  sh.gathered[static_cast<size_t>(k)] = std::move(all);
+}
+
+void ShardedShape::release_gathered(int d, int k) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  for (int leaf : buckets_[static_cast<size_t>(k)].leaves)
+    e_.nets_[d]->bind_leaf(leaf, Tensor(), Tensor(), 0, replica_buffers(d));  // the modules' views go too
+  sh.gathered[static_cast<size_t>(k)] = Tensor();
+}
+
+void ShardedShape::reduce_scatter(int d, int k, bool ghost) {
+  if (d == leader_) log_of(Pass::Backward).append({false, k});
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  Device& dev = e_.devices_[d];
+  const Exec& ex = dev.exec();
+  const auto ku = static_cast<size_t>(k);
+  const GradBucket& b = buckets_[ku];
+  const int64_t count = b.end - b.begin;
+  // The sum is float32: backward's float32 gradients summed in place, 16-bit ones widened first (as
+  // DDP under autocast reduces float32 gradients), a device without samples adding zeros.
+  Tensor source = stage() == 1 ? sh.grads.slice_flat(b.begin, {count}) : ghost ? Tensor() : sh.bucket_grads[ku];
+  if (ghost && source.defined()) zero(ex, source.data(), source.bytes());  // zero1: its last step's are stale
+  Tensor sum = source;
+  if (!source.defined() || source.dtype() != DType::F32) {
+    sum = Tensor::empty(dev, {count}, MemCategory::CommBuffers);
+    if (source.defined())
+      convert(ex, sum.buf(), source.buf(), count);
+    else
+      zero(ex, sum.data(), sum.bytes());
+  }
+  if (!transport_->reduce_scatter(d, sum.data(), count)) abandoned();
+  const auto [lo, hi] = owned(d, ku);
+  // The owned part kept; accumulating, the first micro-batch's copied and the later ones' added.
+  Tensor& mine = sh.piece_grads[ku];
+  const Buf part{sum.data() + (lo - b.begin), DType::F32};
+  const size_t bytes = static_cast<size_t>(hi - lo) * sizeof(float);
+  const int index = e_.micro_.index, micro_batches = e_.micro_.count;
+  if (!piece_grads_are_views()) {
+    if (index == 0)
+      copy_between(ex, mine.data(), part.ptr, bytes, ex);
+    else
+      add_inplace(ex, mine.buf(), part, hi - lo);
+  } else if (micro_batches > 1) {  // zero1: the part is the gradients' own; the earlier sums wait in `held`
+    Tensor& held = sh.held[ku];
+    if (index == 0) {
+      held = Tensor::empty(dev, {hi - lo}, MemCategory::Gradients);
+      copy_between(ex, held.data(), mine.data(), bytes, ex);
+    } else if (index + 1 < micro_batches) {
+      add_inplace(ex, held.buf(), mine.buf(), hi - lo);
+    } else {
+      add_inplace(ex, mine.buf(), held.buf(), hi - lo);
+      held = Tensor();
+    }
+  }
+  if (stage() >= 2) {  // backward's gradient bucket has given its part: it goes, and the modules' views
+    for (int leaf : b.leaves) e_.nets_[d]->bind_leaf(leaf, stage() == 3 ? Tensor() : bucket_params(d, k), Tensor(),
+                                                      b.begin, replica_buffers(d));
+    sh.bucket_grads[ku] = Tensor();
+  }
+  if (stage() == 3 && sh.gathered[ku].defined()) sh.gathered[ku] = Tensor();
+}
+
+void ShardedShape::drain(int d) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  while (sh.drained < buckets_.size() && sh.complete[sh.drained]) reduce_scatter(d, static_cast<int>(sh.drained++), false);
+}
+
+void ShardedShape::finish_backward(int d) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  std::fill(sh.complete.begin(), sh.complete.end(), true);
+  drain(d);
+  sh.pass = Pass::None;
+}
+
+void ShardedShape::follow(int d, Pass pass) {
+  begin_pass(d, pass);
+  CollectiveLog& log = log_of(pass);
+  CollectiveLog::Entry e{};
+  for (size_t i = 0; log.next(i, e); ++i) {
+    if (e.gather) {
+      gather(d, e.bucket);
+      release_gathered(d, e.bucket);
+    } else {
+      reduce_scatter(d, e.bucket, true);
+    }
+  }
+  shards_[static_cast<size_t>(d)].pass = Pass::None;
+}
+
+void ShardedShape::abort_collectives() {
+  transport_->abort();
+  forward_log_.abort();
+  backward_log_.abort();
+  norm_group_->abort();
+  if (replica_group_) replica_group_->abort();
+}
+
+void ShardedShape::after_pass_on_failure(int d, bool leader, Pass pass) {
+  Stream& stream = e_.devices_[d].stream();
+  stream.run_in_order([this, &stream, leader, pass] {
+    if (stream.failed())
+      abort_collectives();
+    else if (leader)
+      log_of(pass).end();
+  });
+}
+
+// ---- the phases ----
+
+// 3. replicate: device 0's buffers broadcast (ChunkedShape); zero1/2's parameters are everywhere
+// already, zero3's are gathered by the modules that need them.
+void ShardedShape::replicate(StepState& s) {
+  transport_->reset();  // after a step that failed
+  leader_ = s.active.front();
+  e_.inference_params_ = Tensor();  // the step changes the master
+  broadcast_buffers(s);
+  for (int r = 0; r < e_.devices_.size(); ++r) {
+    const Shard& sh = shards_[static_cast<size_t>(r)];
+    s.params[r] = sh.params;
+    s.grads[r] = sh.grads;
+  }
+  e_.end_phase(e_.all_devices());
+}
+
+// 4. forward on every replica; zero3's modules gather their parameters as they come. A device
+// without samples joins the leader's all-gathers.
+void ShardedShape::forward(StepState& s) {
+  forward_log_.reset();
+  for (int r : s.active)
+    e_.enqueue_forward(s, r, s.grads[r], replica_group_.get(), [this, r, &s] {
+      begin_pass(r, Pass::Forward);
+      if (stage() == 3) {  // each module's parameters come with its all-gather; its buffers now
+        for (int leaf = 0; leaf < e_.nets_[r]->leaves(); ++leaf)
+          e_.nets_[r]->bind_leaf(leaf, Tensor(), Tensor(), 0, s.buffers[r]);
+      } else {
+        e_.nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
+      }
+    });
+  for (int r = 0; r < e_.devices_.size(); ++r) {
+    if (s.chunks[static_cast<size_t>(r)] > 0) {
+      after_pass_on_failure(r, r == leader_, Pass::Forward);
+    } else if (stage() == 3) {
+      e_.devices_[r].stream().enqueue([this, r] { follow(r, Pass::Forward); },
+                                      {"join the all-gathers (no samples)", "forward"});
+      after_pass_on_failure(r, false, Pass::Forward);
+    }
+  }
+  e_.end_phase(e_.all_devices());
+}
+
+// 7. backward on every replica; each bucket is reduce-scattered once its last module has run
+// backward (in order), and its owned part kept.
+void ShardedShape::backward(StepState& s) {
+  e_.loss_->distribute_gradient(s);
+  backward_log_.reset();
+  for (int r = 0; r < e_.devices_.size(); ++r) {
+    Stream& stream = e_.devices_[r].stream();
+    if (s.chunks[static_cast<size_t>(r)] == 0) {
+      stream.enqueue([this, r] { follow(r, Pass::Backward); }, {"join the reduce-scatters (no samples)", "backward"});
+      after_pass_on_failure(r, false, Pass::Backward);
+      continue;
+    }
+    stream.enqueue(
+        [this, r, &s] {
+          begin_pass(r, Pass::Backward);
+          try {
+            e_.nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
+          } catch (...) {
+            abort_collectives();
+            throw;
+          }
+          s.grad_outputs[r] = Tensor();
+          finish_backward(r);
+        },
+        stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
+    after_pass_on_failure(r, r == leader_, Pass::Backward);
+  }
+  e_.end_phase(e_.all_devices());
+}
+
+// 8. reduce: nothing left; every bucket was reduce-scattered during backward.
+void ShardedShape::reduce(StepState&) { e_.end_phase(e_.all_devices()); }
+
+void ShardedShape::norm_and_clip(const StepState& s, int d) {
+  Device& dev = e_.devices_[d];
+  const Exec& ex = dev.exec();
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  HostSlots& slot = *e_.slots_[static_cast<size_t>(d)];
+  const bool fp16 = e_.scaler_.enabled();
+  if (fp16) {  // GradScaler.unscale_
+    const ScalarArg inv = scalar_on_device(s.step_scalars[static_cast<size_t>(d)], offsetof(StepScalars, inv_loss_scale));
+    for (Tensor& g : sh.piece_grads) scale(ex, g.buf(), inv, g.numel());
+  }
+  if (!(e_.clip_ > 0 || e_.report_norm_ || fp16)) return;
+  double local = 0;
+  for (Tensor& g : sh.piece_grads) {
+    sum_squares_and_clip(ex, g.buf(), g.numel(), 0.f, &slot.grad_sq_sum);
+    if (DeviceQueue* q = dev.stream().device_queue()) q->synchronize();  // the sum lands in the slot
+    local += slot.grad_sq_sum;
+  }
+  std::vector<double> sum{local};
+  norm_group_->allreduce_sum(d, sum);  // every device's, every process's
+  slot.grad_sq_sum = sum[0];
+  const bool finite = std::isfinite(sum[0]);
+  if (fp16) upload(ex, e_.found_inf_flag(d).data(), finite ? &kApply : &kSkip, sizeof(int32_t));
+  if (e_.clip_ > 0 && (finite || !fp16)) {  // clip_grad_norm_: a non-finite norm without fp16 clips as PyTorch does
+    const double coef = e_.clip_ / (std::sqrt(sum[0]) + 1e-6);
+    if (!(coef >= 1))
+      for (Tensor& g : sh.piece_grads) scale(ex, g.buf(), static_cast<float>(coef), g.numel());
+  }
+}
+
+void ShardedShape::gather_parameters(int d) {
+  Shard& sh = shards_[static_cast<size_t>(d)];
+  const Exec& ex = e_.devices_[d].exec();
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    const GradBucket& b = buckets_[k];
+    const size_t elem = dtype_size(low_);
+    if (mixed_) {  // the float32 master parts rounded into the forward's copy
+      const auto [lo, hi] = owned(d, k);
+      convert(ex, Buf{sh.params.data<char>() + static_cast<size_t>(lo) * elem, low_}, sh.master[k].buf(), hi - lo);
+    }
+    if (!transport_->all_gather(d, Buf{sh.params.data<char>() + static_cast<size_t>(b.begin) * elem, low_},
+                                b.end - b.begin))
+      abandoned();
+  }
+}
+
+// 9. update: each device its parts, with their optimizer state; the norm over every part first;
+// zero1/2 then all-gather the parameters (zero3 gathers them when they are next needed).
+void ShardedShape::update(StepState& s, StepResult& r) {
+  if (!e_.last_micro_batch()) return e_.end_phase(e_.all_devices());
+  r.lr = e_.lr_;
+  const int n = e_.devices_.size();
+  norm_group_->begin_step(e_.all_devices());
+  for (int d = 0; d < n; ++d) {
+    Stream& stream = e_.devices_[d].stream();
+    stream.enqueue([this, &s, d] { norm_and_clip(s, d); }, {"gradient norm over every device's parts", "update"});
+    const Tensor skip_if = e_.scaler_.enabled() ? e_.found_inf_flag(d) : Tensor();
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      optimizer_->step_piece(static_cast<size_t>(d) * buckets_.size() + k, shards_[static_cast<size_t>(d)].piece_grads[k],
+                             s.step_scalars[static_cast<size_t>(d)], skip_if);
+    if (stage() <= 2) stream.enqueue([this, d] { gather_parameters(d); }, {"all-gather the parameters", "update"});
+    stream.run_in_order([this, &stream] {
+      if (stream.failed()) abort_collectives();
+    });
+  }
+  optimizer_->count_step();
+  e_.end_phase(e_.all_devices());
+}
+
+// ---- state ----
+
+std::vector<float> ShardedShape::parameters() {
+  if (stage() <= 2 && !mixed_) return e_.params_.to_host();
+  std::vector<float> all(static_cast<size_t>(e_.layout().parameter_count), 0.f);
+  for (int d = 0; d < e_.devices_.size(); ++d)
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const std::vector<float> part = shards_[static_cast<size_t>(d)].master[k].to_host();
+      std::copy(part.begin(), part.end(), all.begin() + owned(d, k).first);
+    }
+  return all;
+}
+
+std::vector<float> ShardedShape::gradients() {
+  std::vector<float> all(static_cast<size_t>(e_.layout().parameter_count), 0.f);
+  for (int d = 0; d < e_.devices_.size(); ++d)
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const std::vector<float> part = shards_[static_cast<size_t>(d)].piece_grads[k].to_host();
+      std::copy(part.begin(), part.end(), all.begin() + owned(d, k).first);
+    }
+  return all;
+}
+
+void ShardedShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
+  const ModelLayout& lay = e_.layout();
+  if (static_cast<int64_t>(params.size()) != lay.parameter_count ||
+      static_cast<int64_t>(buffers.size()) != lay.buffer_count)
+    throw RuntimeError("load_state: state sizes do not match the model");
+  e_.buffers_.copy_from_host(buffers.data());
+  for (int r = 1; r < e_.devices_.size(); ++r) copy_async(replica_buffers(r), e_.buffers_);
+  e_.inference_params_ = Tensor();
+  for (int d = 0; d < e_.devices_.size(); ++d) {
+    Shard& sh = shards_[static_cast<size_t>(d)];
+    Device& dev = e_.devices_[d];
+    if (stage() <= 2 && !mixed_) {
+      sh.params.copy_from_host(params.data());
+      continue;
+    }
+    for (size_t k = 0; k < buckets_.size(); ++k) sh.master[k].copy_from_host(params.data() + owned(d, k).first);
+    if (stage() <= 2) {  // the forward's 16-bit copy, rounded on the device as every update rounds it
+      Tensor wide = Tensor::empty(dev, {lay.parameter_count}, MemCategory::Workspace);
+      wide.copy_from_host(params.data());
+      convert(dev.exec(), sh.params.buf(), wide.buf(), lay.parameter_count);
+    }
+  }
+  e_.devices_.synchronize();
+}
+
+Tensor ShardedShape::inference_parameters() {
+  if (stage() <= 2) return mixed_ ? shards_[0].params : e_.params_;  // device 0 holds them whole
+  if (e_.inference_params_.defined()) return e_.inference_params_;
+  // zero3: every device's parts onto device 0 (FSDP's summon_full_params), in the forward's dtype.
+  Device& d0 = e_.devices_[0];
+  const int64_t count = e_.layout().parameter_count;
+  Tensor wide = Tensor::empty(d0, {count}, MemCategory::Parameters);
+  for (int d = 0; d < e_.devices_.size(); ++d)
+    for (size_t k = 0; k < buckets_.size(); ++k) {
+      const auto [lo, hi] = owned(d, k);
+      if (hi > lo) copy_async(wide.slice_flat(lo, {hi - lo}), shards_[static_cast<size_t>(d)].master[k]);
+    }
+  if (!mixed_) return e_.inference_params_ = wide;
+  e_.inference_params_ = Tensor::empty(d0, {count}, MemCategory::Parameters, low_);
+  d0.stream().enqueue([wide, low = e_.inference_params_, &d0] { convert(d0.exec(), low.buf(), wide.buf(), wide.numel()); },
+                      {"round the gathered parameters", "evaluate"});
+  return e_.inference_params_;
+}
+
+std::string ShardedShape::graph_blocker() const {
+  return std::string("--sync ") + sync_mode_name(mode_) + " runs as usual: its collectives are not part of a captured step";
+}
+
+void ShardedShape::set_process_group(ProcessGroup* group) {
+  if (!group) return;
+  if (e_.devices_[0].is_cuda())
+    throw UsageError(std::string("--sync ") + sync_mode_name(mode_) +
+                     " across processes runs on host devices (MPI); across GPU processes use --sync allreduce");
+  // Each device's parts shrink to its share of the job's: the state is made again for the new
+  // transport, its values carried over.
+  const std::vector<float> params = parameters(), buffers = ChunkedShape::buffers();
+  std::vector<const Exec*> no_execs;
+  transport_ = make_across_processes(make_local_transport(), *group, no_execs,
+                                     std::vector<DeviceQueue*>(static_cast<size_t>(e_.devices_.size()), nullptr));
+  std::vector<Device*> devices;
+  for (int r = 0; r < e_.devices_.size(); ++r) devices.push_back(&e_.devices_[r]);
+  transport_->count_links(devices);
+  make_shards(optimizer_config_);
+  load_state(params, buffers);
+  norm_group_->set_process_group(group);
+  if (replica_group_) replica_group_->set_process_group(group);
+}
+
+void ShardedShape::abandon_step() { abort_collectives(); }
+
+void ShardedShape::after_abandoned_step() {
+  for (size_t d = 0; d < shards_.size(); ++d) {
+    Shard& sh = shards_[d];
+    sh.pass = Pass::None;
+    std::fill(sh.gathered.begin(), sh.gathered.end(), Tensor());
+    std::fill(sh.bucket_grads.begin(), sh.bucket_grads.end(), Tensor());
+    std::fill(sh.held.begin(), sh.held.end(), Tensor());
+  }
+}
+
+}  // namespace dp
