@@ -59,13 +59,15 @@ Optimizer::Saved ShardedOptimizer::save() {
   for (size_t i = 0; i < pieces_.size(); ++i) {
     if (!optimizers_[i]) continue;
     const Saved part = optimizers_[i]->save();
-    if (part.buffers.empty()) return {steps_, {}};  // no state yet (before the first step)
+    if (part.buffers.empty()) return {steps_, {}};  // no state yet (before the first step): on every process alike
     if (whole.buffers.empty())
       for (const auto& [name, values] : part.buffers) whole.buffers.push_back({name, std::vector<float>(static_cast<size_t>(count_), 0.f)});
     for (size_t b = 0; b < part.buffers.size(); ++b)
       std::copy(part.buffers[b].second.begin(), part.buffers[b].second.end(),
                 whole.buffers[b].second.begin() + pieces_[i].begin);
   }
+  if (group_)  // each process's pieces, zeros elsewhere: their sum is the whole
+    for (auto& [name, values] : whole.buffers) group_->allreduce_sum(values.data(), static_cast<int64_t>(values.size()));
   return whole;
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/mpi/process_group.hpp"
 #include "engine/optim/optimizer.hpp"
 
 namespace dp {
@@ -30,6 +31,9 @@ class ShardedOptimizer final : public Optimizer {
   void step_piece(size_t i, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if);
   // After every piece's step_piece of an update: the update counted once.
   void count_step();
+  // Under mpirun the other processes hold the other pieces: save() sums every process's state (each
+  // holding zeros outside its own), so every rank must call it at the same point.
+  void set_process_group(ProcessGroup* group) { group_ = group; }
   // The pieces step one by one (step_piece): a whole-array step is refused.
   void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if) override;
   void undo_step() override;
@@ -42,6 +46,7 @@ class ShardedOptimizer final : public Optimizer {
   std::vector<Piece> pieces_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;  // per piece (null for an empty one)
   int64_t count_;
+  ProcessGroup* group_ = nullptr;
 };
 
 }  // namespace dp

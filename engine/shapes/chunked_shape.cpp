@@ -5,7 +5,7 @@
 
 namespace dp {
 
-ChunkedShape::ChunkedShape(StepEngine& engine) : StepShape(engine) {
+ChunkedShape::ChunkedShape(StepEngine& engine, Master master) : StepShape(engine, master) {
   e_.loss_ = make_loss_strategy(LossMode::InReplica, false);
   buffers_.resize(static_cast<size_t>(e_.devices_.size()));
 }

@@ -29,7 +29,7 @@ class ChunkedShape : public StepShape {
 
  protected:
   // The in-replica loss, each replica's loss and gradient its own (gathering nothing).
-  explicit ChunkedShape(StepEngine& engine);
+  explicit ChunkedShape(StepEngine& engine, Master master = Master::OnDevice0);
   // Device r's buffers (device 0's are the master's), made by make_replica_buffers.
   Tensor& replica_buffers(int r) { return r == 0 ? e_.buffers_ : buffers_[static_cast<size_t>(r)]; }
   void make_replica_buffers(int r);  // on device r > 0

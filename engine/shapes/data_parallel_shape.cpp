@@ -11,8 +11,6 @@ namespace dp {
 
 DataParallelShape::DataParallelShape(StepEngine& engine, LossMode loss)
     : StepShape(engine), gradient_sync_(make_reduce_to_device0()) {
-  e_.make_master_parameters();
-  e_.make_master_gradients();
   e_.loss_ = make_loss_strategy(loss);
 }
 

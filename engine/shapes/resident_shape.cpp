@@ -14,8 +14,6 @@
 namespace dp {
 
 ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimizer) : ChunkedShape(engine) {
-  e_.make_master_parameters();
-  e_.make_master_gradients();
   const int n = e_.devices_.size();
   const ModelLayout& lay = e_.layout();
   resident_params_.resize(static_cast<size_t>(n));

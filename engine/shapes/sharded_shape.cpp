@@ -77,7 +77,7 @@ void ShardedShape::check(const SyncOptions& sync, const DeviceSet& devices, cons
 }
 
 ShardedShape::ShardedShape(StepEngine& engine, const OptimizerConfig& optimizer, SyncMode mode)
-    : ChunkedShape(engine),
+    : ChunkedShape(engine, Master::Elsewhere),
       mode_(mode),
       mixed_(engine.precision_.mixed()),
       low_(engine.precision_.mixed() ? storage_dtype(engine.precision_.precision) : DType::F32),
@@ -512,26 +512,24 @@ void ShardedShape::update(StepState& s, StepResult& r) {
 
 // ---- state ----
 
-std::vector<float> ShardedShape::parameters() {
-  if (stage() <= 2 && !mixed_) return e_.params_.to_host();
+std::vector<float> ShardedShape::whole(const std::vector<Tensor> Shard::*parts) {
   std::vector<float> all(static_cast<size_t>(e_.layout().parameter_count), 0.f);
   for (int d = 0; d < e_.devices_.size(); ++d)
     for (size_t k = 0; k < buckets_.size(); ++k) {
-      const std::vector<float> part = shards_[static_cast<size_t>(d)].master[k].to_host();
+      const std::vector<float> part = (shards_[static_cast<size_t>(d)].*parts)[k].to_host();
       std::copy(part.begin(), part.end(), all.begin() + owned(d, k).first);
     }
+  // Under mpirun the other processes hold the other parts: each process's, zeros elsewhere, summed.
+  if (group_) group_->allreduce_sum(all.data(), static_cast<int64_t>(all.size()));
   return all;
 }
 
-std::vector<float> ShardedShape::gradients() {
-  std::vector<float> all(static_cast<size_t>(e_.layout().parameter_count), 0.f);
-  for (int d = 0; d < e_.devices_.size(); ++d)
-    for (size_t k = 0; k < buckets_.size(); ++k) {
-      const std::vector<float> part = shards_[static_cast<size_t>(d)].piece_grads[k].to_host();
-      std::copy(part.begin(), part.end(), all.begin() + owned(d, k).first);
-    }
-  return all;
+std::vector<float> ShardedShape::parameters() {
+  if (stage() <= 2 && !mixed_) return e_.params_.to_host();  // device 0 holds them whole
+  return whole(&Shard::master);
 }
+
+std::vector<float> ShardedShape::gradients() { return whole(&Shard::piece_grads); }
 
 void ShardedShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
   const ModelLayout& lay = e_.layout();
@@ -561,15 +559,20 @@ void ShardedShape::load_state(const std::vector<float>& params, const std::vecto
 Tensor ShardedShape::inference_parameters() {
   if (stage() <= 2) return mixed_ ? shards_[0].params : e_.params_;  // device 0 holds them whole
   if (e_.inference_params_.defined()) return e_.inference_params_;
-  // zero3: every device's parts onto device 0 (FSDP's summon_full_params), in the forward's dtype.
+  // zero3: every device's parts onto device 0 (FSDP's summon_full_params), in the forward's dtype
+  // (under mpirun through the host: every process's parts).
   Device& d0 = e_.devices_[0];
   const int64_t count = e_.layout().parameter_count;
   Tensor wide = Tensor::empty(d0, {count}, MemCategory::Parameters);
-  for (int d = 0; d < e_.devices_.size(); ++d)
-    for (size_t k = 0; k < buckets_.size(); ++k) {
-      const auto [lo, hi] = owned(d, k);
-      if (hi > lo) copy_async(wide.slice_flat(lo, {hi - lo}), shards_[static_cast<size_t>(d)].master[k]);
-    }
+  if (group_) {
+    wide.copy_from_host(parameters().data());
+  } else {
+    for (int d = 0; d < e_.devices_.size(); ++d)
+      for (size_t k = 0; k < buckets_.size(); ++k) {
+        const auto [lo, hi] = owned(d, k);
+        if (hi > lo) copy_async(wide.slice_flat(lo, {hi - lo}), shards_[static_cast<size_t>(d)].master[k]);
+      }
+  }
   if (!mixed_) return e_.inference_params_ = wide;
   e_.inference_params_ = Tensor::empty(d0, {count}, MemCategory::Parameters, low_);
   d0.stream().enqueue([wide, low = e_.inference_params_, &d0] { convert(d0.exec(), low.buf(), wide.buf(), wide.numel()); },
@@ -597,6 +600,8 @@ void ShardedShape::set_process_group(ProcessGroup* group) {
   transport_->count_links(devices);
   make_shards(optimizer_config_);
   load_state(params, buffers);
+  group_ = group;
+  optimizer_->set_process_group(group);
   norm_group_->set_process_group(group);
   if (replica_group_) replica_group_->set_process_group(group);
 }

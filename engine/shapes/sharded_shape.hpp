@@ -53,6 +53,8 @@ class ShardedShape final : public ChunkedShape {
   void reduce(StepState& s) override;
   void update(StepState& s, StepResult& r) override;
 
+  // Under mpirun these gather every process's parts: every rank must call them at the same point
+  // (as the optimizer's save()).
   std::vector<float> parameters() override;
   std::vector<float> gradients() override;
   void load_state(const std::vector<float>& params, const std::vector<float>& buffers) override;
@@ -134,6 +136,8 @@ class ShardedShape final : public ChunkedShape {
   // The update phase's first task on device d: fp16's unscaling, the global norm over every
   // device's parts, fp16's verdict, clipping. Its second: the parameters all-gathered (zero1/2).
   void norm_and_clip(const StepState& s, int d);
+  // Every device's (and process's) parts of a per-bucket state, whole on the host.
+  std::vector<float> whole(const std::vector<Tensor> Shard::*parts);
   void gather_parameters(int d);
 
   SyncMode mode_;
@@ -147,7 +151,8 @@ class ShardedShape final : public ChunkedShape {
   OptimizerConfig optimizer_config_;
   ShardedOptimizer* optimizer_ = nullptr;  // the engine's
   std::vector<Shard> shards_;
-  int leader_ = 0;  // this step's first active device
+  ProcessGroup* group_ = nullptr;  // mpirun: the other processes hold the other parts
+  int leader_ = 0;                 // this step's first active device
   CollectiveLog forward_log_, backward_log_;
 };
 

@@ -7,6 +7,12 @@
 
 namespace dp {
 
+StepShape::StepShape(StepEngine& engine, Master master) : e_(engine) {
+  if (master == Master::Elsewhere) return;
+  e_.make_master_parameters();
+  e_.make_master_gradients();
+}
+
 std::vector<float> StepShape::parameters() { return e_.params_.to_host(); }
 std::vector<float> StepShape::buffers() { return e_.buffers_.to_host(); }
 

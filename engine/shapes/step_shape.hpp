@@ -27,7 +27,10 @@ namespace dp {
 
 class StepShape {
  public:
-  explicit StepShape(StepEngine& engine) : e_(engine) {}
+  // Where the master state lives: by default whole on device 0 (its parameters and gradients made
+  // here, zeros for the gradients); a shape that keeps it elsewhere makes its own.
+  enum class Master { OnDevice0, Elsewhere };
+  explicit StepShape(StepEngine& engine, Master master = Master::OnDevice0);
   virtual ~StepShape() = default;
   StepShape(const StepShape&) = delete;
   StepShape& operator=(const StepShape&) = delete;

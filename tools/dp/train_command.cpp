@@ -86,7 +86,7 @@ TrainLoop::TrainLoop(TrainRun& run)
       step_(run.first_step),
       checkpointed_step_(run.o.resume.empty() ? -1 : run.first_step),  // the state resumed from is saved already
       checkpoints_(run.o.checkpoint, run.o.keep_checkpoints),
-      evaluations_(run.data, run.o, run.metrics, run.best) {}
+      evaluations_(run.data, run.o, run.metrics, run.best, run.primary) {}
 
 int TrainLoop::train() {
   defer_interrupts();  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 / 143
@@ -176,7 +176,7 @@ void TrainLoop::save_checkpoint() {
   if (o_.checkpoint.empty() || checkpointed_step_ == step_) return;
   Checkpoint c = checkpoint_after(dp_, step_, run_.identity, run_.plan.steps_per_epoch(), o_.seed, run_.schedule,
                                   evaluations_.best());
-  checkpoints_.write(dp_.layout(), step_, std::move(c));
+  if (run_.primary) checkpoints_.write(dp_.layout(), step_, std::move(c));  // (ZeRO: every rank gathered it)
   checkpointed_step_ = step_;
 }
 
@@ -208,7 +208,8 @@ void TrainLoop::finish() {
 
   print_run_summary(tally_, dp_, run_.choices.graphs);
   if (!o_.save.empty()) {
-    save_safetensors(o_.save, dp_.layout(), {dp_.parameters(), dp_.buffers()});
+    const ModelState state{dp_.parameters(), dp_.buffers()};  // ZeRO under mpirun: every rank's parts
+    if (run_.primary) save_safetensors(o_.save, dp_.layout(), state);
     std::printf("saved %s\n", o_.save.c_str());
   }
   const BestEval& best = evaluations_.best();

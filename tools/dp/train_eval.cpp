@@ -8,8 +8,9 @@
 
 namespace dp::cli {
 
-TrainEvaluations::TrainEvaluations(const RunData& data, const TrainOptions& o, std::ofstream& metrics, BestEval best)
-    : data_(data), o_(o), metrics_(metrics), best_(best) {}
+TrainEvaluations::TrainEvaluations(const RunData& data, const TrainOptions& o, std::ofstream& metrics, BestEval best,
+                                   bool writes)
+    : data_(data), o_(o), metrics_(metrics), best_(best), writes_(writes) {}
 
 void TrainEvaluations::add_training_loss(double loss) { train_loss_sum_ += loss, ++train_loss_steps_; }
 
@@ -24,7 +25,8 @@ std::string TrainEvaluations::evaluate(DataParallel& dp, int64_t step, const std
                   static_cast<long long>(train_loss_steps_));
   const bool is_best = !o_.save_best.empty() && r.loss < best_.loss;
   if (is_best) {
-    save_safetensors(o_.save_best, dp.layout(), {dp.parameters(), dp.buffers()});
+    const ModelState state{dp.parameters(), dp.buffers()};  // ZeRO under mpirun: every rank's parts
+    if (writes_) save_safetensors(o_.save_best, dp.layout(), state);
     best_ = {r.loss, step};
   }
   if (metrics_.is_open()) {

@@ -19,7 +19,9 @@ class TrainEvaluations {
  public:
   // `metrics`: the run's --metrics file, which gets a row per evaluation when it is open.
   // `best`: the lowest loss so far (a resumed run's checkpoint's).
-  TrainEvaluations(const RunData& data, const TrainOptions& o, std::ofstream& metrics, BestEval best);
+  // `writes`: whether this process writes --save-best's weights (rank 0; under ZeRO the others
+  // still gather them with it).
+  TrainEvaluations(const RunData& data, const TrainOptions& o, std::ofstream& metrics, BestEval best, bool writes = true);
 
   // A training step's loss, for the mean reported with the next evaluation.
   void add_training_loss(double loss);
@@ -36,6 +38,7 @@ class TrainEvaluations {
   const TrainOptions& o_;
   std::ofstream& metrics_;
   BestEval best_;
+  bool writes_;
   double train_loss_sum_ = 0;
   int64_t train_loss_steps_ = 0;
 };

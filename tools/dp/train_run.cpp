@@ -36,8 +36,13 @@ ProcessGroup* join_process_group(const TrainOptions& o) {
 // the other ranks' options lose their outputs, and their stdout goes to /dev/null.
 TrainOptions for_this_rank(TrainOptions o, const ProcessGroup* group) {
   if (!group || group->rank() == 0) return o;
-  o.metrics.clear(), o.save.clear(), o.save_best.clear(), o.checkpoint.clear(), o.trace.clear(), o.trace_steps.clear();
-  o.eval = false, o.eval_every = 0, o.sample = 0;
+  o.metrics.clear(), o.trace.clear(), o.trace_steps.clear();
+  // ZeRO's state is every process's: every rank takes part in what gathers it (checkpoints, --save,
+  // --save-best's evaluations, --sample), and rank 0 alone writes it (TrainRun::primary).
+  if (!sharded(parse_sync_mode(o.sync))) {
+    o.save.clear(), o.save_best.clear(), o.checkpoint.clear();
+    o.eval = false, o.eval_every = 0, o.sample = 0;
+  }
   if (!std::freopen("/dev/null", "w", stdout)) throw RuntimeError("cannot silence stdout on rank " + std::to_string(group->rank()));
   return o;
 }
@@ -151,10 +156,12 @@ void TrainRun::place_loader() {
 void TrainRun::print_header() const {
   const ModelDef& model = setup.model;
   const OptimizerConfig& opt = choices.optimizer;
-  std::fprintf(stderr, "dp train: %s on %s%s (%s split), batch %lld%s%s%s%s, %s lr %g%s%s, %lld steps over %s\n",
+  std::fprintf(stderr, "dp train: %s on %s%s (%s split%s), batch %lld%s%s%s%s, %s lr %g%s%s, %lld steps over %s\n",
                model.language_model() ? model.summary.c_str() : model.name.c_str(), dp.devices().description().c_str(),
                group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
-               setup.split.text.c_str(), static_cast<long long>(o.batch), group ? " per process" : "",
+               setup.split.text.c_str(),
+               replicas_resident(dp.sync_mode()) ? (std::string(", --sync ") + sync_mode_name(dp.sync_mode())).c_str() : "",
+               static_cast<long long>(o.batch), group ? " per process" : "",
                plan.per_step > 1 ? (" x " + std::to_string(plan.per_step) + " micro-batches a step").c_str() : "",
                setup.precision.mixed() ? (std::string(", ") + precision_name(setup.precision.precision)).c_str() : "",
                dp.recomputed_blocks() ? (", recomputing " + recomputed_text(dp)).c_str() : "", optimizer_name(opt.kind),
