@@ -29,11 +29,15 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolic
                            PrecisionOptions precision)
     : StepEngine(devices, model, optimizer, seed, sync, precision), splitter_(std::move(split), devices.size()) {
   check_step_shape(sync_, devices_, splitter_.policy());
-  std::vector<float> params, buffers;
+  std::vector<float> params, buffers;  // none drawn on meta devices: no bytes to hold them
   init_master_state(params, buffers);
   blocks_ = recompute_units(model_);
   shape_ = make_step_shape(*this, loss, optimizer);
-  load_state(params, buffers);
+  if (devices_[0].is_meta())
+    shape_->load_state(HostState(static_cast<const float*>(nullptr), static_cast<size_t>(layout().parameter_count)),
+                       HostState(static_cast<const float*>(nullptr), static_cast<size_t>(layout().buffer_count)));
+  else
+    load_state(params, buffers);
   make_slots();
 }
 

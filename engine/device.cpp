@@ -9,6 +9,7 @@
 
 #include "engine/error.hpp"
 #include "engine/host/host_memory.hpp"
+#include "engine/meta/meta_memory.hpp"
 #include "engine/cuda/backend.hpp"
 #include "engine/cuda/device_query.hpp"
 #include "kernels/ops/memory.hpp"
@@ -38,18 +39,19 @@ void Device::poison_if_asked() {
   if (poison_allocations()) allocator_.set_fill_on_allocate([this](void* p, size_t n) { poison(exec_, p, n); });
 }
 
-Device::Device(int index, std::string name, int64_t capacity, int threads, int device_count)
+Device::Device(int index, std::string name, int64_t capacity, int threads, int device_count, bool meta)
     : index_(index),
       name_(name),
       received_(static_cast<size_t>(device_count)),
-      raw_(std::make_unique<HostRawMemory>()),
+      raw_(meta ? std::unique_ptr<RawMemory>(std::make_unique<MetaRawMemory>(index))
+                : std::unique_ptr<RawMemory>(std::make_unique<HostRawMemory>())),
       allocator_(index, name, *raw_, capacity),
       pool_(threads),
-      exec_{&pool_, nullptr, &allocator_},
-      copy_exec_{&copy_pool_, nullptr, &allocator_},
-      comm_exec_{&comm_pool_, nullptr, &allocator_},
+      exec_{&pool_, nullptr, &allocator_, meta},
+      copy_exec_{&copy_pool_, nullptr, &allocator_, meta},
+      comm_exec_{&comm_pool_, nullptr, &allocator_, meta},
       stream_(name) {
-  poison_if_asked();
+  if (!meta) poison_if_asked();
 }
 
 Device::Device(int index, std::string name, int64_t capacity, int device_count, int gpu, const cuda::GpuMath& math)
@@ -111,7 +113,8 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
   if (options.threads_per_device < 1 || options.threads_per_device > 256)
     throw UsageError("--threads-per-device must be 1..256");
   int host_count = spec.host_count;
-  if (spec.kind != DeviceSpec::Kind::Host) {
+  const bool meta = spec.kind == DeviceSpec::Kind::Meta;
+  if (spec.kind != DeviceSpec::Kind::Host && !meta) {
     auto gpus = query_cuda_devices();
     if (spec.kind == DeviceSpec::Kind::Cuda) {
       if (gpus.gpus.empty())
@@ -148,12 +151,13 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
     if (!(v >= 1e-3 && v <= 1.0))
       throw UsageError("--device-speed: each speed must be in [0.001, 1] (1 = full speed, 0.25 = four times slower)");
   configure_host_blas();
+  const std::string kind = meta ? "meta:" : "host:";
   for (int i = 0; i < host_count; ++i) {
-    devices_.push_back(std::make_unique<Device>(i, "host:" + std::to_string(i), capacity_of(options, i, host_count),
-                                                options.threads_per_device, host_count));
+    devices_.push_back(std::make_unique<Device>(i, kind + std::to_string(i), capacity_of(options, i, host_count),
+                                                options.threads_per_device, host_count, meta));
     if (!options.speed.empty()) devices_.back()->stream().set_speed(options.speed[i]);
   }
-  description_ = "host:" + std::to_string(host_count);
+  description_ = kind + std::to_string(host_count);
 }
 
 std::vector<int64_t> DeviceSet::link_bytes() const {

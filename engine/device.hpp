@@ -37,8 +37,9 @@ struct CudaDevices;
 
 class Device {
  public:
-  // A simulated host device.
-  Device(int index, std::string name, int64_t capacity, int threads, int device_count);
+  // A simulated host device; `meta`: one whose memory is addresses only and which runs no kernels
+  // (`dp plan`, engine/meta/meta_memory.hpp) — it allocates as a host device does.
+  Device(int index, std::string name, int64_t capacity, int threads, int device_count, bool meta = false);
   // A logical device on CUDA GPU `gpu`.
   Device(int index, std::string name, int64_t capacity, int device_count, int gpu, const cuda::GpuMath& math);
   ~Device();
@@ -48,6 +49,7 @@ class Device {
   int index() const { return index_; }
   const std::string& name() const { return name_; }
   bool is_cuda() const { return cuda_ != nullptr; }
+  bool is_meta() const { return exec_.meta; }
   int gpu() const;  // the CUDA GPU this logical device is on; -1 on a host device
   CachingAllocator& allocator() { return allocator_; }
   Stream& stream() { return stream_; }

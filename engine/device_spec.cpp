@@ -29,6 +29,13 @@ DeviceSpec parse_device_spec(const std::string& text) {
       throw UsageError("--devices '" + text + "': the device count must be 1.." + std::to_string(kMaxDevices));
     return spec;
   }
+  if (text.rfind("meta:", 0) == 0) {
+    spec.kind = DeviceSpec::Kind::Meta;
+    spec.host_count = parse_count(std::string_view(text).substr(5), text, "device count");
+    if (spec.host_count < 1 || spec.host_count > kMaxDevices)
+      throw UsageError("--devices '" + text + "': the device count must be 1.." + std::to_string(kMaxDevices));
+    return spec;
+  }
   if (text == "host") {
     spec.kind = DeviceSpec::Kind::Host;
     spec.host_count = 1;
@@ -58,7 +65,7 @@ DeviceSpec parse_device_spec(const std::string& text) {
     }
     return spec;
   }
-  throw UsageError("--devices '" + text + "': expected host:N, cuda, cuda:0,1, cuda:0x4 or auto");
+  throw UsageError("--devices '" + text + "': expected host:N, meta:N (dp plan), cuda, cuda:0,1, cuda:0x4 or auto");
 }
 
 }  // namespace dp

@@ -4,10 +4,14 @@
 // counted as the device's workspace.
 //
 // Every op in kernels/ops/ is a function of an Exec: it runs the CUDA kernel when the Exec has a
-// CUDA context, the CPU reference otherwise (DP_DISPATCH below). Adding an op means declaring it
+// CUDA context, the CPU reference otherwise (DP_DISPATCH below) — and nothing on a meta device
+// (`dp plan`: shapes and allocations only, no bytes behind the pointers), where an op that returns
+// a value returns its type's zero. Adding an op means declaring it
 // in its group's header under kernels/ops, a CPU body in kernels/cpu, a CUDA body in
 // kernels/cuda, the module that uses it, and its test.
 #pragma once
+#include <type_traits>
+
 #include "kernels/buffer.hpp"
 
 namespace dp {
@@ -22,8 +26,15 @@ struct Exec {
   ThreadPool* pool = nullptr;        // host devices
   cuda::Context* cuda = nullptr;     // CUDA devices
   CachingAllocator* alloc = nullptr; // the device's allocator, for kernels' scratch memory
+  bool meta = false;                 // meta devices: no kernel runs (the memory is addresses only)
   bool on_cuda() const { return cuda != nullptr; }
 };
+
+// What an op skipped on a meta device returns.
+template <typename T>
+T meta_result() {
+  if constexpr (!std::is_void_v<T>) return T{};
+}
 
 }  // namespace dp
 
@@ -31,13 +42,18 @@ struct Exec {
 // Builds without CUDA have only the CPU path.
 // DP_DISPATCH_WITH_SCRATCH: the same, the CUDA body taking the device's allocator after its
 // context (for scratch memory, e.g. the per-block partial sums of a split reduction).
+#define DP_META_RESULT(ex, op, ...) ::dp::meta_result<decltype(::dp::cpu::op(*(ex).pool, __VA_ARGS__))>()
 #if DP_WITH_CUDA
-#define DP_DISPATCH(ex, op, ...) \
-  ((ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, __VA_ARGS__) : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
-#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...)                              \
-  ((ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, *(ex).alloc, __VA_ARGS__) \
-                  : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#define DP_DISPATCH(ex, op, ...)                                                     \
+  ((ex).meta      ? DP_META_RESULT(ex, op, __VA_ARGS__)                              \
+   : (ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, __VA_ARGS__)                        \
+                    : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...)                                        \
+  ((ex).meta      ? DP_META_RESULT(ex, op, __VA_ARGS__)                              \
+   : (ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, *(ex).alloc, __VA_ARGS__)           \
+                    : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
 #else
-#define DP_DISPATCH(ex, op, ...) (::dp::cpu::op(*(ex).pool, __VA_ARGS__))
-#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...) (::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#define DP_DISPATCH(ex, op, ...) \
+  ((ex).meta ? DP_META_RESULT(ex, op, __VA_ARGS__) : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
+#define DP_DISPATCH_WITH_SCRATCH(ex, op, ...) DP_DISPATCH(ex, op, __VA_ARGS__)
 #endif

@@ -66,7 +66,7 @@ void Operands::give_back_host(std::unique_ptr<float[]> p, size_t capacity) {
 }
 
 float* Operands::widen(Buf b, int64_t n, bool read, bool write) {
-  if (!b.ptr) return nullptr;
+  if (!b.ptr || ex_.meta) return nullptr;  // a meta device runs no kernel to hand it to
   if (b.dtype == DType::F32) return static_cast<float*>(b.ptr);
   if (b.dtype != DType::BF16 && b.dtype != DType::F16)
     throw RuntimeError(std::string(op_) + ": expected a float tensor, got " + dtype_name(b.dtype));

@@ -16,8 +16,8 @@
 
 namespace dp {
 
-OverlappedAllReduce::OverlappedAllReduce(int devices, std::vector<GradBucket> buckets)
-    : n_(devices), buckets_(std::move(buckets)), done_step_(static_cast<size_t>(devices), 0) {
+OverlappedAllReduce::OverlappedAllReduce(int devices, std::vector<GradBucket> buckets, bool meta)
+    : n_(devices), buckets_(std::move(buckets)), meta_(meta), done_step_(static_cast<size_t>(devices), 0) {
   init();
 }
 
@@ -77,6 +77,14 @@ void OverlappedAllReduce::begin_step(std::vector<float*> grads, LowPrecisionGrad
     make_transport();
     for (int d = 0; d < n_; ++d) threads_.emplace_back([this, d] { run(d); });
   }
+  // The step's ring, counted as enqueued (as every copy between devices is): the bytes each device
+  // will receive from its left neighbour.
+  if (!counted_.empty() && n_ > 1)
+    for (int d = 0; d < n_; ++d)
+      for (const GradBucket& b : buckets_)
+        counted_[static_cast<size_t>(d)]->count_received(
+            counted_[static_cast<size_t>((d + n_ - 1) % n_)]->index(),
+            ring_received(d, n_, b.end - b.begin, RingSteps::all_reduce(n_)) * static_cast<int64_t>(sizeof(float)));
   std::lock_guard lock(mutex_);
   grads_ = std::move(grads);
   widen_ = std::move(widen);
@@ -261,7 +269,8 @@ void OverlappedAllReduce::make_transport() {
   std::vector<const Exec*> execs;
   std::vector<DeviceQueue*> queues;
   for (Device* dev : ring_devices_) execs.push_back(&dev->comm_exec()), queues.push_back(dev->comm_queue());
-  std::unique_ptr<Transport> local = ring_devices_.empty() ? make_host_ring(n_)
+  std::unique_ptr<Transport> local = meta_                 ? make_meta_transport(n_)
+                                     : ring_devices_.empty() ? make_host_ring(n_)
                                      : nccl_              ? make_nccl_transport(*nccl_, execs)
                                                           : make_device_ring(execs, queues, recv_);
   transport_ = group_ ? make_across_processes(std::move(local), *group_, execs, queues, rank_nccl_) : std::move(local);
@@ -305,7 +314,8 @@ OverlappedAllReduce::BucketOutcome OverlappedAllReduce::reduce_bucket(int device
   const double t0 = tracer_ ? tracer_->now_us() : 0;
   bool ok = true;
   try {
-    if (ring_devices_.empty()) {
+    if (meta_) {  // nothing behind the pointers
+    } else if (ring_devices_.empty()) {
       if (in.low && in.low_dtype == DType::BF16) cpu::bf16_to_float(inline_pool, views[device], in.low + b.begin, count);
       if (in.low && in.low_dtype == DType::F16) cpu::f16_to_float(inline_pool, views[device], in.low + b.begin, count);
       if (in.accumulated) cpu::add_inplace(inline_pool, views[device], in.accumulated + b.begin, count);

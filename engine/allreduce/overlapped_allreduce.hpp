@@ -60,7 +60,9 @@ struct LowPrecisionGrads {
 
 class OverlappedAllReduce {
  public:
-  OverlappedAllReduce(int devices, std::vector<GradBucket> buckets);
+  // `meta`: the devices are meta devices (dp plan): the threads run the buckets' order and count
+  // nothing but touch no memory.
+  OverlappedAllReduce(int devices, std::vector<GradBucket> buckets, bool meta = false);
   // The ring through each device's communication stream (see above), on these devices.
   OverlappedAllReduce(std::vector<Device*> devices, std::vector<GradBucket> buckets);
   ~OverlappedAllReduce();
@@ -82,6 +84,9 @@ class OverlappedAllReduce {
   // With a process group of GPU processes: the ranks' sum through this communicator (member 0, on
   // device 0's communication stream) instead of MPI on host memory.
   void set_rank_nccl(NcclComms* comms) { rank_nccl_ = comms; }
+  // Count the bytes each device receives in the ring (the step's links) on these devices, as each
+  // step begins (counted as enqueued, as the copies between devices are). Before the first step.
+  void count_links(std::vector<Device*> devices) { counted_ = std::move(devices); }
 
   // Before backward: every device's flat float32 gradient array, which the all-reduce sums. A
   // device that runs no backward this step (no samples) zeroes it (it has no 16-bit source) and
@@ -153,6 +158,8 @@ class OverlappedAllReduce {
   NcclComms* nccl_ = nullptr;
   NcclComms* rank_nccl_ = nullptr;
   std::unique_ptr<Transport> transport_;
+  std::vector<Device*> counted_;
+  bool meta_ = false;
   std::vector<Device*> ring_devices_;  // empty: the threads read each other's memory
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -47,6 +47,15 @@ RingStep ring_step(int rank, int n, int t) {
   return {((rank - s - (add ? 1 : 0)) % n + n) % n, add};
 }
 
+int64_t ring_received(int rank, int n, int64_t count, RingSteps steps) {
+  int64_t elements = 0;
+  for (int t = steps.first; t < steps.last; ++t) {
+    const auto [b, e] = ring_piece(count, n, ring_step(rank, n, t).piece);
+    elements += e - b;
+  }
+  return elements;
+}
+
 bool ring_rank(Buf mine, void* const* left_slot, int64_t count, int rank, int n, RingSteps steps, RingBarrier& barrier) {
   if (n == 1) return true;
   const size_t elem = dtype_size(mine.dtype);

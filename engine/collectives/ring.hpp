@@ -61,6 +61,10 @@ struct RingSteps {
   static RingSteps all_gather(int n) { return {n - 1, 2 * (n - 1)}; }
 };
 
+// The elements participant `rank` of n receives (from its left neighbour) in these steps of a ring
+// over `count` elements.
+int64_t ring_received(int rank, int n, int64_t count, RingSteps steps);
+
 // Participant `rank`'s steps of a ring over host memory, in place: `mine` (`count` elements; float32
 // where the steps add), its left neighbour's buffer read from left_slot when the first step begins
 // (a neighbour may publish it just before). A barrier before each step and after the last; every

@@ -32,12 +32,7 @@ void Transport::count_bytes(int rank, int from, int64_t bytes) {
 
 void Transport::count_ring(int rank, int64_t count, DType dtype, RingSteps steps) {
   if (counted_.empty() || n_ == 1) return;
-  int64_t elements = 0;
-  for (int t = steps.first; t < steps.last; ++t) {
-    const auto [b, e] = ring_piece(count, n_, ring_step(rank, n_, t).piece);
-    elements += e - b;
-  }
-  count_bytes(rank, left(rank), elements * static_cast<int64_t>(dtype_size(dtype)));
+  count_bytes(rank, left(rank), ring_received(rank, n_, count, steps) * static_cast<int64_t>(dtype_size(dtype)));
 }
 
 namespace {
@@ -127,9 +122,40 @@ class DeviceRing final : public Transport {
   std::vector<Tensor> recv_;
 };
 
+// Meta devices: no bytes behind the buffers, so nothing to move; the participants still meet at
+// every step the ring would (so that where a device stops when another fails is the host ring's),
+// and the links are counted as the ring would load them.
+class MetaTransport final : public Transport {
+ public:
+  using Transport::Transport;
+  bool all_reduce(int rank, float*, int64_t count) override { return run(rank, count, DType::F32, RingSteps::all_reduce(n_)); }
+  bool reduce_scatter(int rank, float*, int64_t count) override {
+    return run(rank, count, DType::F32, RingSteps::reduce_scatter(n_));
+  }
+  bool all_gather(int rank, Buf data, int64_t count) override { return run(rank, count, data.dtype, RingSteps::all_gather(n_)); }
+  bool broadcast(int rank, Buf data, int64_t count, int root) override {
+    if (aborted_ || !barrier_.arrive_and_wait()) return false;
+    if (rank != root) count_bytes(rank, root, count * static_cast<int64_t>(dtype_size(data.dtype)));
+    return barrier_.arrive_and_wait();
+  }
+
+ private:
+  bool run(int rank, int64_t count, DType dtype, RingSteps steps) {
+    if (aborted_) return false;
+    if (n_ > 1) {
+      for (int t = steps.first; t < steps.last; ++t)
+        if (!barrier_.arrive_and_wait()) return false;
+      if (!barrier_.arrive_and_wait()) return false;
+    }
+    count_ring(rank, count, dtype, steps);
+    return true;
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Transport> make_host_ring(int participants) { return std::make_unique<HostRing>(participants); }
+std::unique_ptr<Transport> make_meta_transport(int participants) { return std::make_unique<MetaTransport>(participants); }
 
 std::unique_ptr<Transport> make_device_ring(std::vector<const Exec*> execs, std::vector<DeviceQueue*> queues,
                                             std::vector<Tensor> recv) {

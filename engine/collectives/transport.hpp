@@ -76,6 +76,8 @@ class Transport {
 
 // Threads reading each other's host memory.
 std::unique_ptr<Transport> make_host_ring(int participants);
+// Meta devices (dp plan): nothing to move; each collective counts the bytes the ring would.
+std::unique_ptr<Transport> make_meta_transport(int participants);
 // Participant r driving copies and adds on execs[r] (its stream's or its communication stream's
 // Exec), waiting for queues[r] after each step (null on a host device), adding through recv[r]
 // (a buffer on its device of at least count / N + 1 floats for the largest count it will take).

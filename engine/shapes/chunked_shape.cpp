@@ -20,7 +20,7 @@ void ChunkedShape::make_replica_group() {
   for (int r = 0; r < n; ++r) e_.nets_[r]->root().set_replica_group(replica_group_.get(), r);
 }
 
-void ChunkedShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
+void ChunkedShape::load_state(HostState params, HostState buffers) {
   StepShape::load_state(params, buffers);
   for (int r = 1; r < e_.devices_.size(); ++r) copy_async(replica_buffers(r), e_.buffers_);
 }

@@ -24,7 +24,7 @@ class ChunkedShape : public StepShape {
   bool loads_chunks() const override { return true; }
   bool takes_part(int, const std::vector<int64_t>&) const override { return true; }
   int deciding_devices() const override { return e_.devices_.size(); }
-  void load_state(const std::vector<float>& params, const std::vector<float>& buffers) override;
+  void load_state(HostState params, HostState buffers) override;
   int64_t sync_bn_allreduces() const override { return replica_group_ ? replica_group_->allreduces() : 0; }
 
  protected:

@@ -44,8 +44,12 @@ ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimize
       allreduce_->set_nccl(nccl_devices_.get());
     }
   } else {
-    allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, e_.sync_.bucket_bytes));
+    allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, e_.sync_.bucket_bytes),
+                                                       e_.devices_[0].is_meta());
   }
+  std::vector<Device*> devices;
+  for (int r = 0; r < n; ++r) devices.push_back(&e_.devices_[r]);
+  allreduce_->count_links(std::move(devices));
   // Before the last micro-batch of an accumulated step nothing is all-reduced (no_sync); the step
   // is joined before the next begins, so this reads e_.micro_ as the host set it for this one.
   for (int r = 0; r < n; ++r)
@@ -55,7 +59,7 @@ ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimize
   if (e_.sync_.sync_bn) make_replica_group();
 }
 
-void ResidentShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
+void ResidentShape::load_state(HostState params, HostState buffers) {
   ChunkedShape::load_state(params, buffers);
   for (int r = 1; r < e_.devices_.size(); ++r) copy_async(resident_params_[r], e_.params_);
   e_.devices_.synchronize();

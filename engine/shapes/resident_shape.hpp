@@ -40,7 +40,7 @@ class ResidentShape final : public ChunkedShape {
   void reduce(StepState& s) override;
   void update(StepState& s, StepResult& r) override;
 
-  void load_state(const std::vector<float>& params, const std::vector<float>& buffers) override;  // and every copy
+  void load_state(HostState params, HostState buffers) override;  // and every copy
   Tensor inference_parameters() override;
   std::string graph_blocker() const override;
   void set_tracer(Tracer* tracer) override;

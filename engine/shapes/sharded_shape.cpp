@@ -15,7 +15,10 @@
 namespace dp {
 
 namespace {
-constexpr int32_t kSkip = 1, kApply = 0;  // fp16's verdict, uploaded from here (lives as long as any copy)
+constexpr int32_t kSkip = 1, kApply = 0;
+
+// Element `offset` of host values that may be null (meta devices read none of them).
+const float* at(HostState values, int64_t offset) { return values.data() ? values.data() + offset : nullptr; }  // fp16's verdict, uploaded from here (lives as long as any copy)
 
 void abandoned() { throw UpstreamError("ZeRO: a collective was abandoned (another device failed)"); }
 }  // namespace
@@ -116,7 +119,9 @@ std::unique_ptr<Transport> ShardedShape::make_local_transport() {
     queues.push_back(e_.devices_[r].stream().device_queue());
   }
   std::unique_ptr<Transport> t;
-  if (nccl_devices_) {
+  if (e_.devices_[0].is_meta()) {
+    t = make_meta_transport(n);
+  } else if (nccl_devices_) {
     t = make_nccl_transport(*nccl_devices_, execs);
   } else if (e_.devices_[0].is_cuda()) {  // logical devices of one GPU: copies between them
     int64_t largest = 0;
@@ -127,7 +132,6 @@ std::unique_ptr<Transport> ShardedShape::make_local_transport() {
   } else {
     t = make_host_ring(n);
   }
-  t->count_links(devices);
   return t;
 }
 
@@ -348,6 +352,15 @@ void ShardedShape::follow(int d, Pass pass) {
   shards_[static_cast<size_t>(d)].pass = Pass::None;
 }
 
+void ShardedShape::count_ring(RingSteps steps, DType dtype) {
+  const int n = e_.devices_.size();
+  if (n == 1) return;
+  for (int d = 0; d < n; ++d)
+    for (const GradBucket& b : buckets_)
+      e_.devices_[d].count_received((d + n - 1) % n, ring_received(d, n, b.end - b.begin, steps) *
+                                                          static_cast<int64_t>(dtype_size(dtype)));
+}
+
 void ShardedShape::abort_collectives() {
   transport_->abort();
   forward_log_.abort();
@@ -387,6 +400,7 @@ void ShardedShape::replicate(StepState& s) {
 // without samples joins the leader's all-gathers.
 void ShardedShape::forward(StepState& s) {
   forward_log_.reset();
+  if (stage() == 3) count_ring(RingSteps::all_gather(e_.devices_.size()), low_);
   for (int r : s.active)
     e_.enqueue_forward(s, r, s.grads[r], replica_group_.get(), [this, r, &s] {
       begin_pass(r, Pass::Forward);
@@ -414,6 +428,8 @@ void ShardedShape::forward(StepState& s) {
 void ShardedShape::backward(StepState& s) {
   e_.loss_->distribute_gradient(s);
   backward_log_.reset();
+  count_ring(RingSteps::reduce_scatter(e_.devices_.size()), DType::F32);
+  if (stage() == 3) count_ring(RingSteps::all_gather(e_.devices_.size()), low_);
   for (int r = 0; r < e_.devices_.size(); ++r) {
     Stream& stream = e_.devices_[r].stream();
     if (s.chunks[static_cast<size_t>(r)] == 0) {
@@ -506,6 +522,7 @@ void ShardedShape::update(StepState& s, StepResult& r) {
       if (stream.failed()) abort_collectives();
     });
   }
+  if (stage() <= 2) count_ring(RingSteps::all_gather(n), low_);
   optimizer_->count_step();
   e_.end_phase(e_.all_devices());
 }
@@ -531,7 +548,7 @@ std::vector<float> ShardedShape::parameters() {
 
 std::vector<float> ShardedShape::gradients() { return whole(&Shard::piece_grads); }
 
-void ShardedShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
+void ShardedShape::load_state(HostState params, HostState buffers) {
   const ModelLayout& lay = e_.layout();
   if (static_cast<int64_t>(params.size()) != lay.parameter_count ||
       static_cast<int64_t>(buffers.size()) != lay.buffer_count)
@@ -546,12 +563,15 @@ void ShardedShape::load_state(const std::vector<float>& params, const std::vecto
       sh.params.copy_from_host(params.data());
       continue;
     }
-    for (size_t k = 0; k < buckets_.size(); ++k) sh.master[k].copy_from_host(params.data() + owned(d, k).first);
-    if (stage() <= 2) {  // the forward's 16-bit copy, rounded on the device as every update rounds it
-      Tensor wide = Tensor::empty(dev, {lay.parameter_count}, MemCategory::Workspace);
-      wide.copy_from_host(params.data());
-      convert(dev.exec(), sh.params.buf(), wide.buf(), lay.parameter_count);
-    }
+    for (size_t k = 0; k < buckets_.size(); ++k) sh.master[k].copy_from_host(at(params, owned(d, k).first));
+    if (stage() <= 2)  // the forward's 16-bit copy, rounded on the device as every update rounds it
+      for (size_t k = 0; k < buckets_.size(); ++k) {
+        const GradBucket& b = buckets_[k];
+        Tensor wide = Tensor::empty(dev, {b.end - b.begin}, MemCategory::Workspace);  // a bucket at a time
+        wide.copy_from_host(at(params, b.begin));
+        convert(dev.exec(), Buf{sh.params.data<char>() + static_cast<size_t>(b.begin) * dtype_size(low_), low_},
+                wide.buf(), b.end - b.begin);
+      }
   }
   e_.devices_.synchronize();
 }
@@ -591,13 +611,10 @@ void ShardedShape::set_process_group(ProcessGroup* group) {
                      " across processes runs on host devices (MPI); across GPU processes use --sync allreduce");
   // Each device's parts shrink to its share of the job's: the state is made again for the new
   // transport, its values carried over.
-  const std::vector<float> params = parameters(), buffers = ChunkedShape::buffers();
+  const std::vector<float> params = parameters(), buffers = ChunkedShape::buffers();  // (zeros on meta devices)
   std::vector<const Exec*> no_execs;
   transport_ = make_across_processes(make_local_transport(), *group, no_execs,
                                      std::vector<DeviceQueue*>(static_cast<size_t>(e_.devices_.size()), nullptr));
-  std::vector<Device*> devices;
-  for (int r = 0; r < e_.devices_.size(); ++r) devices.push_back(&e_.devices_[r]);
-  transport_->count_links(devices);
   make_shards(optimizer_config_);
   load_state(params, buffers);
   group_ = group;

@@ -57,7 +57,7 @@ class ShardedShape final : public ChunkedShape {
   // (as the optimizer's save()).
   std::vector<float> parameters() override;
   std::vector<float> gradients() override;
-  void load_state(const std::vector<float>& params, const std::vector<float>& buffers) override;
+  void load_state(HostState params, HostState buffers) override;
   Tensor inference_parameters() override;
   std::string graph_blocker() const override;
   void set_process_group(ProcessGroup* group) override;
@@ -130,6 +130,11 @@ class ShardedShape final : public ChunkedShape {
   // backward, its gradient bucket.
   void bind_module(int d, int leaf, int k);
   Tensor bucket_params(int d, int k);
+  // Every device's bytes from its left neighbour in these steps of every bucket's ring, counted as
+  // the phase is enqueued (as the copies between devices are): each bucket's gather once in
+  // forward and once in backward (zero3), its reduce-scatter once a micro-batch, and zero1/2's
+  // all-gather of the parameters once an update.
+  void count_ring(RingSteps steps, DType dtype);
   // On failure: nothing waits for the collectives that will not come.
   void abort_collectives();
   void after_pass_on_failure(int d, bool leader, Pass pass);

@@ -21,7 +21,7 @@ std::vector<float> StepShape::gradients() {
   return e_.grads_.to_host();
 }
 
-void StepShape::load_state(const std::vector<float>& params, const std::vector<float>& buffers) {
+void StepShape::load_state(HostState params, HostState buffers) {
   if (static_cast<int64_t>(params.size()) != e_.params_.numel() ||
       static_cast<int64_t>(buffers.size()) != e_.buffers_.numel())
     throw RuntimeError("load_state: state sizes do not match the model");

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@
 #include "engine/step/step_engine.hpp"
 
 namespace dp {
+
+// Host values of the model's state in layout order; on meta devices (no bytes to put them in) the
+// data may be null: only the size is read.
+using HostState = std::span<const float>;
 
 class StepShape {
  public:
@@ -61,7 +66,7 @@ class StepShape {
   virtual std::vector<float> parameters();
   virtual std::vector<float> buffers();
   virtual std::vector<float> gradients();  // zeros where none were made (a mixed step that failed early)
-  virtual void load_state(const std::vector<float>& params, const std::vector<float>& buffers);
+  virtual void load_state(HostState params, HostState buffers);
   // What evaluation and generation run on, on device 0: the master, or under mixed precision a
   // 16-bit copy of it kept until the master changes (generation runs a forward per token).
   virtual Tensor inference_parameters();

@@ -36,6 +36,7 @@ void StepEngine::init_master_state(std::vector<float>& params, std::vector<float
   for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
   const ModelLayout& lay = layout();
   buffers_ = Tensor::empty(devices_[0], {lay.buffer_count}, MemCategory::Parameters);
+  if (devices_[0].is_meta()) return;  // no values to draw: a plan moves no bytes
   params.assign(static_cast<size_t>(lay.parameter_count), 0.f);
   buffers.assign(static_cast<size_t>(lay.buffer_count), 0.f);
   init_state(lay, params.data(), buffers.data(), seed_);

@@ -44,7 +44,8 @@ struct StepEngine {
   StepEngine& operator=(const StepEngine&) = delete;
 
   // One network per device, the master buffers on device 0, and the model's initial state drawn from
-  // PyTorch's default distributions with the seed, as host copies (for load_state).
+  // PyTorch's default distributions with the seed, as host copies (for load_state; none on meta
+  // devices).
   void init_master_state(std::vector<float>& params, std::vector<float>& buffers);
   // The whole master parameters and gradients (zeros) on device 0, where a step shape keeps them.
   void make_master_parameters();

@@ -16,7 +16,7 @@
 namespace dp {
 
 void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, const Exec& from) {
-  if (bytes == 0) return;
+  if (bytes == 0 || to.meta || from.meta) return;
   if (to.on_cuda() != from.on_cuda())
     throw RuntimeError("copy between a CUDA device and a host device is not supported");
 #if DP_WITH_CUDA
@@ -26,6 +26,7 @@ void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, cons
 }
 
 void add_many_inplace(const Exec& ex, Buf y, const std::vector<Buf>& xs, int64_t n) {
+  if (ex.meta) return;
   for (const Buf& x : xs)
     if (x.dtype != xs[0].dtype) throw RuntimeError("add_many_inplace: sources of different dtypes");
 #if DP_WITH_CUDA
@@ -55,6 +56,7 @@ int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backwar
 }
 
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {
+  if (ex.meta) return;
 #if DP_WITH_CUDA
   if (const DType t = native_16bit(ex, {out, in, w, b});
       t != DType::F32 && cuda::conv2d_forward(*ex.cuda, *ex.alloc, t, out.ptr, in.ptr, w.ptr, b.ptr, s))
@@ -75,6 +77,7 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
 
 void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,
                      Buf workspace) {
+  if (ex.meta) return;
 #if DP_WITH_CUDA
   if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w});
       t != DType::F32 && cuda::conv2d_backward(*ex.cuda, *ex.alloc, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s))
@@ -95,6 +98,7 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
 }
 
 void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* out, Buf found_inf) {
+  if (ex.meta) return void(*out = 0);  // a meta device's gradients are all zeros
   constexpr const char* op = "sum_squares_and_clip";
   float* v = x.f32(op);
   int32_t* inf_flag = found_inf.i32(op);
@@ -113,6 +117,7 @@ void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* 
 
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars, float label_smoothing) {
+  if (ex.meta) return void(*out = LossSums{});
   Operands o(ex, "softmax_xent");
   const float* x = o.in(logits, B * K);
   float* dx = o.out(dlogits, B * K);
@@ -139,6 +144,7 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
                     int64_t* correct, float label_smoothing) {
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
   // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs.
+  if (ex.meta) return 0;
   Operands o(ex, "softmax_xent");
   const float* x = o.in(logits, B * K);
   float* dx = o.out(dlogits, B * K);
@@ -164,6 +170,7 @@ int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool b
 // `scratch` serves the CUDA kernels only (a CPU-only build leaves it unused).
 void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, [[maybe_unused]] Buf scratch,
                        const DropoutMask& drop) {
+  if (ex.meta) return;
   constexpr const char* op = "attention_forward";
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
@@ -181,6 +188,7 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
 
 void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s,
                         [[maybe_unused]] Buf scratch, const DropoutMask& drop) {
+  if (ex.meta) return;
   constexpr const char* op = "attention_backward";
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;

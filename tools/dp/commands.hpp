@@ -13,6 +13,7 @@ Run add_train_command(CLI::App& app);
 Run add_devices_command(CLI::App& app);
 Run add_demo_command(CLI::App& app);
 Run add_memprof_command(CLI::App& app);
+Run add_plan_command(CLI::App& app);
 Run add_eval_command(CLI::App& app);
 
 // The command line as given (main sets it): checkpoints record it, and an interrupted run says

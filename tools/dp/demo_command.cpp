@@ -293,6 +293,7 @@ int run_demo(const DemoOptions& o) {
   if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
   check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
   RunSetup setup = validate_and_make_devices(o);
+  refuse_meta_devices(setup, "dp demo");
   // Only as many samples as the steps take (saturating), unless --data names real ones.
   const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
   const RunData data = load_run_data(o, setup, samples, 1, 7, samples * o.context + 1);

@@ -41,6 +41,7 @@ int run_eval(const EvalOptions& o) {
   if (o.sample > 0 && !language) throw UsageError("--sample generates text; it needs a language model (--model gpt)");
   check_outputs(o, {{"--json", o.json}}, {{"--weights", o.weights}});
   RunSetup setup = validate_and_make_devices(o);
+  refuse_meta_devices(setup, "dp eval");
   // The data as dp train loads it (the same generated set when there is no --data).
   const RunData data = load_run_data(o, setup, o.generated_train, o.generated_test, 1234);
   const ModelDef& model = setup.model;  // a GPT's sizes are final once its data is loaded

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   auto devices = dp::cli::add_devices_command(app);
   auto demo = dp::cli::add_demo_command(app);
   auto memprof = dp::cli::add_memprof_command(app);
+  auto plan = dp::cli::add_plan_command(app);
   auto eval = dp::cli::add_eval_command(app);
   try {
     app.parse(argc, argv);
@@ -79,6 +80,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("devices")) return devices();
     if (app.got_subcommand("demo")) return demo();
     if (app.got_subcommand("memprof")) return memprof();
+    if (app.got_subcommand("plan")) return plan();
     if (app.got_subcommand("eval")) return eval();
   } catch (const dp::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -1,201 +1,20 @@
 // dp memprof: per-device memory of the DataParallel step — each device's peak, what was in use at
 // the peak and in which phase, peak per category, device 0's excess over the others — as a
 // table, JSON, an SVG chart and a trace; and the out-of-memory of a too-small device reproduced,
-// reported with its remedies (exit 3), the report still written for what was measured.
+// reported with its remedies (exit 3), the report still written for what was measured. The
+// profile itself is tools/dp/memory_profile.hpp's (dp plan's too).
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
-#include <numeric>
-#include <optional>
 
-#include "engine/data_parallel.hpp"
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
 #include "engine/mpi/process_group.hpp"
-#include "engine/io/loader.hpp"
 #include "tools/dp/commands.hpp"
-#include "tools/dp/memory_report.hpp"
-#include "tools/dp/memory_svg.hpp"
-#include "tools/dp/run_data.hpp"
-#include "tools/dp/run_options.hpp"
+#include "tools/dp/memory_profile.hpp"
 
 namespace dp::cli {
 
 namespace {
-
-// What each memory category is stored in under mixed precision (the table's bytes are these).
-std::string precision_of_categories(Precision p) {
-  const std::string low = dtype_name(storage_dtype(p));
-  return "precision " + std::string(precision_name(p)) +
-         ": float32 master parameters, master gradients and optimizer state on device 0; " + low +
-         " replica parameters (device 0's copy too) and gradients, activations, gathered outputs and their gradient, "
-         "reduce buffers";
-}
-
-struct MemprofOptions : RunOptions {
-  int steps = 2;
-  int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
-  std::string json, svg, trace;
-};
-
-constexpr int kTimelineSteps = 16;
-
-// An out-of-memory the run stopped at: reported as dp train reports it, exit 3.
-struct OutOfMemorySeen {
-  std::string message;
-  int device = -1;
-  int64_t request = 0;
-};
-
-// What profiling measured, beside each device's allocator statistics.
-struct MemprofRun {
-  int completed = 0;                  // steps that finished
-  std::vector<MemoryPoint> timeline;  // each phase of the first kTimelineSteps steps
-  std::vector<int64_t> chunks;        // the last step's split
-  std::string split_note;             // --split auto's last change
-  std::string recomputed;             // --recompute: which blocks
-  int64_t recomputed_blocks = 0;
-  std::optional<OutOfMemorySeen> out_of_memory;
-};
-
-// Runs the steps, keeping the per-phase timeline, and stops at an out-of-memory (the report
-// is still written for what was measured).
-MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
-  MemprofRun run;
-  DataParallel dp(*setup.devices, setup.model, setup.split, profiling_optimizer(setup), o.seed, setup.loss,
-                  setup.sync, setup.precision);
-  dp.set_recompute(setup.recompute);
-  run.recomputed = recomputed_text(dp);
-  run.recomputed_blocks = dp.recomputed_blocks();
-  std::unique_ptr<Tracer> tracer;
-  if (!o.trace.empty()) {
-    tracer = std::make_unique<Tracer>();
-    dp.set_tracer(tracer.get());
-  }
-  const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps * accumulate);
-  BatchSource& loader = *batches;
-  try {
-    for (auto micro = next_micro_batches(loader, accumulate); !micro.empty();
-         micro = next_micro_batches(loader, accumulate)) {
-      StepResult r = step_on(dp, micro);  // with --accumulate: a phase's highest peak over the micro-batches
-      ++run.completed;
-      run.chunks = r.chunks;
-      if (!r.split_change.empty()) run.split_note = r.split_change;
-      // The per-phase timeline keeps the first steps (where the profile settles: the optimizer
-      // state appears after the first), so a long run does not grow it without bound; the
-      // peaks cover every step.
-      if (run.completed <= kTimelineSteps)
-        for (int p = 0; p < kNumPhases; ++p) run.timeline.push_back({run.completed, static_cast<Phase>(p), r.memory[p]});
-    }
-  } catch (const OutOfMemoryError& e) {
-    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
-  } catch (const ReplicaError& e) {
-    if (!e.out_of_memory) throw;
-    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
-  }
-  if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
-  if (tracer) {
-    dp.set_tracer(nullptr);
-    tracer->write(o.trace);
-  }
-  return run;
-}
-
-// (--sync allreduce and zero1-3 compute the loss in each replica whatever --loss says.)
-std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::InReplica ? "in-replica" : "gathered"; }
-
-// The table: the run's settings, the split, each device's peak and what was in use at it, and
-// device 0's excess.
-void print_memprof_table(const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate) {
-  DeviceSet& devices = *setup.devices;
-  const int n = devices.size();
-  std::printf("dp memprof: %s, batch %lld%s, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
-              setup.model.name.c_str(), static_cast<long long>(o.batch),
-              accumulate > 1 ? (" x " + std::to_string(accumulate) + " micro-batches a step").c_str() : "",
-              devices.description().c_str(), setup.split.text.c_str(), o.sync.c_str(), loss_name(setup).c_str(),
-              o.precision.c_str(), run.completed,
-              setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
-  if (accumulate < o.accumulate)
-    std::printf("--accumulate %lld: the data holds %lld batches of %lld, so a step takes those (as dp train's)\n",
-                static_cast<long long>(o.accumulate), static_cast<long long>(accumulate),
-                static_cast<long long>(o.batch));
-  if (setup.precision.mixed()) std::printf("%s\n", precision_of_categories(setup.precision.precision).c_str());
-  if (run.recomputed_blocks > 0)
-    std::printf("recompute %s: each keeps its input until backward repeats its forward\n", run.recomputed.c_str());
-  if (!run.split_note.empty()) std::printf("%s\n", run.split_note.c_str());
-  std::printf("chunks: ");
-  for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(run.chunks[i]));
-  if (accumulate > 1) std::printf(" (each device's samples over a step's micro-batches)");
-  std::printf("\n\n%-8s %12s %-10s  %s\n", "device", "peak", "phase", "in use at the peak");
-  for (int i = 0; i < n; ++i) {
-    const MemoryStats st = devices[i].allocator().stats();
-    std::printf("%-8s %12s %-10s  %s\n", ("d" + std::to_string(i)).c_str(), format_bytes(st.peak).c_str(),
-                st.peak_phase.c_str(), format_breakdown(st.at_peak).c_str());
-  }
-  if (n > 1) {
-    // With a small gpu0:K share device 0 can peak below the others: say "less", not "-N B more".
-    const int64_t over = devices[0].allocator().stats().peak - largest_other_peak(devices);
-    std::printf("\ngpu0 excess: device 0 peaks at %.2fx the largest other device (%s %s)\n", gpu0_excess(devices),
-                format_bytes(over < 0 ? -over : over).c_str(), over < 0 ? "less" : "more");
-  }
-}
-
-// The --json report: the settings, each device's peaks, the split, the timeline and the
-// out-of-memory (null when none).
-nlohmann::json memprof_json(const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run,
-                            int64_t accumulate) {
-  DeviceSet& devices = *setup.devices;
-  nlohmann::json devs = nlohmann::json::array();
-  for (int i = 0; i < devices.size(); ++i) {
-    const MemoryStats st = devices[i].allocator().stats();
-    devs.push_back({{"index", i},
-                    {"name", devices[i].name()},
-                    {"peak_bytes", st.peak},
-                    {"peak_phase", st.peak_phase},
-                    {"at_peak", category_json(st.at_peak)},
-                    {"peak_by_category", category_json(st.peak_by_category)}});
-  }
-  nlohmann::json report = {{"model", setup.model.name},
-                           {"batch", o.batch},
-                           {"devices", devs},
-                           {"gpu0_excess", gpu0_excess(devices)},
-                           {"split", run.chunks},
-                           {"split_mode", setup.split.text},
-                           {"loss", loss_name(setup)},
-                           {"sync", o.sync},
-                           {"precision", o.precision},
-                           {"steps", run.completed},
-                           {"accumulate", accumulate},
-                           {"recompute", o.recompute},
-                           {"recomputed_blocks", run.recomputed_blocks},
-                           {"capacity", setup.capacity}};
-  nlohmann::json timeline = nlohmann::json::array();
-  for (const auto& p : run.timeline) {
-    nlohmann::json per = nlohmann::json::array();
-    for (const auto& m : p.devices) per.push_back({{"peak", m.peak}, {"at_peak", category_json(m.at_peak)}});
-    timeline.push_back({{"step", p.step}, {"phase", phase_name(p.phase)}, {"devices", per}});
-  }
-  report["timeline"] = timeline;
-  report["timeline_steps"] = std::min(run.completed, kTimelineSteps);
-  report["out_of_memory"] = nullptr;
-  if (run.out_of_memory)
-    report["out_of_memory"] = {{"message", run.out_of_memory->message},
-                               {"device", run.out_of_memory->device},
-                               {"request_bytes", run.out_of_memory->request}};
-  return report;
-}
-
-// The --svg chart of memory over the timeline's phases.
-std::string memprof_svg(const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run) {
-  const DeviceSet& devices = *setup.devices;
-  std::vector<std::string> names;
-  for (int i = 0; i < devices.size(); ++i) names.push_back("device " + std::to_string(i));
-  const std::string title = "dp memprof: " + setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
-                            devices.description() + ", split " + setup.split.text +
-                            (setup.precision.mixed() ? ", " + o.precision : "") +
-                            (run.recomputed_blocks > 0 ? ", recompute " + run.recomputed : "");
-  return memory_svg(title, names, run.timeline, setup.capacity);
-}
 
 int run_memprof(const MemprofOptions& o) {
   if (ProcessGroup::launched_by_mpirun())
@@ -204,16 +23,14 @@ int run_memprof(const MemprofOptions& o) {
   if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
   check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}});
   RunSetup setup = validate_and_make_devices(o);
-  // The samples to generate for the batches of --batch the run asks for (saturating).
-  const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
-  const RunData data = load_run_data(o, setup, samples, 1, 1234, samples * o.context + 1);
-  // As dp train: more micro-batches than an epoch has make a step of the whole epoch.
-  const int64_t accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
+  refuse_meta_devices(setup, "dp memprof");
+  int64_t accumulate = 1;
+  const RunData data = prepare_profile(o, setup, accumulate);
   const MemprofRun run = profile_steps(o, setup, data, accumulate);
 
-  print_memprof_table(o, setup, run, accumulate);
+  print_memprof_table("memprof", o, setup, run, accumulate);
   if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, setup, run, accumulate).dump(2));
-  if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg(o, setup, run));
+  if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("memprof", o, setup, run));
   if (run.out_of_memory) {
     std::fprintf(stderr, "error: %s\n%s", run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
     return 3;
@@ -226,15 +43,7 @@ int run_memprof(const MemprofOptions& o) {
 Run add_memprof_command(CLI::App& app) {
   auto o = std::make_shared<MemprofOptions>();
   auto* cmd = app.add_subcommand("memprof", "Per-device memory of the DataParallel step: peaks, the GPU0 excess, OOM");
-  add_run_options(cmd, *o);
-  cmd->add_option("--steps", o->steps, "steps to profile")->capture_default_str();
-  cmd->add_option("--accumulate", o->accumulate,
-                  "gradient accumulation: each step sums the gradients of this many batches of --batch (dp train's "
-                  "--accumulate)")
-      ->capture_default_str();
-  cmd->add_option("--json", o->json, "write the report as JSON")->check(path_flag());
-  cmd->add_option("--svg", o->svg, "write a chart of memory over the step's phases")->check(path_flag());
-  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());
+  add_memprof_options(cmd, *o);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_memprof(*o);

@@ -185,6 +185,13 @@ void choose_step_semantics(const RunOptions& o, RunSetup& r) {
 DeviceOptions device_options(const RunOptions& o, const DeviceSpec& spec, int64_t capacity) {
   if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)
     throw UsageError("--device-speed simulates slow host devices; it does not apply to cuda devices");
+  if (spec.kind == DeviceSpec::Kind::Meta) {  // dp plan: no kernels, no time
+    if (!o.device_speed.empty())
+      throw UsageError("--device-speed slows host devices down; meta devices (" + o.devices + ") run nothing to slow");
+    if (o.tf32 || o.cudnn != RunOptions{}.cudnn)
+      throw UsageError(std::string(o.tf32 ? "--tf32" : "--cudnn") + " chooses CUDA's kernels; meta devices (" +
+                       o.devices + ") run none: a plan allocates as host devices do");
+  }
   DeviceOptions dev_opts;
   dev_opts.threads_per_device = o.threads_per_device;
   dev_opts.speed = o.device_speed;
@@ -207,10 +214,20 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   const DeviceSpec spec = parse_device_spec(o.devices);
   choose_step_semantics(o, r);
   if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");
-  if (spec.kind == DeviceSpec::Kind::Host) parse_split(o.split, spec.host_count, o.batch);  // fail before loading
+  if (spec.kind == DeviceSpec::Kind::Host || spec.kind == DeviceSpec::Kind::Meta)
+    parse_split(o.split, spec.host_count, o.batch);  // fail before loading
   r.devices = std::make_unique<DeviceSet>(spec, device_options(o, spec, r.capacity));
   r.split = parse_split(o.split, r.devices->size(), o.batch);
+  if (spec.kind == DeviceSpec::Kind::Meta && r.split.mode == SplitPolicy::Mode::Auto)
+    throw UsageError("--split auto balances the replicas by their measured speed; meta devices (" + o.devices +
+                     ") run nothing to time: plan an even, chunks:, ratios: or gpu0: split");
   return r;
+}
+
+void refuse_meta_devices(const RunSetup& setup, const std::string& command) {
+  if ((*setup.devices)[0].is_meta())
+    throw UsageError(command + " runs the step's math; meta devices (" + setup.devices->description() +
+                     ") run none: plan its memory with dp plan");
 }
 
 std::string recomputed_text(const DataParallel& dp) {

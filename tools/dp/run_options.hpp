@@ -68,6 +68,8 @@ struct RunSetup {
   int64_t recompute = 0;  // --recompute: the blocks recomputed (all of them for "blocks"), 0: off
 };
 RunSetup validate_and_make_devices(const RunOptions& o);
+// UsageError for a command that runs the math (train, demo, eval) on meta devices (dp plan's).
+void refuse_meta_devices(const RunSetup& setup, const std::string& command);
 
 // What --recompute recomputes: "" when off, "every block (8)", "the first 4 of 8 blocks".
 std::string recomputed_text(const DataParallel& dp);

@@ -85,6 +85,7 @@ TrainRun::TrainRun(const TrainOptions& given)
       data(load_run_data(o, setup, o.generated_train, o.generated_test, 1234)),  // a GPT's sizes are final now
       prompt(checked_prompt(o, data, setup.model)),
       dp(*setup.devices, setup.model, setup.split, choices.optimizer, o.seed, setup.loss, setup.sync, setup.precision) {
+  refuse_meta_devices(setup, "dp train");
   configure_step();
   load_start();
   if (trace) trace->start(first_step);

@@ -1,0 +1,44 @@
+"""dp plan's own cost (issue targets: GPT-2 small on meta:8 at batch 64, one plan < 5 s and < 1 GiB
+resident on the 2-core machine; --compare < 60 s; the planner's memory independent of the planned
+device memory): wall time and peak resident memory (getrusage of the child) of each, median of
+repeats; and dp memprof on host:2 against dp plan on meta:2 for the same small run (what the math
+costs). Prints Markdown.
+
+usage: bench_plan.py [--dp build/dp] [--repeats 3]
+"""
+import statistics
+import subprocess
+
+from dp_runs import start
+
+GPT2 = ["--model", "gpt", "--gpt-layers", "12", "--gpt-heads", "12", "--gpt-dim", "768", "--context", "1024",
+        "--vocab", "50304", "--optimizer", "adamw", "--devices", "meta:8", "--batch", "64"]
+
+
+def main():
+    a, env, dp = start()
+    rows = [("GPT-2 small (163M parameters, untied head), meta:8, batch 64, 80 GiB",
+             [dp, "plan"] + GPT2 + ["--device-memory", "80GiB"], "< 5 s, < 1 GiB"),
+            ("the same, 800 GiB a device", [dp, "plan"] + GPT2 + ["--device-memory", "800GiB"], "memory independent of it"),
+            ("the same, --compare (24 strategies)", [dp, "plan"] + GPT2 + ["--device-memory", "80GiB", "--compare"],
+             "< 60 s"),
+            ("convnet, batch 128: dp memprof on host:2", [dp, "memprof", "--model", "convnet", "--devices", "host:2"], ""),
+            ("convnet, batch 128: dp plan on meta:2", [dp, "plan", "--model", "convnet", "--devices", "meta:2"], "")]
+    print("| run | wall (median) | peak resident | target |")
+    print("|---|---|---|---|")
+    for name, cmd, target in rows:
+        walls, rss = [], 0
+        for _ in range(a.repeats):
+            # Each run in a fresh child of its own, so that the high-water mark is this command's.
+            out = subprocess.run(["/usr/bin/python3", "-c",
+                                  "import resource,subprocess,sys,time;t=time.monotonic();"
+                                  "subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL);"
+                                  "print(time.monotonic()-t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"]
+                                 + cmd, capture_output=True, text=True, env=env).stdout.split()
+            walls.append(float(out[0]))
+            rss = max(rss, int(out[1]) * 1024)
+        print(f"| {name} | {statistics.median(walls):.2f} s | {rss / 2**20:.0f} MiB | {target} |")
+
+
+if __name__ == "__main__":
+    main()

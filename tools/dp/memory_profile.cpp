@@ -1,0 +1,194 @@
+#include "tools/dp/memory_profile.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+
+#include "engine/data_parallel.hpp"
+#include "engine/error.hpp"
+#include "engine/io/loader.hpp"
+#include "tools/dp/memory_report.hpp"
+
+namespace dp::cli {
+
+namespace {
+
+// What each memory category is stored in under mixed precision (the table's bytes are these).
+std::string precision_of_categories(Precision p) {
+  const std::string low = dtype_name(storage_dtype(p));
+  return "precision " + std::string(precision_name(p)) +
+         ": float32 master parameters, master gradients and optimizer state on device 0; " + low +
+         " replica parameters (device 0's copy too) and gradients, activations, gathered outputs and their gradient, "
+         "reduce buffers";
+}
+
+// Bytes each device sent to the others in a step (every phase's links).
+std::vector<int64_t> sent_per_device(const StepResult& r, int n) {
+  std::vector<int64_t> sent(static_cast<size_t>(n), 0);
+  for (const auto& links : r.link_bytes)
+    for (int src = 0; src < n; ++src)
+      for (int dst = 0; dst < n; ++dst)
+        if (src * n + dst < static_cast<int>(links.size()))
+          sent[static_cast<size_t>(src)] += links[static_cast<size_t>(src * n + dst)];
+  return sent;
+}
+
+// (--sync allreduce and zero1-3 compute the loss in each replica whatever --loss says.)
+std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::InReplica ? "in-replica" : "gathered"; }
+
+}  // namespace
+
+MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
+  MemprofRun run;
+  DataParallel dp(*setup.devices, setup.model, setup.split, profiling_optimizer(setup), o.seed, setup.loss,
+                  setup.sync, setup.precision);
+  dp.set_recompute(setup.recompute);
+  run.recomputed = recomputed_text(dp);
+  run.recomputed_blocks = dp.recomputed_blocks();
+  std::unique_ptr<Tracer> tracer;
+  if (!o.trace.empty()) {
+    tracer = std::make_unique<Tracer>();
+    dp.set_tracer(tracer.get());
+  }
+  const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps * accumulate);
+  BatchSource& loader = *batches;
+  try {
+    for (auto micro = next_micro_batches(loader, accumulate); !micro.empty();
+         micro = next_micro_batches(loader, accumulate)) {
+      StepResult r = step_on(dp, micro);  // with --accumulate: a phase's highest peak over the micro-batches
+      ++run.completed;
+      run.chunks = r.chunks;
+      run.sent = sent_per_device(r, setup.devices->size());
+      if (!r.split_change.empty()) run.split_note = r.split_change;
+      // The per-phase timeline keeps the first steps (where the profile settles: the optimizer
+      // state appears after the first), so a long run does not grow it without bound; the
+      // peaks cover every step.
+      if (run.completed <= kTimelineSteps)
+        for (int p = 0; p < kNumPhases; ++p) run.timeline.push_back({run.completed, static_cast<Phase>(p), r.memory[p]});
+    }
+  } catch (const OutOfMemoryError& e) {
+    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
+  } catch (const ReplicaError& e) {
+    if (!e.out_of_memory) throw;
+    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
+  }
+  if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
+  if (tracer) {
+    dp.set_tracer(nullptr);
+    tracer->write(o.trace);
+  }
+  return run;
+}
+
+void print_memprof_table(const std::string& command, const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate) {
+  DeviceSet& devices = *setup.devices;
+  const int n = devices.size();
+  std::printf("dp %s: %s, batch %lld%s, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
+              command.c_str(), setup.model.name.c_str(), static_cast<long long>(o.batch),
+              accumulate > 1 ? (" x " + std::to_string(accumulate) + " micro-batches a step").c_str() : "",
+              devices.description().c_str(), setup.split.text.c_str(), o.sync.c_str(), loss_name(setup).c_str(),
+              o.precision.c_str(), run.completed,
+              setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
+  if (accumulate < o.accumulate)
+    std::printf("--accumulate %lld: the data holds %lld batches of %lld, so a step takes those (as dp train's)\n",
+                static_cast<long long>(o.accumulate), static_cast<long long>(accumulate),
+                static_cast<long long>(o.batch));
+  if (setup.precision.mixed()) std::printf("%s\n", precision_of_categories(setup.precision.precision).c_str());
+  if (run.recomputed_blocks > 0)
+    std::printf("recompute %s: each keeps its input until backward repeats its forward\n", run.recomputed.c_str());
+  if (!run.split_note.empty()) std::printf("%s\n", run.split_note.c_str());
+  std::printf("chunks: ");
+  for (int i = 0; i < n; ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(run.chunks[i]));
+  if (accumulate > 1) std::printf(" (each device's samples over a step's micro-batches)");
+  std::printf("\n\n%-8s %12s %-10s  %s\n", "device", "peak", "phase", "in use at the peak");
+  for (int i = 0; i < n; ++i) {
+    const MemoryStats st = devices[i].allocator().stats();
+    std::printf("%-8s %12s %-10s  %s\n", ("d" + std::to_string(i)).c_str(), format_bytes(st.peak).c_str(),
+                st.peak_phase.c_str(), format_breakdown(st.at_peak).c_str());
+  }
+  if (n > 1) {
+    // With a small gpu0:K share device 0 can peak below the others: say "less", not "-N B more".
+    const int64_t over = devices[0].allocator().stats().peak - largest_other_peak(devices);
+    std::printf("\ngpu0 excess: device 0 peaks at %.2fx the largest other device (%s %s)\n", gpu0_excess(devices),
+                format_bytes(over < 0 ? -over : over).c_str(), over < 0 ? "less" : "more");
+  }
+}
+
+nlohmann::json memprof_json(const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run,
+                            int64_t accumulate) {
+  DeviceSet& devices = *setup.devices;
+  nlohmann::json devs = nlohmann::json::array();
+  for (int i = 0; i < devices.size(); ++i) {
+    const MemoryStats st = devices[i].allocator().stats();
+    devs.push_back({{"index", i},
+                    {"name", devices[i].name()},
+                    {"peak_bytes", st.peak},
+                    {"peak_phase", st.peak_phase},
+                    {"at_peak", category_json(st.at_peak)},
+                    {"peak_by_category", category_json(st.peak_by_category)}});
+  }
+  nlohmann::json report = {{"model", setup.model.name},
+                           {"batch", o.batch},
+                           {"devices", devs},
+                           {"gpu0_excess", gpu0_excess(devices)},
+                           {"split", run.chunks},
+                           {"split_mode", setup.split.text},
+                           {"loss", loss_name(setup)},
+                           {"sync", o.sync},
+                           {"precision", o.precision},
+                           {"steps", run.completed},
+                           {"accumulate", accumulate},
+                           {"recompute", o.recompute},
+                           {"recomputed_blocks", run.recomputed_blocks},
+                           {"capacity", setup.capacity}};
+  nlohmann::json timeline = nlohmann::json::array();
+  for (const auto& p : run.timeline) {
+    nlohmann::json per = nlohmann::json::array();
+    for (const auto& m : p.devices) per.push_back({{"peak", m.peak}, {"at_peak", category_json(m.at_peak)}});
+    timeline.push_back({{"step", p.step}, {"phase", phase_name(p.phase)}, {"devices", per}});
+  }
+  report["timeline"] = timeline;
+  report["timeline_steps"] = std::min(run.completed, kTimelineSteps);
+  report["out_of_memory"] = nullptr;
+  if (run.out_of_memory)
+    report["out_of_memory"] = {{"message", run.out_of_memory->message},
+                               {"device", run.out_of_memory->device},
+                               {"request_bytes", run.out_of_memory->request}};
+  return report;
+}
+
+std::string memprof_svg(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
+                        const MemprofRun& run) {
+  const DeviceSet& devices = *setup.devices;
+  std::vector<std::string> names;
+  for (int i = 0; i < devices.size(); ++i) names.push_back("device " + std::to_string(i));
+  const std::string title = "dp " + command + ": " + setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
+                            devices.description() + ", split " + setup.split.text +
+                            (setup.precision.mixed() ? ", " + o.precision : "") +
+                            (run.recomputed_blocks > 0 ? ", recompute " + run.recomputed : "");
+  return memory_svg(title, names, run.timeline, setup.capacity);
+}
+
+void add_memprof_options(CLI::App* cmd, MemprofOptions& o) {
+  add_run_options(cmd, o);
+  cmd->add_option("--steps", o.steps, "steps to profile")->capture_default_str();
+  cmd->add_option("--accumulate", o.accumulate,
+                  "gradient accumulation: each step sums the gradients of this many batches of --batch (dp train's "
+                  "--accumulate)")
+      ->capture_default_str();
+  cmd->add_option("--json", o.json, "write the report as JSON")->check(path_flag());
+  cmd->add_option("--svg", o.svg, "write a chart of memory over the step's phases")->check(path_flag());
+  cmd->add_option("--trace", o.trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());
+}
+
+RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate) {
+  // The samples to generate for the batches of --batch the run asks for (saturating).
+  const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
+  RunData data = load_run_data(o, setup, samples, 1, 1234, samples * o.context + 1);
+  // As dp train: more micro-batches than an epoch has make a step of the whole epoch.
+  accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
+  return data;
+}
+
+}  // namespace dp::cli

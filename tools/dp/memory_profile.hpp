@@ -1,0 +1,67 @@
+// The memory profile of a step that dp memprof measures on executing devices and dp plan replays on
+// meta devices (engine/meta/): the steps run into a MemprofRun (each device's peak, what was in use
+// then and in which phase, a per-phase timeline, the out-of-memory if one came), then reported as
+// a table, JSON (one schema for both commands), an SVG chart and a trace.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/step_recorder.hpp"
+#include "tools/dp/memory_svg.hpp"
+#include "tools/dp/run_data.hpp"
+#include "tools/dp/run_options.hpp"
+
+namespace dp::cli {
+
+struct MemprofOptions : RunOptions {
+  int steps = 2;
+  int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
+  std::string json, svg, trace;
+};
+
+// The timeline keeps each phase of the first kTimelineSteps steps.
+constexpr int kTimelineSteps = 16;
+
+// An out-of-memory the run stopped at: reported as dp train reports it, exit 3.
+struct OutOfMemorySeen {
+  std::string message;
+  int device = -1;
+  int64_t request = 0;
+};
+
+// What profiling measured, beside each device's allocator statistics.
+struct MemprofRun {
+  int completed = 0;                  // steps that finished
+  std::vector<MemoryPoint> timeline;  // each phase of the first kTimelineSteps steps
+  std::vector<int64_t> chunks;        // the last step's split
+  std::vector<int64_t> sent;          // per device: bytes it sent to other devices in the last step
+  std::string split_note;             // --split auto's last change
+  std::string recomputed;             // --recompute: which blocks
+  int64_t recomputed_blocks = 0;
+  std::optional<OutOfMemorySeen> out_of_memory;
+};
+
+// Runs the steps, keeping the per-phase timeline, and stops at an out-of-memory (the report is
+// still made for what was measured).
+MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate);
+// The table: the run's settings, the split, each device's peak and what was in use at it, and
+// device 0's excess. `command`: "memprof" or "plan".
+void print_memprof_table(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
+                         const MemprofRun& run, int64_t accumulate);
+// The --json report (memprof's schema): the settings, each device's peaks, the split, the timeline
+// and the out-of-memory (null when none).
+nlohmann::json memprof_json(const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate);
+// The --svg chart of memory over the timeline's phases.
+std::string memprof_svg(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
+                        const MemprofRun& run);
+// The options shared by memprof and plan (the run options, --steps, --accumulate, --json, --svg,
+// --trace) on a subcommand.
+void add_memprof_options(CLI::App* cmd, MemprofOptions& o);
+// The data for the steps memprof and plan take (a GPT's sizes are final once it is loaded), and the
+// micro-batches a step takes of it.
+RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate);
+
+}  // namespace dp::cli

@@ -1,0 +1,243 @@
+// dp plan: a run's per-device memory at real size without running it. The step runs on meta
+// devices (--devices meta:N, engine/meta/): every allocation takes the same path, sizes, order,
+// categories and frees as on host devices, but no kernel runs and no bytes are held, so the report
+// is dp memprof's, byte for byte, for any size on any machine. --compare plans the same model,
+// batch and devices under every strategy (DataParallel's gathered and in-replica loss, DDP, ZeRO
+// 1-3; float32 and bf16; with --recompute where the model has blocks) beside the closed-form model
+// state of each; --max-batch finds the largest batch that fits --device-memory.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "engine/error.hpp"
+#include "engine/io/atomic_file.hpp"
+#include "engine/mpi/process_group.hpp"
+#include "tools/dp/commands.hpp"
+#include "tools/dp/memory_profile.hpp"
+#include "tools/dp/memory_report.hpp"
+
+namespace dp::cli {
+
+namespace {
+
+struct PlanOptions : MemprofOptions {
+  bool compare = false;
+  bool max_batch = false;
+};
+
+// One plan: its setup (devices fresh, so their statistics are its own), the steps' profile.
+struct Plan {
+  RunSetup setup;
+  MemprofRun run;
+  int64_t accumulate = 1;
+  int64_t parameters = 0;
+};
+
+Plan plan_once(const MemprofOptions& o) {
+  Plan p;
+  p.setup = validate_and_make_devices(o);
+  if (!(*p.setup.devices)[0].is_meta())
+    throw UsageError("dp plan plans on meta devices (--devices meta:N: shapes only, no memory held); to measure " +
+                     o.devices + " run dp memprof");
+  const RunData data = prepare_profile(o, p.setup, p.accumulate);
+  p.run = profile_steps(o, p.setup, data, p.accumulate);
+  p.parameters = ModelLayout::of(p.setup.model).parameter_count;
+  return p;
+}
+
+// A strategy of --compare: what it sets on the options, and its name.
+struct Strategy {
+  std::string name;
+  std::string sync, loss, precision, recompute;
+};
+
+std::vector<Strategy> strategies(const PlanOptions& o, bool has_blocks) {
+  std::vector<Strategy> rows;
+  for (const char* precision : {"fp32", "bf16"})
+    for (bool recompute : {false, true}) {
+      if (recompute && !has_blocks) continue;
+      const std::string rc = recompute ? "blocks" : "off";
+      const std::string suffix = std::string(precision == std::string("bf16") ? ", bf16" : "") + (recompute ? ", recompute" : "");
+      rows.push_back({"DataParallel" + suffix, "reduce", "gathered", precision, rc});
+      rows.push_back({"DataParallel, in-replica loss" + suffix, "reduce", "in-replica", precision, rc});
+      rows.push_back({"DDP (allreduce)" + suffix, "allreduce", "", precision, rc});
+      for (const char* z : {"zero1", "zero2", "zero3"})
+        rows.push_back({std::string("ZeRO-") + (z + 4) + suffix, z, "", precision, rc});
+    }
+  (void)o;
+  return rows;
+}
+
+PlanOptions with_strategy(const PlanOptions& o, const Strategy& s) {
+  PlanOptions r = o;
+  r.sync = s.sync;
+  r.loss = s.loss.empty() ? "in-replica" : s.loss;
+  r.loss_given = !s.loss.empty();
+  r.precision = s.precision;
+  r.recompute = s.recompute;
+  r.json.clear(), r.svg.clear(), r.trace.clear();
+  return r;
+}
+
+// The ZeRO paper's model-state bytes a device holds (Ψ parameters, N devices; K bytes of optimizer
+// state a parameter: 8 for AdamW's two moments, 4 for SGD's momentum). Float32: 4Ψ parameters, 4Ψ
+// gradients, KΨ optimizer state. Mixed precision: 2Ψ 16-bit parameters, 2Ψ 16-bit gradients, and
+// (4 + K)Ψ of float32 master and moments. DataParallel's device 0 holds all of it (the others a
+// replica's parameters and gradients), DDP every device; ZeRO shards the optimizer state (1), then
+// the gradients (2), then the parameters (3).
+double model_state_bytes(const std::string& sync, bool mixed, OptimizerConfig::Kind optimizer, double psi, int n,
+                         bool device0) {
+  const double k = optimizer == OptimizerConfig::Kind::AdamW ? 8 : 4;
+  const double params = mixed ? 2 : 4, grads = mixed ? 2 : 4, states = mixed ? 4 + k : k;
+  if (sync == "reduce") return psi * (device0 ? params + grads + states : params + grads);
+  if (sync == "allreduce") return psi * (params + grads + states);
+  if (sync == "zero1") return psi * (params + grads + states / n);
+  if (sync == "zero2") return psi * (params + (grads + states) / n);
+  return psi * (params + grads + states) / n;  // zero3
+}
+
+int64_t largest_other_sent(const std::vector<int64_t>& sent) {
+  return sent.size() > 1 ? *std::max_element(sent.begin() + 1, sent.end()) : 0;
+}
+
+// "fits (7.52 GiB spare)" / "OOM (needs 3.10 GiB more)" / "" without a capacity.
+std::string verdict(const Plan& p) {
+  if (p.run.out_of_memory) return "OOM at step " + std::to_string(p.run.completed + 1);
+  if (p.setup.capacity == 0) return "-";
+  int64_t peak = 0;
+  for (int i = 0; i < p.setup.devices->size(); ++i) peak = std::max(peak, (*p.setup.devices)[i].allocator().stats().peak);
+  return "fits, " + format_bytes(p.setup.capacity - peak) + " spare";
+}
+
+// The largest global batch (up to 2^20) whose plan fits --device-memory: doubling from --batch (or
+// halving), then bisection over plans. 0 when not even one sample a device fits.
+int64_t max_batch(const PlanOptions& o) {
+  auto fits = [&](int64_t batch) {
+    PlanOptions b = o;
+    b.batch = batch;
+    b.json.clear(), b.svg.clear(), b.trace.clear();
+    try {
+      return !plan_once(b).run.out_of_memory.has_value();
+    } catch (const OutOfMemoryError&) {  // not even the model's state (before the first step)
+      return false;
+    }
+  };
+  int64_t good = 0, bad = 0;
+  for (int64_t b = std::max<int64_t>(1, o.batch); b <= (int64_t{1} << 20); b *= 2) {
+    if (!fits(b)) {
+      bad = b;
+      break;
+    }
+    good = b;
+  }
+  if (good == 0) {  // not even --batch: down from there
+    for (int64_t b = std::max<int64_t>(1, o.batch) / 2; b >= 1; b /= 2)
+      if (fits(b)) {
+        good = b;
+        break;
+      }
+    if (good == 0) return 0;
+    bad = good * 2;
+  }
+  if (bad == 0) return good;  // fits up to the limit
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
+void print_compare(const PlanOptions& o) {
+  const Plan first = plan_once(with_strategy(o, {"", "reduce", "gathered", "fp32", "off"}));
+  const int n = first.setup.devices->size();
+  const bool has_blocks = first.run.recomputed_blocks > 0 || o.recompute != "off" ||
+                          [&] {
+                            try {
+                              blocks_to_recompute(first.setup.model, kEveryRecomputeUnit);
+                              return true;
+                            } catch (const UsageError&) {
+                              return false;
+                            }
+                          }();
+  const double psi = static_cast<double>(first.parameters);
+  std::printf("dp plan --compare: %s (%.2fM parameters), batch %lld, %s, %s optimizer%s\n", first.setup.model.name.c_str(),
+              psi / 1e6, static_cast<long long>(o.batch), first.setup.devices->description().c_str(),
+              optimizer_name(first.setup.optimizer),
+              first.setup.capacity ? (", " + format_bytes(first.setup.capacity) + " a device").c_str() : "");
+  std::printf("model state: the ZeRO paper's parameters + gradients + optimizer bytes on device 0; "
+              "on top: what the plan holds beyond them at device 0's peak (activations, gathered outputs, buffers)\n\n");
+  std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s%s\n", "strategy", "device 0", "largest other", "model state",
+              "on top", "verdict", "d0 sends", "other sends", o.max_batch ? "   max batch" : "");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Strategy& s : strategies(o, has_blocks)) {
+    const PlanOptions so = with_strategy(o, s);
+    const Plan p = plan_once(so);
+    const int64_t d0 = (*p.setup.devices)[0].allocator().stats().peak, other = largest_other_peak(*p.setup.devices);
+    const double state = model_state_bytes(s.sync, s.precision != "fp32", p.setup.optimizer, psi, n, true);
+    const int64_t sent0 = p.run.sent.empty() ? 0 : p.run.sent[0], sent_other = largest_other_sent(p.run.sent);
+    const int64_t most = o.max_batch ? max_batch(so) : -1;
+    std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s", s.name.c_str(), format_bytes(d0).c_str(),
+                format_bytes(other).c_str(), format_bytes(static_cast<int64_t>(state)).c_str(),
+                format_bytes(d0 - static_cast<int64_t>(state)).c_str(), verdict(p).c_str(), format_bytes(sent0).c_str(),
+                format_bytes(sent_other).c_str());
+    if (o.max_batch) std::printf(" %12lld", static_cast<long long>(most));
+    std::printf("\n");
+    nlohmann::json row{{"strategy", s.name}, {"sync", s.sync}, {"loss", so.loss}, {"precision", s.precision},
+                       {"recompute", s.recompute}, {"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
+                       {"model_state_bytes", static_cast<int64_t>(state)}, {"device0_sends_bytes", sent0},
+                       {"largest_other_sends_bytes", sent_other}, {"out_of_memory", p.run.out_of_memory.has_value()},
+                       {"report", memprof_json(so, p.setup, p.run, p.accumulate)}};
+    if (o.max_batch) row["max_batch"] = most;
+    rows.push_back(row);
+  }
+  if (!o.json.empty()) write_file_atomically(o.json, nlohmann::json{{"compare", rows}}.dump(2));
+}
+
+int run_plan(const PlanOptions& o) {
+  if (ProcessGroup::launched_by_mpirun())
+    throw UsageError("dp plan looks at one process's devices; run it without mpirun");
+  if (o.steps <= 0) throw UsageError("--steps must be > 0");
+  if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
+  if (o.max_batch && o.device_memory.empty())
+    throw UsageError("--max-batch finds the largest batch that fits a device: give its size with --device-memory");
+  check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}});
+  if (o.compare) {
+    if (!o.svg.empty() || !o.trace.empty()) throw UsageError("--compare writes --json only (one report per strategy)");
+    print_compare(o);
+    return 0;
+  }
+  const Plan p = plan_once(o);
+  print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
+  if (o.max_batch)
+    std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(max_batch(o)),
+                format_bytes(p.setup.capacity).c_str());
+  if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, p.setup, p.run, p.accumulate).dump(2));
+  if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("plan", o, p.setup, p.run));
+  if (p.run.out_of_memory) {
+    std::fprintf(stderr, "error: %s\n%s", p.run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
+    return 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Run add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  o->devices = "meta:2";
+  auto* cmd = app.add_subcommand(
+      "plan", "Per-device memory of the step at any size, without running it (meta devices: dp memprof's report)");
+  add_memprof_options(cmd, *o);
+  cmd->add_flag("--compare", o->compare,
+                "plan every strategy (DataParallel, in-replica loss, DDP, ZeRO 1-3; fp32 and bf16; recompute where "
+                "the model has blocks) beside its closed-form model state");
+  cmd->add_flag("--max-batch", o->max_batch, "the largest global batch that fits --device-memory (bisection over plans)");
+  return [o, cmd] {
+    note_given_flags(cmd, *o);
+    return run_plan(*o);
+  };
+}
+
+}  // namespace dp::cli
