@@ -1,6 +1,7 @@
 #include "engine/device_spec.hpp"
 
 #include <charconv>
+#include <utility>
 
 #include "engine/error.hpp"
 
@@ -22,20 +23,14 @@ DeviceSpec parse_device_spec(const std::string& text) {
   DeviceSpec spec;
   spec.text = text;
   if (text == "auto") return spec;
-  if (text.rfind("host:", 0) == 0) {
-    spec.kind = DeviceSpec::Kind::Host;
-    spec.host_count = parse_count(std::string_view(text).substr(5), text, "device count");
-    if (spec.host_count < 1 || spec.host_count > kMaxDevices)
-      throw UsageError("--devices '" + text + "': the device count must be 1.." + std::to_string(kMaxDevices));
-    return spec;
-  }
-  if (text.rfind("meta:", 0) == 0) {
-    spec.kind = DeviceSpec::Kind::Meta;
-    spec.host_count = parse_count(std::string_view(text).substr(5), text, "device count");
-    if (spec.host_count < 1 || spec.host_count > kMaxDevices)
-      throw UsageError("--devices '" + text + "': the device count must be 1.." + std::to_string(kMaxDevices));
-    return spec;
-  }
+  for (const auto& [prefix, kind] : {std::pair{"host:", DeviceSpec::Kind::Host}, std::pair{"meta:", DeviceSpec::Kind::Meta}})
+    if (text.rfind(prefix, 0) == 0) {  // host:N, meta:N
+      spec.kind = kind;
+      spec.host_count = parse_count(std::string_view(text).substr(5), text, "device count");
+      if (spec.host_count < 1 || spec.host_count > kMaxDevices)
+        throw UsageError("--devices '" + text + "': the device count must be 1.." + std::to_string(kMaxDevices));
+      return spec;
+    }
   if (text == "host") {
     spec.kind = DeviceSpec::Kind::Host;
     spec.host_count = 1;

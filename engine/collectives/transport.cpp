@@ -37,33 +37,44 @@ void Transport::count_ring(int rank, int64_t count, DType dtype, RingSteps steps
 
 namespace {
 
-// Threads reading each other's host memory (ring.hpp's ring_rank).
-class HostRing final : public Transport {
+// A transport whose three ring collectives are one ring, run over different steps.
+class RingTransport : public Transport {
  public:
   using Transport::Transport;
-  bool all_reduce(int rank, float* data, int64_t count) override {
+  bool all_reduce(int rank, float* data, int64_t count) final {
     return run(rank, Buf{data, DType::F32}, count, RingSteps::all_reduce(n_));
   }
-  bool reduce_scatter(int rank, float* data, int64_t count) override {
+  bool reduce_scatter(int rank, float* data, int64_t count) final {
     return run(rank, Buf{data, DType::F32}, count, RingSteps::reduce_scatter(n_));
   }
-  bool all_gather(int rank, Buf data, int64_t count) override {
-    return run(rank, data, count, RingSteps::all_gather(n_));
-  }
-  bool broadcast(int rank, Buf data, int64_t count, int root) override {
+  bool all_gather(int rank, Buf data, int64_t count) final { return run(rank, data, count, RingSteps::all_gather(n_)); }
+  bool broadcast(int rank, Buf data, int64_t count, int root) final {
     if (aborted_) return false;
     slots_[static_cast<size_t>(rank)] = data.ptr;
     if (!barrier_.arrive_and_wait()) return false;
     const size_t bytes = static_cast<size_t>(count) * dtype_size(data.dtype);
     if (rank != root) {
-      std::memcpy(data.ptr, slots_[static_cast<size_t>(root)], bytes);
+      copy_from(rank, root, data.ptr, slots_[static_cast<size_t>(root)], bytes);
       count_bytes(rank, root, static_cast<int64_t>(bytes));
     }
     return barrier_.arrive_and_wait();
   }
 
+ protected:
+  // Rank's steps of the ring over its `count` elements at `data`; false if aborted.
+  virtual bool run(int rank, Buf data, int64_t count, RingSteps steps) = 0;
+  // Broadcast's copy of root's buffer into rank's.
+  virtual void copy_from(int rank, int root, void* dst, const void* src, size_t bytes) = 0;
+};
+
+// Threads reading each other's host memory (ring.hpp's ring_rank).
+class HostRing final : public RingTransport {
+ public:
+  using RingTransport::RingTransport;
+
  private:
-  bool run(int rank, Buf data, int64_t count, RingSteps steps) {
+  void copy_from(int, int, void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+  bool run(int rank, Buf data, int64_t count, RingSteps steps) override {
     if (aborted_) return false;
     slots_[static_cast<size_t>(rank)] = data.ptr;
     if (!ring_rank(data, &slots_[static_cast<size_t>(left(rank))], count, rank, n_, steps, barrier_)) return false;
@@ -73,38 +84,20 @@ class HostRing final : public Transport {
 };
 
 // Each participant's thread driving copies and adds on its device (ring.hpp's ring_rank_on_device).
-class DeviceRing final : public Transport {
+class DeviceRing final : public RingTransport {
  public:
   DeviceRing(std::vector<const Exec*> execs, std::vector<DeviceQueue*> queues, std::vector<Tensor> recv)
-      : Transport(static_cast<int>(execs.size())),
+      : RingTransport(static_cast<int>(execs.size())),
         execs_(std::move(execs)),
         queues_(std::move(queues)),
         recv_(std::move(recv)) {}
-  bool all_reduce(int rank, float* data, int64_t count) override {
-    return run(rank, Buf{data, DType::F32}, count, RingSteps::all_reduce(n_));
-  }
-  bool reduce_scatter(int rank, float* data, int64_t count) override {
-    return run(rank, Buf{data, DType::F32}, count, RingSteps::reduce_scatter(n_));
-  }
-  bool all_gather(int rank, Buf data, int64_t count) override {
-    return run(rank, data, count, RingSteps::all_gather(n_));
-  }
-  bool broadcast(int rank, Buf data, int64_t count, int root) override {
-    if (aborted_) return false;
-    slots_[static_cast<size_t>(rank)] = data.ptr;
-    if (!barrier_.arrive_and_wait()) return false;
-    const size_t bytes = static_cast<size_t>(count) * dtype_size(data.dtype);
-    if (rank != root) {
-      copy_between(*execs_[static_cast<size_t>(rank)], data.ptr, slots_[static_cast<size_t>(root)], bytes,
-                   *execs_[static_cast<size_t>(root)]);
-      if (DeviceQueue* q = queues_[static_cast<size_t>(rank)]) q->synchronize();
-      count_bytes(rank, root, static_cast<int64_t>(bytes));
-    }
-    return barrier_.arrive_and_wait();
-  }
 
  private:
-  bool run(int rank, Buf data, int64_t count, RingSteps steps) {
+  void copy_from(int rank, int root, void* dst, const void* src, size_t bytes) override {
+    copy_between(*execs_[static_cast<size_t>(rank)], dst, src, bytes, *execs_[static_cast<size_t>(root)]);
+    if (DeviceQueue* q = queues_[static_cast<size_t>(rank)]) q->synchronize();
+  }
+  bool run(int rank, Buf data, int64_t count, RingSteps steps) override {
     if (aborted_) return false;
     const auto r = static_cast<size_t>(rank);
     if (count / n_ + 1 > recv_[r].numel())
@@ -125,29 +118,20 @@ class DeviceRing final : public Transport {
 // Meta devices: no bytes behind the buffers, so nothing to move; the participants still meet at
 // every step the ring would (so that where a device stops when another fails is the host ring's),
 // and the links are counted as the ring would load them.
-class MetaTransport final : public Transport {
+class MetaTransport final : public RingTransport {
  public:
-  using Transport::Transport;
-  bool all_reduce(int rank, float*, int64_t count) override { return run(rank, count, DType::F32, RingSteps::all_reduce(n_)); }
-  bool reduce_scatter(int rank, float*, int64_t count) override {
-    return run(rank, count, DType::F32, RingSteps::reduce_scatter(n_));
-  }
-  bool all_gather(int rank, Buf data, int64_t count) override { return run(rank, count, data.dtype, RingSteps::all_gather(n_)); }
-  bool broadcast(int rank, Buf data, int64_t count, int root) override {
-    if (aborted_ || !barrier_.arrive_and_wait()) return false;
-    if (rank != root) count_bytes(rank, root, count * static_cast<int64_t>(dtype_size(data.dtype)));
-    return barrier_.arrive_and_wait();
-  }
+  using RingTransport::RingTransport;
 
  private:
-  bool run(int rank, int64_t count, DType dtype, RingSteps steps) {
+  void copy_from(int, int, void*, const void*, size_t) override {}  // nothing behind the pointers
+  bool run(int rank, Buf data, int64_t count, RingSteps steps) override {
     if (aborted_) return false;
     if (n_ > 1) {
       for (int t = steps.first; t < steps.last; ++t)
         if (!barrier_.arrive_and_wait()) return false;
       if (!barrier_.arrive_and_wait()) return false;
     }
-    count_ring(rank, count, dtype, steps);
+    count_ring(rank, count, data.dtype, steps);
     return true;
   }
 };

@@ -61,6 +61,30 @@ class Cli(Checks):
         expect(self, self.dp, name, args, code, needle)
 
 
+def weights(path):
+    """A safetensors file's float32 tensors as flat lists, by name."""
+    import json
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in header.items():
+        if k == "__metadata__" or v["dtype"] != "F32":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
+    return out
+
+
+def mnist_like_dir(parent, train, test):
+    """A directory `data` in parent with n deterministic MNIST-style training and test samples."""
+    data = os.path.join(parent, "data")
+    os.makedirs(data)
+    write_mnist_like(data, "train", train)
+    write_mnist_like(data, "t10k", test)
+    return data
+
+
 def write_idx(d, prefix, images, labels, count=None, magic=0x803, rows=28, level=9):
     """A gzip IDX pair in d: {prefix}-images-idx3-ubyte.gz and {prefix}-labels-idx1-ubyte.gz
     (level: gzip's compression level; 1 for a whole data set written in a hurry)."""

@@ -10,17 +10,14 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Cli, losses, write_mnist_like  # noqa: E402
+from checks import Cli, losses, mnist_like_dir  # noqa: E402
 
 CLI = Cli()
 check, run, expect = CLI.check, CLI.run, CLI.expect
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    data = os.path.join(tmp, "data")
-    os.makedirs(data)
-    write_mnist_like(data, "train", 96)
-    write_mnist_like(data, "t10k", 16)
+    data = mnist_like_dir(tmp, 96, 16)
     base = ["train", "--data", data, "--devices", "host:3", "--batch", "16", "--model", "convnet", "--split",
             "chunks:3,8,5", "--epochs", "2", "--optimizer", "adamw", "--lr", "0.003"]
 

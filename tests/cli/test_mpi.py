@@ -10,14 +10,13 @@ usage: test_mpi.py DP_BINARY
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Checks, losses, write_mnist_like  # noqa: E402
+from checks import Checks, losses, weights, write_mnist_like  # noqa: E402
 
 dp = os.path.abspath(sys.argv[1])
 mpirun = shutil.which("mpirun")
@@ -32,20 +31,6 @@ def run(args, timeout=240):
     t0 = time.monotonic()
     p = subprocess.run([mpirun] + args, capture_output=True, text=True, errors="replace", env=env, timeout=timeout)
     return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
-
-
-def weights(path):
-    """A safetensors file's float32 tensors as flat lists."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__" or v["dtype"] != "F32":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
-    return out
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -9,31 +9,16 @@ usage: test_zero.py DP_BINARY
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import Cli, losses, write_mnist_like  # noqa: E402
+from checks import Cli, mnist_like_dir, weights  # noqa: E402
 
 CLI = Cli()
 check, run, expect = CLI.check, CLI.run, CLI.expect
 STAGES = ("zero1", "zero2", "zero3")
-
-
-def weights(path):
-    """A safetensors file's float32 tensors as flat lists."""
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in header.items():
-        if k == "__metadata__" or v["dtype"] != "F32":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b])
-    return out
 
 
 def worst(a_path, b_path):
@@ -48,10 +33,7 @@ def same_file(a, b):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    data = os.path.join(tmp, "data")
-    os.makedirs(data)
-    write_mnist_like(data, "train", 96)
-    write_mnist_like(data, "t10k", 16)
+    data = mnist_like_dir(tmp, 96, 16)
     # A tame learning rate, so that rounding differences (zero2 and zero3 sum in another order on
     # three devices) are not amplified through BatchNorm from step to step.
     base = ["train", "--data", data, "--devices", "host:3", "--batch", "16", "--model", "convnet", "--split",
