@@ -200,6 +200,26 @@ TEST_CASE("MaxPool2d gradients match finite differences with distinct inputs") {
   gradcheck(*layer, {2, 2, 6, 6}, v);
   auto overlapping = make_maxpool2d(3, 2);
   gradcheck(*overlapping, {2, 2, 6, 6}, v);
+  auto padded = make_maxpool2d(3, 2, 1);  // torchvision ResNet's stem
+  gradcheck(*padded, {2, 2, 6, 6}, v);
+  auto ceil = make_maxpool2d(3, 2, 0, true);  // SqueezeNet's: a partial last window
+  gradcheck(*ceil, {2, 2, 6, 6}, v);
+}
+
+TEST_CASE("MaxPool2d's padding and ceil_mode give PyTorch's output sizes and never pick padding") {
+  // PyTorch: MaxPool2d(3, 2, padding=1)(7x7) is 4x4; MaxPool2d(3, 2, ceil_mode=True) of 6x6 is 3x3,
+  // of 7x7 3x3 (no window may start in the right padding), of 8x8 4x4.
+  CHECK(make_maxpool2d(3, 2, 1)->output_shape({1, 7, 7}) == Shape{1, 4, 4});
+  CHECK(make_maxpool2d(3, 2, 0, true)->output_shape({1, 6, 6}) == Shape{1, 3, 3});
+  CHECK(make_maxpool2d(3, 2, 0, true)->output_shape({1, 7, 7}) == Shape{1, 3, 3});
+  CHECK(make_maxpool2d(3, 2, 0, true)->output_shape({1, 8, 8}) == Shape{1, 4, 4});
+  CHECK(make_maxpool2d(2, 2, 1, true)->output_shape({1, 5, 5}) == Shape{1, 3, 3});
+  auto devs = host_devices(1);
+  // All negative: the −inf padding must not win over them.
+  Tensor in = tensor_from(devs[0], {1, 1, 2, 2}, {-4.f, -3.f, -2.f, -1.f});
+  Tensor out = make_maxpool2d(3, 2, 1)->forward(devs[0], in, true);
+  CHECK(out.shape() == Shape{1, 1, 1, 1});
+  CHECK(out.data()[0] == -1.f);
 }
 
 TEST_CASE("Flatten passes gradients through unchanged") {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -40,25 +41,27 @@ void maxpool_2x2(float* __restrict out, int32_t* __restrict argmax, const float*
 
 }  // namespace
 
-void maxpool2d_forward(ThreadPool& pool, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C,
-                       int64_t H, int64_t W, int64_t k, int64_t stride) {
-  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1;
-  pool.parallel_for(N * C, [&](int64_t p0, int64_t p1) {
+void maxpool2d_forward(ThreadPool& pool, float* out, int32_t* argmax, const float* in, const PoolShape& s) {
+  const int64_t H = s.H, W = s.W, k = s.k, stride = s.stride, pad = s.pad, OH = s.OH(), OW = s.OW();
+  pool.parallel_for(s.N * s.C, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const float* x = in + p * H * W;
       float* o = out + p * OH * OW;
       int32_t* a = argmax + p * OH * OW;
-      if (k == 2 && stride == 2) {
+      if (k == 2 && stride == 2 && pad == 0 && OH == H / 2 && OW == W / 2) {
         maxpool_2x2(o, a, x, H, W);
         continue;
       }
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
+          // The window clipped to the input: padding is −inf, which never wins.
+          const int64_t h0 = std::max<int64_t>(0, oh * stride - pad), h1 = std::min(H, oh * stride - pad + k);
+          const int64_t w0 = std::max<int64_t>(0, ow * stride - pad), w1 = std::min(W, ow * stride - pad + k);
           float best = -std::numeric_limits<float>::infinity();
-          int32_t at = static_cast<int32_t>(oh * stride * W + ow * stride);
-          for (int64_t i = 0; i < k; ++i)
-            for (int64_t j = 0; j < k; ++j) {
-              const int64_t idx = (oh * stride + i) * W + ow * stride + j;
+          int32_t at = static_cast<int32_t>(h0 * W + w0);
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) {
+              const int64_t idx = h * W + w;
               if (wins(x[idx], best)) best = x[idx], at = static_cast<int32_t>(idx);
             }
           o[oh * OW + ow] = best;
@@ -68,10 +71,9 @@ void maxpool2d_forward(ThreadPool& pool, float* out, int32_t* argmax, const floa
   });
 }
 
-void maxpool2d_backward(ThreadPool& pool, float* din, const float* dout, const int32_t* argmax, int64_t N,
-                        int64_t C, int64_t H, int64_t W, int64_t k, int64_t stride) {
-  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1;
-  pool.parallel_for(N * C, [&](int64_t p0, int64_t p1) {
+void maxpool2d_backward(ThreadPool& pool, float* din, const float* dout, const int32_t* argmax, const PoolShape& s) {
+  const int64_t H = s.H, W = s.W, OH = s.OH(), OW = s.OW();
+  pool.parallel_for(s.N * s.C, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* dx = din + p * H * W;
       for (int64_t i = 0; i < H * W; ++i) dx[i] = 0.f;
@@ -80,11 +82,6 @@ void maxpool2d_backward(ThreadPool& pool, float* din, const float* dout, const i
   });
 }
 
-}  // namespace dp::cpu
-
-namespace dp::cpu {
-
-// Each plane's mean, summed in double so the result does not depend on the plane's size.
 void global_avgpool_forward(ThreadPool& pool, float* out, const float* in, int64_t planes, int64_t HW) {
   pool.parallel_for(planes, [=](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {

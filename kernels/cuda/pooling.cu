@@ -1,4 +1,5 @@
-// MaxPool2d forward (one thread per output, PyTorch's NaN rule, flat argmax within the plane) and
+// MaxPool2d forward (one thread per output, padding that never wins, PyTorch's NaN rule, flat argmax
+// within the plane) and
 // backward as a gather (one thread per input pixel summing the outputs that chose it): no
 // atomics, so overlapping windows give deterministic sums, like the CPU reference. Templates over
 // the storage type: on 16-bit storage (mixed precision) the same float32 arithmetic and one rounding
@@ -18,16 +19,19 @@ namespace {
 // I: the index type (with_index_type: 32 bits unless a tensor is too large for them).
 template <typename T, typename I>
 __global__ void maxpool_forward_kernel(T* out, int32_t* argmax, const T* in, I planes, I H, I W, I OH, I OW, I k,
-                                       I stride) {
+                                       I stride, I pad) {
   const I total = planes * OH * OW;
   for (I o = blockIdx.x * I(blockDim.x) + threadIdx.x; o < total; o += I(gridDim.x) * blockDim.x) {
     const I p = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
     const T* x = in + p * H * W;
+    // The window clipped to the input: padding is −inf, which never wins.
+    const I h0 = max(I(0), oh * stride - pad), h1 = min(H, oh * stride - pad + k);
+    const I w0 = max(I(0), ow * stride - pad), w1 = min(W, ow * stride - pad + k);
     float best = -INFINITY;
-    int32_t at = static_cast<int32_t>(oh * stride * W + ow * stride);
-    for (I i = 0; i < k; ++i)
-      for (I j = 0; j < k; ++j) {
-        const I idx = (oh * stride + i) * W + ow * stride + j;
+    int32_t at = static_cast<int32_t>(h0 * W + w0);
+    for (I h = h0; h < h1; ++h)
+      for (I w = w0; w < w1; ++w) {
+        const I idx = h * W + w;
         const float v = load_float(x[idx]);
         if (v > best || isnan(v)) best = v, at = static_cast<int32_t>(idx);
       }
@@ -38,13 +42,14 @@ __global__ void maxpool_forward_kernel(T* out, int32_t* argmax, const T* in, I p
 
 template <typename T, typename I>
 __global__ void maxpool_backward_kernel(T* din, const T* dout, const int32_t* argmax, I planes, I H, I W, I OH,
-                                        I OW, I k, I stride) {
+                                        I OW, I k, I stride, I pad) {
   const I total = planes * H * W;
   for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < total; i += I(gridDim.x) * blockDim.x) {
     const I p = i / (H * W), h = i / W % H, w = i % W, flat = h * W + w;
-    // Outputs whose window covers (h, w): oh·stride <= h < oh·stride + k.
-    const I oh0 = h < k ? 0 : (h - k) / stride + 1, oh1 = min(OH - 1, h / stride);
-    const I ow0 = w < k ? 0 : (w - k) / stride + 1, ow1 = min(OW - 1, w / stride);
+    // Outputs whose window covers (h, w): oh·stride − pad <= h < oh·stride − pad + k.
+    const I hp = h + pad, wp = w + pad;
+    const I oh0 = hp < k ? 0 : (hp - k) / stride + 1, oh1 = min(OH - 1, hp / stride);
+    const I ow0 = wp < k ? 0 : (wp - k) / stride + 1, ow1 = min(OW - 1, wp / stride);
     float sum = 0.f;
     for (I oh = oh0; oh <= oh1; ++oh)
       for (I ow = ow0; ow <= ow1; ++ow) {
@@ -75,32 +80,31 @@ __global__ void global_avgpool_backward_kernel(T* din, const T* dout, int64_t pl
 
 }  // namespace
 
-void maxpool2d_forward(Context& c, DType t, void* out, int32_t* argmax, const void* in, int64_t N, int64_t C,
-                       int64_t H, int64_t W, int64_t k, int64_t stride) {
-  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1, n = N * C * OH * OW;
+void maxpool2d_forward(Context& c, DType t, void* out, int32_t* argmax, const void* in, const PoolShape& s) {
+  const int64_t n = s.out_numel();
   if (n == 0) return;
   with_float_type(t, "maxpool2d_forward", [&](auto tag) {
     using T = decltype(tag);
-    with_index_type(N * C * H * W, [&](auto index) {
+    with_index_type(s.in_numel(), [&](auto index) {
       using I = decltype(index);
       maxpool_forward_kernel<T, I><<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
-          static_cast<T*>(out), argmax, static_cast<const T*>(in), I(N * C), I(H), I(W), I(OH), I(OW), I(k), I(stride));
+          static_cast<T*>(out), argmax, static_cast<const T*>(in), I(s.N * s.C), I(s.H), I(s.W), I(s.OH()), I(s.OW()),
+          I(s.k), I(s.stride), I(s.pad));
     });
     DP_CUDA_CHECK_LAUNCH();
   });
 }
 
-void maxpool2d_backward(Context& c, DType t, void* din, const void* dout, const int32_t* argmax, int64_t N, int64_t C,
-                        int64_t H, int64_t W, int64_t k, int64_t stride) {
-  const int64_t OH = (H - k) / stride + 1, OW = (W - k) / stride + 1, n = N * C * H * W;
+void maxpool2d_backward(Context& c, DType t, void* din, const void* dout, const int32_t* argmax, const PoolShape& s) {
+  const int64_t n = s.in_numel();
   if (n == 0) return;
   with_float_type(t, "maxpool2d_backward", [&](auto tag) {
     using T = decltype(tag);
     with_index_type(n, [&](auto index) {
       using I = decltype(index);
       maxpool_backward_kernel<T, I><<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
-          static_cast<T*>(din), static_cast<const T*>(dout), argmax, I(N * C), I(H), I(W), I(OH), I(OW), I(k),
-          I(stride));
+          static_cast<T*>(din), static_cast<const T*>(dout), argmax, I(s.N * s.C), I(s.H), I(s.W), I(s.OH()), I(s.OW()),
+          I(s.k), I(s.stride), I(s.pad));
     });
     DP_CUDA_CHECK_LAUNCH();
   });
@@ -129,14 +133,12 @@ void global_avgpool_backward(Context& c, DType t, void* din, const void* dout, i
   });
 }
 
-void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, int64_t N, int64_t C, int64_t H,
-                       int64_t W, int64_t k, int64_t stride) {
-  maxpool2d_forward(c, DType::F32, out, argmax, in, N, C, H, W, k, stride);
+void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, const PoolShape& s) {
+  maxpool2d_forward(c, DType::F32, out, argmax, in, s);
 }
 
-void maxpool2d_backward(Context& c, float* din, const float* dout, const int32_t* argmax, int64_t N, int64_t C,
-                        int64_t H, int64_t W, int64_t k, int64_t stride) {
-  maxpool2d_backward(c, DType::F32, din, dout, argmax, N, C, H, W, k, stride);
+void maxpool2d_backward(Context& c, float* din, const float* dout, const int32_t* argmax, const PoolShape& s) {
+  maxpool2d_backward(c, DType::F32, din, dout, argmax, s);
 }
 
 void global_avgpool_forward(Context& c, float* out, const float* in, int64_t planes, int64_t HW) {

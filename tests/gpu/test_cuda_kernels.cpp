@@ -646,20 +646,24 @@ TEST_CASE("the reduce's one-pass sum (add_many_inplace) gives add_inplace's bits
   CHECK(alloc.stats().in_use == 0);  // no scratch: the sources are read where they are
 }
 
-TEST_CASE("max-pool forward and backward match the CPU reference (2x2/2 and overlapping 3x3/2)") {
+TEST_CASE("max-pool forward and backward match the CPU reference (2x2/2, overlapping 3x3/2, padded, ceil_mode)") {
   cuda::Context c(0);
   ThreadPool pool(1);
-  for (auto [k, stride] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}}) {
-    const int64_t N = 3, C = 5, H = 13, W = 11, OH = (H - k) / stride + 1, OW = (W - k) / stride + 1;
-    auto x = random_vector(N * C * H * W, 13 + k), dy = random_vector(N * C * OH * OW, 14 + k);
-    std::vector<float> y(N * C * OH * OW), dx(x.size());
+  for (const PoolShape s : {PoolShape{3, 5, 13, 11, 2, 2}, PoolShape{3, 5, 13, 11, 3, 2},
+                            PoolShape{3, 5, 13, 11, 3, 2, 1}, PoolShape{2, 4, 13, 10, 3, 2, 0, true},
+                            PoolShape{2, 4, 12, 9, 3, 2, 1, true}}) {
+    CAPTURE(s.k);
+    CAPTURE(s.pad);
+    CAPTURE(s.ceil);
+    auto x = random_vector(s.in_numel(), 13 + s.k + s.pad), dy = random_vector(s.out_numel(), 14 + s.k);
+    std::vector<float> y(s.out_numel()), dx(x.size());
     std::vector<int32_t> arg(y.size());
-    cpu::maxpool2d_forward(pool, y.data(), arg.data(), x.data(), N, C, H, W, k, stride);
-    cpu::maxpool2d_backward(pool, dx.data(), dy.data(), arg.data(), N, C, H, W, k, stride);
+    cpu::maxpool2d_forward(pool, y.data(), arg.data(), x.data(), s);
+    cpu::maxpool2d_backward(pool, dx.data(), dy.data(), arg.data(), s);
     auto d_x = to_device(c, x), d_dy = to_device(c, dy);
     cuda::DeviceBuffer d_y(c, y.size() * 4), d_arg(c, arg.size() * 4), d_dx(c, dx.size() * 4);
-    cuda::maxpool2d_forward(c, d_y.get(), d_arg.get<int32_t>(), d_x.get(), N, C, H, W, k, stride);
-    cuda::maxpool2d_backward(c, d_dx.get(), d_dy.get(), d_arg.get<int32_t>(), N, C, H, W, k, stride);
+    cuda::maxpool2d_forward(c, d_y.get(), d_arg.get<int32_t>(), d_x.get(), s);
+    cuda::maxpool2d_backward(c, d_dx.get(), d_dy.get(), d_arg.get<int32_t>(), s);
     CHECK(to_host<float>(c, d_y, y.size()) == y);
     CHECK(to_host<int32_t>(c, d_arg, arg.size()) == arg);
     CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < 1e-6);
