@@ -458,7 +458,7 @@ void ShardedShape::backward(StepState& s) {
 // 8. reduce: nothing left; every bucket was reduce-scattered during backward.
 void ShardedShape::reduce(StepState&) { e_.end_phase(e_.all_devices()); }
 
-void ShardedShape::norm_and_clip(const StepState& s, int d) {
+void ShardedShape::norm_and_clip(const StepState& s, int d, const Tensor& found_inf) {
   Device& dev = e_.devices_[d];
   const Exec& ex = dev.exec();
   Shard& sh = shards_[static_cast<size_t>(d)];
@@ -479,7 +479,7 @@ void ShardedShape::norm_and_clip(const StepState& s, int d) {
   norm_group_->allreduce_sum(d, sum);  // every device's, every process's
   slot.grad_sq_sum = sum[0];
   const bool finite = std::isfinite(sum[0]);
-  if (fp16) upload(ex, e_.found_inf_flag(d).data(), finite ? &kApply : &kSkip, sizeof(int32_t));
+  if (fp16) upload(ex, found_inf.data(), finite ? &kApply : &kSkip, sizeof(int32_t));
   if (e_.clip_ > 0 && (finite || !fp16)) {  // clip_grad_norm_: a non-finite norm without fp16 clips as PyTorch does
     const double coef = e_.clip_ / (std::sqrt(sum[0]) + 1e-6);
     if (!(coef >= 1))
@@ -512,8 +512,10 @@ void ShardedShape::update(StepState& s, StepResult& r) {
   norm_group_->begin_step(e_.all_devices());
   for (int d = 0; d < n; ++d) {
     Stream& stream = e_.devices_[d].stream();
-    stream.enqueue([this, &s, d] { norm_and_clip(s, d); }, {"gradient norm over every device's parts", "update"});
+    // The flag made here, on the host thread: the stream's task only writes into it.
     const Tensor skip_if = e_.scaler_.enabled() ? e_.found_inf_flag(d) : Tensor();
+    stream.enqueue([this, &s, d, skip_if] { norm_and_clip(s, d, skip_if); },
+                   {"gradient norm over every device's parts", "update"});
     for (size_t k = 0; k < buckets_.size(); ++k)
       optimizer_->step_piece(static_cast<size_t>(d) * buckets_.size() + k, shards_[static_cast<size_t>(d)].piece_grads[k],
                              s.step_scalars[static_cast<size_t>(d)], skip_if);

@@ -140,7 +140,7 @@ class ShardedShape final : public ChunkedShape {
   void after_pass_on_failure(int d, bool leader, Pass pass);
   // The update phase's first task on device d: fp16's unscaling, the global norm over every
   // device's parts, fp16's verdict, clipping. Its second: the parameters all-gathered (zero1/2).
-  void norm_and_clip(const StepState& s, int d);
+  void norm_and_clip(const StepState& s, int d, const Tensor& found_inf);
   // Every device's (and process's) parts of a per-bucket state, whole on the host.
   std::vector<float> whole(const std::vector<Tensor> Shard::*parts);
   void gather_parameters(int d);
