@@ -73,6 +73,8 @@ class Tensor {
   void copy_from_host(const void* src) const;  // bytes() bytes
   // Does this tensor share storage with another (a view of the same block)?
   bool shares_storage(const Tensor& o) const { return storage_ == o.storage_; }
+  // No other tensor (view or copy) holds this one's storage: it may be written over in place.
+  bool only_holder() const { return storage_ && storage_.use_count() == 1; }
   // On `reader`'s stream, right after work that read this tensor there: its memory is not reused
   // before that stream has passed the read, whoever frees it first (PyTorch's record_stream). Host
   // devices read synchronously: nothing to do.

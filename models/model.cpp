@@ -1,19 +1,31 @@
 #include "models/model.hpp"
 
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "engine/error.hpp"
 #include "engine/random.hpp"
+#include "models/graph/model_file.hpp"
 
 namespace dp {
 
 const ModelDef& find_model(const std::string& name) {
+  if (is_model_file(name)) {
+    // Read and checked once per path: the commands look the model up many times.
+    static std::mutex mutex;
+    static std::map<std::string, std::unique_ptr<ModelDef>> files;
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto& def = files[name];
+    if (!def) def = std::make_unique<ModelDef>(model_def_of(read_model_file(name)));
+    return *def;
+  }
   std::string known;
   for (const auto& m : model_registry()) {
     if (m.name == name) return m;
     known += (known.empty() ? "" : ", ") + m.name;
   }
-  throw UsageError("unknown model '" + name + "' (known: " + known + ")");
+  throw UsageError("unknown model '" + name + "' (known: " + known + "; or a model file, name.json)");
 }
 
 Shape ModelDef::output_shape() const {

@@ -12,6 +12,8 @@
 
 namespace dp {
 
+struct GraphSpec;  // models/graph/model_file.hpp
+
 struct ModelDef {
   std::string name;
   std::string summary;
@@ -21,6 +23,7 @@ struct ModelDef {
   DType input_dtype = DType::F32;  // float32 images, or int32 token ids
   Shape target_shape = {};         // per sample: {} one label, or {T} a next token per position
   float dropout = 0;               // the GPT's dropout probability in training (0: none)
+  std::shared_ptr<const GraphSpec> file = nullptr;  // a model file's graph (--model net.json); null: a built-in
 
   bool language_model() const { return input_dtype == DType::I32; }
   // Cross-entropy rows per sample: the loss is the mean over batch · targets_per_sample() rows.
@@ -31,7 +34,9 @@ struct ModelDef {
 const std::vector<ModelDef>& model_registry();  // models/registry.cpp
 // A small residual network without BatchNorm (two stages), for tests where replicas must agree exactly.
 std::unique_ptr<Module> make_resnet_without_batchnorm_for_tests(int64_t classes);
-const ModelDef& find_model(const std::string& name);  // UsageError for an unknown name
+// A built-in by name, or a model file (a name ending in .json, read and checked once per path);
+// UsageError for an unknown name or a bad file.
+const ModelDef& find_model(const std::string& name);
 // The GPT of these sizes (the registry's "gpt" entry has GptConfig's defaults).
 ModelDef gpt_model(const GptConfig& cfg);
 // --recompute blocks[:N] needs blocks (models/module.hpp's recompute units): how many of the def's

@@ -18,4 +18,11 @@ void download(ThreadPool&, void* host, const void* src, size_t bytes) {
   if (bytes) std::memcpy(host, src, bytes);
 }
 
+void copy_rows(ThreadPool&, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows) {
+  if (!row_bytes) return;
+  for (size_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+}
+
 }  // namespace dp::cpu

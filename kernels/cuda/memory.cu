@@ -43,4 +43,12 @@ void copy(Context& to, void* dst, const void* src, size_t bytes, Context& from) 
     DP_CUDA_CHECK(cudaMemcpyPeerAsync(dst, to.gpu(), src, from.gpu(), bytes, to.handles().stream));
 }
 
+void copy_rows(Context& c, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows) {
+  if (!row_bytes || !rows) return;
+  DP_CUDA_CHECK(cudaSetDevice(c.gpu()));
+  DP_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice,
+                                  c.handles().stream));
+}
+
 }  // namespace dp::cuda

@@ -12,6 +12,8 @@ void zero(ThreadPool&, void* dst, size_t bytes);
 void poison(ThreadPool&, void* dst, size_t bytes);
 void upload(ThreadPool&, void* dst, const void* host, size_t bytes);
 void download(ThreadPool&, void* host, const void* src, size_t bytes);
+void copy_rows(ThreadPool&, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows);
 }  // namespace cpu
 namespace cuda {
 void zero(Context& c, void* dst, size_t bytes);
@@ -20,6 +22,8 @@ void upload(Context& c, void* dst, const void* host, size_t bytes);
 void download(Context& c, void* host, const void* src, size_t bytes);  // completed on return
 // src lives on `from`'s GPU: a peer copy, or device-to-device when both share a GPU.
 void copy(Context& to, void* dst, const void* src, size_t bytes, Context& from);
+void copy_rows(Context& c, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows);
 }  // namespace cuda
 
 inline void zero(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, zero, dst, bytes); }
@@ -29,6 +33,12 @@ inline void poison(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, po
 inline void upload(const Exec& ex, void* dst, const void* host, size_t bytes) { DP_DISPATCH(ex, upload, dst, host, bytes); }
 inline void download(const Exec& ex, void* host, const void* src, size_t bytes) {
   DP_DISPATCH(ex, download, host, src, bytes);
+}
+// `rows` rows of row_bytes each, from src (rows src_pitch bytes apart) to dst (dst_pitch apart),
+// both on this device: a concatenation's parts into its output and back (cudaMemcpy2DAsync).
+inline void copy_rows(const Exec& ex, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                      size_t row_bytes, size_t rows) {
+  DP_DISPATCH(ex, copy_rows, dst, dst_pitch, src, src_pitch, row_bytes, rows);
 }
 // Copy into memory of `to` from memory of `from` (possibly the same device), on `to`'s stream.
 void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, const Exec& from);

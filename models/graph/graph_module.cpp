@@ -1,0 +1,280 @@
+#include "models/graph/graph_module.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "engine/device.hpp"
+#include "engine/error.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
+#include "models/graph/graph_ops.hpp"
+#include "models/model.hpp"
+
+namespace dp {
+namespace {
+
+// A PyTorch module path's level ("layer1", "layer1.0"): only holds children, never runs.
+class Namespace final : public Module {
+ public:
+  using Module::add;
+  std::string describe() const override { return "module path"; }
+  Shape output_shape(const Shape&) const override { throw RuntimeError("a module path does not run"); }
+  Tensor forward_impl(Device&, const Tensor&, bool) override { throw RuntimeError("a module path does not run"); }
+  Tensor backward_impl(Device&, const Tensor&, bool) override { throw RuntimeError("a module path does not run"); }
+};
+
+class GraphModule final : public Module {
+ public:
+  explicit GraphModule(std::shared_ptr<const GraphSpec> spec) : spec_(std::move(spec)) {
+    const auto& nodes = spec_->nodes;
+    const size_t n = nodes.size();
+    steps_.resize(n);
+    std::map<std::string, std::unique_ptr<Module>> with_state;  // module path -> its leaf, until placed
+    std::vector<Shape> shapes(n);
+    uint32_t dropout_site = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const GraphNode& node = nodes[i];
+      Step& st = steps_[i];
+      st.inputs = node.inputs;
+      std::vector<Shape> in;
+      for (int j : node.inputs) in.push_back(j < 0 ? spec_->input_shape : shapes[static_cast<size_t>(j)]);
+      Shape out;
+      if (auto m = make_node_module(node, dropout_site)) {
+        if (in.size() != 1)
+          throw UsageError(where(node) + " reads " + std::to_string(in.size()) + " values; " + node.op + " takes one");
+        try {
+          out = m->output_shape(in[0]);
+        } catch (const RuntimeError& e) {
+          throw UsageError(where(node) + ": its input has shape " + shape_str(in[0]) + ", which " + e.what() +
+                           " does not take");
+        }
+        st.module = m.get();
+        st.has_params = !m->params().empty();
+        if (st.has_params) {
+          if (node.module.empty())
+            throw UsageError(where(node) + " has parameters but names no module (their state-dict prefix)");
+          if (with_state.count(node.module) || placed_.count(node.module))
+            throw UsageError(where(node) + " runs module '" + node.module +
+                             "' a second time; dp runs each module with parameters once a step");
+          with_state[node.module] = std::move(m);
+        } else {
+          owned_.push_back(std::move(m));
+        }
+      } else {
+        st.multi = make_multi_input_op(node);
+        try {
+          out = st.multi->output_shape(in);
+        } catch (const UsageError& e) {
+          throw UsageError(where(node) + ": " + e.what());
+        }
+      }
+      if (out != node.shape)
+        throw UsageError(where(node) + ": from its input" + (in.size() > 1 ? "s" : "") + " its output has shape " +
+                         shape_str(out) + ", but the file records " + shape_str(node.shape));
+      shapes[i] = out;
+    }
+    place_state(with_state);
+    check_readers();
+  }
+
+  std::string describe() const override { return "Graph(" + spec_->name + ")"; }
+
+  Shape output_shape(const Shape& in) const override {
+    if (in != spec_->input_shape)
+      throw RuntimeError(describe() + " takes inputs of shape " + shape_str(spec_->input_shape) + ", not " +
+                         shape_str(in));
+    return spec_->nodes[static_cast<size_t>(spec_->output)].shape;
+  }
+
+  Tensor forward_impl(Device& dev, const Tensor& in, bool training) override {
+    const size_t n = steps_.size();
+    std::vector<Tensor> values(n);
+    auto value = [&](int j) -> const Tensor& { return j < 0 ? in : values[static_cast<size_t>(j)]; };
+    for (size_t i = 0; i < n; ++i) {
+      Step& st = steps_[i];
+      if (st.module) {
+        values[i] = st.module->forward(dev, value(st.inputs[0]), training);
+      } else {
+        // The first operand is ours to write over at its last reader when nothing else holds it.
+        const int a = st.inputs[0];
+        const bool overwrite = a >= 0 && last_reader_[static_cast<size_t>(a)] == static_cast<int>(i) &&
+                               values[static_cast<size_t>(a)].only_holder() &&
+                               std::count(st.inputs.begin(), st.inputs.end(), a) == 1;
+        std::vector<Tensor> operands;
+        for (int j : st.inputs) operands.push_back(value(j));
+        if (overwrite) values[static_cast<size_t>(a)] = Tensor();
+        values[i] = st.multi->forward(dev, operands, overwrite);
+      }
+      for (int j : st.inputs)
+        if (j >= 0 && last_reader_[static_cast<size_t>(j)] == static_cast<int>(i)) values[static_cast<size_t>(j)] = Tensor();
+    }
+    return values[static_cast<size_t>(spec_->output)];
+  }
+
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
+    const size_t n = steps_.size();
+    std::vector<Tensor> grads(n);
+    grads[static_cast<size_t>(spec_->output)] = grad_out;
+    for (size_t i = n; i-- > 0;) {
+      Step& st = steps_[i];
+      if (!st.requires_grad || !grads[i].defined()) {  // nothing trainable behind it: only its cache to drop
+        clear_step(st);
+        continue;
+      }
+      const Tensor g = std::exchange(grads[i], Tensor());
+      std::vector<bool> need;
+      for (int j : st.inputs) need.push_back(j >= 0 && steps_[static_cast<size_t>(j)].requires_grad);
+      std::vector<Tensor> into;
+      if (st.module) {
+        into.push_back(st.module->backward(dev, g, need[0]));
+      } else {
+        into = st.multi->backward(dev, g, need);
+      }
+      for (size_t k = 0; k < st.inputs.size(); ++k)
+        if (need[k]) accumulate(dev, grads[static_cast<size_t>(st.inputs[k])], std::move(into[k]));
+    }
+    return Tensor();  // the model's input takes no gradient
+  }
+
+  void clear_cache() override {
+    Module::clear_cache();
+    for (Step& st : steps_) clear_step(st);
+  }
+  void set_replica_group(ReplicaGroup* group, int replica) override {
+    Module::set_replica_group(group, replica);
+    for (auto& m : owned_) m->set_replica_group(group, replica);
+  }
+  void set_dropout_source(const DropoutSource* source) override {
+    Module::set_dropout_source(source);
+    for (auto& m : owned_) m->set_dropout_source(source);
+  }
+
+ private:
+  struct Step {
+    Module* module = nullptr;  // single-input ops (in the tree if it has parameters, else owned_)
+    std::unique_ptr<MultiInputOp> multi;
+    std::vector<int> inputs;
+    bool has_params = false;
+    bool requires_grad = false;  // it has parameters, or reads a value that requires a gradient
+  };
+
+  std::string where(const GraphNode& node) const { return "model file " + spec_->path + ": " + node.describe(); }
+
+  static void clear_step(Step& st) {
+    if (st.module) st.module->clear_cache();
+    if (st.multi) st.multi->clear_cache();
+  }
+
+  // A value read by several nodes: their gradients summed (in place where nothing else holds one).
+  static void accumulate(Device& dev, Tensor& sum, Tensor g) {
+    if (!sum.defined()) {
+      sum = std::move(g);
+    } else if (sum.only_holder()) {
+      add_inplace(dev.exec(), sum.buf(), g.buf(), sum.numel());
+    } else if (g.only_holder()) {
+      add_inplace(dev.exec(), g.buf(), sum.buf(), g.numel());
+      sum = std::move(g);
+    } else {
+      Tensor s = Tensor::empty(dev, sum.shape(), MemCategory::Activations, sum.dtype());
+      copy_between(dev.exec(), s.data<void>(), sum.data<void>(), sum.bytes(), dev.exec());
+      add_inplace(dev.exec(), s.buf(), g.buf(), s.numel());
+      sum = std::move(s);
+    }
+  }
+
+  // The leaves with parameters under their module paths, in the order of the file's state list
+  // (PyTorch's state_dict order: a module's own entries, then its children's, in registration order).
+  void place_state(std::map<std::string, std::unique_ptr<Module>>& with_state) {
+    for (const StateDecl& s : spec_->state) {
+      const size_t dot = s.name.rfind('.');
+      if (dot == std::string::npos)
+        throw UsageError("model file " + spec_->path + ": state entry '" + s.name +
+                         "' belongs to the model's root module; dp runs parameters of submodules only");
+      const std::string path = s.name.substr(0, dot);
+      if (placed_.count(path)) continue;
+      auto it = with_state.find(path);
+      if (it == with_state.end())
+        throw UsageError("model file " + spec_->path + ": state entry '" + s.name + "' belongs to module '" + path +
+                         "', which no node runs (or which has no parameters in dp)");
+      Module* parent = this;
+      size_t begin = 0;
+      for (size_t end = path.find('.'); end != std::string::npos; begin = end + 1, end = path.find('.', begin))
+        parent = &child_namespace(*parent, path.substr(begin, end - begin), path);
+      const std::string leaf_name = path.substr(begin);
+      for (const auto& c : parent->children())
+        if (c.name == leaf_name)
+          throw UsageError("model file " + spec_->path + ": module '" + path + "' is both a module path and a layer");
+      if (parent == this) {
+        add(leaf_name, std::move(it->second));
+      } else {
+        static_cast<Namespace*>(parent)->add(leaf_name, std::move(it->second));
+      }
+      with_state.erase(it);
+      placed_.insert(path);
+    }
+    if (!with_state.empty())
+      throw UsageError("model file " + spec_->path + ": module '" + with_state.begin()->first +
+                       "' has parameters, but the file's state has none of them");
+    // The tree's state against the file's, entry by entry.
+    const ModelLayout layout = ModelLayout::of(*this);
+    const size_t count = std::max(layout.entries.size(), spec_->state.size());
+    for (size_t i = 0; i < count; ++i) {
+      if (i >= layout.entries.size())
+        throw UsageError("model file " + spec_->path + ": state entry '" + spec_->state[i].name +
+                         "' is not one of its modules' parameters or buffers");
+      const StateEntry& e = layout.entries[i];
+      if (i >= spec_->state.size())
+        throw UsageError("model file " + spec_->path + ": the state lacks '" + e.name + "' " + shape_str(e.shape));
+      const StateDecl& d = spec_->state[i];
+      if (d.name != e.name || d.shape != e.shape || d.buffer != e.buffer())
+        throw UsageError("model file " + spec_->path + ": state entry " + std::to_string(i) + " is '" + d.name + "' " +
+                         shape_str(d.shape) + (d.buffer ? " (buffer)" : "") + ", but its modules make '" + e.name +
+                         "' " + shape_str(e.shape) + (e.buffer() ? " (buffer)" : "") + " there");
+    }
+  }
+
+  Module& child_namespace(Module& parent, const std::string& name, const std::string& path) {
+    for (const auto& c : parent.children())
+      if (c.name == name) {
+        if (!dynamic_cast<Namespace*>(c.module.get()))
+          throw UsageError("model file " + spec_->path + ": module '" + path + "' lies inside a layer");
+        return *c.module;
+      }
+    auto ns = std::make_unique<Namespace>();
+    if (&parent == this) return add(name, std::move(ns));
+    return static_cast<Namespace&>(parent).add(name, std::move(ns));
+  }
+
+  // Every value but the output has a reader (its last one noted); what needs a gradient follows.
+  void check_readers() {
+    const size_t n = steps_.size();
+    last_reader_.assign(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      Step& st = steps_[i];
+      st.requires_grad = st.has_params;
+      for (int j : st.inputs)
+        if (j >= 0) {
+          last_reader_[static_cast<size_t>(j)] = static_cast<int>(i);
+          st.requires_grad = st.requires_grad || steps_[static_cast<size_t>(j)].requires_grad;
+        }
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (last_reader_[i] < 0 && static_cast<int>(i) != spec_->output)
+        throw UsageError(where(spec_->nodes[i]) + ": no node reads its output, and it is not the model's output");
+  }
+
+  std::shared_ptr<const GraphSpec> spec_;
+  std::vector<Step> steps_;
+  std::vector<std::unique_ptr<Module>> owned_;
+  std::set<std::string> placed_;
+  std::vector<int> last_reader_;
+};
+
+}  // namespace
+
+std::unique_ptr<Module> make_graph_module(std::shared_ptr<const GraphSpec> spec) {
+  return std::make_unique<GraphModule>(std::move(spec));
+}
+
+}  // namespace dp

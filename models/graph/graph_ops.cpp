@@ -1,0 +1,283 @@
+// Model-file ops: each node's attributes checked and turned into the module or multi-input op
+// that runs it. Attribute names are PyTorch's (the module's constructor arguments).
+#include "models/graph/graph_ops.hpp"
+
+#include <sstream>
+
+#include "engine/device.hpp"
+#include "engine/error.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
+
+namespace dp {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad_attr(const GraphNode& n, const std::string& what) {
+  throw UsageError(n.describe() + ": " + what);
+}
+
+const json& attr(const GraphNode& n, const char* key) {
+  if (!n.attrs.contains(key)) bad_attr(n, std::string("has no attribute \"") + key + "\"");
+  return n.attrs.at(key);
+}
+
+int64_t int_attr(const GraphNode& n, const char* key) {
+  const json& v = attr(n, key);
+  if (!v.is_number_integer()) bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not an integer");
+  return v.get<int64_t>();
+}
+
+int64_t int_attr_or(const GraphNode& n, const char* key, int64_t fallback) {
+  return n.attrs.contains(key) ? int_attr(n, key) : fallback;
+}
+
+double number_attr(const GraphNode& n, const char* key, double fallback) {
+  if (!n.attrs.contains(key)) return fallback;
+  const json& v = n.attrs.at(key);
+  if (!v.is_number()) bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not a number");
+  return v.get<double>();
+}
+
+bool bool_attr(const GraphNode& n, const char* key, bool fallback) {
+  if (!n.attrs.contains(key)) return fallback;
+  const json& v = n.attrs.at(key);
+  if (!v.is_boolean()) bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not true or false");
+  return v.get<bool>();
+}
+
+// An int or a pair of ints (PyTorch's _pair) that dp runs square: both the same.
+int64_t square_attr(const GraphNode& n, const char* key, int64_t fallback) {
+  if (!n.attrs.contains(key)) return fallback;
+  const json& v = n.attrs.at(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer()) {
+    if (v[0] != v[1])
+      bad_attr(n, std::string("\"") + key + "\" " + v.dump() + " differs between height and width; dp runs it square");
+    return v[0].get<int64_t>();
+  }
+  bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not an integer or a pair of them");
+}
+
+void require(const GraphNode& n, bool ok, const std::string& what) {
+  if (!ok) bad_attr(n, what);
+}
+
+// Zero-copy reshape of the per-sample dims (flatten, view, reshape): the node's recorded shape.
+class Reshape final : public Module {
+ public:
+  explicit Reshape(Shape to) : to_(std::move(to)) {}
+  std::string describe() const override { return "reshape to " + shape_str(to_); }
+  Shape output_shape(const Shape& in) const override {
+    if (numel(in) != numel(to_)) throw RuntimeError(describe() + " cannot take inputs of shape " + shape_str(in));
+    return to_;
+  }
+  Tensor forward_impl(Device&, const Tensor& in, bool) override {
+    in_shape_ = in.shape();
+    Shape s{in.dim(0)};
+    s.insert(s.end(), to_.begin(), to_.end());
+    return in.reshape(s);
+  }
+  Tensor backward_impl(Device&, const Tensor& grad_out, bool need_grad_in) override {
+    return need_grad_in ? grad_out.reshape(in_shape_) : Tensor();
+  }
+  void clear_cache() override {}
+
+ private:
+  Shape to_, in_shape_;
+};
+
+class Identity final : public Module {
+ public:
+  std::string describe() const override { return "Identity()"; }
+  Shape output_shape(const Shape& in) const override { return in; }
+  Tensor forward_impl(Device&, const Tensor& in, bool) override { return in; }
+  Tensor backward_impl(Device&, const Tensor& g, bool need_grad_in) override { return need_grad_in ? g : Tensor(); }
+  void clear_cache() override {}
+};
+
+// a + b of one shape. The sum goes into a when the graph says a is this op's to overwrite.
+class Add final : public MultiInputOp {
+ public:
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (in.size() != 2) throw UsageError("add takes two inputs, not " + std::to_string(in.size()));
+    if (in[0] != in[1])
+      throw UsageError("add's inputs have shapes " + shape_str(in[0]) + " and " + shape_str(in[1]) +
+                       " (dp adds values of one shape)");
+    return in[0];
+  }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first) override {
+    Tensor out = in[0];
+    if (!overwrite_first) {
+      out = Tensor::empty(dev, in[0].shape(), MemCategory::Activations, in[0].dtype());
+      copy_between(dev.exec(), out.data<void>(), in[0].data<void>(), in[0].bytes(), dev.exec());
+    }
+    add_inplace(dev.exec(), out.buf(), in[1].buf(), out.numel());
+    return out;
+  }
+  std::vector<Tensor> backward(Device&, const Tensor& g, const std::vector<bool>& need) override {
+    return {need[0] ? g : Tensor(), need[1] ? g : Tensor()};
+  }
+};
+
+// torch.cat along `dim` (of the batched value; not the batch's).
+class Cat final : public MultiInputOp {
+ public:
+  explicit Cat(int64_t dim) : dim_(dim) {}
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (in.empty()) throw UsageError("cat takes at least one input");
+    const int64_t rank = static_cast<int64_t>(in[0].size()) + 1;
+    const int64_t d = dim_ < 0 ? dim_ + rank : dim_;
+    if (d < 1 || d >= rank)
+      throw UsageError("cat's dim " + std::to_string(dim_) + " is not one of its inputs' per-sample dims (1 to " +
+                       std::to_string(rank - 1) + ")");
+    Shape out = in[0];
+    out[static_cast<size_t>(d - 1)] = 0;
+    for (const Shape& s : in) {
+      Shape a = s, b = in[0];
+      if (a.size() == b.size()) a[static_cast<size_t>(d - 1)] = b[static_cast<size_t>(d - 1)] = 0;
+      if (a != b) throw UsageError("cat's inputs " + shape_str(in[0]) + " and " + shape_str(s) + " differ beyond dim " +
+                                   std::to_string(d));
+      out[static_cast<size_t>(d - 1)] += s[static_cast<size_t>(d - 1)];
+    }
+    return out;
+  }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+    std::vector<Shape> shapes;
+    for (const Tensor& t : in) shapes.push_back(Shape(t.shape().begin() + 1, t.shape().end()));
+    Shape out_shape{in[0].dim(0)};
+    const Shape per = output_shape(shapes);
+    out_shape.insert(out_shape.end(), per.begin(), per.end());
+    Tensor out = Tensor::empty(dev, out_shape, MemCategory::Activations, in[0].dtype());
+    const size_t d = static_cast<size_t>(dim_ < 0 ? dim_ + static_cast<int64_t>(out_shape.size()) : dim_);
+    rows_ = numel(Shape(out_shape.begin(), out_shape.begin() + static_cast<std::ptrdiff_t>(d)));
+    const size_t elem = dtype_size(out.dtype());
+    out_row_ = static_cast<size_t>(out.numel() / std::max<int64_t>(rows_, 1)) * elem;
+    in_rows_.clear();
+    in_shapes_.clear();
+    size_t offset = 0;
+    for (const Tensor& t : in) {
+      const size_t row = static_cast<size_t>(t.numel() / std::max<int64_t>(rows_, 1)) * elem;
+      copy_rows(dev.exec(), out.data<char>() + offset, out_row_, t.data<void>(), row, row, static_cast<size_t>(rows_));
+      in_rows_.push_back(row);
+      in_shapes_.push_back(t.shape());
+      offset += row;
+    }
+    return out;
+  }
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    std::vector<Tensor> out(in_rows_.size());
+    size_t offset = 0;
+    for (size_t i = 0; i < in_rows_.size(); ++i) {
+      if (need[i]) {
+        out[i] = Tensor::empty(dev, in_shapes_[i], MemCategory::Activations, g.dtype());
+        copy_rows(dev.exec(), out[i].data<void>(), in_rows_[i], g.data<char>() + offset, out_row_, in_rows_[i],
+                  static_cast<size_t>(rows_));
+      }
+      offset += in_rows_[i];
+    }
+    return out;
+  }
+
+ private:
+  int64_t dim_;
+  int64_t rows_ = 0;
+  size_t out_row_ = 0;
+  std::vector<size_t> in_rows_;
+  std::vector<Shape> in_shapes_;
+};
+
+const std::vector<std::string> kSingleInputOps = {
+    "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "gelu", "dropout", "max_pool2d",
+    "adaptive_avg_pool2d", "flatten", "reshape", "identity"};
+const std::vector<std::string> kMultiInputOps = {"add", "cat"};
+
+}  // namespace
+
+const std::vector<std::string>& graph_op_names() {
+  static const std::vector<std::string> all = [] {
+    std::vector<std::string> v = kSingleInputOps;
+    v.insert(v.end(), kMultiInputOps.begin(), kMultiInputOps.end());
+    return v;
+  }();
+  return all;
+}
+
+std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_site) {
+  const std::string& op = n.op;
+  if (op == "linear") {
+    return make_linear(int_attr(n, "in_features"), int_attr(n, "out_features"), bool_attr(n, "bias", true));
+  }
+  if (op == "conv2d") {
+    require(n, square_attr(n, "dilation", 1) == 1, "dilation other than 1 is not run by dp yet");
+    require(n, int_attr_or(n, "groups", 1) == 1, "groups other than 1 are not run by dp yet");
+    require(n, !n.attrs.contains("padding_mode") || attr(n, "padding_mode") == "zeros",
+            "padding_mode " + (n.attrs.contains("padding_mode") ? attr(n, "padding_mode").dump() : "") +
+                " is not run by dp (zeros is)");
+    const json& pad = attr(n, "padding");
+    require(n, !pad.is_string(), "padding " + pad.dump() + " is not run by dp (give it in numbers)");
+    return make_conv2d(int_attr(n, "in_channels"), int_attr(n, "out_channels"), square_attr(n, "kernel_size", 0),
+                       square_attr(n, "stride", 1), square_attr(n, "padding", 0), bool_attr(n, "bias", true));
+  }
+  if (op == "batch_norm2d") {
+    require(n, bool_attr(n, "affine", true), "affine=False is not run by dp yet");
+    require(n, bool_attr(n, "track_running_stats", true), "track_running_stats=False is not run by dp yet");
+    require(n, !n.attrs.contains("momentum") || attr(n, "momentum").is_number(),
+            "momentum=None (a cumulative average) is not run by dp");
+    return make_batchnorm2d(int_attr(n, "num_features"), static_cast<float>(number_attr(n, "momentum", 0.1)),
+                            static_cast<float>(number_attr(n, "eps", 1e-5)));
+  }
+  if (op == "layer_norm") {
+    const json& shape = attr(n, "normalized_shape");
+    require(n, shape.is_array() && shape.size() == 1 && shape[0].is_number_integer(),
+            "normalized_shape " + shape.dump() + ": dp normalises over the last dimension only");
+    require(n, bool_attr(n, "elementwise_affine", true), "elementwise_affine=False is not run by dp yet");
+    return make_layernorm(shape[0].get<int64_t>(), static_cast<float>(number_attr(n, "eps", 1e-5)));
+  }
+  if (op == "embedding") {  // nn.Embedding's default init: N(0, 1)
+    return make_embedding(int_attr(n, "num_embeddings"), int_attr(n, "embedding_dim"), 1.0);
+  }
+  if (op == "relu") return make_relu();
+  if (op == "gelu") {
+    require(n, !n.attrs.contains("approximate") || attr(n, "approximate") == "none",
+            "GELU's approximate='tanh' is not run by dp (the exact erf form is)");
+    return make_gelu();
+  }
+  if (op == "dropout") {
+    const double p = number_attr(n, "p", 0.5);
+    require(n, p >= 0 && p < 1, "p must be in [0, 1)");
+    if (!bool_attr(n, "training", true)) return std::make_unique<Identity>();  // F.dropout(training=False)
+    return make_dropout(static_cast<float>(p), dropout_site++);
+  }
+  if (op == "max_pool2d") {
+    require(n, square_attr(n, "dilation", 1) == 1, "dilation other than 1 is not run by dp");
+    const int64_t k = square_attr(n, "kernel_size", 0);
+    const json& stride = n.attrs.contains("stride") ? n.attrs.at("stride") : json();
+    const int64_t s = stride.is_null() || (stride.is_array() && stride.empty()) ? k : square_attr(n, "stride", k);
+    return make_maxpool2d(k, s, square_attr(n, "padding", 0), bool_attr(n, "ceil_mode", false));
+  }
+  if (op == "adaptive_avg_pool2d") {
+    require(n, square_attr(n, "output_size", 0) == 1, "output sizes other than 1 are not run by dp yet");
+    return make_adaptive_avgpool2d_1x1();
+  }
+  if (op == "flatten" || op == "reshape") {
+    if (op == "flatten" && int_attr_or(n, "start_dim", 1) == 1 && int_attr_or(n, "end_dim", -1) == -1 &&
+        n.shape.size() == 1)
+      return make_flatten();
+    return std::make_unique<Reshape>(n.shape);
+  }
+  if (op == "identity") return std::make_unique<Identity>();
+  return nullptr;
+}
+
+std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& n) {
+  if (n.op == "add") return std::make_unique<Add>();
+  if (n.op == "cat") return std::make_unique<Cat>(int_attr_or(n, "dim", 0));
+  std::string known;
+  for (const std::string& o : graph_op_names()) known += (known.empty() ? "" : ", ") + o;
+  throw UsageError(n.describe() + ": unknown op '" + n.op + "' (dp runs " + known + ")");
+}
+
+}  // namespace dp

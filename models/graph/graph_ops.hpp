@@ -1,0 +1,35 @@
+// What each op of a model file runs (docs/model-format.md lists them with their attributes).
+// Single-input ops are modules (the built-ins' leaves: Conv2d, BatchNorm2d, ReLU, ...); ops that
+// read several values (add, cat) are MultiInputOps.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.hpp"
+#include "models/graph/model_file.hpp"
+#include "models/module.hpp"
+
+namespace dp {
+
+class MultiInputOp {
+ public:
+  virtual ~MultiInputOp() = default;
+  // UsageError (naming the problem; the caller adds the node) for inputs it cannot take.
+  virtual Shape output_shape(const std::vector<Shape>& in) const = 0;
+  // overwrite_first: the first input is this op's to write over (no other reader or holder).
+  virtual Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first) = 0;
+  // One gradient per input; undefined where need[i] is false.
+  virtual std::vector<Tensor> backward(Device& dev, const Tensor& grad_out, const std::vector<bool>& need) = 0;
+  virtual void clear_cache() {}
+};
+
+// The module a single-input node runs (null: the op reads several inputs, see make_multi_input_op).
+// `dropout_site` numbers the file's dropout nodes in order (each one's masks are its own).
+// UsageError for an unknown op or attributes outside what dp runs.
+std::unique_ptr<Module> make_node_module(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& node);
+// Every op name a file may use.
+const std::vector<std::string>& graph_op_names();
+
+}  // namespace dp

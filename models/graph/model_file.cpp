@@ -1,0 +1,176 @@
+// Reading a model file: the JSON parsed and checked field by field, so a hand-written file gets
+// the same checks as an exported one (the graph module then checks ops, shapes and state).
+#include "models/graph/model_file.hpp"
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/error.hpp"
+#include "models/graph/graph_module.hpp"
+
+namespace dp {
+
+using nlohmann::json;
+
+std::string GraphNode::describe() const {
+  return "node '" + name + "' (" + op + (where.empty() ? "" : ", at " + where) + ")";
+}
+
+bool is_model_file(const std::string& name) {
+  return name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& path, const std::string& what) {
+  throw UsageError("model file " + path + ": " + what);
+}
+
+const json& field(const std::string& path, const json& obj, const char* key, const std::string& where) {
+  if (!obj.is_object() || !obj.contains(key)) bad(path, where + " has no \"" + key + "\"");
+  return obj.at(key);
+}
+
+std::string text(const std::string& path, const json& obj, const char* key, const std::string& where) {
+  const json& v = field(path, obj, key, where);
+  if (!v.is_string()) bad(path, where + "'s \"" + key + "\" is not a string");
+  return v.get<std::string>();
+}
+
+Shape shape_of(const std::string& path, const json& v, const std::string& where) {
+  if (!v.is_array()) bad(path, where + ": the shape is not a list of sizes");
+  Shape s;
+  for (const json& d : v) {
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) bad(path, where + ": the shape " + v.dump() + " is not sizes");
+    s.push_back(d.get<int64_t>());
+  }
+  return s;
+}
+
+}  // namespace
+
+std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError("model file " + path + ": cannot be read (no such file, or no permission)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    bad(path, std::string("not valid JSON (") + e.what() + ")");
+  }
+  if (!j.is_object()) bad(path, "not a JSON object");
+  if (!j.contains("format") || j["format"] != "dp-model")
+    bad(path, "not a dp model file (\"format\" is " + (j.contains("format") ? j["format"].dump() : "missing") +
+                  ", expected \"dp-model\")");
+  if (!j.contains("version") || j["version"] != 1)
+    bad(path, "format version " + (j.contains("version") ? j["version"].dump() : "missing") +
+                  " is not one this dp reads (1)");
+
+  auto spec = std::make_shared<GraphSpec>();
+  spec->path = path;
+  spec->name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : path;
+  spec->source = j.contains("source") && j["source"].is_string() ? j["source"].get<std::string>() : "";
+
+  const json& input = field(path, j, "input", "the file");
+  spec->input_name = text(path, input, "name", "the input");
+  const std::string kind = text(path, input, "kind", "the input");
+  if (kind != "image" && kind != "tokens") bad(path, "the input's kind '" + kind + "' is neither image nor tokens");
+  spec->tokens = kind == "tokens";
+  spec->input_shape = shape_of(path, field(path, input, "shape", "the input"), "the input");
+  const std::string dtype = text(path, input, "dtype", "the input");
+  if (dtype != (spec->tokens ? "int64" : "float32") && dtype != (spec->tokens ? "int32" : "float32"))
+    bad(path, "the input's dtype '" + dtype + "' does not fit its kind " + kind);
+  if (spec->tokens ? spec->input_shape.size() != 1 : spec->input_shape.empty())
+    bad(path, "the input's shape " + shape_str(spec->input_shape) +
+                  (spec->tokens ? " is not [T] (tokens per sample)" : " is empty"));
+
+  const json& nodes = field(path, j, "nodes", "the file");
+  if (!nodes.is_array() || nodes.empty()) bad(path, "\"nodes\" is not a non-empty list");
+  std::map<std::string, int> index;
+  for (const json& n : nodes) {
+    GraphNode node;
+    const std::string at = "node " + std::to_string(spec->nodes.size());
+    node.name = text(path, n, "name", at);
+    node.op = text(path, n, "op", "node '" + node.name + "'");
+    node.module = n.contains("module") && n["module"].is_string() ? n["module"].get<std::string>() : "";
+    node.where = n.contains("where") && n["where"].is_string() ? n["where"].get<std::string>() : "";
+    node.attrs = n.contains("attrs") ? n["attrs"] : json::object();
+    if (!node.attrs.is_object()) bad(path, node.describe() + ": \"attrs\" is not an object");
+    if (node.name == spec->input_name || index.count(node.name))
+      bad(path, "two nodes are named '" + node.name + "'");
+    const json& ins = field(path, n, "inputs", node.describe());
+    if (!ins.is_array()) bad(path, node.describe() + ": \"inputs\" is not a list of names");
+    for (const json& i : ins) {
+      if (!i.is_string()) bad(path, node.describe() + ": an input is not a name");
+      const std::string name = i.get<std::string>();
+      if (name == spec->input_name) {
+        node.inputs.push_back(-1);
+      } else if (auto it = index.find(name); it != index.end()) {
+        node.inputs.push_back(it->second);
+      } else {
+        bool later = false;
+        for (const json& m : nodes) later = later || (m.contains("name") && m["name"] == name);
+        bad(path, node.describe() + " reads '" + name + "', " +
+                      (later ? "a node that comes after it (the nodes must be in topological order: no cycles)"
+                             : "which is neither the input nor a node"));
+      }
+    }
+    node.shape = shape_of(path, field(path, n, "shape", node.describe()), node.describe());
+    index[node.name] = static_cast<int>(spec->nodes.size());
+    spec->nodes.push_back(std::move(node));
+  }
+  const std::string output = text(path, j, "output", "the file");
+  if (!index.count(output)) bad(path, "the output '" + output + "' is not a node");
+  spec->output = index[output];
+
+  const json& state = field(path, j, "state", "the file");
+  if (!state.is_array()) bad(path, "\"state\" is not a list");
+  std::set<std::string> seen;
+  for (const json& s : state) {
+    StateDecl d;
+    d.name = text(path, s, "name", "a state entry");
+    d.shape = shape_of(path, field(path, s, "shape", "state entry '" + d.name + "'"), "state entry '" + d.name + "'");
+    const std::string k = text(path, s, "kind", "state entry '" + d.name + "'");
+    if (k != "parameter" && k != "buffer") bad(path, "state entry '" + d.name + "': kind '" + k + "'");
+    d.buffer = k == "buffer";
+    if (!seen.insert(d.name).second) bad(path, "two state entries are named '" + d.name + "'");
+    spec->state.push_back(std::move(d));
+  }
+  if (j.contains("loss")) {
+    const json& loss = j["loss"];
+    if (!loss.is_object() || !loss.contains("kind") || loss["kind"] != "cross_entropy")
+      bad(path, "the loss " + loss.dump() + " is not {\"kind\": \"cross_entropy\"} (the one dp trains with)");
+  }
+  return spec;
+}
+
+ModelDef model_def_of(std::shared_ptr<const GraphSpec> spec) {
+  // The graph built once here checks ops, shapes and state (UsageError naming the node).
+  const auto probe = make_graph_module(spec);
+  const Shape out = spec->nodes[static_cast<size_t>(spec->output)].shape;
+  ModelDef def;
+  def.name = spec->path;
+  std::ostringstream summary;
+  summary << "model file " << spec->path << " (" << spec->name << "): " << spec->nodes.size() << " nodes, input "
+          << shape_str(spec->input_shape) << ", output " << shape_str(out);
+  def.summary = summary.str();
+  def.input_shape = spec->input_shape;
+  if (spec->tokens) {
+    if (out.size() != 2 || out[0] != spec->input_shape[0])
+      throw UsageError("model file " + spec->path + ": a token model's output is [T, vocabulary] (T = " +
+                       std::to_string(spec->input_shape[0]) + "), not " + shape_str(out));
+    def.input_dtype = DType::I32;
+    def.target_shape = {spec->input_shape[0]};
+  } else if (out.size() != 1) {
+    throw UsageError("model file " + spec->path + ": the output '" + spec->nodes[static_cast<size_t>(spec->output)].name +
+                     "' has shape " + shape_str(out) + " per sample; cross-entropy needs [classes]");
+  }
+  def.classes = out.back();
+  def.make = [spec] { return make_graph_module(spec); };
+  def.file = spec;
+  return def;
+}
+
+}  // namespace dp

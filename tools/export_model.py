@@ -1,0 +1,371 @@
+#!/usr/bin/python3
+"""Export a PyTorch model to a dp model file (docs/model-format.md), for `dp train/memprof/demo/plan
+--model FILE.json`.
+
+    python3 tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' \\
+            --input 3x64x64 --out resnet50.json [--weights resnet50.safetensors]
+    python3 tools/export_model.py my_project/net.py:Net --input 3x32x32 --out net.json
+
+The spec is `package.module:callable` or `path/to/file.py:callable`, a class or a factory that
+returns an nn.Module; --kwargs its arguments as a JSON object. The model is traced with torch.fx
+(every node with its output shape from a run on a batch of two random samples, on a copy, so the
+module's state is untouched); --weights writes its state_dict() as safetensors, for dp's --init.
+A node outside the ops dp runs is refused naming the op, the module path and the source line: exit 2.
+"""
+import argparse
+import copy
+import importlib
+import importlib.util
+import json
+import operator
+import os
+import re
+import struct
+import sys
+import tempfile
+
+FORMAT, VERSION = "dp-model", 1
+
+
+class ExportError(Exception):
+    pass
+
+
+def fail(message):
+    print(f"export_model: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load_callable(spec):
+    if ":" not in spec:
+        raise ExportError(f"the spec '{spec}' is not package.module:callable or path/to/file.py:callable")
+    where, name = spec.rsplit(":", 1)
+    if where.endswith(".py"):
+        if not os.path.isfile(where):
+            raise ExportError(f"{where}: no such file")
+        sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
+        loader = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)
+        module = importlib.util.module_from_spec(loader)
+        try:
+            loader.loader.exec_module(module)
+        except Exception as e:  # the user's file failed to import: say so, not a traceback
+            raise ExportError(f"{where} does not import: {type(e).__name__}: {e}")
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise ExportError(f"cannot import '{where}': {e}")
+    if not hasattr(module, name):
+        raise ExportError(f"'{where}' has no '{name}'")
+    return getattr(module, name)
+
+
+def parse_input(text):
+    if text.startswith("tokens:"):
+        t = text[len("tokens:"):]
+        if not t.isdigit() or int(t) < 1:
+            raise ExportError(f"--input {text}: tokens:T takes a positive T")
+        return "tokens", [int(t)]
+    parts = text.lower().split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ExportError(f"--input {text}: give one sample's shape as CxHxW (e.g. 3x32x32) or tokens:T")
+    return "image", [int(p) for p in parts]
+
+
+def where_of(node):
+    """The user's source line a node came from ("net.py:12"), from fx's recorded stack trace."""
+    trace = getattr(node, "stack_trace", None) or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    tracer_at = [i for i, (f, _) in enumerate(frames) if f.endswith(os.path.join("fx", "_symbolic_trace.py"))]
+    import torch
+    torch_dir = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
+    user = [(i, f, line) for i, (f, line) in enumerate(frames)
+            if not f.startswith("<") and not os.path.abspath(f).startswith(torch_dir)
+            and os.path.abspath(f) != os.path.abspath(__file__)]
+    if not user:
+        return ""
+    # torch 1.13 lists the innermost frame first (before the tracer's); torch 2.x last.
+    i, f, line = user[0] if tracer_at and tracer_at[0] > user[0][0] else user[-1]
+    return f"{os.path.basename(f)}:{line}"
+
+
+def pair(v):
+    return list(v) if isinstance(v, (tuple, list)) else v
+
+
+def module_op(m):
+    """(op, attrs) for a module dp runs, None otherwise."""
+    import torch.nn as nn
+    if type(m) is nn.Linear:
+        return "linear", {"in_features": m.in_features, "out_features": m.out_features, "bias": m.bias is not None}
+    if type(m) is nn.Conv2d:
+        return "conv2d", {"in_channels": m.in_channels, "out_channels": m.out_channels,
+                          "kernel_size": pair(m.kernel_size), "stride": pair(m.stride), "padding": pair(m.padding),
+                          "dilation": pair(m.dilation), "groups": m.groups, "bias": m.bias is not None,
+                          "padding_mode": m.padding_mode}
+    if type(m) is nn.BatchNorm2d:
+        return "batch_norm2d", {"num_features": m.num_features, "eps": m.eps, "momentum": m.momentum,
+                                "affine": m.affine, "track_running_stats": m.track_running_stats}
+    if type(m) is nn.LayerNorm:
+        return "layer_norm", {"normalized_shape": list(m.normalized_shape), "eps": m.eps,
+                              "elementwise_affine": m.elementwise_affine}
+    if type(m) is nn.Embedding:
+        if m.padding_idx is not None or m.max_norm is not None:
+            return None
+        return "embedding", {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim}
+    if type(m) is nn.ReLU:
+        return "relu", {}
+    if type(m) is nn.GELU:
+        return "gelu", {"approximate": getattr(m, "approximate", "none")}
+    if type(m) is nn.Dropout:
+        return "dropout", {"p": m.p}
+    if type(m) is nn.MaxPool2d:
+        if m.return_indices:
+            return None
+        return "max_pool2d", {"kernel_size": pair(m.kernel_size), "stride": pair(m.stride),
+                              "padding": pair(m.padding), "dilation": pair(m.dilation), "ceil_mode": m.ceil_mode}
+    if type(m) is nn.AdaptiveAvgPool2d:
+        return "adaptive_avg_pool2d", {"output_size": pair(m.output_size)}
+    if type(m) is nn.Flatten:
+        return "flatten", {"start_dim": m.start_dim, "end_dim": m.end_dim}
+    if type(m) is nn.Identity:
+        return "identity", {}
+    return None
+
+
+def function_op(node):
+    """(op, attrs) for a call_function or call_method node dp runs, None otherwise."""
+    import torch
+    import torch.nn.functional as F
+    t, args, kw = node.target, node.args, node.kwargs
+
+    def arg(i, name, default):
+        return args[i] if len(args) > i else kw.get(name, default)
+
+    if node.op == "call_function":
+        if t in (operator.add, operator.iadd, torch.add) and "alpha" not in kw:
+            return "add", {}
+        if t in (F.relu, torch.relu):
+            return "relu", {}
+        if t is F.gelu:
+            return "gelu", {"approximate": kw.get("approximate", "none")}
+        if t is torch.flatten:
+            return "flatten", {"start_dim": arg(1, "start_dim", 0), "end_dim": arg(2, "end_dim", -1)}
+        if t is torch.cat:
+            return "cat", {"dim": arg(1, "dim", 0)}
+        if t is F.adaptive_avg_pool2d:
+            return "adaptive_avg_pool2d", {"output_size": pair(arg(1, "output_size", None))}
+        if t is F.dropout:
+            return "dropout", {"p": arg(1, "p", 0.5), "training": bool(arg(2, "training", True))}
+        return None
+    if node.op == "call_method":
+        if t in ("view", "reshape"):
+            return "reshape", {}
+        if t == "flatten":
+            return "flatten", {"start_dim": arg(1, "start_dim", 0), "end_dim": arg(2, "end_dim", -1)}
+        if t == "relu":
+            return "relu", {}
+        if t in ("add", "add_", "__add__") and "alpha" not in kw:
+            return "add", {}
+        if t == "contiguous":
+            return "identity", {}
+    return None
+
+
+def is_size(node):
+    """x.size(...) / x.shape and their items: a view's arguments, not values."""
+    import torch.fx
+    if node.op == "call_method" and node.target in ("size", "dim"):
+        return True
+    if node.op == "call_function" and node.target in (getattr, operator.getitem):
+        src = node.args[0]
+        return isinstance(src, torch.fx.Node) and (is_size(src) or (node.target is getattr and node.args[1] == "shape"))
+    return False
+
+
+def tensor_inputs(node):
+    import torch.fx
+    found = []
+
+    def walk(a):
+        if isinstance(a, torch.fx.Node):
+            if not is_size(a):
+                found.append(a)
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                walk(b)
+        elif isinstance(a, dict):
+            for b in a.values():
+                walk(b)
+    walk(node.args)
+    walk(node.kwargs)
+    return found
+
+
+def describe_target(node):
+    t = node.target
+    if node.op == "call_method":
+        return f"Tensor.{t}"
+    return getattr(t, "__module__", "") + "." + getattr(t, "__name__", str(t))
+
+
+def export(model, kind, shape, name, source):
+    import torch
+    import torch.fx
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    tracer = torch.fx.Tracer()
+    tracer.record_stack_traces = True
+    try:
+        graph = tracer.trace(model)
+    except Exception as e:
+        raise ExportError(f"torch.fx cannot trace the model ({type(e).__name__}: {e}); dp needs a model "
+                          "without data-dependent control flow")
+    gm = torch.fx.GraphModule(tracer.root, graph)
+    modules = dict(gm.named_modules())
+    if kind == "tokens":
+        vocab = next((m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
+        if vocab is None:
+            raise ExportError("--input tokens:T needs a model with an nn.Embedding (its vocabulary)")
+        example = torch.randint(0, vocab, (2, *shape))
+    else:
+        example = torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))
+    probe = copy.deepcopy(gm)  # shape propagation runs the model (BatchNorm's running stats move)
+    try:
+        ShapeProp(probe).propagate(example)
+    except Exception as e:
+        raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {type(e).__name__}: {e}")
+    shapes = {n.name: n.meta.get("tensor_meta") for n in probe.graph.nodes}
+
+    nodes, input_name, output = [], None, None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            if input_name is not None:
+                raise ExportError(f"the model takes more than one input ('{input_name}', '{node.name}')")
+            input_name = node.name
+            continue
+        if node.op == "output":
+            out = node.args[0]
+            if not isinstance(out, torch.fx.Node):
+                raise ExportError("the model returns more than one value; dp trains one output with cross-entropy")
+            output = out.name
+            continue
+        if is_size(node):
+            continue
+        where = where_of(node)
+        at = f" at {where}" if where else ""
+        if node.op == "get_attr":
+            raise ExportError(f"'{node.target}'{at} uses a parameter or buffer outside its module; dp runs "
+                              "parameters through the modules that own them")
+        module_path = node.target if node.op == "call_module" else ""
+        if node.op == "call_module":
+            m = modules[node.target]
+            found = module_op(m)
+            what = f"module {type(m).__module__}.{type(m).__name__} ('{node.target}')"
+        else:
+            found = function_op(node)
+            what = f"{describe_target(node)} (node '{node.name}')"
+        if found is None:
+            raise ExportError(f"{what}{at} is not an op dp runs (docs/model-format.md lists them)")
+        op, attrs = found
+        meta = shapes.get(node.name)
+        if meta is None or not hasattr(meta, "shape"):
+            raise ExportError(f"{what}{at} does not give one tensor")
+        nodes.append({"name": node.name, "op": op, "module": module_path,
+                      "inputs": [a.name for a in tensor_inputs(node)], "attrs": attrs,
+                      "shape": list(meta.shape)[1:], "where": where})
+    params = dict(model.named_parameters())
+    state = [{"name": k, "shape": list(v.shape), "kind": "parameter" if k in params else "buffer"}
+             for k, v in model.state_dict().items()]
+    return {"format": FORMAT, "version": VERSION, "name": name, "source": source,
+            "input": {"name": input_name, "kind": kind, "shape": shape,
+                      "dtype": "int64" if kind == "tokens" else "float32"},
+            "nodes": nodes, "output": output, "state": state, "loss": {"kind": "cross_entropy"}}
+
+
+def write_atomically(path, data):
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".export-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def to_json(doc):
+    """The file readable in a diff: one node and one state entry a line."""
+    lines = ["{"]
+    for k, v in doc.items():
+        if k in ("nodes", "state"):
+            items = ",\n".join("  " + json.dumps(x) for x in v)
+            lines.append(f' "{k}": [\n{items}\n ],')
+        else:
+            lines.append(f" {json.dumps(k)}: {json.dumps(v)},")
+    lines[-1] = lines[-1].rstrip(",")
+    return "\n".join(lines) + "\n}\n"
+
+
+def safetensors_bytes(state):
+    import torch
+    names = {torch.float32: "F32", torch.int64: "I64"}
+    header, blobs, offset = {}, [], 0
+    for k, t in state.items():
+        t = t.detach().contiguous().cpu()
+        if t.dtype not in names:
+            t = t.float()
+        data = t.numpy().tobytes()
+        header[k] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * (-(len(h) + 8) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("spec", help="package.module:callable or path/to/file.py:callable")
+    p.add_argument("--kwargs", default="{}", help="the callable's arguments, a JSON object")
+    p.add_argument("--input", required=True, help="one sample's shape: CxHxW, or tokens:T")
+    p.add_argument("--out", required=True, help="the model file to write (.json)")
+    p.add_argument("--weights", help="also write the module's state_dict() here (safetensors, for dp's --init)")
+    a = p.parse_args(argv)
+    try:
+        if not a.out.endswith(".json"):
+            raise ExportError(f"--out {a.out}: a model file's name ends in .json (how dp tells it from a built-in)")
+        try:
+            kwargs = json.loads(a.kwargs)
+        except json.JSONDecodeError as e:
+            raise ExportError(f"--kwargs is not JSON: {e}")
+        if not isinstance(kwargs, dict):
+            raise ExportError("--kwargs is not a JSON object")
+        kind, shape = parse_input(a.input)
+        make = load_callable(a.spec)
+        if not callable(make):
+            raise ExportError(f"'{a.spec}' is not a class or a function")
+        import torch
+        torch.manual_seed(0)
+        try:
+            model = make(**kwargs)
+        except Exception as e:
+            raise ExportError(f"'{a.spec}'(**{kwargs}) failed: {type(e).__name__}: {e}")
+        if not isinstance(model, torch.nn.Module):
+            raise ExportError(f"'{a.spec}' returned {type(model).__name__}, not an nn.Module")
+        model.train()
+        doc = export(model, kind, shape, a.spec.rsplit(":", 1)[1], a.spec)
+    except ExportError as e:
+        fail(str(e))
+    write_atomically(a.out, to_json(doc).encode())
+    if a.weights:
+        write_atomically(a.weights, safetensors_bytes(model.state_dict()))
+    print(f"export_model: {a.out}: {len(doc['nodes'])} nodes, {len(doc['state'])} state entries, "
+          f"input {a.input}, output {doc['nodes'][-1]['shape'] if doc['nodes'] else []}"
+          + (f"; weights in {a.weights}" if a.weights else ""))
+
+
+if __name__ == "__main__":
+    main()
