@@ -11,6 +11,7 @@
 #include "helpers.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/sgd.hpp"
+#include "models/graph/graph_module.hpp"
 #include "models/model.hpp"
 
 using namespace dp;
@@ -177,6 +178,40 @@ TEST_CASE("BasicBlock gradients match finite differences, residual path included
 TEST_CASE("A residual network end to end: gradients of every parameter") {
   auto net = make_resnet_without_batchnorm_for_tests(5);
   gradcheck(*net, {2, 3, 8, 8}, random_vector(384, 17), true, 2e-4f, 2e-2);
+}
+
+TEST_CASE("A model file's graph: gradients through add, cat, reshape and a value read three times") {
+  // r = relu(a(x)); s = r + b(r); k = cat(s, c(r)) along channels; fc(flatten(k)). r is read by
+  // b, the add and c: its gradient sums three.
+  auto spec = std::make_shared<GraphSpec>();
+  spec->path = "test.json", spec->name = "test", spec->input_name = "x", spec->input_shape = {2, 5, 5};
+  auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
+                  Shape shape) {
+    spec->nodes.push_back({std::move(name), std::move(op), std::move(module), std::move(in), std::move(attrs),
+                           std::move(shape), ""});
+    return static_cast<int>(spec->nodes.size()) - 1;
+  };
+  auto conv = [](int64_t in, int64_t out) {
+    return nlohmann::json{{"in_channels", in}, {"out_channels", out}, {"kernel_size", 3}, {"stride", 1},
+                          {"padding", 1}, {"bias", true}};
+  };
+  const int a = node("a", "conv2d", "a", {-1}, conv(2, 3), {3, 5, 5});
+  const int r = node("r", "relu", "", {a}, nlohmann::json::object(), {3, 5, 5});
+  const int b = node("b", "conv2d", "blk.b", {r}, conv(3, 3), {3, 5, 5});
+  const int s = node("s", "add", "", {r, b}, nlohmann::json::object(), {3, 5, 5});
+  const int c = node("c", "conv2d", "blk.c", {r}, conv(3, 2), {2, 5, 5});
+  const int k = node("k", "cat", "", {s, c}, {{"dim", 1}}, {5, 5, 5});
+  const int f = node("f", "flatten", "", {k}, {{"start_dim", 1}}, {125});
+  spec->output = node("fc", "linear", "fc", {f}, {{"in_features", 125}, {"out_features", 4}}, {4});
+  for (const char* m : {"a", "blk.b", "blk.c"}) {
+    const int64_t in = std::string(m) == "a" ? 2 : 3, out = std::string(m) == "blk.c" ? 2 : 3;
+    spec->state.push_back({std::string(m) + ".weight", {out, in, 3, 3}, false});
+    spec->state.push_back({std::string(m) + ".bias", {out}, false});
+  }
+  spec->state.push_back({"fc.weight", {4, 125}, false});
+  spec->state.push_back({"fc.bias", {4}, false});
+  auto graph = make_graph_module(spec);
+  gradcheck(*graph, {3, 2, 5, 5}, random_vector(150, 21, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
 TEST_CASE("BatchNorm2d gradients match finite differences (training mode)") {

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "engine/io/dataset.hpp"
+#include "engine/error.hpp"
+#include "engine/tensor.hpp"
 
 namespace dp {
 
@@ -148,6 +150,32 @@ Dataset make_cifar_like(int64_t count, std::mt19937_64& rng) {
   return d;
 }
 
+// Any shape: the CIFAR-style drawing scaled to H x W, every channel a colour plane (the hue cycles
+// through three), ten classes or fewer.
+void draw_scaled(uint8_t* img, int64_t channels, int64_t rows, int64_t cols, int label, std::mt19937_64& rng) {
+  const double hue = (label * 0.1 + uniform(rng, -0.08, 0.08)) * 6.283185307179586;
+  std::vector<float> fg(static_cast<size_t>(channels)), bg(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    fg[static_cast<size_t>(c)] = static_cast<float>(150 + 90 * std::cos(hue - static_cast<double>(c % 3) * 2.0943951));
+    bg[static_cast<size_t>(c)] = static_cast<float>(uniform(rng, 20, 200));
+  }
+  const float scale = static_cast<float>(std::min(rows, cols)) / 32.f;
+  const float size = static_cast<float>(uniform(rng, 7, 13)) * scale;
+  const float cx = static_cast<float>(cols / 2.0 + uniform(rng, -6, 6) * scale);
+  const float cy = static_cast<float>(rows / 2.0 + uniform(rng, -6, 6) * scale);
+  const float angle = static_cast<float>(uniform(rng, -0.3, 0.3)), ca = std::cos(angle), sa = std::sin(angle);
+  for (int64_t y = 0; y < rows; ++y)
+    for (int64_t x = 0; x < cols; ++x) {
+      const float dx = (static_cast<float>(x) + 0.5f - cx) / size, dy = (static_cast<float>(y) + 0.5f - cy) / size;
+      const bool on = in_shape(label, ca * dx + sa * dy, -sa * dx + ca * dy);
+      for (int64_t c = 0; c < channels; ++c) {
+        const float v = (on ? fg[static_cast<size_t>(c)] : bg[static_cast<size_t>(c)]) +
+                        static_cast<float>(uniform(rng, -30, 30));
+        img[(c * rows + y) * cols + x] = static_cast<uint8_t>(std::clamp(v, 0.f, 255.f));
+      }
+    }
+}
+
 // Training then test samples from one stream: the same seed gives the same sets.
 TrainTest train_and_test(Dataset (*make_set)(int64_t, std::mt19937_64&), const char* what, int64_t train_count,
                          int64_t test_count, uint64_t seed) {
@@ -169,6 +197,39 @@ TrainTest generate_cifar_like(int64_t train_count, int64_t test_count, uint64_t 
 
 TrainTest generate_dataset(int64_t train_count, int64_t test_count, uint64_t seed) {
   return train_and_test(make, "seven-segment digits", train_count, test_count, seed);
+}
+
+TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, int64_t train_count, int64_t test_count,
+                          uint64_t seed) {
+  if (classes >= 10 && sample == Shape{3, 32, 32}) return generate_cifar_like(train_count, test_count, seed);
+  if (classes >= 10 && sample == Shape{1, 28, 28}) return generate_dataset(train_count, test_count, seed);
+  if (sample.size() != 3 || sample[0] < 1 || sample[1] < 1 || sample[2] < 1)
+    throw UsageError("generated images are C x H x W; the model takes " + shape_str(sample) + " samples");
+  const int kinds = static_cast<int>(std::min<int64_t>(classes, 10));
+  auto make_set = [&](int64_t count, std::mt19937_64& rng) {
+    Dataset d;
+    d.count = count;
+    d.channels = sample[0], d.rows = sample[1], d.cols = sample[2];
+    d.mean.assign(static_cast<size_t>(d.channels), 0.5f);
+    d.std.assign(static_cast<size_t>(d.channels), 0.25f);
+    d.images.resize(static_cast<size_t>(count * d.sample_pixels()));
+    d.labels.resize(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+      const int label = static_cast<int>(rng() % static_cast<uint64_t>(kinds));
+      d.labels[static_cast<size_t>(i)] = static_cast<uint8_t>(label);
+      draw_scaled(d.images.data() + i * d.sample_pixels(), d.channels, d.rows, d.cols, label, rng);
+    }
+    return d;
+  };
+  std::mt19937_64 rng(seed);
+  TrainTest tt;
+  tt.train = make_set(train_count, rng);
+  tt.test = make_set(test_count, rng);
+  const std::string what = "images of shapes, " + shape_str(sample);
+  tt.train.source = tt.test.source = "the generated " + what;
+  tt.description = "generated " + what + " (" + std::to_string(train_count) + " train, " +
+                   std::to_string(test_count) + " test)";
+  return tt;
 }
 
 }  // namespace dp

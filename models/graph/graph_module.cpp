@@ -46,8 +46,9 @@ class GraphModule final : public Module {
         try {
           out = m->output_shape(in[0]);
         } catch (const RuntimeError& e) {
-          throw UsageError(where(node) + ": its input has shape " + shape_str(in[0]) + ", which " + e.what() +
-                           " does not take");
+          throw UsageError(where(node) + ": " + e.what() + " (its input '" +
+                           (node.inputs[0] < 0 ? spec_->input_name : nodes[static_cast<size_t>(node.inputs[0])].name) +
+                           "' has shape " + shape_str(in[0]) + ")");
         }
         st.module = m.get();
         st.has_params = !m->params().empty();

@@ -28,6 +28,7 @@
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/linear.hpp"
 #include "kernels/ops/loss.hpp"
+#include "kernels/ops/memory.hpp"
 #include "kernels/ops/pooling.hpp"
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/transformer.hpp"
@@ -560,6 +561,22 @@ TEST_CASE("the unrolled element-wise pattern writes every element once over many
           cuda::unrolled_probe(c, d_out.get(), in_place ? d_out.get() : d_a.get(), d_b.get(), n, blocks, index64);
           CHECK(to_host<float>(c, d_out, want.size()) == want);
         }
+}
+
+TEST_CASE("copy_rows (a concatenation's parts, cudaMemcpy2DAsync) matches the CPU reference exactly") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  // 7 rows of 13 floats out of rows 21 floats apart, into rows 30 floats apart at offset 5.
+  const size_t rows = 7, width = 13, src_pitch = 21, dst_pitch = 30;
+  auto src = random_vector(rows * src_pitch, 31);
+  std::vector<float> dst(rows * dst_pitch, -1.f);
+  cpu::copy_rows(pool, dst.data() + 5, dst_pitch * 4, src.data(), src_pitch * 4, width * 4, rows);
+  auto d_src = to_device(c, src);
+  auto d_dst = to_device(c, std::vector<float>(rows * dst_pitch, -1.f));
+  cuda::copy_rows(c, static_cast<float*>(d_dst.get()) + 5, dst_pitch * 4, d_src.get(), src_pitch * 4, width * 4, rows);
+  CHECK(to_host<float>(c, d_dst, rows * dst_pitch) == dst);
+  CHECK(dst[5] == src[0]);
+  CHECK(dst[dst_pitch + 5 + width - 1] == src[src_pitch + width - 1]);
 }
 
 TEST_CASE("relu, add and SGD match the CPU reference exactly") {

@@ -9,6 +9,10 @@ ModelState load_weights(const std::string& path, const ModelLayout& layout, cons
     return load_safetensors(path, layout);
   } catch (const RuntimeError& e) {
     const std::string what = e.what();
+    if (model.file && (what.find("' has shape") != std::string::npos || what.find("unexpected tensor") != std::string::npos ||
+                       what.find("missing") != std::string::npos))
+      throw UsageError(what + " (the weights are not those of the module " + model.name +
+                       " was exported from: export them with its --weights)");
     if (!model.language_model() || what.find("' has shape") == std::string::npos) throw;
     std::string hint = "the file's GPT has other sizes than --gpt-layers/--gpt-dim/--context/--vocab say";
     if (what.find("'transformer.wpe.weight'") != std::string::npos)

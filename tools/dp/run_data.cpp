@@ -72,6 +72,14 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
                          " takes token files (train.bin, val.bin), a text file or a directory of text files");
     d.tokens = load_token_data(o.data);
   }
+  if (setup.model.file) {  // a token model file: its context and vocabulary are the file's
+    d.context = setup.model.input_shape[0];
+    check_ids(d.tokens.train, setup.model.classes);
+    check_ids(d.tokens.val, setup.model.classes);
+    check_token_split(d.tokens.train, o.batch, d.context);
+    d.description = d.tokens.description;
+    return d;
+  }
   GptConfig cfg;
   cfg.layers = o.gpt_layers, cfg.heads = o.gpt_heads, cfg.dim = o.gpt_dim, cfg.context = o.context;
   cfg.dropout = o.dropout;
@@ -104,7 +112,10 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
   if (sample != model.input_shape)
     throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data (" +
                        d.images.description + ") has " + shape_str(sample) +
-                       (model.input_shape[0] == 3 ? ": use CIFAR-10 data" : ": use MNIST-style data"));
+                       (model.file ? ": export the model with --input " + std::to_string(sample[0]) + "x" +
+                                         std::to_string(sample[1]) + "x" + std::to_string(sample[2]) + " for this data"
+                        : model.input_shape[0] == 3 ? ": use CIFAR-10 data"
+                                                    : ": use MNIST-style data"));
   if (train.count == 0) throw RuntimeError(train.source + ": no training samples");
   if (o.batch > train.count)
     throw UsageError("--batch " + std::to_string(o.batch) + " is larger than the training set (" +
@@ -116,8 +127,8 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
 }  // namespace
 
 TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed) {
-  if (model.input_shape == Shape{3, 32, 32}) return generate_cifar_like(train, test, seed);
-  return generate_dataset(train, test, seed);  // 1x28x28; another shape is reported by load_run_data
+  if (model.language_model()) return generate_dataset(train, test, seed);  // not drawn for token models
+  return generate_images(model.input_shape, model.classes, train, test, seed);
 }
 
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,

@@ -135,7 +135,10 @@ namespace {
 // The model and its own options: the GPT's shape flags (refused on other models) and --recompute.
 void check_model_options(const RunOptions& o, RunSetup& r) {
   r.model = find_model(o.model);
-  if (r.model.language_model()) {
+  if (r.model.file && o.gpt_flags_given) {
+    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; a model "
+                     "file (" + o.model + ") has its own shape (export it again to change it)");
+  } else if (r.model.language_model()) {
     if (o.gpt_layers < 1 || o.gpt_heads < 1 || o.gpt_dim < 1 || o.context < 1)
       throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim and --context must be > 0");
     if (o.gpt_dim % o.gpt_heads != 0)

@@ -9,7 +9,7 @@ namespace dp::cli {
 nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimizer, const TrainOptions& o,
                             const ProcessGroup* group) {
   nlohmann::json identity{{"model", model.name}, {"optimizer", optimizer_name(optimizer)}, {"batch", o.batch}};
-  if (model.language_model())
+  if (model.language_model() && !model.file)
     identity["gpt"] = {{"layers", o.gpt_layers}, {"heads", o.gpt_heads}, {"dim", o.gpt_dim}, {"context", o.context},
                        {"vocab", model.classes}};
   if (group) identity["processes"] = group->size();

@@ -1,0 +1,190 @@
+"""Model files (tools/export_model.py, dp --model FILE.json): the exporter's output and refusals,
+the built-in resnet8's PyTorch twin exported and trained bit for bit as --model resnet8 (every
+step shape), the commands on a file (train, eval, memprof, demo, plan, checkpoints), data that
+follows the file's input shape, and every bad file dp refuses with exit 2 naming what is wrong.
+
+usage: test_model_file.py DP_BINARY   (exit 77 = skipped: no torch)
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    print("SKIP: PyTorch is not installed (apt-get install python3-torch)")
+    sys.exit(77)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from checks import Cli, mnist_like_dir  # noqa: E402
+
+CLI = Cli()
+check, run, expect = CLI.check, CLI.run, CLI.expect
+EXPORT = os.path.join(HERE, "..", "..", "tools", "export_model.py")
+TORCH_TESTS = os.path.join(HERE, "..", "torch")
+
+
+def export(args):
+    p = subprocess.run(["/usr/bin/python3", EXPORT] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def read(path):
+    return open(path, "rb").read()
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    def at(name):
+        return os.path.join(tmp, name)
+
+    # ---- the exporter
+    with open(at("twin.py"), "w") as f:
+        f.write(f"import sys\nsys.path.insert(0, {TORCH_TESTS!r})\nimport reference\n\n"
+                "def resnet8():\n    return reference.make_model('resnet8')\n")
+    rc, out, err = export([at("twin.py") + ":resnet8", "--input", "3x32x32", "--out", at("r8.json"),
+                           "--weights", at("r8.safetensors")])
+    check("the resnet8 twin exports", rc == 0 and os.path.exists(at("r8.json")), err)
+    doc = json.load(open(at("r8.json")))
+    check("the file names its format and version", doc["format"] == "dp-model" and doc["version"] == 1, str(doc)[:200])
+    check("the input is one sample's shape", doc["input"] == {"name": "x", "kind": "image", "shape": [3, 32, 32],
+                                                              "dtype": "float32"}, str(doc["input"]))
+    names = [n["name"] for n in doc["nodes"]]
+    check("nodes are unique and in order, each reading earlier nodes",
+          len(set(names)) == len(names) and all(i in names[:k] or i == "x" for k, n in enumerate(doc["nodes"])
+                                                for i in n["inputs"]), str(names))
+    first = doc["nodes"][0]
+    check("a node records its module path, attributes, output shape and source line",
+          first["module"] == "conv1" and first["attrs"]["out_channels"] == 16 and first["shape"] == [16, 32, 32]
+          and first["where"].startswith("reference.py:"), str(first))
+    check("the state is the module's state_dict, in order",
+          [s["name"] for s in doc["state"]][:3] == ["conv1.weight", "bn1.weight", "bn1.bias"]
+          and any(s["name"] == "bn1.num_batches_tracked" and s["kind"] == "buffer" for s in doc["state"]),
+          str(doc["state"][:6]))
+
+    with open(at("bad.py"), "w") as f:
+        f.write("import torch.nn as nn\n\nclass Sines(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.fc(x.sin())\n\n"
+                "def three():\n    return 3\n")
+    rc, out, err = export([at("bad.py") + ":Sines", "--input", "4", "--out", at("s.json")])
+    check("an op dp does not run is refused naming it, its node and the source line",
+          rc == 2 and "Tensor.sin" in err and "bad.py:9" in err and not os.path.exists(at("s.json")), err)
+    rc, out, err = export(["no_such_package.models:Net", "--input", "3x32x32", "--out", at("n.json")])
+    check("a spec that imports nothing is refused", rc == 2 and "cannot import 'no_such_package.models'" in err, err)
+    rc, out, err = export([at("bad.py") + ":Missing", "--input", "4", "--out", at("n.json")])
+    check("a spec naming nothing in its module is refused", rc == 2 and "has no 'Missing'" in err, err)
+    rc, out, err = export([at("bad.py") + ":three", "--input", "4", "--out", at("n.json")])
+    check("a spec returning no module is refused", rc == 2 and "returned int, not an nn.Module" in err, err)
+    rc, out, err = export([at("twin.py") + ":resnet8", "--input", "3by32", "--out", at("n.json")])
+    check("a bad --input is refused", rc == 2 and "--input 3by32" in err, err)
+    rc, out, err = export([at("twin.py") + ":resnet8", "--input", "3x32x32", "--out", at("n.txt")])
+    check("an --out not ending in .json is refused", rc == 2 and ".json" in err, err)
+
+    # ---- the twin trains as the built-in, bit for bit, under every step shape
+    for devices, split, sync in (("host:2", "even", "reduce"), ("host:3", "chunks:5,2,4", "reduce"),
+                                 ("host:3", "even", "allreduce"), ("host:2", "even", "zero2"),
+                                 ("host:2", "even", "zero3")):
+        got = {}
+        for model in ("resnet8", at("r8.json")):
+            out_file = at(f"w-{len(got)}.safetensors")
+            rc, out, err = run(["train", "--model", model, "--devices", devices, "--split", split, "--sync", sync,
+                                "--batch", "11", "--steps", "3", "--init", at("r8.safetensors"), "--save", out_file])
+            got[model] = read(out_file) if rc == 0 else err
+        check(f"the exported twin trains as --model resnet8 bit for bit ({devices} {split} --sync {sync})",
+              got["resnet8"] == got[at("r8.json")] and isinstance(got["resnet8"], bytes), str(got)[:300])
+    rc, out, err = run(["train", "--model", at("r8.json"), "--devices", "host:2", "--batch", "8", "--steps", "2"])
+    check("train's header names the model file", rc == 0 and "r8.json" in out + err, out + err)
+
+    # ---- the commands on a file
+    rc, out, err = run(["memprof", "--model", at("r8.json"), "--devices", "host:3", "--batch", "12"])
+    check("memprof runs a model file", rc == 0 and "gpu0 excess" in out, out + err)
+    rc, out, err = run(["demo", "--model", at("r8.json")])
+    check("demo narrates a model file's step", rc == 0 and "scatter" in out and "r8.json" in out, out[:300] + err)
+    rc, out, err = run(["plan", "--model", at("r8.json"), "--devices", "meta:4", "--batch", "64", "--compare"])
+    check("plan compares strategies for a model file", rc == 0 and "ZeRO-3" in out, out[-500:] + err)
+    plan = at("plan.json")
+    mem = at("mem.json")
+    run(["plan", "--model", at("r8.json"), "--devices", "meta:3", "--batch", "12", "--json", plan])
+    run(["memprof", "--model", at("r8.json"), "--devices", "host:3", "--batch", "12", "--json", mem])
+    if os.path.exists(plan) and os.path.exists(mem):
+        p, m = json.load(open(plan)), json.load(open(mem))
+        check("plan on meta:3 equals memprof on host:3 for a model file, device by device",
+              [{k: v for k, v in d.items() if k != "name"} for d in p["devices"]]
+              == [{k: v for k, v in d.items() if k != "name"} for d in m["devices"]], str(p["devices"])[:300])
+    else:
+        check("plan and memprof write their reports for a model file", False)
+    ck = at("ck")
+    rc, out, err = run(["train", "--model", at("r8.json"), "--devices", "host:2", "--batch", "8", "--steps", "4",
+                        "--checkpoint", ck, "--checkpoint-every", "2", "--save", at("straight.safetensors"),
+                        "--no-shuffle"])
+    rc2, out2, err2 = run(["train", "--model", at("r8.json"), "--devices", "host:2", "--batch", "8", "--steps", "4",
+                           "--resume", os.path.join(ck, "step-00000002"), "--save", at("resumed.safetensors"),
+                           "--no-shuffle"])
+    check("a model file's checkpoint resumes bit for bit", rc == 0 and rc2 == 0 and
+          read(at("straight.safetensors")) == read(at("resumed.safetensors")), err + err2)
+    rc, out, err = run(["eval", "--model", at("r8.json"), "--weights", at("straight.safetensors"), "--devices",
+                        "host:2"])
+    check("eval runs a model file's weights", rc == 0 and "accuracy" in out.lower(), out + err)
+
+    # ---- data follows the file's input shape
+    with open(at("small.py"), "w") as f:
+        f.write("import torch.nn as nn\n\ndef net(classes=4):\n    return nn.Sequential(nn.Conv2d(2, 4, 3, 2, 1), "
+                "nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, classes))\n")
+    rc, out, err = export([at("small.py") + ":net", "--kwargs", '{"classes": 3}', "--input", "2x20x24", "--out",
+                           at("small.json")])
+    check("--kwargs reaches the callable", rc == 0 and json.load(open(at("small.json")))["nodes"][-1]["shape"] == [3],
+          err)
+    rc, out, err = run(["train", "--model", at("small.json"), "--devices", "host:2", "--batch", "8", "--steps", "2"])
+    check("generated data follows the file's input shape and classes",
+          rc == 0 and "generated images of shapes, [2, 20, 24]" in out + err, out + err)
+    data = mnist_like_dir(tmp, 16, 4)
+    expect("data of another shape is an error naming both", ["train", "--model", at("small.json"), "--data", data,
+                                                              "--steps", "1"], 1, "takes [2, 20, 24] samples")
+    expect("the GPT's flags are refused on a model file",
+           ["train", "--model", at("small.json"), "--gpt-layers", "2"], 2, "has its own shape")
+    expect("--init of another model is refused naming the tensor",
+           ["train", "--model", at("small.json"), "--init", at("r8.safetensors"), "--steps", "1"], 2,
+           "not those of the module")
+
+    # ---- bad files: exit 2, the problem named, nothing written
+    def bad(name, mutate, needle):
+        d = copy.deepcopy(doc)
+        text = mutate(d)
+        path = at("bad.json")
+        with open(path, "w") as f:
+            f.write(text if isinstance(text, str) else json.dumps(d))
+        expect(name, ["train", "--model", path, "--steps", "1", "--save", at("never.safetensors")], 2, needle)
+        check(name + ": nothing written", not os.path.exists(at("never.safetensors")))
+
+    def node(d, name):
+        return next(n for n in d["nodes"] if n["name"] == name)
+
+    bad("malformed JSON", lambda d: '{"format": "dp-model", ', "not valid JSON")
+    bad("another format", lambda d: d.update(format="onnx"), "not a dp model file")
+    bad("another version", lambda d: d.update(version=2), "format version 2")
+    bad("an unknown op names its node", lambda d: node(d, "layer1_0_relu").update(op="swish"),
+        "node 'layer1_0_relu' (swish, at resnet.py:")
+    bad("an input naming no node", lambda d: node(d, "fc").update(inputs=["nowhere"]),
+        "reads 'nowhere', which is neither the input nor a node")
+    bad("an input naming a later node (a cycle)", lambda d: node(d, "conv1").update(inputs=["fc"]),
+        "comes after it")
+    bad("two nodes of one name", lambda d: node(d, "bn1").update(name="conv1"), "two nodes are named 'conv1'")
+    bad("a shape that does not follow names the node and both shapes",
+        lambda d: node(d, "fc")["attrs"].update(in_features=100),
+        "node 'fc' (linear, at reference.py:61): Linear(in_features=100, out_features=10) expects inputs of shape "
+        "[..., 100], got [128] (its input 'flatten' has shape [128])")
+    bad("a recorded shape that differs", lambda d: node(d, "layer2_0_conv1").update(shape=[32, 15, 15]),
+        "its output has shape [32, 16, 16], but the file records [32, 15, 15]")
+    bad("state under another name", lambda d: d["state"][0].update(name="conv0.weight"), "conv0.weight")
+    bad("state of another shape", lambda d: d["state"][0].update(shape=[16, 3, 5, 5]), "[16, 3, 5, 5]")
+    bad("a module with parameters run twice", lambda d: node(d, "layer1_0_conv2").update(module="layer1.0.conv1"),
+        "a second time")
+    bad("a value no node reads", lambda d: d.update(output="layer4_0_relu_1"), "no node reads its output")
+    bad("an output that is not [classes]", lambda d: (d["nodes"].pop(), d["nodes"].pop(), d.update(output="avgpool"),
+                                                     d.update(state=d["state"][:-2])),
+        "cross-entropy needs [classes]")
+
+CLI.finish()

@@ -1,0 +1,39 @@
+"""PyTorch models that dp runs from model files (tools/export_model.py), for the cross-checks:
+torchvision's own classifiers and a hand-written module with the graph's joins."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Joins(nn.Module):
+    """A residual add, a channel concatenation of two branches, functional relu and flatten, and a
+    module path two levels deep: what a graph (not a chain) of modules needs."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8))
+        self.left = nn.Conv2d(8, 8, 3, 1, 1)
+        self.right = nn.Sequential(nn.Conv2d(8, 4, 1), nn.ReLU(), nn.Conv2d(4, 8, 3, 2, 1))
+        self.down = nn.MaxPool2d(2, 2)
+        self.head = nn.ModuleDict({"norm": nn.BatchNorm2d(16), "fc": nn.Linear(16 * 16 * 16, classes)})
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        y = x + self.left(x)                      # residual add: x read twice
+        z = torch.cat([self.down(y), self.right(x)], dim=1)  # channel cat of two branches
+        z = F.relu(self.head["norm"](z))
+        return self.head["fc"](torch.flatten(z, 1))
+
+
+def make(name):
+    import torchvision
+    if name == "joins":
+        return Joins()
+    if name == "tv_resnet18":
+        return torchvision.models.resnet18(num_classes=10)
+    if name == "tv_resnet50":
+        return torchvision.models.resnet50(num_classes=10)
+    if name == "resnet8_twin":
+        import reference
+        return reference.make_model("resnet8")
+    raise ValueError(name)

@@ -1,0 +1,34 @@
+"""Model files against PyTorch: each model exported with tools/export_model.py, trained by dp from
+the module's own weights (--init) and by the PyTorch reference of the DataParallel step
+(crosscheck.py's), per-step losses, gradient norms and every weight and buffer compared; the saved
+weights load into the original module with strict=True.
+
+usage: model_file_crosscheck.py DP_BINARY   (exit 77 = skipped: no torch or torchvision)
+"""
+import sys
+
+try:
+    import torch  # noqa: F401
+    import torchvision  # noqa: F401
+except ImportError:
+    print("SKIP: PyTorch or torchvision is not installed (apt-get install python3-torch python3-torchvision)")
+    sys.exit(77)
+
+import crosscheck
+
+SGD = ["--lr", "0.02", "--momentum", "0.9"]
+ADAMW = ["--optimizer", "adamw", "--lr", "0.001", "--momentum", "0"]
+CASES = [
+    # model, devices, batch, split, steps, flags (CIFAR-shaped 3x32x32 samples)
+    ("file:resnet8_twin", 3, 11, "chunks:5,4,2", 3, SGD + ["--weight-decay", "0.0005"]),
+    ("file:joins", 3, 11, "chunks:5,4,2", 3, SGD),
+    ("file:joins", 4, 12, "even", 3, ADAMW),
+    # torchvision's stem takes 32x32 down to 1x1 at layer4, where BatchNorm normalises each
+    # chunk's few values: chunks of 8 or more keep float32 from flipping the step.
+    ("file:tv_resnet18", 3, 27, "chunks:8,10,9", 3, SGD),
+    ("file:tv_resnet18", 4, 32, "even", 3, ADAMW),
+    ("file:tv_resnet50", 4, 32, "even", 2, SGD),
+]
+
+if __name__ == "__main__":
+    crosscheck.main(CASES, continue_checks=False, cifar_samples=128)
