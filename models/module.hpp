@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "engine/tensor.hpp"
+#include "kernels/activation_math.hpp"
 #include "kernels/dropout_mask.hpp"
 
 namespace dp {
@@ -161,6 +162,8 @@ std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int
                                     bool bias = true, WeightInit init = WeightInit::PyTorchDefault);
 std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f);
 std::unique_ptr<Module> make_relu();
+// nn.ReLU6, nn.SiLU, nn.Sigmoid, nn.Tanh (models/activation.cpp).
+std::unique_ptr<Module> make_activation(Activation a);
 // PyTorch's MaxPool2d (padding never wins: it is −inf; ceil_mode's partial last window).
 std::unique_ptr<Module> make_maxpool2d(int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);
 std::unique_ptr<Module> make_adaptive_avgpool2d_1x1();  // AdaptiveAvgPool2d((1, 1))

@@ -226,6 +226,31 @@ TEST_CASE("ReLU gradients match finite differences away from the kink") {
   gradcheck(*layer, {3, 20}, v);
 }
 
+TEST_CASE("ReLU6, SiLU, Sigmoid and Tanh: PyTorch's values, and gradients that match finite differences") {
+  // Inputs over [-8, 8], kept 0.05 away from ReLU6's kinks at 0 and 6.
+  auto v = random_vector(80, 23, -8.f, 8.f);
+  for (auto& x : v)
+    for (float kink : {0.f, 6.f})
+      if (std::abs(x - kink) < 0.05f) x = kink + (x < kink ? -0.05f : 0.05f);
+  for (Activation a : {Activation::ReLU6, Activation::SiLU, Activation::Sigmoid, Activation::Tanh}) {
+    INFO(activation_name(a));
+    auto layer = make_activation(a);
+    gradcheck(*layer, {4, 20}, v, true, 1e-3f);
+  }
+  auto devs = host_devices(1);
+  const std::vector<float> x{-7.f, -1.f, 0.f, 0.5f, 3.f, 6.5f};
+  const Tensor in = tensor_from(devs[0], {1, 6}, x);
+  auto values = [&](Activation a) { return to_vector(make_activation(a)->forward(devs[0], in, false)); };
+  CHECK(values(Activation::ReLU6) == std::vector<float>{0.f, 0.f, 0.f, 0.5f, 3.f, 6.f});
+  const auto silu = values(Activation::SiLU), sig = values(Activation::Sigmoid), tanh = values(Activation::Tanh);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double s = 1.0 / (1.0 + std::exp(-double(x[i])));
+    CHECK(sig[i] == doctest::Approx(s).epsilon(1e-6));
+    CHECK(silu[i] == doctest::Approx(x[i] * s).epsilon(1e-6));
+    CHECK(tanh[i] == doctest::Approx(std::tanh(double(x[i]))).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("MaxPool2d gradients match finite differences with distinct inputs") {
   std::vector<float> v(2 * 2 * 6 * 6);
   std::iota(v.begin(), v.end(), 0.f);

@@ -115,6 +115,16 @@ def module_op(m):
         return "embedding", {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim}
     if type(m) is nn.ReLU:
         return "relu", {}
+    if type(m) is nn.ReLU6:
+        return "relu6", {}
+    if type(m) is nn.SiLU:
+        return "silu", {}
+    if type(m) is nn.Sigmoid:
+        return "sigmoid", {}
+    if type(m) is nn.Tanh:
+        return "tanh", {}
+    if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
+        return "relu6", {}
     if type(m) is nn.GELU:
         return "gelu", {"approximate": getattr(m, "approximate", "none")}
     if type(m) is nn.Dropout:
@@ -147,6 +157,14 @@ def function_op(node):
             return "add", {}
         if t in (F.relu, torch.relu):
             return "relu", {}
+        if t is F.relu6:
+            return "relu6", {}
+        if t is F.silu:
+            return "silu", {}
+        if t in (torch.sigmoid, F.sigmoid):
+            return "sigmoid", {}
+        if t in (torch.tanh, F.tanh):
+            return "tanh", {}
         if t is F.gelu:
             return "gelu", {"approximate": kw.get("approximate", "none")}
         if t is torch.flatten:
@@ -163,8 +181,8 @@ def function_op(node):
             return "reshape", {}
         if t == "flatten":
             return "flatten", {"start_dim": arg(1, "start_dim", 0), "end_dim": arg(2, "end_dim", -1)}
-        if t == "relu":
-            return "relu", {}
+        if t in ("relu", "sigmoid", "tanh"):
+            return t, {}
         if t in ("add", "add_", "__add__") and "alpha" not in kw:
             return "add", {}
         if t == "contiguous":

@@ -190,7 +190,8 @@ class Cat final : public MultiInputOp {
 };
 
 const std::vector<std::string> kSingleInputOps = {
-    "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "gelu", "dropout", "max_pool2d",
+    "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
+    "gelu", "dropout", "max_pool2d",
     "adaptive_avg_pool2d", "flatten", "reshape", "identity"};
 const std::vector<std::string> kMultiInputOps = {"add", "cat"};
 
@@ -240,6 +241,10 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     return make_embedding(int_attr(n, "num_embeddings"), int_attr(n, "embedding_dim"), 1.0);
   }
   if (op == "relu") return make_relu();
+  if (op == "relu6") return make_activation(Activation::ReLU6);
+  if (op == "silu") return make_activation(Activation::SiLU);
+  if (op == "sigmoid") return make_activation(Activation::Sigmoid);
+  if (op == "tanh") return make_activation(Activation::Tanh);
   if (op == "gelu") {
     require(n, !n.attrs.contains("approximate") || attr(n, "approximate") == "none",
             "GELU's approximate='tanh' is not run by dp (the exact erf form is)");

@@ -149,6 +149,21 @@ with tempfile.TemporaryDirectory() as tmp:
            ["train", "--model", at("small.json"), "--init", at("r8.safetensors"), "--steps", "1"], 2,
            "not those of the module")
 
+    # ---- a token model: its context and vocabulary are the file's
+    with open(at("tok.py"), "w") as f:
+        f.write("import torch.nn as nn\n\nclass Tok(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.wte = nn.Embedding(256, 16)\n        self.ln = nn.LayerNorm(16)\n"
+                "        self.head = nn.Linear(16, 256)\n\n    def forward(self, idx):\n"
+                "        x = self.wte(idx)\n        return self.head(x + self.ln(x))\n")
+    rc, out, err = export([at("tok.py") + ":Tok", "--input", "tokens:12", "--out", at("tok.json")])
+    tok = json.load(open(at("tok.json"))) if rc == 0 else {}
+    check("a token model exports with its input kind", rc == 0 and tok["input"]["kind"] == "tokens"
+          and tok["nodes"][-1]["shape"] == [12, 256], err)
+    rc, out, err = run(["train", "--model", at("tok.json"), "--devices", "host:2", "--batch", "6", "--steps", "3"])
+    check("a token model file trains on the generated corpus", rc == 0 and "step 3/3" in out + err, out + err)
+    rc, out, err = run(["memprof", "--model", at("tok.json"), "--devices", "host:2", "--batch", "6"])
+    check("memprof runs a token model file", rc == 0 and "gpu0 excess" in out, out + err)
+
     # ---- bad files: exit 2, the problem named, nothing written
     def bad(name, mutate, needle):
         d = copy.deepcopy(doc)

@@ -33,6 +33,7 @@
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "kernels/ops/attention.hpp"
+#include "kernels/ops/activation.hpp"
 #include "kernels/ops/adamw.hpp"
 #include "kernels/ops/dropout.hpp"
 #include "kernels/ops/pixels.hpp"
@@ -577,6 +578,37 @@ TEST_CASE("copy_rows (a concatenation's parts, cudaMemcpy2DAsync) matches the CP
   CHECK(to_host<float>(c, d_dst, rows * dst_pitch) == dst);
   CHECK(dst[5] == src[0]);
   CHECK(dst[dst_pitch + 5 + width - 1] == src[src_pitch + width - 1]);
+}
+
+TEST_CASE("ReLU6, SiLU, Sigmoid and Tanh forward and backward match the CPU reference, float32 and 16-bit") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t n = 10007;
+  auto x = random_vector(n, 41, -8.f, 8.f), dy = random_vector(n, 42);
+  for (Activation a : {Activation::ReLU6, Activation::SiLU, Activation::Sigmoid, Activation::Tanh}) {
+    INFO(activation_name(a));
+    std::vector<float> y(n), dx(n);
+    cpu::activation_forward(pool, a, y.data(), x.data(), n);
+    cpu::activation_backward(pool, a, dx.data(), dy.data(), x.data(), n);
+    auto d_x = to_device(c, x), d_dy = to_device(c, dy);
+    cuda::DeviceBuffer d_y(c, n * 4), d_dx(c, n * 4);
+    cuda::activation_forward(c, a, DType::F32, d_y.get(), d_x.get(), n);
+    cuda::activation_backward(c, a, DType::F32, d_dx.get(), d_dy.get(), d_x.get(), n);
+    CHECK(rel_error(to_host<float>(c, d_y, n), y) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dx, n), dx) < kTol);
+    for (DType t : {DType::BF16, DType::F16}) {
+      Pair16 x16(c, random_16bit(n, 43, t), t), dy16(c, random_16bit(n, 44, t), t), y16(c, n, t), dx16(c, n, t);
+      const auto xs = x16.host_values(), dys = dy16.host_values();
+      std::vector<float> want_y(n), want_dx(n);
+      cpu::activation_forward(pool, a, want_y.data(), xs.data(), n);
+      cpu::activation_backward(pool, a, want_dx.data(), dys.data(), xs.data(), n);
+      cuda::activation_forward(c, a, t, y16.dev.get(), x16.dev.get(), n);
+      cuda::activation_backward(c, a, t, dx16.dev.get(), dy16.dev.get(), x16.dev.get(), n);
+      const double tol = t == DType::BF16 ? 8e-3 : 1e-3;  // one rounding of the float32 result
+      CHECK(rel_error(y16.device_values(c), want_y) < tol);
+      CHECK(rel_error(dx16.device_values(c), want_dx) < tol);
+    }
+  }
 }
 
 TEST_CASE("relu, add and SGD match the CPU reference exactly") {

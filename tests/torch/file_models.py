@@ -33,6 +33,14 @@ def make(name):
         return torchvision.models.resnet18(num_classes=10)
     if name == "tv_resnet50":
         return torchvision.models.resnet50(num_classes=10)
+    if name == "tv_squeezenet1_1":  # its classifier's Dropout(0.5) at p = 0: PyTorch's masks are not dp's
+        model = torchvision.models.squeezenet1_1(num_classes=10)
+        model.classifier[0].p = 0.0
+        return model
+    if name == "tiny_activations":
+        return nn.Sequential(nn.Conv2d(3, 6, 3, 2, 1), nn.ReLU6(), nn.Conv2d(6, 6, 3, 2, 1), nn.SiLU(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 12),
+                             nn.Sigmoid(), nn.Linear(12, 10))
     if name == "resnet8_twin":
         import reference
         return reference.make_model("resnet8")

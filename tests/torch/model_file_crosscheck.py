@@ -27,7 +27,12 @@ CASES = [
     # chunk's few values: chunks of 8 or more keep float32 from flipping the step.
     ("file:tv_resnet18", 3, 27, "chunks:8,10,9", 3, SGD),
     ("file:tv_resnet18", 4, 32, "even", 3, ADAMW),
-    ("file:tv_resnet50", 4, 32, "even", 2, SGD),
+    ("file:tv_resnet50", 4, 32, "even", 2, ["--lr", "0.002", "--momentum", "0.9"]),
+    # SqueezeNet 1.1: Fire modules' channel cat, ceil_mode max-pooling, a convolution as classifier.
+    ("file:tv_squeezenet1_1", 3, 14, "chunks:6,5,3", 3, SGD),
+    ("file:tv_squeezenet1_1", 4, 16, "even", 3, ADAMW),
+    # ReLU6, SiLU, Tanh and Sigmoid.
+    ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
 
 if __name__ == "__main__":

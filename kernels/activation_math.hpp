@@ -1,0 +1,55 @@
+// The element-wise activations beyond ReLU (ReLU6, SiLU, Sigmoid, Tanh): one definition of each
+// function and its derivative, shared by the CPU reference and the CUDA kernels. Backward works
+// from the input x, which the module keeps: dL/dx = dL/dy · f'(x).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/scalar_arg.hpp"
+
+namespace dp {
+
+enum class Activation : int32_t { ReLU6, SiLU, Sigmoid, Tanh };
+
+inline const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::ReLU6: return "ReLU6";
+    case Activation::SiLU: return "SiLU";
+    case Activation::Sigmoid: return "Sigmoid";
+    case Activation::Tanh: return "Tanh";
+  }
+  return "?";
+}
+
+DP_HOST_DEVICE inline float sigmoid_of(float x) { return 1.f / (1.f + expf(-x)); }
+
+DP_HOST_DEVICE inline float activation_value(Activation a, float x) {
+  switch (a) {
+    case Activation::ReLU6: return x != x ? x : fminf(fmaxf(x, 0.f), 6.f);  // NaN stays NaN, as PyTorch's hardtanh
+    case Activation::SiLU: return x * sigmoid_of(x);
+    case Activation::Sigmoid: return sigmoid_of(x);
+    case Activation::Tanh: return tanhf(x);
+  }
+  return x;
+}
+
+DP_HOST_DEVICE inline float activation_gradient(Activation a, float x, float dy) {
+  switch (a) {
+    case Activation::ReLU6: return x > 0.f && x < 6.f ? dy : 0.f;  // PyTorch's hardtanh_backward: open interval
+    case Activation::SiLU: {
+      const float s = sigmoid_of(x);
+      return dy * s * (1.f + x * (1.f - s));
+    }
+    case Activation::Sigmoid: {
+      const float s = sigmoid_of(x);
+      return dy * s * (1.f - s);
+    }
+    case Activation::Tanh: {
+      const float t = tanhf(x);
+      return dy * (1.f - t * t);
+    }
+  }
+  return dy;
+}
+
+}  // namespace dp
