@@ -200,7 +200,7 @@ TrainTest generate_dataset(int64_t train_count, int64_t test_count, uint64_t see
 }
 
 TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, int64_t train_count, int64_t test_count,
-                          uint64_t seed) {
+                          uint64_t seed, bool drawn) {
   if (classes >= 10 && sample == Shape{3, 32, 32}) return generate_cifar_like(train_count, test_count, seed);
   if (classes >= 10 && sample == Shape{1, 28, 28}) return generate_dataset(train_count, test_count, seed);
   if (sample.size() != 3 || sample[0] < 1 || sample[1] < 1 || sample[2] < 1)
@@ -217,7 +217,7 @@ TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, i
     for (int64_t i = 0; i < count; ++i) {
       const int label = static_cast<int>(rng() % static_cast<uint64_t>(kinds));
       d.labels[static_cast<size_t>(i)] = static_cast<uint8_t>(label);
-      draw_scaled(d.images.data() + i * d.sample_pixels(), d.channels, d.rows, d.cols, label, rng);
+      if (drawn) draw_scaled(d.images.data() + i * d.sample_pixels(), d.channels, d.rows, d.cols, label, rng);
     }
     return d;
   };
@@ -225,7 +225,7 @@ TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, i
   TrainTest tt;
   tt.train = make_set(train_count, rng);
   tt.test = make_set(test_count, rng);
-  const std::string what = "images of shapes, " + shape_str(sample);
+  const std::string what = (drawn ? "images of shapes, " : "blank images, ") + shape_str(sample);
   tt.train.source = tt.test.source = "the generated " + what;
   tt.description = "generated " + what + " (" + std::to_string(train_count) + " train, " +
                    std::to_string(test_count) + " test)";

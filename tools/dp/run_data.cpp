@@ -105,7 +105,9 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
                        " takes images (use --model gpt for a language model)");
   // --generated-size, when given, is the size (memprof and demo otherwise take what their steps need).
   if (o.generated_size_given) generated_train = o.generated_train;
-  d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed)
+  // Meta devices read no pixel: a model file's plan at a real input size draws none.
+  const bool drawn = o.devices.rfind("meta", 0) != 0;
+  d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed, drawn)
                             : load_data_dir(o.data);
   const Dataset& train = d.images.train;
   const Shape sample{train.channels, train.rows, train.cols};
@@ -126,9 +128,9 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
 
 }  // namespace
 
-TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed) {
+TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed, bool drawn) {
   if (model.language_model()) return generate_dataset(train, test, seed);  // not drawn for token models
-  return generate_images(model.input_shape, model.classes, train, test, seed);
+  return generate_images(model.input_shape, model.classes, train, test, seed, drawn);
 }
 
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,

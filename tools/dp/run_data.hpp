@@ -60,7 +60,8 @@ BatchForm batch_form_for(const std::string& text, bool cuda, bool language);
 
 // The generated default that fits the model: seven-segment digits (1x28x28), CIFAR-style shapes
 // (3x32x32), or a generated corpus (bytes of sentences).
-TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed);
+// drawn = false: blank images (meta devices), for a shape the built-in generators do not make.
+TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed, bool drawn = true);
 
 // How many samples memprof and demo generate for `steps` steps of `accumulate` batches of --batch
 // (unless --generated-size says): that many, or for long runs (where the product may not
