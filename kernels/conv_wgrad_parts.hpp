@@ -60,7 +60,8 @@ inline Geometry geometry_of(const ConvShape& s) {
 inline bool eligible(const ConvShape& s) {
   const Geometry g = geometry_of(s);
   constexpr int64_t kIntLimit = std::numeric_limits<int32_t>::max() - kChunk;
-  return g.taps() >= 1 && g.taps() <= kMaxTaps && g.stride >= 1 && g.OH >= 0 && g.OW >= 0 &&
+  return s.groups == 1 && s.dilation == 1 && g.taps() >= 1 && g.taps() <= kMaxTaps && g.stride >= 1 && g.OH >= 0 &&
+         g.OW >= 0 &&
          g.N * g.C * g.H * g.W <= kIntLimit && g.N * g.K * g.OH * g.OW <= kIntLimit;
 }
 

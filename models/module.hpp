@@ -158,8 +158,10 @@ enum class WeightInit {
 };
 // init_std 0: PyTorch's default init; > 0: N(0, init_std) weights and zero bias (nanoGPT's).
 std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias = true, double init_std = 0);
+// groups: in and out in that many independent parts (depthwise: groups = in); dilation: taps apart.
 std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
-                                    bool bias = true, WeightInit init = WeightInit::PyTorchDefault);
+                                    bool bias = true, WeightInit init = WeightInit::PyTorchDefault, int64_t groups = 1,
+                                    int64_t dilation = 1);
 std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f);
 std::unique_ptr<Module> make_relu();
 // nn.ReLU6, nn.SiLU, nn.Sigmoid, nn.Tanh (models/activation.cpp).

@@ -131,6 +131,43 @@ TEST_CASE("Conv2d gradients match finite differences (padding, stride)") {
     auto layer = make_conv2d(1, 2, 3, 1, 0);
     gradcheck(*layer, {3, 1, 5, 5}, random_vector(75, 4), false);
   }
+  SUBCASE("groups 2, stride 1, padding 1") {
+    auto layer = make_conv2d(4, 6, 3, 1, 1, true, WeightInit::PyTorchDefault, 2);
+    CHECK(layer->params()[0].shape == Shape{6, 2, 3, 3});
+    gradcheck(*layer, {2, 4, 5, 5}, random_vector(200, 5));
+  }
+  SUBCASE("depthwise (groups = channels), stride 2: MobileNetV2's") {
+    auto layer = make_conv2d(3, 3, 3, 2, 1, false, WeightInit::PyTorchDefault, 3);
+    gradcheck(*layer, {2, 3, 7, 6}, random_vector(252, 6));
+  }
+  SUBCASE("dilation 2 with groups 2, stride 2") {
+    auto layer = make_conv2d(2, 4, 3, 2, 2, true, WeightInit::PyTorchDefault, 2, 2);
+    CHECK(layer->output_shape({2, 9, 8}) == Shape{4, 5, 4});  // (9 + 4 - 5) / 2 + 1, (8 + 4 - 5) / 2 + 1
+    gradcheck(*layer, {2, 2, 9, 8}, random_vector(288, 7));
+  }
+}
+
+TEST_CASE("Conv2d with groups is its groups' convolutions side by side") {
+  // groups = 2 against two convolutions of half the channels each on the two halves.
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  auto grouped = make_conv2d(4, 6, 3, 1, 1, false, WeightInit::PyTorchDefault, 2);
+  auto half = make_conv2d(2, 3, 3, 1, 1, false);
+  const auto w = random_vector(6 * 2 * 9, 8), x = random_vector(2 * 4 * 25, 9);
+  Tensor wt = tensor_from(dev, {6, 2, 3, 3}, w), in = tensor_from(dev, {2, 4, 5, 5}, x);
+  grouped->bind({wt}, {Tensor()});
+  const std::vector<float> out = to_vector(grouped->forward(dev, in, false));
+  for (int g = 0; g < 2; ++g) {
+    std::vector<float> wg(w.begin() + g * 54, w.begin() + (g + 1) * 54), xg;
+    for (int n = 0; n < 2; ++n) xg.insert(xg.end(), x.begin() + (n * 4 + 2 * g) * 25, x.begin() + (n * 4 + 2 * g + 2) * 25);
+    Tensor wgt = tensor_from(dev, {3, 2, 3, 3}, wg), ing = tensor_from(dev, {2, 2, 5, 5}, xg);
+    half->bind({wgt}, {Tensor()});
+    const std::vector<float> part = to_vector(half->forward(dev, ing, false));
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 75; ++i) CHECK(out[(n * 6 + 3 * g) * 25 + i] == doctest::Approx(part[n * 75 + i]).epsilon(1e-6));
+    half->bind({}, {});
+  }
+  grouped->bind({}, {});
 }
 
 TEST_CASE("Conv2d without bias, and ResNet's strided convolutions") {

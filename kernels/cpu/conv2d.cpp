@@ -19,15 +19,16 @@ struct ValidRange {
   int64_t lo, hi;
 };
 ValidRange valid_columns(int64_t kj, const ConvShape& s) {
-  const int64_t a = s.pad - kj;            // ow·stride >= a
-  const int64_t b = s.W - 1 + s.pad - kj;  // ow·stride <= b
+  const int64_t a = s.pad - kj * s.dilation;            // ow·stride >= a
+  const int64_t b = s.W - 1 + s.pad - kj * s.dilation;  // ow·stride <= b
   if (b < 0) return {0, 0};
   const int64_t hi = std::min(s.OW(), b / s.stride + 1);
   const int64_t lo = a <= 0 ? 0 : (a + s.stride - 1) / s.stride;
   return {std::min(lo, hi), hi};
 }
 
-// col[(c,ki,kj), (oh,ow)] = in[c, oh*stride-pad+ki, ow*stride-pad+kj], zero outside the image.
+// col[(c,ki,kj), (oh,ow)] = in[c, oh*stride-pad+ki*dilation, ow*stride-pad+kj*dilation], zero
+// outside the image (rows for every channel: group g's are its channels' rows, contiguous).
 // The valid column range of each tap is computed once, so the inner loop is a plain
 // (vectorisable) copy for stride 1.
 void im2col(const float* in, float* col, const ConvShape& s) {
@@ -41,14 +42,14 @@ void im2col(const float* in, float* col, const ConvShape& s) {
         const float* plane = in + c * s.H * s.W;
         const ValidRange v = valid[static_cast<size_t>(kj)];
         for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t ih = oh * s.stride - s.pad + ki;
+          const int64_t ih = oh * s.stride - s.pad + ki * s.dilation;
           float* __restrict r = row + oh * OW;
           if (ih < 0 || ih >= s.H) {
             for (int64_t ow = 0; ow < OW; ++ow) r[ow] = 0.f;
             continue;
           }
           const float* __restrict src = plane + ih * s.W;
-          const int64_t shift = kj - s.pad;  // iw = ow·stride + shift
+          const int64_t shift = kj * s.dilation - s.pad;  // iw = ow·stride + shift
           // Rows are short (OW is 14 for MNIST's second conv): plain loops, no library calls.
           for (int64_t ow = 0; ow < v.lo; ++ow) r[ow] = 0.f;
           if (s.stride == 1)
@@ -73,11 +74,11 @@ void col2im(const float* col, float* in, const ConvShape& s) {
         float* plane = in + c * s.H * s.W;
         const ValidRange v = valid[static_cast<size_t>(kj)];
         for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t ih = oh * s.stride - s.pad + ki;
+          const int64_t ih = oh * s.stride - s.pad + ki * s.dilation;
           if (ih < 0 || ih >= s.H) continue;
           float* __restrict dst = plane + ih * s.W;
           const float* __restrict r = row + oh * OW;
-          const int64_t shift = kj - s.pad;
+          const int64_t shift = kj * s.dilation - s.pad;
           if (s.stride == 1)
             for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow + shift] += r[ow];
           else
@@ -112,7 +113,7 @@ void im2col_stride1(const float* in, float* col, float* padded, const ConvShape&
     for (int64_t ki = 0; ki < s.kh; ++ki)
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         float* __restrict row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
-        const float* __restrict src = padded + (c * PH + ki) * PW + kj;
+        const float* __restrict src = padded + (c * PH + ki * s.dilation) * PW + kj * s.dilation;
         for (int64_t oh = 0; oh < OH; ++oh)
           for (int64_t ow = 0; ow < OW; ++ow) row[oh * OW + ow] = src[oh * PW + ow];
       }
@@ -125,7 +126,7 @@ void col2im_stride1(const float* col, float* in, float* padded, const ConvShape&
     for (int64_t ki = 0; ki < s.kh; ++ki)
       for (int64_t kj = 0; kj < s.kw; ++kj) {
         const float* __restrict row = col + ((c * s.kh + ki) * s.kw + kj) * OH * OW;
-        float* __restrict dst = padded + (c * PH + ki) * PW + kj;
+        float* __restrict dst = padded + (c * PH + ki * s.dilation) * PW + kj * s.dilation;
         for (int64_t oh = 0; oh < OH; ++oh)
           for (int64_t ow = 0; ow < OW; ++ow) dst[oh * PW + ow] += row[oh * OW + ow];
       }
@@ -151,26 +152,28 @@ int parts_for(ThreadPool& pool, int64_t n) { return static_cast<int>(std::min<in
 }  // namespace
 
 int64_t conv2d_workspace_floats(const ConvShape& s, int threads, bool backward) {
-  int64_t col = s.col_rows() * s.col_cols() + padded_floats(s);  // columns and the padded input
+  int64_t col = s.all_col_rows() * s.col_cols() + padded_floats(s);  // columns and the padded input
   int64_t dw = s.K * s.col_rows() + s.K;  // per-thread weight and bias gradient partials
   return threads * (col + (backward ? dw : 0));
 }
 
 void conv2d_forward(ThreadPool& pool, float* out, const float* in, const float* w, const float* b,
                     const ConvShape& s, float* workspace) {
-  const int64_t rows = s.col_rows(), cols = s.col_cols();
+  // rows: one group's column rows; each group's output channels are its weight rows times its rows.
+  const int64_t rows = s.col_rows(), cols = s.col_cols(), Kg = s.K / s.groups;
   const int parts = parts_for(pool, s.N);
   pool.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      float* col = workspace + p * (rows * cols + padded_floats(s));
-      float* padded = col + rows * cols;
+      float* col = workspace + p * (s.all_col_rows() * cols + padded_floats(s));
+      float* padded = col + s.all_col_rows() * cols;
       for (int64_t n = s.N * p / parts; n < s.N * (p + 1) / parts; ++n) {
         float* o = out + n * s.K * cols;
         to_columns(in + n * s.C * s.H * s.W, col, padded, s);
         for (int64_t k = 0; k < s.K; ++k) std::fill(o + k * cols, o + (k + 1) * cols, b ? b[k] : 0.f);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(s.K), static_cast<int>(cols),
-                    static_cast<int>(rows), 1.f, w, static_cast<int>(rows), col, static_cast<int>(cols), 1.f, o,
-                    static_cast<int>(cols));
+        for (int64_t g = 0; g < s.groups; ++g)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(Kg), static_cast<int>(cols),
+                      static_cast<int>(rows), 1.f, w + g * Kg * rows, static_cast<int>(rows), col + g * rows * cols,
+                      static_cast<int>(cols), 1.f, o + g * Kg * cols, static_cast<int>(cols));
       }
     }
   });
@@ -178,14 +181,14 @@ void conv2d_forward(ThreadPool& pool, float* out, const float* in, const float* 
 
 void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const float* dout, const float* in,
                      const float* w, const ConvShape& s, float* workspace) {
-  const int64_t rows = s.col_rows(), cols = s.col_cols();
+  const int64_t rows = s.col_rows(), cols = s.col_cols(), Kg = s.K / s.groups;
   const int parts = parts_for(pool, s.N);
-  const int64_t col_floats = rows * cols + padded_floats(s), dw_floats = s.K * rows + s.K;
+  const int64_t col_floats = s.all_col_rows() * cols + padded_floats(s), dw_floats = s.K * rows + s.K;
   float* partials = workspace + static_cast<int64_t>(pool.size()) * col_floats;
   pool.parallel_for(parts, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       float* col = workspace + p * col_floats;
-      float* padded = col + rows * cols;
+      float* padded = col + s.all_col_rows() * cols;
       float* pdw = p == 0 ? dw : partials + p * dw_floats;  // part 0 writes straight to dw
       float* pdb = p == 0 ? db : partials + p * dw_floats + s.K * rows;
       std::fill(pdw, pdw + s.K * rows, 0.f);
@@ -193,10 +196,11 @@ void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
       for (int64_t n = s.N * p / parts; n < s.N * (p + 1) / parts; ++n) {
         const float* dy = dout + n * s.K * cols;
         to_columns(in + n * s.C * s.H * s.W, col, padded, s);
-        // dW += dY_n[K, cols] · col^T[cols, rows]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(s.K), static_cast<int>(rows),
-                    static_cast<int>(cols), 1.f, dy, static_cast<int>(cols), col, static_cast<int>(cols), 1.f, pdw,
-                    static_cast<int>(rows));
+        // dW_g += dY_n,g[Kg, cols] · col_g^T[cols, rows], group by group
+        for (int64_t g = 0; g < s.groups; ++g)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(Kg), static_cast<int>(rows),
+                      static_cast<int>(cols), 1.f, dy + g * Kg * cols, static_cast<int>(cols), col + g * rows * cols,
+                      static_cast<int>(cols), 1.f, pdw + g * Kg * rows, static_cast<int>(rows));
         if (pdb)
           for (int64_t k = 0; k < s.K; ++k) {
             const float* __restrict row = dy + k * cols;
@@ -206,10 +210,11 @@ void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
             pdb[k] += acc;
           }
         if (din) {
-          // dcol[rows, cols] = W^T[rows, K] · dY_n[K, cols], then scatter back to the input.
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(cols),
-                      static_cast<int>(s.K), 1.f, w, static_cast<int>(rows), dy, static_cast<int>(cols), 0.f, col,
-                      static_cast<int>(cols));
+          // dcol_g[rows, cols] = W_g^T[rows, Kg] · dY_n,g[Kg, cols], then scatter back to the input.
+          for (int64_t g = 0; g < s.groups; ++g)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(cols),
+                        static_cast<int>(Kg), 1.f, w + g * Kg * rows, static_cast<int>(rows), dy + g * Kg * cols,
+                        static_cast<int>(cols), 0.f, col + g * rows * cols, static_cast<int>(cols));
           from_columns(col, din + n * s.C * s.H * s.W, padded, s);
         }
       }

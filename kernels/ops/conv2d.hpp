@@ -1,4 +1,5 @@
-// Conv2d (square stride and padding, NCHW, weight [K, C, kh, kw], bias optional). CPU: im2col +
+// Conv2d (square stride and padding, NCHW, weight [K, C/groups, kh, kw], bias optional; groups and
+// dilation as PyTorch's). CPU: im2col +
 // one GEMM per sample (Caffe's approach) over the caller's workspace; CUDA: cuDNN, its workspace
 // from the device's allocator (MemCategory::Workspace), 16-bit operands on the tensor cores; in
 // float32 with deterministic algorithms (--cudnn's default), a small filter's weight gradient is
@@ -15,9 +16,13 @@ struct ConvShape {
   int64_t N, C, H, W;  // input
   int64_t K, kh, kw;   // output channels, kernel
   int64_t stride, pad;
-  int64_t OH() const { return (H + 2 * pad - kh) / stride + 1; }
-  int64_t OW() const { return (W + 2 * pad - kw) / stride + 1; }
-  int64_t col_rows() const { return C * kh * kw; }
+  // groups: C and K in that many independent parts (depthwise: groups = C), the weight
+  // [K, C/groups, kh, kw]; dilation: the kernel's taps that many pixels apart.
+  int64_t groups = 1, dilation = 1;
+  int64_t OH() const { return (H + 2 * pad - dilation * (kh - 1) - 1) / stride + 1; }
+  int64_t OW() const { return (W + 2 * pad - dilation * (kw - 1) - 1) / stride + 1; }
+  int64_t col_rows() const { return C / groups * kh * kw; }  // one group's: the weight's row length
+  int64_t all_col_rows() const { return C * kh * kw; }      // every group's: the column buffer's rows
   int64_t col_cols() const { return OH() * OW(); }
   int64_t in_numel() const { return N * C * H * W; }
   int64_t out_numel() const { return N * K * OH() * OW(); }

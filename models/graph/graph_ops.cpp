@@ -212,15 +212,17 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     return make_linear(int_attr(n, "in_features"), int_attr(n, "out_features"), bool_attr(n, "bias", true));
   }
   if (op == "conv2d") {
-    require(n, square_attr(n, "dilation", 1) == 1, "dilation other than 1 is not run by dp yet");
-    require(n, int_attr_or(n, "groups", 1) == 1, "groups other than 1 are not run by dp yet");
     require(n, !n.attrs.contains("padding_mode") || attr(n, "padding_mode") == "zeros",
             "padding_mode " + (n.attrs.contains("padding_mode") ? attr(n, "padding_mode").dump() : "") +
                 " is not run by dp (zeros is)");
     const json& pad = attr(n, "padding");
     require(n, !pad.is_string(), "padding " + pad.dump() + " is not run by dp (give it in numbers)");
-    return make_conv2d(int_attr(n, "in_channels"), int_attr(n, "out_channels"), square_attr(n, "kernel_size", 0),
-                       square_attr(n, "stride", 1), square_attr(n, "padding", 0), bool_attr(n, "bias", true));
+    const int64_t in = int_attr(n, "in_channels"), out = int_attr(n, "out_channels"), groups = int_attr_or(n, "groups", 1);
+    require(n, groups >= 1 && in % groups == 0 && out % groups == 0,
+            "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")");
+    return make_conv2d(in, out, square_attr(n, "kernel_size", 0), square_attr(n, "stride", 1),
+                       square_attr(n, "padding", 0), bool_attr(n, "bias", true), WeightInit::PyTorchDefault, groups,
+                       square_attr(n, "dilation", 1));
   }
   if (op == "batch_norm2d") {
     require(n, bool_attr(n, "affine", true), "affine=False is not run by dp yet");

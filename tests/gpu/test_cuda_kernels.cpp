@@ -286,8 +286,13 @@ TEST_CASE("linear with TF32 stays within 1e-3") {
 TEST_CASE("conv2d forward and backward (cuDNN) match the CPU reference") {
   cuda::Context c(0);
   ThreadPool pool(1);
-  for (auto [k, stride, pad] : {std::tuple<int64_t, int64_t, int64_t>{5, 1, 2}, {3, 2, 1}, {3, 1, 0}}) {
-    const ConvShape s{4, 3, 14, 13, 6, k, k, stride, pad};
+  // (kernel, stride, padding, groups, dilation): groups 3 is depthwise here (3 input channels).
+  for (auto [k, stride, pad, groups, dilation] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{5, 1, 2, 1, 1}, {3, 2, 1, 1, 1}, {3, 1, 0, 1, 1},
+        {3, 1, 1, 3, 1}, {3, 2, 1, 3, 1}, {3, 1, 2, 1, 2}, {3, 2, 2, 3, 2}}) {
+    const ConvShape s{4, 3, 14, 13, 6, k, k, stride, pad, groups, dilation};
+    CAPTURE(groups);
+    CAPTURE(dilation);
     const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
     auto x = random_vector(in_n, 20 + k), w = random_vector(w_n, 21), b = random_vector(s.K, 22),
          dy = random_vector(out_n, 23);

@@ -6,13 +6,14 @@ import torch.nn.functional as F
 
 
 class Joins(nn.Module):
-    """A residual add, a channel concatenation of two branches, functional relu and flatten, and a
-    module path two levels deep: what a graph (not a chain) of modules needs."""
+    """A residual add, a channel concatenation of two branches, a grouped and a dilated convolution,
+    functional relu and flatten, and a module path two levels deep: what a graph (not a chain) of
+    modules needs."""
 
     def __init__(self, classes=10):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8))
-        self.left = nn.Conv2d(8, 8, 3, 1, 1)
+        self.left = nn.Conv2d(8, 8, 3, 1, 2, dilation=2, groups=2)
         self.right = nn.Sequential(nn.Conv2d(8, 4, 1), nn.ReLU(), nn.Conv2d(4, 8, 3, 2, 1))
         self.down = nn.MaxPool2d(2, 2)
         self.head = nn.ModuleDict({"norm": nn.BatchNorm2d(16), "fc": nn.Linear(16 * 16 * 16, classes)})
@@ -35,6 +36,10 @@ def make(name):
         return torchvision.models.resnet50(num_classes=10)
     if name == "tv_squeezenet1_1":  # its classifier's Dropout(0.5) at p = 0: PyTorch's masks are not dp's
         model = torchvision.models.squeezenet1_1(num_classes=10)
+        model.classifier[0].p = 0.0
+        return model
+    if name == "tv_mobilenet_v2":  # depthwise convolutions, ReLU6; its Dropout(0.2) at p = 0
+        model = torchvision.models.mobilenet_v2(num_classes=10)
         model.classifier[0].p = 0.0
         return model
     if name == "tiny_activations":
