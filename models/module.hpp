@@ -169,6 +169,10 @@ std::unique_ptr<Module> make_activation(Activation a);
 // PyTorch's MaxPool2d (padding never wins: it is −inf; ceil_mode's partial last window).
 std::unique_ptr<Module> make_maxpool2d(int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);
 std::unique_ptr<Module> make_adaptive_avgpool2d_1x1();  // AdaptiveAvgPool2d((1, 1))
+// nn.AvgPool2d and nn.AdaptiveAvgPool2d((h, w)) (models/avgpool2d.cpp).
+std::unique_ptr<Module> make_avgpool2d(int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false,
+                                       bool count_include_pad = true);
+std::unique_ptr<Module> make_adaptive_avgpool2d(int64_t out_h, int64_t out_w);
 std::unique_ptr<Module> make_flatten();
 // nn.Dropout(p) in training, the identity otherwise; `site` numbers it among the model's dropouts
 // (its masks are its own: kernels/dropout_mask.hpp).

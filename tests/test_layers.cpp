@@ -288,6 +288,42 @@ TEST_CASE("ReLU6, SiLU, Sigmoid and Tanh: PyTorch's values, and gradients that m
   }
 }
 
+TEST_CASE("AvgPool2d and AdaptiveAvgPool2d of any size: PyTorch's windows, gradients that match finite differences") {
+  SUBCASE("AvgPool2d 3, stride 2, padding 1, ceil_mode, count_include_pad False") {
+    auto layer = make_avgpool2d(3, 2, 1, true, false);
+    CHECK(layer->output_shape({2, 6, 7}) == Shape{2, 4, 4});
+    gradcheck(*layer, {2, 2, 6, 7}, random_vector(168, 24));
+  }
+  SUBCASE("AvgPool2d 2, stride 2 (DenseNet's transitions), count_include_pad") {
+    auto layer = make_avgpool2d(2, 2, 0);
+    gradcheck(*layer, {2, 3, 4, 5}, random_vector(120, 25));
+  }
+  SUBCASE("AdaptiveAvgPool2d((3, 2)) of 5x7: overlapping windows") {
+    auto layer = make_adaptive_avgpool2d(3, 2);
+    CHECK(layer->output_shape({2, 5, 7}) == Shape{2, 3, 2});
+    gradcheck(*layer, {2, 2, 5, 7}, random_vector(140, 26));
+  }
+  SUBCASE("AdaptiveAvgPool2d((7, 7)) of 2x3: every input read by several windows (VGG's at small inputs)") {
+    auto layer = make_adaptive_avgpool2d(7, 7);
+    gradcheck(*layer, {2, 2, 2, 3}, random_vector(24, 27));
+  }
+  // Values: one 4x4 plane, AvgPool2d(3, 2, 1): corners average 4 pixels over 9 (padding counted) or
+  // over 4 (not counted); adaptive 2x2 of 4x4 is the four 2x2 quadrants' means.
+  auto devs = host_devices(1);
+  std::vector<float> x(16);
+  std::iota(x.begin(), x.end(), 0.f);
+  const Tensor in = tensor_from(devs[0], {1, 1, 4, 4}, x);
+  const auto counted = to_vector(make_avgpool2d(3, 2, 1)->forward(devs[0], in, false));
+  const auto uncounted = to_vector(make_avgpool2d(3, 2, 1, false, false)->forward(devs[0], in, false));
+  CHECK(counted[0] == doctest::Approx((0 + 1 + 4 + 5) / 9.0));
+  CHECK(uncounted[0] == doctest::Approx((0 + 1 + 4 + 5) / 4.0));
+  CHECK(counted[1] == doctest::Approx((1 + 2 + 3 + 5 + 6 + 7) / 9.0));  // rows 0-1 and a padded one, columns 1-3
+  CHECK(uncounted[1] == doctest::Approx((1 + 2 + 3 + 5 + 6 + 7) / 6.0));
+  CHECK(uncounted[3] == doctest::Approx((5 + 6 + 7 + 9 + 10 + 11 + 13 + 14 + 15) / 9.0));  // inside: no padding
+  const auto quads = to_vector(make_adaptive_avgpool2d(2, 2)->forward(devs[0], in, false));
+  CHECK(quads == std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f});
+}
+
 TEST_CASE("MaxPool2d gradients match finite differences with distinct inputs") {
   std::vector<float> v(2 * 2 * 6 * 6);
   std::iota(v.begin(), v.end(), 0.f);

@@ -134,6 +134,10 @@ def module_op(m):
             return None
         return "max_pool2d", {"kernel_size": pair(m.kernel_size), "stride": pair(m.stride),
                               "padding": pair(m.padding), "dilation": pair(m.dilation), "ceil_mode": m.ceil_mode}
+    if type(m) is nn.AvgPool2d:
+        return "avg_pool2d", {"kernel_size": pair(m.kernel_size), "stride": pair(m.stride), "padding": pair(m.padding),
+                              "ceil_mode": m.ceil_mode, "count_include_pad": m.count_include_pad,
+                              "divisor_override": m.divisor_override}
     if type(m) is nn.AdaptiveAvgPool2d:
         return "adaptive_avg_pool2d", {"output_size": pair(m.output_size)}
     if type(m) is nn.Flatten:
@@ -171,6 +175,12 @@ def function_op(node):
             return "flatten", {"start_dim": arg(1, "start_dim", 0), "end_dim": arg(2, "end_dim", -1)}
         if t is torch.cat:
             return "cat", {"dim": arg(1, "dim", 0)}
+        if t is F.avg_pool2d:
+            return "avg_pool2d", {"kernel_size": pair(arg(1, "kernel_size", None)),
+                                  "stride": pair(arg(2, "stride", None)), "padding": pair(arg(3, "padding", 0)),
+                                  "ceil_mode": arg(4, "ceil_mode", False),
+                                  "count_include_pad": arg(5, "count_include_pad", True),
+                                  "divisor_override": arg(6, "divisor_override", None)}
         if t is F.adaptive_avg_pool2d:
             return "adaptive_avg_pool2d", {"output_size": pair(arg(1, "output_size", None))}
         if t is F.dropout:

@@ -78,7 +78,80 @@ __global__ void global_avgpool_backward_kernel(T* din, const T* dout, int64_t pl
     din[i] = store_as<T>(load_float(dout[i / HW]) * inv);
 }
 
+// Average pooling by windows (kernels/avgpool_windows.hpp): a thread per output in forward, a
+// thread per input pixel in backward (gathering the windows that cover it, in the CPU's order).
+template <typename T>
+__global__ void avgpool_forward_kernel(T* out, const T* in, AvgPoolShape s, int64_t total) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ow = i % OW, oh = i / OW % OH, p = i / (OW * OH);
+    int64_t h0, h1, ch, w0, w1, cw;
+    s.window(oh, s.H, OH, h0, h1, ch);
+    s.window(ow, s.W, OW, w0, w1, cw);
+    const T* x = in + p * s.H * s.W;
+    float sum = 0.f;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) sum += load_float(x[h * s.W + w]);
+    out[i] = store_as<T>(sum / static_cast<float>(ch * cw));
+  }
+}
+
+template <typename T>
+__global__ void avgpool_backward_kernel(T* din, const T* dout, AvgPoolShape s, int64_t total) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t w = i % s.W, h = i / s.W % s.H, p = i / (s.W * s.H);
+    int64_t oh0, oh1, ow0, ow1;
+    s.covering(h, s.H, OH, oh0, oh1);
+    s.covering(w, s.W, OW, ow0, ow1);
+    const T* dy = dout + p * OH * OW;
+    float sum = 0.f;
+    for (int64_t oh = oh0; oh <= oh1; ++oh) {
+      int64_t h0, h1, ch;
+      s.window(oh, s.H, OH, h0, h1, ch);
+      if (h < h0 || h >= h1) continue;
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        int64_t w0, w1, cw;
+        s.window(ow, s.W, OW, w0, w1, cw);
+        if (w < w0 || w >= w1) continue;
+        sum += load_float(dy[oh * OW + ow]) / static_cast<float>(ch * cw);
+      }
+    }
+    din[i] = store_as<T>(sum);
+  }
+}
+
 }  // namespace
+
+void avgpool2d_forward(Context& c, DType t, void* out, const void* in, const AvgPoolShape& s) {
+  const int64_t total = s.out_numel();
+  if (total == 0) return;
+  with_float_type(t, "avgpool2d_forward", [&](auto tag) {
+    using T = decltype(tag);
+    avgpool_forward_kernel<<<blocks_for(total), kThreads, 0, c.handles().stream>>>(static_cast<T*>(out),
+                                                                                   static_cast<const T*>(in), s, total);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void avgpool2d_backward(Context& c, DType t, void* din, const void* dout, const AvgPoolShape& s) {
+  const int64_t total = s.in_numel();
+  if (total == 0) return;
+  with_float_type(t, "avgpool2d_backward", [&](auto tag) {
+    using T = decltype(tag);
+    avgpool_backward_kernel<<<blocks_for(total), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(din), static_cast<const T*>(dout), s, total);
+    DP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void avgpool2d_forward(Context& c, float* out, const float* in, const AvgPoolShape& s) {
+  avgpool2d_forward(c, DType::F32, out, in, s);
+}
+
+void avgpool2d_backward(Context& c, float* din, const float* dout, const AvgPoolShape& s) {
+  avgpool2d_backward(c, DType::F32, din, dout, s);
+}
 
 void maxpool2d_forward(Context& c, DType t, void* out, int32_t* argmax, const void* in, const PoolShape& s) {
   const int64_t n = s.out_numel();

@@ -3,10 +3,12 @@
 // argmax holds the flat input index within each (n, c) plane; NaN wins, as in PyTorch. Backward
 // gathers, so overlapping windows sum deterministically.
 // AdaptiveAvgPool2d to 1x1 (ResNet's global average pool): out[n, c] = mean of the plane;
-// backward spreads dout / (H·W) over it.
+// backward spreads dout / (H·W) over it. AvgPool2d and AdaptiveAvgPool2d of any size: windows
+// (kernels/avgpool_windows.hpp).
 #pragma once
 #include <cstdint>
 
+#include "kernels/avgpool_windows.hpp"
 #include "kernels/exec.hpp"
 #include "kernels/operands.hpp"
 
@@ -35,6 +37,8 @@ void maxpool2d_forward(ThreadPool& pool, float* out, int32_t* argmax, const floa
 void maxpool2d_backward(ThreadPool& pool, float* din, const float* dout, const int32_t* argmax, const PoolShape& s);
 void global_avgpool_forward(ThreadPool& pool, float* out, const float* in, int64_t planes, int64_t HW);
 void global_avgpool_backward(ThreadPool& pool, float* din, const float* dout, int64_t planes, int64_t HW);
+void avgpool2d_forward(ThreadPool& pool, float* out, const float* in, const AvgPoolShape& s);
+void avgpool2d_backward(ThreadPool& pool, float* din, const float* dout, const AvgPoolShape& s);
 }  // namespace cpu
 namespace cuda {
 void maxpool2d_forward(Context& c, float* out, int32_t* argmax, const float* in, const PoolShape& s);
@@ -46,6 +50,10 @@ void maxpool2d_forward(Context& c, DType t, void* out, int32_t* argmax, const vo
 void maxpool2d_backward(Context& c, DType t, void* din, const void* dout, const int32_t* argmax, const PoolShape& s);
 void global_avgpool_forward(Context& c, DType t, void* out, const void* in, int64_t planes, int64_t HW);
 void global_avgpool_backward(Context& c, DType t, void* din, const void* dout, int64_t planes, int64_t HW);
+void avgpool2d_forward(Context& c, DType t, void* out, const void* in, const AvgPoolShape& s);
+void avgpool2d_backward(Context& c, DType t, void* din, const void* dout, const AvgPoolShape& s);
+void avgpool2d_forward(Context& c, float* out, const float* in, const AvgPoolShape& s);
+void avgpool2d_backward(Context& c, float* din, const float* dout, const AvgPoolShape& s);
 }  // namespace cuda
 
 inline void maxpool2d_forward(const Exec& ex, Buf out, Buf argmax, Buf in, const PoolShape& s) {
@@ -85,6 +93,24 @@ inline void global_avgpool_backward(const Exec& ex, Buf din, Buf dout, int64_t p
 #endif
   Operands o(ex, "global_avgpool_backward");
   DP_DISPATCH(ex, global_avgpool_backward, o.out(din, planes * HW), o.in(dout, planes), planes, HW);
+  o.finish();
+}
+
+inline void avgpool2d_forward(const Exec& ex, Buf out, Buf in, const AvgPoolShape& s) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::avgpool2d_forward(*ex.cuda, t, out.ptr, in.ptr, s);
+#endif
+  Operands o(ex, "avgpool2d_forward");
+  DP_DISPATCH(ex, avgpool2d_forward, o.out(out, s.out_numel()), o.in(in, s.in_numel()), s);
+  o.finish();
+}
+inline void avgpool2d_backward(const Exec& ex, Buf din, Buf dout, const AvgPoolShape& s) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {din, dout}); t != DType::F32)
+    return cuda::avgpool2d_backward(*ex.cuda, t, din.ptr, dout.ptr, s);
+#endif
+  Operands o(ex, "avgpool2d_backward");
+  DP_DISPATCH(ex, avgpool2d_backward, o.out(din, s.in_numel()), o.in(dout, s.out_numel()), s);
   o.finish();
 }
 

@@ -191,7 +191,7 @@ class Cat final : public MultiInputOp {
 
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
-    "gelu", "dropout", "max_pool2d",
+    "gelu", "dropout", "max_pool2d", "avg_pool2d",
     "adaptive_avg_pool2d", "flatten", "reshape", "identity"};
 const std::vector<std::string> kMultiInputOps = {"add", "cat"};
 
@@ -266,8 +266,29 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     return make_maxpool2d(k, s, square_attr(n, "padding", 0), bool_attr(n, "ceil_mode", false));
   }
   if (op == "adaptive_avg_pool2d") {
-    require(n, square_attr(n, "output_size", 0) == 1, "output sizes other than 1 are not run by dp yet");
-    return make_adaptive_avgpool2d_1x1();
+    const json& size = attr(n, "output_size");
+    int64_t oh = 0, ow = 0;
+    if (size.is_number_integer()) {
+      oh = ow = size.get<int64_t>();
+    } else if (size.is_array() && size.size() == 2 && size[0].is_number_integer() && size[1].is_number_integer()) {
+      oh = size[0].get<int64_t>(), ow = size[1].get<int64_t>();
+    } else {
+      bad_attr(n, "output_size " + size.dump() + " is not a size or a pair of sizes (None keeps a dimension: "
+                  "dp does not run it)");
+    }
+    require(n, oh >= 1 && ow >= 1, "output_size must be positive");
+    if (oh == 1 && ow == 1) return make_adaptive_avgpool2d_1x1();  // the global pool
+    return make_adaptive_avgpool2d(oh, ow);
+  }
+  if (op == "avg_pool2d") {
+    require(n, !n.attrs.contains("divisor_override") || attr(n, "divisor_override").is_null(),
+            "divisor_override is not run by dp");
+    const int64_t k = square_attr(n, "kernel_size", 0);
+    const json& stride = n.attrs.contains("stride") ? n.attrs.at("stride") : json();
+    const int64_t s = stride.is_null() || (stride.is_array() && stride.empty()) ? k : square_attr(n, "stride", k);
+    const int64_t pad = square_attr(n, "padding", 0);
+    require(n, k >= 1 && s >= 1 && pad >= 0 && 2 * pad <= k, "padding must be at most half the kernel");
+    return make_avgpool2d(k, s, pad, bool_attr(n, "ceil_mode", false), bool_attr(n, "count_include_pad", true));
   }
   if (op == "flatten" || op == "reshape") {
     if (op == "flatten" && int_attr_or(n, "start_dim", 1) == 1 && int_attr_or(n, "end_dim", -1) == -1 &&

@@ -585,6 +585,42 @@ TEST_CASE("copy_rows (a concatenation's parts, cudaMemcpy2DAsync) matches the CP
   CHECK(dst[dst_pitch + 5 + width - 1] == src[src_pitch + width - 1]);
 }
 
+TEST_CASE("AvgPool2d and AdaptiveAvgPool2d windows match the CPU reference, float32 and 16-bit") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  AvgPoolShape regular{3, 4, 11, 9};
+  regular.k = 3, regular.stride = 2, regular.pad = 1, regular.ceil = true, regular.count_include_pad = false;
+  AvgPoolShape adaptive{3, 4, 11, 9};
+  adaptive.adaptive = true, adaptive.oh = 7, adaptive.ow = 12;  // shrinking one way, growing the other
+  for (const AvgPoolShape& s : {regular, adaptive}) {
+    CAPTURE(s.adaptive);
+    const int64_t in_n = s.in_numel(), out_n = s.out_numel();
+    auto x = random_vector(in_n, 51), dy = random_vector(out_n, 52);
+    std::vector<float> y(out_n), dx(in_n);
+    cpu::avgpool2d_forward(pool, y.data(), x.data(), s);
+    cpu::avgpool2d_backward(pool, dx.data(), dy.data(), s);
+    auto d_x = to_device(c, x), d_dy = to_device(c, dy);
+    cuda::DeviceBuffer d_y(c, out_n * 4), d_dx(c, in_n * 4);
+    cuda::avgpool2d_forward(c, d_y.get(), d_x.get(), s);
+    cuda::avgpool2d_backward(c, d_dx.get(), d_dy.get(), s);
+    CHECK(rel_error(to_host<float>(c, d_y, out_n), y) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dx, in_n), dx) < kTol);
+    for (DType t : {DType::BF16, DType::F16}) {
+      Pair16 x16(c, random_16bit(in_n, 53, t), t), dy16(c, random_16bit(out_n, 54, t), t), y16(c, out_n, t),
+          dx16(c, in_n, t);
+      const auto xs = x16.host_values(), dys = dy16.host_values();
+      std::vector<float> want_y(out_n), want_dx(in_n);
+      cpu::avgpool2d_forward(pool, want_y.data(), xs.data(), s);
+      cpu::avgpool2d_backward(pool, want_dx.data(), dys.data(), s);
+      cuda::avgpool2d_forward(c, t, y16.dev.get(), x16.dev.get(), s);
+      cuda::avgpool2d_backward(c, t, dx16.dev.get(), dy16.dev.get(), s);
+      const double tol = t == DType::BF16 ? 8e-3 : 1e-3;
+      CHECK(rel_error(y16.device_values(c), want_y) < tol);
+      CHECK(rel_error(dx16.device_values(c), want_dx) < tol);
+    }
+  }
+}
+
 TEST_CASE("ReLU6, SiLU, Sigmoid and Tanh forward and backward match the CPU reference, float32 and 16-bit") {
   cuda::Context c(0);
   ThreadPool pool(1);

@@ -26,6 +26,21 @@ class Joins(nn.Module):
         return self.head["fc"](torch.flatten(z, 1))
 
 
+class Pools(nn.Module):
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, 1, 1)
+        self.pool = nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False)
+        self.conv2 = nn.Conv2d(6, 6, 3, 1, 1)
+        self.adapt = nn.AdaptiveAvgPool2d((3, 2))
+        self.fc = nn.Linear(36, classes)
+
+    def forward(self, x):
+        x = self.pool(F.relu(self.conv(x)))                 # 32 -> 16
+        x = F.avg_pool2d(F.relu(self.conv2(x)), 2)          # 16 -> 8
+        return self.fc(torch.flatten(self.adapt(x), 1))    # 8x8 -> 3x2
+
+
 def make(name):
     import torchvision
     if name == "joins":
@@ -46,6 +61,8 @@ def make(name):
         return nn.Sequential(nn.Conv2d(3, 6, 3, 2, 1), nn.ReLU6(), nn.Conv2d(6, 6, 3, 2, 1), nn.SiLU(),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 12),
                              nn.Sigmoid(), nn.Linear(12, 10))
+    if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.avg_pool2d, adaptive 3x2
+        return Pools()
     if name == "resnet8_twin":
         import reference
         return reference.make_model("resnet8")

@@ -37,6 +37,8 @@ CASES = [
     # float64 one too, at other seeds), so a smaller step.
     ("file:tv_mobilenet_v2", 3, 27, "chunks:8,10,9", 3, ["--lr", "0.002", "--momentum", "0.9"]),
     ("file:tv_mobilenet_v2", 4, 32, "even", 2, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
+    # AvgPool2d with padding, ceil_mode and count_include_pad False; F.avg_pool2d; AdaptiveAvgPool2d((3, 2)).
+    ("file:pools", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
     # ReLU6, SiLU, Tanh and Sigmoid.
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
