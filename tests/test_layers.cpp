@@ -251,6 +251,34 @@ TEST_CASE("A model file's graph: gradients through add, cat, reshape and a value
   gradcheck(*graph, {3, 2, 5, 5}, random_vector(150, 21, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
+TEST_CASE("A model file's graph: gradients through mean, a per-channel gate and a product of one shape") {
+  // a = conv(x); s = a.mean((2, 3), keepdim); e = sigmoid(conv1x1(s)); m = a · e (per plane);
+  // p = m · tanh(a) (one shape); fc(mean(p, (2, 3))).
+  auto spec = std::make_shared<GraphSpec>();
+  spec->path = "test.json", spec->name = "test", spec->input_name = "x", spec->input_shape = {2, 5, 4};
+  auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
+                  Shape shape) {
+    spec->nodes.push_back({std::move(name), std::move(op), std::move(module), std::move(in), std::move(attrs),
+                           std::move(shape), ""});
+    return static_cast<int>(spec->nodes.size()) - 1;
+  };
+  const nlohmann::json none = nlohmann::json::object();
+  const int a = node("a", "conv2d", "a", {-1},
+                     {{"in_channels", 2}, {"out_channels", 3}, {"kernel_size", 3}, {"padding", 1}}, {3, 5, 4});
+  const int s = node("s", "mean", "", {a}, {{"dim", {2, 3}}, {"keepdim", true}}, {3, 1, 1});
+  const int c = node("c", "conv2d", "c", {s}, {{"in_channels", 3}, {"out_channels", 3}, {"kernel_size", 1}}, {3, 1, 1});
+  const int e = node("e", "sigmoid", "", {c}, none, {3, 1, 1});
+  const int m = node("m", "mul", "", {e, a}, none, {3, 5, 4});  // the gate first: either order
+  const int t = node("t", "tanh", "", {a}, none, {3, 5, 4});
+  const int p = node("p", "mul", "", {m, t}, none, {3, 5, 4});
+  const int q = node("q", "mean", "", {p}, {{"dim", {-2, -1}}}, {3});
+  spec->output = node("fc", "linear", "fc", {q}, {{"in_features", 3}, {"out_features", 2}}, {2});
+  spec->state = {{"a.weight", {3, 2, 3, 3}, false}, {"a.bias", {3}, false}, {"c.weight", {3, 3, 1, 1}, false},
+                 {"c.bias", {3}, false},          {"fc.weight", {2, 3}, false}, {"fc.bias", {2}, false}};
+  auto graph = make_graph_module(spec);
+  gradcheck(*graph, {3, 2, 5, 4}, random_vector(120, 28, -1.f, 1.f), false, 1e-3f, 2e-2);
+}
+
 TEST_CASE("BatchNorm2d gradients match finite differences (training mode)") {
   auto layer = make_batchnorm2d(3);
   gradcheck(*layer, {4, 3, 3, 2}, random_vector(72, 5, -2.f, 2.f), true, 1e-2f, 2e-2);

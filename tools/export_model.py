@@ -150,15 +150,28 @@ def module_op(m):
 def function_op(node):
     """(op, attrs) for a call_function or call_method node dp runs, None otherwise."""
     import torch
+    import torch.fx
     import torch.nn.functional as F
     t, args, kw = node.target, node.args, node.kwargs
 
     def arg(i, name, default):
         return args[i] if len(args) > i else kw.get(name, default)
 
+    def two_tensors():
+        return len(args) == 2 and all(isinstance(a, torch.fx.Node) for a in args)
+
+    def mean_attrs(dim_at):
+        dim = arg(dim_at, "dim", None)
+        return None if dim is None else ("mean", {"dim": list(dim) if isinstance(dim, (tuple, list)) else dim,
+                                                   "keepdim": bool(arg(dim_at + 1, "keepdim", False))})
+
     if node.op == "call_function":
-        if t in (operator.add, operator.iadd, torch.add) and "alpha" not in kw:
+        if t in (operator.add, operator.iadd, torch.add) and "alpha" not in kw and two_tensors():
             return "add", {}
+        if t in (operator.mul, operator.imul, torch.mul) and two_tensors():
+            return "mul", {}
+        if t is torch.mean:
+            return mean_attrs(1)
         if t in (F.relu, torch.relu):
             return "relu", {}
         if t is F.relu6:
@@ -193,8 +206,12 @@ def function_op(node):
             return "flatten", {"start_dim": arg(1, "start_dim", 0), "end_dim": arg(2, "end_dim", -1)}
         if t in ("relu", "sigmoid", "tanh"):
             return t, {}
-        if t in ("add", "add_", "__add__") and "alpha" not in kw:
+        if t in ("add", "add_", "__add__") and "alpha" not in kw and two_tensors():
             return "add", {}
+        if t in ("mul", "mul_", "__mul__") and two_tensors():
+            return "mul", {}
+        if t == "mean":
+            return mean_attrs(1)
         if t == "contiguous":
             return "identity", {}
     return None

@@ -6,8 +6,10 @@
 
 #include "engine/device.hpp"
 #include "engine/error.hpp"
+#include "kernels/ops/broadcast_mul.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
+#include "kernels/ops/pooling.hpp"
 
 namespace dp {
 
@@ -96,6 +98,106 @@ class Identity final : public Module {
   Tensor forward_impl(Device&, const Tensor& in, bool) override { return in; }
   Tensor backward_impl(Device&, const Tensor& g, bool need_grad_in) override { return need_grad_in ? g : Tensor(); }
   void clear_cache() override {}
+};
+
+// x.mean(dims, keepdim) over the trailing `dims` dimensions of each sample (the global average
+// pool's kernels: a plane is what the mean runs over).
+class Mean final : public Module {
+ public:
+  Mean(int64_t dims, bool keepdim) : dims_(dims), keepdim_(keepdim) {}
+  std::string describe() const override {
+    return "mean over the last " + std::to_string(dims_) + " dimensions" + (keepdim_ ? " (keepdim)" : "");
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (static_cast<int64_t>(in.size()) < dims_)
+      throw RuntimeError(describe() + " cannot take inputs of shape " + shape_str(in));
+    Shape out(in.begin(), in.end() - dims_);
+    if (keepdim_) out.insert(out.end(), static_cast<size_t>(dims_), 1);
+    return out;
+  }
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
+    in_shape_ = in.shape();
+    const Shape per(in.shape().begin() + 1, in.shape().end());
+    Shape out_shape{in.dim(0)};
+    const Shape o = output_shape(per);
+    out_shape.insert(out_shape.end(), o.begin(), o.end());
+    Tensor out = Tensor::empty(dev, out_shape, MemCategory::Activations, in.dtype());
+    global_avgpool_forward(dev.exec(), out.buf(), in.buf(), out.numel(), plane(in.shape()));
+    return out;
+  }
+  Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
+    if (!need_grad_in) return Tensor();
+    Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations, grad_out.dtype());
+    global_avgpool_backward(dev.exec(), grad_in.buf(), grad_out.buf(), grad_out.numel(), plane(in_shape_));
+    return grad_in;
+  }
+  void clear_cache() override {}
+
+ private:
+  int64_t plane(const Shape& s) const { return numel(Shape(s.end() - dims_, s.end())); }
+  int64_t dims_;
+  bool keepdim_;
+  Shape in_shape_;
+};
+
+// a · b: of one shape, or one of them a value per plane of the other ([C, 1, 1] over [C, H, W]:
+// leading dimensions equal, the rest 1), a squeeze-and-excitation gate.
+class Mul final : public MultiInputOp {
+ public:
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (in.size() != 2) throw UsageError("mul takes two inputs, not " + std::to_string(in.size()));
+    if (in[0] == in[1]) return in[0];
+    const bool first_big = numel(in[0]) >= numel(in[1]);
+    const Shape& big = in[first_big ? 0 : 1];
+    const Shape& small = in[first_big ? 1 : 0];
+    if (lead(big, small) < 0)
+      throw UsageError("mul's inputs have shapes " + shape_str(in[0]) + " and " + shape_str(in[1]) +
+                       " (dp multiplies values of one shape, or by one value per plane: [C, 1, 1] over [C, H, W])");
+    return big;
+  }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+    a_ = in[0], b_ = in[1];
+    const bool first_big = a_.numel() >= b_.numel();
+    const Tensor& big = first_big ? a_ : b_;
+    const Tensor& small = first_big ? b_ : a_;
+    per_plane_ = big.shape() != small.shape();
+    const int64_t size = per_plane_ ? big.numel() / small.numel() : 1;
+    Tensor out = Tensor::empty(dev, big.shape(), MemCategory::Activations, big.dtype());
+    mul_planes(dev.exec(), out.buf(), big.buf(), small.buf(), big.numel() / size, size, per_plane_);
+    return out;
+  }
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    const bool first_big = a_.numel() >= b_.numel();
+    const Tensor& big = first_big ? a_ : b_;
+    const Tensor& small = first_big ? b_ : a_;
+    const int64_t size = per_plane_ ? big.numel() / small.numel() : 1, planes = big.numel() / size;
+    Tensor d_big, d_small;
+    if (need[first_big ? 0 : 1]) {  // g · small
+      d_big = Tensor::empty(dev, big.shape(), MemCategory::Activations, g.dtype());
+      mul_planes(dev.exec(), d_big.buf(), g.buf(), small.buf(), planes, size, per_plane_);
+    }
+    if (need[first_big ? 1 : 0]) {  // Σ over each plane of g · big (or g · big where the shapes agree)
+      d_small = Tensor::empty(dev, small.shape(), MemCategory::Activations, g.dtype());
+      if (per_plane_) plane_dot(dev.exec(), d_small.buf(), g.buf(), big.buf(), planes, size);
+      else mul_planes(dev.exec(), d_small.buf(), g.buf(), big.buf(), planes, size, false);
+    }
+    a_ = b_ = Tensor();
+    return first_big ? std::vector<Tensor>{d_big, d_small} : std::vector<Tensor>{d_small, d_big};
+  }
+  void clear_cache() override { a_ = b_ = Tensor(); }
+
+ private:
+  // How many leading dimensions small shares with big, the rest being 1 in small; -1 if none fits.
+  static int64_t lead(const Shape& big, const Shape& small) {
+    if (big.size() != small.size()) return -1;
+    size_t j = 0;
+    while (j < big.size() && big[j] == small[j]) ++j;
+    for (size_t d = j; d < small.size(); ++d)
+      if (small[d] != 1) return -1;
+    return static_cast<int64_t>(j);
+  }
+  Tensor a_, b_;
+  bool per_plane_ = false;
 };
 
 // a + b of one shape. The sum goes into a when the graph says a is this op's to overwrite.
@@ -192,8 +294,8 @@ class Cat final : public MultiInputOp {
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
     "gelu", "dropout", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "reshape", "identity"};
-const std::vector<std::string> kMultiInputOps = {"add", "cat"};
+    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean"};
+const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat"};
 
 }  // namespace
 
@@ -215,8 +317,9 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     require(n, !n.attrs.contains("padding_mode") || attr(n, "padding_mode") == "zeros",
             "padding_mode " + (n.attrs.contains("padding_mode") ? attr(n, "padding_mode").dump() : "") +
                 " is not run by dp (zeros is)");
-    const json& pad = attr(n, "padding");
-    require(n, !pad.is_string(), "padding " + pad.dump() + " is not run by dp (give it in numbers)");
+    if (n.attrs.contains("padding"))
+      require(n, !n.attrs.at("padding").is_string(),
+              "padding " + n.attrs.at("padding").dump() + " is not run by dp (give it in numbers)");
     const int64_t in = int_attr(n, "in_channels"), out = int_attr(n, "out_channels"), groups = int_attr_or(n, "groups", 1);
     require(n, groups >= 1 && in % groups == 0 && out % groups == 0,
             "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")");
@@ -297,12 +400,39 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     return std::make_unique<Reshape>(n.shape);
   }
   if (op == "identity") return std::make_unique<Identity>();
+  if (op == "mean") {
+    // dim: the batched value's dimensions (PyTorch's), which must be its trailing ones.
+    const json& dims = attr(n, "dim");
+    std::vector<int64_t> d;
+    if (dims.is_number_integer()) d.push_back(dims.get<int64_t>());
+    else if (dims.is_array())
+      for (const json& x : dims) {
+        if (!x.is_number_integer()) bad_attr(n, "dim " + dims.dump() + " is not a list of dimensions");
+        d.push_back(x.get<int64_t>());
+      }
+    else
+      bad_attr(n, "dim " + dims.dump() + " is not a dimension or a list of them (a mean over everything: give the dims)");
+    const bool keepdim = bool_attr(n, "keepdim", false);
+    // The input's batched rank: the output's, plus the reduced dims unless kept.
+    const int64_t in_rank = static_cast<int64_t>(n.shape.size()) + 1 + (keepdim ? 0 : static_cast<int64_t>(d.size()));
+    std::vector<bool> seen(static_cast<size_t>(in_rank), false);
+    for (int64_t x : d) {
+      const int64_t k = x < 0 ? x + in_rank : x;
+      require(n, k >= 1 && k < in_rank && !seen[static_cast<size_t>(k)],
+              "dim " + dims.dump() + ": dp takes the mean over distinct per-sample dimensions");
+      seen[static_cast<size_t>(k)] = true;
+    }
+    for (int64_t k = in_rank - static_cast<int64_t>(d.size()); k < in_rank; ++k)
+      require(n, seen[static_cast<size_t>(k)], "dim " + dims.dump() + ": dp takes the mean over the trailing dimensions only");
+    return std::make_unique<Mean>(static_cast<int64_t>(d.size()), keepdim);
+  }
   return nullptr;
 }
 
 std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& n) {
   if (n.op == "add") return std::make_unique<Add>();
   if (n.op == "cat") return std::make_unique<Cat>(int_attr_or(n, "dim", 0));
+  if (n.op == "mul") return std::make_unique<Mul>();
   std::string known;
   for (const std::string& o : graph_op_names()) known += (known.empty() ? "" : ", ") + o;
   throw UsageError(n.describe() + ": unknown op '" + n.op + "' (dp runs " + known + ")");

@@ -22,6 +22,7 @@
 #include "engine/cuda/check.cuh"
 #include "engine/cuda/context.hpp"
 #include "kernels/ops/batchnorm.hpp"
+#include "kernels/ops/broadcast_mul.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
@@ -583,6 +584,30 @@ TEST_CASE("copy_rows (a concatenation's parts, cudaMemcpy2DAsync) matches the CP
   CHECK(to_host<float>(c, d_dst, rows * dst_pitch) == dst);
   CHECK(dst[5] == src[0]);
   CHECK(dst[dst_pitch + 5 + width - 1] == src[src_pitch + width - 1]);
+}
+
+TEST_CASE("mul_planes and plane_dot (a per-channel gate and its gradient) match the CPU reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t planes = 37, size = 301;
+  auto a = random_vector(planes * size, 61), gate = random_vector(planes, 62), full = random_vector(planes * size, 63);
+  for (bool per_plane : {true, false}) {
+    const auto& b = per_plane ? gate : full;
+    std::vector<float> out(planes * size);
+    cpu::mul_planes(pool, out.data(), a.data(), b.data(), planes, size, per_plane);
+    auto d_a = to_device(c, a), d_b = to_device(c, b);
+    cuda::DeviceBuffer d_out(c, planes * size * 4);
+    cuda::mul_planes(c, static_cast<float*>(d_out.get()), static_cast<const float*>(d_a.get()),
+                     static_cast<const float*>(d_b.get()), planes, size, per_plane);
+    CHECK(to_host<float>(c, d_out, planes * size) == out);  // one rounding of one product: exact
+  }
+  std::vector<float> dot(planes);
+  cpu::plane_dot(pool, dot.data(), full.data(), a.data(), planes, size);
+  auto d_g = to_device(c, full), d_a = to_device(c, a);
+  cuda::DeviceBuffer d_dot(c, planes * 4);
+  cuda::plane_dot(c, static_cast<float*>(d_dot.get()), static_cast<const float*>(d_g.get()),
+                  static_cast<const float*>(d_a.get()), planes, size);
+  CHECK(rel_error(to_host<float>(c, d_dot, planes), dot) < kTol);
 }
 
 TEST_CASE("AvgPool2d and AdaptiveAvgPool2d windows match the CPU reference, float32 and 16-bit") {

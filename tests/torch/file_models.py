@@ -26,6 +26,26 @@ class Joins(nn.Module):
         return self.head["fc"](torch.flatten(z, 1))
 
 
+class Gates(nn.Module):
+    """Squeeze-and-excitation (x.mean over the plane, a gate per channel multiplied in) and a
+    product of two branches of one shape."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, 2, 1)
+        self.squeeze = nn.Conv2d(8, 4, 1)
+        self.excite = nn.Conv2d(4, 8, 1)
+        self.other = nn.Conv2d(8, 8, 3, 1, 1)
+        self.fc = nn.Linear(8, classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        s = x.mean((2, 3), keepdim=True)
+        x = x * torch.sigmoid(self.excite(F.relu(self.squeeze(s))))   # [N, 8, 16, 16] * [N, 8, 1, 1]
+        x = x * torch.tanh(self.other(x))                                # one shape
+        return self.fc(torch.mean(x, dim=[2, 3]))
+
+
 class Pools(nn.Module):
     def __init__(self, classes=10):
         super().__init__()
@@ -61,6 +81,8 @@ def make(name):
         return nn.Sequential(nn.Conv2d(3, 6, 3, 2, 1), nn.ReLU6(), nn.Conv2d(6, 6, 3, 2, 1), nn.SiLU(),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 12),
                              nn.Sigmoid(), nn.Linear(12, 10))
+    if name == "gates":
+        return Gates()
     if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.avg_pool2d, adaptive 3x2
         return Pools()
     if name == "resnet8_twin":

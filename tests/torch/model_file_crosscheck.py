@@ -39,6 +39,9 @@ CASES = [
     ("file:tv_mobilenet_v2", 4, 32, "even", 2, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     # AvgPool2d with padding, ceil_mode and count_include_pad False; F.avg_pool2d; AdaptiveAvgPool2d((3, 2)).
     ("file:pools", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
+    # Squeeze-and-excitation: a mean over each plane, a per-channel gate multiplied in; a product.
+    ("file:gates", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
+    ("file:gates", 2, 12, "even", 3, ADAMW),
     # ReLU6, SiLU, Tanh and Sigmoid.
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
