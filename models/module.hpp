@@ -162,7 +162,10 @@ std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias = true, d
 std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                                     bool bias = true, WeightInit init = WeightInit::PyTorchDefault, int64_t groups = 1,
                                     int64_t dilation = 1);
-std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f);
+// affine false: no weight and bias (scale 1, shift 0); track_running_stats false: no buffers, the
+// batch's statistics in evaluation too.
+std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f,
+                                         bool affine = true, bool track_running_stats = true);
 std::unique_ptr<Module> make_relu();
 // nn.ReLU6, nn.SiLU, nn.Sigmoid, nn.Tanh (models/activation.cpp).
 std::unique_ptr<Module> make_activation(Activation a);

@@ -279,6 +279,32 @@ TEST_CASE("A model file's graph: gradients through mean, a per-channel gate and 
   gradcheck(*graph, {3, 2, 5, 4}, random_vector(120, 28, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
+TEST_CASE("BatchNorm2d without affine or without running statistics: its state, gradients, evaluation") {
+  auto plain = make_batchnorm2d(3, 0.1f, 1e-5f, false, true);
+  auto batch_only = make_batchnorm2d(3, 0.1f, 1e-5f, true, false);
+  CHECK(plain->params().size() == 3);  // running_mean, running_var, num_batches_tracked
+  CHECK(plain->params()[0].name == "running_mean");
+  CHECK(batch_only->params().size() == 2);  // weight, bias
+  gradcheck(*plain, {4, 3, 2, 3}, random_vector(72, 29, -2.f, 2.f), true, 1e-2f, 2e-2);
+  gradcheck(*batch_only, {4, 3, 2, 3}, random_vector(72, 30, -2.f, 2.f), true, 1e-2f, 2e-2);
+  // Without running statistics evaluation normalises with the batch's own: each channel's mean 0.
+  auto devs = host_devices(1);
+  auto bn = make_batchnorm2d(2, 0.1f, 1e-5f, false, false);
+  CHECK(bn->params().empty());
+  const Tensor in = tensor_from(devs[0], {3, 2, 2, 2}, random_vector(24, 31, 1.f, 5.f));
+  const auto out = to_vector(bn->forward(devs[0], in, false));
+  for (int c = 0; c < 2; ++c) {
+    double sum = 0, sq = 0;
+    for (int n = 0; n < 3; ++n)
+      for (int i = 0; i < 4; ++i) {
+        const double v = out[static_cast<size_t>((n * 2 + c) * 4 + i)];
+        sum += v, sq += v * v;
+      }
+    CHECK(sum / 12 == doctest::Approx(0).epsilon(1e-5).scale(1));
+    CHECK(sq / 12 == doctest::Approx(1).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("BatchNorm2d gradients match finite differences (training mode)") {
   auto layer = make_batchnorm2d(3);
   gradcheck(*layer, {4, 3, 3, 2}, random_vector(72, 5, -2.f, 2.f), true, 1e-2f, 2e-2);

@@ -1,4 +1,5 @@
 // Memory movement on a host device: its "device memory" is host memory.
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/ops/memory.hpp"
@@ -23,6 +24,10 @@ void copy_rows(ThreadPool&, void* dst, size_t dst_pitch, const void* src, size_t
   if (!row_bytes) return;
   for (size_t r = 0; r < rows; ++r)
     std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+}
+
+void fill(ThreadPool&, float* dst, float value, int64_t n) {
+  if (n > 0) std::fill(dst, dst + n, value);
 }
 
 }  // namespace dp::cpu

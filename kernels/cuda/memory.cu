@@ -2,9 +2,24 @@
 // cudaMemcpyAsync for host transfers (a download waits for its bytes), and peer copies with
 // cudaMemcpyPeerAsync (device-to-device when both logical devices share a GPU).
 #include "engine/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/ops/memory.hpp"
 
 namespace dp::cuda {
+
+namespace {
+__global__ void fill_kernel(float* dst, float value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = value;
+}
+}  // namespace
+
+void fill(Context& c, float* dst, float value, int64_t n) {
+  if (n <= 0) return;
+  DP_CUDA_CHECK(cudaSetDevice(c.gpu()));
+  fill_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(dst, value, n);
+  DP_CUDA_CHECK_LAUNCH();
+}
 
 void zero(Context& c, void* dst, size_t bytes) {
   if (!bytes) return;

@@ -14,6 +14,7 @@ void upload(ThreadPool&, void* dst, const void* host, size_t bytes);
 void download(ThreadPool&, void* host, const void* src, size_t bytes);
 void copy_rows(ThreadPool&, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                size_t rows);
+void fill(ThreadPool&, float* dst, float value, int64_t n);
 }  // namespace cpu
 namespace cuda {
 void zero(Context& c, void* dst, size_t bytes);
@@ -24,6 +25,7 @@ void download(Context& c, void* host, const void* src, size_t bytes);  // comple
 void copy(Context& to, void* dst, const void* src, size_t bytes, Context& from);
 void copy_rows(Context& c, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                size_t rows);
+void fill(Context& c, float* dst, float value, int64_t n);
 }  // namespace cuda
 
 inline void zero(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, zero, dst, bytes); }
@@ -40,6 +42,8 @@ inline void copy_rows(const Exec& ex, void* dst, size_t dst_pitch, const void* s
                       size_t row_bytes, size_t rows) {
   DP_DISPATCH(ex, copy_rows, dst, dst_pitch, src, src_pitch, row_bytes, rows);
 }
+// n float32 elements set to value, on the device's stream (a kernel: capturable in a CUDA graph).
+inline void fill(const Exec& ex, float* dst, float value, int64_t n) { DP_DISPATCH(ex, fill, dst, value, n); }
 // Copy into memory of `to` from memory of `from` (possibly the same device), on `to`'s stream.
 void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, const Exec& from);
 

@@ -328,12 +328,12 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
                        square_attr(n, "dilation", 1));
   }
   if (op == "batch_norm2d") {
-    require(n, bool_attr(n, "affine", true), "affine=False is not run by dp yet");
-    require(n, bool_attr(n, "track_running_stats", true), "track_running_stats=False is not run by dp yet");
-    require(n, !n.attrs.contains("momentum") || attr(n, "momentum").is_number(),
+    const bool track = bool_attr(n, "track_running_stats", true);
+    require(n, !track || !n.attrs.contains("momentum") || attr(n, "momentum").is_number(),
             "momentum=None (a cumulative average) is not run by dp");
-    return make_batchnorm2d(int_attr(n, "num_features"), static_cast<float>(number_attr(n, "momentum", 0.1)),
-                            static_cast<float>(number_attr(n, "eps", 1e-5)));
+    return make_batchnorm2d(int_attr(n, "num_features"),
+                            track ? static_cast<float>(number_attr(n, "momentum", 0.1)) : 0.1f,
+                            static_cast<float>(number_attr(n, "eps", 1e-5)), bool_attr(n, "affine", true), track);
   }
   if (op == "layer_norm") {
     const json& shape = attr(n, "normalized_shape");

@@ -584,6 +584,12 @@ TEST_CASE("copy_rows (a concatenation's parts, cudaMemcpy2DAsync) matches the CP
   CHECK(to_host<float>(c, d_dst, rows * dst_pitch) == dst);
   CHECK(dst[5] == src[0]);
   CHECK(dst[dst_pitch + 5 + width - 1] == src[src_pitch + width - 1]);
+  // fill: BatchNorm's unit scale without affine
+  cuda::fill(c, static_cast<float*>(d_dst.get()) + 3, 1.5f, 100);
+  const auto filled = to_host<float>(c, d_dst, rows * dst_pitch);
+  CHECK(filled[2] == dst[2]);
+  CHECK(std::all_of(filled.begin() + 3, filled.begin() + 103, [](float v) { return v == 1.5f; }));
+  CHECK(filled[103] == dst[103]);
 }
 
 TEST_CASE("mul_planes and plane_dot (a per-channel gate and its gradient) match the CPU reference") {

@@ -46,6 +46,23 @@ class Gates(nn.Module):
         return self.fc(torch.mean(x, dim=[2, 3]))
 
 
+class Norms(nn.Module):
+    """BatchNorm2d without affine, and without running statistics."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, 2, 1)
+        self.plain = nn.BatchNorm2d(6, affine=False)
+        self.conv2 = nn.Conv2d(6, 6, 3, 2, 1)
+        self.batch_only = nn.BatchNorm2d(6, track_running_stats=False, momentum=0.3)
+        self.fc = nn.Linear(6 * 8 * 8, classes)
+
+    def forward(self, x):
+        x = F.relu(self.plain(self.conv(x)))
+        x = F.relu(self.batch_only(self.conv2(x)))
+        return self.fc(torch.flatten(x, 1))
+
+
 class Pools(nn.Module):
     def __init__(self, classes=10):
         super().__init__()
@@ -81,6 +98,8 @@ def make(name):
         return nn.Sequential(nn.Conv2d(3, 6, 3, 2, 1), nn.ReLU6(), nn.Conv2d(6, 6, 3, 2, 1), nn.SiLU(),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 12),
                              nn.Sigmoid(), nn.Linear(12, 10))
+    if name == "norms":
+        return Norms()
     if name == "gates":
         return Gates()
     if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.avg_pool2d, adaptive 3x2

@@ -42,6 +42,8 @@ CASES = [
     # Squeeze-and-excitation: a mean over each plane, a per-channel gate multiplied in; a product.
     ("file:gates", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
     ("file:gates", 2, 12, "even", 3, ADAMW),
+    # BatchNorm2d without affine, and without running statistics.
+    ("file:norms", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.05", "--momentum", "0.9"]),
     # ReLU6, SiLU, Tanh and Sigmoid.
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
