@@ -42,14 +42,21 @@ CASES = [
     ("mlp", 2, 32, "even", 5, 3),            # Linear, ReLU, Linear: 3 stored activations
     ("convnet", 3, 24, "even", 5, 9),        # 2 x (Conv, BN, ReLU, MaxPool) + Linear
     ("resnet8", 2, 10, "chunks:6,4", 4, 24),  # stem + 3 stages of a BasicBlock, pooled, Linear
+    # Model files (tools/export_model.py, file_models.py): the graph's joins, and SqueezeNet 1.1.
+    ("file:joins", 2, 10, "chunks:6,4", 4, 12),
+    ("file:tv_squeezenet1_1", 3, 12, "even", 3, 36),
 ]
 LR, MOMENTUM = 0.005, 0.5  # a stable run on random data: a diverging one amplifies any difference
 
 
-def dp_losses(dp, work, name, ndev, batch, split, steps, init, precision):
-    metrics = os.path.join(work, f"{name}-{precision}.jsonl")
-    data = os.path.join(work, "cifar" if name == "resnet8" else "mnist")
-    subprocess.run([dp, "train", "--model", name, "--data", data, "--devices", f"host:{ndev}", "--batch", str(batch),
+def is_cifar(name):
+    return name == "resnet8" or name.startswith("file:")
+
+
+def dp_losses(dp, work, name, ndev, batch, split, steps, init, precision, dp_model):
+    metrics = os.path.join(work, f"{name.replace(':', '-')}-{precision}.jsonl")
+    data = os.path.join(work, "cifar" if is_cifar(name) else "mnist")
+    subprocess.run([dp, "train", "--model", dp_model, "--data", data, "--devices", f"host:{ndev}", "--batch", str(batch),
                     "--split", split, "--steps", str(steps), "--no-shuffle", "--init", init, "--lr", str(LR),
                     "--momentum", str(MOMENTUM), "--precision", precision, "--metrics", metrics],
                    check=True, stdout=subprocess.DEVNULL)
@@ -69,12 +76,18 @@ def main():
         ref.write_cifar(cifar_images[:10], cifar_labels[:10], os.path.join(work, "cifar", "test_batch.bin"))
         for idx, (name, ndev, batch, split, steps, layers) in enumerate(CASES):
             torch.manual_seed(200 + idx)
-            model = ref.make_model(name)
-            init = os.path.join(work, f"{name}.safetensors")
+            if name.startswith("file:"):
+                import crosscheck
+                import file_models
+                model = file_models.make(name[len("file:"):])
+                dp_model = crosscheck.export_file_model(model, name, work)
+            else:
+                model, dp_model = ref.make_model(name), name
+            init = os.path.join(work, f"{name.replace(':', '-')}.safetensors")
             st_io.save(model.state_dict(), init)
-            got = dp_losses(dp, work, name, ndev, batch, split, steps, init, "bf16")
-            got32 = dp_losses(dp, work, name, ndev, batch, split, steps, init, "fp32")
-            cifar = name == "resnet8"
+            got = dp_losses(dp, work, name, ndev, batch, split, steps, init, "bf16", dp_model)
+            got32 = dp_losses(dp, work, name, ndev, batch, split, steps, init, "fp32", dp_model)
+            cifar = is_cifar(name)
             x_all = ref.normalise(cifar_images if cifar else images)
             y_all = (cifar_labels if cifar else labels).long()
             opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
