@@ -59,6 +59,40 @@ struct AvgPoolShape {
     first = first < 0 ? 0 : first;
     last = last > out - 1 ? out - 1 : last;
   }
+
+  // Output (oh, ow): the mean of its window, x(h, w) reading one plane's input as float.
+  template <typename Read>
+  DP_HOST_DEVICE float window_mean(int64_t oh, int64_t ow, const Read& x) const {
+    int64_t h0, h1, ch, w0, w1, cw;
+    window(oh, H, OH(), h0, h1, ch);
+    window(ow, W, OW(), w0, w1, cw);
+    float sum = 0.f;
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t w = w0; w < w1; ++w) sum += x(h, w);
+    return sum / static_cast<float>(ch * cw);
+  }
+  // Input (h, w): Σ dy/divisor over the windows that cover it, dy(oh, ow) reading one plane's
+  // output gradient as float.
+  template <typename Read>
+  DP_HOST_DEVICE float window_gradient(int64_t h, int64_t w, const Read& dy) const {
+    const int64_t out_h = OH(), out_w = OW();
+    int64_t oh0, oh1, ow0, ow1;
+    covering(h, H, out_h, oh0, oh1);
+    covering(w, W, out_w, ow0, ow1);
+    float sum = 0.f;
+    for (int64_t oh = oh0; oh <= oh1; ++oh) {
+      int64_t h0, h1, ch;
+      window(oh, H, out_h, h0, h1, ch);
+      if (h < h0 || h >= h1) continue;
+      for (int64_t ow = ow0; ow <= ow1; ++ow) {
+        int64_t w0, w1, cw;
+        window(ow, W, out_w, w0, w1, cw);
+        if (w < w0 || w >= w1) continue;
+        sum += dy(oh, ow) / static_cast<float>(ch * cw);
+      }
+    }
+    return sum;
+  }
 };
 
 }  // namespace dp

@@ -20,7 +20,6 @@ import json
 import operator
 import os
 import re
-import struct
 import sys
 import tempfile
 
@@ -353,21 +352,21 @@ def to_json(doc):
     return "\n".join(lines) + "\n}\n"
 
 
-def safetensors_bytes(state):
+def write_weights(path, state):
+    """The state_dict as safetensors (tests/torch/st_io.py's writer, which convert_nanogpt.py uses
+    too), written atomically; float32 and int64 as they are, other floats as float32."""
     import torch
-    names = {torch.float32: "F32", torch.int64: "I64"}
-    header, blobs, offset = {}, [], 0
-    for k, t in state.items():
-        t = t.detach().contiguous().cpu()
-        if t.dtype not in names:
-            t = t.float()
-        data = t.numpy().tobytes()
-        header[k] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header).encode()
-    h += b" " * (-(len(h) + 8) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch"))
+    import st_io
+    state = {k: v if v.dtype in (torch.float32, torch.int64) else v.float() for k, v in state.items()}
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".export-")
+    os.close(fd)
+    try:
+        st_io.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def main(argv=None):
@@ -406,7 +405,7 @@ def main(argv=None):
         fail(str(e))
     write_atomically(a.out, to_json(doc).encode())
     if a.weights:
-        write_atomically(a.weights, safetensors_bytes(model.state_dict()))
+        write_weights(a.weights, model.state_dict())
     print(f"export_model: {a.out}: {len(doc['nodes'])} nodes, {len(doc['state'])} state entries, "
           f"input {a.input}, output {doc['nodes'][-1]['shape'] if doc['nodes'] else []}"
           + (f"; weights in {a.weights}" if a.weights else ""))

@@ -109,16 +109,9 @@ void avgpool2d_forward(ThreadPool& pool, float* out, const float* in, const AvgP
   pool.parallel_for(s.N * s.C, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const float* x = in + p * s.H * s.W;
+      const auto read = [&](int64_t h, int64_t w) { return x[h * s.W + w]; };
       for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          int64_t h0, h1, ch, w0, w1, cw;
-          s.window(oh, s.H, OH, h0, h1, ch);
-          s.window(ow, s.W, OW, w0, w1, cw);
-          float sum = 0.f;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) sum += x[h * s.W + w];
-          out[(p * OH + oh) * OW + ow] = sum / static_cast<float>(ch * cw);
-        }
+        for (int64_t ow = 0; ow < OW; ++ow) out[(p * OH + oh) * OW + ow] = s.window_mean(oh, ow, read);
     }
   });
 }
@@ -128,25 +121,9 @@ void avgpool2d_backward(ThreadPool& pool, float* din, const float* dout, const A
   pool.parallel_for(s.N * s.C, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const float* dy = dout + p * OH * OW;
+      const auto read = [&](int64_t oh, int64_t ow) { return dy[oh * OW + ow]; };
       for (int64_t h = 0; h < s.H; ++h)
-        for (int64_t w = 0; w < s.W; ++w) {
-          int64_t oh0, oh1, ow0, ow1;
-          s.covering(h, s.H, OH, oh0, oh1);
-          s.covering(w, s.W, OW, ow0, ow1);
-          float sum = 0.f;
-          for (int64_t oh = oh0; oh <= oh1; ++oh) {
-            int64_t h0, h1, ch;
-            s.window(oh, s.H, OH, h0, h1, ch);
-            if (h < h0 || h >= h1) continue;
-            for (int64_t ow = ow0; ow <= ow1; ++ow) {
-              int64_t w0, w1, cw;
-              s.window(ow, s.W, OW, w0, w1, cw);
-              if (w < w0 || w >= w1) continue;
-              sum += dy[oh * OW + ow] / static_cast<float>(ch * cw);
-            }
-          }
-          din[(p * s.H + h) * s.W + w] = sum;
-        }
+        for (int64_t w = 0; w < s.W; ++w) din[(p * s.H + h) * s.W + w] = s.window_gradient(h, w, read);
     }
   });
 }

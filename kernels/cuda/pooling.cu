@@ -81,18 +81,18 @@ __global__ void global_avgpool_backward_kernel(T* din, const T* dout, int64_t pl
 // Average pooling by windows (kernels/avgpool_windows.hpp): a thread per output in forward, a
 // thread per input pixel in backward (gathering the windows that cover it, in the CPU's order).
 template <typename T>
+struct PlaneReader {  // one plane of T values, read as float
+  const T* plane;
+  int64_t width;
+  __device__ float operator()(int64_t r, int64_t c) const { return load_float(plane[r * width + c]); }
+};
+
+template <typename T>
 __global__ void avgpool_forward_kernel(T* out, const T* in, AvgPoolShape s, int64_t total) {
   const int64_t OH = s.OH(), OW = s.OW();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t ow = i % OW, oh = i / OW % OH, p = i / (OW * OH);
-    int64_t h0, h1, ch, w0, w1, cw;
-    s.window(oh, s.H, OH, h0, h1, ch);
-    s.window(ow, s.W, OW, w0, w1, cw);
-    const T* x = in + p * s.H * s.W;
-    float sum = 0.f;
-    for (int64_t h = h0; h < h1; ++h)
-      for (int64_t w = w0; w < w1; ++w) sum += load_float(x[h * s.W + w]);
-    out[i] = store_as<T>(sum / static_cast<float>(ch * cw));
+    out[i] = store_as<T>(s.window_mean(oh, ow, PlaneReader<T>{in + p * s.H * s.W, s.W}));
   }
 }
 
@@ -101,23 +101,7 @@ __global__ void avgpool_backward_kernel(T* din, const T* dout, AvgPoolShape s, i
   const int64_t OH = s.OH(), OW = s.OW();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t w = i % s.W, h = i / s.W % s.H, p = i / (s.W * s.H);
-    int64_t oh0, oh1, ow0, ow1;
-    s.covering(h, s.H, OH, oh0, oh1);
-    s.covering(w, s.W, OW, ow0, ow1);
-    const T* dy = dout + p * OH * OW;
-    float sum = 0.f;
-    for (int64_t oh = oh0; oh <= oh1; ++oh) {
-      int64_t h0, h1, ch;
-      s.window(oh, s.H, OH, h0, h1, ch);
-      if (h < h0 || h >= h1) continue;
-      for (int64_t ow = ow0; ow <= ow1; ++ow) {
-        int64_t w0, w1, cw;
-        s.window(ow, s.W, OW, w0, w1, cw);
-        if (w < w0 || w >= w1) continue;
-        sum += load_float(dy[oh * OW + ow]) / static_cast<float>(ch * cw);
-      }
-    }
-    din[i] = store_as<T>(sum);
+    din[i] = store_as<T>(s.window_gradient(h, w, PlaneReader<T>{dout + p * OH * OW, OW}));
   }
 }
 
