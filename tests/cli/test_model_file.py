@@ -1,6 +1,7 @@
 """Model files (tools/export_model.py, dp --model FILE.json): the exporter's output and refusals,
 the built-in resnet8's PyTorch twin exported and trained bit for bit as --model resnet8 (every
-step shape), the commands on a file (train, eval, memprof, demo, plan, checkpoints), data that
+step shape), the commands on a file (train, eval, memprof, demo, plan, checkpoints; memprof, plan and demo on
+torchvision's resnet18, resnet50, mobilenet_v2, squeezenet1_1, densenet121 and vgg11), data that
 follows the file's input shape, and every bad file dp refuses with exit 2 naming what is wrong.
 
 usage: test_model_file.py DP_BINARY   (exit 77 = skipped: no torch)
@@ -128,6 +129,24 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run(["eval", "--model", at("r8.json"), "--weights", at("straight.safetensors"), "--devices",
                         "host:2"])
     check("eval runs a model file's weights", rc == 0 and "accuracy" in out.lower(), out + err)
+
+    # ---- torchvision's classifiers: memprof, plan and demo on each
+    try:
+        import torchvision  # noqa: F401
+        classifiers = ("resnet18", "resnet50", "mobilenet_v2", "squeezenet1_1", "densenet121", "vgg11")
+    except ImportError:
+        classifiers = ()
+    for name in classifiers:
+        path = at(name + ".json")
+        rc, out, err = export([f"torchvision.models:{name}", "--kwargs", '{"num_classes": 10}', "--input", "3x32x32",
+                               "--out", path])
+        check(f"torchvision {name} exports", rc == 0, err)
+        rc, out, err = run(["memprof", "--model", path, "--devices", "host:2", "--batch", "4"])
+        check(f"memprof runs torchvision {name}", rc == 0 and "gpu0 excess" in out, out[-300:] + err)
+        rc, out, err = run(["plan", "--model", path, "--devices", "meta:4", "--batch", "256"])
+        check(f"plan runs torchvision {name}", rc == 0 and "gpu0 excess" in out, out[-300:] + err)
+        rc, out, err = run(["demo", "--model", path, "--devices", "host:2", "--batch", "4"])
+        check(f"demo narrates torchvision {name}", rc == 0 and "backward" in out, out[-300:] + err)
 
     # ---- data follows the file's input shape
     with open(at("small.py"), "w") as f:
