@@ -71,6 +71,18 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # Usage errors: exit 2.
     expect("no subcommand", [], 2, "")
+    # Mistyped commands and flags are named, with the closest known one.
+    expect("unknown command", ["trian"], 2, "unknown command 'trian' (did you mean 'train'?)")
+    expect("unknown command far from any", ["xyzzyplugh"], 2, "unknown command 'xyzzyplugh'; the commands: train")
+    expect("mistyped flag", ["train", "--epoch", "2"], 2,
+           "unknown option '--epoch' for dp train (did you mean '--epochs'?)")
+    expect("mistyped flag with a value", ["memprof", "--batchh=3"], 2,
+           "unknown option '--batchh' for dp memprof (did you mean '--batch'?)")
+    expect("a value without its flag", ["plan", "--model", "mlp", "stray"], 2, "unexpected argument 'stray' for dp plan")
+    expect("--prompt needs --sample", ["train", "--model", "gpt", "--prompt", "hi"], 2, "--prompt requires --sample")
+    rc, out, err = run(["--version"])
+    check("--version names the commit and the build", rc == 0 and out.startswith("dp-engine, commit ")
+          and ", built with" in out, out + err)
     for name, extra, needle in [
         ("unknown flag", ["--bogus"], "bogus"),
         ("unknown model", ["--model", "resnet999"], "unknown model 'resnet999'"),

@@ -95,8 +95,9 @@ Run add_eval_command(CLI::App& app) {
       ->required()
       ->check(path_flag());
   cmd->add_option("--eval-windows", o->eval_windows, "gpt: validation windows, evenly spaced")->capture_default_str();
-  cmd->add_option("--sample", o->sample, "gpt: print this many tokens generated from the weights");
-  cmd->add_option("--prompt", o->prompt, "gpt: what --sample continues (text; token ids for token files)");
+  CLI::Option* sample = cmd->add_option("--sample", o->sample, "gpt: print this many tokens generated from the weights");
+  cmd->add_option("--prompt", o->prompt, "gpt: what --sample continues (text; token ids for token files)")
+      ->needs(sample);  // a prompt alone would be ignored
   cmd->add_option("--temperature", o->temperature, "gpt: --sample's temperature (0: the most likely token)")
       ->capture_default_str();
   cmd->add_option("--json", o->json, "write the result as JSON")->check(path_flag());

@@ -3,14 +3,19 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
+#include <string>
+#include <vector>
 #include <new>
 
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
 #include "engine/memory.hpp"
 #include "engine/mpi/process_group.hpp"
+#include "dp_version.hpp"
 #include "tools/dp/commands.hpp"
+#include "tools/dp/suggest.hpp"
 
 namespace {
 
@@ -32,6 +37,45 @@ void configure_openblas(char** argv) {
   if (!changed) return;
   setenv("DP_OPENBLAS_REEXEC", "1", 1);
   execv("/proc/self/exe", argv);  // on failure, carry on with the settings we have
+}
+
+std::string version_text() {
+#ifdef DP_BUILD_CUDA
+  const std::string backend = std::string("with CUDA ") + DP_BUILD_CUDA;
+#else
+  const std::string backend = "without CUDA (host and meta devices only)";
+#endif
+  return std::string("dp-engine, commit ") + DP_COMMIT + ", built " + backend;
+}
+
+std::vector<std::string> names_of(const std::vector<CLI::App*>& commands) {
+  std::vector<std::string> names;
+  for (const CLI::App* c : commands) names.push_back(c->get_name());
+  return names;
+}
+
+// Every long flag of a command ("--epochs"), for suggestions.
+std::vector<std::string> flags_of(const CLI::App& command) {
+  std::vector<std::string> flags;
+  for (const CLI::Option* o : command.get_options())
+    for (const std::string& name : o->get_lnames()) flags.push_back("--" + name);
+  return flags;
+}
+
+// CLI11's "The following arguments were not expected: b a" lists them reversed and suggests
+// nothing: name the first unknown flag (or stray value) of the command and the closest flag.
+std::string extras_message(CLI::App& app) {
+  const CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+  const std::vector<std::string> extras = app.remaining(true);
+  const std::string where = "dp " + command->get_name();
+  for (const std::string& e : extras)
+    if (e.rfind("-", 0) == 0) {
+      const std::string flag = e.substr(0, e.find('='));
+      return "unknown option '" + flag + "' for " + where + dp::cli::did_you_mean(flag, flags_of(*command)) +
+             "; see " + where + " --help";
+    }
+  return "unexpected argument '" + (extras.empty() ? std::string() : extras.front()) + "' for " + where +
+         " (a value without its flag?); see " + where + " --help";
 }
 
 }  // namespace
@@ -64,8 +108,22 @@ int main(int argc, char** argv) {
   auto memprof = dp::cli::add_memprof_command(app);
   auto plan = dp::cli::add_plan_command(app);
   auto eval = dp::cli::add_eval_command(app);
+  app.set_version_flag("--version", version_text(), "print dp's commit and build (CUDA or not), and exit");
+  // A first word that is no command: say so, with the closest command (CLI11 says only that one is required).
+  const std::vector<std::string> commands = names_of(app.get_subcommands({}));
+  if (argc >= 2 && argv[1][0] != '-' &&
+      std::find(commands.begin(), commands.end(), std::string(argv[1])) == commands.end()) {
+    std::string known;
+    for (const std::string& c : commands) known += (known.empty() ? "" : ", ") + c;
+    std::fprintf(stderr, "error: unknown command '%s'%s; the commands: %s (dp --help)\n", argv[1],
+                 dp::cli::did_you_mean(argv[1], commands).c_str(), known.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError&) {
+    std::fprintf(stderr, "error: %s\n", extras_message(app).c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;

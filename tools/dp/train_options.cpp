@@ -152,8 +152,9 @@ void add_train_options(CLI::App* cmd, TrainOptions& o) {
       ->capture_default_str();
   cmd->add_option("--eval-windows", o.eval_windows, "gpt: validation windows an evaluation takes, evenly spaced")
       ->capture_default_str();
-  cmd->add_option("--sample", o.sample, "gpt: after training, print this many generated tokens");
-  cmd->add_option("--prompt", o.prompt, "gpt: what --sample continues (text; token ids for token files)");
+  CLI::Option* sample = cmd->add_option("--sample", o.sample, "gpt: after training, print this many generated tokens");
+  cmd->add_option("--prompt", o.prompt, "gpt: what --sample continues (text; token ids for token files)")
+      ->needs(sample);  // a prompt alone would be ignored
   cmd->add_option("--temperature", o.temperature, "gpt: --sample's temperature (0: the most likely token)")
       ->capture_default_str();
   cmd->add_option("--checkpoint", o.checkpoint, "write checkpoints into this directory (step-NNNNNNNN each)")
