@@ -30,6 +30,7 @@ with tempfile.TemporaryDirectory() as tmp:
     p = memprof("--model", "mlp", "--devices", "host:4", "--json", js, "--svg", svg, "--trace", trace)
     check("runs", p.returncode == 0, p.stderr)
     check("table", "gpu0 excess" in p.stdout and "d3" in p.stdout and "reduce buffers" in p.stdout, p.stdout)
+    check("it says what it wrote", f"wrote: --json {js}, --svg {svg}, --trace {trace}" in p.stdout, p.stdout[-300:])
     r = json.load(open(js))
     check("devices", [d["index"] for d in r["devices"]] == [0, 1, 2, 3])
     d0 = r["devices"][0]
@@ -71,7 +72,7 @@ with tempfile.TemporaryDirectory() as tmp:
     r = json.load(open(js))
     less = r["devices"][0]["peak_bytes"] < max(d["peak_bytes"] for d in r["devices"][1:])
     check("gpu0:4: device 0 below the others, said as less", p.returncode == 0 and less and
-          " less)" in p.stdout and "-" not in p.stdout.split("gpu0 excess")[1], p.stdout[-300:])
+          " less)" in p.stdout and "-" not in p.stdout.split("gpu0 excess")[1].splitlines()[0], p.stdout[-300:])
     p = memprof("--model", "mlp", "--devices", "host:2", "--accumulate", str(10 ** 17))
     check("--accumulate beyond the data: a step of all of it, said", p.returncode == 0 and
           "so a step takes those" in p.stdout, (p.returncode, p.stdout[:400], p.stderr[-300:]))

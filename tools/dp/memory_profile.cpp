@@ -182,6 +182,14 @@ void add_memprof_options(CLI::App* cmd, MemprofOptions& o) {
   cmd->add_option("--trace", o.trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());
 }
 
+void say_outputs_written(const MemprofOptions& o) {
+  std::string written;
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json}, {"--svg", o.svg},
+                                   {"--trace", o.trace}})
+    if (!path.empty()) written += (written.empty() ? "" : ", ") + std::string(flag) + " " + path;
+  if (!written.empty()) std::printf("\nwrote: %s\n", written.c_str());
+}
+
 RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate) {
   // The samples to generate for the batches of --batch the run asks for (saturating).
   const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);

@@ -22,6 +22,9 @@ struct MemprofOptions : RunOptions {
   std::string json, svg, trace;
 };
 
+// After a report's files are written: one line naming each ("wrote: --json r.json, --svg m.svg").
+void say_outputs_written(const MemprofOptions& o);
+
 // The timeline keeps each phase of the first kTimelineSteps steps.
 constexpr int kTimelineSteps = 16;
 

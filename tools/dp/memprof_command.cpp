@@ -31,6 +31,7 @@ int run_memprof(const MemprofOptions& o) {
   print_memprof_table("memprof", o, setup, run, accumulate);
   if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, setup, run, accumulate).dump(2));
   if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("memprof", o, setup, run));
+  say_outputs_written(o);
   if (run.out_of_memory) {
     std::fprintf(stderr, "error: %s\n%s", run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
     return 3;

@@ -193,6 +193,7 @@ void print_compare(const PlanOptions& o) {
     rows.push_back(row);
   }
   if (!o.json.empty()) write_file_atomically(o.json, nlohmann::json{{"compare", rows}}.dump(2));
+  say_outputs_written(o);
 }
 
 int run_plan(const PlanOptions& o) {
@@ -215,6 +216,7 @@ int run_plan(const PlanOptions& o) {
                 format_bytes(p.setup.capacity).c_str());
   if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, p.setup, p.run, p.accumulate).dump(2));
   if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("plan", o, p.setup, p.run));
+  say_outputs_written(o);
   if (p.run.out_of_memory) {
     std::fprintf(stderr, "error: %s\n%s", p.run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
     return 3;
