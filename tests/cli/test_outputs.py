@@ -72,6 +72,9 @@ with tempfile.TemporaryDirectory() as tmp:
     os.chmod(metrics, 0o640)
     rc, out, err = run(small + ["--metrics", metrics])
     check("metrics keeps its mode", rc == 0 and stat.S_IMODE(os.stat(metrics).st_mode) == 0o640)
+    rc, out, err = run(small + ["--metrics", metrics, "--lr", "0.05"])
+    check("the float32 learning rate is written as its shortest decimal", rc == 0 and
+          '"lr":0.05,' in open(metrics).read(), open(metrics).read()[:300])
 
     # A private null device (never the system's /dev/null: a regression would replace it).
     null = os.path.join(tmp, "null")

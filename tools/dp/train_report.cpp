@@ -2,9 +2,22 @@
 #include "tools/dp/train_report.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace dp::cli {
+
+namespace {
+// A float32 value as JSON writes it best: the shortest decimal that reads back as that float
+// (0.05, not the double 0.05000000074505806 the float widens to).
+double shortest_float(double v) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof(text), static_cast<float>(v));
+  return error == std::errc() ? std::strtod(std::string(text, end).c_str(), nullptr) : v;
+}
+}  // namespace
 
 nlohmann::json step_metrics_row(const StepResult& r, int64_t step, int epoch, double seconds, double since_start) {
   nlohmann::json phases;
@@ -12,7 +25,7 @@ nlohmann::json step_metrics_row(const StepResult& r, int64_t step, int epoch, do
   nlohmann::json row{{"step", step},
                      {"epoch", epoch},
                      {"loss", r.loss},
-                     {"lr", r.lr},
+                     {"lr", shortest_float(r.lr)},  // the update's float32 learning rate
                      {"samples_per_s", static_cast<double>(r.batch) / seconds},
                      {"chunks", r.chunks},
                      {"phase_ms", phases},
