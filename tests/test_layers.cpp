@@ -111,6 +111,19 @@ void gradcheck(Module& layer, Shape in_shape, std::vector<float> input, bool che
   for (Module* m : param_modules(layer)) m->bind({}, {});  // the module outlives this function's devices
 }
 
+// A hand-made model file's graph ("test.json", input "x" of this per-sample shape), and its nodes.
+std::shared_ptr<GraphSpec> graph_spec(Shape input) {
+  auto spec = std::make_shared<GraphSpec>();
+  spec->path = "test.json", spec->name = "test", spec->input_name = "x", spec->input_shape = std::move(input);
+  return spec;
+}
+int add_node(GraphSpec& spec, std::string name, std::string op, std::string module, std::vector<int> in,
+             nlohmann::json attrs, Shape shape) {
+  spec.nodes.push_back({std::move(name), std::move(op), std::move(module), std::move(in), std::move(attrs),
+                        std::move(shape), ""});
+  return static_cast<int>(spec.nodes.size()) - 1;
+}
+
 }  // namespace
 
 TEST_CASE("Linear gradients match finite differences") {
@@ -220,14 +233,9 @@ TEST_CASE("A residual network end to end: gradients of every parameter") {
 TEST_CASE("A model file's graph: gradients through add, cat, reshape and a value read three times") {
   // r = relu(a(x)); s = r + b(r); k = cat(s, c(r)) along channels; fc(flatten(k)). r is read by
   // b, the add and c: its gradient sums three.
-  auto spec = std::make_shared<GraphSpec>();
-  spec->path = "test.json", spec->name = "test", spec->input_name = "x", spec->input_shape = {2, 5, 5};
+  auto spec = graph_spec({2, 5, 5});
   auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
-                  Shape shape) {
-    spec->nodes.push_back({std::move(name), std::move(op), std::move(module), std::move(in), std::move(attrs),
-                           std::move(shape), ""});
-    return static_cast<int>(spec->nodes.size()) - 1;
-  };
+                  Shape shape) { return add_node(*spec, name, op, module, in, attrs, shape); };
   auto conv = [](int64_t in, int64_t out) {
     return nlohmann::json{{"in_channels", in}, {"out_channels", out}, {"kernel_size", 3}, {"stride", 1},
                           {"padding", 1}, {"bias", true}};
@@ -254,14 +262,9 @@ TEST_CASE("A model file's graph: gradients through add, cat, reshape and a value
 TEST_CASE("A model file's graph: gradients through mean, a per-channel gate and a product of one shape") {
   // a = conv(x); s = a.mean((2, 3), keepdim); e = sigmoid(conv1x1(s)); m = a · e (per plane);
   // p = m · tanh(a) (one shape); fc(mean(p, (2, 3))).
-  auto spec = std::make_shared<GraphSpec>();
-  spec->path = "test.json", spec->name = "test", spec->input_name = "x", spec->input_shape = {2, 5, 4};
+  auto spec = graph_spec({2, 5, 4});
   auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
-                  Shape shape) {
-    spec->nodes.push_back({std::move(name), std::move(op), std::move(module), std::move(in), std::move(attrs),
-                           std::move(shape), ""});
-    return static_cast<int>(spec->nodes.size()) - 1;
-  };
+                  Shape shape) { return add_node(*spec, name, op, module, in, attrs, shape); };
   const nlohmann::json none = nlohmann::json::object();
   const int a = node("a", "conv2d", "a", {-1},
                      {{"in_channels", 2}, {"out_channels", 3}, {"kernel_size", 3}, {"padding", 1}}, {3, 5, 4});
