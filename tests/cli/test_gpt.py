@@ -7,6 +7,7 @@ usage: test_gpt.py DP_BINARY
 """
 import json
 import os
+import subprocess
 import struct
 import sys
 import tempfile
@@ -54,6 +55,13 @@ with tempfile.TemporaryDirectory() as tmp:
     rc2, out2, _ = run(base + ["--data", text, "--steps", "3", "--sample", "20", "--prompt", "the ", "--temperature",
                                "0"])
     check("greedy sampling is deterministic", rc2 == 0 and out2.split("sample (")[1] == out.split("sample (")[1])
+    # Bytes that are not UTF-8 are printed escaped, valid characters as they are: a lead byte past
+    # U+10FFFF, an overlong form, a surrogate; é and € pass.
+    prompt = b"\xf5\xbe\x9c\x8a|\xc0\xaf|\xed\xa0\x80|\xc3\xa9\xe2\x82\xac"
+    p = subprocess.run([CLI.dp] + base + ["--data", text, "--steps", "1", "--sample", "1", "--prompt", prompt],
+                       capture_output=True)
+    check("a sample escapes every byte that is not UTF-8", p.returncode == 0 and
+          b"\\xf5\\xbe\\x9c\\x8a|\\xc0\\xaf|\\xed\\xa0\\x80|\xc3\xa9\xe2\x82\xac" in p.stdout, p.stdout[-200:])
     rc, out, err = run(base + ["--data", tok, "--steps", "1", "--sample", "5", "--prompt", "1,2 3"])
     check("token-id prompt", rc == 0 and "sample (5 tokens" in out and "\n1 2 3 " in out, out + err)
 

@@ -71,13 +71,21 @@ std::vector<int32_t> generate_tokens(DataParallel& dp, std::vector<int32_t> cont
 }
 
 namespace {
-// Length of the valid UTF-8 sequence starting at bytes[i], 0 if there is none.
+// Length of the valid UTF-8 sequence starting at bytes[i], 0 if there is none: RFC 3629's table,
+// so no overlong form (C0, C1, E0 80-9F, F0 80-8F), no surrogate (ED A0-BF), nothing past
+// U+10FFFF (F4 90-BF, F5-FF).
 size_t utf8_length(const std::vector<int32_t>& bytes, size_t i) {
   const int32_t b = bytes[i];
-  const size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+  if (b < 0x80) return 1;
+  size_t n = 0;
+  int32_t lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (b >= 0xC2 && b <= 0xDF) n = 2;
+  else if (b >= 0xE0 && b <= 0xEF) n = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+  else if (b >= 0xF0 && b <= 0xF4) n = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
   if (n == 0 || i + n > bytes.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((bytes[i + k] >> 6) != 0x2) return 0;
+  if (bytes[i + 1] < lo || bytes[i + 1] > hi) return 0;
+  for (size_t k = 2; k < n; ++k)
+    if (bytes[i + k] < 0x80 || bytes[i + k] > 0xBF) return 0;
   return n;
 }
 }  // namespace
