@@ -19,6 +19,7 @@ import importlib.util
 import json
 import operator
 import os
+import pathlib
 import re
 import sys
 import tempfile
@@ -327,12 +328,12 @@ def export(model, kind, shape, name, source):
             "nodes": nodes, "output": output, "state": state, "loss": {"kind": "cross_entropy"}}
 
 
-def write_atomically(path, data):
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".export-")
+def replace_atomically(path, write):
+    """write(tmp) into a temporary file beside path, then renamed over it: never half a file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".export-")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -354,19 +355,12 @@ def to_json(doc):
 
 def write_weights(path, state):
     """The state_dict as safetensors (tests/torch/st_io.py's writer, which convert_nanogpt.py uses
-    too), written atomically; float32 and int64 as they are, other floats as float32."""
+    too); float32 and int64 as they are, other floats as float32."""
     import torch
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch"))
     import st_io
     state = {k: v if v.dtype in (torch.float32, torch.int64) else v.float() for k, v in state.items()}
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".export-")
-    os.close(fd)
-    try:
-        st_io.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    replace_atomically(path, lambda tmp: st_io.save(state, tmp))
 
 
 def main(argv=None):
@@ -403,7 +397,8 @@ def main(argv=None):
         doc = export(model, kind, shape, a.spec.rsplit(":", 1)[1], a.spec)
     except ExportError as e:
         fail(str(e))
-    write_atomically(a.out, to_json(doc).encode())
+    text = to_json(doc)
+    replace_atomically(a.out, lambda tmp: pathlib.Path(tmp).write_text(text))
     if a.weights:
         write_weights(a.weights, model.state_dict())
     print(f"export_model: {a.out}: {len(doc['nodes'])} nodes, {len(doc['state'])} state entries, "

@@ -55,7 +55,7 @@ class GraphModule final : public Module {
         if (st.has_params) {
           if (node.module.empty())
             throw UsageError(where(node) + " has parameters but names no module (their state-dict prefix)");
-          if (with_state.count(node.module) || placed_.count(node.module))
+          if (with_state.count(node.module))
             throw UsageError(where(node) + " runs module '" + node.module +
                              "' a second time; dp runs each module with parameters once a step");
           with_state[node.module] = std::move(m);
@@ -187,13 +187,14 @@ class GraphModule final : public Module {
   // The leaves with parameters under their module paths, in the order of the file's state list
   // (PyTorch's state_dict order: a module's own entries, then its children's, in registration order).
   void place_state(std::map<std::string, std::unique_ptr<Module>>& with_state) {
+    std::set<std::string> placed;
     for (const StateDecl& s : spec_->state) {
       const size_t dot = s.name.rfind('.');
       if (dot == std::string::npos)
         throw UsageError("model file " + spec_->path + ": state entry '" + s.name +
                          "' belongs to the model's root module; dp runs parameters of submodules only");
       const std::string path = s.name.substr(0, dot);
-      if (placed_.count(path)) continue;
+      if (placed.count(path)) continue;
       auto it = with_state.find(path);
       if (it == with_state.end())
         throw UsageError("model file " + spec_->path + ": state entry '" + s.name + "' belongs to module '" + path +
@@ -212,7 +213,7 @@ class GraphModule final : public Module {
         static_cast<Namespace*>(parent)->add(leaf_name, std::move(it->second));
       }
       with_state.erase(it);
-      placed_.insert(path);
+      placed.insert(path);
     }
     if (!with_state.empty())
       throw UsageError("model file " + spec_->path + ": module '" + with_state.begin()->first +
@@ -268,7 +269,6 @@ class GraphModule final : public Module {
   std::shared_ptr<const GraphSpec> spec_;
   std::vector<Step> steps_;
   std::vector<std::unique_ptr<Module>> owned_;
-  std::set<std::string> placed_;
   std::vector<int> last_reader_;
 };
 

@@ -98,15 +98,13 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
 }
 
 RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
-                    uint64_t generated_seed) {
+                    uint64_t generated_seed, bool drawn) {
   RunData d;
   if (!o.data.empty() && is_token_data(o.data))
     throw RuntimeError("--data " + o.data + " holds text or token files; --model " + model.name +
                        " takes images (use --model gpt for a language model)");
   // --generated-size, when given, is the size (memprof and demo otherwise take what their steps need).
   if (o.generated_size_given) generated_train = o.generated_train;
-  // Meta devices read no pixel: a model file's plan at a real input size draws none.
-  const bool drawn = o.devices.rfind("meta", 0) != 0;
   d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed, drawn)
                             : load_data_dir(o.data);
   const Dataset& train = d.images.train;
@@ -136,7 +134,9 @@ TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test,
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
                       uint64_t generated_seed, int64_t min_tokens) {
   if (setup.model.language_model()) return load_tokens(o, setup, min_tokens);
-  return load_images(o, setup.model, generated_train, generated_test, generated_seed);
+  // Meta devices read no pixel: a plan at a real input size draws none.
+  const bool drawn = !(setup.devices && (*setup.devices)[0].is_meta());
+  return load_images(o, setup.model, generated_train, generated_test, generated_seed, drawn);
 }
 
 std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint64_t seed, int epochs,
