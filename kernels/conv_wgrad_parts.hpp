@@ -2,7 +2,7 @@
 // a GPU by dp's own kernels (kernels/cuda/conv_wgrad_direct.cu) instead of cuDNN's deterministic
 // algorithms, whose choices for these shapes on an H100 ran on the filter's parallelism, not the
 // batch's: 0.58 ms a step for the convnet's second convolution (16→32, 5×5) at batch 1024, and
-// 1.26 ms at batch 256 — paid by every replica of `cuda:0x4` (sessions 45 and 46, RESULTS.md).
+// 1.26 ms at batch 256 — paid by every replica of `cuda:0x4` (RESULTS.md, the H100 runs of 2026-11-26).
 //
 // dw[k][j] = Σ_q dy[k][q] · x̂[j][q]: k an output channel, j = (c, r, s) a column of the filter,
 // q = (n, oh, ow) an output position, x̂ the input under tap j at position q (0 in the padding).

@@ -23,7 +23,7 @@ enum class LinearGemm {
   Lt,        // cuBLASLt: the bias added in the forward GEMM's epilogue, its gradient by the weight
              // gradient's bias-gradient epilogue (in float32 a cuBLASLt kernel of its own after the
              // GEMM, on an H100); no split-K. Falls back per product to Cublas's way where cuBLASLt
-             // offers no algorithm. Slower than Cublas on the mlp (RESULTS.md, session 55).
+             // offers no algorithm. Slower than Cublas on the mlp (RESULTS.md, the H100 run of 2026-11-27 with float32 Linear through cuBLASLt).
   LtSplitK,  // Lt with split-K allowed (a separate reduce kernel where cuBLASLt picks it)
 };
 // "cublas" | "lt" | "lt-splitk"; UsageError otherwise, naming `what` (where the text came from).

@@ -171,7 +171,7 @@ struct ConvPlan {
       // cuDNN times every algorithm on buffers of dp's, from the device's allocator like any
       // workspace (memprof counts them, --device-memory bounds them), zero-filled: the timings do
       // not depend on the values, and nothing reads memory no one wrote. cuDNN's own variant
-      // (cudaMalloc, outside the allocator, never written) was what initcheck flagged in session 56.
+      // (cudaMalloc, outside the allocator, never written) was what initcheck flagged (H100, 2026-11-27).
       const size_t elem = dtype_size(t);
       ScopedBlock xs(alloc, static_cast<size_t>(g.in_numel()) * elem),
           fs(alloc, static_cast<size_t>(g.weight_numel()) * elem),

@@ -1,4 +1,4 @@
-"""The GPU lease's script, tools/gpu/verify.sh, run here without a GPU: a lease is 15 minutes and
+"""The GPU check script, tools/gpu/verify.sh, run here without a GPU: a GPU run is time-boxed and
 cannot be spent finding a bug in its plumbing. In a scratch copy of the tree whose build-gpu holds
 this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - tests: every GPU case runs in its own process and, with no GPU, fails (DP_REQUIRE_GPU=1), each
@@ -75,9 +75,9 @@ with tempfile.TemporaryDirectory() as tmp:
                 'if [ -n "$FAKE_SANITIZER_CLEAN_POISONED" ] && [ -n "$DP_POISON_ALLOCATIONS" ]; then\n'
                 '  echo "========= ERROR SUMMARY: 0 errors"; exit 0\nfi\n'
                 # the runs matching $FAKE_SANITIZER_INTERNAL: the tool fails itself, but where a filter names the
-                # kernels to check (as racecheck on cuDNN's bf16 convolutions, session 53)
-                # ($FAKE_SANITIZER_INTERNAL_OURS: there too, where it names dp's kernels, as in session 54;
-                # $FAKE_SANITIZER_INTERNAL_NONE: even where the filter matches no kernel, as in session 55)
+                # kernels to check (as racecheck on cuDNN's bf16 convolutions did on an H100)
+                # ($FAKE_SANITIZER_INTERNAL_OURS: there too, where it names dp's kernels, as it has;
+                # $FAKE_SANITIZER_INTERNAL_NONE: even where the filter matches no kernel, as it has)
                 'internal() { echo "========= Internal Sanitizer Error: The Sanitizer failed to handle a '
                 'hardware exception."\n  echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99; }\n'
                 'if [ -n "$FAKE_SANITIZER_INTERNAL" ]; then case "$*" in $FAKE_SANITIZER_INTERNAL)\n'

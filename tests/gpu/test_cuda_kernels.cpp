@@ -237,7 +237,7 @@ TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASL
   }
   // cuBLASLt adds the bias in the forward GEMM's epilogue (dp's bias rows kernel is gone) and, with
   // no split-K, no reduce follows a product. Its float32 bias gradient (BGRADB) is a kernel of its
-  // own after the weight gradient's GEMM (an H100 in session 55: cuBLAS's way 6 kernels, cuBLASLt's 4).
+  // own after the weight gradient's GEMM (an H100, 2026-11-27: cuBLAS's way 6 kernels, cuBLASLt's 4).
   MESSAGE("float32 Linear forward + backward, kernels: cuBLAS " << kernels[cuda::LinearGemm::Cublas] << ", cuBLASLt "
                                                                 << kernels[cuda::LinearGemm::Lt]);
   CHECK(kernels[cuda::LinearGemm::Lt] <= 4);
@@ -376,7 +376,7 @@ TEST_CASE("--cudnn benchmark convolutions (every algorithm timed) match the CPU 
 
 TEST_CASE("--cudnn benchmark times the algorithms on the device allocator's memory, bounded by its capacity") {
   // cuDNN's own timing variant took scratch by cudaMalloc, uncounted, unbounded and never written
-  // (initcheck's finding in session 56). A geometry of this case alone: its plan is built here.
+  // (initcheck's finding on an H100, 2026-11-27). A geometry of this case alone: its plan is built here.
   ThreadPool pool(1);
   CudaMallocMemory raw;
   cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Benchmark});

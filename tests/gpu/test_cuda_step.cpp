@@ -224,8 +224,8 @@ namespace {
 // host's: the sums' order differs in the last bits, which can move a rounded 16-bit value by one
 // unit now and then, so losses agree to a few 16-bit units (bf16 2^-8, fp16 2^-11 relative), and
 // the master weights to a few of those times lr. One case per precision and model: under racecheck
-// both precisions together ran past 233 s (session 55), and resnet8's 16-bit convolutions fail that
-// tool itself (session 56), which must not leave the other models unchecked.
+// both precisions together ran past 233 s (H100, 2026-11-27), and resnet8's 16-bit convolutions fail that
+// tool itself (H100, 2026-11-27), which must not leave the other models unchecked.
 void check_mixed_precision_against_host(Precision p, const std::string& model_name) {
   GptConfig cfg;
   cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;

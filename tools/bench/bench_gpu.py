@@ -10,7 +10,7 @@ the others go on.
      (target >= 0.85x), the faithful step eager and captured (--cuda-graphs on, both sides: what
      is left once the host's per-phase work is gone), and --sync allreduce. The two sides
      interleaved repeat by repeat; beside the wall-clock ratio, the ratio of the runs' median step
-     times (session 55 saw one configuration's figure move 2x between single repeats).
+     times (on an H100, 2026-11-27, one configuration's figure moved 2x between single repeats).
   3. bf16 against fp32 for resnet18 at batch 256 on cuda:0, dp and PyTorch autocast (expect >= 2x).
   4. broadcast_coalesced and reduce_add_coalesced of 64 MiB on cuda:0x4 against one device-to-device
      copy (build/comm_bandwidth; target >= 0.8x).

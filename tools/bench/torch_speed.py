@@ -8,7 +8,7 @@ usage: torch_speed.py --model resnet18 --batch 256 [--device cuda] [--steps 50] 
 Prints one JSON line: samples_per_s over the steps after the warm-up, the device's name and the
 PyTorch version. On a GPU the timing waits for the device (torch.cuda.synchronize) at both ends.
 --deterministic takes cuDNN's deterministic algorithms only (as dp does); --profile N then profiles
-N more steps with torch.profiler and prints, before the JSON line, the device time per step of each
+N more steps with torch.profiler and prints, before the JSON line, the GPU kernel time per step of each
 kernel (tools/gpu/profile.sh sets it beside dp's own kernel times).
 """
 import argparse
@@ -85,7 +85,7 @@ def main():
 
 
 def profile(step, steps, cuda):
-    """Device time per step of each kernel over `steps` steps, the largest first."""
+    """GPU kernel time per step of each kernel over `steps` steps, the largest first."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch_profile(activities=acts) as prof:

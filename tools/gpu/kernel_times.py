@@ -8,7 +8,7 @@ import csv
 import sys
 
 # Milliseconds per unit, as Nsight Compute writes them: "nsecond" in some versions, "ns" in others
-# (2025's, on the H200 lease of 2026-11-26, whose profile this table's lack of "ns" lost).
+# (2025's, on the H200 run of 2026-11-26, whose profile this table's lack of "ns" lost).
 UNIT = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3, "s": 1e3}
 
 

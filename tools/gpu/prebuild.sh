@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the GPU machine's binaries here, so that a lease spends none of its minutes compiling
-# (a build there takes about 50 s of a 15-minute lease, again on every fresh machine): dp, the
+# Builds the GPU machine's binaries here, so that a time-boxed GPU run spends none of its minutes compiling
+# (a build there takes about 50 s of a 15-minute run, again on every fresh machine): dp, the
 # test binaries and the two bench tools for Hopper (sm_90), without MPI (the GPU machine has no
 # Open MPI to link), packed with the hash of the sources they came from into
 # .gpu-kit/prebuilt.tar.gz. There tools/gpu/build.sh uses them when the hash matches the tree

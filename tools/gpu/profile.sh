@@ -3,7 +3,7 @@
 # each kernel's time per step (Nsight Compute for dp, torch.profiler for PyTorch eager, with cuDNN's
 # default and its deterministic algorithms), and each side's wall time per step, dp's for each
 # --cudnn choice. Appends to $OUT/profile.txt and keeps Nsight Compute's CSV beside it
-# (ncu-MODEL-BATCH[xN].csv.gz, in $OUT/ncu-csv.tar), so a table that fails to read loses no lease time. Exit 1 when a part
+# (ncu-MODEL-BATCH[xN].csv.gz, in $OUT/ncu-csv.tar), so a table that fails to read loses no GPU time. Exit 1 when a part
 # failed (tools/gpu/verify.sh profile runs it).
 # A spec phases:MODEL:BATCH instead: DataParallel's overhead phase by phase, the mean time of each
 # phase of a step on cuda:0x1 and on cuda:0x4 at that global batch (tools/gpu/phase_table.py).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU session's one command (METHOD.md: one script that builds, checks and times in one call):
 # run on the device machine with carry [".gpu-kit"] (tools/gpu/kit.sh and tools/gpu/prebuild.sh
-# make it here; tools/gpu/README.md has the lease's plan), e.g.
+# make it here; tools/gpu/README.md has the run's plan), e.g.
 #   tools/gpu/verify.sh --within 520 probe build tests equal sanitize
 # --within S: everything ends S seconds after the start. Each stage gets what is left (a stage with
 # too little left is skipped, saying so), each command in it a time limit from the same clock, so a
@@ -354,7 +354,7 @@ sanitize_one() {
     # racecheck that failed itself (an "Internal Sanitizer Error", as on cuDNN's bf16 convolutions
     # on an H100), once more with a filter that names dp's kernels instead of the libraries', so no
     # library kernel is instrumented whatever its name: clean then, the exclude list let through a
-    # library kernel racecheck cannot instrument. The same error (session 54): once more with a
+    # library kernel racecheck cannot instrument. The same error (H100, 2026-11-27): once more with a
     # filter no kernel's name can match, so racecheck instruments nothing. The same error again:
     # racecheck's presence alone breaks a kernel, and no kernel of dp's is involved; clean: one of
     # dp's kernels, instrumented, is where it fails.
@@ -366,7 +366,7 @@ sanitize_one() {
         compute-sanitizer --tool racecheck "${ours[@]}" --kernel-name "regex=$DP_KERNELS" --print-limit 20000 \
         --error-exitcode 99 "$@"; then
         # It failed itself on dp's kernels only too: once more instrumenting nothing. The same error
-        # then (session 55, the bf16 step cases on an H100): racecheck could not check the run, and
+        # then (the bf16 step cases on an H100, 2026-11-27): racecheck could not check the run, and
         # no kernel of dp's is involved. Neither clean nor dirty: its own verdict, which still fails
         # the stage.
         if ! run_again "$log" "instrumenting no kernel (--kernel-name regex=$NO_KERNELS)" \
@@ -389,8 +389,8 @@ export -f sanitize_one
 # racecheck on the step cases leaves them out. It checks shared memory within a kernel, and the
 # step cases run the kernels the kernel cases and the dp train runs have checked whole, libraries
 # included; what the step cases add is dp's kernels at the step's shapes. Instrumenting every
-# library GEMM and convolution of several trainings kept all 12 unfinished in every lease to
-# session 47. No kernel of dp's matches (tests/cli/test_gpu_verify.py checks its sources).
+# library GEMM and convolution of several trainings kept all 12 unfinished in every GPU run to
+# 2026-11-26. No kernel of dp's matches (tests/cli/test_gpu_verify.py checks its sources).
 export LIBRARY_KERNELS='xmma|cutlass|cudnn|cublas|nccl|fft2d|convolve|wgrad_alg|wgrad2d|dgrad|flip_filter|winograd|op_generic|gemv|gemmSN|splitKreduce'
 # dp's own kernels, all in namespace dp::cuda: the name demangled or mangled (_ZN2dp4cuda...)
 export DP_KERNELS='dp::cuda|2dp4cuda'
@@ -403,7 +403,7 @@ stage_sanitize() {
   # The issue's runs (mlp and convnet; in-replica, eval, tf32, split auto, balance-memory), then what
   # came after: captured steps, --sync allreduce (the ring on the comm streams; bf16; with
   # --accumulate: no_sync, the sum added into its buckets), the GPT with dropout, resnet8 recomputing,
-  # the convnet with cuDNN timing its algorithms (on the allocator's memory since session 56).
+  # the convnet with cuDNN timing its algorithms (on the allocator's memory since 2026-11-27).
   local -a trains=(
     "--model mlp"
     "--model convnet"
@@ -513,7 +513,7 @@ stage_sanitize() {
     done
   fi
   # The cases that fill the GPU's memory run alone: memcheck first (it belongs with memcheck on
-  # every case, and coming last it was never reached in sessions 45 and 47), initcheck last.
+  # every case, and coming last it was never reached in two H100 runs of 2026-11-26), initcheck last.
   alone_under() {
     [[ $part == slow ]] && return
     for name in "${alone[@]}"; do
