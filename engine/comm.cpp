@@ -161,7 +161,9 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
       std::all_of(srcs.begin(), srcs.end(), [&](const Tensor& s) { return reads_in_place(home, s.device()); });
   if (in_place) {
     TaskLabel label = home.stream().label([&] {
-      return TaskLabel{"reduce-add in place [0, " + std::to_string(n) + ")", "reduce"};
+      TaskLabel l{"reduce-add in place [0, " + std::to_string(n) + ")", "reduce"};
+      for (const auto& s : srcs) l.reads.push_back({s.device().index(), s.numel() * static_cast<int64_t>(elem)});
+      return l;
     });
     home.stream().enqueue([&home, dst, srcs, n] {
       std::vector<Buf> xs;
@@ -174,7 +176,9 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
   for (int64_t off = 0; off < n; off += bucket) {
     const int64_t len = std::min(bucket, n - off);
     TaskLabel label = home.stream().label([&] {
-      return TaskLabel{"reduce-add bucket [" + std::to_string(off) + ", " + std::to_string(off + len) + ")", "reduce"};
+      TaskLabel l{"reduce-add bucket [" + std::to_string(off) + ", " + std::to_string(off + len) + ")", "reduce"};
+      for (const auto& s : srcs) l.reads.push_back({s.device().index(), len * static_cast<int64_t>(elem)});
+      return l;
     });
     home.stream().enqueue([&home, dst, srcs, off, len, src_type, elem] {
       // Receive this bucket from every source into buffers on the destination, then sum.

@@ -278,6 +278,8 @@ void Stream::run_timed(const Task& task) {
       tracer->copy(task.label.copy_from, track, task.label.name, trace_start, end, task.label.bytes);
     else
       tracer->slice(track, task.label.name, task.label.category, trace_start, end, task.label.bytes);
+    for (const auto& [from, bytes] : task.label.reads)
+      if (from != track) tracer->transfer(from, track, task.label.name, trace_start, end, bytes);
   }
 }
 

@@ -109,10 +109,15 @@ class DeviceQueue {
 };
 
 struct TaskLabel {
-  std::string name = "work";
-  std::string category = "compute";
-  int copy_from = -1;  // source device of a copy, for the trace's flow arrow
-  int64_t bytes = 0;
+  TaskLabel(std::string name_ = "work", std::string category_ = "compute", int copy_from_ = -1, int64_t bytes_ = 0)
+      : name(std::move(name_)), category(std::move(category_)), copy_from(copy_from_), bytes(bytes_) {}
+  std::string name;
+  std::string category;
+  int copy_from;  // source device of a copy, for the trace's flow arrow
+  int64_t bytes;
+  // Devices a task read from in place or copied from within itself (a reduce's sources), with the
+  // bytes: arrows into the task's slice in the trace.
+  std::vector<std::pair<int, int64_t>> reads;
 };
 
 class Stream {

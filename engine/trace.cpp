@@ -29,6 +29,16 @@ void Tracer::copy(int src, int dst, const std::string& name, double start_us, do
   events_.push_back({'X', dst, name, "copy", start_us, dur, bytes, 0, 0});
   events_.push_back({'s', src, "copy", "copy", start_us, 0, bytes, id, 0});
   events_.push_back({'f', dst, "copy", "copy", start_us, 0, bytes, id, 0});
+  copies_.push_back({src, dst, name, start_us, end_us, bytes});
+}
+
+void Tracer::transfer(int src, int dst, const std::string& name, double start_us, double end_us, int64_t bytes) {
+  std::lock_guard lock(mutex_);
+  const uint64_t id = next_flow_++;
+  events_.push_back({'X', src, "send: " + name, "copy", start_us, end_us - start_us, bytes, 0, 0});
+  events_.push_back({'s', src, "copy", "copy", start_us, 0, bytes, id, 0});
+  events_.push_back({'f', dst, "copy", "copy", start_us, 0, bytes, id, 0});
+  copies_.push_back({src, dst, name, start_us, end_us, bytes});
 }
 
 void Tracer::counter(int track, const std::string& name, double at_us, double value) {
@@ -67,6 +77,19 @@ std::string Tracer::to_json() const {
     events.push_back(std::move(j));
   }
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+std::vector<TraceSlice> Tracer::slices() const {
+  std::lock_guard lock(mutex_);
+  std::vector<TraceSlice> out;
+  for (const auto& e : events_)
+    if (e.ph == 'X') out.push_back({e.track, e.name, e.category, e.ts, e.ts + e.dur, e.bytes});
+  return out;
+}
+
+std::vector<TraceCopy> Tracer::copies() const {
+  std::lock_guard lock(mutex_);
+  return copies_;
 }
 
 void Tracer::write(const std::string& path) const { write_file_atomically(path, to_json()); }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, builds and runs every test (doctest suites, CLI bad-input checks, the PyTorch
-# cross-check) through ctest.
+# cross-check, the run page in a headless Chromium) through ctest.
 #   tools/test.sh                      release build, all tests
 #   tools/test.sh --sanitize address   unit tests under ASan+UBSan
 #   tools/test.sh --sanitize thread    unit tests under TSan
@@ -17,5 +17,14 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   [[ "$2" == "thread" ]] && command -v setarch >/dev/null && run=(setarch "$(uname -m)" -R)
   "${run[@]}" ctest --test-dir "$dir" -L unit -j"$(nproc)" --output-on-failure
 else
+  # The run page's browser test (ctest -L html) renders in Debian's Chromium: a test tool, so the
+  # test setup installs it, not tools/setup.sh.
+  if ! command -v chromium >/dev/null; then
+    echo "test: installing chromium (for the run page's browser test)"
+    sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  fi
   ctest --test-dir build -j"$(nproc)" --output-on-failure
 fi

@@ -8,6 +8,7 @@
 #include "engine/comm.hpp"
 #include "engine/error.hpp"
 #include "engine/stream.hpp"
+#include "engine/trace.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
@@ -262,7 +263,11 @@ void ShardedShape::gather(int d, int k) {
   const Tensor& mine = sh.master[static_cast<size_t>(k)];  // float32: rounded into 16-bit ones
   convert(dev.exec(), Buf{all.data<char>() + static_cast<size_t>(lo - b.begin) * dtype_size(low_), low_}, mine.buf(),
           hi - lo);
+  const double t0 = tracer_ ? tracer_->now_us() : 0;
   if (!transport_->all_gather(d, Buf{all.data<char>(), low_}, count)) abandoned();
+  if (tracer_)
+    tracer_->slice(Device::kCommTraceTrack + d, "all-gather bucket " + std::to_string(k) + " (" +
+                   std::to_string(all.bytes()) + " bytes)", "all-gather", t0, tracer_->now_us(), all.bytes());
   sh.gathered[static_cast<size_t>(k)] = std::move(all);
 }
 
@@ -293,7 +298,11 @@ void ShardedShape::reduce_scatter(int d, int k, bool ghost) {
     else
       zero(ex, sum.data(), sum.bytes());
   }
+  const double t0 = tracer_ ? tracer_->now_us() : 0;
   if (!transport_->reduce_scatter(d, sum.data(), count)) abandoned();
+  if (tracer_)
+    tracer_->slice(Device::kCommTraceTrack + d, "reduce-scatter bucket " + std::to_string(k) + " (" +
+                   std::to_string(sum.bytes()) + " bytes)", "reduce-scatter", t0, tracer_->now_us(), sum.bytes());
   const auto [lo, hi] = owned(d, ku);
   // The owned part kept; accumulating, the first micro-batch's copied and the later ones' added.
   Tensor& mine = sh.piece_grads[ku];
@@ -485,6 +494,13 @@ void ShardedShape::norm_and_clip(const StepState& s, int d, const Tensor& found_
     if (!(coef >= 1))
       for (Tensor& g : sh.piece_grads) scale(ex, g.buf(), static_cast<float>(coef), g.numel());
   }
+}
+
+void ShardedShape::set_tracer(Tracer* tracer) {
+  tracer_ = tracer;
+  if (!tracer) return;
+  for (int i = 0; i < e_.devices_.size(); ++i)
+    tracer->set_track_name(Device::kCommTraceTrack + i, "device " + std::to_string(i) + " reduce-scatter / all-gather");
 }
 
 void ShardedShape::gather_parameters(int d) {

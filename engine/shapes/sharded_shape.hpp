@@ -63,6 +63,8 @@ class ShardedShape final : public ChunkedShape {
   void set_process_group(ProcessGroup* group) override;
   void abandon_step() override;
   void after_abandoned_step() override;
+  // The reduce-scatters and zero3's all-gathers go on each device's comm track (beside its stream).
+  void set_tracer(Tracer* tracer) override;
 
   // The buckets, and the part of bucket k that device d owns ([begin, end) of the flat array).
   const std::vector<GradBucket>& buckets() const { return buckets_; }
@@ -159,6 +161,7 @@ class ShardedShape final : public ChunkedShape {
   ProcessGroup* group_ = nullptr;  // mpirun: the other processes hold the other parts
   int leader_ = 0;                 // this step's first active device
   CollectiveLog forward_log_, backward_log_;
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace dp

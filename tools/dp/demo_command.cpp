@@ -1,7 +1,8 @@
 // dp demo: one DataParallel step, narrated phase by phase — what happens and why, the tensors
 // with their shapes and devices, the bytes moved on each link, the time taken — with an ASCII
 // picture of the transfers, a per-device memory summary that points at the GPU0 hotspot, and
-// optionally a Chrome/Perfetto trace (--trace) and a machine-readable report (--json).
+// optionally a Chrome/Perfetto trace (--trace), a machine-readable report (--json) and a page to
+// open in a browser (--html, tools/dp/page/).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "engine/io/loader.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/demo_story.hpp"
+#include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
@@ -33,7 +35,7 @@ struct DemoOptions : RunOptions {
   }
   int steps = 1;
   int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
-  std::string trace, json;
+  std::string trace, json, html;
 };
 
 std::string dev_name(int i) { return "d" + std::to_string(i); }
@@ -197,16 +199,27 @@ void print_demo_header(const DemoOptions& o, const DataParallel& dp, const Model
 }
 
 // Runs one step (its micro-batches) and returns its JSON entry; the first step is narrated in
-// full, each later one gets a line.
-nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro, int step) {
+// full, each later one gets a line. The step's memory goes into `run` and its stories into
+// `told` ("step/phase/micro-batch"), for the page.
+nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro, int step,
+                             MemprofRun& run, nlohmann::json& told_by_phase) {
   const int n = dp.devices().size();
   const bool allreduce = replicas_resident(dp.sync_mode());
   std::vector<StepResult> each;
   const StepResult r = step_on(dp, micro, &each);
+  add_step(run, r, n);
   const int count = static_cast<int>(each.size());
   std::vector<std::vector<PhaseStory>> stories;
-  for (int i = 0; i < count; ++i)
+  for (int i = 0; i < count; ++i) {
     stories.push_back(tell(dp, each[static_cast<size_t>(i)], MicroBatchPlace{i, count, r.targets}));
+    if (step <= kTimelineSteps)
+      for (int p = 0; p < kNumPhases; ++p) {
+        const nlohmann::json phase = phase_json(each[static_cast<size_t>(i)], static_cast<Phase>(p), n, allreduce,
+                                                &stories.back()[static_cast<size_t>(p)]);
+        told_by_phase[std::to_string(step) + "/" + phase_name(static_cast<Phase>(p)) + "/" + std::to_string(i + 1)] =
+            {{"text", phase["text"]}, {"tensors", phase["tensors"]}};
+      }
+  }
   nlohmann::json entry{{"step", step}, {"chunks", r.chunks}, {"loss", r.loss}};
   if (step == 1) std::printf("  %s\n\n", device_row(n, each.front().chunks).c_str());
   if (count == 1) {
@@ -291,7 +304,7 @@ int run_demo(const DemoOptions& o) {
     throw UsageError("dp demo looks at one process's devices; run it without mpirun (dp train runs across processes)");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
   if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
-  check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}});
+  check_outputs(o, {{"--trace", o.trace}, {"--json", o.json}, {"--html", o.html}});
   RunSetup setup = validate_and_make_devices(o);
   refuse_meta_devices(setup, "dp demo");
   // Only as many samples as the steps take (saturating), unless --data names real ones.
@@ -304,10 +317,12 @@ int run_demo(const DemoOptions& o) {
   DataParallel dp(devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
                   setup.precision);
   dp.set_recompute(setup.recompute);
-  std::unique_ptr<Tracer> tracer;
-  if (!o.trace.empty()) {
-    tracer = std::make_unique<Tracer>();
-    dp.set_tracer(tracer.get());
+  MemprofRun run;  // the steps' memory and trace, for --html
+  run.recomputed = recomputed_text(dp);
+  run.recomputed_blocks = dp.recomputed_blocks();
+  if (!o.trace.empty() || !o.html.empty()) {
+    run.tracer = std::make_shared<Tracer>();
+    dp.set_tracer(run.tracer.get());
   }
   const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, 0, 1 << 20, o.steps * accumulate);
   BatchSource& loader = *batches;
@@ -319,18 +334,22 @@ int run_demo(const DemoOptions& o) {
                         {"accumulate", accumulate},
                         {"split", dp.split().text},
                         {"precision", precision_name(dp.precision())}};
-  nlohmann::json steps = nlohmann::json::array();
+  nlohmann::json steps = nlohmann::json::array(), stories = nlohmann::json::object();
   int step = 0;
   for (auto micro = next_micro_batches(loader, accumulate); !micro.empty(); micro = next_micro_batches(loader, accumulate))
-    steps.push_back(run_demo_step(dp, micro, ++step));
+    steps.push_back(run_demo_step(dp, micro, ++step, run, stories));
   report["steps"] = steps;
   report_demo_memory(dp, devices, accumulate, report);
-  if (tracer) {
-    dp.set_tracer(nullptr);
-    tracer->write(o.trace);
+  if (run.tracer) dp.set_tracer(nullptr);
+  if (!o.trace.empty()) {
+    run.tracer->write(o.trace);
     std::printf("\ntrace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
   }
   if (!o.json.empty()) write_file_atomically(o.json, report.dump(2));
+  if (!o.html.empty()) {
+    write_file_atomically(o.html, memprof_page("demo", o, setup, run, accumulate, stories));
+    std::printf("\npage: %s (open in a browser: a lane per device, memory that follows the time)\n", o.html.c_str());
+  }
   return 0;
 }
 
@@ -347,6 +366,10 @@ Run add_demo_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace (JSON)")->check(path_flag());
   cmd->add_option("--json", o->json, "write the narrated steps as JSON")->check(path_flag());
+  cmd->add_option("--html", o->html,
+                  "write a page to open in a browser: the step's lanes per device, memory bars that follow a time "
+                  "scrubber, each phase's tensors on hover")
+      ->check(path_flag());
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_demo(*o);

@@ -9,6 +9,8 @@
 #include "engine/error.hpp"
 #include "engine/io/loader.hpp"
 #include "tools/dp/memory_report.hpp"
+#include "tools/dp/page/page_data.hpp"
+#include "tools/dp/page/page_html.hpp"
 
 namespace dp::cli {
 
@@ -39,6 +41,18 @@ std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::In
 
 }  // namespace
 
+void add_step(MemprofRun& run, const StepResult& r, int devices) {
+  ++run.completed;
+  run.chunks = r.chunks;
+  run.sent = sent_per_device(r, devices);
+  if (!r.split_change.empty()) run.split_note = r.split_change;
+  // The per-phase timeline keeps the first steps (where the profile settles: the optimizer state
+  // appears after the first), so a long run does not grow it without bound; the peaks cover every
+  // step.
+  if (run.completed <= kTimelineSteps)
+    for (int p = 0; p < kNumPhases; ++p) run.timeline.push_back({run.completed, static_cast<Phase>(p), r.memory[p]});
+}
+
 MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
   MemprofRun run;
   DataParallel dp(*setup.devices, setup.model, setup.split, profiling_optimizer(setup), o.seed, setup.loss,
@@ -46,26 +60,17 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
   dp.set_recompute(setup.recompute);
   run.recomputed = recomputed_text(dp);
   run.recomputed_blocks = dp.recomputed_blocks();
-  std::unique_ptr<Tracer> tracer;
-  if (!o.trace.empty()) {
-    tracer = std::make_unique<Tracer>();
-    dp.set_tracer(tracer.get());
+  if (!o.trace.empty() || !o.html.empty()) {
+    run.tracer = std::make_shared<Tracer>();
+    dp.set_tracer(run.tracer.get());
   }
   const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps * accumulate);
   BatchSource& loader = *batches;
   try {
     for (auto micro = next_micro_batches(loader, accumulate); !micro.empty();
          micro = next_micro_batches(loader, accumulate)) {
-      StepResult r = step_on(dp, micro);  // with --accumulate: a phase's highest peak over the micro-batches
-      ++run.completed;
-      run.chunks = r.chunks;
-      run.sent = sent_per_device(r, setup.devices->size());
-      if (!r.split_change.empty()) run.split_note = r.split_change;
-      // The per-phase timeline keeps the first steps (where the profile settles: the optimizer
-      // state appears after the first), so a long run does not grow it without bound; the
-      // peaks cover every step.
-      if (run.completed <= kTimelineSteps)
-        for (int p = 0; p < kNumPhases; ++p) run.timeline.push_back({run.completed, static_cast<Phase>(p), r.memory[p]});
+      // With --accumulate: a phase's highest peak over the micro-batches.
+      add_step(run, step_on(dp, micro), setup.devices->size());
     }
   } catch (const OutOfMemoryError& e) {
     run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
@@ -74,9 +79,9 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
     run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
   }
   if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
-  if (tracer) {
+  if (run.tracer) {
     dp.set_tracer(nullptr);
-    tracer->write(o.trace);
+    if (!o.trace.empty()) run.tracer->write(o.trace);
   }
   return run;
 }
@@ -115,7 +120,7 @@ void print_memprof_table(const std::string& command, const MemprofOptions& o, co
   }
 }
 
-nlohmann::json memprof_json(const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run,
+nlohmann::json memprof_json(const RunOptions& o, const RunSetup& setup, const MemprofRun& run,
                             int64_t accumulate) {
   DeviceSet& devices = *setup.devices;
   nlohmann::json devs = nlohmann::json::array();
@@ -158,16 +163,40 @@ nlohmann::json memprof_json(const MemprofOptions& o, const RunSetup& setup, cons
   return report;
 }
 
+std::string run_title(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run) {
+  return "dp " + command + ": " + setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
+         setup.devices->description() + ", split " + setup.split.text + ", sync " + o.sync +
+         (setup.precision.mixed() ? ", " + o.precision : "") +
+         (run.recomputed_blocks > 0 ? ", recompute " + run.recomputed : "");
+}
+
 std::string memprof_svg(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
                         const MemprofRun& run) {
   const DeviceSet& devices = *setup.devices;
   std::vector<std::string> names;
   for (int i = 0; i < devices.size(); ++i) names.push_back("device " + std::to_string(i));
-  const std::string title = "dp " + command + ": " + setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
-                            devices.description() + ", split " + setup.split.text +
-                            (setup.precision.mixed() ? ", " + o.precision : "") +
-                            (run.recomputed_blocks > 0 ? ", recompute " + run.recomputed : "");
-  return memory_svg(title, names, run.timeline, setup.capacity);
+  return memory_svg(run_title(command, o, setup, run), names, run.timeline, setup.capacity);
+}
+
+PageHeader page_header(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run) {
+  PageHeader h;
+  h.title = run_title(command, o, setup, run);
+  for (int i = 0; i < setup.devices->size(); ++i) h.device_names.push_back((*setup.devices)[i].name());
+  h.capacity = setup.capacity;
+  h.phase_axis = (*setup.devices)[0].is_meta();
+  return h;
+}
+
+std::string memprof_page(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run,
+                         int64_t accumulate, const nlohmann::json& stories) {
+  PageRunInput in;
+  in.stories = stories;
+  in.report = memprof_json(o, setup, run, accumulate);
+  in.tracer = run.tracer.get();
+  in.timeline = &run.timeline;
+  PageHeader h = page_header(command, o, setup, run);
+  h.equal_phases_first = command == "demo";  // a class sees every phase, the short copies too
+  return run_page_html(h, nlohmann::json::array({page_run_json(in, setup.devices->size(), h.phase_axis)}));
 }
 
 void add_memprof_options(CLI::App* cmd, MemprofOptions& o) {
@@ -180,12 +209,16 @@ void add_memprof_options(CLI::App* cmd, MemprofOptions& o) {
   cmd->add_option("--json", o.json, "write the report as JSON")->check(path_flag());
   cmd->add_option("--svg", o.svg, "write a chart of memory over the step's phases")->check(path_flag());
   cmd->add_option("--trace", o.trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());
+  cmd->add_option("--html", o.html,
+                  "write a page to open in a browser: a lane per device, memory bars by category that follow a time "
+                  "scrubber")
+      ->check(path_flag());
 }
 
 void say_outputs_written(const MemprofOptions& o) {
   std::string written;
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json}, {"--svg", o.svg},
-                                   {"--trace", o.trace}})
+                                   {"--trace", o.trace}, {"--html", o.html}})
     if (!path.empty()) written += (written.empty() ? "" : ", ") + std::string(flag) + " " + path;
   if (!written.empty()) std::printf("\nwrote: %s\n", written.c_str());
 }

@@ -4,13 +4,17 @@
 // a table, JSON (one schema for both commands), an SVG chart and a trace.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/step/step_result.hpp"
 #include "engine/step_recorder.hpp"
+#include "engine/trace.hpp"
 #include "tools/dp/memory_svg.hpp"
+#include "tools/dp/page/page_html.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
 
@@ -19,10 +23,10 @@ namespace dp::cli {
 struct MemprofOptions : RunOptions {
   int steps = 2;
   int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
-  std::string json, svg, trace;
+  std::string json, svg, trace, html;
 };
 
-// After a report's files are written: one line naming each ("wrote: --json r.json, --svg m.svg").
+// After a report's files are written: one line naming each ("wrote: --json r.json, --html m.html").
 void say_outputs_written(const MemprofOptions& o);
 
 // The timeline keeps each phase of the first kTimelineSteps steps.
@@ -45,7 +49,11 @@ struct MemprofRun {
   std::string recomputed;             // --recompute: which blocks
   int64_t recomputed_blocks = 0;
   std::optional<OutOfMemorySeen> out_of_memory;
+  std::shared_ptr<Tracer> tracer;     // the steps' trace, kept for --html
 };
+
+// Adds a finished step to the run: its split, what each device sent, its per-phase memory.
+void add_step(MemprofRun& run, const StepResult& r, int devices);
 
 // Runs the steps, keeping the per-phase timeline, and stops at an out-of-memory (the report is
 // still made for what was measured).
@@ -55,13 +63,21 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
 void print_memprof_table(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
                          const MemprofRun& run, int64_t accumulate);
 // The --json report (memprof's schema): the settings, each device's peaks, the split, the timeline
-// and the out-of-memory (null when none).
-nlohmann::json memprof_json(const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate);
+// and the out-of-memory (null when none). dp demo's page embeds one too.
+nlohmann::json memprof_json(const RunOptions& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate);
+// "dp memprof: resnet8, batch 64, host:4, split even, …": the charts' and the page's title.
+std::string run_title(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run);
 // The --svg chart of memory over the timeline's phases.
 std::string memprof_svg(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
                         const MemprofRun& run);
+// The page's title, devices, capacity and axis for a run.
+PageHeader page_header(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run);
+// The --html page of one run (its trace must have been kept: --html set when it ran).
+// `stories`: dp demo's narration per "step/phase/micro-batch", shown beside a hovered phase.
+std::string memprof_page(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run,
+                         int64_t accumulate, const nlohmann::json& stories = nlohmann::json::object());
 // The options shared by memprof and plan (the run options, --steps, --accumulate, --json, --svg,
-// --trace) on a subcommand.
+// --trace, --html) on a subcommand.
 void add_memprof_options(CLI::App* cmd, MemprofOptions& o);
 // The data for the steps memprof and plan take (a GPT's sizes are final once it is loaded), and the
 // micro-batches a step takes of it.

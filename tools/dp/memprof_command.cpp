@@ -1,6 +1,6 @@
 // dp memprof: per-device memory of the DataParallel step — each device's peak, what was in use at
 // the peak and in which phase, peak per category, device 0's excess over the others — as a
-// table, JSON, an SVG chart and a trace; and the out-of-memory of a too-small device reproduced,
+// table, JSON, an SVG chart, a trace and a page (--html); and the out-of-memory of a too-small device reproduced,
 // reported with its remedies (exit 3), the report still written for what was measured. The
 // profile itself is tools/dp/memory_profile.hpp's (dp plan's too).
 #include <cstdio>
@@ -21,7 +21,7 @@ int run_memprof(const MemprofOptions& o) {
     throw UsageError("dp memprof looks at one process's devices; run it without mpirun (dp train runs across processes)");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
   if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
-  check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}});
+  check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}, {"--html", o.html}});
   RunSetup setup = validate_and_make_devices(o);
   refuse_meta_devices(setup, "dp memprof");
   int64_t accumulate = 1;
@@ -31,6 +31,7 @@ int run_memprof(const MemprofOptions& o) {
   print_memprof_table("memprof", o, setup, run, accumulate);
   if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, setup, run, accumulate).dump(2));
   if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("memprof", o, setup, run));
+  if (!o.html.empty()) write_file_atomically(o.html, memprof_page("memprof", o, setup, run, accumulate));
   say_outputs_written(o);
   if (run.out_of_memory) {
     std::fprintf(stderr, "error: %s\n%s", run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());

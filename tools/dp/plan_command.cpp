@@ -17,6 +17,7 @@
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"
+#include "tools/dp/page/page_data.hpp"
 
 namespace dp::cli {
 
@@ -77,7 +78,7 @@ PlanOptions with_strategy(const PlanOptions& o, const Strategy& s) {
   r.loss_given = !s.loss.empty();
   r.precision = s.precision;
   r.recompute = s.recompute;
-  r.json.clear(), r.svg.clear(), r.trace.clear();
+  r.json.clear(), r.svg.clear(), r.trace.clear();  // --html stays: each plan keeps its trace for the page
   return r;
 }
 
@@ -117,7 +118,7 @@ int64_t max_batch(const PlanOptions& o) {
   auto fits = [&](int64_t batch) {
     PlanOptions b = o;
     b.batch = batch;
-    b.json.clear(), b.svg.clear(), b.trace.clear();
+    b.json.clear(), b.svg.clear(), b.trace.clear(), b.html.clear();
     try {
       return !plan_once(b).run.out_of_memory.has_value();
     } catch (const OutOfMemoryError&) {  // not even the model's state (before the first step)
@@ -170,7 +171,7 @@ void print_compare(const PlanOptions& o) {
               "on top: what the plan holds beyond them at device 0's peak (activations, gathered outputs, buffers)\n\n");
   std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s%s\n", "strategy", "device 0", "largest other", "model state",
               "on top", "verdict", "d0 sends", "other sends", o.max_batch ? "   max batch" : "");
-  nlohmann::json rows = nlohmann::json::array();
+  nlohmann::json rows = nlohmann::json::array(), page_runs = nlohmann::json::array();
   for (const Strategy& s : strategies(o, has_blocks)) {
     const PlanOptions so = with_strategy(o, s);
     const Plan p = plan_once(so);
@@ -190,9 +191,20 @@ void print_compare(const PlanOptions& o) {
                        {"largest_other_sends_bytes", sent_other}, {"out_of_memory", p.run.out_of_memory.has_value()},
                        {"report", memprof_json(so, p.setup, p.run, p.accumulate)}};
     if (o.max_batch) row["max_batch"] = most;
+    if (!o.html.empty()) {
+      PageRunInput in;
+      in.name = s.name, in.report = row["report"], in.tracer = p.run.tracer.get(), in.timeline = &p.run.timeline;
+      page_runs.push_back(page_run_json(in, n, true));
+    }
     rows.push_back(row);
   }
   if (!o.json.empty()) write_file_atomically(o.json, nlohmann::json{{"compare", rows}}.dump(2));
+  if (!o.html.empty()) {
+    PageHeader h = page_header("plan", o, first.setup, first.run);
+    h.title = "dp plan --compare: " + first.setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
+              first.setup.devices->description() + ", " + optimizer_name(first.setup.optimizer) + " optimizer";
+    write_file_atomically(o.html, run_page_html(h, page_runs));
+  }
   say_outputs_written(o);
 }
 
@@ -203,9 +215,11 @@ int run_plan(const PlanOptions& o) {
   if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
   if (o.max_batch && o.device_memory.empty())
     throw UsageError("--max-batch finds the largest batch that fits a device: give its size with --device-memory");
-  check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}});
+  check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}, {"--html", o.html}});
   if (o.compare) {
-    if (!o.svg.empty() || !o.trace.empty()) throw UsageError("--compare writes --json only (one report per strategy)");
+    if (!o.svg.empty() || !o.trace.empty())
+      throw UsageError("--compare writes --json (one report per strategy) and --html (the strategies behind a selector), "
+                       "not --svg or --trace");
     print_compare(o);
     return 0;
   }
@@ -216,6 +230,7 @@ int run_plan(const PlanOptions& o) {
                 format_bytes(p.setup.capacity).c_str());
   if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, p.setup, p.run, p.accumulate).dump(2));
   if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("plan", o, p.setup, p.run));
+  if (!o.html.empty()) write_file_atomically(o.html, memprof_page("plan", o, p.setup, p.run, p.accumulate));
   say_outputs_written(o);
   if (p.run.out_of_memory) {
     std::fprintf(stderr, "error: %s\n%s", p.run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
