@@ -125,7 +125,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("--device-memory -1", ["plan", "--device-memory", "-1"], 2, "must be a positive size")
     expect("--device-memory 1.5", ["plan", "--device-memory", "1.5"], 2, "did you mean 1.5GiB")
     expect("--max-batch without --device-memory", ["plan", "--max-batch"], 2, "give its size with --device-memory")
-    expect("--compare with --svg", ["plan", "--compare", "--svg", os.path.join(tmp, "x.svg")], 2, "--json only")
+    expect("--compare with --svg", ["plan", "--compare", "--svg", os.path.join(tmp, "x.svg")], 2, "not --svg or --trace")
     expect("a batch that cannot split", ["plan", "--devices", "meta:3", "--split", "chunks:1,2,3", "--batch", "4"], 2,
            "--split")
     expect("train on meta devices", ["train", "--devices", "meta:2", "--steps", "1"], 2, "plan its memory with dp plan")
