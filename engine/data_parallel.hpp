@@ -1,4 +1,4 @@
-// The training step of DESIGN.md, over every device of a DeviceSet, as nine phases:
+// The training step (docs/architecture.md), over every device of a DeviceSet, as nine phases:
 //   load → scatter → replicate → forward → gather → loss → backward → reduce → update
 // What each phase does is the step shape's (engine/shapes/step_shape.hpp, --sync): DataParallel's
 // (the default, faithful to torch.nn.DataParallel: the batch and the master on device 0, replicas

@@ -57,7 +57,7 @@ struct MemoryStats {
   int64_t graph_pools = 0;  // free bytes kept for captured steps (part of reserved), see begin_capture
 };
 
-// "device 0 (host:0) ran out of memory trying to allocate 2.59 GiB: ..." (DESIGN.md).
+// "device 0 (host:0) ran out of memory trying to allocate 2.59 GiB: ..." (docs/architecture.md).
 struct OutOfMemoryError : std::runtime_error {
   OutOfMemoryError(const std::string& msg, int device, int64_t request)
       : std::runtime_error(msg), device(device), request(request) {}

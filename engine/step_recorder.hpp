@@ -1,6 +1,6 @@
 // Per-phase bookkeeping of one step: wall time, bytes moved on each link, each device's memory
 // peak (with its composition) inside the phase, and the trace's phase slices and memory
-// counters. Kept out of the step itself so the step reads as DESIGN.md's list of phases.
+// counters. Kept out of the step itself so the step reads as its list of phases.
 //
 // When the host waits after every phase, a phase is timed on the host from its start to its join.
 // When it waits once per step, the host only enqueues: every stream records an event at each

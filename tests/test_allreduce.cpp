@@ -403,7 +403,7 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, me
 
 TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, no device holds loss memory, the loss is the batch's mean") {
   // DDP's shape: each replica keeps its loss; the host adds the sums after the step. Gathering
-  // them onto device 0 made its backward wait for every other forward (issue 13's mpirun gap).
+  // them onto device 0 made its backward wait for every other forward (the gap mpirun runs once showed).
   const int n = 3;
   auto devs = host_devices(n);
   DataParallel dp(devs, find_model("mlp"), parse_split("even", n, 12), sgd(), 1, LossMode::InReplica,

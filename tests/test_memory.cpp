@@ -69,7 +69,7 @@ TEST_CASE("freed blocks are reused from the cache") {
   CHECK(cat(alloc.stats().in_use_by_category, MemCategory::Gradients) == 4096);
 }
 
-TEST_CASE("exceeding the capacity raises DESIGN.md's out-of-memory message, and nothing leaks") {
+TEST_CASE("exceeding the capacity raises the out-of-memory message, and nothing leaks") {
   auto devs = host_devices(2, {64 * 1024});
   Tensor p = Tensor::empty(devs[0], {4096}, MemCategory::Parameters);   // 16 KiB
   Tensor g = Tensor::empty(devs[0], {4096}, MemCategory::Gradients);    // 16 KiB

@@ -13,7 +13,7 @@ struct Dataset {
   int64_t count = 0, channels = 1, rows = 0, cols = 0;
   std::vector<uint8_t> images;  // count * channels * rows * cols
   std::vector<uint8_t> labels;  // count
-  // Normalisation per channel: (x/255 − mean) / std. MNIST's by default (DESIGN.md).
+  // Normalisation per channel: (x/255 − mean) / std. MNIST's by default.
   std::vector<float> mean{0.1307f}, std{0.3081f};
   std::string source;  // the file(s) it came from, for messages
   int64_t sample_pixels() const { return channels * rows * cols; }

@@ -1,5 +1,5 @@
 // A step shape: how one training step moves data and state between the devices, as the nine phases
-// of DESIGN.md (load, scatter, replicate, forward, gather, loss, backward, reduce, update), each
+// of the step (load, scatter, replicate, forward, gather, loss, backward, reduce, update), each
 // enqueuing its work on the devices' streams. DataParallel (engine/data_parallel.hpp) runs the
 // phases in order, times them and joins them; the shape decides what each one does:
 //   reduce     DataParallel's (engine/shapes/data_parallel_shape.hpp): the batch on device 0,

@@ -135,7 +135,7 @@ with tempfile.TemporaryDirectory() as tmp:
     gathered, in_replica = excess("gathered"), excess("in-replica")
     check("memprof: gathered logits make device 0 the hotspot", gathered > 1.5, gathered)
     # What is left is the master state (parameters, gradients, optimizer state), large beside this tiny model's
-    # activations; tools/bench/RESULTS.md has the figures at the sizes.
+    # activations; tools/bench/RESULTS.md has the figures at full sizes.
     check("memprof: in-replica loss lowers it", in_replica < gathered - 1, (gathered, in_replica))
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok] + SMALL)
     check("demo narrates a GPT step", rc == 0 and "token ids" in out and "[3, 8, 320]" in out, out + err)

@@ -67,7 +67,7 @@ with tempfile.TemporaryDirectory() as tmp:
                 '  --help) [ -n "$FAKE_SANITIZER_OPTIONS" ] && echo "  --check-bulk-copy arg\n  --check-warpgroup-mma arg"; '
                 'exit 0;; esac\n'
                 f'echo "run $*" >>"{started}"\n'
-                # as on gVisor (the device tool's KINDS.md): the GPU refused, the program's first allocation fails
+                # as on gVisor: the GPU refused, the program's first allocation fails
                 'if [ -n "$FAKE_SANITIZER_UNSUPPORTED" ]; then\n'
                 '  echo "========= Error: Device not supported"; echo "CUDA error 999 at cudaMalloc"; exit 1\nfi\n'
                 # the runs whose command matches the pattern $FAKE_SANITIZER_FINDINGS: three findings, two kinds

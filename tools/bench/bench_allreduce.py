@@ -1,4 +1,4 @@
-"""--sync allreduce against DataParallel's reduce on host devices, in one invocation (issue target):
+"""--sync allreduce against DataParallel's reduce on host devices, in one invocation (its target):
 steps/s of each on mlp, convnet and resnet8 at batch 128 on host:2 and host:4 (SGD, generated
 data, the first tenth of the steps (3 at least) not timed; median of interleaved runs), and the share of the all-reduce
 time hidden under backward, read from a `dp demo --sync allreduce --trace` timeline (per device:

@@ -1,4 +1,4 @@
-"""Checkpoint cost (issue target: checkpointing every 50 steps costs under 2% of the run's time for
+"""Checkpoint cost (target: checkpointing every 50 steps costs under 2% of the run's time for
 the convnet on host:2), in one invocation: the same run with and without --checkpoint, interleaved.
 
 usage: bench_checkpoint.py [--dp build/dp] [--data ../shared/data/mnist] [--steps 300] [--repeats 3]

@@ -1,4 +1,4 @@
-"""The GPT on host devices against PyTorch CPU, in one invocation (issue target: the default GPT,
+"""The GPT on host devices against PyTorch CPU, in one invocation (target: the default GPT,
 4 layers, 4 heads, dim 256, context 128, at batch 32 on byte-level text, host:2 >= 1.3x PyTorch's
 best of 1 or 2 threads). Both sides train the same model (tests/torch/reference.py's GPT, nanoGPT's
 names) with AdamW (nanoGPT's parameter groups) on windows of the same generated corpus; the first 3 steps are not timed.

@@ -1,4 +1,4 @@
-"""dp on a GPU against PyTorch eager on the same GPU, in one invocation (issue targets: GPU
+"""dp on a GPU against PyTorch eager on the same GPU, in one invocation (targets: GPU
 verification's first figures; GPU speed; mixed precision's bf16 speed). Prints Markdown for
 tools/bench/RESULTS.md, one table per question; a run that fails prints its error in its row and
 the others go on.

@@ -1,5 +1,4 @@
-"""The host waiting once per step against after every phase (issue: a DataParallel step ordered by
-events): `dp train --host-sync step` against `--host-sync phase`, same model, devices, batch and
+"""The host waiting once per step against after every phase: `dp train --host-sync step` against `--host-sync phase`, same model, devices, batch and
 data, in one invocation; samples/s from the metrics (each step timed on the host, start to end),
 the first 3 steps not timed; median of interleaved runs. Also each run's mean phase times. Prints
 Markdown.

@@ -1,5 +1,5 @@
 """The GPU0 hotspot measured: dp memprof on host:4 for mlp and convnet at batch 512 and 4096,
-faithful, with --split balance-memory and with --loss in-replica (issue target: convnet, host:4,
+faithful, with --split balance-memory and with --loss in-replica (target: convnet, host:4,
 batch 512, device 0's peak >= 1.3x the others').
 
 usage: bench_memprof.py [--dp build/dp] [--devices host:4]   (prints a Markdown table)

@@ -1,5 +1,5 @@
 """--split auto against --split even on mixed-speed simulated devices, in one invocation
-(issue target: convnet, batch 128, host:2 with speeds 1,0.25: auto >= 1.8x even; ideal 2.5x).
+(target: convnet, batch 128, host:2 with speeds 1,0.25: auto >= 1.8x even; ideal 2.5x).
 
 usage: bench_mixed_speed.py [--dp build/dp] [--data ../shared/data/mnist] [--steps 60] [--skip 10]
 Samples/s over the steps after --skip (auto measures and rebalances during the first steps).

@@ -1,4 +1,4 @@
-"""A model file against the built-in it twins (issue target: the exported resnet8 twin at >= 0.95x
+"""A model file against the built-in it twins (target: the exported resnet8 twin at >= 0.95x
 --model resnet8's samples/s on host:2), in one invocation: the twin exported with
 tools/export_model.py from tests/torch/reference.py, both trained from the same weights, the steps
 after the first three, median of interleaved repeats; and device 0's memory peak of each (dp

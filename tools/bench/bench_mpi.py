@@ -1,4 +1,4 @@
-"""Across processes against one process (issue target: within 10%): `mpirun -np 2 dp train --sync
+"""Across processes against one process (target: within 10%): `mpirun -np 2 dp train --sync
 allreduce --devices host:1` (batch B per process) against `dp train --sync allreduce --devices
 host:2` (batch 2B), same model and data, in one invocation; median of interleaved runs. Prints Markdown.
 

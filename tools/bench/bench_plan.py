@@ -1,4 +1,4 @@
-"""dp plan's own cost (issue targets: GPT-2 small on meta:8 at batch 64, one plan < 5 s and < 1 GiB
+"""dp plan's own cost (targets: GPT-2 small on meta:8 at batch 64, one plan < 5 s and < 1 GiB
 resident on the 2-core machine; --compare < 60 s; the planner's memory independent of the planned
 device memory): wall time and peak resident memory (getrusage of the child) of each, median of
 repeats; and dp memprof on host:2 against dp plan on meta:2 for the same small run (what the math

@@ -1,4 +1,4 @@
-"""Mixed precision's targets (issue: bf16 and fp16 with loss scaling):
+"""Mixed precision's targets:
 - memory: dp memprof on host:4 in fp32, bf16 and fp16 for convnet, resnet18 and the GPT: device 0's
   peak and, at that peak, every category (target: bf16 <= 0.6x fp32 where activations dominate);
 - accuracy: one epoch of the convnet on MNIST, host:2, fp32 and bf16 with the same seeds (target:

@@ -1,4 +1,4 @@
-"""ResNets on host devices against PyTorch CPU, in one invocation (issue target: resnet18 at
+"""ResNets on host devices against PyTorch CPU, in one invocation (target: resnet18 at
 batch 128 on host:2 >= 1.3x PyTorch's best of 1 or 2 threads), and mlp/convnet against an older
 dp binary (no slower than before a change).
 

@@ -1,4 +1,4 @@
-"""dp-engine against PyTorch CPU on real MNIST, in one invocation (issue targets: convnet >= 2.0x,
+"""dp-engine against PyTorch CPU on real MNIST, in one invocation (targets: convnet >= 2.0x,
 mlp >= 1.5x PyTorch's best of 1 or 2 threads; 1-epoch convnet test accuracy >= 97.5%).
 
 usage: bench_vs_torch.py [--dp build/dp] [--data ../shared/data/mnist] [--repeats 3] [--accuracy-seeds 3]

@@ -1,4 +1,4 @@
-"""ZeRO's stages against --sync allreduce on host devices, in one invocation (issue targets: zero1 and
+"""ZeRO's stages against --sync allreduce on host devices, in one invocation (targets: zero1 and
 zero2 >= 0.9x allreduce's samples/s, zero3 >= 0.75x, on host:4 with the GPT at its defaults), and
 device 0's memory peak of each (dp memprof, the same GPT). Samples/s: the steps after the first
 three, median of interleaved repeats. Prints Markdown.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine (the device tool, with carry [".gpu-kit"] made by tools/gpu/kit.sh): unpack
+# On the GPU machine (with .gpu-kit beside the tree, made by tools/gpu/kit.sh): unpack
 # the kit to /tmp/dp-kit, find cuDNN and NCCL (CUDA's own, or the wheels beside the image's
-# PyTorch), and put dp and its tests in build-gpu: the binaries tools/gpu/prebuild.sh packed here
+# PyTorch), and put dp and its tests in build-gpu: the binaries tools/gpu/prebuild.sh packed on the build machine
 # when they were built from exactly this tree and start there, else a build from source for
 # Hopper (sm_90) with ninja on every core.
 # Then `source build-gpu/env.sh` before running dp or the tests there (it sets LD_LIBRARY_PATH).

@@ -3,8 +3,8 @@
 # CMake, ninja and g++, but no apt and no network): the header-only libraries (nlohmann-json,
 # CLI11, doctest) with their CMake configs, zlib, and OpenBLAS with its Fortran runtime, into
 # .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), and MNIST (../shared/data/mnist, or
-# DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch. Run it here, then carry .gpu-kit with the
-# device tool (tools/gpu/README.md).
+# DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch. Run it on the build machine, then put .gpu-kit
+# beside the tree on the GPU machine (tools/gpu/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=$(mktemp -d)

@@ -30,7 +30,7 @@ ncu_kernels() {  # MODEL BATCH DEVICES
   ncu --csv --metrics gpu__time_duration.sum --clock-control none --cache-control none \
     build-gpu/dp train --model "$model" --devices "$devices" --batch "$batch" --steps $steps \
     --generated-size $((batch * steps)) >/tmp/ncu.csv 2>/tmp/ncu.err
-  # one tar of them all: few files come back from the device machine, and tests.log must be one
+  # one tar of them all: few files are kept from the GPU machine, and tests.log must be one
   local name="ncu-$model-$batch${devices#cuda:0}.csv.gz"
   gzip -c /tmp/ncu.csv >"/tmp/$name" && tar -rf "$out/ncu-csv.tar" -C /tmp "$name" && rm -f "/tmp/$name"
   python3 tools/gpu/kernel_times.py /tmp/ncu.csv $steps || { failed=1; tail -5 /tmp/ncu.err; }

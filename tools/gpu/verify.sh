@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU session's one command (METHOD.md: one script that builds, checks and times in one call):
-# run on the device machine with carry [".gpu-kit"] (tools/gpu/kit.sh and tools/gpu/prebuild.sh
-# make it here; tools/gpu/README.md has the run's plan), e.g.
+# The GPU check's one command (one script that builds, checks and times in one run): run on the
+# GPU machine with .gpu-kit beside the tree (tools/gpu/kit.sh and tools/gpu/prebuild.sh make it on
+# the build machine; tools/gpu/README.md has the procedure), e.g.
 #   tools/gpu/verify.sh --within 520 probe build tests equal sanitize
 # --within S: everything ends S seconds after the start. Each stage gets what is left (a stage with
 # too little left is skipped, saying so), each command in it a time limit from the same clock, so a
-# cut-short call still brings back every log and a summary; without it nothing is limited but the
+# cut-short run still keeps every log and a summary; without it nothing is limited but the
 # stages' own limits.
 # Stages, in the order given (each writes $OUT/<stage>.log, at most 8 files come back):
 #   probe     the machine: GPU, driver, nvcc, CPU flags, cuDNN, NCCL and mpirun found where
@@ -335,7 +335,7 @@ sanitize_one() {
     } >"$log"
     # A dirty run's first findings whole (each with its address and the host frames that launched the
     # kernel: which op read what), for the account afterwards; one file for every run (few files
-    # come back from the device machine).
+    # are kept from the GPU machine).
     if [[ $rc -ne 0 && $rc -ne 124 ]]; then
       { echo "$header${options[*]:+ (${options[*]})}"; head -3000 "$log.full"; } | gzip -c >"$log.full.gz"
     fi
@@ -400,7 +400,7 @@ export NO_KERNELS='^instrument-no-kernel$'
 stage_sanitize() {
   local log="$out/sanitize.log" dir t0=$SECONDS
   dir=$(mktemp -d)
-  # The issue's runs (mlp and convnet; in-replica, eval, tf32, split auto, balance-memory), then what
+  # The named runs (mlp and convnet; in-replica, eval, tf32, split auto, balance-memory), then what
   # came after: captured steps, --sync allreduce (the ring on the comm streams; bf16; with
   # --accumulate: no_sync, the sum added into its buckets), the GPT with dropout, resnet8 recomputing,
   # the convnet with cuDNN timing its algorithms (on the allocator's memory since 2026-11-27).
