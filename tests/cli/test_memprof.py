@@ -6,6 +6,7 @@ accumulation and --recompute through the CLI.
 usage: test_memprof.py DP_BINARY
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -127,11 +128,41 @@ with tempfile.TemporaryDirectory() as tmp:
     check("oom exit 3", p.returncode == 3, (p.returncode, p.stderr))
     check("oom message", "device 0 (host:0) ran out of memory trying to allocate" in p.stderr and
           "of 8.00 MiB in use (" in p.stderr and "during reduce" in p.stderr, p.stderr)
-    check("remedies", "remedies:" in p.stderr and "balance-memory" in p.stderr and "in-replica" in p.stderr)
-    check("remedies: accumulation", "--accumulate N" in p.stderr, p.stderr)
+    check("remedies", "remedies, each planned" in p.stderr and "balance-memory" in p.stderr and "in-replica" in p.stderr)
+    check("remedies: accumulation", "--batch 256 --accumulate 2 " in p.stderr, p.stderr)
     r = json.load(open(js))
     check("report written", r["out_of_memory"] is not None and r["out_of_memory"]["device"] == 0 and
           r["out_of_memory"]["request_bytes"] > 0, r.get("out_of_memory"))
+
+    # The remedies are this run's: only those that apply to its model and mode, each planned, and
+    # each verdict true when memprof runs the same step with that change.
+    def remedies(stderr):
+        return [(m.group(1).strip(), m.group(2)) for m in
+                re.finditer(r"^  (--\S.*?)\s+(fits|still out of memory)", stderr, re.M)]
+    failing = [["--model", "convnet", "--devices", "host:4", "--batch", "64", "--device-memory", "3.8MiB"],
+               ["--model", "mlp", "--devices", "host:4", "--batch", "512", "--device-memory", "8MiB"],
+               ["--model", "resnet8", "--devices", "host:2", "--batch", "64", "--device-memory", "24MiB"],
+               ["--model", "gpt", "--gpt-layers", "2", "--gpt-dim", "64", "--gpt-heads", "2", "--context", "32",
+                "--devices", "host:2", "--batch", "16", "--optimizer", "adamw", "--device-memory", "3MiB"]]
+    for args in failing:
+        p = memprof(*args)
+        found = remedies(p.stderr)
+        name = " ".join(args[:2])
+        check(f"remedies of {name}: out of memory, each remedy planned", p.returncode == 3 and len(found) >= 3,
+              (p.returncode, p.stderr[-1500:]))
+        flags = [f for f, _ in found]
+        check(f"remedies of {name}: --recompute only for a model with blocks",
+              ("--recompute blocks" in flags) == (args[1] != "convnet" and args[1] != "mlp"), flags)
+        check(f"remedies of {name}: nothing memprof cannot change", not any("upload-ahead" in f for f in flags), flags)
+        check(f"remedies of {name}: no pointer to memprof inside memprof", "dp memprof with the same" not in p.stderr)
+        for flag, verdict in found:
+            q = memprof(*args, *flag.split())
+            want = 0 if verdict == "fits" else 3
+            check(f"remedies of {name}: '{flag}' {verdict}, and memprof agrees", q.returncode == want,
+                  (q.returncode, q.stderr[-600:]))
+    p = memprof(*failing[0], "--loss", "in-replica")
+    check("remedies: --loss in-replica not offered when it is the loss already",
+          p.returncode == 3 and "--loss in-replica" not in [f for f, _ in remedies(p.stderr)], p.stderr[-800:])
 
     # Remedies work: in-replica loss and balance-memory lower device 0's peak.
     def peaks(model, *extra):

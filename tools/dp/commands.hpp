@@ -20,7 +20,4 @@ Run add_eval_command(CLI::App& app);
 // how to resume.
 std::vector<std::string>& command_line();
 
-// What to try when a device runs out of memory (printed after the error).
-std::string out_of_memory_remedies();
-
 }  // namespace dp::cli

@@ -19,6 +19,7 @@
 #include "tools/dp/demo_story.hpp"
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"
+#include "tools/dp/remedies.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
 
@@ -314,6 +315,7 @@ int run_demo(const DemoOptions& o) {
   const int64_t accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
   const ModelDef& model = setup.model;
   DeviceSet& devices = *setup.devices;
+  remember_run_for_remedies(o, accumulate, devices.size(), setup.capacity, "demo");
   DataParallel dp(devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
                   setup.precision);
   dp.set_recompute(setup.recompute);

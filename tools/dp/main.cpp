@@ -15,6 +15,7 @@
 #include "engine/mpi/process_group.hpp"
 #include "dp_version.hpp"
 #include "tools/dp/commands.hpp"
+#include "tools/dp/remedies.hpp"
 #include "tools/dp/suggest.hpp"
 
 namespace {
@@ -80,16 +81,6 @@ std::string extras_message(CLI::App& app) {
 
 }  // namespace
 
-namespace dp::cli {
-std::string out_of_memory_remedies() {
-  return "remedies: a smaller --batch (train: with --accumulate N and an N times smaller --batch, the same "
-         "effective batch); a smaller device-0 share (--split gpu0:K); --split balance-memory "
-         "(chunks that even out the peaks); --loss in-replica (no gathered logits on device 0); --precision bf16 "
-         "(16-bit replicas, activations and gathered outputs); --recompute blocks (resnet and gpt: only the "
-         "blocks' inputs kept until backward); --upload-ahead off (train: no next batch held "
-         "on the device during a step); see where the memory goes with dp memprof\n";
-}
-}  // namespace dp::cli
 
 std::vector<std::string>& dp::cli::command_line() {
   static std::vector<std::string> line;
@@ -144,9 +135,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return failed(2);
   } catch (const dp::OutOfMemoryError& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n%s", e.what(), dp::cli::out_of_memory_remedies().c_str());
     return failed(3);
   } catch (const dp::ReplicaError& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n%s", e.what(), e.out_of_memory ? dp::cli::out_of_memory_remedies().c_str() : "");
     return failed(e.out_of_memory ? 3 : 1);
   } catch (const std::bad_alloc&) {

@@ -11,6 +11,7 @@
 #include "engine/mpi/process_group.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_profile.hpp"
+#include "tools/dp/remedies.hpp"
 
 namespace dp::cli {
 
@@ -26,6 +27,7 @@ int run_memprof(const MemprofOptions& o) {
   refuse_meta_devices(setup, "dp memprof");
   int64_t accumulate = 1;
   const RunData data = prepare_profile(o, setup, accumulate);
+  remember_run_for_remedies(o, accumulate, setup.devices->size(), setup.capacity, "memprof");
   const MemprofRun run = profile_steps(o, setup, data, accumulate);
 
   print_memprof_table("memprof", o, setup, run, accumulate);
@@ -34,6 +36,7 @@ int run_memprof(const MemprofOptions& o) {
   if (!o.html.empty()) write_file_atomically(o.html, memprof_page("memprof", o, setup, run, accumulate));
   say_outputs_written(o);
   if (run.out_of_memory) {
+    std::fflush(stdout);  // the report first, then the error and its remedies
     std::fprintf(stderr, "error: %s\n%s", run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
     return 3;
   }

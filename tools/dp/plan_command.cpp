@@ -18,6 +18,7 @@
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"
 #include "tools/dp/page/page_data.hpp"
+#include "tools/dp/remedies.hpp"
 
 namespace dp::cli {
 
@@ -224,6 +225,7 @@ int run_plan(const PlanOptions& o) {
     return 0;
   }
   const Plan p = plan_once(o);
+  remember_run_for_remedies(o, p.accumulate, p.setup.devices->size(), p.setup.capacity, "plan");
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
   if (o.max_batch)
     std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(max_batch(o)),
@@ -233,6 +235,7 @@ int run_plan(const PlanOptions& o) {
   if (!o.html.empty()) write_file_atomically(o.html, memprof_page("plan", o, p.setup, p.run, p.accumulate));
   say_outputs_written(o);
   if (p.run.out_of_memory) {
+    std::fflush(stdout);  // the report first, then the error and its remedies
     std::fprintf(stderr, "error: %s\n%s", p.run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
     return 3;
   }

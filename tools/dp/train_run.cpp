@@ -7,6 +7,7 @@
 #include "engine/error.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/model_weights.hpp"
+#include "tools/dp/remedies.hpp"
 #include "tools/dp/sample_text.hpp"
 
 namespace dp::cli {
@@ -86,6 +87,7 @@ TrainRun::TrainRun(const TrainOptions& given)
       prompt(checked_prompt(o, data, setup.model)),
       dp(*setup.devices, setup.model, setup.split, choices.optimizer, o.seed, setup.loss, setup.sync, setup.precision) {
   refuse_meta_devices(setup, "dp train");
+  remember_run_for_remedies(o, o.accumulate, setup.devices->size(), setup.capacity, "train");
   configure_step();
   load_start();
   if (trace) trace->start(first_step);
