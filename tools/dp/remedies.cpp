@@ -116,8 +116,8 @@ std::string planned_remedies(const Remembered& r) {
     ++planned;
     char line[320];
     if (p.fits || p.oom_device < 0)
-      std::snprintf(line, sizeof line, "  %-32s fits: largest device peak %s (device %d)%s\n", remedy.flags.c_str(),
-                    format_bytes(p.largest).c_str(), p.device,
+      std::snprintf(line, sizeof line, "  %-32s %s: largest device peak %s (device %d)%s\n", remedy.flags.c_str(),
+                    r.capacity > 0 ? "fits" : "planned", format_bytes(p.largest).c_str(), p.device,
                     r.capacity > 0 ? (", " + format_bytes(r.capacity - p.largest) + " spare").c_str() : "");
     else
       std::snprintf(line, sizeof line, "  %-32s still out of memory: device %d at %s asks for %s more\n",
