@@ -355,7 +355,16 @@ with tempfile.TemporaryDirectory() as tmp:
               rc == 0 and "read by device 0 where they are" in out and "received into buffers" not in out
               and "reduce buffers, on top" not in out, err + out[-3000:])
         keeps_save("cuda: no such GPU", small + ["--devices", "cuda:63"], 1, "GPU 63 does not exist")
-    keeps_save("data missing", small + ["--data", os.path.join(tmp, "nope")], 1, "not a directory")
+    keeps_save("data missing: a usage error", small + ["--data", os.path.join(tmp, "nope")], 2,
+               "no such file or directory")
+    idx_file = os.path.join(good, sorted(f for f in os.listdir(good) if f.startswith("train-images"))[0])
+    keeps_save("data names an IDX file: the directory to give", small + ["--data", idx_file], 2,
+               f"is an IDX file; --model mlp takes the directory that holds the data set")
+    keeps_save("data names an IDX file: where it is", small + ["--data", idx_file], 2, f"(here: --data {good})")
+    text_file = os.path.join(tmp, "notes.txt")
+    open(text_file, "w").write("some text")
+    keeps_save("data names a text file: for the GPT", small + ["--data", text_file], 2,
+               "a text or token file is for --model gpt")
     keeps_save("bad magic", ["train", "--data", mnist_dir(tmp, "magic", magic=0x1234)] + small[3:], 1, "bad magic")
     keeps_save("truncated", ["train", "--data", mnist_dir(tmp, "trunc", images=bytes(100))] + small[3:], 1,
                "truncated")
@@ -401,5 +410,14 @@ with tempfile.TemporaryDirectory() as tmp:
     keeps_save("resnet8 init into resnet18", ["train", "--model", "resnet18", "--data", cifar, "--steps", "1",
                                               "--batch", "8", "--init", res_save], 1,
                "tensor 'conv1.weight' has shape [16, 3, 3, 3], the model needs [64, 3, 3, 3]")
+
+# --steps alone means steps (over as many epochs as they take); with --epochs, whichever comes first.
+tiny = ["train", "--model", "mlp", "--devices", "host:2", "--generated-size", "640", "--batch", "64"]
+rc, out, err = run(tiny + ["--steps", "25"])
+check("--steps 25 alone trains 25 steps over 3 epochs of 10", rc == 0 and "trained 25 steps" in out, out + err)
+rc, out, err = run(tiny + ["--steps", "25", "--epochs", "1"])
+check("--steps 25 --epochs 1 stops at the epoch's 10", rc == 0 and "trained 10 steps" in out, out + err)
+rc, out, err = run(tiny + ["--epochs", "2"])
+check("--epochs 2 alone trains 20 steps", rc == 0 and "trained 20 steps" in out, out + err)
 
 CLI.finish()

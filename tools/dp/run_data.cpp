@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
@@ -124,6 +125,27 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
   return d;
 }
 
+// --data before anything is read: a path that does not exist is a usage error (exit 2); a file
+// given to an image model says what it looks like and what --data takes.
+void check_data_path(const RunOptions& o, const ModelDef& model) {
+  if (o.data.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path(o.data);
+  if (!fs::exists(path, ec)) throw UsageError("--data " + o.data + ": no such file or directory");
+  if (model.language_model() || !fs::is_regular_file(path, ec)) return;
+  const std::string name = path.filename().string();
+  const bool idx = name.find("-ubyte") != std::string::npos,
+             cifar = name.rfind("data_batch_", 0) == 0 || name.rfind("test_batch", 0) == 0;
+  const std::string what = idx ? "an IDX file" : cifar ? "a CIFAR-10 batch file" : "a file";
+  throw UsageError("--data " + o.data + " is " + what + "; --model " + model.name +
+                   " takes the directory that holds the data set: MNIST-style IDX files (train-images-idx3-ubyte, "
+                   "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, gzip or raw) or "
+                   "CIFAR-10's data_batch_1.bin, ... and test_batch.bin" +
+                   (idx || cifar ? " (here: --data " + path.parent_path().string() + ")"
+                                 : std::string("; a text or token file is for --model gpt")));
+}
+
 }  // namespace
 
 TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed, bool drawn) {
@@ -133,6 +155,7 @@ TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test,
 
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
                       uint64_t generated_seed, int64_t min_tokens) {
+  check_data_path(o, setup.model);
   if (setup.model.language_model()) return load_tokens(o, setup, min_tokens);
   // Meta devices read no pixel: a plan at a real input size draws none.
   const bool drawn = !(setup.devices && (*setup.devices)[0].is_meta());

@@ -87,8 +87,9 @@ TrainChoices check_train_options(const TrainOptions& o) {
 
 void add_train_options(CLI::App* cmd, TrainOptions& o) {
   add_run_options(cmd, o);
-  cmd->add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
-  cmd->add_option("--steps", o.steps, "stop after this many steps (optimizer steps)");
+  cmd->add_option("--epochs", o.epochs, "passes over the training set (with --steps and no --epochs: as many as the steps take)")
+      ->capture_default_str();
+  cmd->add_option("--steps", o.steps, "stop after this many optimizer steps (with --epochs too: at whichever comes first)");
   cmd->add_option("--accumulate", o.accumulate,
                   "gradient accumulation: each optimizer step sums the gradients of this many batches of --batch "
                   "(the last step of an epoch: those left), as one batch that many times larger, in a micro-batch's "
@@ -169,6 +170,7 @@ void add_train_options(CLI::App* cmd, TrainOptions& o) {
 void note_given_train_flags(const CLI::App* cmd, TrainOptions& o) {
   note_given_flags(cmd, o);
   o.steps_given = cmd->count("--steps") > 0;
+  o.epochs_given = cmd->count("--epochs") > 0;
   o.lr_given = cmd->count("--lr") > 0;
   o.weight_decay_given = cmd->count("--weight-decay") > 0;
 }

@@ -14,7 +14,7 @@ struct TrainOptions : RunOptions {
   int epochs = 1;
   int64_t steps = 0;  // 0: no limit (optimizer steps)
   int64_t accumulate = 1;  // micro-batches per optimizer step
-  bool steps_given = false;
+  bool steps_given = false, epochs_given = false;
   float lr = 0.05f, momentum = 0.9f, dampening = 0.f, weight_decay = 0.f;
   bool nesterov = false, weight_decay_given = false;
   std::string weight_decay_params;  // all | matrices; "": matrices for a GPT (nanoGPT's), all otherwise

@@ -2,6 +2,7 @@
 // metrics and loader, and the header that describes them.
 #include "tools/dp/train_run.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "engine/error.hpp"
@@ -141,6 +142,10 @@ void TrainRun::place_loader() {
   // More micro-batches than an epoch has make a step of the whole epoch.
   const int64_t batches_per_epoch = data.batches_per_epoch(o.batch, shard);
   plan = MicroBatchPlan{batches_per_epoch, std::min(o.accumulate, batches_per_epoch)};
+  // --steps alone means that many steps, over as many epochs as they take; with --epochs too, the
+  // run stops at whichever comes first.
+  if (o.steps_given && !o.epochs_given)
+    o.epochs = static_cast<int>(std::min<int64_t>((o.steps + plan.steps_per_epoch() - 1) / plan.steps_per_epoch(), 1 << 30));
   const bool cuda = dp.devices()[0].is_cuda();
   const BatchForm form = batch_form_for(o.normalise_on, cuda, data.language);
   if (form == BatchForm::Pixels) dp.set_pixel_input(normalisation_table(data.images.train));
