@@ -182,4 +182,16 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([DP, "demo", "--device-speed", "1,2"], capture_output=True, text=True, timeout=60)
     check("bad speeds are a usage error", p.returncode == 2 and "--device-speed" in p.stderr, p.stderr)
 
+# Small truths: the parameters counted without the flat array's alignment gaps (the tiny model has
+# 784*32 + 32 + 32*10 + 10 = 25450); the optimizer state said to appear after the first step's peak.
+p = subprocess.run([DP, "demo", "--devices", "host:3", "--batch", "10"], capture_output=True, text=True, timeout=60)
+check("demo: the parameters, not the padded array's floats",
+      "master parameters (25450 of them, in one flat array of 25456 floats" in p.stdout, p.stdout[:3000])
+check("demo, one step: the optimizer state not yet in device 0's peak, said so",
+      "The optimizer state is not in device 0's peak yet" in p.stdout, p.stdout[-800:])
+p = subprocess.run([DP, "demo", "--devices", "host:3", "--batch", "10", "--steps", "2"], capture_output=True, text=True,
+                   timeout=60)
+check("demo, two steps: the optimizer state in device 0's peak, no note",
+      p.returncode == 0 and "The optimizer state is not in device 0's peak yet" not in p.stdout, p.stdout[-800:])
+
 CLI.finish()

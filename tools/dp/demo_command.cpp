@@ -292,6 +292,12 @@ void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accu
                   "  of its own replica's share.\n",
                   excess);
     report["gpu0_excess"] = excess;
+    // The optimizer state is made by the first update, after the first step's peak: say so where the
+    // sentence above names it and the breakdown shows none.
+    if (!sharded(dp.sync_mode()) &&
+        devices[0].allocator().stats().at_peak[static_cast<int>(MemCategory::Optimizer)] == 0)
+      std::printf("  (The optimizer state is not in device 0's peak yet: the first update makes it, after the\n"
+                  "  step's peak; from the second step on it is held throughout. Try --steps 2.)\n");
   }
   if (accumulate > 1)
     std::printf("\n  --accumulate: %s held the sum of a step's micro-batches' gradients between them, one more\n"

@@ -67,7 +67,8 @@ struct StepFacts {
   const MicroBatchPlace& place;
   const ModelDef& m;
   int n;           // devices, those with no samples this step too
-  int64_t B, P;    // the batch's samples, the model's parameters
+  int64_t B, P;    // the batch's samples, the flat parameter array's floats (alignment gaps included)
+  int64_t values = 0;  // the model's parameters (the gaps left out)
   DType low;       // what replicas, activations and their transfers are stored in: float32 unless mixed
   bool mixed;      // --precision bf16 or fp16
   std::string low_name;
@@ -84,6 +85,8 @@ StepFacts::StepFacts(const DataParallel& dp_, const StepResult& r_, const MicroB
       low_name(dtype_name(low)) {
   for (int i = 0; i < n; ++i)
     if (r.chunks[i] > 0) active.push_back(i);
+  for (const StateEntry& e : dp_.layout().entries)
+    if (!e.buffer()) values += numel(e.shape);
 }
 
 using Stories = std::vector<PhaseStory>;  // one per Phase, in Phase order
@@ -130,15 +133,21 @@ void tell_scatter(PhaseStory& sc, const StepFacts& f) {
   sc.carried = std::string(dtype_name(f.m.input_dtype)) + " inputs" + (f.dp.loss_mode() == LossMode::InReplica ? ", int32 labels" : "");
 }
 
+// ", one flat array of 25456 floats: each tensor starts at a multiple of 16" when that adds gaps.
+std::string flat_array(const StepFacts& f) {
+  if (f.P == f.values) return "";
+  return " of them, in one flat array of " + std::to_string(f.P) + " floats: each tensor starts at a multiple of 16";
+}
+
 void tell_replicate(PhaseStory& rep, const StepFacts& f) {
-  rep.text = "The master parameters (" + std::to_string(f.P) +
-             " floats) and buffers are broadcast from device 0 to every other active device, coalesced into ~10 "
+  rep.text = "The master parameters (" + std::to_string(f.values) + flat_array(f) + ") and buffers are broadcast from device 0 to every other active device, coalesced into ~10 "
              "MiB buckets. Replica 0 is the master itself: nothing is copied for it. DataParallel does this on "
              "every step.";
   for (int i : f.active) rep.tensors.push_back({"replica " + std::to_string(i) + " parameters", {f.P}, i, f.low});
   rep.carried = f.low_name + " parameters" + (f.dp.layout().buffer_count > 0 ? ", float32 buffers" : "");
   if (f.mixed)
-    rep.text = "Device 0 rounds the float32 master parameters (" + std::to_string(f.P) + " values) to " + f.low_name +
+    rep.text = "Device 0 rounds the float32 master parameters (" + std::to_string(f.values) + flat_array(f) + ") to " +
+               f.low_name +
                " once; replica 0 runs on that copy and every other active device receives it, coalesced into ~10 "
                "MiB buckets: half the bytes of float32. Buffers (BatchNorm's running statistics) stay float32. "
                "DataParallel does this on every step.";
