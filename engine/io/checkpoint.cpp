@@ -175,27 +175,45 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 Checkpoint load_checkpoint(const std::string& path, const ModelLayout& layout, const nlohmann::json& expect,
-                           std::string* found_dir) {
+                           std::string* found_dir, std::vector<std::string>* skipped) {
   if (!fs::is_directory(path)) throw RuntimeError("--resume " + path + ": not a directory");
   if (fs::exists(fs::path(path) / "state.json") || step_of(fs::path(path).filename().string()) >= 0 ||
       fs::path(path).filename().string().rfind(".tmp-", 0) == 0) {
     if (fs::path(path).filename().string().rfind(".tmp-", 0) == 0)
       throw RuntimeError("--resume " + path + ": an unfinished temporary, not a checkpoint");
     if (found_dir) *found_dir = path;
-    return read_one(path, layout, expect);
+    try {
+      return read_one(path, layout, expect);
+    } catch (const CheckpointMismatch&) {
+      throw;
+    } catch (const std::exception& e) {
+      // This checkpoint cannot start a run: say which others lie beside it.
+      std::string others;
+      for (const auto& dir : list_checkpoints(fs::path(path).parent_path().string()))
+        if (fs::path(dir).filename() != fs::path(path).filename())
+          others = fs::path(dir).filename().string() + (others.empty() ? "" : ", ") + others;
+      throw UsageError("--resume " + path + ": this checkpoint is damaged: " + e.what() +
+                       (others.empty() ? std::string()
+                                       : "; beside it: " + others + " (--resume " +
+                                             fs::path(path).parent_path().string() + " takes the newest intact one)"));
+    }
   }
   const auto all = list_checkpoints(path);
   if (all.empty()) throw RuntimeError("--resume " + path + ": no checkpoint in it (step-NNNNNNNN directories)");
-  try {
-    if (found_dir) *found_dir = all.back();
-    return read_one(all.back(), layout, expect);
-  } catch (const CheckpointMismatch&) {
-    throw;
-  } catch (const std::exception& e) {
-    std::string msg = std::string("the newest checkpoint is damaged: ") + e.what();
-    if (all.size() > 1) msg += "; the previous one is " + all[all.size() - 2] + " (resume from it with --resume " + all[all.size() - 2] + ")";
-    throw RuntimeError(msg);
+  std::string damage;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    try {
+      Checkpoint c = read_one(*it, layout, expect);
+      if (found_dir) *found_dir = *it;
+      return c;
+    } catch (const CheckpointMismatch&) {
+      throw;
+    } catch (const std::exception& e) {  // damaged: the one before it
+      if (skipped) skipped->push_back(*it + ": " + e.what());
+      damage += std::string(damage.empty() ? "" : "; ") + e.what();
+    }
   }
+  throw RuntimeError("--resume " + path + ": every checkpoint in it is damaged: " + damage);
 }
 
 }  // namespace dp

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/io/safetensors.hpp"
 #include "engine/optim/optimizer.hpp"
@@ -35,12 +36,14 @@ struct CheckpointMismatch : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// `path` is a checkpoint directory, or a directory of them (then the newest complete one).
-// RuntimeError naming the file and the problem for a missing, truncated or mismatched file; a
-// damaged newest checkpoint is reported with the previous one offered. `expect` checks state.json
-// before anything else is read: each of its keys must hold the same value (CheckpointMismatch).
+// `path` is a checkpoint directory, or a directory of them: then the newest intact one, each newer
+// damaged one (a missing, truncated or unreadable file) skipped and added to `skipped` as "DIR:
+// why". A checkpoint named itself that is damaged is a UsageError naming the file, the problem and
+// the checkpoints beside it; every checkpoint of a directory damaged, a RuntimeError. `expect`
+// checks state.json before anything else is read: each of its keys must hold the same value
+// (CheckpointMismatch, never skipped: another run's checkpoints are not this run's to resume).
 Checkpoint load_checkpoint(const std::string& path, const ModelLayout& layout, const nlohmann::json& expect,
-                           std::string* found_dir = nullptr);
+                           std::string* found_dir = nullptr, std::vector<std::string>* skipped = nullptr);
 
 // The checkpoints under dir, oldest first (complete ones only: no temporaries).
 std::vector<std::string> list_checkpoints(const std::string& dir);

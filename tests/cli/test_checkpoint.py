@@ -189,15 +189,29 @@ with tempfile.TemporaryDirectory() as tmp:
     shutil.copytree(good_ck, broken)
     newest, previous = os.path.join(broken, "step-00000014"), os.path.join(broken, "step-00000012")
     os.remove(os.path.join(newest, "optimizer.safetensors"))
-    expect("a missing file: the previous one offered", base + ["--resume", broken], 1, "--resume " + previous)
-    expect("a missing file, named", base + ["--resume", newest], 1, "optimizer.safetensors")
+    # The directory: the newest damaged checkpoint skipped, named with why, the run resumed from the
+    # newest intact one (and ends as the good run ended).
+    rc, out, err = run(base + ["--resume", broken, "--save", os.path.join(tmp, "from-previous.safetensors")])
+    check("a damaged newest checkpoint: skipped, named with why", rc == 0 and
+          f"skipped the damaged checkpoint {newest}" in err and "optimizer.safetensors" in err, err)
+    check("a damaged newest checkpoint: resumed from the previous one", f"resuming from {previous}" in err, err)
+    # Named itself: a clear error naming the file and what lies beside it, exit 2.
+    expect("a missing file, named", base + ["--resume", newest], 2, "optimizer.safetensors")
+    expect("a damaged checkpoint named: what lies beside it", base + ["--resume", newest], 2,
+           "beside it: step-00000012")
     model_file = os.path.join(previous, "model.safetensors")
     open(model_file, "r+b").truncate(os.path.getsize(model_file) // 2)
-    expect("a truncated file", base + ["--resume", previous], 1, "model.safetensors")
+    expect("a truncated file", base + ["--resume", previous], 2, "model.safetensors")
+    rc, out, err = run(base + ["--resume", broken])
+    check("two damaged: the third newest taken", rc == 0 and err.count("skipped the damaged checkpoint") == 2, err)
     state_file = os.path.join(newest, "state.json")
     state = json.load(open(state_file))
     state["format"] = 99
     json.dump(state, open(state_file, "w"))
     expect("another format", base + ["--resume", newest], 1, "checkpoint format 99")
+    every = os.path.join(tmp, "every-damaged")
+    os.makedirs(every)
+    shutil.copytree(previous, os.path.join(every, "step-00000012"))
+    expect("every checkpoint damaged", base + ["--resume", every], 1, "every checkpoint in it is damaged")
 
 CLI.finish()

@@ -55,7 +55,10 @@ int run_eval(const EvalOptions& o) {
   ModelState weights;
   if (std::filesystem::is_directory(o.weights)) {
     std::string dir;
-    weights = load_checkpoint(o.weights, dp.layout(), {{"model", model.name}}, &dir).model;
+    std::vector<std::string> skipped;
+    weights = load_checkpoint(o.weights, dp.layout(), {{"model", model.name}}, &dir, &skipped).model;
+    for (const auto& s : skipped)
+      std::fprintf(stderr, "--weights %s: skipped the damaged checkpoint %s\n", o.weights.c_str(), s.c_str());
     std::fprintf(stderr, "--weights %s: the checkpoint %s\n", o.weights.c_str(), dir.c_str());
   } else {
     weights = load_weights(o.weights, dp.layout(), model);

@@ -1,6 +1,8 @@
 // dp train's checkpoint state and resuming from it.
 #include "tools/dp/train_checkpoints.hpp"
 
+#include <cstdio>
+
 #include "engine/error.hpp"
 #include "tools/dp/commands.hpp"
 
@@ -41,7 +43,10 @@ Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json
 Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate,
                    const SplitPolicy& split) {
   Resumed r;
-  Checkpoint c = load_checkpoint(from, dp.layout(), identity, &r.dir);
+  std::vector<std::string> skipped;
+  Checkpoint c = load_checkpoint(from, dp.layout(), identity, &r.dir, &skipped);
+  for (const auto& s : skipped) std::fprintf(stderr, "--resume %s: skipped the damaged checkpoint %s\n", from.c_str(), s.c_str());
+  if (!skipped.empty()) std::fprintf(stderr, "--resume %s: resuming from %s\n", from.c_str(), r.dir.c_str());
   if (accumulate == 1 && c.state.value("accumulate", int64_t{1}) != 1)
     throw RuntimeError(r.dir + ": the checkpoint was made with accumulate " + c.state["accumulate"].dump() +
                        ", this run has 1 (add --accumulate " + c.state["accumulate"].dump() + ")");
