@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,11 +40,33 @@ struct TempGuard {  // registers a temporary for the handler; unlinks it unless 
 
 std::atomic<bool> g_defer{false};
 std::atomic<int> g_pending{0};
+std::atomic<int64_t> g_first_ns{0};  // when the first deferred signal came
+// What a second press says before the process ends (set_second_interrupt_note), double-buffered
+// so the handler never reads a line being written.
+char g_notes[2][1024];
+size_t g_note_lengths[2];
+std::atomic<int> g_note{-1};
+
+int64_t monotonic_ns() {  // clock_gettime is async-signal-safe
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 void on_signal(int sig) {
-  if (g_defer.load() && g_pending.load() == 0 && (sig == SIGINT || sig == SIGTERM)) {
-    g_pending.store(sig);  // the first one: the run stops after its step
-    return;
+  if (g_defer.load() && (sig == SIGINT || sig == SIGTERM)) {
+    if (g_pending.load() == 0) {
+      g_first_ns.store(monotonic_ns());
+      g_pending.store(sig);  // the first one: the run stops after its step
+      return;
+    }
+    // One press can arrive twice a few microseconds apart (timeout -s INT and job schedulers signal
+    // the process and its group): within the window it is the same press.
+    if (monotonic_ns() - g_first_ns.load() < kSamePressNs) return;
+    if (const int n = g_note.load(); n >= 0) {
+      const ssize_t ignored = ::write(STDERR_FILENO, g_notes[n], g_note_lengths[n]);
+      (void)ignored;
+    }
   }
   if (g_temp_live.load()) ::unlink(g_temp_path);
   ::signal(sig, SIG_DFL);
@@ -178,6 +201,14 @@ void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vect
 }
 
 void defer_interrupts() { g_defer.store(true); }
+
+void set_second_interrupt_note(const std::string& line) {
+  const int next = g_note.load() == 0 ? 1 : 0;
+  const std::string text = line.substr(0, sizeof g_notes[0] - 2) + "\n";
+  std::memcpy(g_notes[next], text.data(), text.size());
+  g_note_lengths[next] = text.size();
+  g_note.store(next);
+}
 int pending_interrupt() { return g_pending.load(); }
 
 void install_output_cleanup() {

@@ -6,6 +6,7 @@
 // (a device such as /dev/null, a named pipe, a directory) is refused. A temporary is removed on
 // every exit path, SIGINT and SIGTERM included (install_output_cleanup).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,8 +37,12 @@ void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vect
 void install_output_cleanup();
 
 // From now on the first SIGINT or SIGTERM is only recorded (the caller finishes its step, saves,
-// and exits); a second one ends the process at once (temporaries still removed).
+// and exits); a second one ends the process at once (temporaries still removed), printing the
+// line set_second_interrupt_note gave. Signals within kSamePressNs of the first are the same press.
 void defer_interrupts();
+constexpr int64_t kSamePressNs = 300'000'000;
+// The one line a second press prints before the process ends: what was saved.
+void set_second_interrupt_note(const std::string& line);
 int pending_interrupt();  // 0, or the signal that arrived
 
 }  // namespace dp

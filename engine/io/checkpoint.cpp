@@ -123,33 +123,39 @@ std::string write_checkpoint(const std::string& dir, int64_t step, const ModelLa
   const std::string name = step_name(step);
   const std::string tmp = (fs::path(dir) / (".tmp-" + name + "." + std::to_string(::getpid()))).string();
   const std::string final_dir = (fs::path(dir) / name).string();
-  fs::create_directory(tmp);
-  write_synced((fs::path(tmp) / "model.safetensors").string(), encode_safetensors(layout, c.model));
-  std::vector<std::string> names;
-  ModelState opt;
-  for (const auto& [n, v] : c.optimizer.buffers) {
-    names.push_back(n);
-    opt.params.insert(opt.params.end(), v.begin(), v.end());
+  try {
+    fs::create_directory(tmp);
+    write_synced((fs::path(tmp) / "model.safetensors").string(), encode_safetensors(layout, c.model));
+    std::vector<std::string> names;
+    ModelState opt;
+    for (const auto& [n, v] : c.optimizer.buffers) {
+      names.push_back(n);
+      opt.params.insert(opt.params.end(), v.begin(), v.end());
+    }
+    if (!names.empty())
+      write_synced((fs::path(tmp) / "optimizer.safetensors").string(), encode_safetensors(optimizer_layout(layout, names), opt));
+    nlohmann::json state = c.state;
+    state["format"] = kCheckpointFormat;
+    state["step"] = step;
+    state["optimizer_steps"] = c.optimizer.steps;
+    state["optimizer_state"] = !names.empty();
+    write_synced((fs::path(tmp) / "state.json").string(), state.dump(2));  // last: its presence marks a whole one
+    fsync_path(tmp, true);
+    if (fs::exists(final_dir)) {
+      // The same step again (an interrupted resume): swap the two whole directories in one atomic
+      // step, so the name never points at a half-removed one, then remove the old one.
+      if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+        throw RuntimeError("cannot replace checkpoint " + final_dir + ": " + std::strerror(errno));
+      fs::remove_all(tmp);
+    } else {
+      fs::rename(tmp, final_dir);
+    }
+    fsync_path(dir, true);
+  } catch (const std::exception& e) {  // nothing of it left: no step-N, no temporary
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw RuntimeError("checkpoint " + final_dir + " not written: " + e.what());
   }
-  if (!names.empty())
-    write_synced((fs::path(tmp) / "optimizer.safetensors").string(), encode_safetensors(optimizer_layout(layout, names), opt));
-  nlohmann::json state = c.state;
-  state["format"] = kCheckpointFormat;
-  state["step"] = step;
-  state["optimizer_steps"] = c.optimizer.steps;
-  state["optimizer_state"] = !names.empty();
-  write_synced((fs::path(tmp) / "state.json").string(), state.dump(2));  // last: its presence marks a whole one
-  fsync_path(tmp, true);
-  if (fs::exists(final_dir)) {
-    // The same step again (an interrupted resume): swap the two whole directories in one atomic
-    // step, so the name never points at a half-removed one, then remove the old one.
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
-      throw RuntimeError("cannot replace checkpoint " + final_dir + ": " + std::strerror(errno));
-    fs::remove_all(tmp);
-  } else {
-    fs::rename(tmp, final_dir);
-  }
-  fsync_path(dir, true);
   // Only now that the new one is whole: the oldest beyond `keep` go — renamed to a temporary
   // first, so that one killed half-way is never taken for a checkpoint.
   auto all = list_checkpoints(dir);

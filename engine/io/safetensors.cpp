@@ -112,9 +112,10 @@ ModelState load_safetensors(const std::string& path, const ModelLayout& layout) 
   return state;
 }
 
-std::string encode_safetensors(const ModelLayout& layout, const ModelState& state) {
+std::string encode_safetensors(const ModelLayout& layout, const ModelState& state, const SafetensorsMetadata& metadata) {
   nlohmann::ordered_json header;
   header["__metadata__"] = {{"format", "pt"}, {"producer", "dp-engine"}};
+  for (const auto& [key, value] : metadata) header["__metadata__"][key] = value;
   std::string payload;
   for (const auto& e : layout.entries) {
     const float* src = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
@@ -138,8 +139,18 @@ std::string encode_safetensors(const ModelLayout& layout, const ModelState& stat
   return out + json + payload;
 }
 
-void save_safetensors(const std::string& path, const ModelLayout& layout, const ModelState& state) {
-  write_file_atomically(path, encode_safetensors(layout, state));
+void save_safetensors(const std::string& path, const ModelLayout& layout, const ModelState& state,
+                      const SafetensorsMetadata& metadata) {
+  write_file_atomically(path, encode_safetensors(layout, state, metadata));
+}
+
+SafetensorsMetadata safetensors_metadata(const std::string& path) {
+  const SafetensorsFile f = read_safetensors(path);
+  SafetensorsMetadata out;
+  if (f.header.contains("__metadata__") && f.header["__metadata__"].is_object())
+    for (const auto& [key, value] : f.header["__metadata__"].items())
+      if (value.is_string()) out[key] = value.get<std::string>();
+  return out;
 }
 
 }  // namespace dp

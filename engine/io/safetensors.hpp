@@ -2,6 +2,7 @@
 // dict ("0.weight", "1.running_mean", "1.num_batches_tracked" as int64, ...), so a file written
 // here loads in PyTorch with safetensors.torch.load_file and the reverse.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,13 @@ struct ModelState {
 // Reads and checks the file against the layout: every name present with its shape and dtype,
 // no unknown names, offsets inside the file. RuntimeError naming the problem otherwise.
 ModelState load_safetensors(const std::string& path, const ModelLayout& layout);
-std::string encode_safetensors(const ModelLayout& layout, const ModelState& state);
-void save_safetensors(const std::string& path, const ModelLayout& layout, const ModelState& state);  // atomic
+// `metadata`: string pairs for the header's __metadata__ beside format and producer (dp train
+// records its model there, so dp eval knows what the weights are).
+using SafetensorsMetadata = std::map<std::string, std::string>;
+std::string encode_safetensors(const ModelLayout& layout, const ModelState& state, const SafetensorsMetadata& metadata = {});
+void save_safetensors(const std::string& path, const ModelLayout& layout, const ModelState& state,
+                      const SafetensorsMetadata& metadata = {});  // atomic
+// The header's __metadata__ (its string values); RuntimeError for a file that is not safetensors.
+SafetensorsMetadata safetensors_metadata(const std::string& path);
 
 }  // namespace dp

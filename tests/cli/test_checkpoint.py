@@ -143,6 +143,37 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"signal {sig.name}: the last line says how to resume", "--resume " + ck in err.strip().splitlines()[-1],
               err[-300:])
 
+    # ---- one press signalled twice (timeout -s INT, job schedulers: the process and its group), a
+    # few microseconds apart: the same press, so the run still finishes its step and checkpoints.
+    for attempt in range(3):
+        ck, m = os.path.join(tmp, f"ck-twice{attempt}"), os.path.join(tmp, f"twice{attempt}.jsonl")
+        p = subprocess.Popen([DP] + slow + ["--checkpoint", ck, "--metrics", m], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and (not os.path.exists(m) or len(losses(m)) < 2):
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        check(f"two SIGINTs at once (try {attempt + 1}): one press, exit 130 with a checkpoint",
+              p.returncode == 130 and "--resume " + ck in err and os.listdir(ck) == [f"step-{len(losses(m)):08d}"],
+              (p.returncode, err[-400:]))
+    # A second press later: the run ends at once, and still says in one line what was saved.
+    ck = os.path.join(tmp, "ck-second-press")
+    p = subprocess.Popen([DP] + ["train", "--model", "resnet8", "--devices", "host:2", "--batch", "32", "--steps", "50",
+                                 "--device-speed", "0.04,0.04", "--checkpoint", ck], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    p.send_signal(signal.SIGINT)
+    time.sleep(1)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    check("a second press: the process ends by the signal", p.returncode in (-signal.SIGINT, 130), (p.returncode, err))
+    check("a second press: one line says what was saved", err.strip().splitlines()[-1] ==
+          "interrupted again: stopped at once; no checkpoint was written yet", err[-400:])
+    check("a second press: nothing half-written left", not os.path.isdir(ck) or
+          not [n for n in os.listdir(ck) if n.startswith(".tmp-")], os.listdir(ck) if os.path.isdir(ck) else None)
+
     # ---- SIGKILL while checkpointing: never a half checkpoint taken for one
     ck = os.path.join(tmp, "ck-kill")
     kill_run = ["train", "--model", "mlp", "--devices", "host:2", "--batch", "16", "--generated-size", "4000",
@@ -213,5 +244,44 @@ with tempfile.TemporaryDirectory() as tmp:
     os.makedirs(every)
     shutil.copytree(previous, os.path.join(every, "step-00000012"))
     expect("every checkpoint damaged", base + ["--resume", every], 1, "every checkpoint in it is damaged")
+
+    # ---- a checkpoint that cannot be written (a file-size limit, as a full disk would): one error
+    # naming the path and the cause, the checkpoints written before untouched, nothing half-written
+    # left; the run stops (exit 1) or, with --checkpoint-errors warn, trains on.
+    import resource
+
+    def limited(args, limit=1 << 20):
+        def set_limit():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        p = subprocess.run([DP] + args, capture_output=True, text=True, timeout=300, preexec_fn=set_limit)
+        return p.returncode, p.stdout, p.stderr
+
+    fault = os.path.join(tmp, "ck-fault")
+    small = ["train", "--model", "mlp", "--devices", "host:2", "--batch", "16", "--generated-size", "320",
+             "--checkpoint", fault, "--checkpoint-every", "3"]
+    rc, _, err = run(small + ["--steps", "6"])
+    before = sorted(os.listdir(fault))
+    check("faults: the checkpoints before", rc == 0 and before == ["step-00000003", "step-00000006"], (before, err))
+    saved = {n: open(os.path.join(fault, "step-00000006", n), "rb").read()
+             for n in os.listdir(os.path.join(fault, "step-00000006"))}
+    rc, out, err = limited(small + ["--steps", "12", "--resume", fault])
+    check("a checkpoint that cannot be written stops the run: exit 1", rc == 1, (rc, err[-500:]))
+    check("... naming the checkpoint, the file and the cause",
+          f"checkpoint {fault}/step-00000009 not written" in err and "model.safetensors: File too large" in err, err)
+    check("... at the next step, not the end", "trained" not in out, out[-300:])
+    check("... the checkpoints before untouched, nothing half-written left", sorted(os.listdir(fault)) == before and
+          all(open(os.path.join(fault, "step-00000006", n), "rb").read() == b for n, b in saved.items()),
+          sorted(os.listdir(fault)))
+    rc, out, err = limited(small + ["--steps", "12", "--resume", fault, "--checkpoint-errors", "warn"])
+    check("--checkpoint-errors warn: trains on to the end", rc == 0 and "trained 6 steps" in out, (rc, err[-600:]))
+    check("--checkpoint-errors warn: a warning per checkpoint not written",
+          err.count("warning: checkpoint") == 2 and "training goes on" in err, err)
+    check("--checkpoint-errors warn: nothing half-written left", sorted(os.listdir(fault)) == before,
+          sorted(os.listdir(fault)))
+    rc, _, err = run(small + ["--steps", "12", "--resume", fault])
+    check("faults: the checkpoint before still resumes", rc == 0 and "resuming from" in err and "step-00000006" in err,
+          err[-300:])
+    expect("--checkpoint-errors: a bad value", base + ["--checkpoint-errors", "ignore"], 2,
+           "--checkpoint-errors must be stop or warn")
 
 CLI.finish()

@@ -76,14 +76,31 @@ with tempfile.TemporaryDirectory() as tmp:
     mlp = ["eval", "--model", "mlp", "--devices", "host:1", "--generated-size", "64", "--batch", "16"]
     final = os.path.join(tmp, "final.st-fp32")
     expect("no --weights", mlp, 2, "--weights is required")
-    expect("another model's weights", mlp[:2] + ["convnet"] + mlp[3:] + ["--weights", final], 1, "not in the model's state dict")
-    expect("a GPT of other sizes", ["eval"] + GPT[:5] + ["64"] + GPT[6:] + ["--weights", gpt_st], 1,
-           "the file's GPT has other sizes")
+    expect("another model's weights: both named", mlp[:2] + ["convnet"] + mlp[3:] + ["--weights", final], 2,
+           f"--model convnet, but {final} holds the weights of --model mlp")
+    expect("a GPT of other sizes: both named", ["eval"] + GPT[:5] + ["64"] + GPT[6:] + ["--weights", gpt_st], 2,
+           f"--gpt-dim 64, but {gpt_st} was trained with --gpt-dim 32")
     expect("--sample without a language model", mlp + ["--weights", final, "--sample", "5"], 2,
            "--sample generates text")
     expect("missing weights", mlp + ["--weights", os.path.join(tmp, "nothing.st")], 1, "nothing.st")
-    expect("another model's checkpoint", mlp[:2] + ["convnet"] + mlp[3:] + ["--weights", os.path.join(tmp, "ck-fp32")],
-           1, 'the checkpoint was made with model "mlp"')
+    expect("another model's checkpoint: both named", mlp[:2] + ["convnet"] + mlp[3:] +
+           ["--weights", os.path.join(tmp, "ck-fp32")], 2, "holds the weights of --model mlp")
+
+    # The model and its sizes come from the weights' record: no flag to repeat.
+    no_model = [a for a in mlp if a not in ("--model", "mlp")]
+    rc, out, err = run(no_model + ["--weights", final])
+    check("eval of a --save file takes its model from it", rc == 0 and out.startswith("dp eval: mlp from"), out + err)
+    rc, out, err = run(no_model + ["--weights", os.path.join(tmp, "ck-fp32")])
+    check("eval of a checkpoint takes its model from it", rc == 0 and out.startswith("dp eval: mlp from"), out + err)
+    gpt_data = GPT[GPT.index("--data"):GPT.index("--data") + 2] if "--data" in GPT else []
+    rc, out, err = run(["eval", "--weights", gpt_st] + gpt_data)
+    check("eval of a GPT's --save file takes its sizes from it", rc == 0 and "1 layers, 2 heads, dim 32, context 16" in out,
+          out + err)
+    expect("a wrong --gpt-heads is not accepted silently", ["eval", "--weights", gpt_st, "--gpt-heads", "4"] + gpt_data,
+           2, "--gpt-heads 4, but")
+    for flag, value in [("--optimizer", "adamw"), ("--sync", "allreduce"), ("--bucket-mb", "4")]:
+        expect(f"eval does not take the training-only {flag}", mlp + ["--weights", final, flag, value], 2,
+               f"unknown option '{flag}' for dp eval")
     expect("--json over the weights", mlp + ["--weights", final, "--json", final], 2, "is the same file as --weights")
     expect("eval under a bad temperature", ["eval"] + GPT + ["--weights", gpt_st, "--temperature", "-1"], 2,
            "--temperature must be >= 0")

@@ -43,7 +43,8 @@ with tempfile.TemporaryDirectory() as tmp:
     check("token files train", rc == 0, err)
     check("vocabulary rounded up to 64", "vocabulary 320" in err, err)
     check("llm.c and nanoGPT layouts read", "3000 training and 400 validation tokens" in err, err)
-    check("validation loss printed", "validation loss" in out and "over 48 tokens" in out, out)
+    check("validation loss printed, with what was scored", "validation loss" in out and
+          "over 48 predictions (6 windows of 8 from the 400 validation tokens)" in out, out)
     rows = [json.loads(l) for l in open(m)]
     check("metrics: 5 steps and an evaluation", len(losses(m)) == 5 and rows[-1].get("test_targets") == 48, rows[-1])
 

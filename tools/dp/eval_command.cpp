@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "engine/data_parallel.hpp"
@@ -14,6 +15,7 @@
 #include "engine/io/checkpoint.hpp"
 #include "engine/mpi/process_group.hpp"
 #include "tools/dp/commands.hpp"
+#include "tools/dp/model_identity.hpp"
 #include "tools/dp/model_weights.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
@@ -31,7 +33,9 @@ struct EvalOptions : RunOptions {
   double temperature = 0.8;
 };
 
-int run_eval(const EvalOptions& o) {
+int run_eval(EvalOptions o, const std::set<std::string>& given) {
+  // The model and its sizes from the weights' own record (dp train's --save, a checkpoint).
+  if (const auto id = identity_of_weights(o.weights)) apply_identity(*id, given, o);
   if (ProcessGroup::launched_by_mpirun())
     throw UsageError("dp eval runs on one process's device 0; run it without mpirun");
   if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
@@ -93,7 +97,7 @@ Run add_eval_command(CLI::App& app) {
   auto o = std::make_shared<EvalOptions>();
   auto* cmd = app.add_subcommand("eval", "Saved weights on the held-out data (and, for a GPT, a sample)");
   add_run_options(cmd, *o);
-  cmd->add_option("--weights", o->weights,
+  cmd->add_option("--weights,--init", o->weights,
                   "the weights: safetensors (--save, --save-best), a checkpoint, or --checkpoint's directory (its newest)")
       ->required()
       ->check(path_flag());
@@ -104,9 +108,16 @@ Run add_eval_command(CLI::App& app) {
   cmd->add_option("--temperature", o->temperature, "gpt: --sample's temperature (0: the most likely token)")
       ->capture_default_str();
   cmd->add_option("--json", o->json, "write the result as JSON")->check(path_flag());
+  // Training-only flags mean nothing here: not offered (dp eval evaluates on device 0).
+  for (const char* flag : {"--optimizer", "--sync", "--bucket-mb", "--sync-bn", "--loss-scale",
+                           "--loss-scale-growth-interval", "--recompute", "--split", "--loss", "--device-speed"})
+    if (CLI::Option* opt = cmd->get_option_no_throw(flag)) cmd->remove_option(opt);
   return [o, cmd] {
     note_given_flags(cmd, *o);
-    return run_eval(*o);
+    std::set<std::string> given;
+    for (const char* flag : {"--model", "--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab"})
+      if (cmd->count(flag) > 0) given.insert(flag);
+    return run_eval(*o, given);
   };
 }
 

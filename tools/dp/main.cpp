@@ -2,6 +2,7 @@
 // 3 out of memory.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <algorithm>
 #include <cstdlib>
@@ -90,6 +91,9 @@ std::vector<std::string>& dp::cli::command_line() {
 int main(int argc, char** argv) {
   configure_openblas(argv);
   dp::install_output_cleanup();  // a signal never leaves a half-written temporary behind
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported as any failed write,
+  // instead of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   dp::cli::command_line().assign(argv, argv + argc);
   CLI::App app{"dp-engine: single-process multi-device DataParallel training"};
   app.require_subcommand(1);

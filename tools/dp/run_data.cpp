@@ -213,16 +213,22 @@ int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {
 EvalReport RunData::report(const EvalResult& r) const {
   EvalReport out{r.loss_sum / static_cast<double>(r.count), static_cast<double>(r.correct) / static_cast<double>(r.count),
                  r.count, ""};
-  char line[240];
-  if (language)
+  char line[400];
+  if (language) {
+    // What was scored: each window predicts its context's tokens; windows overlap when the
+    // validation split is shorter than all of them end to end.
+    const int64_t windows = context > 0 ? r.count / context : 0, held = static_cast<int64_t>(tokens.val.tokens.size());
     std::snprintf(line, sizeof line,
                   "validation loss %.4f (perplexity %.2f; unigram entropy %.4f), next-token accuracy %.2f%% over %lld "
-                  "tokens",
+                  "predictions (%lld %swindows of %lld from the %lld validation tokens)",
                   out.loss, std::exp(out.loss), unigram_entropy(tokens.train.tokens), 100 * out.accuracy,
-                  static_cast<long long>(r.count));
-  else
+                  static_cast<long long>(r.count), static_cast<long long>(windows),
+                  windows * context + 1 > held ? "overlapping " : "", static_cast<long long>(context),
+                  static_cast<long long>(held));
+  } else {
     std::snprintf(line, sizeof line, "test loss %.4f, test accuracy %.2f%% (%lld/%lld)", out.loss, 100 * out.accuracy,
                   static_cast<long long>(r.correct), static_cast<long long>(r.count));
+  }
   out.text = line;
   return out;
 }

@@ -120,15 +120,20 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
 }
 
 void note_given_flags(const CLI::App* cmd, RunOptions& o) {
+  // A flag a command does not offer (dp eval drops the training-only ones) was not given.
+  auto given = [cmd](const char* flag) {
+    const CLI::Option* opt = cmd->get_option_no_throw(flag);
+    return opt != nullptr && opt->count() > 0;
+  };
   // The GPT's default batch: 32 windows of 128 tokens (4096 tokens a step) make four times the
   // updates of 128 per epoch, which a small language model on a CPU needs more than bigger steps.
-  if (cmd->count("--batch") == 0 && o.model == "gpt" && o.batch == RunOptions{}.batch) o.batch = 32;
-  o.generated_size_given = cmd->count("--generated-size") > 0;
-  o.optimizer_given = cmd->count("--optimizer") > 0;
-  o.loss_given = cmd->count("--loss") > 0;
-  o.loss_scale_given = cmd->count("--loss-scale") + cmd->count("--loss-scale-growth-interval") > 0;
+  if (!given("--batch") && o.model == "gpt" && o.batch == RunOptions{}.batch) o.batch = 32;
+  o.generated_size_given = given("--generated-size");
+  o.optimizer_given = given("--optimizer");
+  o.loss_given = given("--loss");
+  o.loss_scale_given = given("--loss-scale") || given("--loss-scale-growth-interval");
   for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout"})
-    if (cmd->count(flag) > 0) o.gpt_flags_given = true;
+    if (given(flag)) o.gpt_flags_given = true;
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // dp train's checkpoint state and resuming from it.
 #include "tools/dp/train_checkpoints.hpp"
 
+#include <chrono>
 #include <cstdio>
 
 #include "engine/error.hpp"
@@ -70,8 +71,22 @@ void CheckpointWriter::write(const ModelLayout& layout, int64_t step, Checkpoint
   });
 }
 
+void CheckpointWriter::poll() {
+  if (writing_.valid() && writing_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) finish();
+}
+
 const std::string& CheckpointWriter::finish() {
-  if (writing_.valid()) last_ = writing_.get();
+  if (!writing_.valid()) return last_;
+  try {
+    last_ = writing_.get();
+    set_second_interrupt_note("interrupted again: stopped at once; the last checkpoint written is " + last_ +
+                              " (resume with --resume " + dir_ + ")");
+  } catch (const std::exception& e) {
+    const std::string kept = last_.empty() ? "the checkpoints already in " + dir_ + " are untouched"
+                                           : "the last one written, " + last_ + ", is intact";
+    if (!warn_) throw RuntimeError(std::string(e.what()) + "; " + kept + " (--checkpoint-errors warn trains on)");
+    std::fprintf(stderr, "warning: %s; %s; training goes on (--checkpoint-errors warn)\n", e.what(), kept.c_str());
+  }
   return last_;
 }
 

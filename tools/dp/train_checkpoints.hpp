@@ -47,18 +47,22 @@ Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::js
 // written and fsynced by a background thread while training goes on, one write at a time.
 class CheckpointWriter {
  public:
-  // `dir`: --checkpoint's directory, which keeps the newest `keep` checkpoints.
-  CheckpointWriter(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
+  // `dir`: --checkpoint's directory, which keeps the newest `keep` checkpoints. A write that fails
+  // (nothing of it left behind) stops the run, or with `warn` is reported and training goes on.
+  CheckpointWriter(std::string dir, int keep, bool warn = false) : dir_(std::move(dir)), keep_(keep), warn_(warn) {}
   // Starts writing `c`, the state after `step` steps, once the write before it is done (which
   // rethrows that write's failure). `layout` must outlive the write.
   void write(const ModelLayout& layout, int64_t step, Checkpoint c);
   // Waits for the write in progress (rethrowing its failure); the newest checkpoint written, ""
   // when none was.
   const std::string& finish();
+  // finish() if the write in progress is done: its failure seen a step after it, not a checkpoint.
+  void poll();
 
  private:
   std::string dir_;
   int keep_;
+  bool warn_;
   std::future<std::string> writing_;
   std::string last_;
 };

@@ -19,6 +19,7 @@
 #include "tools/dp/progress.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/sample_text.hpp"
+#include "tools/dp/model_identity.hpp"
 #include "tools/dp/train_checkpoints.hpp"
 #include "tools/dp/train_eval.hpp"
 #include "tools/dp/train_options.hpp"
@@ -85,11 +86,16 @@ TrainLoop::TrainLoop(TrainRun& run)
       progress_(run.total, ::isatty(STDERR_FILENO) == 1, !run.primary),
       step_(run.first_step),
       checkpointed_step_(run.o.resume.empty() ? -1 : run.first_step),  // the state resumed from is saved already
-      checkpoints_(run.o.checkpoint, run.o.keep_checkpoints),
+      checkpoints_(run.o.checkpoint, run.o.keep_checkpoints, run.o.checkpoint_errors == "warn"),
       evaluations_(run.data, run.o, run.metrics, run.best, run.primary) {}
 
 int TrainLoop::train() {
   defer_interrupts();  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit 130 / 143
+  set_second_interrupt_note(
+      o_.checkpoint.empty()   ? "interrupted again: stopped at once; no --checkpoint was given, so nothing was saved"
+      : o_.resume.empty()     ? "interrupted again: stopped at once; no checkpoint was written yet"
+                              : "interrupted again: stopped at once; nothing written since the checkpoint resumed from (" +
+                                    run_.resumed_dir + ")");
   int interrupted = 0;
   for (MicroBatches micro = fetch(), next; !micro.empty(); micro = std::move(next)) {
     if ((interrupted = pending_interrupt())) break;
@@ -134,6 +140,7 @@ void TrainLoop::train_step(const MicroBatches& micro) {
   if (o_.eval_every > 0 && step_ % o_.eval_every == 0 && !(o_.eval && epoch_ends))
     evaluate("step " + std::to_string(step_) + " (epoch " + std::to_string(epoch) + ")", epoch);
   if (step_ % o_.checkpoint_every == 0) save_checkpoint();
+  checkpoints_.poll();  // a write that failed stops the run at the next step, not the next checkpoint
 }
 
 // The step's tally, a non-finite loss's error, its metrics row, what the split or the graphs
@@ -209,7 +216,7 @@ void TrainLoop::finish() {
   print_run_summary(tally_, dp_, run_.choices.graphs);
   if (!o_.save.empty()) {
     const ModelState state{dp_.parameters(), dp_.buffers()};  // ZeRO under mpirun: every rank's parts
-    if (run_.primary) save_safetensors(o_.save, dp_.layout(), state);
+    if (run_.primary) save_safetensors(o_.save, dp_.layout(), state, identity_metadata(run_.setup.model, o_));
     std::printf("saved %s\n", o_.save.c_str());
   }
   const BestEval& best = evaluations_.best();

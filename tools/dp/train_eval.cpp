@@ -1,6 +1,8 @@
 // dp train's evaluations: the held-out loss beside the training loss, --save-best, metrics rows.
 #include "tools/dp/train_eval.hpp"
 
+#include "tools/dp/model_identity.hpp"
+
 #include <cmath>
 #include <cstdio>
 
@@ -26,7 +28,7 @@ std::string TrainEvaluations::evaluate(DataParallel& dp, int64_t step, const std
   const bool is_best = !o_.save_best.empty() && r.loss < best_.loss;
   if (is_best) {
     const ModelState state{dp.parameters(), dp.buffers()};  // ZeRO under mpirun: every rank's parts
-    if (writes_) save_safetensors(o_.save_best, dp.layout(), state);
+    if (writes_) save_safetensors(o_.save_best, dp.layout(), state, identity_metadata(dp.model(), o_));
     best_ = {r.loss, step};
   }
   if (metrics_.is_open()) {

@@ -77,6 +77,8 @@ TrainChoices check_train_options(const TrainOptions& o) {
   parse_lr_schedule(o.lr_schedule, opt.sgd.lr, o.min_lr, o.warmup_steps, 1);  // fail before loading
   if (o.checkpoint_every <= 0) throw UsageError("--checkpoint-every must be > 0");
   if (o.keep_checkpoints < 1) throw UsageError("--keep-checkpoints must be >= 1");
+  if (o.checkpoint_errors != "stop" && o.checkpoint_errors != "warn")
+    throw UsageError("--checkpoint-errors must be stop or warn, not '" + o.checkpoint_errors + "'");
   if (!o.checkpoint.empty()) check_checkpoint_dir(o.checkpoint, !o.resume.empty());
   if (!o.resume.empty() && !std::filesystem::is_directory(o.resume))
     throw UsageError("--resume " + o.resume + ": not a directory");
@@ -163,6 +165,10 @@ void add_train_options(CLI::App* cmd, TrainOptions& o) {
   cmd->add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (also at the end and on Ctrl-C)")
       ->capture_default_str();
   cmd->add_option("--keep-checkpoints", o.keep_checkpoints, "how many checkpoints to keep")->capture_default_str();
+  cmd->add_option("--checkpoint-errors", o.checkpoint_errors,
+                  "a checkpoint that cannot be written (a full disk, a file-size limit): stop (exit 1) or warn and "
+                  "train on; either way the checkpoints already written are untouched")
+      ->capture_default_str();
   cmd->add_option("--resume", o.resume, "continue from a checkpoint (its directory, or --checkpoint's: the newest)")
       ->check(path_flag());
 }

@@ -41,6 +41,7 @@ struct TrainOptions : RunOptions {
   std::string checkpoint, resume;
   int64_t checkpoint_every = 1000;
   int keep_checkpoints = 2;
+  std::string checkpoint_errors = "stop";  // or warn: a checkpoint that cannot be written, and training goes on
 };
 
 // Registers train's flags (the shared ones too) on `cmd`.

@@ -123,6 +123,7 @@ void TrainRun::load_start() {
   if (o.resume.empty()) return;
   const Resumed resumed = resume_run(dp, o.resume, identity, o.accumulate, setup.split);
   first_step = resumed.step;
+  resumed_dir = resumed.dir;
   best = resumed.best;
   if (primary)
     std::fprintf(stderr, "resuming from %s at step %lld\n", resumed.dir.c_str(), static_cast<long long>(first_step));

@@ -47,6 +47,7 @@ struct TrainRun {
   bool ahead = false;           // --upload-ahead: the next step's first batch uploaded during this one
   nlohmann::json identity;      // what a checkpoint must agree on to continue this run
   int64_t first_step = 0;       // steps done before this run (--resume)
+  std::string resumed_dir;      // the checkpoint it resumed from
   BestEval best;                // --save-best's so far (a resumed run continues from its checkpoint's)
   std::ofstream metrics;        // --metrics, when given
   MicroBatchPlan plan;          // with --accumulate N an optimizer step takes N of the loader's batches

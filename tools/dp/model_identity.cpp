@@ -1,0 +1,101 @@
+#include "tools/dp/model_identity.hpp"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "engine/error.hpp"
+#include "engine/io/checkpoint.hpp"
+#include "engine/io/read_file.hpp"
+
+namespace dp::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The GPT's size flags and where RunOptions keeps each.
+const std::pair<const char*, int64_t RunOptions::*> kSizes[] = {{"--gpt-layers", &RunOptions::gpt_layers},
+                                                                {"--gpt-heads", &RunOptions::gpt_heads},
+                                                                {"--gpt-dim", &RunOptions::gpt_dim},
+                                                                {"--context", &RunOptions::context},
+                                                                {"--vocab", &RunOptions::vocab}};
+
+std::optional<ModelIdentity> from_state(const std::string& dir) {
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(read_file((fs::path(dir) / "state.json").string()));
+  } catch (const std::exception&) {
+    return std::nullopt;  // damaged: load_checkpoint says why
+  }
+  if (!state.contains("model") || !state["model"].is_string()) return std::nullopt;
+  ModelIdentity id{state["model"].get<std::string>(), {}, dir};
+  if (state.contains("gpt") && state["gpt"].is_object()) {
+    const nlohmann::json& g = state["gpt"];
+    for (const auto& [flag, key] : {std::pair{"--gpt-layers", "layers"}, {"--gpt-heads", "heads"},
+                                    {"--gpt-dim", "dim"}, {"--context", "context"}, {"--vocab", "vocab"}})
+      if (g.contains(key) && g[key].is_number_integer()) id.sizes[flag] = g[key].get<int64_t>();
+  }
+  return id;
+}
+
+// "--gpt-layers" -> "dp.gpt-layers": the metadata's key for a flag.
+std::string key_of(const char* flag) { return "dp." + std::string(flag + 2); }
+
+}  // namespace
+
+SafetensorsMetadata identity_metadata(const ModelDef& model, const RunOptions& o) {
+  SafetensorsMetadata m{{"dp.model", model.file ? o.model : model.name}};
+  if (model.language_model() && !model.file) {
+    for (const auto& [flag, member] : kSizes) m[key_of(flag)] = std::to_string(o.*member);
+    m[key_of("--vocab")] = std::to_string(model.classes);  // the data's when --vocab was not given
+  }
+  return m;
+}
+
+std::optional<ModelIdentity> identity_of_weights(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(fs::path(path) / "state.json", ec)) return from_state(path);
+    const auto all = list_checkpoints(path);
+    for (auto it = all.rbegin(); it != all.rend(); ++it)
+      if (auto id = from_state(*it)) return id;
+    return std::nullopt;
+  }
+  SafetensorsMetadata meta;
+  try {
+    meta = safetensors_metadata(path);
+  } catch (const std::exception&) {
+    return std::nullopt;  // loading the weights says what is wrong with the file
+  }
+  if (!meta.count("dp.model")) return std::nullopt;
+  ModelIdentity id{meta["dp.model"], {}, path};
+  for (const auto& [flag, member] : kSizes) {
+    (void)member;
+    if (const auto it = meta.find(key_of(flag)); it != meta.end()) {
+      try {
+        id.sizes[flag] = std::stoll(it->second);
+      } catch (const std::exception&) {  // not dp's: ignore it
+      }
+    }
+  }
+  return id;
+}
+
+void apply_identity(const ModelIdentity& id, const std::set<std::string>& given, RunOptions& o) {
+  if (!given.count("--model"))
+    o.model = id.model;
+  else if (o.model != id.model)
+    throw UsageError("--model " + o.model + ", but " + id.source + " holds the weights of --model " + id.model +
+                     " (leave --model out to take it from there)");
+  for (const auto& [flag, member] : kSizes) {
+    const auto it = id.sizes.find(flag);
+    if (it == id.sizes.end()) continue;
+    if (!given.count(flag))
+      o.*member = it->second;
+    else if (o.*member != it->second)
+      throw UsageError(std::string(flag) + " " + std::to_string(o.*member) + ", but " + id.source + " was trained with " +
+                       flag + " " + std::to_string(it->second) + " (leave it out to take it from there)");
+  }
+}
+
+}  // namespace dp::cli
