@@ -125,15 +125,21 @@ with tempfile.TemporaryDirectory() as tmp:
     # ---- Ctrl-C and SIGTERM
     slow = ["train", "--model", "mlp", "--devices", "host:2", "--batch", "64", "--steps", "100000", "--generated-size",
             "6400", "--device-speed", "0.05,0.05", "--epochs", "1000"]
-    for sig, code in [(signal.SIGINT, 130), (signal.SIGTERM, 143)]:
-        ck, m = os.path.join(tmp, f"ck-sig{code}"), os.path.join(tmp, f"sig{code}.jsonl")
+    def interrupted(ck, m, signals, after_steps):
+        """A slow run signalled (each of `signals` at once) once `after_steps` steps are in the metrics."""
         p = subprocess.Popen([DP] + slow + ["--checkpoint", ck, "--metrics", m], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 60
-        while time.time() < deadline and (not os.path.exists(m) or len(losses(m)) < 3):
+        while time.time() < deadline and (not os.path.exists(m) or len(losses(m)) < after_steps):
             time.sleep(0.05)
-        p.send_signal(sig)
+        for sig in signals:
+            p.send_signal(sig)
         out, err = p.communicate(timeout=120)
+        return p, err
+
+    for sig, code in [(signal.SIGINT, 130), (signal.SIGTERM, 143)]:
+        ck, m = os.path.join(tmp, f"ck-sig{code}"), os.path.join(tmp, f"sig{code}.jsonl")
+        p, err = interrupted(ck, m, [sig], 3)
         done = len(losses(m))
         rows_ok = all(json.loads(l) for l in open(m))
         names = os.listdir(ck) if os.path.isdir(ck) else []
@@ -147,14 +153,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # few microseconds apart: the same press, so the run still finishes its step and checkpoints.
     for attempt in range(3):
         ck, m = os.path.join(tmp, f"ck-twice{attempt}"), os.path.join(tmp, f"twice{attempt}.jsonl")
-        p = subprocess.Popen([DP] + slow + ["--checkpoint", ck, "--metrics", m], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline and (not os.path.exists(m) or len(losses(m)) < 2):
-            time.sleep(0.05)
-        p.send_signal(signal.SIGINT)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
+        p, err = interrupted(ck, m, [signal.SIGINT, signal.SIGINT], 2)
         check(f"two SIGINTs at once (try {attempt + 1}): one press, exit 130 with a checkpoint",
               p.returncode == 130 and "--resume " + ck in err and os.listdir(ck) == [f"step-{len(losses(m)):08d}"],
               (p.returncode, err[-400:]))
