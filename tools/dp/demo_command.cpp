@@ -378,6 +378,7 @@ Run add_demo_command(CLI::App& app) {
                   "write a page to open in a browser: the step's lanes per device, memory bars that follow a time "
                   "scrubber, each phase's tensors on hover")
       ->check(path_flag());
+  group_options(cmd);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_demo(*o);

@@ -112,6 +112,7 @@ Run add_eval_command(CLI::App& app) {
   for (const char* flag : {"--optimizer", "--sync", "--bucket-mb", "--sync-bn", "--loss-scale",
                            "--loss-scale-growth-interval", "--recompute", "--split", "--loss", "--device-speed"})
     if (CLI::Option* opt = cmd->get_option_no_throw(flag)) cmd->remove_option(opt);
+  group_options(cmd);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     std::set<std::string> given;

@@ -49,6 +49,7 @@ Run add_memprof_command(CLI::App& app) {
   auto o = std::make_shared<MemprofOptions>();
   auto* cmd = app.add_subcommand("memprof", "Per-device memory of the DataParallel step: peaks, the GPU0 excess, OOM");
   add_memprof_options(cmd, *o);
+  group_options(cmd);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_memprof(*o);

@@ -254,6 +254,7 @@ Run add_plan_command(CLI::App& app) {
                 "plan every strategy (DataParallel, in-replica loss, DDP, ZeRO 1-3; fp32 and bf16; recompute where "
                 "the model has blocks) beside its closed-form model state");
   cmd->add_flag("--max-batch", o->max_batch, "the largest global batch that fits --device-memory (bisection over plans)");
+  group_options(cmd);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_plan(*o);

@@ -119,6 +119,35 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->capture_default_str();
 }
 
+void group_options(CLI::App* cmd) {
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> groups = {
+      {"Model", {"--model", "--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout",
+                 "--recompute", "--init", "--weights"}},
+      {"Data", {"--data", "--generated-size", "--augment", "--no-shuffle", "--loader-threads", "--normalise-on",
+                "--eval-windows"}},
+      {"Devices and split", {"--devices", "--batch", "--split", "--loss", "--threads-per-device", "--device-speed",
+                             "--host-sync", "--upload-ahead"}},
+      {"Optimization", {"--epochs", "--steps", "--accumulate", "--optimizer", "--lr", "--momentum", "--dampening",
+                        "--nesterov", "--weight-decay", "--weight-decay-params", "--betas", "--eps", "--lr-schedule",
+                        "--warmup-steps", "--min-lr", "--clip-grad-norm", "--label-smoothing", "--seed"}},
+      {"Precision and memory", {"--precision", "--loss-scale", "--loss-scale-growth-interval", "--device-memory"}},
+      {"Distributed (DDP, ZeRO, mpirun)", {"--sync", "--bucket-mb", "--sync-bn"}},
+      {"Checkpoints and outputs", {"--checkpoint", "--checkpoint-every", "--keep-checkpoints", "--checkpoint-errors",
+                                   "--resume", "--save", "--save-best", "--metrics", "--trace", "--trace-steps",
+                                   "--json", "--svg", "--html", "--eval", "--eval-every", "--sample", "--prompt",
+                                   "--temperature"}},
+      {"CUDA only", {"--tf32", "--cudnn", "--cuda-graphs"}},
+  };
+  for (CLI::Option* opt : cmd->get_options()) {
+    std::string group;
+    for (const auto& [name, flags] : groups)
+      for (const char* flag : flags)
+        if (opt->check_lname(flag + 2)) group = name;
+    if (!group.empty()) opt->group(group);
+    else if (opt->get_lnames().empty() || opt->get_lnames()[0] != "help") opt->group("dp " + cmd->get_name());
+  }
+}
+
 void note_given_flags(const CLI::App* cmd, RunOptions& o) {
   // A flag a command does not offer (dp eval drops the training-only ones) was not given.
   auto given = [cmd](const char* flag) {

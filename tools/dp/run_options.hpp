@@ -44,6 +44,10 @@ struct RunOptions {
 
 // The options every run command shares; from here on, a flag given twice takes its last value.
 void add_run_options(CLI::App* cmd, RunOptions& o);
+// Puts a command's options under headings in --help (model, data, devices and split, optimization,
+// precision and memory, distributed, checkpoints and outputs, CUDA only, and the command's own);
+// called once every option of the command is added.
+void group_options(CLI::App* cmd);
 // Called when the command runs: records which of the shared flags were given.
 void note_given_flags(const CLI::App* cmd, RunOptions& o);
 

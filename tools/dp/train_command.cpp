@@ -254,6 +254,7 @@ Run add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model with the DataParallel step");
   add_train_options(cmd, *o);
+  group_options(cmd);
   return [o, cmd] {
     note_given_train_flags(cmd, *o);
     return run_train(*o);
