@@ -35,7 +35,15 @@ def export(args):
 
 
 def read(path):
-    return open(path, "rb").read()
+    """A safetensors file's tensors: its header less __metadata__ (which names the model each run
+    was given) and its data, byte for byte."""
+    import json
+    import struct
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return json.dumps(header, sort_keys=True).encode() + data[8 + n:]
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -37,13 +37,15 @@ struct Plan {
   int64_t parameters = 0;
 };
 
-Plan plan_once(const MemprofOptions& o) {
+// `remedies`: this is the run an out-of-memory's remedies are planned for (not a --compare row).
+Plan plan_once(const MemprofOptions& o, bool remedies = false) {
   Plan p;
   p.setup = validate_and_make_devices(o);
   if (!(*p.setup.devices)[0].is_meta())
     throw UsageError("dp plan plans on meta devices (--devices meta:N: shapes only, no memory held); to measure " +
                      o.devices + " run dp memprof");
   const RunData data = prepare_profile(o, p.setup, p.accumulate);
+  if (remedies) remember_run_for_remedies(o, p.accumulate, p.setup.devices->size(), p.setup.capacity, "plan");
   p.run = profile_steps(o, p.setup, data, p.accumulate);
   p.parameters = ModelLayout::of(p.setup.model).parameter_count;
   return p;
@@ -224,8 +226,7 @@ int run_plan(const PlanOptions& o) {
     print_compare(o);
     return 0;
   }
-  const Plan p = plan_once(o);
-  remember_run_for_remedies(o, p.accumulate, p.setup.devices->size(), p.setup.capacity, "plan");
+  const Plan p = plan_once(o, true);
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
   if (o.max_batch)
     std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(max_batch(o)),

@@ -110,19 +110,23 @@ std::string planned_remedies(const Remembered& r) {
       p = plan_with(r, remedy);
     } catch (const UsageError&) {
       continue;  // does not apply to this model or mode
-    } catch (const OutOfMemoryError&) {
-      p.fits = false;  // not even the model's state
+    } catch (const OutOfMemoryError& e) {  // not even the model's state, before the first step
+      p.fits = false;
+      p.oom_device = e.device, p.oom_request = e.request;
     }
     ++planned;
     char line[320];
-    if (p.fits || p.oom_device < 0)
+    if (p.fits)
       std::snprintf(line, sizeof line, "  %-32s %s: largest device peak %s (device %d)%s\n", remedy.flags.c_str(),
                     r.capacity > 0 ? "fits" : "planned", format_bytes(p.largest).c_str(), p.device,
                     r.capacity > 0 ? (", " + format_bytes(r.capacity - p.largest) + " spare").c_str() : "");
-    else
+    else if (p.oom_held > 0)
       std::snprintf(line, sizeof line, "  %-32s still out of memory: device %d at %s asks for %s more\n",
                     remedy.flags.c_str(), p.oom_device, format_bytes(p.oom_held).c_str(),
                     format_bytes(p.oom_request).c_str());
+    else
+      std::snprintf(line, sizeof line, "  %-32s still out of memory: device %d asks for %s before the first step\n",
+                    remedy.flags.c_str(), p.oom_device, format_bytes(p.oom_request).c_str());
     text += line;
     fitting += p.fits;
   }
