@@ -420,4 +420,18 @@ check("--steps 25 --epochs 1 stops at the epoch's 10", rc == 0 and "trained 10 s
 rc, out, err = run(tiny + ["--epochs", "2"])
 check("--epochs 2 alone trains 20 steps", rc == 0 and "trained 20 steps" in out, out + err)
 
+# --help groups the options under headings.
+rc, out, err = run(["train", "--help"])
+for heading in ("Model:", "Data:", "Devices and split:", "Optimization:", "Precision and memory:",
+                "Distributed (DDP, ZeRO, mpirun):", "Checkpoints and outputs:", "CUDA only:"):
+    check(f"train --help: the heading {heading}", rc == 0 and f"\n{heading}\n" in out, out[:400])
+rc, out, err = run(["plan", "--help"])
+check("plan --help: its own options under 'dp plan'", rc == 0 and "\ndp plan:\n" in out and "--compare" in out, out[:400])
+
+# The CUDA notice only where CUDA was asked for (or auto fell back): never on host devices' errors.
+for args in (["train", "--devices", "host:2", "--batch", "0"], ["memprof", "--devices", "host:2", "--device-memory", "x"],
+             ["demo", "--devices", "host:2", "--model", "nope"]):
+    rc, out, err = run(args)
+    check(f"no CUDA notice on a host run's error: {' '.join(args)}", rc == 2 and "CUDA" not in err, err)
+
 CLI.finish()
