@@ -218,6 +218,22 @@ with tempfile.TemporaryDirectory() as tmp:
     # The same views on the equal-phases axis.
     window_matches("memprof axis=phases", mem, data, 0, profile, 3, "&axis=phases")
 
+    # ---- gradient accumulation: the micro-batches of a step told apart, each phase's bars the step's
+    acc = os.path.join(tmp, "acc.html")
+    rc, out, err = run(["memprof", "--model", "convnet", "--devices", "host:2", "--batch", "8", "--steps", "2",
+                        "--accumulate", "3", "--html", acc])
+    check("memprof --accumulate 3 --html: exit 0", rc == 0, err)
+    data = embedded(acc)
+    got = [(w["step"], w["micro"]) for w in data["runs"][0]["windows"] if w["phase"] == "load"]
+    check("accumulate: a step's three micro-batches, two steps", got == [(1, 1), (1, 2), (1, 3), (2, 1), (2, 2), (2, 3)],
+          got)
+    window_matches("memprof --accumulate 3", acc, data, 0, profile, 2)
+    demo_acc = os.path.join(tmp, "demo-acc.html")
+    rc, out, err = run(["demo", "--accumulate", "3", "--html", demo_acc])
+    told = {(w["step"], w["micro"]) for w in embedded(demo_acc)["runs"][0]["windows"] if "story" in w}
+    check("demo --accumulate 3: each micro-batch's phases told on the page", rc == 0 and told == {(1, 1), (1, 2), (1, 3)},
+          (rc, sorted(told), err[-300:]))
+
     # ---- dp memprof that runs out of memory: the page is still written, at the peaks
     oom = os.path.join(tmp, "oom.html")
     rc, out, err = run(["memprof", "--model", "convnet", "--devices", "host:2", "--batch", "32",

@@ -18,20 +18,22 @@ struct Window {
   double start, end;  // µs on the trace's clock
 };
 
-// The host's phase slices in order; a step ends with its update, so a phase seen again before
-// then is the next micro-batch's.
-std::vector<Window> phase_windows(const std::vector<TraceSlice>& slices) {
+// The host's phase slices in order. Every micro-batch of a step begins with its load (and runs
+// every phase, the update only counting on the last), so the loads number the micro-batches and,
+// `accumulate` of them a step, the steps.
+std::vector<Window> phase_windows(const std::vector<TraceSlice>& slices, int64_t accumulate) {
   std::vector<TraceSlice> host;
   for (const auto& s : slices)
     if (s.track == Tracer::kHostTrack && s.category == "phase") host.push_back(s);
   std::stable_sort(host.begin(), host.end(), [](const auto& a, const auto& b) { return a.start_us < b.start_us; });
   std::vector<Window> out;
-  std::map<std::string, int> seen;
-  int step = 1;
+  int64_t loads = 0;
   for (const auto& s : host) {
+    if (s.name == "load") ++loads;
+    const int64_t micro_batch = std::max<int64_t>(loads, 1) - 1;
+    const int step = static_cast<int>(micro_batch / accumulate) + 1;
     if (step > kTimelineSteps) break;  // the memory timeline keeps these steps: the page too
-    out.push_back({step, ++seen[s.name], s.name, s.start_us, s.end_us});
-    if (s.name == "update") ++step, seen.clear();
+    out.push_back({step, static_cast<int>(micro_batch % accumulate) + 1, s.name, s.start_us, s.end_us});
   }
   return out;
 }
@@ -66,7 +68,8 @@ struct Merged {
 
 nlohmann::json page_run_json(const PageRunInput& in, int devices, bool phase_axis) {
   const std::vector<TraceSlice> slices = in.tracer->slices();
-  const std::vector<Window> windows = phase_windows(slices);
+  const std::vector<Window> windows =
+      phase_windows(slices, std::max<int64_t>(1, in.report.value("accumulate", int64_t{1})));
   const double origin = windows.empty() ? 0 : windows.front().start;
   const double cutoff = windows.empty() ? 0 : windows.back().end;
   // Milliseconds from the first phase; on meta devices window i spans [i, i + 1].
