@@ -79,8 +79,9 @@ def readme_commands():
         text = block.replace("\\\n", " ")
         for line in text.split("\n"):
             line = line.split("  #")[0].strip()
+            line = line.replace("tools/setup.sh && ", "")  # the quick start: setup is what this test runs in
             if line and not line.startswith(("tools/setup.sh", "tools/test.sh")):
-                out.append(line.replace("tools/setup.sh && ", ""))
+                out.append(line)
     return out
 
 
@@ -98,21 +99,21 @@ with tempfile.TemporaryDirectory() as tmp:
         words = [CLI.dp if w == "build/dp" else os.path.join(ROOT, w) if w.startswith("tools/") else w for w in words]
         p = subprocess.run(words, cwd=tmp, capture_output=True, text=True, errors="replace", timeout=600)
         check(f"README command runs: {command[:90]}", p.returncode == 0, f"exit {p.returncode}: {p.stderr[-800:]}")
-    # The quick start's first command: train as it is written there, after setup.
     quick = re.search(r"tools/setup.sh && (build/dp [^#\n]*)", README)
-    check("the quick start trains the main job", quick is not None)
+    check("the quick start's main job is among the commands run", quick is not None and
+          quick.group(1).strip() in commands, commands)
 
 # ---- only the software: no words about how the work on it was organised
 try:
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
 except (OSError, subprocess.CalledProcessError):
     files = []
-banned = re.compile(r"\b(this|GPU|next|later|a) session\b|\bsession \d+|\blease[sd]?\b|device time|device tool|"
-                    r"\bissues? \d+\b|\(issues?: |the issue's|for this issue|\bGPU was lent|\bgive_back\b|\bbudget_left", re.I)
+# (Spelled with character classes so this file does not match its own words.)
+banned = re.compile(r"\b(this|GPU|next|later|a) sessio[n]\b|\bsessio[n] \d+|\blea[s]e[sd]?\b|devic[e] time|devic[e] tool|"
+                    r"\biss[u]es? \d+\b|\(iss[u]es?: |the iss[u]e's|for this iss[u]e|\bGPU was len[t]|\bgive_bac[k]\b|"
+                    r"\bbudget_lef[t]", re.I)
 for name in files:
     if not name.endswith((".md", ".py", ".cpp", ".hpp", ".cu", ".cuh", ".sh", ".cmake", ".txt", ".awk")):
-        continue
-    if name == "tests/cli/test_docs.py":
         continue
     for n, line in enumerate(open(os.path.join(ROOT, name), errors="replace"), 1):
         m = banned.search(line)

@@ -223,6 +223,18 @@ void say_outputs_written(const MemprofOptions& o) {
   if (!written.empty()) std::printf("\nwrote: %s\n", written.c_str());
 }
 
+Plan plan_steps(const MemprofOptions& o, const std::function<void(const Plan&)>& before_steps) {
+  Plan p;
+  p.setup = validate_and_make_devices(o);
+  if (!(*p.setup.devices)[0].is_meta())
+    throw UsageError("dp plan plans on meta devices (--devices meta:N: shapes only, no memory held); to measure " +
+                     o.devices + " run dp memprof");
+  const RunData data = prepare_profile(o, p.setup, p.accumulate);
+  if (before_steps) before_steps(p);
+  p.run = profile_steps(o, p.setup, data, p.accumulate);
+  return p;
+}
+
 RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate) {
   // The samples to generate for the batches of --batch the run asks for (saturating).
   const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);

@@ -4,6 +4,7 @@
 // a table, JSON (one schema for both commands), an SVG chart and a trace.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -79,6 +80,15 @@ std::string memprof_page(const std::string& command, const RunOptions& o, const 
 // The options shared by memprof and plan (the run options, --steps, --accumulate, --json, --svg,
 // --trace, --html) on a subcommand.
 void add_memprof_options(CLI::App* cmd, MemprofOptions& o);
+// One plan: its setup (devices fresh, so their statistics are its own) and the steps' profile.
+struct Plan {
+  RunSetup setup;
+  MemprofRun run;
+  int64_t accumulate = 1;
+};
+// The steps on meta devices (UsageError for other devices). `before_steps` runs once the setup and
+// data are ready (dp plan remembers the run for its remedies there).
+Plan plan_steps(const MemprofOptions& o, const std::function<void(const Plan&)>& before_steps = {});
 // The data for the steps memprof and plan take (a GPT's sizes are final once it is loaded), and the
 // micro-batches a step takes of it.
 RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate);

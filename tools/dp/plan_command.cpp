@@ -29,28 +29,6 @@ struct PlanOptions : MemprofOptions {
   bool max_batch = false;
 };
 
-// One plan: its setup (devices fresh, so their statistics are its own), the steps' profile.
-struct Plan {
-  RunSetup setup;
-  MemprofRun run;
-  int64_t accumulate = 1;
-  int64_t parameters = 0;
-};
-
-// `remedies`: this is the run an out-of-memory's remedies are planned for (not a --compare row).
-Plan plan_once(const MemprofOptions& o, bool remedies = false) {
-  Plan p;
-  p.setup = validate_and_make_devices(o);
-  if (!(*p.setup.devices)[0].is_meta())
-    throw UsageError("dp plan plans on meta devices (--devices meta:N: shapes only, no memory held); to measure " +
-                     o.devices + " run dp memprof");
-  const RunData data = prepare_profile(o, p.setup, p.accumulate);
-  if (remedies) remember_run_for_remedies(o, p.accumulate, p.setup.devices->size(), p.setup.capacity, "plan");
-  p.run = profile_steps(o, p.setup, data, p.accumulate);
-  p.parameters = ModelLayout::of(p.setup.model).parameter_count;
-  return p;
-}
-
 // A strategy of --compare: what it sets on the options, and its name.
 struct Strategy {
   std::string name;
@@ -123,7 +101,7 @@ int64_t max_batch(const PlanOptions& o) {
     b.batch = batch;
     b.json.clear(), b.svg.clear(), b.trace.clear(), b.html.clear();
     try {
-      return !plan_once(b).run.out_of_memory.has_value();
+      return !plan_steps(b).run.out_of_memory.has_value();
     } catch (const OutOfMemoryError&) {  // not even the model's state (before the first step)
       return false;
     }
@@ -154,7 +132,7 @@ int64_t max_batch(const PlanOptions& o) {
 }
 
 void print_compare(const PlanOptions& o) {
-  const Plan first = plan_once(with_strategy(o, {"", "reduce", "gathered", "fp32", "off"}));
+  const Plan first = plan_steps(with_strategy(o, {"", "reduce", "gathered", "fp32", "off"}));
   const int n = first.setup.devices->size();
   const bool has_blocks = first.run.recomputed_blocks > 0 || o.recompute != "off" ||
                           [&] {
@@ -165,7 +143,7 @@ void print_compare(const PlanOptions& o) {
                               return false;
                             }
                           }();
-  const double psi = static_cast<double>(first.parameters);
+  const double psi = static_cast<double>(ModelLayout::of(first.setup.model).parameter_count);
   std::printf("dp plan --compare: %s (%.2fM parameters), batch %lld, %s, %s optimizer%s\n", first.setup.model.name.c_str(),
               psi / 1e6, static_cast<long long>(o.batch), first.setup.devices->description().c_str(),
               optimizer_name(first.setup.optimizer),
@@ -177,7 +155,7 @@ void print_compare(const PlanOptions& o) {
   nlohmann::json rows = nlohmann::json::array(), page_runs = nlohmann::json::array();
   for (const Strategy& s : strategies(o, has_blocks)) {
     const PlanOptions so = with_strategy(o, s);
-    const Plan p = plan_once(so);
+    const Plan p = plan_steps(so);
     const int64_t d0 = (*p.setup.devices)[0].allocator().stats().peak, other = largest_other_peak(*p.setup.devices);
     const double state = model_state_bytes(s.sync, s.precision != "fp32", p.setup.optimizer, psi, n, true);
     const int64_t sent0 = p.run.sent.empty() ? 0 : p.run.sent[0], sent_other = largest_other_sent(p.run.sent);
@@ -226,7 +204,9 @@ int run_plan(const PlanOptions& o) {
     print_compare(o);
     return 0;
   }
-  const Plan p = plan_once(o, true);
+  const Plan p = plan_steps(o, [&o](const Plan& ready) {  // an out-of-memory's remedies are this run's
+    remember_run_for_remedies(o, ready.accumulate, ready.setup.devices->size(), ready.setup.capacity, "plan");
+  });
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
   if (o.max_batch)
     std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(max_batch(o)),

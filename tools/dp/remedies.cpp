@@ -83,10 +83,9 @@ Planned plan_with(const Remembered& r, const Remedy& remedy) {
   if (m.split == "auto") m.split = "even";                                 // speed is not planned
   m.device_memory = r.capacity > 0 ? std::to_string(r.capacity) : "";
   remedy.apply(m);
-  RunSetup setup = validate_and_make_devices(m);
-  int64_t accumulate = 1;
-  const RunData data = prepare_profile(m, setup, accumulate);
-  const MemprofRun run = profile_steps(m, setup, data, accumulate);
+  const Plan plan = plan_steps(m);
+  const RunSetup& setup = plan.setup;
+  const MemprofRun& run = plan.run;
   Planned p;
   p.fits = !run.out_of_memory.has_value();
   for (int i = 0; i < setup.devices->size(); ++i)
