@@ -66,7 +66,7 @@ TrainChoices check_train_options(const TrainOptions& o) {
   if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1)) throw UsageError("--label-smoothing must be in [0, 1] (0: off)");
   if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
     throw UsageError("--clip-grad-norm must be a finite number >= 0 (0: off)");
-  c.host_sync = parse_host_sync(o.host_sync);
+  if (o.host_sync != "auto") c.host_sync = parse_host_sync(o.host_sync);
   if (o.upload_ahead != "auto" && o.upload_ahead != "on" && o.upload_ahead != "off")
     throw UsageError("--upload-ahead '" + o.upload_ahead + "': expected auto, on or off");
   loader_threads_for(o.loader_threads, false);  // fail before loading
@@ -85,6 +85,11 @@ TrainChoices check_train_options(const TrainOptions& o) {
   check_outputs(o, {{"--save", o.save}, {"--save-best", o.save_best}, {"--metrics", o.metrics}, {"--trace", o.trace}},
                 {{"--init", o.init}});
   return c;
+}
+
+HostSync host_sync_for(const TrainChoices& c, bool cuda) {
+  if (c.host_sync) return *c.host_sync;
+  return cuda || c.graphs ? HostSync::PerStep : HostSync::PerPhase;
 }
 
 void add_train_options(CLI::App* cmd, TrainOptions& o) {
@@ -113,7 +118,9 @@ void add_train_options(CLI::App* cmd, TrainOptions& o) {
   cmd->add_option("--min-lr", o.min_lr, "cosine: the final learning rate")->capture_default_str();
   cmd->add_option("--host-sync", o.host_sync,
                   "step: enqueue the whole step, the host waits once at its end (phase times from stream events); "
-                  "phase: wait after every phase, as DataParallel joins its threads")
+                  "phase: wait after every phase, as DataParallel joins its threads (and as dp memprof does: the "
+                  "same allocations in the same order); auto: phase on host devices, step on CUDA devices and "
+                  "with --cuda-graphs on")
       ->capture_default_str();
   cmd->add_option("--upload-ahead", o.upload_ahead,
                   "upload the next batch while a step runs (a copy stream, pinned staging memory on GPUs; one "

@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ struct TrainOptions : RunOptions {
   std::string lr_schedule = "constant";
   int64_t warmup_steps = 0;
   double min_lr = 0, clip_grad_norm = 0, label_smoothing = 0;
-  std::string host_sync = "step";  // or phase: the host waits after every phase
+  std::string host_sync = "auto";  // step, phase; auto: phase on host devices, step on CUDA devices
   std::string upload_ahead = "auto";  // on, off; auto: on for CUDA devices
   std::string cuda_graphs = "off";    // on: capture a shape's step once and replay it
   std::string loader_threads = "auto";  // or N: threads making each batch
@@ -52,10 +53,15 @@ void note_given_train_flags(const CLI::App* cmd, TrainOptions& o);
 // What train's own flags come to once checked.
 struct TrainChoices {
   OptimizerConfig optimizer;  // a GPT's defaults: AdamW at 1e-3, decay on matrices only (nanoGPT's)
-  HostSync host_sync = HostSync::PerStep;
+  std::optional<HostSync> host_sync;  // none: --host-sync auto (decided with the devices: host_sync_for)
   bool graphs = false;    // --cuda-graphs on
   bool language = false;  // the model is a GPT
 };
+// --host-sync auto: on host devices the host waits after every phase, so dp train allocates what
+// dp memprof, dp plan and the demo allocate, in the same order (their per-phase memory needs the
+// joins), and runs out of memory at the same point; on CUDA devices, and for --cuda-graphs on (a
+// capture holds a whole step), it enqueues the whole step and waits once.
+HostSync host_sync_for(const TrainChoices& c, bool cuda);
 // Everything train's flags say that can be checked before anything loads or trains (UsageError):
 // values, the outputs' writability, the --checkpoint directory (created if missing) and --resume's.
 TrainChoices check_train_options(const TrainOptions& o);

@@ -17,6 +17,28 @@ double shortest_float(double v) {
   const auto [end, error] = std::to_chars(text, text + sizeof(text), static_cast<float>(v));
   return error == std::errc() ? std::strtod(std::string(text, end).c_str(), nullptr) : v;
 }
+
+// Waiting per phase, each device's memory in the step: its peak, and each phase's (what dp memprof's
+// timeline holds for the same step). Waiting per step there is no per-phase memory to give.
+void add_memory(nlohmann::json& row, const StepResult& r) {
+  nlohmann::json phases = nlohmann::json::object();
+  std::vector<int64_t> peak;
+  for (int p = 0; p < kNumPhases; ++p) {
+    const auto& devices = r.memory[static_cast<size_t>(p)];
+    if (devices.empty()) continue;
+    nlohmann::json per = nlohmann::json::array();
+    peak.resize(std::max(peak.size(), devices.size()), 0);
+    for (size_t d = 0; d < devices.size(); ++d) {
+      per.push_back(devices[d].peak);
+      peak[d] = std::max(peak[d], devices[d].peak);
+    }
+    phases[phase_name(static_cast<Phase>(p))] = per;
+  }
+  if (peak.empty()) return;
+  row["peak_bytes"] = peak;
+  row["phase_peak_bytes"] = phases;
+}
+
 }  // namespace
 
 nlohmann::json step_metrics_row(const StepResult& r, int64_t step, int epoch, double seconds, double since_start) {
@@ -35,6 +57,7 @@ nlohmann::json step_metrics_row(const StepResult& r, int64_t step, int epoch, do
     for (double v : r.replica_seconds) busy.push_back(v * 1e3);
     row["replica_ms"] = busy;
   }
+  add_memory(row, r);
   if (r.grad_norm >= 0) row["grad_norm"] = r.grad_norm;
   if (r.loss_scale > 0) row["loss_scale"] = r.loss_scale, row["skipped"] = r.skipped;
   if (!r.split_change.empty()) row["split_change"] = r.split_change;

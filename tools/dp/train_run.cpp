@@ -101,7 +101,7 @@ void TrainRun::configure_step() {
   dp.set_clip_grad_norm(o.clip_grad_norm);
   dp.set_label_smoothing(o.label_smoothing);
   dp.set_recompute(setup.recompute);
-  dp.set_host_sync(choices.host_sync);
+  dp.set_host_sync(host_sync_for(choices, dp.devices()[0].is_cuda()));
   dp.set_graphs(choices.graphs);
   // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;
   // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory. A
