@@ -11,6 +11,9 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
   saying why, not a hundred runs read as dirty;
 - unit, with prebuilt binaries (no ctest files): each unit case in its own process, counted;
+- capabilities: tools/gpu/capabilities.py on host devices (the plan equal to memprof, ZeRO's stages
+  within tolerance of host:4 and allreduce, a missing model file named), and its stage failing
+  without a GPU, naming what failed;
 - a stage left with too little time is skipped and says so; an unknown stage is an error;
 - the profile's helpers: kernel_times.py reads Nsight Compute's CSV in either unit spelling and
   names an unknown unit; phase_table.py puts real runs' phases side by side in the step's order.
@@ -328,6 +331,23 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("unit (prebuilt): the chosen unit cases, each in its own process, all pass",
             p.returncode == 0 and len(ran) >= 2 and f"PASS unit: {len(ran)} of {len(ran)} pass ({len(ran)} unit cases"
             in summary, summary + log[-2000:])
+
+    # ---- capabilities: on host devices the plan equals memprof and ZeRO's stages agree with host:4 and
+    # allreduce; a missing model file fails its part naming the kit; the stage without a GPU fails
+    # naming what failed
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu", "capabilities.py"), "--dp", dp, "--gpu",
+                        "host:1", "--multi", "host:4", "--pair", "host:2", "--small", "--only", "plan,zero,file",
+                        "--model-file", os.path.join(tmp, "missing.json")], capture_output=True, text=True, timeout=600)
+    c.check("capabilities on host devices: the plan is memprof's, ZeRO within tolerance",
+            "PASS plan: all equal" in p.stdout and "PASS zero: " in p.stdout and p.stdout.count("| equal |") >= 16
+            and p.stdout.count("within tolerance") == 6, p.stdout[-3000:] + p.stderr[-1000:])
+    c.check("capabilities: a missing model file fails its part, naming the kit", p.returncode == 1 and
+            "FAIL file: " in p.stdout and "tools/gpu/kit.sh" in p.stdout, p.stdout[-1000:])
+    out = os.path.join(tmp, "out-capabilities")
+    p, summary, _ = verify(["capabilities"], out, settings={"DP_CAPABILITIES": "plan"})
+    c.check("capabilities without a GPU: the stage fails, naming dp memprof's failure", p.returncode == 1 and
+            "FAIL capabilities (exit 1): " in summary and "FAIL plan: " in summary and "dp memprof exit" in summary,
+            summary + p.stderr[-1000:])
 
     # ---- too little time for a stage; a bad stage
     p, summary, _ = verify(["--within", "20", "tests"], os.path.join(tmp, "out-skip"))

@@ -79,7 +79,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool)) == 0, float("-inf"))
+        att = att.masked_fill(torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device)) == 0, float("-inf"))
         att = torch.softmax(att, dim=-1)
         if self.training and self.dropout > 0:
             att = hash_dropout.apply(att, self.site, self.dropout)
@@ -134,7 +134,7 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         T = idx.size(1)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T)))
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T, device=idx.device)))
         for block in self.transformer.h:
             x = block(x)
         return self.lm_head(self.transformer.ln_f(x))

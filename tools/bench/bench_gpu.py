@@ -26,7 +26,9 @@ the others go on.
      cudnn.deterministic, and dp --cudnn heuristic against PyTorch's default (atomics allowed).
      Its last column is table 1's ratio (each side's default); the other two say how much of a
      gap is the policy and how much the kernels.
-Table 1 also times dp with --cuda-graphs on.
+  8. ZeRO's stages against --sync allreduce on cuda:0x4: the GPT at its defaults, global batch 128,
+     AdamW (target: zero2 >= 0.9x allreduce's samples/s), interleaved repeats.
+Table 1 also times dp with --cuda-graphs on, and the GPT (its defaults, AdamW on both sides) at 128.
 
 Samples/s: dp's by the wall clock over the steps after the warm-up (its metrics' time_s: the work
 between steps, such as loading the next batch from host memory, included; until 2026-11-26 the
@@ -67,9 +69,11 @@ def dp_rows(a, env, model, devices, batch, extra=()):
     """The metrics rows of the timed steps (after the warm-up), and the run's wall clock (time_s)
     when the warm-up ended."""
     steps = a.warmup + a.steps
+    # The GPT's generated corpus is bytes: its default (a million) holds enough windows for any run here.
+    size = [] if model == "gpt" else ["--generated-size", str(batch * steps)]
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
         run([a.dp, "train", "--model", model, "--devices", devices, "--batch", str(batch), "--steps", str(steps),
-             "--generated-size", str(batch * steps), "--metrics", m.name, *extra], env)
+             *size, "--metrics", m.name, *extra], env)
         rows = [json.loads(l) for l in open(m.name) if '"step"' in l]
     if len(rows) <= a.warmup:
         raise RunFailed("no timed steps in the metrics")
@@ -126,7 +130,7 @@ def vs_pytorch(a, env):
           "graphs / PyTorch | target |")
     print("|---|---|---|---|---|---|---|---|")
     for model, batch, target in (("mlp", 128, 1.5), ("mlp", 1024, 1.1), ("convnet", 128, 1.5),
-                                 ("convnet", 1024, 1.1), ("resnet18", 256, 1.0)):
+                                 ("convnet", 1024, 1.1), ("resnet18", 256, 1.0), ("gpt", 128, 1.0)):
         if model not in a.models:
             continue
         runs = {"usual": lambda: dp_speed(a, env, model, a.gpu, batch),
@@ -252,6 +256,27 @@ def graphs(a, env):
                       f"{cell(not_ahead)} | {ratio(on, not_ahead)} |", flush=True)
 
 
+def zero_stages(a, env):
+    print(f"\n### 8. ZeRO's stages against --sync allreduce on {a.multi}: the GPT at its defaults, global batch 128 "
+          "(target: zero2 >= 0.9x)\n")
+    print("| --sync | samples/s | / allreduce | target |")
+    print("|---|---|---|---|")
+    modes = ("allreduce", "zero1", "zero2", "zero3")
+    got = {m: [] for m in modes}
+    for _ in range(a.repeats):  # interleaved, so a drift of the machine hits every stage alike
+        for m in modes:
+            if got[m] and not isinstance(got[m][-1], float):
+                continue
+            try:
+                got[m].append(dp_speed(a, env, "gpt", a.multi, 128, ("--sync", m)))
+            except RunFailed as e:
+                got[m].append(str(e))
+    speed = {m: statistics.median(v) if all(isinstance(x, float) for x in v) else v[-1] for m, v in got.items()}
+    for m in modes:
+        target = ">= 0.9x" if m == "zero2" else ""
+        print(f"| {m} | {cell(speed[m])} | {ratio(speed[m], speed['allreduce'])} | {target} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dp", default="build-gpu/dp")
@@ -261,8 +286,8 @@ def main():
     ap.add_argument("--steps", type=int, default=50, help="timed steps per run")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="1,2,3,4,5,6,7", help="which tables, e.g. 1,3")
-    ap.add_argument("--models", default="mlp,convnet,resnet18", help="tables 1 and 2: which models")
+    ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="which tables, e.g. 1,3")
+    ap.add_argument("--models", default="mlp,convnet,resnet18,gpt", help="tables 1 and 2: which models")
     a = ap.parse_args()
     a.dp = os.path.abspath(a.dp)
     env = dict(os.environ)
@@ -276,10 +301,10 @@ def main():
     except OSError:
         pass
     tables = {"1": vs_pytorch, "2": dataparallel_overhead, "3": precision, "4": bandwidth, "5": busy, "6": graphs,
-              "7": same_policy}
+              "7": same_policy, "8": zero_stages}
     for k in a.only.split(","):
         if k not in tables:
-            ap.error(f"--only: no table {k!r} (1-7)")
+            ap.error(f"--only: no table {k!r} (1-8)")
         tables[k](a, env)
 
 

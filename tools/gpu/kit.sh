@@ -2,8 +2,9 @@
 # Packs what a build needs from Debian's packages and the GPU machine's image lacks (it has CUDA,
 # CMake, ninja and g++, but no apt and no network): the header-only libraries (nlohmann-json,
 # CLI11, doctest) with their CMake configs, zlib, and OpenBLAS with its Fortran runtime, into
-# .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), and MNIST (../shared/data/mnist, or
-# DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch. Run it on the build machine, then put .gpu-kit
+# .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), MNIST (../shared/data/mnist, or
+# DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch, and torchvision's resnet50 exported as a
+# model file (.gpu-kit/resnet50.json, 3x64x64, 10 classes) for its capabilities stage. Run it on the build machine, then put .gpu-kit
 # beside the tree on the GPU machine (tools/gpu/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,4 +30,10 @@ if compgen -G "$mnist/*-ubyte.gz" >/dev/null; then
   mkdir -p .gpu-kit/mnist && cp "$mnist"/*-ubyte.gz .gpu-kit/mnist/ && du -sh .gpu-kit/mnist
 else
   echo "no MNIST at $mnist (DP_MNIST names another folder): verify.sh's equal stage will miss its epoch" >&2
+fi
+if /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
+  /usr/bin/python3 tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' --input 3x64x64 \
+    --out .gpu-kit/resnet50.json
+else
+  echo "no torchvision here (apt-get install python3-torchvision): verify.sh's capabilities stage will miss its model file" >&2
 fi

@@ -31,6 +31,11 @@
 #             poisoned, a racecheck run the tool failed itself once more on dp's kernels only,
 #             and if it fails itself there too, a third time instrumenting no kernel (the same
 #             failure again: "tool-failed", neither clean nor dirty)
+#   capabilities  tools/gpu/capabilities.py: dp plan on meta devices against dp memprof on
+#             cuda:0x4 (each device's peak and categories), ZeRO's stages on cuda:0x4 against host:4
+#             and against --sync allreduce, the model file .gpu-kit/resnet50.json on cuda:0x2
+#             against host:2, and dp's device memory against PyTorch's (resnet18, the GPT);
+#             DP_CAPABILITIES (a comma list) runs some of them (capabilities.md)
 #   mpi       tests/cli/test_mpi.py (its GPU case: one rank through NCCL) where mpirun is there
 #             and dp was built with MPI; else skipped, saying which is missing
 #   profile   tools/gpu/profile.sh: each kernel's time per step, dp (ncu) against PyTorch, and dp's
@@ -594,6 +599,14 @@ PY
   stage_result equal "$bad" "50 steps cuda:0x4 against host:4 ($(grep -c '^within' "$log") of 3 within calibrated tolerance, 2 judged), MNIST epoch, --device-memory exit 3"
 }
 
+stage_capabilities() {
+  local t0=$SECONDS log="$out/capabilities.md" rc
+  PYTHONUNBUFFERED=1 timeout "$(limit 900)" python3 tools/gpu/capabilities.py --dp build-gpu/dp \
+    --only "${DP_CAPABILITIES:-plan,zero,file,memory}" >"$log" 2>&1
+  rc=$?
+  stage_result capabilities "$rc" "tools/gpu/capabilities.py in $((SECONDS - t0)) s: $(grep -E '^(PASS|FAIL) ' "$log" | cut -c1-120 | paste -sd ' ' -)"
+}
+
 stage_mpi() {
   local log="$out/mpi.log" t0=$SECONDS rc
   command -v mpirun >/dev/null || { note "SKIP mpi: no mpirun on this machine (the NCCL-over-ranks case needs it)"; return; }
@@ -619,17 +632,17 @@ stage_bench() {
 }
 
 # The least time each stage is started with.
-declare -A needs=([tests]=60 [poisoned]=60 [unit]=60 [sanitize]=60 [equal]=60 [mpi]=30 [profile]=60 [bench]=60)
+declare -A needs=([tests]=60 [poisoned]=60 [unit]=60 [sanitize]=60 [equal]=60 [capabilities]=60 [mpi]=30 [profile]=60 [bench]=60)
 [[ $# -gt 0 ]] || set -- probe build tests equal bench
 for stage in "$@"; do
   case "$stage" in
     probe) stage_probe ;;
     build) stage_build ;;
-    tests | poisoned | unit | sanitize | equal | mpi | profile | bench)
+    tests | poisoned | unit | sanitize | equal | capabilities | mpi | profile | bench)
       env_ready || { note "FAIL $stage: no build-gpu/env.sh (run the build stage first)"; failed=$((failed + 1)); continue; }
       fits "$stage" "${needs[$stage]}" && "stage_$stage"
       ;;
-    *) echo "verify.sh: unknown stage '$stage' (probe, build, tests, poisoned, unit, sanitize, equal, mpi, profile, bench)" >&2; exit 2 ;;
+    *) echo "verify.sh: unknown stage '$stage' (probe, build, tests, poisoned, unit, sanitize, equal, capabilities, mpi, profile, bench)" >&2; exit 2 ;;
   esac
 done
 echo "---- summary"

@@ -1,0 +1,263 @@
+"""dp's newer capabilities on a GPU, in one invocation (tools/gpu/verify.sh's `capabilities` stage).
+Each part prints a Markdown table and one verdict line ("PASS part: ..." or "FAIL part: ...");
+standard library only, but for the model file's export (done on the build machine) and PyTorch's
+side of `memory`.
+
+  plan    dp plan --devices meta:4 against dp memprof --devices cuda:0x4, same flags (mlp, convnet,
+          resnet8, the GPT; DataParallel and ZeRO-3): each device's peak and what it holds at the
+          peak, category by category. A plan cannot know what cuDNN and cuBLAS ask for as
+          workspace on the GPU, so workspace is compared apart: the other categories must be equal,
+          and the table says by how much the workspace differs.
+  zero    --sync zero1, zero2, zero3 on cuda:0x4: 20 steps of a small GPT against host:4 (losses and
+          weights within compare_runs.py's tolerance, calibrated by host:4 with 1 and 2 threads per
+          device) and against --sync allreduce on cuda:0x4 (the same tolerance). ZeRO across
+          processes (NCCL's ReduceScatter and AllGather, one rank a GPU) needs two GPUs and mpirun:
+          run where both are, said otherwise.
+  file    a model file (torchvision's resnet50 at 3x64x64, exported into .gpu-kit by tools/gpu/kit.sh)
+          on cuda:0x2 against host:2: 3 steps, losses and weights.
+  memory  dp's device memory against PyTorch's on the same GPU: dp memprof --devices cuda:0's peak
+          against torch.cuda.max_memory_allocated() over the same steps (tools/bench/torch_speed.py,
+          one batch on the device): resnet18 at batch 128 with SGD, the GPT at its defaults with
+          AdamW, fp32. Target: dp <= 1.0x.
+
+usage: capabilities.py --dp build-gpu/dp [--only plan,zero,file,memory] [--gpu cuda:0] [--multi cuda:0x4]
+                       [--pair cuda:0x2] [--model-file .gpu-kit/resnet50.json] [--torch-device cuda]
+A check of the plumbing on a CPU (small sizes, host devices; PyTorch's memory is a GPU's only):
+  /usr/bin/python3 tools/gpu/capabilities.py --dp build/dp --gpu host:1 --multi host:4 --pair host:2 \\
+      --torch-device cpu --small --model-file net.json
+Exit status: the number of parts that failed.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+GPT_SMALL = ["--model", "gpt", "--gpt-layers", "2", "--gpt-dim", "128", "--context", "64"]
+
+
+class Part:
+    """One part's verdict: failures named, notes kept for its line."""
+
+    def __init__(self, name):
+        self.name, self.failures, self.notes = name, [], []
+
+    def fail(self, what):
+        self.failures.append(what)
+
+    def verdict(self):
+        word = "FAIL" if self.failures else "PASS"
+        said = self.failures + self.notes
+        print(f"\n{word} {self.name}: {'; '.join(said) if said else 'all equal'}\n", flush=True)
+        return 1 if self.failures else 0
+
+
+def run(cmd, env, timeout=900):
+    """(exit code, stdout, stderr); a run past its time is exit 124."""
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout} s"
+
+
+def last_line(text):
+    lines = text.strip().splitlines()
+    return lines[-1][:200] if lines else "(no output)"
+
+
+def mib(b):
+    return f"{b / 2**20:.2f}"
+
+
+def plan_part(a, env, tmp):
+    part = Part("plan")
+    meta = "meta:" + a.multi.split("x")[-1] if "x" in a.multi else "meta:" + a.multi.split(":")[-1]
+    print(f"### plan: dp plan --devices {meta} against dp memprof --devices {a.multi}\n")
+    print("| run | device | memprof peak MiB | plan peak MiB | categories but workspace | workspace MiB memprof / plan |")
+    print("|---|---|---|---|---|---|")
+    batch = "16" if a.small else "128"
+    runs = [["--model", "mlp"], ["--model", "convnet"], ["--model", "resnet8"], GPT_SMALL + ["--batch", "16"],
+            ["--model", "resnet8", "--sync", "zero3"]]
+    for flags in runs:
+        flags = flags if "--batch" in flags else flags + ["--batch", batch]
+        name = " ".join(flags)
+        reports = {}
+        for command, devices in (("memprof", a.multi), ("plan", meta)):
+            path = os.path.join(tmp, f"{command}.json")
+            rc, _, err = run([a.dp, command, "--devices", devices, "--steps", "2", "--json", path] + flags, env)
+            if rc != 0:
+                part.fail(f"{name}: dp {command} exit {rc}: {last_line(err)}")
+                break
+            reports[command] = json.load(open(path))
+        if len(reports) < 2:
+            continue
+        for real, planned in zip(reports["memprof"]["devices"], reports["plan"]["devices"]):
+            rest = {k: (v, planned["at_peak"][k]) for k, v in real["at_peak"].items() if k != "workspace"}
+            differing = {k: v for k, v in rest.items() if v[0] != v[1]}
+            same = "equal" if not differing else ", ".join(f"{k} {mib(x)} / {mib(y)}" for k, (x, y) in differing.items())
+            print(f"| {name} | {real['index']} | {mib(real['peak_bytes'])} | {mib(planned['peak_bytes'])} | {same} | "
+                  f"{mib(real['at_peak']['workspace'])} / {mib(planned['at_peak']['workspace'])} |", flush=True)
+            if differing:
+                part.fail(f"{name}, device {real['index']}: {same}")
+            if real["peak_phase"] != planned["peak_phase"]:
+                part.notes.append(f"{name}, device {real['index']}: peak in {real['peak_phase']} on the devices, "
+                                  f"{planned['peak_phase']} planned")
+    return part.verdict()
+
+
+def train(a, env, tmp, tag, devices, flags, steps):
+    """A dp train run's metrics and saved weights, or None after naming its failure."""
+    metrics, weights = os.path.join(tmp, f"{tag}.jsonl"), os.path.join(tmp, f"{tag}.safetensors")
+    rc, _, err = run([a.dp, "train", "--devices", devices, "--steps", str(steps), "--metrics", metrics, "--save",
+                      weights] + flags, env)
+    return (metrics, weights, None) if rc == 0 else (None, None, f"exit {rc}: {last_line(err)}")
+
+
+def compare(a, env, one, other, calibrate=None):
+    """compare_runs.py's verdict of two runs (each (metrics, weights)) and its lines."""
+    cmd = [sys.executable, os.path.join(HERE, "compare_runs.py"), *one, *other]
+    if calibrate:
+        cmd += ["--calibrate", *calibrate[0], *calibrate[1]]
+    rc, out, err = run(cmd, env)
+    text = " ".join((out + err).split())
+    # Its measures, short: "loss 0.00e+00 (tolerance 0.001), weights 0.00e+00 (tolerance 0.001)".
+    found = re.findall(r"(loss|weights): .*?largest (?:relative )?difference ([0-9.e+-]+).*?tolerance ([0-9.e+-]+)", text)
+    said = ", ".join(f"{what} {diff} (tolerance {tol})" for what, diff, tol in found) or text[:300]
+    return rc == 0, said
+
+
+def zero_part(a, env, tmp):
+    part = Part("zero")
+    host = "host:" + (a.multi.split("x")[-1] if "x" in a.multi else a.multi.split(":")[-1])
+    steps = 4 if a.small else 20
+    flags = GPT_SMALL + ["--batch", "16", "--seed", "3"]
+    print(f"### zero: ZeRO's stages on {a.multi} against {host} and against --sync allreduce, {steps} steps\n")
+    print(f"| --sync | {a.multi} against {host} | against allreduce on {a.multi} |")
+    print("|---|---|---|")
+    runs = {}
+    for tag, devices, extra in [("allreduce", a.multi, ["--sync", "allreduce"])] + [
+            (stage, dev, ["--sync", stage]) for stage in ("zero1", "zero2", "zero3") for dev in (a.multi, host)] + [
+            ("zero2-t2", host, ["--sync", "zero2", "--threads-per-device", "2"])]:
+        key = tag if tag in ("allreduce", "zero2-t2") else f"{tag}@{devices}"
+        m, w, error = train(a, env, tmp, key.replace(":", "_").replace("@", "_"), devices, flags + extra, steps)
+        if error:
+            part.fail(f"{key}: {error}")
+        runs[key] = (m, w) if not error else None
+    calibrate = (runs[f"zero2@{host}"], runs["zero2-t2"]) if runs.get("zero2-t2") and runs.get(f"zero2@{host}") else None
+    for stage in ("zero1", "zero2", "zero3"):
+        gpu, cpu, ddp = runs.get(f"{stage}@{a.multi}"), runs.get(f"{stage}@{host}"), runs.get("allreduce")
+        cells = []
+        for other, cal in ((cpu, calibrate), (ddp, None)):
+            if not gpu or not other:
+                cells.append("not run")
+                continue
+            ok, said = compare(a, env, gpu, other, cal)
+            cells.append(("within tolerance: " if ok else "OUTSIDE tolerance: ") + said)
+            if not ok:
+                part.fail(f"{stage}: {said}")
+        print(f"| {stage} | {cells[0]} | {cells[1]} |", flush=True)
+    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.count("GPU ") if shutil.which(
+        "nvidia-smi") else 0
+    if gpus >= 2 and shutil.which("mpirun"):
+        mpi = ["mpirun", "--allow-run-as-root", "-np", "2", a.dp, "train", "--devices", "cuda", "--steps", str(steps),
+               "--sync", "zero2"] + flags
+        rc, _, err = run(mpi, env)
+        print(f"\nmpirun -np 2, one GPU a rank, --sync zero2 (NCCL's ReduceScatter and AllGather): exit {rc}"
+              f"{'' if rc == 0 else ': ' + last_line(err)}")
+        if rc != 0:
+            part.fail(f"mpirun zero2: exit {rc}")
+    else:
+        part.notes.append(f"ZeRO across processes not run: it takes one GPU a rank ({gpus} GPU here"
+                          f"{', no mpirun' if not shutil.which('mpirun') else ''})")
+    return part.verdict()
+
+
+def file_part(a, env, tmp):
+    part = Part("file")
+    host = "host:" + (a.pair.split("x")[-1] if "x" in a.pair else a.pair.split(":")[-1])
+    print(f"### file: the model file {os.path.basename(a.model_file)} on {a.pair} against {host}\n")
+    if not os.path.exists(a.model_file):
+        part.fail(f"{a.model_file} is missing (tools/gpu/kit.sh exports it on the build machine)")
+        return part.verdict()
+    flags = ["--model", a.model_file, "--batch", "4" if a.small else "16", "--seed", "5"]
+    runs = {}
+    for devices in (a.pair, host):
+        m, w, error = train(a, env, tmp, "file-" + devices.replace(":", "_"), devices, flags, 3)
+        if error:
+            part.fail(f"{devices}: {error}")
+        runs[devices] = (m, w) if not error else None
+    if all(runs.values()):
+        ok, said = compare(a, env, runs[a.pair], runs[host])
+        print(f"| run | verdict |\n|---|---|\n| 3 steps, {' '.join(flags[2:])} | {said} |", flush=True)
+        if not ok:
+            part.fail(said)
+    return part.verdict()
+
+
+def memory_part(a, env, tmp):
+    part = Part("memory")
+    print(f"### memory: dp memprof --devices {a.gpu} against PyTorch {a.torch_device} "
+          "(torch.cuda.max_memory_allocated), fp32, 2 steps\n")
+    print("| model | batch | dp peak MiB | PyTorch peak MiB | dp / PyTorch | target |")
+    print("|---|---|---|---|---|---|")
+    for model, batch in (("resnet18", 8 if a.small else 128), ("gpt", 4 if a.small else 32)):
+        path = os.path.join(tmp, "mem.json")
+        rc, _, err = run([a.dp, "memprof", "--model", model, "--devices", a.gpu, "--batch", str(batch), "--steps", "2",
+                          "--json", path], env)
+        if rc != 0:
+            part.fail(f"dp memprof {model}: exit {rc}: {last_line(err)}")
+            continue
+        ours = json.load(open(path))["devices"][0]["peak_bytes"]
+        rc, out, err = run([sys.executable, os.path.join(ROOT, "tools", "bench", "torch_speed.py"), "--model", model,
+                            "--batch", str(batch), "--device", a.torch_device, "--steps", "2", "--warmup", "0",
+                            "--rotation", "1", "--deterministic"], env)
+        theirs = json.loads(out.strip().splitlines()[-1]).get("max_memory_allocated") if rc == 0 else None
+        if rc != 0:
+            part.fail(f"PyTorch {model}: exit {rc}: {last_line(err)}")
+        ratio = f"{ours / theirs:.3f}x" if theirs else "-"
+        print(f"| {model} | {batch} | {mib(ours)} | {mib(theirs) if theirs else 'not measured'} | {ratio} | <= 1.0x |",
+              flush=True)
+        if theirs and ours > theirs:
+            part.fail(f"{model}: dp {mib(ours)} MiB > PyTorch {mib(theirs)} MiB")
+        if theirs is None and rc == 0:
+            part.notes.append(f"{model}: PyTorch's peak not measured on {a.torch_device} (a GPU's only)")
+    return part.verdict()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dp", default="build-gpu/dp")
+    ap.add_argument("--only", default="plan,zero,file,memory")
+    ap.add_argument("--gpu", default="cuda:0", help="one device (memory)")
+    ap.add_argument("--multi", default="cuda:0x4", help="several devices (plan, zero)")
+    ap.add_argument("--pair", default="cuda:0x2", help="two devices (file)")
+    ap.add_argument("--model-file", default=".gpu-kit/resnet50.json")
+    ap.add_argument("--torch-device", default="cuda")
+    ap.add_argument("--small", action="store_true", help="small batches and few steps: a check of the plumbing")
+    a = ap.parse_args()
+    a.dp = os.path.abspath(a.dp)
+    env = dict(os.environ)
+    if "OPENBLAS_CORETYPE" not in env:
+        flags = open("/proc/cpuinfo").read()
+        if "avx512f" in flags:
+            env["OPENBLAS_CORETYPE"] = "SkylakeX"
+        elif "avx2" in flags:
+            env["OPENBLAS_CORETYPE"] = "Haswell"
+    parts = {"plan": plan_part, "zero": zero_part, "file": file_part, "memory": memory_part}
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.only.split(","):
+            if name not in parts:
+                ap.error(f"--only: no part {name!r} ({', '.join(parts)})")
+            failed += parts[name](a, env, tmp)
+    sys.exit(failed)
+
+
+if __name__ == "__main__":
+    main()
