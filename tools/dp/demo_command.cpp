@@ -211,12 +211,14 @@ nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr
   add_step(run, r, n);
   const int count = static_cast<int>(each.size());
   std::vector<std::vector<PhaseStory>> stories;
+  std::vector<nlohmann::json> told_phases;  // each micro-batch's phases with their stories, built once
   for (int i = 0; i < count; ++i) {
-    stories.push_back(tell(dp, each[static_cast<size_t>(i)], MicroBatchPlace{i, count, r.targets}));
+    const StepResult& m = each[static_cast<size_t>(i)];
+    stories.push_back(tell(dp, m, MicroBatchPlace{i, count, r.targets}));
+    told_phases.push_back(phases_json(m, n, allreduce, &stories.back()));
     if (step <= kTimelineSteps)
       for (int p = 0; p < kNumPhases; ++p) {
-        const nlohmann::json phase = phase_json(each[static_cast<size_t>(i)], static_cast<Phase>(p), n, allreduce,
-                                                &stories.back()[static_cast<size_t>(p)]);
+        const nlohmann::json& phase = told_phases.back()[static_cast<size_t>(p)];
         told_by_phase[std::to_string(step) + "/" + phase_name(static_cast<Phase>(p)) + "/" + std::to_string(i + 1)] =
             {{"text", phase["text"]}, {"tensors", phase["tensors"]}};
       }
@@ -224,7 +226,7 @@ nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr
   nlohmann::json entry{{"step", step}, {"chunks", r.chunks}, {"loss", r.loss}};
   if (step == 1) std::printf("  %s\n\n", device_row(n, each.front().chunks).c_str());
   if (count == 1) {
-    entry["phases"] = phases_json(r, n, allreduce, &stories.front());
+    entry["phases"] = told_phases.front();  // the step is its one micro-batch
     if (step == 1)
       for (int p = 0; p < kNumPhases; ++p) print_phase(r, static_cast<Phase>(p), n, allreduce, stories.front()[p]);
   } else {  // the step's sums, then each micro-batch told
@@ -236,7 +238,7 @@ nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr
                       {"batch", m.batch},
                       {"chunks", m.chunks},
                       {"loss", m.loss},
-                      {"phases", phases_json(m, n, allreduce, &stories[static_cast<size_t>(i)])}});
+                      {"phases", told_phases[static_cast<size_t>(i)]}});
     }
     entry["micro_batches"] = told;
     if (step == 1) narrate_micro_batches(dp, each, r, stories);

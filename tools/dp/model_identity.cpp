@@ -13,12 +13,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The GPT's size flags and where RunOptions keeps each.
-const std::pair<const char*, int64_t RunOptions::*> kSizes[] = {{"--gpt-layers", &RunOptions::gpt_layers},
-                                                                {"--gpt-heads", &RunOptions::gpt_heads},
-                                                                {"--gpt-dim", &RunOptions::gpt_dim},
-                                                                {"--context", &RunOptions::context},
-                                                                {"--vocab", &RunOptions::vocab}};
+// The GPT's size flags: where RunOptions keeps each, and its key in a checkpoint's state.json
+// ("gpt": {...}); safetensors metadata names each after its flag (key_of).
+struct SizeFlag {
+  const char* flag;
+  int64_t RunOptions::*member;
+  const char* state_key;
+};
+const SizeFlag kSizes[] = {{"--gpt-layers", &RunOptions::gpt_layers, "layers"},
+                           {"--gpt-heads", &RunOptions::gpt_heads, "heads"},
+                           {"--gpt-dim", &RunOptions::gpt_dim, "dim"},
+                           {"--context", &RunOptions::context, "context"},
+                           {"--vocab", &RunOptions::vocab, "vocab"}};
 
 std::optional<ModelIdentity> from_state(const std::string& dir) {
   nlohmann::json state;
@@ -31,9 +37,9 @@ std::optional<ModelIdentity> from_state(const std::string& dir) {
   ModelIdentity id{state["model"].get<std::string>(), {}, dir};
   if (state.contains("gpt") && state["gpt"].is_object()) {
     const nlohmann::json& g = state["gpt"];
-    for (const auto& [flag, key] : {std::pair{"--gpt-layers", "layers"}, {"--gpt-heads", "heads"},
-                                    {"--gpt-dim", "dim"}, {"--context", "context"}, {"--vocab", "vocab"}})
-      if (g.contains(key) && g[key].is_number_integer()) id.sizes[flag] = g[key].get<int64_t>();
+    for (const SizeFlag& size : kSizes)
+      if (g.contains(size.state_key) && g[size.state_key].is_number_integer())
+        id.sizes[size.flag] = g[size.state_key].get<int64_t>();
   }
   return id;
 }
@@ -46,7 +52,7 @@ std::string key_of(const char* flag) { return "dp." + std::string(flag + 2); }
 SafetensorsMetadata identity_metadata(const ModelDef& model, const RunOptions& o) {
   SafetensorsMetadata m{{"dp.model", model.file ? o.model : model.name}};
   if (model.language_model() && !model.file) {
-    for (const auto& [flag, member] : kSizes) m[key_of(flag)] = std::to_string(o.*member);
+    for (const SizeFlag& size : kSizes) m[key_of(size.flag)] = std::to_string(o.*size.member);
     m[key_of("--vocab")] = std::to_string(model.classes);  // the data's when --vocab was not given
   }
   return m;
@@ -69,11 +75,10 @@ std::optional<ModelIdentity> identity_of_weights(const std::string& path) {
   }
   if (!meta.count("dp.model")) return std::nullopt;
   ModelIdentity id{meta["dp.model"], {}, path};
-  for (const auto& [flag, member] : kSizes) {
-    (void)member;
-    if (const auto it = meta.find(key_of(flag)); it != meta.end()) {
+  for (const SizeFlag& size : kSizes) {
+    if (const auto it = meta.find(key_of(size.flag)); it != meta.end()) {
       try {
-        id.sizes[flag] = std::stoll(it->second);
+        id.sizes[size.flag] = std::stoll(it->second);
       } catch (const std::exception&) {  // not dp's: ignore it
       }
     }
@@ -87,14 +92,16 @@ void apply_identity(const ModelIdentity& id, const std::set<std::string>& given,
   else if (o.model != id.model)
     throw UsageError("--model " + o.model + ", but " + id.source + " holds the weights of --model " + id.model +
                      " (leave --model out to take it from there)");
-  for (const auto& [flag, member] : kSizes) {
-    const auto it = id.sizes.find(flag);
+  for (const SizeFlag& size : kSizes) {
+    const auto it = id.sizes.find(size.flag);
     if (it == id.sizes.end()) continue;
-    if (!given.count(flag))
-      o.*member = it->second;
-    else if (o.*member != it->second)
-      throw UsageError(std::string(flag) + " " + std::to_string(o.*member) + ", but " + id.source + " was trained with " +
-                       flag + " " + std::to_string(it->second) + " (leave it out to take it from there)");
+    int64_t& value = o.*size.member;
+    if (!given.count(size.flag))
+      value = it->second;
+    else if (value != it->second)
+      throw UsageError(std::string(size.flag) + " " + std::to_string(value) + ", but " + id.source +
+                       " was trained with " + size.flag + " " + std::to_string(it->second) +
+                       " (leave it out to take it from there)");
   }
 }
 
