@@ -43,6 +43,8 @@ void add_micro_step(StepResult& total, StepResult r, int index, int count) {
       memory[d].in_use_after = after;
     }
   }
+  total.step_peak.resize(std::max(total.step_peak.size(), r.step_peak.size()), 0);
+  for (size_t d = 0; d < r.step_peak.size(); ++d) total.step_peak[d] = std::max(total.step_peak[d], r.step_peak[d]);
   if (!r.split_change.empty())
     total.split_change += (total.split_change.empty() ? "" : "; ") + r.split_change;
   if (index + 1 == count) {

@@ -11,7 +11,11 @@ const char* phase_name(Phase p) {
 }
 
 StepRecorder::StepRecorder(DeviceSet& devices, Tracer* tracer, PhaseRecord& out, bool per_phase)
-    : devices_(devices), tracer_(tracer), out_(out), per_phase_(per_phase), step_start_(std::chrono::steady_clock::now()) {}
+    : devices_(devices), tracer_(tracer), out_(out), per_phase_(per_phase), step_start_(std::chrono::steady_clock::now()) {
+  out_.step_peak.assign(static_cast<size_t>(devices_.size()), 0);
+  if (!per_phase_)  // one window for the whole step (the devices are idle between steps)
+    for (int i = 0; i < devices_.size(); ++i) devices_[i].allocator().mark_window();
+}
 
 void StepRecorder::begin(Phase p) {
   if (!per_phase_) {
@@ -43,6 +47,7 @@ void StepRecorder::end(Phase p) {
   for (int i = 0; i < n; ++i) {
     const MemoryStats st = devices_[i].allocator().stats();
     out_.memory[k][i] = {st.window_peak, st.window_at_peak, st.in_use};
+    out_.step_peak[static_cast<size_t>(i)] = std::max(out_.step_peak[static_cast<size_t>(i)], st.window_peak);
   }
   if (tracer_) {
     const double end = tracer_->now_us();
@@ -61,6 +66,7 @@ void StepRecorder::end(Phase p) {
 
 void StepRecorder::finish() {
   if (per_phase_) return;
+  for (int i = 0; i < devices_.size(); ++i) out_.step_peak[static_cast<size_t>(i)] = devices_[i].allocator().stats().window_peak;
   // The trace's clock at the step's start: phases are placed on it by their offsets from there.
   const auto now = std::chrono::steady_clock::now();
   const double start_us =

@@ -7,7 +7,8 @@
 // phase's end, and after the step's join a phase lasts from the moment the last stream passed the
 // previous phase's end to the moment the last one passed its own (the streams' timeline, as CUDA
 // events time a GPU). Per-phase memory needs the joins: waiting per step, `memory` stays empty and
-// each device's allocator is told the phase in stream order (for its out-of-memory message).
+// each device's allocator is told the phase in stream order (for its out-of-memory message), and only
+// the step's peak on each device is kept.
 #pragma once
 #include <array>
 #include <chrono>
@@ -36,6 +37,9 @@ struct PhaseRecord {
   // Bytes moved between devices in each phase, [src * devices + dst].
   std::array<std::vector<int64_t>, kNumPhases> link_bytes;
   std::array<std::vector<PhaseMemory>, kNumPhases> memory;  // per phase, per device
+  // Per device: the most bytes in use during the step, whichever way the host waits (waiting per
+  // step, what the allocator saw between the step's start and its join).
+  std::vector<int64_t> step_peak;
 };
 
 class StepRecorder {

@@ -106,11 +106,21 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"{name}: each device's memory, phase by phase, as memprof's", expected == seen,
               first_difference(expected, seen))
 
-    # Waiting once per step (CUDA's default; asked for here) gives no per-phase memory to compare.
-    t = run(["train", "--steps", "1", "--metrics", metrics, "--host-sync", "step"] + CASES[0])
-    row = json.loads(open(metrics).readline())
-    check("--host-sync step: no per-phase memory in the metrics", t.returncode == 0 and "phase_peak_bytes" not in row,
-          t.stderr + str(row))
+    # Waiting once per step (CUDA's default; asked for here): no per-phase memory, but each device's
+    # peak in the step. The host allocates some buffers before the devices reach their phase (step
+    # 1's optimizer state is allocated when the update is enqueued, before forward has run), never
+    # later: device 0 peaks higher in step 1, and no device lower than memprof's in any step.
+    t = run(["train", "--steps", "2", "--metrics", metrics, "--host-sync", "step"] + CASES[0])
+    rows = [json.loads(line) for line in open(metrics)]
+    p = run(["memprof", "--steps", "2", "--json", report] + CASES[0])
+    phased = {}
+    for (step, _), peaks in memprof_timeline(json.load(open(report))).items():
+        phased[step] = [max(a, b) for a, b in zip(phased.get(step, peaks), peaks)]
+    check("--host-sync step: each device's step peak, no per-phase memory", t.returncode == 0 and p.returncode == 0
+          and all("phase_peak_bytes" not in r and len(r["peak_bytes"]) == 3 for r in rows), t.stderr + str(rows))
+    check("--host-sync step: step 1 peaks above memprof's on device 0, no device below memprof's",
+          rows[0]["peak_bytes"][0] > phased[1][0] and all(
+              a >= b for r in rows for a, b in zip(r["peak_bytes"], phased[r["step"]])), (rows, phased))
 
     # Out of memory at the same point: the GPT whose train run once failed in step 1's forward with
     # the optimizer state already held while memprof failed later in gather, and one run per kind.

@@ -18,25 +18,19 @@ double shortest_float(double v) {
   return error == std::errc() ? std::strtod(std::string(text, end).c_str(), nullptr) : v;
 }
 
-// Waiting per phase, each device's memory in the step: its peak, and each phase's (what dp memprof's
-// timeline holds for the same step). Waiting per step there is no per-phase memory to give.
+// Each device's memory peak in the step and, waiting per phase, in each of its phases (what dp
+// memprof's timeline holds for the same step).
 void add_memory(nlohmann::json& row, const StepResult& r) {
+  if (!r.step_peak.empty()) row["peak_bytes"] = r.step_peak;
   nlohmann::json phases = nlohmann::json::object();
-  std::vector<int64_t> peak;
   for (int p = 0; p < kNumPhases; ++p) {
     const auto& devices = r.memory[static_cast<size_t>(p)];
     if (devices.empty()) continue;
     nlohmann::json per = nlohmann::json::array();
-    peak.resize(std::max(peak.size(), devices.size()), 0);
-    for (size_t d = 0; d < devices.size(); ++d) {
-      per.push_back(devices[d].peak);
-      peak[d] = std::max(peak[d], devices[d].peak);
-    }
+    for (const PhaseMemory& m : devices) per.push_back(m.peak);
     phases[phase_name(static_cast<Phase>(p))] = per;
   }
-  if (peak.empty()) return;
-  row["peak_bytes"] = peak;
-  row["phase_peak_bytes"] = phases;
+  if (!phases.empty()) row["phase_peak_bytes"] = phases;
 }
 
 }  // namespace

@@ -7,7 +7,9 @@ side of `memory`.
           resnet8, the GPT; DataParallel and ZeRO-3): each device's peak and what it holds at the
           peak, category by category. A plan cannot know what cuDNN and cuBLAS ask for as
           workspace on the GPU, so workspace is compared apart: the other categories must be equal,
-          and the table says by how much the workspace differs.
+          and the table says by how much the workspace differs. Then dp train on cuda:0x4, same
+          flags: waiting per phase (--host-sync phase) each device's peak in every phase must be
+          memprof's; waiting per step (CUDA's default) its peaks are listed against memprof's.
   zero    --sync zero1, zero2, zero3 on cuda:0x4: 20 steps of a small GPT against host:4 (losses and
           weights within compare_runs.py's tolerance, calibrated by host:4 with 1 and 2 threads per
           device) and against --sync allreduce on cuda:0x4 (the same tolerance). ZeRO across
@@ -84,6 +86,7 @@ def plan_part(a, env, tmp):
     batch = "16" if a.small else "128"
     runs = [["--model", "mlp"], ["--model", "convnet"], ["--model", "resnet8"], GPT_SMALL + ["--batch", "16"],
             ["--model", "resnet8", "--sync", "zero3"]]
+    train_rows = {}
     for flags in runs:
         flags = flags if "--batch" in flags else flags + ["--batch", batch]
         name = " ".join(flags)
@@ -108,7 +111,38 @@ def plan_part(a, env, tmp):
             if real["peak_phase"] != planned["peak_phase"]:
                 part.notes.append(f"{name}, device {real['index']}: peak in {real['peak_phase']} on the devices, "
                                   f"{planned['peak_phase']} planned")
+        train_rows[name] = train_against_memprof(a, env, tmp, flags, reports["memprof"], part)
+    print(f"\ndp train on {a.multi}, 2 steps, against dp memprof: each device's peak in step 2 (MiB)\n")
+    print("| run | memprof | train --host-sync phase (every phase equal?) | train --host-sync step (CUDA's default) |")
+    print("|---|---|---|---|")
+    for name, row in train_rows.items():
+        print(f"| {name} | {row[0]} | {row[1]} | {row[2]} |", flush=True)
     return part.verdict()
+
+
+def train_against_memprof(a, env, tmp, flags, report, part):
+    """dp train's peaks on the same devices waiting per phase (each phase must be memprof's) and per step."""
+    timeline = {(e["step"], e["phase"]): [d["peak"] for d in e["devices"]] for e in report["timeline"]}
+    step2 = [max(p[d] for (step, _), p in timeline.items() if step == 2) for d in range(len(report["devices"]))]
+    cells = [" ".join(mib(b) for b in step2)]
+    for sync in ("phase", "step"):
+        metrics = os.path.join(tmp, f"train-{sync}.jsonl")
+        rc, _, err = run([a.dp, "train", "--devices", a.multi, "--steps", "2", "--host-sync", sync, "--metrics", metrics]
+                         + flags, env)
+        if rc != 0:
+            part.fail(f"{' '.join(flags)}: dp train --host-sync {sync} exit {rc}: {last_line(err)}")
+            cells.append(f"exit {rc}")
+            continue
+        rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
+        peaks = " ".join(mib(b) for b in rows[-1].get("peak_bytes", []))
+        if sync == "phase":
+            seen = {(r["step"], ph): v for r in rows for ph, v in r.get("phase_peak_bytes", {}).items()}
+            same = seen == timeline
+            if not same:
+                part.fail(f"{' '.join(flags)}: dp train --host-sync phase's per-phase peaks differ from memprof's")
+            peaks += " (equal)" if same else " (DIFFERENT)"
+        cells.append(peaks)
+    return cells
 
 
 def train(a, env, tmp, tag, devices, flags, steps):
