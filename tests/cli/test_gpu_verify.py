@@ -5,8 +5,10 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
   counted and named; so does poisoned (the same with DP_POISON_ALLOCATIONS=1), in its own log;
 - sanitize: every run's verdict is counted; the cases whose CUDA calls fail by design run without
   API-error reports, the case that compares times under memcheck only; a second call with the same
-  binaries takes the first call's verdicts instead of running again; --within cuts slow runs, which count as unfinished,
-  never clean, and the call ends inside its time;
+  binaries takes the first call's verdicts instead of running again, and so does a fresh machine from the
+  clean verdicts recorded at the same sources (tools/gpu/sanitized.txt), but not after a source changed;
+  --within cuts slow runs, which count as unfinished, never clean, and the call ends inside its time;
+- more than 8 files under $OUT: all but the summary are packed into one archive;
 - sanitize with a dirty run: counted dirty, its findings tallied by kind and place;
 - sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
   saying why, not a hundred runs read as dirty;
@@ -101,7 +103,7 @@ with tempfile.TemporaryDirectory() as tmp:
     def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False,
                internal="", internal_ours=False, internal_none=False, settings=None):
         # settings: the caller's variables for verify.sh (DP_SANITIZE_MATCH, ...), for this call only
-        env = dict(os.environ, **(settings or {}), OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
+        env = dict(os.environ, **{"DP_PACK_LOGS": "0", "DP_SANITIZE_RECORDED": "/dev/null", **(settings or {})}, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
                    FAKE_SANITIZER_INTERNAL=internal, FAKE_SANITIZER_INTERNAL_OURS="1" if internal_ours else "",
                    FAKE_SANITIZER_INTERNAL_NONE="1" if internal_none else "",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
@@ -188,6 +190,41 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("sanitize again: the earlier call's verdicts, not new runs",
             f"{runs} of {runs} compute-sanitizer runs clean, 0 dirty, 0 unfinished (time limit); {runs} verdicts from an "
             "earlier call" in summary, summary)
+
+    # ---- clean verdicts recorded by sources (tools/gpu/sanitized.txt) are taken on a fresh machine;
+    # a changed source runs again
+    record = os.path.join(out, "sanitized.txt")
+    lines = open(record).read().splitlines() if os.path.exists(record) else []
+    c.check("sanitize: each clean run's key in $OUT/sanitized.txt",
+            len(lines) == runs and all(re.match(r"^[0-9a-f]{40} [a-z-]+ \S", line) for line in lines), lines[:3])
+    shutil.rmtree(done)
+    open(started, "w").close()
+    p, summary, _ = verify(["sanitize"], os.path.join(tmp, "out-recorded"), settings={"DP_SANITIZE_RECORDED": record})
+    c.check("sanitize on a fresh machine: every verdict recorded at these sources taken, nothing run",
+            f"{runs} of {runs} compute-sanitizer runs clean" in summary and f"{runs} recorded at these sources" in summary
+            and sum(line.startswith("run ") for line in open(started).read().splitlines()) <= 1, summary)  # the probe
+    os.makedirs(os.path.join(tree, "engine"))
+    with open(os.path.join(tree, "engine", "changed.cpp"), "w") as f:
+        f.write("// a change to the library\n")
+    shutil.rmtree(done)
+    open(started, "w").close()
+    p, summary, _ = verify(["sanitize"], os.path.join(tmp, "out-changed"),
+                           settings={"DP_SANITIZE_RECORDED": record, "DP_SANITIZE_MATCH": "reported once"})
+    c.check("sanitize after a change to the sources: run again, no recorded verdict taken",
+            "0 recorded at these sources" in summary and any(line.startswith("run ") for line in open(started).read().splitlines()),
+            summary)
+    shutil.rmtree(os.path.join(tree, "engine"))
+
+    # ---- more than 8 files under $OUT: all but the summary packed into logs.tar.gz
+    packed_out = os.path.join(tmp, "out-packed")
+    os.makedirs(packed_out)
+    for k in range(9):
+        open(os.path.join(packed_out, f"extra{k}.log"), "w").write("x\n")
+    p, summary, _ = verify(["probe"], packed_out, settings={"DP_PACK_LOGS": "1"})
+    packed = subprocess.run(["tar", "-tzf", os.path.join(packed_out, "logs.tar.gz")], capture_output=True, text=True).stdout.split()
+    c.check("more than 8 files: all but summary.txt packed into logs.tar.gz",
+            sorted(os.listdir(packed_out)) == ["logs.tar.gz", "summary.txt"] and len(packed) == 10 and "probe.log" in packed,
+            (os.listdir(packed_out), packed))
 
     # ---- a GPU compute-sanitizer cannot instrument: one try, then a failed stage saying why
     shutil.rmtree(done)

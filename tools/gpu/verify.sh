@@ -7,7 +7,8 @@
 # too little left is skipped, saying so), each command in it a time limit from the same clock, so a
 # cut-short run still keeps every log and a summary; without it nothing is limited but the
 # stages' own limits.
-# Stages, in the order given (each writes $OUT/<stage>.log, at most 8 files come back):
+# Stages, in the order given (each writes $OUT/<stage>.log; with more than 8 files there, all but
+# summary.txt are packed into logs.tar.gz at the end, since at most 8 files come back):
 #   probe     the machine: GPU, driver, nvcc, CPU flags, cuDNN, NCCL and mpirun found where
 #   build     tools/gpu/build.sh: the binaries prebuilt here if they fit, else a build from source
 #   tests     every GPU test case in its own process, one at a time, with a time limit and
@@ -282,6 +283,13 @@ run_again() {
 }
 export -f run_again
 
+# One hash of the C++, CUDA and CMake files under the paths given (a sanitizer run's sources).
+sources_hash() {
+  find "$@" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \
+    -o -name CMakeLists.txt -o -name '*.cmake' \) -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha1sum | sha1sum |
+    cut -c1-40
+}
+
 # One compute-sanitizer run: tool, log file, then the command. Prints "clean", "dirty",
 # "unfinished" or (racecheck failing itself with no kernel instrumented) "tool-failed" last. Its
 # time limit is DP_SANITIZE_TIMEOUT or what is left, if less. A run that finished in an earlier
@@ -310,8 +318,17 @@ sanitize_one() {
   fi
   header="== compute-sanitizer --tool $tool $*"
   done_file="$SANITIZE_DONE/$(sha1sum <<<"$header${options[*]}" | cut -c1-40).log"
+  # The run and the sources it checks (a dp train run: the library and dp's; a test case: the
+  # library and the tests): a clean verdict recorded for this key in tools/gpu/sanitized.txt, by an
+  # earlier GPU run at the same sources, is taken instead of running again.
+  local sources=$SOURCES_CASES key
+  [[ $* == *" train "* ]] && sources=$SOURCES_TRAIN
+  key=$(sha1sum <<<"$header${options[*]} $sources" | cut -c1-40)
   cap=$(limit "${DP_SANITIZE_TIMEOUT:-540}")
-  if [[ -f $done_file ]]; then
+  if grep -q "^$key " "$SANITIZE_RECORDED" 2>/dev/null; then
+    { echo "$header${options[*]:+ (${options[*]})}"; echo "-- (clean at these sources in an earlier GPU run: tools/gpu/sanitized.txt)"
+      echo clean; } >"$log"
+  elif [[ -f $done_file ]]; then
     { sed '$d' "$done_file"; echo "-- (finished in an earlier call with these binaries)"; tail -1 "$done_file"; } >"$log"
   elif ((cap < 15)); then
     { echo "$header${options[*]:+ (${options[*]})}"; echo "-- not started: the deadline"; echo unfinished; } >"$log"
@@ -386,6 +403,12 @@ sanitize_one() {
     rm -f "$log.full"
     [[ $rc -ne 124 ]] && cp "$log" "$done_file"
   fi
+  # Clean: its key for tools/gpu/sanitized.txt (the run's sanitized.txt under $OUT, to append there).
+  if [[ $(tail -1 "$log") == clean ]]; then
+    local line="$key $tool ${*#build-gpu/}"
+    if command -v flock >/dev/null; then flock "$SANITIZE_CLEAN" bash -c 'echo "$1" >>"$2"' _ "$line" "$SANITIZE_CLEAN"
+    else echo "$line" >>"$SANITIZE_CLEAN"; fi
+  fi
   # into the stage's log as each run ends: a stage cut short by a time limit still reports
   if command -v flock >/dev/null; then flock "$SANITIZE_LOG" cat "$log" >>"$SANITIZE_LOG"; else cat "$log" >>"$SANITIZE_LOG"; fi
 }
@@ -428,6 +451,15 @@ stage_sanitize() {
   # Finished runs, kept for a later call on this machine, by the binaries they ran.
   SANITIZE_DONE=${DP_SANITIZE_DONE_ROOT:-/tmp/dp-sanitized}/$(cat build-gpu/dp build-gpu/tests/dp_gpu_tests | md5sum | cut -c1-32)
   export SANITIZE_DONE
+  # Clean verdicts of earlier GPU runs, by run and sources (DP_SANITIZE_RECORDED=/dev/null: none),
+  # and this run's, written to $OUT/sanitized.txt for appending to it.
+  SANITIZE_RECORDED=${DP_SANITIZE_RECORDED:-tools/gpu/sanitized.txt}
+  SANITIZE_CLEAN="$out/sanitized.txt"
+  SOURCES_CASES=$(sources_hash CMakeLists.txt engine kernels models tests/gpu tests/helpers.hpp tests/step_batches.hpp \
+    tests/conv_wgrad_cases.hpp tests/doctest_main.hpp)
+  SOURCES_TRAIN=$(sources_hash CMakeLists.txt engine kernels models tools/dp)
+  export SANITIZE_RECORDED SANITIZE_CLEAN SOURCES_CASES SOURCES_TRAIN
+  : >"$SANITIZE_CLEAN"
   mkdir -p "$SANITIZE_DONE"
   : >"$log"
   local bin=build-gpu/tests/dp_gpu_tests
@@ -544,7 +576,7 @@ stage_sanitize() {
   rm -rf "$dir"
   local tool_text=""
   ((tool_failed)) && tool_text=", $tool_failed failed by racecheck itself (instrumenting no kernel)"
-  stage_result sanitize $((bad + unfinished + tool_failed)) "$((runs - bad - unfinished - tool_failed)) of $runs compute-sanitizer runs clean, $bad dirty, $unfinished unfinished (time limit)$tool_text; $(grep -c '^-- (finished in an earlier call' "$log") verdicts from an earlier call; in $((SECONDS - t0)) s"
+  stage_result sanitize $((bad + unfinished + tool_failed)) "$((runs - bad - unfinished - tool_failed)) of $runs compute-sanitizer runs clean, $bad dirty, $unfinished unfinished (time limit)$tool_text; $(grep -c '^-- (finished in an earlier call' "$log") verdicts from an earlier call, $(grep -c '^-- (clean at these sources' "$log") recorded at these sources (sanitized.txt: $(wc -l <"$SANITIZE_CLEAN") clean); in $((SECONDS - t0)) s"
 }
 
 stage_equal() {
@@ -647,4 +679,11 @@ for stage in "$@"; do
 done
 echo "---- summary"
 cat "$summary"
+# At most 8 files come back from a GPU machine: with more, everything but the summary goes into
+# logs.tar.gz (DP_PACK_LOGS=0 leaves them as they are).
+mapfile -t made < <(find "$out" -maxdepth 1 -type f ! -name summary.txt -printf '%f\n' | LC_ALL=C sort)
+if [[ ${DP_PACK_LOGS:-1} != 0 ]] && ((${#made[@]} > 7)); then
+  tar -C "$out" -czf "$out/logs.tar.gz.part" "${made[@]}" && mv "$out/logs.tar.gz.part" "$out/logs.tar.gz" &&
+    (cd "$out" && rm -f "${made[@]}") && echo "(${#made[@]} logs packed into $out/logs.tar.gz)"
+fi
 exit "$failed"
