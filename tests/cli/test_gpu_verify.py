@@ -8,7 +8,8 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
   binaries takes the first call's verdicts instead of running again, and so does a fresh machine from the
   clean verdicts recorded at the same sources (tools/gpu/sanitized.txt), but not after a source changed;
   --within cuts slow runs, which count as unfinished, never clean, and the call ends inside its time;
-- more than 8 files under $OUT: all but the summary are packed into one archive;
+- more than 8 files under $OUT: all but the summary are packed into one archive; record_run.py
+  turns what came back into README's GPU row, a RESULTS.md section and sanitized.txt's new keys;
 - sanitize with a dirty run: counted dirty, its findings tallied by kind and place;
 - sanitize on a GPU compute-sanitizer cannot instrument (gVisor): one try, then a failed stage
   saying why, not a hundred runs read as dirty;
@@ -24,12 +25,14 @@ usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
 """
 import glob
 import gzip
+import io
 import os
 import re
 import shutil
 import stat
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -225,6 +228,53 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("more than 8 files: all but summary.txt packed into logs.tar.gz",
             sorted(os.listdir(packed_out)) == ["logs.tar.gz", "summary.txt"] and len(packed) == 10 and "probe.log" in packed,
             (os.listdir(packed_out), packed))
+
+    # ---- record_run.py: what came back becomes README's GPU row, a RESULTS.md section and
+    # sanitized.txt's new keys (in a scratch root holding copies of the three files)
+    root = os.path.join(tmp, "record-root")
+    for rel in ("README.md", os.path.join("tools", "bench", "RESULTS.md"), os.path.join("tools", "gpu", "sanitized.txt")):
+        os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+        shutil.copy(os.path.join(ROOT, rel), os.path.join(root, rel))
+    came = os.path.join(tmp, "came-back")
+    os.makedirs(came)
+    key = "a" * 40
+    with open(os.path.join(came, "summary.txt"), "w") as f:
+        f.write("PASS probe: NVIDIA H200, 580.159.04, 143771 MiB, 0 MiB, 1980 MHz; runtime: Firecracker ; x86-64-v3 "
+                "flags: avx2 fma ; 0 wheel(s) missing; no mpirun\n"
+                "PASS build: tools/gpu/build.sh in 3 s: prebuilt binaries used\n"
+                "PASS tests: 53 of 53 GPU cases pass, 0 fail, 0 not run, in 80 s (slowest 9 s: x)\n"
+                "FAIL sanitize (exit 1): 90 of 91 compute-sanitizer runs clean, 1 dirty\n")
+    with open(os.path.join(came, "capabilities.md"), "w") as f:
+        f.write("### plan\n\n| run | device |\n|---|---|\n| --model mlp | 0 |\n\nPASS plan: all equal\n")
+    with open(os.path.join(came, "sanitized.txt"), "w") as f:
+        f.write(f"{key} memcheck tests/dp_gpu_tests -tc=one\n{'b' * 40} racecheck dp train --model mlp\n")
+    with tarfile.open(os.path.join(came, "logs.tar.gz"), "w:gz") as tar:  # the probe's log, packed
+        data = b"== nvcc\nCuda compilation tools, release 13.0, V13.0.88\n"
+        info = tarfile.TarInfo("probe.log")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    with open(os.path.join(root, "tools", "gpu", "sanitized.txt"), "a") as f:
+        f.write(f"{key} memcheck tests/dp_gpu_tests -tc=one\n")
+    record = [sys.executable, os.path.join(ROOT, "tools", "gpu", "record_run.py"), came, "--date", "2026-12-01",
+              "--root", root]
+    p = subprocess.run(record, capture_output=True, text=True)
+    readme = open(os.path.join(root, "README.md")).read()
+    table = readme[readme.index("| GPU | driver, CUDA |"):].split("\n\n")[0].splitlines()
+    c.check("record_run: the run's row on top of README's GPU table, three rows kept", p.returncode == 0 and
+            table[2].startswith("| H200 | 580.159.04, 13.0 | 2026-12-01 | tests: 53 of 53 GPU cases pass, 0 fail, 0 not run |")
+            and len(table) <= 5 and "sanitize" not in table[2], (p.stderr, table))
+    results = open(os.path.join(root, "tools", "bench", "RESULTS.md")).read()
+    c.check("record_run: a RESULTS.md section with every stage and the capabilities tables",
+            "## 2026-12-01 — GPU run (H200)" in results and "| sanitize | FAIL | 90 of 91" in results
+            and "| --model mlp | 0 |" in results.split("## 2026-12-01")[1], results[-1500:])
+    sanitized = open(os.path.join(root, "tools", "gpu", "sanitized.txt")).read().splitlines()
+    c.check("record_run: only the new clean verdicts appended to sanitized.txt",
+            sanitized.count(f"{key} memcheck tests/dp_gpu_tests -tc=one") == 1 and sanitized[-1].startswith("b" * 40),
+            sanitized[-3:])
+    os.remove(os.path.join(came, "summary.txt"))
+    p = subprocess.run(record, capture_output=True, text=True)
+    c.check("record_run: no summary.txt is an error naming it", p.returncode != 0 and "no summary.txt" in p.stderr,
+            p.stderr)
 
     # ---- a GPU compute-sanitizer cannot instrument: one try, then a failed stage saying why
     shutil.rmtree(done)
