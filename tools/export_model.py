@@ -332,8 +332,11 @@ def replace_atomically(path, write):
     """write(tmp) into a temporary file beside path, then renamed over it: never half a file."""
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".export-")
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it (mkstemp's are the owner's only)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
