@@ -486,7 +486,7 @@ TEST_CASE("--device-memory bounds cuda:0: out of memory is an OutOfMemoryError, 
 }
 
 TEST_CASE("waiting once per step on cuda:0x4 gives the steps of waiting after every phase, bit for bit") {
-  // The event-ordered step on a GPU (--host-sync step, the CLI's default): the whole step enqueued
+  // The event-ordered step on a GPU (--host-sync step, the CLI's default on CUDA devices): the whole step enqueued
   // at once, the host waiting at its end. Both gradient
   // syncs; AdamW with clipping (the norm crosses devices); an uneven split.
   for (const char* name : {"mlp", "convnet", "gpt"}) {
