@@ -156,7 +156,7 @@ TEST_CASE("ZeRO with a device that has no samples, clipping, fp16, bf16, accumul
     }
 }
 
-TEST_CASE("ZeRO waiting once per step (the CLI's default) trains as waiting after every phase, bit for bit") {
+TEST_CASE("ZeRO waiting once per step (the CLI's default on CUDA devices) trains as waiting after every phase, bit for bit") {
   for (SyncMode stage : kStages)
     for (const char* model : {"convnet", "gpt"}) {
       CAPTURE(sync_mode_name(stage));
