@@ -59,11 +59,12 @@ def train_timeline(metrics):
         row = json.loads(line)
         if "step" not in row:
             continue
-        for phase, peaks in row.get("phase_peak_bytes", {}).items():
+        phases = row.get("phase_peak_bytes", {})
+        for phase, peaks in phases.items():
             out[(row["step"], phase)] = peaks
-        check(f"step {row['step']}: peak_bytes is the highest phase peak",
-              row.get("peak_bytes") == [max(p[d] for p in row.get("phase_peak_bytes", {}).values())
-                                        for d in range(len(row.get("peak_bytes", [])))] and "peak_bytes" in row, row)
+        highest = [max(per_device) for per_device in zip(*phases.values())]
+        check(f"step {row['step']}: peak_bytes is each device's highest phase peak",
+              phases and row.get("peak_bytes") == highest, row)
     return out
 
 

@@ -124,6 +124,22 @@ def ratio(x, y):
     return f"{x / y:.2f}x" if isinstance(x, float) and isinstance(y, float) else "-"
 
 
+def interleaved(a, runs):
+    """{name: the median of --repeats calls of runs[name], or the text of its first failure}, the
+    runs interleaved repeat by repeat, so a drift of the machine hits every side alike."""
+    got = {k: [] for k in runs}
+    for _ in range(a.repeats):
+        for k, fn in runs.items():
+            if got[k] and not isinstance(got[k][-1], float):
+                continue  # failed once: its error stands
+            try:
+                got[k].append(fn())
+            except RunFailed as e:
+                got[k].append(str(e))
+    return {k: statistics.median(v) if v and all(isinstance(x, float) for x in v) else (v[-1] if v else None)
+            for k, v in got.items()}
+
+
 def vs_pytorch(a, env):
     print("### 1. dp on one device against PyTorch eager (TF32 off on both)\n")
     print(f"| model | batch | dp {a.gpu} samples/s | dp --cuda-graphs on | PyTorch samples/s | dp / PyTorch | "
@@ -136,17 +152,7 @@ def vs_pytorch(a, env):
         runs = {"usual": lambda: dp_speed(a, env, model, a.gpu, batch),
                 "graphs": lambda: dp_speed(a, env, model, a.gpu, batch, ("--cuda-graphs", "on")),
                 "torch": lambda: torch_speed(a, env, model, batch)["samples_per_s"]}
-        got = {k: [] for k in runs}
-        for _ in range(a.repeats):  # interleaved, so a drift of the machine hits every side
-            for k, fn in runs.items():
-                if got[k] and not isinstance(got[k][-1], float):
-                    continue  # failed once: its error stands
-                try:
-                    got[k].append(fn())
-                except RunFailed as e:
-                    got[k].append(str(e))
-        ours, graphs, theirs = (statistics.median(v) if v and all(isinstance(x, float) for x in v)
-                                else (v[-1] if v else None) for v in got.values())
+        ours, graphs, theirs = interleaved(a, runs).values()
         print(f"| {model} | {batch} | {cell(ours)} | {cell(graphs)} | {cell(theirs)} | {ratio(ours, theirs)} | "
               f"{ratio(graphs, theirs)} | >= {target}x |", flush=True)
 
@@ -262,16 +268,7 @@ def zero_stages(a, env):
     print("| --sync | samples/s | / allreduce | target |")
     print("|---|---|---|---|")
     modes = ("allreduce", "zero1", "zero2", "zero3")
-    got = {m: [] for m in modes}
-    for _ in range(a.repeats):  # interleaved, so a drift of the machine hits every stage alike
-        for m in modes:
-            if got[m] and not isinstance(got[m][-1], float):
-                continue
-            try:
-                got[m].append(dp_speed(a, env, "gpt", a.multi, 128, ("--sync", m)))
-            except RunFailed as e:
-                got[m].append(str(e))
-    speed = {m: statistics.median(v) if all(isinstance(x, float) for x in v) else v[-1] for m, v in got.items()}
+    speed = interleaved(a, {m: lambda m=m: dp_speed(a, env, "gpt", a.multi, 128, ("--sync", m)) for m in modes})
     for m in modes:
         target = ">= 0.9x" if m == "zero2" else ""
         print(f"| {m} | {cell(speed[m])} | {ratio(speed[m], speed['allreduce'])} | {target} |", flush=True)

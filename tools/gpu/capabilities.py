@@ -73,13 +73,23 @@ def last_line(text):
     return lines[-1][:200] if lines else "(no output)"
 
 
+def like(kind, devices):
+    """The same number of devices of another kind: like("host", "cuda:0x4") is "host:4"."""
+    given, _, which = devices.partition(":")
+    if given in ("host", "meta"):
+        count = which or 1  # host:N: N devices
+    else:  # cuda:0x4 (four on one GPU), cuda:0,1 (these GPUs), cuda:0
+        count = which.split("x")[1] if "x" in which else len(which.split(",")) if which else 1
+    return f"{kind}:{count}"
+
+
 def mib(b):
     return f"{b / 2**20:.2f}"
 
 
 def plan_part(a, env, tmp):
     part = Part("plan")
-    meta = "meta:" + a.multi.split("x")[-1] if "x" in a.multi else "meta:" + a.multi.split(":")[-1]
+    meta = like("meta", a.multi)
     print(f"### plan: dp plan --devices {meta} against dp memprof --devices {a.multi}\n")
     print("| run | device | memprof peak MiB | plan peak MiB | categories but workspace | workspace MiB memprof / plan |")
     print("|---|---|---|---|---|---|")
@@ -168,21 +178,23 @@ def compare(a, env, one, other, calibrate=None):
 
 def zero_part(a, env, tmp):
     part = Part("zero")
-    host = "host:" + (a.multi.split("x")[-1] if "x" in a.multi else a.multi.split(":")[-1])
+    host = like("host", a.multi)
     steps = 4 if a.small else 20
     flags = GPT_SMALL + ["--batch", "16", "--seed", "3"]
     print(f"### zero: ZeRO's stages on {a.multi} against {host} and against --sync allreduce, {steps} steps\n")
     print(f"| --sync | {a.multi} against {host} | against allreduce on {a.multi} |")
     print("|---|---|---|")
+    # Each run by name: its devices and flags; zero2 on host with 2 threads a device calibrates the tolerance.
+    plan = {"allreduce": (a.multi, ["--sync", "allreduce"]), "zero2-t2": (host, ["--sync", "zero2", "--threads-per-device", "2"])}
+    for stage in ("zero1", "zero2", "zero3"):
+        for devices in (a.multi, host):
+            plan[f"{stage}@{devices}"] = (devices, ["--sync", stage])
     runs = {}
-    for tag, devices, extra in [("allreduce", a.multi, ["--sync", "allreduce"])] + [
-            (stage, dev, ["--sync", stage]) for stage in ("zero1", "zero2", "zero3") for dev in (a.multi, host)] + [
-            ("zero2-t2", host, ["--sync", "zero2", "--threads-per-device", "2"])]:
-        key = tag if tag in ("allreduce", "zero2-t2") else f"{tag}@{devices}"
-        m, w, error = train(a, env, tmp, key.replace(":", "_").replace("@", "_"), devices, flags + extra, steps)
+    for key, (devices, extra) in plan.items():
+        m, w, error = train(a, env, tmp, re.sub(r"[:@]", "_", key), devices, flags + extra, steps)
         if error:
             part.fail(f"{key}: {error}")
-        runs[key] = (m, w) if not error else None
+        runs[key] = None if error else (m, w)
     calibrate = (runs[f"zero2@{host}"], runs["zero2-t2"]) if runs.get("zero2-t2") and runs.get(f"zero2@{host}") else None
     for stage in ("zero1", "zero2", "zero3"):
         gpu, cpu, ddp = runs.get(f"{stage}@{a.multi}"), runs.get(f"{stage}@{host}"), runs.get("allreduce")
@@ -214,7 +226,7 @@ def zero_part(a, env, tmp):
 
 def file_part(a, env, tmp):
     part = Part("file")
-    host = "host:" + (a.pair.split("x")[-1] if "x" in a.pair else a.pair.split(":")[-1])
+    host = like("host", a.pair)
     print(f"### file: the model file {os.path.basename(a.model_file)} on {a.pair} against {host}\n")
     if not os.path.exists(a.model_file):
         part.fail(f"{a.model_file} is missing (tools/gpu/kit.sh exports it on the build machine)")

@@ -283,13 +283,6 @@ run_again() {
 }
 export -f run_again
 
-# One hash of the C++, CUDA and CMake files under the paths given (a sanitizer run's sources).
-sources_hash() {
-  find "$@" -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \
-    -o -name CMakeLists.txt -o -name '*.cmake' \) -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha1sum | sha1sum |
-    cut -c1-40
-}
-
 # One compute-sanitizer run: tool, log file, then the command. Prints "clean", "dirty",
 # "unfinished" or (racecheck failing itself with no kernel instrumented) "tool-failed" last. Its
 # time limit is DP_SANITIZE_TIMEOUT or what is left, if less. A run that finished in an earlier
@@ -455,9 +448,9 @@ stage_sanitize() {
   # and this run's, written to $OUT/sanitized.txt for appending to it.
   SANITIZE_RECORDED=${DP_SANITIZE_RECORDED:-tools/gpu/sanitized.txt}
   SANITIZE_CLEAN="$out/sanitized.txt"
-  SOURCES_CASES=$(sources_hash CMakeLists.txt engine kernels models tests/gpu tests/helpers.hpp tests/step_batches.hpp \
-    tests/conv_wgrad_cases.hpp tests/doctest_main.hpp)
-  SOURCES_TRAIN=$(sources_hash CMakeLists.txt engine kernels models tools/dp)
+  SOURCES_CASES=$(tools/gpu/source_hash.sh CMakeLists.txt engine kernels models tests/gpu tests/helpers.hpp \
+    tests/step_batches.hpp tests/conv_wgrad_cases.hpp tests/doctest_main.hpp)
+  SOURCES_TRAIN=$(tools/gpu/source_hash.sh CMakeLists.txt engine kernels models tools/dp)
   export SANITIZE_RECORDED SANITIZE_CLEAN SOURCES_CASES SOURCES_TRAIN
   : >"$SANITIZE_CLEAN"
   mkdir -p "$SANITIZE_DONE"
