@@ -158,15 +158,24 @@ with tempfile.TemporaryDirectory() as tmp:
               p.returncode == 130 and "--resume " + ck in err and os.listdir(ck) == [f"step-{len(losses(m)):08d}"],
               (p.returncode, err[-400:]))
     # A second press later: the run ends at once, and still says in one line what was saved.
+    # Both presses land inside step 2 (several seconds at this speed), after step 1's line: a press
+    # timed from the start could meet a step boundary on a loaded machine, and the run would then
+    # checkpoint and end before the second press came.
     ck = os.path.join(tmp, "ck-second-press")
     p = subprocess.Popen([DP] + ["train", "--model", "resnet8", "--devices", "host:2", "--batch", "32", "--steps", "50",
-                                 "--device-speed", "0.04,0.04", "--checkpoint", ck], stdout=subprocess.PIPE,
+                                 "--device-speed", "0.02,0.02", "--checkpoint", ck], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+    err_lines = []
+    for line in p.stderr:
+        err_lines.append(line)
+        if line.startswith("step 1/"):
+            break
+    time.sleep(0.3)
     p.send_signal(signal.SIGINT)
-    time.sleep(1)
+    time.sleep(0.6)  # past kSamePressNs (0.3 s): a second press, not the same one
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    _, rest = p.communicate(timeout=120)
+    err = "".join(err_lines) + rest
     check("a second press: the process ends by the signal", p.returncode in (-signal.SIGINT, 130), (p.returncode, err))
     check("a second press: one line says what was saved", err.strip().splitlines()[-1] ==
           "interrupted again: stopped at once; no checkpoint was written yet", err[-400:])
