@@ -151,12 +151,9 @@ def run_case(dp, work, case, idx):
     damp = float(flag("--dampening", 0.0))
 
     def make_optimizer(m):
-        # --weight-decay-params matrices (the GPT's default): nanoGPT's configure_optimizers, two
-        # groups, weight decay on the tensors of 2+ dimensions only.
         groups = list(m.parameters())
-        if flag("--weight-decay-params", "matrices" if gpt else "all") == "matrices":
-            groups = [{"params": [p for p in m.parameters() if p.dim() >= 2], "weight_decay": wd},
-                      {"params": [p for p in m.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+        if flag("--weight-decay-params", "matrices" if gpt else "all") == "matrices":  # the GPT's default
+            groups = ref.matrix_decay_groups(m, wd)
         if adamw:
             betas = tuple(float(b) for b in flag("--betas", "0.9,0.999").split(","))
             return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=float(flag("--eps", 1e-8)), weight_decay=wd)

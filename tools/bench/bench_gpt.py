@@ -35,12 +35,9 @@ import reference as ref
 threads, steps, batch, warmup = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 torch.set_num_threads(threads)
 torch.manual_seed(0)
-T, V = 128, 256
-model = ref.make_model("gpt", dict(vocab=V, context=T, layers=4, heads=4, dim=256))
-# nanoGPT's parameter groups, as dp's GPT default (--weight-decay-params matrices)
-groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": 0.01},
-          {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
-opt = torch.optim.AdamW(groups, lr=1e-3)
+T, V = ref.GPT_DEFAULTS["context"], ref.GPT_DEFAULTS["vocab"]
+model = ref.make_model("gpt", ref.GPT_DEFAULTS)
+opt = torch.optim.AdamW(ref.matrix_decay_groups(model, 0.01), lr=1e-3)  # dp's GPT default
 print(json.dumps({"samples_per_s": ref.timed_lm_steps(model, opt, V, T, batch, steps, warmup)}))
 """
 

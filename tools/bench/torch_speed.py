@@ -29,18 +29,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import reference as ref  # noqa: E402
 
 INPUT_SHAPES = {"mlp": (1, 28, 28), "convnet": (1, 28, 28), "resnet8": (3, 32, 32), "resnet18": (3, 32, 32)}
-GPT = dict(vocab=256, context=128, layers=4, heads=4, dim=256)  # dp's defaults on its generated corpus
+GPT = ref.GPT_DEFAULTS
 
 
 def model_and_optimizer(name, device):
     """The model and its optimizer as dp trains it by default."""
     if name == "gpt":
         model = ref.make_model("gpt", gpt=GPT).to(device)
-        matrices = [p for p in model.parameters() if p.dim() >= 2]
-        others = [p for p in model.parameters() if p.dim() < 2]
-        opt = torch.optim.AdamW([{"params": matrices, "weight_decay": 0.01}, {"params": others, "weight_decay": 0.0}],
-                                lr=1e-3)
-        return model, opt
+        return model, torch.optim.AdamW(ref.matrix_decay_groups(model, 0.01), lr=1e-3)
     model = ref.make_model(name).to(device)
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 

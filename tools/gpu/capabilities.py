@@ -40,6 +40,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))
+from openblas import coretype  # noqa: E402
 GPT_SMALL = ["--model", "gpt", "--gpt-layers", "2", "--gpt-dim", "128", "--context", "64"]
 
 
@@ -289,12 +291,7 @@ def main():
     a = ap.parse_args()
     a.dp = os.path.abspath(a.dp)
     env = dict(os.environ)
-    if "OPENBLAS_CORETYPE" not in env:
-        flags = open("/proc/cpuinfo").read()
-        if "avx512f" in flags:
-            env["OPENBLAS_CORETYPE"] = "SkylakeX"
-        elif "avx2" in flags:
-            env["OPENBLAS_CORETYPE"] = "Haswell"
+    env.setdefault("OPENBLAS_CORETYPE", coretype())  # verify.sh sets it; run alone, this CPU's
     parts = {"plan": plan_part, "zero": zero_part, "file": file_part, "memory": memory_part}
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

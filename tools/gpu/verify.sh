@@ -283,6 +283,12 @@ run_again() {
 }
 export -f run_again
 
+# Appends standard input to a file that parallel sanitizer runs share, one writer at a time.
+append_locked() {
+  if command -v flock >/dev/null; then flock "$1" cat >>"$1"; else cat >>"$1"; fi
+}
+export -f append_locked
+
 # One compute-sanitizer run: tool, log file, then the command. Prints "clean", "dirty",
 # "unfinished" or (racecheck failing itself with no kernel instrumented) "tool-failed" last. Its
 # time limit is DP_SANITIZE_TIMEOUT or what is left, if less. A run that finished in an earlier
@@ -398,12 +404,10 @@ sanitize_one() {
   fi
   # Clean: its key for tools/gpu/sanitized.txt (the run's sanitized.txt under $OUT, to append there).
   if [[ $(tail -1 "$log") == clean ]]; then
-    local line="$key $tool ${*#build-gpu/}"
-    if command -v flock >/dev/null; then flock "$SANITIZE_CLEAN" bash -c 'echo "$1" >>"$2"' _ "$line" "$SANITIZE_CLEAN"
-    else echo "$line" >>"$SANITIZE_CLEAN"; fi
+    echo "$key $tool ${*#build-gpu/}" | append_locked "$SANITIZE_CLEAN"
   fi
   # into the stage's log as each run ends: a stage cut short by a time limit still reports
-  if command -v flock >/dev/null; then flock "$SANITIZE_LOG" cat "$log" >>"$SANITIZE_LOG"; else cat "$log" >>"$SANITIZE_LOG"; fi
+  append_locked "$SANITIZE_LOG" <"$log"
 }
 export -f sanitize_one
 # The kernels of cuBLAS, cuDNN and NCCL, by what their names hold (as the profiles print them):
