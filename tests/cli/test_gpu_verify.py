@@ -26,10 +26,12 @@ usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
 import glob
 import gzip
 import io
+import json
 import os
 import re
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import tarfile
@@ -271,6 +273,22 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("record_run: only the new clean verdicts appended to sanitized.txt",
             sanitized.count(f"{key} memcheck tests/dp_gpu_tests -tc=one") == 1 and sanitized[-1].startswith("b" * 40),
             sanitized[-3:])
+    # the fixtures that came back (packed) land in tests/fixtures/gpu-memprof, each with the run's date
+    first = {"command": "memprof", "devices": "cuda:0x4", "flags": ["--model", "mlp", "--batch", "16"],
+             "report": {"devices": [{"index": 0, "peak_bytes": 1}]}}
+    with tarfile.open(os.path.join(came, "logs.tar.gz"), "w:gz") as tar:
+        for name, data in (("probe.log", b"== nvcc\nCuda compilation tools, release 13.0, V13.0.88\n"),
+                           ("fixtures/memprof-model-mlp-batch-16.json", json.dumps(first).encode()),
+                           ("fixtures/net.json", b'{"graph": []}')):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    p = subprocess.run(record, capture_output=True, text=True)
+    landed = os.path.join(root, "tests", "fixtures", "gpu-memprof")
+    got = json.load(open(os.path.join(landed, "memprof-model-mlp-batch-16.json"))) if os.path.isdir(landed) else {}
+    c.check("record_run: the fixtures that came back land in tests/fixtures/gpu-memprof with the run's date",
+            p.returncode == 0 and sorted(os.listdir(landed)) == ["memprof-model-mlp-batch-16.json", "net.json"]
+            and got.get("date") == "2026-12-01" and got.get("report") == first.get("report"), (p.stdout, p.stderr))
     os.remove(os.path.join(came, "summary.txt"))
     p = subprocess.run(record, capture_output=True, text=True)
     c.check("record_run: no summary.txt is an error naming it", p.returncode != 0 and "no summary.txt" in p.stderr,
@@ -422,12 +440,20 @@ with tempfile.TemporaryDirectory() as tmp:
     # ---- capabilities: on host devices the plan equals memprof and ZeRO's stages agree with host:4 and
     # allreduce; a missing model file fails its part naming the kit; the stage without a GPU fails
     # naming what failed
+    fixtures = os.path.join(tmp, "fixtures")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu", "capabilities.py"), "--dp", dp, "--gpu",
                         "host:1", "--multi", "host:4", "--pair", "host:2", "--small", "--only", "plan,zero,file",
-                        "--model-file", os.path.join(tmp, "missing.json")], capture_output=True, text=True, timeout=600)
-    c.check("capabilities on host devices: the plan is memprof's, ZeRO within tolerance",
-            "PASS plan: all equal" in p.stdout and "PASS zero: " in p.stdout and p.stdout.count("| equal |") >= 16
+                        "--model-file", os.path.join(tmp, "missing.json"), "--fixtures", fixtures],
+                       capture_output=True, text=True, timeout=600)
+    c.check("capabilities on host devices: the plan is memprof's (1.000x), ZeRO within tolerance",
+            "PASS plan: " in p.stdout and "FAIL plan" not in p.stdout and "PASS zero: " in p.stdout
+            and p.stdout.count("| equal |") >= 24 and p.stdout.count("| 1.000x |") >= 24
             and p.stdout.count("within tolerance") == 6, p.stdout[-3000:] + p.stderr[-1000:])
+    written = sorted(os.listdir(fixtures)) if os.path.isdir(fixtures) else []
+    first = json.load(open(os.path.join(fixtures, written[0]))) if written else {}
+    c.check("capabilities --fixtures: each memprof report written with its flags and devices",
+            len(written) == 6 and all(n.startswith("memprof-") for n in written) and first.get("devices") == "host:4"
+            and "--batch" in first.get("flags", []) and first.get("report", {}).get("devices"), (written, list(first)))
     c.check("capabilities: a missing model file fails its part, naming the kit", p.returncode == 1 and
             "FAIL file: " in p.stdout and "tools/gpu/kit.sh" in p.stdout, p.stdout[-1000:])
     out = os.path.join(tmp, "out-capabilities")
@@ -491,5 +517,65 @@ with tempfile.TemporaryDirectory() as tmp:
     p = kernel_times(rows + [("3", "copy", "furlong", "1")])
     c.check("kernel_times: an unknown unit is an error naming it", p.returncode != 0 and "unknown unit 'furlong'"
             in p.stderr, p.stdout + p.stderr)
+
+# ---- the one-update comparison (compare_runs.update_drift) and the perturbed start it calibrates with
+sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
+import compare_runs  # noqa: E402
+import weights_file  # noqa: E402
+
+
+def write_safetensors(path, tensors):
+    """{name: (dtype, bytes)} as a safetensors file."""
+    header, body = {}, b""
+    for name, (dtype, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": [len(data) // 4 if dtype == "F32" else len(data) // 8],
+                        "data_offsets": [len(body), len(body) + len(data)]}
+        body += data
+    raw = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw + body)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    def f32(*v):
+        return ("F32", struct.pack(f"<{len(v)}f", *v))
+
+    def st(name, w, b, count=1):
+        path = os.path.join(tmp, name)
+        write_safetensors(path, {"w": f32(*w), "b": f32(*b), "n": ("I64", struct.pack("<q", count))})
+        return path
+
+    start = st("a0", [1.0, 2.0, 3.0], [0.5])
+    a1 = st("a1", [0.9, 2.0, 3.1], [0.25])
+    same = st("b1", [0.9, 2.0, 3.1], [0.25])
+    # b's update of w is (-0.1, 0, 0.2) against a's (-0.1, 0, 0.1): |0, 0, 0.1| / |0.1, 0, 0.1| = 0.707
+    off = st("c1", [0.9, 2.0, 3.2], [0.25])
+    counted = st("d1", [0.9, 2.0, 3.1], [0.25], count=2)
+    c.check("update_drift: the same update is 0", compare_runs.update_drift(a1, start, same, start)[0] == 0.0)
+    worst = compare_runs.update_drift(a1, start, off, start)
+    c.check("update_drift: each tensor against its own update, in the norm", worst[1] == "w"
+            and abs(worst[0] - 0.1 / (0.02 ** 0.5)) < 1e-5, worst)  # float32's 0.9, 3.1 and 3.2
+    c.check("update_drift: an int64 counter is compared exactly",
+            compare_runs.update_drift(a1, start, counted, start) == "n differs (compared exactly)")
+    moved = os.path.join(tmp, "moved")
+    weights_file.perturbed_copy(start, moved, 1e-7, seed=3)
+    old_w, new_w = weights_file.read(start)[0]["w"], weights_file.read(moved)[0]["w"]
+    c.check("perturbed_copy: every float moves by at most about 1e-7 relative, counters stay",
+            all(abs(x - y) <= 2.4e-7 * abs(x) for x, y in zip(old_w, new_w)) and list(old_w) != list(new_w)
+            and weights_file.read(moved)[1] == weights_file.read(start)[1], (list(old_w), list(new_w)))
+
+# ---- the bench's plumbing on a CPU: a budgeted table 1 row through PyTorch's one server; the prime
+# with nothing to compile
+bench = [sys.executable, os.path.join(ROOT, "tools", "bench", "bench_gpu.py"), "--dp", dp, "--gpu", "host:1", "--multi",
+         "host:2", "--torch-device", "cpu", "--repeats", "2", "--models", "mlp", "--only", "1"]
+p = subprocess.run(bench, capture_output=True, text=True, timeout=300)
+row = next((line for line in p.stdout.splitlines() if line.startswith("| mlp | 128 |")), "")
+cells = [x.strip() for x in row.strip("|").split("|")]
+c.check("bench: table 1's row within its budget, dp and PyTorch timed, its steps, repeats and budget stated",
+        p.returncode == 0 and len(cells) == 12 and all(re.fullmatch(r"[0-9]+", x) for x in cells[2:5])
+        and cells[8:11] == ["200", "2", "20"] and int(cells[11]) <= 22, p.stdout[-2000:] + p.stderr[-1000:])
+p = subprocess.run(bench[:-2] + ["--prime", "--compile", "none"], capture_output=True, text=True, timeout=60)
+c.check("bench --prime with nothing to compile: compiles nothing", p.returncode == 0 and "prime " not in p.stdout,
+        p.stdout + p.stderr)
 
 c.finish()

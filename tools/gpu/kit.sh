@@ -4,7 +4,8 @@
 # CLI11, doctest) with their CMake configs, zlib, and OpenBLAS with its Fortran runtime, into
 # .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), MNIST (../shared/data/mnist, or
 # DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch, and torchvision's resnet50 exported as a
-# model file (.gpu-kit/resnet50.json, 3x64x64, 10 classes) for its capabilities stage. Run it on the build machine, then put .gpu-kit
+# model file (.gpu-kit/resnet50.json, 3x64x64, 10 classes) for its capabilities stage, and again at its
+# native size (.gpu-kit/resnet50-224.json, 3x224x224) for the bench's real sizes. Run it on the build machine, then put .gpu-kit
 # beside the tree on the GPU machine (tools/gpu/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -34,6 +35,8 @@ fi
 if /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
   /usr/bin/python3 tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' --input 3x64x64 \
     --out .gpu-kit/resnet50.json
+  /usr/bin/python3 tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' --input 3x224x224 \
+    --out .gpu-kit/resnet50-224.json
 else
   echo "no torchvision here (apt-get install python3-torchvision): verify.sh's capabilities stage will miss its model file" >&2
 fi

@@ -5,13 +5,17 @@ or logs.tar.gz holding them), as generated text rather than prose written by han
   each passing stage with its own summary); the table keeps its three newest rows;
 - tools/bench/RESULTS.md gets a dated section: every stage's summary line, then the capabilities
   stage's tables and the bench stage's, as the run printed them;
-- tools/gpu/sanitized.txt gets the run's clean sanitizer verdicts (keys not there yet).
+- tools/gpu/sanitized.txt gets the run's clean sanitizer verdicts (keys not there yet);
+- tests/fixtures/gpu-memprof gets the capabilities stage's memprof reports from the GPU (fixtures/:
+  each run's flags, the GPU and its report, a model file beside them), each with the run's date:
+  the CPU test of the plan holds the plan to them. A file of the same name is replaced.
 
 usage: record_run.py OUT_DIR [--date YYYY-MM-DD] [--root .]
 Exit 2 when OUT_DIR holds no summary.txt or no probe line (nothing to say which GPU ran).
 """
 import argparse
 import datetime
+import json
 import os
 import re
 import sys
@@ -34,6 +38,42 @@ def outputs(out_dir):
         elif os.path.isfile(path) and not name.endswith(".gz"):
             files[name] = open(path, errors="replace").read()
     return files
+
+
+def fixtures(out_dir):
+    """{file name: bytes} of the fixtures that came back (fixtures/ in logs.tar.gz, or a folder)."""
+    found = {}
+    packed = os.path.join(out_dir, "logs.tar.gz")
+    if os.path.exists(packed):
+        with tarfile.open(packed) as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if member.isfile() and len(parts) == 2 and parts[0] == "fixtures":
+                    found[parts[1]] = tar.extractfile(member).read()
+    folder = os.path.join(out_dir, "fixtures")
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name), "rb") as f:
+                found[name] = f.read()
+    return found
+
+
+def record_fixtures(root, found, date):
+    """Writes them into tests/fixtures/gpu-memprof; each memprof report gets the run's date."""
+    folder = os.path.join(root, "tests", "fixtures", "gpu-memprof")
+    os.makedirs(folder, exist_ok=True)
+    for name, data in sorted(found.items()):
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+            continue  # only plain names are written into the tree
+        if name.startswith("memprof-") and name.endswith(".json"):
+            fixture = json.loads(data)
+            fixture["date"] = date
+            data = (json.dumps(fixture, separators=(",", ":"), sort_keys=True) + "\n").encode()
+        tmp = os.path.join(folder, name + ".part")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, os.path.join(folder, name))
+    return len(found)
 
 
 def stages(summary):
@@ -122,8 +162,10 @@ def main():
     fresh = [line for line in files.get("sanitized.txt", "").splitlines() if line and line not in known]
     if fresh:
         write(record, (open(record).read() if os.path.exists(record) else "") + "\n".join(fresh) + "\n")
+    count = record_fixtures(a.root, fixtures(a.out_dir), a.date)
     print(f"recorded {gpu} ({driver_cuda}, {a.date}): README.md's GPU table, RESULTS.md's section, "
-          f"{len(fresh)} clean sanitizer verdict(s) in tools/gpu/sanitized.txt")
+          f"{len(fresh)} clean sanitizer verdict(s) in tools/gpu/sanitized.txt, {count} file(s) in "
+          "tests/fixtures/gpu-memprof")
 
 
 if __name__ == "__main__":
