@@ -28,7 +28,17 @@ the others go on.
      gap is the policy and how much the kernels.
   8. ZeRO's stages against --sync allreduce on cuda:0x4: the GPT at its defaults, global batch 128,
      AdamW (target: zero2 >= 0.9x allreduce's samples/s), interleaved repeats.
+  9. Real sizes: torchvision's resnet50 at 3x224x224, batch 128 (dp runs it as a model file,
+     --real-model-file; cuDNN's deterministic algorithms on both sides) and GPT-2 small at context
+     1024, batch 8, fp32 and bf16, against PyTorch eager (the GPT with its attention explicit, as dp
+     computes it, and through scaled_dot_product_attention, as nanoGPT runs it) and torch.compile
+     (--compile: the precisions it is timed at, bf16 by default; --prime fills its cache ahead, so
+     its cell is not the compilation); then ZeRO-2 against allreduce at GPT-2 small on cuda:0x4.
 Table 1 also times dp with --cuda-graphs on, and the GPT (its defaults, AdamW on both sides) at 128.
+Tables 1, 8 and 9 state a time budget for each row (fewer steps, one warm-up): a run is cut at its
+share, a repeat that would not fit is not started, so they end in a known time (1 and 8: under 3
+minutes on an H200). PyTorch's side runs in one server process (torch_speed.py --serve), imported
+once; DP_DEADLINE (verify.sh's clock) leaves out what would run past it.
 
 Samples/s: dp's by the wall clock over the steps after the warm-up (its metrics' time_s: the work
 between steps, such as loading the next batch from host memory, included; until 2026-11-26 the
@@ -36,7 +46,8 @@ steps' own times, which left it out); PyTorch's from its own timer around the sa
 (its batches wait on the GPU already); the median of --repeats runs, dp and PyTorch interleaved.
 
 usage (on the GPU machine, after tools/gpu/build.sh):
-  python3 tools/bench/bench_gpu.py --dp build-gpu/dp [--repeats 3] [--only 1,3]
+  python3 tools/bench/bench_gpu.py --dp build-gpu/dp [--repeats 3] [--only 1,3] [--compile bf16]
+  python3 tools/bench/bench_gpu.py --dp build-gpu/dp --prime      (torch.compile's cache for table 9)
 A check of the plumbing on a CPU (tiny steps, host devices, PyTorch on the CPU):
   /usr/bin/python3 tools/bench/bench_gpu.py --dp build/dp --gpu host:1 --multi host:4 \
       --torch-device cpu --steps 4 --warmup 1 --repeats 1 --only 1,2,4 --models mlp,convnet
@@ -101,7 +112,9 @@ def dp_rows(a, env, model, devices, batch, extra=(), steps=None, warmup=None, ti
     steps, warmup = a.steps if steps is None else steps, a.warmup if warmup is None else warmup
     total = warmup + steps
     # The GPT's generated corpus is bytes: its default (a million) holds enough windows for any run here.
-    size = [] if model == "gpt" else ["--generated-size", str(batch * total)]
+    # Images: at most 16,384 drawn (drawing more took longer than a short row's time), epochs over them.
+    drawn = min(batch * total, max(batch, 16384))
+    size = [] if model == "gpt" else ["--generated-size", str(drawn), "--epochs", str(-(-batch * total // drawn))]
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
         run([a.dp, "train", "--model", model, "--devices", devices, "--batch", str(batch), "--steps", str(total),
              *size, "--metrics", m.name, *extra], env, timeout)
