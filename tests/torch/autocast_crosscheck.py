@@ -14,13 +14,21 @@ cross-entropy moves by at most |z|max times the logits' relative error (z the lo
 is a mean over B rows whose errors are independent, which divides by √B. The bound is 4 such
 standard deviations, doubled for what the earlier steps' updates carried forward:
     tol = 2 · 4 · √2 · √(2L) · (u/√3) · max(1, |z|max) / √B
+That covers a step's own rounding, not what a model's later steps make of it: a network whose
+BatchNorm normalises a chunk's few values at 1x1 amplifies a bfloat16-sized difference step by
+step, by how much depending on every sum's order (the machine's BLAS kernels). So each step's bound
+also takes 4x the spread the model itself shows at that step under a bfloat16-sized difference:
+autocast run again from weights each scaled by (1 + u·r), r uniform in [-1, 1] (what rounding the
+replicas' parameters to bfloat16 does), measured in the run, on the machine it runs on:
+    tol_s = tol + 4 · |autocast_s - autocast'_s|
 dp's float32 run is compared with autocast too and reported beside (not asserted: float32 is
 itself within bfloat16's precision of autocast).
 
 usage: autocast_crosscheck.py DP_BINARY   (exit 77 = skipped: no torch)
 """
-import math
+import copy
 import json
+import math
 import os
 import subprocess
 import sys
@@ -44,7 +52,9 @@ CASES = [
     ("resnet8", 2, 10, "chunks:6,4", 4, 24),  # stem + 3 stages of a BasicBlock, pooled, Linear
     # Model files (tools/export_model.py, file_models.py): the graph's joins, and SqueezeNet 1.1.
     ("file:joins", 2, 10, "chunks:6,4", 4, 12),
-    ("file:tv_squeezenet1_1", 3, 12, "even", 3, 36),
+    # SqueezeNet at 32x32 amplifies a bfloat16-sized difference tenfold by its third step (its own
+    # spread, measured below): two steps keep the check sharp.
+    ("file:tv_squeezenet1_1", 3, 12, "even", 2, 36),
 ]
 LR, MOMENTUM = 0.005, 0.5  # a stable run on random data: a diverging one amplifies any difference
 
@@ -90,24 +100,39 @@ def main():
             cifar = is_cifar(name)
             x_all = ref.normalise(cifar_images if cifar else images)
             y_all = (cifar_labels if cifar else labels).long()
-            opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-            model.train()
-            want, zmax = [], 0.0
-            for s in range(steps):
-                x, y = x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]
-                largest = []
-                want.append(ref.dp_step(model, opt, x, y, ref.chunk_sizes(split, batch, ndev), autocast=torch.bfloat16,
-                                        on_logits=lambda z: largest.append(z.float().abs().max().item())))
-                zmax = max(zmax, largest[0])
+
+            def autocast_losses(start):
+                """PyTorch's DataParallel step under autocast from `start`: per-step losses, largest |logit|."""
+                m = copy.deepcopy(start)
+                opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM)
+                m.train()
+                losses, zmax = [], 0.0
+                for s in range(steps):
+                    x, y = x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]
+                    largest = []
+                    losses.append(ref.dp_step(m, opt, x, y, ref.chunk_sizes(split, batch, ndev), autocast=torch.bfloat16,
+                                              on_logits=lambda z: largest.append(z.float().abs().max().item())))
+                    zmax = max(zmax, largest[0])
+                return losses, zmax
+
+            want, zmax = autocast_losses(model)
+            moved = copy.deepcopy(model)
+            r = torch.Generator().manual_seed(300 + idx)
+            with torch.no_grad():
+                for p in moved.parameters():
+                    p.mul_(1 + U * (2 * torch.rand(p.shape, generator=r) - 1))
+            spread = [abs(a - b) for a, b in zip(want, autocast_losses(moved)[0])]
             tol = 2 * 4 * math.sqrt(2) * math.sqrt(2 * layers) * (U / math.sqrt(3)) * max(1.0, zmax) / math.sqrt(batch)
-            worst = max(abs(a - b) for a, b in zip(got, want))
+            bounds = [tol + 4 * d for d in spread]
+            worst = max(abs(a - b) / t for a, b, t in zip(got, want, bounds))  # in units of each step's bound
             worst32 = max(abs(a - b) for a, b in zip(got32, want))
             # And it did round: bfloat16 is not float32.
-            ok = len(got) == steps and worst <= tol and got != got32
+            ok = len(got) == steps and worst <= 1.0 and got != got32
             failed += 0 if ok else 1
             print(f"{'ok ' if ok else 'FAIL'} {name} host:{ndev} batch {batch} split {split}: bf16 losses "
-                  f"{['%.4f' % v for v in got]} vs autocast {['%.4f' % v for v in want]}: worst {worst:.2e} "
-                  f"(bound {tol:.2e}; dp fp32 vs autocast {worst32:.2e})")
+                  f"{['%.4f' % v for v in got]} vs autocast {['%.4f' % v for v in want]}: bounds "
+                  f"{['%.1e' % b for b in bounds]} (rounding {tol:.1e}, then the model's own spread), worst "
+                  f"{worst:.2f} of its bound; dp fp32 vs autocast {worst32:.2e}")
     print(f"{len(CASES) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

@@ -24,19 +24,20 @@ CASES = [
     ("file:joins", 3, 11, "chunks:5,4,2", 3, SGD),
     ("file:joins", 4, 12, "even", 3, ADAMW),
     # torchvision's stem takes 32x32 down to 1x1 at layer4, where BatchNorm normalises each
-    # chunk's few values: chunks of 8 or more keep float32 from flipping the step.
-    ("file:tv_resnet18", 3, 27, "chunks:8,10,9", 3, SGD),
-    ("file:tv_resnet18", 4, 32, "even", 3, ADAMW),
-    ("file:tv_resnet50", 4, 32, "even", 2, ["--lr", "0.002", "--momentum", "0.9"]),
+    # chunk's few values: a second step there amplifies a rounding at the start to 0.4% of the
+    # loss and a few percent of the weights (PyTorch's own float32 runs, from starts one rounding
+    # apart), so no comparison after it could tell dp's arithmetic from the BLAS kernels'. One
+    # update, with chunks of 8 or more, is well posed: its loss and every weight and buffer after it.
+    ("file:tv_resnet18", 3, 27, "chunks:8,10,9", 1, SGD),
+    ("file:tv_resnet18", 4, 32, "even", 1, ADAMW),
+    ("file:tv_resnet50", 4, 32, "even", 1, ["--lr", "0.002", "--momentum", "0.9"]),
     # SqueezeNet 1.1: Fire modules' channel cat, ceil_mode max-pooling, a convolution as classifier.
     ("file:tv_squeezenet1_1", 3, 14, "chunks:6,5,3", 3, SGD),
     ("file:tv_squeezenet1_1", 4, 16, "even", 3, ADAMW),
     # MobileNetV2: depthwise (groups = channels) and pointwise convolutions, ReLU6. At 32x32 its
-    # last blocks are 1x1 and BatchNorm there normalises a chunk's few values: at lr 0.02 one
-    # rounding flip moves the second step's gradient norm by 1% (PyTorch's float32 run against its
-    # float64 one too, at other seeds), so a smaller step.
-    ("file:tv_mobilenet_v2", 3, 27, "chunks:8,10,9", 3, ["--lr", "0.002", "--momentum", "0.9"]),
-    ("file:tv_mobilenet_v2", 4, 32, "even", 2, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
+    # last blocks are 1x1 and BatchNorm there normalises a chunk's few values: one update, as above.
+    ("file:tv_mobilenet_v2", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
+    ("file:tv_mobilenet_v2", 4, 32, "even", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     # AvgPool2d with padding, ceil_mode and count_include_pad False; F.avg_pool2d; AdaptiveAvgPool2d((3, 2)).
     ("file:pools", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
     # Squeeze-and-excitation: a mean over each plane, a per-channel gate multiplied in; a product.

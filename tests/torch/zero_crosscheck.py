@@ -39,6 +39,11 @@ CASES = [  # model, processes, dp flags
 ]
 
 
+def lr_of(flags):
+    """The --lr of a case's dp flags."""
+    return float(flags[flags.index("--lr") + 1])
+
+
 def worker(rank, world, work, tag, model_name, flags, images, labels):
     dist.init_process_group("gloo", init_method="file://" + os.path.join(work, f"store-{tag}"), rank=rank,
                             world_size=world)
@@ -54,12 +59,21 @@ def worker(rank, world, work, tag, model_name, flags, images, labels):
     x_all, y_all = ref.normalise(images), labels.long()
     chunk = BATCH // world
     losses = []
+    # AdamW's denominator √v̂ at each step, per element, as a share of the tensor's largest: the
+    # lowest share over the steps says whether rounding can choose the element's update (below).
+    second = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
+    lowest = {}
     model.train()
     for s in range(STEPS):
         opt.zero_grad()
         lo = s * BATCH + rank * chunk
         loss = torch.nn.functional.cross_entropy(ddp(x_all[lo:lo + chunk]), y_all[lo:lo + chunk])
         loss.backward()
+        for n, p in model.named_parameters():  # the all-reduced gradient, the same on every rank
+            second[n] = 0.999 * second[n] + 0.001 * p.grad.detach() ** 2  # AdamW's default betas
+            root = (second[n] / (1 - 0.999 ** (s + 1))).sqrt()
+            share = root / root.max().clamp_min(1e-30)
+            lowest[n] = share if n not in lowest else torch.minimum(lowest[n], share)
         opt.step()
         total = loss.detach().clone()
         dist.all_reduce(total)
@@ -75,6 +89,7 @@ def worker(rank, world, work, tag, model_name, flags, images, labels):
                 if key in state[i]:
                     moments[f"{key}.{n}"] = state[i][key].clone()  # dp's checkpoint names: <buffer>.<parameter>
         st_io.save(moments, os.path.join(work, f"zero-{tag}-optimizer.safetensors"))
+        st_io.save(lowest, os.path.join(work, f"zero-{tag}-lowest.safetensors"))
         json.dump({"losses": losses}, open(os.path.join(work, f"zero-{tag}.json"), "w"))
     dist.destroy_process_group()
 
@@ -108,21 +123,38 @@ def main():
             want = json.load(open(os.path.join(work, f"zero-{tag}.json")))["losses"]
             theirs = st_io.load(os.path.join(work, f"zero-{tag}.safetensors"))
             their_moments = st_io.load(os.path.join(work, f"zero-{tag}-optimizer.safetensors"))
+            lowest = st_io.load(os.path.join(work, f"zero-{tag}-lowest.safetensors"))
             for stage in ("zero1", "zero2", "zero3"):
                 total += 1
                 got, ours, our_moments = run_dp(dp, work, mnist, tag, model_name, world, flags, init, stage)
                 problems = []
                 if len(got) != len(want) or any(abs(a - b) > 1e-4 * max(1, abs(b)) for a, b in zip(got, want)):
                     problems.append(f"losses {got} != {want}")
-                worst = 0.0
+                worst, undecided = 0.0, 0
                 for k, w in theirs.items():
                     if w.dtype == torch.int64:
                         if not torch.equal(ours[k], w):
                             problems.append(f"{k}: {ours[k]} != {w}")
                         continue
-                    worst = max(worst, (ours[k] - w).abs().max().item())
-                    if not torch.allclose(ours[k], w, rtol=1e-4, atol=1e-4):
-                        problems.append(f"{k} differs by {(ours[k] - w).abs().max().item()}")
+                    err = (ours[k] - w).abs()
+                    worst = max(worst, err.max().item())
+                    far = err > 1e-4 + 1e-4 * w.abs()
+                    if "adamw" in flags and k in lowest:
+                        # AdamW moves an element by lr·m̂/(√v̂ + ε) a step. float32 rounds a gradient
+                        # element to about 1e-6 of its tensor's largest (a sum of a few thousand
+                        # terms at most). Where √v̂ is at least 1e-3 of the tensor's largest at every
+                        # step, that moves an update by at most about 1e-3 of lr: within the 1e-4
+                        # above for these lr and steps. Where at some step it is less (a gradient
+                        # that cancels to almost nothing; at step 1 √v̂ is |g| itself), rounding
+                        # chooses that step's update, up to lr either way: 2·lr a step may part
+                        # the two engines there. Which elements these are depends on the order of
+                        # every sum, so on the machine's BLAS kernels.
+                        open_ = lowest[k] < 1e-3
+                        undecided += int((far & open_).sum())
+                        far = (far & ~open_) | (open_ & (err > 2 * lr_of(flags) * STEPS))
+                    if bool(far.any()):
+                        problems.append(f"{k} differs by {err.max().item()} ({int(far.sum())} of {w.numel()} "
+                                        "elements past the bound)")
                 for k, w in their_moments.items():
                     if k not in our_moments or not torch.allclose(our_moments[k].reshape(w.shape), w, rtol=1e-3,
                                                                   atol=1e-5):
@@ -135,7 +167,8 @@ def main():
                 else:
                     print(f"ok  {tag} host:{world} --sync {stage} == DDP + ZeroRedundancyOptimizer (gloo, {world} "
                           f"processes): losses {['%.5f' % l for l in got]} vs {['%.5f' % l for l in want]}, worst "
-                          f"weight error {worst:.2e}, optimizer state equal ({len(their_moments)} tensors)")
+                          f"weight error {worst:.2e} ({undecided} elements whose update rounding chose moved by "
+                          f"it), optimizer state equal ({len(their_moments)} tensors)")
     print(f"{total - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
