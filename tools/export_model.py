@@ -60,6 +60,28 @@ def load_callable(spec):
     return getattr(module, name)
 
 
+def same_file(a, b):
+    """Do two paths name one file (the same file where both exist, else the same resolved path)?"""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_overwriting(outputs, inputs):
+    """ExportError when two outputs, or an output and an input, are one file: (flag, path) pairs."""
+    outputs = [(f, p) for f, p in outputs if p]
+    for i, (fa, pa) in enumerate(outputs):
+        for fb, pb in outputs[i + 1:]:
+            if same_file(pa, pb):
+                raise ExportError(f"{fa} and {fb} name the same file ({pa}); give each output its own")
+        for fb, pb in inputs:
+            if pb and same_file(pa, pb):
+                raise ExportError(f"{fa} {pa} is the same file as {fb}: writing it would destroy an input")
+
+
 def parse_input(text):
     if text.startswith("tokens:"):
         t = text[len("tokens:"):]
@@ -378,6 +400,9 @@ def main(argv=None):
     try:
         if not a.out.endswith(".json"):
             raise ExportError(f"--out {a.out}: a model file's name ends in .json (how dp tells it from a built-in)")
+        where = a.spec.rsplit(":", 1)[0] if ":" in a.spec else ""
+        refuse_overwriting([("--out", a.out), ("--weights", a.weights)],
+                           [("the spec's file", where)] if where.endswith(".py") else [])
         try:
             kwargs = json.loads(a.kwargs)
         except json.JSONDecodeError as e:

@@ -200,6 +200,22 @@ void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vect
   }
 }
 
+void check_outside_folders(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& folders) {
+  for (const auto& folder : folders) {
+    std::error_code ec;
+    if (folder.path.empty() || !fs::is_directory(folder.path, ec)) continue;
+    const fs::path root = fs::weakly_canonical(fs::absolute(folder.path), ec);
+    for (const auto& o : outputs) {
+      if (o.path.empty()) continue;
+      const fs::path target = fs::weakly_canonical(fs::absolute(resolve_output(o.path, o.what)), ec);
+      const fs::path inside = target.lexically_relative(root);
+      if (inside.empty() || *inside.begin() == ".." || !fs::exists(target, ec)) continue;
+      throw UsageError(o.what + " " + o.path + " is " + inside.string() + " in " + folder.what + " " + folder.path +
+                       ": writing it would destroy an input");
+    }
+  }
+}
+
 void defer_interrupts() { g_defer.store(true); }
 
 void set_second_interrupt_note(const std::string& line) {

@@ -31,6 +31,9 @@ struct NamedPath {
   std::string path;
 };
 void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+// Input folders (a data set's, a checkpoint's): an output that would replace a file anywhere inside
+// one is a UsageError naming both flags. (A new file there is allowed: it destroys nothing.)
+void check_outside_folders(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& folders);
 
 // Remove any temporary being written when SIGINT, SIGTERM or SIGHUP arrives, then die of the
 // signal as before. Called once by the CLI at start.

@@ -118,6 +118,56 @@ with tempfile.TemporaryDirectory() as tmp:
                                                  os.path.join(tmp, ".", "both")], 2, "name the same file")
     check("nothing written for refused runs", not os.path.exists(both))
 
+    # ---- the model file and every other input, for every command and output flag
+    net = os.path.join(tmp, "net.json")
+    with open(net, "w") as f:
+        json.dump({"format": "dp-model", "version": 1, "name": "Net", "source": "net.py:Net",
+                   "input": {"name": "x", "kind": "image", "shape": [1, 2, 2], "dtype": "float32"},
+                   "nodes": [{"name": "flatten", "op": "flatten", "module": "", "inputs": ["x"],
+                              "attrs": {"start_dim": 1, "end_dim": -1}, "shape": [4], "where": ""},
+                             {"name": "l", "op": "linear", "module": "l", "inputs": ["flatten"],
+                              "attrs": {"in_features": 4, "out_features": 2, "bias": True}, "shape": [2], "where": ""}],
+                   "output": "l", "state": [{"name": "l.weight", "shape": [2, 4], "kind": "parameter"},
+                                            {"name": "l.bias", "shape": [2], "kind": "parameter"}],
+                   "loss": {"kind": "cross_entropy"}}, f)
+    net_before = snapshot(net)
+    on_net = [("plan", ["--devices", "meta:2", "--batch", "8"], ["--html", "--json", "--svg", "--trace"]),
+              ("memprof", ["--devices", "host:2", "--batch", "8"], ["--html", "--json", "--svg", "--trace"]),
+              ("demo", ["--devices", "host:2", "--batch", "8"], ["--html", "--json", "--trace"]),
+              ("train", ["--devices", "host:2", "--batch", "8", "--steps", "1", "--eval"],
+               ["--save", "--metrics", "--trace", "--save-best"])]
+    for command, args, flags in on_net:
+        for flag in flags:
+            expect(f"{command} {flag} onto the model file", [command, "--model", net] + args + [flag, net], 2,
+                   f"{flag} {net} is the same file as --model")
+    trained = os.path.join(tmp, "net.safetensors")
+    rc, _, err = run(["train", "--model", net, "--devices", "host:1", "--batch", "4", "--steps", "1", "--save", trained])
+    check("a model file trains (for eval's check below)", rc == 0, err)
+    expect("eval --json onto the model file", ["eval", "--model", net, "--weights", trained, "--json", net], 2,
+           f"--json {net} is the same file as --model")
+    check("the model file untouched by every refused output", snapshot(net) == net_before)
+    # a file anywhere below --data's folder (an image folder's class, say), a checkpoint's files
+    deep = os.path.join(data, "more")
+    os.makedirs(deep)
+    inner = os.path.join(deep, "notes.txt")
+    open(inner, "w").write("mine\n")
+    expect("--metrics onto a file below --data", small + ["--metrics", inner], 2,
+           f"is {os.path.join('more', 'notes.txt')} in --data {data}: writing it would destroy an input")
+    check("the file below --data untouched", open(inner).read() == "mine\n")
+    os.remove(inner)
+    os.rmdir(deep)
+    ck = os.path.join(tmp, "ck")
+    rc, _, err = run(small + ["--checkpoint", ck])
+    step = os.path.join(ck, sorted(os.listdir(ck))[-1]) if os.path.isdir(ck) else ck
+    saved = os.path.join(step, "model.safetensors")
+    saved_before = snapshot(saved) if os.path.exists(saved) else None
+    expect("train --save onto the checkpoint it resumes",
+           ["train", "--data", data, "--devices", "host:2", "--steps", "3", "--batch", "8", "--model", "mlp", "--resume",
+            step, "--save", saved], 2, f"is model.safetensors in --resume {step}")
+    expect("eval --json onto a file of the checkpoint it reads", ["eval", "--data", data, "--weights", step, "--json",
+                                                                 saved], 2, f"in --weights {step}")
+    check("the checkpoint untouched", saved_before is not None and snapshot(saved) == saved_before)
+
     # ---- empty data sets
     empty = mnist_dir(tmp, "empty", train=0, test=10)
     expect("0 training samples", ["train", "--data", empty, "--model", "mlp", "--save", init], 1,

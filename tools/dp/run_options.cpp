@@ -48,10 +48,22 @@ void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, s
     if (!out.path.empty()) check_writable(out.path, out.what);
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!o.data.empty() && fs::is_directory(o.data, ec))
+  // Every input the shared flags name: the model file, --data (a file, or a folder: each file in
+  // it by identity, and anything below it by place), then the command's own (a folder among them,
+  // a checkpoint, is protected the same way).
+  if (!o.model.empty() && fs::is_regular_file(o.model, ec)) inputs.push_back({"--model", o.model});
+  std::vector<NamedPath> folders;
+  if (!o.data.empty() && fs::is_directory(o.data, ec)) {
+    folders.push_back({"--data", o.data});
     for (const auto& entry : fs::directory_iterator(o.data, ec))
       if (entry.is_regular_file(ec)) inputs.push_back({"--data file " + entry.path().filename().string(), entry.path().string()});
+  } else if (!o.data.empty()) {
+    inputs.push_back({"--data", o.data});
+  }
+  for (const auto& in : inputs)
+    if (!in.path.empty() && fs::is_directory(in.path, ec)) folders.push_back(in);
   check_distinct_files(outputs, inputs);
+  check_outside_folders(outputs, folders);
 }
 
 void add_run_options(CLI::App* cmd, RunOptions& o) {

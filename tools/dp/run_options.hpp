@@ -56,7 +56,8 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o);
 CLI::Validator path_flag();
 
 // Before anything runs: every output writable (check_writable), and no output the same file as
-// another output or as an input (--data's files, and `inputs`, e.g. --init).
+// another output or as an input: the model file, --data (its files, or any file below its folder),
+// and `inputs` (e.g. --init; a folder among them, e.g. --resume, protected as --data's is).
 void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs = {});
 
 // Everything the shared flags need, checked before anything runs (UsageError), then built.

@@ -83,7 +83,7 @@ TrainChoices check_train_options(const TrainOptions& o) {
   if (!o.resume.empty() && !std::filesystem::is_directory(o.resume))
     throw UsageError("--resume " + o.resume + ": not a directory");
   check_outputs(o, {{"--save", o.save}, {"--save-best", o.save_best}, {"--metrics", o.metrics}, {"--trace", o.trace}},
-                {{"--init", o.init}});
+                {{"--init", o.init}, {"--resume", o.resume}});
   return c;
 }
 
