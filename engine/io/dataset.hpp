@@ -53,7 +53,8 @@ TrainTest generate_cifar_like(int64_t train_count, int64_t test_count, uint64_t 
 
 // Samples of any C x H x W for `classes` classes (labels below min(classes, 10)): the two above for
 // their shapes, otherwise the CIFAR-style shapes drawn at that size. What a model file trains on
-// without --data. drawn = false: blank images of that shape (a plan on meta devices reads no pixel).
+// without --data. drawn = false: that many samples of that shape and no bytes (a plan on meta
+// devices reads no pixel: its batches come from a ShapeLoader).
 TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, int64_t train_count, int64_t test_count,
                           uint64_t seed, bool drawn = true);
 

@@ -201,8 +201,8 @@ TrainTest generate_dataset(int64_t train_count, int64_t test_count, uint64_t see
 
 TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, int64_t train_count, int64_t test_count,
                           uint64_t seed, bool drawn) {
-  if (classes >= 10 && sample == Shape{3, 32, 32}) return generate_cifar_like(train_count, test_count, seed);
-  if (classes >= 10 && sample == Shape{1, 28, 28}) return generate_dataset(train_count, test_count, seed);
+  if (drawn && classes >= 10 && sample == Shape{3, 32, 32}) return generate_cifar_like(train_count, test_count, seed);
+  if (drawn && classes >= 10 && sample == Shape{1, 28, 28}) return generate_dataset(train_count, test_count, seed);
   if (sample.size() != 3 || sample[0] < 1 || sample[1] < 1 || sample[2] < 1)
     throw UsageError("generated images are C x H x W; the model takes " + shape_str(sample) + " samples");
   const int kinds = static_cast<int>(std::min<int64_t>(classes, 10));
@@ -212,6 +212,7 @@ TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, i
     d.channels = sample[0], d.rows = sample[1], d.cols = sample[2];
     d.mean.assign(static_cast<size_t>(d.channels), 0.5f);
     d.std.assign(static_cast<size_t>(d.channels), 0.25f);
+    if (!drawn) return d;  // blank: the count and the shape, no bytes (a plan's batches are shapes only)
     d.images.resize(static_cast<size_t>(count * d.sample_pixels()));
     d.labels.resize(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
@@ -225,7 +226,7 @@ TrainTest generate_images(const std::vector<int64_t>& sample, int64_t classes, i
   TrainTest tt;
   tt.train = make_set(train_count, rng);
   tt.test = make_set(test_count, rng);
-  const std::string what = (drawn ? "images of shapes, " : "blank images, ") + shape_str(sample);
+  const std::string what = (drawn ? "images of shapes, " : "shapes only (no pixels), ") + shape_str(sample);
   tt.train.source = tt.test.source = "the generated " + what;
   tt.description = "generated " + what + " (" + std::to_string(train_count) + " train, " +
                    std::to_string(test_count) + " test)";

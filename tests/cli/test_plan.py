@@ -9,6 +9,7 @@ usage: test_plan.py DP_BINARY
 import itertools
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -113,6 +114,35 @@ with tempfile.TemporaryDirectory() as tmp:
                         "--context", "1024", "--vocab", "50304", "--optimizer", "adamw", "--devices", "meta:8",
                         "--batch", "64", "--device-memory", "80GiB"])
     check("GPT-2 small on meta:8 at batch 64 plans", rc == 0 and "d7" in out and "GiB" in out, out + err)
+
+    # ---- a plan draws no data: meta devices take shapes only, so a real input size at a large batch
+    # holds no pixels (drawn and normalised, these 65,536 samples of 3x224x224 would take 49 GiB)
+    big = os.path.join(tmp, "big.json")
+    with open(big, "w") as f:
+        json.dump({"format": "dp-model", "version": 1, "name": "Big", "source": "test_plan.py",
+                   "input": {"name": "x", "kind": "image", "shape": [3, 224, 224], "dtype": "float32"},
+                   "nodes": [{"name": "flatten", "op": "flatten", "module": "", "inputs": ["x"],
+                              "attrs": {"start_dim": 1, "end_dim": -1}, "shape": [150528], "where": ""},
+                             {"name": "fc", "op": "linear", "module": "fc", "inputs": ["flatten"],
+                              "attrs": {"in_features": 150528, "out_features": 10, "bias": True}, "shape": [10],
+                              "where": ""}],
+                   "output": "fc", "state": [{"name": "fc.weight", "shape": [10, 150528], "kind": "parameter"},
+                                             {"name": "fc.bias", "shape": [10], "kind": "parameter"}],
+                   "loss": {"kind": "cross_entropy"}}, f)
+    # (its resident peak read by a fresh process whose only child it is)
+    measure = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, 'd7' in p.stdout)")
+    p = subprocess.run([sys.executable, "-c", measure, CLI.dp, "plan", "--model", big, "--devices", "meta:8", "--batch",
+                        "65536"], capture_output=True, text=True, timeout=300)
+    rc, peak_kb, planned = (p.stdout.split() + ["", "", ""])[:3]
+    check("a plan at 3x224x224, batch 65536, holds no pixels (under 1 GiB resident)",
+          rc == "0" and planned == "True" and int(peak_kb) < 1 << 20, (p.stdout, p.stderr[-500:]))
+    # and says what it is doing once it runs past its first second (here, from the start)
+    rc, out, err = run(["plan", "--model", big, "--devices", "meta:2", "--batch", "8", "--device-memory", "1GiB",
+                        "--max-batch", "--compare"], env={"DP_PLAN_PROGRESS_AFTER": "0"})
+    check("--compare --max-batch says which strategy and batch it plans, on stderr",
+          rc == 0 and "planning: strategy 1 of " in err and "the largest batch, trying " in err
+          and "planning:" not in out, err[-800:])
 
     # ---- refused, exit 2, by name
     expect("plan on host devices", ["plan", "--devices", "host:2", "--model", "mlp"], 2, "dp memprof")

@@ -5,8 +5,12 @@
 // batch and devices under every strategy (DataParallel's gathered and in-replica loss, DDP, ZeRO
 // 1-3; float32 and bf16; with --recompute where the model has blocks) beside the closed-form model
 // state of each; --max-batch finds the largest batch that fits --device-memory.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,6 +31,38 @@ namespace {
 struct PlanOptions : MemprofOptions {
   bool compare = false;
   bool max_batch = false;
+};
+
+// What a plan that takes a while is doing, on stderr: nothing in its first second (most plans end
+// in well under one), then a line at most once a second (rewritten in place on a terminal), so
+// --compare and --max-batch at real sizes never sit silent. (DP_PLAN_PROGRESS_AFTER=0: from the
+// start, every line: what the CLI tests read.)
+class PlanProgress {
+ public:
+  void say(const std::string& what) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start_ < after_ || (now - last_ < after_ && shown_once_)) return;
+    shown_once_ = true;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, terminal_ ? "\r\033[Kplanning: %s (%.0f s)" : "planning: %s (%.0f s)\n", what.c_str(), seconds);
+    std::fflush(stderr);
+    shown_ = true, last_ = now;
+  }
+  // Takes a terminal's line away before results go to stdout.
+  void clear() {
+    if (shown_ && terminal_) std::fprintf(stderr, "\r\033[K");
+    shown_ = false;
+  }
+  ~PlanProgress() { clear(); }
+
+ private:
+  static std::chrono::milliseconds after() {
+    const char* v = std::getenv("DP_PLAN_PROGRESS_AFTER");
+    return std::chrono::milliseconds(v && std::string(v) == "0" ? 0 : 1000);
+  }
+  std::chrono::milliseconds after_ = after();
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_ = start_;
+  bool shown_ = false, shown_once_ = false, terminal_ = ::isatty(2) != 0;
 };
 
 // A strategy of --compare: what it sets on the options, and its name.
@@ -95,8 +131,9 @@ std::string verdict(const Plan& p) {
 
 // The largest global batch (up to 2^20) whose plan fits --device-memory: doubling from --batch (or
 // halving), then bisection over plans. 0 when not even one sample a device fits.
-int64_t max_batch(const PlanOptions& o) {
+int64_t max_batch(const PlanOptions& o, PlanProgress& progress, const std::string& what = "") {
   auto fits = [&](int64_t batch) {
+    progress.say((what.empty() ? "" : what + ": ") + "the largest batch, trying " + std::to_string(batch));
     PlanOptions b = o;
     b.batch = batch;
     b.json.clear(), b.svg.clear(), b.trace.clear(), b.html.clear();
@@ -153,13 +190,19 @@ void print_compare(const PlanOptions& o) {
   std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s%s\n", "strategy", "device 0", "largest other", "model state",
               "on top", "verdict", "d0 sends", "other sends", o.max_batch ? "   max batch" : "");
   nlohmann::json rows = nlohmann::json::array(), page_runs = nlohmann::json::array();
-  for (const Strategy& s : strategies(o, has_blocks)) {
+  PlanProgress progress;
+  const std::vector<Strategy> all = strategies(o, has_blocks);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Strategy& s = all[i];
+    const std::string which = "strategy " + std::to_string(i + 1) + " of " + std::to_string(all.size()) + ", " + s.name;
+    progress.say(which);
     const PlanOptions so = with_strategy(o, s);
     const Plan p = plan_steps(so);
     const int64_t d0 = (*p.setup.devices)[0].allocator().stats().peak, other = largest_other_peak(*p.setup.devices);
     const double state = model_state_bytes(s.sync, s.precision != "fp32", p.setup.optimizer, psi, n, true);
     const int64_t sent0 = p.run.sent.empty() ? 0 : p.run.sent[0], sent_other = largest_other_sent(p.run.sent);
-    const int64_t most = o.max_batch ? max_batch(so) : -1;
+    const int64_t most = o.max_batch ? max_batch(so, progress, which) : -1;
+    progress.clear();
     std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s", s.name.c_str(), format_bytes(d0).c_str(),
                 format_bytes(other).c_str(), format_bytes(static_cast<int64_t>(state)).c_str(),
                 format_bytes(d0 - static_cast<int64_t>(state)).c_str(), verdict(p).c_str(), format_bytes(sent0).c_str(),
@@ -208,9 +251,12 @@ int run_plan(const PlanOptions& o) {
     remember_run_for_remedies(o, ready.accumulate, ready.setup.devices->size(), ready.setup.capacity, "plan");
   });
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
-  if (o.max_batch)
-    std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(max_batch(o)),
-                format_bytes(p.setup.capacity).c_str());
+  if (o.max_batch) {
+    PlanProgress progress;
+    const int64_t most = max_batch(o, progress);
+    progress.clear();
+    std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(most), format_bytes(p.setup.capacity).c_str());
+  }
   if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, p.setup, p.run, p.accumulate).dump(2));
   if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("plan", o, p.setup, p.run));
   if (!o.html.empty()) write_file_atomically(o.html, memprof_page("plan", o, p.setup, p.run, p.accumulate));

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/error.hpp"
+#include "engine/io/shape_loader.hpp"
 #include "engine/io/batch_view.hpp"
 #include "engine/io/token_loader.hpp"
 
@@ -157,9 +158,11 @@ RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_tr
                       uint64_t generated_seed, int64_t min_tokens) {
   check_data_path(o, setup.model);
   if (setup.model.language_model()) return load_tokens(o, setup, min_tokens);
-  // Meta devices read no pixel: a plan at a real input size draws none.
-  const bool drawn = !(setup.devices && (*setup.devices)[0].is_meta());
-  return load_images(o, setup.model, generated_train, generated_test, generated_seed, drawn);
+  // Meta devices read no pixel: a plan at a real input size draws none, and its batches are shapes.
+  const bool meta = setup.devices && (*setup.devices)[0].is_meta();
+  RunData d = load_images(o, setup.model, generated_train, generated_test, generated_seed, !meta);
+  d.shapes_only = meta;
+  return d;
 }
 
 std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint64_t seed, int epochs,
@@ -170,6 +173,7 @@ std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint6
     return std::make_unique<TokenLoader>(tokens.train, batch, context, shuffle, seed, epochs, max_steps, first_step,
                                          shard);
   }
+  if (shapes_only) return std::make_unique<ShapeLoader>(images.train.count, batch, epochs, max_steps, first_step, shard);
   return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step,
                                        shard, 3, loader_threads, form);
 }

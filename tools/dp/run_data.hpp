@@ -28,7 +28,8 @@ struct RunData {
   TrainTest images;  // image models
   TokenData tokens;  // language models
   std::string description;
-  int64_t context = 0;  // language models: T
+  int64_t context = 0;        // language models: T
+  bool shapes_only = false;   // meta devices: image batches carry their sizes, no pixels (ShapeLoader)
 
   // Training batches from step first_step on (BatchLoader, each batch made by loader_threads, or
   // TokenLoader).
@@ -60,7 +61,7 @@ BatchForm batch_form_for(const std::string& text, bool cuda, bool language);
 
 // The generated default that fits the model: seven-segment digits (1x28x28), CIFAR-style shapes
 // (3x32x32), or a generated corpus (bytes of sentences).
-// drawn = false: blank images (meta devices), for a shape the built-in generators do not make.
+// drawn = false: the samples' count and shape, no pixels (meta devices).
 TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test, uint64_t seed, bool drawn = true);
 
 // How many samples memprof and demo generate for `steps` steps of `accumulate` batches of --batch
