@@ -2,7 +2,9 @@
 // the same checks as an exported one (the graph module then checks ops, shapes and state).
 #include "models/graph/model_file.hpp"
 
+#include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -51,12 +53,23 @@ Shape shape_of(const std::string& path, const json& v, const std::string& where)
 
 }  // namespace
 
+// FNV-1a, 64 bits, as 16 hex digits: which model a run used, recorded beside its weights so that
+// any path to the same file is that model (not a defence against a forged file).
+static std::string content_hash(const std::string& bytes) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
+}
+
 std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("model file " + path + ": cannot be read (no such file, or no permission)");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(bytes);
   } catch (const json::parse_error& e) {
     bad(path, std::string("not valid JSON (") + e.what() + ")");
   }
@@ -70,6 +83,7 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
 
   auto spec = std::make_shared<GraphSpec>();
   spec->path = path;
+  spec->content_hash = content_hash(bytes);
   spec->name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : path;
   spec->source = j.contains("source") && j["source"].is_string() ? j["source"].get<std::string>() : "";
 

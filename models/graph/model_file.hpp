@@ -43,6 +43,7 @@ struct StateDecl {
 
 struct GraphSpec {
   std::string path, name, source;
+  std::string content_hash;  // of the file's bytes (16 hex digits, FNV-1a 64): its identity wherever it lies
   std::string input_name;
   Shape input_shape;  // per sample
   bool tokens = false;  // int32 token ids (a language model: a target per position)

@@ -91,6 +91,17 @@ with tempfile.TemporaryDirectory() as tmp:
     check("a bad --input is refused", rc == 2 and "--input 3by32" in err, err)
     rc, out, err = export([at("twin.py") + ":resnet8", "--input", "3x32x32", "--out", at("n.txt")])
     check("an --out not ending in .json is refused", rc == 2 and ".json" in err, err)
+    before = open(at("r8.json"), "rb").read()
+    rc, out, err = export([at("twin.py") + ":resnet8", "--input", "3x32x32", "--out", at("r8.json"), "--weights",
+                           at("r8.json")])
+    check("--out and --weights the same file: refused, the file untouched",
+          rc == 2 and "--out and --weights name the same file" in err and open(at("r8.json"), "rb").read() == before, err)
+    spec_before = open(at("twin.py"), "rb").read()
+    rc, out, err = export([at("twin.py") + ":resnet8", "--input", "3x32x32", "--out", at("n.json"), "--weights",
+                           at("twin.py")])
+    check("--weights onto the spec's own .py file: refused, the spec untouched",
+          rc == 2 and "same file as the spec's file" in err and open(at("twin.py"), "rb").read() == spec_before
+          and not os.path.exists(at("n.json")), err)
 
     # ---- the twin trains as the built-in, bit for bit, under every step shape
     for devices, split, sync in (("host:2", "even", "reduce"), ("host:3", "chunks:5,2,4", "reduce"),
@@ -137,6 +148,46 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run(["eval", "--model", at("r8.json"), "--weights", at("straight.safetensors"), "--devices",
                         "host:2"])
     check("eval runs a model file's weights", rc == 0 and "accuracy" in out.lower(), out + err)
+
+    # ---- a model file is what it holds, not the path it was typed as: from another directory, by
+    # another path, the same model; another file, refused naming both
+    elsewhere = at("elsewhere")
+    os.makedirs(elsewhere)
+    rel_net = os.path.relpath(at("r8.json"), elsewhere)
+
+    def run_in(folder, args):
+        p = subprocess.run([CLI.dp] + args, capture_output=True, text=True, cwd=folder, timeout=300)
+        return p.returncode, p.stdout, p.stderr
+    rc, out, err = run_in(tmp, ["train", "--model", "r8.json", "--devices", "host:2", "--batch", "8", "--steps", "2",
+                                "--save", "here.safetensors", "--checkpoint", "ck-here", "--no-shuffle"])
+    check("a run in the model file's folder, by its bare name", rc == 0, err)
+    rc, out, err = run_in(elsewhere, ["eval", "--weights", at("here.safetensors"), "--devices", "host:2"])
+    check("eval from another directory finds the model from the weights alone", rc == 0 and "accuracy" in out.lower(),
+          out + err)
+    rc, out, err = run_in(elsewhere, ["eval", "--weights", at("here.safetensors"), "--model", rel_net, "--devices",
+                                      "host:2"])
+    check("eval takes another path to the same model file", rc == 0 and "accuracy" in out.lower(), out + err)
+    other = at("other.json")
+    doc = json.load(open(at("r8.json")))
+    doc["name"] = "another"  # the same graph, another file's content
+    json.dump(doc, open(other, "w"))
+    rc, out, err = run_in(elsewhere, ["eval", "--weights", at("here.safetensors"), "--model", other, "--devices",
+                                      "host:2"])
+    check("eval refuses another model file, naming both", rc == 2 and "holds the weights of the model file" in err
+          and "r8.json" in err, err)
+    step = os.path.join(tmp, "ck-here", "step-00000002")
+    rc, out, err = run_in(elsewhere, ["eval", "--weights", os.path.join(step, "model.safetensors"), "--devices",
+                                      "host:2"])
+    check("eval of a checkpoint's model.safetensors reads the state.json beside it", rc == 0
+          and "accuracy" in out.lower(), out + err)
+    rc, out, err = run_in(elsewhere, ["train", "--model", rel_net, "--devices", "host:2", "--batch", "8", "--steps",
+                                      "3", "--resume", step, "--no-shuffle"])
+    check("train --resume from another directory, by another path to the model file", rc == 0
+          and "resuming from" in err, err)
+    rc, out, err = run_in(elsewhere, ["train", "--model", other, "--devices", "host:2", "--batch", "8", "--steps", "3",
+                                      "--resume", step, "--no-shuffle"])
+    check("train --resume with another model file: refused naming both", rc == 1
+          and "made with the model file" in err and "r8.json" in err and "other.json" in err, err)
 
     # ---- torchvision's classifiers: memprof, plan and demo on each
     try:

@@ -6,6 +6,7 @@
 #include "engine/error.hpp"
 #include "engine/io/checkpoint.hpp"
 #include "engine/io/read_file.hpp"
+#include "models/graph/model_file.hpp"
 
 namespace dp::cli {
 
@@ -34,7 +35,7 @@ std::optional<ModelIdentity> from_state(const std::string& dir) {
     return std::nullopt;  // damaged: load_checkpoint says why
   }
   if (!state.contains("model") || !state["model"].is_string()) return std::nullopt;
-  ModelIdentity id{state["model"].get<std::string>(), {}, dir};
+  ModelIdentity id{state["model"].get<std::string>(), state.value("model_hash", std::string()), {}, dir};
   if (state.contains("gpt") && state["gpt"].is_object()) {
     const nlohmann::json& g = state["gpt"];
     for (const SizeFlag& size : kSizes)
@@ -47,10 +48,37 @@ std::optional<ModelIdentity> from_state(const std::string& dir) {
 // "--gpt-layers" -> "dp.gpt-layers": the metadata's key for a flag.
 std::string key_of(const char* flag) { return "dp." + std::string(flag + 2); }
 
+// The model file a record names, where it can be found with the recorded content: the path as
+// recorded (absolute since the hash was recorded), else a file of its name beside the weights (a
+// run's folder moved whole); empty if neither holds it.
+std::string locate_model_file(const ModelIdentity& id) {
+  std::error_code ec;
+  const fs::path weights_dir = fs::path(id.source).parent_path();
+  const std::vector<fs::path> places{fs::path(id.model), weights_dir / fs::path(id.model).filename(),
+                                     weights_dir.parent_path() / fs::path(id.model).filename()};
+  for (const fs::path& p : places)
+    if (fs::is_regular_file(p, ec)) {
+      try {
+        if (find_model(p.string()).file->content_hash == id.hash) return p.string();
+      } catch (const UsageError&) {  // not a model file any more: the next place
+      }
+    }
+  return "";
+}
+
 }  // namespace
 
+std::string recorded_model_name(const ModelDef& model) {
+  if (!model.file) return model.name;
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(fs::absolute(model.file->path), ec);
+  return ec ? model.file->path : resolved.string();
+}
+
 SafetensorsMetadata identity_metadata(const ModelDef& model, const RunOptions& o) {
-  SafetensorsMetadata m{{"dp.model", model.file ? o.model : model.name}};
+  (void)o;
+  SafetensorsMetadata m{{"dp.model", recorded_model_name(model)}};
+  if (model.file) m["dp.model-hash"] = model.file->content_hash;
   if (model.language_model() && !model.file) {
     for (const SizeFlag& size : kSizes) m[key_of(size.flag)] = std::to_string(o.*size.member);
     m[key_of("--vocab")] = std::to_string(model.classes);  // the data's when --vocab was not given
@@ -73,8 +101,16 @@ std::optional<ModelIdentity> identity_of_weights(const std::string& path) {
   } catch (const std::exception&) {
     return std::nullopt;  // loading the weights says what is wrong with the file
   }
-  if (!meta.count("dp.model")) return std::nullopt;
-  ModelIdentity id{meta["dp.model"], {}, path};
+  if (!meta.count("dp.model")) {  // a checkpoint's model.safetensors: its state.json lies beside it
+    const fs::path dir = fs::path(path).parent_path();
+    if (fs::exists(dir / "state.json", ec)) {
+      auto id = from_state(dir.empty() ? "." : dir.string());
+      if (id) id->source = path;
+      return id;
+    }
+    return std::nullopt;
+  }
+  ModelIdentity id{meta["dp.model"], meta.count("dp.model-hash") ? meta["dp.model-hash"] : "", {}, path};
   for (const SizeFlag& size : kSizes) {
     if (const auto it = meta.find(key_of(size.flag)); it != meta.end()) {
       try {
@@ -87,11 +123,25 @@ std::optional<ModelIdentity> identity_of_weights(const std::string& path) {
 }
 
 void apply_identity(const ModelIdentity& id, const std::set<std::string>& given, RunOptions& o) {
-  if (!given.count("--model"))
+  if (!id.hash.empty()) {  // a model file: what it is, not where it was
+    const std::string what = "the model file " + id.model + " (content " + id.hash + ")";
+    if (given.count("--model")) {
+      const ModelDef& m = find_model(o.model);
+      if (!m.file || m.file->content_hash != id.hash)
+        throw UsageError("--model " + o.model + (m.file ? " (content " + m.file->content_hash + ")" : "") + ", but " +
+                         id.source + " holds the weights of " + what + ": give that file, or leave --model out");
+    } else {
+      o.model = locate_model_file(id);
+      if (o.model.empty())
+        throw UsageError(id.source + " holds the weights of " + what +
+                         ", which is not there any more (or has changed): give its path with --model");
+    }
+  } else if (!given.count("--model")) {
     o.model = id.model;
-  else if (o.model != id.model)
+  } else if (o.model != id.model) {
     throw UsageError("--model " + o.model + ", but " + id.source + " holds the weights of --model " + id.model +
                      " (leave --model out to take it from there)");
+  }
   for (const SizeFlag& size : kSizes) {
     const auto it = id.sizes.find(size.flag);
     if (it == id.sizes.end()) continue;

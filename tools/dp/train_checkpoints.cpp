@@ -6,12 +6,16 @@
 
 #include "engine/error.hpp"
 #include "tools/dp/commands.hpp"
+#include "tools/dp/model_identity.hpp"
+#include "models/graph/model_file.hpp"
 
 namespace dp::cli {
 
 nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimizer, const TrainOptions& o,
                             const ProcessGroup* group) {
-  nlohmann::json identity{{"model", model.name}, {"optimizer", optimizer_name(optimizer)}, {"batch", o.batch}};
+  nlohmann::json identity{{"model", recorded_model_name(model)}, {"optimizer", optimizer_name(optimizer)},
+                          {"batch", o.batch}};
+  if (model.file) identity["model_hash"] = model.file->content_hash;
   if (model.language_model() && !model.file)
     identity["gpt"] = {{"layers", o.gpt_layers}, {"heads", o.gpt_heads}, {"dim", o.gpt_dim}, {"context", o.context},
                        {"vocab", model.classes}};
@@ -41,11 +45,38 @@ Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json
   return c;
 }
 
+// A model file is the same model by its content, from whichever path and directory it is given:
+// checked here by the hashes, not by load_checkpoint's equal values (a path differs across folders).
+// A checkpoint recorded before content hashes: the path it recorded must hold the same content.
+static nlohmann::json expected_of(const nlohmann::json& identity, const std::string& from) {
+  if (!identity.contains("model_hash")) return identity;
+  nlohmann::json expect = identity;
+  expect.erase("model");
+  expect.erase("model_hash");
+  const auto recorded = identity_of_weights(from);
+  if (!recorded) return expect;  // no state to compare: load_checkpoint says what is wrong
+  const std::string mine = identity["model_hash"].get<std::string>();
+  std::string theirs = recorded->hash;
+  if (theirs.empty()) {
+    try {
+      const ModelDef& old = find_model(recorded->model);
+      theirs = old.file ? old.file->content_hash : recorded->model;
+    } catch (const UsageError&) {
+      theirs = "(" + recorded->model + " is not there)";
+    }
+  }
+  if (theirs != mine)
+    throw RuntimeError(recorded->source + ": the checkpoint was made with the model file " + recorded->model +
+                       " (content " + theirs + "), this run has " + identity["model"].get<std::string>() + " (content " +
+                       mine + ")");
+  return expect;
+}
+
 Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate,
                    const SplitPolicy& split) {
   Resumed r;
   std::vector<std::string> skipped;
-  Checkpoint c = load_checkpoint(from, dp.layout(), identity, &r.dir, &skipped);
+  Checkpoint c = load_checkpoint(from, dp.layout(), expected_of(identity, from), &r.dir, &skipped);
   for (const auto& s : skipped) std::fprintf(stderr, "--resume %s: skipped the damaged checkpoint %s\n", from.c_str(), s.c_str());
   if (!skipped.empty()) std::fprintf(stderr, "--resume %s: resuming from %s\n", from.c_str(), r.dir.c_str());
   if (accumulate == 1 && c.state.value("accumulate", int64_t{1}) != 1)
