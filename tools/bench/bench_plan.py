@@ -1,13 +1,16 @@
 """dp plan's own cost (targets: GPT-2 small on meta:8 at batch 64, one plan < 5 s and < 1 GiB
 resident on the 2-core machine; --compare < 60 s; the planner's memory independent of the planned
-device memory): wall time and peak resident memory (getrusage of the child) of each, median of
-repeats; and dp memprof on host:2 against dp plan on meta:2 for the same small run (what the math
-costs). Prints Markdown.
+device memory; torchvision's resnet50 at 3x224x224 (a model file) on meta:8, --max-batch under 80
+GiB < 10 s and < 1 GiB, with --compare < 60 s): wall time and peak resident memory (getrusage of the
+child) of each, median of repeats; and dp memprof on host:2 against dp plan on meta:2 for the same
+small run (what the math costs). Prints Markdown.
 
 usage: bench_plan.py [--dp build/dp] [--repeats 3]
 """
+import os
 import statistics
 import subprocess
+import tempfile
 
 from dp_runs import start
 
@@ -15,18 +18,38 @@ GPT2 = ["--model", "gpt", "--gpt-layers", "12", "--gpt-heads", "12", "--gpt-dim"
         "--vocab", "50304", "--optimizer", "adamw", "--devices", "meta:8", "--batch", "64"]
 
 
+def resnet50_file(env):
+    """torchvision's resnet50 exported at 3x224x224 (tools/export_model.py), or None without torchvision."""
+    path = os.path.join(tempfile.mkdtemp(), "resnet50-224.json")
+    p = subprocess.run(["/usr/bin/python3", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                         "export_model.py"), "torchvision.models:resnet50", "--kwargs",
+                        '{"num_classes": 10}', "--input", "3x224x224", "--out", path], capture_output=True, env=env)
+    return path if p.returncode == 0 else None
+
+
 def main():
     a, env, dp = start()
+    r50 = resnet50_file(env)
+    big = [dp, "plan", "--model", r50, "--devices", "meta:8", "--batch", "256", "--device-memory", "80GiB",
+           "--max-batch"] if r50 else None
     rows = [("GPT-2 small (163M parameters, untied head), meta:8, batch 64, 80 GiB",
              [dp, "plan"] + GPT2 + ["--device-memory", "80GiB"], "< 5 s, < 1 GiB"),
             ("the same, 800 GiB a device", [dp, "plan"] + GPT2 + ["--device-memory", "800GiB"], "memory independent of it"),
             ("the same, --compare (24 strategies)", [dp, "plan"] + GPT2 + ["--device-memory", "80GiB", "--compare"],
              "< 60 s"),
+            ("the same, --compare --max-batch", [dp, "plan"] + GPT2 + ["--device-memory", "80GiB", "--compare",
+                                                                     "--max-batch"], "< 60 s"),
+            ("torchvision resnet50 at 3x224x224 (a model file), meta:8, batch 256, 80 GiB, --max-batch", big,
+             "< 10 s, < 1 GiB"),
+            ("the same, --compare --max-batch", big + ["--compare"] if big else None, "< 60 s"),
             ("convnet, batch 128: dp memprof on host:2", [dp, "memprof", "--model", "convnet", "--devices", "host:2"], ""),
             ("convnet, batch 128: dp plan on meta:2", [dp, "plan", "--model", "convnet", "--devices", "meta:2"], "")]
     print("| run | wall (median) | peak resident | target |")
     print("|---|---|---|---|")
     for name, cmd, target in rows:
+        if cmd is None:
+            print(f"| {name} | not run: no torchvision to export it | | {target} |")
+            continue
         walls, rss = [], 0
         for _ in range(a.repeats):
             # Each run in a fresh child of its own, so that the high-water mark is this command's.
