@@ -10,7 +10,10 @@ The spec is `package.module:callable` or `path/to/file.py:callable`, a class or 
 returns an nn.Module; --kwargs its arguments as a JSON object. The model is traced with torch.fx
 (every node with its output shape from a run on a batch of two random samples, on a copy, so the
 module's state is untouched); --weights writes its state_dict() as safetensors, for dp's --init.
-A node outside the ops dp runs is refused naming the op, the module path and the source line: exit 2.
+The input shape is checked first (the model must run on it: one message where it does not); then
+every node outside the ops dp runs is listed in one refusal, each with its op, module path, source
+line and what to write instead where there is a plain way; a line torch.fx cannot trace is named
+with what about it (exit 2 for each).
 """
 import argparse
 import copy
@@ -89,8 +92,9 @@ def parse_input(text):
             raise ExportError(f"--input {text}: tokens:T takes a positive T")
         return "tokens", [int(t)]
     parts = text.lower().split("x")
-    if not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise ExportError(f"--input {text}: give one sample's shape as CxHxW (e.g. 3x32x32) or tokens:T")
+    if not all(p.isdigit() and int(p) > 0 for p in parts) or len(parts) not in (1, 3):
+        raise ExportError(f"--input {text}: give one sample's shape as CxHxW (e.g. 3x32x32), F for a vector of F "
+                          "features, or tokens:T")
     return "image", [int(p) for p in parts]
 
 
@@ -276,35 +280,109 @@ def describe_target(node):
     return getattr(t, "__module__", "") + "." + getattr(t, "__name__", str(t))
 
 
-def export(model, kind, shape, name, source):
+# What to write instead of an op dp does not run, where there is a plain way (the refusal says it).
+HINTS = {
+    "Tensor.unsqueeze": "x.view(...) with the new shape",
+    "torch.unsqueeze": "x.view(...) with the new shape",
+    "Tensor.squeeze": "x.view(...) or x.flatten(...)",
+    "torch.squeeze": "x.view(...) or x.flatten(...)",
+    "torch.nn.functional.max_pool2d": "the module nn.MaxPool2d",
+    "torch.nn.functional.batch_norm": "the module nn.BatchNorm2d",
+    "torch.nn.functional.linear": "the module nn.Linear",
+    "torch.nn.functional.conv2d": "the module nn.Conv2d",
+    "torch._C._nn.linear": "the module nn.Linear",
+    "torch.sub": "x + (-1) * y, or a module",
+    "Tensor.sub": "x + (-1) * y, or a module",
+}
+
+
+def user_line(tb):
+    """The innermost line of the user's own code in a traceback ("net.py:12: q, k, v = x.chunk(3, -1)"):
+    not torch's, not this exporter's; "" when there is none."""
+    import linecache
+    import traceback
+    import torch
+    torch_dir = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
+    mine = [f for f in traceback.extract_tb(tb) if not f.filename.startswith("<")
+            and not os.path.abspath(f.filename).startswith(torch_dir)
+            and os.path.abspath(f.filename) != os.path.abspath(__file__)]
+    if not mine:
+        return ""
+    f = mine[-1]
+    code = (f.line or linecache.getline(f.filename, f.lineno)).strip()
+    return f"{os.path.basename(f.filename)}:{f.lineno}: {code}"
+
+
+def first_line(e):
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def why_untraceable(code, e):
+    """What about a line torch.fx could not trace, in the user's terms."""
+    if re.search(r"\.shape\b|\.size\(|\.dim\(", code) and "=" in code:
+        return ("it reads a traced tensor's shape or size as Python numbers, which torch.fx does not give "
+                "(name the sizes from --input, or use x.flatten(1) and views with -1)")
+    if re.match(r"^[\w\s,()\[\]*]+,[\w\s,()\[\]*]*=", code) or "for " in code:
+        return ("it unpacks or iterates a traced value (a, b = ..., or a loop over one), which torch.fx cannot "
+                "(index it instead: x.chunk(3, -1)[0], ...)")
+    if re.search(r"\bif\b|\bwhile\b|\bbool\(|\.item\(\)", code):
+        return "its control flow depends on a tensor's values, which torch.fx cannot trace"
+    return f"torch.fx stopped there ({first_line(e)})"
+
+
+def example_input(model, kind, shape):
+    """A batch of two random samples of one sample's --input shape."""
+    import torch
+    if kind == "tokens":
+        vocab = next((m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
+        if vocab is None:
+            raise ExportError("--input tokens:T needs a model with an nn.Embedding (its vocabulary)")
+        return torch.randint(0, vocab, (2, *shape))
+    return torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))
+
+
+def check_runs_on(model, example, text):
+    """--input before anything else: the model runs on a batch of it (on a copy), or one message
+    saying where and why not."""
+    import torch
+    try:
+        with torch.no_grad():
+            copy.deepcopy(model)(example)
+    except Exception as e:
+        at = user_line(e.__traceback__)
+        raise ExportError(f"--input {text}: the model does not take samples of this shape ({first_line(e)})"
+                          + (f" at {at}" if at else ""))
+
+
+def export(model, kind, shape, name, source, input_text=None):
     import torch
     import torch.fx
     from torch.fx.passes.shape_prop import ShapeProp
 
+    example = example_input(model, kind, shape)
+    check_runs_on(model, example, input_text or "x".join(map(str, shape)))
     tracer = torch.fx.Tracer()
     tracer.record_stack_traces = True
     try:
         graph = tracer.trace(model)
     except Exception as e:
-        raise ExportError(f"torch.fx cannot trace the model ({type(e).__name__}: {e}); dp needs a model "
-                          "without data-dependent control flow")
+        at = user_line(e.__traceback__)
+        if not at:
+            raise ExportError(f"torch.fx cannot trace the model ({first_line(e)})")
+        raise ExportError(f"torch.fx cannot trace {at}: {why_untraceable(at.split(': ', 1)[1], e)}")
     gm = torch.fx.GraphModule(tracer.root, graph)
     modules = dict(gm.named_modules())
-    if kind == "tokens":
-        vocab = next((m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding)), None)
-        if vocab is None:
-            raise ExportError("--input tokens:T needs a model with an nn.Embedding (its vocabulary)")
-        example = torch.randint(0, vocab, (2, *shape))
-    else:
-        example = torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))
     probe = copy.deepcopy(gm)  # shape propagation runs the model (BatchNorm's running stats move)
     try:
         ShapeProp(probe).propagate(example)
     except Exception as e:
-        raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {type(e).__name__}: {e}")
+        at = user_line(e.__traceback__)
+        raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {first_line(e)}"
+                          + (f" at {at}" if at else ""))
     shapes = {n.name: n.meta.get("tensor_meta") for n in probe.graph.nodes}
 
-    nodes, input_name, output = [], None, None
+    nodes, input_name, output, refused = [], None, None, []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             if input_name is not None:
@@ -322,8 +400,9 @@ def export(model, kind, shape, name, source):
         where = where_of(node)
         at = f" at {where}" if where else ""
         if node.op == "get_attr":
-            raise ExportError(f"'{node.target}'{at} uses a parameter or buffer outside its module; dp runs "
-                              "parameters through the modules that own them")
+            refused.append(f"'{node.target}'{at} uses a parameter or buffer outside its module; dp runs "
+                           "parameters through the modules that own them")
+            continue
         module_path = node.target if node.op == "call_module" else ""
         if node.op == "call_module":
             m = modules[node.target]
@@ -333,7 +412,9 @@ def export(model, kind, shape, name, source):
             found = function_op(node)
             what = f"{describe_target(node)} (node '{node.name}')"
         if found is None:
-            raise ExportError(f"{what}{at} is not an op dp runs (docs/model-format.md lists them)")
+            hint = HINTS.get(describe_target(node) if node.op != "call_module" else "")
+            refused.append(f"{what}{at}" + (f" (instead: {hint})" if hint else ""))
+            continue
         op, attrs = found
         meta = shapes.get(node.name)
         if meta is None or not hasattr(meta, "shape"):
@@ -341,6 +422,9 @@ def export(model, kind, shape, name, source):
         nodes.append({"name": node.name, "op": op, "module": module_path,
                       "inputs": [a.name for a in tensor_inputs(node)], "attrs": attrs,
                       "shape": list(meta.shape)[1:], "where": where})
+    if refused:
+        raise ExportError(f"{len(refused)} op{'s' if len(refused) > 1 else ''} dp does not run "
+                          "(docs/model-format.md lists those it does):\n  " + "\n  ".join(refused))
     params = dict(model.named_parameters())
     state = [{"name": k, "shape": list(v.shape), "kind": "parameter" if k in params else "buffer"}
              for k, v in model.state_dict().items()]
@@ -422,7 +506,7 @@ def main(argv=None):
         if not isinstance(model, torch.nn.Module):
             raise ExportError(f"'{a.spec}' returned {type(model).__name__}, not an nn.Module")
         model.train()
-        doc = export(model, kind, shape, a.spec.rsplit(":", 1)[1], a.spec)
+        doc = export(model, kind, shape, a.spec.rsplit(":", 1)[1], a.spec, a.input)
     except ExportError as e:
         fail(str(e))
     text = to_json(doc)

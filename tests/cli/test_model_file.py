@@ -81,6 +81,37 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = export([at("bad.py") + ":Sines", "--input", "4", "--out", at("s.json")])
     check("an op dp does not run is refused naming it, its node and the source line",
           rc == 2 and "Tensor.sin" in err and "bad.py:9" in err and not os.path.exists(at("s.json")), err)
+    with open(at("untraced.py"), "w") as f:
+        f.write("import torch\nimport torch.nn as nn\n\nclass Chunky(nn.Module):\n    def __init__(self):\n"
+                "        super().__init__()\n        self.fc = nn.Linear(12, 12)\n\n    def forward(self, x):\n"
+                "        q, k, v = self.fc(x).chunk(3, -1)\n        return q + k + v\n\n"
+                "class Shapes(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.c = nn.Conv2d(3, 4, 3)\n\n    def forward(self, x):\n        b, c, h, w = x.shape\n"
+                "        return self.c(x).view(b, -1)\n\n"
+                "class Many(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.c = nn.Conv2d(3, 4, 3)\n        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                "        y = self.c(x).permute(0, 2, 3, 1)\n"
+                "        y = torch.nn.functional.max_pool2d(y, 2).unsqueeze(1)\n"
+                "        return self.fc(y.mean((1, 2, 3)).view(-1, 4))\n")
+    rc, out, err = export([at("untraced.py") + ":Chunky", "--input", "12", "--out", at("n.json")])
+    check("an untraceable line is named with what about it (unpacking), not a stray IndexError",
+          rc == 2 and "untraced.py:10: q, k, v = self.fc(x).chunk(3, -1)" in err and "unpacks" in err
+          and "IndexError" not in err, err)
+    rc, out, err = export([at("untraced.py") + ":Shapes", "--input", "3x8x8", "--out", at("n.json")])
+    check("reading x.shape into Python values is named as such", rc == 2 and "untraced.py:19" in err
+          and "shape or size as Python numbers" in err, err)
+    rc, out, err = export([at("untraced.py") + ":Many", "--input", "3x8x8", "--out", at("n.json")])
+    check("every op dp does not run, in one refusal, with a hint where there is one",
+          rc == 2 and "3 ops dp does not run" in err and "Tensor.permute" in err and "max_pool2d" in err
+          and "instead: the module nn.MaxPool2d" in err and "instead: x.view(...)" in err, err)
+    rc, out, err = export([at("untraced.py") + ":Shapes", "--input", "1x8x8", "--out", at("n.json")])
+    check("an --input the model cannot take: one message naming the shape and the line, no traceback",
+          rc == 2 and "--input 1x8x8: the model does not take samples of this shape" in err
+          and "expected input[2, 1, 8, 8] to have 3 channels" in err and "Traceback" not in err
+          and len(err.strip().splitlines()) == 1, err)
+    rc, out, err = export([at("untraced.py") + ":Shapes", "--input", "3x32", "--out", at("n.json")])
+    check("--input 3x32 (neither CxHxW nor a vector) is refused", rc == 2 and "--input 3x32: give one sample's shape"
+          in err, err)
     rc, out, err = export(["no_such_package.models:Net", "--input", "3x32x32", "--out", at("n.json")])
     check("a spec that imports nothing is refused", rc == 2 and "cannot import 'no_such_package.models'" in err, err)
     rc, out, err = export([at("bad.py") + ":Missing", "--input", "4", "--out", at("n.json")])
