@@ -144,7 +144,8 @@ void DataParallelShape::reduce(StepState& s) {
 // unscale the gradients first (GradScaler.unscale_), and skip the update when any is inf or NaN —
 // decided on the device, so nothing here waits for it; the host reads the verdict after the step.
 void DataParallelShape::update(StepState& s, StepResult& r) {
-  if (e_.micro_.count > 1) e_.accumulate_gradients(0, e_.grads_, e_.accumulated_grads_[0]);
+  // The micro-batches' sum, released at the last: dropped when this function returns, after the phase.
+  const Tensor released = e_.micro_.count > 1 ? e_.accumulate_gradients(0, e_.grads_, e_.accumulated_grads_[0]) : Tensor();
   if (!e_.last_micro_batch()) return e_.end_phase({0});
   const Tensor skip_if = e_.scaler_.enabled() ? e_.found_inf_flag(0) : Tensor();
   if (e_.clip_ > 0 || e_.report_norm_ || e_.scaler_.enabled()) e_.enqueue_unscale_and_clip(s, 0, e_.grads_, skip_if);

@@ -204,10 +204,11 @@ void ResidentShape::reduce(StepState&) {
 // are the same all-reduced gradients everywhere, so every device (and process) skips the same
 // steps — which the host checks after the step (settle_loss_scale).
 void ResidentShape::update(StepState& s, StepResult& r) {
+  std::vector<Tensor> released;  // the micro-batches' sums, dropped when this function returns, after the phase
   if (e_.micro_.count > 1)  // gradient accumulation: each device sums its gradients (the last all-reduce added them)
     for (int d = 0; d < e_.devices_.size(); ++d)
-      e_.accumulate_gradients(d, replica_gradients(d), e_.accumulated_grads_[static_cast<size_t>(d)],
-                           !e_.last_micro_batch());
+      released.push_back(e_.accumulate_gradients(d, replica_gradients(d), e_.accumulated_grads_[static_cast<size_t>(d)],
+                                                  !e_.last_micro_batch()));
   if (!e_.last_micro_batch()) return e_.end_phase(e_.all_devices());
   r.lr = e_.lr_;
   for (int d = 0; d < e_.devices_.size(); ++d) {

@@ -103,7 +103,7 @@ void StepEngine::join_replicas(const std::vector<int>& replicas, std::exception_
   } catch (const ReplicaError&) {
     throw;
   } catch (const OutOfMemoryError& e) {
-    throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), true, e.request);
+    throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), true, e.request, e.phase, e.in_use);
   } catch (const std::exception& e) {
     throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), false);
   }
@@ -196,18 +196,16 @@ const Tensor& StepEngine::found_inf_flag(int d) {
   return flag;
 }
 
-void StepEngine::accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add) {
+Tensor StepEngine::accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add) {
   Device& dev = devices_[d];
   if (held.defined() && add)  // the sum in PyTorch's order: ((g0 + g1) + g2) ..., float addition commuting
     dev.stream().enqueue([grads, held, &dev] { add_inplace(dev.exec(), grads.buf(), held.buf(), grads.numel()); },
                          {"add the micro-batches' gradients before", "update"});
-  if (last_micro_batch()) {
-    held = Tensor();  // the add above holds it until it has run (the all-reduce: the step's state)
-    return;
-  }
+  if (last_micro_batch()) return std::exchange(held, Tensor());  // the caller drops it after the phase
   // Zeros: the layout's alignment gaps, which no backward writes, stay zero in both buffers.
   if (!held.defined()) held = Tensor::zeros(dev, grads.shape(), MemCategory::Gradients);
   std::swap(grads, held);  // the sum waits in `held`; the next micro-batch writes the other buffer
+  return Tensor();
 }
 
 Tensor StepEngine::low_precision_parameters() {

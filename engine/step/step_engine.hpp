@@ -81,9 +81,12 @@ struct StepEngine {
   const Tensor& found_inf_flag(int d);  // fp16: device d's verdict (int32, made at first use)
   // Gradient accumulation, in the update phase on device d's stream: the gradients summed over the
   // micro-batches before this one (`held`) added in; then, before the last micro-batch, the sum set
-  // aside in `held` (grads takes the other buffer), or at the last `held` released.
+  // aside in `held` (grads takes the other buffer), or at the last `held` handed back: the caller
+  // drops it once the update phase is over, so that it is freed at the same point on every backend
+  // (dropped here, the add's task would free it whenever that task ends: before or after the
+  // optimizer's first state is made, as the threads fall, and a plan would not be memprof's).
   // `add`: whether to add `held` here (under allreduce the last micro-batch's all-reduce has).
-  void accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add = true);
+  [[nodiscard]] Tensor accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add = true);
   // Mixed precision: a 16-bit copy of the master parameters on device 0 (the replicas' source).
   Tensor low_precision_parameters();
 
