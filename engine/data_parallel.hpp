@@ -124,6 +124,7 @@ class DataParallel : private StepEngine {
   Splitter& splitter() { return splitter_; }
   LossMode loss_mode() const { return loss_->mode(); }
   SyncMode sync_mode() const { return shape_->mode(); }
+  int64_t bucket_bytes() const { return sync_.bucket_bytes; }  // --bucket-mb's, for those who tell the step
   Precision precision() const { return precision_.precision; }
   LossScaler& loss_scaler() { return scaler_; }  // fp16's dynamic loss scale; it goes into checkpoints
   // Under mpirun (allreduce): the other processes join every all-reduce, and StepResult's batch,

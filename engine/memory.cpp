@@ -1,5 +1,7 @@
 #include "engine/memory.hpp"
 
+#include <cctype>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -65,12 +67,15 @@ int64_t parse_bytes(const std::string& text, const std::string& what) {
   }
   std::string unit = text.substr(pos);
   unit.erase(0, unit.find_first_not_of(' '));
+  // Any case, as people type them (80gb, 512Mib): every unit here is a power of 1024.
+  std::string u = unit;
+  for (char& c : u) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "KB") scale = 1024.0;
-  else if (unit == "M" || unit == "MiB" || unit == "MB") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB" || unit == "GB") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "TiB" || unit == "TB") scale = 1024.0 * 1024 * 1024 * 1024;
+  if (u.empty() || u == "b") scale = 1;
+  else if (u == "k" || u == "kib" || u == "kb") scale = 1024.0;
+  else if (u == "m" || u == "mib" || u == "mb") scale = 1024.0 * 1024;
+  else if (u == "g" || u == "gib" || u == "gb") scale = 1024.0 * 1024 * 1024;
+  else if (u == "t" || u == "tib" || u == "tb") scale = 1024.0 * 1024 * 1024 * 1024;
   if (scale == 0) throw UsageError(what + " '" + text + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB or TiB)");
   const double bytes = value * scale;
   if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18)
@@ -201,7 +206,7 @@ OutOfMemoryError CachingAllocator::out_of_memory_locked(size_t bytes) const {
      << (capacity_ > 0 ? format_bytes(capacity_) : std::string("the system's memory")) << " in use ("
      << format_breakdown(stats_.in_use_by_category) << ")";
   if (!phase_.empty()) os << " during " << phase_;
-  return OutOfMemoryError(os.str(), device_, static_cast<int64_t>(bytes));
+  return OutOfMemoryError(os.str(), device_, static_cast<int64_t>(bytes), phase_, stats_.in_use);
 }
 
 void CachingAllocator::free(Block* b) {

@@ -11,7 +11,13 @@ CudaDevices query_cuda_devices() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    out.status = std::string("CUDA runtime: ") + cudaGetErrorString(err) + " (error " +
+    // What it means first: 35 and 100 are what a machine without an NVIDIA driver, or without a
+    // GPU, answers; the runtime's own words after.
+    const std::string meaning = err == cudaErrorInsufficientDriver ? "no NVIDIA driver on this machine (or one older "
+                                                                     "than this build's CUDA)"
+                                : err == cudaErrorNoDevice ? "the NVIDIA driver sees no GPU"
+                                                           : "the CUDA runtime cannot reach a GPU";
+    out.status = meaning + " (CUDA runtime: " + cudaGetErrorString(err) + ", error " +
                  std::to_string(static_cast<int>(err)) + ")";
     (void)cudaGetLastError();  // clear the (non-sticky) error so later calls start clean
     return out;

@@ -69,8 +69,25 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run(["train", "--help"])
     check("help", rc == 0 and "--split" in out)
 
+    check("train --help says a model file goes to --model, and how one is made",
+          "NAME.json" in out and "tools/export_model.py" in out, out)
+    rc, out, err = run(["help"])
+    check("dp help: the commands, exit 0", rc == 0 and "train" in out and "plan" in out and "Usage: dp" in out, out + err)
+    rc, out, err = run(["help", "plan"])
+    check("dp help plan: plan's help", rc == 0 and "--max-batch" in out, out + err)
+    expect("dp help of no command", ["help", "trian"], 2, "unknown command 'trian' (did you mean 'train'?)")
+    rc, out, err = run(["devices"])
+    if "CUDA: no GPU" in out:
+        check("devices without a GPU: says so in plain words and what dp uses instead",
+              "dp runs on host devices instead" in out and ("no NVIDIA driver" in out or "sees no GPU" in out
+                                                             or "no CUDA backend" in out), out)
+
     # Usage errors: exit 2.
-    expect("no subcommand", [], 2, "")
+    rc, out, err = run([])
+    check("dp alone: the help, and exit 2 (nothing ran)", rc == 2 and "Usage: dp" in out and "train" in out, out + err)
+    expect("a flag without its value, in dp's words", ["train", "--steps"], 2,
+           "error: --steps needs a value (a whole number); see dp train --help")
+    expect("a number flag without its value", ["train", "--lr"], 2, "--lr needs a value (a number)")
     # Mistyped commands and flags are named, with the closest known one.
     expect("unknown command", ["trian"], 2, "unknown command 'trian' (did you mean 'train'?)")
     expect("unknown command far from any", ["xyzzyplugh"], 2, "unknown command 'xyzzyplugh'; the commands: train")

@@ -149,6 +149,22 @@ with tempfile.TemporaryDirectory() as tmp:
     check("no_sync narrated", p.returncode == 0 and texts[0]["reduce"].startswith("Nothing is all-reduced")
           and "ring all-reduce" in texts[1]["reduce"] and "every device held the sum" in p.stdout
           and "all-reduced once, on the last micro-batch" in p.stdout, (p.stderr, texts[0]["reduce"][:80]))
+    # Each step shape in its own words: ZeRO's title and diagram, and a bucket count true for the run.
+    p = subprocess.run([DP, "demo", "--sync", "zero3", "--model", "mlp", "--devices", "host:2", "--batch", "8"],
+                       capture_output=True, text=True, timeout=120)
+    check("demo --sync zero3 tells a ZeRO-3 step, each device loading its chunk",
+          p.returncode == 0 and p.stdout.startswith("dp demo: one ZeRO-3 step of 'mlp'")
+          and "DataParallel step" not in p.stdout.splitlines()[0] and " output |" not in p.stdout
+          and "here the model is one bucket (--bucket-mb 25)" in p.stdout and "a bucket or two of the model" not in p.stdout,
+          p.stdout[:1500] + p.stderr)
+    p = subprocess.run([DP, "demo", "--sync", "zero3", "--model", "convnet", "--devices", "host:2", "--batch", "8",
+                        "--bucket-mb", "0.01"], capture_output=True, text=True, timeout=120)
+    check("demo --sync zero3 with small buckets: a bucket or two of the model's many",
+          p.returncode == 0 and "a bucket or two of the model's " in p.stdout, p.stdout[:1500] + p.stderr)
+    p = subprocess.run([DP, "demo", "--sync", "allreduce", "--devices", "host:2", "--batch", "8"],
+                       capture_output=True, text=True, timeout=120)
+    check("demo --sync allreduce is a DDP step", p.returncode == 0 and p.stdout.startswith("dp demo: one DDP step"),
+          p.stdout[:300])
     # More micro-batches than the data holds: a step of all of them, said.
     p = subprocess.run([DP, "demo", "--accumulate", "4", "--generated-size", "20", "--json", js],
                        capture_output=True, text=True, timeout=120)

@@ -182,7 +182,7 @@ with tempfile.TemporaryDirectory() as tmp:
     # (--devices auto). One rank equals one process on cuda:0 (NCCL's sum over one rank is the
     # identity), bit for bit; two ranks on one GPU end quickly.
     listing = subprocess.run([dp, "devices"], capture_output=True, text=True).stdout
-    if "no GPU found" in listing or "cuda" not in listing.lower():
+    if "CUDA: no GPU" in listing or "cuda" not in listing.lower():
         print("GPU processes: no GPU here, not run")
     else:
         gpu_a, gpu_b = os.path.join(tmp, "gpu-one.jsonl"), os.path.join(tmp, "gpu-rank.jsonl")

@@ -163,5 +163,8 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("demo on meta devices", ["demo", "--devices", "meta:2"], 2, "dp plan")
     rc, out, err = run(["plan", "--device-memory", "80GB", "--model", "mlp"])
     check("80GB means 80 GiB", rc == 0 and "80.00 GiB" in out, out + err)
+    for spelling in ("80gb", "80gib", "80Gib", "81920mb"):
+        rc, out, err = run(["plan", "--device-memory", spelling, "--model", "mlp"])
+        check(f"--device-memory {spelling}: units in any case", rc == 0 and "80.00 GiB" in out, out + err)
 
 CLI.finish()

@@ -1,4 +1,4 @@
-// dp demo: one DataParallel step, narrated phase by phase — what happens and why, the tensors
+// dp demo: one step (DataParallel's, or DDP's or ZeRO's under --sync), narrated phase by phase — what happens and why, the tensors
 // with their shapes and devices, the bytes moved on each link, the time taken — with an ASCII
 // picture of the transfers, a per-device memory summary that points at the GPU0 hotspot, and
 // optionally a Chrome/Perfetto trace (--trace), a machine-readable report (--json) and a page to
@@ -66,14 +66,28 @@ std::string arrow(const Transfer& t) {
          dev_name(t.to);
 }
 
-std::string device_row(int n, const std::vector<int64_t>& chunks) {
+// DataParallel's: the batch goes to device 0, the output device; every other shape's: each device
+// loads its own chunk.
+std::string device_row(int n, const std::vector<int64_t>& chunks, bool faithful) {
   std::ostringstream os;
   os << "host";
   for (int i = 0; i < n; ++i) {
-    os << (i == 0 ? " ==> " : "   ") << "[" << dev_name(i) << (i == 0 ? " output" : "") << " | " << chunks[i]
-       << (chunks[i] == 1 ? " sample" : " samples") << "]";
+    os << (i == 0 ? " ==> " : faithful ? "   " : "  => ") << "[" << dev_name(i) << (i == 0 && faithful ? " output" : "")
+       << " | " << chunks[i] << (chunks[i] == 1 ? " sample" : " samples") << "]";
   }
   return os.str();
+}
+
+// What one step is called in its own words: DataParallel's, DDP's or ZeRO-N's.
+std::string step_title(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::Reduce: return "one DataParallel step";
+    case SyncMode::AllReduce: return "one DDP step (DistributedDataParallel's shape)";
+    case SyncMode::Zero1: return "one ZeRO-1 step";
+    case SyncMode::Zero2: return "one ZeRO-2 step";
+    case SyncMode::Zero3: return "one ZeRO-3 step";
+  }
+  return "one step";
 }
 
 // A phase's record: its time and transfers, and its story when told.
@@ -185,8 +199,8 @@ void narrate_micro_batches(const DataParallel& dp, const std::vector<StepResult>
 // The run's first lines: the model, batch, devices, split and precision, and what --accumulate does.
 void print_demo_header(const DemoOptions& o, const DataParallel& dp, const ModelDef& model, const DeviceSet& devices,
                        int64_t accumulate) {
-  std::printf("dp demo: one DataParallel step of '%s' (%s) with batch %lld on %s, --split %s, --precision %s\n",
-              model.name.c_str(), model.summary.c_str(), static_cast<long long>(o.batch),
+  std::printf("dp demo: %s of '%s' (%s) with batch %lld on %s, --split %s, --precision %s\n",
+              step_title(dp.sync_mode()).c_str(), model.name.c_str(), model.summary.c_str(), static_cast<long long>(o.batch),
               devices.description().c_str(), dp.split().text.c_str(), precision_name(dp.precision()));
   if (accumulate > 1)
     std::printf("--accumulate %lld: one optimizer step over %lld micro-batches of %lld, each run through the whole "
@@ -224,7 +238,7 @@ nlohmann::json run_demo_step(DataParallel& dp, const std::vector<std::shared_ptr
       }
   }
   nlohmann::json entry{{"step", step}, {"chunks", r.chunks}, {"loss", r.loss}};
-  if (step == 1) std::printf("  %s\n\n", device_row(n, each.front().chunks).c_str());
+  if (step == 1) std::printf("  %s\n\n", device_row(n, each.front().chunks, dp.sync_mode() == SyncMode::Reduce).c_str());
   if (count == 1) {
     entry["phases"] = told_phases.front();  // the step is its one micro-batch
     if (step == 1)

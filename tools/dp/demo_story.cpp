@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "engine/allreduce/buckets.hpp"
 #include "engine/comm.hpp"
 #include "tools/dp/memory_report.hpp"
 
@@ -56,6 +57,13 @@ std::string held_scaled(bool scaled) {
   return scaled ? " fp16: the sum stays multiplied by the loss scale; it is unscaled and checked for inf/NaN once, "
                   "on the last micro-batch."
                 : "";
+}
+
+// --bucket-mb's value as given ("25", "0.5").
+std::string bucket_mb(int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g", static_cast<double>(bytes) / (1 << 20));
+  return text;
 }
 
 // What every phase's story is told from: the step, its result, and where it sits in its optimizer
@@ -412,10 +420,17 @@ void zero_forward(Stories& s, const StepFacts& f) {
                " part of every bucket of parameters (float32), and its modules gather the rest when they run. Only "
                "device 0's buffers (BatchNorm's running statistics) are broadcast before forward.";
     PhaseStory& fw = of(s, Phase::Forward);
+    const size_t buckets = plan_module_buckets(f.dp.layout(), f.dp.bucket_bytes()).size();
     fw.text += " ZeRO-3: just before the first module of a bucket (--bucket-mb, whole modules each) runs, every device "
                "gives its part of that bucket's parameters and the ring all-gathers them (each device receives the "
                "other (N-1)/N) into a buffer counted as 'gathered parameters', which goes once the bucket's last "
-               "module has run forward: at any moment a device holds a bucket or two of the model, not all of it.";
+               "module has run forward: ";
+    fw.text += buckets > 2 ? "at any moment a device holds a bucket or two of the model's " + std::to_string(buckets) +
+                                 ", not all of it."
+                           : "here the model is " + std::string(buckets == 1 ? "one bucket" : "two buckets") +
+                                 " (--bucket-mb " + bucket_mb(f.dp.bucket_bytes()) + "), so while it runs forward a "
+                                 "device holds all of it; a smaller --bucket-mb cuts it into more, of which a device "
+                                 "holds a bucket or two at a time.";
     if (f.mixed) fw.text += " Each part is rounded from its float32 master to " + f.low_name + " as it is given: the "
                             "ring carries " + f.low_name + ".";
     fw.carried = f.low_name + " parameters (all-gathered)";

@@ -13,7 +13,8 @@ Run add_devices_command(CLI::App& app) {
     (void)cmd;
     const CudaDevices cuda = query_cuda_devices();
     if (cuda.gpus.empty()) {
-      std::printf("CUDA: no GPU found (%s)\n", cuda.status.c_str());
+      std::printf("CUDA: no GPU: %s\n  dp runs on host devices instead (--devices auto picks them; --devices host:N "
+                  "for N of them)\n", cuda.status.c_str());
     } else {
       std::printf("CUDA: %zu GPU(s), %s\n", cuda.gpus.size(), cuda.status.c_str());
       for (const auto& g : cuda.gpus)

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 #include <new>
+#include <regex>
 
 #include "engine/error.hpp"
 #include "engine/io/atomic_file.hpp"
@@ -80,6 +81,23 @@ std::string extras_message(CLI::App& app) {
          " (a value without its flag?); see " + where + " --help";
 }
 
+// CLI11's wording ("--steps: 1 required INT missing\nRun with --help for more information.") in
+// dp's: what is wrong with which flag, and where the help is.
+std::string parse_error_message(CLI::App& app, const CLI::ParseError& e) {
+  const CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+  const std::string where = command == &app ? "dp --help" : "dp " + command->get_name() + " --help";
+  std::string what = e.what();
+  static const std::regex missing(R"(^(\S+): \d+ required (\S+) missing$)");
+  std::smatch m;
+  if (std::regex_match(what, m, missing)) {
+    const std::string kind = m[2] == "INT" ? "a whole number" : m[2] == "FLOAT" ? "a number" : "a value";
+    what = m[1].str() + " needs a value (" + kind + ")";
+  } else if (what == "A subcommand is required") {
+    what = "a command is required";
+  }
+  return what + "; see " + where;
+}
+
 }  // namespace
 
 
@@ -95,7 +113,7 @@ int main(int argc, char** argv) {
   // instead of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   dp::cli::command_line().assign(argv, argv + argc);
-  CLI::App app{"dp-engine: single-process multi-device DataParallel training"};
+  CLI::App app{"dp-engine: single-process multi-device DataParallel training", "dp"};
   app.require_subcommand(1);
   auto train = dp::cli::add_train_command(app);
   auto devices = dp::cli::add_devices_command(app);
@@ -106,6 +124,20 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_text(), "print dp's commit and build (CUDA or not), and exit");
   // A first word that is no command: say so, with the closest command (CLI11 says only that one is required).
   const std::vector<std::string> commands = names_of(app.get_subcommands({}));
+  // `dp` alone, `dp help` and `dp help COMMAND`: the help, as --help gives it.
+  if (argc == 1 || (argc <= 3 && std::string(argv[1]) == "help")) {
+    CLI::App* about = &app;
+    if (argc == 3) {
+      if (std::find(commands.begin(), commands.end(), std::string(argv[2])) == commands.end()) {
+        std::fprintf(stderr, "error: unknown command '%s'%s (dp --help)\n", argv[2],
+                     dp::cli::did_you_mean(argv[2], commands).c_str());
+        return 2;
+      }
+      about = app.get_subcommand(argv[2]);
+    }
+    std::printf("%s", about->help().c_str());
+    return argc == 1 ? 2 : 0;  // a bare `dp` ran nothing: not a success
+  }
   if (argc >= 2 && argv[1][0] != '-' &&
       std::find(commands.begin(), commands.end(), std::string(argv[1])) == commands.end()) {
     std::string known;
@@ -119,9 +151,16 @@ int main(int argc, char** argv) {
   } catch (const CLI::ExtrasError&) {
     std::fprintf(stderr, "error: %s\n", extras_message(app).c_str());
     return 2;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    // In dp's words, as every other error: "error: ...; see dp train --help".
+    std::fprintf(stderr, "error: %s\n", parse_error_message(app, e).c_str());
+    return 2;
   }
   // Under mpirun an error on this rank ends the whole job rather than leaving the others waiting.
   auto failed = [](int code) {

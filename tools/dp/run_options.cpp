@@ -69,7 +69,10 @@ void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, s
 void add_run_options(CLI::App* cmd, RunOptions& o) {
   // A flag given twice: the later one wins, for these options and every one the command adds after.
   cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--model", o.model, "mlp, convnet, resnet18, resnet8, gpt (or tiny)")->capture_default_str();
+  cmd->add_option("--model", o.model,
+                  "a built-in (mlp, convnet, resnet18, resnet8, gpt, tiny) or a model file, NAME.json, exported from "
+                  "PyTorch by tools/export_model.py (docs/model-format.md)")
+      ->capture_default_str();
   cmd->add_option("--data", o.data,
                   "images: a directory of MNIST-style IDX or CIFAR-10 binary files; gpt: a directory with train.bin and "
                   "val.bin, a text file or a directory of text files (default: generated data)")
