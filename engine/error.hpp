@@ -24,12 +24,16 @@ namespace dp {
 // An error inside one replica's work, raised on the host after every worker has stopped:
 // "in replica 2 on device 2: ...". Keeps whether the cause was out of memory (exit code 3).
 struct ReplicaError : RuntimeError {
-  ReplicaError(int replica, int device, const std::string& what, bool out_of_memory, int64_t request = 0)
+  ReplicaError(int replica, int device, const std::string& what, bool out_of_memory, int64_t request = 0,
+               std::string phase = "", int64_t in_use = 0)
       : RuntimeError("in replica " + std::to_string(replica) + " on device " + std::to_string(device) + ": " + what),
-        replica(replica), device(device), out_of_memory(out_of_memory), request(request) {}
+        replica(replica), device(device), out_of_memory(out_of_memory), request(request), phase(std::move(phase)),
+        in_use(in_use) {}
   int replica, device;
   bool out_of_memory;
-  int64_t request;  // bytes asked for, when out of memory
+  int64_t request;     // bytes asked for, when out of memory
+  std::string phase;   // out of memory: the phase it failed in
+  int64_t in_use = 0;  // out of memory: the device's bytes in use then
 };
 
 }  // namespace dp

@@ -59,10 +59,12 @@ struct MemoryStats {
 
 // "device 0 (host:0) ran out of memory trying to allocate 2.59 GiB: ..." (docs/architecture.md).
 struct OutOfMemoryError : std::runtime_error {
-  OutOfMemoryError(const std::string& msg, int device, int64_t request)
-      : std::runtime_error(msg), device(device), request(request) {}
+  OutOfMemoryError(const std::string& msg, int device, int64_t request, std::string phase = "", int64_t in_use = 0)
+      : std::runtime_error(msg), device(device), request(request), phase(std::move(phase)), in_use(in_use) {}
   int device;
   int64_t request;
+  std::string phase;   // the step phase it failed in ("" outside a step)
+  int64_t in_use = 0;  // the device's bytes in use when it failed
 };
 
 std::string format_bytes(int64_t bytes);        // "2.59 GiB"

@@ -28,18 +28,25 @@ if not CHROMIUM:
 CLI = Cli()
 check, run = CLI.check, CLI.run
 ARTEFACTS = os.path.abspath(sys.argv[2]) if len(sys.argv) > 2 else None
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,800",
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                 "--virtual-time-budget=3000", "--enable-logging=stderr", "--v=0", "--no-first-run",
                 "--disable-extensions", "--disable-background-networking"]
+SIZE = "--window-size=1280,800"
 
 
 class Dom(html.parser.HTMLParser):
-    """The rendered page's elements, as (tag, attributes)."""
+    """The rendered page's elements, as (tag, attributes), and its markup."""
 
     def __init__(self, text):
         super().__init__()
         self.elements = []
+        self.text = text
         self.feed(text)
+
+    def inner(self, element_id):
+        """The text inside the element of that id (tags stripped)."""
+        m = re.search(r'<(\w+)[^>]*\bid="' + element_id + r'"[^>]*>(.*?)</\1>', self.text, re.S)
+        return re.sub(r"<[^>]+>", " ", m.group(2)) if m else ""
 
     def handle_starttag(self, tag, attrs):
         self.elements.append((tag, dict(attrs)))
@@ -51,9 +58,9 @@ class Dom(html.parser.HTMLParser):
         return next(a for t, a in self.elements if t == "body")
 
 
-def render(page, fragment, profile):
+def render(page, fragment, profile, size=SIZE):
     """The DOM after the page's script ran at file://page#fragment, and the console lines."""
-    p = subprocess.run([CHROMIUM] + CHROME_FLAGS + [f"--user-data-dir={profile}", "--dump-dom",
+    p = subprocess.run([CHROMIUM] + CHROME_FLAGS + [size, f"--user-data-dir={profile}", "--dump-dom",
                                                     f"file://{page}#{fragment}"],
                        capture_output=True, text=True, errors="replace", timeout=120)
     console = [line for line in p.stderr.splitlines() if "CONSOLE" in line]
@@ -65,7 +72,7 @@ def screenshot(page, fragment, name, profile):
         return
     os.makedirs(ARTEFACTS, exist_ok=True)
     out = os.path.join(ARTEFACTS, name)
-    subprocess.run([CHROMIUM] + CHROME_FLAGS + [f"--user-data-dir={profile}", f"--screenshot={out}",
+    subprocess.run([CHROMIUM] + CHROME_FLAGS + [SIZE, f"--user-data-dir={profile}", f"--screenshot={out}",
                                                 f"file://{page}#{fragment}"],
                    capture_output=True, timeout=120)
     check(f"{name}: screenshot written", os.path.getsize(out) > 10000 if os.path.exists(out) else False)
@@ -107,9 +114,10 @@ def nonzero(categories):
     return {k: v for k, v in categories.items() if v}
 
 
-def loads_cleanly(label, page, fragment, devices, profile):
-    """The page renders with its script done, no error, nothing on the console, a lane per device."""
-    dom, console, rc = render(page, fragment, profile)
+def loads_cleanly(label, page, fragment, devices, profile, size=SIZE):
+    """The page renders with its script done, no error, nothing on the console, a lane per device,
+    no label crossing another (the page measures its labels' boxes: data-label-overlaps)."""
+    dom, console, rc = render(page, fragment, profile, size)
     body = dom.body()
     check(f"{label} #{fragment}: chromium exits 0", rc == 0, f"exit {rc}")
     check(f"{label} #{fragment}: the script ran to the end", body.get("data-ready") == "1", str(body))
@@ -118,9 +126,17 @@ def loads_cleanly(label, page, fragment, devices, profile):
     lanes = dom.with_attr("data-lane")
     check(f"{label} #{fragment}: a lane per device", sorted(int(a["data-device"]) for a in lanes) == list(range(devices)),
           str([a.get("data-device") for a in lanes]))
-    check(f"{label} #{fragment}: fits 1280 px without scrolling sideways", body.get("data-fits-width") == "1",
+    check(f"{label} #{fragment}: fits {size.split('=')[1]} without scrolling sideways", body.get("data-fits-width") == "1",
           str(body.get("data-fits-width")))
+    check(f"{label} #{fragment} at {size.split('=')[1]}: no label crosses another", body.get("data-label-overlaps") == "0",
+          str(body.get("data-label-overlaps")))
     return dom
+
+
+def at_widths(label, page, fragment, devices, profile):
+    """The page at 800 and 1400 px wide: loads cleanly, labels apart (loads_cleanly checks both)."""
+    return {width: loads_cleanly(f"{label} ({width} px)", page, fragment, devices, profile, f"--window-size={width},900")
+            for width in (800, 1400)}
 
 
 def self_contained(label, page):
@@ -179,6 +195,7 @@ with tempfile.TemporaryDirectory() as tmp:
           [d["peak_bytes"] for d in report["devices"]] == [m["peak_bytes"] for m in demo_json["memory"]])
     dom = loads_cleanly("demo", demo, "view=peak", 4, profile)
     peaks_match("demo #view=peak", dom, report)
+    at_widths("demo", demo, "", 4, profile)
     window_matches("demo", demo, data, 0, profile, 4)
     reduce_windows = {k for k, w in enumerate(data["runs"][0]["windows"]) if w["phase"] == "reduce"}
     into_d0 = {t["from"] for t in data["runs"][0]["transfers"] if t["window"] in reduce_windows and t["to"] == 0}
@@ -211,8 +228,12 @@ with tempfile.TemporaryDirectory() as tmp:
     check("memprof: the page's report is the --json report", data["runs"][0]["report"] == json.load(open(mem_json)))
     dom = loads_cleanly("memprof", mem, "view=peak", 3, profile)
     peaks_match("memprof #view=peak", dom, data["runs"][0]["report"])
+    check("memprof: a capacity 20x the run's peak: the bars fit the peak, the capacity said above the scale",
+          not dom.with_attr("data-capacity") and "above the scale" in dom.text, "")
+    dom = loads_cleanly("memprof fit=capacity", mem, "view=peak&fit=capacity", 3, profile)
     caps = dom.with_attr("data-capacity")
-    check("memprof: the capacity line", len(caps) == 1 and int(caps[0]["data-capacity"]) == 64 << 20, str(caps))
+    check("memprof #fit=capacity: the capacity line", len(caps) == 1 and int(caps[0]["data-capacity"]) == 64 << 20, str(caps))
+    at_widths("memprof", mem, "fit=capacity", 3, profile)
     check("memprof: each device's peak marked", len(dom.with_attr("data-peak")) == 3)
     window_matches("memprof", mem, data, 0, profile, 3)
     # The same views on the equal-phases axis.
@@ -242,6 +263,34 @@ with tempfile.TemporaryDirectory() as tmp:
     if os.path.exists(oom):
         dom = loads_cleanly("memprof out of memory", oom, "", 2, profile)
         peaks_match("memprof out of memory (opens at the peaks)", dom, embedded(oom)["runs"][0]["report"])
+    oom2 = os.path.join(tmp, "oom2.html")
+    rc, out, err = run(["memprof", "--model", "resnet8", "--devices", "host:4", "--batch", "64", "--device-memory",
+                        "12MiB", "--html", oom2])
+    check("memprof out of memory in a later phase: exit 3, the page written", rc == 3 and os.path.exists(oom2), err)
+    if os.path.exists(oom2):
+        data = embedded(oom2)
+        failed = data["runs"][0]["report"]["out_of_memory"]
+        windows = data["runs"][0]["windows"]
+        check("out of memory: the report names the phase, step and bytes in use",
+              failed.get("phase") in ("forward", "backward", "loss", "gather") and failed.get("step") == 1
+              and failed.get("in_use_bytes", 0) > 0, str(failed))
+        check("out of memory: the timeline reaches the phase it failed in", windows and windows[-1].get("failed")
+              and windows[-1]["phase"] == failed.get("phase"), str(windows[-2:]))
+        dom = loads_cleanly("memprof out of memory (a later phase)", oom2, "", 4, profile)
+        headline = dom.inner("headline")
+        check("out of memory: the headline says where, in which phase, asking for what",
+              f"ran out in {failed.get('phase')} of step 1" in headline and "asking for" in headline
+              and "12.00 MiB" in headline, headline)
+        check("out of memory: the excess words do not repeat the error", "Out of memory" not in dom.inner("excess"),
+              dom.inner("excess"))
+        at_widths("memprof out of memory", oom2, "", 4, profile)
+    # Device 0's excess in words: every category that differs, both signs (device 0 takes fewer samples here)
+    gpu0 = os.path.join(tmp, "gpu0.html")
+    rc, out, err = run(["memprof", "--model", "convnet", "--devices", "host:2", "--batch", "32", "--split", "gpu0:4",
+                        "--html", gpu0])
+    if rc == 0:
+        words = loads_cleanly("memprof gpu0:4", gpu0, "view=peak", 2, profile).inner("excess")
+        check("excess: parts of both signs listed", "+" in words and "−" in words, words)
 
     # ---- dp plan --compare: a strategy selector; the fragment switches the bars
     plan = os.path.join(tmp, "plan.html")
@@ -266,6 +315,13 @@ with tempfile.TemporaryDirectory() as tmp:
     check("plan: #strategy=zero-3 is ZeRO-3", bars(dom) == seen["ZeRO-3"])
     window_matches("plan ZeRO-1", plan, data, [r["name"] for r in data["runs"]].index("ZeRO-1"), profile, 4,
                    "&strategy=ZeRO-1")
+    dom = loads_cleanly("plan compare table", plan, "strategy=ZeRO-2", 4, profile)
+    table = dom.inner("compare")
+    selected = [a for t, a in dom.elements if t == "tr" and a.get("aria-selected") == "true"]
+    check("plan --compare: the table on the page, a row a strategy, the shown one selected",
+          all(r["strategy"] in table for r in rows) and "model state" in table and len(selected) == 1
+          and selected[0].get("data-run") == str([r["name"] for r in data["runs"]].index("ZeRO-2")), table[:300])
+    at_widths("plan --compare", plan, "strategy=ZeRO-2", 4, profile)
     screenshot(plan, "view=peak&strategy=ZeRO-2", "plan-compare.png", profile)
 
     # ---- eight devices on one screen, the plan of one run
@@ -274,6 +330,10 @@ with tempfile.TemporaryDirectory() as tmp:
     check("plan meta:8 --html: exit 0", rc == 0, err)
     dom = loads_cleanly("plan meta:8", wide, "view=peak", 8, profile)
     peaks_match("plan meta:8 #view=peak", dom, embedded(wide)["runs"][0]["report"])
+    doms = at_widths("plan meta:8", wide, "", 8, profile)
+    phases = len(embedded(wide)["runs"][0]["windows"])
+    check("plan meta:8 at 1400 px: every phase labelled (in full or short)",
+          doms[1400].body().get("data-phase-labels") == str(phases), (doms[1400].body().get("data-phase-labels"), phases))
     screenshot(wide, "", "plan-8-devices.png", profile)
 
     # ---- refusals: nothing written

@@ -73,10 +73,10 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
       add_step(run, step_on(dp, micro), setup.devices->size());
     }
   } catch (const OutOfMemoryError& e) {
-    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
+    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request, e.phase, e.in_use};
   } catch (const ReplicaError& e) {
     if (!e.out_of_memory) throw;
-    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request};
+    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request, e.phase, e.in_use};
   }
   if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
   if (run.tracer) {
@@ -159,7 +159,10 @@ nlohmann::json memprof_json(const RunOptions& o, const RunSetup& setup, const Me
   if (run.out_of_memory)
     report["out_of_memory"] = {{"message", run.out_of_memory->message},
                                {"device", run.out_of_memory->device},
-                               {"request_bytes", run.out_of_memory->request}};
+                               {"request_bytes", run.out_of_memory->request},
+                               {"phase", run.out_of_memory->phase},
+                               {"step", run.completed + 1},
+                               {"in_use_bytes", run.out_of_memory->in_use}};
   return report;
 }
 

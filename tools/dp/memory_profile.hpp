@@ -38,6 +38,8 @@ struct OutOfMemorySeen {
   std::string message;
   int device = -1;
   int64_t request = 0;
+  std::string phase;   // the phase it failed in ("" before the first step)
+  int64_t in_use = 0;  // the device's bytes in use then
 };
 
 // What profiling measured, beside each device's allocator statistics.

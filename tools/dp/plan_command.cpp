@@ -219,6 +219,11 @@ void print_compare(const PlanOptions& o) {
       PageRunInput in;
       in.name = s.name, in.report = row["report"], in.tracer = p.run.tracer.get(), in.timeline = &p.run.timeline;
       page_runs.push_back(page_run_json(in, n, true));
+      nlohmann::json cells{{"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
+                           {"model_state_bytes", static_cast<int64_t>(state)}, {"verdict", verdict(p)},
+                           {"device0_sends_bytes", sent0}, {"largest_other_sends_bytes", sent_other}};
+      if (o.max_batch) cells["max_batch"] = most;
+      page_runs.back()["row"] = cells;  // the page's table: the row this strategy has above
     }
     rows.push_back(row);
   }

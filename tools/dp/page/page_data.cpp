@@ -16,6 +16,7 @@ struct Window {
   int step, micro;
   std::string phase;
   double start, end;  // µs on the trace's clock
+  bool failed = false;  // the phase the run ran out of memory in (it never finished)
 };
 
 // The host's phase slices in order. Every micro-batch of a step begins with its load (and runs
@@ -68,8 +69,18 @@ struct Merged {
 
 nlohmann::json page_run_json(const PageRunInput& in, int devices, bool phase_axis) {
   const std::vector<TraceSlice> slices = in.tracer->slices();
-  const std::vector<Window> windows =
-      phase_windows(slices, std::max<int64_t>(1, in.report.value("accumulate", int64_t{1})));
+  std::vector<Window> windows = phase_windows(slices, std::max<int64_t>(1, in.report.value("accumulate", int64_t{1})));
+  // A run that ran out of memory: the phase it failed in, after the last that finished, reaching to
+  // the last work its devices did (a phase that never ended has no slice of the host's).
+  const nlohmann::json& oom = in.report.contains("out_of_memory") ? in.report["out_of_memory"] : nlohmann::json();
+  if (oom.is_object() && !oom.value("phase", std::string()).empty() && oom.value("step", 0) <= kTimelineSteps) {
+    const double start = windows.empty() ? 0 : windows.back().end;
+    double end = start;
+    for (const auto& s : slices) end = std::max(end, s.end_us);
+    const int micro = windows.empty() || windows.back().phase == "update" ? 1 : windows.back().micro;
+    windows.push_back({oom["step"].get<int>(), micro, oom["phase"].get<std::string>(), start,
+                       end > start ? end : start + 1, true});
+  }
   const double origin = windows.empty() ? 0 : windows.front().start;
   const double cutoff = windows.empty() ? 0 : windows.back().end;
   // Milliseconds from the first phase; on meta devices window i spans [i, i + 1].
@@ -93,6 +104,7 @@ nlohmann::json page_run_json(const PageRunInput& in, int devices, bool phase_axi
   for (const auto& w : windows) {
     nlohmann::json entry{{"step", w.step}, {"phase", w.phase}, {"micro", w.micro}, {"start", at(w.start)},
                          {"end", at(w.end)}, {"timeline", nullptr}};
+    if (w.failed) entry["failed"] = true;
     if (auto it = memory.find({w.step, w.phase}); it != memory.end()) entry["timeline"] = it->second;
     const std::string key = std::to_string(w.step) + "/" + w.phase + "/" + std::to_string(w.micro);
     if (in.stories.contains(key)) entry["story"] = in.stories[key];
