@@ -7,9 +7,9 @@
 #include <new>
 #include <utility>
 
-#include "engine/comm.hpp"
-#include "engine/error.hpp"
-#include "engine/random.hpp"
+#include "engine/comm/comm.hpp"
+#include "core/error.hpp"
+#include "runtime/random.hpp"
 #include "engine/step/replica_timer.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"

@@ -26,13 +26,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 #include "engine/shapes/step_shape.hpp"
 #include "engine/split/splitter.hpp"
 #include "engine/step/replica_timer.hpp"
 #include "engine/step/step_engine.hpp"
 #include "engine/step/step_result.hpp"
-#include "engine/step_recorder.hpp"
+#include "engine/step/step_recorder.hpp"
 #include "models/model.hpp"
 
 namespace dp {

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/elementwise.hpp"
 
 namespace dp {

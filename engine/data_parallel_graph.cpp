@@ -7,10 +7,10 @@
 // the DataParallel.
 #include <utility>
 
-#include "engine/comm.hpp"
+#include "engine/comm/comm.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/data_parallel_step.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

@@ -3,9 +3,9 @@
 // have made float32 images on the host: a quarter of the bytes to make, stage and upload, the same
 // bits. Device 0 holds the float32 batch as it would have (DataParallel's hotspot unchanged), and
 // the uint8 one beside it until the step is joined.
-#include "engine/comm.hpp"
+#include "engine/comm/comm.hpp"
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/pixels.hpp"
 
 namespace dp {

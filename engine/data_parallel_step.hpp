@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "engine/step/step_graph.hpp"
 
 namespace dp {

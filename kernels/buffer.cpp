@@ -1,6 +1,6 @@
 #include "kernels/buffer.hpp"
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/error.hpp"
-#include "engine/memory.hpp"
+#include "core/error.hpp"
+#include "runtime/memory.hpp"
 #include "kernels/ops/convert.hpp"
 
 namespace dp {

@@ -1,6 +1,6 @@
 // splitmix64 (Steele, Lea and Flood): the state advanced by the golden gamma, then a finaliser
 // that scatters every bit (a bijection). The run's random streams derive their seeds with it
-// (engine/random.cpp), and dropout draws its masks from it on the CPU and the GPU alike
+// (runtime/random.cpp), and dropout draws its masks from it on the CPU and the GPU alike
 // (kernels/dropout_mask.hpp).
 #pragma once
 #include <cstdint>

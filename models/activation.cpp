@@ -1,6 +1,6 @@
 // nn.ReLU6, nn.SiLU, nn.Sigmoid and nn.Tanh: the element-wise function of kernels/ops/activation.hpp,
 // keeping its input for backward.
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 #include "kernels/ops/activation.hpp"
 #include "models/module.hpp"
 

@@ -1,6 +1,6 @@
 // AdaptiveAvgPool2d((1, 1)): each channel's mean over the plane (ResNet's global average pool).
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/pooling.hpp"
 #include "models/module.hpp"
 

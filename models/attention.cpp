@@ -4,8 +4,8 @@
 // probabilities) happens inside the attention kernel, which draws its mask from this module's site.
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/attention.hpp"
 #include "models/module.hpp"
 

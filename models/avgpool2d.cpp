@@ -2,8 +2,8 @@
 // adaptive_avgpool2d.cpp's): averages over the windows of kernels/avgpool_windows.hpp.
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/pooling.hpp"
 #include "models/module.hpp"
 

@@ -5,8 +5,8 @@
 // conv1, bn1, relu, conv2, bn2, downsample.0, downsample.1.
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "models/module.hpp"
 

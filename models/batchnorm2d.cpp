@@ -1,8 +1,8 @@
 #include <sstream>
 
-#include "engine/allreduce/replica_group.hpp"
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "engine/comm/replica_group.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/batchnorm.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"

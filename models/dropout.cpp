@@ -4,8 +4,8 @@
 // but the few numbers that name it.
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/dropout.hpp"
 #include "models/module.hpp"
 

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "models/module.hpp"

@@ -1,8 +1,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/linear.hpp"
 #include "models/module.hpp"
 

@@ -1,7 +1,7 @@
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/pooling.hpp"
 #include "models/module.hpp"
 

@@ -4,8 +4,8 @@
 #include <mutex>
 #include <random>
 
-#include "engine/error.hpp"
-#include "engine/random.hpp"
+#include "core/error.hpp"
+#include "runtime/random.hpp"
 #include "models/graph/model_file.hpp"
 
 namespace dp {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.hpp"
+#include "runtime/tensor.hpp"
 #include "models/module.hpp"
 
 namespace dp {
@@ -76,7 +76,7 @@ struct ModelLayout {
 std::vector<Module*> param_modules(Module& root);
 
 // Initialise with the distributions each entry declares (PyTorch's and torchvision's defaults;
-// a different random stream: --seed's Init stream, engine/random.hpp). Alignment gaps are zero.
+// a different random stream: --seed's Init stream, runtime/random.hpp). Alignment gaps are zero.
 void init_state(const ModelLayout& layout, float* params, float* buffers, uint64_t seed);
 
 class Network {

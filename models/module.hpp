@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.hpp"
+#include "runtime/tensor.hpp"
 #include "kernels/activation_math.hpp"
 #include "kernels/dropout_mask.hpp"
 

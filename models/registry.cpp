@@ -2,7 +2,7 @@
 // ResNets are torchvision's module trees ("layer2.0.downsample.1.running_var").
 #include <sstream>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "models/model.hpp"
 
 namespace dp {

@@ -1,4 +1,4 @@
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "models/module.hpp"
 

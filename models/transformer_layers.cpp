@@ -2,8 +2,8 @@
 // token embedding (ids in, vectors out).
 #include <sstream>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "models/module.hpp"
 

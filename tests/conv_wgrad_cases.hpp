@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "tests/helpers.hpp"
 

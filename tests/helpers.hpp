@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/device.hpp"
-#include "engine/tensor.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tensor.hpp"
 
 namespace dp::test {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/data_parallel.hpp"
-#include "engine/io/batch_view.hpp"
+#include "engine/batch_view.hpp"
 #include "helpers.hpp"
 
 namespace dp::test {

@@ -9,8 +9,8 @@
 #include <numeric>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/trace.hpp"
+#include "core/error.hpp"
+#include "runtime/trace.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"
 

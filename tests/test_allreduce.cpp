@@ -11,12 +11,12 @@
 #include <random>
 #include <thread>
 
-#include "engine/allreduce/buckets.hpp"
-#include "engine/allreduce/overlapped_allreduce.hpp"
-#include "engine/collectives/ring.hpp"
+#include "engine/comm/buckets.hpp"
+#include "engine/comm/overlapped_allreduce.hpp"
+#include "engine/comm/ring.hpp"
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "core/error.hpp"
+#include "engine/comm/process_group.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/error.hpp"
-#include "engine/io/dataset.hpp"
-#include "engine/host/thread_pool.hpp"
-#include "engine/io/loader.hpp"
+#include "core/error.hpp"
+#include "data/dataset.hpp"
+#include "core/thread_pool.hpp"
+#include "data/loader.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

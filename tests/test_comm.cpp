@@ -5,8 +5,8 @@
 #include <numeric>
 #include <thread>
 
-#include "engine/comm.hpp"
-#include "engine/error.hpp"
+#include "engine/comm/comm.hpp"
+#include "core/error.hpp"
 #include "engine/split/split.hpp"
 #include "kernels/ops/memory.hpp"
 #include "helpers.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

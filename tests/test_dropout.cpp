@@ -10,8 +10,8 @@
 #include <string>
 
 #include "engine/data_parallel.hpp"
-#include "engine/random.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "runtime/random.hpp"
+#include "core/thread_pool.hpp"
 #include "helpers.hpp"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/dropout.hpp"

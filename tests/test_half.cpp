@@ -10,8 +10,8 @@
 #include <limits>
 #include <vector>
 
-#include "engine/error.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/error.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/half.hpp"
 #include "kernels/ops/convert.hpp"
 

@@ -12,12 +12,12 @@
 #include <set>
 #include <thread>
 
-#include "engine/error.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/io/dataset.hpp"
-#include "engine/io/loader.hpp"
-#include "engine/io/read_file.hpp"
-#include "engine/io/safetensors.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "io/read_file.hpp"
+#include "io/safetensors.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

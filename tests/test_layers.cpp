@@ -7,7 +7,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/sgd.hpp"

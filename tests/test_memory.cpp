@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "engine/split/memory_balance.hpp"
 #include "helpers.hpp"
 

@@ -5,7 +5,7 @@
 
 #include "doctest_main.hpp"
 #include "engine/data_parallel.hpp"
-#include "engine/meta/meta_memory.hpp"
+#include "runtime/meta/meta_memory.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"
 

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "engine/precision/loss_scaler.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"

@@ -8,7 +8,7 @@
 
 #include "engine/split/auto_balancer.hpp"
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

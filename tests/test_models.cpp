@@ -5,7 +5,7 @@
 #include <cmath>
 #include <map>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 #include "models/model.hpp"
 

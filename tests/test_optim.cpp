@@ -8,7 +8,7 @@
 #include <future>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "engine/optim/schedule.hpp"
 #include "helpers.hpp"
 #include "kernels/ops/elementwise.hpp"

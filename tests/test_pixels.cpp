@@ -10,9 +10,9 @@
 #include <random>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/host/thread_pool.hpp"
-#include "engine/io/loader.hpp"
+#include "core/error.hpp"
+#include "core/thread_pool.hpp"
+#include "data/loader.hpp"
 #include "helpers.hpp"
 #include "kernels/ops/pixels.hpp"
 #include "step_batches.hpp"

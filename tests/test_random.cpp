@@ -5,8 +5,8 @@
 
 #include <set>
 
-#include "engine/io/loader.hpp"
-#include "engine/random.hpp"
+#include "data/loader.hpp"
+#include "runtime/random.hpp"
 #include "helpers.hpp"
 #include "models/model.hpp"
 

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"
 

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "engine/split/auto_balancer.hpp"
 #include "engine/step/step_graph.hpp"
-#include "engine/trace.hpp"
+#include "runtime/trace.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"
 

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/stream.hpp"
+#include "runtime/stream.hpp"
 
 using namespace dp;
 

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <set>
 
-#include "engine/error.hpp"
-#include "engine/io/token_loader.hpp"
-#include "engine/io/tokens.hpp"
+#include "core/error.hpp"
+#include "data/token_loader.hpp"
+#include "data/tokens.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

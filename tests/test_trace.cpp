@@ -6,7 +6,7 @@
 #include <map>
 
 #include "engine/data_parallel.hpp"
-#include "engine/trace.hpp"
+#include "runtime/trace.hpp"
 #include "helpers.hpp"
 
 using namespace dp;

@@ -1,4 +1,4 @@
-// The transports (engine/collectives/transport.hpp): every collective on 1..6 participants and odd
+// The transports (engine/comm/transport.hpp): every collective on 1..6 participants and odd
 // sizes against a serial answer, the host ring and the device ring (on host devices) giving the same
 // bits, the owned parts covering the buffer, the bytes each participant receives, and abort.
 #include <algorithm>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "doctest_main.hpp"
-#include "engine/collectives/transport.hpp"
-#include "engine/device.hpp"
+#include "engine/comm/transport.hpp"
+#include "runtime/device.hpp"
 #include "helpers.hpp"
 #include "kernels/half.hpp"
 

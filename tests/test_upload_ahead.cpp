@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/trace.hpp"
+#include "core/error.hpp"
+#include "runtime/trace.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"
 

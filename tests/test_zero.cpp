@@ -10,7 +10,7 @@
 
 #include "doctest_main.hpp"
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 #include "step_batches.hpp"
 

@@ -1,6 +1,6 @@
 #include "engine/optim/decay_groups.hpp"
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

@@ -11,7 +11,7 @@
 
 #include "engine/optim/decay_groups.hpp"
 #include "engine/step/step_scalars.hpp"
-#include "engine/tensor.hpp"
+#include "runtime/tensor.hpp"
 #include "kernels/ops/adamw.hpp"
 #include "kernels/ops/sgd.hpp"
 

@@ -5,7 +5,7 @@
 #include <numbers>
 #include <sstream>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

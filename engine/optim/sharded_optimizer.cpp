@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

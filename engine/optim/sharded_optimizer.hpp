@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/mpi/process_group.hpp"
+#include "engine/comm/process_group.hpp"
 #include "engine/optim/optimizer.hpp"
 
 namespace dp {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

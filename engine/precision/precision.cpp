@@ -1,6 +1,6 @@
 #include "engine/precision/precision.hpp"
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

@@ -10,7 +10,7 @@
 //   - fp16 adds dynamic loss scaling (loss_scaler.hpp); bf16 has float32's range and needs none.
 // --sync allreduce is DDP under autocast: every device keeps float32 state and a resident 16-bit
 // copy it rounds after each update; its 16-bit gradients are widened bucket by bucket into float32
-// before the all-reduce (engine/allreduce/overlapped_allreduce.hpp).
+// before the all-reduce (engine/comm/overlapped_allreduce.hpp).
 // Host devices round at exactly those points and compute in float32 (kernels/operands.hpp), so
 // a host run's memory profile and numerics are a GPU's.
 #pragma once

@@ -1,6 +1,6 @@
 #include "engine/shapes/chunked_shape.hpp"
 
-#include "engine/comm.hpp"
+#include "engine/comm/comm.hpp"
 #include "kernels/ops/memory.hpp"
 
 namespace dp {

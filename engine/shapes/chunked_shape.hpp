@@ -4,13 +4,13 @@
 // loss sums after the step; gathering them would make device 0's backward wait for every other
 // device's forward), keeps its own copy of the buffers (BatchNorm's running statistics),
 // which device 0's are broadcast into before each forward (DDP's broadcast_buffers), and with
-// --sync-bn normalises over every replica (engine/allreduce/replica_group.hpp). Every device takes
+// --sync-bn normalises over every replica (engine/comm/replica_group.hpp). Every device takes
 // part in every step, samples or not.
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "engine/allreduce/replica_group.hpp"
+#include "engine/comm/replica_group.hpp"
 #include "engine/shapes/step_shape.hpp"
 
 namespace dp {

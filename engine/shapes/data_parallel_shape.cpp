@@ -3,8 +3,8 @@
 
 #include <utility>
 
-#include "engine/comm.hpp"
-#include "engine/error.hpp"
+#include "engine/comm/comm.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/memory.hpp"
 
 namespace dp {

@@ -8,7 +8,7 @@
 //   forward    each replica, and its chunk's loss and output gradient right after (in-replica loss)
 //   gather, loss  nothing: the host adds the replicas' loss sums after the step
 //   backward   each replica; gradient buckets all-reduced as soon as they are complete on every
-//              device, while backward goes on (engine/allreduce/overlapped_allreduce.hpp)
+//              device, while backward goes on (engine/comm/overlapped_allreduce.hpp)
 //   reduce     the buckets still in flight
 //   update     every device its own copy, with its own optimizer state
 // Gradient accumulation before the last micro-batch all-reduces nothing (DDP's no_sync). Loading,
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/allreduce/overlapped_allreduce.hpp"
-#include "engine/nccl/nccl_comms.hpp"
+#include "engine/comm/overlapped_allreduce.hpp"
+#include "engine/comm/nccl_comms.hpp"
 #include "engine/shapes/chunked_shape.hpp"
 
 namespace dp {

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstddef>
 
-#include "engine/collectives/across_processes.hpp"
-#include "engine/comm.hpp"
-#include "engine/error.hpp"
-#include "engine/stream.hpp"
-#include "engine/trace.hpp"
+#include "engine/comm/across_processes.hpp"
+#include "engine/comm/comm.hpp"
+#include "core/error.hpp"
+#include "runtime/stream.hpp"
+#include "runtime/trace.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"

@@ -1,7 +1,7 @@
 // ZeRO's step shape (--sync zero1|zero2|zero3; Rajbhandari et al., "ZeRO: Memory Optimizations
 // Toward Training Trillion Parameter Models"): DDP's shape with the model's state sharded over the
 // devices. Each device owns one part of every gradient bucket (the ring's piece owned_piece(d) of it,
-// engine/collectives/ring.hpp), holds that part's optimizer state, and updates only it:
+// engine/comm/ring.hpp), holds that part's optimizer state, and updates only it:
 //   zero1  optimizer state sharded. Every device keeps full parameters and gradients; a bucket is
 //          reduce-scattered, not all-reduced, once backward has completed it; each device updates
 //          its parts; then the parameters are all-gathered.       float32 AdamW: 8Ψ + 8Ψ/N bytes
@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/allreduce/buckets.hpp"
-#include "engine/collectives/transport.hpp"
-#include "engine/nccl/nccl_comms.hpp"
+#include "engine/comm/buckets.hpp"
+#include "engine/comm/transport.hpp"
+#include "engine/comm/nccl_comms.hpp"
 #include "engine/optim/sharded_optimizer.hpp"
 #include "engine/shapes/chunked_shape.hpp"
 

@@ -1,6 +1,6 @@
 #include "engine/shapes/step_shape.hpp"
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "engine/shapes/data_parallel_shape.hpp"
 #include "engine/shapes/resident_shape.hpp"
 #include "engine/shapes/sharded_shape.hpp"

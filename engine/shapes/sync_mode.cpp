@@ -1,6 +1,6 @@
 #include "engine/shapes/sync_mode.hpp"
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

@@ -21,7 +21,7 @@ struct SyncOptions {
   int64_t bucket_bytes = 25 << 20;  // allreduce and ZeRO: DDP's default bucket_cap_mb
   bool sync_bn = false;             // allreduce and ZeRO: BatchNorm statistics over the global batch (SyncBatchNorm)
   // allreduce: the ring as copies and adds on each device's communication stream, as CUDA logical
-  // devices always run it (engine/allreduce/overlapped_allreduce.hpp); host devices read each
+  // devices always run it (engine/comm/overlapped_allreduce.hpp); host devices read each
   // other's memory unless this is set (tests run both paths on host devices).
   bool ring_on_device_streams = false;
 };

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "engine/split/split.hpp"
 
 namespace dp {

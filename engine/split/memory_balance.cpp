@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "engine/memory.hpp"
+#include "runtime/memory.hpp"
 
 namespace dp {
 

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

@@ -1,6 +1,6 @@
 #include "engine/split/splitter.hpp"
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

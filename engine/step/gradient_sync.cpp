@@ -1,7 +1,7 @@
 #include "engine/step/gradient_sync.hpp"
 
-#include "engine/comm.hpp"
-#include "engine/error.hpp"
+#include "engine/comm/comm.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/memory.hpp"
 

@@ -2,8 +2,8 @@
 
 #include <string>
 
-#include "engine/comm.hpp"
-#include "engine/error.hpp"
+#include "engine/comm/comm.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 
 namespace dp {
 

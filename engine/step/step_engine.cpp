@@ -5,9 +5,9 @@
 #include <string>
 #include <utility>
 
-#include "engine/allreduce/replica_group.hpp"
-#include "engine/comm.hpp"
-#include "engine/error.hpp"
+#include "engine/comm/replica_group.hpp"
+#include "engine/comm/comm.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"

@@ -11,8 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/device.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "runtime/device.hpp"
+#include "engine/comm/process_group.hpp"
 #include "engine/optim/optimizer.hpp"
 #include "engine/precision/loss_scaler.hpp"
 #include "engine/precision/precision.hpp"
@@ -21,7 +21,7 @@
 #include "engine/step/step_result.hpp"
 #include "engine/step/step_state.hpp"
 #include "engine/step/upload_ahead.hpp"
-#include "engine/trace.hpp"
+#include "runtime/trace.hpp"
 #include "kernels/sample_placement.hpp"
 #include "models/model.hpp"
 

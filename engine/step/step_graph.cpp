@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp {
 

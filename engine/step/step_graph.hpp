@@ -1,12 +1,12 @@
 // The work a step enqueues on every device's stream, captured once and then replayed (--cuda-graphs):
 // on CUDA devices a CUDA graph (the host issues one launch a step instead of every kernel, copy
-// and event), on host devices a recording of the streams' tasks (engine/stream.hpp), which replays
+// and event), on host devices a recording of the streams' tasks (runtime/stream.hpp), which replays
 // them as the graph would. What is captured runs nowhere until launch().
 //
 // Capture: device 0's stream is the origin; every other device's stream joins it through an event
 // (the fork) and joins back into device 0's at the end, so one graph holds every device's work and
 // the order between them. Meanwhile every device's allocator serves the capture from a private
-// pool (engine/memory.hpp), so no block the graph uses goes to other work while it lives.
+// pool (runtime/memory.hpp), so no block the graph uses goes to other work while it lives.
 //
 // A replay repeats the captured work with its arguments as captured: values that change from step to
 // step must be read from device memory (engine/step/step_scalars.hpp), and inputs written into the
@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 
 namespace dp {
 

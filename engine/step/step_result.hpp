@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/step_recorder.hpp"
-#include "engine/tensor.hpp"
+#include "engine/step/step_recorder.hpp"
+#include "runtime/tensor.hpp"
 
 namespace dp {
 

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 #include "kernels/ops/memory.hpp"
 
 namespace dp {

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/tensor.hpp"
+#include "runtime/tensor.hpp"
 #include "kernels/scalar_arg.hpp"
 
 namespace dp {

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 #include "engine/step/step_scalars.hpp"
-#include "engine/tensor.hpp"
+#include "runtime/tensor.hpp"
 #include "kernels/ops/loss.hpp"
 
 namespace dp {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <map>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/memory.hpp"
 
 namespace dp {

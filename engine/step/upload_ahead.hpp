@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
-#include "engine/device.hpp"
-#include "engine/stream.hpp"
-#include "engine/tensor.hpp"
+#include "runtime/device.hpp"
+#include "runtime/stream.hpp"
+#include "runtime/tensor.hpp"
 
 namespace dp {
 

@@ -1,6 +1,6 @@
 #include "kernels/ops/activation.hpp"
 
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp::cpu {
 

@@ -1,4 +1,4 @@
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/ops/adamw.hpp"
 
 #include <cmath>

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/cpu/fast_math.hpp"
 #include "kernels/ops/attention.hpp"
 

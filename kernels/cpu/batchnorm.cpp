@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernels/ops/batchnorm.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp::cpu {
 

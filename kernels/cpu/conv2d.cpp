@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/ops/conv2d.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp::cpu {
 

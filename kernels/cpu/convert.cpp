@@ -1,6 +1,6 @@
 #include "kernels/ops/convert.hpp"
 
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/half.hpp"
 
 namespace dp::cpu {

@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/ops/dropout.hpp"
 
 namespace dp::cpu {

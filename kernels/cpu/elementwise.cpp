@@ -2,7 +2,7 @@
 #include <vector>
 
 #include "kernels/ops/elementwise.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp::cpu {
 

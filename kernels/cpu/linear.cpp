@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "kernels/ops/linear.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp::cpu {
 

@@ -1,7 +1,7 @@
 #include <cmath>
 #include <string>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "kernels/cpu/fast_math.hpp"
 #include "kernels/ops/loss.hpp"
 

@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "kernels/ops/pooling.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp::cpu {
 

@@ -1,5 +1,5 @@
 #include "kernels/ops/sgd.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp::cpu {
 

@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/error.hpp"
+#include "core/thread_pool.hpp"
 #include "kernels/cpu/fast_math.hpp"
 #include "kernels/ops/transformer.hpp"
 

@@ -1,6 +1,6 @@
 // ReLU6, SiLU, Sigmoid and Tanh on float32 and 16-bit storage: grid-stride loops over the shared
 // definitions (kernels/activation_math.hpp), float32 arithmetic, one rounding on store.
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/activation.hpp"

@@ -1,5 +1,5 @@
 // AdamW: one thread per element, grid-stride, the same arithmetic as the CPU reference.
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/adamw.hpp"
 

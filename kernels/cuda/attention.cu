@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/dropout.hpp"

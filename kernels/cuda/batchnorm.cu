@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/channel_sums.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/unrolled.cuh"

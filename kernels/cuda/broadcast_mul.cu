@@ -1,5 +1,5 @@
 // mul_planes and plane_dot (kernels/ops/broadcast_mul.hpp) on float32 and 16-bit storage.
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/broadcast_mul.hpp"

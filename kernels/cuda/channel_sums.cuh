@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "engine/cuda/check.cuh"
-#include "engine/memory.hpp"
+#include "core/cuda/check.cuh"
+#include "runtime/memory.hpp"
 #include "kernels/channel_parts.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/unrolled.cuh"  // kUnroll: loads in flight a thread

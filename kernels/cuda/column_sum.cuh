@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"
 
 namespace dp::cuda {

@@ -1,8 +1,8 @@
 // A small convolution's weight gradient without cuDNN: each block a tile of taps over one part of
 // the output positions, staged through shared memory, then each tap's parts added in a fixed order
 // (the arithmetic, and why: kernels/conv_wgrad_parts.hpp).
-#include "engine/cuda/check.cuh"
-#include "engine/memory.hpp"
+#include "core/cuda/check.cuh"
+#include "runtime/memory.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/conv2d.hpp"

@@ -17,13 +17,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/channel_sums.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/buffer.hpp"
 #include "kernels/ops/conv2d.hpp"
-#include "engine/memory.hpp"
+#include "runtime/memory.hpp"
 
 namespace dp::cuda {
 

@@ -1,6 +1,6 @@
 // Dropout's mask drawn per element from the pass's key in device memory (kernels/dropout_mask.hpp):
 // the same elements as the CPU reference drops.
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/dropout.hpp"
 

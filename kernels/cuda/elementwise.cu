@@ -2,7 +2,7 @@
 // arithmetic as kernels/cpu.
 #include <algorithm>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/unrolled.cuh"
 #include "kernels/ops/elementwise.hpp"

@@ -3,7 +3,7 @@
 // back give (kernels/operands.hpp), without the copies. add_inplace also takes a float32 y with a
 // 16-bit x: the reduce summing replicas' 16-bit gradients into the float32 master; add_many_inplace
 // (any float types) does that reduce in one pass when device 0 reads the replicas' gradients in place.
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/unrolled.cuh"

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 
-#include "engine/cuda/check.cuh"
-#include "engine/memory.hpp"
+#include "core/cuda/check.cuh"
+#include "runtime/memory.hpp"
 #include "kernels/cuda/id_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/transformer.hpp"

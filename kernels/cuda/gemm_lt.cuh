@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 
 namespace dp::cuda {
 

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "kernels/buffer.hpp"
 
 namespace dp::cuda {

@@ -5,7 +5,7 @@
 // before it starts; this guards the kernels themselves.)
 #pragma once
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 
 namespace dp::cuda {
 

@@ -1,7 +1,7 @@
 // Linear through cuBLAS SGEMM, or cuBLASLt with the bias in the GEMMs' epilogues
 // (GpuMath::linear). cuBLAS is column-major; a row-major [r, c] matrix is the column-major [c, r]
 // one, so each row-major product below is written as its transpose.
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/gemm_lt.cuh"
 #include "kernels/cuda/launch.cuh"

@@ -4,7 +4,7 @@
 // each row-major product is written as its transpose.
 #include <algorithm>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"

@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/ops/loss.hpp"
-#include "engine/memory.hpp"
+#include "runtime/memory.hpp"
 
 namespace dp::cuda {
 

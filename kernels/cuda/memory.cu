@@ -1,7 +1,7 @@
 // Memory movement on a CUDA logical device, asynchronous on its stream: cudaMemsetAsync,
 // cudaMemcpyAsync for host transfers (a download waits for its bytes), and peer copies with
 // cudaMemcpyPeerAsync (device-to-device when both logical devices share a GPU).
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/memory.hpp"
 

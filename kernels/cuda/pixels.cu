@@ -3,8 +3,8 @@
 // pixels at once where the plane's length allows (MNIST's 784 and CIFAR's 1024 are multiples of 4).
 #include <string>
 
-#include "engine/cuda/check.cuh"
-#include "engine/error.hpp"
+#include "core/cuda/check.cuh"
+#include "core/error.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/pixels.hpp"
 

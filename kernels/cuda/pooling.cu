@@ -6,7 +6,7 @@
 // on store, so bit for bit what widening, the float32 kernel and rounding back would give.
 #include <algorithm>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/pooling.hpp"

@@ -5,8 +5,8 @@
 // the whole GPU, every logical device's stream on it.)
 #include <algorithm>
 
-#include "engine/cuda/check.cuh"
-#include "engine/memory.hpp"
+#include "core/cuda/check.cuh"
+#include "runtime/memory.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/elementwise.hpp"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/cuda/check.cuh"
+#include "core/cuda/check.cuh"
 #include "kernels/cuda/id_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/transformer.hpp"

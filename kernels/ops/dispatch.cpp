@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
@@ -11,7 +11,7 @@
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/operands.hpp"
-#include "engine/host/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 namespace dp {
 

@@ -30,7 +30,7 @@ void fill(Context& c, float* dst, float value, int64_t n);
 
 inline void zero(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, zero, dst, bytes); }
 // Every byte 0xFF: NaN in float32, bfloat16 and float16, -1 in int32; done before it returns, so
-// work on any of the device's streams sees it (DP_POISON_ALLOCATIONS' fill, engine/device.cpp).
+// work on any of the device's streams sees it (DP_POISON_ALLOCATIONS' fill, runtime/device.cpp).
 inline void poison(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, poison, dst, bytes); }
 inline void upload(const Exec& ex, void* dst, const void* host, size_t bytes) { DP_DISPATCH(ex, upload, dst, host, bytes); }
 inline void download(const Exec& ex, void* host, const void* src, size_t bytes) {

@@ -1,7 +1,7 @@
 // Images' pixels into the float32 a model takes, on the device: with --normalise-on device the
 // loader sends each batch as uint8 pixels (a quarter of float32's bytes to make, stage and upload)
 // and the device that receives it looks each pixel up in its channel's table of 256 values,
-// the loader's own normalisation (engine/io/loader.hpp, normalisation_table), so a batch expanded
+// the loader's own normalisation (data/loader.hpp, normalisation_table), so a batch expanded
 // here holds the very bits the loader would have made.
 #pragma once
 #include <cstdint>

@@ -4,8 +4,8 @@
 #include <map>
 #include <set>
 
-#include "engine/device.hpp"
-#include "engine/error.hpp"
+#include "runtime/device.hpp"
+#include "core/error.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
 #include "models/graph/graph_ops.hpp"

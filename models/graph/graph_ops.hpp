@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.hpp"
+#include "runtime/tensor.hpp"
 #include "models/graph/model_file.hpp"
 #include "models/module.hpp"
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "models/graph/graph_module.hpp"
 
 namespace dp {

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tensor.hpp"
+#include "runtime/tensor.hpp"
 #include "models/model.hpp"
 
 namespace dp {

@@ -18,9 +18,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/device.hpp"
-#include "engine/cuda/check.cuh"
-#include "engine/cuda/context.hpp"
+#include "runtime/device.hpp"
+#include "core/cuda/check.cuh"
+#include "core/cuda/context.hpp"
 #include "kernels/ops/batchnorm.hpp"
 #include "kernels/ops/broadcast_mul.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
@@ -39,7 +39,7 @@
 #include "kernels/ops/dropout.hpp"
 #include "kernels/ops/pixels.hpp"
 #include "kernels/half.hpp"
-#include "engine/cuda/device_query.hpp"
+#include "runtime/cuda/device_query.hpp"
 #include "tests/conv_wgrad_cases.hpp"
 #include "tests/gpu/unrolled_probe.hpp"
 #include "tests/helpers.hpp"

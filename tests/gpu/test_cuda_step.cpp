@@ -8,11 +8,11 @@
 #include <random>
 #include <utility>
 
-#include "engine/allreduce/overlapped_allreduce.hpp"
-#include "engine/comm.hpp"
+#include "engine/comm/overlapped_allreduce.hpp"
+#include "engine/comm/comm.hpp"
 #include "engine/data_parallel.hpp"
-#include "engine/io/loader.hpp"
-#include "engine/nccl/nccl_comms.hpp"
+#include "data/loader.hpp"
+#include "engine/comm/nccl_comms.hpp"
 #include "kernels/ops/memory.hpp"
 #include "tests/helpers.hpp"
 #include "tests/step_batches.hpp"

@@ -1,7 +1,7 @@
 #include "tests/gpu/unrolled_probe.hpp"
 
-#include "engine/cuda/check.cuh"
-#include "engine/cuda/context.hpp"
+#include "core/cuda/check.cuh"
+#include "core/cuda/context.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/unrolled.cuh"
 

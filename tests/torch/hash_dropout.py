@@ -1,7 +1,7 @@
 """dp-engine's dropout masks, drawn in numpy exactly as kernels/dropout_mask.hpp draws them, so a
 PyTorch model can drop the very elements dp drops (PyTorch's own generator could not).
 
-A step's key comes from (seed, optimizer step) (engine/random.cpp); a sample's state from (key,
+A step's key comes from (seed, optimizer step) (runtime/random.cpp); a sample's state from (key,
 site, the sample's index in the step's whole batch, over its micro-batches); element e is kept when the 24 high
 bits of splitmix64's e-th output from that state are at or above round(p·2^24), and then scaled by
 float32's 1/(1 − p).
@@ -14,7 +14,7 @@ import torch.nn as nn
 
 GAMMA = 0x9E3779B97F4A7C15
 MASK64 = (1 << 64) - 1
-DROPOUT_PURPOSE = 6  # engine/random.hpp's RandomPurpose::Dropout
+DROPOUT_PURPOSE = 6  # runtime/random.hpp's RandomPurpose::Dropout
 
 
 def splitmix64(x):

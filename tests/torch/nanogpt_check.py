@@ -35,7 +35,7 @@ def check(name, cond, detail=""):
 
 def torch_loss(model, val):
     """The mean cross-entropy over dp's evaluation windows (evenly spaced starts, as
-    engine/io/token_loader.cpp's evaluation_starts)."""
+    data/token_loader.cpp's evaluation_starts)."""
     last = len(val) - T - 1
     n = min(WINDOWS, last + 1)
     starts = [0] if n == 1 else [k * last // (n - 1) for k in range(n)]

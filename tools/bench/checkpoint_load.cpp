@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <string>
 
-#include "engine/io/read_file.hpp"
-#include "engine/io/safetensors.hpp"
+#include "io/read_file.hpp"
+#include "io/safetensors.hpp"
 #include "models/model.hpp"
 #include "models/module.hpp"
 #include "tools/bench/bench_cli.hpp"

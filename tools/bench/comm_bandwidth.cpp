@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/comm.hpp"
-#include "engine/device.hpp"
-#include "engine/device_spec.hpp"
+#include "engine/comm/comm.hpp"
+#include "runtime/device.hpp"
+#include "runtime/device_spec.hpp"
 #include "tools/bench/bench_cli.hpp"
 
 using namespace dp;

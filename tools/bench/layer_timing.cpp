@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 #include "models/model.hpp"
 #include "tools/bench/bench_cli.hpp"
 

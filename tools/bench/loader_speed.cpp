@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "engine/host/thread_pool.hpp"
-#include "engine/io/dataset.hpp"
-#include "engine/io/loader.hpp"
+#include "core/thread_pool.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
 #include "tools/bench/bench_cli.hpp"
 
 using namespace dp;

@@ -11,10 +11,10 @@
 #include <sstream>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/mpi/process_group.hpp"
-#include "engine/io/loader.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "engine/comm/process_group.hpp"
+#include "data/loader.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/demo_story.hpp"
 #include "tools/dp/memory_profile.hpp"

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "engine/allreduce/buckets.hpp"
-#include "engine/comm.hpp"
+#include "engine/comm/buckets.hpp"
+#include "engine/comm/comm.hpp"
 #include "tools/dp/memory_report.hpp"
 
 namespace dp::cli {

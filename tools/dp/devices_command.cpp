@@ -1,8 +1,8 @@
 #include <cstdio>
 #include <thread>
 
-#include "engine/memory.hpp"
-#include "engine/cuda/device_query.hpp"
+#include "runtime/memory.hpp"
+#include "runtime/cuda/device_query.hpp"
 #include "tools/dp/commands.hpp"
 
 namespace dp::cli {

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/io/checkpoint.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "io/checkpoint.hpp"
+#include "engine/comm/process_group.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/model_identity.hpp"
 #include "tools/dp/model_weights.hpp"

@@ -11,10 +11,10 @@
 #include <new>
 #include <regex>
 
-#include "engine/error.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/memory.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "runtime/memory.hpp"
+#include "engine/comm/process_group.hpp"
 #include "dp_version.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/remedies.hpp"

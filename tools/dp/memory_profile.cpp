@@ -6,8 +6,8 @@
 #include <numeric>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/io/loader.hpp"
+#include "core/error.hpp"
+#include "data/loader.hpp"
 #include "tools/dp/memory_report.hpp"
 #include "tools/dp/page/page_data.hpp"
 #include "tools/dp/page/page_html.hpp"

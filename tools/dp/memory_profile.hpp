@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "engine/step/step_result.hpp"
-#include "engine/step_recorder.hpp"
-#include "engine/trace.hpp"
+#include "engine/step/step_recorder.hpp"
+#include "runtime/trace.hpp"
 #include "tools/dp/memory_svg.hpp"
 #include "tools/dp/page/page_html.hpp"
 #include "tools/dp/run_data.hpp"

@@ -2,7 +2,7 @@
 #pragma once
 #include <nlohmann/json.hpp>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 
 namespace dp::cli {
 

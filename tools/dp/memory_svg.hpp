@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/step_recorder.hpp"
+#include "engine/step/step_recorder.hpp"
 
 namespace dp::cli {
 

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <memory>
 
-#include "engine/error.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "engine/comm/process_group.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/remedies.hpp"

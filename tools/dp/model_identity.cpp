@@ -3,9 +3,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "engine/error.hpp"
-#include "engine/io/checkpoint.hpp"
-#include "engine/io/read_file.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/read_file.hpp"
 #include "models/graph/model_file.hpp"
 
 namespace dp::cli {

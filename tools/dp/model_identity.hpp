@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "engine/io/safetensors.hpp"
+#include "io/safetensors.hpp"
 #include "tools/dp/run_options.hpp"
 
 namespace dp::cli {

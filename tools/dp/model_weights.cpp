@@ -1,6 +1,6 @@
 #include "tools/dp/model_weights.hpp"
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp::cli {
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-#include "engine/io/safetensors.hpp"
+#include "io/safetensors.hpp"
 #include "models/model.hpp"
 
 namespace dp::cli {

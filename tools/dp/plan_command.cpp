@@ -15,9 +15,9 @@
 #include <memory>
 #include <optional>
 
-#include "engine/error.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "engine/comm/process_group.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"

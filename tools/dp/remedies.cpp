@@ -7,9 +7,9 @@
 #include <optional>
 #include <vector>
 
-#include "engine/error.hpp"
-#include "engine/memory.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "core/error.hpp"
+#include "runtime/memory.hpp"
+#include "engine/comm/process_group.hpp"
 #include "tools/dp/memory_profile.hpp"
 
 namespace dp::cli {

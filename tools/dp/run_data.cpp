@@ -9,10 +9,10 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/error.hpp"
-#include "engine/io/shape_loader.hpp"
-#include "engine/io/batch_view.hpp"
-#include "engine/io/token_loader.hpp"
+#include "core/error.hpp"
+#include "data/shape_loader.hpp"
+#include "engine/batch_view.hpp"
+#include "data/token_loader.hpp"
 
 namespace dp::cli {
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "engine/data_parallel.hpp"
-#include "engine/io/dataset.hpp"
-#include "engine/io/loader.hpp"
-#include "engine/io/tokens.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "data/tokens.hpp"
 #include "tools/dp/run_options.hpp"
 
 namespace dp::cli {

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/error.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "core/error.hpp"
+#include "engine/comm/process_group.hpp"
 
 namespace dp::cli {
 

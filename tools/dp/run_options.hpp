@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "engine/data_parallel.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/io/dataset.hpp"
+#include "io/atomic_file.hpp"
+#include "data/dataset.hpp"
 
 namespace dp::cli {
 

@@ -6,8 +6,8 @@
 #include <random>
 #include <sstream>
 
-#include "engine/error.hpp"
-#include "engine/random.hpp"
+#include "core/error.hpp"
+#include "runtime/random.hpp"
 
 namespace dp::cli {
 

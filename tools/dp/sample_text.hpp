@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/data_parallel.hpp"
-#include "engine/io/tokens.hpp"
+#include "data/tokens.hpp"
 
 namespace dp::cli {
 

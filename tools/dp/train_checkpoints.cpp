@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/model_identity.hpp"
 #include "models/graph/model_file.hpp"

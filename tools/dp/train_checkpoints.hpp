@@ -1,5 +1,5 @@
 // dp train's checkpoints: what one records beyond the weights and optimizer state, and resuming
-// from one exactly (engine/io/checkpoint.hpp writes and reads the files).
+// from one exactly (io/checkpoint.hpp writes and reads the files).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "engine/data_parallel.hpp"
-#include "engine/io/checkpoint.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "io/checkpoint.hpp"
+#include "engine/comm/process_group.hpp"
 #include "engine/optim/schedule.hpp"
 #include "tools/dp/train_options.hpp"
 

@@ -12,9 +12,9 @@
 #include <optional>
 
 #include "engine/data_parallel.hpp"
-#include "engine/error.hpp"
-#include "engine/io/atomic_file.hpp"
-#include "engine/io/safetensors.hpp"
+#include "core/error.hpp"
+#include "io/atomic_file.hpp"
+#include "io/safetensors.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/progress.hpp"
 #include "tools/dp/run_data.hpp"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/io/safetensors.hpp"
+#include "io/safetensors.hpp"
 
 namespace dp::cli {
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "engine/error.hpp"
-#include "engine/io/checkpoint.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
 #include "engine/optim/decay_groups.hpp"
 #include "engine/optim/schedule.hpp"
 #include "models/model.hpp"

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/model_weights.hpp"
 #include "tools/dp/remedies.hpp"

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "engine/data_parallel.hpp"
-#include "engine/io/loader.hpp"
-#include "engine/io/micro_batches.hpp"
-#include "engine/mpi/process_group.hpp"
+#include "data/loader.hpp"
+#include "data/micro_batches.hpp"
+#include "engine/comm/process_group.hpp"
 #include "engine/optim/schedule.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"

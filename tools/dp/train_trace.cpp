@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "engine/error.hpp"
+#include "core/error.hpp"
 
 namespace dp::cli {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "engine/data_parallel.hpp"
-#include "engine/trace.hpp"
+#include "runtime/trace.hpp"
 
 namespace dp::cli {
 

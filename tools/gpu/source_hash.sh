@@ -6,7 +6,7 @@
 # sanitizer records: the sources one run checks); a path that is not there counts as empty.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-(($#)) || set -- CMakeLists.txt engine kernels models tools/dp tools/bench tests
+(($#)) || set -- CMakeLists.txt core kernels runtime models data io engine plan tools/dp tools/bench tests
 paths=()
 for p in "$@"; do [[ -e $p ]] && paths+=("$p"); done
 ((${#paths[@]})) || { sha1sum </dev/null | cut -d' ' -f1; exit 0; }

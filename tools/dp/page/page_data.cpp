@@ -5,7 +5,7 @@
 #include <map>
 #include <tuple>
 
-#include "engine/device.hpp"
+#include "runtime/device.hpp"
 #include "tools/dp/memory_profile.hpp"
 
 namespace dp::cli {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/trace.hpp"
+#include "runtime/trace.hpp"
 #include "tools/dp/memory_svg.hpp"
 
 namespace dp::cli {

@@ -1,6 +1,6 @@
 #include "tools/dp/page/page_html.hpp"
 
-#include "engine/memory.hpp"
+#include "runtime/memory.hpp"
 #include "page_template.hpp"  // generated from page.html at build time (kPageTemplate)
 
 namespace dp::cli {
