@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace dp {
 
@@ -15,6 +16,17 @@ struct UsageError : std::runtime_error {
 // Bad files (corrupt IDX, safetensors) and failures during a run.
 struct RuntimeError : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// "device 0 (host:0) ran out of memory trying to allocate 2.59 GiB: ..." (runtime/memory.cpp
+// words it; docs/architecture.md).
+struct OutOfMemoryError : std::runtime_error {
+  OutOfMemoryError(const std::string& msg, int device, int64_t request, std::string phase = "", int64_t in_use = 0)
+      : std::runtime_error(msg), device(device), request(request), phase(std::move(phase)), in_use(in_use) {}
+  int device;
+  int64_t request;
+  std::string phase;   // the step phase it failed in ("" outside a step)
+  int64_t in_use = 0;  // the device's bytes in use when it failed
 };
 
 }  // namespace dp

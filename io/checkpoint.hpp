@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
-#include "engine/optim/optimizer.hpp"
+#include "io/optimizer_state.hpp"
 
 namespace dp {
 
@@ -23,7 +23,7 @@ constexpr int kCheckpointFormat = 1;
 
 struct Checkpoint {
   ModelState model;
-  Optimizer::Saved optimizer;
+  OptimizerState optimizer;
   nlohmann::json state;  // what the run needs to continue exactly (see above)
 };
 

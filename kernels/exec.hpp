@@ -17,7 +17,7 @@
 namespace dp {
 
 class ThreadPool;
-class CachingAllocator;
+class ScratchMemory;
 namespace cuda {
 class Context;
 }
@@ -25,7 +25,7 @@ class Context;
 struct Exec {
   ThreadPool* pool = nullptr;        // host devices
   cuda::Context* cuda = nullptr;     // CUDA devices
-  CachingAllocator* alloc = nullptr; // the device's allocator, for kernels' scratch memory
+  ScratchMemory* scratch = nullptr;  // the device's memory for kernels' scratch (counted as workspace)
   bool meta = false;                 // meta devices: no kernel runs (the memory is addresses only)
   bool on_cuda() const { return cuda != nullptr; }
 };
@@ -50,7 +50,7 @@ T meta_result() {
                     : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
 #define DP_DISPATCH_WITH_SCRATCH(ex, op, ...)                                        \
   ((ex).meta      ? DP_META_RESULT(ex, op, __VA_ARGS__)                              \
-   : (ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, *(ex).alloc, __VA_ARGS__)           \
+   : (ex).on_cuda() ? ::dp::cuda::op(*(ex).cuda, *(ex).scratch, __VA_ARGS__)           \
                     : ::dp::cpu::op(*(ex).pool, __VA_ARGS__))
 #else
 #define DP_DISPATCH(ex, op, ...) \

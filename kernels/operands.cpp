@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "runtime/memory.hpp"
+#include "core/scratch.hpp"
 #include "kernels/ops/convert.hpp"
 
 namespace dp {
@@ -21,7 +21,7 @@ DType native_16bit(const Exec& ex, std::initializer_list<Buf> bufs) {
   return common;
 }
 
-float* Operands::Scratch::data() const { return block ? static_cast<float*>(block->ptr) : host.get(); }
+float* Operands::Scratch::data() const { return block.ptr ? static_cast<float*>(block.ptr) : host.get(); }
 
 namespace {
 // Host scratch is reused within each device's worker thread: fresh pages for every operand of
@@ -51,7 +51,7 @@ std::unique_ptr<float[]> Operands::take_host(size_t n, size_t* capacity) {
   return std::unique_ptr<float[]>(new float[n]);
 }
 
-void Operands::give_back_host(std::unique_ptr<float[]> p, size_t capacity) {
+void Operands::return_host(std::unique_ptr<float[]> p, size_t capacity) {
   auto& free = host_cache.free;
   if (capacity > kCachedFloats) return;  // freed
   size_t total = capacity;
@@ -70,11 +70,11 @@ float* Operands::widen(Buf b, int64_t n, bool read, bool write) {
   if (b.dtype == DType::F32) return static_cast<float*>(b.ptr);
   if (b.dtype != DType::BF16 && b.dtype != DType::F16)
     throw RuntimeError(std::string(op_) + ": expected a float tensor, got " + dtype_name(b.dtype));
-  Scratch s{b, n, write, nullptr, 0, nullptr};
+  Scratch s{b, n, write, nullptr, 0, {}};
   const size_t count = static_cast<size_t>(n > 0 ? n : 1);
   if (ex_.on_cuda()) {
-    if (!ex_.alloc) throw RuntimeError(std::string(op_) + ": 16-bit operands on a CUDA device need its allocator");
-    s.block = ex_.alloc->allocate(count * sizeof(float), MemCategory::Workspace);
+    if (!ex_.scratch) throw RuntimeError(std::string(op_) + ": 16-bit operands on a CUDA device need its scratch memory");
+    s.block = ex_.scratch->take(count * sizeof(float));
   } else {
     s.host = take_host(count, &s.capacity);
   }
@@ -92,8 +92,8 @@ void Operands::finish() {
 
 Operands::~Operands() {
   for (auto& s : scratch_) {
-    if (s.block) ex_.alloc->free(s.block);  // stream-ordered: the kernels that use it were enqueued first
-    if (s.host) give_back_host(std::move(s.host), s.capacity);
+    if (s.block.handle) ex_.scratch->release(s.block);  // stream-ordered: the kernels that use it were enqueued first
+    if (s.host) return_host(std::move(s.host), s.capacity);
   }
 }
 

@@ -14,6 +14,7 @@
 // directly (native_16bit below); BatchNorm, LayerNorm, GELU, attention and the loss compute in
 // float32 (autocast's) through this widening.
 #pragma once
+#include "core/scratch.hpp"
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -23,7 +24,6 @@
 
 namespace dp {
 
-struct Block;
 
 // bfloat16 or float16 when ex is a CUDA device and every present buffer has that type: the op may
 // run its native 16-bit CUDA kernel (no widening copies; the same float32 arithmetic and one
@@ -52,12 +52,12 @@ class Operands {
     bool write_back;
     std::unique_ptr<float[]> host;  // host devices (from and back to this thread's cache)
     size_t capacity = 0;
-    Block* block = nullptr;         // CUDA devices
+    ScratchBlock block;             // CUDA devices
     float* data() const;
   };
   float* widen(Buf b, int64_t n, bool read, bool write);
   static std::unique_ptr<float[]> take_host(size_t n, size_t* capacity);
-  static void give_back_host(std::unique_ptr<float[]> p, size_t capacity);
+  static void return_host(std::unique_ptr<float[]> p, size_t capacity);
 
   const Exec& ex_;
   const char* op_;

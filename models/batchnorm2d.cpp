@@ -1,6 +1,6 @@
 #include <sstream>
 
-#include "engine/comm/replica_group.hpp"
+#include "models/cross_replica.hpp"
 #include "runtime/device.hpp"
 #include "core/error.hpp"
 #include "kernels/ops/batchnorm.hpp"
@@ -77,7 +77,7 @@ class BatchNorm2d final : public Module {
     if (first) add_scalar(dev.exec(), running(2).buf(), 1.f);  // num_batches_tracked
     return out;
   }
-  void set_replica_group(ReplicaGroup* group, int replica) override {
+  void set_replica_group(CrossReplicaSum* group, int replica) override {
     group_ = group;
     replica_ = replica;
   }
@@ -184,7 +184,7 @@ class BatchNorm2d final : public Module {
   bool affine_, track_;
   Tensor input_, stats_;  // stats_: [mean; 1/std] of the batch
   Tensor identity_;       // without affine: [ones; zeros]
-  ReplicaGroup* group_ = nullptr;
+  CrossReplicaSum* group_ = nullptr;
   int replica_ = 0;
   int64_t count_ = 0;  // values per channel over every member (--sync-bn)
   // --sync-bn: the last training forward's [mean; biased variance] over every member, kept on the

@@ -50,7 +50,7 @@ Tensor Module::backward(Device& dev, const Tensor& grad_out, bool need_grad_in) 
   return grad_in;
 }
 
-void Module::set_replica_group(ReplicaGroup* group, int replica) {
+void Module::set_replica_group(CrossReplicaSum* group, int replica) {
   for (auto& c : children_) c.module->set_replica_group(group, replica);
 }
 

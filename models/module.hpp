@@ -32,7 +32,7 @@
 namespace dp {
 
 class Device;
-class ReplicaGroup;
+class CrossReplicaSum;
 
 constexpr int64_t kEveryRecomputeUnit = std::numeric_limits<int64_t>::max();  // Module::set_recompute: every unit
 
@@ -106,7 +106,7 @@ class Module {
   int64_t set_recompute(int64_t first);
   // --sync-bn: BatchNorm layers normalise with statistics over every member of `group`, this
   // module tree being member `replica`; null: over this replica's chunk alone. Containers recurse.
-  virtual void set_replica_group(ReplicaGroup* group, int replica);
+  virtual void set_replica_group(CrossReplicaSum* group, int replica);
   // The source dropout modules draw their masks from (it outlives the tree). Containers recurse.
   virtual void set_dropout_source(const DropoutSource* source);
 

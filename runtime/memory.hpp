@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"  // OutOfMemoryError
+#include "core/scratch.hpp"
 #include "runtime/stream.hpp"  // DeviceQueue and its marks
 
 namespace dp {
@@ -57,16 +59,6 @@ struct MemoryStats {
   int64_t graph_pools = 0;  // free bytes kept for captured steps (part of reserved), see begin_capture
 };
 
-// "device 0 (host:0) ran out of memory trying to allocate 2.59 GiB: ..." (docs/architecture.md).
-struct OutOfMemoryError : std::runtime_error {
-  OutOfMemoryError(const std::string& msg, int device, int64_t request, std::string phase = "", int64_t in_use = 0)
-      : std::runtime_error(msg), device(device), request(request), phase(std::move(phase)), in_use(in_use) {}
-  int device;
-  int64_t request;
-  std::string phase;   // the step phase it failed in ("" outside a step)
-  int64_t in_use = 0;  // the device's bytes in use when it failed
-};
-
 std::string format_bytes(int64_t bytes);        // "2.59 GiB"
 // "1073741824", "512MiB", "1.5 GiB", "64K" (binary units); UsageError naming the text otherwise.
 int64_t parse_bytes(const std::string& text, const std::string& what);
@@ -93,10 +85,16 @@ struct Block {
   int pool = 0;  // a captured step's private pool (CachingAllocator::begin_capture), 0: the cache
 };
 
-class CachingAllocator {
+// The kernels' scratch memory too (core/scratch.hpp): a scratch block is a workspace allocation.
+class CachingAllocator final : public ScratchMemory {
  public:
   CachingAllocator(int device, std::string device_name, RawMemory& raw, int64_t capacity);
-  ~CachingAllocator();
+  ~CachingAllocator() override;
+  ScratchBlock take(size_t bytes) override {
+    Block* b = allocate(bytes, MemCategory::Workspace);
+    return {b->ptr, b->requested, b};
+  }
+  void release(const ScratchBlock& block) noexcept override { free(static_cast<Block*>(block.handle)); }
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
@@ -168,30 +166,6 @@ class CachingAllocator {
   std::string phase_;
   std::function<void()> release_others_;
   std::function<void(void*, size_t)> fill_;
-};
-
-// A kernel's scratch memory for the length of a scope, from the device's allocator (counted as
-// workspace, bounded by its capacity): freed when the scope ends. On an accelerator the block goes
-// back while the kernels that use it may still run; that is safe because the allocator hands it out
-// again only to work on the same stream. No bytes, no block (ptr() is null).
-class ScopedBlock {
- public:
-  ScopedBlock(CachingAllocator& alloc, size_t bytes) : alloc_(alloc) {
-    if (bytes) block_ = alloc.allocate(bytes, MemCategory::Workspace);
-  }
-  ~ScopedBlock() { alloc_.free(block_); }
-  ScopedBlock(const ScopedBlock&) = delete;
-  ScopedBlock& operator=(const ScopedBlock&) = delete;
-  void* ptr() const { return block_ ? block_->ptr : nullptr; }
-  size_t bytes() const { return block_ ? block_->requested : 0; }  // as asked, not as held
-  template <typename T>
-  T* at(size_t byte_offset = 0) const {
-    return block_ ? reinterpret_cast<T*>(static_cast<char*>(block_->ptr) + byte_offset) : nullptr;
-  }
-
- private:
-  CachingAllocator& alloc_;
-  Block* block_ = nullptr;
 };
 
 }  // namespace dp

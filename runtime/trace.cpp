@@ -2,7 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/atomic_file.hpp"
 
 namespace dp {
 
@@ -92,6 +91,5 @@ std::vector<TraceCopy> Tracer::copies() const {
   return copies_;
 }
 
-void Tracer::write(const std::string& path) const { write_file_atomically(path, to_json()); }
 
 }  // namespace dp

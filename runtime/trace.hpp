@@ -46,7 +46,6 @@ class Tracer {
   std::string to_json() const;
   std::vector<TraceSlice> slices() const;  // every slice, the copies' too, in recording order
   std::vector<TraceCopy> copies() const;
-  void write(const std::string& path) const;  // atomically
 
  private:
   struct Event {

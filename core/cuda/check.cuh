@@ -63,8 +63,7 @@ inline void check(cudnnStatus_t s, const char* what, const char* file, int line)
 #define DP_CUDA_CHECK_LAUNCH() ::dp::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
 
 namespace dp::cuda {
-struct LtPlans;
-void destroy_lt_plans(LtPlans* plans) noexcept;  // kernels/cuda/gemm_lt.cu
+struct LtPlans;  // kernels/cuda/gemm_lt.cu's: a kernel's cache the context owns, not knows
 }  // namespace dp::cuda
 
 // What a Context holds, visible to the .cu files only (ops.hpp stays free of CUDA headers).
@@ -88,4 +87,5 @@ struct dp::cuda::Context::Handles {
   // cuBLASLt's handle and this context's product plans (kernels/cuda/gemm_lt.cu), made on the
   // first float32 Linear that uses them (GpuMath::linear). Per context, so one thread at a time.
   LtPlans* lt_plans = nullptr;
+  void (*destroy_lt_plans)(LtPlans*) noexcept = nullptr;  // set by whoever made lt_plans
 };

@@ -41,7 +41,7 @@ Context::Handles::~Handles() {
   if (gpu >= 0) cudaSetDevice(gpu);
   if (data_fault_seen) cudaFreeHost(data_fault_seen);
   if (data_fault) cudaFree(data_fault);
-  destroy_lt_plans(lt_plans);
+  if (lt_plans && destroy_lt_plans) destroy_lt_plans(lt_plans);
   if (cudnn) cudnnDestroy(cudnn);
   if (cublas) cublasDestroy(cublas);
   if (cublas_workspace) cudaFree(cublas_workspace);  // after the handle that used it

@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "engine/comm/ring.hpp"
+#include "models/cross_replica.hpp"
 #include "engine/comm/process_group.hpp"
 
 namespace dp {
 
-class ReplicaGroup {
+class ReplicaGroup final : public CrossReplicaSum {
  public:
   explicit ReplicaGroup(int devices) : slots_(static_cast<size_t>(devices), nullptr) {}
   void set_process_group(ProcessGroup* group) { group_ = group; }
@@ -23,7 +24,7 @@ class ReplicaGroup {
   void begin_step(const std::vector<int>& members);
   // From replica r's stream: data becomes the sum over the members' data (the same on each).
   // RuntimeError if another replica failed (abort) meanwhile.
-  void allreduce_sum(int replica, std::vector<double>& data);
+  void allreduce_sum(int replica, std::vector<double>& data) override;
   void abort();
   // The all-reduces completed so far (each counted once, not per member): the host sync points
   // that --sync-bn adds, three per BatchNorm layer a step (two in forward, one in backward).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/optim/decay_groups.hpp"
+#include "io/optimizer_state.hpp"
 #include "engine/step/step_scalars.hpp"
 #include "runtime/tensor.hpp"
 #include "kernels/ops/adamw.hpp"
@@ -66,10 +67,7 @@ class Optimizer {
 
   // The state as host copies, named as torch.optim names each parameter's ("momentum_buffer";
   // "exp_avg", "exp_avg_sq"), each flat like the parameters; none before the first step.
-  struct Saved {
-    int64_t steps = 0;
-    std::vector<std::pair<std::string, std::vector<float>>> buffers;
-  };
+  using Saved = OptimizerState;
   virtual Saved save() = 0;
   // Put a saved state back (on `like`'s device and shape); an empty one drops the state, as
   // before the first step. RuntimeError when the names or sizes do not fit this optimizer.

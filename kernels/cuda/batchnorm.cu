@@ -192,7 +192,7 @@ void normalize(Context& c, float* out, const float* in, const Scale& scale, int6
 // Scratch for the dx coefficients, three floats a channel.
 class Coefficients {
  public:
-  Coefficients(CachingAllocator& alloc, int64_t C) : C_(C), block_(alloc, static_cast<size_t>(3 * C) * sizeof(float)) {}
+  Coefficients(ScratchMemory& alloc, int64_t C) : C_(C), block_(alloc, static_cast<size_t>(3 * C) * sizeof(float)) {}
   DxCoefficients get() const {
     float* p = block_.at<float>();
     return {p, p + C_, p + 2 * C_};
@@ -215,7 +215,7 @@ void dx(Context& c, float* din, const float* dout, const float* in, const float*
 
 }  // namespace
 
-void batchnorm_forward_train(Context& c, CachingAllocator& alloc, float* out, float* save_mean, float* save_invstd,
+void batchnorm_forward_train(Context& c, ScratchMemory& alloc, float* out, float* save_mean, float* save_invstd,
                              const float* in, const float* gamma, const float* beta, float* running_mean,
                              float* running_var, int64_t N, int64_t C, int64_t HW, float momentum, float eps) {
   if (N * C * HW == 0) return;
@@ -235,7 +235,7 @@ void batchnorm_forward_eval(Context& c, float* out, const float* in, const float
   normalize(c, out, in, RunningScale{gamma, beta, running_mean, running_var, eps}, N, C, HW);
 }
 
-void batchnorm_backward(Context& c, CachingAllocator& alloc, float* din, float* dgamma, float* dbeta,
+void batchnorm_backward(Context& c, ScratchMemory& alloc, float* din, float* dgamma, float* dbeta,
                         const float* dout, const float* in, const float* gamma, const float* save_mean,
                         const float* save_invstd, int64_t N, int64_t C, int64_t HW, float) {
   if (N * C * HW == 0) return;
@@ -249,7 +249,7 @@ void batchnorm_backward(Context& c, CachingAllocator& alloc, float* din, float* 
   if (din) dx(c, din, dout, in, save_mean, coef.get(), N, C, HW);
 }
 
-void batchnorm_stats(Context& c, CachingAllocator& alloc, float* mean, float* var, const float* in, int64_t N,
+void batchnorm_stats(Context& c, ScratchMemory& alloc, float* mean, float* var, const float* in, int64_t N,
                      int64_t C, int64_t HW) {
   if (C == 0) return;
   auto stream = c.handles().stream;
@@ -271,7 +271,7 @@ void batchnorm_forward_with_stats(Context& c, float* out, float* save_mean, floa
   if (N * HW > 0) normalize(c, out, in, BatchScale{gamma, beta, save_mean, save_invstd}, N, C, HW);
 }
 
-void batchnorm_backward_reduce(Context& c, CachingAllocator& alloc, float* sum_dy, float* sum_dy_xhat,
+void batchnorm_backward_reduce(Context& c, ScratchMemory& alloc, float* sum_dy, float* sum_dy_xhat,
                                const float* dout, const float* in, const float* save_mean, const float* save_invstd,
                                int64_t N, int64_t C, int64_t HW) {
   if (C == 0) return;
@@ -283,7 +283,7 @@ void batchnorm_backward_reduce(Context& c, CachingAllocator& alloc, float* sum_d
   DP_CUDA_CHECK_LAUNCH();
 }
 
-void batchnorm_backward_apply(Context& c, CachingAllocator& alloc, float* din, const float* dout, const float* in,
+void batchnorm_backward_apply(Context& c, ScratchMemory& alloc, float* din, const float* dout, const float* in,
                               const float* gamma, const float* save_mean, const float* save_invstd,
                               const float* sum_dy, const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C,
                               int64_t HW) {

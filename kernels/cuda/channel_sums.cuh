@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "core/cuda/check.cuh"
-#include "runtime/memory.hpp"
+#include "core/scratch.hpp"
 #include "kernels/channel_parts.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/unrolled.cuh"  // kUnroll: loads in flight a thread
@@ -77,7 +77,7 @@ inline unsigned finish_blocks(int64_t C) { return static_cast<unsigned>((C + kTh
 template <int K>
 class Partials {
  public:
-  Partials(CachingAllocator& alloc, int64_t N, int64_t C, int64_t HW)
+  Partials(ScratchMemory& alloc, int64_t N, int64_t C, int64_t HW)
       : N_(N), C_(C), HW_(HW), S_(parts_for(N, HW)),
         block_(alloc, static_cast<size_t>(K * C * S_) * sizeof(double)) {}
   // No values (N·HW = 0): every sum is 0, and nothing is read.

@@ -2,7 +2,7 @@
 // the output positions, staged through shared memory, then each tap's parts added in a fixed order
 // (the arithmetic, and why: kernels/conv_wgrad_parts.hpp).
 #include "core/cuda/check.cuh"
-#include "runtime/memory.hpp"
+#include "core/scratch.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/conv2d.hpp"
@@ -80,7 +80,7 @@ void launch_tiles_m(cudaStream_t stream, float* partials, const float* dy, const
 
 }  // namespace
 
-bool conv2d_weight_grad_direct(Context& c, CachingAllocator& alloc, float* dw, const float* dout, const float* in,
+bool conv2d_weight_grad_direct(Context& c, ScratchMemory& alloc, float* dw, const float* dout, const float* in,
                                const ConvShape& s) {
   if (!conv_wgrad::eligible(s)) return false;
   const conv_wgrad::Geometry g = conv_wgrad::geometry_of(s);

@@ -23,7 +23,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/buffer.hpp"
 #include "kernels/ops/conv2d.hpp"
-#include "runtime/memory.hpp"
+#include "core/scratch.hpp"
 
 namespace dp::cuda {
 
@@ -120,7 +120,7 @@ size_t most_workspace(Query query) {
 
 // The workspace offered to cuDNN's timing: `most` bytes, halved while the allocator cannot give
 // them (cuDNN then skips the algorithms that need more, as PyTorch's benchmark mode does).
-std::unique_ptr<ScopedBlock> workspace_on_offer(CachingAllocator& alloc, size_t most) {
+std::unique_ptr<ScopedBlock> workspace_on_offer(ScratchMemory& alloc, size_t most) {
   for (size_t bytes = most;; bytes /= 2) {
     try {
       return std::make_unique<ScopedBlock>(alloc, bytes);
@@ -145,7 +145,7 @@ struct ConvPlan {
   cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter{};
   cudnnConvolutionBwdDataAlgoPerf_t bwd_data{};
   bool usable = false;
-  ConvPlan(Context& c, CachingAllocator& alloc, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how)
+  ConvPlan(Context& c, ScratchMemory& alloc, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how)
       : x(g.N, g.C, g.H, g.W, t),
         y(g.N, g.K, g.OH(), g.OW(), t),
         bias(1, g.K, 1, 1, t), f(g, t), conv(g, tensor_ops) {
@@ -205,7 +205,7 @@ struct ConvPlan {
   }
 };
 
-const ConvPlan& plan_for(Context& c, CachingAllocator& alloc, const ConvShape& g, DType t) {
+const ConvPlan& plan_for(Context& c, ScratchMemory& alloc, const ConvShape& g, DType t) {
   static std::mutex mu;
   // Never destroyed: no static-destruction order to get wrong against cuDNN's own teardown.
   static auto* plans = new std::map<std::array<int64_t, 15>, std::unique_ptr<ConvPlan>>();
@@ -219,7 +219,7 @@ const ConvPlan& plan_for(Context& c, CachingAllocator& alloc, const ConvShape& g
   return *slot;
 }
 
-const ConvPlan& float32_plan(Context& c, CachingAllocator& alloc, const ConvShape& g) {
+const ConvPlan& float32_plan(Context& c, ScratchMemory& alloc, const ConvShape& g) {
   const ConvPlan& p = plan_for(c, alloc, g, DType::F32);
   if (!p.usable)
     throw RuntimeError("cuDNN found no usable algorithm for this convolution" +
@@ -230,14 +230,14 @@ const ConvPlan& float32_plan(Context& c, CachingAllocator& alloc, const ConvShap
 // The plan's three convolutions, workspace from the device's allocator for the call; float32 and
 // 16-bit data alike (the scaling factors are float32: the computation is). Gradients are written,
 // not accumulated (beta = 0), like the CPU kernels.
-void run_forward(Context& c, CachingAllocator& alloc, const ConvPlan& p, void* out, const void* in, const void* w) {
+void run_forward(Context& c, ScratchMemory& alloc, const ConvPlan& p, void* out, const void* in, const void* w) {
   ScopedBlock ws(alloc, p.fwd.memory);
   const float one = 1.f, zero = 0.f;
   DP_CUDA_CHECK(cudnnConvolutionForward(c.handles().cudnn, &one, p.x.d, in, p.f.d, w, p.conv.d, p.fwd.algo, ws.ptr(),
                                         p.fwd.memory, &zero, p.y.d, out));
 }
 
-void run_backward_filter(Context& c, CachingAllocator& alloc, const ConvPlan& p, void* dw, const void* dout,
+void run_backward_filter(Context& c, ScratchMemory& alloc, const ConvPlan& p, void* dw, const void* dout,
                          const void* in) {
   ScopedBlock ws(alloc, p.bwd_filter.memory);
   const float one = 1.f, zero = 0.f;
@@ -245,7 +245,7 @@ void run_backward_filter(Context& c, CachingAllocator& alloc, const ConvPlan& p,
                                                p.bwd_filter.algo, ws.ptr(), p.bwd_filter.memory, &zero, p.f.d, dw));
 }
 
-void run_backward_data(Context& c, CachingAllocator& alloc, const ConvPlan& p, void* din, const void* dout,
+void run_backward_data(Context& c, ScratchMemory& alloc, const ConvPlan& p, void* din, const void* dout,
                        const void* w) {
   ScopedBlock ws(alloc, p.bwd_data.memory);
   const float one = 1.f, zero = 0.f;
@@ -280,7 +280,7 @@ __global__ void bias_grad_kernel(T* db, const double* partials, int64_t K, int64
 }
 
 template <typename T>
-void bias_grad(Context& c, CachingAllocator& alloc, T* db, const T* dout, const ConvShape& g) {
+void bias_grad(Context& c, ScratchMemory& alloc, T* db, const T* dout, const ConvShape& g) {
   if (g.K == 0) return;
   const int64_t HW = g.OH() * g.OW();
   auto stream = c.handles().stream;
@@ -292,7 +292,7 @@ void bias_grad(Context& c, CachingAllocator& alloc, T* db, const T* dout, const 
 
 }  // namespace
 
-void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b,
+void conv2d_forward(Context& c, ScratchMemory& alloc, float* out, const float* in, const float* w, const float* b,
                     const ConvShape& g) {
   const ConvPlan& p = float32_plan(c, alloc, g);
   run_forward(c, alloc, p, out, in, w);
@@ -300,7 +300,7 @@ void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float
   if (b) DP_CUDA_CHECK(cudnnAddTensor(c.handles().cudnn, &one, p.bias.d, b, &one, p.y.d, out));
 }
 
-void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout,
+void conv2d_backward(Context& c, ScratchMemory& alloc, float* din, float* dw, float* db, const float* dout,
                      const float* in, const float* w, const ConvShape& g) {
   const ConvPlan& p = float32_plan(c, alloc, g);
   // A small filter's deterministic weight gradient is dp's own: cuDNN's deterministic choices for
@@ -313,7 +313,7 @@ void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw,
   if (din) run_backward_data(c, alloc, p, din, dout, w);
 }
 
-bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, const void* in, const void* w,
+bool conv2d_forward(Context& c, ScratchMemory& alloc, DType t, void* out, const void* in, const void* w,
                     const void* b, const ConvShape& g) {
   const ConvPlan& p = plan_for(c, alloc, g, t);
   if (!p.usable) return false;
@@ -330,7 +330,7 @@ bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, con
   return true;
 }
 
-bool conv2d_backward(Context& c, CachingAllocator& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+bool conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
                      const void* in, const void* w, const ConvShape& g) {
   const ConvPlan& p = plan_for(c, alloc, g, t);
   if (!p.usable) return false;

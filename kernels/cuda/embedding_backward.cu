@@ -8,7 +8,7 @@
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
-#include "runtime/memory.hpp"
+#include "core/scratch.hpp"
 #include "kernels/cuda/id_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/transformer.hpp"
@@ -47,7 +47,7 @@ int bits_for(int64_t V) {
 
 }  // namespace
 
-void embedding_backward(Context& c, CachingAllocator& alloc, float* dtable, const float* dout, const int32_t* ids,
+void embedding_backward(Context& c, ScratchMemory& alloc, float* dtable, const float* dout, const int32_t* ids,
                         int64_t rows, int64_t V, int64_t C) {
   cudaStream_t s = c.handles().stream;
   DP_CUDA_CHECK(cudaMemsetAsync(dtable, 0, static_cast<size_t>(V * C) * sizeof(float), s));

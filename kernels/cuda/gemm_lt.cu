@@ -114,7 +114,9 @@ struct LtPlans {
   }
 };
 
+namespace {
 void destroy_lt_plans(LtPlans* plans) noexcept { delete plans; }
+}  // namespace
 
 bool lt_matmul(Context& c, const LtProduct& p) {
   auto& h = c.handles();
@@ -122,6 +124,7 @@ bool lt_matmul(Context& c, const LtProduct& p) {
     auto made = std::make_unique<LtPlans>();
     DP_CUDA_CHECK(cublasLtCreate(&made->handle));
     h.lt_plans = made.release();
+    h.destroy_lt_plans = destroy_lt_plans;
   }
   LtPlans& all = *h.lt_plans;
   // The bias vector has no alignment preference: take the fused way only where it is 16-byte aligned

@@ -10,7 +10,7 @@
 
 #include "core/cuda/check.cuh"
 #include "kernels/ops/loss.hpp"
-#include "runtime/memory.hpp"
+#include "core/scratch.hpp"
 
 namespace dp::cuda {
 
@@ -134,7 +134,7 @@ size_t xent_scratch_bytes(int64_t B) {
 
 }  // namespace
 
-double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+double softmax_xent(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                     int64_t K, float* dlogits, float grad_scale, int64_t* correct, float label_smoothing) {
   ScopedBlock scratch(alloc, xent_scratch_bytes(B));
   const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, nullptr, label_smoothing);
@@ -149,7 +149,7 @@ double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, co
   return sums[0];
 }
 
-void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+void softmax_xent_into(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                        int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
                        float label_smoothing) {
   ScopedBlock scratch(alloc, xent_scratch_bytes(B));

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
-#include "runtime/memory.hpp"
+#include "core/scratch.hpp"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/elementwise.hpp"
 
@@ -67,7 +67,7 @@ __global__ void scale_kernel(float* y, ScalarArg by, int64_t n) {
 
 }  // namespace
 
-void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t n, float clip, double* out,
+void sum_squares_and_clip(Context& c, ScratchMemory& alloc, float* x, int64_t n, float clip, double* out,
                           int32_t* found_inf) {
   cudaStream_t s = c.handles().stream;
   // At least one partial (a zero when n is 0), so the sum and the flag are written in stream order.

@@ -38,26 +38,26 @@ void batchnorm_backward_apply(ThreadPool& pool, float* din, const float* dout, c
                               const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C, int64_t HW);
 }  // namespace cpu
 namespace cuda {
-void batchnorm_stats(Context& c, CachingAllocator& alloc, float* mean, float* var, const float* in, int64_t N,
+void batchnorm_stats(Context& c, ScratchMemory& alloc, float* mean, float* var, const float* in, int64_t N,
                      int64_t C, int64_t HW);
 void batchnorm_forward_with_stats(Context& c, float* out, float* save_mean, float* save_invstd, const float* in,
                                   const float* gamma, const float* beta, float* running_mean, float* running_var,
                                   const float* mean, const float* var, int64_t count, int64_t N, int64_t C,
                                   int64_t HW, float momentum, float eps);
-void batchnorm_backward_reduce(Context& c, CachingAllocator& alloc, float* sum_dy, float* sum_dy_xhat,
+void batchnorm_backward_reduce(Context& c, ScratchMemory& alloc, float* sum_dy, float* sum_dy_xhat,
                                const float* dout, const float* in, const float* save_mean, const float* save_invstd,
                                int64_t N, int64_t C, int64_t HW);
-void batchnorm_backward_apply(Context& c, CachingAllocator& alloc, float* din, const float* dout, const float* in,
+void batchnorm_backward_apply(Context& c, ScratchMemory& alloc, float* din, const float* dout, const float* in,
                               const float* gamma, const float* save_mean, const float* save_invstd,
                               const float* sum_dy, const float* sum_dy_xhat, int64_t count, int64_t N, int64_t C,
                               int64_t HW);
-void batchnorm_forward_train(Context& c, CachingAllocator& alloc, float* out, float* save_mean, float* save_invstd,
+void batchnorm_forward_train(Context& c, ScratchMemory& alloc, float* out, float* save_mean, float* save_invstd,
                              const float* in, const float* gamma, const float* beta, float* running_mean,
                              float* running_var, int64_t N, int64_t C, int64_t HW, float momentum, float eps);
 void batchnorm_forward_eval(Context& c, float* out, const float* in, const float* gamma, const float* beta,
                             const float* running_mean, const float* running_var, int64_t N, int64_t C, int64_t HW,
                             float eps);
-void batchnorm_backward(Context& c, CachingAllocator& alloc, float* din, float* dgamma, float* dbeta,
+void batchnorm_backward(Context& c, ScratchMemory& alloc, float* din, float* dgamma, float* dbeta,
                         const float* dout, const float* in, const float* gamma, const float* save_mean,
                         const float* save_invstd, int64_t N, int64_t C, int64_t HW, float eps);
 }  // namespace cuda

@@ -38,21 +38,21 @@ void conv2d_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
                      const float* w, const ConvShape& s, float* workspace);
 }  // namespace cpu
 namespace cuda {
-void conv2d_forward(Context& c, CachingAllocator& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
-void conv2d_backward(Context& c, CachingAllocator& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
+void conv2d_forward(Context& c, ScratchMemory& alloc, float* out, const float* in, const float* w, const float* b, const ConvShape& s);
+void conv2d_backward(Context& c, ScratchMemory& alloc, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
                      const ConvShape& s);
 // dw alone, float32, without cuDNN, when the filter has at most conv_wgrad::kMaxTaps taps: tiles of
 // taps summed over parts of the output positions, the parts added in a fixed order
 // (kernels/conv_wgrad_parts.hpp), the same bits every run and on every GPU. False, having done
 // nothing, for a larger filter.
-bool conv2d_weight_grad_direct(Context& c, CachingAllocator& alloc, float* dw, const float* dout, const float* in,
+bool conv2d_weight_grad_direct(Context& c, ScratchMemory& alloc, float* dw, const float* dout, const float* in,
                                const ConvShape& s);
 // Every present operand of 16-bit type t, on the tensor cores (float32 accumulation, one rounding
 // on store; a bias is added in a second rounding, as PyTorch's cuDNN path does). False, having
 // done nothing, when cuDNN offers no algorithm for this geometry in 16 bits.
-bool conv2d_forward(Context& c, CachingAllocator& alloc, DType t, void* out, const void* in, const void* w,
+bool conv2d_forward(Context& c, ScratchMemory& alloc, DType t, void* out, const void* in, const void* w,
                     const void* b, const ConvShape& s);
-bool conv2d_backward(Context& c, CachingAllocator& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+bool conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
                      const void* in, const void* w, const ConvShape& s);
 }  // namespace cuda
 

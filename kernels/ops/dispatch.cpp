@@ -59,7 +59,7 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
   if (ex.meta) return;
 #if DP_WITH_CUDA
   if (const DType t = native_16bit(ex, {out, in, w, b});
-      t != DType::F32 && cuda::conv2d_forward(*ex.cuda, *ex.alloc, t, out.ptr, in.ptr, w.ptr, b.ptr, s))
+      t != DType::F32 && cuda::conv2d_forward(*ex.cuda, *ex.scratch, t, out.ptr, in.ptr, w.ptr, b.ptr, s))
     return;
 #endif
   Operands o(ex, "conv2d_forward");
@@ -67,7 +67,7 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
   const float *x = o.in(in, s.in_numel()), *wt = o.in(w, s.weight_numel()), *bias = o.in(b, s.K);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::conv2d_forward(*ex.cuda, *ex.alloc, y, x, wt, bias, s);
+    cuda::conv2d_forward(*ex.cuda, *ex.scratch, y, x, wt, bias, s);
     return o.finish();
   }
 #endif
@@ -80,7 +80,7 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
   if (ex.meta) return;
 #if DP_WITH_CUDA
   if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w});
-      t != DType::F32 && cuda::conv2d_backward(*ex.cuda, *ex.alloc, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s))
+      t != DType::F32 && cuda::conv2d_backward(*ex.cuda, *ex.scratch, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s))
     return;
 #endif
   Operands o(ex, "conv2d_backward");
@@ -89,7 +89,7 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
   const float *dy = o.in(dout, out_n), *x = o.in(in, in_n), *wt = o.in(w, w_n);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::conv2d_backward(*ex.cuda, *ex.alloc, dx, dwt, dbias, dy, x, wt, s);
+    cuda::conv2d_backward(*ex.cuda, *ex.scratch, dx, dwt, dbias, dy, x, wt, s);
     return o.finish();
   }
 #endif
@@ -103,7 +103,7 @@ void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* 
   float* v = x.f32(op);
   int32_t* inf_flag = found_inf.i32(op);
 #if DP_WITH_CUDA
-  if (ex.on_cuda()) return cuda::sum_squares_and_clip(*ex.cuda, *ex.alloc, v, n, clip, out, inf_flag);
+  if (ex.on_cuda()) return cuda::sum_squares_and_clip(*ex.cuda, *ex.scratch, v, n, clip, out, inf_flag);
 #endif
   const double sum = cpu::sum_squares(*ex.pool, v, n);
   *out = sum;
@@ -125,7 +125,7 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
   float* sc = scalars.f32("softmax_xent (scalars)");
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::softmax_xent_into(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, out, sc, label_smoothing);
+    cuda::softmax_xent_into(*ex.cuda, *ex.scratch, x, y, B, K, dx, grad_scale, out, sc, label_smoothing);
     return o.finish();
   }
 #endif
@@ -152,7 +152,7 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
   double sum = 0;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    sum = cuda::softmax_xent(*ex.cuda, *ex.alloc, x, y, B, K, dx, grad_scale, correct, label_smoothing);
+    sum = cuda::softmax_xent(*ex.cuda, *ex.scratch, x, y, B, K, dx, grad_scale, correct, label_smoothing);
     o.finish();
     return sum;
   }

@@ -29,7 +29,7 @@ void scale(Context& c, float* y, ScalarArg s, int64_t n);
 // Without waiting: Σ x² into *out (host memory, page-locked for the copy to be asynchronous) as the
 // stream gets there, and with clip > 0 the scaling decided on the device (found_inf: see below).
 // Scratch (a double per block) from `alloc`, counted as workspace, returned stream-ordered.
-void sum_squares_and_clip(Context& c, CachingAllocator& alloc, float* x, int64_t n, float clip, double* out,
+void sum_squares_and_clip(Context& c, ScratchMemory& alloc, float* x, int64_t n, float clip, double* out,
                           int32_t* found_inf);
 // 16-bit storage (kernels/cuda/elementwise_16bit.cu); add_inplace's y and x may differ (a float32
 // y with a 16-bit x: the reduce into the master gradients).

@@ -28,12 +28,12 @@ double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64
 }  // namespace cpu
 namespace cuda {
 // Per-row scratch comes from `alloc` (counted as workspace).
-double softmax_xent(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+double softmax_xent(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                     int64_t K, float* dlogits, float grad_scale, int64_t* correct, float label_smoothing = 0.f);
 // The same without waiting: the sums reach *out (host memory; page-locked for the copy to be
 // asynchronous) when the stream gets there, and, when scalars is not null, float [loss, hits]
 // into that device memory too. Scratch from `alloc`, returned stream-ordered.
-void softmax_xent_into(Context& c, CachingAllocator& alloc, const float* logits, const int32_t* labels, int64_t B,
+void softmax_xent_into(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                        int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
                        float label_smoothing = 0.f);
 }  // namespace cuda

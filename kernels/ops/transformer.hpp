@@ -39,7 +39,7 @@ void embedding_forward(Context& c, float* out, const int32_t* ids, const float* 
                        int64_t C);
 // Deterministic: rows sorted by id (stable), each id's rows summed in row order, as on the CPU;
 // the sort's scratch comes from `alloc` (workspace).
-void embedding_backward(Context& c, CachingAllocator& alloc, float* dtable, const float* dout, const int32_t* ids,
+void embedding_backward(Context& c, ScratchMemory& alloc, float* dtable, const float* dout, const int32_t* ids,
                         int64_t rows, int64_t V, int64_t C);
 void positions(Context& c, int32_t* ids, int64_t T);
 }  // namespace cuda

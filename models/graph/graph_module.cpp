@@ -142,7 +142,7 @@ class GraphModule final : public Module {
     Module::clear_cache();
     for (Step& st : steps_) clear_step(st);
   }
-  void set_replica_group(ReplicaGroup* group, int replica) override {
+  void set_replica_group(CrossReplicaSum* group, int replica) override {
     Module::set_replica_group(group, replica);
     for (auto& m : owned_) m->set_replica_group(group, replica);
   }

@@ -366,7 +366,7 @@ int run_demo(const DemoOptions& o) {
   report_demo_memory(dp, devices, accumulate, report);
   if (run.tracer) dp.set_tracer(nullptr);
   if (!o.trace.empty()) {
-    run.tracer->write(o.trace);
+    write_file_atomically(o.trace, run.tracer->to_json());
     std::printf("\ntrace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
   }
   if (!o.json.empty()) write_file_atomically(o.json, report.dump(2));

@@ -1,4 +1,5 @@
 #include "tools/dp/memory_profile.hpp"
+#include "io/atomic_file.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -81,7 +82,7 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
   if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
   if (run.tracer) {
     dp.set_tracer(nullptr);
-    if (!o.trace.empty()) run.tracer->write(o.trace);
+    if (!o.trace.empty()) write_file_atomically(o.trace, run.tracer->to_json());
   }
   return run;
 }

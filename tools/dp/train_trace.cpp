@@ -1,4 +1,5 @@
 #include "tools/dp/train_trace.hpp"
+#include "io/atomic_file.hpp"
 
 #include <cstdlib>
 
@@ -48,7 +49,7 @@ std::string TrainTrace::finish(DataParallel& dp, int64_t number) { return open_ 
 std::string TrainTrace::write(DataParallel& dp, int64_t through) {
   dp.set_tracer(nullptr);
   open_ = false;
-  tracer_->write(path_);  // atomically; what tasks still in flight (an upload ahead) add comes too late for it
+  write_file_atomically(path_, tracer_->to_json());  // what tasks still in flight (an upload ahead) add comes too late for it
   return "trace of steps " + std::to_string(first_) + "-" + std::to_string(through) + ": " + path_ +
          " (open in ui.perfetto.dev or chrome://tracing)";
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""The layers the build keeps (docs/architecture.md, CMakeLists.txt): every #include of a project
+header must point to the file's own layer or one below it. An include that goes up (kernels/
+including runtime/) or sideways where not allowed (data/ including engine/) fails, naming the
+file, the line and the header.
+
+usage: check_layers.py [ROOT]
+"""
+import os
+import re
+import sys
+
+# Each layer and the layers it may include, besides itself.
+ALLOWED = {
+    "core": set(),
+    "kernels": {"core"},
+    "runtime": {"core", "kernels"},
+    "models": {"core", "kernels", "runtime"},
+    "io": {"core", "kernels", "runtime", "models"},
+    "data": {"core", "kernels", "runtime", "io"},
+    "engine": {"core", "kernels", "runtime", "models", "io", "data"},
+    "plan": {"core", "kernels", "runtime", "models", "io", "data", "engine"},
+    "tools/dp": {"core", "kernels", "runtime", "models", "io", "data", "engine", "plan"},
+}
+INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
+
+
+def layer_of(path):
+    """The layer a repository path belongs to, or None (a system header, a generated one)."""
+    if path.startswith("tools/dp/"):
+        return "tools/dp"
+    top = path.split("/", 1)[0]
+    return top if top in ALLOWED else None
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+    bad, files = [], 0
+    for layer in ALLOWED:
+        for folder, _, names in os.walk(os.path.join(root, layer)):
+            for name in sorted(names):
+                if not name.endswith((".cpp", ".hpp", ".cu", ".cuh", ".h")):
+                    continue
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, root)
+                files += 1
+                with open(path, encoding="utf-8") as f:
+                    for number, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        to = layer_of(m.group(1))
+                        if to is None or to == layer or to in ALLOWED[layer]:
+                            continue
+                        bad.append(f"{rel}:{number}: {layer}/ includes {m.group(1)} ({to}/ is not below {layer}/)")
+    for b in bad:
+        print(b)
+    print(f"{files} files, {len(bad)} includes against the layers")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
