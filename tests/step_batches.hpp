@@ -116,11 +116,9 @@ inline void check_same_steps(const std::vector<StepResult>& a, const std::vector
   }
 }
 
-inline StepResult step_on(DataParallel& dp, const Batch& b) { return dp.step(view_of(b)); }
+using dp::step_on;  // engine/batch_view.hpp's
 
 // The batch the next step_on() will be given, to upload while the current step runs.
-inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const Batch>& b) {
-  dp.upload_ahead(view_of(*b), b);
-}
+inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const Batch>& b) { upload_ahead(dp, b); }
 
 }  // namespace dp::test

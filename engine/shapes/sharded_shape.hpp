@@ -108,7 +108,7 @@ class ShardedShape final : public ChunkedShape {
     size_t drained = 0;                            // buckets reduce-scattered, in order
   };
 
-  int stage() const { return static_cast<int>(mode_) - static_cast<int>(SyncMode::Zero1) + 1; }
+  int stage() const { return zero_stage(mode_); }
   bool piece_grads_are_views() const { return stage() == 1 && !mixed_; }
   std::unique_ptr<Transport> make_local_transport();
   // Each device's state for the current transport's parts, and the optimizer over them.

@@ -13,6 +13,10 @@ enum class SyncMode { Reduce, AllReduce, Zero1, Zero2, Zero3 };
 // Every device loads its own chunk and keeps a replica's worth of the step (every mode but reduce).
 inline bool replicas_resident(SyncMode mode) { return mode != SyncMode::Reduce; }
 inline bool sharded(SyncMode mode) { return mode >= SyncMode::Zero1; }
+// ZeRO's stage (1: optimizer state sharded, 2: and the gradients, 3: and the parameters); 0 unsharded.
+inline int zero_stage(SyncMode mode) {
+  return sharded(mode) ? static_cast<int>(mode) - static_cast<int>(SyncMode::Zero1) + 1 : 0;
+}
 SyncMode parse_sync_mode(const std::string& text);  // UsageError for anything else
 const char* sync_mode_name(SyncMode mode);          // "reduce", "allreduce"
 

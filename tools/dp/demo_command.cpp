@@ -337,44 +337,46 @@ int run_demo(const DemoOptions& o) {
   const int64_t accumulate = std::min(o.accumulate, data.batches_per_epoch(o.batch));
   const ModelDef& model = setup.model;
   DeviceSet& devices = *setup.devices;
-  remember_run_for_remedies(o, accumulate, devices.size(), setup.capacity, "demo");
-  DataParallel dp(devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
-                  setup.precision);
-  dp.set_recompute(setup.recompute);
-  MemprofRun run;  // the steps' memory and trace, for --html
-  run.recomputed = recomputed_text(dp);
-  run.recomputed_blocks = dp.recomputed_blocks();
-  if (!o.trace.empty() || !o.html.empty()) {
-    run.tracer = std::make_shared<Tracer>();
-    dp.set_tracer(run.tracer.get());
-  }
-  const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, 0, 1 << 20, o.steps * accumulate);
-  BatchSource& loader = *batches;
+  // An out-of-memory gets this run's remedies.
+  return with_remedies(RemedyRun{o, accumulate, devices.size(), setup.capacity, "demo"}, [&] {
+    DataParallel dp(devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
+                    setup.precision);
+    dp.set_recompute(setup.recompute);
+    MemprofRun run;  // the steps' memory and trace, for --html
+    run.recomputed = recomputed_text(dp);
+    run.recomputed_blocks = dp.recomputed_blocks();
+    if (!o.trace.empty() || !o.html.empty()) {
+      run.tracer = std::make_shared<Tracer>();
+      dp.set_tracer(run.tracer.get());
+    }
+    const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, 0, 1 << 20, o.steps * accumulate);
+    BatchSource& loader = *batches;
 
-  print_demo_header(o, dp, model, devices, accumulate);
-  nlohmann::json report{{"model", model.name},
-                        {"devices", devices.size()},
-                        {"batch", o.batch},
-                        {"accumulate", accumulate},
-                        {"split", dp.split().text},
-                        {"precision", precision_name(dp.precision())}};
-  nlohmann::json steps = nlohmann::json::array(), stories = nlohmann::json::object();
-  int step = 0;
-  for (auto micro = next_micro_batches(loader, accumulate); !micro.empty(); micro = next_micro_batches(loader, accumulate))
-    steps.push_back(run_demo_step(dp, micro, ++step, run, stories));
-  report["steps"] = steps;
-  report_demo_memory(dp, devices, accumulate, report);
-  if (run.tracer) dp.set_tracer(nullptr);
-  if (!o.trace.empty()) {
-    write_file_atomically(o.trace, run.tracer->to_json());
-    std::printf("\ntrace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
-  }
-  if (!o.json.empty()) write_file_atomically(o.json, report.dump(2));
-  if (!o.html.empty()) {
-    write_file_atomically(o.html, memprof_page("demo", o, setup, run, accumulate, stories));
-    std::printf("\npage: %s (open in a browser: a lane per device, memory that follows the time)\n", o.html.c_str());
-  }
-  return 0;
+    print_demo_header(o, dp, model, devices, accumulate);
+    nlohmann::json report{{"model", model.name},
+                          {"devices", devices.size()},
+                          {"batch", o.batch},
+                          {"accumulate", accumulate},
+                          {"split", dp.split().text},
+                          {"precision", precision_name(dp.precision())}};
+    nlohmann::json steps = nlohmann::json::array(), stories = nlohmann::json::object();
+    int step = 0;
+    for (auto micro = next_micro_batches(loader, accumulate); !micro.empty(); micro = next_micro_batches(loader, accumulate))
+      steps.push_back(run_demo_step(dp, micro, ++step, run, stories));
+    report["steps"] = steps;
+    report_demo_memory(dp, devices, accumulate, report);
+    if (run.tracer) dp.set_tracer(nullptr);
+    if (!o.trace.empty()) {
+      write_file_atomically(o.trace, run.tracer->to_json());
+      std::printf("\ntrace: %s (open in ui.perfetto.dev or chrome://tracing)\n", o.trace.c_str());
+    }
+    if (!o.json.empty()) write_file_atomically(o.json, report.dump(2));
+    if (!o.html.empty()) {
+      write_file_atomically(o.html, memprof_page("demo", o, setup, run, accumulate, stories));
+      std::printf("\npage: %s (open in a browser: a lane per device, memory that follows the time)\n", o.html.c_str());
+    }
+    return 0;
+  });
 }
 
 }  // namespace

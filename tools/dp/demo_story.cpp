@@ -82,7 +82,7 @@ struct StepFacts {
   std::string low_name;
   std::vector<int> active;  // the devices with samples this step
   bool fp16() const { return r.loss_scale > 0; }
-  int stage() const { return static_cast<int>(dp.sync_mode()) - static_cast<int>(SyncMode::Zero1) + 1; }  // ZeRO's
+  int stage() const { return zero_stage(dp.sync_mode()); }  // ZeRO's
   // Per sample: [classes], or [T, vocabulary] for a GPT.
   Shape outputs(int64_t rows) const { return with_batch(rows, m.output_shape()); }
 };

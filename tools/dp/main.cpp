@@ -177,6 +177,10 @@ int main(int argc, char** argv) {
   } catch (const dp::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return failed(2);
+  } catch (const dp::cli::OutOfMemoryExit& e) {  // with its run's remedies
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n%s", e.what(), e.remedies().c_str());
+    return failed(3);
   } catch (const dp::OutOfMemoryError& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "error: %s\n%s", e.what(), dp::cli::out_of_memory_remedies().c_str());

@@ -26,33 +26,10 @@ std::string precision_of_categories(Precision p) {
          "reduce buffers";
 }
 
-// Bytes each device sent to the others in a step (every phase's links).
-std::vector<int64_t> sent_per_device(const StepResult& r, int n) {
-  std::vector<int64_t> sent(static_cast<size_t>(n), 0);
-  for (const auto& links : r.link_bytes)
-    for (int src = 0; src < n; ++src)
-      for (int dst = 0; dst < n; ++dst)
-        if (src * n + dst < static_cast<int>(links.size()))
-          sent[static_cast<size_t>(src)] += links[static_cast<size_t>(src * n + dst)];
-  return sent;
-}
-
 // (--sync allreduce and zero1-3 compute the loss in each replica whatever --loss says.)
 std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::InReplica ? "in-replica" : "gathered"; }
 
 }  // namespace
-
-void add_step(MemprofRun& run, const StepResult& r, int devices) {
-  ++run.completed;
-  run.chunks = r.chunks;
-  run.sent = sent_per_device(r, devices);
-  if (!r.split_change.empty()) run.split_note = r.split_change;
-  // The per-phase timeline keeps the first steps (where the profile settles: the optimizer state
-  // appears after the first), so a long run does not grow it without bound; the peaks cover every
-  // step.
-  if (run.completed <= kTimelineSteps)
-    for (int p = 0; p < kNumPhases; ++p) run.timeline.push_back({run.completed, static_cast<Phase>(p), r.memory[p]});
-}
 
 MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
   MemprofRun run;
@@ -66,19 +43,7 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
     dp.set_tracer(run.tracer.get());
   }
   const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps * accumulate);
-  BatchSource& loader = *batches;
-  try {
-    for (auto micro = next_micro_batches(loader, accumulate); !micro.empty();
-         micro = next_micro_batches(loader, accumulate)) {
-      // With --accumulate: a phase's highest peak over the micro-batches.
-      add_step(run, step_on(dp, micro), setup.devices->size());
-    }
-  } catch (const OutOfMemoryError& e) {
-    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request, e.phase, e.in_use};
-  } catch (const ReplicaError& e) {
-    if (!e.out_of_memory) throw;
-    run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request, e.phase, e.in_use};
-  }
+  profile_batches(dp, *batches, accumulate, run);
   if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
   if (run.tracer) {
     dp.set_tracer(nullptr);

@@ -1,7 +1,6 @@
 // The memory profile of a step that dp memprof measures on executing devices and dp plan replays on
-// meta devices (engine/meta/): the steps run into a MemprofRun (each device's peak, what was in use
-// then and in which phase, a per-phase timeline, the out-of-memory if one came), then reported as
-// a table, JSON (one schema for both commands), an SVG chart and a trace.
+// meta devices (runtime/meta/): the steps run into a MemprofRun (plan/profile.hpp), then reported
+// as a table, JSON (one schema for both commands), an SVG chart and a trace.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -11,9 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/step/step_result.hpp"
-#include "engine/step/step_recorder.hpp"
-#include "runtime/trace.hpp"
+#include "plan/profile.hpp"
 #include "tools/dp/memory_svg.hpp"
 #include "tools/dp/page/page_html.hpp"
 #include "tools/dp/run_data.hpp"
@@ -29,34 +26,6 @@ struct MemprofOptions : RunOptions {
 
 // After a report's files are written: one line naming each ("wrote: --json r.json, --html m.html").
 void say_outputs_written(const MemprofOptions& o);
-
-// The timeline keeps each phase of the first kTimelineSteps steps.
-constexpr int kTimelineSteps = 16;
-
-// An out-of-memory the run stopped at: reported as dp train reports it, exit 3.
-struct OutOfMemorySeen {
-  std::string message;
-  int device = -1;
-  int64_t request = 0;
-  std::string phase;   // the phase it failed in ("" before the first step)
-  int64_t in_use = 0;  // the device's bytes in use then
-};
-
-// What profiling measured, beside each device's allocator statistics.
-struct MemprofRun {
-  int completed = 0;                  // steps that finished
-  std::vector<MemoryPoint> timeline;  // each phase of the first kTimelineSteps steps
-  std::vector<int64_t> chunks;        // the last step's split
-  std::vector<int64_t> sent;          // per device: bytes it sent to other devices in the last step
-  std::string split_note;             // --split auto's last change
-  std::string recomputed;             // --recompute: which blocks
-  int64_t recomputed_blocks = 0;
-  std::optional<OutOfMemorySeen> out_of_memory;
-  std::shared_ptr<Tracer> tracer;     // the steps' trace, kept for --html
-};
-
-// Adds a finished step to the run: its split, what each device sent, its per-phase memory.
-void add_step(MemprofRun& run, const StepResult& r, int devices);
 
 // Runs the steps, keeping the per-phase timeline, and stops at an out-of-memory (the report is
 // still made for what was measured).

@@ -4,15 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/step/step_recorder.hpp"
+#include "plan/profile.hpp"
 
 namespace dp::cli {
-
-struct MemoryPoint {
-  int step;
-  Phase phase;
-  std::vector<PhaseMemory> devices;  // peak in the phase, with its composition
-};
 
 std::string memory_svg(const std::string& title, const std::vector<std::string>& device_names,
                        const std::vector<MemoryPoint>& points, int64_t capacity);

@@ -27,8 +27,8 @@ int run_memprof(const MemprofOptions& o) {
   refuse_meta_devices(setup, "dp memprof");
   int64_t accumulate = 1;
   const RunData data = prepare_profile(o, setup, accumulate);
-  remember_run_for_remedies(o, accumulate, setup.devices->size(), setup.capacity, "memprof");
-  const MemprofRun run = profile_steps(o, setup, data, accumulate);
+  const RemedyRun remedies{o, accumulate, setup.devices->size(), setup.capacity, "memprof"};
+  const MemprofRun run = with_remedies(remedies, [&] { return profile_steps(o, setup, data, accumulate); });
 
   print_memprof_table("memprof", o, setup, run, accumulate);
   if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, setup, run, accumulate).dump(2));
@@ -37,7 +37,7 @@ int run_memprof(const MemprofOptions& o) {
   say_outputs_written(o);
   if (run.out_of_memory) {
     std::fflush(stdout);  // the report first, then the error and its remedies
-    std::fprintf(stderr, "error: %s\n%s", run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
+    std::fprintf(stderr, "error: %s\n%s", run.out_of_memory->message.c_str(), out_of_memory_remedies(remedies).c_str());
     return 3;
   }
   return 0;

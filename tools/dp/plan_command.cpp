@@ -1,5 +1,5 @@
 // dp plan: a run's per-device memory at real size without running it. The step runs on meta
-// devices (--devices meta:N, engine/meta/): every allocation takes the same path, sizes, order,
+// devices (--devices meta:N, runtime/meta/): every allocation takes the same path, sizes, order,
 // categories and frees as on host devices, but no kernel runs and no bytes are held, so the report
 // is dp memprof's, byte for byte, for any size on any machine. --compare plans the same model,
 // batch and devices under every strategy (DataParallel's gathered and in-replica loss, DDP, ZeRO
@@ -22,6 +22,9 @@
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"
 #include "tools/dp/page/page_data.hpp"
+#include "plan/largest_batch.hpp"
+#include "plan/model_state.hpp"
+#include "plan/strategy.hpp"
 #include "tools/dp/remedies.hpp"
 
 namespace dp::cli {
@@ -65,55 +68,16 @@ class PlanProgress {
   bool shown_ = false, shown_once_ = false, terminal_ = ::isatty(2) != 0;
 };
 
-// A strategy of --compare: what it sets on the options, and its name.
-struct Strategy {
-  std::string name;
-  std::string sync, loss, precision, recompute;
-};
-
-std::vector<Strategy> strategies(const PlanOptions& o, bool has_blocks) {
-  std::vector<Strategy> rows;
-  for (const char* precision : {"fp32", "bf16"})
-    for (bool recompute : {false, true}) {
-      if (recompute && !has_blocks) continue;
-      const std::string rc = recompute ? "blocks" : "off";
-      const std::string suffix = std::string(precision == std::string("bf16") ? ", bf16" : "") + (recompute ? ", recompute" : "");
-      rows.push_back({"DataParallel" + suffix, "reduce", "gathered", precision, rc});
-      rows.push_back({"DataParallel, in-replica loss" + suffix, "reduce", "in-replica", precision, rc});
-      rows.push_back({"DDP (allreduce)" + suffix, "allreduce", "", precision, rc});
-      for (const char* z : {"zero1", "zero2", "zero3"})
-        rows.push_back({std::string("ZeRO-") + (z + 4) + suffix, z, "", precision, rc});
-    }
-  (void)o;
-  return rows;
-}
-
+// The options of one strategy's plan.
 PlanOptions with_strategy(const PlanOptions& o, const Strategy& s) {
   PlanOptions r = o;
-  r.sync = s.sync;
-  r.loss = s.loss.empty() ? "in-replica" : s.loss;
-  r.loss_given = !s.loss.empty();
-  r.precision = s.precision;
-  r.recompute = s.recompute;
+  r.sync = sync_mode_name(s.sync);
+  r.loss = s.loss == LossMode::Gathered ? "gathered" : "in-replica";
+  r.loss_given = s.loss.has_value();
+  r.precision = precision_name(s.precision);
+  r.recompute = s.recompute ? "blocks" : "off";
   r.json.clear(), r.svg.clear(), r.trace.clear();  // --html stays: each plan keeps its trace for the page
   return r;
-}
-
-// The ZeRO paper's model-state bytes a device holds (Ψ parameters, N devices; K bytes of optimizer
-// state a parameter: 8 for AdamW's two moments, 4 for SGD's momentum). Float32: 4Ψ parameters, 4Ψ
-// gradients, KΨ optimizer state. Mixed precision: 2Ψ 16-bit parameters, 2Ψ 16-bit gradients, and
-// (4 + K)Ψ of float32 master and moments. DataParallel's device 0 holds all of it (the others a
-// replica's parameters and gradients), DDP every device; ZeRO shards the optimizer state (1), then
-// the gradients (2), then the parameters (3).
-double model_state_bytes(const std::string& sync, bool mixed, OptimizerConfig::Kind optimizer, double psi, int n,
-                         bool device0) {
-  const double k = optimizer == OptimizerConfig::Kind::AdamW ? 8 : 4;
-  const double params = mixed ? 2 : 4, grads = mixed ? 2 : 4, states = mixed ? 4 + k : k;
-  if (sync == "reduce") return psi * (device0 ? params + grads + states : params + grads);
-  if (sync == "allreduce") return psi * (params + grads + states);
-  if (sync == "zero1") return psi * (params + grads + states / n);
-  if (sync == "zero2") return psi * (params + (grads + states) / n);
-  return psi * (params + grads + states) / n;  // zero3
 }
 
 int64_t largest_other_sent(const std::vector<int64_t>& sent) {
@@ -129,10 +93,9 @@ std::string verdict(const Plan& p) {
   return "fits, " + format_bytes(p.setup.capacity - peak) + " spare";
 }
 
-// The largest global batch (up to 2^20) whose plan fits --device-memory: doubling from --batch (or
-// halving), then bisection over plans. 0 when not even one sample a device fits.
+// The largest global batch (up to 2^20) whose plan fits --device-memory (plan/largest_batch.hpp).
 int64_t max_batch(const PlanOptions& o, PlanProgress& progress, const std::string& what = "") {
-  auto fits = [&](int64_t batch) {
+  return largest_fitting_batch(o.batch, [&](int64_t batch) {
     progress.say((what.empty() ? "" : what + ": ") + "the largest batch, trying " + std::to_string(batch));
     PlanOptions b = o;
     b.batch = batch;
@@ -142,34 +105,11 @@ int64_t max_batch(const PlanOptions& o, PlanProgress& progress, const std::strin
     } catch (const OutOfMemoryError&) {  // not even the model's state (before the first step)
       return false;
     }
-  };
-  int64_t good = 0, bad = 0;
-  for (int64_t b = std::max<int64_t>(1, o.batch); b <= (int64_t{1} << 20); b *= 2) {
-    if (!fits(b)) {
-      bad = b;
-      break;
-    }
-    good = b;
-  }
-  if (good == 0) {  // not even --batch: down from there
-    for (int64_t b = std::max<int64_t>(1, o.batch) / 2; b >= 1; b /= 2)
-      if (fits(b)) {
-        good = b;
-        break;
-      }
-    if (good == 0) return 0;
-    bad = good * 2;
-  }
-  if (bad == 0) return good;  // fits up to the limit
-  while (bad - good > 1) {
-    const int64_t mid = good + (bad - good) / 2;
-    (fits(mid) ? good : bad) = mid;
-  }
-  return good;
+  });
 }
 
 void print_compare(const PlanOptions& o) {
-  const Plan first = plan_steps(with_strategy(o, {"", "reduce", "gathered", "fp32", "off"}));
+  const Plan first = plan_steps(with_strategy(o, {"", SyncMode::Reduce, LossMode::Gathered, Precision::FP32, false}));
   const int n = first.setup.devices->size();
   const bool has_blocks = first.run.recomputed_blocks > 0 || o.recompute != "off" ||
                           [&] {
@@ -191,7 +131,7 @@ void print_compare(const PlanOptions& o) {
               "on top", "verdict", "d0 sends", "other sends", o.max_batch ? "   max batch" : "");
   nlohmann::json rows = nlohmann::json::array(), page_runs = nlohmann::json::array();
   PlanProgress progress;
-  const std::vector<Strategy> all = strategies(o, has_blocks);
+  const std::vector<Strategy> all = compared_strategies(has_blocks);
   for (size_t i = 0; i < all.size(); ++i) {
     const Strategy& s = all[i];
     const std::string which = "strategy " + std::to_string(i + 1) + " of " + std::to_string(all.size()) + ", " + s.name;
@@ -199,7 +139,7 @@ void print_compare(const PlanOptions& o) {
     const PlanOptions so = with_strategy(o, s);
     const Plan p = plan_steps(so);
     const int64_t d0 = (*p.setup.devices)[0].allocator().stats().peak, other = largest_other_peak(*p.setup.devices);
-    const double state = model_state_bytes(s.sync, s.precision != "fp32", p.setup.optimizer, psi, n, true);
+    const double state = model_state_bytes(s.sync, s.precision != Precision::FP32, p.setup.optimizer, psi, n, true);
     const int64_t sent0 = p.run.sent.empty() ? 0 : p.run.sent[0], sent_other = largest_other_sent(p.run.sent);
     const int64_t most = o.max_batch ? max_batch(so, progress, which) : -1;
     progress.clear();
@@ -209,8 +149,8 @@ void print_compare(const PlanOptions& o) {
                 format_bytes(sent_other).c_str());
     if (o.max_batch) std::printf(" %12lld", static_cast<long long>(most));
     std::printf("\n");
-    nlohmann::json row{{"strategy", s.name}, {"sync", s.sync}, {"loss", so.loss}, {"precision", s.precision},
-                       {"recompute", s.recompute}, {"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
+    nlohmann::json row{{"strategy", s.name}, {"sync", so.sync}, {"loss", so.loss}, {"precision", so.precision},
+                       {"recompute", so.recompute}, {"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
                        {"model_state_bytes", static_cast<int64_t>(state)}, {"device0_sends_bytes", sent0},
                        {"largest_other_sends_bytes", sent_other}, {"out_of_memory", p.run.out_of_memory.has_value()},
                        {"report", memprof_json(so, p.setup, p.run, p.accumulate)}};
@@ -252,8 +192,11 @@ int run_plan(const PlanOptions& o) {
     print_compare(o);
     return 0;
   }
-  const Plan p = plan_steps(o, [&o](const Plan& ready) {  // an out-of-memory's remedies are this run's
-    remember_run_for_remedies(o, ready.accumulate, ready.setup.devices->size(), ready.setup.capacity, "plan");
+  std::optional<RemedyRun> remedies;  // an out-of-memory's remedies are this run's
+  const Plan p = with_remedies(remedies, [&] {
+    return plan_steps(o, [&](const Plan& ready) {
+      remedies = RemedyRun{o, ready.accumulate, ready.setup.devices->size(), ready.setup.capacity, "plan"};
+    });
   });
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
   if (o.max_batch) {
@@ -268,7 +211,7 @@ int run_plan(const PlanOptions& o) {
   say_outputs_written(o);
   if (p.run.out_of_memory) {
     std::fflush(stdout);  // the report first, then the error and its remedies
-    std::fprintf(stderr, "error: %s\n%s", p.run.out_of_memory->message.c_str(), out_of_memory_remedies().c_str());
+    std::fprintf(stderr, "error: %s\n%s", p.run.out_of_memory->message.c_str(), out_of_memory_remedies(remedies).c_str());
     return 3;
   }
   return 0;

@@ -10,24 +10,12 @@
 #include "core/error.hpp"
 #include "runtime/memory.hpp"
 #include "engine/comm/process_group.hpp"
+#include "plan/remedies.hpp"
 #include "tools/dp/memory_profile.hpp"
 
 namespace dp::cli {
 
 namespace {
-
-struct Remembered {
-  RunOptions options;
-  int64_t accumulate = 1;
-  int devices = 1;
-  int64_t capacity = 0;
-  std::string command;
-};
-
-std::optional<Remembered>& remembered() {
-  static std::optional<Remembered> run;
-  return run;
-}
 
 std::string generic_remedies() {
   return "remedies: a smaller --batch (with --accumulate N and an N times smaller --batch, the same samples a "
@@ -36,31 +24,42 @@ std::string generic_remedies() {
          "state); dp plan --compare shows each of them for this model\n";
 }
 
-// One remedy: the flags to add, and the change they make to the options.
-struct Remedy {
-  std::string flags;
-  std::function<void(MemprofOptions&)> apply;
-};
-
-std::vector<Remedy> remedies_for(const Remembered& r) {
+RunRequest request_of(const RemedyRun& r) {
   const RunOptions& o = r.options;
-  std::vector<Remedy> out;
-  const bool faithful = o.sync == "reduce";
-  if (faithful && o.loss == "gathered")
-    out.push_back({"--loss in-replica", [](MemprofOptions& m) { m.loss = "in-replica", m.loss_given = true; }});
-  if (faithful && r.devices > 1 && o.split != "balance-memory")
-    out.push_back({"--split balance-memory", [](MemprofOptions& m) { m.split = "balance-memory"; }});
-  if (o.precision == "fp32") out.push_back({"--precision bf16", [](MemprofOptions& m) { m.precision = "bf16"; }});
-  if (o.recompute == "off")
-    out.push_back({"--recompute blocks", [](MemprofOptions& m) { m.recompute = "blocks"; }});
-  if (o.batch >= 2) {
-    const int64_t half = o.batch / 2, micro = r.accumulate * 2;
-    out.push_back({"--batch " + std::to_string(half) + " --accumulate " + std::to_string(micro),
-                   [half, micro](MemprofOptions& m) { m.batch = half, m.accumulate = micro; }});
+  RunRequest q;
+  q.sync = parse_sync_mode(o.sync);
+  q.loss = parse_loss_mode(o.loss);
+  q.precision = parse_precision(o.precision);
+  q.recompute = o.recompute != "off";
+  q.split_balances_memory = o.split == "balance-memory";
+  q.batch = o.batch, q.accumulate = r.accumulate, q.devices = r.devices;
+  return q;
+}
+
+// The flags that make a remedy's one change.
+std::string flags_of(const Remedy& remedy) {
+  switch (remedy.kind) {
+    case RemedyKind::InReplicaLoss: return "--loss in-replica";
+    case RemedyKind::BalanceMemorySplit: return "--split balance-memory";
+    case RemedyKind::Bfloat16: return "--precision bf16";
+    case RemedyKind::RecomputeBlocks: return "--recompute blocks";
+    case RemedyKind::HalfBatch:
+      return "--batch " + std::to_string(remedy.batch) + " --accumulate " + std::to_string(remedy.accumulate);
+    case RemedyKind::ShardEverything: return "--sync zero3";
   }
-  if (r.devices > 1 && o.sync != "zero3")
-    out.push_back({"--sync zero3", [](MemprofOptions& m) { m.sync = "zero3"; }});
-  return out;
+  return "";
+}
+
+// The change on the options.
+void apply(const Remedy& remedy, MemprofOptions& m) {
+  switch (remedy.kind) {
+    case RemedyKind::InReplicaLoss: m.loss = "in-replica", m.loss_given = true; break;
+    case RemedyKind::BalanceMemorySplit: m.split = "balance-memory"; break;
+    case RemedyKind::Bfloat16: m.precision = "bf16"; break;
+    case RemedyKind::RecomputeBlocks: m.recompute = "blocks"; break;
+    case RemedyKind::HalfBatch: m.batch = remedy.batch, m.accumulate = remedy.accumulate; break;
+    case RemedyKind::ShardEverything: m.sync = "zero3"; break;
+  }
 }
 
 struct Planned {
@@ -73,7 +72,7 @@ struct Planned {
 
 // The steps the failing run takes, with one change, on meta devices. UsageError when the change
 // does not apply to this model (no blocks to recompute, say).
-Planned plan_with(const Remembered& r, const Remedy& remedy) {
+Planned plan_with(const RemedyRun& r, const Remedy& remedy) {
   MemprofOptions m;
   static_cast<RunOptions&>(m) = r.options;
   m.devices = "meta:" + std::to_string(r.devices);
@@ -82,7 +81,7 @@ Planned plan_with(const Remembered& r, const Remedy& remedy) {
   m.device_speed.clear(), m.tf32 = false, m.cudnn = "deterministic";  // how kernels run: nothing to plan
   if (m.split == "auto") m.split = "even";                                 // speed is not planned
   m.device_memory = r.capacity > 0 ? std::to_string(r.capacity) : "";
-  remedy.apply(m);
+  apply(remedy, m);
   const Plan plan = plan_steps(m);
   const RunSetup& setup = plan.setup;
   const MemprofRun& run = plan.run;
@@ -98,12 +97,12 @@ Planned plan_with(const Remembered& r, const Remedy& remedy) {
   return p;
 }
 
-std::string planned_remedies(const Remembered& r) {
+std::string planned_remedies(const RemedyRun& r) {
   std::string text = "remedies, each planned for this run with that one change (its steps as dp memprof runs them, on meta:" +
                      std::to_string(r.devices) +
                      (r.capacity > 0 ? ", " + format_bytes(r.capacity) + " a device" : std::string()) + "):\n";
   int fitting = 0, planned = 0;
-  for (const Remedy& remedy : remedies_for(r)) {
+  for (const Remedy& remedy : remedies_for(request_of(r))) {
     Planned p;
     try {
       p = plan_with(r, remedy);
@@ -116,16 +115,16 @@ std::string planned_remedies(const Remembered& r) {
     ++planned;
     char line[320];
     if (p.fits)
-      std::snprintf(line, sizeof line, "  %-32s %s: largest device peak %s (device %d)%s\n", remedy.flags.c_str(),
+      std::snprintf(line, sizeof line, "  %-32s %s: largest device peak %s (device %d)%s\n", flags_of(remedy).c_str(),
                     r.capacity > 0 ? "fits" : "planned", format_bytes(p.largest).c_str(), p.device,
                     r.capacity > 0 ? (", " + format_bytes(r.capacity - p.largest) + " spare").c_str() : "");
     else if (p.oom_held > 0)
       std::snprintf(line, sizeof line, "  %-32s still out of memory: device %d at %s asks for %s more\n",
-                    remedy.flags.c_str(), p.oom_device, format_bytes(p.oom_held).c_str(),
+                    flags_of(remedy).c_str(), p.oom_device, format_bytes(p.oom_held).c_str(),
                     format_bytes(p.oom_request).c_str());
     else
       std::snprintf(line, sizeof line, "  %-32s still out of memory: device %d asks for %s before the first step\n",
-                    remedy.flags.c_str(), p.oom_device, format_bytes(p.oom_request).c_str());
+                    flags_of(remedy).c_str(), p.oom_device, format_bytes(p.oom_request).c_str());
     text += line;
     fitting += p.fits;
   }
@@ -139,17 +138,11 @@ std::string planned_remedies(const Remembered& r) {
 
 }  // namespace
 
-void remember_run_for_remedies(const RunOptions& o, int64_t accumulate, int devices, int64_t capacity,
-                               const std::string& command) {
-  remembered() = Remembered{o, accumulate, devices, capacity, command};
-}
-
-std::string out_of_memory_remedies() {
-  const auto& r = remembered();
+std::string out_of_memory_remedies(const std::optional<RemedyRun>& run) {
   // Across processes each rank plans its own devices only: the generic list there.
-  if (!r || ProcessGroup::launched_by_mpirun()) return generic_remedies();
+  if (!run || ProcessGroup::launched_by_mpirun()) return generic_remedies();
   try {
-    return planned_remedies(*r);
+    return planned_remedies(*run);
   } catch (const std::exception&) {  // planning must never hide the error it follows
     return generic_remedies();
   }

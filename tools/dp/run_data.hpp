@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/batch_view.hpp"
 #include "engine/data_parallel.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
@@ -76,17 +77,5 @@ int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumu
 // (the data's, or --vocab: a token id at or above it is an error).
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
                       uint64_t generated_seed, int64_t min_tokens = 0);
-
-// One DataParallel step on a batch of either kind.
-StepResult step_on(DataParallel& dp, const Batch& batch);
-// One optimizer step over these micro-batches (gradient accumulation; one: step_on's); `each`, if
-// given, receives every micro-batch's own result (DataParallel::step).
-StepResult step_on(DataParallel& dp, const std::vector<std::shared_ptr<const Batch>>& micro_batches,
-                   std::vector<StepResult>* each = nullptr);
-// memprof's and demo's steps: the next `count` batches the loader gives, whatever their epoch
-// (fewer at the end; none when it is done).
-std::vector<std::shared_ptr<const Batch>> next_micro_batches(BatchSource& loader, int64_t count);
-// Have the next step upload `batch` ahead (DataParallel::upload_ahead), which it keeps alive.
-void upload_ahead(DataParallel& dp, const std::shared_ptr<const Batch>& batch);
 
 }  // namespace dp::cli

@@ -242,10 +242,13 @@ void TrainLoop::say(const std::string& result) {
 }
 
 int run_train(const TrainOptions& given) {
-  TrainRun run(given);
-  if (run.primary) run.print_header();
-  TrainLoop loop(run);
-  return loop.train();
+  std::optional<RemedyRun> remedies;  // this run's, once its DataParallel is made
+  return with_remedies(remedies, [&] {
+    TrainRun run(given, remedies);
+    if (run.primary) run.print_header();
+    TrainLoop loop(run);
+    return loop.train();
+  });
 }
 
 }  // namespace

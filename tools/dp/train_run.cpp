@@ -77,7 +77,7 @@ std::string weight_decay_text(const OptimizerConfig& opt) {
 
 }  // namespace
 
-TrainRun::TrainRun(const TrainOptions& given)
+TrainRun::TrainRun(const TrainOptions& given, std::optional<RemedyRun>& remedies)
     : group(join_process_group(given)),
       o(for_this_rank(given, group)),
       primary(!group || group->rank() == 0),
@@ -88,7 +88,7 @@ TrainRun::TrainRun(const TrainOptions& given)
       prompt(checked_prompt(o, data, setup.model)),
       dp(*setup.devices, setup.model, setup.split, choices.optimizer, o.seed, setup.loss, setup.sync, setup.precision) {
   refuse_meta_devices(setup, "dp train");
-  remember_run_for_remedies(o, o.accumulate, setup.devices->size(), setup.capacity, "train");
+  remedies = RemedyRun{o, o.accumulate, setup.devices->size(), setup.capacity, "train"};
   configure_step();
   load_start();
   if (trace) trace->start(first_step);

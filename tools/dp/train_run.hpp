@@ -16,6 +16,7 @@
 #include "data/micro_batches.hpp"
 #include "engine/comm/process_group.hpp"
 #include "engine/optim/schedule.hpp"
+#include "tools/dp/remedies.hpp"
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
 #include "tools/dp/train_checkpoints.hpp"
@@ -28,7 +29,9 @@ namespace dp::cli {
 // trained, and the same error wins as ever when several things are wrong. It must not move: the
 // DataParallel refers to the devices and model here.
 struct TrainRun {
-  explicit TrainRun(const TrainOptions& given);
+  // `remedies` is set to this run once its DataParallel is made: an out-of-memory from then on
+  // gets the remedies planned for it (tools/dp/remedies.hpp).
+  TrainRun(const TrainOptions& given, std::optional<RemedyRun>& remedies);
   TrainRun(const TrainRun&) = delete;
   TrainRun& operator=(const TrainRun&) = delete;
 

@@ -1,0 +1,60 @@
+// A memory profile: the steps of a DataParallel run one by one, keeping each device's peak, what
+// was in use then and in which phase, a per-phase timeline of the first steps, and the
+// out-of-memory that stopped them if one came. dp memprof profiles executing devices, dp plan meta
+// devices (runtime/meta/: the same allocations, no math), the same way.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/loader.hpp"
+#include "engine/data_parallel.hpp"
+#include "engine/step/step_recorder.hpp"
+#include "engine/step/step_result.hpp"
+#include "runtime/trace.hpp"
+
+namespace dp {
+
+// One phase of one step on the timeline: each device's peak in it, with its composition.
+struct MemoryPoint {
+  int step;
+  Phase phase;
+  std::vector<PhaseMemory> devices;
+};
+
+// The timeline keeps each phase of the first kTimelineSteps steps.
+constexpr int kTimelineSteps = 16;
+
+// An out-of-memory the run stopped at.
+struct OutOfMemorySeen {
+  std::string message;
+  int device = -1;
+  int64_t request = 0;
+  std::string phase;   // the phase it failed in ("" before the first step)
+  int64_t in_use = 0;  // the device's bytes in use then
+};
+
+// What profiling measured, beside each device's allocator statistics.
+struct MemprofRun {
+  int completed = 0;                  // steps that finished
+  std::vector<MemoryPoint> timeline;  // each phase of the first kTimelineSteps steps
+  std::vector<int64_t> chunks;        // the last step's split
+  std::vector<int64_t> sent;          // per device: bytes it sent to other devices in the last step
+  std::string split_note;             // --split auto's last change
+  std::string recomputed;             // recompute: which blocks
+  int64_t recomputed_blocks = 0;
+  std::optional<OutOfMemorySeen> out_of_memory;
+  std::shared_ptr<Tracer> tracer;     // the steps' trace, kept for a page
+};
+
+// Adds a finished step to the run: its split, what each device sent, its per-phase memory.
+void add_step(MemprofRun& run, const StepResult& r, int devices);
+
+// Steps `dp` over the loader's batches, `accumulate` micro-batches a step (a phase's peak is its
+// highest over them), into `run`; an out-of-memory ends the steps and is kept in the run (what was
+// measured before it stands).
+void profile_batches(DataParallel& dp, BatchSource& loader, int64_t accumulate, MemprofRun& run);
+
+}  // namespace dp
