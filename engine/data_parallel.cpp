@@ -24,21 +24,68 @@ HostSync parse_host_sync(const std::string& text) {
   throw UsageError("--host-sync '" + text + "': expected phase (wait after every phase) or step (once per step)");
 }
 
-DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split,
-                           const OptimizerConfig& optimizer, uint64_t seed, LossMode loss, SyncOptions sync,
-                           PrecisionOptions precision)
-    : StepEngine(devices, model, optimizer, seed, sync, precision), splitter_(std::move(split), devices.size()) {
+namespace {
+
+// Before any state is made: what no shape can run.
+void check_options(const DataParallelOptions& o, const ModelDef& model) {
+  if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
+    throw UsageError("label smoothing must be in [0, 1] (0: off), not " + std::to_string(o.label_smoothing));
+  if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
+    throw UsageError("the gradient clipping norm must be a finite number >= 0 (0: off), not " +
+                     std::to_string(o.clip_grad_norm));
+  if (o.pixel_table.empty()) return;
+  if (model.input_dtype != DType::F32 || model.input_shape.size() != 3)
+    throw RuntimeError("model " + model.name + " takes no images: its input cannot come as pixels");
+  const int64_t channels = model.input_shape[0];
+  if (static_cast<int64_t>(o.pixel_table.size()) != channels * 256)
+    throw RuntimeError("a pixel table of " + std::to_string(o.pixel_table.size()) + " values for " +
+                       std::to_string(channels) + " channels (" + std::to_string(channels * 256) + " wanted)");
+}
+
+}  // namespace
+
+DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, const OptimizerConfig& optimizer,
+                           DataParallelOptions options)
+    : StepEngine(devices, model, optimizer.lr(), options.seed, options.sync, options.precision),
+      splitter_(std::move(options.split), devices.size()) {
   check_step_shape(sync_, devices_, splitter_.policy());
+  check_options(options, model_);
+  try {
+    make_state(optimizer, options);
+  } catch (...) {
+    // Work may be enqueued on the streams (uploads of the initial state): done before the state goes.
+    try {
+      devices_.synchronize();
+    } catch (...) {
+    }
+    throw;
+  }
+}
+
+void DataParallel::make_state(const OptimizerConfig& optimizer, DataParallelOptions& options) {
   std::vector<float> params, buffers;  // none drawn on meta devices: no bytes to hold them
   init_master_state(params, buffers);
   blocks_ = recompute_units(model_);
-  shape_ = make_step_shape(*this, loss, optimizer);
+  apply_recompute(options.recompute);
+  shape_ = make_step_shape(*this, options.loss, optimizer);
   if (devices_[0].is_meta())
     shape_->load_state(HostState(static_cast<const float*>(nullptr), static_cast<size_t>(layout().parameter_count)),
                        HostState(static_cast<const float*>(nullptr), static_cast<size_t>(layout().buffer_count)));
   else
     load_state(params, buffers);
   make_slots();
+  clip_ = options.clip_grad_norm;
+  report_norm_ = options.report_grad_norm;
+  label_smoothing_ = static_cast<float>(options.label_smoothing);
+  host_sync_ = options.host_sync;
+  graphs_ = options.graphs;
+  micro_ahead_ = options.upload_micro_batches_ahead;
+  placement_ = options.sample_placement;
+  if (options.process_group) {
+    shape_->set_process_group(options.process_group);
+    group_ = options.process_group;
+  }
+  if (!options.pixel_table.empty()) upload_pixel_table(std::move(options.pixel_table));
 }
 
 DataParallel::~DataParallel() {
@@ -52,17 +99,8 @@ DataParallel::~DataParallel() {
 
 std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const { return splitter_.chunk_sizes(batch); }
 
-void DataParallel::set_label_smoothing(double epsilon) {
-  if (!(epsilon >= 0 && epsilon <= 1)) throw UsageError("--label-smoothing must be in [0, 1] (0: off)");
-  if (captured_ && static_cast<float>(epsilon) != label_smoothing_)
-    throw RuntimeError("set_label_smoothing: a captured step holds the smoothing it was captured with");
-  label_smoothing_ = static_cast<float>(epsilon);
-}
-
-void DataParallel::set_recompute(int64_t blocks) {
+void DataParallel::apply_recompute(int64_t blocks) {
   const int64_t n = blocks_to_recompute(model_, blocks);
-  if (captured_ && n != recompute_)
-    throw RuntimeError("set_recompute: a captured step holds the choice it was captured with");
   for (auto& net : nets_) net->root().set_recompute(n);
   recompute_ = n;
 }
@@ -105,7 +143,7 @@ void DataParallel::check_input(DType dtype) const {
   if (dtype == DType::U8 && model_.input_dtype == DType::F32) {
     if (!takes_pixels())
       throw RuntimeError("model " + model_.name + " takes float32 images: uint8 pixels need their normalisation "
-                         "first (set_pixel_input, --normalise-on device)");
+                         "first (a pixel table, --normalise-on device)");
     return;
   }
   if (dtype != model_.input_dtype)
@@ -117,7 +155,7 @@ void DataParallel::check_input(DType dtype) const {
 void DataParallel::check_step_input(DType dtype) const {
   check_input(dtype);
   if (dtype != wire_dtype())
-    throw RuntimeError("this DataParallel takes its batches as uint8 pixels (set_pixel_input), not float32 images");
+    throw RuntimeError("this DataParallel takes its batches as uint8 pixels (it has a pixel table), not float32 images");
 }
 
 StepResult DataParallel::step(const float* images, const int32_t* labels, int64_t batch) {
@@ -222,7 +260,7 @@ void DataParallel::enqueue_step(Step& s, StepResult& result, StepRecorder& rec, 
 
 std::vector<int> DataParallel::write_step_scalars(const std::vector<int64_t>& chunks, int64_t loss_rows) {
   StepScalars v;
-  optimizer_->fill_scalars(static_cast<float>(lr_), v);  // the replicas' optimizers have the same count
+  shape_->optimizer().fill_scalars(static_cast<float>(lr_), v);  // the replicas' optimizers have the same count
   // GradScaler's reciprocal: float32 of 1/scale computed in double.
   if (scaler_.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(scaler_.scale()));
   // d(mean loss)/d(row loss sum), times fp16's loss scale (1 without): what the loss gradient is scaled by.
@@ -295,7 +333,7 @@ void DataParallel::cancel_upload_ahead() {
 }
 
 void DataParallel::report(StepState& s, StepResult& r) {
-  loss_->read_sums(s);
+  shape_->loss_strategy().read_sums(s);
   // fp16: this process's verdict (its deciding devices must agree), then every process's. Before the
   // last micro-batch of an accumulated step there is no update, so nothing to decide.
   const bool updated = last_micro_batch();
@@ -334,7 +372,7 @@ bool DataParallel::devices_skipped(const StepState& s, int deciding_devices) con
 // A skipped update is taken back from the optimizers' counts; then the scale is updated.
 void DataParallel::settle_loss_scale(bool skip) {
   if (skip) {
-    optimizer_->undo_step();
+    shape_->optimizer().undo_step();
     shape_->undo_step();
   }
   scaler_.update(skip);
@@ -405,14 +443,9 @@ void DataParallel::load_state(const std::vector<float>& params, const std::vecto
   shape_->load_state(params, buffers);
 }
 
-void DataParallel::set_process_group(ProcessGroup* group) {
-  shape_->set_process_group(group);
-  group_ = group;
-}
-
 void DataParallel::restore_optimizer(const Optimizer::Saved& state) {
   drop_captured_step();  // the restored state may sit at other addresses than the captured update's
-  optimizer_->restore(state, params_);
+  shape_->optimizer().restore(state, params_);
   shape_->restore_optimizer(state);
 }
 

@@ -5,8 +5,9 @@
 // made every step, outputs gathered for the loss, gradients reduced onto device 0) or
 // DistributedDataParallel's (resident replicas, bucketed all-reduce during backward). This class
 // runs the phases in order on a StepEngine (engine/step/step_engine.hpp: the devices, networks,
-// master state, optimizer and precision every shape shares); a StepRecorder times each phase and
-// counts the bytes it moved and each device's memory peak in it.
+// master state and precision every shape shares; the optimizer and the loss are the shape's); a
+// StepRecorder times each phase and counts the bytes it moved and each device's memory peak in it.
+// How it runs is given once, at construction (engine/data_parallel_options.hpp).
 //
 // How often the host waits is a choice (HostSync): after every phase (as DataParallel's
 // parallel_apply joins its threads: exact per-phase memory, what memprof and the demo show), or
@@ -14,7 +15,7 @@
 // only at the end for the loss and statistics it reports; phase times then come from events the
 // streams record at each phase's end. The values that change between steps (learning rate, AdamW's
 // bias corrections, fp16's loss scale, dropout's key) reach the kernels through device memory
-// (engine/step/step_scalars.hpp), so a step can be captured and replayed (set_graphs).
+// (engine/step/step_scalars.hpp), so a step can be captured and replayed (DataParallelOptions::graphs).
 //
 // Around the step, in their own files: gradient accumulation (data_parallel_accumulate.cpp),
 // captured steps (data_parallel_graph.cpp), pixels normalised on the devices
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "engine/data_parallel_options.hpp"
 #include "engine/shapes/step_shape.hpp"
 #include "engine/split/splitter.hpp"
 #include "engine/step/replica_timer.hpp"
@@ -40,17 +42,17 @@ namespace dp {
 // Built on a StepEngine (privately: what the phases share is not the caller's business).
 class DataParallel : private StepEngine {
  public:
-  // Master state on device 0, initialised with PyTorch's default distributions from seed; the step
-  // shape's own state (allreduce: a resident copy and an optimizer on every device) after it.
-  // --precision bf16/fp16: 16-bit replicas, activations and transfers around float32 master state;
-  // fp16 scales the loss. UsageError for options the shape cannot run (check_step_shape).
-  DataParallel(DeviceSet& devices, const ModelDef& model, SplitPolicy split, const OptimizerConfig& optimizer,
-               uint64_t seed, LossMode loss = LossMode::Gathered, SyncOptions sync = {},
-               PrecisionOptions precision = {});
+  // Master state on device 0, initialised with PyTorch's default distributions from options.seed;
+  // the step shape's own state (allreduce: a resident copy and an optimizer on every device) after
+  // it. --precision bf16/fp16: 16-bit replicas, activations and transfers around float32 master
+  // state; fp16 scales the loss. UsageError for options the shape cannot run (check_step_shape)
+  // and for options out of range (engine/data_parallel_options.hpp).
+  DataParallel(DeviceSet& devices, const ModelDef& model, const OptimizerConfig& optimizer,
+               DataParallelOptions options = {});
   ~DataParallel();
 
   // One training step on a host batch: images [batch, C, H, W] (normalised) and labels; token ids
-  // [batch, T] and each position's next token; or, after set_pixel_input(), uint8 pixels. The
+  // [batch, T] and each position's next token; or, with a pixel table (DataParallelOptions), uint8 pixels. The
   // input's type must be the model's (RuntimeError otherwise).
   StepResult step(const float* images, const int32_t* labels, int64_t batch);
   StepResult step(const int32_t* tokens, const int32_t* targets, int64_t batch);
@@ -64,15 +66,8 @@ class DataParallel : private StepEngine {
   // all-reduced: DDP's no_sync). The result is the optimizer step's; `each` gets every
   // micro-batch's own (its loss: its rows' loss sum over the step's rows).
   StepResult step(const std::vector<MicroBatch>& micro_batches, std::vector<StepResult>* each = nullptr);
-  // Upload each micro-batch after the first while the one before runs (--upload-ahead). Off by default.
-  void set_upload_micro_batches_ahead(bool on) { micro_ahead_ = on; }
-  // --normalise-on device: the steps take uint8 pixels [batch, C, H, W] and each device that loads
-  // a batch looks them up in `table` ([C · 256], the loader's normalisation_table): the same bits
-  // as normalising on the host, a quarter of the bytes. Before the first step; RuntimeError for a
-  // model that takes no images or a table of the wrong size.
-  void set_pixel_input(std::vector<float> table);
   using StepEngine::takes_pixels;
-  const std::vector<float>& pixel_table() const { return pixel_table_; }  // empty before set_pixel_input()
+  const std::vector<float>& pixel_table() const { return pixel_table_; }  // empty: the steps take float32 images
 
   // Upload this batch while the next step() runs, on each device's copy stream through staging
   // memory (engine/step/upload_ahead.hpp), so the step after finds it there. `owner` keeps the host
@@ -88,61 +83,39 @@ class DataParallel : private StepEngine {
   // Forward in eval mode (running statistics) on device 0 with the master parameters.
   EvalResult evaluate(const float* images, const int32_t* labels, int64_t batch);
   EvalResult evaluate(const int32_t* tokens, const int32_t* targets, int64_t batch);
-  EvalResult evaluate(const uint8_t* pixels, const int32_t* labels, int64_t batch);  // after set_pixel_input()
+  EvalResult evaluate(const uint8_t* pixels, const int32_t* labels, int64_t batch);  // with a pixel table
   EvalResult evaluate(const MicroBatch& b) { return evaluate_any(b.input, b.dtype, b.targets, b.batch); }
   // A language model's [length, vocabulary] logits for one sequence of length <= T, in eval mode.
   std::vector<float> logits(const int32_t* tokens, int64_t length);
 
   const ModelDef& model() const { return model_; }
-  Optimizer& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return shape_->optimizer(); }
   void restore_optimizer(const Optimizer::Saved& state);  // onto every optimizer the shape keeps
   void set_learning_rate(double lr) { lr_ = lr; }          // for the next updates (a schedule's)
   // Optimizer steps taken (fp16's skipped ones too). Dropout draws step k's masks from (seed, k),
   // so a run resumed at step k sets this to k to draw what the uninterrupted run drew.
   int64_t steps_done() const { return steps_done_; }
   void set_steps_done(int64_t steps) { steps_done_ = steps; }
-  // --clip-grad-norm: scale the reduced gradients by min(1, max_norm / (‖g‖₂ + 1e-6))
-  // (torch.nn.utils.clip_grad_norm_); 0 = off.
-  void set_clip_grad_norm(double max_norm) { clip_ = max_norm; }
-  // --label-smoothing ε in [0, 1] (CrossEntropyLoss(label_smoothing=ε)) for the training loss;
-  // evaluate() stays plain cross-entropy. UsageError outside [0, 1].
-  void set_label_smoothing(double epsilon);
-  // --recompute blocks[:N]: activation checkpointing of the first `blocks` blocks (ResNet
-  // BasicBlocks, GPT Blocks; kEveryRecomputeUnit: all, 0: none): the same bits for one more forward
-  // of each (models/module.hpp). UsageError for a model without blocks, or for more than it has.
-  void set_recompute(int64_t blocks);
-  void set_recompute(bool) = delete;  // a count, not a switch: kEveryRecomputeUnit for every block
   int64_t recomputed_blocks() const { return recompute_; }  // 0: off
   int64_t blocks() const { return blocks_; }                // the model's recompute units
   int64_t sync_bn_allreduces() const { return shape_->sync_bn_allreduces(); }  // --sync-bn's so far
-  // Report ‖g‖₂ in StepResult::grad_norm even without clipping (one more pass over the gradients).
-  void set_report_grad_norm(bool on) { report_norm_ = on; }
   using StepEngine::layout;
   DeviceSet& devices() { return devices_; }
   const DeviceSet& devices() const { return devices_; }
   const SplitPolicy& split() const { return splitter_.policy(); }
   Splitter& splitter() { return splitter_; }
-  LossMode loss_mode() const { return loss_->mode(); }
+  LossMode loss_mode() const { return shape_->loss_strategy().mode(); }
   SyncMode sync_mode() const { return shape_->mode(); }
   int64_t bucket_bytes() const { return sync_.bucket_bytes; }  // --bucket-mb's, for those who tell the step
   Precision precision() const { return precision_.precision; }
   LossScaler& loss_scaler() { return scaler_; }  // fp16's dynamic loss scale; it goes into checkpoints
-  // Under mpirun (allreduce): the other processes join every all-reduce, and StepResult's batch,
-  // loss and hits are the job's. UsageError for a shape that is one process's.
-  void set_process_group(ProcessGroup* group);
-  // Under mpirun, before the first step: where this process's samples sit in the step's batch, so
-  // dropout draws the masks one process would draw for them.
-  void set_sample_placement(SamplePlacement placement) { placement_ = placement; }
+  SamplePlacement sample_placement() const { return placement_; }
   std::vector<int64_t> chunk_sizes(int64_t batch) const;  // the next step's, for a batch of this size
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
   void set_tracer(Tracer* tracer);
-  // PerPhase (the library's default; the CLI's is PerStep) or PerStep, which records no per-phase
-  // memory (StepResult::memory stays empty) and times phases by the streams' events.
-  void set_host_sync(HostSync sync) { host_sync_ = sync; }
   using StepEngine::host_sync;
-  // Captured steps (--cuda-graphs; engine/data_parallel_graph.cpp): a batch shape's first step runs as
-  // usual, the second is captured and run, later ones replay it — one launch a step on CUDA
-  // devices, a replay of the streams' tasks on host devices. Bit for bit the usual step.
+  // Captured steps on or off from the next step (DataParallelOptions::graphs says how a run
+  // starts); off drops the captured step.
   void set_graphs(bool on);
   bool graphs() const { return graphs_; }
 
@@ -200,6 +173,12 @@ class DataParallel : private StepEngine {
   void check_step_input(DType dtype) const;  // and the form a step's batches cross in (wire_dtype())
   void check_batch(const void* input, const int32_t* targets, int64_t batch) const;  // labels, tokens in range
   void check_usable() const;  // RuntimeError after a step that failed with its update enqueued
+  // The constructor's work, once the options are checked.
+  void make_state(const OptimizerConfig& optimizer, DataParallelOptions& options);
+  // The options that need the state made: the blocks recomputed, the pixel tables on the devices
+  // that load batches (data_parallel_pixels.cpp), the process group.
+  void apply_recompute(int64_t blocks);
+  void upload_pixel_table(std::vector<float> table);
   // --split balance-memory (data_parallel_probe.cpp): two probe steps, undone, plan the chunks.
   std::string probe_memory(const void* input, const int32_t* targets, int64_t batch, bool accumulating = false);
   // Captured steps (data_parallel_graph.cpp).

@@ -71,10 +71,10 @@ std::optional<StepResult> DataParallel::run_graphed(const void* input, const int
   }
   // A capture freezes the addresses of the optimizer's state, made by its first update, and of
   // what a batch shape's first step sets up (cuDNN's plans): the step before a capture runs as usual.
-  const bool warm = last_eager_key_ == key && optimizer_->steps() > 0;
+  const bool warm = last_eager_key_ == key && shape_->optimizer().steps() > 0;
   if (!warm) {
     last_eager_key_ = key;
-    note.graph_note = optimizer_->steps() == 0 ? "the optimizer's first update makes its state"
+    note.graph_note = shape_->optimizer().steps() == 0 ? "the optimizer's first update makes its state"
                       : captured_              ? "not the captured step's shape: captured if the next step has it too"
                                                : "a shape's first step runs as usual: the next is captured";
     return std::nullopt;
@@ -113,7 +113,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
     return std::nullopt;
   }
   staged[0].fill(input, targets);
-  const int64_t steps_before = optimizer_->steps();
+  const int64_t steps_before = shape_->optimizer().steps();
   std::unique_ptr<StepGraph> graph;
   try {
     StepRecorder rec(devices_, nullptr, result, /*per_phase=*/false);  // the links each phase uses
@@ -129,7 +129,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
     state->joined = true;
     state.reset();
     // The update was enqueued into the capture, never run: take it back from the count.
-    if (optimizer_->steps() > steps_before) optimizer_->undo_step();
+    if (shape_->optimizer().steps() > steps_before) shape_->optimizer().undo_step();
     stop_graphs(e.what());
     return std::nullopt;
   }
@@ -160,7 +160,7 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets, 
   if (!staged_ahead) set.fill(input, targets);
   r.loaded_ahead = staged_ahead;
   r.upload_bytes = static_cast<int64_t>(s.uploaded_input().bytes() + s.target.bytes());
-  optimizer_->count_replayed_step();  // the update captured with the step runs in the replay
+  shape_->optimizer().count_replayed_step();  // the update captured with the step runs in the replay
   // The same bytes cross the same links as in the captured step.
   r.link_bytes = c.link_bytes;
   const int n = devices_.size();
@@ -210,7 +210,7 @@ StepResult DataParallel::launch_captured(StepResult r, const NextBatch* next) {
   // What the capture left in the DataParallel: the master gradients it wrote, and no inference
   // copy of the master it changed (mixed precision).
   grads_ = c.grads;
-  inference_params_ = Tensor();
+  shape_->drop_inference_parameters();
   return r;
 }
 

@@ -10,15 +10,8 @@
 
 namespace dp {
 
-void DataParallel::set_pixel_input(std::vector<float> table) {
-  if (model_.input_dtype != DType::F32 || model_.input_shape.size() != 3)
-    throw RuntimeError("model " + model_.name + " takes no images: its input cannot come as pixels");
-  const int64_t channels = model_.input_shape[0];
-  if (static_cast<int64_t>(table.size()) != channels * 256)
-    throw RuntimeError("set_pixel_input: a table of " + std::to_string(table.size()) + " values for " +
-                       std::to_string(channels) + " channels (" + std::to_string(channels * 256) + " wanted)");
-  if (captured_ || next_ || steps_run_ > 0)
-    throw RuntimeError("set_pixel_input: before the first step (a captured step or a batch uploaded ahead holds float32)");
+void DataParallel::upload_pixel_table(std::vector<float> table) {
+  const int64_t channels = model_.input_shape[0];  // checked: a table for the model's channels
   pixel_table_ = std::move(table);
   // On each device that loads batches: device 0 (DataParallel's shape), every device (allreduce).
   const int loading = shape_->loads_chunks() ? devices_.size() : 1;
@@ -28,7 +21,7 @@ void DataParallel::set_pixel_input(std::vector<float> table) {
         Tensor::empty(devices_[d], {channels * 256}, MemCategory::Inputs, DType::F32);
     upload_async(pixel_tables_[static_cast<size_t>(d)], pixel_table_.data());
   }
-  // The copies read pixel_table_, which a second call would replace: done before returning.
+  // The copies read pixel_table_: done before the constructor returns.
   for (int d = 0; d < loading; ++d) devices_[d].stream().synchronize();
 }
 

@@ -27,7 +27,7 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   const HostSync sync = std::exchange(host_sync_, HostSync::PerPhase);
   const MicroStep micro = std::exchange(micro_, MicroStep{});  // the probes are whole steps, updating
   const auto saved_params = parameters(), saved_buffers = buffers();
-  const auto saved_optimizer = optimizer_->save();
+  const auto saved_optimizer = shape_->optimizer().save();
   const auto saved_scale = scaler_.state();
   std::vector<int64_t> capacity(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) capacity[i] = devices_[i].allocator().capacity(), devices_[i].allocator().set_capacity(0);
@@ -50,7 +50,7 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   const auto pa = probe(even), pb = probe(shifted);
   upload_ahead_.drop();
   load_state(saved_params, saved_buffers);
-  optimizer_->restore(saved_optimizer, params_);
+  shape_->optimizer().restore(saved_optimizer, params_);
   if (scaler_.enabled()) scaler_.restore(saved_scale);
   for (int i = 0; i < n; ++i) {
     devices_[i].allocator().set_capacity(capacity[i]);

@@ -10,6 +10,7 @@ namespace dp {
 
 struct SamplePlacement {
   int64_t stride = 1, offset = 0;
+  bool operator==(const SamplePlacement&) const = default;
 };
 
 }  // namespace dp

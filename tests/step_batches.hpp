@@ -56,6 +56,9 @@ struct StepSetup {
   double clip = 0;
   bool report_norm = false;
   int64_t recompute = 0;  // --recompute: the first N blocks recomputed (kEveryRecomputeUnit: all)
+  SamplePlacement placement{};  // where these samples sit in a multi-process step's batch
+  bool graphs = false;          // captured steps
+  std::vector<float> pixel_table;  // not empty: the steps take uint8 pixels
   OptimizerConfig optimizer = SgdConfig{0.05f, 0.9f};
 };
 
@@ -65,12 +68,18 @@ inline std::unique_ptr<DataParallel> make_data_parallel(DeviceSet& devs, const M
   p.precision = c.precision;
   p.loss_scale.init_scale = c.loss_scale;
   p.loss_scale.growth_interval = c.growth_interval;
-  auto dp = std::make_unique<DataParallel>(devs, model, parse_split(c.split, c.devices, c.batch), c.optimizer, 7, c.loss,
-                                           c.sync, p);
-  dp->set_host_sync(c.host_sync);
-  dp->set_clip_grad_norm(c.clip);
-  dp->set_report_grad_norm(c.report_norm);
-  dp->set_recompute(c.recompute);
+  auto dp = std::make_unique<DataParallel>(devs, model, c.optimizer, DataParallelOptions{.split = parse_split(c.split, c.devices, c.batch),
+                                                                                         .seed = 7,
+                                                                                         .loss = c.loss,
+                                                                                         .sync = c.sync,
+                                                                                         .precision = p,
+                                                                                         .host_sync = c.host_sync,
+                                                                                         .graphs = c.graphs,
+                                                                                         .clip_grad_norm = c.clip,
+                                                                                         .report_grad_norm = c.report_norm,
+                                                                                         .recompute = c.recompute,
+                                                                                         .pixel_table = c.pixel_table,
+                                                                                         .sample_placement = c.placement});
   return dp;
 }
 

@@ -269,8 +269,11 @@ Trained train(const ModelDef& model, int n, const std::string& split, int64_t ba
   auto devs = host_devices(n);
   SyncOptions so{sync, bucket_bytes};
   so.ring_on_device_streams = ring_on_device_streams;
-  DataParallel dp(devs, model, parse_split(split, n, batch), opt, 5, LossMode::InReplica, so);
-  dp.set_clip_grad_norm(clip);
+  DataParallel dp(devs, model, opt, {.split = parse_split(split, n, batch),
+                                     .seed = 5,
+                                     .loss = LossMode::InReplica,
+                                     .sync = so,
+                                     .clip_grad_norm = clip});
   Trained t;
   for (int s = 0; s < steps; ++s) {
     if (model.language_model()) {
@@ -363,8 +366,10 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, me
   const int n = 4;
   auto devs = host_devices(n);
   const ModelDef& mlp = find_model("mlp");
-  DataParallel dp(devs, mlp, parse_split("chunks:3,9,6,6", n, 24), adamw(), 1, LossMode::InReplica,
-                  {SyncMode::AllReduce, 100 << 10});
+  DataParallel dp(devs, mlp, adamw(), {.split = parse_split("chunks:3,9,6,6", n, 24),
+                                       .seed = 1,
+                                       .loss = LossMode::InReplica,
+                                       .sync = {SyncMode::AllReduce, 100 << 10}});
   for (int s = 0; s < 3; ++s) {
     const auto x = random_vector(24 * 784, 70 + s);
     std::vector<int32_t> y(24, 3);
@@ -388,15 +393,21 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, me
     auto devs2 = host_devices(n);
     SyncOptions so{SyncMode::AllReduce, 100 << 10};
     so.ring_on_device_streams = true;
-    DataParallel streams(devs2, mlp, parse_split("even", n, 24), sgd(), 1, LossMode::InReplica, so);
+    DataParallel streams(devs2, mlp, sgd(), {.split = parse_split("even", n, 24),
+                                             .seed = 1,
+                                             .loss = LossMode::InReplica,
+                                             .sync = so});
     for (int i = 0; i < n; ++i) {
       const int64_t comm = devs2[i].allocator().stats().in_use_by_category[static_cast<int>(MemCategory::CommBuffers)];
       CHECK(comm >= (100 << 10) / n);
       CHECK(comm < (100 << 10) / n + 1024);
     }
   }
-  CHECK_THROWS_AS(DataParallel(devs, mlp, parse_split("balance-memory", n, 24), sgd(), 1, LossMode::InReplica,
-                               {SyncMode::AllReduce, 1 << 20}),
+  CHECK_THROWS_AS(DataParallel(devs, mlp, sgd(),
+                               {.split = parse_split("balance-memory", n, 24),
+                                .seed = 1,
+                                .loss = LossMode::InReplica,
+                                .sync = {SyncMode::AllReduce, 1 << 20}}),
                   UsageError);
   CHECK_THROWS_WITH_AS(parse_sync_mode("ring"), doctest::Contains("expected reduce"), UsageError);
 }
@@ -406,8 +417,10 @@ TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, no d
   // them onto device 0 made its backward wait for every other forward (the gap mpirun runs once showed).
   const int n = 3;
   auto devs = host_devices(n);
-  DataParallel dp(devs, find_model("mlp"), parse_split("even", n, 12), sgd(), 1, LossMode::InReplica,
-                  {SyncMode::AllReduce, 1 << 20});
+  DataParallel dp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", n, 12),
+                                                   .seed = 1,
+                                                   .loss = LossMode::InReplica,
+                                                   .sync = {SyncMode::AllReduce, 1 << 20}});
   const auto x = random_vector(12 * 784, 5);
   std::vector<int32_t> y{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1};
   const StepResult r = dp.step(x.data(), y.data(), 12);
@@ -420,7 +433,9 @@ TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, no d
   for (int d = 0; d < n; ++d) CHECK(devs[d].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Loss)] == 0);
   // The reported loss is still the mean over the whole batch: the faithful step's.
   auto devs1 = host_devices(n);
-  DataParallel faithful(devs1, find_model("mlp"), parse_split("even", n, 12), sgd(), 1, LossMode::Gathered);
+  DataParallel faithful(devs1, find_model("mlp"), sgd(), {.split = parse_split("even", n, 12),
+                                                          .seed = 1,
+                                                          .loss = LossMode::Gathered});
   CHECK(r.loss == doctest::Approx(faithful.step(x.data(), y.data(), 12).loss).epsilon(1e-5));
 }
 
@@ -430,8 +445,10 @@ TEST_CASE("--sync-bn: BatchNorm over every replica's chunk is BatchNorm over the
   const ModelDef& convnet = find_model("convnet");
   auto run = [&](int n, const std::string& split, bool sync_bn) {
     auto devs = host_devices(n);
-    DataParallel dp(devs, convnet, parse_split(split, n, 14), sgd(), 9, LossMode::InReplica,
-                    {SyncMode::AllReduce, 64 << 10, sync_bn});
+    DataParallel dp(devs, convnet, sgd(), {.split = parse_split(split, n, 14),
+                                           .seed = 9,
+                                           .loss = LossMode::InReplica,
+                                           .sync = {SyncMode::AllReduce, 64 << 10, sync_bn}});
     std::vector<double> losses;
     for (int s = 0; s < 3; ++s) {
       const auto x = random_vector(14 * 784, 300 + s);
@@ -454,8 +471,10 @@ TEST_CASE("--sync-bn: BatchNorm over every replica's chunk is BatchNorm over the
   for (size_t i = 0; i < one.size(); ++i) differs = std::max(differs, double(std::abs(plain[i] - one[i])));
   CHECK(differs > 1e-3);
   auto devs = host_devices(2);
-  CHECK_THROWS_AS(DataParallel(devs, convnet, parse_split("even", 2, 4), sgd(), 1, LossMode::Gathered,
-                               {SyncMode::Reduce, 1 << 20, true}),
+  CHECK_THROWS_AS(DataParallel(devs, convnet, sgd(),
+                               {.split = parse_split("even", 2, 4),
+                                .seed = 1,
+                                .sync = {SyncMode::Reduce, 1 << 20, true}}),
                   UsageError);
 }
 

@@ -30,7 +30,7 @@ SgdConfig sgd(float lr = 0.05f, float momentum = 0.9f) {
 Run train(const ModelDef& model, int n, const std::string& split, int64_t batch, int steps, uint64_t data_seed,
           std::vector<int64_t> capacity = {}) {
   auto devs = host_devices(n, capacity);
-  DataParallel dp(devs, model, parse_split(split, n, batch), sgd(), 3);
+  DataParallel dp(devs, model, sgd(), {.split = parse_split(split, n, batch), .seed = 3});
   Run r;
   for (int s = 0; s < steps; ++s) {
     auto x = random_vector(static_cast<size_t>(batch * numel(model.input_shape)), data_seed + s);
@@ -109,7 +109,7 @@ Run train_gpt(int n, const std::string& split, int64_t batch, LossMode loss, int
   opt.sgd.lr = 0.01f;
   opt.sgd.weight_decay = 0.01f;
   opt.adamw = adamw;
-  DataParallel dp(devs, model, parse_split(split, n, batch), opt, 3, loss);
+  DataParallel dp(devs, model, opt, {.split = parse_split(split, n, batch), .seed = 3, .loss = loss});
   Run r;
   for (int s = 0; s < steps; ++s) {
     std::vector<int32_t> x(static_cast<size_t>(batch * cfg.context)), y(x.size());
@@ -140,7 +140,7 @@ TEST_CASE("N devices give the same training as one device: the GPT, gathered and
 
 TEST_CASE("a model refuses the other kind of input: images for the GPT, token ids for a classifier") {
   auto devs = host_devices(1);
-  DataParallel mlp(devs, find_model("mlp"), parse_split("even", 1, 2), sgd(), 1);
+  DataParallel mlp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", 1, 2), .seed = 1});
   const std::vector<int32_t> ids(2 * 784, 0), labels(2, 0);
   CHECK_THROWS_WITH_AS(mlp.step(ids.data(), labels.data(), 2), doctest::Contains("takes float32 images, not token ids"),
                        RuntimeError);
@@ -148,7 +148,7 @@ TEST_CASE("a model refuses the other kind of input: images for the GPT, token id
   cfg.vocab = 8, cfg.context = 4, cfg.layers = 1, cfg.heads = 1, cfg.dim = 4;
   const ModelDef gpt = gpt_model(cfg);
   auto devs2 = host_devices(1);
-  DataParallel lm(devs2, gpt, parse_split("even", 1, 2), sgd(), 1);
+  DataParallel lm(devs2, gpt, sgd(), {.split = parse_split("even", 1, 2), .seed = 1});
   const std::vector<float> images(8, 0.f);
   CHECK_THROWS_WITH_AS(lm.step(images.data(), labels.data(), 2), doctest::Contains("takes int32 token ids, not images"),
                        RuntimeError);
@@ -164,7 +164,10 @@ TEST_CASE("a label outside the classes or a token outside the vocabulary is refu
     auto devs = host_devices(2);
     SyncOptions so;
     so.mode = mode;
-    DataParallel dp(devs, find_model("mlp"), parse_split("even", 2, 4), sgd(), 1, LossMode::Gathered, so);
+    DataParallel dp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", 2, 4),
+                                                     .seed = 1,
+                                                     .loss = LossMode::Gathered,
+                                                     .sync = so});
     const auto before = dp.parameters();
     const auto images = test::random_vector(4 * 784, 5);
     std::vector<int32_t> labels{1, 2, 10, 3};
@@ -183,7 +186,7 @@ TEST_CASE("a label outside the classes or a token outside the vocabulary is refu
   cfg.vocab = 8, cfg.context = 4, cfg.layers = 1, cfg.heads = 1, cfg.dim = 4;
   const ModelDef gpt = gpt_model(cfg);  // the engine keeps a reference to its model
   auto devs = host_devices(2);
-  DataParallel lm(devs, gpt, parse_split("even", 2, 2), sgd(), 1);
+  DataParallel lm(devs, gpt, sgd(), {.split = parse_split("even", 2, 2), .seed = 1});
   const auto before = lm.parameters();
   std::vector<int32_t> tokens{1, 2, 3, 4, 5, 6, 8, 7}, targets{2, 3, 4, 5, 6, 7, 7, 1};
   CHECK_THROWS_WITH_AS(lm.step(tokens.data(), targets.data(), 2),
@@ -196,19 +199,45 @@ TEST_CASE("a label outside the classes or a token outside the vocabulary is refu
   CHECK(std::isfinite(lm.step(tokens.data(), targets.data(), 2).loss));
 }
 
+TEST_CASE("options out of range are refused at construction, naming the value, and nothing is left on the devices") {
+  auto devs = host_devices(2);
+  const auto refused = [&](DataParallelOptions o, const char* says) {
+    o.split = parse_split("even", 2, 4);
+    CHECK_THROWS_WITH_AS(DataParallel(devs, find_model("convnet"), sgd(), o), doctest::Contains(says), UsageError);
+    for (int i = 0; i < devs.size(); ++i) CHECK(devs[i].allocator().stats().in_use == 0);
+  };
+  refused({.label_smoothing = 1.5}, "label smoothing must be in [0, 1] (0: off), not 1.5");
+  refused({.clip_grad_norm = -1}, "clipping norm must be a finite number >= 0 (0: off), not -1");
+  refused({.recompute = 2}, "blocks");  // the convnet has none
+  // Out of memory at each point where the state is made (some of it uploaded on the streams by
+  // then): an OutOfMemoryError, and nothing left behind on any device.
+  int failures = 0;
+  for (int64_t capacity = 4 << 10;; capacity += capacity / 2) {
+    auto small = host_devices(2, {capacity});
+    try {
+      DataParallel made(small, find_model("convnet"), sgd(), {.split = parse_split("even", 2, 4)});
+      break;
+    } catch (const OutOfMemoryError&) {
+      ++failures;
+    }
+    for (int i = 0; i < small.size(); ++i) CHECK(small[i].allocator().stats().in_use == 0);
+  }
+  CHECK(failures > 3);
+}
+
 TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running stats survive") {
   const int64_t batch = 8;
   auto x = random_vector(static_cast<size_t>(batch * 784), 77);
   std::vector<int32_t> y = {1, 2, 3, 4, 5, 6, 7, 8};
   auto devs2 = host_devices(2);
-  DataParallel two(devs2, find_model("convnet"), parse_split("even", 2, batch), sgd(), 9);
+  DataParallel two(devs2, find_model("convnet"), sgd(), {.split = parse_split("even", 2, batch), .seed = 9});
   const StepResult r2 = two.step(x.data(), y.data(), batch);
   CHECK(r2.chunks == std::vector<int64_t>{4, 4});
 
   // The same first step on each chunk alone, on one device, from the same initial weights.
   auto chunk_step = [&](int64_t begin) {
     auto devs1 = host_devices(1);
-    DataParallel one(devs1, find_model("convnet"), parse_split("even", 1, 4), sgd(), 9);
+    DataParallel one(devs1, find_model("convnet"), sgd(), {.split = parse_split("even", 1, 4), .seed = 9});
     StepResult r = one.step(x.data() + begin * 784, y.data() + begin, 4);
     return std::make_pair(r.loss, one.buffers());
   };
@@ -227,7 +256,7 @@ TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running
 TEST_CASE("an exception inside one replica names the replica and device, after every worker stopped") {
   auto devs = host_devices(3);
   const int64_t batch = 12;
-  DataParallel dp(devs, find_model("convnet"), parse_split("even", 3, batch), sgd(), 1);
+  DataParallel dp(devs, find_model("convnet"), sgd(), {.split = parse_split("even", 3, batch), .seed = 1});
   auto x = random_vector(static_cast<size_t>(batch * 784), 3);
   std::vector<int32_t> y(batch, 1);
   dp.step(x.data(), y.data(), batch);
@@ -257,7 +286,7 @@ TEST_CASE("an exception inside one replica names the replica and device, after e
 TEST_CASE("between steps only device 0 holds memory: master parameters, gradients, optimizer state") {
   auto devs = host_devices(4);
   const int64_t batch = 16;
-  DataParallel dp(devs, find_model("mlp"), parse_split("even", 4, batch), sgd(), 1);
+  DataParallel dp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", 4, batch), .seed = 1});
   auto x = random_vector(static_cast<size_t>(batch * 784), 3);
   std::vector<int32_t> y(batch, 2);
   dp.step(x.data(), y.data(), batch);
@@ -276,7 +305,7 @@ TEST_CASE("between steps only device 0 holds memory: master parameters, gradient
 
 TEST_CASE("evaluation uses running statistics on device 0 and counts hits") {
   auto devs = host_devices(2);
-  DataParallel dp(devs, find_model("convnet"), parse_split("even", 2, 4), sgd(), 1);
+  DataParallel dp(devs, find_model("convnet"), sgd(), {.split = parse_split("even", 2, 4), .seed = 1});
   auto x = random_vector(4 * 784, 8);
   std::vector<int32_t> y = {0, 1, 2, 3};
   dp.step(x.data(), y.data(), 4);  // running statistics that are not the initial ones
@@ -289,7 +318,7 @@ TEST_CASE("evaluation uses running statistics on device 0 and counts hits") {
   CHECK(dp.parameters() == params);
   // The loss uses the running statistics: it differs from the training-mode loss of the batch.
   auto devs1 = host_devices(1);
-  DataParallel same(devs1, find_model("convnet"), parse_split("even", 1, 4), sgd(), 1);
+  DataParallel same(devs1, find_model("convnet"), sgd(), {.split = parse_split("even", 1, 4), .seed = 1});
   same.load_state(params, buffers);
   CHECK(same.evaluate(x.data(), y.data(), 4).loss_sum == doctest::Approx(a.loss_sum).epsilon(1e-6));
   const double train_loss = same.step(x.data(), y.data(), 4).loss * 4;

@@ -230,8 +230,9 @@ TEST_CASE("a GPT that drops: a sample's mask follows its place in the step's bat
   const auto batch = make_batches(model, 8, 1, 9)[0];
   auto run = [&](const std::vector<std::vector<int64_t>>& micro_windows, SamplePlacement placement) {
     auto devs = host_devices(c.devices);
-    auto dp = make_data_parallel(devs, model, c);
-    dp->set_sample_placement(placement);
+    StepSetup placed = c;
+    placed.placement = placement;
+    auto dp = make_data_parallel(devs, model, placed);
     std::vector<std::vector<int32_t>> tokens, labels;
     std::vector<DataParallel::MicroBatch> micro;
     for (const auto& windows : micro_windows) {

@@ -151,10 +151,11 @@ TEST_CASE("waiting once per step: phase times from the streams' events, no per-p
 
 TEST_CASE("the library waits per phase unless told") {
   auto devs = host_devices(2);
-  DataParallel faithful(devs, find_model("mlp"), parse_split("even", 2, 8), SgdConfig{}, 1);
+  DataParallel faithful(devs, find_model("mlp"), SgdConfig{}, {.split = parse_split("even", 2, 8), .seed = 1});
   CHECK(faithful.host_sync() == HostSync::PerPhase);
-  faithful.set_host_sync(HostSync::PerStep);
-  CHECK(faithful.host_sync() == HostSync::PerStep);
+  DataParallel told(devs, find_model("mlp"), SgdConfig{},
+                    {.split = parse_split("even", 2, 8), .seed = 1, .host_sync = HostSync::PerStep});
+  CHECK(told.host_sync() == HostSync::PerStep);
   CHECK(parse_host_sync("step") == HostSync::PerStep);
   CHECK(parse_host_sync("phase") == HostSync::PerPhase);
   CHECK_THROWS_AS(parse_host_sync("never"), UsageError);
@@ -170,9 +171,11 @@ TEST_CASE("waiting once per step: a failed device is named as the cause, and the
     CAPTURE(mode);
     const ModelDef& model = find_model(mode >= 4 ? "convnet" : "mlp");
     auto devs = host_devices(3);
-    DataParallel dp(devs, model, parse_split("even", 3, 12), SgdConfig{0.1f, 0.9f}, 5,
-                    mode >= 2 ? LossMode::InReplica : LossMode::Gathered, ar);
-    dp.set_host_sync(sync);
+    DataParallel dp(devs, model, SgdConfig{0.1f, 0.9f}, {.split = parse_split("even", 3, 12),
+                                                         .seed = 5,
+                                                         .loss = mode >= 2 ? LossMode::InReplica : LossMode::Gathered,
+                                                         .sync = ar,
+                                                         .host_sync = sync});
     auto x = random_vector(static_cast<size_t>(12 * numel(model.input_shape)), 3);
     std::vector<int32_t> y(12, 1);
     dp.step(x.data(), y.data(), 12);
@@ -206,8 +209,9 @@ TEST_CASE("waiting once per step: a failed device is named as the cause, and the
 TEST_CASE("waiting once per step: the trace's host track shows the phases on the streams' timeline") {
   const ModelDef& model = find_model("mlp");
   auto devs = host_devices(2);
-  DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{}, 1);
-  dp.set_host_sync(HostSync::PerStep);
+  DataParallel dp(devs, model, SgdConfig{}, {.split = parse_split("even", 2, 8),
+                                             .seed = 1,
+                                             .host_sync = HostSync::PerStep});
   Tracer tracer;
   dp.set_tracer(&tracer);
   auto x = random_vector(static_cast<size_t>(8 * numel(model.input_shape)), 1);
@@ -240,8 +244,10 @@ TEST_CASE("waiting once per step keeps each device's memory peak (allocations ma
       for (int m = 0; m < 2; ++m) {
         const ModelDef& model = find_model(name);
         auto devs = host_devices(4);
-        DataParallel dp(devs, model, parse_split("even", 4, 32), SgdConfig{0.05f, 0.9f}, 1, loss);
-        dp.set_host_sync(m ? HostSync::PerStep : HostSync::PerPhase);
+        DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 4, 32),
+                                                              .seed = 1,
+                                                              .loss = loss,
+                                                              .host_sync = m ? HostSync::PerStep : HostSync::PerPhase});
         auto x = random_vector(static_cast<size_t>(32 * numel(model.input_shape)), 1);
         std::vector<int32_t> y(32, 1);
         for (int s = 0; s < 2; ++s) dp.step(x.data(), y.data(), 32);

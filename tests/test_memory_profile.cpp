@@ -60,7 +60,7 @@ TEST_CASE("categories add up to the total at every instant, and the allocator re
   SUBCASE("every phase of every step, then after the run and after an out-of-memory") {
     auto devs = host_devices(3);
     {
-      DataParallel dp(devs, find_model("convnet"), parse_split("even", 3, 24), momentum_sgd(), 1);
+      DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = parse_split("even", 3, 24), .seed = 1});
       auto b = make(24, 1);
       for (int s = 0; s < 2; ++s) {
         StepResult r = dp.step(b.x.data(), b.y.data(), 24);
@@ -81,7 +81,7 @@ TEST_CASE("device 0's excess over the others is what the faithful step predicts 
   const int n = 4;
   const int64_t B = 64, c = B / n, K = 10, sample = 784 * 4;
   auto devs = host_devices(n);
-  DataParallel dp(devs, find_model("convnet"), parse_split("even", n, B), momentum_sgd(), 1);
+  DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = parse_split("even", n, B), .seed = 1});
   const int64_t P = dp.layout().parameter_count * 4;
   auto b = make(B, 2);
   dp.step(b.x.data(), b.y.data(), B);  // the first step creates the optimizer state
@@ -111,7 +111,9 @@ TEST_CASE("--loss in-replica gives the faithful gradients and lowers device 0's 
   auto b = make(B, 3);
   auto run = [&](LossMode mode, std::vector<int64_t>& peaks) {
     auto devs = host_devices(3);
-    DataParallel dp(devs, find_model("convnet"), parse_split("chunks:20,16,12", 3, B), momentum_sgd(), 7, mode);
+    DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = parse_split("chunks:20,16,12", 3, B),
+                                                                  .seed = 7,
+                                                                  .loss = mode});
     std::vector<double> losses;
     for (int s = 0; s < 2; ++s) losses.push_back(dp.step(b.x.data(), b.y.data(), B).loss);
     for (int i = 0; i < 3; ++i) peaks.push_back(devs[i].allocator().stats().peak);
@@ -140,7 +142,7 @@ TEST_CASE("--split balance-memory lowers the largest peak and fits under a cap w
     auto devs = host_devices(n, capacity ? std::vector<int64_t>{capacity} : std::vector<int64_t>{});
     int64_t worst = 0;
     {
-      DataParallel dp(devs, find_model("convnet"), parse_split(split, n, B), momentum_sgd(), 2);
+      DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = parse_split(split, n, B), .seed = 2});
       for (int s = 0; s < 2; ++s) {
         StepResult r = dp.step(b.x.data(), b.y.data(), B);
         if (chunks) *chunks = r.chunks;
@@ -197,8 +199,10 @@ TEST_CASE("balance-memory's probes measure the same peaks whether the host waits
     DeviceOptions opts;
     if (round % 2) opts.speed = {1, 0.3 + 0.1 * static_cast<double>(round % 5), 1, 0.5};  // other timings
     DeviceSet devs(spec, opts);
-    DataParallel dp(devs, find_model("mlp"), parse_split("balance-memory", n, B), momentum_sgd(), 2, LossMode::InReplica);
-    dp.set_host_sync(sync);
+    DataParallel dp(devs, find_model("mlp"), momentum_sgd(), {.split = parse_split("balance-memory", n, B),
+                                                              .seed = 2,
+                                                              .loss = LossMode::InReplica,
+                                                              .host_sync = sync});
     const StepResult r = dp.step(b.x.data(), b.y.data(), B);
     return r.split_change;
   };
@@ -230,7 +234,7 @@ TEST_CASE("a GPT's hotspot: the gathered logits [B, T, V] twice on device 0, in-
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>(i * 37 % 2048), y[i] = static_cast<int32_t>(i * 11 % 2048);
   auto run = [&](LossMode mode) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, gpt, parse_split("even", 2, B), momentum_sgd(), 7, mode);
+    DataParallel dp(devs, gpt, momentum_sgd(), {.split = parse_split("even", 2, B), .seed = 7, .loss = mode});
     for (int s = 0; s < 2; ++s) dp.step(x.data(), y.data(), B);
     return std::pair{devs[0].allocator().stats(), devs[1].allocator().stats()};
   };

@@ -133,7 +133,10 @@ TEST_CASE("mixed precision: replicas, gradients and their transfers are 16-bit, 
     CAPTURE(precision_text);
     const ModelDef& model = find_model("convnet");
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, parse_split("even", 2, 8), sgd(), 5, LossMode::Gathered, {}, precision(p));
+    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 8),
+                                         .seed = 5,
+                                         .loss = LossMode::Gathered,
+                                         .precision = precision(p)});
     const ImageBatch b = batch_for(model, 8, 1);
     StepResult r = dp.step(b.x.data(), b.y.data(), 8);
     const int64_t P = dp.layout().parameter_count, nbuf = dp.layout().buffer_count;
@@ -165,7 +168,10 @@ TEST_CASE("mixed precision: replicas, gradients and their transfers are 16-bit, 
     for (auto& w : moved) w *= 0.5f;
     dp.load_state(moved, dp.buffers());
     auto devs_fresh = host_devices(2);
-    DataParallel fresh(devs_fresh, model, parse_split("even", 2, 8), sgd(), 5, LossMode::Gathered, {}, precision(p));
+    DataParallel fresh(devs_fresh, model, sgd(), {.split = parse_split("even", 2, 8),
+                                                  .seed = 5,
+                                                  .loss = LossMode::Gathered,
+                                                  .precision = precision(p)});
     fresh.load_state(moved, dp.buffers());
     const EvalResult after = dp.evaluate(b.x.data(), b.y.data(), 8);
     CHECK(after.loss_sum != e.loss_sum);
@@ -185,13 +191,19 @@ TEST_CASE("mixed precision: the master gradient is the float32 sum of the replic
     const ImageBatch b = batch_for(model, B, 3);
     const auto opts = precision(p, 1024);  // fp16: the same scale everywhere
     auto devs2 = host_devices(2);
-    DataParallel two(devs2, model, parse_split("even", 2, B), sgd(), 7, LossMode::Gathered, {}, opts);
+    DataParallel two(devs2, model, sgd(), {.split = parse_split("even", 2, B),
+                                           .seed = 7,
+                                           .loss = LossMode::Gathered,
+                                           .precision = opts});
     two.step(b.x.data(), b.y.data(), B);
     const auto g = two.gradients();
     std::vector<std::vector<float>> halves;
     for (int64_t part = 0; part < 2; ++part) {
       auto devs1 = host_devices(1);
-      DataParallel one(devs1, model, parse_split("even", 1, B / 2), sgd(), 7, LossMode::Gathered, {}, opts);
+      DataParallel one(devs1, model, sgd(), {.split = parse_split("even", 1, B / 2),
+                                             .seed = 7,
+                                             .loss = LossMode::Gathered,
+                                             .precision = opts});
       const int64_t per = numel(model.input_shape);
       one.step(b.x.data() + part * (B / 2) * per, b.y.data() + part * (B / 2), B / 2);
       halves.push_back(one.gradients());
@@ -225,7 +237,10 @@ TEST_CASE("mixed precision: training follows float32 within 16-bit precision, th
     for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
       auto devs = host_devices(2);
       OptimizerConfig opt = sgd(0.01f);  // a stable run: a diverging one amplifies any difference
-      DataParallel dp(devs, model, parse_split("even", 2, B), opt, 11, LossMode::Gathered, {}, precision(p));
+      DataParallel dp(devs, model, opt, {.split = parse_split("even", 2, B),
+                                         .seed = 11,
+                                         .loss = LossMode::Gathered,
+                                         .precision = precision(p)});
       std::vector<double> l;
       for (int s = 0; s < 5; ++s) {
         if (model.language_model()) {
@@ -258,8 +273,10 @@ TEST_CASE("fp16 loss scaling: an overflow skips the step, halves the scale, leav
   opt.kind = OptimizerConfig::Kind::AdamW;
   opt.sgd.lr = 1e-3f;
   // 2^100 times the loss gradient cannot be a float16: every replica's gradients overflow.
-  DataParallel dp(devs, model, parse_split("even", 2, 8), opt, 3, LossMode::Gathered, {},
-                  precision(Precision::FP16, std::ldexp(1.0, 100), 3));
+  DataParallel dp(devs, model, opt, {.split = parse_split("even", 2, 8),
+                                     .seed = 3,
+                                     .loss = LossMode::Gathered,
+                                     .precision = precision(Precision::FP16, std::ldexp(1.0, 100), 3)});
   const ImageBatch b = batch_for(model, 8, 1);
   const auto params = dp.parameters(), buffers = dp.buffers();
   StepResult r = dp.step(b.x.data(), b.y.data(), 8);
@@ -297,9 +314,11 @@ TEST_CASE("fp16 loss scaling: a skipped first step leaves SGD without momentum, 
     auto devs = host_devices(2);
     SyncOptions sync;
     sync.mode = mode;
-    DataParallel dp(devs, model, parse_split("even", 2, 8), sgd(), 3,
-                    mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, sync,
-                    precision(Precision::FP16, std::ldexp(1.0, 100)));
+    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 8),
+                                         .seed = 3,
+                                         .loss = mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
+                                         .sync = sync,
+                                         .precision = precision(Precision::FP16, std::ldexp(1.0, 100))});
     const ImageBatch b = batch_for(model, 8, 1);
     const auto params = dp.parameters();
     CHECK(dp.step(b.x.data(), b.y.data(), 8).skipped);
@@ -322,8 +341,10 @@ TEST_CASE("fp16 loss scaling: unscaled gradients do not depend on the scale") {
   std::vector<std::vector<float>> g;
   for (double scale : {64.0, 4096.0}) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, parse_split("even", 2, 8), sgd(), 1, LossMode::Gathered, {},
-                    precision(Precision::FP16, scale));
+    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 8),
+                                         .seed = 1,
+                                         .loss = LossMode::Gathered,
+                                         .precision = precision(Precision::FP16, scale)});
     dp.step(b.x.data(), b.y.data(), 8);
     g.push_back(dp.gradients());  // SGD leaves them unscaled in place
   }
@@ -385,7 +406,11 @@ struct Run {
 Run run_steps(const ModelDef& model, int n, const std::string& split, int64_t batch, SyncOptions sync,
               PrecisionOptions p, int steps, OptimizerConfig opt = sgd()) {
   auto devs = host_devices(n);
-  DataParallel dp(devs, model, parse_split(split, n, batch), opt, 13, LossMode::InReplica, sync, p);
+  DataParallel dp(devs, model, opt, {.split = parse_split(split, n, batch),
+                                     .seed = 13,
+                                     .loss = LossMode::InReplica,
+                                     .sync = sync,
+                                     .precision = p});
   Run out;
   for (int s = 0; s < steps; ++s) {
     const ImageBatch b = batch_for(model, batch, 200 + s);
@@ -495,8 +520,11 @@ TEST_CASE("mixed precision, allreduce: an fp16 overflow skips the step on every 
   OptimizerConfig opt;
   opt.kind = OptimizerConfig::Kind::AdamW;
   opt.sgd.lr = 1e-3f;
-  DataParallel dp(devs, model, parse_split("even", 3, 9), opt, 3, LossMode::InReplica, allreduce(),
-                  precision(Precision::FP16, std::ldexp(1.0, 100), 3));
+  DataParallel dp(devs, model, opt, {.split = parse_split("even", 3, 9),
+                                     .seed = 3,
+                                     .loss = LossMode::InReplica,
+                                     .sync = allreduce(),
+                                     .precision = precision(Precision::FP16, std::ldexp(1.0, 100), 3)});
   const ImageBatch b = batch_for(model, 9, 1);
   const auto params = dp.parameters();
   const EvalResult before = dp.evaluate(b.x.data(), b.y.data(), 9);
@@ -513,8 +541,10 @@ TEST_CASE("mixed precision, allreduce: an fp16 overflow skips the step on every 
   // Evaluation runs on device 0's 16-bit copy, rounded after every update: it sees the new weights,
   // as a fresh engine loaded with them does.
   auto devs_fresh = host_devices(1);
-  DataParallel fresh(devs_fresh, model, parse_split("even", 1, 9), opt, 3, LossMode::InReplica, {},
-                     precision(Precision::FP16));
+  DataParallel fresh(devs_fresh, model, opt, {.split = parse_split("even", 1, 9),
+                                              .seed = 3,
+                                              .loss = LossMode::InReplica,
+                                              .precision = precision(Precision::FP16)});
   fresh.load_state(dp.parameters(), dp.buffers());
   CHECK(dp.evaluate(b.x.data(), b.y.data(), 9).loss_sum == fresh.evaluate(b.x.data(), b.y.data(), 9).loss_sum);
   CHECK(dp.evaluate(b.x.data(), b.y.data(), 9).loss_sum != before.loss_sum);

@@ -112,7 +112,7 @@ TEST_CASE("--split auto on mixed-speed devices trains exactly like one device (m
     SgdConfig sgd;
     sgd.lr = 0.05f;
     sgd.momentum = 0.9f;
-    DataParallel dp(devs, find_model("mlp"), parse_split(split, n, batch), sgd, 4);
+    DataParallel dp(devs, find_model("mlp"), sgd, {.split = parse_split(split, n, batch), .seed = 4});
     for (int s = 0; s < 5; ++s) {
       auto x = random_vector(static_cast<size_t>(batch * 784), 100 + s);
       std::vector<int32_t> y(batch);
@@ -142,7 +142,7 @@ TEST_CASE("replica times are each device's forward and backward only, not device
   DeviceOptions opts;
   opts.speed = {0.01, 1.0};
   DeviceSet devs(parse_device_spec("host:2"), opts);
-  DataParallel dp(devs, find_model("mlp"), parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 4);
+  DataParallel dp(devs, find_model("mlp"), SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8), .seed = 4});
   double slow_total = 0, fast_total = 0;
   for (int s = 0; s < 3; ++s) {
     CAPTURE(s);

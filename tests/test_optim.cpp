@@ -99,9 +99,10 @@ TEST_CASE("the gradient norm's sum of squares: within 1e-13 of a long-double ser
 TEST_CASE("clipping scales device 0's gradients to the global norm, the norm is reported") {
   auto run = [](double clip, bool report) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, find_model("tiny"), parse_split("even", 2, 8), SgdConfig{0.f, 0.f, 0.f, 0.f, false}, 1);
-    dp.set_clip_grad_norm(clip);
-    dp.set_report_grad_norm(report);
+    DataParallel dp(devs, find_model("tiny"), SgdConfig{0.f, 0.f, 0.f, 0.f, false}, {.split = parse_split("even", 2, 8),
+                                                                                     .seed = 1,
+                                                                                     .clip_grad_norm = clip,
+                                                                                     .report_grad_norm = report});
     auto x = random_vector(8 * 784, 3);
     std::vector<int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
     StepResult r = dp.step(x.data(), y.data(), 8);
@@ -123,7 +124,7 @@ TEST_CASE("AdamW's state (two buffers) lives on device 0 only, in the optimizer 
   OptimizerConfig c;
   c.kind = OptimizerConfig::Kind::AdamW;
   c.sgd.lr = 1e-3f;
-  DataParallel dp(devs, find_model("mlp"), parse_split("even", 2, 8), c, 1);
+  DataParallel dp(devs, find_model("mlp"), c, {.split = parse_split("even", 2, 8), .seed = 1});
   auto x = random_vector(8 * 784, 3);
   std::vector<int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
   dp.step(x.data(), y.data(), 8);

@@ -63,10 +63,11 @@ Run run(const StepSetup& c, const std::vector<std::shared_ptr<const Batch>>& bat
         bool graphs = false, bool ahead = false, int micro = 1) {
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);
-  const auto owner = make_data_parallel(devs, model, c);
+  StepSetup with = c;
+  if (table) with.pixel_table = *table;
+  with.graphs = graphs;
+  const auto owner = make_data_parallel(devs, model, with);
   DataParallel& dp = *owner;
-  if (table) dp.set_pixel_input(*table);
-  dp.set_graphs(graphs);
   Run out;
   for (size_t k = 0; k < batches.size(); k += static_cast<size_t>(micro)) {
     if (micro > 1) {
@@ -199,26 +200,30 @@ TEST_CASE("pixels refused where they cannot be taken, and float32 images once a 
   const auto [images, pixels] = both_forms(d, c.batch, 1, 3);
   CHECK_THROWS_WITH_AS(step_on(*dp, *pixels[0]), doctest::Contains("uint8 pixels need their normalisation"),
                        RuntimeError);
-  CHECK_THROWS_WITH_AS(dp->set_pixel_input(std::vector<float>(3 * 256)), doctest::Contains("768 values for 1 channels"),
+  StepSetup wrong = c;
+  wrong.pixel_table.assign(3 * 256, 0.f);
+  auto devs_wrong = host_devices(c.devices);
+  CHECK_THROWS_WITH_AS(make_data_parallel(devs_wrong, mlp, wrong), doctest::Contains("768 values for 1 channels"),
                        RuntimeError);
-  dp->set_pixel_input(normalisation_table(d));
-  CHECK(dp->takes_pixels());
-  CHECK_THROWS_WITH_AS(step_on(*dp, *images[0]), doctest::Contains("takes its batches as uint8 pixels"), RuntimeError);
-  CHECK_THROWS_AS(upload_ahead_on(*dp, images[0]), RuntimeError);
-  const StepResult r = step_on(*dp, *pixels[0]);
+  CHECK_FALSE(dp->takes_pixels());
+  StepSetup with = c;
+  with.pixel_table = normalisation_table(d);
+  auto devs_pixels = host_devices(c.devices);
+  const auto taking = make_data_parallel(devs_pixels, mlp, with);
+  CHECK(taking->takes_pixels());
+  CHECK_THROWS_WITH_AS(step_on(*taking, *images[0]), doctest::Contains("takes its batches as uint8 pixels"), RuntimeError);
+  CHECK_THROWS_AS(upload_ahead_on(*taking, images[0]), RuntimeError);
+  const StepResult r = step_on(*taking, *pixels[0]);
   CHECK(r.batch == c.batch);
   // evaluation takes either form, with the same result
-  const EvalResult e1 = dp->evaluate(images[0]->images.data(), images[0]->labels.data(), c.batch);
-  const EvalResult e2 = dp->evaluate(pixels[0]->pixels.data(), pixels[0]->labels.data(), c.batch);
+  const EvalResult e1 = taking->evaluate(images[0]->images.data(), images[0]->labels.data(), c.batch);
+  const EvalResult e2 = taking->evaluate(pixels[0]->pixels.data(), pixels[0]->labels.data(), c.batch);
   CHECK(e1.loss_sum == e2.loss_sum);
   CHECK(e1.correct == e2.correct);
-  CHECK_THROWS_WITH_AS(dp->set_pixel_input(normalisation_table(d)), doctest::Contains("before the first step"),
-                       RuntimeError);
   const ModelDef gpt = model_of("gpt");
   auto devs2 = host_devices(1);
   StepSetup one;
   one.devices = 1, one.split = "even";
-  auto language = make_data_parallel(devs2, gpt, one);
-  CHECK_THROWS_WITH_AS(language->set_pixel_input(std::vector<float>(256)), doctest::Contains("takes no images"),
-                       RuntimeError);
+  one.pixel_table.assign(256, 0.f);
+  CHECK_THROWS_WITH_AS(make_data_parallel(devs2, gpt, one), doctest::Contains("takes no images"), RuntimeError);
 }

@@ -1,4 +1,4 @@
-// Activation checkpointing (DataParallel::set_recompute, dp train --recompute blocks): training
+// Activation checkpointing (DataParallelOptions::recompute, dp train --recompute blocks): training
 // with it is training without it bit for bit — every model with blocks, both losses, both sync
 // modes (--sync-bn too, meeting for its statistics no more often), every precision, fp16's
 // skipped steps, accumulation, captured steps — BatchNorm's running statistics updated once per
@@ -34,9 +34,9 @@ Run run(StepSetup c, bool recompute, int steps, const std::vector<int64_t>& micr
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);
   c.recompute = recompute ? kEveryRecomputeUnit : 0;
+  c.graphs = graphs;
   const auto owner = make_data_parallel(devs, model, c);
   DataParallel& dp = *owner;
-  dp.set_graphs(graphs);
   Run out;
   const auto batches = make_batches(model, c.batch, steps, 3);
   for (const auto& b : batches) {

@@ -1,4 +1,4 @@
-// Captured steps (DataParallel::set_graphs; engine/step/step_graph.hpp), on host devices, where a
+// Captured steps (DataParallelOptions::graphs; engine/step/step_graph.hpp), on host devices, where a
 // capture is a recording of the streams' tasks and a replay runs them again without the host's
 // step code: the same results as steps run as usual, bit for bit, for every model, loss, split and
 // precision, fp16's skipped steps and learning-rate changes included; which steps are captured,
@@ -49,9 +49,10 @@ Run run(const Setup& c, bool graphs, int steps, const std::function<void(DeviceS
   const ModelDef model = model_of(c.model);
   auto devs = host_devices(c.devices);
   if (prepare) prepare(devs);
-  const auto owner = make_data_parallel(devs, model, c);
+  Setup with = c;
+  with.graphs = graphs;
+  const auto owner = make_data_parallel(devs, model, with);
   DataParallel& dp = *owner;
-  dp.set_graphs(graphs);
   Run out;
   for (int k = 0; k < steps; ++k) {
     const int64_t batch = c.batches.empty() ? c.batch : c.batches.at(static_cast<size_t>(k));
@@ -69,9 +70,10 @@ using BatchAt = std::function<std::shared_ptr<const Batch>(size_t)>;
 Run run_with_ahead(const Setup& c, const ModelDef& model, bool graphs, size_t steps, const BatchAt& batch_at,
                    const BatchAt& next_at, const std::function<void(size_t)>& before = {}) {
   auto devs = host_devices(c.devices);
-  const auto owner = make_data_parallel(devs, model, c);
+  Setup with = c;
+  with.graphs = graphs;
+  const auto owner = make_data_parallel(devs, model, with);
   DataParallel& dp = *owner;
-  dp.set_graphs(graphs);
   Run out;
   for (size_t k = 0; k < steps; ++k) {
     if (before) before(k);
@@ -252,17 +254,19 @@ TEST_CASE("captured steps: what a capture cannot hold runs as usual and says why
     return r;
   };
   SUBCASE("waiting per phase") {
-    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
-    dp.set_graphs(true);
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+                                                          .seed = 1,
+                                                          .graphs = true});
     for (const auto& r : three_steps(dp)) {
       CHECK(r.graph == GraphUse::Eager);
       CHECK(r.graph_note.find("--host-sync phase") != std::string::npos);
     }
   }
   SUBCASE("--split auto") {
-    DataParallel dp(devs, model, parse_split("auto", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
-    dp.set_host_sync(HostSync::PerStep);
-    dp.set_graphs(true);
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("auto", 2, 8),
+                                                          .seed = 1,
+                                                          .host_sync = HostSync::PerStep,
+                                                          .graphs = true});
     for (const auto& r : three_steps(dp)) {
       CHECK(r.graph == GraphUse::Eager);
       CHECK(r.graph_note.find("--split auto") != std::string::npos);
@@ -270,9 +274,10 @@ TEST_CASE("captured steps: what a capture cannot hold runs as usual and says why
     }
   }
   SUBCASE("tracing") {
-    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
-    dp.set_host_sync(HostSync::PerStep);
-    dp.set_graphs(true);
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+                                                          .seed = 1,
+                                                          .host_sync = HostSync::PerStep,
+                                                          .graphs = true});
     Tracer tracer;
     dp.set_tracer(&tracer);
     for (const auto& r : three_steps(dp)) CHECK(r.graph_note == "the step is traced");
@@ -282,9 +287,12 @@ TEST_CASE("captured steps: what a capture cannot hold runs as usual and says why
   SUBCASE("--sync allreduce") {
     SyncOptions sync;
     sync.mode = SyncMode::AllReduce;
-    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1, LossMode::InReplica, sync);
-    dp.set_host_sync(HostSync::PerStep);
-    dp.set_graphs(true);
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+                                                          .seed = 1,
+                                                          .loss = LossMode::InReplica,
+                                                          .sync = sync,
+                                                          .host_sync = HostSync::PerStep,
+                                                          .graphs = true});
     for (const auto& r : three_steps(dp)) CHECK(r.graph_note.find("--sync allreduce") != std::string::npos);
   }
 }
@@ -294,9 +302,10 @@ TEST_CASE("captured steps with --split auto: captured once its split holds, and 
   DeviceOptions opts;
   opts.speed = {1.0, 0.25};  // device 1 four times slower: the split moves toward device 0
   DeviceSet devs(parse_device_spec("host:2"), opts);
-  DataParallel dp(devs, model, parse_split("auto", 2, 10), SgdConfig{0.05f, 0.9f}, 1);
-  dp.set_host_sync(HostSync::PerStep);
-  dp.set_graphs(true);
+  DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("auto", 2, 10),
+                                                        .seed = 1,
+                                                        .host_sync = HostSync::PerStep,
+                                                        .graphs = true});
   const auto batches = make_batches(model, 10, 4, 21);
   std::vector<StepResult> r;
   for (size_t k = 0; k < 56; ++k) r.push_back(step_on(dp, *batches[k % batches.size()]));
@@ -339,9 +348,10 @@ TEST_CASE("captured steps: a restored optimizer state is not the captured one, a
   const auto batches = make_batches(model, 8, 6, 5);
   auto train = [&](bool graphs) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, parse_split("even", 2, 8), OptimizerConfig{SgdConfig{0.05f, 0.9f}}, 1);
-    dp.set_host_sync(HostSync::PerStep);
-    dp.set_graphs(graphs);
+    DataParallel dp(devs, model, OptimizerConfig{SgdConfig{0.05f, 0.9f}}, {.split = parse_split("even", 2, 8),
+                                                                           .seed = 1,
+                                                                           .host_sync = HostSync::PerStep,
+                                                                           .graphs = graphs});
     std::vector<GraphUse> u;
     for (int k = 0; k < 3; ++k) u.push_back(step_on(dp, *batches[static_cast<size_t>(k)]).graph);
     Optimizer::Saved saved = dp.optimizer().save();
@@ -403,9 +413,10 @@ TEST_CASE("captured steps on host devices: a replay makes none of the host's ste
   // gathered outputs, reduce buffers) and the tasks make the activations.
   auto third_step_allocations = [&](bool graphs, GraphUse expect) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{0.05f, 0.9f}, 1);
-    dp.set_host_sync(HostSync::PerStep);
-    dp.set_graphs(graphs);
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+                                                          .seed = 1,
+                                                          .host_sync = HostSync::PerStep,
+                                                          .graphs = graphs});
     for (int k = 0; k < 2; ++k) step_on(dp, *batches[static_cast<size_t>(k)]);
     auto count = [&] { return devs[0].allocator().stats().allocations + devs[1].allocator().stats().allocations; };
     const int64_t before = count();

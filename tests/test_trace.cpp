@@ -25,7 +25,10 @@ Traced traced_step(const char* model_name, int n, SyncMode mode, int batch) {
   auto devs = host_devices(n);
   SyncOptions sync;
   sync.mode = mode;
-  DataParallel dp(devs, model, parse_split("even", n, batch), SgdConfig{}, 1, LossMode::Gathered, sync);
+  DataParallel dp(devs, model, SgdConfig{}, {.split = parse_split("even", n, batch),
+                                             .seed = 1,
+                                             .loss = LossMode::Gathered,
+                                             .sync = sync});
   Tracer tracer;
   dp.set_tracer(&tracer);
   auto x = random_vector(static_cast<size_t>(batch * numel(model.input_shape)), 3);

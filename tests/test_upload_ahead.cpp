@@ -121,8 +121,11 @@ TEST_CASE("uploading ahead under a split that changes: chunks staged for the old
   auto run_auto = [&](bool ahead) {
     auto devs = host_devices(3);
     devs[2].stream().set_speed(0.3);  // a slow device: the split moves away from it
-    DataParallel dp(devs, model, parse_split("auto", 3, c.batch), SgdConfig{0.05f, 0.9f}, 7, c.loss, c.sync);
-    dp.set_host_sync(HostSync::PerStep);
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("auto", 3, c.batch),
+                                                          .seed = 7,
+                                                          .loss = c.loss,
+                                                          .sync = c.sync,
+                                                          .host_sync = HostSync::PerStep});
     std::vector<std::vector<int64_t>> chunks;
     std::vector<float> params_after;
     for (size_t k = 0; k < batches.size(); ++k) {
@@ -144,8 +147,9 @@ TEST_CASE("a step given another batch than the one uploaded ahead loads its own"
   const ModelDef model = model_of(c.model);
   const auto batches = make_batches(model, c.batch, 3, 3);  // A, B, C
   auto devs = host_devices(c.devices);
-  DataParallel dp(devs, model, parse_split(c.split, c.devices, c.batch), SgdConfig{0.05f, 0.9f}, 7);
-  dp.set_host_sync(HostSync::PerStep);
+  DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split(c.split, c.devices, c.batch),
+                                                        .seed = 7,
+                                                        .host_sync = HostSync::PerStep});
   upload_ahead_on(dp, batches[1]);  // B ahead of A ...
   const StepResult a = step_on(dp, *batches[0]);
   CHECK(dp.uploads_ahead().staged());
@@ -202,7 +206,7 @@ TEST_CASE("a device with no room for the next batch beside the step's peak does 
   auto devs = host_devices(2);
   const ModelDef model = model_of(c.model);  // DataParallel keeps a reference
   {
-    DataParallel dp(devs, model, parse_split(c.split, 2, c.batch), SgdConfig{0.05f, 0.9f}, 7);
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split(c.split, 2, c.batch), .seed = 7});
     for (const auto& b : batches) step_on(dp, *b);
   }
   const int64_t peak = devs[0].allocator().stats().peak;
@@ -222,8 +226,7 @@ TEST_CASE("a copy uploaded ahead that failed is reported as the cause of the ste
     const ModelDef& model = find_model("mlp");
     const auto batches = make_batches(model, 8, 3, 6);
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, parse_split("even", 2, 8), SgdConfig{}, 1);
-    dp.set_host_sync(sync);
+    DataParallel dp(devs, model, SgdConfig{}, {.split = parse_split("even", 2, 8), .seed = 1, .host_sync = sync});
     // A transfer that fails on device 0's copy stream: the upload ahead queued behind it is skipped.
     devs[0].copy_stream().enqueue([] { throw RuntimeError("injected copy failure"); });
     upload_ahead_on(dp, batches[1]);

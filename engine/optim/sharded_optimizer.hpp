@@ -1,6 +1,6 @@
 // ZeRO's optimizer (engine/shapes/sharded_shape.hpp): one torch.optim-style optimizer per piece of
 // the flat parameter array a device owns (its part of each gradient bucket), each holding the state
-// of its piece alone, so the state is sharded over the devices. As the StepEngine's optimizer it
+// of its piece alone, so the state is sharded over the devices. As the shape's optimizer (StepShape::optimizer) it
 // answers for all of them: the step count and the per-step scalars (every piece steps every step),
 // a skipped step taken back, and the state saved and restored as one flat array per buffer with
 // torch's names — what an unsharded optimizer saves — so a checkpoint from any shape, stage or

@@ -6,39 +6,39 @@
 namespace dp {
 
 ChunkedShape::ChunkedShape(StepEngine& engine, Master master) : StepShape(engine, master) {
-  e_.loss_ = make_loss_strategy(LossMode::InReplica, false);
-  buffers_.resize(static_cast<size_t>(e_.devices_.size()));
+  loss_ = make_loss_strategy(LossMode::InReplica, false);
+  buffers_.resize(static_cast<size_t>(e_.devices().size()));
 }
 
 void ChunkedShape::make_replica_buffers(int r) {
-  buffers_[static_cast<size_t>(r)] = Tensor::empty(e_.devices_[r], {e_.layout().buffer_count}, MemCategory::Parameters);
+  buffers_[static_cast<size_t>(r)] = Tensor::empty(e_.devices()[r], {e_.layout().buffer_count}, MemCategory::Parameters);
 }
 
 void ChunkedShape::make_replica_group() {
-  const int n = e_.devices_.size();
+  const int n = e_.devices().size();
   replica_group_ = std::make_unique<ReplicaGroup>(n);
-  for (int r = 0; r < n; ++r) e_.nets_[r]->root().set_replica_group(replica_group_.get(), r);
+  for (int r = 0; r < n; ++r) e_.net(r).root().set_replica_group(replica_group_.get(), r);
 }
 
 void ChunkedShape::load_state(HostState params, HostState buffers) {
   StepShape::load_state(params, buffers);
-  for (int r = 1; r < e_.devices_.size(); ++r) copy_async(replica_buffers(r), e_.buffers_);
+  for (int r = 1; r < e_.devices().size(); ++r) copy_async(replica_buffers(r), e_.master_buffers());
 }
 
 // 1. load: each device receives its own chunk straight from the host (no staging on device 0),
 // unless the last step uploaded it ahead; pixels (--normalise-on device) each device looks up itself.
 void ChunkedShape::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
   std::vector<UploadAhead::Piece> pieces;
-  std::vector<Tensor> loaded = e_.upload_ahead_.take({input, targets, s.batch, s.chunks});
+  std::vector<Tensor> loaded = e_.uploads_ahead().take({input, targets, s.batch, s.chunks});
   if (loaded.empty()) {
     pieces = e_.chunk_pieces(input, targets, s.chunks);
     for (const auto& p : pieces) loaded.push_back(p.dst);
   }
   r.loaded_ahead = pieces.empty();
   size_t k = 0;
-  for (int d = 0; d < e_.devices_.size(); ++d) {
+  for (int d = 0; d < e_.devices().size(); ++d) {
     if (s.chunks[static_cast<size_t>(d)] == 0) continue;
-    Device& dev = e_.devices_[d];
+    Device& dev = e_.devices()[d];
     Tensor x = s.inputs[d] = loaded[k], y = s.targets[d] = loaded[k + 1];
     if (!pieces.empty()) {
       const void *in = pieces[k].src, *tg = pieces[k + 1].src;
@@ -61,11 +61,11 @@ void ChunkedShape::load(StepState& s, const void* input, const int32_t* targets,
 
 void ChunkedShape::broadcast_buffers(StepState& s) {
   if (replica_group_) replica_group_->begin_step(s.active);  // --sync-bn: this step's members
-  for (int r = 0; r < e_.devices_.size(); ++r) {
+  for (int r = 0; r < e_.devices().size(); ++r) {
     s.buffers[r] = replica_buffers(r);
-    if (r > 0 && e_.buffers_.numel() > 0) copy_async(replica_buffers(r), e_.buffers_);
+    if (r > 0 && e_.master_buffers().numel() > 0) copy_async(replica_buffers(r), e_.master_buffers());
   }
-  if (e_.buffers_.numel() > 0) release_source_after(e_.buffers_, s.devices);
+  if (e_.master_buffers().numel() > 0) release_source_after(e_.master_buffers(), s.devices);
 }
 
 }  // namespace dp

@@ -23,7 +23,7 @@ class ChunkedShape : public StepShape {
   void loss(StepState&) override {}
   bool loads_chunks() const override { return true; }
   bool takes_part(int, const std::vector<int64_t>&) const override { return true; }
-  int deciding_devices() const override { return e_.devices_.size(); }
+  int deciding_devices() const override { return e_.devices().size(); }
   void load_state(HostState params, HostState buffers) override;
   int64_t sync_bn_allreduces() const override { return replica_group_ ? replica_group_->allreduces() : 0; }
 
@@ -31,7 +31,7 @@ class ChunkedShape : public StepShape {
   // The in-replica loss, each replica's loss and gradient its own (gathering nothing).
   explicit ChunkedShape(StepEngine& engine, Master master = Master::OnDevice0);
   // Device r's buffers (device 0's are the master's), made by make_replica_buffers.
-  Tensor& replica_buffers(int r) { return r == 0 ? e_.buffers_ : buffers_[static_cast<size_t>(r)]; }
+  const Tensor& replica_buffers(int r) const { return r == 0 ? e_.master_buffers() : buffers_[static_cast<size_t>(r)]; }
   void make_replica_buffers(int r);  // on device r > 0
   // --sync-bn: every replica's BatchNorm joins one ReplicaGroup.
   void make_replica_group();

@@ -9,9 +9,10 @@
 
 namespace dp {
 
-DataParallelShape::DataParallelShape(StepEngine& engine, LossMode loss)
+DataParallelShape::DataParallelShape(StepEngine& engine, LossMode loss, const OptimizerConfig& optimizer)
     : StepShape(engine), gradient_sync_(make_reduce_to_device0()) {
-  e_.loss_ = make_loss_strategy(loss);
+  optimizer_ = master_optimizer(optimizer);
+  loss_ = make_loss_strategy(loss);
 }
 
 bool DataParallelShape::takes_part(int d, const std::vector<int64_t>& chunks) const {
@@ -28,7 +29,7 @@ void DataParallelShape::set_process_group(ProcessGroup* group) {
 // pixels (--normalise-on device) looked up into the images the model takes.
 void DataParallelShape::load(StepState& s, const void* input, const int32_t* targets, StepResult& r) {
   if (!s.loaded_by_launch) {  // a captured step's launch uploads its batch before the graph
-    std::vector<Tensor> loaded = e_.upload_ahead_.take({input, targets, s.batch, {}});
+    std::vector<Tensor> loaded = e_.uploads_ahead().take({input, targets, s.batch, {}});
     r.loaded_ahead = !loaded.empty();
     if (loaded.empty())
       for (const auto& piece : e_.batch_pieces(input, targets, s.batch)) {
@@ -48,7 +49,7 @@ void DataParallelShape::load(StepState& s, const void* input, const int32_t* tar
 // replica computes its own loss.
 void DataParallelShape::scatter(StepState& s) {
   s.inputs = dp::scatter(s.input, s.chunks, s.devices, MemCategory::Inputs);
-  if (e_.loss_->scatters_targets()) s.targets = dp::scatter(s.target, s.chunks, s.devices, MemCategory::Inputs);
+  if (loss_->scatters_targets()) s.targets = dp::scatter(s.target, s.chunks, s.devices, MemCategory::Inputs);
   e_.end_phase(s.active);
 }
 
@@ -60,12 +61,15 @@ void DataParallelShape::replicate(StepState& s) {
   // the reduce to the update (zero_grad(set_to_none=True), PyTorch 2's default), not at the peak
   // of forward and backward.
   // The step changes the master, and its memory is the step's: no inference copy is kept through it.
-  if (e_.precision_.mixed()) e_.grads_ = e_.inference_params_ = Tensor();
+  if (e_.precision_options().mixed()) {
+    drop_inference_parameters();
+    e_.drop_master_gradients();
+  }
   std::vector<Device*> targets;
   for (int r : s.active) targets.push_back(s.devices[r]);
-  auto p = broadcast_coalesced(e_.precision_.mixed() ? e_.low_precision_parameters() : e_.params_, targets,
+  auto p = broadcast_coalesced(e_.precision_options().mixed() ? e_.low_precision_parameters() : e_.master_parameters(), targets,
                                MemCategory::Parameters);
-  auto b = broadcast_coalesced(e_.buffers_, targets, MemCategory::Parameters);
+  auto b = broadcast_coalesced(e_.master_buffers(), targets, MemCategory::Parameters);
   for (size_t k = 0; k < s.active.size(); ++k) s.params[s.active[k]] = p[k], s.buffers[s.active[k]] = b[k];
   e_.end_phase(s.active);
 }
@@ -74,14 +78,14 @@ void DataParallelShape::replicate(StepState& s) {
 // master itself: its gradients land in the master's. The others (and a 16-bit replica 0) get
 // gradient storage in backward, which binds it.
 void DataParallelShape::forward(StepState& s) {
-  for (int r : s.active) e_.enqueue_forward(s, r, r == 0 && !e_.precision_.mixed() ? e_.grads_ : Tensor(), nullptr);
+  for (int r : s.active) e_.enqueue_forward(s, r, r == 0 && !e_.precision_options().mixed() ? e_.master_gradients() : Tensor(), *loss_, nullptr);
   e_.end_phase(s.active);
 }
 
 // 5. gather on device 0: the outputs (faithful), or each replica's [loss sum, hits]; each is
 // released once copied.
 void DataParallelShape::gather(StepState& s) {
-  e_.loss_->gather(s);
+  loss_->gather(s);
   std::vector<int> joined = s.active;
   if (s.chunks[0] == 0) joined.insert(joined.begin(), 0);  // device 0 receives without a chunk of its own
   e_.end_phase(joined);
@@ -91,19 +95,19 @@ void DataParallelShape::gather(StepState& s) {
 // as the stream gets there; the host reads them after the step's last wait (report), so nothing
 // here waits for the device.
 void DataParallelShape::loss(StepState& s) {
-  Device& d0 = e_.devices_[0];
-  e_.loss_->allocate_loss_gradient(s);
-  d0.stream().enqueue([&] { e_.loss_->compute(s); }, {"cross-entropy over the batch", "loss"});
+  Device& d0 = e_.devices()[0];
+  loss_->allocate_loss_gradient(s);
+  d0.stream().enqueue([&] { loss_->compute(s); }, {"cross-entropy over the batch", "loss"});
   e_.end_phase({0});
 }
 
 // 7. backward on every replica, from its share of the loss gradient.
 void DataParallelShape::backward(StepState& s) {
-  e_.loss_->distribute_gradient(s);
+  loss_->distribute_gradient(s);
   for (int r : s.active) {
     // The replicas' own gradients (mixed precision: replica 0's too, 16-bit like its parameters),
     // allocated here, in enqueue order, because the reduce is enqueued before backward has run.
-    if (r != 0 || e_.precision_.mixed())
+    if (r != 0 || e_.precision_options().mixed())
       s.grads[r] = Tensor::empty(*s.devices[r], {e_.layout().parameter_count}, MemCategory::Gradients,
                                  s.params[r].dtype());
     // The output gradient the host scattered (gathered loss) goes with the task, which releases it
@@ -111,7 +115,7 @@ void DataParallelShape::backward(StepState& s) {
     // here) and the task takes it from s. A task never drops what the host made: a replayed
     // recording (engine/step/step_graph.hpp) runs it again.
     const Tensor scattered =
-        e_.loss_->mode() == LossMode::Gathered ? std::exchange(s.grad_outputs[r], Tensor()) : Tensor();
+        loss_->mode() == LossMode::Gathered ? std::exchange(s.grad_outputs[r], Tensor()) : Tensor();
     Stream& stream = s.devices[r]->stream();
     stream.enqueue(
         [this, r, &s, scattered] {
@@ -122,9 +126,9 @@ void DataParallelShape::backward(StepState& s) {
             for (const auto& [begin, end] : e_.layout().parameter_gaps)
               zero(dev.exec(), s.grads[r].data<char>() + static_cast<size_t>(begin) * elem,
                    static_cast<size_t>(end - begin) * elem);
-            e_.nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
+            e_.net(r).bind(s.params[r], s.grads[r], s.buffers[r]);
           }
-          e_.nets_[r]->backward(dev, scattered.defined() ? scattered : std::exchange(s.grad_outputs[r], Tensor()));
+          e_.net(r).backward(dev, scattered.defined() ? scattered : std::exchange(s.grad_outputs[r], Tensor()));
         },
         stream.label([&] { return TaskLabel{"backward replica " + std::to_string(r), "backward"}; }));
   }
@@ -133,8 +137,8 @@ void DataParallelShape::backward(StepState& s) {
 
 // 8. reduce: the master gradient becomes the sum over replicas.
 void DataParallelShape::reduce(StepState& s) {
-  if (!e_.grads_.defined()) e_.grads_ = Tensor::empty(e_.devices_[0], {e_.layout().parameter_count}, MemCategory::Gradients);
-  gradient_sync_->sync(s, e_.grads_);
+  e_.make_master_gradients_for_reduce();
+  gradient_sync_->sync(s, e_.master_gradients());
   std::vector<int> joined = s.active;
   if (s.chunks[0] == 0) joined.insert(joined.begin(), 0);
   e_.end_phase(joined);
@@ -145,12 +149,12 @@ void DataParallelShape::reduce(StepState& s) {
 // decided on the device, so nothing here waits for it; the host reads the verdict after the step.
 void DataParallelShape::update(StepState& s, StepResult& r) {
   // The micro-batches' sum, released at the last: dropped when this function returns, after the phase.
-  const Tensor released = e_.micro_.count > 1 ? e_.accumulate_gradients(0, e_.grads_, e_.accumulated_grads_[0]) : Tensor();
+  const Tensor released = e_.micro().count > 1 ? e_.accumulate_gradients(0, nullptr) : Tensor();
   if (!e_.last_micro_batch()) return e_.end_phase({0});
-  const Tensor skip_if = e_.scaler_.enabled() ? e_.found_inf_flag(0) : Tensor();
-  if (e_.clip_ > 0 || e_.report_norm_ || e_.scaler_.enabled()) e_.enqueue_unscale_and_clip(s, 0, e_.grads_, skip_if);
-  r.lr = e_.lr_;
-  e_.optimizer_->step(e_.params_, e_.grads_, s.step_scalars[0], skip_if);
+  const Tensor skip_if = e_.scaler().enabled() ? e_.found_inf_flag(0) : Tensor();
+  if (e_.clip_norm() > 0 || e_.reports_norm() || e_.scaler().enabled()) e_.enqueue_unscale_and_clip(s, 0, e_.master_gradients(), skip_if);
+  r.lr = e_.learning_rate();
+  optimizer_->step(e_.master_parameters(), e_.master_gradients(), s.step_scalars[0], skip_if);
   e_.end_phase({0});
 }
 

@@ -21,7 +21,7 @@ namespace dp {
 
 class DataParallelShape final : public StepShape {
  public:
-  DataParallelShape(StepEngine& engine, LossMode loss);
+  DataParallelShape(StepEngine& engine, LossMode loss, const OptimizerConfig& optimizer);
   SyncMode mode() const override { return SyncMode::Reduce; }
 
   void load(StepState& s, const void* input, const int32_t* targets, StepResult& r) override;

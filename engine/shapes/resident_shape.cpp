@@ -14,63 +14,64 @@
 namespace dp {
 
 ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimizer) : ChunkedShape(engine) {
-  const int n = e_.devices_.size();
+  optimizer_ = master_optimizer(optimizer);
+  const int n = e_.devices().size();
   const ModelLayout& lay = e_.layout();
   resident_params_.resize(static_cast<size_t>(n));
   resident_grads_.resize(static_cast<size_t>(n));
   replica_optimizers_.resize(static_cast<size_t>(n));
   for (int r = 1; r < n; ++r) {
-    Device& dev = e_.devices_[r];
+    Device& dev = e_.devices()[r];
     resident_params_[r] = Tensor::empty(dev, {lay.parameter_count}, MemCategory::Parameters);
     resident_grads_[r] = Tensor::zeros(dev, {lay.parameter_count}, MemCategory::Gradients);
     make_replica_buffers(r);
     replica_optimizers_[r] = make_optimizer(optimizer, decay_runs(lay, optimizer.decay_params));
   }
-  if (e_.precision_.mixed()) {  // zeros: the layout's alignment gaps, which no backward writes
-    const DType low = storage_dtype(e_.precision_.precision);
+  if (e_.precision_options().mixed()) {  // zeros: the layout's alignment gaps, which no backward writes
+    const DType low = storage_dtype(e_.precision_options().precision);
     for (int r = 0; r < n; ++r) {
-      resident_low_params_.push_back(Tensor::empty(e_.devices_[r], {lay.parameter_count}, MemCategory::Parameters, low));
-      resident_low_grads_.push_back(Tensor::zeros(e_.devices_[r], {lay.parameter_count}, MemCategory::Gradients, low));
+      resident_low_params_.push_back(Tensor::empty(e_.devices()[r], {lay.parameter_count}, MemCategory::Parameters, low));
+      resident_low_grads_.push_back(Tensor::zeros(e_.devices()[r], {lay.parameter_count}, MemCategory::Gradients, low));
     }
   }
-  if (e_.sync_.ring_on_device_streams || e_.devices_[0].is_cuda()) {  // memory the all-reduce threads cannot read
+  if (e_.sync().ring_on_device_streams || e_.devices()[0].is_cuda()) {  // memory the all-reduce threads cannot read
     std::vector<Device*> ring(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) ring[static_cast<size_t>(r)] = &e_.devices_[r];
-    allreduce_ = std::make_unique<OverlappedAllReduce>(std::move(ring), plan_buckets(lay, e_.sync_.bucket_bytes));
-    if (e_.devices_.spans_gpus()) {  // NCCL, one communicator per GPU (ResidentShape::check refused the rest)
+    for (int r = 0; r < n; ++r) ring[static_cast<size_t>(r)] = &e_.devices()[r];
+    allreduce_ = std::make_unique<OverlappedAllReduce>(std::move(ring), plan_buckets(lay, e_.sync().bucket_bytes));
+    if (e_.devices().spans_gpus()) {  // NCCL, one communicator per GPU (ResidentShape::check refused the rest)
       std::vector<int> gpus;
-      for (int r = 0; r < n; ++r) gpus.push_back(e_.devices_[r].gpu());
+      for (int r = 0; r < n; ++r) gpus.push_back(e_.devices()[r].gpu());
       nccl_devices_ = NcclComms::for_devices(gpus);
       allreduce_->set_nccl(nccl_devices_.get());
     }
   } else {
-    allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, e_.sync_.bucket_bytes),
-                                                       e_.devices_[0].is_meta());
+    allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, e_.sync().bucket_bytes),
+                                                       e_.devices()[0].is_meta());
   }
   std::vector<Device*> devices;
-  for (int r = 0; r < n; ++r) devices.push_back(&e_.devices_[r]);
+  for (int r = 0; r < n; ++r) devices.push_back(&e_.devices()[r]);
   allreduce_->count_links(std::move(devices));
   // Before the last micro-batch of an accumulated step nothing is all-reduced (no_sync); the step
-  // is joined before the next begins, so this reads e_.micro_ as the host set it for this one.
+  // is joined before the next begins, so this reads e_.micro() as the host set it for this one.
   for (int r = 0; r < n; ++r)
-    e_.nets_[r]->on_module_backward([this, r](int leaf) {
+    e_.net(r).on_module_backward([this, r](int leaf) {
       if (!accumulating_without_sync()) allreduce_->module_done(r, leaf);
     });
-  if (e_.sync_.sync_bn) make_replica_group();
+  if (e_.sync().sync_bn) make_replica_group();
 }
 
 void ResidentShape::load_state(HostState params, HostState buffers) {
   ChunkedShape::load_state(params, buffers);
-  for (int r = 1; r < e_.devices_.size(); ++r) copy_async(resident_params_[r], e_.params_);
-  e_.devices_.synchronize();
+  for (int r = 1; r < e_.devices().size(); ++r) copy_async(resident_params_[r], e_.master_parameters());
+  e_.devices().synchronize();
   round_resident_parameters();
-  e_.devices_.synchronize();
+  e_.devices().synchronize();
 }
 
 void ResidentShape::round_resident_parameters() {
   for (size_t r = 0; r < resident_low_params_.size(); ++r) {
-    Device& dev = e_.devices_[static_cast<int>(r)];
-    const Tensor master = r == 0 ? e_.params_ : resident_params_[r], low = resident_low_params_[r];
+    Device& dev = e_.devices()[static_cast<int>(r)];
+    const Tensor master = r == 0 ? e_.master_parameters() : resident_params_[r], low = resident_low_params_[r];
     dev.stream().enqueue([master, low, &dev] { convert(dev.exec(), low.buf(), master.buf(), master.numel()); },
                          dev.stream().label([&] {
                            return TaskLabel{std::string("round parameters to ") + dtype_name(low.dtype()), "update"};
@@ -84,8 +85,8 @@ void ResidentShape::round_resident_parameters() {
 void ResidentShape::replicate(StepState& s) {
   broadcast_buffers(s);
   const bool mixed = !resident_low_params_.empty();
-  for (int r = 0; r < e_.devices_.size(); ++r) {
-    s.params[r] = mixed ? resident_low_params_[r] : r == 0 ? e_.params_ : resident_params_[r];
+  for (int r = 0; r < e_.devices().size(); ++r) {
+    s.params[r] = mixed ? resident_low_params_[r] : r == 0 ? e_.master_parameters() : resident_params_[r];
     if (mixed)
       s.grads[r] = resident_low_grads_[r];
     else if (r > 0)
@@ -97,7 +98,7 @@ void ResidentShape::replicate(StepState& s) {
 // 4. forward on every replica, each into its own resident gradients (device 0's are the master's).
 void ResidentShape::forward(StepState& s) {
   for (int r : s.active)
-    e_.enqueue_forward(s, r, r == 0 && !e_.precision_.mixed() ? e_.grads_ : s.grads[r], replica_group_.get());
+    e_.enqueue_forward(s, r, r == 0 && !e_.precision_options().mixed() ? e_.master_gradients() : s.grads[r], *loss_, replica_group_.get());
   e_.end_phase(s.active);
 }
 
@@ -107,8 +108,8 @@ void ResidentShape::forward(StepState& s) {
 LowPrecisionGrads ResidentShape::low_precision_gradients(const StepState& s) const {
   LowPrecisionGrads widen;
   if (resident_low_grads_.empty()) return widen;
-  widen.dtype = storage_dtype(e_.precision_.precision);
-  for (int r = 0; r < e_.devices_.size(); ++r)
+  widen.dtype = storage_dtype(e_.precision_options().precision);
+  for (int r = 0; r < e_.devices().size(); ++r)
     widen.low.push_back(s.chunks[static_cast<size_t>(r)] > 0 ? resident_low_grads_[r].data<uint16_t>() : nullptr);
   return widen;
 }
@@ -116,15 +117,15 @@ LowPrecisionGrads ResidentShape::low_precision_gradients(const StepState& s) con
 // The all-reduce's step: each device's float32 gradients, the 16-bit ones to widen, and the sums
 // of the earlier micro-batches to add in, bucket by bucket.
 void ResidentShape::begin_bucketed_allreduce(StepState& s, LowPrecisionGrads widen) {
-  const int n = e_.devices_.size();
+  const int n = e_.devices().size();
   std::vector<float*> grads(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) grads[r] = replica_gradients(r).data();
   std::vector<const float*> accumulated;
-  for (size_t r = 0; r < e_.accumulated_grads_.size(); ++r)
-    if (e_.accumulated_grads_[r].defined()) {
+  for (int r = 0; r < n; ++r)
+    if (e_.accumulated_gradients(r).defined()) {
       accumulated.resize(static_cast<size_t>(n), nullptr);
-      accumulated[r] = e_.accumulated_grads_[r].data();
-      s.held_until_joined.push_back(e_.accumulated_grads_[r]);  // read by the all-reduce until the step ends
+      accumulated[r] = e_.accumulated_gradients(r).data();
+      s.held_until_joined.push_back(e_.accumulated_gradients(r));  // read by the all-reduce until the step ends
     }
   allreduce_->begin_step(std::move(grads), std::move(widen), std::move(accumulated));
 }
@@ -136,7 +137,7 @@ void ResidentShape::enqueue_replica_backward(StepState& s, int r, bool sync, con
   stream.enqueue(
       [this, r, &s] {
         try {
-          e_.nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
+          e_.net(r).backward(*s.devices[r], s.grad_outputs[r]);
         } catch (...) {
           if (replica_group_) replica_group_->abort();
           throw;
@@ -156,19 +157,19 @@ void ResidentShape::enqueue_replica_backward(StepState& s, int r, bool sync, con
 // 7. backward on every replica; each bucket's all-reduce starts as soon as its last module has
 // run backward on every device, while the streams go on with the modules before it.
 void ResidentShape::backward(StepState& s) {
-  const int n = e_.devices_.size();
+  const int n = e_.devices().size();
   // Gradient accumulation: the micro-batches before the last are summed on each device (no_sync);
   // the last one's all-reduce adds those sums in, bucket by bucket.
   const bool sync = !accumulating_without_sync();
-  e_.loss_->distribute_gradient(s);
+  loss_->distribute_gradient(s);
   const LowPrecisionGrads widen = low_precision_gradients(s);
   if (sync) begin_bucketed_allreduce(s, widen);
   for (int r = 0; r < n; ++r) {
     if (s.chunks[static_cast<size_t>(r)] > 0) continue;
     // No samples: it adds zeros to the sum, ready once they are written.
     const Tensor g = replica_gradients(r);
-    e_.devices_[r].stream().enqueue(
-        [this, g, r, sync, &dev = e_.devices_[r]] {
+    e_.devices()[r].stream().enqueue(
+        [this, g, r, sync, &dev = e_.devices()[r]] {
           zero(dev.exec(), g.data(), g.bytes());
           if (sync) allreduce_->device_done(r);
         },
@@ -179,7 +180,7 @@ void ResidentShape::backward(StepState& s) {
   // A device that stopped (it failed, or work it waited for did) never reports its buckets: it
   // abandons the all-reduce, so that no other device waits for them.
   for (int r = 0; r < n; ++r)
-    e_.devices_[r].stream().run_in_order([this, &stream = e_.devices_[r].stream()] {
+    e_.devices()[r].stream().run_in_order([this, &stream = e_.devices()[r].stream()] {
       if (stream.failed()) allreduce_->abandon();
     });
   try {
@@ -195,8 +196,8 @@ void ResidentShape::backward(StepState& s) {
 void ResidentShape::reduce(StepState&) {
   if (accumulating_without_sync()) return;  // nothing in flight
   if (e_.host_sync() == HostSync::PerPhase) return allreduce_->finish_step();
-  for (int r = 0; r < e_.devices_.size(); ++r)
-    e_.devices_[r].stream().enqueue([this, r] { allreduce_->wait_step(r); }, {"wait for the all-reduce", "reduce"});
+  for (int r = 0; r < e_.devices().size(); ++r)
+    e_.devices()[r].stream().enqueue([this, r] { allreduce_->wait_step(r); }, {"wait for the all-reduce", "reduce"});
 }
 
 // 9. update: every device applies the same update to its own copy (clipping by the same norm).
@@ -205,17 +206,17 @@ void ResidentShape::reduce(StepState&) {
 // steps — which the host checks after the step (settle_loss_scale).
 void ResidentShape::update(StepState& s, StepResult& r) {
   std::vector<Tensor> released;  // the micro-batches' sums, dropped when this function returns, after the phase
-  if (e_.micro_.count > 1)  // gradient accumulation: each device sums its gradients (the last all-reduce added them)
-    for (int d = 0; d < e_.devices_.size(); ++d)
-      released.push_back(e_.accumulate_gradients(d, replica_gradients(d), e_.accumulated_grads_[static_cast<size_t>(d)],
-                                                  !e_.last_micro_batch()));
+  if (e_.micro().count > 1)  // gradient accumulation: each device sums its gradients (the last all-reduce added them)
+    for (int d = 0; d < e_.devices().size(); ++d)
+      released.push_back(
+          e_.accumulate_gradients(d, d == 0 ? nullptr : &resident_grads_[static_cast<size_t>(d)], !e_.last_micro_batch()));
   if (!e_.last_micro_batch()) return e_.end_phase(e_.all_devices());
-  r.lr = e_.lr_;
-  for (int d = 0; d < e_.devices_.size(); ++d) {
+  r.lr = e_.learning_rate();
+  for (int d = 0; d < e_.devices().size(); ++d) {
     const Tensor grads = replica_gradients(d);
-    const Tensor skip_if = e_.scaler_.enabled() ? e_.found_inf_flag(d) : Tensor();
-    if (e_.clip_ > 0 || (e_.report_norm_ && d == 0) || e_.scaler_.enabled()) e_.enqueue_unscale_and_clip(s, d, grads, skip_if);
-    (d == 0 ? *e_.optimizer_ : *replica_optimizers_[d]).step(d == 0 ? e_.params_ : resident_params_[d], grads,
+    const Tensor skip_if = e_.scaler().enabled() ? e_.found_inf_flag(d) : Tensor();
+    if (e_.clip_norm() > 0 || (e_.reports_norm() && d == 0) || e_.scaler().enabled()) e_.enqueue_unscale_and_clip(s, d, grads, skip_if);
+    (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(d == 0 ? e_.master_parameters() : resident_params_[d], grads,
                                                          s.step_scalars[static_cast<size_t>(d)], skip_if);
   }
   round_resident_parameters();  // mixed precision: the next forward's 16-bit copies (the same after a skip)
@@ -236,17 +237,17 @@ std::string ResidentShape::graph_blocker() const {
 void ResidentShape::set_tracer(Tracer* tracer) {
   allreduce_->set_tracer(tracer);
   if (!tracer) return;
-  for (int i = 0; i < e_.devices_.size(); ++i)
+  for (int i = 0; i < e_.devices().size(); ++i)
     tracer->set_track_name(OverlappedAllReduce::kTraceTrack + i, "device " + std::to_string(i) + " all-reduce");
 }
 
 void ResidentShape::set_process_group(ProcessGroup* group) {
-  if (group && e_.devices_[0].is_cuda()) {
+  if (group && e_.devices()[0].is_cuda()) {
     if (!NcclComms::available())
       throw UsageError("training across processes on GPUs needs NCCL, which this build lacks (it is found with the "
                        "CUDA toolkit at build time): run the processes on host devices (--devices host:N)");
     // Every rank calls this at the same point: rank 0's NCCL id reaches the others through MPI.
-    nccl_ranks_ = NcclComms::for_ranks(e_.devices_[0].gpu(), group->rank(), group->size(),
+    nccl_ranks_ = NcclComms::for_ranks(e_.devices()[0].gpu(), group->rank(), group->size(),
                                        [group](void* data, int64_t bytes) { group->broadcast(data, bytes, 0); });
     allreduce_->set_rank_nccl(nccl_ranks_.get());
   }

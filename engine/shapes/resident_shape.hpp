@@ -62,7 +62,7 @@ class ResidentShape final : public ChunkedShape {
   // Accumulating, before the last micro-batch: each device keeps its gradients (no_sync).
   bool accumulating_without_sync() const;
   // Replica r's float32 gradients (device 0's are the master's).
-  Tensor& replica_gradients(int r) { return r == 0 ? e_.grads_ : resident_grads_[r]; }
+  const Tensor& replica_gradients(int r) const { return r == 0 ? e_.master_gradients() : resident_grads_[r]; }
 
   // Devices 1.. keep their own copies (index 0 is unused: device 0's are the master's), each with
   // its own optimizer state.

@@ -83,48 +83,48 @@ void ShardedShape::check(const SyncOptions& sync, const DeviceSet& devices, cons
 ShardedShape::ShardedShape(StepEngine& engine, const OptimizerConfig& optimizer, SyncMode mode)
     : ChunkedShape(engine, Master::Elsewhere),
       mode_(mode),
-      mixed_(engine.precision_.mixed()),
-      low_(engine.precision_.mixed() ? storage_dtype(engine.precision_.precision) : DType::F32),
+      mixed_(engine.precision_options().mixed()),
+      low_(engine.precision_options().mixed() ? storage_dtype(engine.precision_options().precision) : DType::F32),
       optimizer_config_(optimizer) {
   const ModelLayout& lay = e_.layout();
-  buckets_ = stage() == 1 ? plan_buckets(lay, e_.sync_.bucket_bytes) : plan_module_buckets(lay, e_.sync_.bucket_bytes);
-  buckets_of_leaf_.resize(static_cast<size_t>(e_.nets_[0]->leaves()));
+  buckets_ = stage() == 1 ? plan_buckets(lay, e_.sync().bucket_bytes) : plan_module_buckets(lay, e_.sync().bucket_bytes);
+  buckets_of_leaf_.resize(static_cast<size_t>(e_.net(0).leaves()));
   for (size_t k = 0; k < buckets_.size(); ++k)
     for (int leaf : buckets_[k].leaves) buckets_of_leaf_[static_cast<size_t>(leaf)].push_back(static_cast<int>(k));
-  const int n = e_.devices_.size();
+  const int n = e_.devices().size();
   for (int r = 1; r < n; ++r) make_replica_buffers(r);
-  if (e_.devices_.spans_gpus()) {  // NCCL, one communicator per GPU (check refused the rest)
+  if (e_.devices().spans_gpus()) {  // NCCL, one communicator per GPU (check refused the rest)
     std::vector<int> gpus;
-    for (int r = 0; r < n; ++r) gpus.push_back(e_.devices_[r].gpu());
+    for (int r = 0; r < n; ++r) gpus.push_back(e_.devices()[r].gpu());
     nccl_devices_ = NcclComms::for_devices(gpus);
   }
   transport_ = make_local_transport();
   make_shards(optimizer);
   install_hooks();
   norm_group_ = std::make_unique<ReplicaGroup>(n);
-  if (e_.sync_.sync_bn) make_replica_group();
+  if (e_.sync().sync_bn) make_replica_group();
 }
 
 ShardedShape::~ShardedShape() {
-  for (auto& net : e_.nets_) net->set_leaf_hooks({});
+  for (int d = 0; d < e_.devices().size(); ++d) e_.net(d).set_leaf_hooks({});
 }
 
 std::unique_ptr<Transport> ShardedShape::make_local_transport() {
-  const int n = e_.devices_.size();
+  const int n = e_.devices().size();
   std::vector<Device*> devices;
   std::vector<const Exec*> execs;
   std::vector<DeviceQueue*> queues;
   for (int r = 0; r < n; ++r) {
-    devices.push_back(&e_.devices_[r]);
-    execs.push_back(&e_.devices_[r].exec());
-    queues.push_back(e_.devices_[r].stream().device_queue());
+    devices.push_back(&e_.devices()[r]);
+    execs.push_back(&e_.devices()[r].exec());
+    queues.push_back(e_.devices()[r].stream().device_queue());
   }
   std::unique_ptr<Transport> t;
-  if (e_.devices_[0].is_meta()) {
+  if (e_.devices()[0].is_meta()) {
     t = make_meta_transport(n);
   } else if (nccl_devices_) {
     t = make_nccl_transport(*nccl_devices_, execs);
-  } else if (e_.devices_[0].is_cuda()) {  // logical devices of one GPU: copies between them
+  } else if (e_.devices()[0].is_cuda()) {  // logical devices of one GPU: copies between them
     int64_t largest = 0;
     for (const auto& b : buckets_) largest = std::max(largest, b.end - b.begin);
     std::vector<Tensor> recv;
@@ -143,20 +143,20 @@ std::pair<int64_t, int64_t> ShardedShape::owned(int d, size_t k) const {
 }
 
 void ShardedShape::make_shards(const OptimizerConfig& optimizer) {
-  const int n = e_.devices_.size();
+  const int n = e_.devices().size();
   const int64_t count = e_.layout().parameter_count;
   shards_.assign(static_cast<size_t>(n), Shard{});
   std::vector<ShardedOptimizer::Piece> pieces;
   // Device 0's whole float32 parameters and gradients are the engine's, where this shape keeps them.
-  if (stage() <= 2 && !mixed_ && !e_.params_.defined()) e_.make_master_parameters();
-  if (stage() == 1 && !mixed_ && !e_.grads_.defined()) e_.make_master_gradients();
+  if (stage() <= 2 && !mixed_ && !e_.master_parameters().defined()) e_.make_master_parameters();
+  if (stage() == 1 && !mixed_ && !e_.master_gradients().defined()) e_.make_master_gradients();
   for (int d = 0; d < n; ++d) {
-    Device& dev = e_.devices_[d];
+    Device& dev = e_.devices()[d];
     Shard& sh = shards_[static_cast<size_t>(d)];
     if (stage() <= 2)  // device 0's float32 parameters are the engine's master
-      sh.params = d == 0 && !mixed_ ? e_.params_ : Tensor::empty(dev, {count}, MemCategory::Parameters, low_);
+      sh.params = d == 0 && !mixed_ ? e_.master_parameters() : Tensor::empty(dev, {count}, MemCategory::Parameters, low_);
     if (stage() == 1)  // zeros: the alignment gaps, which no backward writes
-      sh.grads = d == 0 && !mixed_ ? e_.grads_ : Tensor::zeros(dev, {count}, MemCategory::Gradients, low_);
+      sh.grads = d == 0 && !mixed_ ? e_.master_gradients() : Tensor::zeros(dev, {count}, MemCategory::Gradients, low_);
     for (size_t k = 0; k < buckets_.size(); ++k) {
       const auto [b, e] = owned(d, k);
       if (stage() <= 2 && !mixed_) {
@@ -174,13 +174,13 @@ void ShardedShape::make_shards(const OptimizerConfig& optimizer) {
   }
   auto sharded = std::make_unique<ShardedOptimizer>(optimizer, decay_runs(e_.layout(), optimizer.decay_params),
                                                     std::move(pieces), count);
-  optimizer_ = sharded.get();
-  e_.optimizer_ = std::move(sharded);
+  sharded_optimizer_ = sharded.get();
+  optimizer_ = std::move(sharded);
 }
 
 void ShardedShape::install_hooks() {
-  for (int d = 0; d < e_.devices_.size(); ++d)
-    e_.nets_[d]->set_leaf_hooks({[this, d](int leaf) { before_forward(d, leaf); },
+  for (int d = 0; d < e_.devices().size(); ++d)
+    e_.net(d).set_leaf_hooks({[this, d](int leaf) { before_forward(d, leaf); },
                                  [this, d](int leaf) { after_forward(d, leaf); },
                                  [this, d](int leaf) { before_backward(d, leaf); },
                                  [this, d](int leaf) { after_backward(d, leaf); }});
@@ -210,7 +210,7 @@ Tensor ShardedShape::bucket_params(int d, int k) {
 void ShardedShape::bind_module(int d, int leaf, int k) {
   Shard& sh = shards_[static_cast<size_t>(d)];
   const Tensor grads = sh.pass == Pass::Backward ? sh.bucket_grads[static_cast<size_t>(k)] : Tensor();
-  e_.nets_[d]->bind_leaf(leaf, bucket_params(d, k), grads, buckets_[static_cast<size_t>(k)].begin, replica_buffers(d));
+  e_.net(d).bind_leaf(leaf, bucket_params(d, k), grads, buckets_[static_cast<size_t>(k)].begin, replica_buffers(d));
 }
 
 void ShardedShape::before_forward(int d, int leaf) {
@@ -236,7 +236,7 @@ void ShardedShape::before_backward(int d, int leaf) {
     const auto ku = static_cast<size_t>(k);
     if (stage() == 3 && !sh.gathered[ku].defined()) gather(d, k);
     if (!sh.bucket_grads[ku].defined())  // zeros: the alignment gaps, which no backward writes
-      sh.bucket_grads[ku] = Tensor::zeros(e_.devices_[d], {buckets_[ku].end - buckets_[ku].begin},
+      sh.bucket_grads[ku] = Tensor::zeros(e_.devices()[d], {buckets_[ku].end - buckets_[ku].begin},
                                           MemCategory::Gradients, low_);
     bind_module(d, leaf, k);
   }
@@ -255,7 +255,7 @@ void ShardedShape::after_backward(int d, int leaf) {
 void ShardedShape::gather(int d, int k) {
   if (d == leader_) log_of(shards_[static_cast<size_t>(d)].pass).append({true, k});
   Shard& sh = shards_[static_cast<size_t>(d)];
-  Device& dev = e_.devices_[d];
+  Device& dev = e_.devices()[d];
   const GradBucket& b = buckets_[static_cast<size_t>(k)];
   const int64_t count = b.end - b.begin;
   Tensor all = Tensor::empty(dev, {count}, MemCategory::GatheredParameters, low_);
@@ -274,14 +274,14 @@ void ShardedShape::gather(int d, int k) {
 void ShardedShape::release_gathered(int d, int k) {
   Shard& sh = shards_[static_cast<size_t>(d)];
   for (int leaf : buckets_[static_cast<size_t>(k)].leaves)
-    e_.nets_[d]->bind_leaf(leaf, Tensor(), Tensor(), 0, replica_buffers(d));  // the modules' views go too
+    e_.net(d).bind_leaf(leaf, Tensor(), Tensor(), 0, replica_buffers(d));  // the modules' views go too
   sh.gathered[static_cast<size_t>(k)] = Tensor();
 }
 
 void ShardedShape::reduce_scatter(int d, int k, bool ghost) {
   if (d == leader_) log_of(Pass::Backward).append({false, k});
   Shard& sh = shards_[static_cast<size_t>(d)];
-  Device& dev = e_.devices_[d];
+  Device& dev = e_.devices()[d];
   const Exec& ex = dev.exec();
   const auto ku = static_cast<size_t>(k);
   const GradBucket& b = buckets_[ku];
@@ -308,7 +308,7 @@ void ShardedShape::reduce_scatter(int d, int k, bool ghost) {
   Tensor& mine = sh.piece_grads[ku];
   const Buf part{sum.data() + (lo - b.begin), DType::F32};
   const size_t bytes = static_cast<size_t>(hi - lo) * sizeof(float);
-  const int index = e_.micro_.index, micro_batches = e_.micro_.count;
+  const int index = e_.micro().index, micro_batches = e_.micro().count;
   if (!piece_grads_are_views()) {
     if (index == 0)
       copy_between(ex, mine.data(), part.ptr, bytes, ex);
@@ -327,7 +327,7 @@ void ShardedShape::reduce_scatter(int d, int k, bool ghost) {
     }
   }
   if (stage() >= 2) {  // backward's gradient bucket has given its part: it goes, and the modules' views
-    for (int leaf : b.leaves) e_.nets_[d]->bind_leaf(leaf, stage() == 3 ? Tensor() : bucket_params(d, k), Tensor(),
+    for (int leaf : b.leaves) e_.net(d).bind_leaf(leaf, stage() == 3 ? Tensor() : bucket_params(d, k), Tensor(),
                                                       b.begin, replica_buffers(d));
     sh.bucket_grads[ku] = Tensor();
   }
@@ -362,11 +362,11 @@ void ShardedShape::follow(int d, Pass pass) {
 }
 
 void ShardedShape::count_ring(RingSteps steps, DType dtype) {
-  const int n = e_.devices_.size();
+  const int n = e_.devices().size();
   if (n == 1) return;
   for (int d = 0; d < n; ++d)
     for (const GradBucket& b : buckets_)
-      e_.devices_[d].count_received((d + n - 1) % n, ring_received(d, n, b.end - b.begin, steps) *
+      e_.devices()[d].count_received((d + n - 1) % n, ring_received(d, n, b.end - b.begin, steps) *
                                                           static_cast<int64_t>(dtype_size(dtype)));
 }
 
@@ -379,7 +379,7 @@ void ShardedShape::abort_collectives() {
 }
 
 void ShardedShape::after_pass_on_failure(int d, bool leader, Pass pass) {
-  Stream& stream = e_.devices_[d].stream();
+  Stream& stream = e_.devices()[d].stream();
   stream.run_in_order([this, &stream, leader, pass] {
     if (stream.failed())
       abort_collectives();
@@ -395,9 +395,9 @@ void ShardedShape::after_pass_on_failure(int d, bool leader, Pass pass) {
 void ShardedShape::replicate(StepState& s) {
   transport_->reset();  // after a step that failed
   leader_ = s.active.front();
-  e_.inference_params_ = Tensor();  // the step changes the master
+  drop_inference_parameters();  // the step changes the master
   broadcast_buffers(s);
-  for (int r = 0; r < e_.devices_.size(); ++r) {
+  for (int r = 0; r < e_.devices().size(); ++r) {
     const Shard& sh = shards_[static_cast<size_t>(r)];
     s.params[r] = sh.params;
     s.grads[r] = sh.grads;
@@ -409,22 +409,22 @@ void ShardedShape::replicate(StepState& s) {
 // without samples joins the leader's all-gathers.
 void ShardedShape::forward(StepState& s) {
   forward_log_.reset();
-  if (stage() == 3) count_ring(RingSteps::all_gather(e_.devices_.size()), low_);
+  if (stage() == 3) count_ring(RingSteps::all_gather(e_.devices().size()), low_);
   for (int r : s.active)
-    e_.enqueue_forward(s, r, s.grads[r], replica_group_.get(), [this, r, &s] {
+    e_.enqueue_forward(s, r, s.grads[r], *loss_, replica_group_.get(), [this, r, &s] {
       begin_pass(r, Pass::Forward);
       if (stage() == 3) {  // each module's parameters come with its all-gather; its buffers now
-        for (int leaf = 0; leaf < e_.nets_[r]->leaves(); ++leaf)
-          e_.nets_[r]->bind_leaf(leaf, Tensor(), Tensor(), 0, s.buffers[r]);
+        for (int leaf = 0; leaf < e_.net(r).leaves(); ++leaf)
+          e_.net(r).bind_leaf(leaf, Tensor(), Tensor(), 0, s.buffers[r]);
       } else {
-        e_.nets_[r]->bind(s.params[r], s.grads[r], s.buffers[r]);
+        e_.net(r).bind(s.params[r], s.grads[r], s.buffers[r]);
       }
     });
-  for (int r = 0; r < e_.devices_.size(); ++r) {
+  for (int r = 0; r < e_.devices().size(); ++r) {
     if (s.chunks[static_cast<size_t>(r)] > 0) {
       after_pass_on_failure(r, r == leader_, Pass::Forward);
     } else if (stage() == 3) {
-      e_.devices_[r].stream().enqueue([this, r] { follow(r, Pass::Forward); },
+      e_.devices()[r].stream().enqueue([this, r] { follow(r, Pass::Forward); },
                                       {"join the all-gathers (no samples)", "forward"});
       after_pass_on_failure(r, false, Pass::Forward);
     }
@@ -435,12 +435,12 @@ void ShardedShape::forward(StepState& s) {
 // 7. backward on every replica; each bucket is reduce-scattered once its last module has run
 // backward (in order), and its owned part kept.
 void ShardedShape::backward(StepState& s) {
-  e_.loss_->distribute_gradient(s);
+  loss_->distribute_gradient(s);
   backward_log_.reset();
-  count_ring(RingSteps::reduce_scatter(e_.devices_.size()), DType::F32);
-  if (stage() == 3) count_ring(RingSteps::all_gather(e_.devices_.size()), low_);
-  for (int r = 0; r < e_.devices_.size(); ++r) {
-    Stream& stream = e_.devices_[r].stream();
+  count_ring(RingSteps::reduce_scatter(e_.devices().size()), DType::F32);
+  if (stage() == 3) count_ring(RingSteps::all_gather(e_.devices().size()), low_);
+  for (int r = 0; r < e_.devices().size(); ++r) {
+    Stream& stream = e_.devices()[r].stream();
     if (s.chunks[static_cast<size_t>(r)] == 0) {
       stream.enqueue([this, r] { follow(r, Pass::Backward); }, {"join the reduce-scatters (no samples)", "backward"});
       after_pass_on_failure(r, false, Pass::Backward);
@@ -450,7 +450,7 @@ void ShardedShape::backward(StepState& s) {
         [this, r, &s] {
           begin_pass(r, Pass::Backward);
           try {
-            e_.nets_[r]->backward(*s.devices[r], s.grad_outputs[r]);
+            e_.net(r).backward(*s.devices[r], s.grad_outputs[r]);
           } catch (...) {
             abort_collectives();
             throw;
@@ -468,16 +468,16 @@ void ShardedShape::backward(StepState& s) {
 void ShardedShape::reduce(StepState&) { e_.end_phase(e_.all_devices()); }
 
 void ShardedShape::norm_and_clip(const StepState& s, int d, const Tensor& found_inf) {
-  Device& dev = e_.devices_[d];
+  Device& dev = e_.devices()[d];
   const Exec& ex = dev.exec();
   Shard& sh = shards_[static_cast<size_t>(d)];
-  HostSlots& slot = *e_.slots_[static_cast<size_t>(d)];
-  const bool fp16 = e_.scaler_.enabled();
+  HostSlots& slot = e_.slots(d);
+  const bool fp16 = e_.scaler().enabled();
   if (fp16) {  // GradScaler.unscale_
     const ScalarArg inv = scalar_on_device(s.step_scalars[static_cast<size_t>(d)], offsetof(StepScalars, inv_loss_scale));
     for (Tensor& g : sh.piece_grads) scale(ex, g.buf(), inv, g.numel());
   }
-  if (!(e_.clip_ > 0 || e_.report_norm_ || fp16)) return;
+  if (!(e_.clip_norm() > 0 || e_.reports_norm() || fp16)) return;
   double local = 0;
   for (Tensor& g : sh.piece_grads) {
     sum_squares_and_clip(ex, g.buf(), g.numel(), 0.f, &slot.grad_sq_sum);
@@ -489,8 +489,8 @@ void ShardedShape::norm_and_clip(const StepState& s, int d, const Tensor& found_
   slot.grad_sq_sum = sum[0];
   const bool finite = std::isfinite(sum[0]);
   if (fp16) upload(ex, found_inf.data(), finite ? &kApply : &kSkip, sizeof(int32_t));
-  if (e_.clip_ > 0 && (finite || !fp16)) {  // clip_grad_norm_: a non-finite norm without fp16 clips as PyTorch does
-    const double coef = e_.clip_ / (std::sqrt(sum[0]) + 1e-6);
+  if (e_.clip_norm() > 0 && (finite || !fp16)) {  // clip_grad_norm_: a non-finite norm without fp16 clips as PyTorch does
+    const double coef = e_.clip_norm() / (std::sqrt(sum[0]) + 1e-6);
     if (!(coef >= 1))
       for (Tensor& g : sh.piece_grads) scale(ex, g.buf(), static_cast<float>(coef), g.numel());
   }
@@ -499,13 +499,13 @@ void ShardedShape::norm_and_clip(const StepState& s, int d, const Tensor& found_
 void ShardedShape::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   if (!tracer) return;
-  for (int i = 0; i < e_.devices_.size(); ++i)
+  for (int i = 0; i < e_.devices().size(); ++i)
     tracer->set_track_name(Device::kCommTraceTrack + i, "device " + std::to_string(i) + " reduce-scatter / all-gather");
 }
 
 void ShardedShape::gather_parameters(int d) {
   Shard& sh = shards_[static_cast<size_t>(d)];
-  const Exec& ex = e_.devices_[d].exec();
+  const Exec& ex = e_.devices()[d].exec();
   for (size_t k = 0; k < buckets_.size(); ++k) {
     const GradBucket& b = buckets_[k];
     const size_t elem = dtype_size(low_);
@@ -523,17 +523,17 @@ void ShardedShape::gather_parameters(int d) {
 // zero1/2 then all-gather the parameters (zero3 gathers them when they are next needed).
 void ShardedShape::update(StepState& s, StepResult& r) {
   if (!e_.last_micro_batch()) return e_.end_phase(e_.all_devices());
-  r.lr = e_.lr_;
-  const int n = e_.devices_.size();
+  r.lr = e_.learning_rate();
+  const int n = e_.devices().size();
   norm_group_->begin_step(e_.all_devices());
   for (int d = 0; d < n; ++d) {
-    Stream& stream = e_.devices_[d].stream();
+    Stream& stream = e_.devices()[d].stream();
     // The flag made here, on the host thread: the stream's task only writes into it.
-    const Tensor skip_if = e_.scaler_.enabled() ? e_.found_inf_flag(d) : Tensor();
+    const Tensor skip_if = e_.scaler().enabled() ? e_.found_inf_flag(d) : Tensor();
     stream.enqueue([this, &s, d, skip_if] { norm_and_clip(s, d, skip_if); },
                    {"gradient norm over every device's parts", "update"});
     for (size_t k = 0; k < buckets_.size(); ++k)
-      optimizer_->step_piece(static_cast<size_t>(d) * buckets_.size() + k, shards_[static_cast<size_t>(d)].piece_grads[k],
+      sharded_optimizer_->step_piece(static_cast<size_t>(d) * buckets_.size() + k, shards_[static_cast<size_t>(d)].piece_grads[k],
                              s.step_scalars[static_cast<size_t>(d)], skip_if);
     if (stage() <= 2) stream.enqueue([this, d] { gather_parameters(d); }, {"all-gather the parameters", "update"});
     stream.run_in_order([this, &stream] {
@@ -541,7 +541,7 @@ void ShardedShape::update(StepState& s, StepResult& r) {
     });
   }
   if (stage() <= 2) count_ring(RingSteps::all_gather(n), low_);
-  optimizer_->count_step();
+  sharded_optimizer_->count_step();
   e_.end_phase(e_.all_devices());
 }
 
@@ -549,7 +549,7 @@ void ShardedShape::update(StepState& s, StepResult& r) {
 
 std::vector<float> ShardedShape::whole(const std::vector<Tensor> Shard::*parts) {
   std::vector<float> all(static_cast<size_t>(e_.layout().parameter_count), 0.f);
-  for (int d = 0; d < e_.devices_.size(); ++d)
+  for (int d = 0; d < e_.devices().size(); ++d)
     for (size_t k = 0; k < buckets_.size(); ++k) {
       const std::vector<float> part = (shards_[static_cast<size_t>(d)].*parts)[k].to_host();
       std::copy(part.begin(), part.end(), all.begin() + owned(d, k).first);
@@ -560,7 +560,7 @@ std::vector<float> ShardedShape::whole(const std::vector<Tensor> Shard::*parts) 
 }
 
 std::vector<float> ShardedShape::parameters() {
-  if (stage() <= 2 && !mixed_) return e_.params_.to_host();  // device 0 holds them whole
+  if (stage() <= 2 && !mixed_) return e_.master_parameters().to_host();  // device 0 holds them whole
   return whole(&Shard::master);
 }
 
@@ -571,12 +571,12 @@ void ShardedShape::load_state(HostState params, HostState buffers) {
   if (static_cast<int64_t>(params.size()) != lay.parameter_count ||
       static_cast<int64_t>(buffers.size()) != lay.buffer_count)
     throw RuntimeError("load_state: state sizes do not match the model");
-  e_.buffers_.copy_from_host(buffers.data());
-  for (int r = 1; r < e_.devices_.size(); ++r) copy_async(replica_buffers(r), e_.buffers_);
-  e_.inference_params_ = Tensor();
-  for (int d = 0; d < e_.devices_.size(); ++d) {
+  e_.master_buffers().copy_from_host(buffers.data());
+  for (int r = 1; r < e_.devices().size(); ++r) copy_async(replica_buffers(r), e_.master_buffers());
+  drop_inference_parameters();
+  for (int d = 0; d < e_.devices().size(); ++d) {
     Shard& sh = shards_[static_cast<size_t>(d)];
-    Device& dev = e_.devices_[d];
+    Device& dev = e_.devices()[d];
     if (stage() <= 2 && !mixed_) {
       sh.params.copy_from_host(params.data());
       continue;
@@ -591,31 +591,31 @@ void ShardedShape::load_state(HostState params, HostState buffers) {
                 wide.buf(), b.end - b.begin);
       }
   }
-  e_.devices_.synchronize();
+  e_.devices().synchronize();
 }
 
 Tensor ShardedShape::inference_parameters() {
-  if (stage() <= 2) return mixed_ ? shards_[0].params : e_.params_;  // device 0 holds them whole
-  if (e_.inference_params_.defined()) return e_.inference_params_;
+  if (stage() <= 2) return mixed_ ? shards_[0].params : e_.master_parameters();  // device 0 holds them whole
+  if (inference_params_.defined()) return inference_params_;
   // zero3: every device's parts onto device 0 (FSDP's summon_full_params), in the forward's dtype
   // (under mpirun through the host: every process's parts).
-  Device& d0 = e_.devices_[0];
+  Device& d0 = e_.devices()[0];
   const int64_t count = e_.layout().parameter_count;
   Tensor wide = Tensor::empty(d0, {count}, MemCategory::Parameters);
   if (group_) {
     wide.copy_from_host(parameters().data());
   } else {
-    for (int d = 0; d < e_.devices_.size(); ++d)
+    for (int d = 0; d < e_.devices().size(); ++d)
       for (size_t k = 0; k < buckets_.size(); ++k) {
         const auto [lo, hi] = owned(d, k);
         if (hi > lo) copy_async(wide.slice_flat(lo, {hi - lo}), shards_[static_cast<size_t>(d)].master[k]);
       }
   }
-  if (!mixed_) return e_.inference_params_ = wide;
-  e_.inference_params_ = Tensor::empty(d0, {count}, MemCategory::Parameters, low_);
-  d0.stream().enqueue([wide, low = e_.inference_params_, &d0] { convert(d0.exec(), low.buf(), wide.buf(), wide.numel()); },
+  if (!mixed_) return inference_params_ = wide;
+  inference_params_ = Tensor::empty(d0, {count}, MemCategory::Parameters, low_);
+  d0.stream().enqueue([wide, low = inference_params_, &d0] { convert(d0.exec(), low.buf(), wide.buf(), wide.numel()); },
                       {"round the gathered parameters", "evaluate"});
-  return e_.inference_params_;
+  return inference_params_;
 }
 
 std::string ShardedShape::graph_blocker() const {
@@ -624,7 +624,7 @@ std::string ShardedShape::graph_blocker() const {
 
 void ShardedShape::set_process_group(ProcessGroup* group) {
   if (!group) return;
-  if (e_.devices_[0].is_cuda())
+  if (e_.devices()[0].is_cuda())
     throw UsageError(std::string("--sync ") + sync_mode_name(mode_) +
                      " across processes runs on host devices (MPI); across GPU processes use --sync allreduce");
   // Each device's parts shrink to its share of the job's: the state is made again for the new
@@ -632,11 +632,11 @@ void ShardedShape::set_process_group(ProcessGroup* group) {
   const std::vector<float> params = parameters(), buffers = ChunkedShape::buffers();  // (zeros on meta devices)
   std::vector<const Exec*> no_execs;
   transport_ = make_across_processes(make_local_transport(), *group, no_execs,
-                                     std::vector<DeviceQueue*>(static_cast<size_t>(e_.devices_.size()), nullptr));
+                                     std::vector<DeviceQueue*>(static_cast<size_t>(e_.devices().size()), nullptr));
   make_shards(optimizer_config_);
   load_state(params, buffers);
   group_ = group;
-  optimizer_->set_process_group(group);
+  sharded_optimizer_->set_process_group(group);
   norm_group_->set_process_group(group);
   if (replica_group_) replica_group_->set_process_group(group);
 }

@@ -156,7 +156,7 @@ class ShardedShape final : public ChunkedShape {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ReplicaGroup> norm_group_;  // Σ g² over every device's parts (and process)
   OptimizerConfig optimizer_config_;
-  ShardedOptimizer* optimizer_ = nullptr;  // the engine's
+  ShardedOptimizer* sharded_optimizer_ = nullptr;  // optimizer_, as what it is
   std::vector<Shard> shards_;
   ProcessGroup* group_ = nullptr;  // mpirun: the other processes hold the other parts
   int leader_ = 0;                 // this step's first active device

@@ -13,27 +13,31 @@ StepShape::StepShape(StepEngine& engine, Master master) : e_(engine) {
   e_.make_master_gradients();
 }
 
-std::vector<float> StepShape::parameters() { return e_.params_.to_host(); }
-std::vector<float> StepShape::buffers() { return e_.buffers_.to_host(); }
+std::unique_ptr<Optimizer> StepShape::master_optimizer(const OptimizerConfig& config) const {
+  return make_optimizer(config, decay_runs(e_.model(), config.decay_params));
+}
+
+std::vector<float> StepShape::parameters() { return e_.master_parameters().to_host(); }
+std::vector<float> StepShape::buffers() { return e_.master_buffers().to_host(); }
 
 std::vector<float> StepShape::gradients() {
-  if (!e_.grads_.defined()) return std::vector<float>(static_cast<size_t>(e_.layout().parameter_count), 0.f);
-  return e_.grads_.to_host();
+  if (!e_.master_gradients().defined()) return std::vector<float>(static_cast<size_t>(e_.layout().parameter_count), 0.f);
+  return e_.master_gradients().to_host();
 }
 
 void StepShape::load_state(HostState params, HostState buffers) {
-  if (static_cast<int64_t>(params.size()) != e_.params_.numel() ||
-      static_cast<int64_t>(buffers.size()) != e_.buffers_.numel())
+  if (static_cast<int64_t>(params.size()) != e_.master_parameters().numel() ||
+      static_cast<int64_t>(buffers.size()) != e_.master_buffers().numel())
     throw RuntimeError("load_state: state sizes do not match the model");
-  e_.params_.copy_from_host(params.data());
-  e_.buffers_.copy_from_host(buffers.data());
-  e_.inference_params_ = Tensor();  // made from the old master
+  e_.master_parameters().copy_from_host(params.data());
+  e_.master_buffers().copy_from_host(buffers.data());
+  drop_inference_parameters();  // made from the old master
 }
 
 Tensor StepShape::inference_parameters() {
-  if (!e_.precision_.mixed()) return e_.params_;
-  if (!e_.inference_params_.defined()) e_.inference_params_ = e_.low_precision_parameters();
-  return e_.inference_params_;
+  if (!e_.precision_options().mixed()) return e_.master_parameters();
+  if (!inference_params_.defined()) inference_params_ = e_.low_precision_parameters();
+  return inference_params_;
 }
 
 void check_step_shape(const SyncOptions& sync, const DeviceSet& devices, const SplitPolicy& split) {
@@ -45,12 +49,12 @@ void check_step_shape(const SyncOptions& sync, const DeviceSet& devices, const S
 }
 
 std::unique_ptr<StepShape> make_step_shape(StepEngine& e, LossMode loss, const OptimizerConfig& optimizer) {
-  switch (e.sync_.mode) {
-    case SyncMode::Reduce: return std::make_unique<DataParallelShape>(e, loss);
+  switch (e.sync().mode) {
+    case SyncMode::Reduce: return std::make_unique<DataParallelShape>(e, loss, optimizer);
     case SyncMode::AllReduce: return std::make_unique<ResidentShape>(e, optimizer);
     case SyncMode::Zero1:
     case SyncMode::Zero2:
-    case SyncMode::Zero3: return std::make_unique<ShardedShape>(e, optimizer, e.sync_.mode);
+    case SyncMode::Zero3: return std::make_unique<ShardedShape>(e, optimizer, e.sync().mode);
   }
   throw RuntimeError("make_step_shape: unknown --sync mode");
 }

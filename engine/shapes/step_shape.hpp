@@ -85,15 +85,28 @@ class StepShape {
   virtual void after_abandoned_step() {}
   virtual int64_t sync_bn_allreduces() const { return 0; }
 
+  // The shape's choices, made at its construction: the master's optimizer (ZeRO: the sharded one)
+  // and where the loss is computed (DataParallel's choice, or in the replicas).
+  Optimizer& optimizer() { return *optimizer_; }
+  LossStrategy& loss_strategy() { return *loss_; }
+  // The inference copy is made from the master: it goes when the master changes.
+  void drop_inference_parameters() { inference_params_ = Tensor(); }
+
  protected:
+  // The optimizer of the master as it lies on device 0 (AdamW or SGD, with its decay runs).
+  std::unique_ptr<Optimizer> master_optimizer(const OptimizerConfig& config) const;
+
   StepEngine& e_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LossStrategy> loss_;
+  Tensor inference_params_;  // mixed precision: inference_parameters()'s copy
 };
 
 // Refuses what the shape of `sync.mode` cannot run on these devices with this split (UsageError),
 // before anything is allocated.
 void check_step_shape(const SyncOptions& sync, const DeviceSet& devices, const SplitPolicy& split);
-// The shape of e.sync_.mode, its state made on e's devices after the master's; it sets e.loss_
-// (`loss`: what was asked for, where the shape lets the user choose).
+// The shape of e.sync().mode, its state made on e's devices after the master's, with its optimizer
+// and loss (`loss`: what was asked for, where the shape lets the user choose).
 std::unique_ptr<StepShape> make_step_shape(StepEngine& e, LossMode loss, const OptimizerConfig& optimizer);
 
 }  // namespace dp

@@ -15,12 +15,11 @@
 
 namespace dp {
 
-StepEngine::StepEngine(DeviceSet& devices, const ModelDef& model, const OptimizerConfig& optimizer, uint64_t seed,
+StepEngine::StepEngine(DeviceSet& devices, const ModelDef& model, double learning_rate, uint64_t seed,
                        SyncOptions sync, PrecisionOptions precision)
     : devices_(devices),
       model_(model),
-      optimizer_(make_optimizer(optimizer, decay_runs(model, optimizer.decay_params))),
-      lr_(optimizer.lr()),
+      lr_(learning_rate),
       sync_(sync),
       precision_(precision),
       scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()),
@@ -132,7 +131,7 @@ void StepEngine::end_phase(const std::vector<int>& replicas) {
 
 // Replica r's forward on its stream (engine/shapes/ call it in their forward phase, each replica on
 // its own stream, concurrently).
-void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, ReplicaGroup* group,
+void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, LossStrategy& loss, ReplicaGroup* group,
                                  std::function<void()> bind) {
   Stream& stream = s.devices[r]->stream();
   // --sync-bn: a replica whose stream stopped before its forward never joins the statistics'
@@ -148,7 +147,7 @@ void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, Repli
   const DropoutSource dropout{0, dropout_key_on_device(s.step_scalars[static_cast<size_t>(r)]), first_sample,
                               placement_};
   stream.enqueue(
-      [this, r, &s, grads, dropout, group, bind = std::move(bind)] {
+      [this, r, &s, grads, &loss, dropout, group, bind = std::move(bind)] {
         if (bind)
           bind();
         else
@@ -160,7 +159,7 @@ void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, Repli
           if (group) group->abort();  // --sync-bn: the others wait for this replica
           throw;
         }
-        loss_->after_forward(s, r);
+        loss.after_forward(s, r);
       },
       stream.label([&] {
         return TaskLabel{"forward replica " + std::to_string(r) + " " + shape_str(s.inputs[r].shape()), "forward"};
@@ -196,8 +195,19 @@ const Tensor& StepEngine::found_inf_flag(int d) {
   return flag;
 }
 
-Tensor StepEngine::accumulate_gradients(int d, Tensor& grads, Tensor& held, bool add) {
+const Tensor& StepEngine::accumulated_gradients(int d) const {
+  static const Tensor none;
+  return static_cast<size_t>(d) < accumulated_grads_.size() ? accumulated_grads_[static_cast<size_t>(d)] : none;
+}
+
+void StepEngine::make_master_gradients_for_reduce() {
+  if (!grads_.defined()) grads_ = Tensor::empty(devices_[0], {layout().parameter_count}, MemCategory::Gradients);
+}
+
+Tensor StepEngine::accumulate_gradients(int d, Tensor* replica_grads, bool add) {
   Device& dev = devices_[d];
+  Tensor& grads = replica_grads ? *replica_grads : grads_;
+  Tensor& held = accumulated_grads_.at(static_cast<size_t>(d));
   if (held.defined() && add)  // the sum in PyTorch's order: ((g0 + g1) + g2) ..., float addition commuting
     dev.stream().enqueue([grads, held, &dev] { add_inplace(dev.exec(), grads.buf(), held.buf(), grads.numel()); },
                          {"add the micro-batches' gradients before", "update"});

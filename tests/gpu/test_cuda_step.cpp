@@ -115,7 +115,7 @@ TEST_CASE("training on cuda:0x4 matches host:4 (mlp, convnet, resnet8, even and 
         SgdConfig sgd;
         sgd.lr = 0.01f;  // a tame start: differences in rounding are not amplified
         sgd.momentum = 0.9f;
-        DataParallel dp(devs, find_model(model), parse_split(split, 4, batch), sgd, 11);
+        DataParallel dp(devs, find_model(model), sgd, {.split = parse_split(split, 4, batch), .seed = 11});
         for (int s = 0; s < 3; ++s) {
           const auto x = test::random_vector(static_cast<size_t>(batch * numel(find_model(model).input_shape)), 100 + s);
           std::vector<int32_t> y(static_cast<size_t>(batch));
@@ -153,10 +153,13 @@ TEST_CASE("gradient accumulation on cuda:0x4 matches host:4 (reduce and allreduc
           SgdConfig sgd;
           sgd.lr = 0.01f;
           sgd.momentum = 0.9f;
-          DataParallel dp(devs, m, parse_split("even", 4, batch), sgd, 11,
-                          mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, sync, p);
-          dp.set_clip_grad_norm(1.0);
-          dp.set_upload_micro_batches_ahead(true);
+          DataParallel dp(devs, m, sgd, {.split = parse_split("even", 4, batch),
+                                         .seed = 11,
+                                         .loss = mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
+                                         .sync = sync,
+                                         .precision = p,
+                                         .upload_micro_batches_ahead = true,
+                                         .clip_grad_norm = 1.0});
           for (int s = 0; s < 3; ++s) {
             const auto x = test::random_vector(static_cast<size_t>(batch * numel(m.input_shape)), 200 + s);
             std::vector<int32_t> y(static_cast<size_t>(batch));
@@ -200,7 +203,7 @@ TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica lo
       opt.kind = OptimizerConfig::Kind::AdamW;
       opt.sgd.lr = 0.003f;
       opt.sgd.weight_decay = 0.01f;
-      DataParallel dp(devs, model, parse_split("chunks:1,4,2,2", 4, batch), opt, 5, loss);
+      DataParallel dp(devs, model, opt, {.split = parse_split("chunks:1,4,2,2", 4, batch), .seed = 5, .loss = loss});
       for (int s = 0; s < 3; ++s) {
         std::vector<int32_t> x(static_cast<size_t>(batch * cfg.context)), y(x.size());
         for (size_t i = 0; i < x.size(); ++i)
@@ -241,7 +244,10 @@ void check_mixed_precision_against_host(Precision p, const std::string& model_na
     SgdConfig sgd;
     sgd.lr = 0.01f;
     sgd.momentum = 0.9f;
-    DataParallel dp(devs, model, parse_split("chunks:2,5,3,2", 4, batch), sgd, 3, LossMode::Gathered, {}, prec);
+    DataParallel dp(devs, model, sgd, {.split = parse_split("chunks:2,5,3,2", 4, batch),
+                                       .seed = 3,
+                                       .loss = LossMode::Gathered,
+                                       .precision = prec});
     for (int s = 0; s < 3; ++s) {
       StepResult r;
       if (model.language_model()) {
@@ -299,7 +305,7 @@ TEST_CASE("uploading ahead on cuda:0x2 (copy stream, pinned staging) gives the s
   }
   auto run = [&](bool ahead, int64_t& taken) {
     auto devs = devices("cuda:0x2");
-    DataParallel dp(devs, model, parse_split("even", 2, batch), SgdConfig{0.01f, 0.9f}, 5);
+    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 2, batch), .seed = 5});
     std::vector<double> losses;
     for (size_t k = 0; k < batches.size(); ++k) {
       if (ahead && k + 1 < batches.size())
@@ -342,11 +348,13 @@ TEST_CASE("pixels on cuda:0x2 (--normalise-on device) give the steps of float32 
       auto devs = devices("cuda:0x2");
       SyncOptions sync;
       sync.mode = w.sync;
-      DataParallel dp(devs, model, parse_split("even", 2, batch), SgdConfig{0.01f, 0.9f}, 5,
-                      w.sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, sync);
-      dp.set_host_sync(HostSync::PerStep);
-      dp.set_graphs(w.graphs);
-      if (as_pixels) dp.set_pixel_input(table);
+      DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 2, batch),
+                                                            .seed = 5,
+                                                            .loss = w.sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
+                                                            .sync = sync,
+                                                            .host_sync = HostSync::PerStep,
+                                                            .graphs = w.graphs,
+                                                            .pixel_table = as_pixels ? table : std::vector<float>{}});
       std::vector<double> out;
       for (size_t k = 0; k < images.size(); ++k) {
         const Batch& b = as_pixels ? *pixels[k] : *images[k];
@@ -386,8 +394,11 @@ TEST_CASE("--sync allreduce on cuda:0x4 (the ring through the GPU's copies) matc
         sgd.momentum = 0.9f;
         PrecisionOptions prec;
         prec.precision = p;
-        DataParallel dp(devs, find_model(model), parse_split("chunks:5,20,7,4", 4, batch), sgd, 11,
-                        LossMode::InReplica, {SyncMode::AllReduce, 16 << 10}, prec);
+        DataParallel dp(devs, find_model(model), sgd, {.split = parse_split("chunks:5,20,7,4", 4, batch),
+                                                       .seed = 11,
+                                                       .loss = LossMode::InReplica,
+                                                       .sync = {SyncMode::AllReduce, 16 << 10},
+                                                       .precision = prec});
         for (int s = 0; s < 3; ++s) {
           const auto x = test::random_vector(static_cast<size_t>(batch * numel(find_model(model).input_shape)), 100 + s);
           std::vector<int32_t> y(static_cast<size_t>(batch));
@@ -419,7 +430,7 @@ TEST_CASE("the same run twice on cuda:0x2 gives the same bits (mlp, convnet, res
       OptimizerConfig opt;
       opt.kind = kind;
       opt.sgd.lr = 0.01f;
-      DataParallel dp(devs, model, parse_split("chunks:5,7", 2, batch), opt, 11);
+      DataParallel dp(devs, model, opt, {.split = parse_split("chunks:5,7", 2, batch), .seed = 11});
       std::vector<float> out;
       for (const auto& b : batches) out.push_back(static_cast<float>(test::step_on(dp, *b).loss));
       const auto params = dp.parameters();
@@ -449,8 +460,11 @@ TEST_CASE("--recompute blocks on cuda:0x2 trains bit for bit as without, in less
         opt.kind = OptimizerConfig::Kind::AdamW;
         PrecisionOptions p;
         p.precision = precision;
-        DataParallel dp(devs, model, parse_split("chunks:5,7", 2, batch), opt, 3, LossMode::Gathered, {}, p);
-        dp.set_recompute(recompute ? kEveryRecomputeUnit : 0);
+        DataParallel dp(devs, model, opt, {.split = parse_split("chunks:5,7", 2, batch),
+                                           .seed = 3,
+                                           .loss = LossMode::Gathered,
+                                           .precision = p,
+                                           .recompute = recompute ? kEveryRecomputeUnit : 0});
         std::vector<float> out;
         for (const auto& b : batches) out.push_back(static_cast<float>(test::step_on(dp, *b).loss));
         const auto state = state_of(dp);
@@ -473,7 +487,7 @@ TEST_CASE("--device-memory bounds cuda:0: out of memory is an OutOfMemoryError, 
     opts.capacity = {int64_t{8} << 20};  // 8 MiB: resnet8 at batch 256 needs far more
     DeviceSet devs(parse_device_spec("cuda:0x2"), opts);
     const ModelDef& model = find_model("resnet8");
-    DataParallel dp(devs, model, parse_split("even", 2, 256), SgdConfig{0.01f, 0.9f}, 3);
+    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 2, 256), .seed = 3});
     const auto batches = test::make_batches(model, 256, 1, 3);
     // The step names the replica and device (the CLI maps it to exit 3 with its remedies)
     CHECK_THROWS_WITH(test::step_on(dp, *batches[0]), doctest::Contains("ran out of memory"));
@@ -503,9 +517,12 @@ TEST_CASE("waiting once per step on cuda:0x4 gives the steps of waiting after ev
         opt.sgd.lr = 0.003f;
         SyncOptions so;
         so.mode = sync;
-        DataParallel dp(devs, model, parse_split("chunks:2,5,4,3", 4, batch), opt, 9, LossMode::Gathered, so);
-        dp.set_clip_grad_norm(0.5);
-        dp.set_host_sync(host_sync);
+        DataParallel dp(devs, model, opt, {.split = parse_split("chunks:2,5,4,3", 4, batch),
+                                           .seed = 9,
+                                           .loss = LossMode::Gathered,
+                                           .sync = so,
+                                           .host_sync = host_sync,
+                                           .clip_grad_norm = 0.5});
         CHECK(dp.host_sync() == host_sync);
         std::vector<float> out;
         for (const auto& b : batches) out.push_back(static_cast<float>(test::step_on(dp, *b).loss));
@@ -553,10 +570,13 @@ TEST_CASE("a captured step on cuda:0 and cuda:0x4 (one CUDA graph for every logi
       p.precision = c.precision;
       p.loss_scale.init_scale = std::ldexp(1.0, 18);
       p.loss_scale.growth_interval = 1;
-      DataParallel dp(devs, model, parse_split(c.split, devs.size(), 14), opt, 9, LossMode::Gathered, {}, p);
-      dp.set_clip_grad_norm(0.5);
-      dp.set_host_sync(HostSync::PerStep);
-      dp.set_graphs(graphs);
+      DataParallel dp(devs, model, opt, {.split = parse_split(c.split, devs.size(), 14),
+                                         .seed = 9,
+                                         .loss = LossMode::Gathered,
+                                         .precision = p,
+                                         .host_sync = HostSync::PerStep,
+                                         .graphs = graphs,
+                                         .clip_grad_norm = 0.5});
       std::vector<float> out;
       std::vector<GraphUse> uses;
       loaded_ahead.clear();
@@ -597,9 +617,10 @@ TEST_CASE("a dropped capture on cuda:0x2 gives its GPU memory back: the pools re
   auto devs = devices("cuda:0x2");
   const ModelDef model = test::model_of("convnet");
   const auto batches = test::make_batches(model, 16, 4, 3);
-  DataParallel dp(devs, model, parse_split("even", 2, 16), SgdConfig{0.05f, 0.9f}, 1);
-  dp.set_host_sync(HostSync::PerStep);
-  dp.set_graphs(true);
+  DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 16),
+                                                        .seed = 1,
+                                                        .host_sync = HostSync::PerStep,
+                                                        .graphs = true});
   for (const auto& b : batches) test::step_on(dp, *b);
   CHECK(devs[0].allocator().stats().graph_pools + devs[1].allocator().stats().graph_pools > 0);
   dp.set_graphs(false);
@@ -627,9 +648,12 @@ TEST_CASE("fp16 on cuda:0x2 decides inf/NaN on the GPU: one host wait per step, 
       OptimizerConfig opt;
       opt.kind = OptimizerConfig::Kind::AdamW;
       opt.sgd.lr = 0.003f;
-      DataParallel dp(devs, model, parse_split("even", 2, 8), opt, 9,
-                      sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered, so, prec);
-      dp.set_host_sync(host_sync);
+      DataParallel dp(devs, model, opt, {.split = parse_split("even", 2, 8),
+                                         .seed = 9,
+                                         .loss = sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
+                                         .sync = so,
+                                         .precision = prec,
+                                         .host_sync = host_sync});
       const int64_t before0 = devs[0].stream().host_waits(), before1 = devs[1].stream().host_waits();
       std::vector<float> out;
       int64_t skipped = 0;
@@ -679,7 +703,7 @@ TEST_CASE("replica times on a GPU are the GPU's own (CUDA events), so --split au
   const ModelDef& model = find_model("resnet8");
   auto replica_seconds = [&](int64_t batch) {
     auto devs = devices("cuda:0");
-    DataParallel dp(devs, model, parse_split("even", 1, batch), SgdConfig{0.01f, 0.9f}, 3);
+    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 1, batch), .seed = 3});
     const auto batches = test::make_batches(model, batch, 3, 1);
     StepResult r;
     for (const auto& b : batches) r = test::step_on(dp, *b);  // the last: warm

@@ -339,9 +339,7 @@ int run_demo(const DemoOptions& o) {
   DeviceSet& devices = *setup.devices;
   // An out-of-memory gets this run's remedies.
   return with_remedies(RemedyRun{o, accumulate, devices.size(), setup.capacity, "demo"}, [&] {
-    DataParallel dp(devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
-                    setup.precision);
-    dp.set_recompute(setup.recompute);
+    DataParallel dp(devices, model, profiling_optimizer(setup), setup_options(setup, o.seed));
     MemprofRun run;  // the steps' memory and trace, for --html
     run.recomputed = recomputed_text(dp);
     run.recomputed_blocks = dp.recomputed_blocks();

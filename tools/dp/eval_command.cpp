@@ -52,9 +52,8 @@ int run_eval(EvalOptions o, const std::set<std::string>& given) {
   data.check_evaluable(o.eval_windows);
   const std::vector<int32_t> prompt =
       o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes) : std::vector<int32_t>{};
-  DataParallel dp(*setup.devices, model, setup.split, profiling_optimizer(setup), o.seed, setup.loss, setup.sync,
-                  setup.precision);
-  dp.set_recompute(setup.recompute);  // nothing to recompute in evaluation, but a model without blocks is refused
+  // --recompute: nothing to recompute in evaluation, but a model without blocks is refused.
+  DataParallel dp(*setup.devices, model, profiling_optimizer(setup), setup_options(setup, o.seed));
   // A checkpoint (or --checkpoint's directory: its newest) gives its model.safetensors.
   ModelState weights;
   if (std::filesystem::is_directory(o.weights)) {

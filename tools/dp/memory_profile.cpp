@@ -33,9 +33,7 @@ std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::In
 
 MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
   MemprofRun run;
-  DataParallel dp(*setup.devices, setup.model, setup.split, profiling_optimizer(setup), o.seed, setup.loss,
-                  setup.sync, setup.precision);
-  dp.set_recompute(setup.recompute);
+  DataParallel dp(*setup.devices, setup.model, profiling_optimizer(setup), setup_options(setup, o.seed));
   run.recomputed = recomputed_text(dp);
   run.recomputed_blocks = dp.recomputed_blocks();
   if (!o.trace.empty() || !o.html.empty()) {

@@ -200,7 +200,7 @@ void check_model_options(const RunOptions& o, RunSetup& r) {
                      o.model + " takes none of them");
   }
   // Refused before the data loads when the model has no blocks; blocks:N against the count once
-  // the model is final (a GPT's layers), by DataParallel::set_recompute.
+  // the model is final (a GPT's layers), by DataParallelOptions::recompute.
   r.recompute = parse_recompute(o.recompute);
   if (r.recompute > 0) blocks_to_recompute(r.model, kEveryRecomputeUnit);
 }
@@ -287,6 +287,15 @@ std::string recomputed_text(const DataParallel& dp) {
   if (n == 0) return "";
   if (n == all) return "every block (" + std::to_string(all) + ")";
   return "the first " + std::to_string(n) + " of " + std::to_string(all) + " blocks";
+}
+
+DataParallelOptions setup_options(const RunSetup& setup, uint64_t seed) {
+  return {.split = setup.split,
+          .seed = seed,
+          .loss = setup.loss,
+          .sync = setup.sync,
+          .precision = setup.precision,
+          .recompute = setup.recompute};
 }
 
 OptimizerConfig profiling_optimizer(const RunSetup& setup) {

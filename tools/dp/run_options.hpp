@@ -38,7 +38,7 @@ struct RunOptions {
   // --model gpt: its sizes; the vocabulary is the data's unless --vocab raises it.
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
   float dropout = 0;  // nanoGPT's dropout: a training-time property of the model (none in evaluation)
-  std::string recompute = "off";  // blocks or blocks:N: activation checkpointing (DataParallel::set_recompute)
+  std::string recompute = "off";  // blocks or blocks:N: activation checkpointing (DataParallelOptions::recompute)
   bool gpt_flags_given = false;
 };
 
@@ -75,6 +75,9 @@ struct RunSetup {
 RunSetup validate_and_make_devices(const RunOptions& o);
 // UsageError for a command that runs the math (train, demo, eval) on meta devices (dp plan's).
 void refuse_meta_devices(const RunSetup& setup, const std::string& command);
+
+// The DataParallel's options the shared flags set (split, loss, sync, precision, recompute), and the seed.
+DataParallelOptions setup_options(const RunSetup& setup, uint64_t seed);
 
 // What --recompute recomputes: "" when off, "every block (8)", "the first 4 of 8 blocks".
 std::string recomputed_text(const DataParallel& dp);

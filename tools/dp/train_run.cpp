@@ -49,6 +49,11 @@ TrainOptions for_this_rank(TrainOptions o, const ProcessGroup* group) {
   return o;
 }
 
+// --upload-ahead: on a GPU the next batch's upload (from pinned memory, on a copy stream) hides
+// under the step; on host devices a copy is a memcpy on the same cores, so it only costs a batch of
+// memory. A replayed step copies the next batch into page-locked memory while its graph runs.
+bool uploads_ahead(const TrainOptions& o, bool cuda) { return o.upload_ahead == "on" || (o.upload_ahead == "auto" && cuda); }
+
 std::optional<TrainTrace> trace_for(const TrainOptions& o) {
   if (o.trace.empty()) return std::nullopt;
   return TrainTrace(o.trace, o.trace_steps);
@@ -86,28 +91,31 @@ TrainRun::TrainRun(const TrainOptions& given, std::optional<RemedyRun>& remedies
       setup(validate_and_make_devices(o)),
       data(load_run_data(o, setup, o.generated_train, o.generated_test, 1234)),  // a GPT's sizes are final now
       prompt(checked_prompt(o, data, setup.model)),
-      dp(*setup.devices, setup.model, setup.split, choices.optimizer, o.seed, setup.loss, setup.sync, setup.precision) {
+      dp(*setup.devices, setup.model, choices.optimizer, step_options()),
+      ahead(uploads_ahead(o, dp.devices()[0].is_cuda())) {
   refuse_meta_devices(setup, "dp train");
   remedies = RemedyRun{o, o.accumulate, setup.devices->size(), setup.capacity, "train"};
-  configure_step();
   load_start();
   if (trace) trace->start(first_step);
   open_metrics();
   place_loader();
 }
 
-void TrainRun::configure_step() {
-  dp.set_process_group(group);
-  dp.set_clip_grad_norm(o.clip_grad_norm);
-  dp.set_label_smoothing(o.label_smoothing);
-  dp.set_recompute(setup.recompute);
-  dp.set_host_sync(host_sync_for(choices, dp.devices()[0].is_cuda()));
-  dp.set_graphs(choices.graphs);
-  // On a GPU the next batch's upload (from pinned memory, on a copy stream) hides under the step;
-  // on host devices a copy is a memcpy on the same cores, so it only costs a batch of memory. A
-  // replayed step copies the next batch into page-locked memory while its graph runs.
-  ahead = o.upload_ahead == "on" || (o.upload_ahead == "auto" && dp.devices()[0].is_cuda());
-  dp.set_upload_micro_batches_ahead(ahead);  // --accumulate: the step's next micro-batch too
+DataParallelOptions TrainRun::step_options() const {
+  const bool cuda = (*setup.devices)[0].is_cuda();
+  DataParallelOptions options = setup_options(setup, o.seed);
+  options.host_sync = host_sync_for(choices, cuda);
+  options.graphs = choices.graphs;
+  options.upload_micro_batches_ahead = uploads_ahead(o, cuda);  // --accumulate's next micro-batch too
+  options.clip_grad_norm = o.clip_grad_norm;
+  options.report_grad_norm = !o.metrics.empty();  // the metrics' grad_norm
+  options.label_smoothing = o.label_smoothing;
+  options.process_group = group;
+  if (batch_form_for(o.normalise_on, cuda, data.language) == BatchForm::Pixels)
+    options.pixel_table = normalisation_table(data.images.train);
+  if (group)  // mpirun: dropout draws one process's masks for this process's samples
+    options.sample_placement = SamplePlacement{group->size(), group->rank()};
+  return options;
 }
 
 // --init's weights, then --resume's checkpoint (weights, optimizer, where the run stands).
@@ -149,17 +157,16 @@ void TrainRun::place_loader() {
     o.epochs = static_cast<int>(std::min<int64_t>((o.steps + plan.steps_per_epoch() - 1) / plan.steps_per_epoch(), 1 << 30));
   const bool cuda = dp.devices()[0].is_cuda();
   const BatchForm form = batch_form_for(o.normalise_on, cuda, data.language);
-  if (form == BatchForm::Pixels) dp.set_pixel_input(normalisation_table(data.images.train));
   loader = data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
                         plan.first_batch(first_step), shard, loader_threads_for(o.loader_threads, cuda), form);
-  dp.set_sample_placement(loader->placement());  // mpirun: dropout draws one process's masks
+  if (loader->placement() != dp.sample_placement())
+    throw RuntimeError("the loader places this process's samples elsewhere than the step draws their dropout");
   const int64_t all_steps = plan.steps_per_epoch() * o.epochs;
   total = o.steps > 0 ? std::min(all_steps, o.steps) : all_steps;
   if (first_step >= total)
     throw RuntimeError("--resume: the checkpoint is at step " + std::to_string(first_step) + ", and this run has " +
                        std::to_string(total) + " steps in all: nothing is left to train");
   schedule = parse_lr_schedule(o.lr_schedule, choices.optimizer.sgd.lr, o.min_lr, o.warmup_steps, total);
-  dp.set_report_grad_norm(metrics.is_open());
 }
 
 void TrainRun::print_header() const {

@@ -59,7 +59,7 @@ struct TrainRun {
   LrSchedule schedule;
 
  private:
-  void configure_step();
+  DataParallelOptions step_options() const;  // the DataParallel's options from the flags and data
   void load_start();
   void open_metrics();
   void place_loader();
