@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "data/dataset.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -52,14 +53,16 @@ Dataset empty_cifar() {
 
 TrainTest load_cifar10_dir(const std::string& dir) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw RuntimeError("--data " + dir + ": not a directory");
+  if (!fs::is_directory(dir)) throw RuntimeError(setting("data") + " " + dir + ": not a directory");
   TrainTest tt{empty_cifar(), empty_cifar(), ""};
   int files = 0;
   for (int k = 1; fs::exists(fs::path(dir) / ("data_batch_" + std::to_string(k) + ".bin")); ++k, ++files)
     append_file(tt.train, (fs::path(dir) / ("data_batch_" + std::to_string(k) + ".bin")).string());
-  if (files == 0) throw RuntimeError("--data " + dir + ": missing data_batch_1.bin (CIFAR-10 training records)");
+  if (files == 0) throw RuntimeError(setting("data") + " " + dir +
+                                     ": missing data_batch_1.bin (CIFAR-10 training records)");
   const fs::path test = fs::path(dir) / "test_batch.bin";
-  if (!fs::exists(test)) throw RuntimeError("--data " + dir + ": missing test_batch.bin (CIFAR-10 test records)");
+  if (!fs::exists(test)) throw RuntimeError(setting("data") + " " + dir +
+                                            ": missing test_batch.bin (CIFAR-10 test records)");
   append_file(tt.test, test.string());
   tt.description = "CIFAR-10 from " + dir + " (" + std::to_string(files) + " training file" + (files > 1 ? "s" : "") +
                    ")";
@@ -68,7 +71,7 @@ TrainTest load_cifar10_dir(const std::string& dir) {
 
 TrainTest load_data_dir(const std::string& dir) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw RuntimeError("--data " + dir + ": not a directory");
+  if (!fs::is_directory(dir)) throw RuntimeError(setting("data") + " " + dir + ": not a directory");
   for (const char* name : {"data_batch_1.bin", "test_batch.bin"})
     if (fs::exists(fs::path(dir) / name)) return load_cifar10_dir(dir);
   return load_mnist_dir(dir);

@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "data/dataset.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -112,17 +113,17 @@ Dataset read_idx_pair(const std::string& images_path, const std::string& labels_
 
 TrainTest load_mnist_dir(const std::string& dir) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(dir)) throw RuntimeError("--data " + dir + ": not a directory");
+  if (!fs::is_directory(dir)) throw RuntimeError(setting("data") + " " + dir + ": not a directory");
   auto find = [&](const std::string& base) {
     for (const std::string& name : {base + ".gz", base})
       if (fs::exists(fs::path(dir) / name)) return (fs::path(dir) / name).string();
-    throw RuntimeError("--data " + dir + ": missing " + base + "(.gz)");
+    throw RuntimeError(setting("data") + " " + dir + ": missing " + base + "(.gz)");
   };
   TrainTest tt;
   tt.train = read_idx_pair(find("train-images-idx3-ubyte"), find("train-labels-idx1-ubyte"));
   tt.test = read_idx_pair(find("t10k-images-idx3-ubyte"), find("t10k-labels-idx1-ubyte"));
   if (tt.train.rows != tt.test.rows || tt.train.cols != tt.test.cols)
-    throw RuntimeError("--data " + dir + ": train and test images differ in size");
+    throw RuntimeError(setting("data") + " " + dir + ": train and test images differ in size");
   std::string lower = dir;
   for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (lower.find("fashion") != std::string::npos) {

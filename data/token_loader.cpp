@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "runtime/random.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -52,12 +53,13 @@ Batch make_token_batch(const TokenSplit& split, const int64_t* starts, int64_t c
 void check_token_split(const TokenSplit& split, int64_t batch, int64_t context) {
   const auto n = static_cast<int64_t>(split.tokens.size());
   if (n < context + 1)
-    throw RuntimeError(split.source + ": " + std::to_string(n) + " tokens, shorter than one window of --context " +
+    throw RuntimeError(split.source + ": " + std::to_string(n) + " tokens, shorter than one window of " +
+                       setting("context") + " " +
                        std::to_string(context) + " + 1");
   if (token_steps_per_epoch(n, batch, context) < 1)
     throw RuntimeError(split.source + ": " + std::to_string(n) + " tokens do not fill one batch of " +
                        std::to_string(batch) + " windows of " + std::to_string(context) +
-                       " (+1): use a smaller --batch or --context");
+                       " (+1): use a smaller " + setting("batch") + " or " + setting("context"));
 }
 
 TokenLoader::TokenLoader(const TokenSplit& split, int64_t batch, int64_t context, bool shuffle, uint64_t seed,

@@ -10,6 +10,7 @@
 #include "io/atomic_file.hpp"
 #include "io/read_file.hpp"
 #include "runtime/random.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -104,11 +105,11 @@ TokenData text_token_data(const std::string& text, const std::string& source) {
 TokenData load_token_data(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return text_token_data(read_file(path), path);
-  if (!fs::is_directory(path, ec)) throw RuntimeError("--data " + path + ": no such file or directory");
+  if (!fs::is_directory(path, ec)) throw RuntimeError(setting("data") + " " + path + ": no such file or directory");
   const fs::path dir(path);
   if (fs::exists(dir / "train.bin", ec)) {
     if (!fs::exists(dir / "val.bin", ec))
-      throw RuntimeError("--data " + path + ": has train.bin but no val.bin (nanoGPT's layout has both)");
+      throw RuntimeError(setting("data") + " " + path + ": has train.bin but no val.bin (nanoGPT's layout has both)");
     TokenData d;
     d.train = {read_token_file((dir / "train.bin").string()), (dir / "train.bin").string()};
     d.val = {read_token_file((dir / "val.bin").string()), (dir / "val.bin").string()};
@@ -121,12 +122,13 @@ TokenData load_token_data(const std::string& path) {
     return d;
   }
   if (has_image_files(dir))
-    throw RuntimeError("--data " + path + " holds image data; a language model takes train.bin and val.bin token " +
+    throw RuntimeError(setting("data") + " " + path +
+                       " holds image data; a language model takes train.bin and val.bin token " +
                        "files, a text file, or a directory of text files");
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file(ec) && e.path().filename().string()[0] != '.') files.push_back(e.path());
-  if (files.empty()) throw RuntimeError("--data " + path + ": no train.bin and no text files");
+  if (files.empty()) throw RuntimeError(setting("data") + " " + path + ": no train.bin and no text files");
   std::sort(files.begin(), files.end());
   std::string text;
   for (const auto& f : files) text += read_file(f.string());

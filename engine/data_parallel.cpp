@@ -15,13 +15,15 @@
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
 HostSync parse_host_sync(const std::string& text) {
   if (text == "phase") return HostSync::PerPhase;
   if (text == "step") return HostSync::PerStep;
-  throw UsageError("--host-sync '" + text + "': expected phase (wait after every phase) or step (once per step)");
+  throw UsageError(setting("host-sync") + " '" + text +
+                   "': expected phase (wait after every phase) or step (once per step)");
 }
 
 namespace {
@@ -143,7 +145,7 @@ void DataParallel::check_input(DType dtype) const {
   if (dtype == DType::U8 && model_.input_dtype == DType::F32) {
     if (!takes_pixels())
       throw RuntimeError("model " + model_.name + " takes float32 images: uint8 pixels need their normalisation "
-                         "first (a pixel table, --normalise-on device)");
+                         "first (a pixel table, " + setting("normalise-on") + " device)");
     return;
   }
   if (dtype != model_.input_dtype)

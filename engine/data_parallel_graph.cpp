@@ -11,6 +11,7 @@
 #include "engine/data_parallel.hpp"
 #include "engine/data_parallel_step.hpp"
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -42,13 +43,13 @@ DataParallel::GraphKey DataParallel::graph_key(int64_t batch, const std::vector<
 std::string DataParallel::graph_blocker() const {
   if (!graphs_stopped_.empty()) return graphs_stopped_;
   if (std::string why = shape_->graph_blocker(); !why.empty()) return why;
-  if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (--host-sync phase)";
-  if (micro_.count > 1) return "gradients are accumulated over micro-batches (--accumulate)";
+  if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (" + setting("host-sync") + " phase)";
+  if (micro_.count > 1) return "gradients are accumulated over micro-batches (" + setting("accumulate") + ")";
   if (tracer_) return "the step is traced";
   if (splitter_.wants_measurement(steps_run_))  // its replica times come from steps run as usual
-    return splitter_.settled() ? "--split auto re-measures the replicas' speeds every " +
+    return splitter_.settled() ? setting("split") + " auto re-measures the replicas' speeds every " +
                                      std::to_string(AutoBalancer::kRemeasureEvery) + "th step"
-                               : "--split auto measures the replicas' speeds until its split holds for " +
+                               : setting("split") + " auto measures the replicas' speeds until its split holds for " +
                                      std::to_string(AutoBalancer::kSettleSteps) + " steps";
   return "";
 }

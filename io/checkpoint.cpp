@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace fs = std::filesystem;
 
@@ -182,11 +183,11 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 Checkpoint load_checkpoint(const std::string& path, const ModelLayout& layout, const nlohmann::json& expect,
                            std::string* found_dir, std::vector<std::string>* skipped) {
-  if (!fs::is_directory(path)) throw RuntimeError("--resume " + path + ": not a directory");
+  if (!fs::is_directory(path)) throw RuntimeError(setting("resume") + " " + path + ": not a directory");
   if (fs::exists(fs::path(path) / "state.json") || step_of(fs::path(path).filename().string()) >= 0 ||
       fs::path(path).filename().string().rfind(".tmp-", 0) == 0) {
     if (fs::path(path).filename().string().rfind(".tmp-", 0) == 0)
-      throw RuntimeError("--resume " + path + ": an unfinished temporary, not a checkpoint");
+      throw RuntimeError(setting("resume") + " " + path + ": an unfinished temporary, not a checkpoint");
     if (found_dir) *found_dir = path;
     try {
       return read_one(path, layout, expect);
@@ -198,14 +199,15 @@ Checkpoint load_checkpoint(const std::string& path, const ModelLayout& layout, c
       for (const auto& dir : list_checkpoints(fs::path(path).parent_path().string()))
         if (fs::path(dir).filename() != fs::path(path).filename())
           others = fs::path(dir).filename().string() + (others.empty() ? "" : ", ") + others;
-      throw UsageError("--resume " + path + ": this checkpoint is damaged: " + e.what() +
+      throw UsageError(setting("resume") + " " + path + ": this checkpoint is damaged: " + e.what() +
                        (others.empty() ? std::string()
-                                       : "; beside it: " + others + " (--resume " +
+                                       : "; beside it: " + others + " (" + setting("resume") + " " +
                                              fs::path(path).parent_path().string() + " takes the newest intact one)"));
     }
   }
   const auto all = list_checkpoints(path);
-  if (all.empty()) throw RuntimeError("--resume " + path + ": no checkpoint in it (step-NNNNNNNN directories)");
+  if (all.empty()) throw RuntimeError(setting("resume") + " " + path +
+                                      ": no checkpoint in it (step-NNNNNNNN directories)");
   std::string damage;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
@@ -219,7 +221,7 @@ Checkpoint load_checkpoint(const std::string& path, const ModelLayout& layout, c
       damage += std::string(damage.empty() ? "" : "; ") + e.what();
     }
   }
-  throw RuntimeError("--resume " + path + ": every checkpoint in it is damaged: " + damage);
+  throw RuntimeError(setting("resume") + " " + path + ": every checkpoint in it is damaged: " + damage);
 }
 
 }  // namespace dp

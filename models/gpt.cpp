@@ -14,6 +14,7 @@
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "models/module.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 namespace {
@@ -78,7 +79,7 @@ class Transformer final : public Module {
   Shape output_shape(const Shape& in) const override {
     if (in.size() != 1 || in[0] < 1 || in[0] > cfg_.context)
       throw RuntimeError("GPT takes [T] token ids per sample with 1 <= T <= " + std::to_string(cfg_.context) +
-                         " (--context), got " + shape_str(in));
+                         " (" + setting("context") + "), got " + shape_str(in));
     return {in[0], cfg_.dim};
   }
   Tensor forward_impl(Device& dev, const Tensor& ids, bool training) override {
@@ -117,7 +118,7 @@ class Transformer final : public Module {
 std::unique_ptr<Module> make_gpt(const GptConfig& g) {
   if (g.vocab < 1 || g.context < 1 || g.layers < 1 || g.heads < 1 || g.dim < 1 || g.dim % g.heads != 0)
     throw UsageError("GPT sizes: vocabulary, context, layers, heads and dim must be positive, dim a multiple of heads");
-  if (!(g.dropout >= 0 && g.dropout < 1)) throw UsageError("--dropout must be in [0, 1)");
+  if (!(g.dropout >= 0 && g.dropout < 1)) throw UsageError(setting("dropout") + " must be in [0, 1)");
   auto gpt = make_sequential();
   gpt->append("transformer", std::make_unique<Transformer>(g));
   gpt->append("lm_head", make_linear(g.dim, g.vocab, false, 0.02));

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "models/model.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -82,14 +83,16 @@ int64_t blocks_to_recompute(const ModelDef& def, int64_t blocks) {
     std::string with_blocks;
     for (const ModelDef& m : model_registry())
       if (recompute_units(m) > 0) with_blocks += (with_blocks.empty() ? "" : ", ") + m.name;
-    throw UsageError("--recompute blocks: --model " + def.name + " has no blocks to recompute (" + with_blocks +
+    throw UsageError(setting("recompute") + " blocks: " + setting("model") + " " + def.name +
+                     " has no blocks to recompute (" + with_blocks +
                      " have)");
   }
   if (blocks == kEveryRecomputeUnit) return units;
   if (blocks < 1 || blocks > units)
-    throw UsageError("--recompute blocks:" + std::to_string(blocks) + ": --model " + def.name + " has " +
+    throw UsageError(setting("recompute") + " blocks:" + std::to_string(blocks) + ": " + setting("model") + " " +
+                     def.name + " has " +
                      std::to_string(units) + " blocks (recompute from 1 to " + std::to_string(units) +
-                     " of them, or all with --recompute blocks)");
+                     " of them, or all with " + setting("recompute") + " blocks)");
   return blocks;
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/cuda/backend.hpp"
 #include "runtime/cuda/device_query.hpp"
 #include "kernels/ops/memory.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -111,18 +112,18 @@ void Device::set_tracer(Tracer* tracer) {
 
 DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
   if (options.threads_per_device < 1 || options.threads_per_device > 256)
-    throw UsageError("--threads-per-device must be 1..256");
+    throw UsageError(setting("threads-per-device") + " must be 1..256");
   int host_count = spec.host_count;
   const bool meta = spec.kind == DeviceSpec::Kind::Meta;
   if (spec.kind != DeviceSpec::Kind::Host && !meta) {
     auto gpus = query_cuda_devices();
     if (spec.kind == DeviceSpec::Kind::Cuda) {
       if (gpus.gpus.empty())
-        throw RuntimeError("--devices " + spec.text + ": no CUDA GPU is available (" + gpus.status +
-                           "); use --devices host:N to simulate devices on the CPU");
+        throw RuntimeError(setting("devices") + " " + spec.text + ": no CUDA GPU is available (" + gpus.status +
+                           "); use " + setting("devices") + " host:N to simulate devices on the CPU");
       for (int g : spec.cuda_gpus)
         if (g >= static_cast<int>(gpus.gpus.size()))
-          throw RuntimeError("--devices " + spec.text + ": GPU " + std::to_string(g) + " does not exist (" +
+          throw RuntimeError(setting("devices") + " " + spec.text + ": GPU " + std::to_string(g) + " does not exist (" +
                              std::to_string(gpus.gpus.size()) + " found)");
       make_cuda(spec, options, gpus);
       return;
@@ -144,12 +145,13 @@ DeviceSet::DeviceSet(const DeviceSpec& spec, const DeviceOptions& options) {
   }
   capacity_of(options, 0, host_count);  // the count is checked before anything is built
   if (!options.speed.empty() && static_cast<int>(options.speed.size()) != host_count)
-    throw UsageError("--device-speed: " + std::to_string(options.speed.size()) + " speeds given for " +
+    throw UsageError(setting("device-speed") + ": " + std::to_string(options.speed.size()) + " speeds given for " +
                      std::to_string(host_count) + " devices (one per device)");
   // Below 1/1000 a simulated device would take hours a step (and 1e-18 overflows the wait).
   for (double v : options.speed)
     if (!(v >= 1e-3 && v <= 1.0))
-      throw UsageError("--device-speed: each speed must be in [0.001, 1] (1 = full speed, 0.25 = four times slower)");
+      throw UsageError(setting("device-speed") +
+                       ": each speed must be in [0.001, 1] (1 = full speed, 0.25 = four times slower)");
   configure_host_blas();
   const std::string kind = meta ? "meta:" : "host:";
   for (int i = 0; i < host_count; ++i) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -14,7 +15,7 @@ int parse_count(std::string_view s, const std::string& whole, const char* what) 
   int v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || p != s.data() + s.size())
-    throw UsageError("--devices '" + whole + "': '" + std::string(s) + "' is not a valid " + what);
+    throw UsageError(setting("devices") + " '" + whole + "': '" + std::string(s) + "' is not a valid " + what);
   return v;
 }
 }  // namespace
@@ -28,7 +29,8 @@ DeviceSpec parse_device_spec(const std::string& text) {
       spec.kind = kind;
       spec.host_count = parse_count(std::string_view(text).substr(5), text, "device count");
       if (spec.host_count < 1 || spec.host_count > kMaxDevices)
-        throw UsageError("--devices '" + text + "': the device count must be 1.." + std::to_string(kMaxDevices));
+        throw UsageError(setting("devices") + " '" + text + "': the device count must be 1.." +
+                         std::to_string(kMaxDevices));
       return spec;
     }
   if (text == "host") {
@@ -50,17 +52,18 @@ DeviceSpec parse_device_spec(const std::string& text) {
       auto x = term.find('x');
       int gpu = parse_count(term.substr(0, x), text, "GPU index");
       int copies = x == std::string_view::npos ? 1 : parse_count(term.substr(x + 1), text, "logical device count");
-      if (gpu < 0) throw UsageError("--devices '" + text + "': GPU index must be >= 0");
-      if (copies < 1) throw UsageError("--devices '" + text + "': logical device count must be >= 1");
+      if (gpu < 0) throw UsageError(setting("devices") + " '" + text + "': GPU index must be >= 0");
+      if (copies < 1) throw UsageError(setting("devices") + " '" + text + "': logical device count must be >= 1");
       for (int i = 0; i < copies; ++i) spec.cuda_gpus.push_back(gpu);
       if (static_cast<int>(spec.cuda_gpus.size()) > kMaxDevices)
-        throw UsageError("--devices '" + text + "': at most " + std::to_string(kMaxDevices) + " devices");
+        throw UsageError(setting("devices") + " '" + text + "': at most " + std::to_string(kMaxDevices) + " devices");
       if (comma == std::string_view::npos) break;
       rest = rest.substr(comma + 1);
     }
     return spec;
   }
-  throw UsageError("--devices '" + text + "': expected host:N, meta:N (dp plan), cuda, cuda:0,1, cuda:0x4 or auto");
+  throw UsageError(setting("devices") + " '" + text +
+                   "': expected host:N, meta:N (dp plan), cuda, cuda:0,1, cuda:0x4 or auto");
 }
 
 }  // namespace dp

@@ -2,7 +2,9 @@
 """The layers the build keeps (docs/architecture.md, CMakeLists.txt): every #include of a project
 header must point to the file's own layer or one below it. An include that goes up (kernels/
 including runtime/) or sideways where not allowed (data/ including engine/) fails, naming the
-file, the line and the header.
+file, the line and the header. Below tools/dp, a string literal that names a CLI flag ("--split")
+fails too: the library names a setting through core/setting_name.hpp, and the CLI maps it to its
+flag.
 
 usage: check_layers.py [ROOT]
 """
@@ -23,6 +25,9 @@ ALLOWED = {
     "tools/dp": {"core", "kernels", "runtime", "models", "io", "data", "engine", "plan"},
 }
 INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
+# A string literal holding a flag, outside comments: "--split", "... (--host-sync phase)".
+LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+FLAG = re.compile(r'--[a-z]')
 
 
 def layer_of(path):
@@ -31,6 +36,17 @@ def layer_of(path):
         return "tools/dp"
     top = path.split("/", 1)[0]
     return top if top in ALLOWED else None
+
+
+def strip_comment(line):
+    """The line without a // comment (one inside a string literal is kept)."""
+    in_string = False
+    for i, ch in enumerate(line):
+        if ch == '"' and (i == 0 or line[i - 1] != "\\"):
+            in_string = not in_string
+        elif not in_string and line.startswith("//", i):
+            return line[:i]
+    return line
 
 
 def main():
@@ -48,6 +64,11 @@ def main():
                     for number, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
                         if not m:
+                            if layer != "tools/dp":
+                                for literal in LITERAL.findall(strip_comment(line)):
+                                    if FLAG.search(literal):
+                                        bad.append(f"{rel}:{number}: {layer}/ names a flag in {literal} "
+                                                   "(name the setting with setting(), core/setting_name.hpp)")
                             continue
                         to = layer_of(m.group(1))
                         if to is None or to == layer or to in ALLOWED[layer]:
@@ -55,7 +76,7 @@ def main():
                         bad.append(f"{rel}:{number}: {layer}/ includes {m.group(1)} ({to}/ is not below {layer}/)")
     for b in bad:
         print(b)
-    print(f"{files} files, {len(bad)} includes against the layers")
+    print(f"{files} files, {len(bad)} includes or flags against the layers")
     return 1 if bad else 0
 
 

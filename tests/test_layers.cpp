@@ -718,7 +718,7 @@ TEST_CASE("GPT: nanoGPT's state-dict names and sizes, gradients of every paramet
     const int64_t C = g.dim, L = g.layers;
     CHECK(trainable == g.vocab * C + g.context * C + L * (12 * C * C + 13 * C) + 2 * C + g.vocab * C);
     CHECK(gpt->output_shape({4}) == Shape{4, 7});
-    CHECK_THROWS_WITH_AS(gpt->output_shape({5}), doctest::Contains("--context"), RuntimeError);
+    CHECK_THROWS_WITH_AS(gpt->output_shape({5}), doctest::Contains("(context)"), RuntimeError);
 
     auto devs = host_devices(1);
     Device& dev = devs[0];

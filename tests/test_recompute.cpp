@@ -220,7 +220,7 @@ TEST_CASE("recompute the first N blocks: bit for bit, and less memory the more o
   auto devs = host_devices(2);
   StepSetup s;
   s.model = "gpt", s.devices = 2, s.split = "even", s.batch = 8, s.recompute = 9;
-  CHECK_THROWS_WITH_AS(make_data_parallel(devs, model, s), doctest::Contains("--model gpt has 8 blocks"), UsageError);
+  CHECK_THROWS_WITH_AS(make_data_parallel(devs, model, s), doctest::Contains("model gpt has 8 blocks"), UsageError);
 }
 
 TEST_CASE("recompute: a model without blocks is refused, naming those that have them") {
@@ -236,7 +236,7 @@ TEST_CASE("recompute: a model without blocks is refused, naming those that have 
       FAIL("no error");
     } catch (const UsageError& e) {
       const std::string what = e.what();
-      CHECK(what.find(std::string("--model ") + model + " has no blocks") != std::string::npos);
+      CHECK(what.find(std::string(": model ") + model + " has no blocks") != std::string::npos);
       CHECK(what.find("resnet18, resnet8, gpt have") != std::string::npos);
     }
   }

@@ -162,7 +162,7 @@ TEST_CASE("the token loader: epochs, a step limit, and a resumed run that contin
   CHECK(limited.total_steps() == 7);
 
   CHECK_THROWS_WITH_AS(TokenLoader(TokenSplit{iota_tokens(10), "tiny"}, 1, 10, false, 0, 1, 0),
-                       doctest::Contains("tiny: 10 tokens, shorter than one window of --context 10 + 1"), RuntimeError);
+                       doctest::Contains("tiny: 10 tokens, shorter than one window of context 10 + 1"), RuntimeError);
   CHECK_THROWS_WITH_AS(TokenLoader(TokenSplit{iota_tokens(30), "small"}, 4, 10, false, 0, 1, 0),
                        doctest::Contains("do not fill one batch of 4 windows"), RuntimeError);
 }

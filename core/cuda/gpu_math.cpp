@@ -1,6 +1,7 @@
 #include "core/cuda/gpu_math.hpp"
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp::cuda {
 
@@ -8,7 +9,7 @@ ConvAlgorithms parse_conv_algorithms(const std::string& text) {
   if (text == "deterministic") return ConvAlgorithms::Deterministic;
   if (text == "heuristic") return ConvAlgorithms::Heuristic;
   if (text == "benchmark") return ConvAlgorithms::Benchmark;
-  throw UsageError("--cudnn '" + text + "': expected deterministic, heuristic or benchmark");
+  throw UsageError(setting("cudnn") + " '" + text + "': expected deterministic, heuristic or benchmark");
 }
 
 const char* conv_algorithms_name(ConvAlgorithms a) {

@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "engine/comm/process_group.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -42,7 +43,8 @@ ProcessGroup::ProcessGroup() {
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
     if (provided < MPI_THREAD_MULTIPLE)
       throw RuntimeError("MPI provides thread level " + std::to_string(provided) +
-                         "; dp needs MPI_THREAD_MULTIPLE (its all-reduce threads and --sync-bn call MPI at once)");
+                         "; dp needs MPI_THREAD_MULTIPLE (its all-reduce threads and " + setting("sync-bn") +
+                             " call MPI at once)");
     std::atexit([] {
       int finalized = 0;
       MPI_Finalized(&finalized);

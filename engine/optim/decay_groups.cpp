@@ -1,13 +1,14 @@
 #include "engine/optim/decay_groups.hpp"
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
 DecayParams parse_decay_params(const std::string& text) {
   if (text == "all") return DecayParams::All;
   if (text == "matrices") return DecayParams::Matrices;
-  throw UsageError("--weight-decay-params '" + text +
+  throw UsageError(setting("weight-decay-params") + " '" + text +
                    "': expected all (every parameter) or matrices (those of 2+ dimensions, nanoGPT's groups)");
 }
 

@@ -7,13 +7,14 @@
 
 #include "runtime/device.hpp"
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
 OptimizerConfig::Kind parse_optimizer(const std::string& text) {
   if (text == "sgd") return OptimizerConfig::Kind::Sgd;
   if (text == "adamw") return OptimizerConfig::Kind::AdamW;
-  throw UsageError("--optimizer '" + text + "': expected sgd or adamw");
+  throw UsageError(setting("optimizer") + " '" + text + "': expected sgd or adamw");
 }
 
 const char* optimizer_name(OptimizerConfig::Kind kind) { return kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd"; }
@@ -21,19 +22,19 @@ const char* optimizer_name(OptimizerConfig::Kind kind) { return kind == Optimize
 void validate(const OptimizerConfig& cfg) {
   const SgdConfig& c = cfg.sgd;
   auto bad = [](float v) { return !std::isfinite(v) || v < 0.f; };
-  if (bad(c.lr)) throw UsageError("--lr must be a finite number >= 0");
-  if (bad(c.weight_decay)) throw UsageError("--weight-decay must be a finite number >= 0");
+  if (bad(c.lr)) throw UsageError(setting("lr") + " must be a finite number >= 0");
+  if (bad(c.weight_decay)) throw UsageError(setting("weight-decay") + " must be a finite number >= 0");
   if (cfg.kind == OptimizerConfig::Kind::Sgd) {
-    if (bad(c.momentum)) throw UsageError("--momentum must be a finite number >= 0");
-    if (bad(c.dampening)) throw UsageError("--dampening must be a finite number >= 0");
+    if (bad(c.momentum)) throw UsageError(setting("momentum") + " must be a finite number >= 0");
+    if (bad(c.dampening)) throw UsageError(setting("dampening") + " must be a finite number >= 0");
     if (c.nesterov && (c.momentum <= 0.f || c.dampening != 0.f))
-      throw UsageError("--nesterov requires a momentum > 0 and zero dampening");
+      throw UsageError(setting("nesterov") + " requires a momentum > 0 and zero dampening");
     return;
   }
   const AdamWConfig& a = cfg.adamw;
   for (float b : {a.beta1, a.beta2})
-    if (!(b >= 0.f && b < 1.f)) throw UsageError("--betas: each beta must be in [0, 1)");
-  if (!(a.eps > 0.f) || !std::isfinite(a.eps)) throw UsageError("--eps must be a finite number > 0");
+    if (!(b >= 0.f && b < 1.f)) throw UsageError(setting("betas") + ": each beta must be in [0, 1)");
+  if (!(a.eps > 0.f) || !std::isfinite(a.eps)) throw UsageError(setting("eps") + " must be a finite number > 0");
 }
 
 void Optimizer::step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if) {
@@ -125,7 +126,8 @@ class Sgd final : public Optimizer {
   }
   void restore(const Saved& s, const Tensor& like) override {
     if (cfg_.momentum != 0.f) check_saved(s, {"momentum_buffer"}, like);
-    else if (!s.buffers.empty()) throw RuntimeError("optimizer state has a momentum buffer, but --momentum is 0");
+    else if (!s.buffers.empty()) throw RuntimeError("optimizer state has a momentum buffer, but " +
+                                                    setting("momentum") + " is 0");
     like.device().stream().synchronize();
     momentum_ = Tensor();
     if (!s.buffers.empty()) {

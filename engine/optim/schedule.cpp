@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -29,12 +30,12 @@ LrSchedule parse_lr_schedule(const std::string& text, double lr, double min_lr, 
   s.min_lr = min_lr;
   s.warmup = warmup;
   s.total = total_steps;
-  if (warmup < 0) throw UsageError("--warmup-steps must be >= 0");
-  if (!std::isfinite(min_lr) || min_lr < 0) throw UsageError("--min-lr must be a finite number >= 0");
+  if (warmup < 0) throw UsageError(setting("warmup-steps") + " must be >= 0");
+  if (!std::isfinite(min_lr) || min_lr < 0) throw UsageError(setting("min-lr") + " must be a finite number >= 0");
   if (text == "constant") return s;
   if (text == "cosine") {
     s.kind = LrSchedule::Kind::Cosine;
-    if (min_lr > lr) throw UsageError("--min-lr must not exceed --lr");
+    if (min_lr > lr) throw UsageError(setting("min-lr") + " must not exceed " + setting("lr"));
     return s;
   }
   if (text.rfind("step:", 0) == 0) {
@@ -42,12 +43,13 @@ LrSchedule parse_lr_schedule(const std::string& text, double lr, double min_lr, 
     std::istringstream in(text.substr(5));
     char comma = 0;
     if (!(in >> s.step_every >> comma >> s.gamma) || comma != ',' || !in.eof())
-      throw UsageError("--lr-schedule '" + text + "': expected step:N,G (e.g. step:1000,0.5)");
-    if (s.step_every <= 0) throw UsageError("--lr-schedule '" + text + "': N must be > 0");
-    if (!std::isfinite(s.gamma) || s.gamma < 0) throw UsageError("--lr-schedule '" + text + "': G must be a finite number >= 0");
+      throw UsageError(setting("lr-schedule") + " '" + text + "': expected step:N,G (e.g. step:1000,0.5)");
+    if (s.step_every <= 0) throw UsageError(setting("lr-schedule") + " '" + text + "': N must be > 0");
+    if (!std::isfinite(s.gamma) || s.gamma < 0) throw UsageError(setting("lr-schedule") + " '" + text +
+                                                                 "': G must be a finite number >= 0");
     return s;
   }
-  throw UsageError("--lr-schedule '" + text + "': expected constant, cosine or step:N,G");
+  throw UsageError(setting("lr-schedule") + " '" + text + "': expected constant, cosine or step:N,G");
 }
 
 }  // namespace dp

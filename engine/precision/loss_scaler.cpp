@@ -4,15 +4,16 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
 LossScaler::LossScaler(const LossScaleOptions& o) : enabled_(true), scale_(static_cast<float>(o.init_scale)), options_(o) {
   if (!(o.init_scale > 0) || !std::isfinite(static_cast<float>(o.init_scale)))
-    throw UsageError("--loss-scale must be a positive, finite float32 (GradScaler's init_scale), got " +
+    throw UsageError(setting("loss-scale") + " must be a positive, finite float32 (GradScaler's init_scale), got " +
                      std::to_string(o.init_scale));
   if (o.growth_interval < 1)
-    throw UsageError("--loss-scale-growth-interval must be at least 1 (GradScaler's growth_interval)");
+    throw UsageError(setting("loss-scale-growth-interval") + " must be at least 1 (GradScaler's growth_interval)");
   if (!(o.growth_factor > 1) || !(o.backoff_factor > 0 && o.backoff_factor < 1))
     throw UsageError("loss scaling needs growth factor > 1 and backoff factor in (0, 1)");
 }

@@ -1,6 +1,7 @@
 #include "engine/precision/precision.hpp"
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -8,7 +9,8 @@ Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::FP32;
   if (text == "bf16") return Precision::BF16;
   if (text == "fp16") return Precision::FP16;
-  throw UsageError("--precision '" + text + "': expected fp32, bf16 (bfloat16 replicas and activations) or fp16 "
+  throw UsageError(setting("precision") + " '" + text +
+                   "': expected fp32, bf16 (bfloat16 replicas and activations) or fp16 "
                    "(float16, with dynamic loss scaling)");
 }
 

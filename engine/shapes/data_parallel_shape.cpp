@@ -6,6 +6,7 @@
 #include "engine/comm/comm.hpp"
 #include "core/error.hpp"
 #include "kernels/ops/memory.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -21,7 +22,8 @@ bool DataParallelShape::takes_part(int d, const std::vector<int64_t>& chunks) co
 
 void DataParallelShape::set_process_group(ProcessGroup* group) {
   if (group)
-    throw UsageError("training across processes needs --sync allreduce (DataParallel's reduce onto device 0 is one "
+    throw UsageError("training across processes needs " + setting("sync") +
+                     " allreduce (DataParallel's reduce onto device 0 is one "
                      "process's)");
 }
 

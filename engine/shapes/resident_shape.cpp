@@ -10,6 +10,7 @@
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -231,7 +232,7 @@ Tensor ResidentShape::inference_parameters() {
 }
 
 std::string ResidentShape::graph_blocker() const {
-  return "--sync allreduce runs as usual: its all-reduce is not part of a captured step";
+  return setting("sync") + " allreduce runs as usual: its all-reduce is not part of a captured step";
 }
 
 void ResidentShape::set_tracer(Tracer* tracer) {
@@ -245,7 +246,8 @@ void ResidentShape::set_process_group(ProcessGroup* group) {
   if (group && e_.devices()[0].is_cuda()) {
     if (!NcclComms::available())
       throw UsageError("training across processes on GPUs needs NCCL, which this build lacks (it is found with the "
-                       "CUDA toolkit at build time): run the processes on host devices (--devices host:N)");
+                       "CUDA toolkit at build time): run the processes on host devices (" + setting("devices") +
+                           " host:N)");
     // Every rank calls this at the same point: rank 0's NCCL id reaches the others through MPI.
     nccl_ranks_ = NcclComms::for_ranks(e_.devices()[0].gpu(), group->rank(), group->size(),
                                        [group](void* data, int64_t bytes) { group->broadcast(data, bytes, 0); });
@@ -270,18 +272,21 @@ void ResidentShape::after_abandoned_step() { allreduce_->finish_step(true); }
 void ResidentShape::check(const SyncOptions&, const DeviceSet& devices, const SplitPolicy& split) {
   if (devices.spans_gpus()) {
     if (!NcclComms::available())
-      throw UsageError("--sync allreduce on distinct GPUs needs NCCL, which this build lacks (it is found with the "
+      throw UsageError(setting("sync") +
+                       " allreduce on distinct GPUs needs NCCL, which this build lacks (it is found with the "
                        "CUDA toolkit at build time); logical devices sharing one GPU (cuda:0x4) run the ring through "
                        "that GPU's copies");
     for (int i = 0; i < devices.size(); ++i)
       for (int j = 0; j < i; ++j)
         if (devices[i].gpu() == devices[j].gpu())
-          throw UsageError("--sync allreduce across GPUs runs NCCL, which takes one logical device per GPU; " +
+          throw UsageError(setting("sync") +
+                           " allreduce across GPUs runs NCCL, which takes one logical device per GPU; " +
                            devices[i].name() + " and " + devices[j].name() +
                            " share one (use cuda:0x4 on one GPU, or each GPU once)");
   }
   if (split.mode == SplitPolicy::Mode::BalanceMemory)
-    throw UsageError("--split balance-memory evens out DataParallel's device-0 hotspot; --sync allreduce has none "
+    throw UsageError(setting("split") + " balance-memory evens out DataParallel's device-0 hotspot; " +
+                     setting("sync") + " allreduce has none "
                      "(every device holds the same state): use another split");
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -62,7 +63,7 @@ bool ShardedShape::CollectiveLog::next(size_t i, Entry& e) {
 // ---- construction ----
 
 void ShardedShape::check(const SyncOptions& sync, const DeviceSet& devices, const SplitPolicy& split) {
-  const std::string name = std::string("--sync ") + sync_mode_name(sync.mode);
+  const std::string name = std::string(setting("sync") + " ") + sync_mode_name(sync.mode);
   if (devices.spans_gpus()) {
     if (!NcclComms::available())
       throw UsageError(name + " on distinct GPUs needs NCCL, which this build lacks (it is found with the CUDA toolkit "
@@ -76,7 +77,7 @@ void ShardedShape::check(const SyncOptions& sync, const DeviceSet& devices, cons
                            " share one (use cuda:0x4 on one GPU, or each GPU once)");
   }
   if (split.mode == SplitPolicy::Mode::BalanceMemory)
-    throw UsageError("--split balance-memory evens out DataParallel's device-0 hotspot; " + name +
+    throw UsageError(setting("split") + " balance-memory evens out DataParallel's device-0 hotspot; " + name +
                      " has none (every device holds the same share): use another split");
 }
 
@@ -619,14 +620,16 @@ Tensor ShardedShape::inference_parameters() {
 }
 
 std::string ShardedShape::graph_blocker() const {
-  return std::string("--sync ") + sync_mode_name(mode_) + " runs as usual: its collectives are not part of a captured step";
+  return std::string(setting("sync") + " ") + sync_mode_name(mode_) +
+      " runs as usual: its collectives are not part of a captured step";
 }
 
 void ShardedShape::set_process_group(ProcessGroup* group) {
   if (!group) return;
   if (e_.devices()[0].is_cuda())
-    throw UsageError(std::string("--sync ") + sync_mode_name(mode_) +
-                     " across processes runs on host devices (MPI); across GPU processes use --sync allreduce");
+    throw UsageError(std::string(setting("sync") + " ") + sync_mode_name(mode_) +
+                     " across processes runs on host devices (MPI); across GPU processes use " + setting("sync") +
+                         " allreduce");
   // Each device's parts shrink to its share of the job's: the state is made again for the new
   // transport, its values carried over.
   const std::vector<float> params = parameters(), buffers = ChunkedShape::buffers();  // (zeros on meta devices)

@@ -4,6 +4,7 @@
 #include "engine/shapes/data_parallel_shape.hpp"
 #include "engine/shapes/resident_shape.hpp"
 #include "engine/shapes/sharded_shape.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -42,7 +43,8 @@ Tensor StepShape::inference_parameters() {
 
 void check_step_shape(const SyncOptions& sync, const DeviceSet& devices, const SplitPolicy& split) {
   if (sync.sync_bn && sync.mode == SyncMode::Reduce)
-    throw UsageError("--sync-bn synchronises BatchNorm across resident replicas: it needs --sync allreduce (as "
+    throw UsageError(setting("sync-bn") + " synchronises BatchNorm across resident replicas: it needs " +
+                     setting("sync") + " allreduce (as "
                      "PyTorch's SyncBatchNorm needs DistributedDataParallel)");
   if (sync.mode == SyncMode::AllReduce) ResidentShape::check(sync, devices, split);
   if (sharded(sync.mode)) ShardedShape::check(sync, devices, split);
@@ -56,7 +58,7 @@ std::unique_ptr<StepShape> make_step_shape(StepEngine& e, LossMode loss, const O
     case SyncMode::Zero2:
     case SyncMode::Zero3: return std::make_unique<ShardedShape>(e, optimizer, e.sync().mode);
   }
-  throw RuntimeError("make_step_shape: unknown --sync mode");
+  throw RuntimeError("make_step_shape: unknown " + setting("sync") + " mode");
 }
 
 }  // namespace dp

@@ -1,6 +1,7 @@
 #include "engine/shapes/sync_mode.hpp"
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -10,7 +11,7 @@ SyncMode parse_sync_mode(const std::string& text) {
   if (text == "zero1") return SyncMode::Zero1;
   if (text == "zero2") return SyncMode::Zero2;
   if (text == "zero3") return SyncMode::Zero3;
-  throw UsageError("--sync '" + text +
+  throw UsageError(setting("sync") + " '" + text +
                    "': expected reduce (DataParallel's), allreduce (DistributedDataParallel's), or zero1, zero2, zero3 "
                    "(ZeRO's stages)");
 }

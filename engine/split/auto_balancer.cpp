@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "engine/split/split.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -17,7 +18,7 @@ AutoBalancer::AutoBalancer(int devices, int warmup_steps, double hysteresis, dou
 void AutoBalancer::restore(const State& s) {
   if (static_cast<int>(s.weights.size()) != n_ || static_cast<int>(s.seconds_per_sample.size()) != n_ ||
       static_cast<int>(s.observations.size()) != n_)
-    throw RuntimeError("the checkpoint's --split auto state is for another number of devices");
+    throw RuntimeError("the checkpoint's " + setting("split") + " auto state is for another number of devices");
   weights_ = s.weights;
   spp_ = s.seconds_per_sample;
   observations_ = s.observations;

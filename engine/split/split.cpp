@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -21,11 +22,11 @@ std::vector<T> parse_list(const std::string& body, const std::string& whole) {
     T v{};
     auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || p != item.data() + item.size())
-      throw UsageError("--split '" + whole + "': '" + item + "' is not a number");
+      throw UsageError(setting("split") + " '" + whole + "': '" + item + "' is not a number");
     out.push_back(v);
   }
   if (out.empty() || (!body.empty() && body.back() == ','))
-    throw UsageError("--split '" + whole + "': empty list");
+    throw UsageError(setting("split") + " '" + whole + "': empty list");
   return out;
 }
 
@@ -65,13 +66,14 @@ SplitPolicy parse_split(const std::string& text, int n, int64_t batch) {
     p.mode = SplitPolicy::Mode::Chunks;
     p.chunks = parse_list<int64_t>(body_of("chunks:"), text);
     if (static_cast<int>(p.chunks.size()) > n)
-      throw UsageError("--split '" + text + "': " + std::to_string(p.chunks.size()) + " chunks for " +
+      throw UsageError(setting("split") + " '" + text + "': " + std::to_string(p.chunks.size()) + " chunks for " +
                        std::to_string(n) + " devices");
     for (auto c : p.chunks)
-      if (c <= 0) throw UsageError("--split '" + text + "': chunk sizes must be positive");
+      if (c <= 0) throw UsageError(setting("split") + " '" + text + "': chunk sizes must be positive");
     const int64_t sum = std::accumulate(p.chunks.begin(), p.chunks.end(), int64_t{0});
     if (sum != batch)
-      throw UsageError("--split '" + text + "': chunks sum to " + std::to_string(sum) + ", not the batch size " +
+      throw UsageError(setting("split") + " '" + text + "': chunks sum to " + std::to_string(sum) +
+                       ", not the batch size " +
                        std::to_string(batch));
     return p;
   }
@@ -79,30 +81,32 @@ SplitPolicy parse_split(const std::string& text, int n, int64_t batch) {
     p.mode = SplitPolicy::Mode::Ratios;
     p.ratios = parse_list<double>(body_of("ratios:"), text);
     if (static_cast<int>(p.ratios.size()) != n)
-      throw UsageError("--split '" + text + "': " + std::to_string(p.ratios.size()) + " ratios for " +
+      throw UsageError(setting("split") + " '" + text + "': " + std::to_string(p.ratios.size()) + " ratios for " +
                        std::to_string(n) + " devices (one per device)");
     double sum = 0;
     for (double r : p.ratios) {
-      if (!std::isfinite(r) || r < 0) throw UsageError("--split '" + text + "': ratios must be finite and >= 0");
+      if (!std::isfinite(r) || r < 0) throw UsageError(setting("split") + " '" + text +
+                                                       "': ratios must be finite and >= 0");
       sum += r;
     }
-    if (sum <= 0) throw UsageError("--split '" + text + "': at least one ratio must be positive");
+    if (sum <= 0) throw UsageError(setting("split") + " '" + text + "': at least one ratio must be positive");
     return p;
   }
   if (text.rfind("gpu0:", 0) == 0) {
     p.mode = SplitPolicy::Mode::Gpu0;
     auto v = parse_list<int64_t>(body_of("gpu0:"), text);
-    if (v.size() != 1) throw UsageError("--split '" + text + "': expected one number, gpu0:K");
+    if (v.size() != 1) throw UsageError(setting("split") + " '" + text + "': expected one number, gpu0:K");
     p.gpu0 = v[0];
-    if (p.gpu0 < 0) throw UsageError("--split '" + text + "': device 0's share must be >= 0");
+    if (p.gpu0 < 0) throw UsageError(setting("split") + " '" + text + "': device 0's share must be >= 0");
     if (p.gpu0 > batch)
-      throw UsageError("--split '" + text + "': device 0's share " + std::to_string(p.gpu0) +
+      throw UsageError(setting("split") + " '" + text + "': device 0's share " + std::to_string(p.gpu0) +
                        " is larger than the batch size " + std::to_string(batch));
     if (n == 1 && p.gpu0 != batch)
-      throw UsageError("--split '" + text + "': with one device, device 0 must take the whole batch");
+      throw UsageError(setting("split") + " '" + text + "': with one device, device 0 must take the whole batch");
     return p;
   }
-  throw UsageError("--split '" + text + "': unknown mode (expected even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory)");
+  throw UsageError(setting("split") + " '" + text +
+                   "': unknown mode (expected even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory)");
 }
 
 std::vector<int64_t> split_sizes(const SplitPolicy& p, int64_t batch, int n) {

@@ -1,6 +1,7 @@
 #include "engine/split/splitter.hpp"
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -44,7 +45,8 @@ nlohmann::json Splitter::state() const {
 void Splitter::restore(const nlohmann::json& j) {
   try {
     if (j.at("policy").get<std::string>() != policy_.text)
-      throw RuntimeError("the checkpoint was made with --split " + j.at("policy").get<std::string>() + ", not " +
+      throw RuntimeError("the checkpoint was made with " + setting("split") + " " +
+                         j.at("policy").get<std::string>() + ", not " +
                          policy_.text);
     if (balancer_ && j.contains("auto"))
       balancer_->restore({j["auto"].at("weights").get<std::vector<double>>(),

@@ -6,13 +6,14 @@
 #include "core/error.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
 LossMode parse_loss_mode(const std::string& text) {
   if (text == "gathered") return LossMode::Gathered;
   if (text == "in-replica") return LossMode::InReplica;
-  throw UsageError("--loss '" + text + "': expected gathered (DataParallel's) or in-replica");
+  throw UsageError(setting("loss") + " '" + text + "': expected gathered (DataParallel's) or in-replica");
 }
 
 namespace {

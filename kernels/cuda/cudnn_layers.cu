@@ -24,6 +24,7 @@
 #include "kernels/buffer.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "core/scratch.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp::cuda {
 
@@ -223,7 +224,7 @@ const ConvPlan& float32_plan(Context& c, ScratchMemory& alloc, const ConvShape& 
   const ConvPlan& p = plan_for(c, alloc, g, DType::F32);
   if (!p.usable)
     throw RuntimeError("cuDNN found no usable algorithm for this convolution" +
-                       std::string(c.allow_tf32() ? "" : " in float32 math (try --tf32)"));
+                       std::string(c.allow_tf32() ? "" : " in float32 math (try " + setting("tf32") + ")"));
   return p;
 }
 

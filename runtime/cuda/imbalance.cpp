@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "runtime/cuda/device_query.hpp"
+#include "core/setting_name.hpp"
 
 namespace dp {
 
@@ -15,7 +16,7 @@ std::string imbalance_warning(const std::vector<GpuInfo>& gpus) {
     std::ostringstream os;
     os << "warning: there is an imbalance between your GPUs: GPU " << mn->index << " has less than 75% of the "
        << what << " of GPU " << mx->index << "; you may want to leave GPU " << mn->index
-       << " out of --devices";
+       << " out of " + setting("devices");
     return os.str();
   };
   std::string w = check([](const GpuInfo& g) { return g.total_memory; }, "memory");

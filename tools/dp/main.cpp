@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 #include "io/atomic_file.hpp"
 #include "runtime/memory.hpp"
 #include "engine/comm/process_group.hpp"
@@ -113,6 +114,8 @@ int main(int argc, char** argv) {
   // instead of killing the process with SIGXFSZ.
   std::signal(SIGXFSZ, SIG_IGN);
   dp::cli::command_line().assign(argv, argv + argc);
+  // The library's errors name a setting in words ("split"); here they name the flag ("--split").
+  dp::name_settings_with([](std::string_view name) { return "--" + std::string(name); });
   CLI::App app{"dp-engine: single-process multi-device DataParallel training", "dp"};
   app.require_subcommand(1);
   auto train = dp::cli::add_train_command(app);

@@ -1,0 +1,20 @@
+// Errors name a setting in words from the library, and by what a front end calls it once it says
+// so (the CLI: its flags): core/setting_name.hpp.
+#include <doctest/doctest.h>
+
+#include "core/error.hpp"
+#include "core/setting_name.hpp"
+#include "engine/split/split.hpp"
+
+using namespace dp;
+
+TEST_CASE("a setting is named in words by the library, and as a front end names it once installed") {
+  CHECK(setting("split") == "split");
+  CHECK(setting("loss-scale-growth-interval") == "loss scale growth interval");
+  CHECK_THROWS_WITH_AS(parse_split("chunks:1,x", 2, 3), "split 'chunks:1,x': 'x' is not a number", UsageError);
+  name_settings_with([](std::string_view name) { return "--" + std::string(name); });
+  CHECK(setting("loss-scale-growth-interval") == "--loss-scale-growth-interval");
+  CHECK_THROWS_WITH_AS(parse_split("chunks:1,x", 2, 3), "--split 'chunks:1,x': 'x' is not a number", UsageError);
+  name_settings_with(nullptr);
+  CHECK(setting("split") == "split");
+}
