@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "data/dataset.hpp"
 #include "core/setting_name.hpp"
+#include "data/tensor_files.hpp"
 
 namespace dp {
 
@@ -54,6 +55,7 @@ Dataset empty_cifar() {
 TrainTest load_cifar10_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) throw RuntimeError(setting("data") + " " + dir + ": not a directory");
+  if (holds_tensor_files(dir)) return load_tensor_dir(dir);
   TrainTest tt{empty_cifar(), empty_cifar(), ""};
   int files = 0;
   for (int k = 1; fs::exists(fs::path(dir) / ("data_batch_" + std::to_string(k) + ".bin")); ++k, ++files)
@@ -72,6 +74,7 @@ TrainTest load_cifar10_dir(const std::string& dir) {
 TrainTest load_data_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir)) throw RuntimeError(setting("data") + " " + dir + ": not a directory");
+  if (holds_tensor_files(dir)) return load_tensor_dir(dir);
   for (const char* name : {"data_batch_1.bin", "test_batch.bin"})
     if (fs::exists(fs::path(dir) / name)) return load_cifar10_dir(dir);
   return load_mnist_dir(dir);

@@ -1,7 +1,8 @@
 // Image classification data as stored: uint8 pixels [count, channels, rows, cols] (planes, as
-// CIFAR-10 stores them) and uint8 labels, with the per-channel statistics the loader normalises
-// with. Sources: MNIST-style IDX files (gzip or raw), CIFAR-10's binary files, and generated
-// defaults for both shapes.
+// CIFAR-10 stores them) with the per-channel statistics the loader normalises with, or float32
+// samples taken as they are; and a label per sample. Sources: MNIST-style IDX files (gzip or raw),
+// CIFAR-10's binary files, tensor files (.npy, safetensors: data/tensor_files.hpp), and generated
+// defaults.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,8 +12,12 @@ namespace dp {
 
 struct Dataset {
   int64_t count = 0, channels = 1, rows = 0, cols = 0;
-  std::vector<uint8_t> images;  // count * channels * rows * cols
-  std::vector<uint8_t> labels;  // count
+  std::vector<uint8_t> images;  // count * channels * rows * cols (uint8 sources)
+  // A float32 source (a tensor file): the samples as given are the model's input exactly — not
+  // normalised, not augmented, never sent to the devices as pixels.
+  bool float_samples = false;
+  std::vector<float> values;    // count * channels * rows * cols (float32 sources)
+  std::vector<int32_t> labels;  // count, each >= 0
   // Normalisation per channel: (x/255 − mean) / std. MNIST's by default.
   std::vector<float> mean{0.1307f}, std{0.3081f};
   std::string source;  // the file(s) it came from, for messages
@@ -42,7 +47,7 @@ TrainTest load_mnist_dir(const std::string& dir);
 // of 3073, a label above 9, or a missing file.
 TrainTest load_cifar10_dir(const std::string& dir);
 
-// --data DIR: the directory's content decides the format (CIFAR-10 binary or IDX).
+// --data DIR: the directory's content decides the format (tensor files, CIFAR-10 binary or IDX).
 TrainTest load_data_dir(const std::string& dir);
 
 // A deterministic, learnable stand-in for MNIST: 28x28 strokes of ten shape classes, jittered

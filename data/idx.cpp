@@ -102,7 +102,8 @@ Dataset read_idx_pair(const std::string& images_path, const std::string& labels_
     if (n != d.count)
       throw RuntimeError(labels_path + ": " + std::to_string(n) + " labels for " + std::to_string(d.count) +
                          " images in " + images_path);
-    d.labels = f.read_vector(static_cast<size_t>(n), std::to_string(n) + " labels");
+    const std::vector<uint8_t> bytes = f.read_vector(static_cast<size_t>(n), std::to_string(n) + " labels");
+    d.labels.assign(bytes.begin(), bytes.end());
   }
   for (size_t i = 0; i < d.labels.size(); ++i)
     if (d.labels[i] > 9)
@@ -153,7 +154,8 @@ void write_idx_pair(const Dataset& d, const std::string& images_path, const std:
       be32(kImagesMagic) + be32(static_cast<uint32_t>(d.count)) + be32(static_cast<uint32_t>(d.rows)) +
           be32(static_cast<uint32_t>(d.cols)),
       d.images);
-  put(labels_path, be32(kLabelsMagic) + be32(static_cast<uint32_t>(d.count)), d.labels);
+  put(labels_path, be32(kLabelsMagic) + be32(static_cast<uint32_t>(d.count)),
+      std::vector<uint8_t>(d.labels.begin(), d.labels.end()));
 }
 
 }  // namespace dp

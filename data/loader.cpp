@@ -1,5 +1,7 @@
 #include "data/loader.hpp"
 
+#include "core/error.hpp"
+
 #include <numeric>
 #include <random>
 
@@ -73,6 +75,14 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
   else
     b.images.resize(static_cast<size_t>(count * px));
   b.labels.resize(static_cast<size_t>(count));
+  if (data.float_samples) {  // a tensor file's float32 samples: the model's input as they are
+    if (pixels_only || augment) throw RuntimeError(data.source + ": float32 samples have no pixels to send or augment");
+    for (int64_t i = 0; i < count; ++i) {
+      std::copy_n(data.values.data() + indices[i] * px, px, b.images.data() + i * px);
+      b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
+    }
+    return b;
+  }
   const std::vector<float> table = pixels_only ? std::vector<float>{} : normalisation_table(data);
   auto make = [&](int64_t begin, int64_t end) {
     // An augmented sample goes straight into the batch (pixel form) or into this worker's one

@@ -33,7 +33,8 @@ std::vector<uint16_t> le16_ids(const std::string& b, size_t from) {
 
 bool has_image_files(const fs::path& dir) {
   std::error_code ec;
-  for (const char* name : {"data_batch_1.bin", "test_batch.bin", "train-images-idx3-ubyte", "train-images-idx3-ubyte.gz"})
+  for (const char* name : {"data_batch_1.bin", "test_batch.bin", "train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
+                           "train.safetensors", "train_images.npy"})
     if (fs::exists(dir / name, ec)) return true;
   return false;
 }

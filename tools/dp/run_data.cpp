@@ -174,15 +174,23 @@ std::unique_ptr<BatchSource> RunData::batches(int64_t batch, bool shuffle, uint6
                                          shard);
   }
   if (shapes_only) return std::make_unique<ShapeLoader>(images.train.count, batch, epochs, max_steps, first_step, shard);
+  if (augment && images.train.float_samples)
+    throw UsageError("--augment crops and flips uint8 images; the data's float32 samples are taken as they are");
   return std::make_unique<BatchLoader>(images.train, batch, shuffle, seed, epochs, max_steps, augment, first_step,
                                        shard, 3, loader_threads, form);
 }
 
-BatchForm batch_form_for(const std::string& text, bool cuda, bool language) {
+BatchForm batch_form_for(const std::string& text, bool cuda, bool language, bool float_samples) {
   if (text != "auto" && text != "host" && text != "device")
     throw UsageError("--normalise-on '" + text + "': expected auto, host or device");
   if (language) {
     if (text == "device") throw UsageError("--normalise-on device: token ids have no pixels to normalise");
+    return BatchForm::Images;
+  }
+  if (float_samples) {
+    if (text == "device")
+      throw UsageError("--normalise-on device: the data's float32 samples are taken as they are, with no pixels to "
+                       "normalise");
     return BatchForm::Images;
   }
   return text == "device" || (text == "auto" && cuda) ? BatchForm::Pixels : BatchForm::Images;

@@ -56,9 +56,9 @@ int loader_threads_for(const std::string& text, bool cuda);
 // --normalise-on host|device|auto: where each image's pixels become the model's float32, the
 // loader's threads (host) or the device that loads the batch from its uint8 pixels (device: a
 // quarter of the bytes to make and upload, the same bits). auto: device on CUDA devices, host on
-// host devices, whose "upload" is a memcpy on the same cores. Token data has no pixels: host.
-// UsageError for anything else.
-BatchForm batch_form_for(const std::string& text, bool cuda, bool language);
+// host devices, whose "upload" is a memcpy on the same cores. Token data and float32 samples (a
+// tensor file) have no pixels: host. UsageError for anything else.
+BatchForm batch_form_for(const std::string& text, bool cuda, bool language, bool float_samples = false);
 
 // The generated default that fits the model: seven-segment digits (1x28x28), CIFAR-style shapes
 // (3x32x32), or a generated corpus (bytes of sentences).

@@ -111,7 +111,7 @@ DataParallelOptions TrainRun::step_options() const {
   options.report_grad_norm = !o.metrics.empty();  // the metrics' grad_norm
   options.label_smoothing = o.label_smoothing;
   options.process_group = group;
-  if (batch_form_for(o.normalise_on, cuda, data.language) == BatchForm::Pixels)
+  if (batch_form_for(o.normalise_on, cuda, data.language, data.images.train.float_samples) == BatchForm::Pixels)
     options.pixel_table = normalisation_table(data.images.train);
   if (group)  // mpirun: dropout draws one process's masks for this process's samples
     options.sample_placement = SamplePlacement{group->size(), group->rank()};
@@ -156,7 +156,7 @@ void TrainRun::place_loader() {
   if (o.steps_given && !o.epochs_given)
     o.epochs = static_cast<int>(std::min<int64_t>((o.steps + plan.steps_per_epoch() - 1) / plan.steps_per_epoch(), 1 << 30));
   const bool cuda = dp.devices()[0].is_cuda();
-  const BatchForm form = batch_form_for(o.normalise_on, cuda, data.language);
+  const BatchForm form = batch_form_for(o.normalise_on, cuda, data.language, data.images.train.float_samples);
   loader = data.batches(o.batch, !o.no_shuffle, o.seed, o.epochs, plan.first_batch(o.steps), o.augment,
                         plan.first_batch(first_step), shard, loader_threads_for(o.loader_threads, cuda), form);
   if (loader->placement() != dp.sample_placement())
