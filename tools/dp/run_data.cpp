@@ -137,13 +137,16 @@ void check_data_path(const RunOptions& o, const ModelDef& model) {
   if (model.language_model() || !fs::is_regular_file(path, ec)) return;
   const std::string name = path.filename().string();
   const bool idx = name.find("-ubyte") != std::string::npos,
-             cifar = name.rfind("data_batch_", 0) == 0 || name.rfind("test_batch", 0) == 0;
-  const std::string what = idx ? "an IDX file" : cifar ? "a CIFAR-10 batch file" : "a file";
+             cifar = name.rfind("data_batch_", 0) == 0 || name.rfind("test_batch", 0) == 0,
+             tensors = name == "train.safetensors" || name == "val.safetensors" ||
+                       (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0);
+  const std::string what = idx ? "an IDX file" : cifar ? "a CIFAR-10 batch file" : tensors ? "a tensor file" : "a file";
   throw UsageError("--data " + o.data + " is " + what + "; --model " + model.name +
                    " takes the directory that holds the data set: MNIST-style IDX files (train-images-idx3-ubyte, "
-                   "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, gzip or raw) or "
-                   "CIFAR-10's data_batch_1.bin, ... and test_batch.bin" +
-                   (idx || cifar ? " (here: --data " + path.parent_path().string() + ")"
+                   "train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, gzip or raw), "
+                   "CIFAR-10's data_batch_1.bin, ... and test_batch.bin, or tensor files (train.safetensors, or "
+                   "train_images.npy and train_labels.npy)" +
+                   (idx || cifar || tensors ? " (here: --data " + path.parent_path().string() + ")"
                                  : std::string("; a text or token file is for --model gpt")));
 }
 
