@@ -82,6 +82,12 @@ TrainTest load_data_dir(const std::string& dir) {
 
 void use_mnist_statistics(Dataset& d) { d.mean = {0.1307f}, d.std = {0.3081f}; }
 void use_fashion_mnist_statistics(Dataset& d) { d.mean = {0.2860f}, d.std = {0.3530f}; }
+void use_default_statistics(Dataset& d) {
+  if (d.channels == 3) d.mean = {0.485f, 0.456f, 0.406f}, d.std = {0.229f, 0.224f, 0.225f};
+  else if (d.channels == 1) use_mnist_statistics(d);
+  else d.mean.assign(static_cast<size_t>(d.channels), 0.5f), d.std = d.mean;
+}
+
 void use_cifar10_statistics(Dataset& d) {
   d.mean = {0.4914f, 0.4822f, 0.4465f};
   d.std = {0.2470f, 0.2435f, 0.2616f};

@@ -5,10 +5,22 @@
 // defaults.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 namespace dp {
+
+// Samples made as each batch is (an image folder's, data/image_folder.hpp): decoded and transformed
+// to the data set's size in the loader's threads, so memory does not grow with the data set.
+class SampleDecoder {
+ public:
+  virtual ~SampleDecoder() = default;
+  // Sample i as uint8 planes [channels, rows, cols]: the training transform drawn from `rng`, or
+  // the evaluation transform when it is null. RuntimeError naming the file when it cannot be read.
+  virtual void decode(int64_t i, std::mt19937_64* rng, uint8_t* out) const = 0;
+};
 
 struct Dataset {
   int64_t count = 0, channels = 1, rows = 0, cols = 0;
@@ -17,7 +29,9 @@ struct Dataset {
   // normalised, not augmented, never sent to the devices as pixels.
   bool float_samples = false;
   std::vector<float> values;    // count * channels * rows * cols (float32 sources)
+  std::shared_ptr<const SampleDecoder> decoder;  // set: images stays empty, samples are decoded
   std::vector<int32_t> labels;  // count, each >= 0
+  int64_t classes = 0;          // the classes the source names (an image folder's), 0: not named
   // Normalisation per channel: (x/255 − mean) / std. MNIST's by default.
   std::vector<float> mean{0.1307f}, std{0.3081f};
   std::string source;  // the file(s) it came from, for messages
@@ -28,6 +42,9 @@ struct Dataset {
 void use_mnist_statistics(Dataset& d);          // 0.1307, 0.3081
 void use_fashion_mnist_statistics(Dataset& d);  // 0.2860, 0.3530
 void use_cifar10_statistics(Dataset& d);        // (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+// A source that names none: ImageNet's (0.485, 0.456, 0.406), (0.229, 0.224, 0.225) for 3
+// channels, MNIST's for 1, 0.5 and 0.5 otherwise.
+void use_default_statistics(Dataset& d);
 
 struct TrainTest {
   Dataset train, test;

@@ -87,16 +87,23 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
   auto make = [&](int64_t begin, int64_t end) {
     // An augmented sample goes straight into the batch (pixel form) or into this worker's one
     // scratch sample, then through the table (float form): no allocation and no copy per sample.
-    std::vector<uint8_t> scratch(augment && !pixels_only ? static_cast<size_t>(px) : 0);
+    // A decoded sample (an image folder's) is made the same way, by its decoder.
+    std::vector<uint8_t> scratch((augment || data.decoder) && !pixels_only ? static_cast<size_t>(px) : 0);
     for (int64_t i = begin; i < end; ++i) {
-      const uint8_t* pixels = data.images.data() + indices[i] * px;
+      const uint8_t* pixels = data.decoder ? nullptr : data.images.data() + indices[i] * px;
       b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
       uint8_t* stored = pixels_only ? b.pixels.data() + i * px : scratch.data();
       if (augment) {
         const int64_t position = (augment->first_position + i) * augment->shard.count + augment->shard.rank;
         const uint64_t index = static_cast<uint64_t>(augment->epoch) << 32 | static_cast<uint64_t>(position);
         std::mt19937_64 rng = random_stream(augment->seed, RandomPurpose::Augment, index);
-        augment_sample(pixels, stored, data.channels, data.rows, data.cols, rng);
+        if (data.decoder)
+          data.decoder->decode(indices[i], &rng, stored);  // RandomResizedCrop and flip
+        else
+          augment_sample(pixels, stored, data.channels, data.rows, data.cols, rng);
+        pixels = stored;
+      } else if (data.decoder) {
+        data.decoder->decode(indices[i], nullptr, stored);  // Resize and CenterCrop
         pixels = stored;
       } else if (pixels_only) {
         std::copy(pixels, pixels + px, stored);

@@ -62,8 +62,7 @@ Dataset make_dataset(const Found& images, const Found& labels, const std::string
   const size_t n = static_cast<size_t>(count_of(images.shape));
   if (images.kind == Kind::U8) {
     d.images.assign(reinterpret_cast<const uint8_t*>(images.data), reinterpret_cast<const uint8_t*>(images.data) + n);
-    if (d.channels == 3) d.mean = {0.485f, 0.456f, 0.406f}, d.std = {0.229f, 0.224f, 0.225f};  // ImageNet's
-    else if (d.channels != 1) d.mean.assign(static_cast<size_t>(d.channels), 0.5f), d.std = d.mean;
+    use_default_statistics(d);
   } else {
     d.float_samples = true;
     d.values.resize(n);

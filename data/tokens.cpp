@@ -1,5 +1,7 @@
 #include "data/tokens.hpp"
 
+#include "data/image_folder.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -36,7 +38,7 @@ bool has_image_files(const fs::path& dir) {
   for (const char* name : {"data_batch_1.bin", "test_batch.bin", "train-images-idx3-ubyte", "train-images-idx3-ubyte.gz",
                            "train.safetensors", "train_images.npy"})
     if (fs::exists(dir / name, ec)) return true;
-  return false;
+  return holds_image_folder(dir.string());
 }
 
 }  // namespace

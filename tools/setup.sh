@@ -12,6 +12,7 @@ if [[ "${1:-}" == "--sanitize" ]]; then
 fi
 
 packages=(build-essential cmake pkg-config doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
+          libturbojpeg0-dev libpng-dev
           python3 python3-torch python3-torchvision openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/error.hpp"
+#include "data/image_folder.hpp"
 #include "data/shape_loader.hpp"
 #include "engine/batch_view.hpp"
 #include "data/token_loader.hpp"
@@ -99,6 +100,26 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
   return d;
 }
 
+// An image folder's samples at the model's size, with --resize, --crop-scale and --crop-ratio.
+ImageFolderOptions image_folder_options(const RunOptions& o, const ModelDef& model) {
+  if (model.input_shape.size() != 3 || (model.input_shape[0] != 1 && model.input_shape[0] != 3))
+    throw UsageError("--data " + o.data + " is an image folder, and model " + model.name + " takes " +
+                     shape_str(model.input_shape) + " samples: images become 1 or 3 channels");
+  const auto range = [&](const char* flag, const std::vector<double>& v, double most) {
+    if (v.size() != 2 || !(v[0] > 0) || !(v[0] <= v[1]) || !(v[1] <= most))
+      throw UsageError(std::string(flag) + ": expected LO,HI with 0 < LO <= HI" +
+                       (std::isfinite(most) ? " <= " + std::to_string(static_cast<int>(most)) : std::string()));
+    return std::pair{v[0], v[1]};
+  };
+  if (o.resize < 0) throw UsageError("--resize must be >= 1 (0: the default)");
+  ImageFolderOptions f;
+  f.channels = model.input_shape[0], f.rows = model.input_shape[1], f.cols = model.input_shape[2];
+  f.short_side = o.resize;
+  std::tie(f.crop.scale_low, f.crop.scale_high) = range("--crop-scale", o.crop_scale, 1.0);
+  std::tie(f.crop.ratio_low, f.crop.ratio_high) = range("--crop-ratio", o.crop_ratio, INFINITY);
+  return f;
+}
+
 RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
                     uint64_t generated_seed, bool drawn) {
   RunData d;
@@ -108,7 +129,8 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
   // --generated-size, when given, is the size (memprof and demo otherwise take what their steps need).
   if (o.generated_size_given) generated_train = o.generated_train;
   d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed, drawn)
-                            : load_data_dir(o.data);
+              : holds_image_folder(o.data) ? load_image_folder(o.data, image_folder_options(o, model))
+                                           : load_data_dir(o.data);
   const Dataset& train = d.images.train;
   const Shape sample{train.channels, train.rows, train.cols};
   if (sample != model.input_shape)
@@ -119,6 +141,9 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
                         : model.input_shape[0] == 3 ? ": use CIFAR-10 data"
                                                     : ": use MNIST-style data"));
   if (train.count == 0) throw RuntimeError(train.source + ": no training samples");
+  if (train.classes > model.classes)
+    throw RuntimeError(train.source + ": " + std::to_string(train.classes) + " classes, and model " + model.name +
+                       " has " + std::to_string(model.classes) + " outputs");
   if (o.batch > train.count)
     throw UsageError("--batch " + std::to_string(o.batch) + " is larger than the training set (" +
                      std::to_string(train.count) + " samples in " + train.source + ")");

@@ -74,9 +74,24 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                   "PyTorch by tools/export_model.py (docs/model-format.md)")
       ->capture_default_str();
   cmd->add_option("--data", o.data,
-                  "images: a directory of MNIST-style IDX or CIFAR-10 binary files; gpt: a directory with train.bin and "
+                  "images: an image folder (a subfolder of JPEG and PNG files per class; or train/ and val/ such "
+                  "folders), tensor files (train.safetensors, or train_images.npy and train_labels.npy), or a "
+                  "directory of MNIST-style IDX or CIFAR-10 binary files; gpt: a directory with train.bin and "
                   "val.bin, a text file or a directory of text files (default: generated data)")
       ->check(path_flag());
+  cmd->add_option("--resize", o.resize,
+                  "image folders: evaluation's Resize of the short side before the centre crop to the model's size "
+                  "(default: the size x 256/224, ImageNet's 256 for 224)");
+  cmd->add_option("--crop-scale", o.crop_scale,
+                  "image folders with --augment: RandomResizedCrop's area range, LO,HI of the image")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
+  cmd->add_option("--crop-ratio", o.crop_ratio,
+                  "image folders with --augment: RandomResizedCrop's aspect-ratio range, LO,HI")
+      ->delimiter(',')
+      ->expected(2)
+      ->capture_default_str();
   cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
   cmd->add_option("--batch", o.batch, "global batch size (gpt: 32 unless given)")->capture_default_str();
   cmd->add_option("--split", o.split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory")

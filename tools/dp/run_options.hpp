@@ -16,6 +16,10 @@ namespace dp::cli {
 struct RunOptions {
   std::string model = "convnet";
   std::string data;  // empty: the generated dataset
+  // An image folder's transforms: evaluation's Resize (0: the crop's size · 256/224) and training's
+  // RandomResizedCrop (with --augment).
+  int64_t resize = 0;
+  std::vector<double> crop_scale{0.08, 1.0}, crop_ratio{3.0 / 4.0, 4.0 / 3.0};
   std::string devices = "auto";
   int64_t batch = 128;
   std::string split = "even";

@@ -77,6 +77,7 @@ class TrainLoop {
   // batch, metrics, checkpoints): the period a run really advances at, where samples_per_s times
   // the step alone. Under mpirun the ranks meet every step, so rank 0's clock is the job's.
   std::optional<std::chrono::steady_clock::time_point> loop_start_;
+  double data_wait_ = 0;  // seconds the loop waited for the running step's next batch (the loader fell behind)
 };
 
 TrainLoop::TrainLoop(TrainRun& run)
@@ -100,7 +101,11 @@ int TrainLoop::train() {
   for (MicroBatches micro = fetch(), next; !micro.empty(); micro = std::move(next)) {
     if ((interrupted = pending_interrupt())) break;
     if (!loop_start_) loop_start_ = std::chrono::steady_clock::now();
-    next = fetch();  // a step ahead: its first batch uploaded while this step runs (--upload-ahead)
+    // A step ahead: its first batch uploaded while this step runs (--upload-ahead). The time spent
+    // waiting for the loader here delays this step: it is the step's data wait.
+    const auto asked = std::chrono::steady_clock::now();
+    next = fetch();
+    data_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
     if (run_.ahead && !next.empty()) upload_ahead(dp_, next.front());
     train_step(micro);
   }
@@ -147,6 +152,7 @@ void TrainLoop::train_step(const MicroBatches& micro) {
 // say, the progress bar, and the trace window.
 void TrainLoop::record_step(const StepResult& r, size_t micro_batches, int epoch, double seconds) {
   tally_.add(r, seconds);
+  tally_.data_wait_seconds += data_wait_;
   evaluations_.add_training_loss(r.loss);
   if (!std::isfinite(r.loss))
     throw RuntimeError("the loss became " + std::to_string(r.loss) + " at step " + std::to_string(step_) +
@@ -156,6 +162,7 @@ void TrainLoop::record_step(const StepResult& r, size_t micro_batches, int epoch
   if (run_.metrics.is_open()) {
     const double since_start = std::chrono::duration<double>(std::chrono::steady_clock::now() - *loop_start_).count();
     nlohmann::json row = step_metrics_row(r, step_, epoch, seconds, since_start);
+    row["data_wait_ms"] = data_wait_ * 1000;
     if (o_.accumulate > 1) row["micro_batches"] = micro_batches;
     if (run_.ahead) row["loaded_ahead"] = r.loaded_ahead;
     run_.metrics << row.dump() << "\n" << std::flush;

@@ -92,6 +92,11 @@ void print_run_summary(const RunTally& t, DataParallel& dp, bool graphs) {
     std::printf(" %s %.2f", phase_name(static_cast<Phase>(p)),
                 t.phased ? t.phase_seconds[p] * 1e3 / static_cast<double>(t.phased) : 0.0);
   std::printf("\n");
+  // The loader fell behind the devices: said when it cost more than 5% of the steps' time.
+  if (t.data_wait_seconds > 0.05 * t.seconds)
+    std::printf("waiting for data: %.2f s between steps (%.0f%% of the steps' time): the loader fell behind; more "
+                "--loader-threads may help\n",
+                t.data_wait_seconds, 100 * t.data_wait_seconds / std::max(t.seconds, 1e-9));
 }
 
 }  // namespace dp::cli

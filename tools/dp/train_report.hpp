@@ -17,6 +17,7 @@ nlohmann::json step_metrics_row(const StepResult& r, int64_t step, int epoch, do
 struct RunTally {
   int64_t steps = 0, samples = 0;
   double seconds = 0;  // in the steps themselves (not loading ahead, metrics, checkpoints)
+  double data_wait_seconds = 0;  // waiting for the loader between steps
   double last_loss = NAN;
   int64_t skipped = 0;   // fp16: steps with inf/NaN gradients, so no update
   int64_t replayed = 0;  // --cuda-graphs: steps that replayed a captured step (no phases of their own)
