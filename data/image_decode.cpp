@@ -23,13 +23,17 @@ void check_size(int64_t rows, int64_t cols, const std::string& path) {
 }
 
 // PIL's RGB to L: (r·19595 + g·38470 + b·7471 + 2^15) >> 16.
+// A buffer of at least n bytes, grown only: a decoder reused image after image allocates once.
+void hold(std::vector<uint8_t>& pixels, size_t n) {
+  if (pixels.size() < n) pixels.resize(n);
+}
+
 void to_luma(DecodedImage& img) {
   const int64_t n = img.rows * img.cols;
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* p = img.pixels.data() + 3 * i;
     img.pixels[static_cast<size_t>(i)] = static_cast<uint8_t>((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
   }
-  img.pixels.resize(static_cast<size_t>(n));
   img.channels = 1;
 }
 
@@ -40,8 +44,8 @@ struct TjHandle {
   }
 };
 
-DecodedImage decode_jpeg(const std::string& bytes, const std::string& path, ImageHeader* header_only) {
-  TjHandle tj;
+void decode_jpeg(const std::string& bytes, const std::string& path, ImageHeader* header_only, DecodedImage& img) {
+  thread_local TjHandle tj;  // one decompressor a thread, its buffers kept between images
   if (!tj.h) throw RuntimeError(path + ": cannot start the JPEG decoder (" + std::string(tjGetErrorStr2(nullptr)) + ")");
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
@@ -49,19 +53,17 @@ DecodedImage decode_jpeg(const std::string& bytes, const std::string& path, Imag
   if (tjDecompressHeader3(tj.h, data, size, &width, &height, &subsamp, &colorspace) != 0)
     throw RuntimeError(path + ": a corrupt or truncated JPEG (its header: " + std::string(tjGetErrorStr2(tj.h)) + ")");
   check_size(height, width, path);
-  DecodedImage img;
   img.rows = height, img.cols = width, img.channels = 3;
   if (header_only) {
     header_only->rows = height, header_only->cols = width;
-    return img;
+    return;
   }
   if (colorspace == TJCS_CMYK || colorspace == TJCS_YCCK)
     throw RuntimeError(path + ": a CMYK JPEG (convert it to RGB first)");
-  img.pixels.resize(static_cast<size_t>(img.rows * img.cols * 3));
+  hold(img.pixels, static_cast<size_t>(img.rows * img.cols * 3));
   // Accurate DCT and fancy upsampling: libjpeg's defaults, what PIL decodes with.
   if (tjDecompress2(tj.h, data, size, img.pixels.data(), width, 0, height, TJPF_RGB, 0) != 0)
     throw RuntimeError(path + ": a corrupt or truncated JPEG (" + std::string(tjGetErrorStr2(tj.h)) + ")");
-  return img;
 }
 
 // libpng reports errors by longjmp: nothing with a destructor lives in the frame that calls setjmp.
@@ -117,7 +119,7 @@ int png_decode_into(PngRead& r, png_uint_32& width, png_uint_32& height, std::ve
     png_destroy_read_struct(&png, &info, nullptr);
     return 1;
   }
-  pixels->resize(static_cast<size_t>(width) * height * 3);
+  hold(*pixels, static_cast<size_t>(width) * height * 3);
   rows->resize(height);
   for (png_uint_32 y = 0; y < height; ++y) (*rows)[y] = pixels->data() + static_cast<size_t>(y) * width * 3;
   png_read_image(png, rows->data());
@@ -126,43 +128,47 @@ int png_decode_into(PngRead& r, png_uint_32& width, png_uint_32& height, std::ve
   return 0;
 }
 
-DecodedImage decode_png(const std::string& bytes, const std::string& path, ImageHeader* header_only) {
+void decode_png(const std::string& bytes, const std::string& path, ImageHeader* header_only, DecodedImage& img) {
   PngRead r{&bytes};
   png_uint_32 width = 0, height = 0;
-  DecodedImage img;
   std::vector<png_bytep> rows;
   if (png_decode_into(r, width, height, header_only ? nullptr : &rows, header_only ? nullptr : &img.pixels) != 0)
     throw RuntimeError(path + ": a corrupt or truncated PNG (" + r.message + ")");
   check_size(height, width, path);
   img.rows = height, img.cols = width, img.channels = 3;
   if (header_only) header_only->rows = height, header_only->cols = width;
-  return img;
 }
 
 }  // namespace
 
 ImageHeader read_image_header(const std::string& bytes, const std::string& path) {
   ImageHeader h;
+  DecodedImage none;
   if (is_jpeg(bytes)) {
     h.format = ImageHeader::Format::Jpeg;
-    decode_jpeg(bytes, path, &h);
+    decode_jpeg(bytes, path, &h, none);
   } else if (is_png(bytes)) {
     h.format = ImageHeader::Format::Png;
-    decode_png(bytes, path, &h);
+    decode_png(bytes, path, &h, none);
   } else {
     throw RuntimeError(path + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   }
   return h;
 }
 
-DecodedImage decode_image(const std::string& bytes, const std::string& path, int64_t channels) {
+void decode_image_into(const std::string& bytes, const std::string& path, int64_t channels, DecodedImage& img) {
   if (channels != 1 && channels != 3)
     throw RuntimeError(path + ": images decode to 1 or 3 channels, not " + std::to_string(channels));
-  DecodedImage img;
-  if (is_jpeg(bytes)) img = decode_jpeg(bytes, path, nullptr);
-  else if (is_png(bytes)) img = decode_png(bytes, path, nullptr);
+  if (is_jpeg(bytes)) decode_jpeg(bytes, path, nullptr, img);
+  else if (is_png(bytes)) decode_png(bytes, path, nullptr, img);
   else throw RuntimeError(path + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   if (channels == 1) to_luma(img);
+}
+
+DecodedImage decode_image(const std::string& bytes, const std::string& path, int64_t channels) {
+  DecodedImage img;
+  decode_image_into(bytes, path, channels, img);
+  img.pixels.resize(static_cast<size_t>(img.rows * img.cols * img.channels));
   return img;
 }
 

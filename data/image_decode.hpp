@@ -30,5 +30,7 @@ ImageHeader read_image_header(const std::string& bytes, const std::string& path)
 // The whole image as `channels` (1 or 3) bytes a pixel; RuntimeError naming `path` for a corrupt or
 // truncated file (libjpeg's warnings, such as a premature end of data, are errors here, as in PIL).
 DecodedImage decode_image(const std::string& bytes, const std::string& path, int64_t channels);
+// The same into `img`, whose pixel buffer is reused (it may hold more bytes than the image's).
+void decode_image_into(const std::string& bytes, const std::string& path, int64_t channels, DecodedImage& img);
 
 }  // namespace dp

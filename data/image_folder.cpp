@@ -79,7 +79,8 @@ class ImageFolderDecoder final : public SampleDecoder {
       : files_(std::move(files)), o_(options) {}
   void decode(int64_t i, std::mt19937_64* rng, uint8_t* out) const override {
     const std::string& path = files_.at(static_cast<size_t>(i));
-    const DecodedImage img = decode_image(read_file(path), path, o_.channels);
+    thread_local DecodedImage img;  // its buffer reused image after image
+    decode_image_into(read_file(path), path, o_.channels, img);
     if (rng)
       train_transform(img, o_.rows, o_.cols, o_.crop, *rng, out);
     else

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 namespace dp {
@@ -15,10 +16,10 @@ int64_t below(std::mt19937_64& rng, int64_t n) { return static_cast<int64_t>(rng
 int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
 
 // One dimension's antialiased bilinear weights (torch's _compute_indices_weights_aa): output i
-// reads inputs [first[i], first[i] + count[i]) with these weights.
+// reads inputs [first[i], first[i] + count[i]) with these weights, in float32 as torch's kernel.
 struct Taps {
   std::vector<int64_t> first, count;
-  std::vector<double> weights;  // count[i] of them from i * width
+  std::vector<float> weights;  // count[i] of them from i * width
   int64_t width = 0;
 };
 
@@ -30,21 +31,21 @@ Taps taps(int64_t in, int64_t out) {
   t.width = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
   t.first.resize(static_cast<size_t>(out));
   t.count.resize(static_cast<size_t>(out));
-  t.weights.assign(static_cast<size_t>(out * t.width), 0.0);
+  t.weights.assign(static_cast<size_t>(out * t.width), 0.f);
+  std::vector<double> w(static_cast<size_t>(t.width));
   for (int64_t i = 0; i < out; ++i) {
     const double center = scale * (static_cast<double>(i) + 0.5);
     const int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
     const int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
     const int64_t n = std::min(hi - lo, t.width);
     double total = 0;
-    double* w = t.weights.data() + i * t.width;
     for (int64_t j = 0; j < n; ++j) {
       const double x = std::abs((static_cast<double>(j + lo) - center + 0.5) * inv);
-      w[j] = x < 1.0 ? 1.0 - x : 0.0;
-      total += w[j];
+      w[static_cast<size_t>(j)] = x < 1.0 ? 1.0 - x : 0.0;
+      total += w[static_cast<size_t>(j)];
     }
-    if (total > 0)
-      for (int64_t j = 0; j < n; ++j) w[j] /= total;
+    for (int64_t j = 0; j < n; ++j)
+      t.weights[static_cast<size_t>(i * t.width + j)] = static_cast<float>(total > 0 ? w[static_cast<size_t>(j)] / total : 0.0);
     t.first[static_cast<size_t>(i)] = lo;
     t.count[static_cast<size_t>(i)] = n;
   }
@@ -89,44 +90,53 @@ CropBox center_crop_box(int64_t rows, int64_t cols, int64_t out_rows, int64_t ou
 
 void resize_box(const DecodedImage& img, const CropBox& box, int64_t out_rows, int64_t out_cols, bool flip,
                 uint8_t* out) {
+  if (box.top < 0 || box.left < 0 || box.height < 1 || box.width < 1 || box.top + box.height > img.rows ||
+      box.left + box.width > img.cols)
+    throw std::invalid_argument("resize_box: the box lies outside the image");
   const int64_t C = img.channels;
-  // The box's pixels (zeros outside the image), as float planes.
-  std::vector<float> src(static_cast<size_t>(C * box.height * box.width), 0.f);
+  // Horizontal pass from the interleaved pixels into float planes [C, box.height, out_cols], then
+  // the vertical pass row by row; rounded once at the end.
+  const Taps across = taps(box.width, out_cols), down = taps(box.height, out_rows);
+  // Scratch kept per thread: a fresh megabyte per image costs the kernel's page faults.
+  thread_local std::vector<float> mid, row_f, line;
+  mid.resize(static_cast<size_t>(C * box.height * out_cols));
+  row_f.resize(static_cast<size_t>(box.width * C));
   for (int64_t y = 0; y < box.height; ++y) {
-    const int64_t sy = box.top + y;
-    if (sy < 0 || sy >= img.rows) continue;
-    for (int64_t x = 0; x < box.width; ++x) {
-      const int64_t sx = box.left + x;
-      if (sx < 0 || sx >= img.cols) continue;
-      const uint8_t* p = img.pixels.data() + (sy * img.cols + sx) * C;
-      for (int64_t c = 0; c < C; ++c) src[static_cast<size_t>((c * box.height + y) * box.width + x)] = p[c];
+    const uint8_t* row = img.pixels.data() + ((box.top + y) * img.cols + box.left) * C;
+    for (int64_t k = 0; k < box.width * C; ++k) row_f[static_cast<size_t>(k)] = row[k];
+    float* plane0 = mid.data() + y * out_cols;
+    const int64_t plane = box.height * out_cols;
+    for (int64_t x = 0; x < out_cols; ++x) {
+      const float* w = across.weights.data() + x * across.width;
+      const float* in = row_f.data() + across.first[static_cast<size_t>(x)] * C;
+      const int64_t n = across.count[static_cast<size_t>(x)];
+      if (C == 3) {  // the usual case, its sums kept in registers
+        float r = 0, g = 0, b = 0;
+        for (int64_t j = 0; j < n; ++j) r += w[j] * in[3 * j], g += w[j] * in[3 * j + 1], b += w[j] * in[3 * j + 2];
+        plane0[x] = r, plane0[plane + x] = g, plane0[2 * plane + x] = b;
+      } else {
+        for (int64_t c = 0; c < C; ++c) {
+          float v = 0;
+          for (int64_t j = 0; j < n; ++j) v += w[j] * in[j * C + c];
+          plane0[c * plane + x] = v;
+        }
+      }
     }
   }
-  // Horizontal pass, then vertical, in float; rounded once at the end.
-  const Taps across = taps(box.width, out_cols), down = taps(box.height, out_rows);
-  std::vector<float> mid(static_cast<size_t>(C * box.height * out_cols));
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t y = 0; y < box.height; ++y) {
-      const float* row = src.data() + (c * box.height + y) * box.width;
-      for (int64_t x = 0; x < out_cols; ++x) {
-        const double* w = across.weights.data() + x * across.width;
-        const float* in = row + across.first[static_cast<size_t>(x)];
-        double v = 0;
-        for (int64_t j = 0; j < across.count[static_cast<size_t>(x)]; ++j) v += w[j] * in[j];
-        mid[static_cast<size_t>((c * box.height + y) * out_cols + x)] = static_cast<float>(v);
-      }
-    }
+  line.resize(static_cast<size_t>(out_cols));
   for (int64_t c = 0; c < C; ++c)
     for (int64_t y = 0; y < out_rows; ++y) {
-      const double* w = down.weights.data() + y * down.width;
+      const float* w = down.weights.data() + y * down.width;
       const int64_t first = down.first[static_cast<size_t>(y)], n = down.count[static_cast<size_t>(y)];
-      for (int64_t x = 0; x < out_cols; ++x) {
-        double v = 0;
-        for (int64_t j = 0; j < n; ++j) v += w[j] * mid[static_cast<size_t>((c * box.height + first + j) * out_cols + x)];
-        const int64_t to = flip ? out_cols - 1 - x : x;
-        out[(c * out_rows + y) * out_cols + to] =
-            static_cast<uint8_t>(std::clamp<int64_t>(round_half_even(static_cast<float>(v)), 0, 255));
+      std::fill(line.begin(), line.end(), 0.f);
+      for (int64_t j = 0; j < n; ++j) {
+        const float* src = mid.data() + (c * box.height + first + j) * out_cols;
+        for (int64_t x = 0; x < out_cols; ++x) line[static_cast<size_t>(x)] += w[j] * src[x];
       }
+      uint8_t* dst = out + (c * out_rows + y) * out_cols;
+      for (int64_t x = 0; x < out_cols; ++x)
+        dst[flip ? out_cols - 1 - x : x] =
+            static_cast<uint8_t>(std::clamp<int64_t>(round_half_even(line[static_cast<size_t>(x)]), 0, 255));
     }
 }
 

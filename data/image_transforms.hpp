@@ -30,8 +30,8 @@ void resized_size(int64_t rows, int64_t cols, int64_t short_side, int64_t& out_r
 // zeros there).
 CropBox center_crop_box(int64_t rows, int64_t cols, int64_t out_rows, int64_t out_cols);
 
-// The box of `img` (zeros outside it) resized to out_rows x out_cols, mirrored left-right when
-// `flip`, written as uint8 planes [channels, out_rows, out_cols].
+// The box of `img` (inside it) resized to out_rows x out_cols, mirrored left-right when `flip`,
+// written as uint8 planes [channels, out_rows, out_cols].
 void resize_box(const DecodedImage& img, const CropBox& box, int64_t out_rows, int64_t out_cols, bool flip,
                 uint8_t* out);
 

@@ -58,7 +58,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
-    print(machine_line(f"folder of {a.images} JPEGs, 160-640 px, at {a.size}, batch {a.batch}"))
+    print(machine_line(f"; folder of {a.images} JPEGs, 160-640 px, at {a.size}, batch {a.batch}"))
     binary = os.path.join(ROOT, "build", "folder_speed")
     with tempfile.TemporaryDirectory() as tmp:
         make_folder(tmp, a.images)
@@ -69,7 +69,7 @@ def main():
             dp_rates.append(float(out.split("augment 1: ")[1].split(" images/s")[0]))
             dp_rss = max(dp_rss, float(out.split("peak resident ")[1].split(" MiB")[0]))
             torch_rates.append(torch_rate(tmp, a.size, a.batch, a.threads))
-        torch_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        torch_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # with PyTorch itself loaded
         dp_med, torch_med = np.median(dp_rates), np.median(torch_rates)
         print(f"dp: {dp_med:.1f} images/s ({a.threads} loader threads), peak resident {dp_rss:.0f} MiB")
         print(f"PyTorch DataLoader(ImageFolder, num_workers={a.threads}): {torch_med:.1f} images/s, "
