@@ -96,16 +96,22 @@ CONV_MODELS = {"convnet", "resnet8", "resnet18"}
 
 
 def is_file_model(name):
-    """"file:NAME": file_models.make(NAME) exported with tools/export_model.py, run with --model FILE."""
+    """"file:NAME": file_models.make(NAME) exported with tools/export_model.py, run with --model FILE;
+    "file:NAME@S": at 3xSxS from a float32 tensor file (TENSOR_SIZE), else CIFAR-shaped 3x32x32."""
     return name.startswith("file:")
 
 
+def input_size(name):
+    return int(name.split("@")[1]) if "@" in name else 32
+
+
 def export_file_model(model, name, work):
-    """The model file dp runs for a file model (CIFAR-shaped input)."""
+    """The model file dp runs for a file model."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
     import export_model
-    path = os.path.join(work, name.replace(":", "-") + ".json")
-    doc = export_model.export(copy.deepcopy(model), "image", [3, 32, 32], name, name)
+    path = os.path.join(work, name.replace(":", "-").replace("@", "-") + ".json")
+    size = input_size(name)
+    doc = export_model.export(copy.deepcopy(model), "image", [3, size, size], name, name)
     with open(path, "w") as f:
         f.write(export_model.to_json(doc))
     return path
@@ -121,7 +127,7 @@ def run_case(dp, work, case, idx):
     context = int(flag("--context", 0))
     if is_file_model(model_name):
         import file_models
-        model = file_models.make(model_name[len("file:"):])
+        model = file_models.make(model_name[len("file:"):].split("@")[0])
         dp_model = export_file_model(model, model_name, work)
     else:
         model = ref.make_model(model_name, dict(vocab=GPT_VOCAB, context=context, layers=int(flag("--gpt-layers", 0)),
@@ -130,8 +136,10 @@ def run_case(dp, work, case, idx):
         dp_model = model_name
     init = os.path.join(work, f"init{idx}.safetensors")
     st_io.save(model.state_dict(), init)
-    cifar = model_name in CIFAR_MODELS or is_file_model(model_name)
-    data_dir = os.path.join(work, "tokens" if gpt else "cifar" if cifar else "mnist")
+    tensors = "@" in model_name  # float32 samples at the model's size, exactly as PyTorch gets them
+    cifar = model_name in CIFAR_MODELS or (is_file_model(model_name) and not tensors)
+    data_dir = os.path.join(work, "tokens" if gpt else f"tensors{input_size(model_name)}" if tensors else "cifar" if cifar
+                            else "mnist")
 
     def run_dp(suffix, kernels=None):
         """dp's run of the case (with `kernels`, OpenBLAS's kernel set of that name): its per-step
@@ -171,8 +179,11 @@ def run_case(dp, work, case, idx):
         windows = [(torch.stack([tokens[a:a + context] for a in st]),
                     torch.stack([tokens[a + 1:a + context + 1] for a in st])) for st in starts]
     else:
-        images, labels = DATA["cifar" if cifar else "mnist"]
-        x_all, y_all = ref.normalise(images), labels.long()
+        if tensors:
+            x_all, y_all = write_tensor_data(data_dir, input_size(model_name), batch * batches)
+        else:
+            images, labels = DATA["cifar" if cifar else "mnist"]
+            x_all, y_all = ref.normalise(images), labels.long()
         windows = [(x_all[s * batch:(s + 1) * batch], y_all[s * batch:(s + 1) * batch]) for s in range(batches)]
     def reference(dtype, moved_by=None):
         """PyTorch's DataParallel step from the same weights (with moved_by, a seed: each weight
@@ -335,6 +346,24 @@ def continue_in_torch(dp, work, optimizer, flags, steps=6, at=3):
     worst = max((got[k] - w).abs().max().item() for k, w in model.state_dict().items())
     assert worst < 1e-4, f"{optimizer}: torch continuing from dp's checkpoint differs by {worst}"
     print(f"ok  {optimizer}: dp's step-{at} checkpoint continued in torch.optim for {steps - at} steps, worst {worst:.2e}")
+
+
+def write_tensor_data(directory, size, count):
+    """A float32 tensor file of `count` 3xSxS samples (standard normal: already normalised) and
+    their labels, which dp takes as they are (data/tensor_files.hpp); the same tensors, for PyTorch."""
+    import numpy as np
+    if not os.path.exists(directory):
+        g = torch.Generator().manual_seed(size)
+        x = torch.randn(max(count, 64), 3, size, size, generator=g)
+        y = torch.randint(0, 10, (x.shape[0],), generator=g)
+        os.makedirs(directory)
+        np.save(os.path.join(directory, "train_images.npy"), x.numpy())
+        np.save(os.path.join(directory, "train_labels.npy"), y.numpy())
+    x = torch.from_numpy(np.load(os.path.join(directory, "train_images.npy")))
+    y = torch.from_numpy(np.load(os.path.join(directory, "train_labels.npy")))
+    if x.shape[0] < count:
+        raise ValueError(f"{directory}: {x.shape[0]} samples, {count} wanted")
+    return x, y
 
 
 def main(cases=None, continue_checks=True, cifar_samples=60):

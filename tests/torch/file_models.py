@@ -94,6 +94,8 @@ def make(name):
         model = torchvision.models.mobilenet_v2(num_classes=10)
         model.classifier[0].p = 0.0
         return model
+    if name == "tv_densenet121":  # dense blocks' channel cat, transitions' average pooling
+        return torchvision.models.densenet121(num_classes=10)
     if name == "tiny_activations":
         return nn.Sequential(nn.Conv2d(3, 6, 3, 2, 1), nn.ReLU6(), nn.Conv2d(6, 6, 3, 2, 1), nn.SiLU(),
                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 12),
