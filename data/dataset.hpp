@@ -49,6 +49,7 @@ void use_default_statistics(Dataset& d);
 struct TrainTest {
   Dataset train, test;
   std::string description;
+  std::vector<std::string> skipped;  // files a source left out, each "path: why" (--skip-bad-images)
 };
 
 // IDX pair (images 0x00000803, labels 0x00000801), gzip or raw; RuntimeError naming the file and

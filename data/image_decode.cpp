@@ -12,8 +12,12 @@ namespace dp {
 
 namespace {
 
-bool is_jpeg(const std::string& b) { return b.size() >= 3 && static_cast<uint8_t>(b[0]) == 0xFF && static_cast<uint8_t>(b[1]) == 0xD8; }
-bool is_png(const std::string& b) { return b.size() >= 8 && png_sig_cmp(reinterpret_cast<png_const_bytep>(b.data()), 0, 8) == 0; }
+bool is_jpeg(const std::string& b) {
+  return b.size() >= 3 && static_cast<uint8_t>(b[0]) == 0xFF && static_cast<uint8_t>(b[1]) == 0xD8;
+}
+bool is_png(const std::string& b) {
+  return b.size() >= 8 && png_sig_cmp(reinterpret_cast<png_const_bytep>(b.data()), 0, 8) == 0;
+}
 
 void check_size(int64_t rows, int64_t cols, const std::string& path) {
   if (rows < 1 || cols < 1) throw RuntimeError(path + ": an image with no pixels");
@@ -32,7 +36,8 @@ void to_luma(DecodedImage& img) {
   const int64_t n = img.rows * img.cols;
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* p = img.pixels.data() + 3 * i;
-    img.pixels[static_cast<size_t>(i)] = static_cast<uint8_t>((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
+    img.pixels[static_cast<size_t>(i)] =
+        static_cast<uint8_t>((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
   }
   img.channels = 1;
 }
@@ -46,7 +51,8 @@ struct TjHandle {
 
 void decode_jpeg(const std::string& bytes, const std::string& path, ImageHeader* header_only, DecodedImage& img) {
   thread_local TjHandle tj;  // one decompressor a thread, its buffers kept between images
-  if (!tj.h) throw RuntimeError(path + ": cannot start the JPEG decoder (" + std::string(tjGetErrorStr2(nullptr)) + ")");
+  if (!tj.h)
+    throw RuntimeError(path + ": cannot start the JPEG decoder (" + std::string(tjGetErrorStr2(nullptr)) + ")");
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   const auto size = static_cast<unsigned long>(bytes.size());
@@ -159,9 +165,12 @@ ImageHeader read_image_header(const std::string& bytes, const std::string& path)
 void decode_image_into(const std::string& bytes, const std::string& path, int64_t channels, DecodedImage& img) {
   if (channels != 1 && channels != 3)
     throw RuntimeError(path + ": images decode to 1 or 3 channels, not " + std::to_string(channels));
-  if (is_jpeg(bytes)) decode_jpeg(bytes, path, nullptr, img);
-  else if (is_png(bytes)) decode_png(bytes, path, nullptr, img);
-  else throw RuntimeError(path + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
+  if (is_jpeg(bytes))
+    decode_jpeg(bytes, path, nullptr, img);
+  else if (is_png(bytes))
+    decode_png(bytes, path, nullptr, img);
+  else
+    throw RuntimeError(path + ": not a JPEG or PNG image (" + std::to_string(bytes.size()) + " bytes)");
   if (channels == 1) to_luma(img);
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/thread_pool.hpp"
 #include "data/image_decode.hpp"
 #include "io/read_file.hpp"
 
@@ -53,9 +54,11 @@ std::vector<fs::path> sorted_entries(const fs::path& dir, bool directories) {
 void collect(const fs::path& dir, std::vector<std::string>& files) {
   for (const auto& f : sorted_entries(dir, false)) {
     const std::string name = f.filename().string();
-    if (decodable_name(name)) files.push_back(f.string());
+    if (decodable_name(name))
+      files.push_back(f.string());
     else if (other_image_name(name))
-      throw UsageError(f.string() + ": dp decodes JPEG and PNG images; convert this one (or move it out of the folder)");
+      throw UsageError(f.string() +
+                       ": dp decodes JPEG and PNG images; convert this one (or move it out of the folder)");
   }
   for (const auto& d : sorted_entries(dir, true)) collect(d, files);
 }
@@ -69,8 +72,7 @@ void check_magic(const std::string& path) {
   const auto got = f.gcount();
   const bool jpeg = got >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF;
   const bool png = got == 8 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0;
-  if (!jpeg && !png)
-    throw UsageError(path + ": not a JPEG or PNG image" + (got == 0 ? " (an empty file)" : ""));
+  if (!jpeg && !png) throw UsageError(path + ": not a JPEG or PNG image" + (got == 0 ? " (an empty file)" : ""));
 }
 
 class ImageFolderDecoder final : public SampleDecoder {
@@ -92,7 +94,27 @@ class ImageFolderDecoder final : public SampleDecoder {
   ImageFolderOptions o_;
 };
 
-Dataset scan(const fs::path& dir, const ImageFolderOptions& options, std::vector<std::string>& classes) {
+// --skip-bad-images: each file decoded in full once; the ones that fail, with why ("" for the good).
+std::vector<std::string> verify(const std::vector<std::string>& files, const ImageFolderOptions& options) {
+  std::vector<std::string> why(files.size());
+  ThreadPool pool(std::max(options.threads, 1));
+  pool.parallel_for(static_cast<int64_t>(files.size()), [&](int64_t begin, int64_t end) {
+    DecodedImage img;
+    for (int64_t i = begin; i < end; ++i) {
+      const std::string& file = files[static_cast<size_t>(i)];
+      try {
+        check_magic(file);
+        decode_image_into(read_file(file), file, options.channels, img);
+      } catch (const std::exception& e) {
+        why[static_cast<size_t>(i)] = e.what();
+      }
+    }
+  });
+  return why;
+}
+
+Dataset scan(const fs::path& dir, const ImageFolderOptions& options, std::vector<std::string>& classes,
+             std::vector<std::string>& skipped) {
   classes.clear();
   for (const auto& d : sorted_entries(dir, true)) classes.push_back(d.filename().string());
   if (classes.empty()) throw UsageError(dir.string() + ": no class folders in it (an image folder has one per class)");
@@ -105,7 +127,26 @@ Dataset scan(const fs::path& dir, const ImageFolderOptions& options, std::vector
       throw UsageError((dir / classes[c]).string() + ": an empty class folder (no .jpg, .jpeg or .png in it)");
     d.labels.resize(files.size(), static_cast<int32_t>(c));
   }
-  for (const auto& f : files) check_magic(f);
+  if (options.skip_bad) {
+    const std::vector<std::string> why = verify(files, options);
+    std::vector<std::string> kept;
+    std::vector<int32_t> labels;
+    for (size_t i = 0; i < files.size(); ++i) {
+      if (why[i].empty()) {
+        kept.push_back(files[i]);
+        labels.push_back(d.labels[i]);
+      } else {
+        skipped.push_back(why[i]);
+      }
+    }
+    for (size_t c = 0; c < classes.size(); ++c)
+      if (std::find(labels.begin(), labels.end(), static_cast<int32_t>(c)) == labels.end())
+        throw UsageError((dir / classes[c]).string() + ": no image in this class folder decodes");
+    files = std::move(kept);
+    d.labels = std::move(labels);
+  } else {
+    for (const auto& f : files) check_magic(f);
+  }
   d.count = static_cast<int64_t>(files.size());
   d.channels = options.channels, d.rows = options.rows, d.cols = options.cols;
   d.classes = static_cast<int64_t>(classes.size());
@@ -132,18 +173,20 @@ bool holds_image_folder(const std::string& dir) {
 TrainTest load_image_folder(const std::string& dir, const ImageFolderOptions& given) {
   ImageFolderOptions options = given;
   if (options.short_side == 0)
-    options.short_side = static_cast<int64_t>(std::nearbyint(static_cast<double>(std::max(options.rows, options.cols)) * 256 / 224));
+    options.short_side =
+        static_cast<int64_t>(std::nearbyint(static_cast<double>(std::max(options.rows, options.cols)) * 256 / 224));
   const fs::path root(dir);
   std::error_code ec;
   const bool split = fs::is_directory(root / "train", ec) && fs::is_directory(root / "val", ec);
   TrainTest t;
   std::vector<std::string> classes, val_classes;
-  t.train = scan(split ? root / "train" : root, options, classes);
+  t.train = scan(split ? root / "train" : root, options, classes, t.skipped);
   if (split) {
-    t.test = scan(root / "val", options, val_classes);
+    t.test = scan(root / "val", options, val_classes, t.skipped);
     if (val_classes != classes)
-      throw UsageError((root / "val").string() + ": its classes differ from train/'s (" + std::to_string(val_classes.size()) +
-                       " against " + std::to_string(classes.size()) + "); both must name the same class folders");
+      throw UsageError((root / "val").string() + ": its classes differ from train/'s (" +
+                       std::to_string(val_classes.size()) + " against " + std::to_string(classes.size()) +
+                       "); both must name the same class folders");
   } else {
     t.test.channels = options.channels, t.test.rows = options.rows, t.test.cols = options.cols;
     t.test.source = dir + " (no val/ beside a train/ folder)";
@@ -152,7 +195,11 @@ TrainTest load_image_folder(const std::string& dir, const ImageFolderOptions& gi
   t.description = "image folder " + dir + " (" + std::to_string(t.train.count) + " training" +
                   (split ? ", " + std::to_string(t.test.count) + " validation" : std::string()) + " images in " +
                   std::to_string(classes.size()) + " classes, at " + std::to_string(options.channels) + "x" +
-                  std::to_string(options.rows) + "x" + std::to_string(options.cols) + ")";
+                  std::to_string(options.rows) + "x" + std::to_string(options.cols) +
+                  (t.skipped.empty() ? ""
+                                     : "; " + std::to_string(t.skipped.size()) + " bad image" +
+                                           (t.skipped.size() == 1 ? "" : "s") + " skipped") +
+                  ")";
   return t;
 }
 

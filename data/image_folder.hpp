@@ -18,6 +18,10 @@ struct ImageFolderOptions {
   int64_t channels = 3, rows = 224, cols = 224;  // what a sample becomes (the model's input)
   int64_t short_side = 0;  // evaluation's Resize; 0: round(max(rows, cols) · 256 / 224), ImageNet's 256 for 224
   RandomCrop crop;         // training's RandomResizedCrop (with --augment; else the evaluation transform)
+  // --skip-bad-images: every file decoded once while the folder is read (over `threads`), and those
+  // that fail left out, each with why (TrainTest::skipped), instead of an error.
+  bool skip_bad = false;
+  int threads = 1;
 };
 
 // Whether dir holds an image folder: a subfolder (of dir, or of dir/train) with a JPEG or PNG in it.

@@ -45,7 +45,8 @@ Taps taps(int64_t in, int64_t out) {
       total += w[static_cast<size_t>(j)];
     }
     for (int64_t j = 0; j < n; ++j)
-      t.weights[static_cast<size_t>(i * t.width + j)] = static_cast<float>(total > 0 ? w[static_cast<size_t>(j)] / total : 0.0);
+      t.weights[static_cast<size_t>(i * t.width + j)] =
+          static_cast<float>(total > 0 ? w[static_cast<size_t>(j)] / total : 0.0);
     t.first[static_cast<size_t>(i)] = lo;
     t.count[static_cast<size_t>(i)] = n;
   }
@@ -65,8 +66,10 @@ CropBox random_resized_crop_box(int64_t rows, int64_t cols, const RandomCrop& cr
   }
   const double in_ratio = static_cast<double>(cols) / static_cast<double>(rows);
   int64_t w = cols, h = rows;
-  if (in_ratio < crop.ratio_low) h = round_half_even(static_cast<double>(w) / crop.ratio_low);
-  else if (in_ratio > crop.ratio_high) w = round_half_even(static_cast<double>(h) * crop.ratio_high);
+  if (in_ratio < crop.ratio_low)
+    h = round_half_even(static_cast<double>(w) / crop.ratio_low);
+  else if (in_ratio > crop.ratio_high)
+    w = round_half_even(static_cast<double>(h) * crop.ratio_high);
   return {(rows - h) / 2, (cols - w) / 2, h, w};
 }
 
@@ -165,7 +168,9 @@ void eval_transform(const DecodedImage& img, int64_t short_side, int64_t size_ro
       for (int64_t x = 0; x < size_cols; ++x) {
         const int64_t sy = box.top + y, sx = box.left + x;
         out[(c * size_rows + y) * size_cols + x] =
-            sy >= 0 && sy < rows && sx >= 0 && sx < cols ? resized.pixels[static_cast<size_t>((sy * cols + sx) * img.channels + c)] : 0;
+            sy >= 0 && sy < rows && sx >= 0 && sx < cols
+                ? resized.pixels[static_cast<size_t>((sy * cols + sx) * img.channels + c)]
+                : 0;
       }
 }
 

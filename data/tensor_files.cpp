@@ -45,7 +45,8 @@ Dataset make_dataset(const Found& images, const Found& labels, const std::string
     throw RuntimeError(images.where + ": images must be uint8 or float32");
   if (images.shape.size() != 3 && images.shape.size() != 4)
     throw RuntimeError(images.where + ": images must be [N, C, H, W] or [N, H, W], not " + shape_text(images.shape));
-  if (labels.shape.size() != 1) throw RuntimeError(labels.where + ": labels must be [N], not " + shape_text(labels.shape));
+  if (labels.shape.size() != 1)
+    throw RuntimeError(labels.where + ": labels must be [N], not " + shape_text(labels.shape));
   if (labels.kind == Kind::F32) throw RuntimeError(labels.where + ": labels must be integers (int64, int32 or uint8)");
   Dataset d;
   d.source = source;
@@ -150,13 +151,18 @@ Found npy_tensor(const std::string& bytes, const std::string& path) {
   if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")))
     throw RuntimeError(path + ": no 'descr' in the .npy header");
   const std::string descr = m[1];
-  if (descr == "|u1" || descr == "<u1") f.kind = Kind::U8;
-  else if (descr == "<i4") f.kind = Kind::I32;
-  else if (descr == "<i8") f.kind = Kind::I64;
-  else if (descr == "<f4") f.kind = Kind::F32;
+  if (descr == "|u1" || descr == "<u1")
+    f.kind = Kind::U8;
+  else if (descr == "<i4")
+    f.kind = Kind::I32;
+  else if (descr == "<i8")
+    f.kind = Kind::I64;
+  else if (descr == "<f4")
+    f.kind = Kind::F32;
   else
-    throw RuntimeError(path + ": dtype '" + descr +
-                       "' (a tensor file holds uint8 or little-endian float32 images and int64, int32 or uint8 labels)");
+    throw RuntimeError(
+        path + ": dtype '" + descr +
+        "' (a tensor file holds uint8 or little-endian float32 images and int64, int32 or uint8 labels)");
   if (std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*True)")))
     throw RuntimeError(path + ": Fortran order (save a C-contiguous array: np.ascontiguousarray)");
   if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
@@ -180,7 +186,8 @@ Dataset read_safetensors_samples(const std::string& path) {
   if (bytes.size() < 8) throw RuntimeError(path + ": not a safetensors file (shorter than its header length)");
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
-  if (header_len > bytes.size() - 8) throw RuntimeError(path + ": not a safetensors file (its header runs past the end)");
+  if (header_len > bytes.size() - 8)
+    throw RuntimeError(path + ": not a safetensors file (its header runs past the end)");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
@@ -211,7 +218,8 @@ TrainTest load_tensor_dir(const std::string& dir) {
   } else {
     const auto pair = [&](const std::string& split) {
       const fs::path images = root / (split + "_images.npy"), labels = root / (split + "_labels.npy");
-      if (!fs::exists(labels)) throw RuntimeError(images.string() + " has no " + labels.filename().string() + " beside it");
+      if (!fs::exists(labels))
+        throw RuntimeError(images.string() + " has no " + labels.filename().string() + " beside it");
       return read_npy_pair(images.string(), labels.string());
     };
     t.train = pair("train");
@@ -219,18 +227,18 @@ TrainTest load_tensor_dir(const std::string& dir) {
   }
   const Dataset& a = t.train;
   Dataset& b = t.test;
-  if (b.count > 0 && (b.channels != a.channels || b.rows != a.rows || b.cols != a.cols ||
-                      b.float_samples != a.float_samples))
-    throw RuntimeError(b.source + ": validation samples differ from the training samples (" + a.source + ") in shape or dtype");
+  if (b.count > 0 &&
+      (b.channels != a.channels || b.rows != a.rows || b.cols != a.cols || b.float_samples != a.float_samples))
+    throw RuntimeError(b.source + ": validation samples differ from the training samples (" + a.source +
+                       ") in shape or dtype");
   if (b.count == 0) {
     b.channels = a.channels, b.rows = a.rows, b.cols = a.cols, b.float_samples = a.float_samples;
     b.source = dir + " (no " + (fs::exists(root / "train.safetensors") ? "val.safetensors" : "val_images.npy") + ")";
   }
   b.mean = a.mean, b.std = a.std;
-  t.description = "tensor files in " + dir + " (" + std::to_string(a.count) + " training, " +
-                  std::to_string(b.count) + " validation samples of " + std::to_string(a.channels) + "x" +
-                  std::to_string(a.rows) + "x" + std::to_string(a.cols) + ", " +
-                  (a.float_samples ? "float32" : "uint8") + ")";
+  t.description = "tensor files in " + dir + " (" + std::to_string(a.count) + " training, " + std::to_string(b.count) +
+                  " validation samples of " + std::to_string(a.channels) + "x" + std::to_string(a.rows) + "x" +
+                  std::to_string(a.cols) + ", " + (a.float_samples ? "float32" : "uint8") + ")";
   return t;
 }
 

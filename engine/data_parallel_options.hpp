@@ -19,11 +19,11 @@ namespace dp {
 // Written with designated initializers, in this order:
 //   DataParallel dp(devices, model, optimizer, {.split = parse_split(...), .seed = 7, .graphs = true});
 struct DataParallelOptions {
-  SplitPolicy split;                    // --split (even by default)
-  uint64_t seed = 0;                    // the initial state's and dropout's draws
-  LossMode loss = LossMode::Gathered;   // --loss
-  SyncOptions sync;                     // --sync and its bucket size
-  PrecisionOptions precision;           // --precision and fp16's loss scale
+  SplitPolicy split;                   // --split (even by default)
+  uint64_t seed = 0;                   // the initial state's and dropout's draws
+  LossMode loss = LossMode::Gathered;  // --loss
+  SyncOptions sync;                    // --sync and its bucket size
+  PrecisionOptions precision;          // --precision and fp16's loss scale
   // PerPhase (the library's default; the CLI's is PerStep) or PerStep, which records no per-phase
   // memory (StepResult::memory stays empty) and times phases by the streams' events.
   HostSync host_sync = HostSync::PerPhase;

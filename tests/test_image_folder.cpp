@@ -32,7 +32,8 @@ std::vector<uint8_t> picture(int rows, int cols, int seed) {
   for (int y = 0; y < rows; ++y)
     for (int x = 0; x < cols; ++x)
       for (int c = 0; c < 3; ++c)
-        p[static_cast<size_t>((y * cols + x) * 3 + c)] = static_cast<uint8_t>((x * (3 + c) + y * (5 - c) + seed * 40) % 256);
+        p[static_cast<size_t>((y * cols + x) * 3 + c)] =
+            static_cast<uint8_t>((x * (3 + c) + y * (5 - c) + seed * 40) % 256);
   return p;
 }
 
@@ -74,14 +75,16 @@ fs::path fresh_dir(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("images: PNG decodes exactly as PIL converts it (RGB, gray replicated, alpha dropped), JPEG through TurboJPEG") {
+TEST_CASE(
+    "images: PNG decodes exactly as PIL converts it (RGB, gray replicated, alpha dropped), JPEG through TurboJPEG") {
   const auto rgb = picture(5, 7, 1);
   DecodedImage d = decode_image(png_bytes(rgb, 5, 7, PNG_FORMAT_RGB), "a.png", 3);
   CHECK(d.rows == 5);
   CHECK(d.cols == 7);
   CHECK(d.pixels == rgb);
   std::vector<uint8_t> rgba;
-  for (size_t i = 0; i < rgb.size(); i += 3) rgba.insert(rgba.end(), {rgb[i], rgb[i + 1], rgb[i + 2], uint8_t(i % 251)});
+  for (size_t i = 0; i < rgb.size(); i += 3)
+    rgba.insert(rgba.end(), {rgb[i], rgb[i + 1], rgb[i + 2], uint8_t(i % 251)});
   CHECK(decode_image(png_bytes(rgba, 5, 7, PNG_FORMAT_RGBA), "a.png", 3).pixels == rgb);
   const std::vector<uint8_t> gray{0, 50, 100, 150, 200, 250};
   d = decode_image(png_bytes(gray, 2, 3, PNG_FORMAT_GRAY), "g.png", 3);
@@ -90,7 +93,8 @@ TEST_CASE("images: PNG decodes exactly as PIL converts it (RGB, gray replicated,
   CHECK(decode_image(png_bytes(gray, 2, 3, PNG_FORMAT_GRAY), "g.png", 1).pixels == gray);  // luma of gray is gray
   // PIL's luma: (r·19595 + g·38470 + b·7471 + 2^15) >> 16.
   const std::vector<uint8_t> one{10, 200, 30};
-  CHECK(decode_image(png_bytes(one, 1, 1, PNG_FORMAT_RGB), "1.png", 1).pixels[0] == (10 * 19595 + 200 * 38470 + 30 * 7471 + 32768) >> 16);
+  CHECK(decode_image(png_bytes(one, 1, 1, PNG_FORMAT_RGB), "1.png", 1).pixels[0] ==
+        (10 * 19595 + 200 * 38470 + 30 * 7471 + 32768) >> 16);
   const auto smooth = picture(16, 24, 2);
   d = decode_image(jpeg_bytes(smooth, 16, 24), "a.jpg", 3);
   CHECK(d.rows == 16);
@@ -111,7 +115,8 @@ TEST_CASE("images: a corrupt, truncated, empty or foreign file is an error namin
                        RuntimeError);
   CHECK_THROWS_WITH_AS(decode_image("GIF89a....", "a.gif", 3), doctest::Contains("not a JPEG or PNG"), RuntimeError);
   std::string header = png.substr(0, 33);  // a PNG header that claims 2^31 - 1 squared pixels
-  header[16] = header[20] = 0x7f, header[17] = header[18] = header[19] = header[21] = header[22] = header[23] = char(0xff);
+  header[16] = header[20] = 0x7f,
+  header[17] = header[18] = header[19] = header[21] = header[22] = header[23] = char(0xff);
   CHECK_THROWS_AS(read_image_header(header, "huge.png"), RuntimeError);
 }
 
@@ -186,7 +191,8 @@ TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, 
   const Batch plain = make_batch(t.train, order.data(), 4);
   ThreadPool pool(4);
   const AugmentStreams streams{9, 1, 0};
-  const Batch drawn = make_batch(t.train, order.data(), 4, &streams), drawn4 = make_batch(t.train, order.data(), 4, &streams, &pool);
+  const Batch drawn = make_batch(t.train, order.data(), 4, &streams),
+              drawn4 = make_batch(t.train, order.data(), 4, &streams, &pool);
   CHECK(plain.images.size() == 4 * 3 * 16 * 12);
   CHECK(drawn.images == drawn4.images);
   CHECK(drawn.images != plain.images);
@@ -208,7 +214,8 @@ TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, 
                        UsageError);
   // Bad folders and files.
   fs::create_directories(dir / "empty");
-  CHECK_THROWS_WITH_AS(load_image_folder(dir.string(), o), doctest::Contains("empty: an empty class folder"), UsageError);
+  CHECK_THROWS_WITH_AS(load_image_folder(dir.string(), o), doctest::Contains("empty: an empty class folder"),
+                       UsageError);
   fs::remove(dir / "empty");
   write_bytes(dir / "ant" / "fake.jpg", "not really");
   CHECK_THROWS_WITH_AS(load_image_folder(dir.string(), o), doctest::Contains("fake.jpg: not a JPEG or PNG image"),
@@ -233,7 +240,9 @@ TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, 
   fs::remove_all(dir), fs::remove_all(split), fs::remove_all(none);
 }
 
-TEST_CASE("images and transforms match PIL and torchvision on their own outputs (DP_TRANSFORM_VECTORS, tests/torch/transform_check.py)") {
+TEST_CASE(
+    "images and transforms match PIL and torchvision on their own outputs (DP_TRANSFORM_VECTORS, "
+    "tests/torch/transform_check.py)") {
   const char* path = std::getenv("DP_TRANSFORM_VECTORS");
   if (!path) {
     MESSAGE("DP_TRANSFORM_VECTORS not set: run tests/torch/transform_check.py for the comparison");
@@ -256,7 +265,8 @@ TEST_CASE("images and transforms match PIL and torchvision on their own outputs 
       in >> expected_file;
       got.resize(img.pixels.size());
       for (int64_t c = 0; c < channels; ++c)
-        for (int64_t i = 0; i < img.rows * img.cols; ++i) got[static_cast<size_t>(c * img.rows * img.cols + i)] = img.pixels[static_cast<size_t>(i * channels + c)];
+        for (int64_t i = 0; i < img.rows * img.cols; ++i)
+          got[static_cast<size_t>(c * img.rows * img.cols + i)] = img.pixels[static_cast<size_t>(i * channels + c)];
     } else if (kind == "crop") {
       CropBox box;
       int64_t rows = 0, cols = 0;

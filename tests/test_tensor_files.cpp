@@ -107,10 +107,10 @@ TEST_CASE("tensor files: a .npy pair and a safetensors file read exactly, float3
   SUBCASE("safetensors, uint8 images and int32 labels, with a validation file: ImageNet's statistics") {
     const fs::path dir = fresh_dir("st");
     const std::vector<int32_t> small{3, 9, 0, 7, 1};
-    write_safetensors(dir / "train.safetensors", {{"labels", "I32", {n}, bytes_of(small)},
-                                                 {"images", "U8", {n, c, h, w}, bytes_of(pixels)}});
+    write_safetensors(dir / "train.safetensors",
+                      {{"labels", "I32", {n}, bytes_of(small)}, {"images", "U8", {n, c, h, w}, bytes_of(pixels)}});
     write_safetensors(dir / "val.safetensors", {{"images", "U8", {1, c, h, w}, std::string(c * h * w, '\x07')},
-                                               {"labels", "U8", {1}, std::string(1, '\x02')}});
+                                                {"labels", "U8", {1}, std::string(1, '\x02')}});
     const TrainTest t = load_data_dir(dir.string());
     CHECK_FALSE(t.train.float_samples);
     CHECK(t.train.images == pixels);
@@ -153,11 +153,14 @@ TEST_CASE("tensor files: what a file cannot hold is an error naming the file and
   fails("train_images.npy: not a .npy file");
   fs::remove_all(dir);
   fs::create_directories(dir);
-  write_safetensors(dir / "train.safetensors", {{"images", "F16", {1, 1, 1}, "ab"}, {"labels", "I64", {1}, std::string(8, '\0')}});
+  write_safetensors(dir / "train.safetensors",
+                    {{"images", "F16", {1, 1, 1}, "ab"}, {"labels", "I64", {1}, std::string(8, '\0')}});
   fails("train.safetensors's images: dtype F16");
-  write_safetensors(dir / "train.safetensors", {{"pictures", "U8", {1, 1, 1}, "a"}, {"labels", "I64", {1}, std::string(8, '\0')}});
+  write_safetensors(dir / "train.safetensors",
+                    {{"pictures", "U8", {1, 1, 1}, "a"}, {"labels", "I64", {1}, std::string(8, '\0')}});
   fails("train.safetensors: no tensor named 'images'");
-  write_safetensors(dir / "train.safetensors", {{"images", "U8", {2, 1, 1}, "a"}, {"labels", "I64", {1}, std::string(8, '\0')}});
+  write_safetensors(dir / "train.safetensors",
+                    {{"images", "U8", {2, 1, 1}, "a"}, {"labels", "I64", {1}, std::string(8, '\0')}});
   fails("train.safetensors's images: 1 bytes for shape [2, 1, 1]");
   fs::remove_all(dir);
 }

@@ -56,6 +56,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check("memprof takes the folder", rc == 0, err[-300:])
     rc, out, err = run(["plan", "--model", "resnet8", "--devices", "meta:2", "--batch", "16", "--data", data])
     check("dp plan takes it (shapes only)", rc == 0, err[-300:])
+    # Exact resume with the random crops, an uneven split and --accumulate: a sample's draws
+    # follow its place in the epoch, so the resumed run sees the pixels the whole one saw.
+    flags = ["train"] + base + ["--data", data, "--augment", "--steps", "6", "--accumulate", "2", "--split", "chunks:10,14"]
+    ck, whole = os.path.join(tmp, "ck"), os.path.join(tmp, "whole.st")
+    rc, _, err = run(flags + ["--checkpoint", ck, "--checkpoint-every", "3", "--save", whole])
+    check("augmented, accumulated, uneven split: a checkpointed run", rc == 0, err[-300:])
+    resumed = os.path.join(tmp, "resumed.st")
+    rc, _, err = run(flags + ["--resume", os.path.join(ck, "step-00000003"), "--save", resumed])
+    check("resumed at step 3: bitwise the same weights", rc == 0 and open(resumed, "rb").read() == open(whole, "rb").read(),
+          err[-300:])
     expect("a crop scale out of range", ["train"] + base + ["--data", data, "--crop-scale", "0.5,2"], 2,
            "--crop-scale: expected LO,HI")
 
@@ -72,6 +82,10 @@ with tempfile.TemporaryDirectory() as tmp:
     open(os.path.join(bad, "red", "notes.jpg"), "wb").write(jpeg[:len(jpeg) // 3])
     expect("a truncated JPEG is named when its batch is made", ["train"] + base + ["--data", bad, "--epochs", "1"], 1,
            "notes.jpg: a corrupt or truncated JPEG")
+    rc, _, err = run(["train"] + base + ["--data", bad, "--epochs", "1", "--skip-bad-images"])
+    check("--skip-bad-images: the truncated JPEG is left out, named, and the run trains",
+          rc == 0 and "1 image left out" in err and "notes.jpg: a corrupt or truncated JPEG" in err and
+          "120 training images" in err and "1 bad image skipped" in err, err[-600:])
     many = os.path.join(tmp, "many")
     for c in range(11):
         os.makedirs(os.path.join(many, f"c{c:02d}"))

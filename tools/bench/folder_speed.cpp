@@ -46,11 +46,12 @@ static int run(int argc, char** argv) {
   int64_t images = 0;
   while (auto b = loader.next()) images += b->size;
   const double seconds = std::chrono::duration<double>(Clock::now() - t1).count();
-  std::printf("%lld images at %lldx%lld, batch %lld, %d thread(s), augment %d: %.1f images/s (scan %.2f s), "
-              "peak resident %.0f MiB\n",
-              static_cast<long long>(images), static_cast<long long>(size), static_cast<long long>(size),
-              static_cast<long long>(batch), threads, augment ? 1 : 0, static_cast<double>(images) / seconds, scan,
-              peak_resident_mib());
+  std::printf(
+      "%lld images at %lldx%lld, batch %lld, %d thread(s), augment %d: %.1f images/s (scan %.2f s), "
+      "peak resident %.0f MiB\n",
+      static_cast<long long>(images), static_cast<long long>(size), static_cast<long long>(size),
+      static_cast<long long>(batch), threads, augment ? 1 : 0, static_cast<double>(images) / seconds, scan,
+      peak_resident_mib());
   return 0;
 }
 

@@ -115,6 +115,8 @@ ImageFolderOptions image_folder_options(const RunOptions& o, const ModelDef& mod
   ImageFolderOptions f;
   f.channels = model.input_shape[0], f.rows = model.input_shape[1], f.cols = model.input_shape[2];
   f.short_side = o.resize;
+  f.skip_bad = o.skip_bad_images;
+  f.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
   std::tie(f.crop.scale_low, f.crop.scale_high) = range("--crop-scale", o.crop_scale, 1.0);
   std::tie(f.crop.ratio_low, f.crop.ratio_high) = range("--crop-ratio", o.crop_ratio, INFINITY);
   return f;
@@ -131,6 +133,13 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
   d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed, drawn)
               : holds_image_folder(o.data) ? load_image_folder(o.data, image_folder_options(o, model))
                                            : load_data_dir(o.data);
+  if (!d.images.skipped.empty()) {
+    std::fprintf(stderr, "--skip-bad-images: %zu image%s left out:\n", d.images.skipped.size(),
+                 d.images.skipped.size() == 1 ? "" : "s");
+    for (size_t i = 0; i < d.images.skipped.size() && i < 10; ++i)
+      std::fprintf(stderr, "  %s\n", d.images.skipped[i].c_str());
+    if (d.images.skipped.size() > 10) std::fprintf(stderr, "  ... and %zu more\n", d.images.skipped.size() - 10);
+  }
   const Dataset& train = d.images.train;
   const Shape sample{train.channels, train.rows, train.cols};
   if (sample != model.input_shape)

@@ -79,6 +79,9 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
                   "directory of MNIST-style IDX or CIFAR-10 binary files; gpt: a directory with train.bin and "
                   "val.bin, a text file or a directory of text files (default: generated data)")
       ->check(path_flag());
+  cmd->add_flag("--skip-bad-images", o.skip_bad_images,
+                "image folders: decode every file once while reading the folder, and leave out (and list) those "
+                "that fail instead of stopping");
   cmd->add_option("--resize", o.resize,
                   "image folders: evaluation's Resize of the short side before the centre crop to the model's size "
                   "(default: the size x 256/224, ImageNet's 256 for 224)");
@@ -153,8 +156,8 @@ void group_options(CLI::App* cmd) {
   static const std::vector<std::pair<const char*, std::vector<const char*>>> groups = {
       {"Model", {"--model", "--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout",
                  "--recompute", "--init", "--weights"}},
-      {"Data", {"--data", "--generated-size", "--augment", "--no-shuffle", "--loader-threads", "--normalise-on",
-                "--eval-windows"}},
+      {"Data", {"--data", "--skip-bad-images", "--resize", "--crop-scale", "--crop-ratio", "--generated-size",
+                "--augment", "--no-shuffle", "--loader-threads", "--normalise-on", "--eval-windows"}},
       {"Devices and split", {"--devices", "--batch", "--split", "--loss", "--threads-per-device", "--device-speed",
                              "--host-sync", "--upload-ahead"}},
       {"Optimization", {"--epochs", "--steps", "--accumulate", "--optimizer", "--lr", "--momentum", "--dampening",
