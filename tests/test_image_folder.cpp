@@ -20,6 +20,7 @@
 #include "data/image_transforms.hpp"
 #include "data/loader.hpp"
 #include "io/read_file.hpp"
+#include "helpers.hpp"
 
 using namespace dp;
 namespace fs = std::filesystem;
@@ -66,12 +67,6 @@ std::string jpeg_bytes(const std::vector<uint8_t>& rgb, int rows, int cols) {
   return out;
 }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dp_image_folder_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 }  // namespace
 
@@ -165,7 +160,8 @@ TEST_CASE("transforms: torchvision's boxes and sizes, an identity resize, weight
 }
 
 TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, both layouts, every bad file named") {
-  const fs::path dir = fresh_dir("layout");
+  const test::TempDir tmp;
+  const fs::path& dir = tmp.path;
   const auto pic = [&](const fs::path& p, int seed) {
     fs::create_directories(p.parent_path());
     write_bytes(p, p.extension() == ".png" ? png_bytes(picture(20 + seed, 30, seed), 20 + seed, 30, PNG_FORMAT_RGB)
@@ -200,7 +196,8 @@ TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, 
   const Batch pixels = make_batch(t.train, order.data(), 4, nullptr, nullptr, BatchForm::Pixels);
   CHECK(pixels.pixels.size() == 4 * 3 * 16 * 12);
   // The ImageNet layout: train/ and val/ with the same classes.
-  const fs::path split = fresh_dir("split");
+  const test::TempDir split_tmp;
+  const fs::path& split = split_tmp.path;
   pic(split / "train" / "cat" / "1.jpg", 1);
   pic(split / "train" / "dog" / "2.jpg", 2);
   pic(split / "val" / "cat" / "3.png", 3);
@@ -234,10 +231,10 @@ TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, 
   const std::vector<int64_t> first{0};
   CHECK_THROWS_WITH_AS(make_batch(t.train, first.data(), 1), doctest::Contains("c.png: a corrupt or truncated JPEG"),
                        RuntimeError);
-  const fs::path none = fresh_dir("none");
+  const test::TempDir none_tmp;
+  const fs::path& none = none_tmp.path;
   CHECK_FALSE(holds_image_folder(none.string()));
   CHECK_THROWS_WITH_AS(load_image_folder(none.string(), o), doctest::Contains("no class folders"), UsageError);
-  fs::remove_all(dir), fs::remove_all(split), fs::remove_all(none);
 }
 
 TEST_CASE(

@@ -66,12 +66,6 @@ std::string bytes_of(const std::vector<T>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dp_tensor_files_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
 
 }  // namespace
 
@@ -82,7 +76,8 @@ TEST_CASE("tensor files: a .npy pair and a safetensors file read exactly, float3
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 37 % 256);
   const std::vector<int64_t> labels{3, 999, 0, 7, 1};
   SUBCASE("npy, float32 images and int64 labels; no val files: an empty test set") {
-    const fs::path dir = fresh_dir("npy");
+    const test::TempDir tmp;
+  const fs::path& dir = tmp.path;
     write_npy(dir / "train_images.npy", "<f4", {n, c, h, w}, values.data(), values.size() * 4);
     write_npy(dir / "train_labels.npy", "<i8", {n}, labels.data(), labels.size() * 8);
     const TrainTest t = load_data_dir(dir.string());
@@ -102,10 +97,10 @@ TEST_CASE("tensor files: a .npy pair and a safetensors file read exactly, float3
     CHECK(std::equal(b.images.begin(), b.images.begin() + px, values.begin() + 4 * px));
     CHECK(std::equal(b.images.begin() + px, b.images.end(), values.begin() + px));
     CHECK(b.labels == std::vector<int32_t>{1, 999});
-    fs::remove_all(dir);
   }
   SUBCASE("safetensors, uint8 images and int32 labels, with a validation file: ImageNet's statistics") {
-    const fs::path dir = fresh_dir("st");
+    const test::TempDir tmp;
+  const fs::path& dir = tmp.path;
     const std::vector<int32_t> small{3, 9, 0, 7, 1};
     write_safetensors(dir / "train.safetensors",
                       {{"labels", "I32", {n}, bytes_of(small)}, {"images", "U8", {n, c, h, w}, bytes_of(pixels)}});
@@ -119,12 +114,12 @@ TEST_CASE("tensor files: a .npy pair and a safetensors file read exactly, float3
     CHECK(t.test.count == 1);
     CHECK(t.test.labels == std::vector<int32_t>{2});
     CHECK(t.test.std == t.train.std);
-    fs::remove_all(dir);
   }
 }
 
 TEST_CASE("tensor files: what a file cannot hold is an error naming the file and what is wrong") {
-  const fs::path dir = fresh_dir("bad");
+  const test::TempDir tmp;
+  const fs::path& dir = tmp.path;
   const std::vector<float> four(4 * 2 * 2, 0.5f);
   const std::vector<int64_t> labels{0, 1, 2, 3};
   const auto fails = [&](const char* says) {
@@ -162,5 +157,4 @@ TEST_CASE("tensor files: what a file cannot hold is an error naming the file and
   write_safetensors(dir / "train.safetensors",
                     {{"images", "U8", {2, 1, 1}, "a"}, {"labels", "I64", {1}, std::string(8, '\0')}});
   fails("train.safetensors's images: 1 bytes for shape [2, 1, 1]");
-  fs::remove_all(dir);
 }
