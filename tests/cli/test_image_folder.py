@@ -4,6 +4,7 @@ takes it in gray, dp plan reads no pixel of it, and bad folders and files are na
 
 usage: test_image_folder.py DP_BINARY
 """
+import json
 import os
 import shutil
 import sys
@@ -66,6 +67,18 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, _, err = run(flags + ["--resume", os.path.join(ck, "step-00000003"), "--save", resumed])
     check("resumed at step 3: bitwise the same weights", rc == 0 and open(resumed, "rb").read() == open(whole, "rb").read(),
           err[-300:])
+    trace, metrics = os.path.join(tmp, "t.json"), os.path.join(tmp, "m.jsonl")
+    rc, _, err = run(["train"] + base + ["--data", data, "--steps", "5", "--trace", trace, "--metrics", metrics])
+    events = json.load(open(trace))["traceEvents"] if rc == 0 else []
+    check("the trace shows what the loop waited for the loader",
+          any(e.get("name", "").startswith("waiting for data") and e.get("cat") == "load" for e in events), err[-300:])
+    rows = [json.loads(line) for line in open(metrics)] if rc == 0 else []
+    check("every step's metrics row has data_wait_ms",
+          rows and all(r.get("data_wait_ms", -1) >= 0 for r in rows if "step" in r), rows[:1])
+    rc, _, err = run(["train"] + base + ["--data", data, "--steps", "2", "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25"])
+    check("--mean and --std given", rc == 0, err[-300:])
+    expect("--mean of the wrong length", ["train"] + base + ["--data", data, "--mean", "0.5", "--std", "0.2"], 2,
+           "1 values for images of 3 channels")
     expect("a crop scale out of range", ["train"] + base + ["--data", data, "--crop-scale", "0.5,2"], 2,
            "--crop-scale: expected LO,HI")
 

@@ -74,6 +74,8 @@ with tempfile.TemporaryDirectory() as tmp:
            "taken as they are")
     expect("float32 samples have no pixels for --normalise-on device",
            ["train"] + base + ["--data", npy, "--steps", "1", "--normalise-on", "device"], 2, "no pixels to normalise")
+    expect("--mean for float32 samples", ["train"] + base + ["--data", npy, "--mean", "0.5", "--std", "0.2"], 2,
+           "taken as they are")
     expect("a sample shape the model does not take names both",
            ["train", "--model", "resnet8", "--devices", "host:2", "--batch", "8", "--data", npy, "--steps", "1"], 1,
            "has [1, 28, 28]")

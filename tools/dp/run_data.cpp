@@ -122,6 +122,27 @@ ImageFolderOptions image_folder_options(const RunOptions& o, const ModelDef& mod
   return f;
 }
 
+// --mean and --std: Normalize's statistics for uint8 images, one value per channel.
+void use_given_statistics(const RunOptions& o, TrainTest& data) {
+  if (o.mean.empty() && o.std.empty()) return;
+  const Dataset& train = data.train;
+  if (o.mean.size() != o.std.size())
+    throw UsageError("--mean and --std: " + std::to_string(o.mean.size()) + " means and " +
+                     std::to_string(o.std.size()) + " standard deviations (one of each per channel)");
+  if (train.float_samples)
+    throw UsageError("--mean and --std: the data's float32 samples are taken as they are, with no pixels to normalise");
+  if (static_cast<int64_t>(o.mean.size()) != train.channels)
+    throw UsageError("--mean and --std: " + std::to_string(o.mean.size()) + " values for images of " +
+                     std::to_string(train.channels) + " channels");
+  for (size_t c = 0; c < o.std.size(); ++c)
+    if (!std::isfinite(o.mean[c]) || !std::isfinite(o.std[c]) || !(o.std[c] > 0))
+      throw UsageError("--mean and --std: finite values, and standard deviations > 0");
+  for (Dataset* d : {&data.train, &data.test}) {
+    d->mean.assign(o.mean.begin(), o.mean.end());
+    d->std.assign(o.std.begin(), o.std.end());
+  }
+}
+
 RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
                     uint64_t generated_seed, bool drawn) {
   RunData d;
@@ -140,6 +161,7 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
       std::fprintf(stderr, "  %s\n", d.images.skipped[i].c_str());
     if (d.images.skipped.size() > 10) std::fprintf(stderr, "  ... and %zu more\n", d.images.skipped.size() - 10);
   }
+  use_given_statistics(o, d.images);
   const Dataset& train = d.images.train;
   const Shape sample{train.channels, train.rows, train.cols};
   if (sample != model.input_shape)

@@ -82,6 +82,12 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
   cmd->add_flag("--skip-bad-images", o.skip_bad_images,
                 "image folders: decode every file once while reading the folder, and leave out (and list) those "
                 "that fail instead of stopping");
+  cmd->add_option("--mean", o.mean,
+                  "uint8 images: Normalize's mean per channel, e.g. 0.5,0.5,0.5 (default: the data set's; ImageNet's "
+                  "for image folders and tensor files of 3 channels)")
+      ->delimiter(',');
+  cmd->add_option("--std", o.std, "uint8 images: Normalize's standard deviation per channel, with --mean")
+      ->delimiter(',');
   cmd->add_option("--resize", o.resize,
                   "image folders: evaluation's Resize of the short side before the centre crop to the model's size "
                   "(default: the size x 256/224, ImageNet's 256 for 224)");
@@ -156,7 +162,7 @@ void group_options(CLI::App* cmd) {
   static const std::vector<std::pair<const char*, std::vector<const char*>>> groups = {
       {"Model", {"--model", "--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout",
                  "--recompute", "--init", "--weights"}},
-      {"Data", {"--data", "--skip-bad-images", "--resize", "--crop-scale", "--crop-ratio", "--generated-size",
+      {"Data", {"--data", "--skip-bad-images", "--resize", "--crop-scale", "--crop-ratio", "--mean", "--std", "--generated-size",
                 "--augment", "--no-shuffle", "--loader-threads", "--normalise-on", "--eval-windows"}},
       {"Devices and split", {"--devices", "--batch", "--split", "--loss", "--threads-per-device", "--device-speed",
                              "--host-sync", "--upload-ahead"}},

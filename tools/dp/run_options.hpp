@@ -19,7 +19,8 @@ struct RunOptions {
   // An image folder's transforms: evaluation's Resize (0: the crop's size · 256/224) and training's
   // RandomResizedCrop (with --augment).
   int64_t resize = 0;
-  bool skip_bad_images = false;  // image folders: decode every file once first, leave out those that fail
+  bool skip_bad_images = false;
+  std::vector<double> mean, std;  // Normalize's, per channel, for uint8 images (empty: the source's own)  // image folders: decode every file once first, leave out those that fail
   std::vector<double> crop_scale{0.08, 1.0}, crop_ratio{3.0 / 4.0, 4.0 / 3.0};
   std::string devices = "auto";
   int64_t batch = 128;

@@ -106,6 +106,7 @@ int TrainLoop::train() {
     const auto asked = std::chrono::steady_clock::now();
     next = fetch();
     data_wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+    if (run_.trace) run_.trace->waited_for_data(data_wait_);
     if (run_.ahead && !next.empty()) upload_ahead(dp_, next.front());
     train_step(micro);
   }

@@ -44,6 +44,12 @@ std::string TrainTrace::after_step(DataParallel& dp, int64_t number) {
   return open_ && number >= last_ ? write(dp, number) : "";
 }
 
+void TrainTrace::waited_for_data(double seconds) {
+  if (!open_ || !tracer_ || seconds <= 0) return;
+  const double end = tracer_->now_us();
+  tracer_->slice(Tracer::kHostTrack, "waiting for data (the loader)", "load", end - seconds * 1e6, end);
+}
+
 std::string TrainTrace::finish(DataParallel& dp, int64_t number) { return open_ ? write(dp, number) : ""; }
 
 std::string TrainTrace::write(DataParallel& dp, int64_t through) {

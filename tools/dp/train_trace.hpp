@@ -30,6 +30,9 @@ class TrainTrace {
   // After it: when the window closes, tracing stops and the file is written. Returns what to tell
   // the user then ("" otherwise).
   std::string after_step(DataParallel& dp, int64_t number);
+  // The loop waited `seconds` for the loader, ending now: a "waiting for data" slice on the host
+  // track, in the load category, while the window is open.
+  void waited_for_data(double seconds);
   // The run ended after step `number`: writes what was traced if the window is open.
   std::string finish(DataParallel& dp, int64_t number);
 
