@@ -59,6 +59,7 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, const Opti
     try {
       devices_.synchronize();
     } catch (...) {
+      // The construction's own error is the one to report.
     }
     throw;
   }
