@@ -1,6 +1,6 @@
-// The element-wise activations beyond ReLU (ReLU6, SiLU, Sigmoid, Tanh): one definition of each
-// function and its derivative, shared by the CPU reference and the CUDA kernels. Backward works
-// from the input x, which the module keeps: dL/dx = dL/dy · f'(x).
+// The element-wise activations beyond ReLU (ReLU6, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid):
+// one definition of each function and its derivative, shared by the CPU reference and the CUDA
+// kernels. Backward works from the input x, which the module keeps: dL/dx = dL/dy · f'(x).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 namespace dp {
 
-enum class Activation : int32_t { ReLU6, SiLU, Sigmoid, Tanh };
+enum class Activation : int32_t { ReLU6, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid };
 
 inline const char* activation_name(Activation a) {
   switch (a) {
@@ -17,11 +17,15 @@ inline const char* activation_name(Activation a) {
     case Activation::SiLU: return "SiLU";
     case Activation::Sigmoid: return "Sigmoid";
     case Activation::Tanh: return "Tanh";
+    case Activation::Hardswish: return "Hardswish";
+    case Activation::Hardsigmoid: return "Hardsigmoid";
   }
   return "?";
 }
 
 DP_HOST_DEVICE inline float sigmoid_of(float x) { return 1.f / (1.f + expf(-x)); }
+// PyTorch's min(max(x + 3, 0), 6), NaN kept: MobileNetV3's hard functions are built on it.
+DP_HOST_DEVICE inline float relu6_of_x_plus_3(float x) { return x != x ? x : fminf(fmaxf(x + 3.f, 0.f), 6.f); }
 
 DP_HOST_DEVICE inline float activation_value(Activation a, float x) {
   switch (a) {
@@ -29,6 +33,8 @@ DP_HOST_DEVICE inline float activation_value(Activation a, float x) {
     case Activation::SiLU: return x * sigmoid_of(x);
     case Activation::Sigmoid: return sigmoid_of(x);
     case Activation::Tanh: return tanhf(x);
+    case Activation::Hardswish: return x * relu6_of_x_plus_3(x) / 6.f;  // ATen's order: (x · r) / 6
+    case Activation::Hardsigmoid: return relu6_of_x_plus_3(x) / 6.f;
   }
   return x;
 }
@@ -48,6 +54,10 @@ DP_HOST_DEVICE inline float activation_gradient(Activation a, float x, float dy)
       const float t = tanhf(x);
       return dy * (1.f - t * t);
     }
+    case Activation::Hardswish:  // ATen's hardswish_backward: 0 below -3, dy above 3, dy (x/3 + 1/2) between
+      return x < -3.f ? 0.f : x <= 3.f ? dy * (x / 3.f + 0.5f) : dy;
+    case Activation::Hardsigmoid:  // ATen's: dy/6 on the open interval (-3, 3)
+      return x > -3.f && x < 3.f ? dy * (1.f / 6.f) : 0.f;
   }
   return dy;
 }

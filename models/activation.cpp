@@ -1,4 +1,4 @@
-// nn.ReLU6, nn.SiLU, nn.Sigmoid and nn.Tanh: the element-wise function of kernels/ops/activation.hpp,
+// nn.ReLU6, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Hardswish and nn.Hardsigmoid: the element-wise function of kernels/ops/activation.hpp,
 // keeping its input for backward.
 #include "runtime/device.hpp"
 #include "kernels/ops/activation.hpp"

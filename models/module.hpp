@@ -167,7 +167,7 @@ std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int
 std::unique_ptr<Module> make_batchnorm2d(int64_t channels, float momentum = 0.1f, float eps = 1e-5f,
                                          bool affine = true, bool track_running_stats = true);
 std::unique_ptr<Module> make_relu();
-// nn.ReLU6, nn.SiLU, nn.Sigmoid, nn.Tanh (models/activation.cpp).
+// nn.ReLU6, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Hardswish, nn.Hardsigmoid (models/activation.cpp).
 std::unique_ptr<Module> make_activation(Activation a);
 // PyTorch's MaxPool2d (padding never wins: it is −inf; ceil_mode's partial last window).
 std::unique_ptr<Module> make_maxpool2d(int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);

@@ -147,6 +147,10 @@ def module_op(m):
         return "silu", {}
     if type(m) is nn.Sigmoid:
         return "sigmoid", {}
+    if type(m) is nn.Hardswish:
+        return "hardswish", {}
+    if type(m) is nn.Hardsigmoid:
+        return "hardsigmoid", {}
     if type(m) is nn.Tanh:
         return "tanh", {}
     if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
@@ -206,6 +210,10 @@ def function_op(node):
             return "silu", {}
         if t in (torch.sigmoid, F.sigmoid):
             return "sigmoid", {}
+        if t is F.hardswish:
+            return "hardswish", {}
+        if t is F.hardsigmoid:
+            return "hardsigmoid", {}
         if t in (torch.tanh, F.tanh):
             return "tanh", {}
         if t is F.gelu:

@@ -1,4 +1,4 @@
-// ReLU6, SiLU, Sigmoid and Tanh on float32 and 16-bit storage: grid-stride loops over the shared
+// ReLU6, SiLU, Sigmoid, Tanh, Hardswish and Hardsigmoid on float32 and 16-bit storage: grid-stride loops over the shared
 // definitions (kernels/activation_math.hpp), float32 arithmetic, one rounding on store.
 #include "core/cuda/check.cuh"
 #include "kernels/cuda/half.cuh"

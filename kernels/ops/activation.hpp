@@ -1,4 +1,4 @@
-// ReLU6, SiLU, Sigmoid and Tanh (kernels/activation_math.hpp): forward, and backward from the
+// ReLU6, SiLU, Sigmoid, Tanh, Hardswish and Hardsigmoid (kernels/activation_math.hpp): forward, and backward from the
 // forward's input. On CUDA the 16-bit types are read and written directly (float32 arithmetic, one
 // rounding on store); elsewhere they are widened (kernels/operands.hpp).
 #pragma once

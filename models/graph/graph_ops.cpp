@@ -293,7 +293,7 @@ class Cat final : public MultiInputOp {
 
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
-    "gelu", "dropout", "max_pool2d", "avg_pool2d",
+    "hardswish", "hardsigmoid", "gelu", "dropout", "max_pool2d", "avg_pool2d",
     "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean"};
 const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat"};
 
@@ -350,6 +350,8 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   if (op == "silu") return make_activation(Activation::SiLU);
   if (op == "sigmoid") return make_activation(Activation::Sigmoid);
   if (op == "tanh") return make_activation(Activation::Tanh);
+  if (op == "hardswish") return make_activation(Activation::Hardswish);
+  if (op == "hardsigmoid") return make_activation(Activation::Hardsigmoid);
   if (op == "gelu") {
     require(n, !n.attrs.contains("approximate") || attr(n, "approximate") == "none",
             "GELU's approximate='tanh' is not run by dp (the exact erf form is)");

@@ -94,6 +94,10 @@ def make(name):
         model = torchvision.models.mobilenet_v2(num_classes=10)
         model.classifier[0].p = 0.0
         return model
+    if name == "tv_mobilenet_v3_small":  # Hardswish, Hardsigmoid in squeeze-and-excitation; Dropout(0.2) at p = 0
+        model = torchvision.models.mobilenet_v3_small(num_classes=10)
+        model.classifier[2].p = 0.0
+        return model
     if name == "tv_densenet121":  # dense blocks' channel cat, transitions' average pooling
         return torchvision.models.densenet121(num_classes=10)
     if name == "tiny_activations":
