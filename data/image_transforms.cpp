@@ -153,24 +153,17 @@ void train_transform(const DecodedImage& img, int64_t size_rows, int64_t size_co
 void eval_transform(const DecodedImage& img, int64_t short_side, int64_t size_rows, int64_t size_cols, uint8_t* out) {
   int64_t rows = 0, cols = 0;
   resized_size(img.rows, img.cols, short_side, rows, cols);
-  // Resize, then crop: the crop box in the resized image maps back to a box of the original.
-  DecodedImage resized;
-  resized.rows = rows, resized.cols = cols, resized.channels = img.channels;
-  std::vector<uint8_t> planes(static_cast<size_t>(img.channels * rows * cols));
+  // Resize the whole image into planes, then take the centre crop of each (zeros where it reaches past).
+  thread_local std::vector<uint8_t> planes;
+  planes.resize(static_cast<size_t>(img.channels * rows * cols));
   resize_box(img, {0, 0, img.rows, img.cols}, rows, cols, false, planes.data());
-  resized.pixels.resize(planes.size());
-  for (int64_t c = 0; c < img.channels; ++c)
-    for (int64_t i = 0; i < rows * cols; ++i)
-      resized.pixels[static_cast<size_t>(i * img.channels + c)] = planes[static_cast<size_t>(c * rows * cols + i)];
   const CropBox box = center_crop_box(rows, cols, size_rows, size_cols);
   for (int64_t c = 0; c < img.channels; ++c)
     for (int64_t y = 0; y < size_rows; ++y)
       for (int64_t x = 0; x < size_cols; ++x) {
         const int64_t sy = box.top + y, sx = box.left + x;
         out[(c * size_rows + y) * size_cols + x] =
-            sy >= 0 && sy < rows && sx >= 0 && sx < cols
-                ? resized.pixels[static_cast<size_t>((sy * cols + sx) * img.channels + c)]
-                : 0;
+            sy >= 0 && sy < rows && sx >= 0 && sx < cols ? planes[static_cast<size_t>((c * rows + sy) * cols + sx)] : 0;
       }
 }
 
