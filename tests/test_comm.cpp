@@ -131,27 +131,34 @@ TEST_CASE("broadcast_coalesced copies exactly, across bucket boundaries") {
   }
 }
 
-TEST_CASE("reduce_add_coalesced sums exactly onto device 0 and frees its buffers") {
-  for (int n : {2, 3, 5, 8}) {
-    auto devs = host_devices(n);
-    const int64_t len = 777;
-    std::vector<float> base(len), want(len);
-    for (int64_t i = 0; i < len; ++i) base[i] = want[i] = static_cast<float>(i % 17);
-    Tensor dst = tensor_from(devs[0], {len}, base, MemCategory::Gradients);
-    std::vector<Tensor> srcs;
-    for (int d = 1; d < n; ++d) {
-      std::vector<float> v(len);
-      for (int64_t i = 0; i < len; ++i) v[i] = static_cast<float>(d * 1000 + i % 5);  // exact in float
-      for (int64_t i = 0; i < len; ++i) want[i] += v[i];
-      srcs.push_back(tensor_from(devs[d], {len}, v, MemCategory::Gradients));
+TEST_CASE("reduce_add sums exactly onto device 0: in place on host devices, through freed buffers when received") {
+  for (bool received : {false, true})
+    for (int n : {2, 3, 5, 8}) {
+      auto devs = host_devices(n);
+      const int64_t len = 777;
+      std::vector<float> base(len), want(len);
+      for (int64_t i = 0; i < len; ++i) base[i] = want[i] = static_cast<float>(i % 17);
+      Tensor dst = tensor_from(devs[0], {len}, base, MemCategory::Gradients);
+      std::vector<Tensor> srcs;
+      for (int d = 1; d < n; ++d) {
+        std::vector<float> v(len);
+        for (int64_t i = 0; i < len; ++i) v[i] = static_cast<float>(d * 1000 + i % 5);  // exact in float
+        for (int64_t i = 0; i < len; ++i) want[i] += v[i];
+        srcs.push_back(tensor_from(devs[d], {len}, v, MemCategory::Gradients));
+      }
+      CHECK(reads_in_place(devs[0], devs[n - 1]));  // one process's memory
+      if (received)
+        reduce_add_received(dst, srcs, 100 * sizeof(float));
+      else
+        reduce_add_coalesced(dst, srcs, 100 * sizeof(float));
+      devs.synchronize();
+      CHECK(to_vector(dst) == want);
+      auto stats = devs[0].allocator().stats();
+      CHECK(stats.in_use_by_category[static_cast<int>(MemCategory::CommBuffers)] == 0);
+      // received: one bucket of each source at a time, 400 B rounded to 512
+      CHECK(stats.peak_by_category[static_cast<int>(MemCategory::CommBuffers)] == (received ? (n - 1) * 512 : 0));
+      CHECK(devs[0].received_from(n - 1) == len * 4);
     }
-    reduce_add_coalesced(dst, srcs, 100 * sizeof(float));
-    devs.synchronize();
-    CHECK(to_vector(dst) == want);
-    auto stats = devs[0].allocator().stats();
-    CHECK(stats.in_use_by_category[static_cast<int>(MemCategory::CommBuffers)] == 0);
-    CHECK(stats.peak_by_category[static_cast<int>(MemCategory::CommBuffers)] == (n - 1) * 512);  // 400 B rounded
-  }
 }
 
 TEST_CASE("memory the host drops while another stream will still read it is not reused before that stream has") {

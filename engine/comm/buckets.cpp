@@ -42,4 +42,13 @@ std::vector<GradBucket> plan_module_buckets(const ModelLayout& layout, int64_t b
   return buckets;
 }
 
+std::vector<Tensor> ring_receive_buffers(const std::vector<Device*>& devices, const std::vector<GradBucket>& buckets) {
+  int64_t largest = 0;
+  for (const auto& b : buckets) largest = std::max(largest, b.end - b.begin);
+  const auto n = static_cast<int64_t>(devices.size());
+  std::vector<Tensor> recv;
+  for (Device* dev : devices) recv.push_back(Tensor::empty(*dev, {largest / n + 1}, MemCategory::CommBuffers));
+  return recv;
+}
+
 }  // namespace dp

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "models/model.hpp"
+#include "runtime/device.hpp"
+#include "runtime/tensor.hpp"
 
 namespace dp {
 
@@ -21,5 +23,11 @@ std::vector<GradBucket> plan_buckets(const ModelLayout& layout, int64_t bucket_b
 // are views into one bucket (ZeRO-2's gradient buckets, ZeRO-3's gathered parameters). A module
 // larger than bucket_bytes is a bucket of its own.
 std::vector<GradBucket> plan_module_buckets(const ModelLayout& layout, int64_t bucket_bytes);
+
+// Each device's receive buffer of a ring over these buckets (a step moves one piece: at most
+// largest / N + 1 floats), held for as long as the ring: every ring within one process has them,
+// whatever runs it (a device's copies receive into it; host threads, which read their neighbour's
+// memory where it lies, leave it unused), so host, meta and CUDA devices hold the same memory.
+std::vector<Tensor> ring_receive_buffers(const std::vector<Device*>& devices, const std::vector<GradBucket>& buckets);
 
 }  // namespace dp

@@ -136,43 +136,53 @@ void release_source_after(const Tensor& src, const std::vector<Device*>& readers
     if (d != &src.device()) src.device().stream().wait(d->stream().record());
 }
 
-bool reads_in_place(const Device& home, const Device& from) { return home.gpu() >= 0 && from.gpu() == home.gpu(); }
+bool reads_in_place(const Device& home, const Device& from) {
+  if (home.is_cuda() || from.is_cuda()) return home.gpu() >= 0 && from.gpu() == home.gpu();
+  return true;  // host and meta devices: one process's memory
+}
 
-void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes) {
+namespace {
+
+// What both ways of reducing do first: check the sources, order device 0 after each, and count
+// the bytes it receives. False: nothing to sum.
+bool begin_reduce(const Tensor& dst, const std::vector<Tensor>& srcs) {
   Device& home = dst.device();
   for (const auto& s : srcs) {
     if (s.numel() != dst.numel()) throw RuntimeError("reduce_add: sources and destination differ in size");
+    if (s.dtype() != srcs[0].dtype()) throw RuntimeError("reduce_add: sources of different dtypes");
     order_after(home, s.device());
   }
-  if (srcs.empty()) return;
+  for (const auto& s : srcs)
+    if (&s.device() != &home) home.count_received(s.device().index(), s.numel() * static_cast<int64_t>(dtype_size(s.dtype())));
+  return !srcs.empty();
+}
+
+// One pass summing every source where it lies, in order: the received path's bits in a third of
+// its memory traffic (y and each source read once, y written once, against a copy and an add per
+// source) and with no reduce buffers.
+void sum_in_place(const Tensor& dst, const std::vector<Tensor>& srcs) {
+  Device& home = dst.device();
+  const int64_t n = dst.numel();
+  TaskLabel label = home.stream().label([&] {
+    TaskLabel l{"reduce-add in place [0, " + std::to_string(n) + ")", "reduce"};
+    for (const auto& s : srcs) l.reads.push_back({s.device().index(), s.numel() * static_cast<int64_t>(dtype_size(s.dtype()))});
+    return l;
+  });
+  home.stream().enqueue([&home, dst, srcs, n] {
+    std::vector<Buf> xs;
+    for (const auto& s : srcs) xs.push_back(s.buf());
+    add_many_inplace(home.exec(), dst.buf(), xs, n);
+    for (const auto& s : srcs) s.record_read_by(home);
+  }, std::move(label));
+}
+
+// Bucket by bucket: each source's bucket received into a buffer on device 0, then added.
+void sum_received(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes) {
+  Device& home = dst.device();
   const DType src_type = srcs[0].dtype();
   const size_t elem = dtype_size(src_type);
-  for (const auto& s : srcs)
-    if (s.dtype() != src_type) throw RuntimeError("reduce_add: sources of different dtypes");
   const int64_t n = dst.numel();
   const int64_t bucket = std::max<int64_t>(1, static_cast<int64_t>(bucket_bytes / elem));
-  for (const auto& s : srcs)
-    if (&s.device() != &home) home.count_received(s.device().index(), s.numel() * static_cast<int64_t>(elem));
-  // Logical devices on device 0's own GPU: their memory is device 0's to read, so one kernel sums
-  // every source in place, in order: the buffered path's bits in a third of its memory traffic
-  // (y and each source read once, y written once, against a copy and an add per source) and with
-  // no reduce buffers (as NCCL's reduce keeps no copy per source on the root).
-  const bool in_place =
-      std::all_of(srcs.begin(), srcs.end(), [&](const Tensor& s) { return reads_in_place(home, s.device()); });
-  if (in_place) {
-    TaskLabel label = home.stream().label([&] {
-      TaskLabel l{"reduce-add in place [0, " + std::to_string(n) + ")", "reduce"};
-      for (const auto& s : srcs) l.reads.push_back({s.device().index(), s.numel() * static_cast<int64_t>(elem)});
-      return l;
-    });
-    home.stream().enqueue([&home, dst, srcs, n] {
-      std::vector<Buf> xs;
-      for (const auto& s : srcs) xs.push_back(s.buf());
-      add_many_inplace(home.exec(), dst.buf(), xs, n);
-      for (const auto& s : srcs) s.record_read_by(home);
-    }, std::move(label));
-    return;
-  }
   for (int64_t off = 0; off < n; off += bucket) {
     const int64_t len = std::min(bucket, n - off);
     TaskLabel label = home.stream().label([&] {
@@ -181,7 +191,6 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
       return l;
     });
     home.stream().enqueue([&home, dst, srcs, off, len, src_type, elem] {
-      // Receive this bucket from every source into buffers on the destination, then sum.
       std::vector<Tensor> received;
       for (const auto& s : srcs) {
         Tensor buf = Tensor::empty(home, {len}, MemCategory::CommBuffers, src_type);
@@ -193,6 +202,20 @@ void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, si
       for (const auto& s : srcs) s.record_read_by(home);
     }, std::move(label));
   }
+}
+
+}  // namespace
+
+void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes) {
+  if (!begin_reduce(dst, srcs)) return;
+  const bool in_place =
+      std::all_of(srcs.begin(), srcs.end(), [&](const Tensor& s) { return reads_in_place(dst.device(), s.device()); });
+  if (in_place) return sum_in_place(dst, srcs);
+  sum_received(dst, srcs, bucket_bytes);
+}
+
+void reduce_add_received(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes) {
+  if (begin_reduce(dst, srcs)) sum_received(dst, srcs, bucket_bytes);
 }
 
 }  // namespace dp

@@ -48,14 +48,20 @@ std::vector<Tensor> broadcast_coalesced(const Tensor& src, const std::vector<Dev
 // far (its copies out of src): a write after those reads cannot overtake them.
 void release_source_after(const Tensor& src, const std::vector<Device*>& readers);
 
-// dst += Σ srcs (in their order), on dst's device, bucket by bucket: each bucket of every source is
-// received into a buffer on dst's device (counted as reduce buffers), then added. The sources may
-// be 16-bit and dst float32 (mixed precision): buffers and bytes moved are the sources', the sum is
-// dst's. On a GPU whose logical devices hold every source, one kernel reads them in place instead:
-// the same bits, no buffers.
+// dst += Σ srcs (in their order), on dst's device. Where dst's device can read every source where
+// it lies (reads_in_place), one pass reads them in place: no buffers, as NCCL's reduce keeps no copy
+// per source on the root. Otherwise (distinct GPUs) each bucket of every source is received into a
+// buffer on dst's device first (counted as reduce buffers), then added: PyTorch's reduce_add
+// without NCCL. The sources may be 16-bit and dst float32 (mixed precision): buffers and bytes
+// moved are the sources', the sum is dst's. Both ways give the same bits.
 void reduce_add_coalesced(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes = kBucketBytes);
+// The received way alone, whatever the devices (what reduce_add_coalesced does between distinct GPUs).
+void reduce_add_received(const Tensor& dst, const std::vector<Tensor>& srcs, size_t bucket_bytes = kBucketBytes);
 
-// Whether that reduce on `home` reads a source on `from` in place: both logical devices of one GPU.
+// Whether that reduce on `home` reads a source on `from` in place: one memory holds both (host
+// devices, which are the process's memory; logical devices of one GPU). Meta devices plan what
+// host and logical devices do. The one decision every backend follows, so host, meta and CUDA
+// devices allocate alike (docs/plan.md).
 bool reads_in_place(const Device& home, const Device& from);
 
 }  // namespace dp

@@ -26,10 +26,7 @@ OverlappedAllReduce::OverlappedAllReduce(std::vector<Device*> devices, std::vect
       buckets_(std::move(buckets)),
       ring_devices_(std::move(devices)),
       done_step_(static_cast<size_t>(n_), 0) {
-  int64_t largest = 0;
-  for (const auto& b : buckets_) largest = std::max(largest, b.end - b.begin);
-  for (Device* dev : ring_devices_)  // a ring step moves one piece: at most largest / n + 1 floats
-    recv_.push_back(Tensor::empty(*dev, {largest / n_ + 1}, MemCategory::CommBuffers));
+  recv_ = ring_receive_buffers(ring_devices_, buckets_);
   init();
 }
 

@@ -45,12 +45,14 @@ ResidentShape::ResidentShape(StepEngine& engine, const OptimizerConfig& optimize
       nccl_devices_ = NcclComms::for_devices(gpus);
       allreduce_->set_nccl(nccl_devices_.get());
     }
-  } else {
-    allreduce_ = std::make_unique<OverlappedAllReduce>(n, plan_buckets(lay, e_.sync().bucket_bytes),
-                                                       e_.devices()[0].is_meta());
   }
   std::vector<Device*> devices;
   for (int r = 0; r < n; ++r) devices.push_back(&e_.devices()[r]);
+  if (!allreduce_) {  // host threads reading each other's memory (meta devices: the same, planned)
+    auto buckets = plan_buckets(lay, e_.sync().bucket_bytes);
+    ring_recv_ = ring_receive_buffers(devices, buckets);
+    allreduce_ = std::make_unique<OverlappedAllReduce>(n, std::move(buckets), e_.devices()[0].is_meta());
+  }
   allreduce_->count_links(std::move(devices));
   // Before the last micro-batch of an accumulated step nothing is all-reduced (no_sync); the step
   // is joined before the next begins, so this reads e_.micro() as the host set it for this one.

@@ -75,6 +75,7 @@ class ResidentShape final : public ChunkedShape {
   // NCCL (distinct GPUs; GPU processes), declared before the all-reduce so that its threads stop
   // before the communicators go.
   std::unique_ptr<NcclComms> nccl_devices_, nccl_ranks_;
+  std::vector<Tensor> ring_recv_;  // the host ring's receive buffers (buckets.hpp: ring_receive_buffers)
   std::unique_ptr<OverlappedAllReduce> allreduce_;
 };
 

@@ -120,21 +120,10 @@ std::unique_ptr<Transport> ShardedShape::make_local_transport() {
     execs.push_back(&e_.devices()[r].exec());
     queues.push_back(e_.devices()[r].stream().device_queue());
   }
-  std::unique_ptr<Transport> t;
-  if (e_.devices()[0].is_meta()) {
-    t = make_meta_transport(n);
-  } else if (nccl_devices_) {
-    t = make_nccl_transport(*nccl_devices_, execs);
-  } else if (e_.devices()[0].is_cuda()) {  // logical devices of one GPU: copies between them
-    int64_t largest = 0;
-    for (const auto& b : buckets_) largest = std::max(largest, b.end - b.begin);
-    std::vector<Tensor> recv;
-    for (Device* dev : devices) recv.push_back(Tensor::empty(*dev, {largest / n + 1}, MemCategory::CommBuffers));
-    t = make_device_ring(execs, queues, std::move(recv));
-  } else {
-    t = make_host_ring(n);
-  }
-  return t;
+  if (nccl_devices_) return make_nccl_transport(*nccl_devices_, execs);
+  ring_recv_ = ring_receive_buffers(devices, buckets_);  // host devices' ring receives into them too
+  if (e_.devices()[0].is_meta()) return make_meta_transport(n);
+  return make_device_ring(execs, queues, ring_recv_);
 }
 
 std::pair<int64_t, int64_t> ShardedShape::owned(int d, size_t k) const {

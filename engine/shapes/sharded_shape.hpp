@@ -153,6 +153,7 @@ class ShardedShape final : public ChunkedShape {
   std::vector<GradBucket> buckets_;
   std::vector<std::vector<int>> buckets_of_leaf_;
   std::unique_ptr<NcclComms> nccl_devices_;  // before the transport that uses them
+  std::vector<Tensor> ring_recv_;  // each device's receive buffer of the ring (none under NCCL)
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<ReplicaGroup> norm_group_;  // Σ g² over every device's parts (and process)
   OptimizerConfig optimizer_config_;

@@ -302,7 +302,7 @@ void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accu
                   "  gradients, the optimizer state, the gathered outputs and their gradient, the loss and the\n"
                   "  reduce buffers, on top of its own replica's share.\n",
                   excess);
-    else  // logical devices of one GPU: the reduce reads the others' gradients in place, no buffers
+    else  // one memory (host devices, logical devices of one GPU): the reduce reads in place, no buffers
       std::printf("\n  GPU0 hotspot: device 0 peaks at %.2fx the largest other device. It alone holds the master\n"
                   "  gradients, the optimizer state, the gathered outputs and their gradient and the loss, on top\n"
                   "  of its own replica's share.\n",

@@ -241,8 +241,8 @@ void tell_loss(Stories& s, const StepFacts& f) {
 void tell_reduce(PhaseStory& re, const StepFacts& f) {
   const bool in_place = reduce_reads_in_place(f.dp, f.active);
   const std::string received =
-      in_place ? "read by device 0 where they are (logical devices of one GPU share its memory: no buffers) and "
-                 "summed in one pass into "
+      in_place ? "read by device 0 where they are (" + where_in_place(f.dp) + ": no buffers, as NCCL's reduce "
+                 "keeps none on the root) and summed in one pass into "
                : "sent to device 0, received into buffers there, and summed into ";
   re.text = "Every other replica's gradients are " + received + "the master gradients (reduce-add" +
             (in_place ? "" : ", bucketed") + "). The sum over replicas, with the loss a mean over the whole batch, "
@@ -601,6 +601,11 @@ std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const 
   if (f.m.dropout > 0) tell_dropout(s, f.m);
   if (dp.recomputed_blocks() > 0) tell_recompute(s, dp);
   return s;
+}
+
+std::string where_in_place(const DataParallel& dp) {
+  return dp.devices()[0].is_cuda() ? "logical devices of one GPU share its memory"
+                                   : "host devices share the process's memory, as logical devices of one GPU share its";
 }
 
 bool reduce_reads_in_place(const DataParallel& dp, const std::vector<int>& replicas) {

@@ -38,9 +38,11 @@ struct MicroBatchPlace {
 // The story of every phase (Phase order) of one step, or of one micro-batch of an accumulated step.
 std::vector<PhaseStory> tell(const DataParallel& dp, const StepResult& r, const MicroBatchPlace& place);
 
-// Whether device 0's reduce reads every one of these replicas' gradients where they are (logical
-// devices of its own GPU, comm.hpp), so it holds no reduce buffers for them.
+// Whether device 0's reduce reads every one of these replicas' gradients where they are (host
+// devices, logical devices of its own GPU: comm.hpp), so it holds no reduce buffers for them.
 bool reduce_reads_in_place(const DataParallel& dp, const std::vector<int>& replicas);
+// Why it can: "host devices share the process's memory, …".
+std::string where_in_place(const DataParallel& dp);
 
 // "3,3,3,1"
 std::string join_sizes(const std::vector<int64_t>& v);

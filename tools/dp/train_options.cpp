@@ -124,7 +124,8 @@ void add_train_options(CLI::App* cmd, TrainOptions& o) {
       ->capture_default_str();
   cmd->add_option("--upload-ahead", o.upload_ahead,
                   "upload the next batch while a step runs (a copy stream, pinned staging memory on GPUs; one "
-                  "more batch on device 0): auto (on for CUDA devices), on, off")
+                  "more batch on device 0): auto (on for CUDA devices, except with --host-sync phase, whose "
+                  "memory is then dp memprof's), on, off")
       ->capture_default_str();
   cmd->add_option("--loader-threads", o.loader_threads,
                   "threads making each training batch (normalising, --augment): a number, or auto (a quarter of "

@@ -51,8 +51,13 @@ TrainOptions for_this_rank(TrainOptions o, const ProcessGroup* group) {
 
 // --upload-ahead: on a GPU the next batch's upload (from pinned memory, on a copy stream) hides
 // under the step; on host devices a copy is a memcpy on the same cores, so it only costs a batch of
-// memory. A replayed step copies the next batch into page-locked memory while its graph runs.
-bool uploads_ahead(const TrainOptions& o, bool cuda) { return o.upload_ahead == "on" || (o.upload_ahead == "auto" && cuda); }
+// memory. A step that waits per phase runs memprof's allocations in memprof's order (its memory is
+// memprof's on any device), so auto leaves the batch ahead out there. A replayed step copies the
+// next batch into page-locked memory while its graph runs.
+bool uploads_ahead(const TrainOptions& o, const TrainChoices& choices, bool cuda) {
+  if (o.upload_ahead != "auto") return o.upload_ahead == "on";
+  return cuda && host_sync_for(choices, cuda) != HostSync::PerPhase;
+}
 
 std::optional<TrainTrace> trace_for(const TrainOptions& o) {
   if (o.trace.empty()) return std::nullopt;
@@ -92,7 +97,7 @@ TrainRun::TrainRun(const TrainOptions& given, std::optional<RemedyRun>& remedies
       data(load_run_data(o, setup, o.generated_train, o.generated_test, 1234)),  // a GPT's sizes are final now
       prompt(checked_prompt(o, data, setup.model)),
       dp(*setup.devices, setup.model, choices.optimizer, step_options()),
-      ahead(uploads_ahead(o, dp.devices()[0].is_cuda())) {
+      ahead(uploads_ahead(o, choices, dp.devices()[0].is_cuda())) {
   refuse_meta_devices(setup, "dp train");
   remedies = RemedyRun{o, o.accumulate, setup.devices->size(), setup.capacity, "train"};
   load_start();
@@ -106,7 +111,7 @@ DataParallelOptions TrainRun::step_options() const {
   DataParallelOptions options = setup_options(setup, o.seed);
   options.host_sync = host_sync_for(choices, cuda);
   options.graphs = choices.graphs;
-  options.upload_micro_batches_ahead = uploads_ahead(o, cuda);  // --accumulate's next micro-batch too
+  options.upload_micro_batches_ahead = uploads_ahead(o, choices, cuda);  // --accumulate's next micro-batch too
   options.clip_grad_norm = o.clip_grad_norm;
   options.report_grad_norm = !o.metrics.empty();  // the metrics' grad_norm
   options.label_smoothing = o.label_smoothing;
