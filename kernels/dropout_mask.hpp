@@ -30,6 +30,9 @@ struct DropoutMask {
   const uint32_t* key_at = nullptr;  // else read when the kernel runs: {low, high} in device memory
   int64_t first_sample = 0;
   SamplePlacement placement{};
+  // Stochastic depth (torchvision's mode "row"): one draw a sample, its element 0's, keeps or drops
+  // the whole sample.
+  bool whole_sample = false;
 
   bool on() const { return p > 0; }
   // The index in the step's whole batch of the buffer's sample i.
@@ -37,6 +40,8 @@ struct DropoutMask {
   // Kept when the draw's 24 bits are >= this; p = 1 drops everything (2^24 is above every draw).
   uint32_t threshold() const { return static_cast<uint32_t>(std::lround(static_cast<double>(p) * 16777216.0)); }
   float scale() const { return p < 1 ? 1.f / (1.f - p) : 0.f; }  // PyTorch's 1/(1 − p), in float32
+  // The draw element e of a sample takes: its own, or element 0's when the sample goes whole.
+  DP_HOST_DEVICE int64_t draw_of(int64_t e) const { return whole_sample ? 0 : e; }
   DP_HOST_DEVICE uint64_t pass_key() const {
     return key_at ? (static_cast<uint64_t>(key_at[1]) << 32 | key_at[0]) : key;
   }

@@ -1,7 +1,8 @@
 // nn.Dropout: in training each element is kept with probability 1 − p and scaled by 1/(1 − p);
 // otherwise (evaluation, sampling, p = 0) the identity, which hands its input on as it is. The
 // mask is drawn again in backward from the same key (kernels/ops/dropout.hpp), so nothing is kept
-// but the few numbers that name it.
+// but the few numbers that name it. Stochastic depth (torchvision.ops.StochasticDepth, mode "row")
+// is the same with one draw a sample: a residual branch kept or dropped whole for that sample.
 #include <sstream>
 
 #include "runtime/device.hpp"
@@ -14,12 +15,16 @@ namespace {
 
 class Dropout final : public Module {
  public:
-  Dropout(float p, uint32_t site) : p_(p), site_(site) {
-    if (!(p >= 0 && p <= 1)) throw UsageError("dropout probability must be in [0, 1]");
+  Dropout(float p, uint32_t site, bool whole_sample) : p_(p), site_(site), whole_sample_(whole_sample) {
+    if (!(p >= 0 && p <= 1))
+      throw UsageError(std::string(whole_sample ? "stochastic depth" : "dropout") + " probability must be in [0, 1]");
   }
   std::string describe() const override {
     std::ostringstream os;
-    os << "Dropout(p=" << p_ << ", inplace=False)";
+    if (whole_sample_)
+      os << "StochasticDepth(p=" << p_ << ", mode=row)";
+    else
+      os << "Dropout(p=" << p_ << ", inplace=False)";
     return os.str();
   }
   Shape output_shape(const Shape& in) const override { return in; }
@@ -28,6 +33,7 @@ class Dropout final : public Module {
     dropping_ = training && p_ > 0 && in.numel() > 0;
     if (!dropping_) return in;
     mask_ = dropout_mask(source_, p_, site_);
+    mask_.whole_sample = whole_sample_;
     samples_ = in.dim(0);
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     dropout_apply(dev.exec(), out.buf(), in.buf(), samples_, in.numel() / samples_, mask_);
@@ -46,6 +52,7 @@ class Dropout final : public Module {
  private:
   float p_;
   uint32_t site_;
+  bool whole_sample_;
   const DropoutSource* source_ = nullptr;
   bool dropping_ = false;  // the last forward dropped (training, p > 0): backward draws its mask again
   DropoutMask mask_;
@@ -54,6 +61,9 @@ class Dropout final : public Module {
 
 }  // namespace
 
-std::unique_ptr<Module> make_dropout(float p, uint32_t site) { return std::make_unique<Dropout>(p, site); }
+std::unique_ptr<Module> make_dropout(float p, uint32_t site) { return std::make_unique<Dropout>(p, site, false); }
+std::unique_ptr<Module> make_stochastic_depth(float p, uint32_t site) {
+  return std::make_unique<Dropout>(p, site, true);
+}
 
 }  // namespace dp

@@ -180,6 +180,9 @@ std::unique_ptr<Module> make_flatten();
 // nn.Dropout(p) in training, the identity otherwise; `site` numbers it among the model's dropouts
 // (its masks are its own: kernels/dropout_mask.hpp).
 std::unique_ptr<Module> make_dropout(float p, uint32_t site);
+// torchvision's stochastic depth, mode "row": in training each sample kept whole with probability
+// 1 − p (scaled by 1/(1 − p)) or zeroed, one draw a sample from dropout's stream at `site`.
+std::unique_ptr<Module> make_stochastic_depth(float p, uint32_t site);
 // Transformer leaves (models/transformer_layers.cpp).
 std::unique_ptr<Module> make_layernorm(int64_t channels, float eps = 1e-5f);  // over the last dimension
 std::unique_ptr<Module> make_gelu();                                          // exact (erf)

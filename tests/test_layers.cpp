@@ -8,7 +8,9 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/thread_pool.hpp"
 #include "helpers.hpp"
+#include "kernels/ops/dropout.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/sgd.hpp"
 #include "models/graph/graph_module.hpp"
@@ -648,6 +650,37 @@ TEST_CASE("Embedding: rows looked up, repeated ids accumulate their gradients, b
 TEST_CASE("Causal self-attention gradients match finite differences (qkv, heads, the mask)") {
   auto attn = make_causal_self_attention(8, 2);
   gradcheck(*attn, {2, 5, 8}, random_vector(80, 24, -1.f, 1.f), true, 1e-3f, 1e-2);
+}
+
+TEST_CASE("StochasticDepth: each sample kept whole (scaled by 1/(1 - p)) or zeroed, by dropout's draw of its element 0") {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  auto depth = make_stochastic_depth(0.5f, 3);
+  CHECK(depth->describe() == "StochasticDepth(p=0.5, mode=row)");
+  const int64_t samples = 16, per = 2 * 3 * 3;
+  const auto xs = random_vector(static_cast<size_t>(samples * per), 31, 0.5f, 1.5f);  // no zeros
+  const Tensor x = tensor_from(dev, {samples, 2, 3, 3}, xs);
+  CHECK(depth->forward(dev, x, false).data() == x.data());  // evaluation: handed on as it is
+  const auto y = to_vector(depth->forward(dev, x, true));
+  const auto dx = to_vector(depth->backward(dev, tensor_from(dev, x.shape(), std::vector<float>(xs.size(), 1.f)), true));
+  // Dropout's per-element draws at the same site: each sample takes its element 0's factor.
+  ThreadPool pool(1);
+  std::vector<float> ones(xs.size(), 1.f), elementwise(xs.size());
+  cpu::dropout_apply(pool, elementwise.data(), ones.data(), samples, per, {0.5f, 3, 0, nullptr, 0});
+  int dropped = 0;
+  for (int64_t n = 0; n < samples; ++n) {
+    const float f = elementwise[static_cast<size_t>(n * per)];
+    dropped += f == 0.f;
+    for (int64_t e = 0; e < per; ++e) {
+      const auto i = static_cast<size_t>(n * per + e);
+      CHECK(dx[i] == f);
+      CHECK(y[i] == xs[i] * f);
+    }
+  }
+  CHECK(dropped > 0);
+  CHECK(dropped < samples);
+  gradcheck(*make_stochastic_depth(0.3f, 2), {6, 5}, random_vector(30, 9));
+  CHECK_THROWS_AS(make_stochastic_depth(1.5f, 0), UsageError);
 }
 
 TEST_CASE("Dropout: the identity in evaluation, and gradients through it and attention's dropout match finite differences") {

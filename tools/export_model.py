@@ -232,6 +232,15 @@ def function_op(node):
             return "adaptive_avg_pool2d", {"output_size": pair(arg(1, "output_size", None))}
         if t is F.dropout:
             return "dropout", {"p": arg(1, "p", 0.5), "training": bool(arg(2, "training", True))}
+        if t is F.max_pool2d:
+            if arg(6, "return_indices", False):
+                return None
+            return "max_pool2d", {"kernel_size": pair(arg(1, "kernel_size", None)),
+                                  "stride": pair(arg(2, "stride", None)), "padding": pair(arg(3, "padding", 0)),
+                                  "dilation": pair(arg(4, "dilation", 1)), "ceil_mode": arg(5, "ceil_mode", False)}
+        if getattr(t, "__module__", "") == "torchvision.ops.stochastic_depth" and t.__name__ == "stochastic_depth":
+            return "stochastic_depth", {"p": arg(1, "p", None), "mode": arg(2, "mode", None),
+                                        "training": bool(arg(3, "training", True))}
         return None
     if node.op == "call_method":
         if t in ("view", "reshape"):
@@ -294,7 +303,10 @@ HINTS = {
     "torch.unsqueeze": "x.view(...) with the new shape",
     "Tensor.squeeze": "x.view(...) or x.flatten(...)",
     "torch.squeeze": "x.view(...) or x.flatten(...)",
-    "torch.nn.functional.max_pool2d": "the module nn.MaxPool2d",
+    "torch.nn.functional.max_pool2d": "return_indices=False (dp keeps no indices)",
+    # Training returns (logits, aux...): dp trains one output, the logits.
+    "torchvision.models.googlenet.GoogLeNetOutputs": "--kwargs '{\"aux_logits\": false}': dp trains one output",
+    "torchvision.models.inception.InceptionOutputs": "--kwargs '{\"aux_logits\": false}': dp trains one output",
     "torch.nn.functional.batch_norm": "the module nn.BatchNorm2d",
     "torch.nn.functional.linear": "the module nn.Linear",
     "torch.nn.functional.conv2d": "the module nn.Conv2d",

@@ -14,7 +14,7 @@ void dropout_apply(ThreadPool& pool, float* out, const float* in, int64_t sample
     for (int64_t i = a; i < b;) {  // a sample's state once, then its elements
       const int64_t s = i / per_sample, end = std::min(b, (s + 1) * per_sample);
       const uint64_t state = dropout_sample_state(key, mask.site, mask.sample(s));
-      for (; i < end; ++i) out[i] = in[i] * dropout_factor(state, i - s * per_sample, threshold, scale);
+      for (; i < end; ++i) out[i] = in[i] * dropout_factor(state, mask.draw_of(i - s * per_sample), threshold, scale);
     }
   });
 }

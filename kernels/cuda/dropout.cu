@@ -14,7 +14,7 @@ __global__ void dropout_kernel(float* out, const float* in, int64_t n, int64_t p
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t s = i / per_sample;
     const uint64_t state = dropout_sample_state(key, mask.site, mask.sample(s));
-    out[i] = in[i] * dropout_factor(state, i - s * per_sample, threshold, scale);
+    out[i] = in[i] * dropout_factor(state, mask.draw_of(i - s * per_sample), threshold, scale);
   }
 }
 

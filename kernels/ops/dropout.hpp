@@ -2,7 +2,8 @@
 // where the mask keeps the element and 0 where it drops it (kernels/dropout_mask.hpp draws which,
 // from the pass's key). Backward is the same op on the gradient, din = dout · f, the mask drawn
 // again: nothing is stored between the two. `in` holds `samples` samples of `per_sample` elements;
-// its sample i is the step's sample mask.sample(i). out may be in (in place).
+// its sample i is the step's sample mask.sample(i). out may be in (in place). With
+// mask.whole_sample, stochastic depth: each sample kept or dropped whole.
 #pragma once
 #include <cstdint>
 

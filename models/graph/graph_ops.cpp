@@ -293,7 +293,7 @@ class Cat final : public MultiInputOp {
 
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
-    "hardswish", "hardsigmoid", "gelu", "dropout", "max_pool2d", "avg_pool2d",
+    "hardswish", "hardsigmoid", "gelu", "dropout", "stochastic_depth", "max_pool2d", "avg_pool2d",
     "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean"};
 const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat"};
 
@@ -362,6 +362,17 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     require(n, p >= 0 && p < 1, "p must be in [0, 1)");
     if (!bool_attr(n, "training", true)) return std::make_unique<Identity>();  // F.dropout(training=False)
     return make_dropout(static_cast<float>(p), dropout_site++);
+  }
+  if (op == "stochastic_depth") {  // torchvision.ops.stochastic_depth / StochasticDepth
+    const double p = number_attr(n, "p", 0);
+    require(n, p >= 0 && p <= 1, "p must be in [0, 1]");
+    require(n, attr(n, "mode") == "row",
+            "mode " + attr(n, "mode").dump() + " is not run by dp: \"batch\" draws one mask for each replica's "
+            "chunk, which DataParallel's split would change (\"row\", a draw a sample, is)");
+    // Like dropout's, a site whatever p: a file's later sites keep their numbers.
+    const uint32_t site = dropout_site++;
+    if (!bool_attr(n, "training", true) || p == 0) return std::make_unique<Identity>();
+    return make_stochastic_depth(static_cast<float>(p), site);
   }
   if (op == "max_pool2d") {
     require(n, square_attr(n, "dilation", 1) == 1, "dilation other than 1 is not run by dp");

@@ -91,7 +91,7 @@ with tempfile.TemporaryDirectory() as tmp:
                 "class Many(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                 "        self.c = nn.Conv2d(3, 4, 3)\n        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
                 "        y = self.c(x).permute(0, 2, 3, 1)\n"
-                "        y = torch.nn.functional.max_pool2d(y, 2).unsqueeze(1)\n"
+                "        y = torch.sub(y, y).unsqueeze(1)\n"
                 "        return self.fc(y.mean((1, 2, 3)).view(-1, 4))\n")
     rc, out, err = export([at("untraced.py") + ":Chunky", "--input", "12", "--out", at("n.json")])
     check("an untraceable line is named with what about it (unpacking), not a stray IndexError",
@@ -102,8 +102,8 @@ with tempfile.TemporaryDirectory() as tmp:
           and "shape or size as Python numbers" in err, err)
     rc, out, err = export([at("untraced.py") + ":Many", "--input", "3x8x8", "--out", at("n.json")])
     check("every op dp does not run, in one refusal, with a hint where there is one",
-          rc == 2 and "3 ops dp does not run" in err and "Tensor.permute" in err and "max_pool2d" in err
-          and "instead: the module nn.MaxPool2d" in err and "instead: x.view(...)" in err, err)
+          rc == 2 and "3 ops dp does not run" in err and "Tensor.permute" in err and "torch.sub" in err
+          and "instead: x + (-1) * y" in err and "instead: x.view(...)" in err, err)
     rc, out, err = export([at("untraced.py") + ":Shapes", "--input", "1x8x8", "--out", at("n.json")])
     check("an --input the model cannot take: one message naming the shape and the line, no traceback",
           rc == 2 and "--input 1x8x8: the model does not take samples of this shape" in err
@@ -306,6 +306,12 @@ with tempfile.TemporaryDirectory() as tmp:
     bad("state of another shape", lambda d: d["state"][0].update(shape=[16, 3, 5, 5]), "[16, 3, 5, 5]")
     bad("a module with parameters run twice", lambda d: node(d, "layer1_0_conv2").update(module="layer1.0.conv1"),
         "a second time")
+    bad("stochastic depth of mode batch: refused, saying why",
+        lambda d: node(d, "layer1_0_relu").update(op="stochastic_depth", attrs={"p": 0.1, "mode": "batch"}),
+        "mode \"batch\" is not run by dp")
+    bad("stochastic depth with p outside [0, 1]",
+        lambda d: node(d, "layer1_0_relu").update(op="stochastic_depth", attrs={"p": 1.5, "mode": "row"}),
+        "p must be in [0, 1]")
     bad("a value no node reads", lambda d: d.update(output="layer4_0_relu_1"), "no node reads its output")
     bad("an output that is not [classes]", lambda d: (d["nodes"].pop(), d["nodes"].pop(), d.update(output="avgpool"),
                                                      d.update(state=d["state"][:-2])),

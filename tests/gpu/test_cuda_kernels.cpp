@@ -1183,20 +1183,23 @@ TEST_CASE("dropout drops the CPU reference's elements, its key read from device 
   const auto x = random_vector(static_cast<size_t>(samples * per_sample), 70);
   const uint32_t key[2] = {0x01234567u, 0x89abcdefu};
   auto d_key = to_device(c, std::vector<uint32_t>(key, key + 2));
-  for (float p : {0.1f, 0.5f, 1.f}) {
-    CAPTURE(p);
-    const DropoutMask on_host{p, 3, 0x89abcdef01234567ull, nullptr, 11};
-    DropoutMask on_device = on_host;
-    on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
-    std::vector<float> want(x.size());
-    cpu::dropout_apply(pool, want.data(), x.data(), samples, per_sample, on_host);
-    auto d_x = to_device(c, x);
-    cuda::DeviceBuffer d_y(c, x.size() * 4);
-    cuda::dropout_apply(c, d_y.get(), d_x.get(), samples, per_sample, on_device);
-    CHECK(to_host<float>(c, d_y, x.size()) == want);  // one float32 product each: the same bits
-    cuda::dropout_apply(c, d_x.get(), d_x.get(), samples, per_sample, on_device);  // in place
-    CHECK(to_host<float>(c, d_x, x.size()) == want);
-  }
+  for (float p : {0.1f, 0.5f, 1.f})
+    for (bool whole_sample : {false, true}) {  // whole_sample: stochastic depth, a draw a sample
+      CAPTURE(p);
+      CAPTURE(whole_sample);
+      DropoutMask on_host{p, 3, 0x89abcdef01234567ull, nullptr, 11};
+      on_host.whole_sample = whole_sample;
+      DropoutMask on_device = on_host;
+      on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
+      std::vector<float> want(x.size());
+      cpu::dropout_apply(pool, want.data(), x.data(), samples, per_sample, on_host);
+      auto d_x = to_device(c, x);
+      cuda::DeviceBuffer d_y(c, x.size() * 4);
+      cuda::dropout_apply(c, d_y.get(), d_x.get(), samples, per_sample, on_device);
+      CHECK(to_host<float>(c, d_y, x.size()) == want);  // one float32 product each: the same bits
+      cuda::dropout_apply(c, d_x.get(), d_x.get(), samples, per_sample, on_device);  // in place
+      CHECK(to_host<float>(c, d_x, x.size()) == want);
+    }
 }
 
 TEST_CASE("SyncBatchNorm's pieces (--sync-bn) match the CPU reference") {

@@ -129,6 +129,9 @@ def run_case(dp, work, case, idx):
         import file_models
         model = file_models.make(model_name[len("file:"):].split("@")[0])
         dp_model = export_file_model(model, model_name, work)
+        # PyTorch's dropouts and stochastic depths drawing dp's masks, site by site as dp numbers them
+        size = input_size(model_name)
+        model = hash_dropout.with_dp_masks(model, torch.zeros(2, 3, size, size))
     else:
         model = ref.make_model(model_name, dict(vocab=GPT_VOCAB, context=context, layers=int(flag("--gpt-layers", 0)),
                                                 heads=int(flag("--gpt-heads", 0)), dim=int(flag("--gpt-dim", 0)),

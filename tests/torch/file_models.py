@@ -75,6 +75,7 @@ class Pools(nn.Module):
     def forward(self, x):
         x = self.pool(F.relu(self.conv(x)))                 # 32 -> 16
         x = F.avg_pool2d(F.relu(self.conv2(x)), 2)          # 16 -> 8
+        x = F.max_pool2d(x, 3, stride=1, padding=1)         # 8 -> 8, functional
         return self.fc(torch.flatten(self.adapt(x), 1))    # 8x8 -> 3x2
 
 
@@ -98,6 +99,8 @@ def make(name):
         model = torchvision.models.mobilenet_v3_small(num_classes=10)
         model.classifier[2].p = 0.0
         return model
+    if name == "tv_efficientnet_b0":  # SiLU, squeeze-and-excitation, stochastic depth and Dropout(0.2) in training
+        return torchvision.models.efficientnet_b0(num_classes=10)
     if name == "tv_densenet121":  # dense blocks' channel cat, transitions' average pooling
         return torchvision.models.densenet121(num_classes=10)
     if name == "tiny_activations":

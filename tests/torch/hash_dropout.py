@@ -69,3 +69,50 @@ class Dropout(nn.Module):
 
     def forward(self, x):
         return apply(x, self.site, self.p) if self.training and self.p > 0 else x
+
+
+def apply_rows(x, site, p):
+    """Stochastic depth (mode "row") with dp's draws: each sample of x scaled by its element 0's
+    factor at `site`, kept or dropped whole."""
+    f = factors(Pass.key, site, p, Pass.first_sample, x.size(0), 1)
+    return x * f.view([x.size(0)] + [1] * (x.dim() - 1)).to(x.dtype)
+
+
+class StochasticDepth(nn.Module):
+    """torchvision.ops.StochasticDepth(p, "row") drawing dp's masks at `site`."""
+
+    def __init__(self, p, site):
+        super().__init__()
+        self.p, self.site = p, site
+
+    def forward(self, x):
+        return apply_rows(x, self.site, self.p) if self.training and self.p > 0 else x
+
+
+def with_dp_masks(model, example):
+    """The model with each nn.Dropout and torchvision StochasticDepth replaced by one drawing dp's
+    masks, numbered as dp numbers a model file's dropout sites: in the order a forward calls them
+    (`example`, one input, finds it; a module the forward never calls, such as EfficientNet's
+    stochastic depth in a block without a residual, has no site and stays as it is)."""
+    import torchvision
+    kinds = (nn.Dropout, torchvision.ops.StochasticDepth)
+    paths = {child: path for path, child in model.named_modules() if type(child) in kinds}
+    called = []
+    hooks = [m.register_forward_pre_hook(lambda m, _: called.append(m) if m not in called else None) for m in paths]
+    was_training = model.training
+    model.eval()  # nothing updated: BatchNorm's running statistics stay
+    with torch.no_grad():
+        model(example)
+    model.train(was_training)
+    for h in hooks:
+        h.remove()
+    for site, child in enumerate(called):
+        if type(child) is nn.Dropout:
+            twin = Dropout(child.p, site)
+        else:
+            if child.mode != "row":
+                raise ValueError("dp runs stochastic depth in mode row only")
+            twin = StochasticDepth(child.p, site)
+        parent_path, _, name = paths[child].rpartition(".")
+        setattr(model.get_submodule(parent_path), name, twin)
+    return model

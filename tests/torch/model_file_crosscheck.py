@@ -43,7 +43,11 @@ CASES = [
     ("file:tv_mobilenet_v2", 4, 32, "even", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     # MobileNetV3: Hardswish, and Hardsigmoid gating its squeeze-and-excitation blocks.
     ("file:tv_mobilenet_v3_small@64", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
-    # AvgPool2d with padding, ceil_mode and count_include_pad False; F.avg_pool2d; AdaptiveAvgPool2d((3, 2)).
+    # EfficientNet-B0 in training: SiLU, squeeze-and-excitation gates, stochastic depth (a draw a
+    # sample, up to p = 0.2) and the classifier's Dropout(0.2), PyTorch's drawing dp's masks; one update.
+    ("file:tv_efficientnet_b0@64", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
+    # AvgPool2d with padding, ceil_mode and count_include_pad False; F.avg_pool2d; F.max_pool2d;
+    # AdaptiveAvgPool2d((3, 2)).
     ("file:pools", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
     # Squeeze-and-excitation: a mean over each plane, a per-channel gate multiplied in; a product.
     ("file:gates", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
