@@ -48,13 +48,14 @@ constexpr int64_t kTargetBlocks = 1024;        // parts × tiles aimed at: sever
 // keeps every index of the kernels below 2^31, so they compute in int.
 struct Geometry {
   int64_t N, C, H, W, K, kh, kw, stride, pad, OH, OW;
+  int64_t pad_w;  // the width's padding (pad is the height's)
   DP_HOST_DEVICE int64_t cols() const { return C * kh * kw; }
   DP_HOST_DEVICE int64_t taps() const { return K * cols(); }
   DP_HOST_DEVICE int64_t positions() const { return N * OH * OW; }
 };
 
 inline Geometry geometry_of(const ConvShape& s) {
-  return {s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.stride, s.pad, s.OH(), s.OW()};
+  return {s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.stride, s.ph(), s.OH(), s.OW(), s.pw()};
 }
 
 inline bool eligible(const ConvShape& s) {
@@ -150,7 +151,7 @@ DP_HOST_DEVICE inline void load_stage(float (&dy_regs)[RM], float (&x_regs)[RN],
     dy_regs[i] = live && k < K ? dy[(n * K + k) * plane + at] : 0.f;
   }
   const int ih0 = oh * static_cast<int>(g.stride) - static_cast<int>(g.pad);
-  const int iw0 = ow * static_cast<int>(g.stride) - static_cast<int>(g.pad);
+  const int iw0 = ow * static_cast<int>(g.stride) - static_cast<int>(g.pad_w);
   const int sample = n * static_cast<int>(g.C) * H * W;
   DP_CONV_WGRAD_UNROLL
   for (int i = 0; i < RN; ++i) {
@@ -248,7 +249,7 @@ inline void host_weight_grad(float* dw, const float* dy, const float* x, const C
         float d = 0.f, v = 0.f;
         if (q < Q) {
           const int64_t n = q / plane, at = q % plane, oh = at / g.OW, ow = at % g.OW;
-          const int64_t ih = oh * g.stride - g.pad + r, iw = ow * g.stride - g.pad + sc;
+          const int64_t ih = oh * g.stride - g.pad + r, iw = ow * g.stride - g.pad_w + sc;
           d = dy[(n * g.K + k) * plane + at];
           if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = x[((n * g.C + c) * g.H + ih) * g.W + iw];
         }

@@ -18,6 +18,7 @@
 // all-reduce); dropout's masks are drawn from the pass, not from a stream, so they repeat. So
 // training with it is bit for bit training without it, for one more forward of each unit.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -161,6 +162,11 @@ std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias = true, d
 // groups: in and out in that many independent parts (depthwise: groups = in); dilation: taps apart.
 std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                                     bool bias = true, WeightInit init = WeightInit::PyTorchDefault, int64_t groups = 1,
+                                    int64_t dilation = 1);
+// A kernel and padding of their own height and width (kernel {1, 7}, padding {0, 3}: Inception's).
+std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, std::array<int64_t, 2> kernel, int64_t stride,
+                                    std::array<int64_t, 2> padding, bool bias = true,
+                                    WeightInit init = WeightInit::PyTorchDefault, int64_t groups = 1,
                                     int64_t dilation = 1);
 // affine false: no weight and bias (scale 1, shift 0); track_running_stats false: no buffers, the
 // batch's statistics in evaluation too.

@@ -17,13 +17,14 @@ namespace dp::test {
 inline std::vector<ConvShape> wgrad_direct_shapes() {
   return {{64, 1, 28, 28, 16, 5, 5, 1, 2}, {4, 16, 14, 14, 32, 5, 5, 1, 2}, {2, 3, 32, 32, 64, 3, 3, 1, 1},
           {5, 3, 13, 11, 4, 3, 3, 2, 1},   {2, 32, 6, 6, 64, 1, 1, 1, 0},   {3, 4, 9, 9, 20, 5, 5, 2, 2},
-          {2, 2, 7, 7, 40, 3, 3, 1, 1},    {9, 2, 3, 1, 3, 3, 1, 1, 1},     {300, 1, 12, 12, 2, 3, 3, 1, 1}};
+          {2, 2, 7, 7, 40, 3, 3, 1, 1},    {9, 2, 3, 1, 3, 3, 1, 1, 1},     {300, 1, 12, 12, 2, 3, 3, 1, 1},
+          {3, 4, 9, 11, 8, 1, 7, 1, 0, 1, 1, 3},  {3, 4, 11, 9, 8, 7, 1, 1, 3, 1, 1, 0}};  // Inception's 1x7, 7x1
 }
 
-// "N C H W K kh kw stride pad", for a failing check's message.
+// "N C H W K kh kw stride pad pad_w", for a failing check's message.
 inline std::string describe(const ConvShape& s) {
   std::string d;
-  for (int64_t v : {s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.stride, s.pad}) d += std::to_string(v) + ' ';
+  for (int64_t v : {s.N, s.C, s.H, s.W, s.K, s.kh, s.kw, s.stride, s.ph(), s.pw()}) d += std::to_string(v) + ' ';
   return d;
 }
 

@@ -147,7 +147,7 @@ TEST_CASE("the direct weight gradient's plan covers every position once in whole
 
 TEST_CASE("the direct weight gradient's tiled kernels, run thread by thread on the host, give the plain sums' bits") {
   for (const ConvShape& s : test::wgrad_direct_shapes()) {
-    INFO("shape (N C H W K kh kw stride pad): ", test::describe(s));
+    INFO("shape (N C H W K kh kw stride pad pad_w): ", test::describe(s));
     REQUIRE(conv_wgrad::eligible(s));
     const auto c = test::wgrad_case(s, 70);
     std::vector<float> plain(c.dw.size(), NAN);
@@ -163,12 +163,12 @@ TEST_CASE("the direct weight gradient's tiled kernels give the plain sums' bits 
   auto pick = [&](int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1)); };
   int tried = 0;
   while (tried < 40) {
-    const int64_t kh = pick(1, 5), kw = pick(1, 5), stride = pick(1, 3), pad = pick(0, 3);
+    const int64_t kh = pick(1, 5), kw = pick(1, 5), stride = pick(1, 3), pad = pick(0, 3), pad_w = pick(0, 3);
     const int64_t H = pick(1, 9), W = pick(1, 9), C = pick(1, 4), K = pick(1, 70), N = pick(1, 5);
-    const ConvShape s{N, C, H, W, K, kh, kw, stride, pad};
+    const ConvShape s{N, C, H, W, K, kh, kw, stride, pad, 1, 1, pad_w};
     if (s.OH() < 1 || s.OW() < 1 || !conv_wgrad::eligible(s)) continue;
     ++tried;
-    INFO("shape (N C H W K kh kw stride pad): ", test::describe(s));
+    INFO("shape (N C H W K kh kw stride pad pad_w): ", test::describe(s));
     const auto x = test::random_vector(static_cast<size_t>(N * C * H * W), 300 + tried);
     const auto dy = test::random_vector(static_cast<size_t>(N * K * s.OH() * s.OW()), 400 + tried);
     std::vector<float> plain(static_cast<size_t>(K * C * kh * kw), NAN);
@@ -179,7 +179,7 @@ TEST_CASE("the direct weight gradient's tiled kernels give the plain sums' bits 
 
 TEST_CASE("the direct weight gradient, part by part, matches the CPU reference") {
   for (const ConvShape& s : test::wgrad_direct_shapes()) {
-    INFO("shape (N C H W K kh kw stride pad): ", test::describe(s));
+    INFO("shape (N C H W K kh kw stride pad pad_w): ", test::describe(s));
     const auto c = test::wgrad_case(s, 60);
     std::vector<float> got(c.dw.size(), NAN);
     conv_wgrad::host_weight_grad(got.data(), c.dy.data(), c.x.data(), s);

@@ -162,6 +162,50 @@ TEST_CASE("Conv2d gradients match finite differences (padding, stride)") {
   }
 }
 
+TEST_CASE("Conv2d with a kernel and padding of their own height and width (Inception's 1x7, 7x1): a direct sum, and finite differences") {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  struct Case {
+    int64_t kh, kw, stride, ph, pw;
+  };
+  for (const Case& k : {Case{1, 3, 1, 0, 1}, Case{3, 1, 1, 1, 0}, Case{2, 3, 2, 1, 0}, Case{1, 7, 1, 0, 3}}) {
+    INFO("kernel ", k.kh, "x", k.kw, ", stride ", k.stride, ", padding ", k.ph, ",", k.pw);
+    const int64_t N = 2, C = 2, H = 5, W = 8, K = 3;
+    auto layer = make_conv2d(C, K, {k.kh, k.kw}, k.stride, {k.ph, k.pw});
+    CHECK(layer->params()[0].shape == Shape{K, C, k.kh, k.kw});
+    const int64_t OH = (H + 2 * k.ph - k.kh) / k.stride + 1, OW = (W + 2 * k.pw - k.kw) / k.stride + 1;
+    REQUIRE(layer->output_shape({C, H, W}) == Shape{K, OH, OW});
+    gradcheck(*layer, {N, C, H, W}, random_vector(static_cast<size_t>(N * C * H * W), 41));
+    // Forward against the definition, from random weights (the flat array: the weight, then the bias).
+    const Bound bound = bind_random(*layer, dev, 13);
+    const auto params = to_vector(bound.params);
+    const auto& entries = bound.layout.entries;
+    const std::vector<float> w(params.begin() + entries[0].offset, params.begin() + entries[0].offset + K * C * k.kh * k.kw),
+        b(params.begin() + entries[1].offset, params.begin() + entries[1].offset + K);
+    const auto x = random_vector(static_cast<size_t>(N * C * H * W), 42);
+    const auto y = to_vector(layer->forward(dev, tensor_from(dev, {N, C, H, W}, x), true));
+    layer->clear_cache();
+    double worst = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < K; ++o)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double sum = b[static_cast<size_t>(o)];
+            for (int64_t c = 0; c < C; ++c)
+              for (int64_t i = 0; i < k.kh; ++i)
+                for (int64_t j = 0; j < k.kw; ++j) {
+                  const int64_t ih = oh * k.stride - k.ph + i, iw = ow * k.stride - k.pw + j;
+                  if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                  sum += double(w[static_cast<size_t>(((o * C + c) * k.kh + i) * k.kw + j)]) *
+                         x[static_cast<size_t>(((n * C + c) * H + ih) * W + iw)];
+                }
+            worst = std::max(worst, std::abs(sum - y[static_cast<size_t>(((n * K + o) * OH + oh) * OW + ow)]));
+          }
+    CHECK(worst < 1e-5);
+    for (Module* m : param_modules(*layer)) m->bind({}, {});  // the module outlives the devices' tensors
+  }
+}
+
 TEST_CASE("Conv2d with groups is its groups' convolutions side by side") {
   // groups = 2 against two convolutions of half the channels each on the two halves.
   auto devs = host_devices(1);

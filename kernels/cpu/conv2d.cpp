@@ -19,15 +19,15 @@ struct ValidRange {
   int64_t lo, hi;
 };
 ValidRange valid_columns(int64_t kj, const ConvShape& s) {
-  const int64_t a = s.pad - kj * s.dilation;            // ow·stride >= a
-  const int64_t b = s.W - 1 + s.pad - kj * s.dilation;  // ow·stride <= b
+  const int64_t a = s.pw() - kj * s.dilation;            // ow·stride >= a
+  const int64_t b = s.W - 1 + s.pw() - kj * s.dilation;  // ow·stride <= b
   if (b < 0) return {0, 0};
   const int64_t hi = std::min(s.OW(), b / s.stride + 1);
   const int64_t lo = a <= 0 ? 0 : (a + s.stride - 1) / s.stride;
   return {std::min(lo, hi), hi};
 }
 
-// col[(c,ki,kj), (oh,ow)] = in[c, oh*stride-pad+ki*dilation, ow*stride-pad+kj*dilation], zero
+// col[(c,ki,kj), (oh,ow)] = in[c, oh*stride-ph+ki*dilation, ow*stride-pw+kj*dilation], zero
 // outside the image (rows for every channel: group g's are its channels' rows, contiguous).
 // The valid column range of each tap is computed once, so the inner loop is a plain
 // (vectorisable) copy for stride 1.
@@ -42,14 +42,14 @@ void im2col(const float* in, float* col, const ConvShape& s) {
         const float* plane = in + c * s.H * s.W;
         const ValidRange v = valid[static_cast<size_t>(kj)];
         for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t ih = oh * s.stride - s.pad + ki * s.dilation;
+          const int64_t ih = oh * s.stride - s.ph() + ki * s.dilation;
           float* __restrict r = row + oh * OW;
           if (ih < 0 || ih >= s.H) {
             for (int64_t ow = 0; ow < OW; ++ow) r[ow] = 0.f;
             continue;
           }
           const float* __restrict src = plane + ih * s.W;
-          const int64_t shift = kj * s.dilation - s.pad;  // iw = ow·stride + shift
+          const int64_t shift = kj * s.dilation - s.pw();  // iw = ow·stride + shift
           // Rows are short (OW is 14 for MNIST's second conv): plain loops, no library calls.
           for (int64_t ow = 0; ow < v.lo; ++ow) r[ow] = 0.f;
           if (s.stride == 1)
@@ -74,11 +74,11 @@ void col2im(const float* col, float* in, const ConvShape& s) {
         float* plane = in + c * s.H * s.W;
         const ValidRange v = valid[static_cast<size_t>(kj)];
         for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t ih = oh * s.stride - s.pad + ki * s.dilation;
+          const int64_t ih = oh * s.stride - s.ph() + ki * s.dilation;
           if (ih < 0 || ih >= s.H) continue;
           float* __restrict dst = plane + ih * s.W;
           const float* __restrict r = row + oh * OW;
-          const int64_t shift = kj * s.dilation - s.pad;
+          const int64_t shift = kj * s.dilation - s.pw();
           if (s.stride == 1)
             for (int64_t ow = v.lo; ow < v.hi; ++ow) dst[ow + shift] += r[ow];
           else
@@ -89,25 +89,25 @@ void col2im(const float* col, float* in, const ConvShape& s) {
 
 // Stride 1 (every conv of the named models): pad the input once into a scratch plane, then every
 // column row is a plain fixed-length copy with no bounds tests, and the adjoint a plain add.
-int64_t padded_floats(const ConvShape& s) { return s.C * (s.H + 2 * s.pad) * (s.W + 2 * s.pad); }
+int64_t padded_floats(const ConvShape& s) { return s.C * (s.H + 2 * s.ph()) * (s.W + 2 * s.pw()); }
 
 void pad_input(const float* in, float* padded, const ConvShape& s) {
-  const int64_t PH = s.H + 2 * s.pad, PW = s.W + 2 * s.pad;
+  const int64_t PH = s.H + 2 * s.ph(), PW = s.W + 2 * s.pw();
   for (int64_t c = 0; c < s.C; ++c) {
     float* plane = padded + c * PH * PW;
-    std::fill(plane, plane + s.pad * PW, 0.f);                     // top border
-    std::fill(plane + (s.pad + s.H) * PW, plane + PH * PW, 0.f);  // bottom border
+    std::fill(plane, plane + s.ph() * PW, 0.f);                     // top border
+    std::fill(plane + (s.ph() + s.H) * PW, plane + PH * PW, 0.f);  // bottom border
     for (int64_t h = 0; h < s.H; ++h) {
-      float* row = plane + (h + s.pad) * PW;
-      std::fill(row, row + s.pad, 0.f);
-      std::copy(in + (c * s.H + h) * s.W, in + (c * s.H + h + 1) * s.W, row + s.pad);
-      std::fill(row + s.pad + s.W, row + PW, 0.f);
+      float* row = plane + (h + s.ph()) * PW;
+      std::fill(row, row + s.pw(), 0.f);
+      std::copy(in + (c * s.H + h) * s.W, in + (c * s.H + h + 1) * s.W, row + s.pw());
+      std::fill(row + s.pw() + s.W, row + PW, 0.f);
     }
   }
 }
 
 void im2col_stride1(const float* in, float* col, float* padded, const ConvShape& s) {
-  const int64_t PH = s.H + 2 * s.pad, PW = s.W + 2 * s.pad, OH = s.OH(), OW = s.OW();
+  const int64_t PH = s.H + 2 * s.ph(), PW = s.W + 2 * s.pw(), OH = s.OH(), OW = s.OW();
   pad_input(in, padded, s);
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t ki = 0; ki < s.kh; ++ki)
@@ -120,7 +120,7 @@ void im2col_stride1(const float* in, float* col, float* padded, const ConvShape&
 }
 
 void col2im_stride1(const float* col, float* in, float* padded, const ConvShape& s) {
-  const int64_t PH = s.H + 2 * s.pad, PW = s.W + 2 * s.pad, OH = s.OH(), OW = s.OW();
+  const int64_t PH = s.H + 2 * s.ph(), PW = s.W + 2 * s.pw(), OH = s.OH(), OW = s.OW();
   std::fill(padded, padded + s.C * PH * PW, 0.f);
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t ki = 0; ki < s.kh; ++ki)
@@ -132,7 +132,7 @@ void col2im_stride1(const float* col, float* in, float* padded, const ConvShape&
       }
   for (int64_t c = 0; c < s.C; ++c)
     for (int64_t h = 0; h < s.H; ++h) {
-      const float* src = padded + (c * PH + h + s.pad) * PW + s.pad;
+      const float* src = padded + (c * PH + h + s.ph()) * PW + s.pw();
       std::copy(src, src + s.W, in + (c * s.H + h) * s.W);
     }
 }

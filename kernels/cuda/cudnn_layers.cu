@@ -65,9 +65,10 @@ struct ConvDesc {
   // either way (for 16-bit data: accumulation in float32, one rounding on store).
   ConvDesc(const ConvShape& g, bool tensor_ops) {
     DP_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
-    const int pad = static_cast<int>(g.pad), stride = static_cast<int>(g.stride), dil = static_cast<int>(g.dilation);
+    const int ph = static_cast<int>(g.ph()), pw = static_cast<int>(g.pw()), stride = static_cast<int>(g.stride),
+              dil = static_cast<int>(g.dilation);
     // CROSS_CORRELATION is what PyTorch's Conv2d computes.
-    DP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, pad, pad, stride, stride, dil, dil, CUDNN_CROSS_CORRELATION,
+    DP_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, ph, pw, stride, stride, dil, dil, CUDNN_CROSS_CORRELATION,
                                                   CUDNN_DATA_FLOAT));
     DP_CUDA_CHECK(cudnnSetConvolutionGroupCount(d, static_cast<int>(g.groups)));
     DP_CUDA_CHECK(cudnnSetConvolutionMathType(d, tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
@@ -209,9 +210,9 @@ struct ConvPlan {
 const ConvPlan& plan_for(Context& c, ScratchMemory& alloc, const ConvShape& g, DType t) {
   static std::mutex mu;
   // Never destroyed: no static-destruction order to get wrong against cuDNN's own teardown.
-  static auto* plans = new std::map<std::array<int64_t, 15>, std::unique_ptr<ConvPlan>>();
+  static auto* plans = new std::map<std::array<int64_t, 16>, std::unique_ptr<ConvPlan>>();
   const bool tensor_ops = t != DType::F32 || c.allow_tf32();
-  const std::array<int64_t, 15> key{g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.stride, g.pad, g.groups, g.dilation,
+  const std::array<int64_t, 16> key{g.N, g.C, g.H, g.W, g.K, g.kh, g.kw, g.stride, g.ph(), g.pw(), g.groups, g.dilation,
                                     c.allow_tf32() ? 1 : 0, c.gpu(), static_cast<int64_t>(t),
                                     static_cast<int64_t>(c.conv_algorithms())};
   std::lock_guard<std::mutex> lock(mu);

@@ -15,12 +15,15 @@ namespace dp {
 struct ConvShape {
   int64_t N, C, H, W;  // input
   int64_t K, kh, kw;   // output channels, kernel
-  int64_t stride, pad;
+  int64_t stride, pad;  // pad: the height's, and the width's unless pad_width says otherwise
   // groups: C and K in that many independent parts (depthwise: groups = C), the weight
   // [K, C/groups, kh, kw]; dilation: the kernel's taps that many pixels apart.
   int64_t groups = 1, dilation = 1;
-  int64_t OH() const { return (H + 2 * pad - dilation * (kh - 1) - 1) / stride + 1; }
-  int64_t OW() const { return (W + 2 * pad - dilation * (kw - 1) - 1) / stride + 1; }
+  int64_t pad_width = -1;  // -1: pad (a square padding); else the width's (Inception's 1x7 and 7x1)
+  int64_t ph() const { return pad; }
+  int64_t pw() const { return pad_width < 0 ? pad : pad_width; }
+  int64_t OH() const { return (H + 2 * ph() - dilation * (kh - 1) - 1) / stride + 1; }
+  int64_t OW() const { return (W + 2 * pw() - dilation * (kw - 1) - 1) / stride + 1; }
   int64_t col_rows() const { return C / groups * kh * kw; }  // one group's: the weight's row length
   int64_t all_col_rows() const { return C * kh * kw; }      // every group's: the column buffer's rows
   int64_t col_cols() const { return OH() * OW(); }

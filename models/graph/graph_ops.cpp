@@ -2,6 +2,7 @@
 // that runs it. Attribute names are PyTorch's (the module's constructor arguments).
 #include "models/graph/graph_ops.hpp"
 
+#include <array>
 #include <sstream>
 
 #include "runtime/device.hpp"
@@ -60,6 +61,16 @@ int64_t square_attr(const GraphNode& n, const char* key, int64_t fallback) {
       bad_attr(n, std::string("\"") + key + "\" " + v.dump() + " differs between height and width; dp runs it square");
     return v[0].get<int64_t>();
   }
+  bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not an integer or a pair of them");
+}
+
+// An int or a pair of ints (height, width) that may differ: a convolution's kernel and padding.
+std::array<int64_t, 2> pair_attr(const GraphNode& n, const char* key, int64_t fallback) {
+  if (!n.attrs.contains(key)) return {fallback, fallback};
+  const json& v = n.attrs.at(key);
+  if (v.is_number_integer()) return {v.get<int64_t>(), v.get<int64_t>()};
+  if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
+    return {v[0].get<int64_t>(), v[1].get<int64_t>()};
   bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not an integer or a pair of them");
 }
 
@@ -323,9 +334,10 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     const int64_t in = int_attr(n, "in_channels"), out = int_attr(n, "out_channels"), groups = int_attr_or(n, "groups", 1);
     require(n, groups >= 1 && in % groups == 0 && out % groups == 0,
             "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")");
-    return make_conv2d(in, out, square_attr(n, "kernel_size", 0), square_attr(n, "stride", 1),
-                       square_attr(n, "padding", 0), bool_attr(n, "bias", true), WeightInit::PyTorchDefault, groups,
-                       square_attr(n, "dilation", 1));
+    // The kernel and padding may differ between height and width (Inception's 1x7); stride and
+    // dilation are square.
+    return make_conv2d(in, out, pair_attr(n, "kernel_size", 0), square_attr(n, "stride", 1), pair_attr(n, "padding", 0),
+                       bool_attr(n, "bias", true), WeightInit::PyTorchDefault, groups, square_attr(n, "dilation", 1));
   }
   if (op == "batch_norm2d") {
     const bool track = bool_attr(n, "track_running_stats", true);

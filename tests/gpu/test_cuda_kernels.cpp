@@ -288,10 +288,19 @@ TEST_CASE("conv2d forward and backward (cuDNN) match the CPU reference") {
   cuda::Context c(0);
   ThreadPool pool(1);
   // (kernel, stride, padding, groups, dilation): groups 3 is depthwise here (3 input channels).
+  std::vector<ConvShape> shapes;
   for (auto [k, stride, pad, groups, dilation] :
        {std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>{5, 1, 2, 1, 1}, {3, 2, 1, 1, 1}, {3, 1, 0, 1, 1},
-        {3, 1, 1, 3, 1}, {3, 2, 1, 3, 1}, {3, 1, 2, 1, 2}, {3, 2, 2, 3, 2}}) {
-    const ConvShape s{4, 3, 14, 13, 6, k, k, stride, pad, groups, dilation};
+        {3, 1, 1, 3, 1}, {3, 2, 1, 3, 1}, {3, 1, 2, 1, 2}, {3, 2, 2, 3, 2}})
+    shapes.push_back({4, 3, 14, 13, 6, k, k, stride, pad, groups, dilation});
+  // Inception's 1x7 and 7x1, padding (0, 3) and (3, 0); a 1x3 at stride 2.
+  shapes.push_back({4, 3, 14, 13, 6, 1, 7, 1, 0, 1, 1, 3});
+  shapes.push_back({4, 3, 14, 13, 6, 7, 1, 1, 3, 1, 1, 0});
+  shapes.push_back({4, 3, 14, 13, 6, 1, 3, 2, 0, 1, 1, 1});
+  for (const ConvShape& s : shapes) {
+    const int64_t k = s.kh, groups = s.groups, dilation = s.dilation;
+    CAPTURE(s.kw);
+    CAPTURE(s.pw());
     CAPTURE(groups);
     CAPTURE(dilation);
     const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();

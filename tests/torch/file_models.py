@@ -101,6 +101,8 @@ def make(name):
         return model
     if name == "tv_efficientnet_b0":  # SiLU, squeeze-and-excitation, stochastic depth and Dropout(0.2) in training
         return torchvision.models.efficientnet_b0(num_classes=10)
+    if name == "tv_inception_v3":  # 1x7 and 7x1 convolutions, F.max_pool2d; no auxiliary head; Dropout(0.5)
+        return torchvision.models.inception_v3(num_classes=10, aux_logits=False, init_weights=False)
     if name == "tv_densenet121":  # dense blocks' channel cat, transitions' average pooling
         return torchvision.models.densenet121(num_classes=10)
     if name == "tiny_activations":

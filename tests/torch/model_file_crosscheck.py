@@ -46,6 +46,9 @@ CASES = [
     # EfficientNet-B0 in training: SiLU, squeeze-and-excitation gates, stochastic depth (a draw a
     # sample, up to p = 0.2) and the classifier's Dropout(0.2), PyTorch's drawing dp's masks; one update.
     ("file:tv_efficientnet_b0@64", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
+    # Inception v3 without its auxiliary head, at 3x80x80 (it takes 75 and more): convolutions of
+    # 1x7 and 7x1 (padding (0, 3) and (3, 0)), F.max_pool2d, F.avg_pool2d, Dropout(0.5); one update.
+    ("file:tv_inception_v3@80", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
     # AvgPool2d with padding, ceil_mode and count_include_pad False; F.avg_pool2d; F.max_pool2d;
     # AdaptiveAvgPool2d((3, 2)).
     ("file:pools", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
