@@ -46,4 +46,35 @@ class ScopedBlock {
   ScratchBlock block_;
 };
 
+// Scratch carved from a region its caller holds (a layer's workspace, already counted), in stack
+// order: a block fits on the region's free top, or comes from `beyond`. A kernel that takes its
+// blocks one after another (cuDNN's workspace, then a reduction's partial sums) stays inside the
+// region; nothing is lost if it does not, it is only counted beyond it.
+class RegionScratch final : public ScratchMemory {
+ public:
+  RegionScratch(void* base, size_t bytes, ScratchMemory& beyond)
+      : base_(static_cast<char*>(base)), bytes_(base ? bytes : 0), beyond_(beyond) {}
+  size_t bytes() const { return bytes_; }
+  ScratchBlock take(size_t bytes) override {
+    const size_t at = top_, size = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (size <= bytes_ - top_) {
+      top_ += size;
+      return {base_ + at, bytes, this};
+    }
+    return beyond_.take(bytes);
+  }
+  void release(const ScratchBlock& block) noexcept override {
+    if (block.handle == this)
+      top_ = static_cast<size_t>(static_cast<char*>(block.ptr) - base_);  // this block and any above it
+    else
+      beyond_.release(block);
+  }
+
+ private:
+  static constexpr size_t kAlign = 256;  // what cudaMalloc gives: any kernel's vector loads are aligned
+  char* base_;
+  size_t bytes_, top_ = 0;
+  ScratchMemory& beyond_;
+};
+
 }  // namespace dp

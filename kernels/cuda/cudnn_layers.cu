@@ -98,10 +98,10 @@ std::vector<Perf> algorithms(Query query) {
 // algorithms best first: the heuristics' guess, or (--cudnn benchmark) cuDNN's own timing of each;
 // --cudnn heuristic takes the first usable one whatever its determinism.
 template <typename Perf, typename Query>
-std::optional<Perf> pick(Query query, bool tensor_ops, bool deterministic_first) {
+std::optional<Perf> pick(Query query, bool tensor_ops, bool deterministic_first, size_t workspace_limit) {
   const std::vector<Perf> listed = algorithms<Perf>(query);
   auto usable = [&](const Perf& r) {
-    return r.status == CUDNN_STATUS_SUCCESS &&
+    return r.status == CUDNN_STATUS_SUCCESS && r.memory <= workspace_limit &&
            (tensor_ops || r.mathType == CUDNN_FMA_MATH || r.mathType == CUDNN_DEFAULT_MATH);
   };
   for (const Perf& r : listed)
@@ -147,7 +147,8 @@ struct ConvPlan {
   cudnnConvolutionBwdFilterAlgoPerf_t bwd_filter{};
   cudnnConvolutionBwdDataAlgoPerf_t bwd_data{};
   bool usable = false;
-  ConvPlan(Context& c, ScratchMemory& alloc, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how)
+  ConvPlan(Context& c, ScratchMemory& alloc, const ConvShape& g, bool tensor_ops, DType t, ConvAlgorithms how,
+           size_t forward_limit, size_t backward_limit)
       : x(g.N, g.C, g.H, g.W, t),
         y(g.N, g.K, g.OH(), g.OW(), t),
         bias(1, g.K, 1, 1, t), f(g, t), conv(g, tensor_ops) {
@@ -166,9 +167,10 @@ struct ConvPlan {
     std::optional<cudnnConvolutionBwdFilterAlgoPerf_t> filter_pick;
     std::optional<cudnnConvolutionBwdDataAlgoPerf_t> data_pick;
     if (how != ConvAlgorithms::Benchmark) {
-      fwd_pick = pick<cudnnConvolutionFwdAlgoPerf_t>(fwd_guess, tensor_ops, deterministic_first);
-      filter_pick = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(filter_guess, tensor_ops, deterministic_first);
-      data_pick = pick<cudnnConvolutionBwdDataAlgoPerf_t>(data_guess, tensor_ops, deterministic_first);
+      fwd_pick = pick<cudnnConvolutionFwdAlgoPerf_t>(fwd_guess, tensor_ops, deterministic_first, forward_limit);
+      filter_pick =
+          pick<cudnnConvolutionBwdFilterAlgoPerf_t>(filter_guess, tensor_ops, deterministic_first, backward_limit);
+      data_pick = pick<cudnnConvolutionBwdDataAlgoPerf_t>(data_guess, tensor_ops, deterministic_first, backward_limit);
     } else {
       // cuDNN times every algorithm on buffers of dp's, from the device's allocator like any
       // workspace (memprof counts them, --device-memory bounds them), zero-filled: the timings do
@@ -181,31 +183,37 @@ struct ConvPlan {
       const auto stream = c.handles().stream;
       for (const ScopedBlock* b : {&xs, &fs, &ys})
         if (b->ptr()) DP_CUDA_CHECK(cudaMemsetAsync(b->ptr(), 0, b->bytes(), stream));
-      const size_t most = std::max({most_workspace<cudnnConvolutionFwdAlgoPerf_t>(fwd_guess),
-                                    most_workspace<cudnnConvolutionBwdFilterAlgoPerf_t>(filter_guess),
-                                    most_workspace<cudnnConvolutionBwdDataAlgoPerf_t>(data_guess)});
+      // No more than the layer's workspace holds: cuDNN times only the algorithms that fit it.
+      const size_t most = std::min(std::max({most_workspace<cudnnConvolutionFwdAlgoPerf_t>(fwd_guess),
+                                             most_workspace<cudnnConvolutionBwdFilterAlgoPerf_t>(filter_guess),
+                                             most_workspace<cudnnConvolutionBwdDataAlgoPerf_t>(data_guess)}),
+                                   std::max(forward_limit, backward_limit));
       const auto scratch = workspace_on_offer(alloc, most);
       void* const sp = scratch->ptr();
       const size_t sb = scratch->bytes();
       fwd_pick = pick<cudnnConvolutionFwdAlgoPerf_t>([&](int n, int* count, cudnnConvolutionFwdAlgoPerf_t* r) {
         return cudnnFindConvolutionForwardAlgorithmEx(cudnn, x.d, xs.ptr(), f.d, fs.ptr(), conv.d, y.d, ys.ptr(), n,
                                                       count, r, sp, sb);
-      }, tensor_ops, deterministic_first);
+      }, tensor_ops, deterministic_first, forward_limit);
       filter_pick = pick<cudnnConvolutionBwdFilterAlgoPerf_t>(
           [&](int n, int* count, cudnnConvolutionBwdFilterAlgoPerf_t* r) {
             return cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnn, x.d, xs.ptr(), y.d, ys.ptr(), conv.d, f.d,
                                                                  fs.ptr(), n, count, r, sp, sb);
-          }, tensor_ops, deterministic_first);
+          }, tensor_ops, deterministic_first, backward_limit);
       data_pick = pick<cudnnConvolutionBwdDataAlgoPerf_t>([&](int n, int* count, cudnnConvolutionBwdDataAlgoPerf_t* r) {
         return cudnnFindConvolutionBackwardDataAlgorithmEx(cudnn, f.d, fs.ptr(), y.d, ys.ptr(), conv.d, x.d,
                                                            xs.ptr(), n, count, r, sp, sb);
-      }, tensor_ops, deterministic_first);
+      }, tensor_ops, deterministic_first, backward_limit);
     }
     usable = fwd_pick && filter_pick && data_pick;
     if (!usable) return;
     fwd = *fwd_pick, bwd_filter = *filter_pick, bwd_data = *data_pick;
   }
 };
+
+// The workspace a convolution's layer holds (kernels/ops/conv2d.hpp): cuDNN's algorithms are
+// chosen to fit it, so a GPU never needs more than a plan counts.
+size_t workspace_limit(const ConvShape& g, bool backward) { return conv2d_workspace_bytes(g, backward); }
 
 const ConvPlan& plan_for(Context& c, ScratchMemory& alloc, const ConvShape& g, DType t) {
   static std::mutex mu;
@@ -217,7 +225,9 @@ const ConvPlan& plan_for(Context& c, ScratchMemory& alloc, const ConvShape& g, D
                                     static_cast<int64_t>(c.conv_algorithms())};
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = (*plans)[key];
-  if (!slot) slot = std::make_unique<ConvPlan>(c, alloc, g, tensor_ops, t, c.conv_algorithms());
+  if (!slot)
+    slot = std::make_unique<ConvPlan>(c, alloc, g, tensor_ops, t, c.conv_algorithms(), workspace_limit(g, false),
+                                      workspace_limit(g, true));
   return *slot;
 }
 

@@ -128,15 +128,12 @@ XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, const float* logits,
   return {sums, bad_label};
 }
 
-size_t xent_scratch_bytes(int64_t B) {
-  return static_cast<size_t>(B + 2) * sizeof(double) + static_cast<size_t>(B + 1) * sizeof(int32_t);
-}
 
 }  // namespace
 
 double softmax_xent(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                     int64_t K, float* dlogits, float grad_scale, int64_t* correct, float label_smoothing) {
-  ScopedBlock scratch(alloc, xent_scratch_bytes(B));
+  ScopedBlock scratch(alloc, softmax_xent_scratch_bytes(B));
   const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, nullptr, label_smoothing);
   cudaStream_t s = c.handles().stream;
   double sums[2] = {0, 0};
@@ -152,7 +149,7 @@ double softmax_xent(Context& c, ScratchMemory& alloc, const float* logits, const
 void softmax_xent_into(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                        int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
                        float label_smoothing) {
-  ScopedBlock scratch(alloc, xent_scratch_bytes(B));
+  ScopedBlock scratch(alloc, softmax_xent_scratch_bytes(B));
   const XentOnDevice d = enqueue_xent(c, scratch, logits, labels, B, K, dlogits, grad_scale, scalars, label_smoothing);
   // LossSums is {double, double, int32}: the two sums and the flag, in two copies.
   cudaStream_t s = c.handles().stream;

@@ -37,7 +37,8 @@ void attention_backward(Context& c, float* dqkv, const float* dout, const float*
                         const AttentionShape& s, float* scratch, const DropoutMask& drop);
 }  // namespace cuda
 
-// Floats of scratch the caller provides (0 on host devices).
+// Floats of scratch the caller provides: the CUDA kernels' need, on every backend (host devices
+// hold it unused), so that host, meta and CUDA devices allocate alike and a plan counts it.
 int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward, bool dropout = false);
 void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, Buf scratch,
                        const DropoutMask& drop = {});

@@ -59,7 +59,13 @@ bool conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void*
                      const void* in, const void* w, const ConvShape& s);
 }  // namespace cuda
 
-// Floats of workspace the caller provides (0 where the backend manages its own).
+// A convolution's workspace, decided once for every backend: its CPU kernel's need at one thread
+// (one sample's columns and padded input; in backward also a weight-gradient partial). A CUDA
+// device holds exactly this and cuDNN's algorithms are chosen to fit in it (kernels/cuda/
+// cudnn_layers.cu), dp's own partial sums taken from it too where they fit; meta devices plan
+// it. A host device with more threads holds this per thread.
+size_t conv2d_workspace_bytes(const ConvShape& s, bool backward);
+// Floats of workspace the caller provides for one call on ex's device.
 int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backward);
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace);
 void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,

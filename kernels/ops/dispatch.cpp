@@ -2,8 +2,12 @@
 // devices): their dispatch, out of line.
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 #include "core/error.hpp"
+#include "core/scratch.hpp"
+
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
@@ -50,16 +54,22 @@ void convert(const Exec& ex, Buf dst, Buf src, int64_t n) {
                      " is not implemented (float32 to and from bfloat16 or float16)");
 }
 
+size_t conv2d_workspace_bytes(const ConvShape& s, bool backward) {
+  return static_cast<size_t>(cpu::conv2d_workspace_floats(s, 1, backward)) * sizeof(float);
+}
+
 int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backward) {
-  if (ex.on_cuda()) return 0;  // cuDNN's own
-  return cpu::conv2d_workspace_floats(s, ex.pool->size(), backward);
+  return cpu::conv2d_workspace_floats(s, ex.pool && !ex.on_cuda() ? ex.pool->size() : 1, backward);
 }
 
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {
   if (ex.meta) return;
 #if DP_WITH_CUDA
+  // cuDNN's workspace and dp's partial sums from the layer's workspace (conv2d_workspace_bytes)
+  std::optional<RegionScratch> region;
+  if (ex.on_cuda()) region.emplace(workspace.ptr, conv2d_workspace_bytes(s, false), *ex.scratch);
   if (const DType t = native_16bit(ex, {out, in, w, b});
-      t != DType::F32 && cuda::conv2d_forward(*ex.cuda, *ex.scratch, t, out.ptr, in.ptr, w.ptr, b.ptr, s))
+      t != DType::F32 && cuda::conv2d_forward(*ex.cuda, *region, t, out.ptr, in.ptr, w.ptr, b.ptr, s))
     return;
 #endif
   Operands o(ex, "conv2d_forward");
@@ -67,7 +77,7 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
   const float *x = o.in(in, s.in_numel()), *wt = o.in(w, s.weight_numel()), *bias = o.in(b, s.K);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::conv2d_forward(*ex.cuda, *ex.scratch, y, x, wt, bias, s);
+    cuda::conv2d_forward(*ex.cuda, *region, y, x, wt, bias, s);
     return o.finish();
   }
 #endif
@@ -79,8 +89,10 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
                      Buf workspace) {
   if (ex.meta) return;
 #if DP_WITH_CUDA
+  std::optional<RegionScratch> region;
+  if (ex.on_cuda()) region.emplace(workspace.ptr, conv2d_workspace_bytes(s, true), *ex.scratch);
   if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w});
-      t != DType::F32 && cuda::conv2d_backward(*ex.cuda, *ex.scratch, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s))
+      t != DType::F32 && cuda::conv2d_backward(*ex.cuda, *region, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s))
     return;
 #endif
   Operands o(ex, "conv2d_backward");
@@ -89,7 +101,7 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
   const float *dy = o.in(dout, out_n), *x = o.in(in, in_n), *wt = o.in(w, w_n);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::conv2d_backward(*ex.cuda, *ex.scratch, dx, dwt, dbias, dy, x, wt, s);
+    cuda::conv2d_backward(*ex.cuda, *region, dx, dwt, dbias, dy, x, wt, s);
     return o.finish();
   }
 #endif
@@ -115,8 +127,21 @@ void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* 
   if (clip > 0 && coef < 1) cpu::scale(*ex.pool, v, static_cast<float>(coef), n);
 }
 
+size_t softmax_xent_scratch_bytes(int64_t B) {
+  return static_cast<size_t>(B + 2) * sizeof(double) + static_cast<size_t>(B + 1) * sizeof(int32_t);
+}
+
+namespace {
+// The loss's scratch where the CUDA kernels do not take it themselves: held for the op's span.
+std::unique_ptr<ScopedBlock> loss_scratch_elsewhere(const Exec& ex, int64_t B) {
+  if (ex.on_cuda() || !ex.scratch) return nullptr;
+  return std::make_unique<ScopedBlock>(*ex.scratch, softmax_xent_scratch_bytes(B));
+}
+}  // namespace
+
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars, float label_smoothing) {
+  const auto held = loss_scratch_elsewhere(ex, B);
   if (ex.meta) return void(*out = LossSums{});
   Operands o(ex, "softmax_xent");
   const float* x = o.in(logits, B * K);
@@ -144,6 +169,7 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
                     int64_t* correct, float label_smoothing) {
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
   // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs.
+  const auto held = loss_scratch_elsewhere(ex, B);
   if (ex.meta) return 0;
   Operands o(ex, "softmax_xent");
   const float* x = o.in(logits, B * K);
@@ -162,8 +188,7 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
   return sum;
 }
 
-int64_t attention_scratch_floats(const Exec& ex, const AttentionShape& s, bool backward, bool dropout) {
-  if (!ex.on_cuda()) return 0;
+int64_t attention_scratch_floats(const Exec&, const AttentionShape& s, bool backward, bool dropout) {
   return 4 * s.B * s.T * s.C + ((backward ? 1 : 0) + (dropout ? 1 : 0)) * s.B * s.H * s.T * s.T;
 }
 

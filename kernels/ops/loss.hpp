@@ -22,6 +22,11 @@ struct LossSums {
   int32_t bad_row = 0;  // 1 + the first row whose label is outside [0, K); 0 if none
 };
 
+// The scratch the loss takes beside its operands: the CUDA kernels' rows (B losses and hits, the
+// two sums, the bad-label flag). Every backend takes it for the op's span (host and meta devices
+// leave it unused), so that they all allocate alike and a plan counts it (docs/plan.md).
+size_t softmax_xent_scratch_bytes(int64_t B);
+
 namespace cpu {
 double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
                     float grad_scale, int64_t* correct, float label_smoothing = 0.f);

@@ -2,10 +2,11 @@
 tests/fixtures/gpu-memprof (`dp memprof --devices cuda:0xN`, written by tools/gpu/verify.sh) is held
 to `dp plan --devices meta:N` with the same flags, on any machine.
 
-What must agree: each device's peak of every category but the workspace, and, phase by phase, each
-device's peak and what it held at that peak wherever the two hold the same workspace there. The
-workspace is the one category the plan does not yet decide for a GPU (the libraries' own
-algorithm choices, docs/plan.md): its figures are printed, plan against GPU, not held.
+What must agree: each device's peak of every category, and, phase by phase, each device's peak and
+what it held at that peak. The workspace of a convolutional network is held only where the two
+hold the same: the recorded reports predate the convolutions' workspace decided in shared code
+(cuDNN's algorithms chosen to fit the layer's workspace, docs/plan.md), so until a GPU records
+them again their figures are printed, plan against GPU, not held.
 
 usage: test_plan_gpu_fixtures.py DP_BINARY
 """
@@ -49,13 +50,18 @@ with tempfile.TemporaryDirectory() as tmp:
         if rc != 0:
             continue
         plan = json.load(open(out))
+        # Models without convolutions: every workspace decision is the shared code's already.
+        convolutional = gpu["flags"][gpu["flags"].index("--model") + 1] not in ("mlp", "gpt")
         g_devs, p_devs = gpu["report"]["devices"], plan["devices"]
         c.check(f"{name}: as many devices", len(g_devs) == len(p_devs))
         for g, p in zip(g_devs, p_devs):
             differ = {k: (g["peak_by_category"][k], p["peak_by_category"].get(k))
-                      for k in g["peak_by_category"] if k != WORKSPACE and g["peak_by_category"][k] != p["peak_by_category"].get(k)}
-            c.check(f"{name}: device {g['index']}: every category's peak but the workspace (GPU, plan)", not differ,
-                    str(differ))
+                      for k in g["peak_by_category"] if (k != WORKSPACE or not convolutional)
+                      and g["peak_by_category"][k] != p["peak_by_category"].get(k)}
+            c.check(f"{name}: device {g['index']}: every category's peak (GPU, plan)", not differ, str(differ))
+            if not convolutional:
+                c.check(f"{name}: device {g['index']}: the peak and its phase",
+                        (g["peak_bytes"], g["peak_phase"]) == (p["peak_bytes"], p["peak_phase"]))
             gw, pw = g["peak_by_category"][WORKSPACE], p["peak_by_category"][WORKSPACE]
             print(f"{name}: device {g['index']}: peak {g['peak_bytes']} on the GPU, {p['peak_bytes']} planned "
                   f"({p['peak_bytes'] / g['peak_bytes']:.3f}x); workspace {gw} on the GPU, {pw} planned")
@@ -65,7 +71,7 @@ with tempfile.TemporaryDirectory() as tmp:
         compared = 0
         for ge, pe in zip(g_line, p_line):
             for i, (gd, pd) in enumerate(zip(ge["devices"], pe["devices"])):
-                if gd["at_peak"][WORKSPACE] != pd["at_peak"][WORKSPACE]:
+                if convolutional and gd["at_peak"][WORKSPACE] != pd["at_peak"][WORKSPACE]:
                     continue
                 compared += 1
                 c.check(f"{name}: step {ge['step']} {ge['phase']}, device {i}: the peak and what it held",
