@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/scratch.hpp"
 #include "helpers.hpp"
 
 using namespace dp;
@@ -51,6 +52,35 @@ TEST_CASE("allocations are counted by category, with peaks and the composition a
   auto s = alloc.stats();
   CHECK(s.in_use == 0);
   CHECK(sum(s.in_use_by_category) == 0);
+}
+
+TEST_CASE("a region's scratch: blocks in stack order on its free top, what does not fit from beyond, counted there only") {
+  auto devs = host_devices(1);
+  auto& alloc = devs[0].allocator();
+  Tensor held = Tensor::empty(devs[0], {1024}, MemCategory::Workspace);  // a layer's 4096 bytes
+  const int64_t before = alloc.stats().in_use;
+  RegionScratch region(held.data(), 4096, alloc);
+  char* base = reinterpret_cast<char*>(held.data());
+  {
+    ScopedBlock a(region, 1000);  // 1024 with the alignment
+    CHECK(a.ptr() == base);
+    {
+      ScopedBlock b(region, 3000);  // 3072: the rest, exactly
+      CHECK(b.ptr() == base + 1024);
+      ScopedBlock c(region, 1);  // nothing left: the allocator's, counted as workspace
+      CHECK(c.ptr() != nullptr);
+      CHECK((c.ptr() < base || c.ptr() >= base + 4096));
+      CHECK(alloc.stats().in_use == before + 512);
+    }
+    CHECK(alloc.stats().in_use == before);
+    ScopedBlock d(region, 2048);  // b's place again
+    CHECK(d.ptr() == base + 1024);
+  }
+  ScopedBlock e(region, 4096);  // the whole region once the others are back
+  CHECK(e.ptr() == base);
+  RegionScratch none(nullptr, 4096, alloc);  // no region (a caller without workspace): all beyond
+  ScopedBlock f(none, 16);
+  CHECK(alloc.stats().in_use == before + 512);
 }
 
 TEST_CASE("freed blocks are reused from the cache") {
