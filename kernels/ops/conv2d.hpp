@@ -60,10 +60,11 @@ bool conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void*
 }  // namespace cuda
 
 // A convolution's workspace, decided once for every backend: its CPU kernel's need at one thread
-// (one sample's columns and padded input; in backward also a weight-gradient partial). A CUDA
-// device holds exactly this and cuDNN's algorithms are chosen to fit in it (kernels/cuda/
-// cudnn_layers.cu), dp's own partial sums taken from it too where they fit; meta devices plan
-// it. A host device with more threads holds this per thread.
+// (one sample's columns and padded input; in backward also a weight-gradient partial), or in
+// backward the GPU's partial sums of the weight and bias gradients if more. A CUDA device holds
+// exactly this, cuDNN's algorithms chosen to fit in it (kernels/cuda/cudnn_layers.cu) and the
+// partial sums taken from it; host and meta devices hold it too (a host device with T threads its
+// CPU kernel's T column buffers, if more).
 size_t conv2d_workspace_bytes(const ConvShape& s, bool backward);
 // Floats of workspace the caller provides for one call on ex's device.
 int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backward);

@@ -1,5 +1,6 @@
 // The ops whose CPU and CUDA bodies take different arguments (workspace, scratch memory, two
 // devices): their dispatch, out of line.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -7,6 +8,8 @@
 
 #include "core/error.hpp"
 #include "core/scratch.hpp"
+#include "kernels/channel_parts.hpp"
+#include "kernels/conv_wgrad_parts.hpp"
 
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/conv2d.hpp"
@@ -55,11 +58,23 @@ void convert(const Exec& ex, Buf dst, Buf src, int64_t n) {
 }
 
 size_t conv2d_workspace_bytes(const ConvShape& s, bool backward) {
-  return static_cast<size_t>(cpu::conv2d_workspace_floats(s, 1, backward)) * sizeof(float);
+  auto block = [](int64_t bytes) { return static_cast<size_t>((bytes + 255) / 256 * 256); };  // RegionScratch's
+  size_t bytes = static_cast<size_t>(cpu::conv2d_workspace_floats(s, 1, backward)) * sizeof(float);
+  if (!backward) return bytes;
+  // In backward the GPU's partial sums, one after another in the same space: the weight gradient's
+  // (dp's direct kernels, small filters) and the bias gradient's (a double a part of each channel).
+  if (conv_wgrad::eligible(s)) {
+    const conv_wgrad::Geometry g = conv_wgrad::geometry_of(s);
+    bytes = std::max(bytes, block(conv_wgrad::plan_for(g).parts * g.taps() * int64_t{sizeof(float)}));
+  }
+  const int64_t bias_parts = channel_parts::parts_for(s.N, s.OH() * s.OW());
+  return std::max(bytes, block(s.K * bias_parts * int64_t{sizeof(double)}));
 }
 
 int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backward) {
-  return cpu::conv2d_workspace_floats(s, ex.pool && !ex.on_cuda() ? ex.pool->size() : 1, backward);
+  const int threads = ex.pool && !ex.on_cuda() ? ex.pool->size() : 1;
+  return std::max(cpu::conv2d_workspace_floats(s, threads, backward),
+                  static_cast<int64_t>(conv2d_workspace_bytes(s, backward) / sizeof(float)));
 }
 
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {

@@ -479,6 +479,37 @@ TEST_CASE("--recompute blocks on cuda:0x2 trains bit for bit as without, in less
     }
 }
 
+TEST_CASE("cuda:0x4 allocates what host:4 allocates, device by device and category by category (what a plan counts)") {
+  // Every decision about what a step allocates is shared code's (docs/plan.md): the reduce reading
+  // in place, the rings' receive buffers, attention's and the loss's scratch, a convolution's
+  // workspace with cuDNN's algorithms chosen to fit it. Only how the bytes are computed differs.
+  for (const char* name : {"mlp", "convnet", "resnet8", "gpt"})
+    for (SyncMode sync : {SyncMode::Reduce, SyncMode::Zero2}) {
+      CAPTURE(name);
+      CAPTURE(static_cast<int>(sync));
+      const ModelDef model = test::model_of(name);
+      const int64_t batch = 16;
+      const auto batches = test::make_batches(model, batch, 2, 5);
+      auto peaks = [&](DeviceSet devs) {
+        SyncOptions so;
+        so.mode = sync;
+        DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f},
+                        {.split = parse_split("even", 4, batch), .seed = 3, .sync = so, .host_sync = HostSync::PerPhase});
+        for (const auto& b : batches) test::step_on(dp, *b);
+        std::vector<CategoryBytes> out;
+        for (int i = 0; i < devs.size(); ++i) out.push_back(devs[i].allocator().stats().peak_by_category);
+        return out;
+      };
+      const auto gpu = peaks(devices("cuda:0x4")), host = peaks(test::host_devices(4));
+      for (int i = 0; i < 4; ++i)
+        for (int c = 0; c < kNumMemCategories; ++c) {
+          CAPTURE(i);
+          CAPTURE(category_name(static_cast<MemCategory>(c)));
+          CHECK(gpu[static_cast<size_t>(i)][static_cast<size_t>(c)] == host[static_cast<size_t>(i)][static_cast<size_t>(c)]);
+        }
+    }
+}
+
 TEST_CASE("--device-memory bounds cuda:0: out of memory is an OutOfMemoryError, and the GPU's memory comes back") {
   size_t free_before = 0, free_after = 0, total = 0;
   REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
