@@ -16,6 +16,7 @@ line and what to write instead where there is a plain way; a line torch.fx canno
 with what about it (exit 2 for each).
 """
 import argparse
+import contextlib
 import copy
 import importlib
 import importlib.util
@@ -260,11 +261,21 @@ def function_op(node):
     return None
 
 
+# Arithmetic on sizes (k * h * w, c // groups) and comparisons of them: a size too.
+SIZE_ARITHMETIC = (operator.mul, operator.add, operator.sub, operator.floordiv, operator.mod, operator.neg,
+                   operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
+
+
 def is_size(node):
-    """x.size(...) / x.shape and their items: a view's arguments, not values."""
+    """x.size(...) / x.shape, their items and arithmetic on them: a view's arguments, not values."""
+    import torch
     import torch.fx
     if node.op == "call_method" and node.target in ("size", "dim"):
         return True
+    if node.op == "call_function" and (node.target in SIZE_ARITHMETIC or node.target is torch._assert):
+        # torch._assert(h == self.image_size, ...): a check of sizes, which the export's example passed
+        traced = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        return bool(traced) and all(is_size(a) for a in traced)
     if node.op == "call_function" and node.target in (getattr, operator.getitem):
         src = node.args[0]
         return isinstance(src, torch.fx.Node) and (is_size(src) or (node.target is getattr and node.args[1] == "shape"))
@@ -375,6 +386,36 @@ def check_runs_on(model, example, text):
                           + (f" at {at}" if at else ""))
 
 
+@contextlib.contextmanager
+def unpacking_proxies():
+    """While tracing: torch.fx unpacks a traced value (b, c, h, w = x.shape) on every Python.
+
+    torch.fx unpacks a proxy into its items (getitem nodes: a view's arguments, as any x.size(i))
+    when the calling instruction is UNPACK_SEQUENCE. PyTorch 1.13 finds that instruction at the
+    frame's offset // 2, which Python 3.11's inline caches move (it then refuses, or fails on an
+    index); this finds it by its offset. PyTorch 2.x finds it right itself and is left as it is."""
+    import dis
+    import inspect
+
+    import torch.fx
+    original = torch.fx.Proxy.__iter__
+    if sys.version_info < (3, 11) or "f_lasti // 2" not in inspect.getsource(original):
+        yield
+        return
+
+    def by_offset(self):
+        caller = inspect.currentframe().f_back
+        inst = next((i for i in dis.get_instructions(caller.f_code) if i.offset == caller.f_lasti), None)
+        if inst is not None and inst.opname == "UNPACK_SEQUENCE":
+            return (self[i] for i in range(inst.argval))
+        return self.tracer.iter(self)
+    torch.fx.Proxy.__iter__ = by_offset
+    try:
+        yield
+    finally:
+        torch.fx.Proxy.__iter__ = original
+
+
 def export(model, kind, shape, name, source, input_text=None):
     import torch
     import torch.fx
@@ -385,7 +426,8 @@ def export(model, kind, shape, name, source, input_text=None):
     tracer = torch.fx.Tracer()
     tracer.record_stack_traces = True
     try:
-        graph = tracer.trace(model)
+        with unpacking_proxies():
+            graph = tracer.trace(model)
     except Exception as e:
         at = user_line(e.__traceback__)
         if not at:
@@ -393,15 +435,27 @@ def export(model, kind, shape, name, source, input_text=None):
         raise ExportError(f"torch.fx cannot trace {at}: {why_untraceable(at.split(': ', 1)[1], e)}")
     gm = torch.fx.GraphModule(tracer.root, graph)
     modules = dict(gm.named_modules())
-    probe = copy.deepcopy(gm)  # shape propagation runs the model (BatchNorm's running stats move)
-    try:
-        ShapeProp(probe).propagate(example)
-    except Exception as e:
-        at = user_line(e.__traceback__)
-        raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {first_line(e)}"
-                          + (f" at {at}" if at else ""))
-    shapes = {n.name: n.meta.get("tensor_meta") for n in probe.graph.nodes}
 
+    def propagate(batch):
+        """Each node's output at this many samples (on a copy: BatchNorm's running stats move)."""
+        probe = copy.deepcopy(gm)
+        try:
+            ShapeProp(probe).propagate(batch)
+        except Exception as e:
+            at = user_line(e.__traceback__)
+            raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {first_line(e)}"
+                              + (f" at {at}" if at else ""))
+        return {n.name: n.meta.get("tensor_meta") for n in probe.graph.nodes}
+    shapes = propagate(example)
+    # A second batch size: every value's first dimension must follow the batch (dp's ops keep dim 0
+    # the samples), which sizes read from a traced x.shape make possible to get wrong (b * c, ...).
+    wider = propagate(torch.cat([example, example[:1]]))
+
+    # The nodes whose values depend on the input (the others compute constants: a table of indices)
+    from_input = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" or any(a.name in from_input for a in node.all_input_nodes):
+            from_input.add(node.name)
     nodes, input_name, output, refused = [], None, None, []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -436,9 +490,15 @@ def export(model, kind, shape, name, source, input_text=None):
             refused.append(f"{what}{at}" + (f" (instead: {hint})" if hint else ""))
             continue
         op, attrs = found
-        meta = shapes.get(node.name)
+        meta, meta3 = shapes.get(node.name), wider.get(node.name)
         if meta is None or not hasattr(meta, "shape"):
             raise ExportError(f"{what}{at} does not give one tensor")
+        if node.name in from_input and (len(meta.shape) == 0 or meta.shape[0] != len(example)
+                                        or meta3.shape[0] != len(example) + 1
+                                        or list(meta.shape)[1:] != list(meta3.shape)[1:]):
+            raise ExportError(f"{what}{at}: its output's first dimension is not the batch's (a batch of "
+                              f"{len(example)} gives {list(meta.shape)}, of {len(example) + 1} "
+                              f"{list(meta3.shape)}); dp keeps dimension 0 the samples in every op")
         nodes.append({"name": node.name, "op": op, "module": module_path,
                       "inputs": [a.name for a in tensor_inputs(node)], "attrs": attrs,
                       "shape": list(meta.shape)[1:], "where": where})

@@ -88,18 +88,24 @@ with tempfile.TemporaryDirectory() as tmp:
                 "class Shapes(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                 "        self.c = nn.Conv2d(3, 4, 3)\n\n    def forward(self, x):\n        b, c, h, w = x.shape\n"
                 "        return self.c(x).view(b, -1)\n\n"
+                "class Mixed(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.c = nn.Conv2d(3, 4, 3)\n\n    def forward(self, x):\n        b, c, h, w = x.shape\n"
+                "        return self.c(x).view(b * 4, 36)\n\n"
                 "class Many(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                 "        self.c = nn.Conv2d(3, 4, 3)\n        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n"
                 "        y = self.c(x).permute(0, 2, 3, 1)\n"
                 "        y = torch.sub(y, y).unsqueeze(1)\n"
                 "        return self.fc(y.mean((1, 2, 3)).view(-1, 4))\n")
     rc, out, err = export([at("untraced.py") + ":Chunky", "--input", "12", "--out", at("n.json")])
-    check("an untraceable line is named with what about it (unpacking), not a stray IndexError",
-          rc == 2 and "untraced.py:10: q, k, v = self.fc(x).chunk(3, -1)" in err and "unpacks" in err
-          and "IndexError" not in err, err)
-    rc, out, err = export([at("untraced.py") + ":Shapes", "--input", "3x8x8", "--out", at("n.json")])
-    check("reading x.shape into Python values is named as such", rc == 2 and "untraced.py:19" in err
-          and "shape or size as Python numbers" in err, err)
+    check("an unpacked chunk traces (no stray IndexError); chunk itself is refused, named with its line",
+          rc == 2 and "Tensor.chunk (node 'chunk') at untraced.py:10" in err and "IndexError" not in err, err)
+    rc, out, err = export([at("untraced.py") + ":Shapes", "--input", "3x8x8", "--out", at("shapes.json")])
+    check("sizes unpacked from x.shape (b, c, h, w = x.shape) are a view's arguments: it exports",
+          rc == 0 and json.load(open(at("shapes.json")))["nodes"][-1]["op"] == "reshape", err)
+    rc, out, err = export([at("untraced.py") + ":Mixed", "--input", "3x8x8", "--out", at("n.json")])
+    check("a view that moves the batch into another dimension is refused naming it and both batches' shapes",
+          rc == 2 and "untraced.py:" in err and "first dimension is not the batch's (a batch of 2 gives [8, 36], "
+          "of 3 [12, 36])" in err, err)
     rc, out, err = export([at("untraced.py") + ":Many", "--input", "3x8x8", "--out", at("n.json")])
     check("every op dp does not run, in one refusal, with a hint where there is one",
           rc == 2 and "3 ops dp does not run" in err and "Tensor.permute" in err and "torch.sub" in err
