@@ -54,39 +54,23 @@ class Pass:
     first_sample = 0
 
 
-def apply(x, site, p):
-    """x ⊙ the factors of `site` over each sample of x (dim 0), in x's dtype."""
-    f = factors(Pass.key, site, p, Pass.first_sample, x.size(0), x[0].numel())
-    return x * f.view_as(x).to(x.dtype)
+def apply(x, site, p, whole_samples=False):
+    """x ⊙ the factors of `site` over each sample of x (dim 0), in x's dtype. whole_samples:
+    stochastic depth (mode "row"), each sample scaled by its element 0's factor."""
+    per_sample = 1 if whole_samples else x[0].numel()
+    f = factors(Pass.key, site, p, Pass.first_sample, x.size(0), per_sample)
+    return x * f.view([x.size(0)] + [1] * (x.dim() - 1) if whole_samples else x.shape).to(x.dtype)
 
 
 class Dropout(nn.Module):
-    """nn.Dropout(p) drawing dp's masks at `site`."""
+    """nn.Dropout(p) drawing dp's masks at `site`; whole_samples: torchvision's StochasticDepth(p, "row")."""
 
-    def __init__(self, p, site):
+    def __init__(self, p, site, whole_samples=False):
         super().__init__()
-        self.p, self.site = p, site
+        self.p, self.site, self.whole_samples = p, site, whole_samples
 
     def forward(self, x):
-        return apply(x, self.site, self.p) if self.training and self.p > 0 else x
-
-
-def apply_rows(x, site, p):
-    """Stochastic depth (mode "row") with dp's draws: each sample of x scaled by its element 0's
-    factor at `site`, kept or dropped whole."""
-    f = factors(Pass.key, site, p, Pass.first_sample, x.size(0), 1)
-    return x * f.view([x.size(0)] + [1] * (x.dim() - 1)).to(x.dtype)
-
-
-class StochasticDepth(nn.Module):
-    """torchvision.ops.StochasticDepth(p, "row") drawing dp's masks at `site`."""
-
-    def __init__(self, p, site):
-        super().__init__()
-        self.p, self.site = p, site
-
-    def forward(self, x):
-        return apply_rows(x, self.site, self.p) if self.training and self.p > 0 else x
+        return apply(x, self.site, self.p, self.whole_samples) if self.training and self.p > 0 else x
 
 
 def with_dp_masks(model, example):
@@ -112,7 +96,7 @@ def with_dp_masks(model, example):
         else:
             if child.mode != "row":
                 raise ValueError("dp runs stochastic depth in mode row only")
-            twin = StochasticDepth(child.p, site)
+            twin = Dropout(child.p, site, whole_samples=True)
         parent_path, _, name = paths[child].rpartition(".")
         setattr(model.get_submodule(parent_path), name, twin)
     return model
