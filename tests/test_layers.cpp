@@ -328,6 +328,113 @@ TEST_CASE("A model file's graph: gradients through mean, a per-channel gate and 
   gradcheck(*graph, {3, 2, 5, 4}, random_vector(120, 28, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
+TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views, permute, matmul, scale, causal masked_fill, softmax), positions and log_softmax: gradients match finite differences") {
+  // h = wte(x) + wpe(arange(4)); q, k, v = c_attn(h).split(8, 2) as [2 heads, 4, 4];
+  // y = softmax(causal(q @ kᵀ · 0.5)) @ v, back to [4, 8]; log_softmax(c_proj(y)).
+  auto spec = graph_spec({4});
+  spec->tokens = true;
+  const nlohmann::json none = nlohmann::json::object();
+  auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
+                  Shape shape) { return add_node(*spec, name, op, module, in, attrs, shape); };
+  const int tok = node("tok", "embedding", "wte", {-1}, {{"num_embeddings", 11}, {"embedding_dim", 8}}, {4, 8});
+  const int pos = node("pos", "arange", "", {}, {{"end", 4}}, {4});  // no batch dimension: whole shapes
+  const int pe = node("pe", "embedding", "wpe", {pos}, {{"num_embeddings", 6}, {"embedding_dim", 8}}, {4, 8});
+  const int h = node("h", "add", "", {pe, tok}, none, {4, 8});  // the value without the batch first: either order
+  const int qkv = node("qkv", "linear", "c_attn", {h}, {{"in_features", 8}, {"out_features", 24}}, {4, 24});
+  auto heads = [&](const char* name, int64_t start) {
+    const int part = node(std::string(name) + "_part", "narrow", "", {qkv}, {{"dim", 2}, {"start", start}, {"length", 8}},
+                          {4, 8});
+    const int v = node(std::string(name) + "_view", "reshape", "", {part}, none, {4, 2, 4});
+    return node(name, "permute", "", {v}, {{"dims", {0, 2, 1, 3}}}, {2, 4, 4});
+  };
+  const int q = heads("q", 0), k = heads("k", 8), v = heads("v", 16);
+  const int kt = node("kt", "permute", "", {k}, {{"dims", {0, 1, -1, -2}}}, {2, 4, 4});
+  const int s = node("s", "matmul", "", {q, kt}, none, {2, 4, 4});
+  const int sc = node("sc", "scale", "", {s}, {{"factor", 0.5}}, {2, 4, 4});
+  const int m = node("m", "masked_fill", "", {sc}, {{"mask", "causal"}, {"value", "-inf"}}, {2, 4, 4});
+  const int p = node("p", "softmax", "", {m}, {{"dim", -1}}, {2, 4, 4});
+  const int y = node("y", "matmul", "", {p, v}, none, {2, 4, 4});
+  const int yt = node("yt", "permute", "", {y}, {{"dims", {0, 2, 1, 3}}}, {4, 2, 4});
+  const int yr = node("yr", "reshape", "", {yt}, none, {4, 8});
+  const int o = node("o", "linear", "c_proj", {yr}, {{"in_features", 8}, {"out_features", 8}}, {4, 8});
+  spec->output = node("ls", "log_softmax", "", {o}, {{"dim", -1}}, {4, 8});
+  spec->state = {{"wte.weight", {11, 8}, false},   {"wpe.weight", {6, 8}, false},     {"c_attn.weight", {24, 8}, false},
+                 {"c_attn.bias", {24}, false},     {"c_proj.weight", {8, 8}, false},  {"c_proj.bias", {8}, false}};
+  auto graph = make_graph_module(spec);
+
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  Bound b = bind_random(*graph, dev, 91);
+  Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
+  const int32_t id_values[12] = {1, 5, 5, 0, 10, 2, 1, 1, 3, 4, 0, 6};
+  std::copy(id_values, id_values + 12, ids.data<int32_t>());
+  Tensor out = graph->forward(dev, ids, true);
+  REQUIRE(out.shape() == Shape{3, 4, 8});
+  for (int64_t r = 0; r < 12; ++r) {  // log-probabilities: each row's exponentials sum to 1
+    double sum = 0;
+    for (int64_t j = 0; j < 8; ++j) sum += std::exp(static_cast<double>(out.data()[r * 8 + j]));
+    CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));
+  }
+  const auto r = random_vector(static_cast<size_t>(out.numel()), 92);
+  CHECK_FALSE(graph->backward(dev, tensor_from(dev, out.shape(), r), false).defined());
+  auto loss = [&] {
+    Tensor o2 = graph->forward(dev, ids, true);
+    graph->clear_cache();
+    return weighted_sum(o2, r);
+  };
+  const std::vector<float> grads = to_vector(b.grads);
+  for (const auto& e : b.layout.entries)
+    check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
+  // Causal: a later token never changes an earlier position's output.
+  Tensor before = graph->forward(dev, ids, false);
+  graph->clear_cache();
+  const std::vector<float> first = to_vector(before);
+  ids.data<int32_t>()[3] = 9;  // sample 0's last token
+  Tensor after = graph->forward(dev, ids, false);
+  graph->clear_cache();
+  const std::vector<float> second = to_vector(after);
+  for (int64_t i = 0; i < 3 * 8; ++i) CHECK(first[static_cast<size_t>(i)] == second[static_cast<size_t>(i)]);
+  CHECK(first[3 * 8] != second[3 * 8]);
+  for (Module* mod : param_modules(*graph)) mod->bind({}, {});
+}
+
+TEST_CASE("A model file's tensor ops refuse what they cannot run, naming it") {
+  const nlohmann::json none = nlohmann::json::object();
+  auto refused = [&](std::string op, nlohmann::json attrs, Shape in, Shape out) {
+    auto spec = graph_spec(in);
+    spec->output = add_node(*spec, "n", op, "", {-1}, attrs, out);
+    std::string message;
+    try {
+      make_graph_module(spec);
+    } catch (const UsageError& e) {
+      message = e.what();
+    }
+    return message;
+  };
+  CHECK(refused("permute", {{"dims", {1, 0, 2}}}, {3, 4}, {3, 4}).find("moves the batch's dimension 0") != std::string::npos);
+  CHECK(refused("permute", {{"dims", {0, 1, 1}}}, {3, 4}, {3, 4}).find("is not an order") != std::string::npos);
+  CHECK(refused("narrow", {{"dim", 1}, {"start", 2}, {"length", 2}}, {3, 4}, {2, 4}).find("reaches past the end") !=
+        std::string::npos);
+  CHECK(refused("narrow", {{"dim", 0}, {"start", 0}, {"length", 1}}, {3, 4}, {3, 4}).find("dimension 0 the samples") !=
+        std::string::npos);
+  CHECK(refused("softmax", {{"dim", 1}}, {3, 4}, {3, 4}).find("over the last dimension") != std::string::npos);
+  CHECK(refused("masked_fill", {{"mask", "padding"}, {"value", 0}}, {3, 4}, {3, 4}).find("causal") != std::string::npos);
+  CHECK(refused("masked_fill", {{"mask", "causal"}, {"value", "nan"}}, {3, 4}, {3, 4}).find("not a number") !=
+        std::string::npos);
+  CHECK(refused("scale", {{"factor", "2"}}, {3, 4}, {3, 4}).find("factor") != std::string::npos);
+  // a value without the batch dimension anywhere but into embedding and add
+  auto spec = graph_spec({4});
+  const int pos = add_node(*spec, "pos", "arange", "", {}, {{"end", 4}}, {4});
+  spec->output = add_node(*spec, "r", "relu", "", {pos}, none, {4});
+  CHECK_THROWS_WITH_AS(make_graph_module(spec), doctest::Contains("does not depend on the model's input"), UsageError);
+  // matmul's shapes
+  auto mm = graph_spec({3, 4});
+  const int t = add_node(*mm, "t", "permute", "", {-1}, {{"dims", {0, 2, 1}}}, {4, 3});
+  mm->output = add_node(*mm, "m", "matmul", "", {-1, -1}, none, {3, 4});
+  (void)t;
+  CHECK_THROWS_WITH_AS(make_graph_module(mm), doctest::Contains("dp multiplies [..., M, K] by [..., K, N]"), UsageError);
+}
+
 TEST_CASE("BatchNorm2d without affine or without running statistics: its state, gradients, evaluation") {
   auto plain = make_batchnorm2d(3, 0.1f, 1e-5f, false, true);
   auto batch_only = make_batchnorm2d(3, 0.1f, 1e-5f, true, false);

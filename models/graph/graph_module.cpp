@@ -32,13 +32,28 @@ class GraphModule final : public Module {
     steps_.resize(n);
     std::map<std::string, std::unique_ptr<Module>> with_state;  // module path -> its leaf, until placed
     std::vector<Shape> shapes(n);
+    // Values without the batch dimension: what does not depend on the input (arange's positions,
+    // their embedding); their recorded shape is the whole value's.
+    std::vector<bool> batched(n, true);
     uint32_t dropout_site = 0;
     for (size_t i = 0; i < n; ++i) {
       const GraphNode& node = nodes[i];
       Step& st = steps_[i];
       st.inputs = node.inputs;
       std::vector<Shape> in;
-      for (int j : node.inputs) in.push_back(j < 0 ? spec_->input_shape : shapes[static_cast<size_t>(j)]);
+      size_t with_batch = 0;
+      for (int j : node.inputs) {
+        in.push_back(j < 0 ? spec_->input_shape : shapes[static_cast<size_t>(j)]);
+        with_batch += j < 0 || batched[static_cast<size_t>(j)] ? 1 : 0;
+      }
+      batched[i] = with_batch > 0;
+      if (with_batch < in.size() && node.op != "embedding" && (node.op != "add" || with_batch == 0)) {
+        const int j = *std::find_if(node.inputs.begin(), node.inputs.end(),
+                                    [&](int k) { return k >= 0 && !batched[static_cast<size_t>(k)]; });
+        throw UsageError(where(node) + " reads '" + nodes[static_cast<size_t>(j)].name +
+                         "', a value that does not depend on the model's input (no batch dimension); dp runs "
+                         "such values through embedding and adds them to every sample");
+      }
       Shape out;
       if (auto m = make_node_module(node, dropout_site)) {
         if (in.size() != 1)
@@ -75,6 +90,9 @@ class GraphModule final : public Module {
                          shape_str(out) + ", but the file records " + shape_str(node.shape));
       shapes[i] = out;
     }
+    if (!batched[static_cast<size_t>(spec_->output)])
+      throw UsageError(where(nodes[static_cast<size_t>(spec_->output)]) +
+                       " is the model's output but does not depend on its input");
     place_state(with_state);
     check_readers();
   }
@@ -98,7 +116,7 @@ class GraphModule final : public Module {
         values[i] = st.module->forward(dev, value(st.inputs[0]), training);
       } else {
         // The first operand is ours to write over at its last reader when nothing else holds it.
-        const int a = st.inputs[0];
+        const int a = st.inputs.empty() ? -1 : st.inputs[0];
         const bool overwrite = a >= 0 && last_reader_[static_cast<size_t>(a)] == static_cast<int>(i) &&
                                values[static_cast<size_t>(a)].only_holder() &&
                                std::count(st.inputs.begin(), st.inputs.end(), a) == 1;

@@ -11,6 +11,7 @@
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/ops/pooling.hpp"
+#include "models/graph/tensor_ops.hpp"
 
 namespace dp {
 
@@ -211,28 +212,51 @@ class Mul final : public MultiInputOp {
   bool per_plane_ = false;
 };
 
-// a + b of one shape. The sum goes into a when the graph says a is this op's to overwrite.
+// a + b of one shape, or a value without the batch dimension added to every sample (a position
+// embedding: [T, C] onto [B, T, C]); its gradient is then the sum over the samples, in float32 (a
+// 16-bit sum would round at every sample). The sum goes into a when the graph says a is this op's
+// to overwrite.
 class Add final : public MultiInputOp {
  public:
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2) throw UsageError("add takes two inputs, not " + std::to_string(in.size()));
     if (in[0] != in[1])
       throw UsageError("add's inputs have shapes " + shape_str(in[0]) + " and " + shape_str(in[1]) +
-                       " (dp adds values of one shape)");
+                       " (dp adds values of one shape, or one without the batch dimension to every sample)");
     return in[0];
   }
   Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first) override {
-    Tensor out = in[0];
-    if (!overwrite_first) {
-      out = Tensor::empty(dev, in[0].shape(), MemCategory::Activations, in[0].dtype());
-      copy_between(dev.exec(), out.data<void>(), in[0].data<void>(), in[0].bytes(), dev.exec());
+    // Which one is the batched value: the one with a dimension more (the first when they agree).
+    every_sample_ = in[0].shape().size() != in[1].shape().size();
+    const size_t big = every_sample_ && in[1].shape().size() > in[0].shape().size() ? 1 : 0;
+    small_shape_ = in[1 - big].shape(), small_first_ = big == 1;
+    Tensor out = in[big];
+    if (!overwrite_first || big != 0) {
+      out = Tensor::empty(dev, in[big].shape(), MemCategory::Activations, in[big].dtype());
+      copy_between(dev.exec(), out.data<void>(), in[big].data<void>(), in[big].bytes(), dev.exec());
     }
-    add_inplace(dev.exec(), out.buf(), in[1].buf(), out.numel());
+    if (!every_sample_) {
+      add_inplace(dev.exec(), out.buf(), in[1].buf(), out.numel());
+    } else {
+      const Tensor& small = in[1 - big];
+      for (int64_t b = 0; b < out.dim(0); ++b) add_inplace(dev.exec(), out.rows(b, 1).buf(), small.buf(), small.numel());
+    }
     return out;
   }
-  std::vector<Tensor> backward(Device&, const Tensor& g, const std::vector<bool>& need) override {
-    return {need[0] ? g : Tensor(), need[1] ? g : Tensor()};
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    if (!every_sample_) return {need[0] ? g : Tensor(), need[1] ? g : Tensor()};
+    Tensor g_small;
+    if (need[small_first_ ? 0 : 1]) {
+      g_small = Tensor::zeros(dev, small_shape_, MemCategory::Activations, DType::F32);
+      for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), g_small.buf(), g.rows(b, 1).buf(), g_small.numel());
+    }
+    const Tensor g_big = need[small_first_ ? 1 : 0] ? g : Tensor();
+    return small_first_ ? std::vector<Tensor>{g_small, g_big} : std::vector<Tensor>{g_big, g_small};
   }
+
+ private:
+  bool every_sample_ = false, small_first_ = false;
+  Shape small_shape_;
 };
 
 // torch.cat along `dim` (of the batched value; not the batch's).
@@ -305,8 +329,9 @@ class Cat final : public MultiInputOp {
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
     "hardswish", "hardsigmoid", "gelu", "dropout", "stochastic_depth", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean"};
-const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat"};
+    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "scale", "masked_fill",
+    "softmax", "log_softmax"};
+const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "arange"};
 
 }  // namespace
 
@@ -451,13 +476,14 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
       require(n, seen[static_cast<size_t>(k)], "dim " + dims.dump() + ": dp takes the mean over the trailing dimensions only");
     return std::make_unique<Mean>(static_cast<int64_t>(d.size()), keepdim);
   }
-  return nullptr;
+  return make_tensor_op(n);
 }
 
 std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& n) {
   if (n.op == "add") return std::make_unique<Add>();
   if (n.op == "cat") return std::make_unique<Cat>(int_attr_or(n, "dim", 0));
   if (n.op == "mul") return std::make_unique<Mul>();
+  if (auto op = make_tensor_multi_op(n)) return op;
   std::string known;
   for (const std::string& o : graph_op_names()) known += (known.empty() ? "" : ", ") + o;
   throw UsageError(n.describe() + ": unknown op '" + n.op + "' (dp runs " + known + ")");

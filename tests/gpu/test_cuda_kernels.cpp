@@ -38,6 +38,9 @@
 #include "kernels/ops/adamw.hpp"
 #include "kernels/ops/dropout.hpp"
 #include "kernels/ops/pixels.hpp"
+#include "kernels/ops/batched_matmul.hpp"
+#include "kernels/ops/permute.hpp"
+#include "kernels/ops/softmax.hpp"
 #include "kernels/half.hpp"
 #include "runtime/cuda/device_query.hpp"
 #include "tests/conv_wgrad_cases.hpp"
@@ -623,6 +626,91 @@ TEST_CASE("mul_planes and plane_dot (a per-channel gate and its gradient) match 
   cuda::plane_dot(c, static_cast<float*>(d_dot.get()), static_cast<const float*>(d_g.get()),
                   static_cast<const float*>(d_a.get()), planes, size);
   CHECK(rel_error(to_host<float>(c, d_dot, planes), dot) < kTol);
+}
+
+TEST_CASE("permute moves the CPU reference's elements exactly, 4-byte and 2-byte, and its inverse restores them") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const PermuteShape s = PermuteShape::of({3, 5, 7, 4, 2}, {0, 3, 1, 4, 2});
+  const int64_t n = s.numel();
+  auto x = random_vector(n, 71);
+  std::vector<float> y(n);
+  cpu::permute(pool, y.data(), x.data(), 4, s);
+  auto d_x = to_device(c, x);
+  cuda::DeviceBuffer d_y(c, n * 4), d_back(c, n * 4);
+  cuda::permute(c, d_y.get(), d_x.get(), 4, s);
+  CHECK(to_host<float>(c, d_y, n) == y);
+  cuda::permute(c, d_back.get(), d_y.get(), 4, s.inverse());
+  CHECK(to_host<float>(c, d_back, n) == x);
+  const auto x16 = random_16bit(n, 72, DType::BF16);
+  std::vector<uint16_t> y16(n);
+  cpu::permute(pool, y16.data(), x16.data(), 2, s);
+  auto d_x16 = to_device(c, x16);
+  cuda::DeviceBuffer d_y16(c, n * 2);
+  cuda::permute(c, d_y16.get(), d_x16.get(), 2, s);
+  CHECK(to_host<uint16_t>(c, d_y16, n) == y16);
+}
+
+TEST_CASE("batched matmul (every transpose) matches the CPU reference, float32 and 16-bit") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t batch = 6, M = 17, K = 33, N = 9;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      const MatmulShape s{batch, M, K, N, ta, tb};
+      auto a = random_vector(batch * M * K, 73), b = random_vector(batch * K * N, 74);
+      std::vector<float> out(batch * M * N);
+      cpu::batched_matmul(pool, out.data(), a.data(), b.data(), s);
+      auto d_a = to_device(c, a), d_b = to_device(c, b);
+      cuda::DeviceBuffer d_out(c, out.size() * 4);
+      cuda::batched_matmul(c, static_cast<float*>(d_out.get()), static_cast<const float*>(d_a.get()),
+                           static_cast<const float*>(d_b.get()), s);
+      CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < kTol);
+      for (DType t : {DType::BF16, DType::F16}) {
+        Pair16 a16(c, random_16bit(a.size(), 75, t), t), b16(c, random_16bit(b.size(), 76, t), t),
+            o16(c, out.size(), t);
+        const auto as = a16.host_values(), bs = b16.host_values();
+        std::vector<float> want(out.size());
+        cpu::batched_matmul(pool, want.data(), as.data(), bs.data(), s);
+        cuda::batched_matmul(c, t, o16.dev.get(), a16.dev.get(), b16.dev.get(), s);
+        CHECK(rel_error(o16.device_values(c), want) < (t == DType::BF16 ? 8e-3 : 1e-3));
+      }
+    }
+}
+
+TEST_CASE("softmax, log_softmax and the causal fill match the CPU reference, forward and backward") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t matrices = 5, rows = 13, cols = 13, n = matrices * rows * cols;
+  auto x = random_vector(n, 77, -4.f, 4.f), dy = random_vector(n, 78);
+  std::vector<float> filled = x;
+  cpu::causal_fill(pool, filled.data(), matrices, rows, cols, -INFINITY);
+  auto d_x = to_device(c, x);
+  cuda::causal_fill(c, static_cast<float*>(d_x.get()), matrices, rows, cols, -INFINITY);
+  CHECK(to_host<float>(c, d_x, n) == filled);
+  for (bool log : {false, true}) {
+    CAPTURE(log);
+    std::vector<float> y(n), dx(n);
+    cpu::softmax_forward(pool, y.data(), filled.data(), matrices * rows, cols, log);
+    cpu::softmax_backward(pool, dx.data(), dy.data(), y.data(), matrices * rows, cols, log);
+    auto d_dy = to_device(c, dy);
+    cuda::DeviceBuffer d_y(c, n * 4), d_dx(c, n * 4);
+    cuda::softmax_forward(c, static_cast<float*>(d_y.get()), static_cast<const float*>(d_x.get()), matrices * rows, cols,
+                          log);
+    cuda::softmax_backward(c, static_cast<float*>(d_dx.get()), static_cast<const float*>(d_dy.get()),
+                           static_cast<const float*>(d_y.get()), matrices * rows, cols, log);
+    const auto got = to_host<float>(c, d_y, n);
+    if (!log)  // masked entries exactly 0 on both
+      for (int64_t i = 0; i < n; ++i)
+        if (i % cols > i / cols % rows) CHECK(got[static_cast<size_t>(i)] == 0.f);
+    std::vector<float> finite_got = got, finite_y = y;  // log_softmax's masked entries are −inf on both
+    for (size_t i = 0; i < finite_got.size(); ++i)
+      if (std::isinf(finite_y[i]) && finite_got[i] == finite_y[i]) finite_got[i] = finite_y[i] = 0.f;
+    CHECK(rel_error(finite_got, finite_y) < kTol);
+    CHECK(rel_error(to_host<float>(c, d_dx, n), dx) < kTol);
+  }
 }
 
 TEST_CASE("AvgPool2d and AdaptiveAvgPool2d windows match the CPU reference, float32 and 16-bit") {

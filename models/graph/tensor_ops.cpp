@@ -1,0 +1,356 @@
+// A model file's tensor ops: each a module (one input) or a MultiInputOp, on batched values
+// (dimension 0 the samples) unless said otherwise. Attribute dims are the batched value's, as
+// PyTorch's are: dimension 0 is the batch and stays where it is.
+#include "models/graph/tensor_ops.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/error.hpp"
+#include "kernels/ops/batched_matmul.hpp"
+#include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/memory.hpp"
+#include "kernels/ops/permute.hpp"
+#include "kernels/ops/softmax.hpp"
+#include "kernels/ops/transformer.hpp"
+#include "runtime/device.hpp"
+
+namespace dp {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const GraphNode& n, const std::string& what) { throw UsageError(n.describe() + ": " + what); }
+
+int64_t int_of(const GraphNode& n, const char* key) {
+  if (!n.attrs.contains(key) || !n.attrs.at(key).is_number_integer())
+    bad(n, std::string("needs an integer \"") + key + "\"" +
+               (n.attrs.contains(key) ? ", not " + n.attrs.at(key).dump() : ""));
+  return n.attrs.at(key).get<int64_t>();
+}
+
+// A float attribute that may be infinite: a number, or "inf" / "-inf" (JSON has no infinity).
+float float_of(const GraphNode& n, const char* key) {
+  if (!n.attrs.contains(key)) bad(n, std::string("needs \"") + key + "\"");
+  const json& v = n.attrs.at(key);
+  if (v.is_number()) return v.get<float>();
+  if (v == "-inf") return -std::numeric_limits<float>::infinity();
+  if (v == "inf") return std::numeric_limits<float>::infinity();
+  bad(n, std::string("\"") + key + "\" is " + v.dump() + ", not a number, \"inf\" or \"-inf\"");
+}
+
+// A batched dimension (negative from the end) of a value with `rank` per-sample dims, as a
+// per-sample index; the batch's own dimension is refused.
+int64_t sample_dim(const GraphNode& n, int64_t dim, int64_t rank) {
+  const int64_t d = dim < 0 ? dim + rank + 1 : dim;
+  if (d < 1 || d > rank)
+    bad(n, "dim " + std::to_string(dim) + " is not one of the per-sample dimensions 1 to " + std::to_string(rank) +
+               " (dp keeps dimension 0 the samples)");
+  return d - 1;
+}
+
+Shape batched(int64_t batch, const Shape& per_sample) {
+  Shape s{batch};
+  s.insert(s.end(), per_sample.begin(), per_sample.end());
+  return s;
+}
+
+// x.permute(dims) / x.transpose(a, b) / torch.swapaxes: dims of the batched value, dims[0] = 0.
+class Permute final : public Module {
+ public:
+  explicit Permute(std::vector<int> dims) : dims_(std::move(dims)) {}
+  std::string describe() const override {
+    std::string s = "permute(";
+    for (size_t i = 0; i < dims_.size(); ++i) s += (i ? ", " : "") + std::to_string(dims_[i]);
+    return s + ")";
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (in.size() + 1 != dims_.size())
+      throw RuntimeError(describe() + " takes values of " + std::to_string(dims_.size() - 1) +
+                         " dimensions a sample, not " + shape_str(in));
+    Shape out;
+    for (size_t d = 1; d < dims_.size(); ++d) out.push_back(in[static_cast<size_t>(dims_[d] - 1)]);
+    return out;
+  }
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
+    const PermuteShape s = PermuteShape::of(in.shape(), dims_);
+    Tensor out = Tensor::empty(dev, s.out_dims(), MemCategory::Activations, in.dtype());
+    permute(dev.exec(), out.buf(), in.buf(), s);
+    in_shape_ = in.shape();
+    return out;
+  }
+  Tensor backward_impl(Device& dev, const Tensor& g, bool need_grad_in) override {
+    if (!need_grad_in) return Tensor();
+    const PermuteShape back = PermuteShape::of(in_shape_, dims_).inverse();
+    Tensor grad_in = Tensor::empty(dev, back.out_dims(), MemCategory::Activations, g.dtype());
+    permute(dev.exec(), grad_in.buf(), g.buf(), back);
+    return grad_in;
+  }
+  void clear_cache() override {}
+
+ private:
+  std::vector<int> dims_;
+  Shape in_shape_;
+};
+
+// x.narrow(dim, start, length): split's and chunk's parts, and constant slices x[:, a:b]. A copy
+// (dp's values are contiguous); its gradient is zero outside the slice.
+class Narrow final : public Module {
+ public:
+  Narrow(int64_t dim, int64_t start, int64_t length) : dim_(dim), start_(start), length_(length) {}
+  std::string describe() const override {
+    return "narrow(dim " + std::to_string(dim_ + 1) + ", start " + std::to_string(start_) + ", length " +
+           std::to_string(length_) + ")";
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (dim_ >= static_cast<int64_t>(in.size()) || start_ + length_ > in[static_cast<size_t>(dim_)])
+      throw RuntimeError(describe() + " reaches past the end of " + shape_str(in));
+    Shape out = in;
+    out[static_cast<size_t>(dim_)] = length_;
+    return out;
+  }
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
+    in_shape_ = in.shape();
+    Tensor out = Tensor::empty(dev, batched(in.dim(0), output_shape(Shape(in_shape_.begin() + 1, in_shape_.end()))),
+                               MemCategory::Activations, in.dtype());
+    const Geometry g = geometry(in.dtype());
+    copy_rows(dev.exec(), out.data<void>(), g.part_row, in.data<char>() + g.offset, g.whole_row, g.part_row, g.rows);
+    return out;
+  }
+  Tensor backward_impl(Device& dev, const Tensor& grad, bool need_grad_in) override {
+    if (!need_grad_in) return Tensor();
+    Tensor grad_in = Tensor::zeros(dev, in_shape_, MemCategory::Activations, grad.dtype());
+    const Geometry g = geometry(grad.dtype());
+    copy_rows(dev.exec(), grad_in.data<char>() + g.offset, g.whole_row, grad.data<void>(), g.part_row, g.part_row,
+              g.rows);
+    return grad_in;
+  }
+  void clear_cache() override {}
+
+ private:
+  struct Geometry {
+    size_t rows, whole_row, part_row, offset;  // bytes
+  };
+  // The input as rows (everything before dim) of whole_row bytes, the slice part_row of each.
+  Geometry geometry(DType t) const {
+    const auto d = static_cast<size_t>(dim_ + 1);
+    const int64_t rows = numel(Shape(in_shape_.begin(), in_shape_.begin() + static_cast<std::ptrdiff_t>(d)));
+    const int64_t inner = numel(Shape(in_shape_.begin() + static_cast<std::ptrdiff_t>(d) + 1, in_shape_.end()));
+    const size_t e = dtype_size(t);
+    return {static_cast<size_t>(rows), static_cast<size_t>(in_shape_[d] * inner) * e,
+            static_cast<size_t>(length_ * inner) * e, static_cast<size_t>(start_ * inner) * e};
+  }
+  int64_t dim_, start_, length_;
+  Shape in_shape_;
+};
+
+// x * c (and x / c as x * (1/c)): a constant factor.
+class Scale final : public Module {
+ public:
+  explicit Scale(float factor) : factor_(factor) {}
+  std::string describe() const override { return "scale by " + std::to_string(factor_); }
+  Shape output_shape(const Shape& in) const override { return in; }
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override { return scaled(dev, in); }
+  Tensor backward_impl(Device& dev, const Tensor& g, bool need_grad_in) override {
+    return need_grad_in ? scaled(dev, g) : Tensor();
+  }
+  void clear_cache() override {}
+
+ private:
+  Tensor scaled(Device& dev, const Tensor& x) const {
+    Tensor out = Tensor::empty(dev, x.shape(), MemCategory::Activations, x.dtype());
+    copy_between(dev.exec(), out.data<void>(), x.data<void>(), x.bytes(), dev.exec());
+    scale(dev.exec(), out.buf(), ScalarArg{factor_}, out.numel());
+    return out;
+  }
+  float factor_;
+};
+
+// x.masked_fill(mask, value) with the causal mask of nanoGPT's tril buffer: in each trailing
+// [rows, cols] matrix, the entries above the diagonal (column > row).
+class CausalFill final : public Module {
+ public:
+  explicit CausalFill(float value) : value_(value) {}
+  std::string describe() const override { return "masked_fill(causal, " + std::to_string(value_) + ")"; }
+  Shape output_shape(const Shape& in) const override {
+    if (in.size() < 2) throw RuntimeError(describe() + " takes matrices (two dimensions or more), not " + shape_str(in));
+    return in;
+  }
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override { return filled(dev, in, value_); }
+  Tensor backward_impl(Device& dev, const Tensor& g, bool need_grad_in) override {
+    return need_grad_in ? filled(dev, g, 0.f) : Tensor();  // no gradient reaches a filled entry
+  }
+  void clear_cache() override {}
+
+ private:
+  static Tensor filled(Device& dev, const Tensor& x, float value) {
+    Tensor out = Tensor::empty(dev, x.shape(), MemCategory::Activations, x.dtype());
+    copy_between(dev.exec(), out.data<void>(), x.data<void>(), x.bytes(), dev.exec());
+    const int64_t rows = x.shape()[x.shape().size() - 2], cols = x.shape().back();
+    causal_fill(dev.exec(), out.buf(), x.numel() / std::max<int64_t>(rows * cols, 1), rows, cols, value);
+    return out;
+  }
+  float value_;
+};
+
+// softmax / log_softmax over the last dimension; the output kept for backward.
+class Softmax final : public Module {
+ public:
+  explicit Softmax(bool log) : log_(log) {}
+  std::string describe() const override { return log_ ? "log_softmax(dim=-1)" : "softmax(dim=-1)"; }
+  Shape output_shape(const Shape& in) const override {
+    if (in.empty()) throw RuntimeError(describe() + " takes values with a last dimension, not " + shape_str(in));
+    return in;
+  }
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
+    Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
+    softmax_forward(dev.exec(), out.buf(), in.buf(), in.numel() / in.shape().back(), in.shape().back(), log_);
+    out_ = out;
+    return out;
+  }
+  Tensor backward_impl(Device& dev, const Tensor& g, bool need_grad_in) override {
+    Tensor grad_in;
+    if (need_grad_in) {
+      grad_in = Tensor::empty(dev, g.shape(), MemCategory::Activations, g.dtype());
+      softmax_backward(dev.exec(), grad_in.buf(), g.buf(), out_.buf(), g.numel() / g.shape().back(), g.shape().back(),
+                       log_);
+    }
+    out_ = Tensor();
+    return grad_in;
+  }
+  void clear_cache() override { out_ = Tensor(); }
+
+ private:
+  bool log_;
+  Tensor out_;
+};
+
+// a @ b over equal leading dimensions: [..., M, K] @ [..., K, N] -> [..., M, N].
+class Matmul final : public MultiInputOp {
+ public:
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (in.size() != 2) throw UsageError("matmul takes two inputs, not " + std::to_string(in.size()));
+    const Shape &a = in[0], &b = in[1];
+    if (a.size() < 2 || a.size() != b.size() || !std::equal(a.begin(), a.end() - 2, b.begin()) ||
+        a[a.size() - 1] != b[b.size() - 2])
+      throw UsageError("matmul's inputs have shapes " + shape_str(a) + " and " + shape_str(b) +
+                       " (dp multiplies [..., M, K] by [..., K, N] with the same leading dimensions)");
+    Shape out = a;
+    out.back() = b.back();
+    return out;
+  }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+    a_ = in[0], b_ = in[1];
+    const MatmulShape s = shape_of(a_, b_);
+    Shape out_shape = a_.shape();
+    out_shape.back() = s.N;
+    Tensor out = Tensor::empty(dev, out_shape, MemCategory::Activations, a_.dtype());
+    batched_matmul(dev.exec(), out.buf(), a_.buf(), b_.buf(), s);
+    return out;
+  }
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    const MatmulShape s = shape_of(a_, b_);
+    Tensor da, db;
+    if (need[0]) {  // g · bᵀ
+      da = Tensor::empty(dev, a_.shape(), MemCategory::Activations, g.dtype());
+      batched_matmul(dev.exec(), da.buf(), g.buf(), b_.buf(), {s.batch, s.M, s.N, s.K, false, true});
+    }
+    if (need[1]) {  // aᵀ · g
+      db = Tensor::empty(dev, b_.shape(), MemCategory::Activations, g.dtype());
+      batched_matmul(dev.exec(), db.buf(), a_.buf(), g.buf(), {s.batch, s.K, s.M, s.N, true, false});
+    }
+    a_ = b_ = Tensor();
+    return {da, db};
+  }
+  void clear_cache() override { a_ = b_ = Tensor(); }
+
+ private:
+  static MatmulShape shape_of(const Tensor& a, const Tensor& b) {
+    const int64_t M = a.shape()[a.shape().size() - 2], K = a.shape().back(), N = b.shape().back();
+    return {a.numel() / (M * K), M, K, N};
+  }
+  Tensor a_, b_;
+};
+
+// torch.arange(end): positions 0..end-1 as int32 ids, one row for every sample (a value without
+// the batch dimension: a position embedding's input).
+class Arange final : public MultiInputOp {
+ public:
+  explicit Arange(int64_t end) : end_(end) {}
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (!in.empty()) throw UsageError("arange reads no values");
+    return {end_};
+  }
+  Tensor forward(Device& dev, const std::vector<Tensor>&, bool) override {
+    Tensor ids = Tensor::empty(dev, {end_}, MemCategory::Inputs, DType::I32);
+    positions(dev.exec(), ids.buf(), end_);  // made on the device: a captured step makes them again
+    return ids;
+  }
+  std::vector<Tensor> backward(Device&, const Tensor&, const std::vector<bool>&) override { return {}; }
+
+ private:
+  int64_t end_;
+};
+
+}  // namespace
+
+std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
+  const int64_t rank = static_cast<int64_t>(n.shape.size());  // the output's per-sample rank
+  if (n.op == "permute") {
+    const json& dims = n.attrs.contains("dims") ? n.attrs.at("dims") : json();
+    std::vector<int> order;
+    if (dims.is_array())
+      for (const json& d : dims)
+        if (d.is_number_integer()) order.push_back(static_cast<int>(d.get<int64_t>() < 0 ? d.get<int64_t>() + rank + 1
+                                                                                          : d.get<int64_t>()));
+    std::vector<bool> seen(order.size(), false);
+    bool ok = dims.is_array() && order.size() == dims.size() && static_cast<int64_t>(order.size()) == rank + 1;
+    for (int d : order) {
+      ok = ok && d >= 0 && d < static_cast<int>(order.size()) && !seen[static_cast<size_t>(d)];
+      if (ok) seen[static_cast<size_t>(d)] = true;
+    }
+    if (!ok) bad(n, "\"dims\" " + dims.dump() + " is not an order of the value's " + std::to_string(rank + 1) + " dimensions");
+    if (order[0] != 0) bad(n, "\"dims\" " + dims.dump() + " moves the batch's dimension 0; dp keeps it first");
+    if (static_cast<int>(order.size()) > kMaxPermuteRank)
+      bad(n, "dp permutes values of at most " + std::to_string(kMaxPermuteRank) + " dimensions");
+    return std::make_unique<Permute>(std::move(order));
+  }
+  if (n.op == "narrow") {
+    const int64_t dim = sample_dim(n, int_of(n, "dim"), rank), start = int_of(n, "start"), length = int_of(n, "length");
+    if (start < 0 || length < 1) bad(n, "start must be 0 or more and length 1 or more");
+    return std::make_unique<Narrow>(dim, start, length);
+  }
+  if (n.op == "scale") {
+    if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
+    const double f = n.attrs.at("factor").get<double>();
+    if (!std::isfinite(f)) bad(n, "\"factor\" must be finite");
+    return std::make_unique<Scale>(static_cast<float>(f));
+  }
+  if (n.op == "masked_fill") {
+    if (!n.attrs.contains("mask") || n.attrs.at("mask") != "causal")
+      bad(n, "mask " + (n.attrs.contains("mask") ? n.attrs.at("mask").dump() : std::string("(none)")) +
+                 " is not run by dp (the causal mask, \"causal\": column > row, is)");
+    return std::make_unique<CausalFill>(float_of(n, "value"));
+  }
+  if (n.op == "softmax" || n.op == "log_softmax") {
+    const int64_t dim = n.attrs.contains("dim") ? int_of(n, "dim") : -1;
+    if (sample_dim(n, dim, rank) != rank - 1) bad(n, "dim " + std::to_string(dim) + ": dp takes it over the last dimension");
+    return std::make_unique<Softmax>(n.op == "log_softmax");
+  }
+  return nullptr;
+}
+
+std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
+  if (n.op == "matmul") return std::make_unique<Matmul>();
+  if (n.op == "arange") {
+    const int64_t start = n.attrs.contains("start") ? int_of(n, "start") : 0;
+    const int64_t step = n.attrs.contains("step") ? int_of(n, "step") : 1;
+    const int64_t end = int_of(n, "end");
+    if (start != 0 || step != 1 || end < 1) bad(n, "dp runs arange(0, end) with step 1 and end 1 or more");
+    return std::make_unique<Arange>(end);
+  }
+  return nullptr;
+}
+
+}  // namespace dp
