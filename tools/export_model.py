@@ -21,6 +21,7 @@ import copy
 import importlib
 import importlib.util
 import json
+import math
 import operator
 import os
 import pathlib
@@ -191,12 +192,34 @@ def function_op(node):
     def two_tensors():
         return len(args) == 2 and all(isinstance(a, torch.fx.Node) for a in args)
 
+    def softmax_attrs(op):
+        dim = arg(1, "dim", None)
+        return None if dim is None or arg(2, "dtype", None) is not None else (op, {"dim": dim})
+
+    def permute_attrs():
+        dims = list(args[1:]) if len(args) > 2 or not isinstance(arg(1, "dims", None), (list, tuple)) \
+            else list(arg(1, "dims", None))
+        return "permute", {"dims": dims}
+
+    def transpose_attrs():
+        return "permute", {"dim0": arg(1, "dim0", None), "dim1": arg(2, "dim1", None)}
+
     def mean_attrs(dim_at):
         dim = arg(dim_at, "dim", None)
         return None if dim is None else ("mean", {"dim": list(dim) if isinstance(dim, (tuple, list)) else dim,
                                                    "keepdim": bool(arg(dim_at + 1, "keepdim", False))})
 
     if node.op == "call_function":
+        if t in (operator.matmul, torch.matmul, torch.bmm) and two_tensors():
+            return "matmul", {}
+        if t in (F.softmax, torch.softmax):
+            return softmax_attrs("softmax")
+        if t in (F.log_softmax, torch.log_softmax):
+            return softmax_attrs("log_softmax")
+        if t is torch.permute:
+            return "permute", {"dims": list(arg(1, "dims", None))}
+        if t in (torch.transpose, torch.swapaxes, torch.swapdims):
+            return transpose_attrs()
         if t in (operator.add, operator.iadd, torch.add) and "alpha" not in kw and two_tensors():
             return "add", {}
         if t in (operator.mul, operator.imul, torch.mul) and two_tensors():
@@ -258,11 +281,95 @@ def function_op(node):
             return mean_attrs(1)
         if t == "contiguous":
             return "identity", {}
+        if t in ("matmul", "bmm", "__matmul__") and two_tensors():
+            return "matmul", {}
+        if t == "softmax":
+            return softmax_attrs("softmax")
+        if t == "log_softmax":
+            return softmax_attrs("log_softmax")
+        if t == "permute":
+            return permute_attrs()
+        if t in ("transpose", "swapaxes", "swapdims"):
+            return transpose_attrs()
+    return None
+
+
+MULTIPLY = (operator.mul, operator.imul, "mul", "__mul__", "__rmul__")
+DIVIDE = (operator.truediv, operator.itruediv, "div", "__truediv__")
+
+
+def special_op(node, meta, shapes, values, size_of):
+    """(op, attrs, input names) for the calls whose attributes come from the traced values rather
+    than the call alone: a fused F.layer_norm, masked_fill with a constant mask, a part of split or
+    chunk, arange. None for any other node."""
+    import math
+    import torch
+    import torch.fx
+    import torch.nn.functional as F
+    t, args, kw = node.target, node.args, node.kwargs
+    if fused_module(node):
+        eps = args[4] if len(args) > 4 else kw.get("eps", 1e-5)
+        return "layer_norm", {"normalized_shape": [int(meta.shape[-1])], "eps": eps, "elementwise_affine": True}, \
+            [args[0].name]
+    if t == "masked_fill" or t is torch.masked_fill:
+        x, mask, value = (list(args) + [kw.get("mask"), kw.get("value")])[:3]
+        if not isinstance(mask, torch.fx.Node) or mask.name not in values or isinstance(value, torch.fx.Node):
+            return None
+        rows, cols = int(meta.shape[-2]), int(meta.shape[-1])
+        if not is_causal_mask(values[mask.name], rows, cols):
+            raise ExportError(f"{describe_target(node)} (node '{node.name}') at {where_of(node)}: its mask is not "
+                              "the causal one (True above the diagonal); dp runs masked_fill with that mask")
+        v = float(value)
+        return "masked_fill", {"mask": "causal", "value": v if math.isfinite(v) else ("inf" if v > 0 else "-inf")}, \
+            [x.name]
+    if t is operator.getitem and isinstance(args[0], torch.fx.Node) and args[0].target in (
+            "split", "chunk", torch.split, torch.chunk):
+        whole = args[0]
+        x = whole.args[0]
+        size = whole.args[1] if len(whole.args) > 1 else whole.kwargs.get(
+            "split_size_or_sections", whole.kwargs.get("split_size", whole.kwargs.get("chunks")))
+        dim = whole.args[2] if len(whole.args) > 2 else whole.kwargs.get("dim", 0)
+        rank = len(shapes[x.name].shape)
+        dim = dim % rank
+        extent = int(shapes[x.name].shape[dim])
+        if whole.target in ("chunk", torch.chunk):
+            size = -(-extent // int(size_of(size)))
+        if isinstance(size, (list, tuple)):
+            sections = [int(size_of(v)) for v in size]
+        else:
+            size = int(size_of(size))
+            sections = [min(size, extent - s) for s in range(0, extent, size)]
+        i = args[1]
+        return "narrow", {"dim": dim, "start": sum(sections[:i]), "length": sections[i]}, [x.name]
+    if t == "narrow" and node.op == "call_method":
+        x, dim, start, length = (list(args) + [kw.get("dim"), kw.get("start"), kw.get("length")])[:4]
+        return "narrow", {"dim": int(size_of(dim)) % len(meta.shape), "start": int(size_of(start)),
+                          "length": int(size_of(length))}, [x.name]
+    if len(args) == 2 and (t in MULTIPLY or t is torch.mul or t in DIVIDE or t is torch.div) \
+            and "rounding_mode" not in kw:
+        def number(a):  # a Python number or a size expression's value
+            if isinstance(a, torch.fx.Node) and is_size(a):
+                a = size_of(a)
+            return a if isinstance(a, (int, float)) and not isinstance(a, bool) else None
+        a, b = args
+        divide = t in DIVIDE or t is torch.div
+        if isinstance(a, torch.fx.Node) and not is_size(a) and number(b) is not None and number(b) != 0:
+            return "scale", {"factor": 1.0 / number(b) if divide else float(number(b))}, [a.name]
+        if not divide and isinstance(b, torch.fx.Node) and not is_size(b) and number(a) is not None:
+            return "scale", {"factor": float(number(a))}, [b.name]
+        return None
+    if t is torch.arange:
+        a = [int(size_of(v)) for v in args]
+        start, end, step = (0, a[0], 1) if len(a) == 1 else (a[0], a[1], a[2] if len(a) > 2 else 1)
+        start, end, step = int(size_of(kw.get("start", start))), int(size_of(kw.get("end", end))), \
+            int(size_of(kw.get("step", step)))
+        return "arange", {"start": start, "end": end, "step": step}, []
     return None
 
 
 # Arithmetic on sizes (k * h * w, c // groups) and comparisons of them: a size too.
 SIZE_ARITHMETIC = (operator.mul, operator.add, operator.sub, operator.floordiv, operator.mod, operator.neg,
+                   operator.truediv, operator.pow, math.sqrt, math.floor, math.ceil, math.log,
                    operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
 
 
@@ -278,7 +385,8 @@ def is_size(node):
         return bool(traced) and all(is_size(a) for a in traced)
     if node.op == "call_function" and node.target in (getattr, operator.getitem):
         src = node.args[0]
-        return isinstance(src, torch.fx.Node) and (is_size(src) or (node.target is getattr and node.args[1] == "shape"))
+        return isinstance(src, torch.fx.Node) and (
+            is_size(src) or (node.target is getattr and node.args[1] in ("shape", "device", "dtype")))
     return False
 
 
@@ -416,100 +524,381 @@ def unpacking_proxies():
         torch.fx.Proxy.__iter__ = original
 
 
+class NotASize(Exception):
+    pass
+
+
+def size_value(node, inputs, tensor_of=None):
+    """The value of a size expression (x.size(1), x.shape[-1] * 2, t <= 1024, x.device) for the
+    placeholders' values in `inputs`; NotASize for anything else. tensor_of(node) gives a traced
+    tensor's value where a size is read from one (None: only the placeholders' are known)."""
+    import torch
+    import torch.fx
+
+    def ev(a):
+        if isinstance(a, torch.fx.Node):
+            return size_value(a, inputs, tensor_of)
+        if isinstance(a, (list, tuple)):
+            return type(a)(ev(b) for b in a)
+        return a
+    if node.op == "placeholder":
+        if node.name not in inputs:
+            raise NotASize()
+        return inputs[node.name]
+    if node.op == "call_method" and node.target in ("size", "dim"):
+        return getattr(ev(node.args[0]), node.target)(*[ev(a) for a in node.args[1:]])
+    if node.op == "call_function" and node.target is getattr and node.args[1] in ("shape", "device", "dtype"):
+        return getattr(ev(node.args[0]), node.args[1])
+    if node.op == "call_function" and (node.target in SIZE_ARITHMETIC or node.target is operator.getitem):
+        src = [ev(a) for a in node.args]
+        if node.target is operator.getitem and isinstance(src[0], torch.Tensor):
+            raise NotASize()
+        return node.target(*src)
+    if tensor_of is not None and not is_size(node):
+        return tensor_of(node, inputs)
+    raise NotASize()
+
+
+class SizeTracer:
+    """torch.fx's Tracer, knowing the input: a size used as a Python value — in control flow
+    (`assert t <= block_size`, `if h % 2`), or as a number (`math.sqrt(k.size(-1))`, `int(...)`) —
+    is evaluated on the example batch and on one a sample larger; equal, it is a constant of the
+    export (specialised), else an error naming it."""
+
+    def __init__(self, examples):
+        import torch.fx
+        outer = self
+        self.examples = examples  # [{placeholder name: value}] at two batch sizes
+
+        self.evaluating = False  # running the graph traced so far: modules and parameters are real
+
+        class Tracer(torch.fx.Tracer):
+            def to_bool(self, obj):
+                return bool(outer.concrete(obj))
+
+            def getattr(self, attr, attr_val, parameter_proxy_cache):
+                return attr_val if outer.evaluating else super().getattr(attr, attr_val, parameter_proxy_cache)
+
+            def call_module(self, m, forward, args, kwargs):
+                return forward(*args, **kwargs) if outer.evaluating else super().call_module(m, forward, args, kwargs)
+        self.tracer = Tracer()
+        self.tracer.record_stack_traces = True
+
+    def concrete(self, proxy, same=True):
+        import torch.fx
+        # the tracer names placeholders after the forward's arguments, in order
+        names = [n.name for n in proxy.node.graph.nodes if n.op == "placeholder"]
+        try:
+            values = [size_value(proxy.node, dict(zip(names, ex)), self.tensor_of) for ex in self.examples]
+        except NotASize:
+            raise torch.fx.proxy.TraceError("symbolically traced variables cannot be used as inputs to control flow")
+        if same and values[0] != values[1]:
+            raise torch.fx.proxy.TraceError(
+                f"a size used as a Python value depends on the batch ({values[0]} at a batch of "
+                f"{len(self.examples[0][0])}, {values[1]} at {len(self.examples[1][0])})")
+        return values[0]
+
+    def tensor_of(self, node, inputs):
+        """A traced tensor's value on these inputs: the graph traced so far, run up to it."""
+        import torch.fx
+        part = torch.fx.Graph()
+        env = {}
+        for n in node.graph.nodes:
+            env[n] = part.node_copy(n, lambda a: env[a])
+            if n is node:
+                break
+        part.output(env[node])
+        names = [n.name for n in node.graph.nodes if n.op == "placeholder"]
+        import torch
+        self.evaluating = True
+        try:
+            with torch.no_grad():
+                return torch.fx.GraphModule(self.tracer.root, part)(*[inputs[k] for k in names if k in inputs])
+        except Exception:
+            raise NotASize()
+        finally:
+            self.evaluating = False
+
+    @contextlib.contextmanager
+    def numbers(self):
+        """Proxy.__float__, __int__ and __index__ while tracing: a size's value (math.sqrt(k.size(-1)))."""
+        import torch.fx
+        original_getattr = torch.fx.Proxy.__getattr__
+
+        def attribute(p, k):
+            # the input's device and dtype are what they are (torch.arange(t, device=x.device)
+            # then makes a constant: positions)
+            if k in ("device", "dtype") and p.node.op == "placeholder":
+                return getattr(self.concrete(p, same=False), k)
+            if k in ("size", "shape") and p.node.op == "placeholder":
+                # the input's sizes: numbers (from --input), but the batch's, which stays traced
+                dims = [original_getattr(p, "size")(0)] + list(self.concrete(p, same=False).shape[1:])
+                if k == "shape":
+                    return tuple(dims)
+                return lambda dim=None: tuple(dims) if dim is None else dims[dim]
+            return original_getattr(p, k)
+        added = {"__float__": lambda p: float(self.concrete(p)), "__int__": lambda p: int(self.concrete(p)),
+                 "__index__": lambda p: int(self.concrete(p))}
+        for k, f in added.items():
+            setattr(torch.fx.Proxy, k, f)
+        torch.fx.Proxy.__getattr__ = attribute
+        try:
+            yield
+        finally:
+            for k in added:
+                delattr(torch.fx.Proxy, k)
+            torch.fx.Proxy.__getattr__ = original_getattr
+
+    def trace(self, model):
+        with unpacking_proxies(), self.numbers():
+            return self.tracer.trace(model)
+
+
+def example_targets(model, kind, example):
+    """What a model that computes its own loss takes as its second input: class ids, one per
+    position of a token model, one per sample of an image model."""
+    import torch
+    if kind == "tokens":
+        vocab = next(m.num_embeddings for m in model.modules() if isinstance(m, torch.nn.Embedding))
+        return torch.randint(0, vocab, example.shape, generator=torch.Generator().manual_seed(1))
+    return torch.zeros(len(example), dtype=torch.long)
+
+
+def is_causal_mask(mask, rows, cols):
+    """Is this boolean mask, broadcast over [..., rows, cols], True exactly above the diagonal?"""
+    import torch
+    m = mask.to(torch.bool)
+    if m.dim() < 2 or m.shape[-2] != rows or m.shape[-1] != cols:
+        return False
+    want = torch.ones(rows, cols, dtype=torch.bool).triu(1)
+    return bool((m.reshape(-1, rows, cols) == want).all())
+
+
+def fused_module(node):
+    """F.layer_norm(x, shape, m.weight, m.bias, eps) (nanoGPT's LayerNorm, ConvNeXt's LayerNorm2d
+    inside): the parameters' module path when both are one module's, else None."""
+    import torch.fx
+    import torch.nn.functional as F
+    if node.op != "call_function" or node.target is not F.layer_norm:
+        return None
+    args = list(node.args) + [None] * 5
+    w = args[2] if args[2] is not None else node.kwargs.get("weight")
+    b = args[3] if args[3] is not None else node.kwargs.get("bias")
+    if not (isinstance(w, torch.fx.Node) and isinstance(b, torch.fx.Node) and w.op == b.op == "get_attr"):
+        return None
+    mw, _, nw = w.target.rpartition(".")
+    mb, _, nb = b.target.rpartition(".")
+    return mw if mw == mb and mw and (nw, nb) == ("weight", "bias") else None
+
+
 def export(model, kind, shape, name, source, input_text=None):
     import torch
     import torch.fx
+    import torch.nn.functional as F
     from torch.fx.passes.shape_prop import ShapeProp
 
     example = example_input(model, kind, shape)
     check_runs_on(model, example, input_text or "x".join(map(str, shape)))
-    tracer = torch.fx.Tracer()
-    tracer.record_stack_traces = True
+    # Two batch sizes: a size used as a Python value must not depend on the batch, and every
+    # value's first dimension must follow it (dp's ops keep dim 0 the samples).
+    wider = torch.cat([example, example[:1]])
+    examples = [(example, example_targets(model, kind, example)), (wider, example_targets(model, kind, wider))]
+    tracer = SizeTracer(examples)
     try:
-        with unpacking_proxies():
-            graph = tracer.trace(model)
+        graph = tracer.trace(model)
     except Exception as e:
         at = user_line(e.__traceback__)
         if not at:
             raise ExportError(f"torch.fx cannot trace the model ({first_line(e)})")
         raise ExportError(f"torch.fx cannot trace {at}: {why_untraceable(at.split(': ', 1)[1], e)}")
-    gm = torch.fx.GraphModule(tracer.root, graph)
+    gm = torch.fx.GraphModule(tracer.tracer.root, graph)
     modules = dict(gm.named_modules())
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) > 2:
+        raise ExportError(f"the model takes {len(placeholders)} inputs ({', '.join(n.name for n in placeholders)}); "
+                          "dp feeds one, and a target for a model that computes its own loss")
+    input_node = placeholders[0]
+    target_node = placeholders[1] if len(placeholders) == 2 else None
 
-    def propagate(batch):
-        """Each node's output at this many samples (on a copy: BatchNorm's running stats move)."""
-        probe = copy.deepcopy(gm)
+    def depends_on(seed):
+        """The nodes whose values depend on seed's (sizes read from it are constants of the export)."""
+        found = set()
+        for node in gm.graph.nodes:
+            if node is seed or (not is_size(node) and any(a.name in found for a in node.all_input_nodes)):
+                found.add(node.name)
+        return found
+    from_input = depends_on(input_node)
+    from_target = depends_on(target_node) if target_node is not None else set()
+    by_name = {n.name: n for n in gm.graph.nodes}
+
+    # The output: the value that is not the loss (nanoGPT returns (logits, loss)).
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    out = out_node.args[0]
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    kept = [a for a in items if isinstance(a, torch.fx.Node) and a.name not in from_target]
+    if len(kept) != 1 or not all(a is None or isinstance(a, torch.fx.Node) for a in items):
+        raise ExportError("the model returns more than one value; dp trains one output with cross-entropy")
+    output = kept[0].name
+    # What only the loss reads: the target, the loss and the views of the output it takes.
+    loss_only = set(from_target)
+    for node in reversed(gm.graph.nodes):
+        users = [u for u in node.users if u.op != "output"]
+        if node.op not in ("placeholder", "output") and node.name != output and users and not any(
+                u.op == "output" for u in node.users) and all(u.name in loss_only for u in users):
+            loss_only.add(node.name)
+    if target_node is not None:
+        losses = [n for n in gm.graph.nodes if n.name in loss_only and n.op == "call_function"
+                  and n.target is F.cross_entropy]
+        if len(target_node.users) == 0 or not losses:
+            raise ExportError(f"the model takes a second input ('{target_node.name}') that is not the target of a "
+                              "cross-entropy loss; dp feeds one input")
+        where = where_of(losses[0])
+        print(f"export_model: the model computes its own loss (F.cross_entropy{' at ' + where if where else ''}); "
+              "dp trains its logits with dp's cross-entropy", flush=True)
+
+    # Constants: what depends on neither input (a causal mask from a buffer, positions, their
+    # embedding). A mask that only masked_fill reads is folded into its attributes.
+    def constant(node):
+        return node.op not in ("placeholder", "output") and not is_size(node) and node.name not in from_input \
+            and node.name not in loss_only
+    mask_only = set()
+    for node in reversed(gm.graph.nodes):
+        users = [u for u in node.users if not is_size(u)]
+        if constant(node) and users and all(
+                u.name in mask_only or (u.op in ("call_method", "call_function") and u.target == "masked_fill"
+                                        and len(u.args) > 1 and u.args[1] is node)
+                or (u.op == "call_method" and u.target == "masked_fill" and len(u.args) > 1 and u.args[1] is node)
+                for u in users):
+            mask_only.add(node.name)
+    fused = {n.name for n in gm.graph.nodes if fused_module(n)}
+    fused_params = {a.name for n in gm.graph.nodes if n.name in fused for a in n.all_input_nodes if a.op == "get_attr"}
+
+    class Probe(ShapeProp):
+        """ShapeProp, keeping the values masked_fill reads as masks and those sizes are read from."""
+        def run_node(self, n):
+            result = super().run_node(n)
+            if n.name in mask_only or any(is_size(u) for u in n.users):
+                self.values[n.name] = result
+            return result
+
+    def propagate(args):
+        """Each node's output at this batch (on a copy: BatchNorm's running stats move)."""
+        probe = Probe(copy.deepcopy(gm))
+        probe.values = {}
         try:
-            ShapeProp(probe).propagate(batch)
+            probe.propagate(*args[:len(placeholders)])
         except Exception as e:
             at = user_line(e.__traceback__)
             raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {first_line(e)}"
                               + (f" at {at}" if at else ""))
-        return {n.name: n.meta.get("tensor_meta") for n in probe.graph.nodes}
-    shapes = propagate(example)
-    # A second batch size: every value's first dimension must follow the batch (dp's ops keep dim 0
-    # the samples), which sizes read from a traced x.shape make possible to get wrong (b * c, ...).
-    wider = propagate(torch.cat([example, example[:1]]))
+        return {n.name: n.meta.get("tensor_meta") for n in probe.module.graph.nodes}, probe.values
+    shapes, values = propagate(examples[0])
+    shapes3, _ = propagate(examples[1])
 
-    # The nodes whose values depend on the input (the others compute constants: a table of indices)
-    from_input = set()
+    def size_of(a):
+        """An argument's value: a number as it is, a size expression evaluated on the example."""
+        if isinstance(a, torch.fx.Node):
+            return size_value(a, dict(zip([p.name for p in placeholders], examples[0])),
+                              lambda n, _: values[n.name] if n.name in values else size_value(n, {}))
+        return a
+
+    nodes, refused = [], []
     for node in gm.graph.nodes:
-        if node.op == "placeholder" or any(a.name in from_input for a in node.all_input_nodes):
-            from_input.add(node.name)
-    nodes, input_name, output, refused = [], None, None, []
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            if input_name is not None:
-                raise ExportError(f"the model takes more than one input ('{input_name}', '{node.name}')")
-            input_name = node.name
+        if node.op in ("placeholder", "output") or is_size(node) or node.name in loss_only:
             continue
-        if node.op == "output":
-            out = node.args[0]
-            if not isinstance(out, torch.fx.Node):
-                raise ExportError("the model returns more than one value; dp trains one output with cross-entropy")
-            output = out.name
-            continue
-        if is_size(node):
+        if node.name in mask_only or node.name in fused_params:
             continue
         where = where_of(node)
         at = f" at {where}" if where else ""
+        if node.op == "get_attr" and node.target not in model.state_dict():
+            # a tensor the trace made (torch.arange(t) on the input's device): positions only
+            value = getattr(gm, node.target)
+            if value.dim() == 1 and not value.is_floating_point() and torch.equal(value, torch.arange(len(value))):
+                nodes.append({"name": node.name, "op": "arange", "module": "", "inputs": [],
+                              "attrs": {"start": 0, "end": len(value), "step": 1}, "shape": [len(value)],
+                              "where": where})
+                continue
+            refused.append(f"a constant tensor{at} ({list(value.shape)}, {value.dtype}) that is not positions "
+                           "0..n-1; dp runs none")
+            continue
         if node.op == "get_attr":
             refused.append(f"'{node.target}'{at} uses a parameter or buffer outside its module; dp runs "
                            "parameters through the modules that own them")
             continue
+        if node.op in ("call_method", "call_function") and node.target in ("split", "chunk", torch.split,
+                                                                          torch.chunk):
+            continue  # its parts are narrows (the getitems below)
         module_path = node.target if node.op == "call_module" else ""
+        inputs = None
+        meta = shapes.get(node.name)
         if node.op == "call_module":
             m = modules[node.target]
             found = module_op(m)
             what = f"module {type(m).__module__}.{type(m).__name__} ('{node.target}')"
         else:
-            found = function_op(node)
             what = f"{describe_target(node)} (node '{node.name}')"
+            found = special_op(node, meta, shapes, values, size_of)
+            if found is not None:
+                op, attrs, inputs = found
+                found = (op, attrs)
+                if op == "layer_norm":
+                    module_path = fused_module(node)
+            else:
+                found = function_op(node)
         if found is None:
             hint = HINTS.get(describe_target(node) if node.op != "call_module" else "")
             refused.append(f"{what}{at}" + (f" (instead: {hint})" if hint else ""))
             continue
         op, attrs = found
-        meta, meta3 = shapes.get(node.name), wider.get(node.name)
+        meta3 = shapes3.get(node.name)
         if meta is None or not hasattr(meta, "shape"):
             raise ExportError(f"{what}{at} does not give one tensor")
-        if node.name in from_input and (len(meta.shape) == 0 or meta.shape[0] != len(example)
-                                        or meta3.shape[0] != len(example) + 1
-                                        or list(meta.shape)[1:] != list(meta3.shape)[1:]):
-            raise ExportError(f"{what}{at}: its output's first dimension is not the batch's (a batch of "
-                              f"{len(example)} gives {list(meta.shape)}, of {len(example) + 1} "
-                              f"{list(meta3.shape)}); dp keeps dimension 0 the samples in every op")
-        nodes.append({"name": node.name, "op": op, "module": module_path,
-                      "inputs": [a.name for a in tensor_inputs(node)], "attrs": attrs,
-                      "shape": list(meta.shape)[1:], "where": where})
+        if op == "permute" and "dims" not in attrs:  # transpose(a, b): the whole order
+            rank = len(meta.shape)
+            dims = list(range(rank))
+            a, b = (d % rank for d in (attrs["dim0"], attrs["dim1"]))
+            dims[a], dims[b] = dims[b], dims[a]
+            attrs = {"dims": dims}
+        if node.name in from_input:
+            if (len(meta.shape) == 0 or meta.shape[0] != len(example) or meta3.shape[0] != len(example) + 1
+                    or list(meta.shape)[1:] != list(meta3.shape)[1:]):
+                raise ExportError(f"{what}{at}: its output's first dimension is not the batch's (a batch of "
+                                  f"{len(example)} gives {list(meta.shape)}, of {len(example) + 1} "
+                                  f"{list(meta3.shape)}); dp keeps dimension 0 the samples in every op")
+            out_shape = list(meta.shape)[1:]
+        else:  # a constant: its whole shape (dp adds it to every sample)
+            out_shape = list(meta.shape)
+        if inputs is None:
+            inputs = [a.name for a in tensor_inputs(node)]
+        nodes.append({"name": node.name, "op": op, "module": module_path, "inputs": inputs, "attrs": attrs,
+                      "shape": out_shape, "where": where})
     if refused:
         raise ExportError(f"{len(refused)} op{'s' if len(refused) > 1 else ''} dp does not run "
                           "(docs/model-format.md lists those it does):\n  " + "\n  ".join(refused))
+    # Tied parameters (nanoGPT's wte and lm_head): dp gives each module its own.
+    seen = {}
+    for k, v in model.state_dict(keep_vars=True).items():
+        if isinstance(v, torch.nn.Parameter):
+            if id(v) in seen:
+                raise ExportError(f"'{k}' is the parameter '{seen[id(v)]}' (tied weights); dp gives each module "
+                                  f"parameters of its own: untie them (a copy: module.weight = "
+                                  f"nn.Parameter(module.weight.detach().clone())) and export that")
+            seen[id(v)] = k
+    folded = {by_name[n].target for n in mask_only if by_name[n].op == "get_attr"}
     params = dict(model.named_parameters())
+    # A buffer no node reads became a constant while tracing (nanoGPT's causal tril, sliced to the
+    # input's length, is the masked_fill's mask): its module runs no node, and it is not dp's state.
+    run = {n["module"] for n in nodes if n["module"]}
+    for k in model.state_dict():
+        owner = k.rpartition(".")[0]
+        if k not in params and owner not in run and k not in folded:
+            folded.add(k)
+            print(f"export_model: buffer '{k}' is read only as a constant (folded into the nodes that use it)",
+                  flush=True)
     state = [{"name": k, "shape": list(v.shape), "kind": "parameter" if k in params else "buffer"}
-             for k, v in model.state_dict().items()]
+             for k, v in model.state_dict().items() if k not in folded]
     return {"format": FORMAT, "version": VERSION, "name": name, "source": source,
-            "input": {"name": input_name, "kind": kind, "shape": shape,
+            "input": {"name": input_node.name, "kind": kind, "shape": shape,
                       "dtype": "int64" if kind == "tokens" else "float32"},
             "nodes": nodes, "output": output, "state": state, "loss": {"kind": "cross_entropy"}}
 
@@ -592,7 +981,8 @@ def main(argv=None):
     text = to_json(doc)
     replace_atomically(a.out, lambda tmp: pathlib.Path(tmp).write_text(text))
     if a.weights:
-        write_weights(a.weights, model.state_dict())
+        names = {e["name"] for e in doc["state"]}
+        write_weights(a.weights, {k: v for k, v in model.state_dict().items() if k in names})
     print(f"export_model: {a.out}: {len(doc['nodes'])} nodes, {len(doc['state'])} state entries, "
           f"input {a.input}, output {doc['nodes'][-1]['shape'] if doc['nodes'] else []}"
           + (f"; weights in {a.weights}" if a.weights else ""))
