@@ -39,7 +39,8 @@ namespace {
 // Pre-order walk: a module's own entries, then its children's (PyTorch's state_dict order).
 void walk(Module& m, const std::string& prefix, const std::function<void(Module&, const std::string&)>& visit) {
   visit(m, prefix);
-  for (const auto& c : m.children()) walk(*c.module, prefix + c.name + ".", visit);
+  // A child without a name holds its parent's own parameters (a model file's parameter used directly).
+  for (const auto& c : m.children()) walk(*c.module, c.name.empty() ? prefix : prefix + c.name + ".", visit);
 }
 
 int64_t align_up(int64_t n) { return (n + kLayoutAlign - 1) / kLayoutAlign * kLayoutAlign; }

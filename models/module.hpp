@@ -199,6 +199,11 @@ std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_s
 // attention kernel) and c_proj's output at site + 1 (resid_dropout).
 std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std = 0.02,
                                                    float dropout = 0, uint32_t site = 0);
+// PyTorch's nn.MultiheadAttention as self-attention over [L, E] samples (batch first), no causal
+// mask (models/multihead_attention.cpp): own in_proj_weight and in_proj_bias, child out_proj;
+// dropout p > 0 on the probabilities at site `site`.
+std::unique_ptr<Module> make_multihead_attention(int64_t embed_dim, int64_t heads, bool bias = true, float dropout = 0,
+                                                 uint32_t site = 0);
 
 // nanoGPT's GPT (models/gpt.cpp): transformer.{wte, wpe, drop, h.i.{ln_1, attn, ln_2, mlp}, ln_f} and
 // an lm_head without bias, not tied to wte. Samples are [T] int32 token ids; the output is [T, V].

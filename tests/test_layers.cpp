@@ -398,6 +398,49 @@ TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views,
   for (Module* mod : param_modules(*graph)) mod->bind({}, {});
 }
 
+TEST_CASE("A model file's graph: a ViT's pieces (parameters used directly, at the root too, expand, cat, a position embedding added, a layer scale, MultiheadAttention, select): gradients match finite differences") {
+  // p = gamma ⊙ conv(x) per plane; t = p as [4 tokens, 8]; c = cat(class_token expanded, t);
+  // h = c + pos_embedding; r = h + mha(ln(h)); head(scale ⊙ r[:, 0]).
+  auto spec = graph_spec({3, 4, 4});
+  const nlohmann::json none = nlohmann::json::object();
+  auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
+                  Shape shape) { return add_node(*spec, name, op, module, in, attrs, shape); };
+  const int cls = node("cls", "parameter", "", {}, {{"name", "class_token"}}, {1, 1, 8});
+  const int conv = node("conv", "conv2d", "conv_proj", {-1},
+                        {{"in_channels", 3}, {"out_channels", 8}, {"kernel_size", 2}, {"stride", 2}}, {8, 2, 2});
+  const int gamma = node("gamma", "parameter", "encoder", {}, {{"name", "gamma"}}, {8, 1, 1});
+  const int p = node("p", "mul", "", {gamma, conv}, none, {8, 2, 2});
+  const int flat = node("flat", "reshape", "", {p}, none, {8, 4});
+  const int t = node("t", "permute", "", {flat}, {{"dims", {0, 2, 1}}}, {4, 8});
+  const int e = node("e", "expand", "", {cls, t}, none, {1, 8});
+  const int c = node("c", "cat", "", {e, t}, {{"dim", 1}}, {5, 8});
+  const int pos = node("pos", "parameter", "encoder", {}, {{"name", "pos_embedding"}}, {1, 5, 8});
+  const int h = node("h", "add", "", {c, pos}, none, {5, 8});
+  const int ln = node("ln", "layer_norm", "encoder.ln_1", {h}, {{"normalized_shape", {8}}}, {5, 8});
+  const int mha = node("mha", "multihead_attention", "encoder.attn", {ln},
+                       {{"embed_dim", 8}, {"num_heads", 2}, {"batch_first", true}, {"self_attention", true}}, {5, 8});
+  const int r = node("r", "add", "", {h, mha}, none, {5, 8});
+  const int first = node("first", "select", "", {r}, {{"dim", 1}, {"index", 0}}, {8});
+  const int scale = node("scale", "parameter", "encoder", {}, {{"name", "scale"}}, {8});
+  const int m = node("m", "mul", "", {first, scale}, none, {8});
+  spec->output = node("head", "linear", "head", {m}, {{"in_features", 8}, {"out_features", 3}}, {3});
+  spec->state = {{"class_token", {1, 1, 8}, false},     {"conv_proj.weight", {8, 3, 2, 2}, false},
+                 {"conv_proj.bias", {8}, false},         {"encoder.gamma", {8, 1, 1}, false},
+                 {"encoder.pos_embedding", {1, 5, 8}, false}, {"encoder.scale", {8}, false},
+                 {"encoder.ln_1.weight", {8}, false},    {"encoder.ln_1.bias", {8}, false},
+                 {"encoder.attn.in_proj_weight", {24, 8}, false}, {"encoder.attn.in_proj_bias", {24}, false},
+                 {"encoder.attn.out_proj.weight", {8, 8}, false}, {"encoder.attn.out_proj.bias", {8}, false},
+                 {"head.weight", {3, 8}, false},         {"head.bias", {3}, false}};
+  auto graph = make_graph_module(spec);
+  std::vector<std::string> names;
+  for (const auto& entry : ModelLayout::of(*graph).entries) names.push_back(entry.name);
+  CHECK(names.front() == "class_token");  // the root's own parameter, first as in PyTorch's state dict
+  CHECK(names[4] == "encoder.pos_embedding");
+  CHECK(names[8] == "encoder.attn.in_proj_weight");
+  CHECK(names[10] == "encoder.attn.out_proj.weight");
+  gradcheck(*graph, {3, 3, 4, 4}, random_vector(144, 93, -1.f, 1.f), false, 1e-3f, 2e-2);
+}
+
 TEST_CASE("A model file's tensor ops refuse what they cannot run, naming it") {
   const nlohmann::json none = nlohmann::json::object();
   auto refused = [&](std::string op, nlohmann::json attrs, Shape in, Shape out) {

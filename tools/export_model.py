@@ -176,7 +176,33 @@ def module_op(m):
         return "flatten", {"start_dim": m.start_dim, "end_dim": m.end_dim}
     if type(m) is nn.Identity:
         return "identity", {}
+    if type(m) is nn.MultiheadAttention:  # the call's arguments decide the rest (attention_op)
+        return "multihead_attention", {
+            "embed_dim": m.embed_dim, "num_heads": m.num_heads, "bias": m.in_proj_bias is not None,
+            "dropout": m.dropout, "batch_first": m.batch_first, "add_bias_kv": m.bias_k is not None,
+            "add_zero_attn": m.add_zero_attn, "kdim": m.kdim, "vdim": m.vdim}
     return None
+
+
+def attention_op(node, m, attrs, shapes, where):
+    """nn.MultiheadAttention called as self-attention (query, key and value one value), its output
+    read (getitem 0), not its weights: (op and attrs, input names, the output's shape)."""
+    import torch.fx
+    args = list(node.args) + [node.kwargs.get(k) for k in ("query", "key", "value")][len(node.args):]
+    q, k, v = (args + [None] * 3)[:3]
+    at = f" at {where}" if where else ""
+    if not (isinstance(q, torch.fx.Node) and q is k and k is v):
+        raise ExportError(f"module nn.MultiheadAttention ('{node.target}'){at}: dp runs it as self-attention only "
+                          "(query, key and value one value)")
+    for name in ("key_padding_mask", "attn_mask"):
+        if node.kwargs.get(name) is not None:
+            raise ExportError(f"module nn.MultiheadAttention ('{node.target}'){at}: {name} is not run by dp")
+    reads = {u.args[1] for u in node.users if u.target is operator.getitem and u.users}
+    attrs = dict(attrs, self_attention=True, need_weights=1 in reads)
+    out = next((u for u in node.users if u.target is operator.getitem and u.args[1] == 0), None)
+    if out is None:
+        raise ExportError(f"module nn.MultiheadAttention ('{node.target}'){at}: its output is not read")
+    return ("multihead_attention", attrs), [q.name], out.name
 
 
 def function_op(node):
@@ -298,6 +324,14 @@ MULTIPLY = (operator.mul, operator.imul, "mul", "__mul__", "__rmul__")
 DIVIDE = (operator.truediv, operator.itruediv, "div", "__truediv__")
 
 
+def size_source(node):
+    """The tensor a size expression reads its size from (x in x.shape[0], x.size(0)); None if none."""
+    import torch.fx
+    while isinstance(node, torch.fx.Node) and is_size(node):
+        node = node.args[0] if node.args else None
+    return node if isinstance(node, torch.fx.Node) else None
+
+
 def special_op(node, meta, shapes, values, size_of):
     """(op, attrs, input names) for the calls whose attributes come from the traced values rather
     than the call alone: a fused F.layer_norm, masked_fill with a constant mask, a part of split or
@@ -341,6 +375,31 @@ def special_op(node, meta, shapes, values, size_of):
             sections = [min(size, extent - s) for s in range(0, extent, size)]
         i = args[1]
         return "narrow", {"dim": dim, "start": sum(sections[:i]), "length": sections[i]}, [x.name]
+    if t == "expand" and node.op == "call_method":
+        # x.expand(n, -1, ...) of a value without the batch dimension: n is a tensor's size(0)
+        x, sizes = args[0], list(args[1:])
+        if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+            sizes = list(sizes[0])
+        source = size_source(sizes[0]) if sizes else None
+        if source is None or any(not (v == -1 or (not isinstance(v, torch.fx.Node) and v == 1)) for v in sizes[1:]):
+            return None
+        return "expand", {}, [x.name, source.name]
+    if t is operator.getitem and isinstance(args[0], torch.fx.Node) and isinstance(args[1], tuple) \
+            and meta is not None and hasattr(meta, "shape"):
+        # x[:, i] and x[:, a:b] (one index or slice besides the batch's whole slice)
+        x, index = args
+        whole = slice(None, None, None)
+        picks = [(d, v) for d, v in enumerate(index) if v != whole]
+        if len(picks) != 1 or picks[0][0] == 0 or Ellipsis in index:
+            return None
+        d, v = picks[0]
+        extent = int(shapes[x.name].shape[d])
+        if isinstance(v, int):
+            return "select", {"dim": d, "index": v % extent}, [x.name]
+        if isinstance(v, slice) and v.step in (None, 1):
+            start, stop, _ = v.indices(extent)
+            return "narrow", {"dim": d, "start": start, "length": stop - start}, [x.name]
+        return None
     if t == "narrow" and node.op == "call_method":
         x, dim, start, length = (list(args) + [kw.get("dim"), kw.get("start"), kw.get("length")])[:4]
         return "narrow", {"dim": int(size_of(dim)) % len(meta.shape), "start": int(size_of(start)),
@@ -570,17 +629,11 @@ class SizeTracer:
         outer = self
         self.examples = examples  # [{placeholder name: value}] at two batch sizes
 
-        self.evaluating = False  # running the graph traced so far: modules and parameters are real
+        self.memo = {}  # batch size -> {node: its value} (tensor_of)
 
         class Tracer(torch.fx.Tracer):
             def to_bool(self, obj):
                 return bool(outer.concrete(obj))
-
-            def getattr(self, attr, attr_val, parameter_proxy_cache):
-                return attr_val if outer.evaluating else super().getattr(attr, attr_val, parameter_proxy_cache)
-
-            def call_module(self, m, forward, args, kwargs):
-                return forward(*args, **kwargs) if outer.evaluating else super().call_module(m, forward, args, kwargs)
         self.tracer = Tracer()
         self.tracer.record_stack_traces = True
 
@@ -599,25 +652,50 @@ class SizeTracer:
         return values[0]
 
     def tensor_of(self, node, inputs):
-        """A traced tensor's value on these inputs: the graph traced so far, run up to it."""
-        import torch.fx
-        part = torch.fx.Graph()
-        env = {}
-        for n in node.graph.nodes:
-            env[n] = part.node_copy(n, lambda a: env[a])
-            if n is node:
-                break
-        part.output(env[node])
-        names = [n.name for n in node.graph.nodes if n.op == "placeholder"]
+        """A traced tensor on these inputs, for its sizes: the nodes traced so far evaluated up to
+        it on the meta device (shapes without memory or arithmetic: GPT-2 at 1024 tokens costs
+        nothing), each once per example batch (remembered: a model reads sizes in every layer)."""
         import torch
-        self.evaluating = True
+        import torch.fx
+        memo = self.memo.setdefault(len(next(iter(inputs.values()))), {})
+
+        def ev(n):
+            if n in memo:
+                return memo[n]
+            args = torch.fx.node.map_arg(n.args, ev)
+            kwargs = torch.fx.node.map_arg(n.kwargs, ev)
+            if n.op == "placeholder":
+                value = inputs[n.name]
+                value = torch.empty_like(value, device="meta") if isinstance(value, torch.Tensor) else value
+            elif n.op == "get_attr":  # the model's state, or a constant the trace made (on the root)
+                value = self.meta_root if hasattr(self.meta_root, n.target.split(".")[0]) else self.tracer.root
+                for part in n.target.split("."):
+                    value = getattr(value, part)
+                value = value.to("meta") if isinstance(value, torch.Tensor) else value
+            elif n.op == "call_function":
+                value = n.target(*args, **kwargs)
+            elif n.op == "call_method":
+                value = getattr(args[0], n.target)(*args[1:], **kwargs)
+            elif n.op == "call_module":
+                value = self.meta_root.get_submodule(n.target)(*args, **kwargs)
+            else:
+                raise NotASize()
+            memo[n] = value
+            return value
+        # torch.fx patches nn.Module's __call__ and __getattr__ while tracing: modules run as
+        # themselves here (its saved originals), then the patches go back.
+        import torch.fx._symbolic_trace as fx_trace
+        patched = torch.nn.Module.__call__, torch.nn.Module.__getattr__
+        torch.nn.Module.__call__, torch.nn.Module.__getattr__ = fx_trace._orig_module_call, fx_trace._orig_module_getattr
         try:
             with torch.no_grad():
-                return torch.fx.GraphModule(self.tracer.root, part)(*[inputs[k] for k in names if k in inputs])
+                return ev(node)
+        except NotASize:
+            raise
         except Exception:
             raise NotASize()
         finally:
-            self.evaluating = False
+            torch.nn.Module.__call__, torch.nn.Module.__getattr__ = patched
 
     @contextlib.contextmanager
     def numbers(self):
@@ -650,6 +728,8 @@ class SizeTracer:
             torch.fx.Proxy.__getattr__ = original_getattr
 
     def trace(self, model):
+        import torch
+        self.meta_root = copy.deepcopy(model).to("meta")  # the model's shapes, no memory
         with unpacking_proxies(), self.numbers():
             return self.tracer.trace(model)
 
@@ -721,10 +801,16 @@ def export(model, kind, shape, name, source, input_text=None):
     target_node = placeholders[1] if len(placeholders) == 2 else None
 
     def depends_on(seed):
-        """The nodes whose values depend on seed's (sizes read from it are constants of the export)."""
-        found = set()
+        """The nodes whose values depend on seed's (sizes read from it are constants of the export,
+        but the batch's, which x.expand(n, ...) takes: a class token for every sample)."""
+        found, sizes = set(), set()
         for node in gm.graph.nodes:
             if node is seed or (not is_size(node) and any(a.name in found for a in node.all_input_nodes)):
+                found.add(node.name)
+            elif is_size(node) and any(a.name in found or a.name in sizes for a in node.all_input_nodes):
+                sizes.add(node.name)
+            if node.op == "call_method" and node.target == "expand" and any(
+                    isinstance(a, torch.fx.Node) and a.name in sizes for a in node.args[1:]):
                 found.add(node.name)
         return found
     from_input = depends_on(input_node)
@@ -738,7 +824,7 @@ def export(model, kind, shape, name, source, input_text=None):
     kept = [a for a in items if isinstance(a, torch.fx.Node) and a.name not in from_target]
     if len(kept) != 1 or not all(a is None or isinstance(a, torch.fx.Node) for a in items):
         raise ExportError("the model returns more than one value; dp trains one output with cross-entropy")
-    output = kept[0].name
+    output = kept[0].name  # (a name the nodes below may alias)
     # What only the loss reads: the target, the loss and the views of the output it takes.
     loss_only = set(from_target)
     for node in reversed(gm.graph.nodes):
@@ -802,7 +888,12 @@ def export(model, kind, shape, name, source, input_text=None):
                               lambda n, _: values[n.name] if n.name in values else size_value(n, {}))
         return a
 
+    params = dict(model.named_parameters())
     nodes, refused = [], []
+    attention, alias = set(), {}  # MultiheadAttention nodes; getitem(attention, 0) -> the attention's name
+
+    def what_of(node):
+        return f"{describe_target(node)} (node '{node.name}')"
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output") or is_size(node) or node.name in loss_only:
             continue
@@ -821,20 +912,38 @@ def export(model, kind, shape, name, source, input_text=None):
             refused.append(f"a constant tensor{at} ({list(value.shape)}, {value.dtype}) that is not positions "
                            "0..n-1; dp runs none")
             continue
+        if node.op == "get_attr" and node.target in params:
+            # a parameter its module uses directly (class token, position embedding, layer scale)
+            owner, _, attr = node.target.rpartition(".")
+            nodes.append({"name": node.name, "op": "parameter", "module": owner, "inputs": [],
+                          "attrs": {"name": attr}, "shape": list(params[node.target].shape), "where": where})
+            continue
         if node.op == "get_attr":
-            refused.append(f"'{node.target}'{at} uses a parameter or buffer outside its module; dp runs "
-                           "parameters through the modules that own them")
+            refused.append(f"buffer '{node.target}'{at} is used outside its module; dp runs buffers through the "
+                           "modules that own them")
             continue
         if node.op in ("call_method", "call_function") and node.target in ("split", "chunk", torch.split,
                                                                           torch.chunk):
             continue  # its parts are narrows (the getitems below)
+        if node.op == "call_function" and node.target is operator.getitem and node.args[0].name in attention:
+            if node.args[1] != 0 and not node.users:
+                continue  # x, _ = attention(...): the weights, unread
+            if node.args[1] != 0:
+                raise ExportError(f"{what_of(node)}{at} reads MultiheadAttention's weights; dp returns its output only "
+                                  "(need_weights=False)")
+            alias[node.name] = node.args[0].name
+            continue
         module_path = node.target if node.op == "call_module" else ""
-        inputs = None
+        inputs, shape_of = None, None  # shape_of: the node whose output shape is this one's
         meta = shapes.get(node.name)
         if node.op == "call_module":
             m = modules[node.target]
             found = module_op(m)
             what = f"module {type(m).__module__}.{type(m).__name__} ('{node.target}')"
+            if found is not None and found[0] == "multihead_attention":
+                found, inputs, shape_of = attention_op(node, m, found[1], shapes, where)
+                attention.add(node.name)
+                meta = shapes.get(shape_of)
         else:
             what = f"{describe_target(node)} (node '{node.name}')"
             found = special_op(node, meta, shapes, values, size_of)
@@ -850,7 +959,7 @@ def export(model, kind, shape, name, source, input_text=None):
             refused.append(f"{what}{at}" + (f" (instead: {hint})" if hint else ""))
             continue
         op, attrs = found
-        meta3 = shapes3.get(node.name)
+        meta3 = shapes3.get(shape_of or node.name)
         if meta is None or not hasattr(meta, "shape"):
             raise ExportError(f"{what}{at} does not give one tensor")
         if op == "permute" and "dims" not in attrs:  # transpose(a, b): the whole order
@@ -870,8 +979,10 @@ def export(model, kind, shape, name, source, input_text=None):
             out_shape = list(meta.shape)
         if inputs is None:
             inputs = [a.name for a in tensor_inputs(node)]
+        inputs = [alias.get(i, i) for i in inputs]
         nodes.append({"name": node.name, "op": op, "module": module_path, "inputs": inputs, "attrs": attrs,
                       "shape": out_shape, "where": where})
+    output = alias.get(output, output)
     if refused:
         raise ExportError(f"{len(refused)} op{'s' if len(refused) > 1 else ''} dp does not run "
                           "(docs/model-format.md lists those it does):\n  " + "\n  ".join(refused))
@@ -885,16 +996,15 @@ def export(model, kind, shape, name, source, input_text=None):
                                   f"nn.Parameter(module.weight.detach().clone())) and export that")
             seen[id(v)] = k
     folded = {by_name[n].target for n in mask_only if by_name[n].op == "get_attr"}
-    params = dict(model.named_parameters())
     # A buffer no node reads became a constant while tracing (nanoGPT's causal tril, sliced to the
     # input's length, is the masked_fill's mask): its module runs no node, and it is not dp's state.
     run = {n["module"] for n in nodes if n["module"]}
-    for k in model.state_dict():
-        owner = k.rpartition(".")[0]
-        if k not in params and owner not in run and k not in folded:
-            folded.add(k)
-            print(f"export_model: buffer '{k}' is read only as a constant (folded into the nodes that use it)",
-                  flush=True)
+    constants = [k for k in model.state_dict() if k not in params and k.rpartition(".")[0] not in run
+                 and k not in folded]
+    if constants:
+        folded.update(constants)
+        print(f"export_model: {len(constants)} buffer{'s' if len(constants) > 1 else ''} read only as constants, "
+              f"folded into the nodes that use them: {', '.join(constants)}", flush=True)
     state = [{"name": k, "shape": list(v.shape), "kind": "parameter" if k in params else "buffer"}
              for k, v in model.state_dict().items() if k not in folded]
     return {"format": FORMAT, "version": VERSION, "name": name, "source": source,

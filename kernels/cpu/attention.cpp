@@ -30,7 +30,7 @@ void attention_forward(ThreadPool& pool, float* out, float* att, const float* qk
   const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   const uint64_t key = drop.pass_key();
-  pool.parallel_for(s.B * H, [=, &drop](int64_t p0, int64_t p1) {
+  pool.parallel_for(s.B * H, [=, &drop, &s](int64_t p0, int64_t p1) {
     std::vector<float> dropped(drop.on() ? static_cast<size_t>(T * T) : 0);
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t b = p / H, h = p % H;
@@ -44,15 +44,16 @@ void attention_forward(ThreadPool& pool, float* out, float* att, const float* qk
                   static_cast<int>(T));
       for (int64_t t = 0; t < T; ++t) {
         float* row = a + t * T;
+        const int64_t last = s.last_key(t);
         float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
+        for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, row[j]);
         // One exp per score (the vectorised one, fast_math.hpp), summed in double.
-        for (int64_t j = 0; j <= t; ++j) row[j] = fast_exp(row[j] - mx);
+        for (int64_t j = 0; j <= last; ++j) row[j] = fast_exp(row[j] - mx);
         double sum = 0;
-        for (int64_t j = 0; j <= t; ++j) sum += row[j];
+        for (int64_t j = 0; j <= last; ++j) sum += row[j];
         const auto inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
-        for (int64_t j = t + 1; j < T; ++j) row[j] = 0.f;
+        for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
+        for (int64_t j = last + 1; j < T; ++j) row[j] = 0.f;
       }
       const float* weights = a;
       if (drop.on()) drop_head(dropped.data(), a, b, h, T, drop, key), weights = dropped.data();
@@ -69,7 +70,7 @@ void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const 
   const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
   const uint64_t key = drop.pass_key();
-  pool.parallel_for(s.B * H, [=, &drop](int64_t p0, int64_t p1) {
+  pool.parallel_for(s.B * H, [=, &drop, &s](int64_t p0, int64_t p1) {
     std::vector<float> dscore(static_cast<size_t>(T * T));
     std::vector<float> dropped(drop.on() ? static_cast<size_t>(T * T) : 0);
     for (int64_t p = p0; p < p1; ++p) {
@@ -98,9 +99,10 @@ void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const 
       for (int64_t t = 0; t < T; ++t) {
         float* d = dscore.data() + t * T;
         const float* ar = a + t * T;
+        const int64_t last = s.last_key(t);
         double dot = 0;
-        for (int64_t j = 0; j <= t; ++j) dot += double(d[j]) * ar[j];
-        for (int64_t j = 0; j < T; ++j) d[j] = j <= t ? static_cast<float>(ar[j] * (d[j] - dot)) * scale : 0.f;
+        for (int64_t j = 0; j <= last; ++j) dot += double(d[j]) * ar[j];
+        for (int64_t j = 0; j < T; ++j) d[j] = j <= last ? static_cast<float>(ar[j] * (d[j] - dot)) * scale : 0.f;
       }
       // dq = dscore·k ; dk = dscoreᵀ·q
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),

@@ -48,11 +48,12 @@ __global__ void rows_to_heads_kernel(float* heads, const float* rows, int64_t B,
   }
 }
 
-// In place on att [B·H·T rows of T]: row t keeps columns <= t, softmax over them, zeros after.
-__global__ void causal_softmax_kernel(float* att, int64_t rows, int64_t T) {
+// In place on att [B·H·T rows of T]: row t keeps columns <= t (causal; else all), softmax over
+// them, zeros after.
+__global__ void causal_softmax_kernel(float* att, int64_t rows, int64_t T, bool causal) {
   const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
   if (r >= rows) return;
-  const int64_t t = r % T;
+  const int64_t t = causal ? r % T : T - 1;
   float* row = att + r * T;
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j <= t; j += 32) mx = fmaxf(mx, row[j]);
@@ -65,10 +66,11 @@ __global__ void causal_softmax_kernel(float* att, int64_t rows, int64_t T) {
 }
 
 // d (datt in, dscore out) = att ⊙ (datt − Σ datt⊙att) · scale, masked entries 0.
-__global__ void causal_softmax_backward_kernel(float* d, const float* att, int64_t rows, int64_t T, float scale) {
+__global__ void causal_softmax_backward_kernel(float* d, const float* att, int64_t rows, int64_t T, float scale,
+                                               bool causal) {
   const int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y;
   if (r >= rows) return;
-  const int64_t t = r % T;
+  const int64_t t = causal ? r % T : T - 1;
   float* dr = d + r * T;
   const float* ar = att + r * T;
   double dot = 0;
@@ -96,7 +98,7 @@ void attention_forward(Context& c, float* out, float* att, const float* qkv, con
   DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_T, CUBLAS_OP_N, i32(T), i32(T), i32(hs), &scale, k, i32(hs),
                                           T * hs, q, i32(hs), T * hs, &zero, att, i32(T), T * T, i32(BH)));
   const dim3 block(32, 8);
-  causal_softmax_kernel<<<static_cast<unsigned>((BH * T + 7) / 8), block, 0, st>>>(att, BH * T, T);
+  causal_softmax_kernel<<<static_cast<unsigned>((BH * T + 7) / 8), block, 0, st>>>(att, BH * T, T, s.causal);
   DP_CUDA_CHECK_LAUNCH();
   const float* weights = att;
   if (drop.on()) {  // the dropped probabilities after the head outputs in scratch; att keeps its own
@@ -138,7 +140,7 @@ void attention_backward(Context& c, float* dqkv, const float* dout, const float*
                                           T * hs, weights, i32(T), T * T, &zero, v, i32(hs), T * hs, i32(BH)));
   const dim3 block(32, 8);
   causal_softmax_backward_kernel<<<static_cast<unsigned>((BH * T + 7) / 8), block, 0, st>>>(dscore, att, BH * T, T,
-                                                                                            scale);
+                                                                                            scale, s.causal);
   DP_CUDA_CHECK_LAUNCH();
   // dq = dscore·k, into dy's slot; then dk = dscoreᵀ·q, into k's slot
   DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, i32(hs), i32(T), i32(T), &one, k, i32(hs),

@@ -1,6 +1,6 @@
-// Causal self-attention over a packed qkv: qkv [B, T, 3C] holds q, k, v in that order (c_attn's
+// Self-attention over a packed qkv: qkv [B, T, 3C] holds q, k, v in that order (c_attn's
 // output); H heads of hs = C/H. For each (b, h): scores = q·kᵀ/√hs with the causal mask (query t
-// sees keys ≤ t), att = softmax(scores) per row, out[b, :, h·hs..] = att·v. att [B, H, T, T] is
+// sees keys ≤ t; or, not causal, every key), att = softmax(scores) per row, out[b, :, h·hs..] = att·v. att [B, H, T, T] is
 // kept for backward (counted as activations: it is the T² in a transformer's memory).
 // Backward writes dqkv [B, T, 3C] from dout [B, T, C]. CPU: OpenBLAS on the heads' strided views;
 // CUDA: cuBLAS strided-batched GEMMs over (b, h) after a permute to [B·H, T, hs].
@@ -18,6 +18,9 @@ namespace dp {
 
 struct AttentionShape {
   int64_t B, T, C, H;
+  bool causal = true;  // false: every query sees every key (a ViT's, nn.MultiheadAttention's)
+  // The last key query t sees.
+  int64_t last_key(int64_t t) const { return causal ? t : T - 1; }
   int64_t hs() const { return C / H; }
 };
 

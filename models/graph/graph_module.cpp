@@ -47,20 +47,33 @@ class GraphModule final : public Module {
         with_batch += j < 0 || batched[static_cast<size_t>(j)] ? 1 : 0;
       }
       batched[i] = with_batch > 0;
-      if (with_batch < in.size() && node.op != "embedding" && (node.op != "add" || with_batch == 0)) {
+      // What takes a value without the batch dimension: embedding (positions), add and mul (onto
+      // every sample: a position embedding, a layer scale), expand (to every sample: a class token).
+      const bool takes_unbatched = node.op == "embedding",
+                 mixes = node.op == "add" || node.op == "mul" || node.op == "expand";
+      if (with_batch < in.size() && !takes_unbatched && !(mixes && with_batch > 0)) {
         const int j = *std::find_if(node.inputs.begin(), node.inputs.end(),
                                     [&](int k) { return k >= 0 && !batched[static_cast<size_t>(k)]; });
         throw UsageError(where(node) + " reads '" + nodes[static_cast<size_t>(j)].name +
                          "', a value that does not depend on the model's input (no batch dimension); dp runs "
-                         "such values through embedding and adds them to every sample");
+                         "such values through embedding, into add and mul (onto every sample) and expand");
       }
+      if (node.op == "expand" &&
+          (in.size() != 2 || batched[static_cast<size_t>(std::max(node.inputs[0], 0))] || node.inputs[0] < 0 ||
+           !(node.inputs[1] < 0 || batched[static_cast<size_t>(node.inputs[1])])))
+        throw UsageError(where(node) + " reads a value without the batch dimension and then one with it (whose "
+                         "batch it takes)");
       Shape out;
       if (auto m = make_node_module(node, dropout_site)) {
-        if (in.size() != 1)
-          throw UsageError(where(node) + " reads " + std::to_string(in.size()) + " values; " + node.op + " takes one");
+        const size_t takes = node.op == "parameter" ? 0 : 1;
+        if (in.size() != takes)
+          throw UsageError(where(node) + " reads " + std::to_string(in.size()) + " values; " + node.op + " takes " +
+                           (takes ? "one" : "none"));
+        if (takes == 0) batched[i] = false;
         try {
-          out = m->output_shape(in[0]);
+          out = m->output_shape(takes ? in[0] : Shape{});
         } catch (const RuntimeError& e) {
+          if (takes == 0) throw UsageError(where(node) + ": " + e.what());
           throw UsageError(where(node) + ": " + e.what() + " (its input '" +
                            (node.inputs[0] < 0 ? spec_->input_name : nodes[static_cast<size_t>(node.inputs[0])].name) +
                            "' has shape " + shape_str(in[0]) + ")");
@@ -68,17 +81,23 @@ class GraphModule final : public Module {
         st.module = m.get();
         st.has_params = !m->params().empty();
         if (st.has_params) {
-          if (node.module.empty())
+          if (node.module.empty() && node.op != "parameter")  // a parameter may be the root's own
             throw UsageError(where(node) + " has parameters but names no module (their state-dict prefix)");
-          if (with_state.count(node.module))
-            throw UsageError(where(node) + " runs module '" + node.module +
+          // A parameter used directly is its owner's own (keyed by its state name): a module path or
+          // the root may hold one beside its children.
+          const std::string key = node.op == "parameter" ? state_name(node) : node.module;
+          if (with_state.count(key))
+            throw UsageError(where(node) + " runs " + (node.op == "parameter" ? "parameter '" : "module '") + key +
                              "' a second time; dp runs each module with parameters once a step");
-          with_state[node.module] = std::move(m);
+          with_state[key] = std::move(m);
         } else {
           owned_.push_back(std::move(m));
         }
       } else {
         st.multi = make_multi_input_op(node);
+        std::vector<bool> in_batched;
+        for (int j : node.inputs) in_batched.push_back(j < 0 || batched[static_cast<size_t>(j)]);
+        st.multi->set_batched(in_batched);
         try {
           out = st.multi->output_shape(in);
         } catch (const UsageError& e) {
@@ -113,7 +132,7 @@ class GraphModule final : public Module {
     for (size_t i = 0; i < n; ++i) {
       Step& st = steps_[i];
       if (st.module) {
-        values[i] = st.module->forward(dev, value(st.inputs[0]), training);
+        values[i] = st.module->forward(dev, st.inputs.empty() ? Tensor() : value(st.inputs[0]), training);
       } else {
         // The first operand is ours to write over at its last reader when nothing else holds it.
         const int a = st.inputs.empty() ? -1 : st.inputs[0];
@@ -146,12 +165,12 @@ class GraphModule final : public Module {
       for (int j : st.inputs) need.push_back(j >= 0 && steps_[static_cast<size_t>(j)].requires_grad);
       std::vector<Tensor> into;
       if (st.module) {
-        into.push_back(st.module->backward(dev, g, need[0]));
+        into.push_back(st.module->backward(dev, g, !need.empty() && need[0]));
       } else {
         into = st.multi->backward(dev, g, need);
       }
-      for (size_t k = 0; k < st.inputs.size(); ++k)
-        if (need[k]) accumulate(dev, grads[static_cast<size_t>(st.inputs[k])], std::move(into[k]));
+      for (size_t k = 0; k < st.inputs.size(); ++k)  // (an input that only gives a size gets none)
+        if (need[k] && into[k].defined()) accumulate(dev, grads[static_cast<size_t>(st.inputs[k])], std::move(into[k]));
     }
     return Tensor();  // the model's input takes no gradient
   }
@@ -179,6 +198,11 @@ class GraphModule final : public Module {
   };
 
   std::string where(const GraphNode& node) const { return "model file " + spec_->path + ": " + node.describe(); }
+  // A parameter node's state-dict name: its owner's path and the attribute.
+  static std::string state_name(const GraphNode& node) {
+    const std::string name = node.attrs.value("name", std::string());
+    return node.module.empty() ? name : node.module + "." + name;
+  }
 
   static void clear_step(Step& st) {
     if (st.module) st.module->clear_cache();
@@ -208,11 +232,31 @@ class GraphModule final : public Module {
     std::set<std::string> placed;
     for (const StateDecl& s : spec_->state) {
       const size_t dot = s.name.rfind('.');
+      const std::string path = dot == std::string::npos ? "" : s.name.substr(0, dot);
+      if (auto own = with_state.find(s.name); own != with_state.end()) {
+        // A parameter its owner uses directly: a child without a name of its own, so the entry is
+        // the owner's ("encoder.pos_embedding", or the root's "class_token").
+        Module* owner = this;
+        size_t begin = 0;
+        if (!path.empty()) {
+          for (size_t end = path.find('.'); end != std::string::npos; begin = end + 1, end = path.find('.', begin))
+            owner = &child_namespace(*owner, path.substr(begin, end - begin), path);
+          owner = &child_namespace(*owner, path.substr(begin), path);
+        }
+        if (owner == this) add("", std::move(own->second));
+        else static_cast<Namespace*>(owner)->add("", std::move(own->second));
+        with_state.erase(own);
+        placed.insert(s.name);
+        continue;
+      }
       if (dot == std::string::npos)
         throw UsageError("model file " + spec_->path + ": state entry '" + s.name +
-                         "' belongs to the model's root module; dp runs parameters of submodules only");
-      const std::string path = s.name.substr(0, dot);
-      if (placed.count(path)) continue;
+                         "' belongs to the model's root module, and no node uses it as a parameter");
+      // a leaf's own children (MultiheadAttention's out_proj) come with it
+      const bool inside_placed = std::any_of(placed.begin(), placed.end(), [&](const std::string& p) {
+        return path.size() > p.size() && path.compare(0, p.size() + 1, p + ".") == 0;
+      });
+      if (placed.count(path) || inside_placed) continue;
       auto it = with_state.find(path);
       if (it == with_state.end())
         throw UsageError("model file " + spec_->path + ": state entry '" + s.name + "' belongs to module '" + path +

@@ -152,12 +152,36 @@ class Mean final : public Module {
   Shape in_shape_;
 };
 
+// Whether an op's inputs mix a value without the batch dimension (the index of that one) with one
+// that has it, and that one's shape fits every sample: the sample's shape, or with a leading 1
+// ([1, T, C], a ViT's position embedding).
+int unbatched_operand(const std::vector<bool>& batched) {
+  if (batched.size() != 2 || batched[0] == batched[1]) return -1;
+  return batched[0] ? 1 : 0;
+}
+bool fits_every_sample(const Shape& small, const Shape& sample) {
+  return small == sample || (small.size() == sample.size() + 1 && small[0] == 1 &&
+                             std::equal(sample.begin(), sample.end(), small.begin() + 1));
+}
+
 // a · b: of one shape, or one of them a value per plane of the other ([C, 1, 1] over [C, H, W]:
-// leading dimensions equal, the rest 1), a squeeze-and-excitation gate.
+// leading dimensions equal, the rest 1), a squeeze-and-excitation gate; or one without the batch
+// dimension, either way, onto every sample (ConvNeXt's layer scale, a parameter [C, 1, 1]): its
+// gradient then the sum over the samples, in float32.
 class Mul final : public MultiInputOp {
  public:
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2) throw UsageError("mul takes two inputs, not " + std::to_string(in.size()));
+    if (const int u = unbatched_operand(batched_); u >= 0) {
+      Shape small = in[static_cast<size_t>(u)];
+      const Shape& sample = in[static_cast<size_t>(1 - u)];
+      if (small.size() == sample.size() + 1 && small[0] == 1) small.erase(small.begin());
+      if (small != sample && lead(sample, small) < 0)
+        throw UsageError("mul's inputs have shapes " + shape_str(in[0]) + " and " + shape_str(in[1]) +
+                         " (one without the batch dimension multiplies every sample: of a sample's shape, or one "
+                         "value per plane: [C, 1, 1] over [C, H, W])");
+      return sample;
+    }
     if (in[0] == in[1]) return in[0];
     const bool first_big = numel(in[0]) >= numel(in[1]);
     const Shape& big = in[first_big ? 0 : 1];
@@ -169,6 +193,18 @@ class Mul final : public MultiInputOp {
   }
   Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
     a_ = in[0], b_ = in[1];
+    if (const int u = unbatched_operand(batched_); u >= 0) {  // every sample by the same value
+      const Tensor& big = u == 0 ? b_ : a_;
+      const Tensor& small = u == 0 ? a_ : b_;
+      const int64_t per_sample = big.numel() / std::max<int64_t>(big.dim(0), 1);
+      per_plane_ = per_sample != small.numel();
+      const int64_t size = per_plane_ ? per_sample / small.numel() : 1;
+      Tensor out = Tensor::empty(dev, big.shape(), MemCategory::Activations, big.dtype());
+      for (int64_t b = 0; b < big.dim(0); ++b)
+        mul_planes(dev.exec(), out.rows(b, 1).buf(), big.rows(b, 1).buf(), small.buf(), per_sample / size, size,
+                   per_plane_);
+      return out;
+    }
     const bool first_big = a_.numel() >= b_.numel();
     const Tensor& big = first_big ? a_ : b_;
     const Tensor& small = first_big ? b_ : a_;
@@ -179,6 +215,7 @@ class Mul final : public MultiInputOp {
     return out;
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    if (const int u = unbatched_operand(batched_); u >= 0) return backward_every_sample(dev, g, need, u);
     const bool first_big = a_.numel() >= b_.numel();
     const Tensor& big = first_big ? a_ : b_;
     const Tensor& small = first_big ? b_ : a_;
@@ -199,6 +236,33 @@ class Mul final : public MultiInputOp {
   void clear_cache() override { a_ = b_ = Tensor(); }
 
  private:
+  // small (input u) multiplied every sample of big: d_big = g · small per sample; d_small = Σ over
+  // the samples of (per plane Σ g · big, or g · big), in float32.
+  std::vector<Tensor> backward_every_sample(Device& dev, const Tensor& g, const std::vector<bool>& need, int u) {
+    const Tensor& big = u == 0 ? b_ : a_;
+    const Tensor& small = u == 0 ? a_ : b_;
+    const int64_t per_sample = big.numel() / std::max<int64_t>(big.dim(0), 1);
+    const int64_t size = per_plane_ ? per_sample / small.numel() : 1, planes = per_sample / size;
+    Tensor d_big, d_small;
+    if (need[static_cast<size_t>(1 - u)]) {
+      d_big = Tensor::empty(dev, big.shape(), MemCategory::Activations, g.dtype());
+      for (int64_t b = 0; b < big.dim(0); ++b)
+        mul_planes(dev.exec(), d_big.rows(b, 1).buf(), g.rows(b, 1).buf(), small.buf(), planes, size, per_plane_);
+    }
+    if (need[static_cast<size_t>(u)]) {
+      d_small = Tensor::zeros(dev, small.shape(), MemCategory::Activations, DType::F32);
+      Tensor part = Tensor::empty(dev, small.shape(), MemCategory::Activations, DType::F32);
+      for (int64_t b = 0; b < big.dim(0); ++b) {
+        if (per_plane_) plane_dot(dev.exec(), part.buf(), g.rows(b, 1).buf(), big.rows(b, 1).buf(), planes, size);
+        else mul_planes(dev.exec(), part.buf(), g.rows(b, 1).buf(), big.rows(b, 1).buf(), planes, size, false);
+        add_inplace(dev.exec(), d_small.buf(), part.buf(), part.numel());
+      }
+    }
+    a_ = b_ = Tensor();
+    std::vector<Tensor> out(2);
+    out[static_cast<size_t>(u)] = d_small, out[static_cast<size_t>(1 - u)] = d_big;
+    return out;
+  }
   // How many leading dimensions small shares with big, the rest being 1 in small; -1 if none fits.
   static int64_t lead(const Shape& big, const Shape& small) {
     if (big.size() != small.size()) return -1;
@@ -220,42 +284,46 @@ class Add final : public MultiInputOp {
  public:
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2) throw UsageError("add takes two inputs, not " + std::to_string(in.size()));
-    if (in[0] != in[1])
-      throw UsageError("add's inputs have shapes " + shape_str(in[0]) + " and " + shape_str(in[1]) +
-                       " (dp adds values of one shape, or one without the batch dimension to every sample)");
-    return in[0];
+    const int small = unbatched_operand(batched_);
+    if (small >= 0 && fits_every_sample(in[static_cast<size_t>(small)], in[static_cast<size_t>(1 - small)]))
+      return in[static_cast<size_t>(1 - small)];
+    if (small < 0 && in[0] == in[1]) return in[0];
+    throw UsageError("add's inputs have shapes " + shape_str(in[0]) + " and " + shape_str(in[1]) +
+                     " (dp adds values of one shape, or one without the batch dimension to every sample)");
   }
   Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first) override {
-    // Which one is the batched value: the one with a dimension more (the first when they agree).
-    every_sample_ = in[0].shape().size() != in[1].shape().size();
-    const size_t big = every_sample_ && in[1].shape().size() > in[0].shape().size() ? 1 : 0;
-    small_shape_ = in[1 - big].shape(), small_first_ = big == 1;
+    const int small = unbatched_operand(batched_);
+    const size_t big = small == 0 ? 1 : 0;
     Tensor out = in[big];
     if (!overwrite_first || big != 0) {
       out = Tensor::empty(dev, in[big].shape(), MemCategory::Activations, in[big].dtype());
       copy_between(dev.exec(), out.data<void>(), in[big].data<void>(), in[big].bytes(), dev.exec());
     }
-    if (!every_sample_) {
+    if (small < 0) {
       add_inplace(dev.exec(), out.buf(), in[1].buf(), out.numel());
     } else {
-      const Tensor& small = in[1 - big];
-      for (int64_t b = 0; b < out.dim(0); ++b) add_inplace(dev.exec(), out.rows(b, 1).buf(), small.buf(), small.numel());
+      const Tensor& s = in[static_cast<size_t>(small)];
+      small_shape_ = s.shape();
+      for (int64_t b = 0; b < out.dim(0); ++b) add_inplace(dev.exec(), out.rows(b, 1).buf(), s.buf(), s.numel());
     }
     return out;
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
-    if (!every_sample_) return {need[0] ? g : Tensor(), need[1] ? g : Tensor()};
-    Tensor g_small;
-    if (need[small_first_ ? 0 : 1]) {
-      g_small = Tensor::zeros(dev, small_shape_, MemCategory::Activations, DType::F32);
-      for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), g_small.buf(), g.rows(b, 1).buf(), g_small.numel());
-    }
-    const Tensor g_big = need[small_first_ ? 1 : 0] ? g : Tensor();
-    return small_first_ ? std::vector<Tensor>{g_small, g_big} : std::vector<Tensor>{g_big, g_small};
+    const int small = unbatched_operand(batched_);
+    if (small < 0) return {need[0] ? g : Tensor(), need[1] ? g : Tensor()};
+    std::vector<Tensor> out(2);
+    out[1 - static_cast<size_t>(small)] = need[1 - static_cast<size_t>(small)] ? g : Tensor();
+    if (need[static_cast<size_t>(small)]) out[static_cast<size_t>(small)] = sum_over_samples(dev, g, small_shape_);
+    return out;
   }
 
  private:
-  bool every_sample_ = false, small_first_ = false;
+  // Σ over the samples of g, as one sample's value of this shape, in float32.
+  static Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape) {
+    Tensor sum = Tensor::zeros(dev, shape, MemCategory::Activations, DType::F32);
+    for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), sum.buf(), g.rows(b, 1).buf(), sum.numel());
+    return sum;
+  }
   Shape small_shape_;
 };
 
@@ -329,9 +397,9 @@ class Cat final : public MultiInputOp {
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
     "hardswish", "hardsigmoid", "gelu", "dropout", "stochastic_depth", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "scale", "masked_fill",
-    "softmax", "log_softmax"};
-const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "arange"};
+    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "select", "scale",
+    "masked_fill", "softmax", "log_softmax", "parameter", "multihead_attention"};
+const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "expand", "arange"};
 
 }  // namespace
 
@@ -410,6 +478,22 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     const uint32_t site = dropout_site++;
     if (!bool_attr(n, "training", true) || p == 0) return std::make_unique<Identity>();
     return make_stochastic_depth(static_cast<float>(p), site);
+  }
+  if (op == "multihead_attention") {  // nn.MultiheadAttention as self-attention, batch first
+    require(n, bool_attr(n, "batch_first", false), "batch_first=False is not run by dp (a sample is [L, E])");
+    require(n, bool_attr(n, "self_attention", false), "dp runs it as self-attention only (query, key and value one value)");
+    require(n, !bool_attr(n, "add_bias_kv", false) && !bool_attr(n, "add_zero_attn", false),
+            "add_bias_kv and add_zero_attn are not run by dp");
+    require(n, !bool_attr(n, "need_weights", false), "need_weights=True (returning the weights) is not run by dp");
+    for (const char* k : {"kdim", "vdim"})
+      require(n, !n.attrs.contains(k) || attr(n, k).is_null() || attr(n, k) == attr(n, "embed_dim"),
+              std::string(k) + " other than embed_dim is not run by dp");
+    require(n, !n.attrs.contains("attn_mask") || attr(n, "attn_mask").is_null(), "attn_mask is not run by dp");
+    const double p = number_attr(n, "dropout", 0);
+    require(n, p >= 0 && p < 1, "dropout must be in [0, 1)");
+    const uint32_t site = dropout_site++;  // a dropout site whatever p, as dropout's
+    return make_multihead_attention(int_attr(n, "embed_dim"), int_attr(n, "num_heads"), bool_attr(n, "bias", true),
+                                    static_cast<float>(p), site);
   }
   if (op == "max_pool2d") {
     require(n, square_attr(n, "dilation", 1) == 1, "dilation other than 1 is not run by dp");

@@ -22,6 +22,12 @@ class MultiInputOp {
   // One gradient per input; undefined where need[i] is false.
   virtual std::vector<Tensor> backward(Device& dev, const Tensor& grad_out, const std::vector<bool>& need) = 0;
   virtual void clear_cache() {}
+  // Which inputs have the batch dimension (the graph tells each op before output_shape): an op
+  // that takes values without it onto every sample (add, mul, expand) tells them apart by this.
+  virtual void set_batched(const std::vector<bool>& batched) { batched_ = batched; }
+
+ protected:
+  std::vector<bool> batched_;
 };
 
 // The module a single-input node runs (null: the op reads several inputs, see make_multi_input_op).

@@ -96,10 +96,13 @@ class Permute final : public Module {
 
 // x.narrow(dim, start, length): split's and chunk's parts, and constant slices x[:, a:b]. A copy
 // (dp's values are contiguous); its gradient is zero outside the slice.
+// x.select(dim, i) / x[:, i]: the same with length 1, the dimension dropped.
 class Narrow final : public Module {
  public:
-  Narrow(int64_t dim, int64_t start, int64_t length) : dim_(dim), start_(start), length_(length) {}
+  Narrow(int64_t dim, int64_t start, int64_t length, bool keep_dim = true)
+      : dim_(dim), start_(start), length_(length), keep_dim_(keep_dim) {}
   std::string describe() const override {
+    if (!keep_dim_) return "select(dim " + std::to_string(dim_ + 1) + ", index " + std::to_string(start_) + ")";
     return "narrow(dim " + std::to_string(dim_ + 1) + ", start " + std::to_string(start_) + ", length " +
            std::to_string(length_) + ")";
   }
@@ -108,6 +111,7 @@ class Narrow final : public Module {
       throw RuntimeError(describe() + " reaches past the end of " + shape_str(in));
     Shape out = in;
     out[static_cast<size_t>(dim_)] = length_;
+    if (!keep_dim_) out.erase(out.begin() + dim_);
     return out;
   }
   Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
@@ -142,7 +146,66 @@ class Narrow final : public Module {
             static_cast<size_t>(length_ * inner) * e, static_cast<size_t>(start_ * inner) * e};
   }
   int64_t dim_, start_, length_;
+  bool keep_dim_;
   Shape in_shape_;
+};
+
+// A parameter its module uses directly (a ViT's class token and position embedding, ConvNeXt's
+// layer scale): its value, without the batch dimension; the gradient reaching it is its own.
+// Without --init it starts at N(0, 0.02) (the models' own initialisations differ: pass --init).
+class Parameter final : public Module {
+ public:
+  Parameter(std::string name, Shape shape) : name_(std::move(name)), shape_(std::move(shape)) {}
+  std::string describe() const override { return "parameter " + name_ + " " + shape_str(shape_); }
+  Shape output_shape(const Shape&) const override { return shape_; }
+  std::vector<ParamDecl> params() const override {
+    return {{name_, shape_, ParamDecl::Kind::Parameter, ParamDecl::Init::Normal, 0.02}};
+  }
+  Tensor forward_impl(Device&, const Tensor&, bool) override { return values_[0]; }
+  Tensor backward_impl(Device& dev, const Tensor& g, bool) override {
+    // written, as a leaf's gradients are (the graph has summed every reader's into g)
+    zero(dev.exec(), grads_[0].data<void>(), grads_[0].bytes());
+    add_inplace(dev.exec(), grads_[0].buf(), g.buf(), g.numel());
+    return Tensor();
+  }
+  void clear_cache() override {}
+
+ private:
+  std::string name_;
+  Shape shape_;
+};
+
+// x.expand(n, ...) of a value without the batch dimension and a leading 1 ([1, 1, C]: a class
+// token) to every sample of the second input (whose batch it takes, n = its size(0)); the
+// gradient is the sum over the samples, in float32.
+class Expand final : public MultiInputOp {
+ public:
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (in.size() != 2 || in[0].empty() || in[0][0] != 1)
+      throw UsageError("expand takes a value of shape [1, ...] without the batch dimension, then a value whose "
+                       "batch it takes; got " + (in.empty() ? std::string("nothing") : shape_str(in[0])));
+    return Shape(in[0].begin() + 1, in[0].end());
+  }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+    shape_ = in[0].shape();
+    Shape out_shape{in[1].dim(0)};
+    out_shape.insert(out_shape.end(), shape_.begin() + 1, shape_.end());
+    Tensor out = Tensor::empty(dev, out_shape, MemCategory::Activations, in[0].dtype());
+    for (int64_t b = 0; b < out.dim(0); ++b)
+      copy_between(dev.exec(), out.rows(b, 1).data<void>(), in[0].data<void>(), in[0].bytes(), dev.exec());
+    return out;
+  }
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    Tensor sum;
+    if (need[0]) {
+      sum = Tensor::zeros(dev, shape_, MemCategory::Activations, DType::F32);
+      for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), sum.buf(), g.rows(b, 1).buf(), sum.numel());
+    }
+    return {sum, Tensor()};  // the second input gives only its batch
+  }
+
+ private:
+  Shape shape_;
 };
 
 // x * c (and x / c as x * (1/c)): a constant factor.
@@ -321,6 +384,17 @@ std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
     if (start < 0 || length < 1) bad(n, "start must be 0 or more and length 1 or more");
     return std::make_unique<Narrow>(dim, start, length);
   }
+  if (n.op == "select") {  // the input has one dimension more than the output
+    const int64_t dim = sample_dim(n, int_of(n, "dim"), rank + 1), index = int_of(n, "index");
+    if (index < 0) bad(n, "index must be 0 or more (count from the start)");
+    return std::make_unique<Narrow>(dim, index, 1, false);
+  }
+  if (n.op == "parameter") {
+    if (!n.attrs.contains("name") || !n.attrs.at("name").is_string() || n.attrs.at("name").get<std::string>().empty())
+      bad(n, "needs the parameter's \"name\" (its attribute on the module)");
+    if (n.shape.empty()) bad(n, "a parameter has a shape of one dimension or more");
+    return std::make_unique<Parameter>(n.attrs.at("name").get<std::string>(), n.shape);
+  }
   if (n.op == "scale") {
     if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
     const double f = n.attrs.at("factor").get<double>();
@@ -343,6 +417,7 @@ std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
 
 std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
   if (n.op == "matmul") return std::make_unique<Matmul>();
+  if (n.op == "expand") return std::make_unique<Expand>();
   if (n.op == "arange") {
     const int64_t start = n.attrs.contains("start") ? int_of(n, "start") : 0;
     const int64_t step = n.attrs.contains("step") ? int_of(n, "step") : 1;

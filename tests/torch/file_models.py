@@ -115,6 +115,21 @@ def make(name):
         return Gates()
     if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.avg_pool2d, adaptive 3x2
         return Pools()
+    if name == "tv_shufflenet_v2_x0_5":  # channel shuffle: view, transpose, view; chunk into two halves
+        return torchvision.models.shufflenet_v2_x0_5(num_classes=10)
+    if name == "vit_tiny":  # torchvision's ViT at 3x32x32: class token, position embedding, MultiheadAttention
+        from torchvision.models.vision_transformer import VisionTransformer
+        model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                                  num_classes=10)
+        with torch.no_grad():  # its head starts at zero: no gradient would reach the body in step one
+            nn.init.normal_(model.heads.head.weight, std=0.1)
+            nn.init.normal_(model.class_token, std=0.1)
+        return model
+    if name == "convnext_small":  # torchvision's ConvNeXt, two stages: permutes, channels-last LayerNorm,
+        # LayerNorm2d (F.layer_norm of its own weight), layer scale (a parameter used directly)
+        from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+        return ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
+                        layer_scale=0.5, num_classes=10)
     if name == "resnet8_twin":
         import reference
         return reference.make_model("resnet8")

@@ -57,6 +57,15 @@ CASES = [
     ("file:gates", 2, 12, "even", 3, ADAMW),
     # BatchNorm2d without affine, and without running statistics.
     ("file:norms", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.05", "--momentum", "0.9"]),
+    # ShuffleNetV2: its channel shuffle (a view, transpose(1, 2), a view) and x.chunk(2, dim=1); one
+    # update, as ResNet-18's (its stem takes 32x32 down to 1x1 too).
+    ("file:tv_shufflenet_v2_x0_5", 3, 27, "chunks:8,10,9", 1, SGD),
+    # torchvision's VisionTransformer at 3x32x32 (2 layers, width 32): its class token and position
+    # embedding (parameters used directly), expand, cat, MultiheadAttention, x[:, 0].
+    ("file:vit_tiny", 3, 11, "chunks:5,4,2", 3, ADAMW),
+    # torchvision's ConvNeXt (two stages): permutes, LayerNorm over channels last, LayerNorm2d
+    # (F.layer_norm of its own weight and bias), a layer scale multiplied in (a parameter used directly).
+    ("file:convnext_small", 3, 11, "chunks:5,4,2", 3, SGD),
     # ReLU6, SiLU, Tanh and Sigmoid.
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
