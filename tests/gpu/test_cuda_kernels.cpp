@@ -1245,31 +1245,35 @@ TEST_CASE("Embedding's backward sums a token's rows in row order: bit for bit th
   }
 }
 
-TEST_CASE("causal attention forward and backward match the CPU reference, with and without dropout") {
+TEST_CASE("attention forward and backward match the CPU reference, causal or not (a ViT's), with and without dropout") {
   cuda::Context c(0);
   ThreadPool pool(1);
-  const AttentionShape s{3, 17, 64, 4};
-  const int64_t BTC = s.B * s.T * s.C;
-  auto qkv = random_vector(static_cast<size_t>(3 * BTC), 60), dy = random_vector(static_cast<size_t>(BTC), 61);
-  // The dropout key in device memory, as a step passes it (read when the kernels run).
-  const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
-  auto d_key = to_device(c, std::vector<uint32_t>(key, key + 2));
-  for (float p : {0.f, 0.3f}) {
-    CAPTURE(p);
-    DropoutMask on_host{p, 4, 0x123456789abcdef0ull, nullptr, 5}, on_device = on_host;
-    on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
-    std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(s.B * s.H * s.T * s.T)),
-        dqkv(static_cast<size_t>(3 * BTC));
-    cpu::attention_forward(pool, y.data(), att.data(), qkv.data(), s, on_host);
-    cpu::attention_backward(pool, dqkv.data(), dy.data(), qkv.data(), att.data(), s, on_host);
-    auto d_qkv = to_device(c, qkv), d_dy = to_device(c, dy);
-    cuda::DeviceBuffer d_y(c, y.size() * 4), d_att(c, att.size() * 4), d_dqkv(c, dqkv.size() * 4),
-        scratch(c, static_cast<size_t>(4 * BTC + 2 * s.B * s.H * s.T * s.T) * 4);
-    cuda::attention_forward(c, d_y.get(), d_att.get(), d_qkv.get(), s, scratch.get(), on_device);
-    cuda::attention_backward(c, d_dqkv.get(), d_dy.get(), d_qkv.get(), d_att.get(), s, scratch.get(), on_device);
-    CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < 1e-4);
-    CHECK(rel_error(to_host<float>(c, d_att, att.size()), att) < 1e-4);
-    CHECK(rel_error(to_host<float>(c, d_dqkv, dqkv.size()), dqkv) < 1e-4);
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    AttentionShape s{3, 17, 64, 4};
+    s.causal = causal;
+    const int64_t BTC = s.B * s.T * s.C;
+    auto qkv = random_vector(static_cast<size_t>(3 * BTC), 60), dy = random_vector(static_cast<size_t>(BTC), 61);
+    // The dropout key in device memory, as a step passes it (read when the kernels run).
+    const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
+    auto d_key = to_device(c, std::vector<uint32_t>(key, key + 2));
+    for (float p : {0.f, 0.3f}) {
+      CAPTURE(p);
+      DropoutMask on_host{p, 4, 0x123456789abcdef0ull, nullptr, 5}, on_device = on_host;
+      on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
+      std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(s.B * s.H * s.T * s.T)),
+          dqkv(static_cast<size_t>(3 * BTC));
+      cpu::attention_forward(pool, y.data(), att.data(), qkv.data(), s, on_host);
+      cpu::attention_backward(pool, dqkv.data(), dy.data(), qkv.data(), att.data(), s, on_host);
+      auto d_qkv = to_device(c, qkv), d_dy = to_device(c, dy);
+      cuda::DeviceBuffer d_y(c, y.size() * 4), d_att(c, att.size() * 4), d_dqkv(c, dqkv.size() * 4),
+          scratch(c, static_cast<size_t>(4 * BTC + 2 * s.B * s.H * s.T * s.T) * 4);
+      cuda::attention_forward(c, d_y.get(), d_att.get(), d_qkv.get(), s, scratch.get(), on_device);
+      cuda::attention_backward(c, d_dqkv.get(), d_dy.get(), d_qkv.get(), d_att.get(), s, scratch.get(), on_device);
+      CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < 1e-4);
+      CHECK(rel_error(to_host<float>(c, d_att, att.size()), att) < 1e-4);
+      CHECK(rel_error(to_host<float>(c, d_dqkv, dqkv.size()), dqkv) < 1e-4);
+    }
   }
 }
 
