@@ -516,14 +516,14 @@ TEST_CASE("ReLU gradients match finite differences away from the kink") {
   gradcheck(*layer, {3, 20}, v);
 }
 
-TEST_CASE("ReLU6, SiLU, Sigmoid, Tanh, Hardswish and Hardsigmoid: PyTorch's values, and gradients that match finite differences") {
+TEST_CASE("ReLU6, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid and GELU's tanh form: PyTorch's values, and gradients that match finite differences") {
   // Inputs over [-8, 8], kept 0.05 away from the kinks: ReLU6's at 0 and 6, the hard functions' at ±3.
   auto v = random_vector(80, 23, -8.f, 8.f);
   for (auto& x : v)
     for (float kink : {0.f, 6.f, -3.f, 3.f})
       if (std::abs(x - kink) < 0.05f) x = kink + (x < kink ? -0.05f : 0.05f);
   for (Activation a : {Activation::ReLU6, Activation::SiLU, Activation::Sigmoid, Activation::Tanh, Activation::Hardswish,
-                       Activation::Hardsigmoid}) {
+                       Activation::Hardsigmoid, Activation::GeluTanh}) {
     INFO(activation_name(a));
     auto layer = make_activation(a);
     gradcheck(*layer, {4, 20}, v, true, 1e-3f);
@@ -543,6 +543,10 @@ TEST_CASE("ReLU6, SiLU, Sigmoid, Tanh, Hardswish and Hardsigmoid: PyTorch's valu
   // Hardswish x·min(max(x+3, 0), 6)/6 and Hardsigmoid min(max(x+3, 0), 6)/6, as ATen computes them.
   CHECK(values(Activation::Hardswish) == std::vector<float>{0.f, -1.f * 2.f / 6.f, 0.f, 0.5f * 3.5f / 6.f, 3.f, 6.5f});
   CHECK(values(Activation::Hardsigmoid) == std::vector<float>{0.f, 2.f / 6.f, 0.5f, 3.5f / 6.f, 1.f, 1.f});
+  // GELU's tanh form: F.gelu(x, approximate='tanh') of PyTorch 1.13 at these x, to float32 rounding.
+  const auto gelu = values(Activation::GeluTanh);
+  const std::vector<double> torch_gelu{-0.0, -0.15880799, 0.0, 0.34571400, 2.99636269, 6.5};
+  for (size_t i = 0; i < x.size(); ++i) CHECK(gelu[i] == doctest::Approx(torch_gelu[i]).epsilon(1e-6));
 }
 
 TEST_CASE("AvgPool2d and AdaptiveAvgPool2d of any size: PyTorch's windows, gradients that match finite differences") {

@@ -270,6 +270,8 @@ def function_op(node):
             return "gelu", {"approximate": kw.get("approximate", "none")}
         if t is torch.flatten:
             return "flatten", {"start_dim": arg(1, "start_dim", 0), "end_dim": arg(2, "end_dim", -1)}
+        if t in (torch.unsqueeze, torch.squeeze, torch.reshape):
+            return "reshape", {}
         if t is torch.cat:
             return "cat", {"dim": arg(1, "dim", 0)}
         if t is F.avg_pool2d:
@@ -293,7 +295,7 @@ def function_op(node):
                                         "training": bool(arg(3, "training", True))}
         return None
     if node.op == "call_method":
-        if t in ("view", "reshape"):
+        if t in ("view", "reshape", "unsqueeze", "squeeze"):  # views: the recorded shape says which
             return "reshape", {}
         if t == "flatten":
             return "flatten", {"start_dim": arg(1, "start_dim", 0), "end_dim": arg(2, "end_dim", -1)}
@@ -477,10 +479,6 @@ def describe_target(node):
 
 # What to write instead of an op dp does not run, where there is a plain way (the refusal says it).
 HINTS = {
-    "Tensor.unsqueeze": "x.view(...) with the new shape",
-    "torch.unsqueeze": "x.view(...) with the new shape",
-    "Tensor.squeeze": "x.view(...) or x.flatten(...)",
-    "torch.squeeze": "x.view(...) or x.flatten(...)",
     "torch.nn.functional.max_pool2d": "return_indices=False (dp keeps no indices)",
     # Training returns (logits, aux...): dp trains one output, the logits.
     "torchvision.models.googlenet.GoogLeNetOutputs": "--kwargs '{\"aux_logits\": false}': dp trains one output",

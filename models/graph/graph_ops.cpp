@@ -397,9 +397,10 @@ class Cat final : public MultiInputOp {
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
     "hardswish", "hardsigmoid", "gelu", "dropout", "stochastic_depth", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "select", "scale",
-    "masked_fill", "softmax", "log_softmax", "parameter", "multihead_attention"};
-const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "expand", "arange"};
+    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "select", "softmax",
+    "log_softmax", "parameter", "multihead_attention"};
+const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "expand", "scale", "masked_fill",
+                                                 "arange"};
 
 }  // namespace
 
@@ -458,9 +459,10 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   if (op == "hardswish") return make_activation(Activation::Hardswish);
   if (op == "hardsigmoid") return make_activation(Activation::Hardsigmoid);
   if (op == "gelu") {
-    require(n, !n.attrs.contains("approximate") || attr(n, "approximate") == "none",
-            "GELU's approximate='tanh' is not run by dp (the exact erf form is)");
-    return make_gelu();
+    const json none = "none";
+    const json& form = n.attrs.contains("approximate") ? attr(n, "approximate") : none;
+    require(n, form == "none" || form == "tanh", "approximate " + form.dump() + " is not GELU's (none or tanh)");
+    return form == "tanh" ? make_activation(Activation::GeluTanh) : make_gelu();
   }
   if (op == "dropout") {
     const double p = number_attr(n, "p", 0.5);

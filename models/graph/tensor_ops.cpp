@@ -50,6 +50,17 @@ int64_t sample_dim(const GraphNode& n, int64_t dim, int64_t rank) {
   return d - 1;
 }
 
+Tensor copy_of(Device& dev, const Tensor& x) {
+  Tensor out = Tensor::empty(dev, x.shape(), MemCategory::Activations, x.dtype());
+  copy_between(dev.exec(), out.data<void>(), x.data<void>(), x.bytes(), dev.exec());
+  return out;
+}
+
+const Shape& one_input(const char* op, const std::vector<Shape>& in) {
+  if (in.size() != 1) throw UsageError(std::string(op) + " takes one input, not " + std::to_string(in.size()));
+  return in[0];
+}
+
 Shape batched(int64_t batch, const Shape& per_sample) {
   Shape s{batch};
   s.insert(s.end(), per_sample.begin(), per_sample.end());
@@ -208,22 +219,22 @@ class Expand final : public MultiInputOp {
   Shape shape_;
 };
 
-// x * c (and x / c as x * (1/c)): a constant factor.
-class Scale final : public Module {
+// x * c (and x / c as x * (1/c)): a constant factor; in place where the graph gives x over (its
+// last reader), as is the gradient when no one else holds it.
+class Scale final : public MultiInputOp {
  public:
   explicit Scale(float factor) : factor_(factor) {}
-  std::string describe() const override { return "scale by " + std::to_string(factor_); }
-  Shape output_shape(const Shape& in) const override { return in; }
-  Tensor forward_impl(Device& dev, const Tensor& in, bool) override { return scaled(dev, in); }
-  Tensor backward_impl(Device& dev, const Tensor& g, bool need_grad_in) override {
-    return need_grad_in ? scaled(dev, g) : Tensor();
+  Shape output_shape(const std::vector<Shape>& in) const override { return one_input("scale", in); }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite) override {
+    return scaled(dev, in[0], overwrite);
   }
-  void clear_cache() override {}
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    return {need[0] ? scaled(dev, g, g.only_holder()) : Tensor()};
+  }
 
  private:
-  Tensor scaled(Device& dev, const Tensor& x) const {
-    Tensor out = Tensor::empty(dev, x.shape(), MemCategory::Activations, x.dtype());
-    copy_between(dev.exec(), out.data<void>(), x.data<void>(), x.bytes(), dev.exec());
+  Tensor scaled(Device& dev, const Tensor& x, bool in_place) const {
+    Tensor out = in_place ? x : copy_of(dev, x);
     scale(dev.exec(), out.buf(), ScalarArg{factor_}, out.numel());
     return out;
   }
@@ -231,28 +242,29 @@ class Scale final : public Module {
 };
 
 // x.masked_fill(mask, value) with the causal mask of nanoGPT's tril buffer: in each trailing
-// [rows, cols] matrix, the entries above the diagonal (column > row).
-class CausalFill final : public Module {
+// [rows, cols] matrix, the entries above the diagonal (column > row). In place as scale is.
+class CausalFill final : public MultiInputOp {
  public:
   explicit CausalFill(float value) : value_(value) {}
-  std::string describe() const override { return "masked_fill(causal, " + std::to_string(value_) + ")"; }
-  Shape output_shape(const Shape& in) const override {
-    if (in.size() < 2) throw RuntimeError(describe() + " takes matrices (two dimensions or more), not " + shape_str(in));
-    return in;
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    const Shape s = one_input("masked_fill", in);
+    if (s.size() < 2) throw UsageError("masked_fill's causal mask takes matrices (two dimensions or more), not " +
+                                       shape_str(s));
+    return s;
   }
-  Tensor forward_impl(Device& dev, const Tensor& in, bool) override { return filled(dev, in, value_); }
-  Tensor backward_impl(Device& dev, const Tensor& g, bool need_grad_in) override {
-    return need_grad_in ? filled(dev, g, 0.f) : Tensor();  // no gradient reaches a filled entry
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite) override {
+    return filled(dev, overwrite ? in[0] : copy_of(dev, in[0]), value_);
   }
-  void clear_cache() override {}
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    if (!need[0]) return {Tensor()};
+    return {filled(dev, g.only_holder() ? g : copy_of(dev, g), 0.f)};  // no gradient reaches a filled entry
+  }
 
  private:
-  static Tensor filled(Device& dev, const Tensor& x, float value) {
-    Tensor out = Tensor::empty(dev, x.shape(), MemCategory::Activations, x.dtype());
-    copy_between(dev.exec(), out.data<void>(), x.data<void>(), x.bytes(), dev.exec());
+  static Tensor filled(Device& dev, Tensor x, float value) {
     const int64_t rows = x.shape()[x.shape().size() - 2], cols = x.shape().back();
-    causal_fill(dev.exec(), out.buf(), x.numel() / std::max<int64_t>(rows * cols, 1), rows, cols, value);
-    return out;
+    causal_fill(dev.exec(), x.buf(), x.numel() / std::max<int64_t>(rows * cols, 1), rows, cols, value);
+    return x;
   }
   float value_;
 };
@@ -395,6 +407,17 @@ std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
     if (n.shape.empty()) bad(n, "a parameter has a shape of one dimension or more");
     return std::make_unique<Parameter>(n.attrs.at("name").get<std::string>(), n.shape);
   }
+  if (n.op == "softmax" || n.op == "log_softmax") {
+    const int64_t dim = n.attrs.contains("dim") ? int_of(n, "dim") : -1;
+    if (sample_dim(n, dim, rank) != rank - 1) bad(n, "dim " + std::to_string(dim) + ": dp takes it over the last dimension");
+    return std::make_unique<Softmax>(n.op == "log_softmax");
+  }
+  return nullptr;
+}
+
+std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
+  if (n.op == "matmul") return std::make_unique<Matmul>();
+  if (n.op == "expand") return std::make_unique<Expand>();
   if (n.op == "scale") {
     if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
     const double f = n.attrs.at("factor").get<double>();
@@ -407,17 +430,6 @@ std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
                  " is not run by dp (the causal mask, \"causal\": column > row, is)");
     return std::make_unique<CausalFill>(float_of(n, "value"));
   }
-  if (n.op == "softmax" || n.op == "log_softmax") {
-    const int64_t dim = n.attrs.contains("dim") ? int_of(n, "dim") : -1;
-    if (sample_dim(n, dim, rank) != rank - 1) bad(n, "dim " + std::to_string(dim) + ": dp takes it over the last dimension");
-    return std::make_unique<Softmax>(n.op == "log_softmax");
-  }
-  return nullptr;
-}
-
-std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
-  if (n.op == "matmul") return std::make_unique<Matmul>();
-  if (n.op == "expand") return std::make_unique<Expand>();
   if (n.op == "arange") {
     const int64_t start = n.attrs.contains("start") ? int_of(n, "start") : 0;
     const int64_t step = n.attrs.contains("step") ? int_of(n, "step") : 1;

@@ -8,10 +8,11 @@
 
 namespace dp {
 
-// The module for a single-input tensor op (permute, narrow, scale, masked_fill, softmax,
-// log_softmax); null for another op. UsageError for attributes outside what dp runs.
+// The module for a single-input tensor op (permute, narrow, select, softmax, log_softmax,
+// parameter: none); null for another op. UsageError for attributes outside what dp runs.
 std::unique_ptr<Module> make_tensor_op(const GraphNode& node);
-// matmul (two inputs) and arange (none); null for another op.
+// matmul and expand (two inputs), scale and masked_fill (one: in place when the graph gives it over),
+// arange (none); null for another op.
 std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& node);
 
 }  // namespace dp

@@ -749,13 +749,13 @@ TEST_CASE("AvgPool2d and AdaptiveAvgPool2d windows match the CPU reference, floa
   }
 }
 
-TEST_CASE("ReLU6, SiLU, Sigmoid, Tanh, Hardswish and Hardsigmoid forward and backward match the CPU reference, float32 and 16-bit") {
+TEST_CASE("ReLU6, SiLU, Sigmoid, Tanh, Hardswish, Hardsigmoid and GELU's tanh form forward and backward match the CPU reference, float32 and 16-bit") {
   cuda::Context c(0);
   ThreadPool pool(1);
   const int64_t n = 10007;
   auto x = random_vector(n, 41, -8.f, 8.f), dy = random_vector(n, 42);
   for (Activation a : {Activation::ReLU6, Activation::SiLU, Activation::Sigmoid, Activation::Tanh, Activation::Hardswish,
-                       Activation::Hardsigmoid}) {
+                       Activation::Hardsigmoid, Activation::GeluTanh}) {
     INFO(activation_name(a));
     std::vector<float> y(n), dx(n);
     cpu::activation_forward(pool, a, y.data(), x.data(), n);
