@@ -326,6 +326,64 @@ MULTIPLY = (operator.mul, operator.imul, "mul", "__mul__", "__rmul__")
 DIVIDE = (operator.truediv, operator.itruediv, "div", "__truediv__")
 
 
+def is_sdpa(target):
+    """F.scaled_dot_product_attention (PyTorch 2.x; nanoGPT's model.py calls it where it exists)."""
+    import torch.nn.functional as F
+    sdpa = getattr(F, "scaled_dot_product_attention", None)
+    return sdpa is not None and target is sdpa
+
+
+def sdpa_nodes(node, shapes, values, where):
+    """F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale) as the ops
+    of its definition: kᵀ, q @ kᵀ, the scale (1/√E by default), the causal mask (is_causal, or an
+    attn_mask that is the causal one), softmax, dropout (a dropout site whatever dropout_p, so the
+    sites after it keep their numbers), @ v. A mask other than the causal one is refused."""
+    import math
+    import torch
+    import torch.fx
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+    given = dict(zip(names, node.args))
+    given.update(node.kwargs)
+    q, k, v = given["query"], given["key"], given["value"]
+    mask, p, causal = given.get("attn_mask"), float(given.get("dropout_p", 0.0)), bool(given.get("is_causal", False))
+    at = f" at {where}" if where else ""
+    shape = list(shapes[node.name].shape)[1:]
+    rows, cols = int(shapes[q.name].shape[-2]), int(shapes[k.name].shape[-2])
+    if mask is not None:
+        value = values.get(mask.name) if isinstance(mask, torch.fx.Node) else None
+        # a boolean mask says which keys take part: the causal one is tril
+        if value is None or value.dtype != torch.bool or not is_causal_mask(~value, rows, cols):
+            raise ExportError(f"F.scaled_dot_product_attention (node '{node.name}'){at}: its attn_mask is not the "
+                              "causal one; dp runs is_causal=True or that mask")
+        causal = True
+    k_shape = list(shapes[k.name].shape)[1:]
+    kt_shape = k_shape[:-2] + [k_shape[-1], k_shape[-2]]
+    rank = len(k_shape) + 1
+    dims = list(range(rank))
+    dims[-1], dims[-2] = dims[-2], dims[-1]
+    factor = given.get("scale") or 1.0 / math.sqrt(int(shapes[q.name].shape[-1]))
+    scores = shape[:-1] + [cols]
+    base = node.name
+    out = [{"name": f"{base}_kt", "op": "permute", "module": "", "inputs": [k.name], "attrs": {"dims": dims},
+            "shape": kt_shape, "where": where},
+           {"name": f"{base}_scores", "op": "matmul", "module": "", "inputs": [q.name, f"{base}_kt"], "attrs": {},
+            "shape": scores, "where": where},
+           {"name": f"{base}_scaled", "op": "scale", "module": "", "inputs": [f"{base}_scores"],
+            "attrs": {"factor": float(factor)}, "shape": scores, "where": where}]
+    last = f"{base}_scaled"
+    if causal:
+        out.append({"name": f"{base}_masked", "op": "masked_fill", "module": "", "inputs": [last],
+                    "attrs": {"mask": "causal", "value": "-inf"}, "shape": scores, "where": where})
+        last = f"{base}_masked"
+    out.append({"name": f"{base}_att", "op": "softmax", "module": "", "inputs": [last], "attrs": {"dim": -1},
+                "shape": scores, "where": where})
+    out.append({"name": f"{base}_dropped", "op": "dropout", "module": "", "inputs": [f"{base}_att"],
+                "attrs": {"p": p}, "shape": scores, "where": where})
+    out.append({"name": base, "op": "matmul", "module": "", "inputs": [f"{base}_dropped", v.name], "attrs": {},
+                "shape": shape, "where": where})
+    return out
+
+
 def size_source(node):
     """The tensor a size expression reads its size from (x in x.shape[0], x.size(0)); None if none."""
     import torch.fx
@@ -845,14 +903,16 @@ def export(model, kind, shape, name, source, input_text=None):
     def constant(node):
         return node.op not in ("placeholder", "output") and not is_size(node) and node.name not in from_input \
             and node.name not in loss_only
+    def reads_as_mask(u, node):
+        if u.target == "masked_fill" or u.target is torch.masked_fill:
+            return len(u.args) > 1 and u.args[1] is node
+        if u.op == "call_function" and is_sdpa(u.target):
+            return (u.args[3] if len(u.args) > 3 else u.kwargs.get("attn_mask")) is node
+        return False
     mask_only = set()
     for node in reversed(gm.graph.nodes):
         users = [u for u in node.users if not is_size(u)]
-        if constant(node) and users and all(
-                u.name in mask_only or (u.op in ("call_method", "call_function") and u.target == "masked_fill"
-                                        and len(u.args) > 1 and u.args[1] is node)
-                or (u.op == "call_method" and u.target == "masked_fill" and len(u.args) > 1 and u.args[1] is node)
-                for u in users):
+        if constant(node) and users and all(u.name in mask_only or reads_as_mask(u, node) for u in users):
             mask_only.add(node.name)
     fused = {n.name for n in gm.graph.nodes if fused_module(n)}
     fused_params = {a.name for n in gm.graph.nodes if n.name in fused for a in n.all_input_nodes if a.op == "get_attr"}
@@ -923,6 +983,9 @@ def export(model, kind, shape, name, source, input_text=None):
         if node.op in ("call_method", "call_function") and node.target in ("split", "chunk", torch.split,
                                                                           torch.chunk):
             continue  # its parts are narrows (the getitems below)
+        if node.op == "call_function" and is_sdpa(node.target):
+            nodes.extend(sdpa_nodes(node, shapes, values, where))
+            continue
         if node.op == "call_function" and node.target is operator.getitem and node.args[0].name in attention:
             if node.args[1] != 0 and not node.users:
                 continue  # x, _ = attention(...): the weights, unread

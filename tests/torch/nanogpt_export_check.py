@@ -3,7 +3,8 @@ writes it (tests/torch/nanogpt_model.py: its LayerNorm, the explicit attention p
 tril buffer, masked_fill, softmax and dropout, forward(idx, targets) computing its loss), untied,
 exported with tools/export_model.py --input tokens:T --weights; dp trains the file and --model gpt
 from those weights on the same token data, split unevenly over devices, without dropout and with
-it. Per-step losses and every weight after the steps agree to float32 rounding: the file's matmul,
+it; and model.py's other path, F.scaled_dot_product_attention(is_causal=True) with dropout (PyTorch
+2.x's function; on 1.13, which has none, a stand-in with its signature). Per-step losses and every weight after the steps agree to float32 rounding: the file's matmul,
 scale, masked_fill, softmax and dropout nodes compute what the fused attention kernel does, in the
 same order (the same exp, sums and masks), but the kernel scales q·kᵀ inside the GEMM (alpha),
 the file after it — the same bits with OpenBLAS's SkylakeX kernels (which apply alpha to the
@@ -55,44 +56,49 @@ with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(data, name), "wb") as f:
             f.write(part.numpy().astype("<u2").tobytes())
 
-    for dropout in (0.0, 0.1):
+    # model.py's explicit attention, without dropout and with it; its other path,
+    # F.scaled_dot_product_attention(is_causal=True) (PyTorch 2.x's; a stand-in with its signature
+    # on 1.13), exported as the ops of its definition.
+    for spec, dropout in (("untied", 0.0), ("untied", 0.1), ("flash_untied", 0.1)):
         config = dict(block_size=T, vocab_size=VOCAB, n_layer=LAYERS, n_head=HEADS, n_embd=DIM, dropout=dropout)
-        model_file, weights = os.path.join(tmp, f"ng{dropout}.json"), os.path.join(tmp, f"ng{dropout}.safetensors")
-        r = subprocess.run([sys.executable, EXPORT, f"{MODEL}:untied", "--kwargs", json.dumps(config),
+        model_file = os.path.join(tmp, f"{spec}{dropout}.json")
+        weights = os.path.join(tmp, f"{spec}{dropout}.safetensors")
+        r = subprocess.run([sys.executable, EXPORT, f"{MODEL}:{spec}", "--kwargs", json.dumps(config),
                             "--input", f"tokens:{T}", "--out", model_file, "--weights", weights],
                            capture_output=True, text=True)
-        check(f"dropout {dropout}: exports", r.returncode == 0, r.stderr)
+        case = f"{'explicit attention' if spec == 'untied' else 'scaled_dot_product_attention'}, dropout {dropout}"
+        check(f"{case}: exports", r.returncode == 0, r.stderr)
         if r.returncode:
             continue
-        check(f"dropout {dropout}: says dp trains the logits with its own cross-entropy",
+        check(f"{case}: says dp trains the logits with its own cross-entropy",
               "dp trains its logits with dp's cross-entropy" in r.stdout, r.stdout)
-        check(f"dropout {dropout}: the causal-mask buffers are folded, not state",
+        check(f"{case}: the causal-mask buffers are folded, not state",
               "transformer.h.0.attn.bias" not in st_io.load(weights), "")
         runs = {}
         for label, model_args in (("file", ["--model", model_file]),
                                   ("gpt", ["--model", "gpt", "--vocab", str(VOCAB), "--context", str(T),
                                            "--gpt-layers", str(LAYERS), "--gpt-heads", str(HEADS),
                                            "--gpt-dim", str(DIM), "--dropout", str(dropout)])):
-            out, metrics = os.path.join(tmp, f"{label}{dropout}.safetensors"), os.path.join(tmp, f"{label}.jsonl")
+            out, metrics = os.path.join(tmp, f"{label}{spec}{dropout}.safetensors"), os.path.join(tmp, f"{label}.jsonl")
             cmd = [DP, "train", *model_args, "--data", data, "--devices", "host:3", "--batch", "10",
                    "--split", "chunks:5,3,2", "--steps", "4", "--no-shuffle", "--optimizer", "adamw", "--lr", "0.003",
                    "--momentum", "0", "--init", weights, "--save", out, "--metrics", metrics]
             p = subprocess.run(cmd, capture_output=True, text=True)
-            check(f"dropout {dropout}: dp train --model {label} runs", p.returncode == 0, p.stderr[-2000:])
+            check(f"{case}: dp train --model {label} runs", p.returncode == 0, p.stderr[-2000:])
             if p.returncode:
                 break
             runs[label] = (losses(metrics), st_io.load(out))
         if len(runs) != 2:
             continue
         (lf, wf), (lg, wg) = runs["file"], runs["gpt"]
-        check(f"dropout {dropout}: per-step losses agree ({'bit for bit' if lf == lg else 'to rounding'})",
+        check(f"{case}: per-step losses agree ({'bit for bit' if lf == lg else 'to rounding'})",
               len(lf) == 4 and len(lf) == len(lg) and all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(lf, lg)),
               f"{lf} vs {lg}")
-        check(f"dropout {dropout}: the same state", sorted(wf) == sorted(wg), f"{sorted(set(wf) ^ set(wg))}")
+        check(f"{case}: the same state", sorted(wf) == sorted(wg), f"{sorted(set(wf) ^ set(wg))}")
         differ = [k for k, w in wf.items() if k in wg and not torch.equal(w, wg[k])]
         worst = max((w - wg[k]).abs().max().item() / max(1.0, wg[k].abs().max().item()) for k, w in wf.items())
         moved = max((w - st_io.load(weights)[k]).abs().max().item() for k, w in wf.items())
-        check(f"dropout {dropout}: every weight agrees after 4 steps that moved them up to {moved:.1e} "
+        check(f"{case}: every weight agrees after 4 steps that moved them up to {moved:.1e} "
               f"({'bit for bit' if not differ else f'{len(differ)} differ, by up to {worst:.1e}'})",
               worst <= 1e-5 and moved > 1e-3)
 

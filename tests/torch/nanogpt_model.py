@@ -151,3 +151,27 @@ def untied(**config):
     model = GPT(GPTConfig(**config))
     model.lm_head.weight = nn.Parameter(model.transformer.wte.weight.detach().clone())
     return model
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """A stand-in for PyTorch 2.x's F.scaled_dot_product_attention where PyTorch has none (1.13):
+    its signature and its math, and one call in a torch.fx trace (it takes part in
+    __torch_function__, as PyTorch's functions do)."""
+    if torch.overrides.has_torch_function((query, key, value)):
+        return torch.overrides.handle_torch_function(
+            scaled_dot_product_attention, (query, key, value), query, key, value, attn_mask=attn_mask,
+            dropout_p=dropout_p, is_causal=is_causal, scale=scale)
+    att = (query @ key.transpose(-2, -1)) * (scale or 1.0 / math.sqrt(query.size(-1)))
+    if is_causal:
+        att = att.masked_fill(torch.ones(att.shape[-2:], dtype=torch.bool).tril().logical_not(), float("-inf"))
+    if attn_mask is not None:
+        att = att.masked_fill(attn_mask.logical_not(), float("-inf"))
+    return F.dropout(F.softmax(att, dim=-1), dropout_p) @ value
+
+
+def flash_untied(**config):
+    """untied's GPT on model.py's other path: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    (the stand-in above where PyTorch lacks it)."""
+    if not hasattr(F, "scaled_dot_product_attention"):
+        F.scaled_dot_product_attention = scaled_dot_product_attention
+    return untied(flash=True, **config)
