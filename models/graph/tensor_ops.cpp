@@ -172,7 +172,9 @@ class Parameter final : public Module {
   std::vector<ParamDecl> params() const override {
     return {{name_, shape_, ParamDecl::Kind::Parameter, ParamDecl::Init::Normal, 0.02}};
   }
-  Tensor forward_impl(Device&, const Tensor&, bool) override { return values_[0]; }
+  // A copy: under ZeRO-3 the module's gathered value goes once its forward is done, and its readers
+  // come later.
+  Tensor forward_impl(Device& dev, const Tensor&, bool) override { return copy_of(dev, values_[0]); }
   Tensor backward_impl(Device& dev, const Tensor& g, bool) override {
     // written, as a leaf's gradients are (the graph has summed every reader's into g)
     zero(dev.exec(), grads_[0].data<void>(), grads_[0].bytes());

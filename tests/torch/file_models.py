@@ -115,6 +115,8 @@ def make(name):
         return Gates()
     if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.avg_pool2d, adaptive 3x2
         return Pools()
+    if name == "tv_googlenet":  # Inception blocks' four-branch cat, ceil_mode pools; no auxiliary heads
+        return torchvision.models.googlenet(num_classes=10, aux_logits=False, init_weights=False, dropout=0.0)
     if name == "tv_shufflenet_v2_x0_5":  # channel shuffle: view, transpose, view; chunk into two halves
         return torchvision.models.shufflenet_v2_x0_5(num_classes=10)
     if name == "vit_tiny":  # torchvision's ViT at 3x32x32: class token, position embedding, MultiheadAttention
