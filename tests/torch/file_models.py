@@ -119,6 +119,13 @@ def make(name):
         return torchvision.models.googlenet(num_classes=10, aux_logits=False, init_weights=False, dropout=0.0)
     if name == "tv_shufflenet_v2_x0_5":  # channel shuffle: view, transpose, view; chunk into two halves
         return torchvision.models.shufflenet_v2_x0_5(num_classes=10)
+    if name == "tv_vit_b_16":  # ViT-B/16 itself (at 3x224x224: by hand, not in the suite's time)
+        model = torchvision.models.vit_b_16(num_classes=10)
+        with torch.no_grad():  # its head starts at zero: no gradient would reach the body in step one
+            nn.init.normal_(model.heads.head.weight, std=0.02)
+        return model
+    if name == "tv_convnext_tiny":  # ConvNeXt-T itself (at 3x224x224: by hand); stochastic depth off
+        return torchvision.models.convnext_tiny(num_classes=10, stochastic_depth_prob=0.0)
     if name == "vit_tiny":  # torchvision's ViT at 3x32x32: class token, position embedding, MultiheadAttention
         from torchvision.models.vision_transformer import VisionTransformer
         model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,

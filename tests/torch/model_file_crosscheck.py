@@ -3,7 +3,9 @@ the module's own weights (--init) and by the PyTorch reference of the DataParall
 (crosscheck.py's), per-step losses, gradient norms and every weight and buffer compared; the saved
 weights load into the original module with strict=True.
 
-usage: model_file_crosscheck.py DP_BINARY   (exit 77 = skipped: no torch or torchvision)
+usage: model_file_crosscheck.py DP_BINARY [--full-size]   (exit 77 = skipped: no torch or torchvision)
+  --full-size  instead, the transformers at their native 3x224x224 (ViT-B/16, ConvNeXt-T: one AdamW
+               update each, about 1.5 minutes; not in the suite's time)
 """
 import sys
 
@@ -74,5 +76,14 @@ CASES = [
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
 
+# At their native size, from float32 tensor files: by hand (--full-size).
+FULL_SIZE = [
+    ("file:tv_vit_b_16@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
+    ("file:tv_convnext_tiny@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
+]
+
 if __name__ == "__main__":
-    crosscheck.main(CASES, continue_checks=False, cifar_samples=128)
+    full = "--full-size" in sys.argv
+    if full:
+        sys.argv.remove("--full-size")
+    crosscheck.main(FULL_SIZE if full else CASES, continue_checks=False, cifar_samples=128)
