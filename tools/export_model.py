@@ -773,6 +773,7 @@ class SizeTracer:
             return original_getattr(p, k)
         added = {"__float__": lambda p: float(self.concrete(p)), "__int__": lambda p: int(self.concrete(p)),
                  "__index__": lambda p: int(self.concrete(p))}
+        own = {k: torch.fx.Proxy.__dict__[k] for k in added if k in torch.fx.Proxy.__dict__}  # a PyTorch's own
         for k, f in added.items():
             setattr(torch.fx.Proxy, k, f)
         torch.fx.Proxy.__getattr__ = attribute
@@ -780,7 +781,10 @@ class SizeTracer:
             yield
         finally:
             for k in added:
-                delattr(torch.fx.Proxy, k)
+                if k in own:
+                    setattr(torch.fx.Proxy, k, own[k])
+                else:
+                    delattr(torch.fx.Proxy, k)
             torch.fx.Proxy.__getattr__ = original_getattr
 
     def trace(self, model):
