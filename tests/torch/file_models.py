@@ -115,6 +115,10 @@ def make(name):
         return Gates()
     if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.avg_pool2d, adaptive 3x2
         return Pools()
+    if name == "tv_resnext50_32x4d":  # grouped 3x3 convolutions (32 groups) in ResNet's bottlenecks
+        return torchvision.models.resnext50_32x4d(num_classes=10)
+    if name == "tv_alexnet":  # large kernels and strides, overlapping max-pools; its Dropouts at p = 0
+        return torchvision.models.alexnet(num_classes=10, dropout=0.0)
     if name == "tv_googlenet":  # Inception blocks' four-branch cat, ceil_mode pools; no auxiliary heads
         return torchvision.models.googlenet(num_classes=10, aux_logits=False, init_weights=False, dropout=0.0)
     if name == "tv_shufflenet_v2_x0_5":  # channel shuffle: view, transpose, view; chunk into two halves
