@@ -119,6 +119,12 @@ def make(name):
         return torchvision.models.resnext50_32x4d(num_classes=10)
     if name == "tv_alexnet":  # large kernels and strides, overlapping max-pools; its Dropouts at p = 0
         return torchvision.models.alexnet(num_classes=10, dropout=0.0)
+    if name == "tv_efficientnet_v2_s":  # fused MBConv blocks, SiLU, stochastic depth (dp's draws) and Dropout
+        return torchvision.models.efficientnet_v2_s(num_classes=10)
+    if name == "tv_wide_resnet50_2":  # ResNet-50's bottlenecks twice as wide
+        return torchvision.models.wide_resnet50_2(num_classes=10)
+    if name == "tv_vgg11_bn":  # VGG with BatchNorm; its classifier's Dropouts at p = 0
+        return torchvision.models.vgg11_bn(num_classes=10, dropout=0.0)
     if name == "tv_googlenet":  # Inception blocks' four-branch cat, ceil_mode pools; no auxiliary heads
         return torchvision.models.googlenet(num_classes=10, aux_logits=False, init_weights=False, dropout=0.0)
     if name == "tv_shufflenet_v2_x0_5":  # channel shuffle: view, transpose, view; chunk into two halves

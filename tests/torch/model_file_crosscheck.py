@@ -3,9 +3,9 @@ the module's own weights (--init) and by the PyTorch reference of the DataParall
 (crosscheck.py's), per-step losses, gradient norms and every weight and buffer compared; the saved
 weights load into the original module with strict=True.
 
-usage: model_file_crosscheck.py DP_BINARY [--full-size]   (exit 77 = skipped: no torch or torchvision)
-  --full-size  instead, the transformers at their native 3x224x224 (ViT-B/16, ConvNeXt-T: one AdamW
-               update each, about 1.5 minutes; not in the suite's time)
+usage: model_file_crosscheck.py DP_BINARY [--heavy]   (exit 77 = skipped: no torch or torchvision)
+  --heavy  instead, the cases too heavy for the suite's time (about 3.5 minutes): ViT-B/16 and
+           ConvNeXt-T at their native 3x224x224, one AdamW update each; VGG-11 (129M parameters)
 """
 import sys
 
@@ -64,6 +64,10 @@ CASES = [
     # is not well posed: PyTorch's own spread after one update is 0.07 of a weight.)
     ("file:tv_resnext50_32x4d@64", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
     ("file:tv_alexnet@64", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
+    # Wide ResNet-50 and EfficientNetV2-S (fused MBConv, stochastic depth drawing dp's masks) at
+    # 3x64x64; one update.
+    ("file:tv_wide_resnet50_2@64", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
+    ("file:tv_efficientnet_v2_s@64", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
     # GoogLeNet: Inception blocks' four-branch cat, ceil_mode pooling; no auxiliary heads; one update.
     # (RegNetX at 3x32x32 is not well posed even so: PyTorch's own float32 spread after one update
     # is 0.14 of a weight.)
@@ -81,14 +85,15 @@ CASES = [
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
 
-# At their native size, from float32 tensor files: by hand (--full-size).
-FULL_SIZE = [
+# By hand (--heavy): the transformers at their native size, from float32 tensor files; VGG.
+HEAVY = [
     ("file:tv_vit_b_16@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     ("file:tv_convnext_tiny@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
+    ("file:tv_vgg11_bn", 3, 27, "chunks:8,10,9", 1, SGD),
 ]
 
 if __name__ == "__main__":
-    full = "--full-size" in sys.argv
-    if full:
-        sys.argv.remove("--full-size")
-    crosscheck.main(FULL_SIZE if full else CASES, continue_checks=False, cifar_samples=128)
+    heavy = "--heavy" in sys.argv
+    if heavy:
+        sys.argv.remove("--heavy")
+    crosscheck.main(HEAVY if heavy else CASES, continue_checks=False, cifar_samples=128)
