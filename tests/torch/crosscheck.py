@@ -3,6 +3,7 @@ per-step loss and final weights (and BatchNorm buffers) must agree.
 
 usage: crosscheck.py DP_BINARY [WORKDIR]   (exit 77 = skipped: no torch)
 """
+import collections
 import copy
 import json
 import os
@@ -301,7 +302,11 @@ def run_case(dp, work, case, idx):
         print(f"note {label}: the first run failed ({first}); run again with OpenBLAS's {kernels} kernels it passes, "
               "so it was a rounding flip")
     if is_file_model(model_name):  # the saved file loads as it is into the module it was exported from
-        copy.deepcopy(model).load_state_dict(got, strict=True)
+        got_with_versions = collections.OrderedDict(got)
+        # (with the module's own version metadata, as a state_dict() carries it: MNASNet refuses a
+        # dict without it, whatever its tensors)
+        got_with_versions._metadata = getattr(model.state_dict(), "_metadata", None)
+        copy.deepcopy(model).load_state_dict(got_with_versions, strict=True)
     if model_name == "resnet18":
         # The saved file loads as it is into torchvision's model (CIFAR stem), strict=True.
         import torchvision

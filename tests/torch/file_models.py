@@ -125,6 +125,10 @@ def make(name):
         return torchvision.models.wide_resnet50_2(num_classes=10)
     if name == "tv_vgg11_bn":  # VGG with BatchNorm; its classifier's Dropouts at p = 0
         return torchvision.models.vgg11_bn(num_classes=10, dropout=0.0)
+    if name == "tv_mnasnet0_5":  # inverted residuals at width 0.5; its Dropout(0.2) at p = 0
+        return torchvision.models.mnasnet0_5(num_classes=10, dropout=0.0)
+    if name == "tv_regnet_x_400mf":  # grouped bottlenecks
+        return torchvision.models.regnet_x_400mf(num_classes=10)
     if name == "tv_googlenet":  # Inception blocks' four-branch cat, ceil_mode pools; no auxiliary heads
         return torchvision.models.googlenet(num_classes=10, aux_logits=False, init_weights=False, dropout=0.0)
     if name == "tv_shufflenet_v2_x0_5":  # channel shuffle: view, transpose, view; chunk into two halves
