@@ -318,12 +318,6 @@ class Add final : public MultiInputOp {
   }
 
  private:
-  // Σ over the samples of g, as one sample's value of this shape, in float32.
-  static Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape) {
-    Tensor sum = Tensor::zeros(dev, shape, MemCategory::Activations, DType::F32);
-    for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), sum.buf(), g.rows(b, 1).buf(), sum.numel());
-    return sum;
-  }
   Shape small_shape_;
 };
 
@@ -403,6 +397,12 @@ const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", 
                                                  "arange"};
 
 }  // namespace
+
+Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape) {
+  Tensor sum = Tensor::zeros(dev, shape, MemCategory::Activations, DType::F32);
+  for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), sum.buf(), g.rows(b, 1).buf(), sum.numel());
+  return sum;
+}
 
 const std::vector<std::string>& graph_op_names() {
   static const std::vector<std::string> all = [] {

@@ -30,6 +30,11 @@ class MultiInputOp {
   std::vector<bool> batched_;
 };
 
+// Σ over the samples (dimension 0) of g, as one value of `shape` without the batch dimension, in
+// float32 (a 16-bit sum would round at every sample): the gradient of a value applied to every
+// sample (add, expand).
+Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape);
+
 // The module a single-input node runs (null: the op reads several inputs, see make_multi_input_op).
 // `dropout_site` numbers the file's dropout nodes in order (each one's masks are its own).
 // UsageError for an unknown op or attributes outside what dp runs.

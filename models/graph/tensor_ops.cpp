@@ -209,12 +209,7 @@ class Expand final : public MultiInputOp {
     return out;
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
-    Tensor sum;
-    if (need[0]) {
-      sum = Tensor::zeros(dev, shape_, MemCategory::Activations, DType::F32);
-      for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), sum.buf(), g.rows(b, 1).buf(), sum.numel());
-    }
-    return {sum, Tensor()};  // the second input gives only its batch
+    return {need[0] ? sum_over_samples(dev, g, shape_) : Tensor(), Tensor()};  // the second gives only its batch
   }
 
  private:

@@ -44,7 +44,8 @@ def check(name, cond, detail=""):
 
 def losses(path):
     with open(path) as f:
-        return [json.loads(line)["loss"] for line in f if line.strip() and "loss" in json.loads(line)]
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r["loss"] for r in rows if "loss" in r]
 
 
 with tempfile.TemporaryDirectory() as tmp:
