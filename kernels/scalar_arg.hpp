@@ -6,11 +6,7 @@
 // this process's memory, so the CPU kernels read it the same way.
 #pragma once
 
-#if defined(__CUDACC__)
-#define DP_HOST_DEVICE __host__ __device__
-#else
-#define DP_HOST_DEVICE
-#endif
+#include "kernels/host_device.hpp"
 
 namespace dp {
 

@@ -107,6 +107,7 @@ void init_state(const ModelLayout& layout, float* params, float* buffers, uint64
         case ParamDecl::Init::Normal: p[i] = static_cast<float>(std::normal_distribution<double>(0.0, scale)(rng)); break;
         case ParamDecl::Init::Ones: p[i] = 1.f; break;
         case ParamDecl::Init::Zeros: p[i] = 0.f; break;
+        case ParamDecl::Init::Values: p[i] = e.decl.values.at(static_cast<size_t>(i)); break;
       }
     }
   }

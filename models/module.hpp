@@ -52,13 +52,14 @@ DropoutMask dropout_mask(const DropoutSource* source, float p, uint32_t site);
 
 struct ParamDecl {
   enum class Kind { Parameter, Buffer };
-  enum class Init { Uniform, Normal, Ones, Zeros };
+  enum class Init { Uniform, Normal, Ones, Zeros, Values };
   std::string name;  // state-dict suffix: "weight", "running_mean", ...
   Shape shape;
   Kind kind = Kind::Parameter;
   Init init = Init::Zeros;
   double scale = 0;  // Uniform(-scale, scale) or Normal(0, scale)
   bool integer = false;  // num_batches_tracked: int64 in the state dict
+  std::vector<float> values{};  // Init::Values: the whole tensor (a buffer the module computes)
 };
 
 class Module {
@@ -204,6 +205,19 @@ std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t hea
 // dropout p > 0 on the probabilities at site `site`.
 std::unique_ptr<Module> make_multihead_attention(int64_t embed_dim, int64_t heads, bool bias = true, float dropout = 0,
                                                  uint32_t site = 0);
+// torchvision's window attention with a relative position bias (models/window_attention.cpp).
+// Swin's ShiftedWindowAttention (v1) over [H, W, C] samples, channels last: the image padded to
+// whole windows, rolled by −shift, cut into windows that attend within themselves (the shifted
+// windows masked where they wrap), and put back. Own relative_position_bias_table and
+// relative_position_index (a buffer, as torchvision keeps it), children qkv and proj.
+std::unique_ptr<Module> make_shifted_window_attention(int64_t dim, std::array<int64_t, 2> window,
+                                                      std::array<int64_t, 2> shift, int64_t heads,
+                                                      bool qkv_bias = true, bool proj_bias = true);
+// MaxViT's RelativePositionalMultiHeadAttention over [G, P, C] samples: each of G partitions of
+// P = size² tokens attends within itself, heads of head_dim, scores scaled by C^−½ (torchvision's
+// feat_dim ** -0.5). Own relative_position_bias_table and relative_position_index [P, P], children
+// to_qkv and merge.
+std::unique_ptr<Module> make_relative_position_attention(int64_t dim, int64_t head_dim, int64_t tokens);
 
 // nanoGPT's GPT (models/gpt.cpp): transformer.{wte, wpe, drop, h.i.{ln_1, attn, ln_2, mlp}, ln_f} and
 // an lm_head without bias, not tied to wte. Samples are [T] int32 token ids; the output is [T, V].

@@ -108,9 +108,9 @@ TEST_CASE("attention's dropout drops the probabilities it multiplies v by, and b
   const int64_t att_n = s.B * s.H * s.T * s.T;
   std::vector<float> y0(static_cast<size_t>(s.B * s.T * s.C)), y1(y0.size()), att0(static_cast<size_t>(att_n)),
       att1(att0.size());
-  cpu::attention_forward(pool, y0.data(), att0.data(), qkv.data(), s, {});
+  cpu::attention_forward(pool, y0.data(), att0.data(), qkv.data(), s, {}, nullptr);
   const DropoutMask m{0.5f, 3, 77, nullptr, 2};
-  cpu::attention_forward(pool, y1.data(), att1.data(), qkv.data(), s, m);
+  cpu::attention_forward(pool, y1.data(), att1.data(), qkv.data(), s, m, nullptr);
   CHECK(att1 == att0);  // att keeps the probabilities themselves (softmax's backward needs them)
   CHECK(y1 != y0);
   // y = (att ⊙ f)·v, f the mask's factors over each sample's [H, T, T] probabilities.

@@ -12,7 +12,9 @@
 #include "helpers.hpp"
 #include "kernels/ops/dropout.hpp"
 #include "kernels/ops/loss.hpp"
+#include "kernels/ops/relative_position.hpp"
 #include "kernels/ops/sgd.hpp"
+#include "kernels/ops/window_partition.hpp"
 #include "models/graph/graph_module.hpp"
 #include "models/model.hpp"
 
@@ -846,6 +848,81 @@ TEST_CASE("Embedding: rows looked up, repeated ids accumulate their gradients, b
 TEST_CASE("Causal self-attention gradients match finite differences (qkv, heads, the mask)") {
   auto attn = make_causal_self_attention(8, 2);
   gradcheck(*attn, {2, 5, 8}, random_vector(80, 24, -1.f, 1.f), true, 1e-3f, 1e-2);
+}
+
+TEST_CASE("Swin's shifted-window attention: gradients match finite differences (padded, shifted and masked, or "
+          "not), the relative position bias table's too") {
+  // 5 x 4 pixels in windows of 3 x 2: padded to 6 x 4, four windows; shifted by (1, 1) or not
+  for (int64_t shift : {0, 1}) {
+    CAPTURE(shift);
+    auto attn = make_shifted_window_attention(8, {3, 2}, {shift, shift}, 2);
+    gradcheck(*attn, {2, 5, 4, 8}, random_vector(320, 25, -1.f, 1.f), true, 1e-3f, 1e-2);
+  }
+}
+
+TEST_CASE("MaxViT's relative positional attention: gradients match finite differences") {
+  auto attn = make_relative_position_attention(8, 4, 4);  // partitions of 2 x 2 tokens, two heads
+  gradcheck(*attn, {2, 3, 4, 8}, random_vector(192, 26, -1.f, 1.f), true, 1e-3f, 1e-2);
+}
+
+TEST_CASE("Swin's windows and mask, and the relative position index, are torchvision's") {
+  // torchvision's relative_position_index, as it builds it: coordinates, their differences,
+  // shifted to start at 0, the row's scaled by 2·ww − 1, summed.
+  const int64_t wh = 3, ww = 4, T = wh * ww;
+  const std::vector<int64_t> index = relative_position_index(wh, ww);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < T; ++j) {
+      const int64_t dy = i / ww - j / ww + wh - 1, dx = i % ww - j % ww + ww - 1;
+      CHECK(index[static_cast<size_t>(i * T + j)] == dy * (2 * ww - 1) + dx);
+    }
+  // The mask: torchvision labels the padded image's regions by slices, (0, −w), (−w, −s), (−s, None)
+  // along each axis, later assignments over earlier ones (a shift of 0 makes the last slice the
+  // whole axis); tokens of two labels mask each other with −100.
+  for (auto [sh, sw] : {std::pair<int64_t, int64_t>{1, 2}, {0, 2}, {2, 0}}) {
+    CAPTURE(sh);
+    CAPTURE(sw);
+    const RelativeBiasShape s{1, wh, ww, 9, 8, sh, sw};
+    std::vector<int64_t> label(static_cast<size_t>(9 * 8), 0);
+    auto clamp = [](int64_t v, int64_t n) { return v < 0 ? v + n : v; };  // Python's slice bounds
+    const int64_t hs[3][2] = {{0, -wh}, {-wh, -sh}, {-sh, 9}}, ws[3][2] = {{0, -ww}, {-ww, -sw}, {-sw, 8}};
+    int64_t count = 0;
+    for (const auto& h : hs)
+      for (const auto& w : ws) {
+        const int64_t h1 = h[1] == 9 ? 9 : clamp(h[1], 9), w1 = w[1] == 8 ? 8 : clamp(w[1], 8);
+        for (int64_t y = clamp(h[0], 9); y < h1; ++y)
+          for (int64_t x = clamp(w[0], 8); x < w1; ++x) label[static_cast<size_t>(y * 8 + x)] = count;
+        ++count;
+      }
+    for (int64_t block = 0; block < s.blocks(); ++block)
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j < T; ++j) {
+          const int64_t y0 = block / 2 * wh, x0 = block % 2 * ww;
+          const int64_t li = label[static_cast<size_t>((y0 + i / ww) * 8 + x0 + i % ww)];
+          const int64_t lj = label[static_cast<size_t>((y0 + j / ww) * 8 + x0 + j % ww)];
+          CHECK(s.mask(block, i, j) == (li == lj ? 0.f : -100.f));
+        }
+  }
+  // The windows: the padded image rolled by (−sh, −sw) (torch.roll), cut row by row; merging undoes it.
+  WindowPartitionShape p{2, 7, 6, 3, wh, ww};
+  p.sh = 1, p.sw = 2;
+  REQUIRE(p.padded_h() == 9);
+  REQUIRE(p.padded_w() == 8);
+  ThreadPool pool(1);
+  const auto image = random_vector(static_cast<size_t>(2 * 7 * 6 * 3), 27);
+  std::vector<float> tokens(static_cast<size_t>(2 * p.windows() * T * 3)), back(image.size());
+  cpu::window_partition(pool, tokens.data(), image.data(), 4, p);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t win = 0; win < p.windows(); ++win)
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t ry = win / 2 * wh + t / ww, rx = win % 2 * ww + t % ww;  // in the rolled image
+        const int64_t y = (ry + p.sh) % 9, x = (rx + p.sw) % 8;                   // roll(−s): from y + s
+        for (int64_t c = 0; c < 3; ++c) {
+          const float want = y < 7 && x < 6 ? image[static_cast<size_t>(((b * 7 + y) * 6 + x) * 3 + c)] : 0.f;
+          CHECK(tokens[static_cast<size_t>(((b * p.windows() + win) * T + t) * 3 + c)] == want);
+        }
+      }
+  cpu::window_merge(pool, back.data(), tokens.data(), 4, p);
+  CHECK(back == image);
 }
 
 TEST_CASE("StochasticDepth: each sample kept whole (scaled by 1/(1 - p)) or zeroed, by dropout's draw of its element 0") {

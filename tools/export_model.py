@@ -176,12 +176,64 @@ def module_op(m):
         return "flatten", {"start_dim": m.start_dim, "end_dim": m.end_dim}
     if type(m) is nn.Identity:
         return "identity", {}
+    if is_window_attention(m):
+        return window_attention_op(m)
     if type(m) is nn.MultiheadAttention:  # the call's arguments decide the rest (attention_op)
         return "multihead_attention", {
             "embed_dim": m.embed_dim, "num_heads": m.num_heads, "bias": m.in_proj_bias is not None,
             "dropout": m.dropout, "batch_first": m.batch_first, "add_bias_kv": m.bias_k is not None,
             "add_zero_attn": m.add_zero_attn, "kdim": m.kdim, "vdim": m.vdim}
     return None
+
+
+def is_window_attention(m):
+    """Swin's shifted-window attention (v1) or MaxViT's relative positional attention."""
+    name = f"{type(m).__module__}.{type(m).__qualname__}"
+    return name in ("torchvision.models.swin_transformer.ShiftedWindowAttention",
+                    "torchvision.models.maxvit.RelativePositionalMultiHeadAttention")
+
+
+def window_attention_op(m):
+    """(op, attrs) of torchvision's window attention. dp computes the relative position index
+    from the window (torchvision's formula); a module whose buffer holds other values is refused."""
+    import torch
+    swin = type(m).__name__ == "ShiftedWindowAttention"
+    wh, ww = (m.window_size if swin else (m.size, m.size))
+    ys, xs = torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")
+    ys, xs = ys.flatten(), xs.flatten()
+    want = (ys[:, None] - ys[None, :] + wh - 1) * (2 * ww - 1) + (xs[:, None] - xs[None, :] + ww - 1)
+    index = m.relative_position_index
+    if index.numel() != want.numel() or not torch.equal(index.flatten().to(want.dtype), want.flatten()):
+        raise ExportError(f"module {type(m).__module__}.{type(m).__name__}: its relative_position_index is not "
+                          f"torchvision's for a {wh}x{ww} window; dp computes that one")
+    if swin:
+        return "shifted_window_attention", {
+            "dim": m.qkv.in_features, "window_size": list(m.window_size), "shift_size": list(m.shift_size),
+            "num_heads": m.num_heads, "qkv_bias": m.qkv.bias is not None, "proj_bias": m.proj.bias is not None,
+            "attention_dropout": m.attention_dropout, "dropout": m.dropout}
+    return "relative_position_attention", {"feat_dim": m.to_qkv.in_features, "head_dim": m.head_dim,
+                                           "max_seq_len": m.max_seq_len}
+
+
+def patch_merging_nodes(node, shapes, where):
+    """torchvision's _patch_merging_pad (Swin's patch merging, [.., H, W, C] -> [.., H/2, W/2, 4C]
+    from the pixels (0, 0), (1, 0), (0, 1), (1, 1) of each 2x2 block) as a view, a permute and a
+    view: [H/2, 2, W/2, 2, C] ordered (H/2, W/2, the column's 2, the row's 2, C). An odd H or W
+    (zero-padded by torchvision) is refused."""
+    x = node.args[0]
+    h, w, c = (int(d) for d in shapes[x.name].shape[-3:])
+    if len(shapes[x.name].shape) != 4 or h % 2 or w % 2:
+        at = f" at {where}" if where else ""
+        raise ExportError(f"torchvision's _patch_merging_pad (node '{node.name}'){at}: its input "
+                          f"{list(shapes[x.name].shape)[1:]} is not [H, W, C] of even H and W; dp merges those "
+                          "(an odd size is zero-padded by torchvision: choose an input size that halves evenly)")
+    base = node.name
+    return [{"name": f"{base}_blocks", "op": "reshape", "module": "", "inputs": [x.name], "attrs": {},
+             "shape": [h // 2, 2, w // 2, 2, c], "where": where},
+            {"name": f"{base}_ordered", "op": "permute", "module": "", "inputs": [f"{base}_blocks"],
+             "attrs": {"dims": [0, 1, 3, 4, 2, 5]}, "shape": [h // 2, w // 2, 2, 2, c], "where": where},
+            {"name": base, "op": "reshape", "module": "", "inputs": [f"{base}_ordered"], "attrs": {},
+             "shape": [h // 2, w // 2, 4 * c], "where": where}]
 
 
 def attention_op(node, m, attrs, shapes, where):
@@ -690,6 +742,10 @@ class SizeTracer:
         class Tracer(torch.fx.Tracer):
             def to_bool(self, obj):
                 return bool(outer.concrete(obj))
+
+            def is_leaf_module(self, m, qualified_name):
+                # torchvision's window attention runs as one op of dp's (module_op)
+                return is_window_attention(m) or super().is_leaf_module(m, qualified_name)
         self.tracer = Tracer()
         self.tracer.record_stack_traces = True
 
@@ -989,6 +1045,9 @@ def export(model, kind, shape, name, source, input_text=None):
             continue  # its parts are narrows (the getitems below)
         if node.op == "call_function" and is_sdpa(node.target):
             nodes.extend(sdpa_nodes(node, shapes, values, where))
+            continue
+        if node.op == "call_function" and describe_target(node) == "torchvision.models.swin_transformer._patch_merging_pad":
+            nodes.extend(patch_merging_nodes(node, shapes, where))
             continue
         if node.op == "call_function" and node.target is operator.getitem and node.args[0].name in attention:
             if node.args[1] != 0 and not node.users:

@@ -1,4 +1,4 @@
-// Causal attention per (b, h), in parallel over the B·H pairs. q, k, v of one head are strided
+// Attention per (b, h), in parallel over the B·H pairs. q, k, v of one head are strided
 // views of qkv (leading dimension 3C), so no copies are made. With dropout, each thread forms the
 // dropped probabilities of its head in a buffer of its own (T·T).
 #include <cblas.h>
@@ -26,9 +26,9 @@ void drop_head(float* dst, const float* src, int64_t b, int64_t h, int64_t T, co
 }  // namespace
 
 void attention_forward(ThreadPool& pool, float* out, float* att, const float* qkv, const AttentionShape& s,
-                       const DropoutMask& drop) {
+                       const DropoutMask& drop, const float* bias) {
   const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const float scale = s.score_scale();
   const uint64_t key = drop.pass_key();
   pool.parallel_for(s.B * H, [=, &drop, &s](int64_t p0, int64_t p1) {
     std::vector<float> dropped(drop.on() ? static_cast<size_t>(T * T) : 0);
@@ -42,9 +42,12 @@ void attention_forward(ThreadPool& pool, float* out, float* att, const float* qk
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(T),
                   static_cast<int>(hs), scale, q, static_cast<int>(ld), k, static_cast<int>(ld), 0.f, a,
                   static_cast<int>(T));
+      const float* bias_h = bias ? bias + ((b % s.bias_blocks) * H + h) * T * T : nullptr;
       for (int64_t t = 0; t < T; ++t) {
         float* row = a + t * T;
         const int64_t last = s.last_key(t);
+        if (bias_h)
+          for (int64_t j = 0; j <= last; ++j) row[j] += bias_h[t * T + j];
         float mx = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, row[j]);
         // One exp per score (the vectorised one, fast_math.hpp), summed in double.
@@ -66,9 +69,9 @@ void attention_forward(ThreadPool& pool, float* out, float* att, const float* qk
 }
 
 void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const float* qkv, const float* att,
-                        const AttentionShape& s, const DropoutMask& drop) {
+                        const AttentionShape& s, const DropoutMask& drop, float* dscores) {
   const int64_t T = s.T, C = s.C, H = s.H, hs = s.hs(), ld = 3 * C;
-  const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  const float scale = s.score_scale();
   const uint64_t key = drop.pass_key();
   pool.parallel_for(s.B * H, [=, &drop, &s](int64_t p0, int64_t p1) {
     std::vector<float> dscore(static_cast<size_t>(T * T));
@@ -95,14 +98,20 @@ void attention_backward(ThreadPool& pool, float* dqkv, const float* dout, const 
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),
                   static_cast<int>(T), 1.f, weights, static_cast<int>(T), dy, static_cast<int>(C), 0.f, dv,
                   static_cast<int>(ld));
-      // softmax backward per row (masked entries have att 0, so they get 0), then the scale
+      // softmax backward per row (masked entries have att 0, so they get 0): the biased scores'
+      // gradient (kept when asked for), then the scale
+      float* kept = dscores ? dscores + p * T * T : nullptr;
       for (int64_t t = 0; t < T; ++t) {
         float* d = dscore.data() + t * T;
         const float* ar = a + t * T;
         const int64_t last = s.last_key(t);
         double dot = 0;
         for (int64_t j = 0; j <= last; ++j) dot += double(d[j]) * ar[j];
-        for (int64_t j = 0; j < T; ++j) d[j] = j <= last ? static_cast<float>(ar[j] * (d[j] - dot)) * scale : 0.f;
+        for (int64_t j = 0; j < T; ++j) {
+          const float g = j <= last ? static_cast<float>(ar[j] * (d[j] - dot)) : 0.f;
+          if (kept) kept[t * T + j] = g;
+          d[j] = g * scale;
+        }
       }
       // dq = dscore·k ; dk = dscoreᵀ·q
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(hs),

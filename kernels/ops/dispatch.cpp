@@ -203,44 +203,52 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
   return sum;
 }
 
+float AttentionShape::score_scale() const {
+  return scale > 0 ? scale : 1.f / std::sqrt(static_cast<float>(hs()));
+}
+
 int64_t attention_scratch_floats(const Exec&, const AttentionShape& s, bool backward, bool dropout) {
   return 4 * s.B * s.T * s.C + ((backward ? 1 : 0) + (dropout ? 1 : 0)) * s.B * s.H * s.T * s.T;
 }
 
 // `scratch` serves the CUDA kernels only (a CPU-only build leaves it unused).
 void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, [[maybe_unused]] Buf scratch,
-                       const DropoutMask& drop) {
+                       const DropoutMask& drop, Buf bias) {
   if (ex.meta) return;
   constexpr const char* op = "attention_forward";
+  if ((s.bias_blocks > 0) != (bias.ptr != nullptr))
+    throw RuntimeError(std::string(op) + ": a bias is given exactly when the shape has bias blocks");
   Operands o(ex, op);
-  const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
+  const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
   float *y = o.out(out, btc), *a = o.out(att, att_n);
   const float* x = o.in(qkv, 3 * btc);
+  const float* b = s.bias_blocks > 0 ? o.in(bias, s.bias_blocks * s.H * s.T * s.T) : nullptr;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::attention_forward(*ex.cuda, y, a, x, s, scratch.f32(op), drop);
+    cuda::attention_forward(*ex.cuda, y, a, x, s, scratch.f32(op), drop, b);
     return o.finish();
   }
 #endif
-  cpu::attention_forward(*ex.pool, y, a, x, s, drop);
+  cpu::attention_forward(*ex.pool, y, a, x, s, drop, b);
   o.finish();
 }
 
 void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s,
-                        [[maybe_unused]] Buf scratch, const DropoutMask& drop) {
+                        [[maybe_unused]] Buf scratch, const DropoutMask& drop, Buf dscores) {
   if (ex.meta) return;
   constexpr const char* op = "attention_backward";
   Operands o(ex, op);
-  const int64_t btc = s.B * s.T * s.C, att_n = s.B * s.H * s.T * s.T;
+  const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
   float* dx = o.out(dqkv, 3 * btc);
+  float* ds = dscores.ptr ? o.out(dscores, att_n) : nullptr;
   const float *dy = o.in(dout, btc), *x = o.in(qkv, 3 * btc), *a = o.in(att, att_n);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::attention_backward(*ex.cuda, dx, dy, x, a, s, scratch.f32(op), drop);
+    cuda::attention_backward(*ex.cuda, dx, dy, x, a, s, scratch.f32(op), drop, ds);
     return o.finish();
   }
 #endif
-  cpu::attention_backward(*ex.pool, dx, dy, x, a, s, drop);
+  cpu::attention_backward(*ex.pool, dx, dy, x, a, s, drop, ds);
   o.finish();
 }
 

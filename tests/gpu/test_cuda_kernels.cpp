@@ -40,6 +40,8 @@
 #include "kernels/ops/pixels.hpp"
 #include "kernels/ops/batched_matmul.hpp"
 #include "kernels/ops/permute.hpp"
+#include "kernels/ops/relative_position.hpp"
+#include "kernels/ops/window_partition.hpp"
 #include "kernels/ops/softmax.hpp"
 #include "kernels/half.hpp"
 #include "runtime/cuda/device_query.hpp"
@@ -651,6 +653,57 @@ TEST_CASE("permute moves the CPU reference's elements exactly, 4-byte and 2-byte
   CHECK(to_host<uint16_t>(c, d_y16, n) == y16);
 }
 
+TEST_CASE("Swin's window partition and merge move the CPU reference's elements exactly (padded, shifted), 4-byte "
+          "and 2-byte") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  // 9 x 10 pixels in windows of 4 x 3: padded to 12 x 12, shifted by (2, 1)
+  WindowPartitionShape s{2, 9, 10, 5, 4, 3};
+  s.sh = 2, s.sw = 1;
+  const int64_t pixels = s.B * s.H * s.W * s.C, tokens = s.B * s.windows() * s.tokens() * s.C;
+  auto x = random_vector(pixels, 75);
+  std::vector<float> t(tokens), back(pixels);
+  cpu::window_partition(pool, t.data(), x.data(), 4, s);
+  cpu::window_merge(pool, back.data(), t.data(), 4, s);
+  REQUIRE(back == x);
+  auto d_x = to_device(c, x);
+  cuda::DeviceBuffer d_t(c, tokens * 4), d_back(c, pixels * 4);
+  cuda::window_partition(c, d_t.get(), d_x.get(), 4, s);
+  CHECK(to_host<float>(c, d_t, tokens) == t);
+  cuda::window_merge(c, d_back.get(), d_t.get(), 4, s);
+  CHECK(to_host<float>(c, d_back, pixels) == x);
+  const auto x16 = random_16bit(pixels, 76, DType::BF16);
+  std::vector<uint16_t> t16(tokens);
+  cpu::window_partition(pool, t16.data(), x16.data(), 2, s);
+  auto d_x16 = to_device(c, x16);
+  cuda::DeviceBuffer d_t16(c, tokens * 2);
+  cuda::window_partition(c, d_t16.get(), d_x16.get(), 2, s);
+  CHECK(to_host<uint16_t>(c, d_t16, tokens) == t16);
+}
+
+TEST_CASE("the relative position bias (with Swin's shifted-window mask) and its table's gradient match the CPU "
+          "reference") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  for (bool shifted : {false, true}) {
+    CAPTURE(shifted);
+    RelativeBiasShape s{3, 4, 3};
+    if (shifted) s.padded_h = 12, s.padded_w = 9, s.sh = 2, s.sw = 1;
+    const int64_t T = s.tokens(), bias_n = s.blocks() * s.heads * T * T, windows = 37;
+    auto table = random_vector(s.table_rows() * s.heads, 77), g = random_vector(windows * s.heads * T * T, 78);
+    std::vector<float> bias(bias_n), sums(s.heads * T * T), dtable(s.table_rows() * s.heads);
+    cpu::relative_bias_forward(pool, bias.data(), table.data(), s);
+    cpu::relative_bias_backward(pool, dtable.data(), sums.data(), g.data(), windows, s);
+    auto d_table = to_device(c, table), d_g = to_device(c, g);
+    cuda::DeviceBuffer d_bias(c, bias_n * 4), d_sums(c, sums.size() * 4), d_dtable(c, dtable.size() * 4);
+    cuda::relative_bias_forward(c, static_cast<float*>(d_bias.get()), static_cast<const float*>(d_table.get()), s);
+    cuda::relative_bias_backward(c, static_cast<float*>(d_dtable.get()), static_cast<float*>(d_sums.get()),
+                                 static_cast<const float*>(d_g.get()), windows, s);
+    CHECK(to_host<float>(c, d_bias, bias_n) == bias);  // a read and one add: the same bits
+    CHECK(rel_error(to_host<float>(c, d_dtable, dtable.size()), dtable) < 1e-6);
+  }
+}
+
 TEST_CASE("batched matmul (every transpose) matches the CPU reference, float32 and 16-bit") {
   cuda::Context c(0);
   ThreadPool pool(1);
@@ -1245,15 +1298,18 @@ TEST_CASE("Embedding's backward sums a token's rows in row order: bit for bit th
   }
 }
 
-TEST_CASE("attention forward and backward match the CPU reference, causal or not (a ViT's), with and without dropout") {
+TEST_CASE("attention forward and backward match the CPU reference, causal or not (a ViT's), with and without dropout, "
+          "with a bias and its scores' gradient (Swin's, MaxViT's)") {
   cuda::Context c(0);
   ThreadPool pool(1);
-  for (bool causal : {true, false}) {
-    CAPTURE(causal);
+  for (int variant = 0; variant < 3; ++variant) {  // causal; not causal; not causal with a bias and a scale
+    CAPTURE(variant);
     AttentionShape s{3, 17, 64, 4};
-    s.causal = causal;
-    const int64_t BTC = s.B * s.T * s.C;
+    s.causal = variant == 0;
+    if (variant == 2) s.scale = 0.3f, s.bias_blocks = 2;  // samples 0 and 2 share block 0
+    const int64_t BTC = s.B * s.T * s.C, scores = s.score_count();
     auto qkv = random_vector(static_cast<size_t>(3 * BTC), 60), dy = random_vector(static_cast<size_t>(BTC), 61);
+    auto bias = random_vector(static_cast<size_t>(s.bias_blocks * s.H * s.T * s.T), 62);
     // The dropout key in device memory, as a step passes it (read when the kernels run).
     const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
     auto d_key = to_device(c, std::vector<uint32_t>(key, key + 2));
@@ -1261,18 +1317,23 @@ TEST_CASE("attention forward and backward match the CPU reference, causal or not
       CAPTURE(p);
       DropoutMask on_host{p, 4, 0x123456789abcdef0ull, nullptr, 5}, on_device = on_host;
       on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
-      std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(s.B * s.H * s.T * s.T)),
-          dqkv(static_cast<size_t>(3 * BTC));
-      cpu::attention_forward(pool, y.data(), att.data(), qkv.data(), s, on_host);
-      cpu::attention_backward(pool, dqkv.data(), dy.data(), qkv.data(), att.data(), s, on_host);
-      auto d_qkv = to_device(c, qkv), d_dy = to_device(c, dy);
+      std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(scores)),
+          dqkv(static_cast<size_t>(3 * BTC)), dscores(static_cast<size_t>(scores));
+      const bool biased = s.bias_blocks > 0;
+      cpu::attention_forward(pool, y.data(), att.data(), qkv.data(), s, on_host, biased ? bias.data() : nullptr);
+      cpu::attention_backward(pool, dqkv.data(), dy.data(), qkv.data(), att.data(), s, on_host,
+                              biased ? dscores.data() : nullptr);
+      auto d_qkv = to_device(c, qkv), d_dy = to_device(c, dy), d_bias = to_device(c, bias);
       cuda::DeviceBuffer d_y(c, y.size() * 4), d_att(c, att.size() * 4), d_dqkv(c, dqkv.size() * 4),
-          scratch(c, static_cast<size_t>(4 * BTC + 2 * s.B * s.H * s.T * s.T) * 4);
-      cuda::attention_forward(c, d_y.get(), d_att.get(), d_qkv.get(), s, scratch.get(), on_device);
-      cuda::attention_backward(c, d_dqkv.get(), d_dy.get(), d_qkv.get(), d_att.get(), s, scratch.get(), on_device);
+          d_dscores(c, dscores.size() * 4), scratch(c, static_cast<size_t>(4 * BTC + 2 * scores) * 4);
+      cuda::attention_forward(c, d_y.get(), d_att.get(), d_qkv.get(), s, scratch.get(), on_device,
+                              biased ? d_bias.get() : nullptr);
+      cuda::attention_backward(c, d_dqkv.get(), d_dy.get(), d_qkv.get(), d_att.get(), s, scratch.get(), on_device,
+                               biased ? d_dscores.get() : nullptr);
       CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < 1e-4);
       CHECK(rel_error(to_host<float>(c, d_att, att.size()), att) < 1e-4);
       CHECK(rel_error(to_host<float>(c, d_dqkv, dqkv.size()), dqkv) < 1e-4);
+      if (biased) CHECK(rel_error(to_host<float>(c, d_dscores, dscores.size()), dscores) < 1e-4);
     }
   }
 }

@@ -153,6 +153,16 @@ def make(name):
         from torchvision.models.convnext import CNBlockConfig, ConvNeXt
         return ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.0,
                         layer_scale=0.5, num_classes=10)
+    if name == "swin_small":  # torchvision's Swin at 3x32x32: 8x8 then 4x4 tokens in windows of 3 (padded to 9x9
+        # and 6x6, shifted by 1: the mask), relative position bias, patch merging, stochastic depth
+        from torchvision.models.swin_transformer import SwinTransformer
+        return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[3, 3],
+                               stochastic_depth_prob=0.2, num_classes=10)
+    if name == "maxvit_small":  # torchvision's MaxViT at 3x32x32: MBConv, window and grid partitions of 2x2,
+        # relative positional attention, BatchNorm at momentum 0.99
+        from torchvision.models.maxvit import MaxVit
+        return MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2, block_channels=[16, 32],
+                      block_layers=[1, 1], head_dim=8, stochastic_depth_prob=0.2, num_classes=10)
     if name == "resnet8_twin":
         import reference
         return reference.make_model("resnet8")

@@ -63,14 +63,19 @@ def apply(x, site, p, whole_samples=False):
 
 
 class Dropout(nn.Module):
-    """nn.Dropout(p) drawing dp's masks at `site`; whole_samples: torchvision's StochasticDepth(p, "row")."""
+    """nn.Dropout(p) drawing dp's masks at `site`; whole_samples: torchvision's StochasticDepth(p, "row").
+    `site` a list: a module a forward calls more than once (Swin's stochastic depth, after the
+    attention and after the MLP), a site for each call in turn, as dp numbers a node each."""
 
     def __init__(self, p, site, whole_samples=False):
         super().__init__()
-        self.p, self.site, self.whole_samples = p, site, whole_samples
+        self.p, self.whole_samples = p, whole_samples
+        self.sites, self.calls = (list(site) if isinstance(site, (list, tuple)) else [site]), 0
 
     def forward(self, x):
-        return apply(x, self.site, self.p, self.whole_samples) if self.training and self.p > 0 else x
+        site = self.sites[self.calls % len(self.sites)]
+        self.calls += 1
+        return apply(x, site, self.p, self.whole_samples) if self.training and self.p > 0 else x
 
 
 def with_dp_masks(model, example):
@@ -81,8 +86,8 @@ def with_dp_masks(model, example):
     import torchvision
     kinds = (nn.Dropout, torchvision.ops.StochasticDepth)
     paths = {child: path for path, child in model.named_modules() if type(child) in kinds}
-    called = []
-    hooks = [m.register_forward_pre_hook(lambda m, _: called.append(m) if m not in called else None) for m in paths]
+    called = []  # every call, in order: the sites
+    hooks = [m.register_forward_pre_hook(lambda m, _: called.append(m)) for m in paths]
     was_training = model.training
     model.eval()  # nothing updated: BatchNorm's running statistics stay
     with torch.no_grad():
@@ -90,13 +95,14 @@ def with_dp_masks(model, example):
     model.train(was_training)
     for h in hooks:
         h.remove()
-    for site, child in enumerate(called):
+    for child in dict.fromkeys(called):
+        sites = [site for site, m in enumerate(called) if m is child]
         if type(child) is nn.Dropout:
-            twin = Dropout(child.p, site)
+            twin = Dropout(child.p, sites)
         else:
             if child.mode != "row":
                 raise ValueError("dp runs stochastic depth in mode row only")
-            twin = Dropout(child.p, site, whole_samples=True)
+            twin = Dropout(child.p, sites, whole_samples=True)
         parent_path, _, name = paths[child].rpartition(".")
         setattr(model.get_submodule(parent_path), name, twin)
     return model

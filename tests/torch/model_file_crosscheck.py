@@ -84,6 +84,12 @@ CASES = [
     # torchvision's ConvNeXt (two stages): permutes, LayerNorm over channels last, LayerNorm2d
     # (F.layer_norm of its own weight and bias), a layer scale multiplied in (a parameter used directly).
     ("file:convnext_small", 3, 11, "chunks:5,4,2", 3, SGD),
+    # torchvision's Swin at 3x32x32 (two stages, windows of 3: padded, shifted by 1, masked): its
+    # relative position bias table, patch merging, stochastic depth called twice a block (a site a call).
+    ("file:swin_small", 3, 11, "chunks:5,4,2", 3, ADAMW),
+    # torchvision's MaxViT at 3x32x32: MBConv, window and grid partitions, relative positional
+    # attention, BatchNorm at momentum 0.99, stochastic depth; one update.
+    ("file:maxvit_small", 3, 27, "chunks:8,10,9", 1, ADAMW),
     # ReLU6, SiLU, Tanh and Sigmoid.
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
