@@ -467,6 +467,20 @@ TEST_CASE("A model file's tensor ops refuse what they cannot run, naming it") {
   CHECK(refused("masked_fill", {{"mask", "causal"}, {"value", "nan"}}, {3, 4}, {3, 4}).find("not a number") !=
         std::string::npos);
   CHECK(refused("scale", {{"factor", "2"}}, {3, 4}, {3, 4}).find("factor") != std::string::npos);
+  // window attention: heads that do not divide, a dropout, a sample of the wrong shape
+  const nlohmann::json swin = {{"dim", 8}, {"window_size", {2, 2}}, {"shift_size", {1, 1}}, {"num_heads", 3}};
+  CHECK(refused("shifted_window_attention", swin, {4, 4, 8}, {4, 4, 8}).find("does not split into 3 heads") !=
+        std::string::npos);
+  nlohmann::json dropped = swin;
+  dropped["num_heads"] = 2, dropped["dropout"] = 0.1;
+  CHECK(refused("shifted_window_attention", dropped, {4, 4, 8}, {4, 4, 8}).find("dropout other than 0") !=
+        std::string::npos);
+  const nlohmann::json maxvit = {{"feat_dim", 8}, {"head_dim", 4}, {"max_seq_len", 4}};
+  CHECK(refused("relative_position_attention", maxvit, {3, 5, 8}, {3, 5, 8}).find("takes [G, 4, 8] per sample") !=
+        std::string::npos);
+  nlohmann::json not_square = maxvit;
+  not_square["max_seq_len"] = 6;
+  CHECK(refused("relative_position_attention", not_square, {3, 6, 8}, {3, 6, 8}).find("a square") != std::string::npos);
   // a value without the batch dimension anywhere but into embedding and add
   auto spec = graph_spec({4});
   const int pos = add_node(*spec, "pos", "arange", "", {}, {{"end", 4}}, {4});

@@ -64,7 +64,13 @@ class GraphModule final : public Module {
         throw UsageError(where(node) + " reads a value without the batch dimension and then one with it (whose "
                          "batch it takes)");
       Shape out;
-      if (auto m = make_node_module(node, dropout_site)) {
+      std::unique_ptr<Module> made;
+      try {
+        made = make_node_module(node, dropout_site);
+      } catch (const RuntimeError& e) {  // a module's own check of its attributes (heads that do not divide)
+        throw UsageError(where(node) + ": " + e.what());
+      }
+      if (auto m = std::move(made)) {
         const size_t takes = node.op == "parameter" ? 0 : 1;
         if (in.size() != takes)
           throw UsageError(where(node) + " reads " + std::to_string(in.size()) + " values; " + node.op + " takes " +

@@ -140,6 +140,10 @@ def make(name):
         return model
     if name == "tv_convnext_tiny":  # ConvNeXt-T itself (at 3x224x224: by hand); stochastic depth off
         return torchvision.models.convnext_tiny(num_classes=10, stochastic_depth_prob=0.0)
+    if name == "tv_swin_t":  # Swin-T itself (at 3x224x224: by hand), stochastic depth drawing dp's masks
+        return torchvision.models.swin_t(num_classes=10)
+    if name == "tv_maxvit_t":  # MaxViT-T itself (at 3x224x224: by hand), stochastic depth drawing dp's masks
+        return torchvision.models.maxvit_t(num_classes=10)
     if name == "vit_tiny":  # torchvision's ViT at 3x32x32: class token, position embedding, MultiheadAttention
         from torchvision.models.vision_transformer import VisionTransformer
         model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,

@@ -4,8 +4,8 @@ the module's own weights (--init) and by the PyTorch reference of the DataParall
 weights load into the original module with strict=True.
 
 usage: model_file_crosscheck.py DP_BINARY [--heavy]   (exit 77 = skipped: no torch or torchvision)
-  --heavy  instead, the cases too heavy for the suite's time (about 3.5 minutes): ViT-B/16 and
-           ConvNeXt-T at their native 3x224x224, one AdamW update each; VGG-11 (129M parameters)
+  --heavy  instead, the cases too heavy for the suite's time: ViT-B/16, ConvNeXt-T, Swin-T and
+           MaxViT-T at their native 3x224x224, one AdamW update each; VGG-11 (129M parameters)
 """
 import sys
 
@@ -94,11 +94,14 @@ CASES = [
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
 ]
 
-# By hand (--heavy): the transformers at their native size, from float32 tensor files; VGG.
+# By hand (--heavy): the transformers at their native size, from float32 tensor files (Swin-T's
+# 7x7 windows over 56, 28, 14 and 7 tokens a side: shifted but for the last, one window); VGG.
 HEAVY = [
     ("file:tv_vit_b_16@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     ("file:tv_convnext_tiny@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     ("file:tv_vgg11_bn", 3, 27, "chunks:8,10,9", 1, SGD),
+    ("file:tv_swin_t@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
+    ("file:tv_maxvit_t@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
 ]
 
 if __name__ == "__main__":
