@@ -12,6 +12,7 @@
 #include "runtime/device.hpp"
 #include "core/error.hpp"
 #include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/every_sample.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "models/module.hpp"
 #include "core/setting_name.hpp"
@@ -88,15 +89,15 @@ class Transformer final : public Module {
     positions_ = Tensor::empty(dev, {T}, MemCategory::Inputs, DType::I32);
     positions(dev.exec(), positions_.buf(), T);  // on the device: a captured step makes them again
     const Tensor p = wpe_->forward(dev, positions_, training);  // [T, C], added to every sample
-    for (int64_t b = 0; b < B; ++b) add_inplace(dev.exec(), x.rows(b, 1).buf(), p.buf(), p.numel());
+    add_every_sample(dev.exec(), x.buf(), p.buf(), B, p.numel());
     return ln_f_->forward(dev, h_->forward(dev, drop_->forward(dev, x, training), training), training);
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool) override {
     const Tensor gx = drop_->backward(dev, h_->backward(dev, ln_f_->backward(dev, grad_out, true), true), true);
     const int64_t B = gx.dim(0), T = gx.dim(1);
-    // Summed over the batch in float32 (a 16-bit sum would round at every sample).
-    Tensor gp = Tensor::zeros(dev, {T, cfg_.dim}, MemCategory::Activations, DType::F32);
-    for (int64_t b = 0; b < B; ++b) add_inplace(dev.exec(), gp.buf(), gx.rows(b, 1).buf(), gp.numel());
+    // Summed over the batch into float32 (a 16-bit sum would round at every sample).
+    Tensor gp = Tensor::empty(dev, {T, cfg_.dim}, MemCategory::Activations, DType::F32);
+    sum_samples(dev.exec(), gp.buf(), gx.buf(), B, gp.numel());
     wpe_->backward(dev, gp, false);
     wte_->backward(dev, gx, false);
     positions_ = Tensor();

@@ -14,8 +14,8 @@ namespace dp::cuda {
 namespace column_sum_detail {
 constexpr int kCols = 32, kRows = 32;
 
-template <typename T>
-__global__ void column_sum_kernel(T* db, const T* dout, int64_t B, int64_t O) {
+template <typename T, typename TIn>
+__global__ void column_sum_kernel(T* db, const TIn* dout, int64_t B, int64_t O) {
   __shared__ double part[kRows][kCols + 1];  // +1: the column-wise tree reads without bank conflicts
   const int64_t j = blockIdx.x * int64_t{kCols} + threadIdx.x;
   double s = 0;
@@ -31,8 +31,9 @@ __global__ void column_sum_kernel(T* db, const T* dout, int64_t B, int64_t O) {
 }
 }  // namespace column_sum_detail
 
-template <typename T>
-void column_sum(Context& c, T* db, const T* dout, int64_t B, int64_t O) {
+// The sums stored as T, the rows read as TIn (16-bit rows summed into float32: a gradient over samples).
+template <typename T, typename TIn = T>
+void column_sum(Context& c, T* db, const TIn* dout, int64_t B, int64_t O) {
   using namespace column_sum_detail;
   if (O == 0) return;
   const dim3 block(kCols, kRows);

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "kernels/ops/broadcast_mul.hpp"
 #include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/every_sample.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/ops/pooling.hpp"
 #include "models/graph/tensor_ops.hpp"
@@ -200,9 +201,7 @@ class Mul final : public MultiInputOp {
       per_plane_ = per_sample != small.numel();
       const int64_t size = per_plane_ ? per_sample / small.numel() : 1;
       Tensor out = Tensor::empty(dev, big.shape(), MemCategory::Activations, big.dtype());
-      for (int64_t b = 0; b < big.dim(0); ++b)
-        mul_planes(dev.exec(), out.rows(b, 1).buf(), big.rows(b, 1).buf(), small.buf(), per_sample / size, size,
-                   per_plane_);
+      mul_every_sample(dev.exec(), out.buf(), big.buf(), small.buf(), big.dim(0), per_sample / size, size, per_plane_);
       return out;
     }
     const bool first_big = a_.numel() >= b_.numel();
@@ -244,19 +243,17 @@ class Mul final : public MultiInputOp {
     const int64_t per_sample = big.numel() / std::max<int64_t>(big.dim(0), 1);
     const int64_t size = per_plane_ ? per_sample / small.numel() : 1, planes = per_sample / size;
     Tensor d_big, d_small;
+    const int64_t samples = big.dim(0);
     if (need[static_cast<size_t>(1 - u)]) {
       d_big = Tensor::empty(dev, big.shape(), MemCategory::Activations, g.dtype());
-      for (int64_t b = 0; b < big.dim(0); ++b)
-        mul_planes(dev.exec(), d_big.rows(b, 1).buf(), g.rows(b, 1).buf(), small.buf(), planes, size, per_plane_);
+      mul_every_sample(dev.exec(), d_big.buf(), g.buf(), small.buf(), samples, planes, size, per_plane_);
     }
-    if (need[static_cast<size_t>(u)]) {
-      d_small = Tensor::zeros(dev, small.shape(), MemCategory::Activations, DType::F32);
-      Tensor part = Tensor::empty(dev, small.shape(), MemCategory::Activations, DType::F32);
-      for (int64_t b = 0; b < big.dim(0); ++b) {
-        if (per_plane_) plane_dot(dev.exec(), part.buf(), g.rows(b, 1).buf(), big.rows(b, 1).buf(), planes, size);
-        else mul_planes(dev.exec(), part.buf(), g.rows(b, 1).buf(), big.rows(b, 1).buf(), planes, size, false);
-        add_inplace(dev.exec(), d_small.buf(), part.buf(), part.numel());
-      }
+    if (need[static_cast<size_t>(u)]) {  // each sample's (per plane Σ g · big, or g · big), then their sum
+      Tensor parts = Tensor::empty(dev, {samples, small.numel()}, MemCategory::Activations, DType::F32);
+      if (per_plane_) plane_dot(dev.exec(), parts.buf(), g.buf(), big.buf(), samples * planes, size);
+      else mul_planes(dev.exec(), parts.buf(), g.buf(), big.buf(), samples * planes, size, false);
+      d_small = Tensor::empty(dev, small.shape(), MemCategory::Activations, DType::F32);
+      sum_samples(dev.exec(), d_small.buf(), parts.buf(), samples, small.numel());
     }
     a_ = b_ = Tensor();
     std::vector<Tensor> out(2);
@@ -304,7 +301,7 @@ class Add final : public MultiInputOp {
     } else {
       const Tensor& s = in[static_cast<size_t>(small)];
       small_shape_ = s.shape();
-      for (int64_t b = 0; b < out.dim(0); ++b) add_inplace(dev.exec(), out.rows(b, 1).buf(), s.buf(), s.numel());
+      add_every_sample(dev.exec(), out.buf(), s.buf(), out.dim(0), s.numel());
     }
     return out;
   }
@@ -399,8 +396,8 @@ const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", 
 }  // namespace
 
 Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape) {
-  Tensor sum = Tensor::zeros(dev, shape, MemCategory::Activations, DType::F32);
-  for (int64_t b = 0; b < g.dim(0); ++b) add_inplace(dev.exec(), sum.buf(), g.rows(b, 1).buf(), sum.numel());
+  Tensor sum = Tensor::empty(dev, shape, MemCategory::Activations, DType::F32);
+  sum_samples(dev.exec(), sum.buf(), g.buf(), g.dim(0), sum.numel());
   return sum;
 }
 

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "kernels/ops/batched_matmul.hpp"
 #include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/every_sample.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/ops/permute.hpp"
 #include "kernels/ops/softmax.hpp"
@@ -204,8 +205,8 @@ class Expand final : public MultiInputOp {
     Shape out_shape{in[1].dim(0)};
     out_shape.insert(out_shape.end(), shape_.begin() + 1, shape_.end());
     Tensor out = Tensor::empty(dev, out_shape, MemCategory::Activations, in[0].dtype());
-    for (int64_t b = 0; b < out.dim(0); ++b)
-      copy_between(dev.exec(), out.rows(b, 1).data<void>(), in[0].data<void>(), in[0].bytes(), dev.exec());
+    zero(dev.exec(), out.data<void>(), out.bytes());
+    add_every_sample(dev.exec(), out.buf(), in[0].buf(), out.dim(0), in[0].numel());
     return out;
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {

@@ -27,6 +27,7 @@
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
+#include "kernels/ops/every_sample.hpp"
 #include "kernels/ops/linear.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
@@ -628,6 +629,51 @@ TEST_CASE("mul_planes and plane_dot (a per-channel gate and its gradient) match 
   cuda::plane_dot(c, static_cast<float*>(d_dot.get()), static_cast<const float*>(d_g.get()),
                   static_cast<const float*>(d_a.get()), planes, size);
   CHECK(rel_error(to_host<float>(c, d_dot, planes), dot) < kTol);
+}
+
+TEST_CASE("a value applied to every sample (added, multiplied per plane or element) and the sum over the samples "
+          "match the CPU reference, float32 and bfloat16") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t rows = 67, planes = 12, size = 49, n = planes * size;
+  auto y = random_vector(rows * n, 64), x = random_vector(n, 65), gate = random_vector(planes, 66);
+  std::vector<float> want = y;
+  cpu::add_every_sample(pool, want.data(), x.data(), rows, n);
+  auto d_y = to_device(c, y), d_x = to_device(c, x);
+  cuda::add_every_sample(c, static_cast<float*>(d_y.get()), static_cast<const float*>(d_x.get()), rows, n);
+  CHECK(to_host<float>(c, d_y, rows * n) == want);  // one rounding of one sum: exact
+  for (bool per_plane : {true, false}) {
+    CAPTURE(per_plane);
+    const auto& b = per_plane ? gate : x;
+    std::vector<float> out(rows * n);
+    cpu::mul_every_sample(pool, out.data(), y.data(), b.data(), rows, planes, size, per_plane);
+    auto d_a = to_device(c, y), d_b = to_device(c, b);
+    cuda::DeviceBuffer d_out(c, out.size() * 4);
+    cuda::mul_every_sample(c, static_cast<float*>(d_out.get()), static_cast<const float*>(d_a.get()),
+                           static_cast<const float*>(d_b.get()), rows, planes, size, per_plane);
+    CHECK(to_host<float>(c, d_out, out.size()) == out);
+  }
+  std::vector<float> sum(n);
+  cpu::sum_samples(pool, sum.data(), y.data(), rows, n);
+  auto d_in = to_device(c, y);
+  cuda::DeviceBuffer d_sum(c, n * 4);
+  cuda::sum_samples(c, static_cast<float*>(d_sum.get()), static_cast<const float*>(d_in.get()), rows, n);
+  CHECK(rel_error(to_host<float>(c, d_sum, n), sum) < 1e-6);  // in double both: the order barely shows
+  // bfloat16 storage: the CUDA kernels read and write it natively; the CPU reference widens it
+  const auto y16 = random_16bit(rows * n, 67, DType::BF16), x16 = random_16bit(n, 68, DType::BF16);
+  std::vector<float> want16 = widen(y16, DType::BF16);
+  const std::vector<float> xw = widen(x16, DType::BF16);
+  cpu::add_every_sample(pool, want16.data(), xw.data(), rows, n);
+  auto d_y16 = to_device(c, y16), d_x16 = to_device(c, x16);
+  cuda::add_every_sample(c, DType::BF16, d_y16.get(), d_x16.get(), rows, n);
+  const auto got16 = to_host<uint16_t>(c, d_y16, rows * n);
+  for (int64_t i = 0; i < rows * n; i += 97) CHECK(got16[i] == float_to_bf16(want16[i]));
+  std::vector<float> sum16(n);
+  const std::vector<float> yw = widen(y16, DType::BF16);
+  cpu::sum_samples(pool, sum16.data(), yw.data(), rows, n);
+  auto d_rows16 = to_device(c, y16);  // d_y16 has had x added
+  cuda::sum_samples(c, DType::BF16, static_cast<float*>(d_sum.get()), d_rows16.get(), rows, n);
+  CHECK(rel_error(to_host<float>(c, d_sum, n), sum16) < 1e-6);
 }
 
 TEST_CASE("permute moves the CPU reference's elements exactly, 4-byte and 2-byte, and its inverse restores them") {
