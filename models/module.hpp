@@ -73,6 +73,8 @@ class Module {
   virtual std::string describe() const = 0;  // "Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)"
   // Output shape for an input shape (without the batch dim); RuntimeError if incompatible.
   virtual Shape output_shape(const Shape& in) const = 0;
+  // Whether it takes a value without the batch dimension (a model file's positions: embedding).
+  virtual bool reads_unbatched() const { return false; }
   // This module's own parameters, then its own buffers, in PyTorch's state-dict order.
   virtual std::vector<ParamDecl> params() const { return {}; }
   const std::vector<Child>& children() const { return children_; }

@@ -77,6 +77,7 @@ class Gelu final : public Module {
 
 class Embedding final : public Module {
  public:
+  bool reads_unbatched() const override { return true; }  // positions, in a model file
   Embedding(int64_t v, int64_t c, double init_std) : v_(v), c_(c), std_(init_std) {}
   std::string describe() const override {
     std::ostringstream os;

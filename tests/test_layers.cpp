@@ -485,7 +485,12 @@ TEST_CASE("A model file's tensor ops refuse what they cannot run, naming it") {
   auto spec = graph_spec({4});
   const int pos = add_node(*spec, "pos", "arange", "", {}, {{"end", 4}}, {4});
   spec->output = add_node(*spec, "r", "relu", "", {pos}, none, {4});
-  CHECK_THROWS_WITH_AS(make_graph_module(spec), doctest::Contains("does not depend on the model's input"), UsageError);
+  CHECK_THROWS_WITH_AS(make_graph_module(spec), doctest::Contains("reads 'pos': a value that does not depend on the "
+                                                                  "model's input"), UsageError);
+  // expand takes the value without the batch dimension first, then the one whose batch it takes
+  auto ex = graph_spec({1, 4});
+  ex->output = add_node(*ex, "e", "expand", "", {-1, -1}, none, {1, 4});
+  CHECK_THROWS_WITH_AS(make_graph_module(ex), doctest::Contains("and then one with it"), UsageError);
   // matmul's shapes
   auto mm = graph_spec({3, 4});  // [3, 4] @ [3, 4]: K 4 against 3
   mm->output = add_node(*mm, "m", "matmul", "", {-1, -1}, none, {3, 4});

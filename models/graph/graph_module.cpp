@@ -47,22 +47,14 @@ class GraphModule final : public Module {
         with_batch += j < 0 || batched[static_cast<size_t>(j)] ? 1 : 0;
       }
       batched[i] = with_batch > 0;
-      // What takes a value without the batch dimension: embedding (positions), add and mul (onto
-      // every sample: a position embedding, a layer scale), expand (to every sample: a class token).
-      const bool takes_unbatched = node.op == "embedding",
-                 mixes = node.op == "add" || node.op == "mul" || node.op == "expand";
-      if (with_batch < in.size() && !takes_unbatched && !(mixes && with_batch > 0)) {
-        const int j = *std::find_if(node.inputs.begin(), node.inputs.end(),
-                                    [&](int k) { return k >= 0 && !batched[static_cast<size_t>(k)]; });
-        throw UsageError(where(node) + " reads '" + nodes[static_cast<size_t>(j)].name +
-                         "', a value that does not depend on the model's input (no batch dimension); dp runs "
-                         "such values through embedding, into add and mul (onto every sample) and expand");
-      }
-      if (node.op == "expand" &&
-          (in.size() != 2 || batched[static_cast<size_t>(std::max(node.inputs[0], 0))] || node.inputs[0] < 0 ||
-           !(node.inputs[1] < 0 || batched[static_cast<size_t>(node.inputs[1])])))
-        throw UsageError(where(node) + " reads a value without the batch dimension and then one with it (whose "
-                         "batch it takes)");
+      // The input that lacks the batch dimension, if one does (named when an op refuses it).
+      const auto unbatched = std::find_if(node.inputs.begin(), node.inputs.end(),
+                                          [&](int k) { return k >= 0 && !batched[static_cast<size_t>(k)]; });
+      auto refused = [&](const std::string& why) {
+        return UsageError(where(node) + (unbatched == node.inputs.end()
+                                             ? ": " + why
+                                             : " reads '" + nodes[static_cast<size_t>(*unbatched)].name + "': " + why));
+      };
       Shape out;
       std::unique_ptr<Module> made;
       try {
@@ -71,6 +63,7 @@ class GraphModule final : public Module {
         throw UsageError(where(node) + ": " + e.what());
       }
       if (auto m = std::move(made)) {
+        if (unbatched != node.inputs.end() && !m->reads_unbatched()) throw refused(kWithoutBatchRule);
         const size_t takes = node.op == "parameter" ? 0 : 1;
         if (in.size() != takes)
           throw UsageError(where(node) + " reads " + std::to_string(in.size()) + " values; " + node.op + " takes " +
@@ -103,7 +96,11 @@ class GraphModule final : public Module {
         st.multi = make_multi_input_op(node);
         std::vector<bool> in_batched;
         for (int j : node.inputs) in_batched.push_back(j < 0 || batched[static_cast<size_t>(j)]);
-        st.multi->set_batched(in_batched);
+        try {
+          st.multi->set_batched(in_batched);
+        } catch (const UsageError& e) {
+          throw refused(e.what());
+        }
         try {
           out = st.multi->output_shape(in);
         } catch (const UsageError& e) {

@@ -2,6 +2,7 @@
 // that runs it. Attribute names are PyTorch's (the module's constructor arguments).
 #include "models/graph/graph_ops.hpp"
 
+#include <algorithm>
 #include <array>
 #include <sstream>
 
@@ -160,6 +161,15 @@ int unbatched_operand(const std::vector<bool>& batched) {
   if (batched.size() != 2 || batched[0] == batched[1]) return -1;
   return batched[0] ? 1 : 0;
 }
+// An op of two values of which one may lack the batch dimension, applied to every sample of the other.
+class EverySampleOp : public MultiInputOp {
+ public:
+  void set_batched(const std::vector<bool>& batched) override {
+    if (std::find(batched.begin(), batched.end(), true) == batched.end()) throw UsageError(kWithoutBatchRule);
+    batched_ = batched;
+  }
+};
+
 bool fits_every_sample(const Shape& small, const Shape& sample) {
   return small == sample || (small.size() == sample.size() + 1 && small[0] == 1 &&
                              std::equal(sample.begin(), sample.end(), small.begin() + 1));
@@ -169,7 +179,7 @@ bool fits_every_sample(const Shape& small, const Shape& sample) {
 // leading dimensions equal, the rest 1), a squeeze-and-excitation gate; or one without the batch
 // dimension, either way, onto every sample (ConvNeXt's layer scale, a parameter [C, 1, 1]): its
 // gradient then the sum over the samples, in float32.
-class Mul final : public MultiInputOp {
+class Mul final : public EverySampleOp {
  public:
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2) throw UsageError("mul takes two inputs, not " + std::to_string(in.size()));
@@ -277,7 +287,7 @@ class Mul final : public MultiInputOp {
 // embedding: [T, C] onto [B, T, C]); its gradient is then the sum over the samples, in float32 (a
 // 16-bit sum would round at every sample). The sum goes into a when the graph says a is this op's
 // to overwrite.
-class Add final : public MultiInputOp {
+class Add final : public EverySampleOp {
  public:
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2) throw UsageError("add takes two inputs, not " + std::to_string(in.size()));
@@ -394,6 +404,15 @@ const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", 
                                                  "arange"};
 
 }  // namespace
+
+const char* const kWithoutBatchRule =
+    "a value that does not depend on the model's input (no batch dimension); dp runs such values through "
+    "embedding, into add and mul (onto every sample) and expand";
+
+void MultiInputOp::set_batched(const std::vector<bool>& batched) {
+  if (std::find(batched.begin(), batched.end(), false) != batched.end()) throw UsageError(kWithoutBatchRule);
+  batched_ = batched;
+}
 
 Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape) {
   Tensor sum = Tensor::empty(dev, shape, MemCategory::Activations, DType::F32);

@@ -12,6 +12,9 @@
 
 namespace dp {
 
+// Where a value without the batch dimension (positions, a parameter used directly) may go.
+extern const char* const kWithoutBatchRule;
+
 class MultiInputOp {
  public:
   virtual ~MultiInputOp() = default;
@@ -22,9 +25,10 @@ class MultiInputOp {
   // One gradient per input; undefined where need[i] is false.
   virtual std::vector<Tensor> backward(Device& dev, const Tensor& grad_out, const std::vector<bool>& need) = 0;
   virtual void clear_cache() {}
-  // Which inputs have the batch dimension (the graph tells each op before output_shape): an op
-  // that takes values without it onto every sample (add, mul, expand) tells them apart by this.
-  virtual void set_batched(const std::vector<bool>& batched) { batched_ = batched; }
+  // Which inputs have the batch dimension, told before output_shape. By default every one must
+  // (UsageError: kWithoutBatchRule); the ops that apply a value without it to every sample (add,
+  // mul, expand) take it, and tell their inputs apart by this.
+  virtual void set_batched(const std::vector<bool>& batched);
 
  protected:
   std::vector<bool> batched_;

@@ -194,6 +194,11 @@ class Parameter final : public Module {
 // gradient is the sum over the samples, in float32.
 class Expand final : public MultiInputOp {
  public:
+  void set_batched(const std::vector<bool>& batched) override {
+    if (batched != std::vector<bool>{false, true})
+      throw UsageError("expand reads a value without the batch dimension and then one with it (whose batch it takes)");
+    batched_ = batched;
+  }
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2 || in[0].empty() || in[0][0] != 1)
       throw UsageError("expand takes a value of shape [1, ...] without the batch dimension, then a value whose "
