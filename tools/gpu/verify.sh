@@ -39,6 +39,9 @@
 #             cuda:0x2 against host:2 within the float32 spread, and dp's device memory against
 #             PyTorch's (resnet18, the GPT); DP_CAPABILITIES (a comma list) runs some of them
 #             (capabilities.md)
+#   export    tools/export_model.py under this machine's PyTorch (2.x; the CPU machines have 1.13):
+#             tests/torch/nanogpt_export_check.py and, where torchvision is there,
+#             tests/torch/zoo_export_check.py (every torchvision family exported and planned)
 #   prime     torch.compile's cache for the bench's table 9 filled in the background (prime.log):
 #             put it before stages that time nothing; the bench waits for it (DP_PRIME_WAIT
 #             seconds at most, 90) and stops it before it times anything
@@ -650,6 +653,24 @@ stage_profile() {
   stage_result profile $? "tools/gpu/profile.sh ${specs[*]} in $((SECONDS - t0)) s (profile.txt)"
 }
 
+# The exporter's checks with this machine's PyTorch; exit 77 (no torchvision) is a SKIP line.
+stage_export() {
+  local t0=$SECONDS log="$out/export.log" rc all=0 ran=0 check
+  if ! python3 -c 'import torch; print("torch", torch.__version__)' >"$log" 2>&1; then
+    note "SKIP export: no PyTorch for python3 ($(tail -1 "$log"))"
+    return
+  fi
+  for check in nanogpt_export_check zoo_export_check; do
+    echo "== $check" >>"$log"
+    PYTHONUNBUFFERED=1 timeout "$(limit 600)" python3 "tests/torch/$check.py" build-gpu/dp >>"$log" 2>&1
+    rc=$?
+    if [[ $rc -eq 77 ]]; then note "SKIP export: $check ($(tail -1 "$log"))"; continue; fi
+    ran=$((ran + 1))
+    [[ $rc -ne 0 ]] && all=$rc
+  done
+  ((ran > 0)) && stage_result export "$all" "the exporter under $(head -1 "$log") in $((SECONDS - t0)) s: $(grep -E 'passed|FAILED' "$log" | cut -c1-100 | paste -sd ' ' -)"
+}
+
 # torch.compile's cache filled for the bench's table 9, in the background while the stages after it
 # run (they time nothing; the bench waits for it before it times anything).
 prime_pid=""
@@ -684,17 +705,17 @@ stage_bench() {
 
 # The least time each stage is started with.
 declare -A needs=([tests]=60 [poisoned]=60 [unit]=60 [sanitize]=60 [equal]=60 [capabilities]=60 [mpi]=30 [profile]=60 [bench]=60
-                  [prime]=120)
+                  [prime]=120 [export]=60)
 [[ $# -gt 0 ]] || set -- probe build tests equal bench
 for stage in "$@"; do
   case "$stage" in
     probe) stage_probe ;;
     build) stage_build ;;
-    tests | poisoned | unit | sanitize | equal | capabilities | mpi | profile | bench | prime)
+    tests | poisoned | unit | sanitize | equal | capabilities | mpi | profile | bench | prime | export)
       env_ready || { note "FAIL $stage: no build-gpu/env.sh (run the build stage first)"; failed=$((failed + 1)); continue; }
       fits "$stage" "${needs[$stage]}" && "stage_$stage"
       ;;
-    *) echo "verify.sh: unknown stage '$stage' (probe, build, tests, poisoned, unit, sanitize, equal, capabilities, mpi, profile, prime, bench)" >&2; exit 2 ;;
+    *) echo "verify.sh: unknown stage '$stage' (probe, build, tests, poisoned, unit, sanitize, equal, capabilities, mpi, profile, prime, bench, export)" >&2; exit 2 ;;
   esac
 done
 prime_done
