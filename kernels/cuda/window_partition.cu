@@ -28,45 +28,37 @@ __global__ void merge_kernel(T* image, const T* tokens, WindowPartitionShape s, 
   }
 }
 
+// f(T{}) for the unsigned type of elem_bytes: the kernels move elements, never compute on them.
+template <typename F>
+void by_element_size(size_t elem_bytes, F&& f) {
+  switch (elem_bytes) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    default: return f(uint32_t{});
+  }
+}
+
 }  // namespace
 
 void window_partition(Context& c, void* tokens, const void* image, size_t elem_bytes, const WindowPartitionShape& s) {
   const int64_t n = s.B * s.windows() * s.tokens() * s.C;
   if (n == 0) return;
-  cudaStream_t st = c.handles().stream;
-  switch (elem_bytes) {
-    case 1:
-      partition_kernel<<<blocks_for(n), kThreads, 0, st>>>(static_cast<uint8_t*>(tokens),
-                                                           static_cast<const uint8_t*>(image), s, n);
-      break;
-    case 2:
-      partition_kernel<<<blocks_for(n), kThreads, 0, st>>>(static_cast<uint16_t*>(tokens),
-                                                           static_cast<const uint16_t*>(image), s, n);
-      break;
-    default:
-      partition_kernel<<<blocks_for(n), kThreads, 0, st>>>(static_cast<uint32_t*>(tokens),
-                                                           static_cast<const uint32_t*>(image), s, n);
-  }
+  by_element_size(elem_bytes, [&](auto tag) {
+    using T = decltype(tag);
+    partition_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<T*>(tokens),
+                                                                         static_cast<const T*>(image), s, n);
+  });
   DP_CUDA_CHECK_LAUNCH();
 }
 
 void window_merge(Context& c, void* image, const void* tokens, size_t elem_bytes, const WindowPartitionShape& s) {
   const int64_t n = s.B * s.H * s.W * s.C;
   if (n == 0) return;
-  cudaStream_t st = c.handles().stream;
-  switch (elem_bytes) {
-    case 1:
-      merge_kernel<<<blocks_for(n), kThreads, 0, st>>>(static_cast<uint8_t*>(image), static_cast<const uint8_t*>(tokens),
-                                                       s, n);
-      break;
-    case 2:
-      merge_kernel<<<blocks_for(n), kThreads, 0, st>>>(static_cast<uint16_t*>(image),
-                                                       static_cast<const uint16_t*>(tokens), s, n);
-      break;
-    default:
-      merge_kernel<<<blocks_for(n), kThreads, 0, st>>>(static_cast<uint32_t*>(image),
-                                                       static_cast<const uint32_t*>(tokens), s, n);
-  }
+  by_element_size(elem_bytes, [&](auto tag) {
+    using T = decltype(tag);
+    merge_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<T*>(image),
+                                                                     static_cast<const T*>(tokens), s, n);
+  });
   DP_CUDA_CHECK_LAUNCH();
 }
 
