@@ -443,6 +443,24 @@ TEST_CASE("A model file's graph: a ViT's pieces (parameters used directly, at th
   gradcheck(*graph, {3, 3, 4, 4}, random_vector(144, 93, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
+TEST_CASE("A model file's graph: matmul with its second operand read transposed (trans_b): a product of a value "
+          "with itself, gradients match finite differences") {
+  auto spec = graph_spec({3, 4});
+  const int h = add_node(*spec, "h", "linear", "h", {-1}, {{"in_features", 4}, {"out_features", 4}}, {3, 4});
+  const int hh = add_node(*spec, "hh", "matmul", "", {h, h}, {{"trans_b", true}}, {3, 3});  // h · hᵀ
+  const int flat = add_node(*spec, "flat", "flatten", "", {hh}, {{"start_dim", 1}, {"end_dim", -1}}, {9});
+  spec->output = add_node(*spec, "fc", "linear", "fc", {flat}, {{"in_features", 9}, {"out_features", 2}}, {2});
+  spec->state = {{"h.weight", {4, 4}, false}, {"h.bias", {4}, false}, {"fc.weight", {2, 9}, false},
+                 {"fc.bias", {2}, false}};
+  auto g = make_graph_module(spec);
+  gradcheck(*g, {2, 3, 4}, random_vector(24, 28, -1.f, 1.f), false, 1e-3f, 1e-2);
+  auto bad = graph_spec({3, 4});  // [3, 4] by [3, 4]ᵀ is fine; by [3, 5]ᵀ is not
+  const int other = add_node(*bad, "w", "linear", "w", {-1}, {{"in_features", 4}, {"out_features", 5}}, {3, 5});
+  bad->output = add_node(*bad, "m", "matmul", "", {-1, other}, {{"trans_b", true}}, {3, 3});
+  bad->state = {{"w.weight", {5, 4}, false}, {"w.bias", {5}, false}};
+  CHECK_THROWS_WITH_AS(make_graph_module(bad), doctest::Contains("by [..., N, K] transposed"), UsageError);
+}
+
 TEST_CASE("A model file's tensor ops refuse what they cannot run, naming it") {
   const nlohmann::json none = nlohmann::json::object();
   auto refused = [&](std::string op, nlohmann::json attrs, Shape in, Shape out) {

@@ -236,6 +236,32 @@ def patch_merging_nodes(node, shapes, where):
              "shape": [h // 2, w // 2, 4 * c], "where": where}]
 
 
+def fold_transposes(nodes, output):
+    """A permute that swaps the last two dimensions and is read only by a matmul, as its second
+    operand (`q @ k.transpose(-2, -1)`), becomes the matmul's trans_b: dp reads k transposed
+    instead of copying it."""
+    readers = {}
+    for n in nodes:
+        for i in n["inputs"]:
+            readers.setdefault(i, []).append(n)
+    by_name = {n["name"]: n for n in nodes}
+    folded = set()
+    for n in nodes:
+        if n["op"] != "matmul" or n["attrs"].get("trans_b"):
+            continue
+        p = by_name.get(n["inputs"][1])
+        if p is None or p["op"] != "permute" or p["name"] == output or len(readers.get(p["name"], [])) != 1 \
+                or n["inputs"][0] == p["name"]:
+            continue
+        dims = p["attrs"]["dims"]
+        if dims != list(range(len(dims) - 2)) + [len(dims) - 1, len(dims) - 2]:
+            continue
+        n["inputs"] = [n["inputs"][0], p["inputs"][0]]
+        n["attrs"] = dict(n["attrs"], trans_b=True)
+        folded.add(p["name"])
+    return [n for n in nodes if n["name"] not in folded]
+
+
 def attention_op(node, m, attrs, shapes, where):
     """nn.MultiheadAttention called as self-attention (query, key and value one value), its output
     read (getitem 0), not its weights: (op and attrs, input names, the output's shape)."""
@@ -1107,6 +1133,7 @@ def export(model, kind, shape, name, source, input_text=None):
         nodes.append({"name": node.name, "op": op, "module": module_path, "inputs": inputs, "attrs": attrs,
                       "shape": out_shape, "where": where})
     output = alias.get(output, output)
+    nodes = fold_transposes(nodes, output)
     if refused:
         raise ExportError(f"{len(refused)} op{'s' if len(refused) > 1 else ''} dp does not run "
                           "(docs/model-format.md lists those it does):\n  " + "\n  ".join(refused))

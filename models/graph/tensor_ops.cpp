@@ -304,18 +304,23 @@ class Softmax final : public Module {
   Tensor out_;
 };
 
-// a @ b over equal leading dimensions: [..., M, K] @ [..., K, N] -> [..., M, N].
+// a @ b over equal leading dimensions: [..., M, K] @ [..., K, N] -> [..., M, N]; with trans_b, b
+// is [..., N, K] and read transposed (the exporter folds `k.transpose(-2, -1)` into the product: no
+// copy of k).
 class Matmul final : public MultiInputOp {
  public:
+  explicit Matmul(bool trans_b) : trans_b_(trans_b) {}
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2) throw UsageError("matmul takes two inputs, not " + std::to_string(in.size()));
     const Shape &a = in[0], &b = in[1];
     if (a.size() < 2 || a.size() != b.size() || !std::equal(a.begin(), a.end() - 2, b.begin()) ||
-        a[a.size() - 1] != b[b.size() - 2])
+        a[a.size() - 1] != b[b.size() - (trans_b_ ? 1 : 2)])
       throw UsageError("matmul's inputs have shapes " + shape_str(a) + " and " + shape_str(b) +
-                       " (dp multiplies [..., M, K] by [..., K, N] with the same leading dimensions)");
+                       (trans_b_ ? " (dp multiplies [..., M, K] by [..., N, K] transposed"
+                                 : " (dp multiplies [..., M, K] by [..., K, N]") +
+                       " with the same leading dimensions)");
     Shape out = a;
-    out.back() = b.back();
+    out.back() = b[b.size() - (trans_b_ ? 2 : 1)];
     return out;
   }
   Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
@@ -330,13 +335,14 @@ class Matmul final : public MultiInputOp {
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
     const MatmulShape s = shape_of(a_, b_);
     Tensor da, db;
-    if (need[0]) {  // g · bᵀ
+    if (need[0]) {  // g · bᵀ, or g · b when b is stored transposed
       da = Tensor::empty(dev, a_.shape(), MemCategory::Activations, g.dtype());
-      batched_matmul(dev.exec(), da.buf(), g.buf(), b_.buf(), {s.batch, s.M, s.N, s.K, false, true});
+      batched_matmul(dev.exec(), da.buf(), g.buf(), b_.buf(), {s.batch, s.M, s.N, s.K, false, !trans_b_});
     }
-    if (need[1]) {  // aᵀ · g
+    if (need[1]) {  // aᵀ · g, or gᵀ · a ([N, K], as b is stored)
       db = Tensor::empty(dev, b_.shape(), MemCategory::Activations, g.dtype());
-      batched_matmul(dev.exec(), db.buf(), a_.buf(), g.buf(), {s.batch, s.K, s.M, s.N, true, false});
+      if (trans_b_) batched_matmul(dev.exec(), db.buf(), g.buf(), a_.buf(), {s.batch, s.N, s.M, s.K, true, false});
+      else batched_matmul(dev.exec(), db.buf(), a_.buf(), g.buf(), {s.batch, s.K, s.M, s.N, true, false});
     }
     a_ = b_ = Tensor();
     return {da, db};
@@ -344,10 +350,12 @@ class Matmul final : public MultiInputOp {
   void clear_cache() override { a_ = b_ = Tensor(); }
 
  private:
-  static MatmulShape shape_of(const Tensor& a, const Tensor& b) {
-    const int64_t M = a.shape()[a.shape().size() - 2], K = a.shape().back(), N = b.shape().back();
-    return {a.numel() / (M * K), M, K, N};
+  MatmulShape shape_of(const Tensor& a, const Tensor& b) const {
+    const int64_t M = a.shape()[a.shape().size() - 2], K = a.shape().back();
+    const int64_t N = trans_b_ ? b.shape()[b.shape().size() - 2] : b.shape().back();
+    return {a.numel() / (M * K), M, K, N, false, trans_b_};
   }
+  bool trans_b_;
   Tensor a_, b_;
 };
 
@@ -419,7 +427,10 @@ std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
 }
 
 std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
-  if (n.op == "matmul") return std::make_unique<Matmul>();
+  if (n.op == "matmul") {
+    if (n.attrs.contains("trans_b") && !n.attrs.at("trans_b").is_boolean()) bad(n, "\"trans_b\" is true or false");
+    return std::make_unique<Matmul>(n.attrs.value("trans_b", false));
+  }
   if (n.op == "expand") return std::make_unique<Expand>();
   if (n.op == "scale") {
     if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
