@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "kernels/ops/batched_matmul.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/every_sample.hpp"
 #include "kernels/ops/memory.hpp"
@@ -177,9 +178,9 @@ class Parameter final : public Module {
   // come later.
   Tensor forward_impl(Device& dev, const Tensor&, bool) override { return copy_of(dev, values_[0]); }
   Tensor backward_impl(Device& dev, const Tensor& g, bool) override {
-    // written, as a leaf's gradients are (the graph has summed every reader's into g)
-    zero(dev.exec(), grads_[0].data<void>(), grads_[0].bytes());
-    add_inplace(dev.exec(), grads_[0].buf(), g.buf(), g.numel());
+    // written, as a leaf's gradients are (the graph has summed every reader's into g): g in the
+    // gradient's dtype
+    convert(dev.exec(), grads_[0].buf(), g.buf(), g.numel());
     return Tensor();
   }
   void clear_cache() override {}
