@@ -4,6 +4,7 @@
 #include "runtime/device.hpp"
 #include "core/error.hpp"
 #include "kernels/ops/linear.hpp"
+#include "kernels/ops/memory.hpp"
 #include "models/module.hpp"
 
 namespace dp {
@@ -12,6 +13,8 @@ namespace {
 class Linear final : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias, double init_std) : in_(in), out_(out), bias_(bias), std_(init_std) {}
+  // Bias entries [begin, begin + count) read as zero and given no gradient.
+  void silence_bias(int64_t begin, int64_t count) { silent_begin_ = begin, silent_count_ = count; }
   std::string describe() const override {
     std::ostringstream os;
     os << "Linear(in_features=" << in_ << ", out_features=" << out_ << (bias_ ? "" : ", bias=False") << ")";
@@ -44,6 +47,11 @@ class Linear final : public Module {
     shape.back() = out_;
     // Mixed precision: a 16-bit replica gives a 16-bit output (float32 accumulation, rounded once).
     Tensor out = Tensor::empty(dev, shape, MemCategory::Activations, values_[0].dtype());
+    if (silent_count_ > 0) {  // the bias as read: a copy with the silent span zero
+      const Tensor bias = with_silent_span_zero(dev, values_[1]);
+      linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias.buf(), B, in_, out_);
+      return out;
+    }
     linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? values_[1].buf() : Buf{}, B, in_, out_);
     return out;
   }
@@ -53,15 +61,29 @@ class Linear final : public Module {
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
     linear_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), bias_ ? grads_[1].buf() : Buf{}, grad_out.buf(), input_.buf(),
                     values_[0].buf(), B, in_, out_);
+    if (silent_count_ > 0) zero_span(dev, grads_[1]);
     input_ = Tensor();
     return grad_in;
   }
   void clear_cache() override { input_ = Tensor(); }
 
  private:
+  void zero_span(Device& dev, const Tensor& t) const {
+    if (dev.exec().meta) return;
+    const size_t element = dtype_size(t.dtype());
+    zero(dev.exec(), static_cast<char*>(t.buf().ptr) + silent_begin_ * element, silent_count_ * element);
+  }
+  Tensor with_silent_span_zero(Device& dev, const Tensor& bias) const {
+    Tensor copy = Tensor::empty(dev, bias.shape(), MemCategory::Workspace, bias.dtype());
+    copy_rows(dev.exec(), copy.buf().ptr, 0, bias.buf().ptr, 0, bias.bytes(), 1);
+    zero_span(dev, copy);
+    return copy;
+  }
+
   int64_t in_, out_;
   bool bias_;
   double std_;
+  int64_t silent_begin_ = 0, silent_count_ = 0;
   Tensor input_;
 };
 
@@ -69,6 +91,15 @@ class Linear final : public Module {
 
 std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias, double init_std) {
   return std::make_unique<Linear>(in, out, bias, init_std);
+}
+
+std::unique_ptr<Module> make_linear_with_silent_bias(int64_t in, int64_t out, int64_t begin, int64_t count) {
+  if (begin < 0 || count < 0 || begin + count > out)
+    throw RuntimeError("Linear(" + std::to_string(in) + ", " + std::to_string(out) + "): the silent bias entries [" +
+                       std::to_string(begin) + ", " + std::to_string(begin + count) + ") are not within its bias");
+  auto linear = std::make_unique<Linear>(in, out, true, 0);
+  linear->silence_bias(begin, count);
+  return linear;
 }
 
 }  // namespace dp

@@ -162,6 +162,9 @@ enum class WeightInit {
 };
 // init_std 0: PyTorch's default init; > 0: N(0, init_std) weights and zero bias (nanoGPT's).
 std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias = true, double init_std = 0);
+// A Linear with a bias whose entries [begin, begin + count) read as zero and get no gradient (Swin
+// V2's qkv: torchvision zeroes the key bias for every forward, so it never acts and never learns).
+std::unique_ptr<Module> make_linear_with_silent_bias(int64_t in, int64_t out, int64_t begin, int64_t count);
 // groups: in and out in that many independent parts (depthwise: groups = in); dilation: taps apart.
 std::unique_ptr<Module> make_conv2d(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding,
                                     bool bias = true, WeightInit init = WeightInit::PyTorchDefault, int64_t groups = 1,
@@ -215,6 +218,14 @@ std::unique_ptr<Module> make_multihead_attention(int64_t embed_dim, int64_t head
 std::unique_ptr<Module> make_shifted_window_attention(int64_t dim, std::array<int64_t, 2> window,
                                                       std::array<int64_t, 2> shift, int64_t heads,
                                                       bool qkv_bias = true, bool proj_bias = true);
+// Swin V2's ShiftedWindowAttentionV2, the same windows: cosine attention with a learned logit_scale
+// per head, the bias table 16·sigmoid(cpb_mlp(relative_coords_table)) (cpb_mlp: Linear(2,
+// cpb_hidden), ReLU, Linear(cpb_hidden, heads, bias=False)), the key part of qkv's bias silent.
+// Own logit_scale, relative_coords_table and relative_position_index; children qkv, proj, cpb_mlp.
+std::unique_ptr<Module> make_shifted_window_attention_v2(int64_t dim, std::array<int64_t, 2> window,
+                                                         std::array<int64_t, 2> shift, int64_t heads,
+                                                         bool qkv_bias = true, bool proj_bias = true,
+                                                         int64_t cpb_hidden = 512);
 // MaxViT's RelativePositionalMultiHeadAttention over [G, P, C] samples: each of G partitions of
 // P = size² tokens attends within itself, heads of head_dim, scores scaled by C^−½ (torchvision's
 // feat_dim ** -0.5). Own relative_position_bias_table and relative_position_index [P, P], children

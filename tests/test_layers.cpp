@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/thread_pool.hpp"
 #include "helpers.hpp"
+#include "kernels/ops/cosine_attention.hpp"
 #include "kernels/ops/dropout.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/relative_position.hpp"
@@ -895,6 +896,59 @@ TEST_CASE("Swin's shifted-window attention: gradients match finite differences (
     auto attn = make_shifted_window_attention(8, {3, 2}, {shift, shift}, 2);
     gradcheck(*attn, {2, 5, 4, 8}, random_vector(320, 25, -1.f, 1.f), true, 1e-3f, 1e-2);
   }
+}
+
+TEST_CASE("Swin V2's shifted-window attention: gradients match finite differences (cosine attention's logit scale, "
+          "cpb_mlp, the silent key bias)") {
+  for (int64_t shift : {0, 1}) {
+    CAPTURE(shift);
+    auto attn = make_shifted_window_attention_v2(8, {3, 2}, {shift, shift}, 2, true, true, 6);
+    CHECK(attn->describe() == "ShiftedWindowAttentionV2(dim=8, window_size=[3, 2], shift_size=[" +
+                                  std::to_string(shift) + ", " + std::to_string(shift) + "], num_heads=2)");
+    gradcheck(*attn, {2, 5, 4, 8}, random_vector(320, 27, -1.f, 1.f), true, 1e-3f, 1e-2);
+  }
+  CHECK_THROWS_WITH_AS(make_shifted_window_attention_v2(8, {1, 2}, {0, 0}, 2), doctest::Contains("divides by 0"),
+                       RuntimeError);
+}
+
+TEST_CASE("Swin V2's cosine rows: unit rows, the query's scale clamped at ln 100, no logit gradient past it, and "
+          "its own initial state torchvision's") {
+  ThreadPool pool(1);
+  const CosineShape s{1, 2, 4, 2};  // two tokens, two heads of 2
+  std::vector<float> qkv = {3, 4, 0, 0, 1, 0, 0, 2, 5, 6, 7, 8,  // token 0: q (3, 4) (0, 0), k (1, 0) (0, 2), v
+                            0, 5, 1, 1, 6, 8, 2, 0, 9, 9, 9, 9};
+  const std::vector<float> logit = {std::log(10.f), 6.f};  // head 1 past the clamp: a scale of 100
+  std::vector<float> norms(8), dots(4);
+  cpu::cosine_qk_forward(pool, qkv.data(), norms.data(), logit.data(), s);
+  CHECK(qkv[0] == doctest::Approx(0.6 * 10).epsilon(1e-6));
+  CHECK(qkv[1] == doctest::Approx(0.8 * 10).epsilon(1e-6));
+  CHECK(qkv[2] == 0.f);  // a zero row stays zero (divided by ε)
+  CHECK(qkv[3] == 0.f);
+  CHECK(qkv[14] == doctest::Approx(100 / std::sqrt(2.0)).epsilon(1e-6));  // token 1's q, head 1: (1, 1)·100/√2
+  CHECK(qkv[5] == 0.f);
+  CHECK(qkv[7] == 1.f);  // keys unscaled
+  CHECK(qkv[8] == 5.f);  // v untouched
+  CHECK(norms[0] == 5.f);
+  CHECK(norms[3] == 2.f);
+  std::vector<float> dq(24, 1.f);
+  cpu::cosine_qk_backward(pool, dq.data(), qkv.data(), norms.data(), logit.data(), dots.data(), s);
+  CHECK(dots[0] == doctest::Approx(14.f));  // (6 + 8)·1: y·dy of token 0's head-0 query
+  CHECK(dots[1] == 0.f);                    // head 1 clamped: no gradient for its logit scale
+  CHECK(dots[3] == 0.f);
+  CHECK(dq[8] == 1.f);  // v's gradient passes
+  // torchvision's ShiftedWindowAttentionV2(8, [2, 3], ...).relative_coords_table, and logit_scale log(10)
+  auto v2 = make_shifted_window_attention_v2(8, {2, 3}, {0, 0}, 2);
+  const auto decls = v2->params();
+  REQUIRE(decls.size() == 3);
+  CHECK(decls[0].values == std::vector<float>{std::log(10.f), std::log(10.f)});
+  const std::vector<float> torchvision = {
+      -1.056641697883606f, -1.056641697883606f, -1.056641697883606f, -0.7739760279655457f, -1.056641697883606f, 0.f,
+      -1.056641697883606f, 0.7739760279655457f, -1.056641697883606f, 1.056641697883606f,  0.f, -1.056641697883606f,
+      0.f, -0.7739760279655457f, 0.f, 0.f, 0.f, 0.7739760279655457f, 0.f, 1.056641697883606f,
+      1.056641697883606f, -1.056641697883606f, 1.056641697883606f, -0.7739760279655457f, 1.056641697883606f, 0.f,
+      1.056641697883606f, 0.7739760279655457f, 1.056641697883606f, 1.056641697883606f};
+  REQUIRE(decls[1].values.size() == torchvision.size());
+  for (size_t i = 0; i < torchvision.size(); ++i) CHECK(decls[1].values[i] == doctest::Approx(torchvision[i]).epsilon(1e-7));
 }
 
 TEST_CASE("MaxViT's relative positional attention: gradients match finite differences") {

@@ -187,17 +187,31 @@ def module_op(m):
 
 
 def is_window_attention(m):
-    """Swin's shifted-window attention (v1) or MaxViT's relative positional attention."""
+    """Swin's shifted-window attention (v1 and v2) or MaxViT's relative positional attention."""
     name = f"{type(m).__module__}.{type(m).__qualname__}"
     return name in ("torchvision.models.swin_transformer.ShiftedWindowAttention",
+                    "torchvision.models.swin_transformer.ShiftedWindowAttentionV2",
                     "torchvision.models.maxvit.RelativePositionalMultiHeadAttention")
+
+
+def cpb_mlp_width(m):
+    """Swin V2's cpb_mlp width: torchvision's Sequential(Linear(2, w), ReLU, Linear(w, heads, bias=False))."""
+    import torch.nn as nn
+    mlp = m.cpb_mlp
+    ok = (type(mlp) is nn.Sequential and len(mlp) == 3 and type(mlp[0]) is nn.Linear and type(mlp[1]) is nn.ReLU
+          and type(mlp[2]) is nn.Linear and mlp[0].in_features == 2 and mlp[0].bias is not None
+          and mlp[2].in_features == mlp[0].out_features and mlp[2].out_features == m.num_heads and mlp[2].bias is None)
+    if not ok:
+        raise ExportError(f"module {type(m).__module__}.{type(m).__name__}: its cpb_mlp is not torchvision's "
+                          f"Linear(2, w), ReLU, Linear(w, num_heads, bias=False): {mlp}")
+    return mlp[0].out_features
 
 
 def window_attention_op(m):
     """(op, attrs) of torchvision's window attention. dp computes the relative position index
     from the window (torchvision's formula); a module whose buffer holds other values is refused."""
     import torch
-    swin = type(m).__name__ == "ShiftedWindowAttention"
+    swin = type(m).__name__ in ("ShiftedWindowAttention", "ShiftedWindowAttentionV2")
     wh, ww = (m.window_size if swin else (m.size, m.size))
     ys, xs = torch.meshgrid(torch.arange(wh), torch.arange(ww), indexing="ij")
     ys, xs = ys.flatten(), xs.flatten()
@@ -207,10 +221,12 @@ def window_attention_op(m):
         raise ExportError(f"module {type(m).__module__}.{type(m).__name__}: its relative_position_index is not "
                           f"torchvision's for a {wh}x{ww} window; dp computes that one")
     if swin:
-        return "shifted_window_attention", {
-            "dim": m.qkv.in_features, "window_size": list(m.window_size), "shift_size": list(m.shift_size),
-            "num_heads": m.num_heads, "qkv_bias": m.qkv.bias is not None, "proj_bias": m.proj.bias is not None,
-            "attention_dropout": m.attention_dropout, "dropout": m.dropout}
+        attrs = {"dim": m.qkv.in_features, "window_size": list(m.window_size), "shift_size": list(m.shift_size),
+                 "num_heads": m.num_heads, "qkv_bias": m.qkv.bias is not None, "proj_bias": m.proj.bias is not None,
+                 "attention_dropout": m.attention_dropout, "dropout": m.dropout}
+        if type(m).__name__ == "ShiftedWindowAttention":
+            return "shifted_window_attention", attrs
+        return "shifted_window_attention_v2", {**attrs, "cpb_hidden": cpb_mlp_width(m)}
     return "relative_position_attention", {"feat_dim": m.to_qkv.in_features, "head_dim": m.head_dim,
                                            "max_seq_len": m.max_seq_len}
 

@@ -399,7 +399,8 @@ const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
     "hardswish", "hardsigmoid", "gelu", "dropout", "stochastic_depth", "max_pool2d", "avg_pool2d",
     "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "select", "softmax",
-    "log_softmax", "parameter", "multihead_attention", "shifted_window_attention", "relative_position_attention"};
+    "log_softmax", "parameter", "multihead_attention", "shifted_window_attention", "shifted_window_attention_v2",
+    "relative_position_attention"};
 const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "expand", "scale", "masked_fill",
                                                  "arange"};
 
@@ -513,13 +514,16 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     return make_multihead_attention(int_attr(n, "embed_dim"), int_attr(n, "num_heads"), bool_attr(n, "bias", true),
                                     static_cast<float>(p), site);
   }
-  if (op == "shifted_window_attention") {  // torchvision's Swin (v1)
+  if (op == "shifted_window_attention" || op == "shifted_window_attention_v2") {  // torchvision's Swin, v1 and v2
     for (const char* k : {"attention_dropout", "dropout"})
       require(n, number_attr(n, k, 0) == 0,
               std::string(k) + " other than 0 is not run by dp (torchvision 0.14 applies it in evaluation too)");
-    return make_shifted_window_attention(int_attr(n, "dim"), pair_attr(n, "window_size", 0),
-                                         pair_attr(n, "shift_size", 0), int_attr(n, "num_heads"),
-                                         bool_attr(n, "qkv_bias", true), bool_attr(n, "proj_bias", true));
+    const auto window = pair_attr(n, "window_size", 0), shift = pair_attr(n, "shift_size", 0);
+    const int64_t dim = int_attr(n, "dim"), heads = int_attr(n, "num_heads");
+    const bool qkv_bias = bool_attr(n, "qkv_bias", true), proj_bias = bool_attr(n, "proj_bias", true);
+    if (op == "shifted_window_attention")
+      return make_shifted_window_attention(dim, window, shift, heads, qkv_bias, proj_bias);
+    return make_shifted_window_attention_v2(dim, window, shift, heads, qkv_bias, proj_bias, int_attr(n, "cpb_hidden"));
   }
   if (op == "relative_position_attention") {  // torchvision's MaxViT
     return make_relative_position_attention(int_attr(n, "feat_dim"), int_attr(n, "head_dim"),

@@ -112,6 +112,15 @@ with tempfile.TemporaryDirectory() as tmp:
     check("every op dp does not run, in one refusal, with a hint where there is one",
           rc == 2 and "2 ops dp does not run" in err and "Tensor.sin" in err and "torch.sub" in err
           and "instead: x + (-1) * y" in err and "unsqueeze" not in err, err)
+    with open(at("odd_cpb.py"), "w") as f:
+        f.write("import torch.nn as nn\nfrom torchvision.models.swin_transformer import ShiftedWindowAttentionV2\n\n"
+                "class OddCpb(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.attn = ShiftedWindowAttentionV2(8, [2, 2], [0, 0], 2)\n"
+                "        self.attn.cpb_mlp[1] = nn.GELU()\n        self.fc = nn.Linear(8, 2)\n\n"
+                "    def forward(self, x):\n        return self.fc(self.attn(x).mean((1, 2)))\n")
+    rc, out, err = export([at("odd_cpb.py") + ":OddCpb", "--input", "4x4x8", "--out", at("n.json")])
+    check("a Swin V2 attention whose cpb_mlp is not torchvision's is refused, naming it",
+          rc == 2 and "its cpb_mlp is not torchvision's" in err and "GELU" in err, err)
     rc, out, err = export([at("untraced.py") + ":Shapes", "--input", "1x8x8", "--out", at("n.json")])
     check("an --input the model cannot take: one message naming the shape and the line, no traceback",
           rc == 2 and "--input 1x8x8: the model does not take samples of this shape" in err

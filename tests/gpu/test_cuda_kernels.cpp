@@ -26,6 +26,7 @@
 #include "kernels/conv_wgrad_parts.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
+#include "kernels/ops/cosine_attention.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/every_sample.hpp"
 #include "kernels/ops/linear.hpp"
@@ -748,6 +749,30 @@ TEST_CASE("the relative position bias (with Swin's shifted-window mask) and its 
     CHECK(to_host<float>(c, d_bias, bias_n) == bias);  // a read and one add: the same bits
     CHECK(rel_error(to_host<float>(c, d_dtable, dtable.size()), dtable) < 1e-6);
   }
+}
+
+TEST_CASE("Swin V2's cosine rows (a query head past the logit clamp) match the CPU reference, forward and "
+          "backward") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const CosineShape s{37, 9, 12, 3};
+  const int64_t n = s.rows() * 3 * s.C;
+  auto qkv = random_vector(n, 79), dy = random_vector(n, 80);
+  const std::vector<float> logit = {std::log(10.f), 5.f, -0.5f};  // head 1 clamped at ln 100
+  std::vector<float> changed = qkv, norms(s.rows() * 2 * s.H), dx = dy, dots(s.rows() * s.H);
+  cpu::cosine_qk_forward(pool, changed.data(), norms.data(), logit.data(), s);
+  cpu::cosine_qk_backward(pool, dx.data(), changed.data(), norms.data(), logit.data(), dots.data(), s);
+  auto d_qkv = to_device(c, qkv), d_dx = to_device(c, dy), d_logit = to_device(c, logit);
+  cuda::DeviceBuffer d_norms(c, norms.size() * 4), d_dots(c, dots.size() * 4);
+  cuda::cosine_qk_forward(c, static_cast<float*>(d_qkv.get()), static_cast<float*>(d_norms.get()),
+                          static_cast<const float*>(d_logit.get()), s);
+  CHECK(rel_error(to_host<float>(c, d_qkv, n), changed) < 1e-6);
+  CHECK(rel_error(to_host<float>(c, d_norms, norms.size()), norms) < 1e-6);
+  cuda::cosine_qk_backward(c, static_cast<float*>(d_dx.get()), static_cast<const float*>(d_qkv.get()),
+                           static_cast<const float*>(d_norms.get()), static_cast<const float*>(d_logit.get()),
+                           static_cast<float*>(d_dots.get()), s);
+  CHECK(rel_error(to_host<float>(c, d_dx, n), dx) < 1e-5);
+  CHECK(rel_error(to_host<float>(c, d_dots, dots.size()), dots) < 1e-5);
 }
 
 TEST_CASE("batched matmul (every transpose) matches the CPU reference, float32 and 16-bit") {

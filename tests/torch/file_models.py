@@ -142,6 +142,8 @@ def make(name):
         return torchvision.models.convnext_tiny(num_classes=10, stochastic_depth_prob=0.0)
     if name == "tv_swin_t":  # Swin-T itself (at 3x224x224: by hand), stochastic depth drawing dp's masks
         return torchvision.models.swin_t(num_classes=10)
+    if name == "tv_swin_v2_t":  # Swin V2-T itself (at 3x256x256: by hand), stochastic depth drawing dp's masks
+        return torchvision.models.swin_v2_t(num_classes=10)
     if name == "tv_maxvit_t":  # MaxViT-T itself (at 3x224x224: by hand), stochastic depth drawing dp's masks
         return torchvision.models.maxvit_t(num_classes=10)
     if name == "vit_tiny":  # torchvision's ViT at 3x32x32: class token, position embedding, MultiheadAttention
@@ -162,6 +164,12 @@ def make(name):
         from torchvision.models.swin_transformer import SwinTransformer
         return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[3, 3],
                                stochastic_depth_prob=0.2, num_classes=10)
+    if name == "swin_v2_small":  # torchvision's Swin V2 at 3x32x32: cosine attention (a logit scale per head),
+        # the bias from cpb_mlp, post-norm blocks, PatchMergingV2, windows of 3 (padded, shifted by 1: the mask)
+        from torchvision.models.swin_transformer import PatchMergingV2, SwinTransformer, SwinTransformerBlockV2
+        return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=[3, 3],
+                               stochastic_depth_prob=0.2, num_classes=10, block=SwinTransformerBlockV2,
+                               downsample_layer=PatchMergingV2)
     if name == "maxvit_small":  # torchvision's MaxViT at 3x32x32: MBConv, window and grid partitions of 2x2,
         # relative positional attention, BatchNorm at momentum 0.99
         from torchvision.models.maxvit import MaxVit

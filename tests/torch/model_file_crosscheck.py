@@ -87,6 +87,9 @@ CASES = [
     # torchvision's Swin at 3x32x32 (two stages, windows of 3: padded, shifted by 1, masked): its
     # relative position bias table, patch merging, stochastic depth called twice a block (a site a call).
     ("file:swin_small", 3, 11, "chunks:5,4,2", 3, ADAMW),
+    # torchvision's Swin V2 at 3x32x32: cosine attention with a logit scale per head, the bias from
+    # cpb_mlp (16·sigmoid), the silent key bias, post-norm blocks, PatchMergingV2.
+    ("file:swin_v2_small", 3, 11, "chunks:5,4,2", 3, SGD),
     # torchvision's MaxViT at 3x32x32: MBConv, window and grid partitions, relative positional
     # attention, BatchNorm at momentum 0.99, stochastic depth; one update.
     ("file:maxvit_small", 3, 27, "chunks:8,10,9", 1, ADAMW),
@@ -101,6 +104,7 @@ HEAVY = [
     ("file:tv_convnext_tiny@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     ("file:tv_vgg11_bn", 3, 27, "chunks:8,10,9", 1, SGD),
     ("file:tv_swin_t@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
+    ("file:tv_swin_v2_t@256", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
     ("file:tv_maxvit_t@224", 3, 6, "chunks:3,2,1", 1, ["--optimizer", "adamw", "--lr", "0.0003", "--momentum", "0"]),
 ]
 

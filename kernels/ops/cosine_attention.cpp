@@ -1,0 +1,44 @@
+#include "kernels/ops/cosine_attention.hpp"
+
+#include "kernels/operands.hpp"
+
+namespace dp {
+
+void cosine_qk_forward(const Exec& ex, Buf qkv, Buf norms, Buf logit_scale, const CosineShape& s) {
+  if (ex.meta) return;
+  constexpr const char* op = "cosine_qk_forward";
+  Operands o(ex, op);
+  float* x = o.inout(qkv, s.rows() * 3 * s.C);
+  const float* l = o.in(logit_scale, s.H);
+  float* n = norms.f32(op);
+#if DP_WITH_CUDA
+  if (ex.on_cuda()) {
+    cuda::cosine_qk_forward(*ex.cuda, x, n, l, s);
+    return o.finish();
+  }
+#endif
+  cpu::cosine_qk_forward(*ex.pool, x, n, l, s);
+  o.finish();
+}
+
+void cosine_qk_backward(const Exec& ex, Buf dqkv, Buf qkv, Buf norms, Buf logit_scale, Buf row_dots,
+                        const CosineShape& s) {
+  if (ex.meta) return;
+  constexpr const char* op = "cosine_qk_backward";
+  Operands o(ex, op);
+  float* dx = o.inout(dqkv, s.rows() * 3 * s.C);
+  const float* y = o.in(qkv, s.rows() * 3 * s.C);
+  const float* l = o.in(logit_scale, s.H);
+  const float* n = norms.f32(op);
+  float* dots = row_dots.f32(op);
+#if DP_WITH_CUDA
+  if (ex.on_cuda()) {
+    cuda::cosine_qk_backward(*ex.cuda, dx, y, n, l, dots, s);
+    return o.finish();
+  }
+#endif
+  cpu::cosine_qk_backward(*ex.pool, dx, y, n, l, dots, s);
+  o.finish();
+}
+
+}  // namespace dp
