@@ -17,6 +17,7 @@
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/window_partition.hpp"
 #include "models/graph/graph_module.hpp"
+#include "models/graph/tensor_ops.hpp"
 #include "models/model.hpp"
 
 using namespace dp;
@@ -331,6 +332,36 @@ TEST_CASE("A model file's graph: gradients through mean, a per-channel gate and 
   gradcheck(*graph, {3, 2, 5, 4}, random_vector(120, 28, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
+TEST_CASE("A model file's graph: zero padding (F.pad, a node per dimension) passes gradients back to what it "
+          "pads") {
+  // fc(mean(tanh(pad(pad(pad(w(x))))))): [2, 3, 4] -> rows 1 before -> columns 2 after -> channels 1 either side
+  auto spec = graph_spec({2, 3, 4});
+  const nlohmann::json none = nlohmann::json::object();
+  auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
+                  Shape shape) { return add_node(*spec, name, op, module, in, attrs, shape); };
+  const int w = node("w", "linear", "w", {-1}, {{"in_features", 4}, {"out_features", 4}}, {2, 3, 4});
+  const int rows = node("rows", "pad", "", {w}, {{"dim", 2}, {"before", 1}, {"after", 0}}, {2, 4, 4});
+  const int cols = node("cols", "pad", "", {rows}, {{"dim", -1}, {"before", 0}, {"after", 2}}, {2, 4, 6});
+  const int chans = node("chans", "pad", "", {cols}, {{"dim", 1}, {"before", 1}, {"after", 1}}, {4, 4, 6});
+  const int t = node("t", "tanh", "", {chans}, none, {4, 4, 6});
+  const int m = node("m", "mean", "", {t}, {{"dim", {2, 3}}}, {4});
+  spec->output = node("fc", "linear", "fc", {m}, {{"in_features", 4}, {"out_features", 3}}, {3});
+  spec->state = {{"w.weight", {4, 4}, false}, {"w.bias", {4}, false}, {"fc.weight", {3, 4}, false},
+                 {"fc.bias", {3}, false}};
+  auto graph = make_graph_module(spec);
+  gradcheck(*graph, {2, 2, 3, 4}, random_vector(48, 95, -1.f, 1.f), false, 1e-3f, 1e-2);
+  // the values: [2, 3] samples, a zero column before and two after (x[1][2] lands at [1][3])
+  auto pad = make_tensor_op({"p", "pad", "", {-1}, {{"dim", 2}, {"before", 1}, {"after", 2}}, {2, 6}, ""});
+  REQUIRE(pad);
+  auto devs = host_devices(1);
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  const Tensor out = pad->forward(devs[0], tensor_from(devs[0], {2, 2, 3}, x), true);
+  const std::vector<float> want = {0, 1, 2, 3, 0, 0, 0, 4, 5, 6, 0, 0, 0, 7, 8, 9, 0, 0, 0, 10, 11, 12, 0, 0};
+  CHECK(to_vector(out) == want);
+  const Tensor back = pad->backward(devs[0], out, true);  // the padded gradient's own entries, unpadded
+  CHECK(to_vector(back) == x);
+}
+
 TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views, permute, matmul, scale, causal masked_fill, softmax), positions and log_softmax: gradients match finite differences") {
   // h = wte(x) + wpe(arange(4)); q, k, v = c_attn(h).split(8, 2) as [2 heads, 4, 4];
   // y = softmax(causal(q @ kᵀ · 0.5)) @ v, back to [4, 8]; log_softmax(c_proj(y)).
@@ -480,6 +511,10 @@ TEST_CASE("A model file's tensor ops refuse what they cannot run, naming it") {
   CHECK(refused("narrow", {{"dim", 1}, {"start", 2}, {"length", 2}}, {3, 4}, {2, 4}).find("reaches past the end") !=
         std::string::npos);
   CHECK(refused("narrow", {{"dim", 0}, {"start", 0}, {"length", 1}}, {3, 4}, {3, 4}).find("dimension 0 the samples") !=
+        std::string::npos);
+  CHECK(refused("pad", {{"dim", 1}, {"before", -1}, {"after", 2}}, {3, 4}, {4, 4}).find("a negative pad crops") !=
+        std::string::npos);
+  CHECK(refused("pad", {{"dim", 0}, {"before", 1}, {"after", 0}}, {3, 4}, {3, 4}).find("dimension 0 the samples") !=
         std::string::npos);
   CHECK(refused("softmax", {{"dim", 1}}, {3, 4}, {3, 4}).find("over the last dimension") != std::string::npos);
   CHECK(refused("masked_fill", {{"mask", "padding"}, {"value", 0}}, {3, 4}, {3, 4}).find("causal") != std::string::npos);

@@ -231,25 +231,74 @@ def window_attention_op(m):
                                            "max_seq_len": m.max_seq_len}
 
 
+def pad_nodes(name, x, shape, pads, where):
+    """Zero padding of x (its shape with the batch's) as one "pad" node per padded dimension, the
+    last named `name`; pads are F.pad's (last dimension first, (before, after) pairs). Returns the
+    nodes and the padded shape."""
+    shape = list(shape)
+    todo = [(len(shape) - 1 - i, pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)
+            if pads[2 * i] or pads[2 * i + 1]]
+    nodes, source = [], x
+    for k, (dim, before, after) in enumerate(todo):
+        shape[dim] += before + after
+        out = name if k == len(todo) - 1 else f"{name}_pad{dim}"
+        nodes.append({"name": out, "op": "pad", "module": "", "inputs": [source],
+                      "attrs": {"dim": dim, "before": before, "after": after}, "shape": shape[1:], "where": where})
+        source = out
+    return nodes, shape
+
+
+def functional_pad_nodes(node, shapes, where):
+    """F.pad(x, pad, mode="constant", value=0) as pad nodes; another mode or value, a negative pad
+    (a crop) or one of the batch's dimension is refused."""
+    import torch.fx
+    args, kw = list(node.args), node.kwargs
+    x = args[0]
+    pads = args[1] if len(args) > 1 else kw.get("pad")
+    mode = args[2] if len(args) > 2 else kw.get("mode", "constant")
+    value = args[3] if len(args) > 3 else kw.get("value", None)
+    at = f" at {where}" if where else ""
+    what = f"F.pad (node '{node.name}'){at}"
+    shape = list(shapes[x.name].shape)
+    if mode != "constant" or not (value is None or value == 0):
+        raise ExportError(f"{what}: mode {mode!r}, value {value!r}; dp pads with zeros only (mode 'constant', value 0)")
+    if not isinstance(pads, (list, tuple)) or len(pads) % 2 or any(isinstance(p, torch.fx.Node) for p in pads) \
+            or len(pads) // 2 > len(shape):
+        raise ExportError(f"{what}: its pad {pads} is not pairs of numbers for the last dimensions")
+    pads = [int(p) for p in pads]
+    if any(p < 0 for p in pads):
+        raise ExportError(f"{what}: a negative pad {pads} crops; slice instead (x[:, a:b]: a narrow)")
+    if len(pads) // 2 == len(shape) and (pads[-2] or pads[-1]):
+        raise ExportError(f"{what}: pads the batch's dimension; dp keeps dimension 0 the samples")
+    nodes, _ = pad_nodes(node.name, x.name, shape, pads, where)
+    if not nodes:  # nothing to pad
+        nodes = [{"name": node.name, "op": "identity", "module": "", "inputs": [x.name], "attrs": {},
+                  "shape": shape[1:], "where": where}]
+    return nodes
+
+
 def patch_merging_nodes(node, shapes, where):
     """torchvision's _patch_merging_pad (Swin's patch merging, [.., H, W, C] -> [.., H/2, W/2, 4C]
-    from the pixels (0, 0), (1, 0), (0, 1), (1, 1) of each 2x2 block) as a view, a permute and a
-    view: [H/2, 2, W/2, 2, C] ordered (H/2, W/2, the column's 2, the row's 2, C). An odd H or W
-    (zero-padded by torchvision) is refused."""
+    from the pixels (0, 0), (1, 0), (0, 1), (1, 1) of each 2x2 block): an odd H or W zero-padded by
+    one (torchvision's F.pad), then a view, a permute and a view: [H/2, 2, W/2, 2, C] ordered
+    (H/2, W/2, the column's 2, the row's 2, C)."""
     x = node.args[0]
-    h, w, c = (int(d) for d in shapes[x.name].shape[-3:])
-    if len(shapes[x.name].shape) != 4 or h % 2 or w % 2:
+    shape = list(shapes[x.name].shape)
+    if len(shape) != 4:
         at = f" at {where}" if where else ""
         raise ExportError(f"torchvision's _patch_merging_pad (node '{node.name}'){at}: its input "
-                          f"{list(shapes[x.name].shape)[1:]} is not [H, W, C] of even H and W; dp merges those "
-                          "(an odd size is zero-padded by torchvision: choose an input size that halves evenly)")
+                          f"{shape[1:]} is not [H, W, C]")
     base = node.name
-    return [{"name": f"{base}_blocks", "op": "reshape", "module": "", "inputs": [x.name], "attrs": {},
-             "shape": [h // 2, 2, w // 2, 2, c], "where": where},
-            {"name": f"{base}_ordered", "op": "permute", "module": "", "inputs": [f"{base}_blocks"],
-             "attrs": {"dims": [0, 1, 3, 4, 2, 5]}, "shape": [h // 2, w // 2, 2, 2, c], "where": where},
-            {"name": base, "op": "reshape", "module": "", "inputs": [f"{base}_ordered"], "attrs": {},
-             "shape": [h // 2, w // 2, 4 * c], "where": where}]
+    padded, shape = pad_nodes(f"{base}_padded", x.name, shape, [0, 0, 0, shape[2] % 2, 0, shape[1] % 2], where)
+    source = padded[-1]["name"] if padded else x.name
+    h, w, c = (int(d) for d in shape[1:])
+    return padded + [
+        {"name": f"{base}_blocks", "op": "reshape", "module": "", "inputs": [source], "attrs": {},
+         "shape": [h // 2, 2, w // 2, 2, c], "where": where},
+        {"name": f"{base}_ordered", "op": "permute", "module": "", "inputs": [f"{base}_blocks"],
+         "attrs": {"dims": [0, 1, 3, 4, 2, 5]}, "shape": [h // 2, w // 2, 2, 2, c], "where": where},
+        {"name": base, "op": "reshape", "module": "", "inputs": [f"{base}_ordered"], "attrs": {},
+         "shape": [h // 2, w // 2, 4 * c], "where": where}]
 
 
 def fold_transposes(nodes, output):
@@ -1090,6 +1139,9 @@ def export(model, kind, shape, name, source, input_text=None):
             continue
         if node.op == "call_function" and describe_target(node) == "torchvision.models.swin_transformer._patch_merging_pad":
             nodes.extend(patch_merging_nodes(node, shapes, where))
+            continue
+        if node.op == "call_function" and describe_target(node) == "torch.nn.functional.pad":
+            nodes.extend(functional_pad_nodes(node, shapes, where))
             continue
         if node.op == "call_function" and node.target is operator.getitem and node.args[0].name in attention:
             if node.args[1] != 0 and not node.users:

@@ -398,7 +398,7 @@ class Cat final : public MultiInputOp {
 const std::vector<std::string> kSingleInputOps = {
     "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
     "hardswish", "hardsigmoid", "gelu", "dropout", "stochastic_depth", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "select", "softmax",
+    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "pad", "select", "softmax",
     "log_softmax", "parameter", "multihead_attention", "shifted_window_attention", "shifted_window_attention_v2",
     "relative_position_attention"};
 const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "expand", "scale", "masked_fill",

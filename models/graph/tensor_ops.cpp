@@ -163,6 +163,58 @@ class Narrow final : public Module {
   Shape in_shape_;
 };
 
+// F.pad with zeros along one dimension: `before` zeros ahead of it and `after` behind — narrow's
+// transpose, its forward narrow's backward and its backward narrow's forward (a pad of several
+// dimensions is one node per dimension).
+class ZeroPad final : public Module {
+ public:
+  ZeroPad(int64_t dim, int64_t before, int64_t after) : dim_(dim), before_(before), after_(after) {}
+  std::string describe() const override {
+    return "pad(dim " + std::to_string(dim_ + 1) + ", before " + std::to_string(before_) + ", after " +
+           std::to_string(after_) + ")";
+  }
+  Shape output_shape(const Shape& in) const override {
+    if (dim_ >= static_cast<int64_t>(in.size()))
+      throw RuntimeError(describe() + ": " + shape_str(in) + " has no such dimension");
+    Shape out = in;
+    out[static_cast<size_t>(dim_)] += before_ + after_;
+    return out;
+  }
+  Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
+    in_shape_ = in.shape();
+    Tensor out = Tensor::zeros(dev, batched(in.dim(0), output_shape(Shape(in_shape_.begin() + 1, in_shape_.end()))),
+                               MemCategory::Activations, in.dtype());
+    const Geometry g = geometry(in.dtype());
+    copy_rows(dev.exec(), out.data<char>() + g.offset, g.whole_row, in.data<void>(), g.part_row, g.part_row, g.rows);
+    return out;
+  }
+  Tensor backward_impl(Device& dev, const Tensor& grad, bool need_grad_in) override {
+    if (!need_grad_in) return Tensor();
+    Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations, grad.dtype());
+    const Geometry g = geometry(grad.dtype());
+    copy_rows(dev.exec(), grad_in.data<void>(), g.part_row, grad.data<char>() + g.offset, g.whole_row, g.part_row,
+              g.rows);
+    return grad_in;
+  }
+  void clear_cache() override {}
+
+ private:
+  struct Geometry {
+    size_t rows, whole_row, part_row, offset;  // bytes
+  };
+  // The output as rows (everything before dim) of whole_row bytes, the input part_row of each.
+  Geometry geometry(DType t) const {
+    const auto d = static_cast<size_t>(dim_ + 1);
+    const int64_t rows = numel(Shape(in_shape_.begin(), in_shape_.begin() + static_cast<std::ptrdiff_t>(d)));
+    const int64_t inner = numel(Shape(in_shape_.begin() + static_cast<std::ptrdiff_t>(d) + 1, in_shape_.end()));
+    const size_t e = dtype_size(t);
+    return {static_cast<size_t>(rows), static_cast<size_t>((in_shape_[d] + before_ + after_) * inner) * e,
+            static_cast<size_t>(in_shape_[d] * inner) * e, static_cast<size_t>(before_ * inner) * e};
+  }
+  int64_t dim_, before_, after_;
+  Shape in_shape_;
+};
+
 // A parameter its module uses directly (a ViT's class token and position embedding, ConvNeXt's
 // layer scale): its value, without the batch dimension; the gradient reaching it is its own.
 // Without --init it starts at N(0, 0.02) (the models' own initialisations differ: pass --init).
@@ -407,6 +459,12 @@ std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
     const int64_t dim = sample_dim(n, int_of(n, "dim"), rank), start = int_of(n, "start"), length = int_of(n, "length");
     if (start < 0 || length < 1) bad(n, "start must be 0 or more and length 1 or more");
     return std::make_unique<Narrow>(dim, start, length);
+  }
+  if (n.op == "pad") {
+    const int64_t dim = sample_dim(n, int_of(n, "dim"), rank), before = int_of(n, "before"), after = int_of(n, "after");
+    if (before < 0 || after < 0 || before + after < 1)
+      bad(n, "before and after are 0 or more, one of them more (a negative pad crops: that is a narrow)");
+    return std::make_unique<ZeroPad>(dim, before, after);
   }
   if (n.op == "select") {  // the input has one dimension more than the output
     const int64_t dim = sample_dim(n, int_of(n, "dim"), rank + 1), index = int_of(n, "index");

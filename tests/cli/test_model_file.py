@@ -118,6 +118,13 @@ with tempfile.TemporaryDirectory() as tmp:
                 "        self.attn = ShiftedWindowAttentionV2(8, [2, 2], [0, 0], 2)\n"
                 "        self.attn.cpb_mlp[1] = nn.GELU()\n        self.fc = nn.Linear(8, 2)\n\n"
                 "    def forward(self, x):\n        return self.fc(self.attn(x).mean((1, 2)))\n")
+    with open(at("reflect.py"), "w") as f:
+        f.write("import torch.nn as nn\nimport torch.nn.functional as F\n\nclass Reflect(nn.Module):\n"
+                "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(6, 2)\n\n"
+                "    def forward(self, x):\n        return self.fc(F.pad(x, (1, 1, 1, 1), mode='reflect'))\n")
+    rc, out, err = export([at("reflect.py") + ":Reflect", "--input", "3x4x4", "--out", at("n.json")])
+    check("F.pad other than with zeros is refused, naming the mode and the line",
+          rc == 2 and "mode 'reflect'" in err and "dp pads with zeros only" in err and "reflect.py:10" in err, err)
     rc, out, err = export([at("odd_cpb.py") + ":OddCpb", "--input", "4x4x8", "--out", at("n.json")])
     check("a Swin V2 attention whose cpb_mlp is not torchvision's is refused, naming it",
           rc == 2 and "its cpb_mlp is not torchvision's" in err and "GELU" in err, err)

@@ -68,15 +68,17 @@ class Pools(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(3, 6, 3, 1, 1)
         self.pool = nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False)
-        self.conv2 = nn.Conv2d(6, 6, 3, 1, 1)
+        self.conv2 = nn.Conv2d(8, 6, 3, 1, 1)
         self.adapt = nn.AdaptiveAvgPool2d((3, 2))
         self.fc = nn.Linear(36, classes)
 
     def forward(self, x):
         x = self.pool(F.relu(self.conv(x)))                 # 32 -> 16
-        x = F.avg_pool2d(F.relu(self.conv2(x)), 2)          # 16 -> 8
-        x = F.max_pool2d(x, 3, stride=1, padding=1)         # 8 -> 8, functional
-        return self.fc(torch.flatten(self.adapt(x), 1))    # 8x8 -> 3x2
+        x = F.pad(x, (0, 0, 0, 0, 1, 1))                    # 6 -> 8 channels: a zero plane either side
+        x = F.pad(F.relu(self.conv2(x)), (1, 0, 2, 1))      # 16x16 -> 19x17: zero rows and a column
+        x = F.avg_pool2d(x, 2)                              # 19x17 -> 9x8
+        x = F.max_pool2d(x, 3, stride=1, padding=1)         # 9x8 -> 9x8, functional
+        return self.fc(torch.flatten(self.adapt(x), 1))    # 9x8 -> 3x2
 
 
 def make(name):
@@ -113,7 +115,7 @@ def make(name):
         return Norms()
     if name == "gates":
         return Gates()
-    if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.avg_pool2d, adaptive 3x2
+    if name == "pools":  # AvgPool2d (padding, ceil_mode, count_include_pad False), F.pad, F.avg_pool2d, adaptive 3x2
         return Pools()
     if name == "tv_resnext50_32x4d":  # grouped 3x3 convolutions (32 groups) in ResNet's bottlenecks
         return torchvision.models.resnext50_32x4d(num_classes=10)

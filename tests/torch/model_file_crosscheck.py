@@ -51,8 +51,8 @@ CASES = [
     # Inception v3 without its auxiliary head, at 3x80x80 (it takes 75 and more): convolutions of
     # 1x7 and 7x1 (padding (0, 3) and (3, 0)), F.max_pool2d, F.avg_pool2d, Dropout(0.5); one update.
     ("file:tv_inception_v3@80", 3, 27, "chunks:8,10,9", 1, ["--lr", "0.002", "--momentum", "0.9"]),
-    # AvgPool2d with padding, ceil_mode and count_include_pad False; F.avg_pool2d; F.max_pool2d;
-    # AdaptiveAvgPool2d((3, 2)).
+    # AvgPool2d with padding, ceil_mode and count_include_pad False; F.pad with zeros (channels either
+    # side, rows and a column); F.avg_pool2d of an odd size; F.max_pool2d; AdaptiveAvgPool2d((3, 2)).
     ("file:pools", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
     # Squeeze-and-excitation: a mean over each plane, a per-channel gate multiplied in; a product.
     ("file:gates", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
@@ -87,6 +87,8 @@ CASES = [
     # torchvision's Swin at 3x32x32 (two stages, windows of 3: padded, shifted by 1, masked): its
     # relative position bias table, patch merging, stochastic depth called twice a block (a site a call).
     ("file:swin_small", 3, 11, "chunks:5,4,2", 3, ADAMW),
+    # ... at 3x36x36: 9x9 tokens, which its patch merging zero-pads to 10x10 (F.pad's pad nodes).
+    ("file:swin_small@36", 3, 11, "chunks:5,4,2", 1, SGD),
     # torchvision's Swin V2 at 3x32x32: cosine attention with a logit scale per head, the bias from
     # cpb_mlp (16·sigmoid), the silent key bias, post-norm blocks, PatchMergingV2.
     ("file:swin_v2_small", 3, 11, "chunks:5,4,2", 3, SGD),
