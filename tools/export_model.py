@@ -1140,7 +1140,8 @@ def export(model, kind, shape, name, source, input_text=None):
         if node.op == "call_function" and describe_target(node) == "torchvision.models.swin_transformer._patch_merging_pad":
             nodes.extend(patch_merging_nodes(node, shapes, where))
             continue
-        if node.op == "call_function" and describe_target(node) == "torch.nn.functional.pad":
+        if node.op == "call_function" and (node.target is torch.nn.functional.pad or describe_target(node) in (
+                "torch.nn.functional.pad", "torch._C._nn.pad")):  # (PyTorch 2's F.pad is torch._C._nn.pad)
             nodes.extend(functional_pad_nodes(node, shapes, where))
             continue
         if node.op == "call_function" and node.target is operator.getitem and node.args[0].name in attention:
