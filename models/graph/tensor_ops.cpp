@@ -110,6 +110,21 @@ class Permute final : public Module {
 // x.narrow(dim, start, length): split's and chunk's parts, and constant slices x[:, a:b]. A copy
 // (dp's values are contiguous); its gradient is zero outside the slice.
 // x.select(dim, i) / x[:, i]: the same with length 1, the dimension dropped.
+// A slice [start, start + length) of per-sample dimension `dim` of a batched shape `whole`, as rows
+// (everything before that dimension) of whole_row bytes with part_row of each at `offset`: narrow's
+// copy out of the whole and pad's copy into it.
+struct SliceRows {
+  size_t rows, whole_row, part_row, offset;  // bytes
+};
+SliceRows slice_rows(const Shape& whole, int64_t dim, int64_t start, int64_t length, DType t) {
+  const auto d = static_cast<size_t>(dim + 1);
+  const int64_t rows = numel(Shape(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(d)));
+  const int64_t inner = numel(Shape(whole.begin() + static_cast<std::ptrdiff_t>(d) + 1, whole.end()));
+  const size_t e = dtype_size(t);
+  return {static_cast<size_t>(rows), static_cast<size_t>(whole[d] * inner) * e, static_cast<size_t>(length * inner) * e,
+          static_cast<size_t>(start * inner) * e};
+}
+
 class Narrow final : public Module {
  public:
   Narrow(int64_t dim, int64_t start, int64_t length, bool keep_dim = true)
@@ -131,14 +146,14 @@ class Narrow final : public Module {
     in_shape_ = in.shape();
     Tensor out = Tensor::empty(dev, batched(in.dim(0), output_shape(Shape(in_shape_.begin() + 1, in_shape_.end()))),
                                MemCategory::Activations, in.dtype());
-    const Geometry g = geometry(in.dtype());
+    const SliceRows g = geometry(in.dtype());
     copy_rows(dev.exec(), out.data<void>(), g.part_row, in.data<char>() + g.offset, g.whole_row, g.part_row, g.rows);
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad, bool need_grad_in) override {
     if (!need_grad_in) return Tensor();
     Tensor grad_in = Tensor::zeros(dev, in_shape_, MemCategory::Activations, grad.dtype());
-    const Geometry g = geometry(grad.dtype());
+    const SliceRows g = geometry(grad.dtype());
     copy_rows(dev.exec(), grad_in.data<char>() + g.offset, g.whole_row, grad.data<void>(), g.part_row, g.part_row,
               g.rows);
     return grad_in;
@@ -146,18 +161,7 @@ class Narrow final : public Module {
   void clear_cache() override {}
 
  private:
-  struct Geometry {
-    size_t rows, whole_row, part_row, offset;  // bytes
-  };
-  // The input as rows (everything before dim) of whole_row bytes, the slice part_row of each.
-  Geometry geometry(DType t) const {
-    const auto d = static_cast<size_t>(dim_ + 1);
-    const int64_t rows = numel(Shape(in_shape_.begin(), in_shape_.begin() + static_cast<std::ptrdiff_t>(d)));
-    const int64_t inner = numel(Shape(in_shape_.begin() + static_cast<std::ptrdiff_t>(d) + 1, in_shape_.end()));
-    const size_t e = dtype_size(t);
-    return {static_cast<size_t>(rows), static_cast<size_t>(in_shape_[d] * inner) * e,
-            static_cast<size_t>(length_ * inner) * e, static_cast<size_t>(start_ * inner) * e};
-  }
+  SliceRows geometry(DType t) const { return slice_rows(in_shape_, dim_, start_, length_, t); }
   int64_t dim_, start_, length_;
   bool keep_dim_;
   Shape in_shape_;
@@ -184,14 +188,14 @@ class ZeroPad final : public Module {
     in_shape_ = in.shape();
     Tensor out = Tensor::zeros(dev, batched(in.dim(0), output_shape(Shape(in_shape_.begin() + 1, in_shape_.end()))),
                                MemCategory::Activations, in.dtype());
-    const Geometry g = geometry(in.dtype());
+    const SliceRows g = geometry(in.dtype());
     copy_rows(dev.exec(), out.data<char>() + g.offset, g.whole_row, in.data<void>(), g.part_row, g.part_row, g.rows);
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad, bool need_grad_in) override {
     if (!need_grad_in) return Tensor();
     Tensor grad_in = Tensor::empty(dev, in_shape_, MemCategory::Activations, grad.dtype());
-    const Geometry g = geometry(grad.dtype());
+    const SliceRows g = geometry(grad.dtype());
     copy_rows(dev.exec(), grad_in.data<void>(), g.part_row, grad.data<char>() + g.offset, g.whole_row, g.part_row,
               g.rows);
     return grad_in;
@@ -199,17 +203,11 @@ class ZeroPad final : public Module {
   void clear_cache() override {}
 
  private:
-  struct Geometry {
-    size_t rows, whole_row, part_row, offset;  // bytes
-  };
-  // The output as rows (everything before dim) of whole_row bytes, the input part_row of each.
-  Geometry geometry(DType t) const {
-    const auto d = static_cast<size_t>(dim_ + 1);
-    const int64_t rows = numel(Shape(in_shape_.begin(), in_shape_.begin() + static_cast<std::ptrdiff_t>(d)));
-    const int64_t inner = numel(Shape(in_shape_.begin() + static_cast<std::ptrdiff_t>(d) + 1, in_shape_.end()));
-    const size_t e = dtype_size(t);
-    return {static_cast<size_t>(rows), static_cast<size_t>((in_shape_[d] + before_ + after_) * inner) * e,
-            static_cast<size_t>(in_shape_[d] * inner) * e, static_cast<size_t>(before_ * inner) * e};
+  // The input is the slice [before, before + its extent) of the output.
+  SliceRows geometry(DType t) const {
+    Shape out = in_shape_;
+    out[static_cast<size_t>(dim_ + 1)] += before_ + after_;
+    return slice_rows(out, dim_, before_, in_shape_[static_cast<size_t>(dim_ + 1)], t);
   }
   int64_t dim_, before_, after_;
   Shape in_shape_;
