@@ -47,12 +47,9 @@ class Linear final : public Module {
     shape.back() = out_;
     // Mixed precision: a 16-bit replica gives a 16-bit output (float32 accumulation, rounded once).
     Tensor out = Tensor::empty(dev, shape, MemCategory::Activations, values_[0].dtype());
-    if (silent_count_ > 0) {  // the bias as read: a copy with the silent span zero
-      const Tensor bias = with_silent_span_zero(dev, values_[1]);
-      linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias.buf(), B, in_, out_);
-      return out;
-    }
-    linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? values_[1].buf() : Buf{}, B, in_, out_);
+    // the bias as read: with a silent span, a copy with it zero
+    const Tensor bias = !bias_ ? Tensor() : silent_count_ > 0 ? with_silent_span_zero(dev, values_[1]) : values_[1];
+    linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? bias.buf() : Buf{}, B, in_, out_);
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {

@@ -10,23 +10,14 @@ namespace dp::cuda {
 namespace {
 
 __global__ void forward_kernel(float* qkv, float* norms, const float* logit_scale, CosineShape s, int64_t n) {
-  const int64_t H = s.H, hs = s.hs();
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < n; r += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = r / (2 * H), part = r / H % 2, h = r % H;
-    const float scale = part == 0 ? CosineShape::scale_of(logit_scale[h]) : 1.f;
-    norms[r] = cosine_row_forward(qkv + row * 3 * s.C + part * s.C + h * hs, hs, scale);
-  }
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < n; r += int64_t{gridDim.x} * blockDim.x)
+    cosine_forward_row(r, qkv, norms, logit_scale, s);
 }
 
 __global__ void backward_kernel(float* dqkv, const float* qkv, const float* norms, const float* logit_scale,
                                 float* row_dots, CosineShape s, int64_t n) {
-  const int64_t H = s.H, hs = s.hs();
-  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < n; r += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = r / (2 * H), part = r / H % 2, h = r % H, at = row * 3 * s.C + part * s.C + h * hs;
-    const float scale = part == 0 ? CosineShape::scale_of(logit_scale[h]) : 1.f;
-    const float dot = cosine_row_backward(dqkv + at, qkv + at, hs, norms[r], scale);
-    if (part == 0) row_dots[row * H + h] = logit_scale[h] <= CosineShape::max_logit() ? dot : 0.f;
-  }
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < n; r += int64_t{gridDim.x} * blockDim.x)
+    cosine_backward_row(r, dqkv, qkv, norms, logit_scale, row_dots, s);
 }
 
 }  // namespace

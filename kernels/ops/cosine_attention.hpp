@@ -49,6 +49,25 @@ DP_HOST_DEVICE inline float cosine_row_backward(float* dx, const float* y, int64
   return static_cast<float>(dot);
 }
 
+// Row r of the B·T·2H rows, r = (b·T + t)·2H + part·H + h (part 0 a query, 1 a key): what either
+// backend does for it, forward and backward.
+DP_HOST_DEVICE inline int64_t cosine_row_start(int64_t r, const CosineShape& s) {
+  return r / (2 * s.H) * 3 * s.C + r / s.H % 2 * s.C + r % s.H * s.hs();
+}
+DP_HOST_DEVICE inline float cosine_row_scale(int64_t r, const float* logit_scale, const CosineShape& s) {
+  return r / s.H % 2 == 0 ? CosineShape::scale_of(logit_scale[r % s.H]) : 1.f;
+}
+DP_HOST_DEVICE inline void cosine_forward_row(int64_t r, float* qkv, float* norms, const float* logit_scale,
+                                              const CosineShape& s) {
+  norms[r] = cosine_row_forward(qkv + cosine_row_start(r, s), s.hs(), cosine_row_scale(r, logit_scale, s));
+}
+DP_HOST_DEVICE inline void cosine_backward_row(int64_t r, float* dqkv, const float* qkv, const float* norms,
+                                               const float* logit_scale, float* row_dots, const CosineShape& s) {
+  const int64_t at = cosine_row_start(r, s), h = r % s.H;
+  const float dot = cosine_row_backward(dqkv + at, qkv + at, s.hs(), norms[r], cosine_row_scale(r, logit_scale, s));
+  if (r / s.H % 2 == 0) row_dots[r / (2 * s.H) * s.H + h] = logit_scale[h] <= CosineShape::max_logit() ? dot : 0.f;
+}
+
 namespace cpu {
 void cosine_qk_forward(ThreadPool& pool, float* qkv, float* norms, const float* logit_scale, const CosineShape& s);
 void cosine_qk_backward(ThreadPool& pool, float* dqkv, const float* qkv, const float* norms, const float* logit_scale,
