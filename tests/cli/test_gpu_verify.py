@@ -15,11 +15,13 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
   saying why, not a hundred runs read as dirty;
 - unit, with prebuilt binaries (no ctest files): each unit case in its own process, counted;
 - capabilities: tools/gpu/capabilities.py on host devices (the plan equal to memprof, ZeRO's stages
-  within tolerance of host:4 and allreduce, a missing model file named), and its stage failing
-  without a GPU, naming what failed;
+  within tolerance of host:4 and allreduce, a missing model file named, nanoGPT's model file's one
+  update within its spread), and its stage failing without a GPU, naming what failed;
 - a stage left with too little time is skipped and says so; an unknown stage is an error;
 - the profile's helpers: kernel_times.py reads Nsight Compute's CSV in either unit spelling and
-  names an unknown unit; phase_table.py puts real runs' phases side by side in the step's order.
+  names an unknown unit; phase_table.py puts real runs' phases side by side in the step's order;
+- the bench (tools/bench/bench_gpu.py): a budgeted table 1 row, table 9 at --small's sizes (dp's
+  GPT and nanoGPT's file against PyTorch's), the prime with nothing to compile.
 
 usage: test_gpu_verify.py DP_BINARY DP_GPU_TESTS_BINARY
 """
@@ -49,6 +51,15 @@ c = Checks()
 def cases():
     out = subprocess.run([gpu_tests, "--list-test-cases", "--no-intro"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines() if line and not line.startswith(("[doctest]", "==="))]
+
+
+def export_nanogpt(path, context):
+    """nanoGPT's model.py GPT (tests/torch/nanogpt_model.py, untied), tiny, as a model file."""
+    config = {"block_size": context, "vocab_size": 256, "n_layer": 2, "n_head": 2, "n_embd": 32}
+    return subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tools", "export_model.py"),
+                           os.path.join(ROOT, "tests", "torch", "nanogpt_model.py") + ":untied", "--kwargs",
+                           json.dumps(config), "--input", f"tokens:{context}", "--out", path],
+                          capture_output=True, text=True, check=True)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -456,6 +467,18 @@ with tempfile.TemporaryDirectory() as tmp:
             and "--batch" in first.get("flags", []) and first.get("report", {}).get("devices"), (written, list(first)))
     c.check("capabilities: a missing model file fails its part, naming the kit", p.returncode == 1 and
             "FAIL file: " in p.stdout and "tools/gpu/kit.sh" in p.stdout, p.stdout[-1000:])
+    # the file part's one update with a transformer file (nanoGPT's model.py, tiny): the host pair
+    # against host:2 is the same computation, so its row is within tolerance
+    gpt_file = os.path.join(tmp, "nanogpt.json")
+    export_nanogpt(gpt_file, 16)
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu", "capabilities.py"), "--dp", dp, "--gpu",
+                        "host:1", "--multi", "host:4", "--pair", "host:2", "--small", "--only", "file",
+                        "--model-file", os.path.join(tmp, "missing.json"), "--transformer-file", gpt_file],
+                       capture_output=True, text=True, timeout=300)
+    row = next((line for line in p.stdout.splitlines() if line.startswith("| nanogpt | 4 ")), "")
+    c.check("capabilities file: nanoGPT's model file updated once on the pair, within its float32 spread, "
+            "while the missing resnet50 fails the part", row.endswith("| within |") and "FAIL file: " in p.stdout
+            and "missing.json is missing" in p.stdout, p.stdout[-2000:] + p.stderr[-1000:])
     out = os.path.join(tmp, "out-capabilities")
     p, summary, _ = verify(["capabilities"], out, settings={"DP_CAPABILITIES": "plan"})
     c.check("capabilities without a GPU: the stage fails, naming dp memprof's failure", p.returncode == 1 and
@@ -574,6 +597,23 @@ cells = [x.strip() for x in row.strip("|").split("|")]
 c.check("bench: table 1's row within its budget, dp and PyTorch timed, its steps, repeats and budget stated",
         p.returncode == 0 and len(cells) == 12 and all(re.fullmatch(r"[0-9]+", x) for x in cells[2:5])
         and cells[8:11] == ["200", "2", "20"] and int(cells[11]) <= 22, p.stdout[-2000:] + p.stderr[-1000:])
+# table 9 at --small's sizes: dp's GPT and nanoGPT's file in the same interleaved repeats as PyTorch's
+# GPT, each cell timed; the resnet50 row names the kit when its file is missing
+with tempfile.TemporaryDirectory() as tmp:
+    gpt_file = os.path.join(tmp, "nanogpt-tiny.json")
+    export_nanogpt(gpt_file, 16)
+    p = subprocess.run(bench[:-2] + ["--only", "9", "--small", "--compile", "none", "--real-model-file",
+                                     os.path.join(tmp, "missing.json"), "--real-gpt-file", gpt_file],
+                       capture_output=True, text=True, timeout=300)
+rows = [[x.strip() for x in line.strip("|").split("|")] for line in p.stdout.splitlines()
+        if line.startswith("| tiny GPT |")]
+c.check("bench table 9 (--small): dp's GPT, PyTorch's and nanoGPT's file timed in each precision's row, "
+        "the file's ratios given",
+        p.returncode == 0 and len(rows) == 2 and all(len(r) == 17 and re.fullmatch(r"[0-9]+", r[3])
+                                                     and re.fullmatch(r"[0-9]+", r[4]) and re.fullmatch(r"[0-9]+", r[11])
+                                                     and r[12].endswith("x") and r[13].endswith("x") for r in rows)
+        and "| resnet50 | | | not run: " in p.stdout and "tools/gpu/kit.sh" in p.stdout
+        and re.search(r"^\| zero2 \| [0-9]+ \| [0-9.]+x \|", p.stdout, re.M), p.stdout[-3000:] + p.stderr[-1000:])
 p = subprocess.run(bench[:-2] + ["--prime", "--compile", "none"], capture_output=True, text=True, timeout=60)
 c.check("bench --prime with nothing to compile: compiles nothing",
         p.returncode == 0 and not any(line.startswith("prime ") for line in p.stdout.splitlines()), p.stdout + p.stderr)

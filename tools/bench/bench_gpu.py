@@ -33,7 +33,10 @@ the others go on.
      1024, batch 8, fp32 and bf16, against PyTorch eager (the GPT with its attention explicit, as dp
      computes it, and through scaled_dot_product_attention, as nanoGPT runs it) and torch.compile
      (--compile: the precisions it is timed at, bf16 by default; --prime fills its cache ahead, so
-     its cell is not the compilation); then ZeRO-2 against allreduce at GPT-2 small on cuda:0x4.
+     its cell is not the compilation); dp also runs nanoGPT's model.py exported at GPT-2 small's
+     sizes (--real-gpt-file, AdamW as the built-in GPT) in the same repeats: its speed over dp's
+     own GPT's and PyTorch eager's; then ZeRO-2 against allreduce at GPT-2 small on cuda:0x4.
+     --small: the same at tiny sizes, a check of the table's plumbing on a CPU.
 Table 1 also times dp with --cuda-graphs on, and the GPT (its defaults, AdamW on both sides) at 128.
 Tables 1, 8 and 9 state a time budget for each row (fewer steps, one warm-up): a run is cut at its
 share, a repeat that would not fit is not started, so they end in a known time (1 and 8: under 3
@@ -114,7 +117,7 @@ def dp_rows(a, env, model, devices, batch, extra=(), steps=None, warmup=None, ti
     # The GPT's generated corpus is bytes: its default (a million) holds enough windows for any run here.
     # Images: at most 16,384 drawn (drawing more took longer than a short row's time), epochs over them.
     drawn = min(batch * total, max(batch, 16384))
-    size = [] if model == "gpt" else ["--generated-size", str(drawn), "--epochs", str(-(-batch * total // drawn))]
+    size = [] if takes_tokens(model) else ["--generated-size", str(drawn), "--epochs", str(-(-batch * total // drawn))]
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
         run([a.dp, "train", "--model", model, "--devices", devices, "--batch", str(batch), "--steps", str(total),
              *size, "--metrics", m.name, *extra], env, timeout)
@@ -122,6 +125,17 @@ def dp_rows(a, env, model, devices, batch, extra=(), steps=None, warmup=None, ti
     if len(rows) <= warmup:
         raise RunFailed("no timed steps in the metrics")
     return rows[warmup:], rows[warmup - 1]["time_s"] if warmup else 0.0
+
+
+def takes_tokens(model):
+    """Whether a run of this model reads a token corpus: the built-in GPT, or a model file whose input
+    is tokens (nanoGPT's, exported with --input tokens:T)."""
+    if model == "gpt":
+        return True
+    if not model.endswith(".json"):
+        return False
+    with open(model) as f:
+        return json.load(f).get("input", {}).get("kind") == "tokens"
 
 
 def wall_seconds(rows, start):
@@ -383,44 +397,68 @@ def zero_stages(a, env):
 
 
 # Table 9's sizes: GPT-2 small (nanoGPT's gpt2: 12 layers, 12 heads, width 768, context 1024,
-# vocabulary 50257), dp's flags and torch_speed.py's alike.
+# vocabulary 50257), dp's flags and torch_speed.py's alike; --small's, to check the table's plumbing
+# on a CPU. --real-gpt-file is nanoGPT's model.py exported at the same sizes.
 GPT2 = ["--gpt-layers", "12", "--gpt-heads", "12", "--gpt-dim", "768", "--context", "1024", "--vocab", "50257"]
+GPT_TINY = ["--gpt-layers", "2", "--gpt-heads", "2", "--gpt-dim", "32", "--context", "16", "--vocab", "256"]
+
+
+def file_input(path):
+    """A model file's input as torch_speed.py's --input takes it (C x H x W)."""
+    with open(path) as f:
+        return "x".join(str(d) for d in json.load(f)["input"]["shape"])
 
 
 def real_sizes(a, env):
     """dp against PyTorch eager and torch.compile at the sizes people train: torchvision's resnet50 at
     3x224x224 (dp runs it as a model file; the same cuDNN policy on both sides: deterministic
-    algorithms, no TF32) and GPT-2 small at context 1024, fp32 and bf16; then ZeRO-2 against
-    allreduce at GPT-2 small on several devices."""
+    algorithms, no TF32) and GPT-2 small at context 1024, fp32 and bf16 — dp's built-in GPT and
+    nanoGPT's model.py as a model file, timed against the same PyTorch runs; then ZeRO-2 against
+    allreduce at GPT-2 small on several devices. With --small, tiny sizes and batches."""
+    gpt_flags, gpt_label = (GPT_TINY, "tiny GPT") if a.small else (GPT2, "GPT-2 small")
     print(f"\n### 9. Real sizes on {a.gpu}: dp against PyTorch eager and torch.compile (TF32 off)\n")
     print("One warm-up step, then the timed steps. PyTorch's GPT: nanoGPT's, with its attention as dp computes it\n"
           "(explicit: scores, mask, softmax) and as nanoGPT runs it on a PyTorch that has it (`sdpa`:\n"
           "scaled_dot_product_attention, flash attention); torch.compile runs the sdpa model. A compile cell's\n"
-          "warm-up is the compilation, read from the cache tools/gpu/verify.sh's prime fills ahead, where it did.\n")
+          "warm-up is the compilation, read from the cache tools/gpu/verify.sh's prime fills ahead, where it did.\n"
+          "`dp, nanoGPT's file`: nanoGPT's model.py exported as a model file at the same sizes (AdamW, as the\n"
+          "built-in GPT), in the same interleaved repeats; `file / built-in` is its speed over dp's own GPT's.\n")
     print("| model | precision | batch | dp samples/s | PyTorch eager | dp / eager | eager, sdpa | dp / sdpa | "
-          "torch.compile | dp / compile | compile warm-up s | steps | budget s | took s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "torch.compile | dp / compile | compile warm-up s | dp, nanoGPT's file | file / built-in | file / eager | "
+          "steps | budget s | took s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     if os.path.exists(a.real_model_file):
-        rows += [("resnet50", a.real_model_file, "torchvision:resnet50", precision, 128, 10, seconds)
+        rows += [("resnet50", a.real_model_file, "torchvision:resnet50", precision, 2 if a.small else 128, 10, seconds)
                  for precision, seconds in (("fp32", 45), ("bf16", 35))]
     else:
-        print(f"| resnet50 | | | not run: {a.real_model_file} is missing (tools/gpu/kit.sh exports it) | | | | | | | | | | |")
-    rows += [("GPT-2 small", "gpt", "gpt", precision, 8, steps, seconds)
-             for precision, steps, seconds in (("fp32", 6, 50), ("bf16", 10, 35))]
+        print(f"| resnet50 | | | not run: {a.real_model_file} is missing (tools/gpu/kit.sh exports it) |"
+              + " |" * 13)
+    rows += [(gpt_label, "gpt", "gpt", precision, 2 if a.small else 8, steps, seconds)
+             for precision, steps, seconds in (("fp32", 6, 65), ("bf16", 10, 45))]
     for label, ours, theirs, precision, batch, steps, seconds in rows:
         gpt = ours == "gpt"
         budget = Budget(seconds)
-        dp_extra = (*(GPT2 if gpt else ()), *(("--precision", precision) if precision != "fp32" else ()))
-        torch_extra = (*GPT2, "--rotation", "2") if gpt else ("--input", "3x224x224", "--rotation", "2")
+        half = ("--precision", precision) if precision != "fp32" else ()
+        dp_extra = (*(gpt_flags if gpt else ()), *half)
+        torch_extra = (*gpt_flags, "--rotation", "2") if gpt else ("--input", file_input(ours), "--rotation", "2")
         det = not gpt  # resnet50: cuDNN's deterministic algorithms, dp's default policy
         runs = {"dp": lambda t: dp_speed(a, env, ours, a.gpu, batch, dp_extra, steps=steps, warmup=1, timeout=t),
                 "eager": lambda t: torch_speed(a, env, theirs, batch, precision, det, torch_extra, steps, 1,
                                                t)["samples_per_s"]}
+        file_cell = "n/a"
         if gpt:
             runs["sdpa"] = lambda t: torch_speed(a, env, theirs, batch, precision, det,
                                                  (*torch_extra, "--attention", "sdpa"), steps, 1, t)["samples_per_s"]
+            if os.path.exists(a.real_gpt_file):
+                runs["file"] = lambda t: dp_speed(a, env, a.real_gpt_file, a.gpu, batch,
+                                                  ("--optimizer", "adamw", "--lr", "0.001", *half), steps=steps,
+                                                  warmup=1, timeout=t)
+            else:
+                file_cell = f"not run: {a.real_gpt_file} is missing (tools/gpu/kit.sh exports it)"
         speed, _ = interleaved(a, runs, budget)
+        if "file" in speed:
+            file_cell = cell(speed["file"])
         compiled, warm, compiled_cell = None, "", f"left out (--compile {a.compile})"
         if a.compile == "all" or a.compile == precision:
             # once: its warm-up is the compilation, which a repeat would pay again on a cold cache
@@ -436,15 +474,18 @@ def real_sizes(a, env):
         print(f"| {label} | {precision} | {batch} | {cell(speed['dp'])} | {cell(speed['eager'])} | "
               f"{ratio(speed['dp'], speed['eager'])} | {cell(speed['sdpa']) if gpt else 'n/a'} | "
               f"{ratio(speed['dp'], speed.get('sdpa'))} | {compiled_cell} | {ratio(speed['dp'], compiled)} | {warm} | "
+              f"{file_cell} | {ratio(speed.get('file'), speed['dp'])} | {ratio(speed.get('file'), speed['eager'])} | "
               f"{steps} | {seconds} | {budget.took():.0f} |", flush=True)
     seconds = 50
     budget = Budget(seconds)
-    print(f"\nZeRO-2 against allreduce on {a.multi}, GPT-2 small, global batch 8, fp32, 6 timed steps "
+    batch = 8
+    print(f"\nZeRO-2 against allreduce on {a.multi}, {gpt_label}, global batch {batch}, fp32, 6 timed steps "
           f"(target >= 0.9x; budget {seconds} s)\n")
     print("| --sync | samples/s | / allreduce | n |")
     print("|---|---|---|---|")
-    speed, n = interleaved(a, {m: lambda t, m=m: dp_speed(a, env, "gpt", a.multi, 8, (*GPT2, "--sync", m), steps=6,
-                                                          warmup=1, timeout=t) for m in ("allreduce", "zero2")}, budget)
+    speed, n = interleaved(a, {m: lambda t, m=m: dp_speed(a, env, "gpt", a.multi, batch, (*gpt_flags, "--sync", m),
+                                                          steps=6, warmup=1, timeout=t)
+                               for m in ("allreduce", "zero2")}, budget)
     for m in ("allreduce", "zero2"):
         print(f"| {m} | {cell(speed[m])} | {ratio(speed[m], speed['allreduce'])} | {n[m]} |", flush=True)
     print(f"\n(took {budget.took():.0f} s)")
@@ -485,6 +526,9 @@ def main():
     ap.add_argument("--only", default="1,2,3,4,5,6,7,8", help="which tables, e.g. 1,3")
     ap.add_argument("--models", default="mlp,convnet,resnet18,gpt", help="tables 1 and 2: which models")
     ap.add_argument("--real-model-file", default=".gpu-kit/resnet50-224.json", help="table 9: resnet50 at 3x224x224")
+    ap.add_argument("--real-gpt-file", default=".gpu-kit/nanogpt-gpt2.json",
+                    help="table 9: nanoGPT's model.py at GPT-2 small's sizes, as a model file")
+    ap.add_argument("--small", action="store_true", help="table 9 at tiny sizes: a check of its plumbing on a CPU")
     ap.add_argument("--compile", default="bf16", choices=["none", "fp32", "bf16", "all"],
                     help="table 9: the precisions torch.compile is timed at")
     ap.add_argument("--compile-seconds", type=float, default=60, help="table 9: each compile cell's budget")

@@ -5,7 +5,8 @@
 # .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), MNIST (../shared/data/mnist, or
 # DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch, and torchvision's resnet50 exported as a
 # model file (.gpu-kit/resnet50.json, 3x64x64, 10 classes) for its capabilities stage, and again at its
-# native size (.gpu-kit/resnet50-224.json, 3x224x224) for the bench's real sizes. Run it on the build machine, then put .gpu-kit
+# native size (.gpu-kit/resnet50-224.json, 3x224x224) for the bench's real sizes; nanoGPT's model.py
+# likewise (.gpu-kit/nanogpt.json small, .gpu-kit/nanogpt-gpt2.json at GPT-2 small's sizes). Run it on the build machine, then put .gpu-kit
 # beside the tree on the GPU machine (tools/gpu/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,4 +40,17 @@ if /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
     --out .gpu-kit/resnet50-224.json
 else
   echo "no torchvision here (apt-get install python3-torchvision): verify.sh's capabilities stage will miss its model file" >&2
+fi
+# nanoGPT's model.py GPT (untied: dp refuses a tied one), at --model gpt's defaults for the capabilities
+# stage's one update, and at GPT-2 small's sizes for the bench's real sizes (about a minute: the model
+# is built to be traced).
+nanogpt=tests/torch/nanogpt_model.py:untied
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  /usr/bin/python3 tools/export_model.py "$nanogpt" --input tokens:128 \
+    --kwargs '{"block_size": 128, "vocab_size": 256, "n_layer": 4, "n_head": 4, "n_embd": 256}' --out .gpu-kit/nanogpt.json
+  /usr/bin/python3 tools/export_model.py "$nanogpt" --input tokens:1024 \
+    --kwargs '{"block_size": 1024, "vocab_size": 50257, "n_layer": 12, "n_head": 12, "n_embd": 768}' \
+    --out .gpu-kit/nanogpt-gpt2.json
+else
+  echo "no PyTorch here (apt-get install python3-torch): the GPU check will miss nanoGPT's model files" >&2
 fi

@@ -35,8 +35,8 @@
 #   capabilities  tools/gpu/capabilities.py: dp plan on meta devices against dp memprof on
 #             cuda:0x4 (each device's peak and categories; every memprof report written to
 #             $OUT/fixtures for tests/fixtures), ZeRO's stages on cuda:0x4 against host:4 and
-#             against --sync allreduce, one update of the model file .gpu-kit/resnet50.json on
-#             cuda:0x2 against host:2 within the float32 spread, and dp's device memory against
+#             against --sync allreduce, one update of the model files .gpu-kit/resnet50.json and
+#             .gpu-kit/nanogpt.json on cuda:0x2 against host:2 within the float32 spread, and dp's device memory against
 #             PyTorch's (resnet18, the GPT); DP_CAPABILITIES (a comma list) runs some of them
 #             (capabilities.md)
 #   export    tools/export_model.py under this machine's PyTorch (2.x; the CPU machines have 1.13):
