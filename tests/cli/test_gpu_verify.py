@@ -117,9 +117,11 @@ with tempfile.TemporaryDirectory() as tmp:
     done = os.path.join(tmp, "done")  # where finished sanitizer runs are kept between calls
 
     def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False,
-               internal="", internal_ours=False, internal_none=False, settings=None):
-        # settings: the caller's variables for verify.sh (DP_SANITIZE_MATCH, ...), for this call only
-        env = dict(os.environ, **{"DP_PACK_LOGS": "0", "DP_SANITIZE_RECORDED": "/dev/null", **(settings or {})}, OUT=out, PATH=fake + os.pathsep + os.environ["PATH"], DP_SANITIZE_JOBS="4",
+               internal="", internal_ours=False, internal_none=False, settings=None, path_first=None):
+        # settings: the caller's variables for verify.sh (DP_SANITIZE_MATCH, ...), for this call only;
+        # path_first: a folder of stand-ins searched before the others
+        path = os.pathsep.join([*([path_first] if path_first else []), fake, os.environ["PATH"]])
+        env = dict(os.environ, **{"DP_PACK_LOGS": "0", "DP_SANITIZE_RECORDED": "/dev/null", **(settings or {})}, OUT=out, PATH=path, DP_SANITIZE_JOBS="4",
                    FAKE_SANITIZER_INTERNAL=internal, FAKE_SANITIZER_INTERNAL_OURS="1" if internal_ours else "",
                    FAKE_SANITIZER_INTERNAL_NONE="1" if internal_none else "",
                    FAKE_SANITIZER_SECONDS=str(seconds), DP_SANITIZE_DONE_ROOT=done,
@@ -484,6 +486,20 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("capabilities without a GPU: the stage fails, naming dp memprof's failure", p.returncode == 1 and
             "FAIL capabilities (exit 1): " in summary and "FAIL plan: " in summary and "dp memprof exit" in summary,
             summary + p.stderr[-1000:])
+
+    # ---- a prime still running when the GPU cases start: they wait for it (a case must have the GPU
+    # to itself), and stop it after DP_PRIME_WAIT seconds; a stand-in python3 whose prime never ends
+    slow = os.path.join(tmp, "slow-prime")
+    os.makedirs(slow)
+    with open(os.path.join(slow, "python3"), "w") as f:
+        f.write('#!/bin/sh\ncase "$*" in *--prime*) exec sleep 600;; esac\nexec /usr/bin/python3 "$@"\n')
+    os.chmod(os.path.join(slow, "python3"), 0o755)
+    out = os.path.join(tmp, "out-prime-first")
+    p, summary, secs = verify(["prime", "tests"], out, settings={"DP_PRIME_WAIT": "2"}, path_first=slow)
+    prime_log = open(os.path.join(out, "prime.log")).read() if os.path.exists(os.path.join(out, "prime.log")) else ""
+    c.check("prime before tests: the cases wait for it, then stop it, saying why",
+            "stopped after waiting 2 s: the GPU cases have the GPU to themselves" in prime_log
+            and "PASS prime: " in summary and "FAIL tests (exit " in summary and secs < 200, (summary, prime_log))
 
     # ---- too little time for a stage; a bad stage
     p, summary, _ = verify(["--within", "20", "tests"], os.path.join(tmp, "out-skip"))

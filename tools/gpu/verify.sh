@@ -173,7 +173,9 @@ gpu_cases_each() {
   if build-gpu/tests/dp_gpu_tests --list-test-cases --no-intro | grep -n ';' >>"$log"; then
     echo "a case's name holds ';' (ctest would split it)" >>"$log"; bad=$((bad + 1))
   fi
-  # One at a time: a case that measures the GPU's free memory must have it to itself.
+  # One at a time: a case that measures the GPU's free memory must have it to itself (a prime put
+  # before this stage is waited for: run it after the cases to overlap it with other work).
+  prime_done "the GPU cases have the GPU to themselves"
   for name in "${cases[@]}"; do
     if (($(left) < 20)); then unrun=$((unrun + 1)); echo "NOT RUN (deadline): $name" >>"$log"; continue; fi
     # shellcheck disable=SC2053
@@ -682,14 +684,16 @@ stage_prime() {
   note "PASS prime: started torch.compile's cache for the bench in the background (prime.log)"
 }
 
-# Waits for the prime, at most DP_PRIME_WAIT seconds (90), then stops it: the bench must time alone.
+# Waits for the prime, at most DP_PRIME_WAIT seconds (90), then stops it: the bench must time alone,
+# and a GPU case must have the GPU to itself (the reason given, for prime.log).
 prime_done() {
   [[ -n $prime_pid ]] || return 0
+  local why=${1:-the bench times alone}
   local waited=0 most=${DP_PRIME_WAIT:-90}
   while kill -0 "$prime_pid" 2>/dev/null && ((waited < most && $(left) > 60)); do sleep 1; waited=$((waited + 1)); done
   if kill -0 "$prime_pid" 2>/dev/null; then
     kill -- -"$prime_pid" 2>/dev/null || kill "$prime_pid"
-    echo "stopped after waiting $waited s: the bench times alone" >>"$out/prime.log"
+    echo "stopped after waiting $waited s: $why" >>"$out/prime.log"
   fi
   wait "$prime_pid" 2>/dev/null
   prime_pid=""
