@@ -4,10 +4,11 @@
 # CLI11, doctest) with their CMake configs, zlib, and OpenBLAS with its Fortran runtime, into
 # .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), MNIST (../shared/data/mnist, or
 # DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch, and torchvision's resnet50 exported as a
-# model file (.gpu-kit/resnet50.json, 3x64x64, 10 classes) for its capabilities stage, and again at its
-# native size (.gpu-kit/resnet50-224.json, 3x224x224) for the bench's real sizes; nanoGPT's model.py
-# likewise (.gpu-kit/nanogpt.json small, .gpu-kit/nanogpt-gpt2.json at GPT-2 small's sizes). Run it on the build machine, then put .gpu-kit
-# beside the tree on the GPU machine (tools/gpu/README.md).
+# model file (.gpu-kit/resnet50.json, 3x64x64, 10 classes) for its capabilities stage, and again at
+# its native size (.gpu-kit/resnet50-224.json, 3x224x224) for the bench's real sizes; nanoGPT's
+# model.py likewise (.gpu-kit/nanogpt.json small, .gpu-kit/nanogpt-gpt2.json at GPT-2 small's
+# sizes). Run it on the build machine, then put .gpu-kit beside the tree on the GPU machine
+# (tools/gpu/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 stage=$(mktemp -d)
