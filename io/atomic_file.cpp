@@ -91,27 +91,6 @@ const char* kind_of(const fs::file_status& st) {
   }
 }
 
-// The file's identity: (device, inode) when it exists, else its resolved absolute path.
-struct Identity {
-  bool exists = false;
-  dev_t dev = 0;
-  ino_t ino = 0;
-  std::string path;
-  bool operator==(const Identity& o) const {
-    return exists && o.exists ? dev == o.dev && ino == o.ino : path == o.path;
-  }
-};
-
-Identity identity_of(const std::string& path) {
-  Identity id;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) id.exists = true, id.dev = st.st_dev, id.ino = st.st_ino;
-  std::error_code ec;
-  id.path = fs::weakly_canonical(fs::absolute(path), ec).string();
-  if (ec) id.path = fs::absolute(path).lexically_normal().string();
-  return id;
-}
-
 }  // namespace
 
 std::string resolve_output(const std::string& path, const std::string& what) {
@@ -180,40 +159,6 @@ void check_writable(const std::string& path, const std::string& what) {
   }
   if (fs::exists(target) && ::access(target.c_str(), W_OK) != 0)
     throw UsageError(what + " " + path + ": the existing file is not writable");
-}
-
-void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
-  std::vector<std::pair<const NamedPath*, Identity>> outs;
-  for (const auto& o : outputs)
-    if (!o.path.empty()) outs.push_back({&o, identity_of(o.path)});
-  for (size_t i = 0; i < outs.size(); ++i)
-    for (size_t j = i + 1; j < outs.size(); ++j)
-      if (outs[i].second == outs[j].second)
-        throw UsageError(outs[i].first->what + " and " + outs[j].first->what + " name the same file (" +
-                         outs[i].first->path + "); give each output its own");
-  for (const auto& in : inputs) {
-    if (in.path.empty()) continue;
-    const Identity id = identity_of(in.path);
-    for (const auto& [o, oid] : outs)
-      if (oid == id)
-        throw UsageError(o->what + " " + o->path + " is the same file as " + in.what + ": writing it would destroy an input");
-  }
-}
-
-void check_outside_folders(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& folders) {
-  for (const auto& folder : folders) {
-    std::error_code ec;
-    if (folder.path.empty() || !fs::is_directory(folder.path, ec)) continue;
-    const fs::path root = fs::weakly_canonical(fs::absolute(folder.path), ec);
-    for (const auto& o : outputs) {
-      if (o.path.empty()) continue;
-      const fs::path target = fs::weakly_canonical(fs::absolute(resolve_output(o.path, o.what)), ec);
-      const fs::path inside = target.lexically_relative(root);
-      if (inside.empty() || *inside.begin() == ".." || !fs::exists(target, ec)) continue;
-      throw UsageError(o.what + " " + o.path + " is " + inside.string() + " in " + folder.what + " " + folder.path +
-                       ": writing it would destroy an input");
-    }
-  }
 }
 
 void defer_interrupts() { g_defer.store(true); }

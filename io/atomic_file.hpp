@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace dp {
 
@@ -22,18 +21,6 @@ std::string resolve_output(const std::string& path, const std::string& what);
 // Can a file be written at path? Checked before a long run: an empty path, a directory, a special
 // file, an unwritable place or file are UsageErrors naming `what`. Leaves the file untouched.
 void check_writable(const std::string& path, const std::string& what);
-
-// Outputs and inputs of one run, by flag. Two outputs, or an output and an input, that are the
-// same file (device and inode where it exists, the resolved path otherwise) are a UsageError
-// naming both flags: the run would overwrite what it reads, or one output the other.
-struct NamedPath {
-  std::string what;  // "--save", "--data file train-images-idx3-ubyte.gz", ...
-  std::string path;
-};
-void check_distinct_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
-// Input folders (a data set's, a checkpoint's): an output that would replace a file anywhere inside
-// one is a UsageError naming both flags. (A new file there is allowed: it destroys nothing.)
-void check_outside_folders(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& folders);
 
 // Remove any temporary being written when SIGINT, SIGTERM or SIGHUP arrives, then die of the
 // signal as before. Called once by the CLI at start.

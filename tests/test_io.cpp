@@ -14,6 +14,7 @@
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
+#include "io/protected_inputs.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "io/read_file.hpp"
@@ -365,4 +366,30 @@ TEST_CASE("atomic writes follow symlinks, keep modes, refuse special files, same
   CHECK_NOTHROW(check_distinct_files({{"--json", dir.file("a")}, {"--svg", dir.file("b")}}, {{"--init", target}}));
   for (const auto& e : fs::directory_iterator(dir.path))
     CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);  // no temporaries left
+}
+
+TEST_CASE("an output onto a file an input folder reads through a link is refused; new files in it are not") {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const fs::path outside = dir.path / "photos", data = dir.path / "data";
+  fs::create_directories(outside / "cats");
+  fs::create_directories(data / "train");
+  write_file_atomically((outside / "cats" / "1.jpg").string(), "jpeg");
+  fs::create_symlink(outside / "cats" / "1.jpg", data / "train" / "1.jpg");  // a file linked in
+  fs::create_directory_symlink(outside / "cats", data / "train" / "cats");   // a class folder linked in
+  fs::create_directory_symlink(data, data / "train" / "loop");               // a cycle: walked once
+  fs::create_symlink(outside / "cats" / "1.jpg", dir.path / "elsewhere.jpg");
+  fs::create_hard_link(outside / "cats" / "1.jpg", dir.path / "hard.jpg");
+  const std::vector<NamedPath> folders{{"--data", data.string()}};
+  const std::string refused = "in --data " + data.string() + ": writing it would destroy an input";
+  for (const auto& out : {data / "train" / "1.jpg", data / "train" / "cats" / "1.jpg", dir.path / "elsewhere.jpg",
+                          dir.path / "hard.jpg"})
+    CHECK_THROWS_WITH_AS(check_outside_folders({{"--html", out.string()}}, folders), doctest::Contains(refused.c_str()),
+                         UsageError);
+  CHECK_THROWS_WITH_AS(check_outside_folders({{"--html", (dir.path / "hard.jpg").string()}}, folders),
+                       doctest::Contains("is train/"), UsageError);  // names the file in the folder
+  CHECK_NOTHROW(check_outside_folders({{"--html", (data / "new.html").string()}}, folders));
+  write_file_atomically((dir.path / "other.html").string(), "mine");
+  CHECK_NOTHROW(check_outside_folders({{"--html", (dir.path / "other.html").string()}}, folders));
+  CHECK(read_bytes((outside / "cats" / "1.jpg").string()) == "jpeg");
 }

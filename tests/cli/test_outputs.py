@@ -168,6 +168,75 @@ with tempfile.TemporaryDirectory() as tmp:
                                                                  saved], 2, f"in --weights {step}")
     check("the checkpoint untouched", saved_before is not None and snapshot(saved) == saved_before)
 
+    # ---- links inside an input folder: an image folder built of symlinks (the usual way to make an
+    # ImageFolder without copying), a token folder, tensor files; every output flag of every command
+    # onto a link (and onto another link or a hard link to the same file) is refused, the files kept.
+    import numpy as np
+    from PIL import Image
+    src = os.path.join(tmp, "photos")
+    linked = os.path.join(tmp, "linked")
+    for cls in ("a", "b"):
+        os.makedirs(os.path.join(src, cls))
+        for split in ("train", "val"):
+            os.makedirs(os.path.join(linked, split, cls))
+        for i in range(3):
+            f = os.path.join(src, cls, f"{i}.png")
+            Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(f)
+            for split in ("train", "val"):
+                os.symlink(f, os.path.join(linked, split, cls, f"{i}.png"))
+    photo = os.path.join(src, "a", "2.png")
+    photo_link = os.path.join(linked, "train", "a", "2.png")
+    via_outside = os.path.join(tmp, "outside-link.png")
+    os.symlink(photo, via_outside)
+    hard_photo = os.path.join(tmp, "hard-photo.png")
+    os.link(photo, hard_photo)
+    tokens = os.path.join(tmp, "tokens-src")
+    os.makedirs(tokens)
+    for name in ("train.bin", "val.bin"):
+        np.arange(200, dtype=np.uint16).tofile(os.path.join(tokens, name))
+    token_dir = os.path.join(tmp, "tokens")
+    os.makedirs(token_dir)
+    for name in ("train.bin", "val.bin"):
+        os.symlink(os.path.join(tokens, name), os.path.join(token_dir, name))
+    token_link = os.path.join(token_dir, "train.bin")
+    tensors = os.path.join(tmp, "tensors-src")
+    os.makedirs(tensors)
+    np.save(os.path.join(tensors, "train_images.npy"), np.zeros((8, 1, 4, 4), np.float32))
+    np.save(os.path.join(tensors, "train_labels.npy"), np.arange(8, dtype=np.int64) % 2)
+    tensor_dir = os.path.join(tmp, "tensors")
+    os.makedirs(tensor_dir)
+    for name in ("train_images.npy", "train_labels.npy"):
+        os.symlink(os.path.join(tensors, name), os.path.join(tensor_dir, name))
+    tensor_link = os.path.join(tensor_dir, "train_images.npy")
+    kept = {f: snapshot(f) for f in (photo, os.path.join(tokens, "train.bin"), os.path.join(tensors, "train_images.npy"))}
+    image_runs = [("plan", ["--model", "mlp", "--devices", "meta:2", "--batch", "8"], ["--html", "--json", "--svg", "--trace"]),
+                  ("memprof", ["--model", "mlp", "--devices", "host:2", "--batch", "8"],
+                   ["--html", "--json", "--svg", "--trace"]),
+                  ("demo", ["--model", "mlp", "--devices", "host:2", "--batch", "8"], ["--html", "--json", "--trace"]),
+                  ("train", ["--model", "mlp", "--devices", "host:2", "--batch", "8", "--steps", "1", "--eval"],
+                   ["--save", "--metrics", "--trace", "--save-best"]),
+                  ("eval", ["--model", "mlp", "--devices", "host:2", "--batch", "8", "--weights", init], ["--json"])]
+    for command, args, flags in image_runs:
+        for flag in flags:
+            for target, why in ((photo_link, "the link itself"), (via_outside, "another link to its file"),
+                                (hard_photo, "a hard link to its file")):
+                expect(f"{command} {flag} onto {why} in an image folder", [command, "--data", linked] + args +
+                       [flag, target], 2, "writing it would destroy an input")
+    expect("train --save onto a token file's link", ["train", "--model", "gpt", "--data", token_dir, "--devices", "host:1",
+                                                     "--steps", "1", "--save", token_link], 2,
+           "is the same file as --data file train.bin: writing it would destroy an input")
+    expect("memprof --json onto a tensor file's link", ["memprof", "--model", "mlp", "--data", tensor_dir, "--devices",
+                                                        "host:1", "--batch", "4", "--json", tensor_link], 2,
+           "is the same file as --data file train_images.npy: writing it would destroy an input")
+    check("every linked input untouched", all(snapshot(f) == before_f for f, before_f in kept.items()) and
+          os.path.islink(photo_link) and os.path.islink(token_link) and os.path.islink(tensor_link))
+    new_in_folder = os.path.join(linked, "report.json")
+    rc, _, err = run(["plan", "--model", "mlp", "--devices", "meta:2", "--batch", "4", "--data", linked, "--json",
+                      new_in_folder])
+    check("a new file inside the folder is still allowed", rc == 0 and os.path.exists(new_in_folder), err[-300:])
+    if os.path.exists(new_in_folder):
+        os.remove(new_in_folder)
+
     # ---- empty data sets
     empty = mnist_dir(tmp, "empty", train=0, test=10)
     expect("0 training samples", ["train", "--data", empty, "--model", "mlp", "--save", init], 1,

@@ -9,6 +9,7 @@
 
 #include "engine/data_parallel.hpp"
 #include "io/atomic_file.hpp"
+#include "io/protected_inputs.hpp"
 #include "data/dataset.hpp"
 
 namespace dp::cli {
