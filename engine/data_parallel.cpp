@@ -413,15 +413,20 @@ EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const
   return out;
 }
 
-std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
+std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length, int32_t pad) {
   check_input(DType::I32);
-  if (length < 1 || length > model_.input_shape.at(0))
-    throw RuntimeError("logits: " + std::to_string(length) + " tokens; the model takes 1 to " +
-                       std::to_string(model_.input_shape.at(0)));
+  const int64_t T = model_.input_shape.at(0);
+  if (length < 1 || length > T)
+    throw RuntimeError("logits: " + std::to_string(length) + " tokens; the model takes 1 to " + std::to_string(T));
+  // A model file runs at its exported length only: the tokens, then `pad` up to T (a causal model's
+  // first `length` rows do not see it).
+  const int64_t run = model_.file ? T : length;
+  std::vector<int32_t> padded(tokens, tokens + length);
+  padded.resize(static_cast<size_t>(run), pad);
   Device& d0 = devices_[0];
-  Tensor input = Tensor::empty(d0, {1, length}, MemCategory::Inputs, DType::I32);
-  upload_async(input, tokens);
-  std::vector<float> out(static_cast<size_t>(length * model_.classes));
+  Tensor input = Tensor::empty(d0, {1, run}, MemCategory::Inputs, DType::I32);
+  upload_async(input, padded.data());
+  std::vector<float> out(static_cast<size_t>(run * model_.classes));
   const Tensor params = shape_->inference_parameters();
   d0.stream().enqueue([&] {
     nets_[0]->bind(params, Tensor(), buffers_);
@@ -436,6 +441,7 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length) {
     nets_[0]->unbind();
   });
   join_device0();
+  out.resize(static_cast<size_t>(length * model_.classes));
   return out;
 }
 

@@ -85,8 +85,9 @@ class DataParallel : private StepEngine {
   EvalResult evaluate(const int32_t* tokens, const int32_t* targets, int64_t batch);
   EvalResult evaluate(const uint8_t* pixels, const int32_t* labels, int64_t batch);  // with a pixel table
   EvalResult evaluate(const MicroBatch& b) { return evaluate_any(b.input, b.dtype, b.targets, b.batch); }
-  // A language model's [length, vocabulary] logits for one sequence of length <= T, in eval mode.
-  std::vector<float> logits(const int32_t* tokens, int64_t length);
+  // A language model's [length, vocabulary] logits for one sequence of length <= T, in eval mode. A
+  // model file, whose length is fixed at export, runs on the tokens followed by `pad` up to T.
+  std::vector<float> logits(const int32_t* tokens, int64_t length, int32_t pad = 0);
 
   const ModelDef& model() const { return model_; }
   Optimizer& optimizer() { return shape_->optimizer(); }

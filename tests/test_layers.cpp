@@ -309,6 +309,27 @@ TEST_CASE("A model file's graph: gradients through add, cat, reshape and a value
   gradcheck(*graph, {3, 2, 5, 5}, random_vector(150, 21, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
+TEST_CASE("A model file's graph refuses an input of another shape than its export's, before any node runs") {
+  // The file's sizes are fixed (a token file's length above all): a shorter sequence used to run
+  // LayerNorm over the recorded rows and corrupt memory.
+  auto spec = graph_spec({3, 4});
+  spec->output = add_node(*spec, "w", "linear", "w", {-1}, {{"in_features", 4}, {"out_features", 2}}, {3, 2});
+  spec->state = {{"w.weight", {2, 4}, false}, {"w.bias", {2}, false}};
+  auto graph = make_graph_module(spec);
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  Bound b = bind_random(*graph, dev, 42);
+  CHECK(graph->forward(dev, tensor_from(dev, {2, 3, 4}, random_vector(24, 1)), false).shape() == Shape{2, 3, 2});
+  graph->clear_cache();
+  for (const Shape& wrong : {Shape{2, 2, 4}, Shape{1, 3, 4, 1}, Shape{12}}) {
+    const std::string message = "takes inputs of shape [batch, 3, 4], not " + shape_str(wrong);
+    CHECK_THROWS_WITH_AS(graph->forward(dev, tensor_from(dev, wrong, random_vector(static_cast<size_t>(numel(wrong)), 2)),
+                                        false),
+                         doctest::Contains(message.c_str()), RuntimeError);
+  }
+  for (Module* m : param_modules(*graph)) m->bind({}, {});
+}
+
 TEST_CASE("A model file's graph: gradients through mean, a per-channel gate and a product of one shape") {
   // a = conv(x); s = a.mean((2, 3), keepdim); e = sigmoid(conv1x1(s)); m = a · e (per plane);
   // p = m · tanh(a) (one shape); fc(mean(p, (2, 3))).

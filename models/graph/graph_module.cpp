@@ -129,6 +129,12 @@ class GraphModule final : public Module {
   }
 
   Tensor forward_impl(Device& dev, const Tensor& in, bool training) override {
+    // The file's shapes are fixed at export: any other input is refused here, never run (its
+    // kernels would read and write by the recorded sizes).
+    const Shape& given = in.shape();
+    if (given.empty() || Shape(given.begin() + 1, given.end()) != spec_->input_shape)
+      throw RuntimeError(describe() + " takes inputs of shape [batch, " + shape_str(spec_->input_shape).substr(1) +
+                         ", not " + shape_str(given));
     const size_t n = steps_.size();
     std::vector<Tensor> values(n);
     auto value = [&](int j) -> const Tensor& { return j < 0 ? in : values[static_cast<size_t>(j)]; };

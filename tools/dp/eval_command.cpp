@@ -70,6 +70,7 @@ int run_eval(EvalOptions o, const std::set<std::string>& given) {
     std::fprintf(stderr, "--weights %s: names carry nn.DataParallel's '%s' prefix; loaded without it\n",
                  o.weights.c_str(), weights.stripped_prefix.c_str());
   dp.load_state(weights.params, weights.buffers);
+  if (o.sample > 0) check_samplable(dp);
 
   const EvalReport r = data.report(data.evaluate(dp, o.batch, o.eval_windows));
   std::printf("dp eval: %s from %s on %s\n%s\n", model.language_model() ? model.summary.c_str() : model.name.c_str(),

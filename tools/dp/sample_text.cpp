@@ -39,6 +39,25 @@ std::vector<int32_t> prompt_tokens(const std::string& prompt, const TokenData& d
   return ids;
 }
 
+void check_samplable(DataParallel& dp) {
+  const ModelDef& model = dp.model();
+  const int64_t T = model.input_shape.at(0), V = model.classes;
+  if (!model.file || T < 2) return;
+  const int64_t len = T / 2;
+  std::vector<int32_t> context(static_cast<size_t>(len));
+  for (int64_t t = 0; t < len; ++t) context[static_cast<size_t>(t)] = static_cast<int32_t>((t * 7919 + 1) % V);
+  const std::vector<float> a = dp.logits(context.data(), len, 0);
+  const std::vector<float> b = dp.logits(context.data(), len, static_cast<int32_t>(V - 1));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float scale = std::max({1.f, std::fabs(a[i]), std::fabs(b[i])});
+    if (!(std::fabs(a[i] - b[i]) <= 1e-5f * scale))
+      throw UsageError("--sample: " + model.name + " is not a causal language model (its output at position " +
+                       std::to_string(static_cast<int64_t>(i) / V) + " changes with the tokens after it); dp samples a "
+                       "model file, whose length is fixed at " + std::to_string(T) +
+                       " by its export, by padding the context after its end, which needs causal attention");
+  }
+}
+
 std::vector<int32_t> generate_tokens(DataParallel& dp, std::vector<int32_t> context, int64_t count, double temperature,
                                      uint64_t seed) {
   const int64_t T = dp.model().input_shape.at(0), V = dp.model().classes;

@@ -16,6 +16,12 @@ namespace dp::cli {
 // that is not a number or not below the vocabulary.
 std::vector<int32_t> prompt_tokens(const std::string& prompt, const TokenData& data, int64_t vocab);
 
+// --sample from a model file: its length is fixed at export, so a shorter context is padded after
+// its end, which only a causal model ignores. One probe (a context of half the length, padded two
+// ways) before anything runs: UsageError when the rows before the padding differ, i.e. the model
+// reads later tokens. Built-in GPTs take any length and pass at once.
+void check_samplable(DataParallel& dp);
+
 std::vector<int32_t> generate_tokens(DataParallel& dp, std::vector<int32_t> context, int64_t count, double temperature,
                                      uint64_t seed);
 

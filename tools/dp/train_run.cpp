@@ -99,6 +99,7 @@ TrainRun::TrainRun(const TrainOptions& given, std::optional<RemedyRun>& remedies
       dp(*setup.devices, setup.model, choices.optimizer, step_options()),
       ahead(uploads_ahead(o, choices, dp.devices()[0].is_cuda())) {
   refuse_meta_devices(setup, "dp train");
+  if (o.sample > 0) check_samplable(dp);  // before training, not after it
   remedies = RemedyRun{o, o.accumulate, setup.devices->size(), setup.capacity, "train"};
   load_start();
   if (trace) trace->start(first_step);
