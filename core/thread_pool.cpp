@@ -16,9 +16,15 @@ ThreadPool::~ThreadPool() {
 }
 
 namespace {
-void run_part(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int part, int parts) {
+// One part; what it throws is kept for the caller, never let out of a worker (that would end the process).
+void run_part(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int part, int parts,
+              std::exception_ptr& error) {
   int64_t begin = n * part / parts, end = n * (part + 1) / parts;
-  if (begin < end) fn(begin, end);
+  try {
+    if (begin < end) fn(begin, end);
+  } catch (...) {
+    error = std::current_exception();
+  }
 }
 }  // namespace
 
@@ -33,13 +39,21 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     job_ = &fn;
     job_n_ = n;
     pending_ = parts - 1;
+    errors_.assign(static_cast<size_t>(parts), nullptr);
     ++generation_;
   }
   cv_.notify_all();
-  run_part(fn, n, 0, parts);
-  std::unique_lock lock(mutex_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
+  run_part(fn, n, 0, parts, errors_[0]);
+  std::exception_ptr first;
+  {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    job_ = nullptr;
+    for (auto& e : errors_)
+      if (e && !first) first = e;
+    errors_.clear();
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 void ThreadPool::worker(int id) {
@@ -55,7 +69,7 @@ void ThreadPool::worker(int id) {
       job = job_;
       n = job_n_;
     }
-    run_part(*job, n, id, size());
+    run_part(*job, n, id, size(), errors_[static_cast<size_t>(id)]);
     {
       std::lock_guard lock(mutex_);
       --pending_;

@@ -1,8 +1,11 @@
-// The threads one simulated device uses for its kernels (--threads-per-device).
-// parallel_for splits [0, n) into contiguous parts, one per thread, the caller taking part 0.
+// The threads one simulated device uses for its kernels (--threads-per-device), and the loader's.
+// parallel_for splits [0, n) into contiguous parts, one per thread, the caller taking part 0. A part
+// that throws stops nothing else: parallel_for returns (rethrowing the first exception, by part)
+// only once every part has finished, so no thread still runs a job whose captures are unwinding.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -30,6 +33,7 @@ class ThreadPool {
   int64_t job_n_ = 0;
   uint64_t generation_ = 0;
   int pending_ = 0;
+  std::vector<std::exception_ptr> errors_;  // one slot a part, each written by its own thread
   bool stopping_ = false;
 };
 

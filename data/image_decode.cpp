@@ -47,6 +47,12 @@ struct TjHandle {
   ~TjHandle() {
     if (h) tjDestroy(h);
   }
+  // After a failed image a handle can misread the next one's header (TurboJPEG 2.1 reports the
+  // next good file as 0x0 pixels): a fresh one for the next image.
+  void reset() {
+    if (h) tjDestroy(h);
+    h = tjInitDecompress();
+  }
 };
 
 void decode_jpeg(const std::string& bytes, const std::string& path, ImageHeader* header_only, DecodedImage& img) {
@@ -56,8 +62,12 @@ void decode_jpeg(const std::string& bytes, const std::string& path, ImageHeader*
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   const auto size = static_cast<unsigned long>(bytes.size());
-  if (tjDecompressHeader3(tj.h, data, size, &width, &height, &subsamp, &colorspace) != 0)
-    throw RuntimeError(path + ": a corrupt or truncated JPEG (its header: " + std::string(tjGetErrorStr2(tj.h)) + ")");
+  auto fail = [&](const std::string& what) {
+    const std::string message = path + ": a corrupt or truncated JPEG (" + what + tjGetErrorStr2(tj.h) + ")";
+    tj.reset();
+    return RuntimeError(message);
+  };
+  if (tjDecompressHeader3(tj.h, data, size, &width, &height, &subsamp, &colorspace) != 0) throw fail("its header: ");
   check_size(height, width, path);
   img.rows = height, img.cols = width, img.channels = 3;
   if (header_only) {
@@ -68,8 +78,7 @@ void decode_jpeg(const std::string& bytes, const std::string& path, ImageHeader*
     throw RuntimeError(path + ": a CMYK JPEG (convert it to RGB first)");
   hold(img.pixels, static_cast<size_t>(img.rows * img.cols * 3));
   // Accurate DCT and fancy upsampling: libjpeg's defaults, what PIL decodes with.
-  if (tjDecompress2(tj.h, data, size, img.pixels.data(), width, 0, height, TJPF_RGB, 0) != 0)
-    throw RuntimeError(path + ": a corrupt or truncated JPEG (" + std::string(tjGetErrorStr2(tj.h)) + ")");
+  if (tjDecompress2(tj.h, data, size, img.pixels.data(), width, 0, height, TJPF_RGB, 0) != 0) throw fail("");
 }
 
 // libpng reports errors by longjmp: nothing with a destructor lives in the frame that calls setjmp.

@@ -103,6 +103,12 @@ TEST_CASE("images: a corrupt, truncated, empty or foreign file is an error namin
   const std::string jpeg = jpeg_bytes(picture(32, 32, 3), 32, 32);
   CHECK_THROWS_WITH_AS(decode_image(jpeg.substr(0, jpeg.size() / 2), "half.jpg", 3),
                        doctest::Contains("half.jpg: a corrupt or truncated JPEG"), RuntimeError);
+  // The thread's decoder after a failure: the same file fails the same way, a good one decodes.
+  CHECK_THROWS_WITH_AS(decode_image(jpeg.substr(0, jpeg.size() / 3), "third.jpg", 3),
+                       doctest::Contains("third.jpg: a corrupt or truncated JPEG"), RuntimeError);
+  CHECK_THROWS_WITH_AS(decode_image(jpeg.substr(0, jpeg.size() / 3), "third.jpg", 3),
+                       doctest::Contains("third.jpg: a corrupt or truncated JPEG"), RuntimeError);
+  CHECK(decode_image(jpeg, "whole.jpg", 3).rows == 32);
   const std::string png = png_bytes(picture(32, 32, 3), 32, 32, PNG_FORMAT_RGB);
   CHECK_THROWS_WITH_AS(decode_image(png.substr(0, png.size() - 20), "cut.png", 3),
                        doctest::Contains("cut.png: a corrupt or truncated PNG"), RuntimeError);
@@ -231,6 +237,13 @@ TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, 
   const std::vector<int64_t> first{0};
   CHECK_THROWS_WITH_AS(make_batch(t.train, first.data(), 1), doctest::Contains("c.png: a corrupt or truncated JPEG"),
                        RuntimeError);
+  // With loader threads: the error reaches the caller once every thread's images are done (it used
+  // to end the process from the worker, or unwind the batch under a thread still writing it).
+  ThreadPool three(3);
+  const std::vector<int64_t> all{0, 1, 2, 3, 0, 1, 2, 3, 0};
+  for (int k = 0; k < 10; ++k)
+    CHECK_THROWS_WITH_AS(make_batch(t.train, all.data(), static_cast<int64_t>(all.size()), nullptr, &three),
+                         doctest::Contains("c.png: a corrupt or truncated JPEG"), RuntimeError);
   const test::TempDir none_tmp;
   const fs::path& none = none_tmp.path;
   CHECK_FALSE(holds_image_folder(none.string()));

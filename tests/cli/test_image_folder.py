@@ -95,6 +95,11 @@ with tempfile.TemporaryDirectory() as tmp:
     open(os.path.join(bad, "red", "notes.jpg"), "wb").write(jpeg[:len(jpeg) // 3])
     expect("a truncated JPEG is named when its batch is made", ["train"] + base + ["--data", bad, "--epochs", "1"], 1,
            "notes.jpg: a corrupt or truncated JPEG")
+    for threads in ("2", "3"):  # it aborted the process (exit 134) or crashed (139) with loader threads
+        for attempt in range(3):
+            expect(f"a truncated JPEG with {threads} loader threads, run {attempt}",
+                   ["train"] + base + ["--data", bad, "--epochs", "1", "--loader-threads", threads], 1,
+                   "notes.jpg: a corrupt or truncated JPEG")
     rc, _, err = run(["train"] + base + ["--data", bad, "--epochs", "1", "--skip-bad-images"])
     check("--skip-bad-images: the truncated JPEG is left out, named, and the run trains",
           rc == 0 and "1 image left out" in err and "notes.jpg: a corrupt or truncated JPEG" in err and
