@@ -368,7 +368,7 @@ TEST_CASE("atomic writes follow symlinks, keep modes, refuse special files, same
     CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);  // no temporaries left
 }
 
-TEST_CASE("an output onto a file an input folder reads through a link is refused; new files in it are not") {
+TEST_CASE("an output onto a file an input folder reads through a link is refused, a new file in it is not") {
   namespace fs = std::filesystem;
   TempDir dir;
   const fs::path outside = dir.path / "photos", data = dir.path / "data";

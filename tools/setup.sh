@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Installs what dp-engine needs (Debian packages) when it is missing, then configures and builds.
-#   tools/setup.sh                      release build in build/ (CUDA too when nvcc is found)
-#   tools/setup.sh --sanitize address   ASan+UBSan build of the library and tests in build-asan/
-#   tools/setup.sh --sanitize thread    TSan build in build-tsan/
+#   tools/setup.sh                      release build of dp in build/ (CUDA too when nvcc is found)
+#   tools/setup.sh --tests              the same build with every test binary (tools/test.sh)
+#   tools/setup.sh --sanitize address   ASan+UBSan build of the unit tests in build-asan/
+#   tools/setup.sh --sanitize thread    TSan build of the unit tests in build-tsan/
+# Compiles go through ccache: a machine that built before rebuilds only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=""
-if [[ "${1:-}" == "--sanitize" ]]; then
-  sanitize="${2:?--sanitize needs address or thread}"
-fi
+targets=(--target dp_cli)
+case "${1:-}" in
+  --sanitize) sanitize="${2:?--sanitize needs address or thread}" ;;
+  --tests) targets=() ;;
+  "") ;;
+  *) echo "setup: takes --tests or --sanitize address|thread, not '$1'" >&2; exit 2 ;;
+esac
 
-packages=(build-essential cmake pkg-config doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
+packages=(build-essential cmake pkg-config ccache doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
           libturbojpeg0-dev libpng-dev
           python3 python3-torch python3-torchvision openmpi-bin libopenmpi-dev)
 missing=()
@@ -30,14 +36,15 @@ jobs=$(nproc)
 case "$sanitize" in
   "")
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build build -j"$jobs"
+    cmake --build build -j"$jobs" "${targets[@]}"
     ;;
   address | thread)
     dir="build-${sanitize/address/asan}"
     dir="${dir/thread/tsan}"
-    # CPU-only: the sanitizers watch the host backend's threads and queues.
+    # CPU-only: the sanitizers watch the host backend's threads and queues, through the unit tests
+    # (what tools/test.sh --sanitize runs), built at -O1 with line tables (CMakeLists.txt).
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDP_CUDA=OFF -DDP_SANITIZE="$sanitize" >/dev/null
-    cmake --build "$dir" -j"$jobs" --target dp_tests dp_cli
+    cmake --build "$dir" -j"$jobs" --target dp_tests
     ;;
   *)
     echo "setup: --sanitize takes address or thread, not '$sanitize'" >&2

@@ -6,7 +6,7 @@
 #   tools/test.sh --sanitize thread    unit tests under TSan
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/setup.sh "$@"
+tools/setup.sh "${@:---tests}"
 if [[ "${1:-}" == "--sanitize" ]]; then
   dir="build-asan"
   [[ "$2" == "thread" ]] && dir="build-tsan"
