@@ -1093,8 +1093,13 @@ def export(model, kind, shape, name, source, input_text=None):
     def size_of(a):
         """An argument's value: a number as it is, a size expression evaluated on the example."""
         if isinstance(a, torch.fx.Node):
-            return size_value(a, dict(zip([p.name for p in placeholders], examples[0])),
-                              lambda n, _: values[n.name] if n.name in values else size_value(n, {}))
+            try:
+                return size_value(a, dict(zip([p.name for p in placeholders], examples[0])),
+                                  lambda n, _: values[n.name] if n.name in values else size_value(n, {}))
+            except NotASize:
+                where = where_of(a)
+                raise ExportError(f"'{a.name}'{' at ' + where if where else ''} is used as a number, but it is "
+                                  "neither a constant nor a size of the input; dp's ops take it as a constant only")
         return a
 
     params = dict(model.named_parameters())
@@ -1281,6 +1286,12 @@ def main(argv=None):
     p.add_argument("--weights", help="also write the module's state_dict() here (safetensors, for dp's --init)")
     a = p.parse_args(argv)
     try:
+        import torch  # noqa: F401
+        import torch.fx  # noqa: F401
+    except ImportError:
+        fail("PyTorch is not installed for this Python (" + sys.executable + "): apt-get install python3-torch "
+             "python3-torchvision, and run the exporter as tools/export_model.py (its first line names Debian's python3)")
+    try:
         if not a.out.endswith(".json"):
             raise ExportError(f"--out {a.out}: a model file's name ends in .json (how dp tells it from a built-in)")
         where = a.spec.rsplit(":", 1)[0] if ":" in a.spec else ""
@@ -1308,6 +1319,10 @@ def main(argv=None):
         doc = export(model, kind, shape, a.spec.rsplit(":", 1)[1], a.spec, a.input)
     except ExportError as e:
         fail(str(e))
+    except Exception as e:  # never a traceback: what went wrong, and where in the user's code
+        at = user_line(e.__traceback__)
+        fail(f"cannot export {a.spec}: {type(e).__name__}: {first_line(e)}" + (f" at {at}" if at else "")
+             + " (the exporter does not handle this; a report with the model helps)")
     text = to_json(doc)
     replace_atomically(a.out, lambda tmp: pathlib.Path(tmp).write_text(text))
     if a.weights:

@@ -18,8 +18,9 @@ case "${1:-}" in
 esac
 
 packages=(build-essential cmake pkg-config ccache doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
-          libturbojpeg0-dev libpng-dev
-          python3 python3-torch python3-torchvision openmpi-bin libopenmpi-dev)
+          libturbojpeg0-dev libpng-dev python3 openmpi-bin libopenmpi-dev)
+# PyTorch: the exporter's (tools/export_model.py) and the cross-checks'; dp itself runs without it.
+[[ "${1:-}" == "--tests" ]] && packages+=(python3-torch python3-torchvision)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

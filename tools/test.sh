@@ -11,7 +11,8 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   dir="build-asan"
   [[ "$2" == "thread" ]] && dir="build-tsan"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  # tests/tsan.supp: OpenBLAS's threads, whose synchronisation TSan cannot see.
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
   # TSan needs the old address-space layout on kernels with high mmap randomisation.
   run=()
   [[ "$2" == "thread" ]] && command -v setarch >/dev/null && run=(setarch "$(uname -m)" -R)

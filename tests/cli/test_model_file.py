@@ -51,6 +51,11 @@ with tempfile.TemporaryDirectory() as tmp:
         return os.path.join(tmp, name)
 
     # ---- the exporter
+    # Run by a Python without PyTorch (-S: no site packages), it says so in one line, no traceback.
+    p = subprocess.run(["/usr/bin/python3", "-S", EXPORT, "x.py:Net", "--input", "3x8x8", "--out", at("none.json")],
+                       capture_output=True, text=True)
+    check("the exporter without PyTorch says what to install", p.returncode == 2 and "PyTorch is not installed" in
+          p.stderr and "apt-get install python3-torch" in p.stderr and "Traceback" not in p.stderr, p.stderr)
     with open(at("twin.py"), "w") as f:
         f.write(f"import sys\nsys.path.insert(0, {TORCH_TESTS!r})\nimport reference\n\n"
                 "def resnet8():\n    return reference.make_model('resnet8')\n")
@@ -296,6 +301,18 @@ with tempfile.TemporaryDirectory() as tmp:
     check("a token model file trains on the generated corpus", rc == 0 and "step 3/3" in out + err, out + err)
     rc, out, err = run(["memprof", "--model", at("tok.json"), "--devices", "host:2", "--batch", "6"])
     check("memprof runs a token model file", rc == 0 and "gpu0 excess" in out, out + err)
+    # A token-mixing block pooled over its tokens: x.mean(dim=1) of [B, T, D] (not the trailing dims).
+    with open(at("pool.py"), "w") as f:
+        f.write("import torch.nn as nn\n\nclass Pool(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.mix = nn.Linear(8, 8)\n        self.head = nn.Linear(8, 3)\n\n    def forward(self, x):\n"
+                "        x = self.mix(x.flatten(1, 2))\n        return self.head(x.mean(dim=1))\n")
+    rc, out, err = export([at("pool.py") + ":Pool", "--input", "1x6x8", "--out", at("pool.json")])
+    check("a mean over the tokens exports", rc == 0, err)
+    rc, out, err = run(["train", "--model", at("pool.json"), "--devices", "host:2", "--batch", "6", "--steps", "2"])
+    check("and trains (dp refused a mean over dimensions that are not the trailing ones)", rc == 0, out + err)
+    rc, out, err = run(["train", "--model", at("tok.json"), "--devices", "host:1", "--steps", "1"])
+    check("a token model file takes the GPT's default batch (32) and says 1 step", rc == 0 and
+          "trained 1 step, 32 samples" in out, out + err)
 
     # ---- bad files: exit 2, the problem named, nothing written
     def bad(name, mutate, needle):
