@@ -309,6 +309,45 @@ TEST_CASE("A model file's graph: gradients through add, cat, reshape and a value
   gradcheck(*graph, {3, 2, 5, 5}, random_vector(150, 21, -1.f, 1.f), false, 1e-3f, 2e-2);
 }
 
+TEST_CASE("A model file's graph: a mean over dimensions that are not the trailing ones (a transformer's tokens)") {
+  // x: [B, 4, 3]; fc(mean(w(x), dim=1)); then [B, 2, 3, 5]: fc(flatten(mean(w(x), (1, 3), keepdim))). The
+  // linear w before the mean makes its backward run (a graph takes no gradient to its input).
+  {
+    auto spec = graph_spec({4, 3});
+    const int w = add_node(*spec, "w", "linear", "w", {-1}, {{"in_features", 3}, {"out_features", 3}}, {4, 3});
+    const int m = add_node(*spec, "m", "mean", "", {w}, {{"dim", 1}}, {3});
+    spec->output = add_node(*spec, "fc", "linear", "fc", {m}, {{"in_features", 3}, {"out_features", 2}}, {2});
+    spec->state = {{"w.weight", {3, 3}, false}, {"w.bias", {3}, false}, {"fc.weight", {2, 3}, false},
+                   {"fc.bias", {2}, false}};
+    auto graph = make_graph_module(spec);
+    gradcheck(*graph, {3, 4, 3}, random_vector(36, 31, -1.f, 1.f), false, 1e-3f, 2e-2);
+  }
+  auto spec = graph_spec({2, 3, 5});
+  const int w = add_node(*spec, "w", "linear", "w", {-1}, {{"in_features", 5}, {"out_features", 5}}, {2, 3, 5});
+  const int m = add_node(*spec, "m", "mean", "", {w}, {{"dim", {1, -1}}, {"keepdim", true}}, {1, 3, 1});
+  const int f = add_node(*spec, "f", "flatten", "", {m}, {{"start_dim", 1}}, {3});
+  spec->output = add_node(*spec, "fc", "linear", "fc", {f}, {{"in_features", 3}, {"out_features", 2}}, {2});
+  spec->state = {{"w.weight", {5, 5}, false}, {"w.bias", {5}, false}, {"fc.weight", {2, 3}, false},
+                 {"fc.bias", {2}, false}};
+  auto graph = make_graph_module(spec);
+  gradcheck(*graph, {2, 2, 3, 5}, random_vector(60, 32, -1.f, 1.f), false, 1e-3f, 2e-2);
+  // The values themselves: the mean over channels and columns of each row.
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  auto mean_only = graph_spec({2, 3, 5});
+  mean_only->output = add_node(*mean_only, "m", "mean", "", {-1}, {{"dim", {1, 3}}}, {3});
+  auto g = make_graph_module(mean_only);
+  const std::vector<float> x = random_vector(30, 33);
+  const Tensor out = g->forward(dev, tensor_from(dev, {1, 2, 3, 5}, x), false);
+  for (int r = 0; r < 3; ++r) {
+    double want = 0;
+    for (int c = 0; c < 2; ++c)
+      for (int w = 0; w < 5; ++w) want += x[static_cast<size_t>((c * 3 + r) * 5 + w)];
+    CHECK(out.data()[r] == doctest::Approx(want / 10).epsilon(1e-6));
+  }
+  g->clear_cache();
+}
+
 TEST_CASE("A model file's graph refuses an input of another shape than its export's, before any node runs") {
   // The file's sizes are fixed (a token file's length above all): a shorter sequence used to run
   // LayerNorm over the recorded rows and corrupt memory.

@@ -569,7 +569,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   }
   if (op == "identity") return std::make_unique<Identity>();
   if (op == "mean") {
-    // dim: the batched value's dimensions (PyTorch's), which must be its trailing ones.
+    // dim: the batched value's dimensions (PyTorch's), any of its per-sample ones.
     const json& dims = attr(n, "dim");
     std::vector<int64_t> d;
     if (dims.is_number_integer()) d.push_back(dims.get<int64_t>());
@@ -590,9 +590,24 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
               "dim " + dims.dump() + ": dp takes the mean over distinct per-sample dimensions");
       seen[static_cast<size_t>(k)] = true;
     }
-    for (int64_t k = in_rank - static_cast<int64_t>(d.size()); k < in_rank; ++k)
-      require(n, seen[static_cast<size_t>(k)], "dim " + dims.dump() + ": dp takes the mean over the trailing dimensions only");
-    return std::make_unique<Mean>(static_cast<int64_t>(d.size()), keepdim);
+    bool trailing = true;
+    for (int64_t k = in_rank - static_cast<int64_t>(d.size()); k < in_rank; ++k) trailing = trailing && seen[static_cast<size_t>(k)];
+    if (trailing) return std::make_unique<Mean>(static_cast<int64_t>(d.size()), keepdim);
+    // Over other dimensions (a transformer's tokens, x.mean(dim=1) of [B, T, D]): the reduced ones
+    // moved last (a permute, the others keeping their order), the mean over those, then the shape
+    // the file records (keepdim's ones where the reduced dimensions were).
+    json order = json::array({0});
+    for (int64_t k = 1; k < in_rank; ++k)
+      if (!seen[static_cast<size_t>(k)]) order.push_back(k);
+    for (int64_t k = 1; k < in_rank; ++k)
+      if (seen[static_cast<size_t>(k)]) order.push_back(k);
+    GraphNode move = n;
+    move.op = "permute", move.attrs = {{"dims", order}}, move.shape = Shape(static_cast<size_t>(in_rank - 1), 1);
+    auto seq = make_sequential();
+    seq->append(make_tensor_op(move));
+    seq->append(std::make_unique<Mean>(static_cast<int64_t>(d.size()), false));
+    if (keepdim) seq->append(std::make_unique<Reshape>(n.shape));
+    return seq;
   }
   return make_tensor_op(n);
 }
