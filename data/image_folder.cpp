@@ -3,12 +3,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "core/error.hpp"
 #include "core/thread_pool.hpp"
+#include "data/decode_budget.hpp"
 #include "data/image_decode.hpp"
 #include "io/read_file.hpp"
 
@@ -81,12 +84,38 @@ class ImageFolderDecoder final : public SampleDecoder {
       : files_(std::move(files)), o_(options) {}
   void decode(int64_t i, std::mt19937_64* rng, uint8_t* out) const override {
     const std::string& path = files_.at(static_cast<size_t>(i));
-    thread_local DecodedImage img;  // its buffer reused image after image
-    decode_image_into(read_file(path), path, o_.channels, img);
-    if (rng)
-      train_transform(img, o_.rows, o_.cols, o_.crop, *rng, out);
-    else
-      eval_transform(img, o_.short_side, o_.rows, o_.cols, out);
+    const std::string bytes = read_file(path);
+    const ImageHeader h = read_image_header(bytes, path);
+    const int64_t need = transform_working_set(h.rows, h.cols, o_.channels, o_.cols, o_.short_side);
+    auto transform = [&](const DecodedImage& img) {
+      if (rng)
+        train_transform(img, o_.rows, o_.cols, o_.crop, *rng, out);
+      else
+        eval_transform(img, o_.short_side, o_.rows, o_.cols, out);
+    };
+    if (need <= o_.decode_alone_bytes) {
+      thread_local DecodedImage img;  // its buffer reused image after image
+      decode_image_into(bytes, path, o_.channels, img);
+      transform(img);
+      return;
+    }
+    // A large image: in the loaders' shared budget, its buffers given back after.
+    DecodeBudget& budget = *o_.decode_budget;
+    if (!budget.fits(need)) {
+      char text[160];
+      std::snprintf(text, sizeof text, "%.1f MiB to decode and resize to %lld columns, more than the %.1f MiB",
+                    static_cast<double>(need) / (1 << 20), static_cast<long long>(o_.cols),
+                    static_cast<double>(budget.bytes()) / (1 << 20));
+      throw RuntimeError(path + ": " + std::to_string(h.cols) + "x" + std::to_string(h.rows) + " pixels need " + text +
+                         " the image decoders may hold");
+    }
+    DecodeBudget::Hold hold(budget, need);
+    struct Release {  // on every exit, an exception's too
+      ~Release() { release_transform_scratch(); }
+    } release;
+    DecodedImage img;
+    decode_image_into(bytes, path, o_.channels, img);
+    transform(img);
   }
 
  private:
@@ -99,12 +128,21 @@ std::vector<std::string> verify(const std::vector<std::string>& files, const Ima
   std::vector<std::string> why(files.size());
   ThreadPool pool(std::max(options.threads, 1));
   pool.parallel_for(static_cast<int64_t>(files.size()), [&](int64_t begin, int64_t end) {
-    DecodedImage img;
+    DecodedImage img;  // reused for the images its thread may hold alone
     for (int64_t i = begin; i < end; ++i) {
       const std::string& file = files[static_cast<size_t>(i)];
       try {
         check_magic(file);
-        decode_image_into(read_file(file), file, options.channels, img);
+        const std::string bytes = read_file(file);
+        const ImageHeader h = read_image_header(bytes, file);
+        const int64_t need = 3 * h.rows * h.cols;
+        if (need <= options.decode_alone_bytes) {
+          decode_image_into(bytes, file, options.channels, img);
+        } else {  // a large one in the shared budget, its buffer given back after
+          DecodeBudget::Hold hold(*options.decode_budget, need);
+          DecodedImage large;
+          decode_image_into(bytes, file, options.channels, large);
+        }
       } catch (const std::exception& e) {
         why[static_cast<size_t>(i)] = e.what();
       }
@@ -183,10 +221,24 @@ TrainTest load_image_folder(const std::string& dir, const ImageFolderOptions& gi
   t.train = scan(split ? root / "train" : root, options, classes, t.skipped);
   if (split) {
     t.test = scan(root / "val", options, val_classes, t.skipped);
-    if (val_classes != classes)
-      throw UsageError((root / "val").string() + ": its classes differ from train/'s (" +
-                       std::to_string(val_classes.size()) + " against " + std::to_string(classes.size()) +
+    if (val_classes != classes) {
+      // Name the difference: the classes val/ lacks and those train/ lacks (sorted lists, both).
+      auto listed = [](const std::vector<std::string>& names) {
+        std::string text;
+        for (size_t i = 0; i < names.size() && i < 5; ++i) text += (i ? ", " : "") + names[i];
+        return names.size() > 5 ? text + " and " + std::to_string(names.size() - 5) + " more" : text;
+      };
+      std::vector<std::string> missing, extra;
+      std::set_difference(classes.begin(), classes.end(), val_classes.begin(), val_classes.end(),
+                          std::back_inserter(missing));
+      std::set_difference(val_classes.begin(), val_classes.end(), classes.begin(), classes.end(),
+                          std::back_inserter(extra));
+      std::string why;
+      if (!missing.empty()) why += "no folder for train/'s " + listed(missing);
+      if (!extra.empty()) why += (why.empty() ? "" : "; ") + std::string("classes train/ lacks: ") + listed(extra);
+      throw UsageError((root / "val").string() + ": its classes differ from train/'s (" + why +
                        "); both must name the same class folders");
+    }
   } else {
     t.test.channels = options.channels, t.test.rows = options.rows, t.test.cols = options.cols;
     t.test.source = dir + " (no val/ beside a train/ folder)";

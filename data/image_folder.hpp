@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "data/dataset.hpp"
+#include "data/decode_budget.hpp"
 #include "data/image_transforms.hpp"
 
 namespace dp {
@@ -22,6 +23,10 @@ struct ImageFolderOptions {
   // that fail left out, each with why (TrainTest::skipped), instead of an error.
   bool skip_bad = false;
   int threads = 1;
+  // Decoders' memory: an image whose working set (pixels and resize scratch) is beyond
+  // `decode_alone_bytes` waits for room in `decode_budget`, shared by every thread (data/decode_budget.hpp).
+  int64_t decode_alone_bytes = kDecodeAloneBytes;
+  DecodeBudget* decode_budget = &DecodeBudget::shared();
 };
 
 // Whether dir holds an image folder: a subfolder (of dir, or of dir/train) with a JPEG or PNG in it.

@@ -91,6 +91,28 @@ CropBox center_crop_box(int64_t rows, int64_t cols, int64_t out_rows, int64_t ou
   return {offset(rows, out_rows), offset(cols, out_cols), out_rows, out_cols};
 }
 
+namespace {
+// Scratch kept per thread: a fresh megabyte per image costs the kernel's page faults.
+struct TransformScratch {
+  std::vector<float> mid, row_f, line;
+  std::vector<uint8_t> planes;  // evaluation's whole resized image
+};
+thread_local TransformScratch scratch;
+}  // namespace
+
+void release_transform_scratch() { scratch = TransformScratch(); }
+
+int64_t transform_working_set(int64_t rows, int64_t cols, int64_t channels, int64_t size_cols, int64_t short_side) {
+  // Decoded as RGB (luma is taken in place after), then resize_box: [C, box rows, output columns]
+  // floats, a row of the box, a line. Training's box lies inside the image; evaluation resizes the
+  // whole image to the short side first, into planes of its own.
+  int64_t resized_rows = 0, resized_cols = 0;
+  resized_size(rows, cols, short_side, resized_rows, resized_cols);
+  const int64_t out_cols = std::max(size_cols, resized_cols);
+  const int64_t floats = channels * rows * out_cols + 3 * cols + out_cols;
+  return 3 * rows * cols + 4 * floats + channels * resized_rows * resized_cols;
+}
+
 void resize_box(const DecodedImage& img, const CropBox& box, int64_t out_rows, int64_t out_cols, bool flip,
                 uint8_t* out) {
   if (box.top < 0 || box.left < 0 || box.height < 1 || box.width < 1 || box.top + box.height > img.rows ||
@@ -100,8 +122,7 @@ void resize_box(const DecodedImage& img, const CropBox& box, int64_t out_rows, i
   // Horizontal pass from the interleaved pixels into float planes [C, box.height, out_cols], then
   // the vertical pass row by row; rounded once at the end.
   const Taps across = taps(box.width, out_cols), down = taps(box.height, out_rows);
-  // Scratch kept per thread: a fresh megabyte per image costs the kernel's page faults.
-  thread_local std::vector<float> mid, row_f, line;
+  std::vector<float>&mid = scratch.mid, &row_f = scratch.row_f, &line = scratch.line;
   mid.resize(static_cast<size_t>(C * box.height * out_cols));
   row_f.resize(static_cast<size_t>(box.width * C));
   for (int64_t y = 0; y < box.height; ++y) {
@@ -154,7 +175,7 @@ void eval_transform(const DecodedImage& img, int64_t short_side, int64_t size_ro
   int64_t rows = 0, cols = 0;
   resized_size(img.rows, img.cols, short_side, rows, cols);
   // Resize the whole image into planes, then take the centre crop of each (zeros where it reaches past).
-  thread_local std::vector<uint8_t> planes;
+  std::vector<uint8_t>& planes = scratch.planes;
   planes.resize(static_cast<size_t>(img.channels * rows * cols));
   resize_box(img, {0, 0, img.rows, img.cols}, rows, cols, false, planes.data());
   const CropBox box = center_crop_box(rows, cols, size_rows, size_cols);

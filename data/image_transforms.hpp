@@ -35,6 +35,12 @@ CropBox center_crop_box(int64_t rows, int64_t cols, int64_t out_rows, int64_t ou
 void resize_box(const DecodedImage& img, const CropBox& box, int64_t out_rows, int64_t out_cols, bool flip,
                 uint8_t* out);
 
+// The most bytes decoding a rows x cols image and either pipeline to an output size_cols wide hold:
+// its RGB pixels and the resize's scratch (the image's rows times the output's columns in floats).
+int64_t transform_working_set(int64_t rows, int64_t cols, int64_t channels, int64_t size_cols, int64_t short_side);
+// The transforms keep their scratch per thread, image after image; after a large one, give it back.
+void release_transform_scratch();
+
 // The two pipelines, into planes [channels, size_rows, size_cols].
 void train_transform(const DecodedImage& img, int64_t size_rows, int64_t size_cols, const RandomCrop& crop,
                      std::mt19937_64& rng, uint8_t* out);

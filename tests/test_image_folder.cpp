@@ -8,10 +8,13 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "core/thread_pool.hpp"
@@ -213,8 +216,12 @@ TEST_CASE("image folders: classes in sorted order, files as os.walk sorts them, 
   CHECK(t.test.count == 2);
   CHECK(t.description.find("2 training, 2 validation images in 2 classes, at 3x16x12") != std::string::npos);
   pic(split / "val" / "emu" / "5.png", 5);
-  CHECK_THROWS_WITH_AS(load_image_folder(split.string(), o), doctest::Contains("its classes differ from train/'s"),
-                       UsageError);
+  CHECK_THROWS_WITH_AS(load_image_folder(split.string(), o),
+                       doctest::Contains("its classes differ from train/'s (classes train/ lacks: emu)"), UsageError);
+  fs::remove_all(split / "val" / "emu");
+  fs::remove_all(split / "val" / "dog");
+  CHECK_THROWS_WITH_AS(load_image_folder(split.string(), o),
+                       doctest::Contains("its classes differ from train/'s (no folder for train/'s dog)"), UsageError);
   // Bad folders and files.
   fs::create_directories(dir / "empty");
   CHECK_THROWS_WITH_AS(load_image_folder(dir.string(), o), doctest::Contains("empty: an empty class folder"),
@@ -313,4 +320,67 @@ TEST_CASE(
   CHECK(decode_differs == 0);
   CHECK(worse == 0);
   CHECK(static_cast<double>(off_by_one) <= 0.001 * static_cast<double>(pixels));
+}
+
+TEST_CASE("decode budget: a hold waits for room, gives it back on every exit, and never holds more than the budget") {
+  DecodeBudget budget(100);
+  std::atomic<bool> second_held{false};
+  std::thread other;
+  {
+    DecodeBudget::Hold first(budget, 80);
+    other = std::thread([&] {
+      DecodeBudget::Hold second(budget, 50);  // waits: 80 + 50 > 100
+      second_held = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(second_held.load());
+    CHECK(budget.in_use() == 80);
+  }
+  other.join();
+  CHECK(second_held.load());
+  CHECK(budget.in_use() == 0);
+  CHECK(budget.peak() == 80);
+  try {
+    DecodeBudget::Hold held(budget, 60);
+    throw std::runtime_error("a decode failed");
+  } catch (const std::runtime_error&) {
+  }
+  CHECK(budget.in_use() == 0);  // an exception gives the room back too
+}
+
+TEST_CASE("image folders: large images decode in the shared budget, one at a time when only one fits, to the same "
+          "pixels") {
+  const test::TempDir tmp;
+  const fs::path& dir = tmp.path;
+  for (int k = 0; k < 6; ++k) {
+    fs::create_directories(dir / (k % 2 ? "b" : "a"));
+    write_bytes(dir / (k % 2 ? "b" : "a") / (std::to_string(k) + (k % 3 ? ".png" : ".jpg")),
+                k % 3 ? png_bytes(picture(60 + k, 50, k), 60 + k, 50, PNG_FORMAT_RGB)
+                      : jpeg_bytes(picture(60 + k, 50, k), 60 + k, 50));
+  }
+  ImageFolderOptions o;
+  o.channels = 3, o.rows = 24, o.cols = 20;
+  const TrainTest usual = load_image_folder(dir.string(), o);
+  const int64_t one = transform_working_set(65, 50, 3, 20, 27);  // the largest image's (short side 24·256/224)
+  DecodeBudget room_for_one(one);
+  o.decode_alone_bytes = 0;  // every image is "large" here
+  o.decode_budget = &room_for_one;
+  const TrainTest budgeted = load_image_folder(dir.string(), o);
+  const std::vector<int64_t> order{0, 1, 2, 3, 4, 5};
+  ThreadPool pool(3);
+  const AugmentStreams streams{4, 0, 0};
+  for (const AugmentStreams* augment : {static_cast<const AugmentStreams*>(nullptr), &streams}) {
+    const Batch a = make_batch(usual.train, order.data(), 6, augment, &pool);
+    const Batch b = make_batch(budgeted.train, order.data(), 6, augment, &pool);
+    CHECK(a.images == b.images);
+  }
+  CHECK(room_for_one.in_use() == 0);
+  CHECK(room_for_one.peak() <= one);  // three threads, one image at a time
+  CHECK(room_for_one.peak() > 0);
+  // An image that cannot fit the whole budget is named, not decoded.
+  DecodeBudget tiny(1000);
+  o.decode_budget = &tiny;
+  const TrainTest refused = load_image_folder(dir.string(), o);
+  CHECK_THROWS_WITH_AS(make_batch(refused.train, order.data(), 1, nullptr, &pool),
+                       doctest::Contains("MiB the image decoders may hold"), RuntimeError);
 }
