@@ -31,6 +31,12 @@ struct SafetensorsFile {
 SafetensorsFile read_safetensors(const std::string& path) {
   SafetensorsFile f{read_file(path), {}, 0};
   const std::string& data = f.data;
+  // torch.save's files (a zip archive since PyTorch 1.6, a bare pickle before): say what they are.
+  if (data.rfind("PK\x03\x04", 0) == 0 || (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x80 &&
+                                              data[1] >= 2 && data[1] <= 5))
+    throw RuntimeError(path + ": a PyTorch pickle (torch.save), not a safetensors file; convert it with "
+                       "safetensors.torch.save_file(model.state_dict(), \"model.safetensors\") (or save_model for "
+                       "tied weights) and give that file");
   if (data.size() < 8) throw not_valid(path, "the file is " + std::to_string(data.size()) + " bytes, too short for a header");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<unsigned char>(data[static_cast<size_t>(i)]);

@@ -200,6 +200,9 @@ TEST_CASE("corrupt safetensors files are rejected with a message naming the prob
   };
   expect("", "too short");
   expect(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}", "exceeds the file");
+  // torch.save's zip archive (PyTorch >= 1.6) and its older bare pickle (protocol 2): named, with the way out.
+  expect(std::string("PK\x03\x04") + std::string(4, '\0') + "archive/data.pkl", "a PyTorch pickle (torch.save)");
+  expect(std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8", 12), "safetensors.torch.save_file");
   expect(with_header("this is not json", body), "not JSON");
   expect(with_header("[1,2,3]", body), "not a JSON object");
   expect(good.substr(0, good.size() - 4), "outside the file");

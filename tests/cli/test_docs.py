@@ -85,20 +85,39 @@ def readme_commands():
     return out
 
 
+def printed_after(command):
+    """The output block the README shows right after the sh block holding `command` (its lines), or []."""
+    for block, shown in re.findall(r"```sh\n(.*?)```\n```\n(.*?)```", README, re.S):
+        if " ".join(command.split()) in " ".join(block.replace("\\\n", " ").split()):
+            return [line for line in shown.splitlines() if line.strip()]
+    return []
+
+
 commands = readme_commands()
 check("the README has commands to run", len(commands) >= 6, str(commands))
 have_torch = subprocess.run([sys.executable, "-c", "import torchvision"], capture_output=True).returncode == 0
 with tempfile.TemporaryDirectory() as tmp:
     for command in commands:
         words = shlex.split(command)
-        if words[0] == "python3":
+        if words[0] == "python3" or words[0] == "tools/export_model.py":  # the exporter: PyTorch's
             if not have_torch:
                 print(f"skipped (no torchvision): {command}")
                 continue
-            words[0] = sys.executable
+            if words[0] == "python3":
+                words[0] = sys.executable
         words = [CLI.dp if w == "build/dp" else os.path.join(ROOT, w) if w.startswith("tools/") else w for w in words]
         p = subprocess.run(words, cwd=tmp, capture_output=True, text=True, errors="replace", timeout=600)
         check(f"README command runs: {command[:90]}", p.returncode == 0, f"exit {p.returncode}: {p.stderr[-800:]}")
+        # Memory figures are exact (no timing in them): each line the README shows is the start of a
+        # line the command prints (the README leaves out rows and the last columns, "..." ends a cut row).
+        shown = printed_after(command)
+        if shown and words[1] in ("plan", "memprof"):
+            got = [" ".join(line.split()) for line in p.stdout.splitlines()]
+            for line in shown:
+                want = " ".join(line.split())
+                want = want[:-3].rstrip(" ,") if want.endswith("...") else want
+                check(f"README shows what {words[1]} prints: {want[:70]}", any(g.startswith(want) for g in got),
+                      "\n".join(got[:12]))
     quick = re.search(r"tools/setup.sh && (build/dp [^#\n]*)", README)
     check("the quick start's main job is among the commands run", quick is not None and
           quick.group(1).strip() in commands, commands)

@@ -92,6 +92,9 @@ with tempfile.TemporaryDirectory() as tmp:
     check("eval of a --save file takes its model from it", rc == 0 and out.startswith("dp eval: mlp from"), out + err)
     rc, out, err = run(no_model + ["--weights", os.path.join(tmp, "ck-fp32")])
     check("eval of a checkpoint takes its model from it", rc == 0 and out.startswith("dp eval: mlp from"), out + err)
+    # eval trains nothing: a batch larger than the training set only groups the held-out samples.
+    rc, out, err = run(no_model[:-1] + ["128", "--weights", final])
+    check("eval --batch larger than the training set", rc == 0 and "test accuracy" in out, out + err)
     gpt_data = GPT[GPT.index("--data"):GPT.index("--data") + 2] if "--data" in GPT else []
     rc, out, err = run(["eval", "--weights", gpt_st] + gpt_data)
     check("eval of a GPT's --save file takes its sizes from it", rc == 0 and "1 layers, 2 heads, dim 32, context 16" in out,

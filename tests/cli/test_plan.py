@@ -147,6 +147,10 @@ with tempfile.TemporaryDirectory() as tmp:
     # ---- refused, exit 2, by name
     expect("plan on host devices", ["plan", "--devices", "host:2", "--model", "mlp"], 2, "dp memprof")
     expect("meta:0", ["plan", "--devices", "meta:0", "--model", "mlp"], 2, "device count must be")
+    rc, out, err = run(["plan", "--help"])
+    check("plan --help offers none of the flags it refuses, and says its devices are meta:N",
+          rc == 0 and not any(f in out for f in ("--tf32", "--cudnn", "--device-speed")) and "meta:N" in out
+          and "cuda:0,1" not in out, out)
     expect("meta with --tf32", ["plan", "--devices", "meta:2", "--tf32"], 2, "--tf32 chooses CUDA's kernels")
     expect("meta with --cudnn", ["plan", "--devices", "meta:2", "--cudnn", "benchmark"], 2, "--cudnn chooses")
     expect("meta with --device-speed", ["plan", "--devices", "meta:2", "--device-speed", "1,0.5"], 2, "--device-speed")

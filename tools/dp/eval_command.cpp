@@ -47,7 +47,7 @@ int run_eval(EvalOptions o, const std::set<std::string>& given) {
   RunSetup setup = validate_and_make_devices(o);
   refuse_meta_devices(setup, "dp eval");
   // The data as dp train loads it (the same generated set when there is no --data).
-  const RunData data = load_run_data(o, setup, o.generated_train, o.generated_test, 1234);
+  const RunData data = load_run_data(o, setup, o.generated_train, o.generated_test, 1234, 0, /*trains=*/false);
   const ModelDef& model = setup.model;  // a GPT's sizes are final once its data is loaded
   data.check_evaluable(o.eval_windows);
   const std::vector<int32_t> prompt =

@@ -230,6 +230,12 @@ Run add_plan_command(CLI::App& app) {
                 "the model has blocks) beside its closed-form model state");
   cmd->add_flag("--max-batch", o->max_batch, "the largest global batch that fits --device-memory (bisection over plans)");
   group_options(cmd);
+  // What a plan takes from the shared flags: meta devices only, so the flags that tune how host or
+  // CUDA devices compute are still parsed (and refused with their reason) but not offered in --help.
+  cmd->get_option("--devices")->description("meta:N: N devices planned without memory or math (dp memprof measures "
+                                            "host and CUDA devices)");
+  for (const char* refused : {"--device-speed", "--tf32", "--cudnn"})
+    cmd->get_option(refused)->group("");
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_plan(*o);

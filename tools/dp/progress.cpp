@@ -25,6 +25,17 @@ int terminal_columns() {
 }
 }  // namespace
 
+std::string rate_text(double per_second) {
+  char buf[32];
+  if (!(per_second >= 0) || per_second >= 1e15) return "--";
+  std::snprintf(buf, sizeof buf, per_second >= 99.95 ? "%.0f" : "%.3g", per_second);
+  return buf;
+}
+
+std::string counted(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 Progress::Progress(int64_t total_steps, bool terminal, bool quiet)
     : total_(total_steps), terminal_(terminal), quiet_(quiet), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
@@ -40,9 +51,9 @@ void Progress::update(int64_t step, int epoch, double loss, double samples_per_s
     // wraps onto a new line: the bar shrinks first, then the text is cut.
     const int columns = terminal_columns();
     char text[160];
-    std::snprintf(text, sizeof text, " %lld/%lld epoch %d loss %.4f %.0f samples/s ETA %s",
-                  static_cast<long long>(step), static_cast<long long>(total_), epoch, loss, samples_per_s,
-                  clock_str(eta).c_str());
+    std::snprintf(text, sizeof text, " %lld/%lld epoch %d loss %.4f %s samples/s ETA %s",
+                  static_cast<long long>(step), static_cast<long long>(total_), epoch, loss,
+                  rate_text(samples_per_s).c_str(), clock_str(eta).c_str());
     const int width = std::clamp(columns - 1 - static_cast<int>(std::strlen(text)) - 2, 0, 30);
     std::string line;
     if (width >= 5) {
@@ -56,8 +67,8 @@ void Progress::update(int64_t step, int epoch, double loss, double samples_per_s
     std::fprintf(stderr, "\r%s\x1b[K", line.c_str());
     bar_shown_ = true;
   } else if (step >= next_plain_ || step == total_) {
-    std::fprintf(stderr, "step %lld/%lld epoch %d loss %.4f %.0f samples/s ETA %s\n", static_cast<long long>(step),
-                 static_cast<long long>(total_), epoch, loss, samples_per_s, clock_str(eta).c_str());
+    std::fprintf(stderr, "step %lld/%lld epoch %d loss %.4f %s samples/s ETA %s\n", static_cast<long long>(step),
+                 static_cast<long long>(total_), epoch, loss, rate_text(samples_per_s).c_str(), clock_str(eta).c_str());
     next_plain_ = step + std::max<int64_t>(1, total_ / 10);
   }
   std::fflush(stderr);

@@ -7,6 +7,12 @@
 
 namespace dp::cli {
 
+// A rate as a person reads it: whole numbers from 100 up, three significant digits below
+// ("2659", "41.3", "0.512"), never a bare "0".
+std::string rate_text(double per_second);
+// "1 step", "2 steps".
+std::string counted(int64_t n, const std::string& noun);
+
 class Progress {
  public:
   // quiet: prints nothing (the ranks other than 0 under mpirun).

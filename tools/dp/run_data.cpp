@@ -61,7 +61,7 @@ void check_ids(const TokenSplit& split, int64_t vocab) {
                          std::to_string(i) + " is at or above --vocab " + std::to_string(vocab));
 }
 
-RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
+RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bool trains) {
   RunData d;
   d.language = true;
   d.context = o.context;
@@ -79,7 +79,7 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
     d.context = setup.model.input_shape[0];
     check_ids(d.tokens.train, setup.model.classes);
     check_ids(d.tokens.val, setup.model.classes);
-    check_token_split(d.tokens.train, o.batch, d.context);
+    if (trains) check_token_split(d.tokens.train, o.batch, d.context);
     d.description = d.tokens.description;
     return d;
   }
@@ -94,7 +94,7 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens) {
     }
     cfg.vocab = o.vocab;
   }
-  check_token_split(d.tokens.train, o.batch, o.context);
+  if (trains) check_token_split(d.tokens.train, o.batch, o.context);
   setup.model = gpt_model(cfg);
   d.description = d.tokens.description;
   return d;
@@ -144,7 +144,7 @@ void use_given_statistics(const RunOptions& o, TrainTest& data) {
 }
 
 RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
-                    uint64_t generated_seed, bool drawn) {
+                    uint64_t generated_seed, bool drawn, bool trains) {
   RunData d;
   if (!o.data.empty() && is_token_data(o.data))
     throw RuntimeError("--data " + o.data + " holds text or token files; --model " + model.name +
@@ -175,7 +175,7 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
   if (train.classes > model.classes)
     throw RuntimeError(train.source + ": " + std::to_string(train.classes) + " classes, and model " + model.name +
                        " has " + std::to_string(model.classes) + " outputs");
-  if (o.batch > train.count)
+  if (trains && o.batch > train.count)
     throw UsageError("--batch " + std::to_string(o.batch) + " is larger than the training set (" +
                      std::to_string(train.count) + " samples in " + train.source + ")");
   d.description = d.images.description;
@@ -214,12 +214,12 @@ TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test,
 }
 
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
-                      uint64_t generated_seed, int64_t min_tokens) {
+                      uint64_t generated_seed, int64_t min_tokens, bool trains) {
   check_data_path(o, setup.model);
-  if (setup.model.language_model()) return load_tokens(o, setup, min_tokens);
+  if (setup.model.language_model()) return load_tokens(o, setup, min_tokens, trains);
   // Meta devices read no pixel: a plan at a real input size draws none, and its batches are shapes.
   const bool meta = setup.devices && (*setup.devices)[0].is_meta();
-  RunData d = load_images(o, setup.model, generated_train, generated_test, generated_seed, !meta);
+  RunData d = load_images(o, setup.model, generated_train, generated_test, generated_seed, !meta, trains);
   d.shapes_only = meta;
   return d;
 }

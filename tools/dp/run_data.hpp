@@ -72,10 +72,11 @@ TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test,
 int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumulate);
 
 // --data (or the generated default: `generated_train` / `generated_test` samples, or for a GPT a
-// corpus of --generated-size bytes, at least `min_tokens`), checked against the model and --batch.
+// corpus of --generated-size bytes, at least `min_tokens`), checked against the model and, for a
+// command that trains, --batch (dp eval's batch only groups the held-out samples).
 // For a GPT it also fixes setup.model's sizes: --gpt-* flags, --context, and the vocabulary
 // (the data's, or --vocab: a token id at or above it is an error).
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
-                      uint64_t generated_seed, int64_t min_tokens = 0);
+                      uint64_t generated_seed, int64_t min_tokens = 0, bool trains = true);
 
 }  // namespace dp::cli

@@ -102,7 +102,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o) {
       ->expected(2)
       ->capture_default_str();
   cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
-  cmd->add_option("--batch", o.batch, "global batch size (gpt: 32 unless given)")->capture_default_str();
+  cmd->add_option("--batch", o.batch, "global batch size (gpt and token model files: 32 unless given)")->capture_default_str();
   cmd->add_option("--split", o.split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory")
       ->capture_default_str();
   cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
@@ -193,9 +193,18 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o) {
     const CLI::Option* opt = cmd->get_option_no_throw(flag);
     return opt != nullptr && opt->count() > 0;
   };
-  // The GPT's default batch: 32 windows of 128 tokens (4096 tokens a step) make four times the
-  // updates of 128 per epoch, which a small language model on a CPU needs more than bigger steps.
-  if (!given("--batch") && o.model == "gpt" && o.batch == RunOptions{}.batch) o.batch = 32;
+  // A language model's default batch (the GPT's and a token model file's): 32 windows of 128 tokens
+  // (4096 tokens a step) make four times the updates of 128 per epoch, which a small language model
+  // on a CPU needs more than bigger steps. (A file that cannot be read is reported where it is loaded.)
+  auto language_file = [&o] {
+    if (o.model.size() < 5 || o.model.compare(o.model.size() - 5, 5, ".json") != 0) return false;
+    try {
+      return find_model(o.model).language_model();
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  if (!given("--batch") && o.batch == RunOptions{}.batch && (o.model == "gpt" || language_file())) o.batch = 32;
   o.generated_size_given = given("--generated-size");
   o.optimizer_given = given("--optimizer");
   o.loss_given = given("--loss");

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "tools/dp/progress.hpp"
+
 namespace dp::cli {
 
 namespace {
@@ -76,16 +78,16 @@ void RunTally::add(const StepResult& r, double step_seconds) {
 }
 
 void print_run_summary(const RunTally& t, DataParallel& dp, bool graphs) {
-  std::printf("trained %lld steps, %lld samples in %.2f s: %.0f samples/s, last loss %.4f\n",
-              static_cast<long long>(t.steps), static_cast<long long>(t.samples), t.seconds,
-              static_cast<double>(t.samples) / std::max(t.seconds, 1e-9), t.last_loss);
+  std::printf("trained %s, %s in %.2f s: %s samples/s, last loss %.4f\n", counted(t.steps, "step").c_str(),
+              counted(t.samples, "sample").c_str(), t.seconds,
+              rate_text(static_cast<double>(t.samples) / std::max(t.seconds, 1e-9)).c_str(), t.last_loss);
   if (dp.loss_scaler().enabled())
-    std::printf("fp16 loss scaling: %lld of %lld steps skipped (inf/NaN gradients), loss scale now %g\n",
-                static_cast<long long>(t.skipped), static_cast<long long>(t.steps),
+    std::printf("fp16 loss scaling: %lld of %s skipped (inf/NaN gradients), loss scale now %g\n",
+                static_cast<long long>(t.skipped), counted(t.steps, "step").c_str(),
                 static_cast<double>(dp.loss_scaler().scale()));
   if (graphs)
-    std::printf("--cuda-graphs: %lld of %lld steps replayed a captured step%s\n", static_cast<long long>(t.replayed),
-                static_cast<long long>(t.steps),
+    std::printf("--cuda-graphs: %lld of %s replayed a captured step%s\n", static_cast<long long>(t.replayed),
+                counted(t.steps, "step").c_str(),
                 t.usual_note.empty() ? "" : ("; the last ran as usual: " + t.usual_note).c_str());
   std::printf("time per step by phase (ms%s):", t.replayed ? ", steps not replayed" : "");
   for (int p = 0; p < kNumPhases; ++p)
