@@ -32,8 +32,11 @@ SafetensorsFile read_safetensors(const std::string& path) {
   SafetensorsFile f{read_file(path), {}, 0};
   const std::string& data = f.data;
   // torch.save's files (a zip archive since PyTorch 1.6, a bare pickle before): say what they are.
-  if (data.rfind("PK\x03\x04", 0) == 0 || (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x80 &&
-                                              data[1] >= 2 && data[1] <= 5))
+  // A safetensors header's length may begin with the same bytes (896 bytes is 80 03 ...), so the
+  // magic counts only where byte 8 does not open the header's JSON.
+  const bool json_at_8 = data.size() > 8 && data[8] == '{';
+  if (!json_at_8 && (data.rfind("PK\x03\x04", 0) == 0 || (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x80 &&
+                                                           data[1] >= 2 && data[1] <= 5)))
     throw RuntimeError(path + ": a PyTorch pickle (torch.save), not a safetensors file; convert it with "
                        "safetensors.torch.save_file(model.state_dict(), \"model.safetensors\") (or save_model for "
                        "tied weights) and give that file");

@@ -203,6 +203,19 @@ TEST_CASE("corrupt safetensors files are rejected with a message naming the prob
   // torch.save's zip archive (PyTorch >= 1.6) and its older bare pickle (protocol 2): named, with the way out.
   expect(std::string("PK\x03\x04") + std::string(4, '\0') + "archive/data.pkl", "a PyTorch pickle (torch.save)");
   expect(std::string("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8", 12), "safetensors.torch.save_file");
+  {
+    // A real header whose length begins like a pickle's magic (0x380 = 896 bytes: 80 03 ...) is read as safetensors.
+    auto h = nlohmann::json::parse(header);
+    h["__metadata__"] = {{"pad", ""}};
+    std::string text = h.dump();
+    h["__metadata__"]["pad"] = std::string(0x380 - text.size(), 'x');
+    text = h.dump();
+    REQUIRE(text.size() == 0x380);
+    write_bytes(dir.file("x.safetensors"), with_header(text, body));
+    write_bytes(dir.file("good.safetensors"), good);
+    CHECK(load_safetensors(dir.file("x.safetensors"), mlp).params ==
+          load_safetensors(dir.file("good.safetensors"), mlp).params);
+  }
   expect(with_header("this is not json", body), "not JSON");
   expect(with_header("[1,2,3]", body), "not a JSON object");
   expect(good.substr(0, good.size() - 4), "outside the file");
