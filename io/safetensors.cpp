@@ -1,5 +1,6 @@
 #include "io/safetensors.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -66,6 +67,7 @@ std::string model_prefix(const nlohmann::json& header, const ModelLayout& layout
   const std::string prefix = any && wrapped ? kWrapped : "";
   std::set<std::string> expected;
   for (const auto& e : layout.entries) expected.insert(e.name);
+  for (const auto& t : layout.tied) expected.insert(t.name);
   for (auto it = header.begin(); it != header.end(); ++it)
     if (it.key() != "__metadata__" && !expected.count(it.key().substr(prefix.size())))
       throw RuntimeError(path + ": unexpected tensor '" + it.key() + "' (not in the model's state dict)");
@@ -108,14 +110,35 @@ ModelState load_safetensors(const std::string& path, const ModelLayout& layout) 
   state.params.assign(static_cast<size_t>(layout.parameter_count), 0.f);
   state.buffers.assign(static_cast<size_t>(layout.buffer_count), 0.f);
   state.stripped_prefix = model_prefix(f.header, layout, path);
-  for (const auto& e : layout.entries) {
-    const std::string name = state.stripped_prefix + e.name;
-    if (!f.header.contains(name)) throw RuntimeError(path + ": missing tensor '" + name + "'");
-    float* dst = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
+  auto read = [&](const std::string& name, const StateEntry& e, float* dst) {
     try {
       read_tensor(f, f.header.at(name), e, dst, path);
     } catch (const nlohmann::json::exception& ex) {
-      throw not_valid(path, "entry '" + e.name + "' is malformed (" + ex.what() + ")");
+      throw not_valid(path, "entry '" + name + "' is malformed (" + ex.what() + ")");
+    }
+  };
+  for (size_t i = 0; i < layout.entries.size(); ++i) {
+    const StateEntry& e = layout.entries[i];
+    // A tied parameter's names: any one in the file gives it (safetensors' save_model keeps one);
+    // several must agree.
+    std::vector<std::string> names{state.stripped_prefix + e.name};
+    for (const TiedEntry& t : layout.tied)
+      if (t.target == i) names.push_back(state.stripped_prefix + t.name);
+    std::vector<std::string> present;
+    for (const std::string& n : names)
+      if (f.header.contains(n)) present.push_back(n);
+    if (present.empty()) throw RuntimeError(path + ": missing tensor '" + names[0] + "'");
+    float* dst = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
+    read(present[0], e, dst);
+    const size_t n = static_cast<size_t>(numel(e.shape));
+    for (size_t k = 1; k < present.size(); ++k) {
+      std::vector<float> other(n);
+      StateEntry as = e;
+      as.name = present[k].substr(state.stripped_prefix.size());
+      read(present[k], as, other.data());
+      if (!std::equal(other.begin(), other.end(), dst))
+        throw RuntimeError(path + ": '" + present[0] + "' and '" + present[k] + "' are one tied parameter in this "
+                           "model, but the file's values differ (weights of the untied model?)");
     }
   }
   return state;
@@ -139,6 +162,13 @@ std::string encode_safetensors(const ModelLayout& layout, const ModelState& stat
       payload.append(reinterpret_cast<const char*>(src), static_cast<size_t>(n) * 4);
     }
     header[e.name] = {{"dtype", dtype_of(e)}, {"shape", e.shape}, {"data_offsets", {begin, payload.size()}}};
+  }
+  // Tied names: a copy each, as PyTorch's state_dict() lists them (safetensors' offsets may not overlap).
+  for (const TiedEntry& t : layout.tied) {
+    const StateEntry& e = layout.entries[t.target];
+    const uint64_t begin = payload.size();
+    payload.append(reinterpret_cast<const char*>(state.params.data() + e.offset), static_cast<size_t>(numel(e.shape)) * 4);
+    header[t.name] = {{"dtype", dtype_of(e)}, {"shape", e.shape}, {"data_offsets", {begin, payload.size()}}};
   }
   std::string json = header.dump();
   while ((json.size() + 8) % 8 != 0) json.push_back(' ');  // align the data section to 8 bytes

@@ -1,5 +1,6 @@
 #include "models/model.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <random>
@@ -71,6 +72,13 @@ ModelLayout ModelLayout::of(const Module& root) {
     }
     ++leaf;
   });
+  for (const Module::TiedName& t : root.tied_names()) {
+    const auto it = std::find_if(layout.entries.begin(), layout.entries.end(),
+                                 [&](const StateEntry& e) { return e.name == t.target; });
+    if (it == layout.entries.end() || it->buffer())
+      throw RuntimeError("'" + t.name + "' is tied to '" + t.target + "', which is not one of the model's parameters");
+    layout.tied.push_back({t.name, static_cast<size_t>(it - layout.entries.begin())});
+  }
   if (align_up(layout.parameter_count) > layout.parameter_count)
     layout.parameter_gaps.push_back({layout.parameter_count, align_up(layout.parameter_count)});
   layout.parameter_count = align_up(layout.parameter_count);
@@ -108,6 +116,12 @@ void init_state(const ModelLayout& layout, float* params, float* buffers, uint64
         case ParamDecl::Init::Ones: p[i] = 1.f; break;
         case ParamDecl::Init::Zeros: p[i] = 0.f; break;
         case ParamDecl::Init::Values: p[i] = e.decl.values.at(static_cast<size_t>(i)); break;
+        case ParamDecl::Init::Tril: {
+          const int64_t cols = e.shape.empty() ? 1 : e.shape.back();
+          const int64_t rows = e.shape.size() < 2 ? 1 : e.shape[e.shape.size() - 2];
+          p[i] = i % cols <= i / cols % rows ? 1.f : 0.f;
+          break;
+        }
       }
     }
   }

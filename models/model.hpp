@@ -60,8 +60,16 @@ struct StateEntry {
   bool buffer() const { return decl.kind == ParamDecl::Kind::Buffer; }
 };
 
+// A state-dict name that is another entry's parameter (tied weights): saved as a copy of it,
+// loaded into it, never stored, trained, reduced or sharded twice.
+struct TiedEntry {
+  std::string name;
+  size_t target;  // the entry it is, in entries
+};
+
 struct ModelLayout {
   std::vector<StateEntry> entries;  // PyTorch state-dict order
+  std::vector<TiedEntry> tied;      // the root's tied names (Module::tied_names)
   int64_t parameter_count = 0;      // floats of the flat parameter array (alignment gaps included)
   int64_t buffer_count = 0;
   // [begin, end) float ranges of the parameter array that no entry covers: a fresh gradient

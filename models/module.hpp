@@ -52,7 +52,8 @@ DropoutMask dropout_mask(const DropoutSource* source, float p, uint32_t site);
 
 struct ParamDecl {
   enum class Kind { Parameter, Buffer };
-  enum class Init { Uniform, Normal, Ones, Zeros, Values };
+  // Tril: ones on and below the diagonal of the last two dimensions, zeros above (a causal mask).
+  enum class Init { Uniform, Normal, Ones, Zeros, Values, Tril };
   std::string name;  // state-dict suffix: "weight", "running_mean", ...
   Shape shape;
   Kind kind = Kind::Parameter;
@@ -79,6 +80,13 @@ class Module {
   virtual std::vector<ParamDecl> params() const { return {}; }
   const std::vector<Child>& children() const { return children_; }
   bool has_params() const;  // here or in any descendant
+  // State-dict names that are another entry's parameter under a second name (tied weights:
+  // nanoGPT's lm_head.weight is transformer.wte.weight), each with the entry it names. Only a
+  // root declares them (a model file's graph); the layout lists them beside its entries.
+  struct TiedName {
+    std::string name, target;
+  };
+  virtual std::vector<TiedName> tied_names() const { return {}; }
 
   // One tensor per params() entry; grads holds an undefined tensor for buffers (and for all
   // entries when only inference runs).
@@ -196,7 +204,8 @@ std::unique_ptr<Module> make_dropout(float p, uint32_t site);
 // 1 − p (scaled by 1/(1 − p)) or zeroed, one draw a sample from dropout's stream at `site`.
 std::unique_ptr<Module> make_stochastic_depth(float p, uint32_t site);
 // Transformer leaves (models/transformer_layers.cpp).
-std::unique_ptr<Module> make_layernorm(int64_t channels, float eps = 1e-5f);  // over the last dimension
+// Over the last dimension; bias false: no shift (nanoGPT's bias=False).
+std::unique_ptr<Module> make_layernorm(int64_t channels, float eps = 1e-5f, bool bias = true);
 std::unique_ptr<Module> make_gelu();                                          // exact (erf)
 std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_std = 0.02);  // int32 ids in
 // nanoGPT's CausalSelfAttention over [T, C] samples: children c_attn, c_proj and resid_dropout

@@ -12,10 +12,10 @@ namespace {
 
 class LayerNorm final : public Module {
  public:
-  LayerNorm(int64_t c, float eps) : c_(c), eps_(eps) {}
+  LayerNorm(int64_t c, float eps, bool bias) : c_(c), eps_(eps), bias_(bias) {}
   std::string describe() const override {
     std::ostringstream os;
-    os << "LayerNorm((" << c_ << ",), eps=" << eps_ << ")";
+    os << "LayerNorm((" << c_ << ",), eps=" << eps_ << (bias_ ? "" : ", bias=False") << ")";
     return os.str();
   }
   Shape output_shape(const Shape& in) const override {
@@ -23,8 +23,9 @@ class LayerNorm final : public Module {
     return in;
   }
   std::vector<ParamDecl> params() const override {
-    return {{"weight", {c_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Ones},
-            {"bias", {c_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Zeros}};
+    std::vector<ParamDecl> p{{"weight", {c_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Ones}};
+    if (bias_) p.push_back({"bias", {c_}, ParamDecl::Kind::Parameter, ParamDecl::Init::Zeros});
+    return p;
   }
   Tensor forward_impl(Device& dev, const Tensor& in, bool) override {
     const int64_t rows = in.numel() / c_;
@@ -33,14 +34,15 @@ class LayerNorm final : public Module {
     // Mixed precision: computed in float32, stored like its input (llm.c's bf16 LayerNorm).
     Tensor out = Tensor::empty(dev, in.shape(), MemCategory::Activations, in.dtype());
     layernorm_forward(dev.exec(), out.buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), in.buf(),
-                      values_[0].buf(), values_[1].buf(), rows, c_, eps_);
+                      values_[0].buf(), bias_ ? values_[1].buf() : Buf{}, rows, c_, eps_);
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
     const int64_t rows = input_.numel() / c_;
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
-    layernorm_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), grads_[1].buf(), grad_out.buf(), input_.buf(),
+    layernorm_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), bias_ ? grads_[1].buf() : Buf{}, grad_out.buf(),
+                       input_.buf(),
                        values_[0].buf(), stats_.rows(0, 1).buf(), stats_.rows(1, 1).buf(), rows, c_);
     clear_cache();
     return grad_in;
@@ -50,6 +52,7 @@ class LayerNorm final : public Module {
  private:
   int64_t c_;
   float eps_;
+  bool bias_;
   Tensor input_, stats_;  // stats_: [mean; rstd] per row
 };
 
@@ -118,7 +121,9 @@ class Embedding final : public Module {
 
 }  // namespace
 
-std::unique_ptr<Module> make_layernorm(int64_t channels, float eps) { return std::make_unique<LayerNorm>(channels, eps); }
+std::unique_ptr<Module> make_layernorm(int64_t channels, float eps, bool bias) {
+  return std::make_unique<LayerNorm>(channels, eps, bias);
+}
 std::unique_ptr<Module> make_gelu() { return std::make_unique<Gelu>(); }
 std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_std) {
   return std::make_unique<Embedding>(vocab, dim, init_std);

@@ -248,6 +248,48 @@ TEST_CASE("corrupt safetensors files are rejected with a message naming the prob
                        RuntimeError);
 }
 
+TEST_CASE("tied names: saved as copies of their parameter, loaded from whichever name a file has, refused when "
+          "they differ") {
+  TempDir dir;
+  // wte.weight [3, 2] and ln.weight [2]; head.weight is wte.weight.
+  ModelLayout layout;
+  layout.entries.push_back({"wte.weight", {3, 2}, {"weight", {3, 2}}, 0, 0});
+  layout.entries.push_back({"ln.weight", {2}, {"weight", {2}}, 1, 16});
+  layout.tied.push_back({"head.weight", 0});
+  layout.parameter_count = 32;
+  ModelState state{std::vector<float>(32, 0.f), {}};
+  for (int i = 0; i < 6; ++i) state.params[static_cast<size_t>(i)] = 0.5f * static_cast<float>(i + 1);
+  state.params[16] = 7.f, state.params[17] = 8.f;
+  save_safetensors(dir.file("t.safetensors"), layout, state);
+  const std::string bytes = read_bytes(dir.file("t.safetensors"));
+  CHECK(bytes.find("\"head.weight\":{\"dtype\":\"F32\",\"shape\":[3,2]") != std::string::npos);
+  CHECK(load_safetensors(dir.file("t.safetensors"), layout).params == state.params);
+  // safetensors' save_model keeps one name of a tied group: either one gives the parameter.
+  ModelLayout untied = layout;
+  untied.tied.clear();
+  ModelLayout head_only = layout;
+  head_only.entries[0].name = "head.weight";
+  head_only.tied.clear();
+  save_safetensors(dir.file("head.safetensors"), head_only, state);
+  CHECK(load_safetensors(dir.file("head.safetensors"), layout).params == state.params);
+  save_safetensors(dir.file("wte.safetensors"), untied, state);
+  CHECK(load_safetensors(dir.file("wte.safetensors"), layout).params == state.params);
+  // Both names with other values: the file is of an untied model.
+  std::string other = bytes;
+  const size_t tail = other.size() - 24;  // head.weight's copy is the last tensor
+  other[tail] = static_cast<char>(other[tail] ^ 0x40);
+  write_bytes(dir.file("differ.safetensors"), other);
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("differ.safetensors"), layout),
+                       doctest::Contains("are one tied parameter in this model, but the file's values differ"),
+                       RuntimeError);
+  // Neither name: missing.
+  ModelLayout ln_only = untied;
+  ln_only.entries.erase(ln_only.entries.begin());
+  save_safetensors(dir.file("ln.safetensors"), ln_only, state);
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("ln.safetensors"), layout), doctest::Contains("missing tensor 'wte.weight'"),
+                       RuntimeError);
+}
+
 TEST_CASE("atomic writes replace the file whole, and a failed write leaves the old one") {
   TempDir dir;
   const std::string path = dir.file("ckpt");

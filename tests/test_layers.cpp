@@ -492,6 +492,63 @@ TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views,
   for (Module* mod : param_modules(*graph)) mod->bind({}, {});
 }
 
+TEST_CASE("A model file's graph: tied weights (nanoGPT's wte and lm_head one parameter), a LayerNorm without a "
+          "bias, an unread causal-mask buffer: the parameter's gradient sums its readers', by finite differences") {
+  // W = wte.weight; h = ln(embedding(x, W)); logits = h · Wᵀ (lm_head.weight is W); attn.bias is
+  // state no node reads.
+  auto spec = graph_spec({4});
+  spec->tokens = true;
+  const nlohmann::json none = nlohmann::json::object();
+  auto node = [&](std::string name, std::string op, std::string module, std::vector<int> in, nlohmann::json attrs,
+                  Shape shape) { return add_node(*spec, name, op, module, in, attrs, shape); };
+  const int w = node("W", "parameter", "wte", {}, {{"name", "weight"}}, {11, 8});
+  const int tok = node("tok", "embedding", "", {-1, w}, {{"num_embeddings", 11}, {"embedding_dim", 8}}, {4, 8});
+  const int ln = node("ln", "layer_norm", "ln", {tok}, {{"normalized_shape", {8}}, {"bias", false}}, {4, 8});
+  spec->output = node("head", "matmul", "", {ln, w}, {{"trans_b", true}}, {4, 11});
+  spec->state = {{"wte.weight", {11, 8}, false},
+                 {"attn.bias", {1, 1, 4, 4}, true},
+                 {"ln.weight", {8}, false},
+                 {"head.weight", {11, 8}, false}};
+  spec->state[1].unread = true;
+  spec->state[1].init = {"bias", {1, 1, 4, 4}, ParamDecl::Kind::Buffer, ParamDecl::Init::Tril};
+  spec->state[3].tied_to = "wte.weight";
+  auto graph = make_graph_module(spec);
+  const ModelLayout layout = ModelLayout::of(*graph);
+  REQUIRE(layout.entries.size() == 3);  // the tied name is not an entry of its own
+  CHECK(layout.entries[1].name == "attn.bias");
+  CHECK(layout.entries[1].buffer());
+  REQUIRE(layout.tied.size() == 1);
+  CHECK(layout.tied[0].name == "head.weight");
+  CHECK(layout.entries[layout.tied[0].target].name == "wte.weight");
+  {  // the unread mask starts as the causal tril
+    std::vector<float> p(static_cast<size_t>(layout.parameter_count)), buf(static_cast<size_t>(layout.buffer_count));
+    init_state(layout, p.data(), buf.data(), 1);
+    const std::vector<float> tril{1, 0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1};
+    CHECK(std::vector<float>(buf.begin(), buf.begin() + 16) == tril);
+  }
+
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  Bound b = bind_random(*graph, dev, 95);
+  Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
+  const int32_t id_values[12] = {1, 5, 5, 0, 10, 2, 1, 1, 3, 4, 0, 6};
+  std::copy(id_values, id_values + 12, ids.data<int32_t>());
+  Tensor out = graph->forward(dev, ids, true);
+  REQUIRE(out.shape() == Shape{3, 4, 11});
+  const auto r = random_vector(static_cast<size_t>(out.numel()), 96);
+  CHECK_FALSE(graph->backward(dev, tensor_from(dev, out.shape(), r), false).defined());
+  auto loss = [&] {
+    Tensor o2 = graph->forward(dev, ids, true);
+    graph->clear_cache();
+    return weighted_sum(o2, r);
+  };
+  const std::vector<float> grads = to_vector(b.grads);
+  for (const auto& e : b.layout.entries)
+    if (!e.buffer())
+      check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
+  for (Module* mod : param_modules(*graph)) mod->bind({}, {});
+}
+
 TEST_CASE("A model file's graph: a ViT's pieces (parameters used directly, at the root too, expand, cat, a position embedding added, a layer scale, MultiheadAttention, select): gradients match finite differences") {
   // p = gamma ⊙ conv(x) per plane; t = p as [4 tokens, 8]; c = cat(class_token expanded, t);
   // h = c + pos_embedding; r = h + mha(ln(h)); head(scale ⊙ r[:, 0]).

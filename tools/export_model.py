@@ -2,12 +2,15 @@
 """Export a PyTorch model to a dp model file (docs/model-format.md), for `dp train/memprof/demo/plan
 --model FILE.json`.
 
-    python3 tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' \\
+    tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' \\
             --input 3x64x64 --out resnet50.json [--weights resnet50.safetensors]
-    python3 tools/export_model.py my_project/net.py:Net --input 3x32x32 --out net.json
+    tools/export_model.py my_project/net.py:Net --input 3x32x32 --out net.json
+    tools/export_model.py nanoGPT/model.py:GPT --config GPTConfig --kwargs '{"n_layer": 6}' \\
+            --input tokens:256 --out gpt.json --weights gpt.safetensors
 
 The spec is `package.module:callable` or `path/to/file.py:callable`, a class or a factory that
-returns an nn.Module; --kwargs its arguments as a JSON object. The model is traced with torch.fx
+returns an nn.Module; --kwargs its arguments as a JSON object, or with --config CLASS those of the
+one configuration object it takes (nanoGPT's GPT(GPTConfig(...))). The model is traced with torch.fx
 (every node with its output shape from a run on a batch of two random samples, on a copy, so the
 module's state is untouched); --weights writes its state_dict() as safetensors, for dp's --init.
 The input shape is checked first (the model must run on it: one message where it does not); then
@@ -41,11 +44,16 @@ def fail(message):
     sys.exit(2)
 
 
+_loaded = {}  # a file or module imported once: the spec's and its --config class share it
+
+
 def load_callable(spec):
     if ":" not in spec:
         raise ExportError(f"the spec '{spec}' is not package.module:callable or path/to/file.py:callable")
     where, name = spec.rsplit(":", 1)
-    if where.endswith(".py"):
+    if where in _loaded:
+        module = _loaded[where]
+    elif where.endswith(".py"):
         if not os.path.isfile(where):
             raise ExportError(f"{where}: no such file")
         sys.path.insert(0, os.path.dirname(os.path.abspath(where)))
@@ -60,6 +68,7 @@ def load_callable(spec):
             module = importlib.import_module(where)
         except ImportError as e:
             raise ExportError(f"cannot import '{where}': {e}")
+    _loaded[where] = module
     if not hasattr(module, name):
         raise ExportError(f"'{where}' has no '{name}'")
     return getattr(module, name)
@@ -135,8 +144,10 @@ def module_op(m):
         return "batch_norm2d", {"num_features": m.num_features, "eps": m.eps, "momentum": m.momentum,
                                 "affine": m.affine, "track_running_stats": m.track_running_stats}
     if type(m) is nn.LayerNorm:
-        return "layer_norm", {"normalized_shape": list(m.normalized_shape), "eps": m.eps,
-                              "elementwise_affine": m.elementwise_affine}
+        attrs = {"normalized_shape": list(m.normalized_shape), "eps": m.eps, "elementwise_affine": m.elementwise_affine}
+        if m.elementwise_affine and getattr(m, "bias", None) is None:
+            attrs["bias"] = False  # nn.LayerNorm(bias=False), PyTorch 2.1 on
+        return "layer_norm", attrs
     if type(m) is nn.Embedding:
         if m.padding_idx is not None or m.max_norm is not None:
             return None
@@ -546,8 +557,10 @@ def special_op(node, meta, shapes, values, size_of):
     t, args, kw = node.target, node.args, node.kwargs
     if fused_module(node):
         eps = args[4] if len(args) > 4 else kw.get("eps", 1e-5)
-        return "layer_norm", {"normalized_shape": [int(meta.shape[-1])], "eps": eps, "elementwise_affine": True}, \
-            [args[0].name]
+        attrs = {"normalized_shape": [int(meta.shape[-1])], "eps": eps, "elementwise_affine": True}
+        if not has_bias(node):
+            attrs["bias"] = False
+        return "layer_norm", attrs, [args[0].name]
     if t == "masked_fill" or t is torch.masked_fill:
         x, mask, value = (list(args) + [kw.get("mask"), kw.get("value")])[:3]
         if not isinstance(mask, torch.fx.Node) or mask.name not in values or isinstance(value, torch.fx.Node):
@@ -963,7 +976,8 @@ def is_causal_mask(mask, rows, cols):
 
 def fused_module(node):
     """F.layer_norm(x, shape, m.weight, m.bias, eps) (nanoGPT's LayerNorm, ConvNeXt's LayerNorm2d
-    inside): the parameters' module path when both are one module's, else None."""
+    inside), or with bias None (nanoGPT's bias=False): the parameters' module path when they are one
+    module's, else None."""
     import torch.fx
     import torch.nn.functional as F
     if node.op != "call_function" or node.target is not F.layer_norm:
@@ -971,11 +985,20 @@ def fused_module(node):
     args = list(node.args) + [None] * 5
     w = args[2] if args[2] is not None else node.kwargs.get("weight")
     b = args[3] if args[3] is not None else node.kwargs.get("bias")
+    if b is None and isinstance(w, torch.fx.Node) and w.op == "get_attr":
+        mw, _, nw = w.target.rpartition(".")
+        return mw if mw and nw == "weight" else None
     if not (isinstance(w, torch.fx.Node) and isinstance(b, torch.fx.Node) and w.op == b.op == "get_attr"):
         return None
     mw, _, nw = w.target.rpartition(".")
     mb, _, nb = b.target.rpartition(".")
     return mw if mw == mb and mw and (nw, nb) == ("weight", "bias") else None
+
+
+def has_bias(node):
+    """Whether a fused F.layer_norm passes a bias (nanoGPT's bias=False passes None)."""
+    args = list(node.args) + [None] * 5
+    return (args[3] if args[3] is not None else node.kwargs.get("bias")) is not None
 
 
 def export(model, kind, shape, name, source, input_text=None):
@@ -1103,6 +1126,17 @@ def export(model, kind, shape, name, source, input_text=None):
         return a
 
     params = dict(model.named_parameters())
+    # Tied parameters (nanoGPT's lm_head.weight is transformer.wte.weight): one parameter, its first
+    # name in state_dict() order; each other name is tied to it.
+    tied, first_name = {}, {}
+    for k, v in model.state_dict(keep_vars=True).items():
+        if isinstance(v, torch.nn.Parameter):
+            if id(v) in first_name:
+                tied[k] = first_name[id(v)]
+            else:
+                first_name[id(v)] = k
+    in_tie = set(tied) | set(tied.values())
+    emitted_params = set()
     nodes, refused = [], []
     attention, alias = set(), {}  # MultiheadAttention nodes; getitem(attention, 0) -> the attention's name
 
@@ -1156,6 +1190,11 @@ def export(model, kind, shape, name, source, input_text=None):
                 raise ExportError(f"{what_of(node)}{at} reads MultiheadAttention's weights; dp returns its output only "
                                   "(need_weights=False)")
             alias[node.name] = node.args[0].name
+            continue
+        if node.op == "call_module" and any(f"{node.target}.{n}" in in_tie
+                                            for n, _ in modules[node.target].named_parameters(recurse=False)):
+            nodes.extend(tied_module_nodes(node, modules[node.target], tied, emitted_params, shapes, from_input,
+                                           alias, where))
             continue
         module_path = node.target if node.op == "call_module" else ""
         inputs, shape_of = None, None  # shape_of: the node whose output shape is this one's
@@ -1211,31 +1250,80 @@ def export(model, kind, shape, name, source, input_text=None):
     if refused:
         raise ExportError(f"{len(refused)} op{'s' if len(refused) > 1 else ''} dp does not run "
                           "(docs/model-format.md lists those it does):\n  " + "\n  ".join(refused))
-    # Tied parameters (nanoGPT's wte and lm_head): dp gives each module its own.
-    seen = {}
-    for k, v in model.state_dict(keep_vars=True).items():
-        if isinstance(v, torch.nn.Parameter):
-            if id(v) in seen:
-                raise ExportError(f"'{k}' is the parameter '{seen[id(v)]}' (tied weights); dp gives each module "
-                                  f"parameters of its own: untie them (a copy: module.weight = "
-                                  f"nn.Parameter(module.weight.detach().clone())) and export that")
-            seen[id(v)] = k
-    folded = {by_name[n].target for n in mask_only if by_name[n].op == "get_attr"}
+    state_names = model.state_dict().keys()
+    unread = {by_name[n].target for n in mask_only if by_name[n].op == "get_attr" and by_name[n].target in state_names}
     # A buffer no node reads became a constant while tracing (nanoGPT's causal tril, sliced to the
-    # input's length, is the masked_fill's mask): its module runs no node, and it is not dp's state.
+    # input's length, is the masked_fill's mask): state dp holds and saves but never reads, so what
+    # dp saves loads back into the module with load_state_dict(strict=True).
     run = {n["module"] for n in nodes if n["module"]}
-    constants = [k for k in model.state_dict() if k not in params and k.rpartition(".")[0] not in run
-                 and k not in folded]
-    if constants:
-        folded.update(constants)
-        print(f"export_model: {len(constants)} buffer{'s' if len(constants) > 1 else ''} read only as constants, "
-              f"folded into the nodes that use them: {', '.join(constants)}", flush=True)
-    state = [{"name": k, "shape": list(v.shape), "kind": "parameter" if k in params else "buffer"}
-             for k, v in model.state_dict().items() if k not in folded]
+    unread.update(k for k in model.state_dict() if k not in params and k not in tied
+                  and k.rpartition(".")[0] not in run)
+    if unread:
+        print(f"export_model: {len(unread)} buffer{'s' if len(unread) > 1 else ''} read only as constants (folded "
+              f"into the nodes that use them), kept as state dp saves: {', '.join(sorted(unread))}", flush=True)
+    state = []
+    for k, v in model.state_dict().items():
+        entry = {"name": k, "shape": list(v.shape), "kind": "parameter" if k in params or k in tied else "buffer"}
+        if k in tied:
+            entry["tied_to"] = tied[k]
+        elif k in unread:
+            entry.update(unread=True, init=initial_values(v))
+        state.append(entry)
+    if tied:
+        print(f"export_model: tied parameters, one parameter each: "
+              + ", ".join(f"{k} is {t}" for k, t in tied.items()), flush=True)
     return {"format": FORMAT, "version": VERSION, "name": name, "source": source,
             "input": {"name": input_node.name, "kind": kind, "shape": shape,
                       "dtype": "int64" if kind == "tokens" else "float32"},
             "nodes": nodes, "output": output, "state": state, "loss": {"kind": "cross_entropy"}}
+
+
+def tied_module_nodes(node, m, tied, emitted, shapes, from_input, alias, where):
+    """A module whose weight is tied to another's (nanoGPT's wte and lm_head) as functions of that
+    one parameter: a `parameter` node (once, before its first reader) read by `embedding`
+    (F.embedding(ids, w)) or by `matmul` with trans_b (F.linear(x, w)); dp sums its readers'
+    gradients into it."""
+    import torch.nn as nn
+    what = f"module {type(m).__module__}.{type(m).__name__} ('{node.target}')" + (f" at {where}" if where else "")
+    if isinstance(m, nn.Linear) and type(m) is nn.Linear and m.bias is not None:
+        raise ExportError(f"{what} has a tied weight and a bias; dp runs a tied Linear without a bias (nanoGPT's "
+                          "lm_head)")
+    if not ((type(m) is nn.Embedding and module_op(m) is not None) or type(m) is nn.Linear):
+        raise ExportError(f"{what} has a tied parameter; dp ties the weights of nn.Embedding and nn.Linear "
+                          "(bias=False) only")
+    weight = f"{node.target}.weight"
+    shared = tied.get(weight, weight)
+    out = []
+    if shared not in emitted:
+        emitted.add(shared)
+        owner, _, attr = shared.rpartition(".")
+        out.append({"name": shared, "op": "parameter", "module": owner, "inputs": [], "attrs": {"name": attr},
+                    "shape": list(m.weight.shape), "where": where})
+    meta = shapes[node.name]
+    shape = list(meta.shape)[1:] if node.name in from_input else list(meta.shape)
+    x = alias.get(tensor_inputs(node)[0].name, tensor_inputs(node)[0].name)
+    if type(m) is nn.Embedding:
+        out.append({"name": node.name, "op": "embedding", "module": "", "inputs": [x, shared],
+                    "attrs": {"num_embeddings": m.num_embeddings, "embedding_dim": m.embedding_dim},
+                    "shape": shape, "where": where})
+    else:
+        out.append({"name": node.name, "op": "matmul", "module": "", "inputs": [x, shared],
+                    "attrs": {"trans_b": True}, "shape": shape, "where": where})
+    return out
+
+
+def initial_values(v):
+    """A buffer no node reads, as the model file records its value: "tril" (a causal mask of ones
+    on and below the diagonal), "ones", "zeros", or its values."""
+    import torch
+    v = v.detach().float().cpu()
+    if v.dim() >= 2 and torch.equal(v, torch.ones_like(v).tril()):
+        return "tril"
+    if torch.all(v == 1):
+        return "ones"
+    if torch.all(v == 0):
+        return "zeros"
+    return v.flatten().tolist()
 
 
 def replace_atomically(path, write):
@@ -1280,7 +1368,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("spec", help="package.module:callable or path/to/file.py:callable")
-    p.add_argument("--kwargs", default="{}", help="the callable's arguments, a JSON object")
+    p.add_argument("--kwargs", default="{}", help="the callable's arguments, a JSON object (with --config, the "
+                   "configuration's)")
+    p.add_argument("--config", help="the callable takes one configuration object (nanoGPT's GPT(GPTConfig)): this "
+                   "class, by name in the spec's file or module, or as package.module:Name, made from --kwargs")
     p.add_argument("--input", required=True, help="one sample's shape: CxHxW, or tokens:T")
     p.add_argument("--out", required=True, help="the model file to write (.json)")
     p.add_argument("--weights", help="also write the module's state_dict() here (safetensors, for dp's --init)")
@@ -1309,10 +1400,19 @@ def main(argv=None):
             raise ExportError(f"'{a.spec}' is not a class or a function")
         import torch
         torch.manual_seed(0)
+        call = f"'{a.spec}'(**{kwargs})"
         try:
-            model = make(**kwargs)
+            if a.config:
+                where = a.spec.rsplit(":", 1)[0]
+                config_class = load_callable(a.config if ":" in a.config else f"{where}:{a.config}")
+                call = f"'{a.spec}'({a.config}(**{kwargs}))"
+                model = make(config_class(**kwargs))
+            else:
+                model = make(**kwargs)
+        except ExportError:
+            raise
         except Exception as e:
-            raise ExportError(f"'{a.spec}'(**{kwargs}) failed: {type(e).__name__}: {e}")
+            raise ExportError(f"{call} failed: {type(e).__name__}: {e}")
         if not isinstance(model, torch.nn.Module):
             raise ExportError(f"'{a.spec}' returned {type(model).__name__}, not an nn.Module")
         model.train()

@@ -34,7 +34,7 @@ void layernorm_forward(ThreadPool& pool, float* out, float* mean, float* rstd, c
       mean[r] = static_cast<float>(m);
       rstd[r] = static_cast<float>(rs);
       float* y = out + r * C;
-      for (int64_t i = 0; i < C; ++i) y[i] = static_cast<float>((x[i] - m) * rs) * gamma[i] + beta[i];
+      for (int64_t i = 0; i < C; ++i) y[i] = static_cast<float>((x[i] - m) * rs) * gamma[i] + (beta ? beta[i] : 0.f);
     }
   });
 }
@@ -73,7 +73,7 @@ void layernorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbet
     }
     for (int64_t i = c0; i < c1; ++i) {
       dgamma[i] = static_cast<float>(dg[static_cast<size_t>(i - c0)]);
-      dbeta[i] = static_cast<float>(db[static_cast<size_t>(i - c0)]);
+      if (dbeta) dbeta[i] = static_cast<float>(db[static_cast<size_t>(i - c0)]);
     }
   });
 }

@@ -30,7 +30,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   for (int64_t i = threadIdx.x; i < C; i += 32) sq += (x[i] - m) * (x[i] - m);
   const double rs = 1.0 / sqrt(warp_sum(sq) / static_cast<double>(C) + eps);
   if (threadIdx.x == 0) mean[r] = static_cast<float>(m), rstd[r] = static_cast<float>(rs);
-  for (int64_t i = threadIdx.x; i < C; i += 32) out[r * C + i] = static_cast<float>((x[i] - m) * rs) * gamma[i] + beta[i];
+  for (int64_t i = threadIdx.x; i < C; i += 32) out[r * C + i] = static_cast<float>((x[i] - m) * rs) * gamma[i] + (beta ? beta[i] : 0.f);
 }
 
 __global__ void layernorm_dx_kernel(float* din, const float* dout, const float* in, const float* gamma,
@@ -63,7 +63,7 @@ __global__ void layernorm_dparams_kernel(float* dgamma, float* dbeta, const floa
     db += dy;
   }
   dgamma[i] = static_cast<float>(dg);
-  dbeta[i] = static_cast<float>(db);
+  if (dbeta) dbeta[i] = static_cast<float>(db);
 }
 
 __global__ void gelu_forward_kernel(float* out, const float* in, int64_t n) {

@@ -16,6 +16,7 @@
 
 namespace dp {
 namespace cpu {
+// beta and dbeta may be null: a LayerNorm without a bias (nanoGPT's bias=False).
 void layernorm_forward(ThreadPool& pool, float* out, float* mean, float* rstd, const float* in, const float* gamma,
                        const float* beta, int64_t rows, int64_t C, float eps);
 void layernorm_backward(ThreadPool& pool, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,

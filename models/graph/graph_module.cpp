@@ -24,6 +24,21 @@ class Namespace final : public Module {
   Tensor backward_impl(Device&, const Tensor&, bool) override { throw RuntimeError("a module path does not run"); }
 };
 
+// State no node reads (a causal mask folded into masked_fill): held, saved and loaded as its
+// owner's, never run.
+class UnreadState final : public Module {
+ public:
+  explicit UnreadState(ParamDecl decl) : decl_(std::move(decl)) {}
+  std::string describe() const override { return "unread " + decl_.name + " " + shape_str(decl_.shape); }
+  Shape output_shape(const Shape&) const override { throw RuntimeError(describe() + " does not run"); }
+  std::vector<ParamDecl> params() const override { return {decl_}; }
+  Tensor forward_impl(Device&, const Tensor&, bool) override { throw RuntimeError(describe() + " does not run"); }
+  Tensor backward_impl(Device&, const Tensor&, bool) override { throw RuntimeError(describe() + " does not run"); }
+
+ private:
+  ParamDecl decl_;
+};
+
 class GraphModule final : public Module {
  public:
   explicit GraphModule(std::shared_ptr<const GraphSpec> spec) : spec_(std::move(spec)) {
@@ -120,6 +135,12 @@ class GraphModule final : public Module {
   }
 
   std::string describe() const override { return "Graph(" + spec_->name + ")"; }
+  std::vector<TiedName> tied_names() const override {
+    std::vector<TiedName> tied;
+    for (const StateDecl& s : spec_->state)
+      if (!s.tied_to.empty()) tied.push_back({s.name, s.tied_to});
+    return tied;
+  }
 
   Shape output_shape(const Shape& in) const override {
     if (in != spec_->input_shape)
@@ -239,9 +260,25 @@ class GraphModule final : public Module {
   // (PyTorch's state_dict order: a module's own entries, then its children's, in registration order).
   void place_state(std::map<std::string, std::unique_ptr<Module>>& with_state) {
     std::set<std::string> placed;
+    std::vector<const StateDecl*> own_state;  // the entries the tree holds (a tied name is another's)
     for (const StateDecl& s : spec_->state) {
+      if (!s.tied_to.empty()) continue;
+      own_state.push_back(&s);
       const size_t dot = s.name.rfind('.');
       const std::string path = dot == std::string::npos ? "" : s.name.substr(0, dot);
+      if (s.unread) {  // its owner's, beside the owner's children, as a parameter used directly is
+        if (path.empty() || placed.count(path) || with_state.count(path))
+          throw UsageError("model file " + spec_->path + ": unread state '" + s.name + "' belongs to " +
+                           (path.empty() ? std::string("the model's root") : "layer '" + path + "'") +
+                           "; dp holds unread state under a module path only");
+        Module* owner = this;
+        size_t begin = 0;
+        for (size_t end = path.find('.'); end != std::string::npos; begin = end + 1, end = path.find('.', begin))
+          owner = &child_namespace(*owner, path.substr(begin, end - begin), path);
+        owner = &child_namespace(*owner, path.substr(begin), path);
+        static_cast<Namespace*>(owner)->add("", std::make_unique<UnreadState>(s.init));
+        continue;
+      }
       if (auto own = with_state.find(s.name); own != with_state.end()) {
         // A parameter its owner uses directly: a child without a name of its own, so the entry is
         // the owner's ("encoder.pos_embedding", or the root's "class_token").
@@ -290,16 +327,21 @@ class GraphModule final : public Module {
       throw UsageError("model file " + spec_->path + ": module '" + with_state.begin()->first +
                        "' has parameters, but the file's state has none of them");
     // The tree's state against the file's, entry by entry.
-    const ModelLayout layout = ModelLayout::of(*this);
-    const size_t count = std::max(layout.entries.size(), spec_->state.size());
+    ModelLayout layout;
+    try {
+      layout = ModelLayout::of(*this);
+    } catch (const RuntimeError& e) {
+      throw UsageError("model file " + spec_->path + ": " + e.what());
+    }
+    const size_t count = std::max(layout.entries.size(), own_state.size());
     for (size_t i = 0; i < count; ++i) {
       if (i >= layout.entries.size())
-        throw UsageError("model file " + spec_->path + ": state entry '" + spec_->state[i].name +
+        throw UsageError("model file " + spec_->path + ": state entry '" + own_state[i]->name +
                          "' is not one of its modules' parameters or buffers");
       const StateEntry& e = layout.entries[i];
-      if (i >= spec_->state.size())
+      if (i >= own_state.size())
         throw UsageError("model file " + spec_->path + ": the state lacks '" + e.name + "' " + shape_str(e.shape));
-      const StateDecl& d = spec_->state[i];
+      const StateDecl& d = *own_state[i];
       if (d.name != e.name || d.shape != e.shape || d.buffer != e.buffer())
         throw UsageError("model file " + spec_->path + ": state entry " + std::to_string(i) + " is '" + d.name + "' " +
                          shape_str(d.shape) + (d.buffer ? " (buffer)" : "") + ", but its modules make '" + e.name +

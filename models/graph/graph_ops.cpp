@@ -463,8 +463,10 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     require(n, shape.is_array() && shape.size() == 1 && shape[0].is_number_integer(),
             "normalized_shape " + shape.dump() + ": dp normalises over the last dimension only");
     require(n, bool_attr(n, "elementwise_affine", true), "elementwise_affine=False is not run by dp yet");
-    return make_layernorm(shape[0].get<int64_t>(), static_cast<float>(number_attr(n, "eps", 1e-5)));
+    return make_layernorm(shape[0].get<int64_t>(), static_cast<float>(number_attr(n, "eps", 1e-5)),
+                          bool_attr(n, "bias", true));
   }
+  if (op == "embedding" && n.inputs.size() == 2) return nullptr;  // of a weight value (tied): EmbeddingOf
   if (op == "embedding") {  // nn.Embedding's default init: N(0, 1)
     return make_embedding(int_attr(n, "num_embeddings"), int_attr(n, "embedding_dim"), 1.0);
   }

@@ -2,6 +2,7 @@
 // the same checks as an exported one (the graph module then checks ops, shapes and state).
 #include "models/graph/model_file.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -149,6 +150,39 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
     const std::string k = text(path, s, "kind", "state entry '" + d.name + "'");
     if (k != "parameter" && k != "buffer") bad(path, "state entry '" + d.name + "': kind '" + k + "'");
     d.buffer = k == "buffer";
+    const std::string what = "state entry '" + d.name + "'";
+    if (s.contains("tied_to")) {
+      if (!s["tied_to"].is_string() || d.buffer) bad(path, what + ": \"tied_to\" names a parameter it is");
+      d.tied_to = s["tied_to"].get<std::string>();
+      const auto target = std::find_if(spec->state.begin(), spec->state.end(),
+                                       [&](const StateDecl& e) { return e.name == d.tied_to; });
+      if (target == spec->state.end() || target->buffer || !target->tied_to.empty())
+        bad(path, what + " is tied to '" + d.tied_to + "', which is not a parameter of its own listed before it");
+      if (target->shape != d.shape)
+        bad(path, what + " has shape " + shape_str(d.shape) + ", but '" + d.tied_to + "', which it is, has " +
+                      shape_str(target->shape));
+    }
+    if (s.contains("unread")) {
+      if (!s["unread"].is_boolean() || !d.buffer) bad(path, what + ": \"unread\" is true or false, for a buffer");
+      d.unread = s["unread"].get<bool>();
+    }
+    if (d.unread) {
+      const std::string attr = d.name.substr(d.name.rfind('.') + 1);
+      d.init = {attr, d.shape, ParamDecl::Kind::Buffer, ParamDecl::Init::Zeros};
+      const json& init = field(path, s, "init", what);
+      if (init == "tril") {
+        d.init.init = ParamDecl::Init::Tril;
+      } else if (init == "ones" || init == "zeros") {
+        d.init.init = init == "ones" ? ParamDecl::Init::Ones : ParamDecl::Init::Zeros;
+      } else if (init.is_array() && static_cast<int64_t>(init.size()) == numel(d.shape) &&
+                 std::all_of(init.begin(), init.end(), [](const json& v) { return v.is_number(); })) {
+        d.init.init = ParamDecl::Init::Values;
+        for (const json& v : init) d.init.values.push_back(v.get<float>());
+      } else {
+        bad(path, what + ": \"init\" is \"tril\", \"ones\", \"zeros\" or its " + std::to_string(numel(d.shape)) +
+                      " values");
+      }
+    }
     if (!seen.insert(d.name).second) bad(path, "two state entries are named '" + d.name + "'");
     spec->state.push_back(std::move(d));
   }

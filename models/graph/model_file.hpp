@@ -6,6 +6,9 @@
 //    "input": {"name": "x", "kind": "image" | "tokens", "shape": [C, H, W] | [T], "dtype": ...},
 //    "nodes": [{"name", "op", "module", "inputs": [names], "attrs": {...}, "shape": [...], "where"}, ...],
 //    "output": name, "state": [{"name", "shape", "kind": "parameter" | "buffer"}, ...],
+//    (a parameter with "tied_to": another entry's name is that parameter under a second name; a
+//    buffer with "unread": true is state no node reads, with its "init": "tril", "ones", "zeros"
+//    or its values)
 //    "loss": {"kind": "cross_entropy"}}
 //
 // Nodes are in topological order, shapes per sample (no batch dimension), the state in
@@ -39,6 +42,11 @@ struct StateDecl {
   std::string name;
   Shape shape;
   bool buffer = false;
+  std::string tied_to;  // a parameter that is another entry's (tied weights); "" for its own
+  // A buffer no node reads (nanoGPT's causal masks, folded into masked_fill): kept as state, so
+  // what dp saves loads back into the module, starting from `init`.
+  bool unread = false;
+  ParamDecl init{};
 };
 
 struct GraphSpec {

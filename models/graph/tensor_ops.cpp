@@ -358,12 +358,32 @@ class Softmax final : public Module {
 // a @ b over equal leading dimensions: [..., M, K] @ [..., K, N] -> [..., M, N]; with trans_b, b
 // is [..., N, K] and read transposed (the exporter folds `k.transpose(-2, -1)` into the product: no
 // copy of k).
+// a @ b over the same leading dimensions; or, b a matrix without the batch dimension (a weight
+// read as a value: F.linear(x, w) of a tied weight, trans_b), every sample's rows times it: one
+// GEMM over all rows, whose gradient for b is the sum over the samples (in float32).
 class Matmul final : public MultiInputOp {
  public:
   explicit Matmul(bool trans_b) : trans_b_(trans_b) {}
+  void set_batched(const std::vector<bool>& batched) override {
+    if (batched.size() == 2 && batched[0] && !batched[1]) {
+      shared_b_ = true;
+      batched_ = batched;
+      return;
+    }
+    MultiInputOp::set_batched(batched);
+  }
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 2) throw UsageError("matmul takes two inputs, not " + std::to_string(in.size()));
     const Shape &a = in[0], &b = in[1];
+    if (shared_b_) {
+      if (a.empty() || b.size() != 2 || a.back() != b[trans_b_ ? 1 : 0])
+        throw UsageError("matmul's inputs have shapes " + shape_str(a) + " and " + shape_str(b) +
+                         " (without the batch dimension): dp multiplies [..., K] by a matrix " +
+                         (trans_b_ ? "[N, K] transposed" : "[K, N]"));
+      Shape out = a;
+      out.back() = b[trans_b_ ? 0 : 1];
+      return out;
+    }
     if (a.size() < 2 || a.size() != b.size() || !std::equal(a.begin(), a.end() - 2, b.begin()) ||
         a[a.size() - 1] != b[b.size() - (trans_b_ ? 1 : 2)])
       throw UsageError("matmul's inputs have shapes " + shape_str(a) + " and " + shape_str(b) +
@@ -390,8 +410,8 @@ class Matmul final : public MultiInputOp {
       da = Tensor::empty(dev, a_.shape(), MemCategory::Activations, g.dtype());
       batched_matmul(dev.exec(), da.buf(), g.buf(), b_.buf(), {s.batch, s.M, s.N, s.K, false, !trans_b_});
     }
-    if (need[1]) {  // aᵀ · g, or gᵀ · a ([N, K], as b is stored)
-      db = Tensor::empty(dev, b_.shape(), MemCategory::Activations, g.dtype());
+    if (need[1]) {  // aᵀ · g, or gᵀ · a ([N, K], as b is stored); a shared b's in float32
+      db = Tensor::empty(dev, b_.shape(), MemCategory::Activations, shared_b_ ? DType::F32 : g.dtype());
       if (trans_b_) batched_matmul(dev.exec(), db.buf(), g.buf(), a_.buf(), {s.batch, s.N, s.M, s.K, true, false});
       else batched_matmul(dev.exec(), db.buf(), a_.buf(), g.buf(), {s.batch, s.K, s.M, s.N, true, false});
     }
@@ -402,12 +422,58 @@ class Matmul final : public MultiInputOp {
 
  private:
   MatmulShape shape_of(const Tensor& a, const Tensor& b) const {
-    const int64_t M = a.shape()[a.shape().size() - 2], K = a.shape().back();
+    const int64_t K = a.shape().back();
+    const int64_t M = shared_b_ ? a.numel() / K : a.shape()[a.shape().size() - 2];  // a shared b: every row
     const int64_t N = trans_b_ ? b.shape()[b.shape().size() - 2] : b.shape().back();
     return {a.numel() / (M * K), M, K, N, false, trans_b_};
   }
-  bool trans_b_;
+  bool trans_b_, shared_b_ = false;
   Tensor a_, b_;
+};
+
+// F.embedding(ids, weight) of a weight read as a value (a tied embedding: nanoGPT's wte, whose
+// weight lm_head reads too): the rows of the ids, a batched int32 value; the weight's gradient,
+// the rows' sum (float32), goes to the value, which sums its readers'.
+class EmbeddingOf final : public MultiInputOp {
+ public:
+  void set_batched(const std::vector<bool>& batched) override {
+    if (batched != std::vector<bool>{true, false})
+      throw UsageError("embedding of a weight value reads token ids, then the weight (a value without the batch "
+                       "dimension)");
+    batched_ = batched;
+  }
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (in.size() != 2 || in[1].size() != 2)
+      throw UsageError("embedding of a weight value takes token ids and a [vocabulary, dim] weight");
+    Shape out = in[0];
+    out.push_back(in[1][1]);
+    return out;
+  }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+    if (in[0].dtype() != DType::I32) throw RuntimeError("embedding takes int32 token ids");
+    ids_ = in[0];
+    const int64_t V = in[1].shape()[0], C = in[1].shape()[1];
+    table_ = in[1].shape();
+    Shape shape = ids_.shape();
+    shape.push_back(C);
+    Tensor out = Tensor::empty(dev, shape, MemCategory::Activations, in[1].dtype());
+    embedding_forward(dev.exec(), out.buf(), ids_.buf(), in[1].buf(), ids_.numel(), V, C);
+    return out;
+  }
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
+    Tensor dtable;
+    if (need[1]) {
+      dtable = Tensor::empty(dev, table_, MemCategory::Activations, DType::F32);
+      embedding_backward(dev.exec(), dtable.buf(), g.buf(), ids_.buf(), ids_.numel(), table_[0], table_[1]);
+    }
+    ids_ = Tensor();
+    return {Tensor(), dtable};
+  }
+  void clear_cache() override { ids_ = Tensor(); }
+
+ private:
+  Tensor ids_;
+  Shape table_;
 };
 
 // torch.arange(end): positions 0..end-1 as int32 ids, one row for every sample (a value without
@@ -489,6 +555,7 @@ std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
     return std::make_unique<Matmul>(n.attrs.value("trans_b", false));
   }
   if (n.op == "expand") return std::make_unique<Expand>();
+  if (n.op == "embedding") return std::make_unique<EmbeddingOf>();  // F.embedding(ids, weight): two inputs
   if (n.op == "scale") {
     if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
     const double f = n.attrs.at("factor").get<double>();

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 try:
     import torch
@@ -106,13 +107,14 @@ def input_size(name):
     return int(name.split("@")[1]) if "@" in name else 32
 
 
-def export_file_model(model, name, work):
-    """The model file dp runs for a file model."""
+def export_file_model(model, name, work, context=None):
+    """The model file dp runs for a file model (context: a token model's sequence length)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
     import export_model
     path = os.path.join(work, name.replace(":", "-").replace("@", "-") + ".json")
     size = input_size(name)
-    doc = export_model.export(copy.deepcopy(model), "image", [3, size, size], name, name)
+    kind, shape = ("tokens", [context]) if context else ("image", [3, size, size])
+    doc = export_model.export(copy.deepcopy(model), kind, shape, name, name)
     with open(path, "w") as f:
         f.write(export_model.to_json(doc))
     return path
@@ -128,11 +130,19 @@ def run_case(dp, work, case, idx):
     context = int(flag("--context", 0))
     if is_file_model(model_name):
         import file_models
-        model = file_models.make(model_name[len("file:"):].split("@")[0])
-        dp_model = export_file_model(model, model_name, work)
+        base = model_name[len("file:"):].split("@")[0]
+        model = file_models.make(base)
+        context = file_models.token_context(base) or context
+        gpt = gpt or file_models.token_context(base) is not None  # a token model file: windows of tokens
+        dp_model = export_file_model(model, model_name, work, file_models.token_context(base))
+        if gpt:
+            # nanoGPT's forward(idx, targets) gives every position's logits when given targets (the
+            # loss, unread): what dp trains; a replica's copy keeps this forward.
+            model.forward = types.MethodType(lambda self, idx: type(self).forward(self, idx, idx)[0], model)
         # PyTorch's dropouts and stochastic depths drawing dp's masks, site by site as dp numbers them
         size = input_size(model_name)
-        model = hash_dropout.with_dp_masks(model, torch.zeros(2, 3, size, size))
+        example = torch.zeros(2, context, dtype=torch.long) if gpt else torch.zeros(2, 3, size, size)
+        model = hash_dropout.with_dp_masks(model, example)
     else:
         model = ref.make_model(model_name, dict(vocab=GPT_VOCAB, context=context, layers=int(flag("--gpt-layers", 0)),
                                                 heads=int(flag("--gpt-heads", 0)), dim=int(flag("--gpt-dim", 0)),

@@ -81,8 +81,25 @@ class Pools(nn.Module):
         return self.fc(torch.flatten(self.adapt(x), 1))    # 9x8 -> 3x2
 
 
+# Token models: nanoGPT's GPT as its model.py writes it (tests/torch/nanogpt_model.py), tied
+# (lm_head.weight is transformer.wte.weight) and with its causal-mask buffers; the vocabulary is
+# crosscheck.py's token files'.
+TOKEN_MODELS = {
+    "nanogpt_tied": dict(block_size=16, vocab_size=128, n_layer=2, n_head=2, n_embd=32),
+    "nanogpt_nobias": dict(block_size=16, vocab_size=128, n_layer=2, n_head=2, n_embd=32, bias=False),
+}
+
+
+def token_context(name):
+    """A token model's sequence length; None for an image model."""
+    return TOKEN_MODELS[name]["block_size"] if name in TOKEN_MODELS else None
+
+
 def make(name):
     import torchvision
+    if name in TOKEN_MODELS:
+        import nanogpt_model
+        return nanogpt_model.make(**TOKEN_MODELS[name])
     if name == "joins":
         return Joins()
     if name == "tv_resnet18":

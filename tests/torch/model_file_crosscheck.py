@@ -97,6 +97,11 @@ CASES = [
     ("file:maxvit_small", 3, 27, "chunks:8,10,9", 1, ADAMW),
     # ReLU6, SiLU, Tanh and Sigmoid.
     ("file:tiny_activations", 3, 13, "chunks:6,4,3", 3, ["--lr", "0.1", "--momentum", "0.9"]),
+    # nanoGPT's model.py GPT as it is: lm_head tied to wte (one parameter, its gradient the sum of the
+    # embedding's and the head's), the causal-mask buffers kept as state; and with bias=False
+    # (LayerNorm's F.layer_norm with bias None, Linears without biases). AdamW decays the matrices.
+    ("file:nanogpt_tied", 3, 10, "chunks:5,3,2", 3, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0"]),
+    ("file:nanogpt_nobias", 2, 8, "even", 3, ["--optimizer", "sgd", "--lr", "0.5", "--momentum", "0.9"]),
 ]
 
 # By hand (--heavy): the transformers at their native size, from float32 tensor files (Swin-T's

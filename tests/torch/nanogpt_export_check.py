@@ -9,7 +9,10 @@ scale, masked_fill, softmax and dropout nodes compute what the fused attention k
 same order (the same exp, sums and masks), but the kernel scales q·kᵀ inside the GEMM (alpha),
 the file after it — the same bits with OpenBLAS's SkylakeX kernels (which apply alpha to the
 finished sum), not with its Haswell kernels (which fold it into their FMAs). It reports which.
-The tied model is refused, naming both parameters.
+model.py's GPT as it is, exported the documented way (`model.py:GPT --config GPTConfig`): tied (one
+parameter), its causal masks kept as state, bias=False; dp trains it and what --save writes loads
+into GPT(GPTConfig(...)) with load_state_dict(strict=True), the tie intact. (model_file_crosscheck.py
+holds the tied model's training against PyTorch's DataParallel step.)
 
 usage: nanogpt_export_check.py DP_BINARY   (exit 77 = skipped: no torch)
 """
@@ -73,17 +76,21 @@ with tempfile.TemporaryDirectory() as tmp:
             continue
         check(f"{case}: says dp trains the logits with its own cross-entropy",
               "dp trains its logits with dp's cross-entropy" in r.stdout, r.stdout)
-        check(f"{case}: the causal-mask buffers are folded, not state",
-              "transformer.h.0.attn.bias" not in st_io.load(weights), "")
+        if spec == "untied":  # (the flash path registers no mask)
+            check(f"{case}: the causal-mask buffers are kept as state no node reads",
+                  "transformer.h.0.attn.bias" in st_io.load(weights) and '"unread": true' in open(model_file).read())
+        # --model gpt has no mask buffers: its start is the same weights without them
+        gpt_init = os.path.join(tmp, f"gpt-{spec}{dropout}.safetensors")
+        st_io.save({k: v for k, v in st_io.load(weights).items() if not k.endswith(".attn.bias")}, gpt_init)
         runs = {}
-        for label, model_args in (("file", ["--model", model_file]),
+        for label, model_args in (("file", ["--model", model_file, "--init", weights]),
                                   ("gpt", ["--model", "gpt", "--vocab", str(VOCAB), "--context", str(T),
                                            "--gpt-layers", str(LAYERS), "--gpt-heads", str(HEADS),
-                                           "--gpt-dim", str(DIM), "--dropout", str(dropout)])):
+                                           "--gpt-dim", str(DIM), "--dropout", str(dropout), "--init", gpt_init])):
             out, metrics = os.path.join(tmp, f"{label}{spec}{dropout}.safetensors"), os.path.join(tmp, f"{label}.jsonl")
             cmd = [DP, "train", *model_args, "--data", data, "--devices", "host:3", "--batch", "10",
                    "--split", "chunks:5,3,2", "--steps", "4", "--no-shuffle", "--optimizer", "adamw", "--lr", "0.003",
-                   "--momentum", "0", "--init", weights, "--save", out, "--metrics", metrics]
+                   "--momentum", "0", "--save", out, "--metrics", metrics]
             p = subprocess.run(cmd, capture_output=True, text=True)
             check(f"{case}: dp train --model {label} runs", p.returncode == 0, p.stderr[-2000:])
             if p.returncode:
@@ -95,19 +102,48 @@ with tempfile.TemporaryDirectory() as tmp:
         check(f"{case}: per-step losses agree ({'bit for bit' if lf == lg else 'to rounding'})",
               len(lf) == 4 and len(lf) == len(lg) and all(abs(a - b) <= 1e-6 * abs(b) for a, b in zip(lf, lg)),
               f"{lf} vs {lg}")
-        check(f"{case}: the same state", sorted(wf) == sorted(wg), f"{sorted(set(wf) ^ set(wg))}")
+        check(f"{case}: the same state, and the file's masks", sorted(set(wf) - set(wg)) == sorted(
+            k for k in st_io.load(weights) if k.endswith(".attn.bias")), f"{sorted(set(wf) ^ set(wg))}")
         differ = [k for k, w in wf.items() if k in wg and not torch.equal(w, wg[k])]
-        worst = max((w - wg[k]).abs().max().item() / max(1.0, wg[k].abs().max().item()) for k, w in wf.items())
+        worst = max((w - wg[k]).abs().max().item() / max(1.0, wg[k].abs().max().item()) for k, w in wf.items()
+                    if k in wg)
         moved = max((w - st_io.load(weights)[k]).abs().max().item() for k, w in wf.items())
         check(f"{case}: every weight agrees after 4 steps that moved them up to {moved:.1e} "
               f"({'bit for bit' if not differ else f'{len(differ)} differ, by up to {worst:.1e}'})",
               worst <= 1e-5 and moved > 1e-3)
 
-    r = subprocess.run([sys.executable, EXPORT, f"{MODEL}:make", "--kwargs", json.dumps(
-        dict(block_size=T, vocab_size=VOCAB, n_layer=1, n_head=HEADS, n_embd=DIM)), "--input", f"tokens:{T}",
-        "--out", os.path.join(tmp, "tied.json")], capture_output=True, text=True)
-    check("the tied model is refused, naming both parameters", r.returncode == 2 and "tied" in r.stderr
-          and "lm_head.weight" in r.stderr and "transformer.wte.weight" in r.stderr, r.stderr)
+    # model.py's GPT itself, by its config class: tied, with bias and without.
+    sys.path.insert(0, os.path.dirname(MODEL))
+    import nanogpt_model
+    for bias in (True, False):
+        config = dict(block_size=T, vocab_size=VOCAB, n_layer=LAYERS, n_head=HEADS, n_embd=DIM, bias=bias)
+        case = f"GPT(GPTConfig(bias={bias})), tied"
+        model_file, weights = os.path.join(tmp, f"tied{bias}.json"), os.path.join(tmp, f"tied{bias}.safetensors")
+        r = subprocess.run([sys.executable, EXPORT, f"{MODEL}:GPT", "--config", "GPTConfig", "--kwargs",
+                            json.dumps(config), "--input", f"tokens:{T}", "--out", model_file, "--weights", weights],
+                           capture_output=True, text=True)
+        check(f"{case}: exports, saying which names are one parameter", r.returncode == 0 and
+              "lm_head.weight is transformer.wte.weight" in r.stdout, r.stderr + r.stdout)
+        if r.returncode:
+            continue
+        out = os.path.join(tmp, f"trained{bias}.safetensors")
+        p = subprocess.run([DP, "train", "--model", model_file, "--data", data, "--devices", "host:2", "--batch", "6",
+                            "--steps", "3", "--init", weights, "--save", out], capture_output=True, text=True)
+        check(f"{case}: dp trains it", p.returncode == 0, p.stderr[-2000:])
+        if p.returncode:
+            continue
+        gpt = nanogpt_model.GPT(nanogpt_model.GPTConfig(**config))
+        saved = st_io.load(out)
+        try:
+            gpt.load_state_dict(saved, strict=True)
+            loaded = ""
+        except RuntimeError as e:
+            loaded = str(e)
+        check(f"{case}: what --save wrote loads into GPT with strict=True (every key, the masks included)", not loaded,
+              loaded)
+        check(f"{case}: the tie holds, with the trained values", gpt.lm_head.weight is gpt.transformer.wte.weight
+              and torch.equal(saved["lm_head.weight"], saved["transformer.wte.weight"])
+              and not torch.equal(saved["lm_head.weight"], st_io.load(weights)["lm_head.weight"]))
 
 print("nanoGPT's model.py as a model file: " + ("all checks passed" if failed == 0 else f"{failed} FAILED"))
 sys.exit(1 if failed else 0)
