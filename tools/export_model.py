@@ -754,8 +754,15 @@ def example_input(model, kind, shape):
 
 def check_runs_on(model, example, text):
     """--input before anything else: the model runs on a batch of it (on a copy), or one message
-    saying where and why not."""
+    saying where and why not. On the meta device first (no memory or arithmetic); where that fails
+    (an op without a meta kernel, a tensor made on the CPU, or the shape) on the CPU, which says why."""
     import torch
+    try:
+        with torch.no_grad():
+            copy.deepcopy(model).to("meta")(example.to("meta"))
+        return
+    except Exception:
+        pass
     try:
         with torch.no_grad():
             copy.deepcopy(model)(example)
@@ -1005,7 +1012,7 @@ def export(model, kind, shape, name, source, input_text=None):
     import torch
     import torch.fx
     import torch.nn.functional as F
-    from torch.fx.passes.shape_prop import ShapeProp
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
     example = example_input(model, kind, shape)
     check_runs_on(model, example, input_text or "x".join(map(str, shape)))
@@ -1091,25 +1098,70 @@ def export(model, kind, shape, name, source, input_text=None):
     fused = {n.name for n in gm.graph.nodes if fused_module(n)}
     fused_params = {a.name for n in gm.graph.nodes if n.name in fused for a in n.all_input_nodes if a.op == "get_attr"}
 
-    class Probe(ShapeProp):
-        """ShapeProp, keeping the values masked_fill reads as masks and those sizes are read from."""
+    # The masks' values are needed (is it the causal one?): they and the constants they come from
+    # run on the CPU; everything else on the meta device, shapes without memory or arithmetic.
+    need_real = set()
+    for node in reversed(gm.graph.nodes):
+        if node.name in mask_only or (constant(node) and any(u.name in need_real for u in node.users)):
+            need_real.add(node.name)
+
+    class Probe(torch.fx.Interpreter):
+        """Each node's output shape (tensor_meta), keeping the values masked_fill reads as masks and
+        those sizes are read from. on_meta: the model's state and the input on the meta device, but
+        for need_real's nodes, which run on `real` (on the CPU)."""
+        def __init__(self, module, real, on_meta):
+            super().__init__(module)
+            self.real_root, self.on_meta, self.real = real, on_meta, False
+            self.values, self.shapes = {}, {}
+
         def run_node(self, n):
+            self.real = not self.on_meta or n.name in need_real
             result = super().run_node(n)
+            if isinstance(result, torch.Tensor):
+                self.shapes[n.name] = _extract_tensor_metadata(result)
             if n.name in mask_only or any(is_size(u) for u in n.users):
                 self.values[n.name] = result
             return result
 
+        def fetch_args_kwargs_from_env(self, n):
+            args, kwargs = super().fetch_args_kwargs_from_env(n)
+            if self.real:
+                return args, kwargs
+            to_meta = (lambda a: a.to("meta") if isinstance(a, torch.Tensor) and a.device.type != "meta" else a)
+            return torch.fx.node.map_aggregate(args, to_meta), torch.fx.node.map_aggregate(kwargs, to_meta)
+
+        def get_attr(self, target, args, kwargs):
+            value = self.real_root if self.real else self.module
+            for part in target.split("."):
+                value = getattr(value, part)
+            return value
+
+        def call_module(self, target, args, kwargs):
+            root = self.real_root if self.real else self.module
+            return root.get_submodule(target)(*args, **kwargs)
+
     def propagate(args):
-        """Each node's output at this batch (on a copy: BatchNorm's running stats move)."""
-        probe = Probe(copy.deepcopy(gm))
-        probe.values = {}
-        try:
-            probe.propagate(*args[:len(placeholders)])
-        except Exception as e:
-            at = user_line(e.__traceback__)
-            raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {first_line(e)}"
-                              + (f" at {at}" if at else ""))
-        return {n.name: n.meta.get("tensor_meta") for n in probe.module.graph.nodes}, probe.values
+        """Each node's output at this batch: on the meta device (the model's state too, a copy: BatchNorm's
+        running stats move) where PyTorch has the ops' meta kernels (GPT-2 at 1024 tokens then costs
+        no memory), else on the CPU, on a copy."""
+        meta_error = None
+        for on_meta in (True, False):
+            module = copy.deepcopy(gm)
+            if on_meta:
+                module = module.to("meta")
+            probe = Probe(module, gm, on_meta)
+            try:
+                with torch.no_grad():
+                    probe.run(*args[:len(placeholders)])
+            except Exception as e:
+                if on_meta:
+                    meta_error = e
+                    continue
+                at = user_line(e.__traceback__)
+                raise ExportError(f"the model does not run on an input of shape {['N'] + shape}: {first_line(e)}"
+                                  + (f" at {at}" if at else ""))
+            return probe.shapes, probe.values
+        raise meta_error
     shapes, values = propagate(examples[0])
     shapes3, _ = propagate(examples[1])
 

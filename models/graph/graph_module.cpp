@@ -267,10 +267,13 @@ class GraphModule final : public Module {
       const size_t dot = s.name.rfind('.');
       const std::string path = dot == std::string::npos ? "" : s.name.substr(0, dot);
       if (s.unread) {  // its owner's, beside the owner's children, as a parameter used directly is
-        if (path.empty() || placed.count(path) || with_state.count(path))
-          throw UsageError("model file " + spec_->path + ": unread state '" + s.name + "' belongs to " +
-                           (path.empty() ? std::string("the model's root") : "layer '" + path + "'") +
-                           "; dp holds unread state under a module path only");
+        if (placed.count(path) || with_state.count(path))
+          throw UsageError("model file " + spec_->path + ": unread state '" + s.name + "' belongs to layer '" + path +
+                           "'; dp holds unread state under a module path or the root only");
+        if (path.empty()) {
+          add("", std::make_unique<UnreadState>(s.init));
+          continue;
+        }
         Module* owner = this;
         size_t begin = 0;
         for (size_t end = path.find('.'); end != std::string::npos; begin = end + 1, end = path.find('.', begin))

@@ -396,14 +396,16 @@ with tempfile.TemporaryDirectory() as tmp:
         ("init empty", b"", "too short"),
         ("init huge header", struct.pack("<Q", 1 << 60) + b"{}", "exceeds the file"),
         ("init garbage header", struct.pack("<Q", 5) + b"garbage", "not JSON"),
-        ("init offsets past end", struct.pack("<Q", 2) + b"{}", "missing tensor '1.weight'"),
     ]:
         open(bad_init, "wb").write(blob)
         keeps_save(name, small + ["--init", bad_init], 1, needle)
+    # Weights that do not fit the model are found before anything runs: a usage error, as for a model file.
+    open(bad_init, "wb").write(struct.pack("<Q", 2) + b"{}")
+    keeps_save("init without the model's tensors", small + ["--init", bad_init], 2, "missing tensor '1.weight'")
     # --init must be another file than --save (an output may not overwrite an input).
     mlp_init = os.path.join(tmp, "mlp-init.safetensors")
     open(mlp_init, "wb").write(saved_bytes)
-    keeps_save("init wrong model", small[:-2] + ["--model", "convnet", "--init", mlp_init], 1, "unexpected tensor")
+    keeps_save("init wrong model", small[:-2] + ["--model", "convnet", "--init", mlp_init], 2, "unexpected tensor")
     keeps_save("init missing", small + ["--init", os.path.join(tmp, "none.safetensors")], 1, "cannot open")
 
     # ResNets and CIFAR-10: the directory's content decides the format.
@@ -413,9 +415,9 @@ with tempfile.TemporaryDirectory() as tmp:
     res_save = os.path.join(tmp, "r8.safetensors")
     rc, out, err = run(res + ["--augment", "--eval", "--save", res_save])
     check("resnet8 on CIFAR-10 files", rc == 0 and "CIFAR-10 from" in err and "test accuracy" in out, err + out)
-    keeps_save("resnet18 on MNIST", ["train", "--model", "resnet18", "--data", good, "--steps", "1"], 1,
+    keeps_save("resnet18 on MNIST", ["train", "--model", "resnet18", "--data", good, "--steps", "1"], 2,
                "takes [3, 32, 32] samples")
-    keeps_save("convnet on CIFAR", ["train", "--model", "convnet", "--data", cifar, "--steps", "1"], 1,
+    keeps_save("convnet on CIFAR", ["train", "--model", "convnet", "--data", cifar, "--steps", "1"], 2,
                "takes [1, 28, 28] samples")
     keeps_save("CIFAR record size", ["train", "--data", cifar_dir(tmp, "cifar_size", extra=7)] + res_flags, 1,
                "is not a whole number of CIFAR-10 records")
@@ -423,9 +425,9 @@ with tempfile.TemporaryDirectory() as tmp:
                "has label 11")
     keeps_save("CIFAR test file missing", ["train", "--data", cifar_dir(tmp, "cifar_notest", test=False)] + res_flags,
                1, "missing test_batch.bin")
-    keeps_save("init from another model", res + ["--init", mlp_init], 1, "unexpected tensor '1.bias'")
+    keeps_save("init from another model", res + ["--init", mlp_init], 2, "unexpected tensor '1.bias'")
     keeps_save("resnet8 init into resnet18", ["train", "--model", "resnet18", "--data", cifar, "--steps", "1",
-                                              "--batch", "8", "--init", res_save], 1,
+                                              "--batch", "8", "--init", res_save], 2,
                "tensor 'conv1.weight' has shape [16, 3, 3, 3], the model needs [64, 3, 3, 3]")
 
 # --steps alone means steps (over as many epochs as they take); with --epochs, whichever comes first.

@@ -124,7 +124,7 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, _, err = run(base + ["--data", tok, "--steps", "1", "--init", whole_st])
     check("--init from a saved GPT", rc == 0, err)
     expect("--init with a larger --context", base[:-1] + ["16", "--data", tok, "--steps", "1", "--init",
-                                                                  whole_st], 1, "wpe holds another number of positions")
+                                                                  whole_st], 2, "wpe holds another number of positions")
 
     # ---- memprof: the gathered logits [B, T, V] on device 0, and in-replica without them
     def excess(loss):
@@ -153,7 +153,7 @@ with tempfile.TemporaryDirectory() as tmp:
         f.write(b"\x01\x02\x03")
     write_bin(os.path.join(odd, "val.bin"), [1])
     expect("odd-sized .bin", base + ["--data", odd, "--steps", "1"], 1, "an odd size")
-    expect("id at or above --vocab", base + ["--data", tok, "--steps", "1", "--vocab", "256"], 1,
+    expect("id at or above --vocab", base + ["--data", tok, "--steps", "1", "--vocab", "256"], 2,
            "train.bin: token id 259 at position 37 is at or above --vocab 256")
     expect("--vocab above uint16", base + ["--data", tok, "--vocab", "70000"], 2, "--vocab")
     empty = os.path.join(tmp, "empty.txt")
@@ -170,8 +170,8 @@ with tempfile.TemporaryDirectory() as tmp:
     mnist = os.path.join(tmp, "mnist")
     os.makedirs(mnist)
     open(os.path.join(mnist, "train-images-idx3-ubyte.gz"), "wb").close()
-    expect("gpt on image data", base + ["--data", mnist], 1, "holds image data")
-    expect("mlp on token data", ["train", "--model", "mlp", "--data", tok], 1, "holds text or token files")
+    expect("gpt on image data", base + ["--data", mnist], 2, "holds image data")
+    expect("mlp on token data", ["train", "--model", "mlp", "--data", tok], 2, "holds text or token files")
     expect("--context with mlp", ["train", "--model", "mlp", "--context", "8"], 2, "--model mlp takes none")
     expect("--dropout with mlp", ["train", "--model", "mlp", "--dropout", "0.1"], 2, "--model mlp takes none")
     expect("--dropout 1", base + ["--dropout", "1"], 2, "--dropout must be in [0, 1)")

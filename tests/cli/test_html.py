@@ -334,6 +334,12 @@ with tempfile.TemporaryDirectory() as tmp:
     phases = len(embedded(wide)["runs"][0]["windows"])
     check("plan meta:8 at 1400 px: every phase labelled (in full or short)",
           doms[1400].body().get("data-phase-labels") == str(phases), (doms[1400].body().get("data-phase-labels"), phases))
+    for width, d in doms.items():
+        check(f"plan meta:8 at {width} px: the scatter's and the replicas' arrows to 8 devices cross none another",
+              d.body().get("data-transfer-crossings") == "0", str(d.body().get("data-transfer-crossings")))
+        clock = d.inner("clock")
+        check(f"plan meta:8 at {width} px: the cursor's place in words, a whole phase of the step's phases",
+              re.fullmatch(r"step \d+, [a-z-]+.* \(phase \d+ of \d+\)", clock) is not None, clock)
     screenshot(wide, "", "plan-8-devices.png", profile)
 
     # ---- refusals: nothing written

@@ -109,5 +109,5 @@ with tempfile.TemporaryDirectory() as tmp:
         os.makedirs(os.path.join(many, f"c{c:02d}"))
         Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(os.path.join(many, f"c{c:02d}", "a.png"))
     expect("more classes than the model's outputs", ["train"] + base + ["--data", many, "--batch", "4", "--steps", "1"],
-           1, "11 classes, and model resnet8 has 10 outputs")
+           2, "11 classes, and model resnet8 has 10 outputs")
 CLI.finish()

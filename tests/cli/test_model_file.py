@@ -280,7 +280,7 @@ with tempfile.TemporaryDirectory() as tmp:
           rc == 0 and "generated images of shapes, [2, 20, 24]" in out + err, out + err)
     data = mnist_like_dir(tmp, 16, 4)
     expect("data of another shape is an error naming both", ["train", "--model", at("small.json"), "--data", data,
-                                                              "--steps", "1"], 1, "takes [2, 20, 24] samples")
+                                                              "--steps", "1"], 2, "takes [2, 20, 24] samples")
     expect("the GPT's flags are refused on a model file",
            ["train", "--model", at("small.json"), "--gpt-layers", "2"], 2, "has its own shape")
     expect("--init of another model is refused naming the tensor",
@@ -310,6 +310,21 @@ with tempfile.TemporaryDirectory() as tmp:
     check("a mean over the tokens exports", rc == 0, err)
     rc, out, err = run(["train", "--model", at("pool.json"), "--devices", "host:2", "--batch", "6", "--steps", "2"])
     check("and trains (dp refused a mean over dimensions that are not the trailing ones)", rc == 0, out + err)
+    # Attention written by hand, its scale from a traced size: b, t, d = x.shape, then (d // h) ** -0.5
+    # (the export ended in NotASize's traceback): a constant of the exported shape.
+    with open(at("attn.py"), "w") as f:
+        f.write("import torch\nimport torch.nn as nn\n\nclass Attn(nn.Module):\n    def __init__(self, h=2):\n"
+                "        super().__init__()\n        self.h = h\n        self.qkv = nn.Linear(8, 24)\n"
+                "        self.head = nn.Linear(8, 3)\n\n    def forward(self, x):\n        x = x.flatten(1, 2)\n"
+                "        b, t, d = x.shape\n        q, k, v = self.qkv(x).chunk(3, dim=-1)\n"
+                "        q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))\n"
+                "        att = torch.softmax(q @ k.transpose(-2, -1) * (d // self.h) ** -0.5, dim=-1)\n"
+                "        return self.head((att @ v).transpose(1, 2).reshape(b, t, d).mean(dim=1))\n")
+    rc, out, err = export([at("attn.py") + ":Attn", "--input", "1x6x8", "--out", at("attn.json")])
+    check("a scale computed from a traced size ((d // h) ** -0.5) exports as a constant", rc == 0 and '"factor": 0.5'
+          in open(at("attn.json")).read(), err)
+    rc, out, err = run(["train", "--model", at("attn.json"), "--devices", "host:2", "--batch", "6", "--steps", "2"])
+    check("and trains", rc == 0, out + err)
     rc, out, err = run(["train", "--model", at("tok.json"), "--devices", "host:1", "--steps", "1"])
     check("a token model file takes the GPT's default batch (32) and says 1 step", rc == 0 and
           "trained 1 step, 32 samples" in out, out + err)

@@ -57,7 +57,7 @@ EvalResult evaluate_tokens(DataParallel& dp, const TokenSplit& val, int64_t cont
 void check_ids(const TokenSplit& split, int64_t vocab) {
   for (size_t i = 0; i < split.tokens.size(); ++i)
     if (split.tokens[i] >= vocab)
-      throw RuntimeError(split.source + ": token id " + std::to_string(split.tokens[i]) + " at position " +
+      throw UsageError(split.source + ": token id " + std::to_string(split.tokens[i]) + " at position " +
                          std::to_string(i) + " is at or above --vocab " + std::to_string(vocab));
 }
 
@@ -71,7 +71,7 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bo
     d.tokens = generate_corpus(bytes, 1234);
   } else {
     if (!is_token_data(o.data))
-      throw RuntimeError("--data " + o.data + " holds image data; --model " + o.model +
+      throw UsageError("--data " + o.data + " holds image data; --model " + o.model +
                          " takes token files (train.bin, val.bin), a text file or a directory of text files");
     d.tokens = load_token_data(o.data);
   }
@@ -147,7 +147,7 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
                     uint64_t generated_seed, bool drawn, bool trains) {
   RunData d;
   if (!o.data.empty() && is_token_data(o.data))
-    throw RuntimeError("--data " + o.data + " holds text or token files; --model " + model.name +
+    throw UsageError("--data " + o.data + " holds text or token files; --model " + model.name +
                        " takes images (use --model gpt for a language model)");
   // --generated-size, when given, is the size (memprof and demo otherwise take what their steps need).
   if (o.generated_size_given) generated_train = o.generated_train;
@@ -165,7 +165,7 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
   const Dataset& train = d.images.train;
   const Shape sample{train.channels, train.rows, train.cols};
   if (sample != model.input_shape)
-    throw RuntimeError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data (" +
+    throw UsageError("model " + model.name + " takes " + shape_str(model.input_shape) + " samples, the data (" +
                        d.images.description + ") has " + shape_str(sample) +
                        (model.file ? ": export the model with --input " + std::to_string(sample[0]) + "x" +
                                          std::to_string(sample[1]) + "x" + std::to_string(sample[2]) + " for this data"
@@ -173,7 +173,7 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
                                                     : ": use MNIST-style data"));
   if (train.count == 0) throw RuntimeError(train.source + ": no training samples");
   if (train.classes > model.classes)
-    throw RuntimeError(train.source + ": " + std::to_string(train.classes) + " classes, and model " + model.name +
+    throw UsageError(train.source + ": " + std::to_string(train.classes) + " classes, and model " + model.name +
                        " has " + std::to_string(model.classes) + " outputs");
   if (trains && o.batch > train.count)
     throw UsageError("--batch " + std::to_string(o.batch) + " is larger than the training set (" +

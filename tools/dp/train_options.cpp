@@ -147,7 +147,9 @@ void add_train_options(CLI::App* cmd, TrainOptions& o) {
                   "the training loss's target is (1 - e)·onehot + e/classes (CrossEntropyLoss's; 0: off)")
       ->capture_default_str();
   cmd->add_flag("--no-shuffle", o.no_shuffle, "take samples in file order");
-  cmd->add_flag("--augment", o.augment, "training only: random 32x32 crop of the 4-pixel-padded image, horizontal flip");
+  cmd->add_flag("--augment", o.augment,
+                "training only: CIFAR and IDX data, a random crop of the 4-pixel-padded image and a horizontal flip; "
+                "image folders, RandomResizedCrop (--crop-scale, --crop-ratio) and a horizontal flip");
   cmd->add_option("--init", o.init, "initial weights (safetensors, PyTorch state-dict names)")->check(path_flag());
   cmd->add_option("--save", o.save, "write the final weights here (safetensors, atomically)")->check(path_flag());
   cmd->add_option("--trace", o.trace, "write a Chrome/Perfetto trace of some steps (--trace-steps)")->check(path_flag());
