@@ -752,6 +752,18 @@ def example_input(model, kind, shape):
     return torch.randn(2, *shape, generator=torch.Generator().manual_seed(0))
 
 
+def meta_copy(module):
+    """A copy of the module with its parameters and buffers on the meta device, made without copying
+    their data (GPT-2's 500 MB would be copied, then dropped); a tied parameter stays one."""
+    import torch
+    memo = {}
+    for p in module.parameters():
+        memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+    for b in module.buffers():
+        memo[id(b)] = torch.empty_like(b, device="meta")
+    return copy.deepcopy(module, memo)
+
+
 def check_runs_on(model, example, text):
     """--input before anything else: the model runs on a batch of it (on a copy), or one message
     saying where and why not. On the meta device first (no memory or arithmetic); where that fails
@@ -759,7 +771,7 @@ def check_runs_on(model, example, text):
     import torch
     try:
         with torch.no_grad():
-            copy.deepcopy(model).to("meta")(example.to("meta"))
+            meta_copy(model)(example.to("meta"))
         return
     except Exception:
         pass
@@ -956,7 +968,7 @@ class SizeTracer:
 
     def trace(self, model):
         import torch
-        self.meta_root = copy.deepcopy(model).to("meta")  # the model's shapes, no memory
+        self.meta_root = meta_copy(model)  # the model's shapes, no memory
         with unpacking_proxies(), self.numbers():
             return self.tracer.trace(model)
 
@@ -1146,9 +1158,10 @@ def export(model, kind, shape, name, source, input_text=None):
         no memory), else on the CPU, on a copy."""
         meta_error = None
         for on_meta in (True, False):
-            module = copy.deepcopy(gm)
-            if on_meta:
-                module = module.to("meta")
+            # (a GraphModule's own deepcopy copies its state whatever the memo: the module it was
+            # traced from is copied instead)
+            module = torch.fx.GraphModule(meta_copy(tracer.tracer.root), copy.deepcopy(gm.graph)) if on_meta \
+                else copy.deepcopy(gm)
             probe = Probe(module, gm, on_meta)
             try:
                 with torch.no_grad():

@@ -10,17 +10,19 @@ _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
 def save(tensors, path):
-    header, blobs, offset = {}, [], 0
+    """Streamed: the header from the tensors' sizes, then each tensor's bytes in turn (no copy of
+    the whole state in memory: GPT-2's is 500 MB)."""
+    header, offset = {}, 0
     for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
+        n = t.numel() * t.element_size()
+        header[name] = {"dtype": _NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + n]}
+        offset += n
     h = json.dumps(header).encode()
     h += b" " * (-(len(h) + 8) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+        f.write(struct.pack("<Q", len(h)) + h)
+        for t in tensors.values():
+            f.write(memoryview(t.detach().contiguous().cpu().numpy()).cast("B"))
 
 
 def load(path):
