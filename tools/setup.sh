@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dp-engine needs (Debian packages) when it is missing, then configures and builds.
-#   tools/setup.sh                      release build of dp in build/ (CUDA too when nvcc is found)
-#   tools/setup.sh --tests              the same build with every test binary (tools/test.sh)
+#   tools/setup.sh                      release build of dp in build/ (CUDA too when nvcc and a GPU are found)
+#   tools/setup.sh --tests              the same build with every test binary, CUDA's where nvcc is found
+#                                       (tools/test.sh)
 #   tools/setup.sh --sanitize address   ASan+UBSan build of the unit tests in build-asan/
 #   tools/setup.sh --sanitize thread    TSan build of the unit tests in build-tsan/
 # Compiles go through ccache: a machine that built before rebuilds only what changed.
@@ -34,9 +35,16 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc)
+# The CUDA kernels are half the first build on 2 cores: dp alone gets them where a GPU can run
+# them; the tests' build always compiles them (the suite checks they build, and runs them on a GPU).
+cuda=ON
+if [[ -z "$sanitize" && "${1:-}" != "--tests" ]] && ! [[ -e /dev/nvidiactl ]] && ! nvidia-smi -L >/dev/null 2>&1; then
+  cuda=OFF
+  echo "setup: no NVIDIA GPU here: building dp without the CUDA backend (tools/setup.sh --tests builds it too)"
+fi
 case "$sanitize" in
   "")
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDP_CUDA="$cuda" >/dev/null
     cmake --build build -j"$jobs" "${targets[@]}"
     ;;
   address | thread)

@@ -54,11 +54,12 @@ EvalResult evaluate_tokens(DataParallel& dp, const TokenSplit& val, int64_t cont
   return total;
 }
 
-void check_ids(const TokenSplit& split, int64_t vocab) {
+// `limit` says where the vocabulary comes from: "--vocab 96", "the model file's vocabulary of 96".
+void check_ids(const TokenSplit& split, int64_t vocab, const std::string& limit) {
   for (size_t i = 0; i < split.tokens.size(); ++i)
     if (split.tokens[i] >= vocab)
       throw UsageError(split.source + ": token id " + std::to_string(split.tokens[i]) + " at position " +
-                         std::to_string(i) + " is at or above --vocab " + std::to_string(vocab));
+                       std::to_string(i) + " is at or above " + limit);
 }
 
 RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bool trains) {
@@ -77,8 +78,18 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bo
   }
   if (setup.model.file) {  // a token model file: its context and vocabulary are the file's
     d.context = setup.model.input_shape[0];
-    check_ids(d.tokens.train, setup.model.classes);
-    check_ids(d.tokens.val, setup.model.classes);
+    const int64_t vocab = setup.model.classes;
+    if (o.data.empty() && vocab < 256) {
+      // The generated corpus is bytes: for a smaller vocabulary its ids are folded into it (id mod
+      // V), synthetic data all the same (a plan and memprof read only its shape).
+      for (TokenSplit* s : {&d.tokens.train, &d.tokens.val})
+        for (uint16_t& t : s->tokens) t = static_cast<uint16_t>(t % vocab);
+      d.tokens.description += ", its bytes folded into the model file's vocabulary of " + std::to_string(vocab) +
+                              " (id mod " + std::to_string(vocab) + ")";
+    }
+    const std::string limit = "the model file's vocabulary of " + std::to_string(vocab);
+    check_ids(d.tokens.train, vocab, limit);
+    check_ids(d.tokens.val, vocab, limit);
     if (trains) check_token_split(d.tokens.train, o.batch, d.context);
     d.description = d.tokens.description;
     return d;
@@ -89,8 +100,8 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bo
   cfg.vocab = d.tokens.vocab;
   if (o.vocab > 0) {
     if (o.vocab <= d.tokens.max_id) {
-      check_ids(d.tokens.train, o.vocab);  // names the first id that does not fit
-      check_ids(d.tokens.val, o.vocab);
+      check_ids(d.tokens.train, o.vocab, "--vocab " + std::to_string(o.vocab));  // names the first id that does not fit
+      check_ids(d.tokens.val, o.vocab, "--vocab " + std::to_string(o.vocab));
     }
     cfg.vocab = o.vocab;
   }
