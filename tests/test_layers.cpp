@@ -117,6 +117,31 @@ void gradcheck(Module& layer, Shape in_shape, std::vector<float> input, bool che
   for (Module* m : param_modules(layer)) m->bind({}, {});  // the module outlives this function's devices
 }
 
+// Three samples of four token ids (repeats, every position) for a token model's checks.
+Tensor token_ids(Device& dev, std::vector<int32_t> values = {1, 5, 5, 0, 10, 2, 1, 1, 3, 4, 0, 6}) {
+  Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
+  std::copy(values.begin(), values.end(), ids.data<int32_t>());
+  return ids;
+}
+
+// A token model's parameter gradients (m bound as b) against finite differences of a random
+// weighting of its output on `ids`; returns that output (a training forward).
+Tensor check_token_gradients(Module& m, Device& dev, const Bound& b, const Tensor& ids, uint64_t seed) {
+  Tensor out = m.forward(dev, ids, true);
+  const auto r = random_vector(static_cast<size_t>(out.numel()), seed);
+  CHECK_FALSE(m.backward(dev, tensor_from(dev, out.shape(), r), false).defined());
+  auto loss = [&] {
+    Tensor o = m.forward(dev, ids, true);
+    m.clear_cache();
+    return weighted_sum(o, r);
+  };
+  const std::vector<float> grads = to_vector(b.grads);
+  for (const auto& e : b.layout.entries)
+    if (!e.buffer())
+      check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
+  return out;
+}
+
 // A hand-made model file's graph ("test.json", input "x" of this per-sample shape), and its nodes.
 std::shared_ptr<GraphSpec> graph_spec(Shape input) {
   auto spec = std::make_shared<GraphSpec>();
@@ -459,26 +484,14 @@ TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views,
   auto devs = host_devices(1);
   Device& dev = devs[0];
   Bound b = bind_random(*graph, dev, 91);
-  Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
-  const int32_t id_values[12] = {1, 5, 5, 0, 10, 2, 1, 1, 3, 4, 0, 6};
-  std::copy(id_values, id_values + 12, ids.data<int32_t>());
-  Tensor out = graph->forward(dev, ids, true);
+  Tensor ids = token_ids(dev);
+  Tensor out = check_token_gradients(*graph, dev, b, ids, 92);
   REQUIRE(out.shape() == Shape{3, 4, 8});
   for (int64_t r = 0; r < 12; ++r) {  // log-probabilities: each row's exponentials sum to 1
     double sum = 0;
     for (int64_t j = 0; j < 8; ++j) sum += std::exp(static_cast<double>(out.data()[r * 8 + j]));
     CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));
   }
-  const auto r = random_vector(static_cast<size_t>(out.numel()), 92);
-  CHECK_FALSE(graph->backward(dev, tensor_from(dev, out.shape(), r), false).defined());
-  auto loss = [&] {
-    Tensor o2 = graph->forward(dev, ids, true);
-    graph->clear_cache();
-    return weighted_sum(o2, r);
-  };
-  const std::vector<float> grads = to_vector(b.grads);
-  for (const auto& e : b.layout.entries)
-    check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
   // Causal: a later token never changes an earlier position's output.
   Tensor before = graph->forward(dev, ids, false);
   graph->clear_cache();
@@ -530,22 +543,7 @@ TEST_CASE("A model file's graph: tied weights (nanoGPT's wte and lm_head one par
   auto devs = host_devices(1);
   Device& dev = devs[0];
   Bound b = bind_random(*graph, dev, 95);
-  Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
-  const int32_t id_values[12] = {1, 5, 5, 0, 10, 2, 1, 1, 3, 4, 0, 6};
-  std::copy(id_values, id_values + 12, ids.data<int32_t>());
-  Tensor out = graph->forward(dev, ids, true);
-  REQUIRE(out.shape() == Shape{3, 4, 11});
-  const auto r = random_vector(static_cast<size_t>(out.numel()), 96);
-  CHECK_FALSE(graph->backward(dev, tensor_from(dev, out.shape(), r), false).defined());
-  auto loss = [&] {
-    Tensor o2 = graph->forward(dev, ids, true);
-    graph->clear_cache();
-    return weighted_sum(o2, r);
-  };
-  const std::vector<float> grads = to_vector(b.grads);
-  for (const auto& e : b.layout.entries)
-    if (!e.buffer())
-      check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
+  CHECK(check_token_gradients(*graph, dev, b, token_ids(dev), 96).shape() == Shape{3, 4, 11});
   for (Module* mod : param_modules(*graph)) mod->bind({}, {});
 }
 
@@ -1276,21 +1274,8 @@ TEST_CASE("GPT: nanoGPT's state-dict names and sizes, gradients of every paramet
     auto devs = host_devices(1);
     Device& dev = devs[0];
     Bound b = bind_random(*gpt, dev, 77);
-    Tensor ids = Tensor::empty(dev, {3, 4}, MemCategory::Inputs, DType::I32);
-    const int32_t id_values[12] = {1, 5, 5, 0, 6, 2, 1, 1, 3, 4, 0, 6};  // repeats, every position
-    std::copy(id_values, id_values + 12, ids.data<int32_t>());
-    Tensor out = gpt->forward(dev, ids, true);
-    CHECK(out.shape() == Shape{3, 4, 7});
-    const auto r = random_vector(static_cast<size_t>(out.numel()), 78);
-    CHECK_FALSE(gpt->backward(dev, tensor_from(dev, out.shape(), r), false).defined());
-    auto loss = [&] {
-      Tensor o = gpt->forward(dev, ids, true);
-      gpt->clear_cache();
-      return weighted_sum(o, r);
-    };
-    const std::vector<float> grads = to_vector(b.grads);
-    for (const auto& e : l.entries)
-      check_entries(e.name, b.params.data() + e.offset, grads.data() + e.offset, numel(e.shape), loss, 1e-3f, 1e-2);
+    Tensor ids = token_ids(dev, {1, 5, 5, 0, 6, 2, 1, 1, 3, 4, 0, 6});  // the vocabulary is 7 here
+    CHECK(check_token_gradients(*gpt, dev, b, ids, 78).shape() == Shape{3, 4, 7});
     gpt->clear_cache();
     for (Module* m : param_modules(*gpt)) m->bind({}, {});
   }
