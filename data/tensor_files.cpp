@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "core/error.hpp"
+#include "io/bounded_json.hpp"
 #include "io/read_file.hpp"
 
 namespace dp {
@@ -190,8 +191,8 @@ Dataset read_safetensors_samples(const std::string& path) {
     throw RuntimeError(path + ": not a safetensors file (its header runs past the end)");
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-  } catch (const nlohmann::json::exception& e) {
+    header = parse_bounded_json(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+  } catch (const std::exception& e) {
     throw RuntimeError(path + ": not a safetensors file (its header is not JSON: " + e.what() + ")");
   }
   const size_t data_start = 8 + static_cast<size_t>(header_len);

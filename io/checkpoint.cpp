@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
+#include "io/bounded_json.hpp"
 
 namespace fs = std::filesystem;
 
@@ -82,7 +83,7 @@ Checkpoint read_one(const std::string& dir, const ModelLayout& layout, const nlo
   std::ifstream f(state_path);
   if (!f) throw RuntimeError(state_path + ": missing");
   try {
-    c.state = nlohmann::json::parse(f);
+    c.state = parse_bounded_json(f);
   } catch (const std::exception& e) {
     throw RuntimeError(state_path + ": not valid JSON (" + std::string(e.what()) + ")");
   }

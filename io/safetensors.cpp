@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
+#include "io/bounded_json.hpp"
 #include "io/read_file.hpp"
 
 namespace dp {
@@ -47,7 +48,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   if (header_len > kMaxHeader || header_len > data.size() - 8)
     throw not_valid(path, "header length " + std::to_string(header_len) + " exceeds the file");
   try {
-    f.header = nlohmann::json::parse(data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+    f.header = parse_bounded_json(data.begin() + 8, data.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
   } catch (const std::exception& e) {
     throw not_valid(path, std::string("header is not JSON (") + e.what() + ")");
   }

@@ -14,9 +14,13 @@
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
+#include "io/bounded_json.hpp"
+#include "io/checkpoint.hpp"
 #include "io/protected_inputs.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
+#include "data/tensor_files.hpp"
+#include "models/graph/model_file.hpp"
 #include "io/read_file.hpp"
 #include "io/safetensors.hpp"
 #include "helpers.hpp"
@@ -288,6 +292,33 @@ TEST_CASE("tied names: saved as copies of their parameter, loaded from whichever
   save_safetensors(dir.file("ln.safetensors"), ln_only, state);
   CHECK_THROWS_WITH_AS(load_safetensors(dir.file("ln.safetensors"), layout), doctest::Contains("missing tensor 'wte.weight'"),
                        RuntimeError);
+}
+
+TEST_CASE("JSON nested 100,000 deep in any file dp reads is refused by name, never a stack overflow") {
+  TempDir dir;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string shallow = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  CHECK(parse_bounded_json(shallow).is_array());  // as deep as allowed parses
+  CHECK_THROWS_AS(parse_bounded_json(std::string(kMaxJsonDepth + 2, '[') + std::string(kMaxJsonDepth + 2, ']')),
+                  JsonTooDeep);
+  // a model file whose "format" is the deep value
+  write_bytes(dir.file("deep.json"), "{\"format\": " + deep + "}");
+  CHECK_THROWS_WITH_AS(read_model_file(dir.file("deep.json")), doctest::Contains("nested deeper than 128 levels"),
+                       UsageError);
+  // a safetensors header, and a tensor file's
+  std::string len(8, '\0');
+  const std::string header = "{\"a\": " + deep + "}";
+  for (int i = 0; i < 8; ++i) len[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  write_bytes(dir.file("deep.safetensors"), len + header);
+  const ModelLayout mlp = ModelLayout::of(find_model("mlp"));
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("deep.safetensors"), mlp), doctest::Contains("nested deeper"),
+                       RuntimeError);
+  CHECK_THROWS_WITH_AS(read_safetensors_samples(dir.file("deep.safetensors")), doctest::Contains("nested deeper"),
+                       RuntimeError);
+  // a checkpoint's state.json
+  std::filesystem::create_directories(dir.file("ck"));
+  write_bytes(dir.file("ck") + "/state.json", "{\"format\": 1, \"split\": " + deep + "}");
+  CHECK_THROWS_WITH(load_checkpoint(dir.file("ck"), mlp, nlohmann::json::object()), doctest::Contains("nested deeper"));
 }
 
 TEST_CASE("atomic writes replace the file whole, and a failed write leaves the old one") {

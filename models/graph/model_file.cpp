@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "io/bounded_json.hpp"
 #include "models/graph/graph_module.hpp"
 
 namespace dp {
@@ -70,9 +71,11 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   json j;
   try {
-    j = json::parse(bytes);
+    j = parse_bounded_json(bytes);
   } catch (const json::parse_error& e) {
     bad(path, std::string("not valid JSON (") + e.what() + ")");
+  } catch (const JsonTooDeep& e) {
+    bad(path, std::string("not a dp model file: its JSON is ") + e.what());
   }
   if (!j.is_object()) bad(path, "not a JSON object");
   if (!j.contains("format") || j["format"] != "dp-model")

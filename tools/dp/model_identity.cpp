@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
+#include "io/bounded_json.hpp"
 #include "io/read_file.hpp"
 #include "models/graph/model_file.hpp"
 
@@ -30,7 +31,7 @@ const SizeFlag kSizes[] = {{"--gpt-layers", &RunOptions::gpt_layers, "layers"},
 std::optional<ModelIdentity> from_state(const std::string& dir) {
   nlohmann::json state;
   try {
-    state = nlohmann::json::parse(read_file((fs::path(dir) / "state.json").string()));
+    state = parse_bounded_json(read_file((fs::path(dir) / "state.json").string()));
   } catch (const std::exception&) {
     return std::nullopt;  // damaged: load_checkpoint says why
   }
