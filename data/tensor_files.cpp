@@ -1,5 +1,6 @@
 #include "data/tensor_files.hpp"
 
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -32,6 +33,15 @@ int64_t count_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+// The bytes a shape of this kind holds, or -1 where that passes `limit` (the file's size): a header
+// may claim dimensions whose product overflows 64 bits, which must not wrap to a small size.
+int64_t bytes_within(const std::vector<int64_t>& shape, size_t element, size_t limit) {
+  uint64_t n = element;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > limit) return -1;
+  return static_cast<int64_t>(n);
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -114,7 +124,7 @@ Found safetensors_tensor(const std::string& bytes, const nlohmann::json& header,
       throw RuntimeError(where + ": its bytes lie outside the file (is it truncated?)");
     for (int64_t d : f.shape)
       if (d < 0) throw RuntimeError(where + ": a negative dimension in " + shape_text(f.shape));
-    if (offsets[1] - offsets[0] != static_cast<uint64_t>(count_of(f.shape)) * kind_size(f.kind))
+    if (static_cast<int64_t>(offsets[1] - offsets[0]) != bytes_within(f.shape, kind_size(f.kind), bytes.size()))
       throw RuntimeError(where + ": " + std::to_string(offsets[1] - offsets[0]) + " bytes for shape " +
                          shape_text(f.shape));
     f.data = bytes.data() + data_start + offsets[0];
@@ -170,9 +180,16 @@ Found npy_tensor(const std::string& bytes, const std::string& path) {
     throw RuntimeError(path + ": no 'shape' in the .npy header");
   const std::string dims = m[1];
   static const std::regex number(R"(\d+)");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it)
-    f.shape.push_back(std::stoll(it->str()));
-  const size_t data_bytes = static_cast<size_t>(count_of(f.shape)) * kind_size(f.kind);
+  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
+    const std::string text = it->str();
+    int64_t d = 0;
+    const auto [at, error] = std::from_chars(text.data(), text.data() + text.size(), d);
+    if (error != std::errc() || at != text.data() + text.size())
+      throw RuntimeError(path + ": the .npy header's shape (" + dims.substr(0, 80) + ") has a dimension past 2^63");
+    f.shape.push_back(d);
+  }
+  const int64_t claimed = bytes_within(f.shape, kind_size(f.kind), bytes.size());
+  const size_t data_bytes = claimed < 0 ? bytes.size() + 1 : static_cast<size_t>(claimed);
   if (start + header_len + data_bytes > bytes.size())
     throw RuntimeError(path + ": " + std::to_string(bytes.size() - start - header_len) + " bytes of data for shape " +
                        shape_text(f.shape) + " (is it truncated?)");

@@ -24,10 +24,7 @@ std::string shape_tuple(const std::vector<int64_t>& shape) {
 }
 
 // NumPy's v1 format, as np.save writes it (header padded to a multiple of 64 with a newline).
-void write_npy(const fs::path& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
-               size_t bytes, bool fortran = false) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
-                       ", 'shape': " + shape_tuple(shape) + ", }";
+void write_npy_header(const fs::path& path, std::string header, const void* data, size_t bytes) {
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::ofstream f(path, std::ios::binary);
@@ -36,6 +33,13 @@ void write_npy(const fs::path& path, const std::string& descr, const std::vector
   f.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
   f << header;
   f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+}
+
+void write_npy(const fs::path& path, const std::string& descr, const std::vector<int64_t>& shape, const void* data,
+               size_t bytes, bool fortran = false) {
+  write_npy_header(path, "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+                             ", 'shape': " + shape_tuple(shape) + ", }",
+                   data, bytes);
 }
 
 struct Tensor_ {
@@ -141,6 +145,14 @@ TEST_CASE("tensor files: what a file cannot hold is an error naming the file and
   fails("Fortran order");
   write_npy(dir / "train_images.npy", "<f4", {4, 1, 1, 2, 2}, four.data(), four.size() * 4);
   fails("images must be [N, C, H, W] or [N, H, W], not [4, 1, 1, 2, 2]");
+  // A dimension past 2^63 is named (it was "error: stoll"); dimensions whose product wraps past 2^64
+  // to nothing are refused, not read as an empty array.
+  write_npy_header(dir / "train_images.npy",
+                   "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999, 2, 2), }", four.data(),
+                   four.size() * 4);
+  fails("train_images.npy: the .npy header's shape (99999999999999999999, 2, 2) has a dimension past 2^63");
+  write_npy(dir / "train_images.npy", "<f4", {4294967296, 4294967296, 4, 1}, four.data(), four.size() * 4);
+  fails("bytes of data for shape [4294967296, 4294967296, 4, 1] (is it truncated?)");
   {
     std::ofstream f(dir / "train_images.npy");
     f << "not numpy";
@@ -157,4 +169,7 @@ TEST_CASE("tensor files: what a file cannot hold is an error naming the file and
   write_safetensors(dir / "train.safetensors",
                     {{"images", "U8", {2, 1, 1}, "a"}, {"labels", "I64", {1}, std::string(8, '\0')}});
   fails("train.safetensors's images: 1 bytes for shape [2, 1, 1]");
+  write_safetensors(dir / "train.safetensors", {{"images", "U8", {4294967296, 4294967296, 1, 1}, ""},
+                                                {"labels", "I64", {1}, std::string(8, '\0')}});
+  fails("train.safetensors's images: 0 bytes for shape [4294967296, 4294967296, 1, 1]");
 }
