@@ -77,6 +77,45 @@ int64_t step_of(const std::string& name) {
   return std::stoll(digits);
 }
 
+// state.json's fields, each of the type dp writes (a hand edit or a damaged file otherwise reached
+// nlohmann's raw type errors, or resumed with a seed of [1]): a field of another type is named with
+// its value, cut to one line.
+void check_state_fields(const nlohmann::json& s, const std::string& path) {
+  using json = nlohmann::json;
+  auto fail = [&](const std::string& key, const std::string& want) {
+    std::string value = s.contains(key) ? s[key].dump() : "missing";
+    if (value.size() > 60) value = value.substr(0, 57) + "...";
+    throw RuntimeError(path + ": \"" + key + "\" is " + value + ", not " + want);
+  };
+  if (!s.is_object()) throw RuntimeError(path + ": not a JSON object");
+  auto count = [](const json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); };
+  for (const char* key : {"step", "optimizer_steps"})
+    if (!s.contains(key) || !count(s[key])) fail(key, "a whole number >= 0");
+  if (!s.contains("optimizer") || !s["optimizer"].is_string()) fail("optimizer", "a name");
+  if (!s.contains("optimizer_state") || !s["optimizer_state"].is_boolean()) fail("optimizer_state", "true or false");
+  for (const char* key : {"epoch", "position_in_epoch", "seed", "accumulate", "processes", "batch"})
+    if (s.contains(key) && !count(s[key])) fail(key, "a whole number >= 0");
+  for (const char* key : {"precision", "devices", "model", "model_hash"})
+    if (s.contains(key) && !s[key].is_string()) fail(key, "a string");
+  if (s.contains("command") && (!s["command"].is_array() ||
+                                !std::all_of(s["command"].begin(), s["command"].end(), [](const json& a) { return a.is_string(); })))
+    fail("command", "a list of strings");
+  for (const char* key : {"split", "schedule", "gpt"})
+    if (s.contains(key) && !s[key].is_object()) fail(key, "an object");
+  if (s.contains("loss_scale")) {
+    const json& l = s["loss_scale"];
+    if (!l.is_object() || !l.contains("scale") || !l["scale"].is_number() || !l.contains("growth_tracker") ||
+        !l["growth_tracker"].is_number_integer())
+      fail("loss_scale", "{\"scale\": a number, \"growth_tracker\": a whole number}");
+  }
+  if (s.contains("best_eval")) {
+    const json& b = s["best_eval"];
+    if (!b.is_object() || !b.contains("test_loss") || !b["test_loss"].is_number() || !b.contains("after_step") ||
+        !b["after_step"].is_number_integer())
+      fail("best_eval", "{\"test_loss\": a number, \"after_step\": a whole number}");
+  }
+}
+
 Checkpoint read_one(const std::string& dir, const ModelLayout& layout, const nlohmann::json& expect) {
   Checkpoint c;
   const std::string state_path = (fs::path(dir) / "state.json").string();
@@ -87,15 +126,22 @@ Checkpoint read_one(const std::string& dir, const ModelLayout& layout, const nlo
   } catch (const std::exception& e) {
     throw RuntimeError(state_path + ": not valid JSON (" + std::string(e.what()) + ")");
   }
-  const int format = c.state.value("format", -1);
+  const int format = c.state.is_object() && c.state.contains("format") && c.state["format"].is_number_integer()
+                         ? c.state["format"].get<int>()
+                         : -1;
   if (format != kCheckpointFormat)
     throw CheckpointMismatch(dir + ": checkpoint format " + std::to_string(format) + ", this dp reads format " +
                              std::to_string(kCheckpointFormat));
+  check_state_fields(c.state, state_path);
+  auto shown = [](const nlohmann::json& v) {  // one line, however large the value
+    std::string text = v.dump();
+    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+  };
   for (auto it = expect.begin(); it != expect.end(); ++it)
     if (!c.state.contains(it.key()) || c.state[it.key()] != it.value())
       throw CheckpointMismatch(dir + ": the checkpoint was made with " + it.key() + " " +
-                               (c.state.contains(it.key()) ? c.state[it.key()].dump() : "(none)") + ", this run has " +
-                               it.value().dump());
+                               (c.state.contains(it.key()) ? shown(c.state[it.key()]) : "(none)") + ", this run has " +
+                               shown(it.value()));
   c.model = load_safetensors((fs::path(dir) / "model.safetensors").string(), layout);
   try {
     c.optimizer.steps = c.state.at("optimizer_steps").get<int64_t>();

@@ -245,6 +245,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check("two damaged: the third newest taken", rc == 0 and err.count("skipped the damaged checkpoint") == 2, err)
     state_file = os.path.join(newest, "state.json")
     state = json.load(open(state_file))
+    # A state.json field of another type than dp writes: the file and the field named, exit 2 (it
+    # gave nlohmann's raw type error, or resumed with a seed of [1]).
+    for key, value, want in (("step", "x", "a whole number >= 0"), ("seed", [1], "a whole number >= 0"),
+                             ("epoch", {}, "a whole number >= 0"), ("optimizer", 7, "a name"),
+                             ("best_eval", {"test_loss": "low"}, '{"test_loss": a number')):
+        json.dump(dict(state, **{key: value}), open(state_file, "w"))
+        expect(f"state.json's {key} of another type", base + ["--resume", newest], 2,
+               f'state.json: "{key}" is {json.dumps(value, separators=(",", ":"))}, not {want}')
     state["format"] = 99
     json.dump(state, open(state_file, "w"))
     expect("another format", base + ["--resume", newest], 1, "checkpoint format 99")
