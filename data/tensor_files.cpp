@@ -8,7 +8,7 @@
 #include <regex>
 
 #include "core/error.hpp"
-#include "io/bounded_json.hpp"
+#include "core/bounded_json.hpp"
 #include "io/read_file.hpp"
 
 namespace dp {

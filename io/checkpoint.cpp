@@ -13,7 +13,7 @@
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
-#include "io/bounded_json.hpp"
+#include "core/bounded_json.hpp"
 
 namespace fs = std::filesystem;
 

@@ -8,7 +8,7 @@
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
-#include "io/bounded_json.hpp"
+#include "core/bounded_json.hpp"
 #include "io/read_file.hpp"
 
 namespace dp {

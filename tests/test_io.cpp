@@ -14,7 +14,7 @@
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
-#include "io/bounded_json.hpp"
+#include "core/bounded_json.hpp"
 #include "io/checkpoint.hpp"
 #include "io/protected_inputs.hpp"
 #include "data/dataset.hpp"

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "io/bounded_json.hpp"
+#include "core/bounded_json.hpp"
 #include "models/graph/graph_module.hpp"
 
 namespace dp {

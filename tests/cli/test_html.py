@@ -10,6 +10,7 @@ usage: test_html.py DP_BINARY [ARTEFACT_DIR]   (exit 77 when no Chromium is inst
 """
 import html.parser
 import json
+import math
 import os
 import re
 import shutil
@@ -133,6 +134,24 @@ def loads_cleanly(label, page, fragment, devices, profile, size=SIZE):
     return dom
 
 
+def nice(step, unit_base):
+    """Whether an axis step is 1, 2 or 5 times a power of ten (bytes: of a power of 1024, or that power)."""
+    unit = 1
+    while unit_base == 1024 and unit * 1024 <= step:
+        unit *= 1024
+    mantissa = step / unit / 10 ** math.floor(math.log10(step / unit) + 1e-9)
+    return any(abs(mantissa - m) < 1e-6 for m in (1, 2, 5, 10))
+
+
+def ticks_are_nice(label, dom):
+    """The axes' ticks: 1-2-5 steps, never 83.13 KiB or 102.08 ms."""
+    body = dom.body()
+    for key, base in (("data-time-step", 10), ("data-byte-step", 1024)):
+        if key in body:
+            check(f"{label}: the axis steps by {body[key]} ({'ms' if base == 10 else 'bytes'}): 1, 2 or 5 times a power",
+                  nice(float(body[key]), base), body[key])
+
+
 def at_widths(label, page, fragment, devices, profile):
     """The page at 800 and 1400 px wide: loads cleanly, labels apart (loads_cleanly checks both)."""
     return {width: loads_cleanly(f"{label} ({width} px)", page, fragment, devices, profile, f"--window-size={width},900")
@@ -233,7 +252,9 @@ with tempfile.TemporaryDirectory() as tmp:
     dom = loads_cleanly("memprof fit=capacity", mem, "view=peak&fit=capacity", 3, profile)
     caps = dom.with_attr("data-capacity")
     check("memprof #fit=capacity: the capacity line", len(caps) == 1 and int(caps[0]["data-capacity"]) == 64 << 20, str(caps))
-    at_widths("memprof", mem, "fit=capacity", 3, profile)
+    for width, d in at_widths("memprof", mem, "fit=capacity", 3, profile).items():
+        check(f"memprof at {width} px: the time and byte axes drawn", {"data-time-step", "data-byte-step"} <= set(d.body()))
+        ticks_are_nice(f"memprof at {width} px", d)
     check("memprof: each device's peak marked", len(dom.with_attr("data-peak")) == 3)
     window_matches("memprof", mem, data, 0, profile, 3)
     # The same views on the equal-phases axis.

@@ -77,7 +77,7 @@ with tempfile.TemporaryDirectory() as tmp:
     expect("--mean for float32 samples", ["train"] + base + ["--data", npy, "--mean", "0.5", "--std", "0.2"], 2,
            "taken as they are")
     expect("a sample shape the model does not take names both",
-           ["train", "--model", "resnet8", "--devices", "host:2", "--batch", "8", "--data", npy, "--steps", "1"], 1,
+           ["train", "--model", "resnet8", "--devices", "host:2", "--batch", "8", "--data", npy, "--steps", "1"], 2,
            "has [1, 28, 28]")
     np.save(os.path.join(npy, "train_labels.npy"), -labels)
     expect("a negative label names the file and the sample",

@@ -5,7 +5,7 @@
 
 #include "core/error.hpp"
 #include "io/checkpoint.hpp"
-#include "io/bounded_json.hpp"
+#include "core/bounded_json.hpp"
 #include "io/read_file.hpp"
 #include "models/graph/model_file.hpp"
 
