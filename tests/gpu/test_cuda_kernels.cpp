@@ -1267,6 +1267,27 @@ TEST_CASE("global average pool forward and backward match the CPU reference") {
   }
 }
 
+TEST_CASE("LayerNorm without a bias (a null beta and dbeta: nanoGPT's bias=False) matches the CPU reference") {
+  // (its 16-bit form is this kernel behind the operands' widening, which the 16-bit cases cover)
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const int64_t rows = 29, C = 80;
+  auto x = random_vector(static_cast<size_t>(rows * C), 54, -2.f, 2.f), gamma = random_vector(C, 55),
+       dy = random_vector(static_cast<size_t>(rows * C), 56);
+  std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size()), dg(C);
+  cpu::layernorm_forward(pool, y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), nullptr, rows, C, 1e-5f);
+  cpu::layernorm_backward(pool, dx.data(), dg.data(), nullptr, dy.data(), x.data(), gamma.data(), mean.data(),
+                          rstd.data(), rows, C);
+  auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_dy = to_device(c, dy);
+  cuda::DeviceBuffer d_y(c, y.size() * 4), d_m(c, rows * 4), d_r(c, rows * 4), d_dx(c, dx.size() * 4), d_dg(c, C * 4);
+  cuda::layernorm_forward(c, d_y.get(), d_m.get(), d_r.get(), d_x.get(), d_g.get(), nullptr, rows, C, 1e-5f);
+  cuda::layernorm_backward(c, d_dx.get(), d_dg.get(), nullptr, d_dy.get(), d_x.get(), d_g.get(), d_m.get(), d_r.get(),
+                           rows, C);
+  CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
+  CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
+}
+
 TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
   cuda::Context c(0);
   ThreadPool pool(1);
