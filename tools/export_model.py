@@ -1350,7 +1350,7 @@ def tied_module_nodes(node, m, tied, emitted, shapes, from_input, alias, where):
     gradients into it."""
     import torch.nn as nn
     what = f"module {type(m).__module__}.{type(m).__name__} ('{node.target}')" + (f" at {where}" if where else "")
-    if isinstance(m, nn.Linear) and type(m) is nn.Linear and m.bias is not None:
+    if type(m) is nn.Linear and m.bias is not None:
         raise ExportError(f"{what} has a tied weight and a bias; dp runs a tied Linear without a bias (nanoGPT's "
                           "lm_head)")
     if not ((type(m) is nn.Embedding and module_op(m) is not None) or type(m) is nn.Linear):
