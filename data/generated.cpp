@@ -6,6 +6,7 @@
 #include <random>
 
 #include "data/dataset.hpp"
+#include "data/uniform.hpp"
 #include "core/error.hpp"
 #include "runtime/tensor.hpp"
 
@@ -29,10 +30,6 @@ constexpr Seg kSegments[7] = {
 // Which segments each digit lights (bits a..g).
 constexpr unsigned kDigits[10] = {0b0111111, 0b0000110, 0b1011011, 0b1001111, 0b1100110,
                                   0b1101101, 0b1111101, 0b0000111, 0b1111111, 0b1101111};
-
-double uniform(std::mt19937_64& rng, double lo, double hi) {
-  return lo + (hi - lo) * (static_cast<double>(rng() >> 11) * 0x1.0p-53);
-}
 
 float dist_to_segment(float px, float py, float x0, float y0, float x1, float y1) {
   const float dx = x1 - x0, dy = y1 - y0;

@@ -1,4 +1,5 @@
 #include "data/image_transforms.hpp"
+#include "data/uniform.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,9 +10,6 @@ namespace dp {
 
 namespace {
 
-// [0, 1) from 53 bits of the stream: the same numbers on every platform.
-double uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
-double uniform(std::mt19937_64& rng, double lo, double hi) { return lo + (hi - lo) * uniform(rng); }
 int64_t below(std::mt19937_64& rng, int64_t n) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(n)); }
 int64_t round_half_even(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
 

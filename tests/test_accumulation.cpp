@@ -14,6 +14,8 @@
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
+namespace test_accumulation {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -258,3 +260,5 @@ TEST_CASE("gradient accumulation: each micro-batch's own result, for dp demo") {
   REQUIRE(each.size() == 1);
   CHECK(each[0].batch == 12);
 }
+
+}  // namespace test_accumulation

@@ -19,6 +19,8 @@
 #include "engine/comm/process_group.hpp"
 #include "helpers.hpp"
 
+namespace test_allreduce {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -500,3 +502,5 @@ TEST_CASE("host devices span no GPUs: --sync allreduce keeps its ring there") {
   DeviceSet host(parse_device_spec("host:3"), opts);
   CHECK_FALSE(host.spans_gpus());
 }
+
+}  // namespace test_allreduce

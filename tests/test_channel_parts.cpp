@@ -9,6 +9,8 @@
 
 #include "kernels/channel_parts.hpp"
 
+namespace test_channel_parts {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 
 namespace {
@@ -45,3 +47,5 @@ TEST_CASE("the per-channel sums' parts and walks read every value of a channel o
   CHECK(channel_parts::parts_for(0, 7) == 1);  // no values: one part, which reads nothing
   CHECK(channel_parts::parts_for(4096, 4096) == channel_parts::kMaxParts);
 }
+
+}  // namespace test_channel_parts

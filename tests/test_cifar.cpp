@@ -11,6 +11,8 @@
 #include "data/loader.hpp"
 #include "helpers.hpp"
 
+namespace test_cifar {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -181,3 +183,5 @@ TEST_CASE("the generated CIFAR-style default: 3x32x32, ten classes, deterministi
   for (auto l : a.train.labels) seen[l]++;
   for (int c = 0; c < 10; ++c) CHECK(seen[static_cast<size_t>(c)] > 10);
 }
+
+}  // namespace test_cifar

@@ -11,6 +11,8 @@
 #include "kernels/ops/memory.hpp"
 #include "helpers.hpp"
 
+namespace test_comm {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -237,3 +239,5 @@ TEST_CASE("a copy on an accelerator stream keeps its source's block from reuse u
   CHECK(to_vector(gathered) == values);
   CHECK(to_vector(grads) == values);
 }
+
+}  // namespace test_comm

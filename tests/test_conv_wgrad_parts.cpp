@@ -15,6 +15,8 @@
 #include "tests/conv_wgrad_cases.hpp"
 #include "tests/helpers.hpp"
 
+namespace test_conv_wgrad_parts {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 
 namespace {
@@ -191,3 +193,5 @@ TEST_CASE("the direct weight gradient, part by part, matches the CPU reference")
     CHECK(err / scale < 1e-5);
   }
 }
+
+}  // namespace test_conv_wgrad_parts

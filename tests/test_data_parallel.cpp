@@ -9,6 +9,8 @@
 #include "core/error.hpp"
 #include "helpers.hpp"
 
+namespace test_data_parallel {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -326,3 +328,5 @@ TEST_CASE("evaluation uses running statistics on device 0 and counts hits") {
   CHECK(a.correct >= 0);
   CHECK(a.correct <= 4);
 }
+
+}  // namespace test_data_parallel

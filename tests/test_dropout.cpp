@@ -17,6 +17,8 @@
 #include "kernels/ops/dropout.hpp"
 #include "step_batches.hpp"
 
+namespace test_dropout {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -292,3 +294,5 @@ TEST_CASE("a GPT that drops evaluates without dropping: the held-out loss of the
   CHECK(ea.correct == eb.correct);
   CHECK(a->logits(batch->tokens.data(), 16) == b->logits(batch->tokens.data(), 16));
 }
+
+}  // namespace test_dropout

@@ -5,6 +5,8 @@
 
 #include "kernels/cpu/fast_math.hpp"
 
+namespace test_fast_math {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp::cpu;
 
 TEST_CASE("fast_exp is within 2 ulp of exp from -87 to 88") {
@@ -30,3 +32,5 @@ TEST_CASE("fast_erf is within 4e-7 of erf (A&S 7.1.26's 1.5e-7, evaluated in flo
   CHECK(fast_erf(0.f) == doctest::Approx(0.0).epsilon(1e-7));
   CHECK(fast_erf(-3.f) == -fast_erf(3.f));
 }
+
+}  // namespace test_fast_math

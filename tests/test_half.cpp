@@ -15,6 +15,8 @@
 #include "kernels/half.hpp"
 #include "kernels/ops/convert.hpp"
 
+namespace test_half {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 
 TEST_CASE("bfloat16: round to nearest even, NaN canonical, overflow to inf") {
@@ -118,3 +120,5 @@ TEST_CASE("the convert op: float32 to and from bfloat16 and float16 on a host de
   std::vector<int32_t> ids(3);
   CHECK_THROWS_AS(convert(ex, {ids.data(), DType::I32}, {x.data(), DType::F32}, 3), RuntimeError);
 }
+
+}  // namespace test_half

@@ -13,6 +13,8 @@
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
+namespace test_host_sync {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -260,3 +262,5 @@ TEST_CASE("waiting once per step keeps each device's memory peak (allocations ma
       }
     }
 }
+
+}  // namespace test_host_sync

@@ -25,6 +25,8 @@
 #include "io/read_file.hpp"
 #include "helpers.hpp"
 
+namespace test_image_folder {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 namespace fs = std::filesystem;
 
@@ -384,3 +386,5 @@ TEST_CASE("image folders: large images decode in the shared budget, one at a tim
   CHECK_THROWS_WITH_AS(make_batch(refused.train, order.data(), 1, nullptr, &pool),
                        doctest::Contains("MiB the image decoders may hold"), RuntimeError);
 }
+
+}  // namespace test_image_folder

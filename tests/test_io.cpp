@@ -25,6 +25,8 @@
 #include "io/safetensors.hpp"
 #include "helpers.hpp"
 
+namespace test_io {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -482,3 +484,5 @@ TEST_CASE("an output onto a file an input folder reads through a link is refused
   CHECK_NOTHROW(check_outside_folders({{"--html", (dir.path / "other.html").string()}}, folders));
   CHECK(read_bytes((outside / "cats" / "1.jpg").string()) == "jpeg");
 }
+
+}  // namespace test_io

@@ -20,6 +20,8 @@
 #include "models/graph/tensor_ops.hpp"
 #include "models/model.hpp"
 
+namespace test_layers {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -1280,3 +1282,5 @@ TEST_CASE("GPT: nanoGPT's state-dict names and sizes, gradients of every paramet
     for (Module* m : param_modules(*gpt)) m->bind({}, {});
   }
 }
+
+}  // namespace test_layers

@@ -12,6 +12,8 @@
 #include "core/scratch.hpp"
 #include "helpers.hpp"
 
+namespace test_memory {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -425,3 +427,5 @@ TEST_CASE("DP_POISON_ALLOCATIONS: a device's tensors start as NaN, a reused bloc
   u = Tensor();
   CHECK(Tensor::empty(plain[0], {1000}, MemCategory::Activations).to_host()[0] == 2.5f);
 }
+
+}  // namespace test_memory

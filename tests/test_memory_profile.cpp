@@ -11,6 +11,8 @@
 #include "engine/split/memory_balance.hpp"
 #include "helpers.hpp"
 
+namespace test_memory_profile {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -251,3 +253,5 @@ TEST_CASE("a GPT's hotspot: the gathered logits [B, T, V] twice on device 0, in-
   // it holds only its chunk's targets and its [loss sum, hits] beyond the faithful replica.
   CHECK(r1.peak <= f1.peak + R(B / 2 * cfg.context * 4) + R(2 * 4));
 }
+
+}  // namespace test_memory_profile

@@ -9,6 +9,8 @@
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
+namespace test_meta {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -69,3 +71,5 @@ TEST_CASE("a step on meta devices allocates what it allocates on host devices, p
       for (int d = 0; d < 3; ++d) CHECK(host[d].allocator().stats().peak == meta[d].allocator().stats().peak);
     }
 }
+
+}  // namespace test_meta

@@ -19,6 +19,8 @@
 #include "kernels/ops/linear.hpp"
 #include "kernels/ops/loss.hpp"
 
+namespace test_mixed_precision {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -574,3 +576,5 @@ TEST_CASE("mixed precision, allreduce --sync-bn: BatchNorm over the whole batch,
   CHECK(relative(plain.grads, one.grads) > 10 * relative(synced.grads, one.grads));
   CHECK(relative(plain.buffers, one.buffers) > 1e-4);
 }
+
+}  // namespace test_mixed_precision

@@ -11,6 +11,8 @@
 #include "core/error.hpp"
 #include "helpers.hpp"
 
+namespace test_mixed_speed {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -164,3 +166,5 @@ TEST_CASE("replica times are each device's forward and backward only, not device
   // tells the devices apart (a swapped index gives a ratio near 1/100) without timing the scheduler.
   CHECK(slow_total > 3 * fast_total);
 }
+
+}  // namespace test_mixed_speed

@@ -9,6 +9,8 @@
 #include "helpers.hpp"
 #include "models/model.hpp"
 
+namespace test_models {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -126,3 +128,5 @@ TEST_CASE("a model that cannot take the samples says which module and which shap
   CHECK(root->output_shape({3, 32, 32}) == Shape{10});
   CHECK(root->output_shape({3, 64, 48}) == Shape{10});  // the global pool takes any size
 }
+
+}  // namespace test_models

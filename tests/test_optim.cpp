@@ -13,6 +13,8 @@
 #include "helpers.hpp"
 #include "kernels/ops/elementwise.hpp"
 
+namespace test_optim {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -238,3 +240,5 @@ TEST_CASE("weight decay on the matrices only: nanoGPT's parameter groups") {
     }
   }
 }
+
+}  // namespace test_optim

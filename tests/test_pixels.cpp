@@ -17,6 +17,8 @@
 #include "kernels/ops/pixels.hpp"
 #include "step_batches.hpp"
 
+namespace test_pixels {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -227,3 +229,5 @@ TEST_CASE("pixels refused where they cannot be taken, and float32 images once a 
   one.pixel_table.assign(256, 0.f);
   CHECK_THROWS_WITH_AS(make_data_parallel(devs2, gpt, one), doctest::Contains("takes no images"), RuntimeError);
 }
+
+}  // namespace test_pixels

@@ -14,6 +14,8 @@
 #include "runtime/device.hpp"
 #include "step_batches.hpp"
 
+namespace test_plan {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -137,3 +139,5 @@ TEST_CASE("a profile keeps each step and stops at an out-of-memory, keeping what
   CHECK(run.out_of_memory->request > 0);
   CHECK_FALSE(run.out_of_memory->phase.empty());
 }
+
+}  // namespace test_plan

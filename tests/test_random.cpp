@@ -10,6 +10,8 @@
 #include "helpers.hpp"
 #include "models/model.hpp"
 
+namespace test_random {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 
 TEST_CASE("no two purposes, indices or seeds share a stream") {
@@ -60,3 +62,5 @@ TEST_CASE("augmentation is a function of (seed, epoch, position): resuming mid-e
   const AugmentStreams other_epoch{9, 4, 0};
   CHECK(make_batch(tt.train, order.data(), 12, &other_epoch).images != all.images);
 }
+
+}  // namespace test_random

@@ -18,6 +18,8 @@
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
+namespace test_recompute {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -291,3 +293,5 @@ TEST_CASE("recompute: a step that runs out of memory in backward leaves nothing 
   CHECK(again.loss == step_on(*fresh, *batches[1]).loss);
   CHECK(dp.parameters() == fresh->parameters());
 }
+
+}  // namespace test_recompute

@@ -6,6 +6,8 @@
 #include "core/setting_name.hpp"
 #include "engine/split/split.hpp"
 
+namespace test_setting_name {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 
 TEST_CASE("a setting is named in words by the library, and as a front end names it once installed") {
@@ -18,3 +20,5 @@ TEST_CASE("a setting is named in words by the library, and as a front end names 
   name_settings_with(nullptr);
   CHECK(setting("split") == "split");
 }
+
+}  // namespace test_setting_name

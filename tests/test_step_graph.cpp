@@ -21,6 +21,8 @@
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
+namespace test_step_graph {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -475,3 +477,5 @@ TEST_CASE("a step graph that cannot open leaves no capture behind") {
   devs.synchronize();
   CHECK(ran == 1);
 }
+
+}  // namespace test_step_graph

@@ -9,6 +9,8 @@
 
 #include "runtime/stream.hpp"
 
+namespace test_stream {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 
 TEST_CASE("a stream runs its work in order") {
@@ -113,3 +115,5 @@ TEST_CASE("synchronize from two threads: each returns once the work pushed befor
   CHECK(first_saw.load() >= 5);
   CHECK(second_saw.load() == 10);
 }
+
+}  // namespace test_stream

@@ -9,6 +9,8 @@
 #include "kernels/ops/batchnorm.hpp"
 #include "helpers.hpp"
 
+namespace test_sync_batchnorm {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using dp::test::random_vector;
 
@@ -49,3 +51,5 @@ TEST_CASE("SyncBatchNorm's pieces with one chunk's statistics are BatchNorm's tr
   CHECK(max_diff(sdyx, dg) < 1e-4);
   CHECK(max_diff(dx2, dx) < 1e-5);
 }
+
+}  // namespace test_sync_batchnorm

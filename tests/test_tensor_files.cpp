@@ -12,6 +12,8 @@
 #include "data/tensor_files.hpp"
 #include "helpers.hpp"
 
+namespace test_tensor_files {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 namespace fs = std::filesystem;
 
@@ -173,3 +175,5 @@ TEST_CASE("tensor files: what a file cannot hold is an error naming the file and
                                                 {"labels", "I64", {1}, std::string(8, '\0')}});
   fails("train.safetensors's images: 0 bytes for shape [4294967296, 4294967296, 1, 1]");
 }
+
+}  // namespace test_tensor_files

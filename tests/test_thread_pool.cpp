@@ -12,6 +12,8 @@
 
 #include "core/thread_pool.hpp"
 
+namespace test_thread_pool {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 
 TEST_CASE("thread pool: a part that throws reaches the caller after every part has finished") {
@@ -39,3 +41,5 @@ TEST_CASE("thread pool: a part that throws reaches the caller after every part h
     CHECK(sum == threads);
   }
 }
+
+}  // namespace test_thread_pool

@@ -14,6 +14,8 @@
 #include "data/tokens.hpp"
 #include "helpers.hpp"
 
+namespace test_tokens {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -203,3 +205,5 @@ TEST_CASE("the generated corpus is deterministic text of sentences, with a unigr
   CHECK(h < 3.3);
   CHECK(unigram_entropy({1, 2, 3, 4}) == doctest::Approx(std::log(4.0)));
 }
+
+}  // namespace test_tokens

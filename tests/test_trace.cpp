@@ -9,6 +9,8 @@
 #include "runtime/trace.hpp"
 #include "helpers.hpp"
 
+namespace test_trace {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -86,3 +88,5 @@ TEST_CASE("the trace puts ZeRO's reduce-scatters and zero3's all-gathers on each
     CHECK(bytes.count("all-gather") == (mode == SyncMode::Zero3 ? 1u : 0u));
   }
 }
+
+}  // namespace test_trace

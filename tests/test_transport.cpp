@@ -13,6 +13,8 @@
 #include "helpers.hpp"
 #include "kernels/half.hpp"
 
+namespace test_transport {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -158,3 +160,5 @@ TEST_CASE("an aborted transport releases its waiting participants and refuses ca
   CHECK(on_every_rank(2, [&](int r) { return ring->all_reduce(r, r == 0 ? a.data() : b.data(), 8); }));
   CHECK(a == std::vector<float>(8, 3.f));
 }
+
+}  // namespace test_transport

@@ -15,6 +15,8 @@
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
+namespace test_upload_ahead {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -244,3 +246,5 @@ TEST_CASE("a copy uploaded ahead that failed is reported as the cause of the ste
       CHECK_THROWS_AS(step_on(dp, *batches[2]), RuntimeError);
   }
 }
+
+}  // namespace test_upload_ahead

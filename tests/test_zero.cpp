@@ -14,6 +14,8 @@
 #include "helpers.hpp"
 #include "step_batches.hpp"
 
+namespace test_zero {  // one namespace a file: unity builds compile several files as one
+
 using namespace dp;
 using namespace dp::test;
 
@@ -305,3 +307,5 @@ TEST_CASE("a replica that fails under ZeRO ends the step with its error: no devi
     CHECK_THROWS_AS(step_on(*dp, *batches[0]), ReplicaError);
   }
 }
+
+}  // namespace test_zero
