@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "core/shorten.hpp"
+
 namespace dp {
 
 constexpr int kMaxJsonDepth = 128;
@@ -26,5 +28,9 @@ nlohmann::json parse_bounded_json(Input&&... input) {
                                  return true;
                                });
 }
+
+// A value from such a file, as JSON text cut to one short line, for an error message that names it
+// (a file may hold a 100 KB string where a number belongs).
+inline std::string short_dump(const nlohmann::json& value, size_t max = 60) { return shorten(value.dump(), max); }
 
 }  // namespace dp

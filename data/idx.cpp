@@ -58,6 +58,13 @@ struct GzFile {
     }
     return out;
   }
+  // Nothing may follow the data the header announces: torchvision's reader refuses such a file too
+  // (its view to the header's shape fails). With gzip, the bytes a further member holds count.
+  void expect_end(const std::string& what) {
+    char extra = 0;
+    if (read_some(&extra, 1, "the end of the file") != 0)
+      throw RuntimeError(path + ": bytes after the " + what + " its header announces (an IDX file ends with its data)");
+  }
   uint32_t read_be32(const std::string& what) {
     unsigned char b[4];
     read(b, 4, what);
@@ -92,6 +99,7 @@ Dataset read_idx_pair(const std::string& images_path, const std::string& labels_
     if (d.count * d.rows * d.cols > kMaxPixels)
       throw RuntimeError(images_path + ": header claims " + std::to_string(d.count) + " images, more than any file holds");
     d.images = f.read_vector(static_cast<size_t>(d.count * d.rows * d.cols), std::to_string(d.count) + " images");
+    f.expect_end(std::to_string(d.count) + " images");
   }
   {
     GzFile f(labels_path, "rb");
@@ -103,6 +111,7 @@ Dataset read_idx_pair(const std::string& images_path, const std::string& labels_
       throw RuntimeError(labels_path + ": " + std::to_string(n) + " labels for " + std::to_string(d.count) +
                          " images in " + images_path);
     const std::vector<uint8_t> bytes = f.read_vector(static_cast<size_t>(n), std::to_string(n) + " labels");
+    f.expect_end(std::to_string(n) + " labels");
     d.labels.assign(bytes.begin(), bytes.end());
   }
   for (size_t i = 0; i < d.labels.size(); ++i)

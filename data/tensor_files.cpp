@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/bounded_json.hpp"
 #include "io/read_file.hpp"
+#include "io/safetensors_tiling.hpp"
 
 namespace dp {
 
@@ -213,6 +214,7 @@ Dataset read_safetensors_samples(const std::string& path) {
     throw RuntimeError(path + ": not a safetensors file (its header is not JSON: " + e.what() + ")");
   }
   const size_t data_start = 8 + static_cast<size_t>(header_len);
+  check_safetensors_tiling(header, bytes.size() - data_start, path);
   return make_dataset(safetensors_tensor(bytes, header, data_start, path, "images"),
                       safetensors_tensor(bytes, header, data_start, path, "labels"), path);
 }

@@ -83,8 +83,7 @@ int64_t step_of(const std::string& name) {
 void check_state_fields(const nlohmann::json& s, const std::string& path) {
   using json = nlohmann::json;
   auto fail = [&](const std::string& key, const std::string& want) {
-    std::string value = s.contains(key) ? s[key].dump() : "missing";
-    if (value.size() > 60) value = value.substr(0, 57) + "...";
+    const std::string value = s.contains(key) ? short_dump(s[key]) : "missing";
     throw RuntimeError(path + ": \"" + key + "\" is " + value + ", not " + want);
   };
   if (!s.is_object()) throw RuntimeError(path + ": not a JSON object");
@@ -133,15 +132,11 @@ Checkpoint read_one(const std::string& dir, const ModelLayout& layout, const nlo
     throw CheckpointMismatch(dir + ": checkpoint format " + std::to_string(format) + ", this dp reads format " +
                              std::to_string(kCheckpointFormat));
   check_state_fields(c.state, state_path);
-  auto shown = [](const nlohmann::json& v) {  // one line, however large the value
-    std::string text = v.dump();
-    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
-  };
   for (auto it = expect.begin(); it != expect.end(); ++it)
     if (!c.state.contains(it.key()) || c.state[it.key()] != it.value())
       throw CheckpointMismatch(dir + ": the checkpoint was made with " + it.key() + " " +
-                               (c.state.contains(it.key()) ? shown(c.state[it.key()]) : "(none)") + ", this run has " +
-                               shown(it.value()));
+                               (c.state.contains(it.key()) ? short_dump(c.state[it.key()]) : "(none)") + ", this run has " +
+                               short_dump(it.value()));
   c.model = load_safetensors((fs::path(dir) / "model.safetensors").string(), layout);
   try {
     c.optimizer.steps = c.state.at("optimizer_steps").get<int64_t>();

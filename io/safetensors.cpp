@@ -7,9 +7,11 @@
 #include <set>
 
 #include "core/error.hpp"
+#include "core/shorten.hpp"
 #include "io/atomic_file.hpp"
 #include "core/bounded_json.hpp"
 #include "io/read_file.hpp"
+#include "io/safetensors_tiling.hpp"
 
 namespace dp {
 
@@ -54,6 +56,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   if (!f.header.is_object()) throw not_valid(path, "header is not a JSON object");
   f.body = 8 + header_len;
+  check_safetensors_tiling(f.header, data.size() - f.body, path);
   return f;
 }
 
@@ -71,7 +74,7 @@ std::string model_prefix(const nlohmann::json& header, const ModelLayout& layout
   for (const auto& t : layout.tied) expected.insert(t.name);
   for (auto it = header.begin(); it != header.end(); ++it)
     if (it.key() != "__metadata__" && !expected.count(it.key().substr(prefix.size())))
-      throw RuntimeError(path + ": unexpected tensor '" + it.key() + "' (not in the model's state dict)");
+      throw RuntimeError(path + ": unexpected tensor '" + shorten(it.key()) + "' (not in the model's state dict)");
   return prefix;
 }
 

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <set>
 #include <thread>
+#include <zlib.h>
 
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
@@ -126,6 +127,21 @@ TEST_CASE("corrupt IDX files are rejected with a message naming the problem") {
   expect(be32(0x803) + be32(4) + be32(0) + be32(28) + img.substr(16), lbl, "implausible image size");
   CHECK_THROWS_WITH_AS(read_idx_pair(dir.file("missing"), dir.file("lbl")), doctest::Contains("cannot open"),
                        RuntimeError);
+  // Bytes after the data the header announces (torchvision's reader refuses them: its view fails).
+  expect(img + std::string(7, '\0'), lbl, "bytes after the 4 images its header announces");
+  expect(img, lbl + "x", "bytes after the 4 labels its header announces");
+  {
+    // ... also as a second gzip member, which zlib reads on as one stream.
+    write_idx_pair(d, dir.file("img.gz"), dir.file("lbl.gz"));
+    gzFile extra = gzopen(dir.file("extra.gz").c_str(), "wb");
+    REQUIRE(extra);
+    const std::string zeros(4096, '\0');
+    REQUIRE(gzwrite(extra, zeros.data(), static_cast<unsigned>(zeros.size())) == static_cast<int>(zeros.size()));
+    REQUIRE(gzclose(extra) == Z_OK);
+    write_bytes(dir.file("two.gz"), read_bytes(dir.file("img.gz")) + read_bytes(dir.file("extra.gz")));
+    CHECK_THROWS_WITH_AS(read_idx_pair(dir.file("two.gz"), dir.file("lbl.gz")),
+                         doctest::Contains("bytes after the 4 images its header announces"), RuntimeError);
+  }
   // A damaged gzip stream is reported as corrupt, not as short.
   write_idx_pair(d, dir.file("img.gz"), dir.file("lbl.gz"));
   std::string gz = read_bytes(dir.file("img.gz"));
@@ -235,15 +251,50 @@ TEST_CASE("corrupt safetensors files are rejected with a message naming the prob
   redtyped.replace(redtyped.find("F32"), 3, "F16");
   expect(with_header(redtyped, body), "has dtype F16");
   {
-    auto h = nlohmann::json::parse(header);  // a tensor the model has, left out
-    h.erase("1.bias");
-    expect(with_header(h.dump(), body), "missing tensor '1.bias'");
+    auto h = nlohmann::json::parse(header);  // a tensor the model has, left out (the last, with its bytes)
+    h.erase("5.bias");
+    expect(with_header(h.dump(), body.substr(0, body.size() - 40)), "missing tensor '5.bias'");
     h = nlohmann::json::parse(header);
     h["1.bias"]["data_offsets"] = "everywhere";
-    expect(with_header(h.dump(), body), "entry '1.bias' is malformed");
+    expect(with_header(h.dump(), body), "tensor '1.bias' has no data_offsets [begin, end]");
     h = nlohmann::json::parse(header);
-    h["1.bias"]["data_offsets"][1] = h["1.bias"]["data_offsets"][1].get<uint64_t>() - 4;
-    expect(with_header(h.dump(), body), "tensor '1.bias' has 2044 bytes for 512 elements of F32");
+    h["1.bias"]["dtype"] = 7;
+    expect(with_header(h.dump(), body), "entry '1.bias' is malformed");
+    // The last tensor 4 bytes short, and the file with it: the data tiles, the count is wrong.
+    h = nlohmann::json::parse(header);
+    std::string last;
+    for (auto it = h.begin(); it != h.end(); ++it)
+      if (it.key() != "__metadata__" && (last.empty() || it.value()["data_offsets"][1] > h[last]["data_offsets"][1]))
+        last = it.key();
+    h[last]["data_offsets"][1] = h[last]["data_offsets"][1].get<uint64_t>() - 4;
+    const int64_t elements = h[last]["shape"].size() == 1 ? h[last]["shape"][0].get<int64_t>() : -1;
+    expect(with_header(h.dump(), body.substr(0, body.size() - 4)),
+           ("tensor '" + last + "' has " + std::to_string(elements * 4 - 4) + " bytes for " + std::to_string(elements) +
+            " elements of F32").c_str());
+  }
+  // The tensors must tile the data from its first byte to the file's last, as safetensors' own reader
+  // requires (MetadataIncompleteBuffer, InvalidOffset): bytes after them, a hole, an overlap.
+  expect(good + "tail", "not a valid safetensors file: 4 bytes after the last tensor's data");
+  {
+    auto h = nlohmann::json::parse(header);
+    const uint64_t end = h["1.bias"]["data_offsets"][1].get<uint64_t>();
+    h["1.bias"]["data_offsets"][1] = end - 4;
+    h["1.bias"]["data_offsets"][0] = h["1.bias"]["data_offsets"][0].get<uint64_t>() - 4;  // overlaps 1.weight
+    expect(with_header(h.dump(), body), "tensor '1.bias' begins at byte");
+    expect(with_header(h.dump(), body), "without holes or overlaps");
+    h = nlohmann::json::parse(header);
+    h["1.bias"]["data_offsets"][1] = end - 4;  // a 4-byte hole before the next tensor
+    expect(with_header(h.dump(), body), ("where the tensor before it ends (" + std::to_string(end - 4) + ")").c_str());
+    h = nlohmann::json::parse(header);
+    h[std::string(5000, 'n')] = {{"dtype", "F32"}, {"shape", {0}}, {"data_offsets", {body.size(), body.size()}}};
+    write_bytes(dir.file("x.safetensors"), with_header(h.dump(), body));
+    try {
+      load_safetensors(dir.file("x.safetensors"), mlp);
+      FAIL("a file with a tensor the model lacks loaded");
+    } catch (const RuntimeError& e) {
+      CHECK(std::string(e.what()).size() < 400);  // the name is cut, the message one short line
+      CHECK(std::string(e.what()).find("nnn...") != std::string::npos);
+    }
   }
   // A file for another model: names missing.
   const ModelLayout convnet = ModelLayout::of(find_model("convnet"));

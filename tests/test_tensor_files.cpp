@@ -174,6 +174,14 @@ TEST_CASE("tensor files: what a file cannot hold is an error naming the file and
   write_safetensors(dir / "train.safetensors", {{"images", "U8", {4294967296, 4294967296, 1, 1}, ""},
                                                 {"labels", "I64", {1}, std::string(8, '\0')}});
   fails("train.safetensors's images: 0 bytes for shape [4294967296, 4294967296, 1, 1]");
+  // The tensors must tile the data to the file's end, as safetensors' own reader requires: bytes after
+  // the last tensor, or a hole between two, are refused (a second file could hide there).
+  write_safetensors(dir / "train.safetensors", {{"images", "U8", {1, 1, 1}, "a"}, {"labels", "I64", {1}, std::string(8, '\0')}});
+  {
+    std::ofstream f(dir / "train.safetensors", std::ios::binary | std::ios::app);
+    f << "tail";
+  }
+  fails("train.safetensors: not a valid safetensors file: 4 bytes after the last tensor's data");
 }
 
 }  // namespace test_tensor_files

@@ -6,6 +6,7 @@
 #include <array>
 #include <sstream>
 
+#include "core/bounded_json.hpp"
 #include "runtime/device.hpp"
 #include "core/error.hpp"
 #include "kernels/ops/broadcast_mul.hpp"
@@ -32,7 +33,7 @@ const json& attr(const GraphNode& n, const char* key) {
 
 int64_t int_attr(const GraphNode& n, const char* key) {
   const json& v = attr(n, key);
-  if (!v.is_number_integer()) bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not an integer");
+  if (!v.is_number_integer()) bad_attr(n, std::string("\"") + key + "\" is " + short_dump(v) + ", not an integer");
   return v.get<int64_t>();
 }
 
@@ -43,14 +44,14 @@ int64_t int_attr_or(const GraphNode& n, const char* key, int64_t fallback) {
 double number_attr(const GraphNode& n, const char* key, double fallback) {
   if (!n.attrs.contains(key)) return fallback;
   const json& v = n.attrs.at(key);
-  if (!v.is_number()) bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not a number");
+  if (!v.is_number()) bad_attr(n, std::string("\"") + key + "\" is " + short_dump(v) + ", not a number");
   return v.get<double>();
 }
 
 bool bool_attr(const GraphNode& n, const char* key, bool fallback) {
   if (!n.attrs.contains(key)) return fallback;
   const json& v = n.attrs.at(key);
-  if (!v.is_boolean()) bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not true or false");
+  if (!v.is_boolean()) bad_attr(n, std::string("\"") + key + "\" is " + short_dump(v) + ", not true or false");
   return v.get<bool>();
 }
 
@@ -61,10 +62,10 @@ int64_t square_attr(const GraphNode& n, const char* key, int64_t fallback) {
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer()) {
     if (v[0] != v[1])
-      bad_attr(n, std::string("\"") + key + "\" " + v.dump() + " differs between height and width; dp runs it square");
+      bad_attr(n, std::string("\"") + key + "\" " + short_dump(v) + " differs between height and width; dp runs it square");
     return v[0].get<int64_t>();
   }
-  bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not an integer or a pair of them");
+  bad_attr(n, std::string("\"") + key + "\" is " + short_dump(v) + ", not an integer or a pair of them");
 }
 
 // An int or a pair of ints (height, width) that may differ: a convolution's kernel and padding.
@@ -74,7 +75,7 @@ std::array<int64_t, 2> pair_attr(const GraphNode& n, const char* key, int64_t fa
   if (v.is_number_integer()) return {v.get<int64_t>(), v.get<int64_t>()};
   if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
     return {v[0].get<int64_t>(), v[1].get<int64_t>()};
-  bad_attr(n, std::string("\"") + key + "\" is " + v.dump() + ", not an integer or a pair of them");
+  bad_attr(n, std::string("\"") + key + "\" is " + short_dump(v) + ", not an integer or a pair of them");
 }
 
 void require(const GraphNode& n, bool ok, const std::string& what) {
@@ -437,11 +438,11 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   }
   if (op == "conv2d") {
     require(n, !n.attrs.contains("padding_mode") || attr(n, "padding_mode") == "zeros",
-            "padding_mode " + (n.attrs.contains("padding_mode") ? attr(n, "padding_mode").dump() : "") +
+            "padding_mode " + (n.attrs.contains("padding_mode") ? short_dump(attr(n, "padding_mode")) : "") +
                 " is not run by dp (zeros is)");
     if (n.attrs.contains("padding"))
       require(n, !n.attrs.at("padding").is_string(),
-              "padding " + n.attrs.at("padding").dump() + " is not run by dp (give it in numbers)");
+              "padding " + short_dump(n.attrs.at("padding")) + " is not run by dp (give it in numbers)");
     const int64_t in = int_attr(n, "in_channels"), out = int_attr(n, "out_channels"), groups = int_attr_or(n, "groups", 1);
     require(n, groups >= 1 && in % groups == 0 && out % groups == 0,
             "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")");
@@ -461,7 +462,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   if (op == "layer_norm") {
     const json& shape = attr(n, "normalized_shape");
     require(n, shape.is_array() && shape.size() == 1 && shape[0].is_number_integer(),
-            "normalized_shape " + shape.dump() + ": dp normalises over the last dimension only");
+            "normalized_shape " + short_dump(shape) + ": dp normalises over the last dimension only");
     require(n, bool_attr(n, "elementwise_affine", true), "elementwise_affine=False is not run by dp yet");
     return make_layernorm(shape[0].get<int64_t>(), static_cast<float>(number_attr(n, "eps", 1e-5)),
                           bool_attr(n, "bias", true));
@@ -480,7 +481,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   if (op == "gelu") {
     const json none = "none";
     const json& form = n.attrs.contains("approximate") ? attr(n, "approximate") : none;
-    require(n, form == "none" || form == "tanh", "approximate " + form.dump() + " is not GELU's (none or tanh)");
+    require(n, form == "none" || form == "tanh", "approximate " + short_dump(form) + " is not GELU's (none or tanh)");
     return form == "tanh" ? make_activation(Activation::GeluTanh) : make_gelu();
   }
   if (op == "dropout") {
@@ -493,7 +494,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     const double p = number_attr(n, "p", 0);
     require(n, p >= 0 && p <= 1, "p must be in [0, 1]");
     require(n, attr(n, "mode") == "row",
-            "mode " + attr(n, "mode").dump() + " is not run by dp: \"batch\" draws one mask for each replica's "
+            "mode " + short_dump(attr(n, "mode")) + " is not run by dp: \"batch\" draws one mask for each replica's "
             "chunk, which DataParallel's split would change (\"row\", a draw a sample, is)");
     // Like dropout's, a site whatever p: a file's later sites keep their numbers.
     const uint32_t site = dropout_site++;
@@ -546,7 +547,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     } else if (size.is_array() && size.size() == 2 && size[0].is_number_integer() && size[1].is_number_integer()) {
       oh = size[0].get<int64_t>(), ow = size[1].get<int64_t>();
     } else {
-      bad_attr(n, "output_size " + size.dump() + " is not a size or a pair of sizes (None keeps a dimension: "
+      bad_attr(n, "output_size " + short_dump(size) + " is not a size or a pair of sizes (None keeps a dimension: "
                   "dp does not run it)");
     }
     require(n, oh >= 1 && ow >= 1, "output_size must be positive");
@@ -577,11 +578,11 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     if (dims.is_number_integer()) d.push_back(dims.get<int64_t>());
     else if (dims.is_array())
       for (const json& x : dims) {
-        if (!x.is_number_integer()) bad_attr(n, "dim " + dims.dump() + " is not a list of dimensions");
+        if (!x.is_number_integer()) bad_attr(n, "dim " + short_dump(dims) + " is not a list of dimensions");
         d.push_back(x.get<int64_t>());
       }
     else
-      bad_attr(n, "dim " + dims.dump() + " is not a dimension or a list of them (a mean over everything: give the dims)");
+      bad_attr(n, "dim " + short_dump(dims) + " is not a dimension or a list of them (a mean over everything: give the dims)");
     const bool keepdim = bool_attr(n, "keepdim", false);
     // The input's batched rank: the output's, plus the reduced dims unless kept.
     const int64_t in_rank = static_cast<int64_t>(n.shape.size()) + 1 + (keepdim ? 0 : static_cast<int64_t>(d.size()));
@@ -589,7 +590,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     for (int64_t x : d) {
       const int64_t k = x < 0 ? x + in_rank : x;
       require(n, k >= 1 && k < in_rank && !seen[static_cast<size_t>(k)],
-              "dim " + dims.dump() + ": dp takes the mean over distinct per-sample dimensions");
+              "dim " + short_dump(dims) + ": dp takes the mean over distinct per-sample dimensions");
       seen[static_cast<size_t>(k)] = true;
     }
     bool trailing = true;

@@ -47,7 +47,7 @@ Shape shape_of(const std::string& path, const json& v, const std::string& where)
   if (!v.is_array()) bad(path, where + ": the shape is not a list of sizes");
   Shape s;
   for (const json& d : v) {
-    if (!d.is_number_integer() || d.get<int64_t>() < 0) bad(path, where + ": the shape " + v.dump() + " is not sizes");
+    if (!d.is_number_integer() || d.get<int64_t>() < 0) bad(path, where + ": the shape " + short_dump(v) + " is not sizes");
     s.push_back(d.get<int64_t>());
   }
   return s;
@@ -79,10 +79,10 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
   }
   if (!j.is_object()) bad(path, "not a JSON object");
   if (!j.contains("format") || j["format"] != "dp-model")
-    bad(path, "not a dp model file (\"format\" is " + (j.contains("format") ? j["format"].dump() : "missing") +
+    bad(path, "not a dp model file (\"format\" is " + (j.contains("format") ? short_dump(j["format"]) : "missing") +
                   ", expected \"dp-model\")");
   if (!j.contains("version") || j["version"] != 1)
-    bad(path, "format version " + (j.contains("version") ? j["version"].dump() : "missing") +
+    bad(path, "format version " + (j.contains("version") ? short_dump(j["version"]) : "missing") +
                   " is not one this dp reads (1)");
 
   auto spec = std::make_shared<GraphSpec>();
@@ -192,7 +192,7 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
   if (j.contains("loss")) {
     const json& loss = j["loss"];
     if (!loss.is_object() || !loss.contains("kind") || loss["kind"] != "cross_entropy")
-      bad(path, "the loss " + loss.dump() + " is not {\"kind\": \"cross_entropy\"} (the one dp trains with)");
+      bad(path, "the loss " + short_dump(loss) + " is not {\"kind\": \"cross_entropy\"} (the one dp trains with)");
   }
   return spec;
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/bounded_json.hpp"
 #include "core/error.hpp"
 #include "kernels/ops/batched_matmul.hpp"
 #include "kernels/ops/convert.hpp"
@@ -28,7 +29,7 @@ namespace {
 int64_t int_of(const GraphNode& n, const char* key) {
   if (!n.attrs.contains(key) || !n.attrs.at(key).is_number_integer())
     bad(n, std::string("needs an integer \"") + key + "\"" +
-               (n.attrs.contains(key) ? ", not " + n.attrs.at(key).dump() : ""));
+               (n.attrs.contains(key) ? ", not " + short_dump(n.attrs.at(key)) : ""));
   return n.attrs.at(key).get<int64_t>();
 }
 
@@ -39,7 +40,7 @@ float float_of(const GraphNode& n, const char* key) {
   if (v.is_number()) return v.get<float>();
   if (v == "-inf") return -std::numeric_limits<float>::infinity();
   if (v == "inf") return std::numeric_limits<float>::infinity();
-  bad(n, std::string("\"") + key + "\" is " + v.dump() + ", not a number, \"inf\" or \"-inf\"");
+  bad(n, std::string("\"") + key + "\" is " + short_dump(v) + ", not a number, \"inf\" or \"-inf\"");
 }
 
 // A batched dimension (negative from the end) of a value with `rank` per-sample dims, as a
@@ -513,8 +514,8 @@ std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
       ok = ok && d >= 0 && d < static_cast<int>(order.size()) && !seen[static_cast<size_t>(d)];
       if (ok) seen[static_cast<size_t>(d)] = true;
     }
-    if (!ok) bad(n, "\"dims\" " + dims.dump() + " is not an order of the value's " + std::to_string(rank + 1) + " dimensions");
-    if (order[0] != 0) bad(n, "\"dims\" " + dims.dump() + " moves the batch's dimension 0; dp keeps it first");
+    if (!ok) bad(n, "\"dims\" " + short_dump(dims) + " is not an order of the value's " + std::to_string(rank + 1) + " dimensions");
+    if (order[0] != 0) bad(n, "\"dims\" " + short_dump(dims) + " moves the batch's dimension 0; dp keeps it first");
     if (static_cast<int>(order.size()) > kMaxPermuteRank)
       bad(n, "dp permutes values of at most " + std::to_string(kMaxPermuteRank) + " dimensions");
     return std::make_unique<Permute>(std::move(order));
@@ -564,7 +565,7 @@ std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
   }
   if (n.op == "masked_fill") {
     if (!n.attrs.contains("mask") || n.attrs.at("mask") != "causal")
-      bad(n, "mask " + (n.attrs.contains("mask") ? n.attrs.at("mask").dump() : std::string("(none)")) +
+      bad(n, "mask " + (n.attrs.contains("mask") ? short_dump(n.attrs.at("mask")) : std::string("(none)")) +
                  " is not run by dp (the causal mask, \"causal\": column > row, is)");
     return std::make_unique<CausalFill>(float_of(n, "value"));
   }

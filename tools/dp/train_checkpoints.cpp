@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "core/bounded_json.hpp"
 #include "core/error.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/model_identity.hpp"
@@ -80,8 +81,8 @@ Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::js
   for (const auto& s : skipped) std::fprintf(stderr, "--resume %s: skipped the damaged checkpoint %s\n", from.c_str(), s.c_str());
   if (!skipped.empty()) std::fprintf(stderr, "--resume %s: resuming from %s\n", from.c_str(), r.dir.c_str());
   if (accumulate == 1 && c.state.value("accumulate", int64_t{1}) != 1)
-    throw RuntimeError(r.dir + ": the checkpoint was made with accumulate " + c.state["accumulate"].dump() +
-                       ", this run has 1 (add --accumulate " + c.state["accumulate"].dump() + ")");
+    throw RuntimeError(r.dir + ": the checkpoint was made with accumulate " + short_dump(c.state["accumulate"]) +
+                       ", this run has 1 (add --accumulate " + short_dump(c.state["accumulate"]) + ")");
   dp.load_state(c.model.params, c.model.buffers);
   dp.restore_optimizer(c.optimizer);
   if (c.state.value("split", nlohmann::json{}).value("policy", "") == split.text) dp.splitter().restore(c.state["split"]);
