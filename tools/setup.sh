@@ -5,6 +5,8 @@
 #                                       (tools/test.sh)
 #   tools/setup.sh --sanitize address   ASan+UBSan build of the unit tests in build-asan/
 #   tools/setup.sh --sanitize thread    TSan build of the unit tests in build-tsan/
+#   tools/setup.sh --fuzz               clang ASan+UBSan build of the libFuzzer targets in build-fuzz/
+#                                       (tools/fuzz.sh)
 # Compiles go through ccache: a machine that built before rebuilds only what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,14 +16,17 @@ targets=(--target dp_cli)
 case "${1:-}" in
   --sanitize) sanitize="${2:?--sanitize needs address or thread}" ;;
   --tests) targets=() ;;
+  --fuzz) sanitize="fuzz" ;;
   "") ;;
-  *) echo "setup: takes --tests or --sanitize address|thread, not '$1'" >&2; exit 2 ;;
+  *) echo "setup: takes --tests, --sanitize address|thread or --fuzz, not '$1'" >&2; exit 2 ;;
 esac
 
 packages=(build-essential cmake ninja-build pkg-config ccache doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
           libturbojpeg0-dev libpng-dev python3 openmpi-bin libopenmpi-dev)
 # PyTorch: the exporter's (tools/export_model.py) and the cross-checks'; dp itself runs without it.
 [[ "${1:-}" == "--tests" ]] && packages+=(python3-torch python3-torchvision)
+# libFuzzer: clang's, with its runtime.
+[[ "$sanitize" == "fuzz" ]] && packages+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,17 +49,19 @@ if [[ -z "$sanitize" && "${1:-}" != "--tests" ]] && ! [[ -e /dev/nvidiactl ]] &&
 fi
 # Ninja: a library's sources compile while the library below it is still compiling, where make
 # builds one target at a time and leaves a core idle. A tree another generator made starts afresh.
-configure() {  # DIR CMAKE-ARGS...
-  local dir=$1
-  shift
-  if [[ -f "$dir/CMakeCache.txt" ]] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$dir/CMakeCache.txt"; then
+# A tree configured for another compiler starts afresh too.
+configure() {  # DIR COMPILER CMAKE-ARGS...
+  local dir=$1 cxx=$2
+  shift 2
+  if [[ -f "$dir/CMakeCache.txt" ]] && ! { grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$dir/CMakeCache.txt" &&
+    grep -q "^CMAKE_CXX_COMPILER:[A-Z]*=.*$cxx\$" "$dir/CMakeCache.txt"; }; then
     rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
   fi
-  cmake -G Ninja -S . -B "$dir" "$@" >/dev/null
+  CXX=$cxx cmake -G Ninja -S . -B "$dir" "$@" >/dev/null
 }
 case "$sanitize" in
   "")
-    configure build -DCMAKE_BUILD_TYPE=Release -DDP_CUDA="$cuda"
+    configure build c++ -DCMAKE_BUILD_TYPE=Release -DDP_CUDA="$cuda"
     cmake --build build -j"$jobs" "${targets[@]}"
     ;;
   address | thread)
@@ -62,8 +69,15 @@ case "$sanitize" in
     dir="${dir/thread/tsan}"
     # CPU-only: the sanitizers watch the host backend's threads and queues, through the unit tests
     # (what tools/test.sh --sanitize runs), unity builds at -O1 with line tables (CMakeLists.txt).
-    configure "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDP_CUDA=OFF -DDP_SANITIZE="$sanitize"
-    cmake --build "$dir" -j"$jobs" --target dp_tests
+    configure "$dir" c++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDP_CUDA=OFF -DDP_SANITIZE="$sanitize"
+    cmake --build "$dir" -j"$jobs" --target dp_tests dp_fuzz_replay
+    ;;
+  fuzz)
+    # The library with libFuzzer's coverage, ASan and UBSan (a unity build at -O1, as above), and one
+    # fuzz_<format> a format (tests/fuzz/).
+    configure build-fuzz clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDP_CUDA=OFF -DDP_MPI=OFF -DDP_SANITIZE=address -DDP_FUZZ=ON
+    cmake --build build-fuzz -j"$jobs" --target $(sed -n 's/^set(DP_FUZZ_FORMATS \(.*\))$/\1/p' tests/fuzz/CMakeLists.txt |
+                                                 sed 's/\([a-z_0-9]*\)/fuzz_\1/g')
     ;;
   *)
     echo "setup: --sanitize takes address or thread, not '$sanitize'" >&2
