@@ -198,8 +198,13 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
 }
 
 ModelDef model_def_of(std::shared_ptr<const GraphSpec> spec) {
-  // The graph built once here checks ops, shapes and state (UsageError naming the node).
-  const auto probe = make_graph_module(spec);
+  // The graph built once here checks ops, shapes and state (UsageError naming the node), said as
+  // the file's: the node's message alone would not say which file holds it.
+  try {
+    make_graph_module(spec);
+  } catch (const UsageError& e) {
+    throw UsageError("model file " + spec->path + ": " + e.what());
+  }
   const Shape out = spec->nodes[static_cast<size_t>(spec->output)].shape;
   ModelDef def;
   def.name = spec->path;

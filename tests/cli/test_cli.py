@@ -387,8 +387,11 @@ with tempfile.TemporaryDirectory() as tmp:
                "truncated")
     keeps_save("huge count", ["train", "--data", mnist_dir(tmp, "huge", count=1 << 30)] + small[3:], 1,
                "more than any file holds")
-    keeps_save("count mismatch", ["train", "--data", mnist_dir(tmp, "mismatch", count=39)] + small[3:], 1,
-               "40 labels for 39 images")
+    keeps_save("count mismatch", ["train", "--data", mnist_dir(tmp, "mismatch", count=39,
+                                                             images=bytes((i * 7) % 256 for i in range(39 * 784)))]
+               + small[3:], 1, "40 labels for 39 images")
+    keeps_save("bytes after the images", ["train", "--data", mnist_dir(tmp, "trailing", count=39)] + small[3:], 1,
+               "bytes after the 39 images its header announces")
     keeps_save("label > 9", ["train", "--data", mnist_dir(tmp, "label", labels=[12] + [1] * 39)] + small[3:], 1,
                "label 12 of sample 0")
     bad_init = os.path.join(tmp, "bad.safetensors")
