@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "kernels/buffer.hpp"
+#include "kernels/op_cost.hpp"
 
 namespace dp {
 
@@ -27,8 +28,12 @@ struct Exec {
   cuda::Context* cuda = nullptr;     // CUDA devices
   ScratchMemory* scratch = nullptr;  // the device's memory for kernels' scratch (counted as workspace)
   bool meta = false;                 // meta devices: no kernel runs (the memory is addresses only)
+  OpCostLog* costs = nullptr;        // where the ops run here count what they cost (kernels/op_cost.hpp)
   bool on_cuda() const { return cuda != nullptr; }
 };
+
+template <typename... Args>
+void meta_arguments(const Args&...) {}
 
 // What an op skipped on a meta device returns.
 template <typename T>
@@ -42,7 +47,11 @@ T meta_result() {
 // Builds without CUDA have only the CPU path.
 // DP_DISPATCH_WITH_SCRATCH: the same, the CUDA body taking the device's allocator after its
 // context (for scratch memory, e.g. the per-block partial sums of a split reduction).
-#define DP_META_RESULT(ex, op, ...) ::dp::meta_result<decltype(::dp::cpu::op(*(ex).pool, __VA_ARGS__))>()
+// On a meta device the arguments are still evaluated (an op's Operands count its operands there,
+// and a wrong dtype is refused as on a host device); the kernel is not called.
+#define DP_META_RESULT(ex, op, ...)                                            \
+  (::dp::note_meta_dispatch((ex), #op), ::dp::meta_arguments(__VA_ARGS__), \
+   ::dp::meta_result<decltype(::dp::cpu::op(*(ex).pool, __VA_ARGS__))>())
 #if DP_WITH_CUDA
 #define DP_DISPATCH(ex, op, ...)                                                     \
   ((ex).meta      ? DP_META_RESULT(ex, op, __VA_ARGS__)                              \

@@ -65,6 +65,12 @@ void Operands::return_host(std::unique_ptr<float[]> p, size_t capacity) {
   free.emplace_back(capacity, std::move(p));
 }
 
+Exec Operands::uncounted() const {
+  Exec ex = ex_;
+  ex.costs = nullptr;
+  return ex;
+}
+
 float* Operands::widen(Buf b, int64_t n, bool read, bool write) {
   if (!b.ptr || ex_.meta) return nullptr;  // a meta device runs no kernel to hand it to
   if (b.dtype == DType::F32) return static_cast<float*>(b.ptr);
@@ -80,13 +86,13 @@ float* Operands::widen(Buf b, int64_t n, bool read, bool write) {
   }
   float* data = s.data();
   scratch_.push_back(std::move(s));
-  if (read && n > 0) convert(ex_, Buf{data, DType::F32}, b, n);
+  if (read && n > 0) convert(uncounted(), Buf{data, DType::F32}, b, n);
   return data;
 }
 
 void Operands::finish() {
   for (auto& s : scratch_)
-    if (s.write_back && s.n > 0) convert(ex_, s.target, Buf{s.data(), DType::F32}, s.n);
+    if (s.write_back && s.n > 0) convert(uncounted(), s.target, Buf{s.data(), DType::F32}, s.n);
   for (auto& s : scratch_) s.write_back = false;
 }
 

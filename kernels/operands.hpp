@@ -30,18 +30,26 @@ namespace dp {
 // rounding on store). DType::F32 otherwise: float32 operands, a mix, or a host device.
 DType native_16bit(const Exec& ex, std::initializer_list<Buf> bufs);
 
+// Operands also counts the op (kernels/op_cost.hpp): each operand it hands out is read or written
+// once; the op names its arithmetic with flops().
 class Operands {
  public:
-  Operands(const Exec& ex, const char* op) : ex_(ex), op_(op) {}
+  Operands(const Exec& ex, const char* op) : ex_(ex), op_(op), cost_(ex, op) {}
   ~Operands();
   Operands(const Operands&) = delete;
   Operands& operator=(const Operands&) = delete;
 
   // n elements of b as float32 for the kernel; absent buffers give nullptr; int32 is an error
   // naming the op.
-  const float* in(Buf b, int64_t n) { return widen(b, n, true, false); }
-  float* out(Buf b, int64_t n) { return widen(b, n, false, true); }
-  float* inout(Buf b, int64_t n) { return widen(b, n, true, true); }
+  // touched: the elements the op reads when fewer than n (a lookup's rows of its table).
+  const float* in(Buf b, int64_t n, int64_t touched = -1) {
+    return cost_.reads(b, touched < 0 ? n : touched), widen(b, n, true, false);
+  }
+  float* out(Buf b, int64_t n) { return cost_.writes(b, n), widen(b, n, false, true); }
+  float* inout(Buf b, int64_t n) { return cost_.updates(b, n), widen(b, n, true, true); }
+  // The op's arithmetic (matrix: a matrix product); cost() for operands that are not widened.
+  void flops(double n, bool matrix = false) { cost_.flops(n, matrix); }
+  OpCounter& cost() { return cost_; }
   // Round every written 16-bit operand from its scratch. Call after the kernel.
   void finish();
 
@@ -56,11 +64,15 @@ class Operands {
     float* data() const;
   };
   float* widen(Buf b, int64_t n, bool read, bool write);
+  // ex_ without its cost log: the widening's conversions are not the op's cost (a GPU's native
+  // 16-bit kernel reads the operands as they are).
+  Exec uncounted() const;
   static std::unique_ptr<float[]> take_host(size_t n, size_t* capacity);
   static void return_host(std::unique_ptr<float[]> p, size_t capacity);
 
   const Exec& ex_;
   const char* op_;
+  OpCounter cost_;
   std::vector<Scratch> scratch_;
 };
 

@@ -32,10 +32,39 @@ void add_step(MemprofRun& run, const StepResult& r, int devices) {
     for (int p = 0; p < kNumPhases; ++p) run.timeline.push_back({run.completed, static_cast<Phase>(p), r.memory[p]});
 }
 
-void profile_batches(DataParallel& dp, BatchSource& loader, int64_t accumulate, MemprofRun& run) {
+OpCostRecording::OpCostRecording(DeviceSet& devices) : devices_(devices) {
+  for (int i = 0; i < devices.size(); ++i) {
+    logs_.push_back(std::make_unique<DeviceOpCosts>(devices[i].allocator()));
+    devices[i].set_op_costs(logs_.back().get());
+  }
+}
+
+OpCostRecording::~OpCostRecording() {
   try {
-    for (auto micro = next_micro_batches(loader, accumulate); !micro.empty(); micro = next_micro_batches(loader, accumulate))
+    devices_.synchronize();  // no stream may still be counting into a log
+  } catch (...) {            // the step's error is the one reported, where the step ran
+  }
+  for (int i = 0; i < devices_.size(); ++i) devices_[i].set_op_costs(nullptr);
+}
+
+void OpCostRecording::clear() {
+  devices_.synchronize();
+  for (auto& log : logs_) log->clear();
+}
+
+void OpCostRecording::keep_in(MemprofRun& run) const {
+  devices_.synchronize();
+  run.op_calls.clear(), run.uncounted_ops.clear();
+  for (const auto& log : logs_) run.op_calls.push_back(log->calls()), run.uncounted_ops.push_back(log->uncounted_ops());
+}
+
+void profile_batches(DataParallel& dp, BatchSource& loader, int64_t accumulate, MemprofRun& run,
+                     const std::function<void()>& before_step) {
+  try {
+    for (auto micro = next_micro_batches(loader, accumulate); !micro.empty(); micro = next_micro_batches(loader, accumulate)) {
+      if (before_step) before_step();
       add_step(run, step_on(dp, micro), dp.devices().size());
+    }
   } catch (const OutOfMemoryError& e) {
     run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request, e.phase, e.in_use};
   } catch (const ReplicaError& e) {

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "engine/data_parallel.hpp"
 #include "engine/step/step_recorder.hpp"
 #include "engine/step/step_result.hpp"
+#include "runtime/op_costs.hpp"
 #include "runtime/trace.hpp"
 
 namespace dp {
@@ -47,6 +50,27 @@ struct MemprofRun {
   int64_t recomputed_blocks = 0;
   std::optional<OutOfMemorySeen> out_of_memory;
   std::shared_ptr<Tracer> tracer;     // the steps' trace, kept for a page
+  // When the ops' costs were counted (kernels/op_cost.hpp): per device, the last step's calls and
+  // the ops that ran without counting.
+  std::vector<std::vector<CostedCall>> op_calls;
+  std::vector<std::set<std::string>> uncounted_ops;
+};
+
+// Counts what each op of `devices` costs while it lives (each device's DeviceOpCosts attached),
+// keeping the calls since the last clear().
+class OpCostRecording {
+ public:
+  explicit OpCostRecording(DeviceSet& devices);
+  ~OpCostRecording();
+  OpCostRecording(const OpCostRecording&) = delete;
+  OpCostRecording& operator=(const OpCostRecording&) = delete;
+  void clear();
+  // Into the run: each device's calls and uncounted ops.
+  void keep_in(MemprofRun& run) const;
+
+ private:
+  DeviceSet& devices_;
+  std::vector<std::unique_ptr<DeviceOpCosts>> logs_;
 };
 
 // Adds a finished step to the run: its split, what each device sent, its per-phase memory.
@@ -55,6 +79,8 @@ void add_step(MemprofRun& run, const StepResult& r, int devices);
 // Steps `dp` over the loader's batches, `accumulate` micro-batches a step (a phase's peak is its
 // highest over them), into `run`; an out-of-memory ends the steps and is kept in the run (what was
 // measured before it stands).
-void profile_batches(DataParallel& dp, BatchSource& loader, int64_t accumulate, MemprofRun& run);
+// `before_step` (if any) runs before each step (the op-cost recording clears there, so it keeps the last).
+void profile_batches(DataParallel& dp, BatchSource& loader, int64_t accumulate, MemprofRun& run,
+                     const std::function<void()>& before_step = {});
 
 }  // namespace dp

@@ -103,6 +103,8 @@ void Device::replace_staging_memory(std::unique_ptr<RawMemory> memory) {
   staging_ = std::move(memory);
 }
 
+void Device::set_op_costs(OpCostLog* log) { exec_.costs = copy_exec_.costs = comm_exec_.costs = log; }
+
 void Device::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   stream_.set_tracer(tracer, index_);

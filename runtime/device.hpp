@@ -89,6 +89,10 @@ class Device {
   void count_received(int from, int64_t bytes) { received_[static_cast<size_t>(from)] += bytes; }
   int64_t received_from(int from) const { return received_[static_cast<size_t>(from)].load(); }
 
+  // Count what every op run on this device costs into `log` (null stops); kernels/op_cost.hpp.
+  // Only while the device is idle (its streams read the log's pointer).
+  void set_op_costs(OpCostLog* log);
+
  private:
   // A stream beside the compute stream, made on first use: on a GPU over `queue`, traced on track
   // `track` + index.

@@ -352,6 +352,11 @@ void CachingAllocator::set_phase(std::string phase) {
   phase_ = std::move(phase);
 }
 
+std::string CachingAllocator::phase() const {
+  std::lock_guard lock(mutex_);
+  return phase_;
+}
+
 void CachingAllocator::mark_window() {
   std::lock_guard lock(mutex_);
   stats_.window_peak = stats_.in_use;

@@ -134,6 +134,7 @@ class CachingAllocator final : public ScratchMemory {
   void reset_peak();
   // What the device is doing now ("forward", ...): recorded with the peak, named in OOM errors.
   void set_phase(std::string phase);
+  std::string phase() const;
   void mark_window();  // start a new window: window_peak = in_use
   int64_t capacity() const { return capacity_; }
   void set_capacity(int64_t bytes);  // 0 = unlimited

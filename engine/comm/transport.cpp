@@ -1,5 +1,6 @@
 #include "engine/comm/transport.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/device.hpp"
@@ -31,8 +32,22 @@ void Transport::count_bytes(int rank, int from, int64_t bytes) {
 }
 
 void Transport::count_ring(int rank, int64_t count, DType dtype, RingSteps steps) {
-  if (counted_.empty() || n_ == 1) return;
-  count_bytes(rank, left(rank), ring_received(rank, n_, count, steps) * static_cast<int64_t>(dtype_size(dtype)));
+  if (n_ == 1) return;
+  const double size = static_cast<double>(dtype_size(dtype));
+  const int64_t received = ring_received(rank, n_, count, steps);
+  count_bytes(rank, left(rank), received * static_cast<int64_t>(size));
+  if (costed_.empty()) return;
+  // What the steps cost the rank's device (kernels/op_cost.hpp), whichever transport moved them:
+  // what arrives over the link; a reduce-scatter step adds it into the rank's own piece (read and
+  // written), an all-gather step writes it.
+  const RingSteps adding{steps.first, std::min(steps.last, n_ - 1)};
+  const double added = adding.first < adding.last ? static_cast<double>(ring_received(rank, n_, count, adding)) : 0.0;
+  OpCounter cost(costed_[static_cast<size_t>(rank)]->exec(), steps.first > 0 ? "all_gather"
+                                                              : steps.last > n_ - 1 ? "all_reduce"
+                                                                                    : "reduce_scatter");
+  cost.link_bytes(static_cast<double>(received) * size);
+  cost.bytes((2 * added + (static_cast<double>(received) - added)) * size);
+  cost.flops(added);
 }
 
 namespace {
@@ -54,8 +69,16 @@ class RingTransport : public Transport {
     if (!barrier_.arrive_and_wait()) return false;
     const size_t bytes = static_cast<size_t>(count) * dtype_size(data.dtype);
     if (rank != root) {
-      copy_from(rank, root, data.ptr, slots_[static_cast<size_t>(root)], bytes);
+      {
+        const UncountedOps counted_below;
+        copy_from(rank, root, data.ptr, slots_[static_cast<size_t>(root)], bytes);
+      }
       count_bytes(rank, root, static_cast<int64_t>(bytes));
+      if (!costed_.empty()) {
+        OpCounter cost(costed_[static_cast<size_t>(rank)]->exec(), "broadcast");
+        cost.link_bytes(static_cast<double>(bytes));
+        cost.bytes(static_cast<double>(bytes));
+      }
     }
     return barrier_.arrive_and_wait();
   }
@@ -104,9 +127,12 @@ class DeviceRing final : public RingTransport {
       throw RuntimeError("device ring: " + std::to_string(count) + " elements, receive buffers sized for " +
                          std::to_string((recv_[r].numel() - 1) * n_));
     slots_[r] = data.ptr;
-    if (!ring_rank_on_device(data, &slots_[static_cast<size_t>(left(rank))], count, rank, n_, steps, barrier_,
-                             *execs_[r], *execs_[static_cast<size_t>(left(rank))], recv_[r].data(), queues_[r]))
-      return false;
+    {
+      const UncountedOps counted_as_one;  // by count_ring below, as every transport's steps are
+      if (!ring_rank_on_device(data, &slots_[static_cast<size_t>(left(rank))], count, rank, n_, steps, barrier_,
+                               *execs_[r], *execs_[static_cast<size_t>(left(rank))], recv_[r].data(), queues_[r]))
+        return false;
+    }
     count_ring(rank, count, data.dtype, steps);
     return true;
   }

@@ -58,7 +58,10 @@ class Transport {
 
   // Count the bytes each participant receives on its device (Device::count_received, the step's
   // links), as the DataParallel's copies are counted: devices[r] is participant r's.
-  void count_links(std::vector<Device*> devices) { counted_ = std::move(devices); }
+  void count_links(std::vector<Device*> devices) { counted_ = costed_ = std::move(devices); }
+  // Only record what each participant's steps cost on its device (kernels/op_cost.hpp), for a
+  // caller that counts the links itself.
+  void count_costs(std::vector<Device*> devices) { costed_ = std::move(devices); }
 
  protected:
   // What rank received in these steps of a ring over `count` elements, counted on its device.
@@ -71,7 +74,8 @@ class Transport {
   // its left neighbour's once every rank has arrived).
   std::vector<void*> slots_;
   std::atomic<bool> aborted_{false};
-  std::vector<Device*> counted_;
+  std::vector<Device*> counted_;  // whose links count what each receives
+  std::vector<Device*> costed_;   // whose op-cost logs see each participant's steps
 };
 
 // Threads reading each other's host memory.

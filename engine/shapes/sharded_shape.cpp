@@ -122,8 +122,9 @@ std::unique_ptr<Transport> ShardedShape::make_local_transport() {
   }
   if (nccl_devices_) return make_nccl_transport(*nccl_devices_, execs);
   ring_recv_ = ring_receive_buffers(devices, buckets_);  // host devices' ring receives into them too
-  if (e_.devices()[0].is_meta()) return make_meta_transport(n);
-  return make_device_ring(execs, queues, ring_recv_);
+  auto transport = e_.devices()[0].is_meta() ? make_meta_transport(n) : make_device_ring(execs, queues, ring_recv_);
+  transport->count_costs(devices);  // the links are counted here (count_ring), a pass at a time
+  return transport;
 }
 
 std::pair<int64_t, int64_t> ShardedShape::owned(int d, size_t k) const {

@@ -28,6 +28,7 @@ inline void activation_forward(const Exec& ex, Activation a, Buf out, Buf in, in
     return cuda::activation_forward(*ex.cuda, a, out.dtype, out.ptr, in.ptr, n);
 #endif
   Operands o(ex, "activation_forward");
+  o.flops(4.0 * n);
   DP_DISPATCH(ex, activation_forward, a, o.out(out, n), o.in(in, n), n);
   o.finish();
 }
@@ -38,6 +39,7 @@ inline void activation_backward(const Exec& ex, Activation a, Buf din, Buf dout,
     return cuda::activation_backward(*ex.cuda, a, din.dtype, din.ptr, dout.ptr, in.ptr, n);
 #endif
   Operands o(ex, "activation_backward");
+  o.flops(6.0 * n);
   DP_DISPATCH(ex, activation_backward, a, o.out(din, n), o.in(dout, n), o.in(in, n), n);
   o.finish();
 }

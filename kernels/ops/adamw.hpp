@@ -33,6 +33,9 @@ void adamw_update(Context& c, float* param, const float* grad, float* exp_avg, f
 inline void adamw_update(const Exec& ex, Buf param, Buf grad, Buf exp_avg, Buf exp_avg_sq, const AdamWStep& s,
                          int64_t n, Buf skip_if = {}) {
   constexpr const char* op = "adamw_update";
+  OpCounter c(ex, op);
+  c.updates(param, n), c.reads(grad, n), c.updates(exp_avg, n), c.updates(exp_avg_sq, n), c.reads(skip_if, 1);
+  c.flops(16.0 * n);
   DP_DISPATCH(ex, adamw_update, param.f32(op), grad.f32(op), exp_avg.f32(op), exp_avg_sq.f32(op), s, n,
               skip_if.i32(op));
 }

@@ -32,6 +32,7 @@ inline void batched_matmul(const Exec& ex, Buf out, Buf a, Buf b, const MatmulSh
     return cuda::batched_matmul(*ex.cuda, t, out.ptr, a.ptr, b.ptr, s);
 #endif
   Operands o(ex, "batched_matmul");
+  o.flops(2.0 * s.batch * s.M * s.N * s.K, true);
   DP_DISPATCH(ex, batched_matmul, o.out(out, s.batch * s.M * s.N), o.in(a, s.batch * s.M * s.K),
               o.in(b, s.batch * s.K * s.N), s);
   o.finish();

@@ -70,6 +70,7 @@ struct BatchNormArgs {
 inline void batchnorm_forward_train(const Exec& ex, Buf out, Buf save_mean, Buf save_invstd, Buf in, Buf gamma,
                                     Buf beta, Buf running_mean, Buf running_var, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_forward_train");
+  o.flops(8.0 * a.numel());
   const int64_t n = a.numel(), C = a.C;
   DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_forward_train, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C),
                            o.in(in, n), o.in(gamma, C), o.in(beta, C), o.inout(running_mean, C),
@@ -79,6 +80,7 @@ inline void batchnorm_forward_train(const Exec& ex, Buf out, Buf save_mean, Buf 
 inline void batchnorm_forward_eval(const Exec& ex, Buf out, Buf in, Buf gamma, Buf beta, Buf running_mean,
                                    Buf running_var, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_forward_eval");
+  o.flops(2.0 * a.numel());
   const int64_t n = a.numel(), C = a.C;
   DP_DISPATCH(ex, batchnorm_forward_eval, o.out(out, n), o.in(in, n), o.in(gamma, C), o.in(beta, C),
               o.in(running_mean, C), o.in(running_var, C), a.N, a.C, a.HW, a.eps);
@@ -87,6 +89,7 @@ inline void batchnorm_forward_eval(const Exec& ex, Buf out, Buf in, Buf gamma, B
 inline void batchnorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, Buf dout, Buf in, Buf gamma,
                                Buf save_mean, Buf save_invstd, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward");
+  o.flops(10.0 * a.numel());
   const int64_t n = a.numel(), C = a.C;
   DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward, o.out(din, n), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, n),
                            o.in(in, n), o.in(gamma, C), o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW,
@@ -96,6 +99,7 @@ inline void batchnorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, B
 
 inline void batchnorm_stats(const Exec& ex, Buf mean, Buf var, Buf in, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_stats");
+  o.flops(3.0 * a.numel());
   DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_stats, o.out(mean, a.C), o.out(var, a.C), o.in(in, a.numel()), a.N, a.C,
                            a.HW);
   o.finish();
@@ -104,6 +108,7 @@ inline void batchnorm_forward_with_stats(const Exec& ex, Buf out, Buf save_mean,
                                          Buf beta, Buf running_mean, Buf running_var, Buf mean, Buf var,
                                          int64_t count, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_forward_with_stats");
+  o.flops(4.0 * a.numel());
   const int64_t n = a.numel(), C = a.C;
   DP_DISPATCH(ex, batchnorm_forward_with_stats, o.out(out, n), o.out(save_mean, C), o.out(save_invstd, C), o.in(in, n),
               o.in(gamma, C), o.in(beta, C), o.inout(running_mean, C), o.inout(running_var, C), o.in(mean, C),
@@ -113,6 +118,7 @@ inline void batchnorm_forward_with_stats(const Exec& ex, Buf out, Buf save_mean,
 inline void batchnorm_backward_reduce(const Exec& ex, Buf sum_dy, Buf sum_dy_xhat, Buf dout, Buf in, Buf save_mean,
                                       Buf save_invstd, const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward_reduce");
+  o.flops(4.0 * a.numel());
   const int64_t n = a.numel(), C = a.C;
   DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward_reduce, o.out(sum_dy, C), o.out(sum_dy_xhat, C), o.in(dout, n),
                            o.in(in, n), o.in(save_mean, C), o.in(save_invstd, C), a.N, a.C, a.HW);
@@ -122,6 +128,7 @@ inline void batchnorm_backward_apply(const Exec& ex, Buf din, Buf dout, Buf in, 
                                      Buf save_invstd, Buf sum_dy, Buf sum_dy_xhat, int64_t count,
                                      const BatchNormArgs& a) {
   Operands o(ex, "batchnorm_backward_apply");
+  o.flops(6.0 * a.numel());
   const int64_t n = a.numel(), C = a.C;
   DP_DISPATCH_WITH_SCRATCH(ex, batchnorm_backward_apply, o.out(din, n), o.in(dout, n), o.in(in, n), o.in(gamma, C),
                            o.in(save_mean, C), o.in(save_invstd, C), o.in(sum_dy, C), o.in(sum_dy_xhat, C), count,

@@ -29,6 +29,7 @@ inline void mul_planes(const Exec& ex, Buf out, Buf a, Buf b, int64_t planes, in
     return cuda::mul_planes(*ex.cuda, t, out.ptr, a.ptr, b.ptr, planes, size, b_per_plane);
 #endif
   Operands o(ex, "mul_planes");
+  o.flops(1.0 * planes * size);
   DP_DISPATCH(ex, mul_planes, o.out(out, planes * size), o.in(a, planes * size),
               o.in(b, b_per_plane ? planes : planes * size), planes, size, b_per_plane);
   o.finish();
@@ -40,6 +41,7 @@ inline void plane_dot(const Exec& ex, Buf out, Buf g, Buf a, int64_t planes, int
     return cuda::plane_dot(*ex.cuda, t, out.ptr, g.ptr, a.ptr, planes, size);
 #endif
   Operands o(ex, "plane_dot");
+  o.flops(2.0 * planes * size);
   DP_DISPATCH(ex, plane_dot, o.out(out, planes), o.in(g, planes * size), o.in(a, planes * size), planes, size);
   o.finish();
 }

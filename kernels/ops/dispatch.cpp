@@ -23,6 +23,11 @@
 namespace dp {
 
 void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, const Exec& from) {
+  OpCounter cost(to, "copy");
+  if (to.scratch == from.scratch)  // the same device's memory (its compute, copy or comm stream)
+    cost.bytes(2.0 * static_cast<double>(bytes));
+  else
+    cost.link_bytes(static_cast<double>(bytes));
   if (bytes == 0 || to.meta || from.meta) return;
   if (to.on_cuda() != from.on_cuda())
     throw RuntimeError("copy between a CUDA device and a host device is not supported");
@@ -33,6 +38,9 @@ void copy_between(const Exec& to, void* dst, const void* src, size_t bytes, cons
 }
 
 void add_many_inplace(const Exec& ex, Buf y, const std::vector<Buf>& xs, int64_t n) {
+  OpCounter cost(ex, "add_many_inplace");  // one pass: y read and written once, each x read
+  cost.updates(y, n), cost.flops(static_cast<double>(n) * static_cast<double>(xs.size()));
+  for (const Buf& x : xs) cost.reads(x, n);
   if (ex.meta) return;
   for (const Buf& x : xs)
     if (x.dtype != xs[0].dtype) throw RuntimeError("add_many_inplace: sources of different dtypes");
@@ -43,11 +51,14 @@ void add_many_inplace(const Exec& ex, Buf y, const std::vector<Buf>& xs, int64_t
     return cuda::add_many_inplace(*ex.cuda, y.dtype, y.ptr, xs[0].dtype, ptrs, n);
   }
 #endif
+  const UncountedOps counted_above;  // one pass, as the CUDA kernel does
   for (const Buf& x : xs) add_inplace(ex, y, x, n);
 }
 
 void convert(const Exec& ex, Buf dst, Buf src, int64_t n) {
   constexpr const char* op = "convert";
+  OpCounter cost(ex, op);
+  cost.reads(src, n), cost.writes(dst, n);
   if (dst.dtype == src.dtype) return copy_between(ex, dst.ptr, src.ptr, static_cast<size_t>(n) * dtype_size(dst.dtype), ex);
   if (src.dtype == DType::F32 && dst.dtype == DType::BF16) return DP_DISPATCH(ex, float_to_bf16, dst.bf16(op), src.f32(op), n);
   if (src.dtype == DType::F32 && dst.dtype == DType::F16) return DP_DISPATCH(ex, float_to_f16, dst.f16(op), src.f32(op), n);
@@ -77,8 +88,12 @@ int64_t conv2d_workspace_floats(const Exec& ex, const ConvShape& s, bool backwar
                   static_cast<int64_t>(conv2d_workspace_bytes(s, backward) / sizeof(float)));
 }
 
+namespace {
+// A convolution's multiply-adds: each output pixel of each output channel over its group's taps.
+double conv_flops(const ConvShape& s) { return 2.0 * static_cast<double>(s.out_numel()) * static_cast<double>(s.col_rows()); }
+}  // namespace
+
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {
-  if (ex.meta) return;
 #if DP_WITH_CUDA
   // cuDNN's workspace and dp's partial sums from the layer's workspace (conv2d_workspace_bytes)
   std::optional<RegionScratch> region;
@@ -88,8 +103,10 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
     return;
 #endif
   Operands o(ex, "conv2d_forward");
+  o.flops(conv_flops(s) + (b.ptr ? static_cast<double>(s.out_numel()) : 0.0), true);
   float* y = o.out(out, s.out_numel());
   const float *x = o.in(in, s.in_numel()), *wt = o.in(w, s.weight_numel()), *bias = o.in(b, s.K);
+  if (ex.meta) return;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
     cuda::conv2d_forward(*ex.cuda, *region, y, x, wt, bias, s);
@@ -102,7 +119,6 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
 
 void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,
                      Buf workspace) {
-  if (ex.meta) return;
 #if DP_WITH_CUDA
   std::optional<RegionScratch> region;
   if (ex.on_cuda()) region.emplace(workspace.ptr, conv2d_workspace_bytes(s, true), *ex.scratch);
@@ -111,9 +127,13 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
     return;
 #endif
   Operands o(ex, "conv2d_backward");
+  o.flops(((din.ptr ? 1.0 : 0.0) + (dw.ptr ? 1.0 : 0.0)) * conv_flops(s) + (db.ptr ? static_cast<double>(s.out_numel()) : 0.0),
+          true);
   const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
   float *dx = o.out(din, in_n), *dwt = o.out(dw, w_n), *dbias = o.out(db, s.K);
-  const float *dy = o.in(dout, out_n), *x = o.in(in, in_n), *wt = o.in(w, w_n);
+  // the input is read for the weight's gradient, the weight for the input's
+  const float *dy = o.in(dout, out_n), *x = o.in(in, in_n, dw.ptr ? in_n : 0), *wt = o.in(w, w_n, din.ptr ? w_n : 0);
+  if (ex.meta) return;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
     cuda::conv2d_backward(*ex.cuda, *region, dx, dwt, dbias, dy, x, wt, s);
@@ -125,6 +145,8 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
 }
 
 void sum_squares_and_clip(const Exec& ex, Buf x, int64_t n, float clip, double* out, Buf found_inf) {
+  OpCounter cost(ex, "sum_squares_and_clip");  // the clip's second pass is not counted: it runs only when over
+  cost.reads(x, n), cost.flops(2.0 * n);
   if (ex.meta) return void(*out = 0);  // a meta device's gradients are all zeros
   constexpr const char* op = "sum_squares_and_clip";
   float* v = x.f32(op);
@@ -157,10 +179,11 @@ std::unique_ptr<ScopedBlock> loss_scratch_elsewhere(const Exec& ex, int64_t B) {
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars, float label_smoothing) {
   const auto held = loss_scratch_elsewhere(ex, B);
-  if (ex.meta) return void(*out = LossSums{});
   Operands o(ex, "softmax_xent");
+  o.flops(6.0 * B * K), o.cost().reads(labels, B);
   const float* x = o.in(logits, B * K);
   float* dx = o.out(dlogits, B * K);
+  if (ex.meta) return void(*out = LossSums{});
   const int32_t* y = labels.i32("softmax_xent");
   float* sc = scalars.f32("softmax_xent (scalars)");
 #if DP_WITH_CUDA
@@ -185,10 +208,11 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
   // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs.
   const auto held = loss_scratch_elsewhere(ex, B);
-  if (ex.meta) return 0;
   Operands o(ex, "softmax_xent");
+  o.flops(6.0 * B * K), o.cost().reads(labels, B);
   const float* x = o.in(logits, B * K);
   float* dx = o.out(dlogits, B * K);
+  if (ex.meta) return 0;
   const int32_t* y = labels.i32("softmax_xent");
   double sum = 0;
 #if DP_WITH_CUDA
@@ -214,15 +238,17 @@ int64_t attention_scratch_floats(const Exec&, const AttentionShape& s, bool back
 // `scratch` serves the CUDA kernels only (a CPU-only build leaves it unused).
 void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, [[maybe_unused]] Buf scratch,
                        const DropoutMask& drop, Buf bias) {
-  if (ex.meta) return;
   constexpr const char* op = "attention_forward";
   if ((s.bias_blocks > 0) != (bias.ptr != nullptr))
     throw RuntimeError(std::string(op) + ": a bias is given exactly when the shape has bias blocks");
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
+  // q·kᵀ and att·v over every score (the causal half included, as the kernels compute it), the softmax
+  o.flops(4.0 * s.B * s.T * s.T * s.C, true), o.flops(5.0 * att_n);
   float *y = o.out(out, btc), *a = o.out(att, att_n);
   const float* x = o.in(qkv, 3 * btc);
   const float* b = s.bias_blocks > 0 ? o.in(bias, s.bias_blocks * s.H * s.T * s.T) : nullptr;
+  if (ex.meta) return;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
     cuda::attention_forward(*ex.cuda, y, a, x, s, scratch.f32(op), drop, b);
@@ -235,13 +261,15 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
 
 void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s,
                         [[maybe_unused]] Buf scratch, const DropoutMask& drop, Buf dscores) {
-  if (ex.meta) return;
   constexpr const char* op = "attention_backward";
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
+  // the gradients of att (d·vᵀ), v (attᵀ·d), q and k (two more products), the softmax's backward
+  o.flops(8.0 * s.B * s.T * s.T * s.C, true), o.flops(4.0 * att_n);
   float* dx = o.out(dqkv, 3 * btc);
   float* ds = dscores.ptr ? o.out(dscores, att_n) : nullptr;
   const float *dy = o.in(dout, btc), *x = o.in(qkv, 3 * btc), *a = o.in(att, att_n);
+  if (ex.meta) return;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
     cuda::attention_backward(*ex.cuda, dx, dy, x, a, s, scratch.f32(op), drop, ds);

@@ -26,6 +26,7 @@ inline void dropout_apply(const Exec& ex, Buf out, Buf in, int64_t samples, int6
                           const DropoutMask& mask) {
   Operands o(ex, "dropout");
   const int64_t n = samples * per_sample;
+  o.flops(2.0 * n);
   DP_DISPATCH(ex, dropout_apply, o.out(out, n), o.in(in, n), samples, per_sample, mask);
   o.finish();
 }

@@ -47,6 +47,7 @@ inline void relu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
   if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::relu_forward(*ex.cuda, t, out.ptr, in.ptr, n);
 #endif
   Operands o(ex, "relu_forward");
+  o.flops(1.0 * n);
   DP_DISPATCH(ex, relu_forward, o.out(out, n), o.in(in, n), n);
   o.finish();
 }
@@ -56,6 +57,7 @@ inline void relu_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t n)
     return cuda::relu_backward(*ex.cuda, t, din.ptr, dout.ptr, out.ptr, n);
 #endif
   Operands o(ex, "relu_backward");
+  o.flops(1.0 * n);
   DP_DISPATCH(ex, relu_backward, o.out(din, n), o.in(dout, n), o.in(out, n), n);
   o.finish();
 }
@@ -66,15 +68,21 @@ inline void add_inplace(const Exec& ex, Buf y, Buf x, int64_t n) {
     return cuda::add_inplace(*ex.cuda, y.dtype, y.ptr, x.dtype, x.ptr, n);
 #endif
   Operands o(ex, "add_inplace");
+  o.flops(1.0 * n);
   DP_DISPATCH(ex, add_inplace, o.inout(y, n), o.in(x, n), n);
   o.finish();
 }
 // y += x for each x of xs (one dtype), in order. On a GPU one kernel (cuda::add_many_inplace); on
 // host devices add_inplace once per x, which is what that kernel reproduces.
 void add_many_inplace(const Exec& ex, Buf y, const std::vector<Buf>& xs, int64_t n);  // kernels/ops/dispatch.cpp
-inline void add_scalar(const Exec& ex, Buf y, float value) { DP_DISPATCH(ex, add_scalar, y.f32("add_scalar"), value); }
+inline void add_scalar(const Exec& ex, Buf y, float value) {
+  OpCounter c(ex, "add_scalar");  // one value
+  c.updates(y, 1), c.flops(1);
+  DP_DISPATCH(ex, add_scalar, y.f32("add_scalar"), value);
+}
 inline void scale(const Exec& ex, Buf y, ScalarArg s, int64_t n) {
   Operands o(ex, "scale");
+  o.flops(1.0 * n);
   DP_DISPATCH(ex, scale, o.inout(y, n), s, n);
   o.finish();
 }

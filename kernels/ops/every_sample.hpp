@@ -35,6 +35,7 @@ inline void add_every_sample(const Exec& ex, Buf y, Buf x, int64_t rows, int64_t
     return cuda::add_every_sample(*ex.cuda, t, y.ptr, x.ptr, rows, n);
 #endif
   Operands o(ex, "add_every_sample");
+  o.flops(1.0 * rows * n);
   DP_DISPATCH(ex, add_every_sample, o.inout(y, rows * n), o.in(x, n), rows, n);
   o.finish();
 }
@@ -47,6 +48,7 @@ inline void mul_every_sample(const Exec& ex, Buf out, Buf a, Buf b, int64_t rows
 #endif
   Operands o(ex, "mul_every_sample");
   const int64_t n = rows * planes * size;
+  o.flops(1.0 * n);
   DP_DISPATCH(ex, mul_every_sample, o.out(out, n), o.in(a, n), o.in(b, b_per_plane ? planes : planes * size), rows,
               planes, size, b_per_plane);
   o.finish();
@@ -60,6 +62,7 @@ inline void sum_samples(const Exec& ex, Buf out, Buf in, int64_t rows, int64_t n
     return cuda::sum_samples(*ex.cuda, in.dtype, out.f32(op), in.ptr, rows, n);
 #endif
   Operands o(ex, op);
+  o.flops(1.0 * rows * n);
   DP_DISPATCH(ex, sum_samples, o.out(out, n), o.in(in, rows * n), rows, n);
   o.finish();
 }

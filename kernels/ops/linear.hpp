@@ -33,6 +33,7 @@ inline void linear_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, int64_
     return cuda::linear_forward(*ex.cuda, t, out.ptr, in.ptr, w.ptr, b.ptr, B, I, O);
 #endif
   Operands o(ex, "linear_forward");
+  o.flops(2.0 * B * I * O + (b.ptr ? 1.0 * B * O : 0.0), true);
   DP_DISPATCH(ex, linear_forward, o.out(out, B * O), o.in(in, B * I), o.in(w, O * I), o.in(b, O), B, I, O);
   o.finish();
 }
@@ -43,6 +44,7 @@ inline void linear_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, B
     return cuda::linear_backward(*ex.cuda, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, B, I, O);
 #endif
   Operands o(ex, "linear_backward");
+  o.flops(((din.ptr ? 2.0 : 0.0) + (dw.ptr ? 2.0 : 0.0)) * B * I * O + (db.ptr ? 1.0 * B * O : 0.0), true);
   DP_DISPATCH(ex, linear_backward, o.out(din, B * I), o.out(dw, O * I), o.out(db, O), o.in(dout, B * O), o.in(in, B * I),
               o.in(w, O * I), B, I, O);
   o.finish();

@@ -52,6 +52,8 @@ PermuteShape PermuteShape::inverse() const {
 void permute(const Exec& ex, Buf out, Buf in, const PermuteShape& s) {
   if (out.dtype != in.dtype)
     throw RuntimeError(std::string("permute: output ") + dtype_name(out.dtype) + ", input " + dtype_name(in.dtype));
+  OpCounter c(ex, "permute");
+  c.reads(in, s.numel()), c.writes(out, s.numel());
   DP_DISPATCH(ex, permute, out.ptr, in.ptr, dtype_size(in.dtype), s);
 }
 

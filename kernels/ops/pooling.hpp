@@ -62,6 +62,8 @@ inline void maxpool2d_forward(const Exec& ex, Buf out, Buf argmax, Buf in, const
     return cuda::maxpool2d_forward(*ex.cuda, t, out.ptr, argmax.i32("maxpool2d_forward"), in.ptr, s);
 #endif
   Operands o(ex, "maxpool2d_forward");
+  o.flops(1.0 * s.out_numel() * s.k * s.k);
+  o.cost().writes(argmax, s.out_numel());
   DP_DISPATCH(ex, maxpool2d_forward, o.out(out, s.out_numel()), argmax.i32("maxpool2d_forward"), o.in(in, s.in_numel()),
               s);
   o.finish();
@@ -72,6 +74,8 @@ inline void maxpool2d_backward(const Exec& ex, Buf din, Buf dout, Buf argmax, co
     return cuda::maxpool2d_backward(*ex.cuda, t, din.ptr, dout.ptr, argmax.i32("maxpool2d_backward"), s);
 #endif
   Operands o(ex, "maxpool2d_backward");
+  o.flops(1.0 * s.out_numel());
+  o.cost().reads(argmax, s.out_numel());
   DP_DISPATCH(ex, maxpool2d_backward, o.out(din, s.in_numel()), o.in(dout, s.out_numel()),
               argmax.i32("maxpool2d_backward"), s);
   o.finish();
@@ -83,6 +87,7 @@ inline void global_avgpool_forward(const Exec& ex, Buf out, Buf in, int64_t plan
     return cuda::global_avgpool_forward(*ex.cuda, t, out.ptr, in.ptr, planes, HW);
 #endif
   Operands o(ex, "global_avgpool_forward");
+  o.flops(1.0 * planes * HW);
   DP_DISPATCH(ex, global_avgpool_forward, o.out(out, planes), o.in(in, planes * HW), planes, HW);
   o.finish();
 }
@@ -92,6 +97,7 @@ inline void global_avgpool_backward(const Exec& ex, Buf din, Buf dout, int64_t p
     return cuda::global_avgpool_backward(*ex.cuda, t, din.ptr, dout.ptr, planes, HW);
 #endif
   Operands o(ex, "global_avgpool_backward");
+  o.flops(1.0 * planes * HW);
   DP_DISPATCH(ex, global_avgpool_backward, o.out(din, planes * HW), o.in(dout, planes), planes, HW);
   o.finish();
 }
@@ -101,6 +107,7 @@ inline void avgpool2d_forward(const Exec& ex, Buf out, Buf in, const AvgPoolShap
   if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::avgpool2d_forward(*ex.cuda, t, out.ptr, in.ptr, s);
 #endif
   Operands o(ex, "avgpool2d_forward");
+  o.flops(s.adaptive ? 1.0 * s.in_numel() : 1.0 * s.out_numel() * s.k * s.k);
   DP_DISPATCH(ex, avgpool2d_forward, o.out(out, s.out_numel()), o.in(in, s.in_numel()), s);
   o.finish();
 }
@@ -110,6 +117,7 @@ inline void avgpool2d_backward(const Exec& ex, Buf din, Buf dout, const AvgPoolS
     return cuda::avgpool2d_backward(*ex.cuda, t, din.ptr, dout.ptr, s);
 #endif
   Operands o(ex, "avgpool2d_backward");
+  o.flops(s.adaptive ? 1.0 * s.in_numel() : 1.0 * s.out_numel() * s.k * s.k);
   DP_DISPATCH(ex, avgpool2d_backward, o.out(din, s.in_numel()), o.in(dout, s.out_numel()), s);
   o.finish();
 }

@@ -13,11 +13,11 @@ std::vector<int64_t> relative_position_index(int64_t wh, int64_t ww) {
 }
 
 void relative_bias_forward(const Exec& ex, Buf bias, Buf table, const RelativeBiasShape& s) {
-  if (ex.meta) return;
   Operands o(ex, "relative_bias_forward");
   const int64_t T = s.tokens();
   float* b = o.out(bias, s.blocks() * s.heads * T * T);
   const float* t = o.in(table, s.table_rows() * s.heads);
+  if (ex.meta) return;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
     cuda::relative_bias_forward(*ex.cuda, b, t, s);
@@ -29,12 +29,13 @@ void relative_bias_forward(const Exec& ex, Buf bias, Buf table, const RelativeBi
 }
 
 void relative_bias_backward(const Exec& ex, Buf dtable, Buf sums, Buf dscores, int64_t n, const RelativeBiasShape& s) {
-  if (ex.meta) return;
   constexpr const char* op = "relative_bias_backward";
   Operands o(ex, op);
   const int64_t T = s.tokens();
+  o.flops(1.0 * n * s.heads * T * T);
   float* dt = o.out(dtable, s.table_rows() * s.heads);
   const float* ds = o.in(dscores, n * s.heads * T * T);
+  if (ex.meta) return;
   float* sm = sums.f32(op);
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {

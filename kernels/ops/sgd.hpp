@@ -40,6 +40,9 @@ void sgd_update(Context& c, float* param, const float* grad, float* momentum_buf
 inline void sgd_update(const Exec& ex, Buf param, Buf grad, Buf momentum_buf, bool first_step, const SgdStep& s,
                        int64_t n, Buf skip_if = {}) {
   constexpr const char* op = "sgd_update";
+  OpCounter c(ex, op);
+  c.updates(param, n), c.reads(grad, n), c.updates(momentum_buf, n), c.reads(skip_if, 1);
+  c.flops(5.0 * n);
   DP_DISPATCH(ex, sgd_update, param.f32(op), grad.f32(op), momentum_buf.f32(op), first_step, s, n,
               skip_if.i32(op));
 }

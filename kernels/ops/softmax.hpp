@@ -29,17 +29,19 @@ void causal_fill(Context& c, float* x, int64_t matrices, int64_t rows, int64_t c
 
 inline void softmax_forward(const Exec& ex, Buf out, Buf in, int64_t rows, int64_t n, bool log) {
   Operands o(ex, "softmax_forward");
+  o.flops(5.0 * rows * n);
   DP_DISPATCH(ex, softmax_forward, o.out(out, rows * n), o.in(in, rows * n), rows, n, log);
   o.finish();
 }
 inline void softmax_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t rows, int64_t n, bool log) {
   Operands o(ex, "softmax_backward");
+  o.flops(3.0 * rows * n);
   DP_DISPATCH(ex, softmax_backward, o.out(din, rows * n), o.in(dout, rows * n), o.in(out, rows * n), rows, n, log);
   o.finish();
 }
 // In place; value may be −inf (a 16-bit x holds it too).
 inline void causal_fill(const Exec& ex, Buf x, int64_t matrices, int64_t rows, int64_t cols, float value) {
-  Operands o(ex, "causal_fill");
+  Operands o(ex, "causal_fill");  // no arithmetic: the masked scores are written
   DP_DISPATCH(ex, causal_fill, o.inout(x, matrices * rows * cols), matrices, rows, cols, value);
   o.finish();
 }

@@ -9,6 +9,7 @@
 //   positions   ids[t] = t for t < T: a GPT's position ids, made on the device (an upload from host
 //               memory would be a copy node in a captured step, replayed from memory long freed)
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/exec.hpp"
@@ -48,6 +49,7 @@ void positions(Context& c, int32_t* ids, int64_t T);
 inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf in, Buf gamma, Buf beta, int64_t rows,
                               int64_t C, float eps) {
   Operands o(ex, "layernorm_forward");
+  o.flops(8.0 * rows * C);
   DP_DISPATCH(ex, layernorm_forward, o.out(out, rows * C), o.out(mean, rows), o.out(rstd, rows), o.in(in, rows * C),
               o.in(gamma, C), o.in(beta, C), rows, C, eps);
   o.finish();
@@ -55,31 +57,42 @@ inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf i
 inline void layernorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, Buf dout, Buf in, Buf gamma, Buf mean,
                                Buf rstd, int64_t rows, int64_t C) {
   Operands o(ex, "layernorm_backward");
+  o.flops(14.0 * rows * C);
   DP_DISPATCH(ex, layernorm_backward, o.out(din, rows * C), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, rows * C),
               o.in(in, rows * C), o.in(gamma, C), o.in(mean, rows), o.in(rstd, rows), rows, C);
   o.finish();
 }
 inline void gelu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
   Operands o(ex, "gelu_forward");
+  o.flops(8.0 * n);
   DP_DISPATCH(ex, gelu_forward, o.out(out, n), o.in(in, n), n);
   o.finish();
 }
 inline void gelu_backward(const Exec& ex, Buf din, Buf dout, Buf in, int64_t n) {
   Operands o(ex, "gelu_backward");
+  o.flops(14.0 * n);
   DP_DISPATCH(ex, gelu_backward, o.out(din, n), o.in(dout, n), o.in(in, n), n);
   o.finish();
 }
 inline void embedding_forward(const Exec& ex, Buf out, Buf ids, Buf table, int64_t rows, int64_t V, int64_t C) {
   Operands o(ex, "embedding_forward");
-  DP_DISPATCH(ex, embedding_forward, o.out(out, rows * C), ids.i32("embedding_forward"), o.in(table, V * C), rows, V, C);
+  o.cost().reads(ids, rows);
+  DP_DISPATCH(ex, embedding_forward, o.out(out, rows * C), ids.i32("embedding_forward"),
+              o.in(table, V * C, std::min(rows, V) * C), rows, V, C);
   o.finish();
 }
 inline void embedding_backward(const Exec& ex, Buf dtable, Buf dout, Buf ids, int64_t rows, int64_t V, int64_t C) {
   Operands o(ex, "embedding_backward");
+  o.flops(1.0 * rows * C);
+  o.cost().reads(ids, rows);
   DP_DISPATCH_WITH_SCRATCH(ex, embedding_backward, o.out(dtable, V * C), o.in(dout, rows * C),
                            ids.i32("embedding_backward"), rows, V, C);
   o.finish();
 }
-inline void positions(const Exec& ex, Buf ids, int64_t T) { DP_DISPATCH(ex, positions, ids.i32("positions"), T); }
+inline void positions(const Exec& ex, Buf ids, int64_t T) {
+  OpCounter c(ex, "positions");
+  c.writes(ids, T);
+  DP_DISPATCH(ex, positions, ids.i32("positions"), T);
+}
 
 }  // namespace dp
