@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "engine/data_parallel.hpp"
 #include "core/error.hpp"
@@ -41,7 +42,12 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
     dp.set_tracer(run.tracer.get());
   }
   const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps * accumulate);
-  profile_batches(dp, *batches, accumulate, run);
+  std::optional<OpCostRecording> costs;
+  if (o.count_op_costs) costs.emplace(*setup.devices);
+  profile_batches(dp, *batches, accumulate, run, [&] {
+    if (costs) costs->clear();
+  });
+  if (costs) costs->keep_in(run);
   if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
   if (run.tracer) {
     dp.set_tracer(nullptr);
@@ -197,6 +203,7 @@ Plan plan_steps(const MemprofOptions& o, const std::function<void(const Plan&)>&
     throw UsageError("dp plan plans on meta devices (--devices meta:N: shapes only, no memory held); to measure " +
                      o.devices + " run dp memprof");
   const RunData data = prepare_profile(o, p.setup, p.accumulate);
+  p.tokens_per_sample = data.language ? data.context : 0;
   if (before_steps) before_steps(p);
   p.run = profile_steps(o, p.setup, data, p.accumulate);
   return p;

@@ -22,6 +22,7 @@ struct MemprofOptions : RunOptions {
   int steps = 2;
   int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
   std::string json, svg, trace, html;
+  bool count_op_costs = false;  // keep the last step's op costs in the run (dp plan --roofline)
 };
 
 // After a report's files are written: one line naming each ("wrote: --json r.json, --html m.html").
@@ -56,6 +57,7 @@ struct Plan {
   RunSetup setup;
   MemprofRun run;
   int64_t accumulate = 1;
+  int64_t tokens_per_sample = 0;  // a language model's context, 0 otherwise
 };
 // The steps on meta devices (UsageError for other devices). `before_steps` runs once the setup and
 // data are ready (dp plan remembers the run for its remedies there).

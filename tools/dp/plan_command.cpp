@@ -4,7 +4,8 @@
 // is dp memprof's, byte for byte, for any size on any machine. --compare plans the same model,
 // batch and devices under every strategy (DataParallel's gathered and in-replica loss, DDP, ZeRO
 // 1-3; float32 and bf16; with --recompute where the model has blocks) beside the closed-form model
-// state of each; --max-batch finds the largest batch that fits --device-memory.
+// state of each; --max-batch finds the largest batch that fits --device-memory; --roofline GPU says
+// what the step must take at best on that GPU (plan/roofline.hpp), from what each op counts.
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,8 @@
 #include "plan/model_state.hpp"
 #include "plan/strategy.hpp"
 #include "tools/dp/remedies.hpp"
+#include "tools/dp/roofline_report.hpp"
+#include "plan/roofline.hpp"
 
 namespace dp::cli {
 
@@ -34,7 +37,13 @@ namespace {
 struct PlanOptions : MemprofOptions {
   bool compare = false;
   bool max_batch = false;
+  std::string roofline;  // a GPU's name or its peaks (plan/roofline.hpp)
 };
+
+// The plan's roofline on --roofline's GPU (the last planned step's ops).
+Roofline roofline_of_plan(const PlanOptions& o, const Plan& p) {
+  return roofline_of(p.run.op_calls, p.run.uncounted_ops, gpu_peaks(o.roofline));
+}
 
 // What a plan that takes a while is doing, on stderr: nothing in its first second (most plans end
 // in well under one), then a line at most once a second (rewritten in place on a terminal), so
@@ -100,6 +109,7 @@ int64_t max_batch(const PlanOptions& o, PlanProgress& progress, const std::strin
     PlanOptions b = o;
     b.batch = batch;
     b.json.clear(), b.svg.clear(), b.trace.clear(), b.html.clear();
+    b.count_op_costs = false;
     try {
       return !plan_steps(b).run.out_of_memory.has_value();
     } catch (const OutOfMemoryError&) {  // not even the model's state (before the first step)
@@ -127,8 +137,12 @@ void print_compare(const PlanOptions& o) {
               first.setup.capacity ? (", " + format_bytes(first.setup.capacity) + " a device").c_str() : "");
   std::printf("model state: the ZeRO paper's parameters + gradients + optimizer bytes on device 0; "
               "on top: what the plan holds beyond them at device 0's peak (activations, gathered outputs, buffers)\n\n");
-  std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s%s\n", "strategy", "device 0", "largest other", "model state",
-              "on top", "verdict", "d0 sends", "other sends", o.max_batch ? "   max batch" : "");
+  if (!o.roofline.empty())
+    std::printf("roofline step: the step's lower bound on %s (dp plan --roofline without --compare: where it goes)\n",
+                gpu_peaks(o.roofline).name.c_str());
+  std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s%s%s\n", "strategy", "device 0", "largest other", "model state",
+              "on top", "verdict", "d0 sends", "other sends", o.max_batch ? "   max batch" : "",
+              o.roofline.empty() ? "" : "  roofline step");
   nlohmann::json rows = nlohmann::json::array(), page_runs = nlohmann::json::array();
   PlanProgress progress;
   const std::vector<Strategy> all = compared_strategies(has_blocks);
@@ -148,6 +162,9 @@ void print_compare(const PlanOptions& o) {
                 format_bytes(d0 - static_cast<int64_t>(state)).c_str(), verdict(p).c_str(), format_bytes(sent0).c_str(),
                 format_bytes(sent_other).c_str());
     if (o.max_batch) std::printf(" %12lld", static_cast<long long>(most));
+    std::optional<Roofline> roofline;
+    if (!o.roofline.empty() && !p.run.out_of_memory) roofline = roofline_of_plan(o, p);
+    if (!o.roofline.empty()) std::printf(" %14s", roofline ? format_seconds(roofline->step_seconds).c_str() : "-");
     std::printf("\n");
     nlohmann::json row{{"strategy", s.name}, {"sync", so.sync}, {"loss", so.loss}, {"precision", so.precision},
                        {"recompute", so.recompute}, {"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
@@ -155,6 +172,7 @@ void print_compare(const PlanOptions& o) {
                        {"largest_other_sends_bytes", sent_other}, {"out_of_memory", p.run.out_of_memory.has_value()},
                        {"report", memprof_json(so, p.setup, p.run, p.accumulate)}};
     if (o.max_batch) row["max_batch"] = most;
+    if (roofline) row["roofline"] = roofline_json(*roofline, o.batch, p.tokens_per_sample);
     if (!o.html.empty()) {
       PageRunInput in;
       in.name = s.name, in.report = row["report"], in.tracer = p.run.tracer.get(), in.timeline = &p.run.timeline;
@@ -182,6 +200,7 @@ int run_plan(const PlanOptions& o) {
     throw UsageError("dp plan looks at one process's devices; run it without mpirun");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
   if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per step)");
+  if (!o.roofline.empty()) gpu_peaks(o.roofline);  // a bad GPU is refused before anything is planned
   if (o.max_batch && o.device_memory.empty())
     throw UsageError("--max-batch finds the largest batch that fits a device: give its size with --device-memory");
   check_outputs(o, {{"--json", o.json}, {"--svg", o.svg}, {"--trace", o.trace}, {"--html", o.html}});
@@ -199,13 +218,22 @@ int run_plan(const PlanOptions& o) {
     });
   });
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
+  std::optional<Roofline> roofline;
+  if (!o.roofline.empty() && !p.run.out_of_memory) {
+    roofline = roofline_of_plan(o, p);
+    std::printf("\n%s", roofline_table(*roofline, o.batch, p.tokens_per_sample).c_str());
+  }
   if (o.max_batch) {
     PlanProgress progress;
     const int64_t most = max_batch(o, progress);
     progress.clear();
     std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(most), format_bytes(p.setup.capacity).c_str());
   }
-  if (!o.json.empty()) write_file_atomically(o.json, memprof_json(o, p.setup, p.run, p.accumulate).dump(2));
+  if (!o.json.empty()) {
+    nlohmann::json report = memprof_json(o, p.setup, p.run, p.accumulate);
+    if (roofline) report["roofline"] = roofline_json(*roofline, o.batch, p.tokens_per_sample);
+    write_file_atomically(o.json, report.dump(2));
+  }
   if (!o.svg.empty()) write_file_atomically(o.svg, memprof_svg("plan", o, p.setup, p.run));
   if (!o.html.empty()) write_file_atomically(o.html, memprof_page("plan", o, p.setup, p.run, p.accumulate));
   say_outputs_written(o);
@@ -229,6 +257,9 @@ Run add_plan_command(CLI::App& app) {
                 "plan every strategy (DataParallel, in-replica loss, DDP, ZeRO 1-3; fp32 and bf16; recompute where "
                 "the model has blocks) beside its closed-form model state");
   cmd->add_flag("--max-batch", o->max_batch, "the largest global batch that fits --device-memory (bisection over plans)");
+  cmd->add_option("--roofline", o->roofline,
+                  "the step's lower bound on a GPU: each op's FLOPs and bytes at the GPU's peaks, per phase and op "
+                  "(A100, A100-40GB, H100, H100-PCIe, H200, or peaks: bf16=989T,fp32=67T,memory=4.8T,link=450G)");
   group_options(cmd);
   // What a plan takes from the shared flags: meta devices only, so the flags that tune how host or
   // CUDA devices compute are still parsed (and refused with their reason) but not offered in --help.
@@ -238,6 +269,7 @@ Run add_plan_command(CLI::App& app) {
     cmd->get_option(refused)->group("");
   return [o, cmd] {
     note_given_flags(cmd, *o);
+    o->count_op_costs = !o->roofline.empty();
     return run_plan(*o);
   };
 }
