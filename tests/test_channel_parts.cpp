@@ -1,6 +1,7 @@
 // The index arithmetic of the CUDA per-channel sums (kernels/channel_parts.hpp), checked on the
 // host: every value of every channel is read exactly once, by the part that owns it, at its place
 // in the [N, C, HW] tensor — the same walk the kernel takes, block by block and thread by thread.
+// And LayerNorm's parts of the rows (kernels/layernorm_parts.hpp): each row in one part.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "kernels/channel_parts.hpp"
+#include "kernels/layernorm_parts.hpp"
 
 namespace test_channel_parts {  // one namespace a file: unity builds compile several files as one
 
@@ -46,6 +48,24 @@ TEST_CASE("the per-channel sums' parts and walks read every value of a channel o
   }
   CHECK(channel_parts::parts_for(0, 7) == 1);  // no values: one part, which reads nothing
   CHECK(channel_parts::parts_for(4096, 4096) == channel_parts::kMaxParts);
+}
+
+TEST_CASE("LayerNorm's parts of the rows cover every row once, in order, each part near its share") {
+  for (int64_t rows : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{8192}, int64_t{16383}, int64_t{1} << 20}) {
+    CAPTURE(rows);
+    const int64_t P = layernorm_parts::parts_for(rows);
+    CHECK(P >= 1);
+    CHECK(P <= layernorm_parts::kMaxParts);
+    CHECK((P == layernorm_parts::kMaxParts || rows <= P * layernorm_parts::kRowsPerPart));
+    CHECK(layernorm_parts::part_begin(rows, 0, P) == 0);
+    CHECK(layernorm_parts::part_begin(rows, P, P) == rows);
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t size = layernorm_parts::part_begin(rows, p + 1, P) - layernorm_parts::part_begin(rows, p, P);
+      CHECK(size >= rows / P);
+      CHECK(size <= rows / P + 1);
+    }
+    CHECK(layernorm_parts::scratch_bytes(rows, 768) == static_cast<size_t>(2 * P * 768 * 8));
+  }
 }
 
 }  // namespace test_channel_parts

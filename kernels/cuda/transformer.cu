@@ -1,9 +1,11 @@
-// LayerNorm (a warp per row, sums in double, like the CPU reference), exact GELU, and the
-// embedding lookup (its backward, a sort, is in embedding_backward.cu: CUB stays out of this file).
+// LayerNorm (a warp per row, sums in double, like the CPU reference; dγ and dβ summed over parts of
+// the rows, kernels/layernorm_parts.hpp), exact GELU, and the embedding lookup (its backward, a sort, is in embedding_backward.cu: CUB stays out of this file).
 #include <algorithm>
 #include <string>
 
 #include "core/cuda/check.cuh"
+#include "core/scratch.hpp"
+#include "kernels/layernorm_parts.hpp"
 #include "kernels/cuda/id_check.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/transformer.hpp"
@@ -52,16 +54,42 @@ __global__ void layernorm_dx_kernel(float* din, const float* dout, const float* 
   }
 }
 
-__global__ void layernorm_dparams_kernel(float* dgamma, float* dbeta, const float* dout, const float* in,
-                                         const float* mean, const float* rstd, int64_t rows, int64_t C) {
+constexpr int kPartCols = 32, kPartRows = 8;  // a block: 32 columns (a warp reads a row's 128 bytes), 8 rows at a time
+
+// Block (column chunk, part p): the part's rows summed for 32 columns, 8 rows at a time, the eight
+// sums added in a fixed tree; written to part_dg[p][col], part_db[p][col].
+__global__ void layernorm_dparams_parts_kernel(double* part_dg, double* part_db, const float* dout, const float* in,
+                                               const float* mean, const float* rstd, int64_t rows, int64_t C,
+                                               int64_t parts) {
+  __shared__ double sg[kPartRows][kPartCols + 1], sb[kPartRows][kPartCols + 1];  // +1: no bank conflicts
+  const int64_t col = blockIdx.x * int64_t{kPartCols} + threadIdx.x, p = blockIdx.y;
+  const int64_t begin = layernorm_parts::part_begin(rows, p, parts), end = layernorm_parts::part_begin(rows, p + 1, parts);
+  double dg = 0, db = 0;
+  if (col < C)
+    for (int64_t r = begin + threadIdx.y; r < end; r += kPartRows) {
+      const double dy = dout[r * C + col];
+      dg += dy * (in[r * C + col] - mean[r]) * rstd[r];
+      db += dy;
+    }
+  sg[threadIdx.y][threadIdx.x] = dg, sb[threadIdx.y][threadIdx.x] = db;
+  __syncthreads();
+  for (int half = kPartRows / 2; half > 0; half /= 2) {
+    if (threadIdx.y < half) {
+      sg[threadIdx.y][threadIdx.x] += sg[threadIdx.y + half][threadIdx.x];
+      sb[threadIdx.y][threadIdx.x] += sb[threadIdx.y + half][threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && col < C) part_dg[p * C + col] = sg[0][threadIdx.x], part_db[p * C + col] = sb[0][threadIdx.x];
+}
+
+// Each column's parts added in order.
+__global__ void layernorm_dparams_sum_kernel(float* dgamma, float* dbeta, const double* part_dg, const double* part_db,
+                                             int64_t C, int64_t parts) {
   const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (i >= C) return;
   double dg = 0, db = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const double dy = dout[r * C + i];
-    dg += dy * (in[r * C + i] - mean[r]) * rstd[r];
-    db += dy;
-  }
+  for (int64_t p = 0; p < parts; ++p) dg += part_dg[p * C + i], db += part_db[p * C + i];
   dgamma[i] = static_cast<float>(dg);
   if (dbeta) dbeta[i] = static_cast<float>(db);
 }
@@ -108,16 +136,25 @@ void layernorm_forward(Context& c, float* out, float* mean, float* rstd, const f
   DP_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(Context& c, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,
-                        const float* gamma, const float* mean, const float* rstd, int64_t rows, int64_t C) {
+void layernorm_backward(Context& c, ScratchMemory& alloc, float* din, float* dgamma, float* dbeta, const float* dout,
+                        const float* in, const float* gamma, const float* mean, const float* rstd, int64_t rows,
+                        int64_t C) {
   if (din && rows > 0) {
     const dim3 block(32, 8);
     layernorm_dx_kernel<<<static_cast<unsigned>((rows + 7) / 8), block, 0, c.handles().stream>>>(din, dout, in, gamma,
                                                                                                   mean, rstd, rows, C);
     DP_CUDA_CHECK_LAUNCH();
   }
-  layernorm_dparams_kernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, c.handles().stream>>>(
-      dgamma, dbeta, dout, in, mean, rstd, rows, C);
+  if (C == 0) return;
+  const int64_t parts = layernorm_parts::parts_for(rows);
+  const ScopedBlock scratch(alloc, layernorm_parts::scratch_bytes(rows, C));
+  double *part_dg = scratch.at<double>(), *part_db = part_dg + parts * C;
+  const dim3 grid(static_cast<unsigned>((C + kPartCols - 1) / kPartCols), static_cast<unsigned>(parts));
+  layernorm_dparams_parts_kernel<<<grid, dim3(kPartCols, kPartRows), 0, c.handles().stream>>>(
+      part_dg, part_db, dout, in, mean, rstd, rows, C, parts);
+  DP_CUDA_CHECK_LAUNCH();
+  layernorm_dparams_sum_kernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, c.handles().stream>>>(
+      dgamma, dbeta, part_dg, part_db, C, parts);
   DP_CUDA_CHECK_LAUNCH();
 }
 

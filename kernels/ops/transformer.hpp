@@ -11,8 +11,11 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
+#include "core/scratch.hpp"
 #include "kernels/exec.hpp"
+#include "kernels/layernorm_parts.hpp"
 #include "kernels/operands.hpp"
 
 namespace dp {
@@ -33,8 +36,11 @@ void positions(ThreadPool& pool, int32_t* ids, int64_t T);
 namespace cuda {
 void layernorm_forward(Context& c, float* out, float* mean, float* rstd, const float* in, const float* gamma,
                        const float* beta, int64_t rows, int64_t C, float eps);
-void layernorm_backward(Context& c, float* din, float* dgamma, float* dbeta, const float* dout, const float* in,
-                        const float* gamma, const float* mean, const float* rstd, int64_t rows, int64_t C);
+// dγ and dβ summed over parts of the rows (kernels/layernorm_parts.hpp), their partial sums in
+// `alloc`'s scratch.
+void layernorm_backward(Context& c, ScratchMemory& alloc, float* din, float* dgamma, float* dbeta, const float* dout,
+                        const float* in, const float* gamma, const float* mean, const float* rstd, int64_t rows,
+                        int64_t C);
 void gelu_forward(Context& c, float* out, const float* in, int64_t n);
 void gelu_backward(Context& c, float* din, const float* dout, const float* in, int64_t n);
 void embedding_forward(Context& c, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
@@ -58,7 +64,10 @@ inline void layernorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, B
                                Buf rstd, int64_t rows, int64_t C) {
   Operands o(ex, "layernorm_backward");
   o.flops(14.0 * rows * C);
-  DP_DISPATCH(ex, layernorm_backward, o.out(din, rows * C), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, rows * C),
+  // The CUDA kernel's partial sums, held on every device for the op's span: a plan's memory is a GPU's.
+  std::optional<ScopedBlock> held;
+  if (!ex.on_cuda() && ex.scratch) held.emplace(*ex.scratch, layernorm_parts::scratch_bytes(rows, C));
+  DP_DISPATCH_WITH_SCRATCH(ex, layernorm_backward, o.out(din, rows * C), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, rows * C),
               o.in(in, rows * C), o.in(gamma, C), o.in(mean, rows), o.in(rstd, rows), rows, C);
   o.finish();
 }

@@ -1281,11 +1281,50 @@ TEST_CASE("LayerNorm without a bias (a null beta and dbeta: nanoGPT's bias=False
   auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_dy = to_device(c, dy);
   cuda::DeviceBuffer d_y(c, y.size() * 4), d_m(c, rows * 4), d_r(c, rows * 4), d_dx(c, dx.size() * 4), d_dg(c, C * 4);
   cuda::layernorm_forward(c, d_y.get(), d_m.get(), d_r.get(), d_x.get(), d_g.get(), nullptr, rows, C, 1e-5f);
-  cuda::layernorm_backward(c, d_dx.get(), d_dg.get(), nullptr, d_dy.get(), d_x.get(), d_g.get(), d_m.get(), d_r.get(),
-                           rows, C);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  cuda::layernorm_backward(c, alloc, d_dx.get(), d_dg.get(), nullptr, d_dy.get(), d_x.get(), d_g.get(), d_m.get(),
+                           d_r.get(), rows, C);
   CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
   CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
   CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
+}
+
+TEST_CASE("LayerNorm's backward over many parts of the rows matches the CPU reference, the same bits every run") {
+  // Rows over several parts (kernels/layernorm_parts.hpp), one not a multiple of a part's share, and
+  // columns not a multiple of a block's 32; a GPT's LayerNorm at C = 768 over 2000 rows.
+  cuda::Context c(0);
+  ThreadPool pool(2);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  for (const auto& [rows, C] : std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {200, 70}, {2000, 768}, {33000, 40}}) {
+    CAPTURE(rows);
+    CAPTURE(C);
+    auto x = random_vector(static_cast<size_t>(rows * C), 60 + rows, -2.f, 2.f), gamma = random_vector(C, 61),
+         beta = random_vector(C, 62), dy = random_vector(static_cast<size_t>(rows * C), 63 + C);
+    std::vector<float> y(x.size()), mean(rows), rstd(rows), dx(x.size()), dg(C), db(C);
+    cpu::layernorm_forward(pool, y.data(), mean.data(), rstd.data(), x.data(), gamma.data(), beta.data(), rows, C, 1e-5f);
+    cpu::layernorm_backward(pool, dx.data(), dg.data(), db.data(), dy.data(), x.data(), gamma.data(), mean.data(),
+                            rstd.data(), rows, C);
+    auto d_x = to_device(c, x), d_g = to_device(c, gamma), d_dy = to_device(c, dy), d_m = to_device(c, mean),
+         d_r = to_device(c, rstd);
+    cuda::DeviceBuffer d_dx(c, dx.size() * 4), d_dg(c, C * 4), d_db(c, C * 4);
+    cuda::layernorm_backward(c, alloc, d_dx.get(), d_dg.get(), d_db.get(), d_dy.get(), d_x.get(), d_g.get(), d_m.get(),
+                             d_r.get(), rows, C);
+    const auto gdx = to_host<float>(c, d_dx, dx.size()), gdg = to_host<float>(c, d_dg, C), gdb = to_host<float>(c, d_db, C);
+    CHECK(rel_error(gdx, dx) < kTol);
+    CHECK(rel_error(gdg, dg) < kTol);
+    CHECK(rel_error(gdb, db) < kTol);
+    // dγ alone (no dx, no dβ), then everything again: the same bits
+    cuda::layernorm_backward(c, alloc, nullptr, d_dg.get(), nullptr, d_dy.get(), d_x.get(), d_g.get(), d_m.get(),
+                             d_r.get(), rows, C);
+    CHECK(to_host<float>(c, d_dg, C) == gdg);
+    cuda::layernorm_backward(c, alloc, d_dx.get(), d_dg.get(), d_db.get(), d_dy.get(), d_x.get(), d_g.get(), d_m.get(),
+                             d_r.get(), rows, C);
+    CHECK(to_host<float>(c, d_dx, dx.size()) == gdx);
+    CHECK(to_host<float>(c, d_dg, C) == gdg);
+    CHECK(to_host<float>(c, d_db, C) == gdb);
+  }
 }
 
 TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
@@ -1302,8 +1341,10 @@ TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
   cuda::DeviceBuffer d_y(c, y.size() * 4), d_m(c, rows * 4), d_r(c, rows * 4), d_dx(c, dx.size() * 4), d_dg(c, C * 4),
       d_db(c, C * 4);
   cuda::layernorm_forward(c, d_y.get(), d_m.get(), d_r.get(), d_x.get(), d_g.get(), d_b.get(), rows, C, 1e-5f);
-  cuda::layernorm_backward(c, d_dx.get(), d_dg.get(), d_db.get(), d_dy.get(), d_x.get(), d_g.get(), d_m.get(), d_r.get(),
-                           rows, C);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  cuda::layernorm_backward(c, alloc, d_dx.get(), d_dg.get(), d_db.get(), d_dy.get(), d_x.get(), d_g.get(), d_m.get(),
+                           d_r.get(), rows, C);
   CHECK(rel_error(to_host<float>(c, d_y, y.size()), y) < kTol);
   CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
   CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
@@ -1326,8 +1367,6 @@ TEST_CASE("LayerNorm, GELU and Embedding match the CPU reference") {
   auto d_ids = to_device(c, ids), d_table = to_device(c, table);
   cuda::DeviceBuffer d_ey(c, ey.size() * 4), d_etab(c, etab.size() * 4);
   cuda::embedding_forward(c, d_ey.get(), d_ids.get<int32_t>(), d_table.get(), rows, V, C);
-  CudaMallocMemory raw;
-  CachingAllocator alloc(0, "cuda:0", raw, 0);
   cuda::embedding_backward(c, alloc, d_etab.get(), d_dy.get(), d_ids.get<int32_t>(), rows, V, C);
   CHECK(to_host<float>(c, d_ey, ey.size()) == ey);
   // Rows summed in row order per id, as on the CPU: equal bit for bit, not only within rounding
