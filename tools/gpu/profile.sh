@@ -84,8 +84,26 @@ phases_part() {
   python3 tools/gpu/phase_table.py 10 "${runs[@]}" || failed=1
 }
 
+# This GPU's name as dp plan --roofline knows it (docs/plan.md), or nothing.
+roofline_gpu() {
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H200*) echo H200 ;;
+    *H100*PCIe*) echo H100-PCIe ;;
+    *H100*) echo H100 ;;
+    *A100*40GB*) echo A100-40GB ;;
+    *A100*) echo A100 ;;
+  esac
+}
+
 kernels_part() {
   echo "######## $model, batch $batch"
+  local gpu
+  gpu=$(roofline_gpu)
+  if [[ -n $gpu ]]; then  # what each op must take at best, beside what its kernels took below
+    echo "== dp plan --roofline $gpu: the step's lower bound per phase and op"
+    { build-gpu/dp plan --model "$model" --batch "$batch" --devices meta:1 --roofline "$gpu" >/tmp/roofline.txt &&
+      sed -n '/^roofline on/,$p' /tmp/roofline.txt; } || failed=1
+  fi
   for cudnn in deterministic heuristic benchmark; do
     echo "== dp train --devices cuda:0 --model $model --batch $batch --cudnn $cudnn: wall time"
     wall_time "$model" "$batch" cuda:0 --cudnn "$cudnn"
