@@ -1,6 +1,7 @@
 #include "engine/step/loss_strategy.hpp"
 
 #include <string>
+#include <utility>
 
 #include "engine/comm/comm.hpp"
 #include "core/error.hpp"
@@ -32,11 +33,16 @@ int64_t classes_of(const Tensor& logits) { return logits.dim(static_cast<int>(lo
 int64_t rows_of(const Tensor& logits) { return logits.numel() / classes_of(logits); }
 
 class GatheredLoss final : public LossStrategy {
+  static bool one_device(const StepState& s) { return s.devices.size() == 1; }
+
  public:
   LossMode mode() const override { return LossMode::Gathered; }
   bool scatters_targets() const override { return false; }
   void after_forward(StepState&, int) const override {}
   void gather(StepState& s) const override {
+    // DataParallel on one device returns the module's output itself, gathering nothing
+    // (torch/nn/parallel/data_parallel.py's forward): the loss reads it where it is (compute).
+    if (one_device(s)) return;
     s.gathered = Tensor::empty(*s.devices[0], s.output_shape(s.batch), MemCategory::GatheredOutputs, s.output_dtype);
     int64_t row = 0;
     for (int r : s.active) {
@@ -46,14 +52,19 @@ class GatheredLoss final : public LossStrategy {
     }
   }
   void allocate_loss_gradient(StepState& s) const override {
-    // Stored like the gathered logits (16-bit under mixed precision).
-    s.grad_logits = Tensor::empty(*s.devices[0], s.gathered.shape(), MemCategory::GatheredOutputs, s.gathered.dtype());
+    // Stored like the gathered logits (16-bit under mixed precision); on one device, where nothing
+    // is gathered, the output's gradient is an activation.
+    s.grad_logits = Tensor::empty(*s.devices[0], s.output_shape(s.batch),
+                                  one_device(s) ? MemCategory::Activations : MemCategory::GatheredOutputs, s.output_dtype);
     s.loss = Tensor::empty(*s.devices[0], {2}, MemCategory::Loss);  // [loss sum, hits] on device 0
   }
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
-    softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
-                      s.grad_logits.buf(), s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
+    // On one device the module's output: made by now (this runs on device 0's stream, after its
+    // forward) and released once read, in stream order.
+    const Tensor logits = one_device(s) ? std::exchange(s.outputs[0], Tensor()) : s.gathered;
+    softmax_xent_into(d0.exec(), logits.buf(), s.target.buf(), rows_of(logits), classes_of(logits), s.grad_logits.buf(),
+                      s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
   }
   void read_sums(StepState& s) const override {
     s.loss_sum = s.slots[0]->loss.loss;
