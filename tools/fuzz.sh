@@ -7,10 +7,10 @@
 #   tools/fuzz.sh ci                           every target for 20 s (-DDP_FUZZ_SECONDS=N): ctest -L fuzz
 #   tools/fuzz.sh long RUNS                    every target for RUNS executions, its final stats printed
 #   tools/fuzz.sh replay FORMAT FILE...        run one target on files (a finding to reproduce)
-# The formats: tests/fuzz/CMakeLists.txt's DP_FUZZ_FORMATS.
+# The formats: a tests/fuzz/fuzz_<format>.cpp each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-formats=$(sed -n 's/^set(DP_FUZZ_FORMATS \(.*\))$/\1/p' tests/fuzz/CMakeLists.txt)
+formats=$(cd tests/fuzz && ls fuzz_*.cpp | sed 's/^fuzz_\(.*\)\.cpp$/\1/' | tr '\n' ' ')
 limits=(-malloc_limit_mb=2048 -rss_limit_mb=2048 -timeout=10)
 
 target() {  # FORMAT: the executable, built
@@ -40,11 +40,16 @@ case "${1:-}" in
     ;;
   ci) ctest --test-dir build-fuzz -L fuzz -j"$(nproc)" --output-on-failure ;;
   long)
+    # Every target, even after one finds something (libFuzzer stops at its first finding: the
+    # summary names it, the file is in findings/FORMAT); exit 1 if any did.
     runs=${2:?long needs a number of executions}
+    status=0
     for format in $formats; do
       echo "== fuzz_$format: $runs executions"
-      fuzz "$format" -runs="$runs" -print_final_stats=1 2>&1 | grep -E '^(stat::|#[0-9]+ +DONE|==[0-9]+==ERROR|SUMMARY)'
+      fuzz "$format" -runs="$runs" -print_final_stats=1 >"/tmp/fuzz-$format.log" 2>&1 || status=1
+      grep -E '^(stat::|#[0-9]+ +DONE|==[0-9]+==ERROR|SUMMARY|fuzz finding)' "/tmp/fuzz-$format.log" || true
     done
+    exit $status
     ;;
   replay)
     format=${2:?replay needs a format: $formats}

@@ -72,7 +72,7 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
   json j;
   try {
     j = parse_bounded_json(bytes);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number no double holds (1e405)
     bad(path, std::string("not valid JSON (") + e.what() + ")");
   } catch (const JsonTooDeep& e) {
     bad(path, std::string("not a dp model file: its JSON is ") + e.what());

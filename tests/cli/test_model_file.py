@@ -362,6 +362,8 @@ with tempfile.TemporaryDirectory() as tmp:
         return next(n for n in d["nodes"] if n["name"] == name)
 
     bad("malformed JSON", lambda d: '{"format": "dp-model", ', "not valid JSON")
+    bad("a number no double holds (a fuzz finding: nlohmann's own error escaped)",
+        lambda d: json.dumps(d).replace('"version": 1', '"version": 1e405', 1), "not valid JSON (")
     bad("another format", lambda d: d.update(format="onnx"), "not a dp model file")
     bad("another version", lambda d: d.update(version=2), "format version 2")
     bad("an unknown op names its node", lambda d: node(d, "layer1_0_relu").update(op="swish"),

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#define DP_FUZZ_TARGETS(X) X(model_file) X(safetensors) X(checkpoint_state) X(tensor_files) X(idx) X(cifar) X(tokens) X(image)
+#include "fuzz_targets.inc"  // DP_FUZZ_TARGETS(X): X(format) for each fuzz_<format>.cpp
 
 #define DP_DECLARE(name) extern "C" int dp_fuzz_##name(const uint8_t* data, size_t size);
 DP_FUZZ_TARGETS(DP_DECLARE)
