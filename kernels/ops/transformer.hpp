@@ -11,6 +11,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 #include "core/scratch.hpp"
@@ -43,6 +44,15 @@ void layernorm_backward(Context& c, ScratchMemory& alloc, float* din, float* dga
                         int64_t C);
 void gelu_forward(Context& c, float* out, const float* in, int64_t n);
 void gelu_backward(Context& c, float* din, const float* dout, const float* in, int64_t n);
+// Native 16-bit forms (every tensor of type t but LayerNorm's float32 mean and rstd): the float32
+// kernels' arithmetic on the loaded values, one rounding on store.
+void layernorm_forward(Context& c, DType t, void* out, float* mean, float* rstd, const void* in, const void* gamma,
+                       const void* beta, int64_t rows, int64_t C, float eps);
+void layernorm_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dgamma, void* dbeta,
+                        const void* dout, const void* in, const void* gamma, const float* mean, const float* rstd,
+                        int64_t rows, int64_t C);
+void gelu_forward(Context& c, DType t, void* out, const void* in, int64_t n);
+void gelu_backward(Context& c, DType t, void* din, const void* dout, const void* in, int64_t n);
 void embedding_forward(Context& c, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
                        int64_t C);
 // Deterministic: rows sorted by id (stable), each id's rows summed in row order, as on the CPU;
@@ -52,8 +62,19 @@ void embedding_backward(Context& c, ScratchMemory& alloc, float* dtable, const f
 void positions(Context& c, int32_t* ids, int64_t T);
 }  // namespace cuda
 
+// Whether a LayerNorm's tensors take its native 16-bit CUDA kernels: `t`, or F32 (widening).
+inline DType layernorm_native(const Exec& ex, std::initializer_list<Buf> values, Buf mean, Buf rstd) {
+  if (mean.dtype != DType::F32 || rstd.dtype != DType::F32) return DType::F32;
+  return native_16bit(ex, values);
+}
+
 inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf in, Buf gamma, Buf beta, int64_t rows,
                               int64_t C, float eps) {
+#if DP_WITH_CUDA
+  if (const DType t = layernorm_native(ex, {out, in, gamma, beta}, mean, rstd); t != DType::F32)
+    return cuda::layernorm_forward(*ex.cuda, t, out.ptr, mean.f32("layernorm_forward"), rstd.f32("layernorm_forward"),
+                                   in.ptr, gamma.ptr, beta.ptr, rows, C, eps);
+#endif
   Operands o(ex, "layernorm_forward");
   o.flops(8.0 * rows * C);
   DP_DISPATCH(ex, layernorm_forward, o.out(out, rows * C), o.out(mean, rows), o.out(rstd, rows), o.in(in, rows * C),
@@ -62,6 +83,11 @@ inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf i
 }
 inline void layernorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, Buf dout, Buf in, Buf gamma, Buf mean,
                                Buf rstd, int64_t rows, int64_t C) {
+#if DP_WITH_CUDA
+  if (const DType t = layernorm_native(ex, {din, dgamma, dbeta, dout, in, gamma}, mean, rstd); t != DType::F32)
+    return cuda::layernorm_backward(*ex.cuda, *ex.scratch, t, din.ptr, dgamma.ptr, dbeta.ptr, dout.ptr, in.ptr, gamma.ptr,
+                                    mean.f32("layernorm_backward"), rstd.f32("layernorm_backward"), rows, C);
+#endif
   Operands o(ex, "layernorm_backward");
   o.flops(14.0 * rows * C);
   // The CUDA kernel's partial sums, held on every device for the op's span: a plan's memory is a GPU's.
@@ -72,12 +98,19 @@ inline void layernorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, B
   o.finish();
 }
 inline void gelu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::gelu_forward(*ex.cuda, t, out.ptr, in.ptr, n);
+#endif
   Operands o(ex, "gelu_forward");
   o.flops(8.0 * n);
   DP_DISPATCH(ex, gelu_forward, o.out(out, n), o.in(in, n), n);
   o.finish();
 }
 inline void gelu_backward(const Exec& ex, Buf din, Buf dout, Buf in, int64_t n) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {din, dout, in}); t != DType::F32)
+    return cuda::gelu_backward(*ex.cuda, t, din.ptr, dout.ptr, in.ptr, n);
+#endif
   Operands o(ex, "gelu_backward");
   o.flops(14.0 * n);
   DP_DISPATCH(ex, gelu_backward, o.out(din, n), o.in(dout, n), o.in(in, n), n);

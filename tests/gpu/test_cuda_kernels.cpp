@@ -24,6 +24,7 @@
 #include "kernels/ops/batchnorm.hpp"
 #include "kernels/ops/broadcast_mul.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
+#include "kernels/layernorm_parts.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
 #include "kernels/ops/cosine_attention.hpp"
@@ -1324,6 +1325,51 @@ TEST_CASE("LayerNorm's backward over many parts of the rows matches the CPU refe
     CHECK(to_host<float>(c, d_dx, dx.size()) == gdx);
     CHECK(to_host<float>(c, d_dg, C) == gdg);
     CHECK(to_host<float>(c, d_db, C) == gdb);
+  }
+}
+
+TEST_CASE("16-bit LayerNorm and GELU run natively: bit for bit the float32 kernels on the widened operands, rounded once") {
+  cuda::Context c(0);
+  CudaMallocMemory raw;
+  const auto rounded = [](const std::vector<float>& v, DType t) {
+    std::vector<uint16_t> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = t == DType::BF16 ? float_to_bf16(v[i]) : float_to_f16(v[i]);
+    return r;
+  };
+  for (DType t : {DType::BF16, DType::F16}) {
+    const std::string type = dtype_name(t);
+    CAPTURE(type);
+    CachingAllocator alloc(0, "cuda:0", raw, 0);
+    const Exec gpu{nullptr, &c, &alloc};
+    const int64_t rows = 300, C = 70, n = rows * C;
+    Pair16 x(c, random_16bit(n, 70, t), t), g(c, random_16bit(C, 71, t), t), b(c, random_16bit(C, 72, t), t),
+        dy(c, random_16bit(n, 73, t), t), y(c, n, t), dx(c, n, t), dg(c, C, t), db(c, C, t), gy(c, n, t), gdx(c, n, t);
+    cuda::DeviceBuffer mean(c, rows * 4), rstd(c, rows * 4);
+    const Buf m{mean.get(), DType::F32}, r{rstd.get(), DType::F32};
+    layernorm_forward(gpu, y.d(), m, r, x.d(), g.d(), b.d(), rows, C, 1e-5f);
+    layernorm_backward(gpu, dx.d(), dg.d(), db.d(), dy.d(), x.d(), g.d(), m, r, rows, C);
+    gelu_forward(gpu, gy.d(), x.d(), n);
+    gelu_backward(gpu, gdx.d(), dy.d(), x.d(), n);
+    // The float32 kernels on the same values, widened
+    auto fx = to_device(c, x.host_values()), fg = to_device(c, g.host_values()), fb = to_device(c, b.host_values()),
+         fdy = to_device(c, dy.host_values());
+    cuda::DeviceBuffer fy(c, n * 4), fm(c, rows * 4), fr(c, rows * 4), fdx(c, n * 4), fdg(c, C * 4), fdb(c, C * 4),
+        fgy(c, n * 4), fgdx(c, n * 4);
+    cuda::layernorm_forward(c, fy.get(), fm.get(), fr.get(), fx.get(), fg.get(), fb.get(), rows, C, 1e-5f);
+    cuda::layernorm_backward(c, alloc, fdx.get(), fdg.get(), fdb.get(), fdy.get(), fx.get(), fg.get(), fm.get(), fr.get(),
+                             rows, C);
+    cuda::gelu_forward(c, fgy.get(), fx.get(), n);
+    cuda::gelu_backward(c, fgdx.get(), fdy.get(), fx.get(), n);
+    CHECK(to_host<float>(c, mean, rows) == to_host<float>(c, fm, rows));
+    CHECK(to_host<float>(c, rstd, rows) == to_host<float>(c, fr, rows));
+    CHECK(to_host<uint16_t>(c, y.dev, n) == rounded(to_host<float>(c, fy, n), t));
+    CHECK(to_host<uint16_t>(c, dx.dev, n) == rounded(to_host<float>(c, fdx, n), t));
+    CHECK(to_host<uint16_t>(c, dg.dev, C) == rounded(to_host<float>(c, fdg, C), t));
+    CHECK(to_host<uint16_t>(c, db.dev, C) == rounded(to_host<float>(c, fdb, C), t));
+    CHECK(to_host<uint16_t>(c, gy.dev, n) == rounded(to_host<float>(c, fgy, n), t));
+    CHECK(to_host<uint16_t>(c, gdx.dev, n) == rounded(to_host<float>(c, fgdx, n), t));
+    // No widening copies: the allocator served only LayerNorm's partial sums
+    CHECK(alloc.stats().peak <= static_cast<int64_t>(layernorm_parts::scratch_bytes(rows, C)) + 512);
   }
 }
 
