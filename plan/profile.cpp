@@ -33,6 +33,7 @@ void add_step(MemprofRun& run, const StepResult& r, int devices) {
 }
 
 OpCostRecording::OpCostRecording(DeviceSet& devices) : devices_(devices) {
+  devices.synchronize();  // the streams read each Exec's log pointer: set it while they are idle
   for (int i = 0; i < devices.size(); ++i) {
     logs_.push_back(std::make_unique<DeviceOpCosts>(devices[i].allocator()));
     devices[i].set_op_costs(logs_.back().get());

@@ -47,7 +47,7 @@ case "${1:-}" in
     for format in $formats; do
       echo "== fuzz_$format: $runs executions"
       fuzz "$format" -runs="$runs" -print_final_stats=1 >"/tmp/fuzz-$format.log" 2>&1 || status=1
-      grep -E '^(stat::|#[0-9]+ +DONE|==[0-9]+==ERROR|SUMMARY|fuzz finding)' "/tmp/fuzz-$format.log" || true
+      grep -E '^(stat::|#[0-9]+[[:space:]]+DONE|==[0-9]+==ERROR|SUMMARY|fuzz finding)' "/tmp/fuzz-$format.log" || true
     done
     exit $status
     ;;

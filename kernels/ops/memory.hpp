@@ -37,11 +37,8 @@ inline void zero(const Exec& ex, void* dst, size_t bytes) {
 }
 // Every byte 0xFF: NaN in float32, bfloat16 and float16, -1 in int32; done before it returns, so
 // work on any of the device's streams sees it (DP_POISON_ALLOCATIONS' fill, runtime/device.cpp).
-inline void poison(const Exec& ex, void* dst, size_t bytes) {
-  OpCounter c(ex, "poison");
-  c.bytes(static_cast<double>(bytes));
-  DP_DISPATCH(ex, poison, dst, bytes);
-}
+// (Not counted: a debugging fill, not the step's work; meta devices never poison.)
+inline void poison(const Exec& ex, void* dst, size_t bytes) { DP_DISPATCH(ex, poison, dst, bytes); }
 inline void upload(const Exec& ex, void* dst, const void* host, size_t bytes) {
   OpCounter c(ex, "upload");
   c.bytes(static_cast<double>(bytes));
