@@ -10,7 +10,11 @@ namespace {
 
 class MaxPool2d final : public Module {
  public:
-  MaxPool2d(int64_t k, int64_t stride, int64_t pad, bool ceil) : k_(k), stride_(stride), pad_(pad), ceil_(ceil) {}
+  MaxPool2d(int64_t k, int64_t stride, int64_t pad, bool ceil) : k_(k), stride_(stride), pad_(pad), ceil_(ceil) {
+    // PyTorch's checks (a model file may hold anything: a stride of 0 divided by zero here once)
+    if (k < 1 || stride < 1) throw UsageError(describe() + ": the kernel and the stride must be positive");
+    if (pad < 0 || 2 * pad > k) throw UsageError(describe() + ": padding must be at most half the kernel");
+  }
   std::string describe() const override {
     std::ostringstream os;
     os << "MaxPool2d(kernel_size=" << k_ << ", stride=" << stride_;

@@ -798,6 +798,12 @@ TEST_CASE("MaxPool2d's padding and ceil_mode give PyTorch's output sizes and nev
   CHECK(make_maxpool2d(3, 2, 0, true)->output_shape({1, 7, 7}) == Shape{1, 3, 3});
   CHECK(make_maxpool2d(3, 2, 0, true)->output_shape({1, 8, 8}) == Shape{1, 4, 4});
   CHECK(make_maxpool2d(2, 2, 1, true)->output_shape({1, 5, 5}) == Shape{1, 3, 3});
+  // PyTorch's refusals (a model file's stride of 0 once divided by zero): kernel and stride
+  // positive, padding at most half the kernel
+  CHECK_THROWS_AS(make_maxpool2d(3, 0), UsageError);
+  CHECK_THROWS_AS(make_maxpool2d(0, 1), UsageError);
+  CHECK_THROWS_AS(make_maxpool2d(3, 2, 2), UsageError);
+  CHECK_THROWS_AS(make_maxpool2d(3, 2, -1), UsageError);
   auto devs = host_devices(1);
   // All negative: the −inf padding must not win over them.
   Tensor in = tensor_from(devs[0], {1, 1, 2, 2}, {-4.f, -3.f, -2.f, -1.f});
