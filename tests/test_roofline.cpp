@@ -146,6 +146,9 @@ TEST_CASE("every op of a step counts its cost, the same calls on host and meta d
   for (const char* model : {"tiny", "convnet", "resnet8", "gpt-dropout"})
     for (SyncMode mode : {SyncMode::Reduce, SyncMode::AllReduce, SyncMode::Zero3})
       for (Precision precision : {Precision::FP32, Precision::BF16}) {
+        // resnet8 (the slowest under TSan) twice: its ops are convnet's and the residual adds
+        if (std::string(model) == "resnet8" && (mode == SyncMode::AllReduce || (mode == SyncMode::Reduce) != (precision == Precision::FP32)))
+          continue;
         const std::string name = std::string(model) + " " + sync_mode_name(mode) + " " + precision_name(precision);
         CAPTURE(name);
         StepSetup c;
