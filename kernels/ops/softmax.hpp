@@ -6,8 +6,9 @@
 //   causal_fill   x[.., i, j] = value where j > i, over matrices of [rows, cols] (masked_fill with
 //                 nanoGPT's tril mask); its backward zeroes the same entries of the gradient
 // Sums in double. The CPU's exp is the vectorised one of the attention kernels (fast_math.hpp), the
-// GPU's the double one of its attention kernels; 16-bit operands go through Operands (float32
-// arithmetic, one rounding on store).
+// GPU's the double one of its attention kernels. 16-bit operands: float32 arithmetic and one
+// rounding on store — on a GPU in the kernels themselves (no widening copies), on a CPU through
+// Operands.
 #pragma once
 #include <cstdint>
 
@@ -25,15 +26,28 @@ namespace cuda {
 void softmax_forward(Context& c, float* out, const float* in, int64_t rows, int64_t n, bool log);
 void softmax_backward(Context& c, float* din, const float* dout, const float* out, int64_t rows, int64_t n, bool log);
 void causal_fill(Context& c, float* x, int64_t matrices, int64_t rows, int64_t cols, float value);
+// Every tensor of 16-bit type t: the float32 kernels' arithmetic on the loaded values.
+void softmax_forward(Context& c, DType t, void* out, const void* in, int64_t rows, int64_t n, bool log);
+void softmax_backward(Context& c, DType t, void* din, const void* dout, const void* out, int64_t rows, int64_t n,
+                      bool log);
+void causal_fill(Context& c, DType t, void* x, int64_t matrices, int64_t rows, int64_t cols, float value);
 }  // namespace cuda
 
 inline void softmax_forward(const Exec& ex, Buf out, Buf in, int64_t rows, int64_t n, bool log) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32)
+    return cuda::softmax_forward(*ex.cuda, t, out.ptr, in.ptr, rows, n, log);
+#endif
   Operands o(ex, "softmax_forward");
   o.flops(5.0 * rows * n);
   DP_DISPATCH(ex, softmax_forward, o.out(out, rows * n), o.in(in, rows * n), rows, n, log);
   o.finish();
 }
 inline void softmax_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t rows, int64_t n, bool log) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {din, dout, out}); t != DType::F32)
+    return cuda::softmax_backward(*ex.cuda, t, din.ptr, dout.ptr, out.ptr, rows, n, log);
+#endif
   Operands o(ex, "softmax_backward");
   o.flops(3.0 * rows * n);
   DP_DISPATCH(ex, softmax_backward, o.out(din, rows * n), o.in(dout, rows * n), o.in(out, rows * n), rows, n, log);
@@ -41,6 +55,10 @@ inline void softmax_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t
 }
 // In place; value may be −inf (a 16-bit x holds it too).
 inline void causal_fill(const Exec& ex, Buf x, int64_t matrices, int64_t rows, int64_t cols, float value) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {x}); t != DType::F32)
+    return cuda::causal_fill(*ex.cuda, t, x.ptr, matrices, rows, cols, value);
+#endif
   Operands o(ex, "causal_fill");  // no arithmetic: the masked scores are written
   DP_DISPATCH(ex, causal_fill, o.inout(x, matrices * rows * cols), matrices, rows, cols, value);
   o.finish();

@@ -1328,7 +1328,7 @@ TEST_CASE("LayerNorm's backward over many parts of the rows matches the CPU refe
   }
 }
 
-TEST_CASE("16-bit LayerNorm and GELU run natively: bit for bit the float32 kernels on the widened operands, rounded once") {
+TEST_CASE("16-bit LayerNorm, GELU and softmax run natively: bit for bit the float32 kernels on the widened operands, rounded once") {
   cuda::Context c(0);
   CudaMallocMemory raw;
   const auto rounded = [](const std::vector<float>& v, DType t) {
@@ -1370,6 +1370,26 @@ TEST_CASE("16-bit LayerNorm and GELU run natively: bit for bit the float32 kerne
     CHECK(to_host<uint16_t>(c, gdx.dev, n) == rounded(to_host<float>(c, fgdx, n), t));
     // No widening copies: the allocator served only LayerNorm's partial sums
     CHECK(alloc.stats().peak <= static_cast<int64_t>(layernorm_parts::scratch_bytes(rows, C)) + 512);
+
+    // softmax and log_softmax (rows of C), their backward, and the causal mask (rows of C ≥ 70 columns)
+    for (bool log : {false, true}) {
+      CAPTURE(log);
+      Pair16 sy(c, n, t), sdx(c, n, t), masked(c, x.host, t);
+      softmax_forward(gpu, sy.d(), x.d(), rows, C, log);
+      softmax_backward(gpu, sdx.d(), dy.d(), sy.d(), rows, C, log);
+      causal_fill(gpu, masked.d(), 3, 100, C, -INFINITY);
+      cuda::DeviceBuffer fsy(c, n * 4), fsdx(c, n * 4);
+      auto fmask = to_device(c, x.host_values());
+      cuda::softmax_forward(c, fsy.get(), fx.get(), rows, C, log);
+      const std::vector<uint16_t> sy16 = rounded(to_host<float>(c, fsy, n), t);
+      CHECK(to_host<uint16_t>(c, sy.dev, n) == sy16);
+      // backward from the 16-bit forward's output, widened
+      auto fsy16 = to_device(c, widen(sy16, t));
+      cuda::softmax_backward(c, fsdx.get(), fdy.get(), fsy16.get(), rows, C, log);
+      CHECK(to_host<uint16_t>(c, sdx.dev, n) == rounded(to_host<float>(c, fsdx, n), t));
+      cuda::causal_fill(c, fmask.get(), 3, 100, C, -INFINITY);
+      CHECK(to_host<uint16_t>(c, masked.dev, n) == rounded(to_host<float>(c, fmask, n), t));
+    }
   }
 }
 
