@@ -19,11 +19,18 @@ void dropout_apply(ThreadPool& pool, float* out, const float* in, int64_t sample
 namespace cuda {
 void dropout_apply(Context& c, float* out, const float* in, int64_t samples, int64_t per_sample,
                    const DropoutMask& mask);
+// out and in of 16-bit type t: scaled in float32, rounded once on store.
+void dropout_apply(Context& c, DType t, void* out, const void* in, int64_t samples, int64_t per_sample,
+                   const DropoutMask& mask);
 }  // namespace cuda
 
-// 16-bit operands compute in float32 and round once (kernels/operands.hpp).
+// 16-bit operands compute in float32 and round once: natively on a GPU, through Operands on a CPU.
 inline void dropout_apply(const Exec& ex, Buf out, Buf in, int64_t samples, int64_t per_sample,
                           const DropoutMask& mask) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32)
+    return cuda::dropout_apply(*ex.cuda, t, out.ptr, in.ptr, samples, per_sample, mask);
+#endif
   Operands o(ex, "dropout");
   const int64_t n = samples * per_sample;
   o.flops(2.0 * n);

@@ -1535,7 +1535,7 @@ TEST_CASE("attention forward and backward match the CPU reference, causal or not
   }
 }
 
-TEST_CASE("dropout drops the CPU reference's elements, its key read from device memory") {
+TEST_CASE("dropout drops the CPU reference's elements, its key read from device memory, float32 and 16-bit") {
   cuda::Context c(0);
   ThreadPool pool(1);
   const int64_t samples = 7, per_sample = 1000;
@@ -1558,6 +1558,22 @@ TEST_CASE("dropout drops the CPU reference's elements, its key read from device 
       CHECK(to_host<float>(c, d_y, x.size()) == want);  // one float32 product each: the same bits
       cuda::dropout_apply(c, d_x.get(), d_x.get(), samples, per_sample, on_device);  // in place
       CHECK(to_host<float>(c, d_x, x.size()) == want);
+      // 16-bit values: the CPU reference on the widened values, rounded once (the same product)
+      for (DType t : {DType::BF16, DType::F16}) {
+        const std::string type = dtype_name(t);
+        CAPTURE(type);
+        const auto x16 = random_16bit(x.size(), 71, t);
+        const auto wx = widen(x16, t);
+        std::vector<float> want16(x.size());
+        cpu::dropout_apply(pool, want16.data(), wx.data(), samples, per_sample, on_host);
+        std::vector<uint16_t> rounded16(x.size());
+        for (size_t i = 0; i < x.size(); ++i)
+          rounded16[i] = t == DType::BF16 ? float_to_bf16(want16[i]) : float_to_f16(want16[i]);
+        auto d_x16 = to_device(c, x16);
+        cuda::DeviceBuffer d_y16(c, x.size() * 2);
+        cuda::dropout_apply(c, t, d_y16.get(), d_x16.get(), samples, per_sample, on_device);
+        CHECK(to_host<uint16_t>(c, d_y16, x.size()) == rounded16);
+      }
     }
 }
 
