@@ -10,8 +10,8 @@
 // it is an artefact of simulating 16-bit kernels on a CPU, which a GPU reading 16-bit operands
 // directly does not have, so the memory profile stays a GPU's. On CUDA devices it comes
 // from the device's allocator, counted as workspace — for the ops without a native 16-bit kernel
-// there: the matrix products, convolutions, ReLU, pooling, the adds, LayerNorm, GELU, softmax
-// and dropout read and write 16 bits directly (native_16bit below); BatchNorm, attention and the loss compute in
+// there: the matrix products, convolutions, ReLU, pooling, the adds, LayerNorm, GELU, softmax,
+// dropout and the embedding lookup read and write 16 bits directly (native_16bit below); BatchNorm, attention and the loss compute in
 // float32 (autocast's) through this widening.
 #pragma once
 #include "core/scratch.hpp"

@@ -169,13 +169,14 @@ void launch_gelu_backward(Context& c, T* din, const T* dout, const T* in, int64_
   DP_CUDA_CHECK_LAUNCH();
 }
 
-__global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* table, int64_t rows, int64_t V,
                                          int64_t C, unsigned long long* fault) {
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k < rows * C; k += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = k / C, id = ids[r];
     if (id < 0 || id >= V) {
       if (k % C == 0) report_bad_id(fault, r, id, V);
-      out[k] = 0.f;
+      out[k] = store_as<T>(0.f);
       continue;
     }
     out[k] = table[id * C + k % C];
@@ -242,9 +243,17 @@ void gelu_backward(Context& c, DType t, void* din, const void* dout, const void*
 
 void embedding_forward(Context& c, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
                        int64_t C) {
+  embedding_forward(c, DType::F32, out, ids, table, rows, V, C);
+}
+
+void embedding_forward(Context& c, DType t, void* out, const int32_t* ids, const void* table, int64_t rows, int64_t V,
+                       int64_t C) {
   if (rows * C == 0) return;
-  embedding_forward_kernel<<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(out, ids, table, rows, V, C,
-                                                                                       c.handles().data_fault);
+  with_float_type(t, "embedding_forward", [&](auto v) {
+    using T = decltype(v);
+    embedding_forward_kernel<T><<<blocks_for(rows * C), kThreads, 0, c.handles().stream>>>(
+        static_cast<T*>(out), ids, static_cast<const T*>(table), rows, V, C, c.handles().data_fault);
+  });
   DP_CUDA_CHECK_LAUNCH();
   after_id_check(c);
 }

@@ -53,6 +53,8 @@ void layernorm_backward(Context& c, ScratchMemory& alloc, DType t, void* din, vo
                         int64_t rows, int64_t C);
 void gelu_forward(Context& c, DType t, void* out, const void* in, int64_t n);
 void gelu_backward(Context& c, DType t, void* din, const void* dout, const void* in, int64_t n);
+void embedding_forward(Context& c, DType t, void* out, const int32_t* ids, const void* table, int64_t rows, int64_t V,
+                       int64_t C);
 void embedding_forward(Context& c, float* out, const int32_t* ids, const float* table, int64_t rows, int64_t V,
                        int64_t C);
 // Deterministic: rows sorted by id (stable), each id's rows summed in row order, as on the CPU;
@@ -117,6 +119,10 @@ inline void gelu_backward(const Exec& ex, Buf din, Buf dout, Buf in, int64_t n) 
   o.finish();
 }
 inline void embedding_forward(const Exec& ex, Buf out, Buf ids, Buf table, int64_t rows, int64_t V, int64_t C) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, table}); t != DType::F32)
+    return cuda::embedding_forward(*ex.cuda, t, out.ptr, ids.i32("embedding_forward"), table.ptr, rows, V, C);
+#endif
   Operands o(ex, "embedding_forward");
   o.cost().reads(ids, rows);
   DP_DISPATCH(ex, embedding_forward, o.out(out, rows * C), ids.i32("embedding_forward"),

@@ -1328,7 +1328,7 @@ TEST_CASE("LayerNorm's backward over many parts of the rows matches the CPU refe
   }
 }
 
-TEST_CASE("16-bit LayerNorm, GELU and softmax run natively: bit for bit the float32 kernels on the widened operands, rounded once") {
+TEST_CASE("16-bit LayerNorm, GELU, softmax and the embedding lookup run natively: bit for bit the float32 kernels on the widened operands, rounded once") {
   cuda::Context c(0);
   CudaMallocMemory raw;
   const auto rounded = [](const std::vector<float>& v, DType t) {
@@ -1389,6 +1389,19 @@ TEST_CASE("16-bit LayerNorm, GELU and softmax run natively: bit for bit the floa
       CHECK(to_host<uint16_t>(c, sdx.dev, n) == rounded(to_host<float>(c, fsdx, n), t));
       cuda::causal_fill(c, fmask.get(), 3, 100, C, -INFINITY);
       CHECK(to_host<uint16_t>(c, masked.dev, n) == rounded(to_host<float>(c, fmask, n), t));
+    }
+    {  // the embedding lookup: each row the table's row, its 16 bits as they are
+      const int64_t V = 50, lookups = 37;
+      std::vector<int32_t> ids(static_cast<size_t>(lookups));
+      for (int64_t r = 0; r < lookups; ++r) ids[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7) % V);
+      Pair16 table(c, random_16bit(V * C, 74, t), t), rows_out(c, lookups * C, t);
+      auto d_ids = to_device(c, ids);
+      embedding_forward(gpu, rows_out.d(), Buf{d_ids.get(), DType::I32}, table.d(), lookups, V, C);
+      std::vector<uint16_t> want(static_cast<size_t>(lookups * C));
+      for (int64_t r = 0; r < lookups; ++r)
+        for (int64_t k = 0; k < C; ++k)
+          want[static_cast<size_t>(r * C + k)] = table.host[static_cast<size_t>(ids[static_cast<size_t>(r)] * C + k)];
+      CHECK(to_host<uint16_t>(c, rows_out.dev, want.size()) == want);
     }
   }
 }
