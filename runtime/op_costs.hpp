@@ -26,6 +26,8 @@ class DeviceOpCosts final : public OpCostLog {
   void uncounted(const char* op) override;
   // The calls since the last clear(), in the order they ran.
   std::vector<CostedCall> calls() const;
+  // Every op that ran uncounted since the log was made (clear() keeps them: one is a defect
+  // whichever step it ran in).
   std::set<std::string> uncounted_ops() const;
   void clear();
 

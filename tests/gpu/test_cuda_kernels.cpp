@@ -93,12 +93,14 @@ struct CudaMallocMemory final : RawMemory {
 };
 
 // Random values already representable in 16-bit type t, as its bit patterns.
-std::vector<uint16_t> random_16bit(size_t n, uint64_t seed, DType t) {
-  std::vector<uint16_t> v(n);
-  const auto f = random_vector(n, seed);
-  for (size_t i = 0; i < n; ++i) v[i] = t == DType::BF16 ? float_to_bf16(f[i]) : float_to_f16(f[i]);
+// Each value rounded once to 16-bit type t (the hardware's rounding, kernels/half.hpp).
+std::vector<uint16_t> round_16bit(const std::vector<float>& f, DType t) {
+  std::vector<uint16_t> v(f.size());
+  for (size_t i = 0; i < f.size(); ++i) v[i] = t == DType::BF16 ? float_to_bf16(f[i]) : float_to_f16(f[i]);
   return v;
 }
+
+std::vector<uint16_t> random_16bit(size_t n, uint64_t seed, DType t) { return round_16bit(random_vector(n, seed), t); }
 
 std::vector<float> widen(const std::vector<uint16_t>& v, DType t) {
   std::vector<float> f(v.size());
@@ -1329,18 +1331,18 @@ TEST_CASE("LayerNorm's backward over many parts of the rows matches the CPU refe
 }
 
 TEST_CASE("16-bit LayerNorm, GELU, softmax and the embedding lookup run natively: bit for bit the float32 kernels on the widened operands, rounded once") {
+  // Also against the CPU reference (host devices widen, compute in float32 and round): its sums run
+  // in another order, so a value may round to the neighbouring 16-bit one — within two units.
   cuda::Context c(0);
+  ThreadPool pool(1);
   CudaMallocMemory raw;
-  const auto rounded = [](const std::vector<float>& v, DType t) {
-    std::vector<uint16_t> r(v.size());
-    for (size_t i = 0; i < v.size(); ++i) r[i] = t == DType::BF16 ? float_to_bf16(v[i]) : float_to_f16(v[i]);
-    return r;
-  };
+  const auto rounded = round_16bit;
   for (DType t : {DType::BF16, DType::F16}) {
     const std::string type = dtype_name(t);
     CAPTURE(type);
+    const double tol = 4 * (t == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11));
     CachingAllocator alloc(0, "cuda:0", raw, 0);
-    const Exec gpu{nullptr, &c, &alloc};
+    const Exec gpu{nullptr, &c, &alloc}, host{&pool, nullptr, nullptr};
     const int64_t rows = 300, C = 70, n = rows * C;
     Pair16 x(c, random_16bit(n, 70, t), t), g(c, random_16bit(C, 71, t), t), b(c, random_16bit(C, 72, t), t),
         dy(c, random_16bit(n, 73, t), t), y(c, n, t), dx(c, n, t), dg(c, C, t), db(c, C, t), gy(c, n, t), gdx(c, n, t);
@@ -1368,6 +1370,17 @@ TEST_CASE("16-bit LayerNorm, GELU, softmax and the embedding lookup run natively
     CHECK(to_host<uint16_t>(c, db.dev, C) == rounded(to_host<float>(c, fdb, C), t));
     CHECK(to_host<uint16_t>(c, gy.dev, n) == rounded(to_host<float>(c, fgy, n), t));
     CHECK(to_host<uint16_t>(c, gdx.dev, n) == rounded(to_host<float>(c, fgdx, n), t));
+    {  // the CPU reference, through the host's widening
+      std::vector<float> hm(static_cast<size_t>(rows)), hr(static_cast<size_t>(rows));
+      const Buf m_h{hm.data(), DType::F32}, r_h{hr.data(), DType::F32};
+      layernorm_forward(host, y.h(), m_h, r_h, x.h(), g.h(), b.h(), rows, C, 1e-5f);
+      layernorm_backward(host, dx.h(), dg.h(), db.h(), dy.h(), x.h(), g.h(), m_h, r_h, rows, C);
+      gelu_forward(host, gy.h(), x.h(), n);
+      gelu_backward(host, gdx.h(), dy.h(), x.h(), n);
+      CHECK(rel_error(to_host<float>(c, mean, rows), hm) < kTol);
+      CHECK(rel_error(to_host<float>(c, rstd, rows), hr) < kTol);
+      for (Pair16* p : {&y, &dx, &dg, &db, &gy, &gdx}) CHECK(rel_error(p->device_values(c), p->host_values()) <= tol);
+    }
     // No widening copies: the allocator served only LayerNorm's partial sums
     CHECK(alloc.stats().peak <= static_cast<int64_t>(layernorm_parts::scratch_bytes(rows, C)) + 512);
 
@@ -1389,6 +1402,13 @@ TEST_CASE("16-bit LayerNorm, GELU, softmax and the embedding lookup run natively
       CHECK(to_host<uint16_t>(c, sdx.dev, n) == rounded(to_host<float>(c, fsdx, n), t));
       cuda::causal_fill(c, fmask.get(), 3, 100, C, -INFINITY);
       CHECK(to_host<uint16_t>(c, masked.dev, n) == rounded(to_host<float>(c, fmask, n), t));
+      // the CPU reference (its backward from its own forward's output)
+      softmax_forward(host, sy.h(), x.h(), rows, C, log);
+      softmax_backward(host, sdx.h(), dy.h(), sy.h(), rows, C, log);
+      causal_fill(host, masked.h(), 3, 100, C, -INFINITY);
+      CHECK(rel_error(sy.device_values(c), sy.host_values()) <= tol);
+      CHECK(rel_error(sdx.device_values(c), sdx.host_values()) <= tol);
+      CHECK(to_host<uint16_t>(c, masked.dev, n) == masked.host);  // a copy and a fill: exact
     }
     {  // the embedding lookup: each row the table's row, its 16 bits as they are
       const int64_t V = 50, lookups = 37;
@@ -1579,9 +1599,7 @@ TEST_CASE("dropout drops the CPU reference's elements, its key read from device 
         const auto wx = widen(x16, t);
         std::vector<float> want16(x.size());
         cpu::dropout_apply(pool, want16.data(), wx.data(), samples, per_sample, on_host);
-        std::vector<uint16_t> rounded16(x.size());
-        for (size_t i = 0; i < x.size(); ++i)
-          rounded16[i] = t == DType::BF16 ? float_to_bf16(want16[i]) : float_to_f16(want16[i]);
+        const std::vector<uint16_t> rounded16 = round_16bit(want16, t);
         auto d_x16 = to_device(c, x16);
         cuda::DeviceBuffer d_y16(c, x.size() * 2);
         cuda::dropout_apply(c, t, d_y16.get(), d_x16.get(), samples, per_sample, on_device);
