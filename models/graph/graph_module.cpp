@@ -41,7 +41,7 @@ class UnreadState final : public Module {
 
 class GraphModule final : public Module {
  public:
-  explicit GraphModule(std::shared_ptr<const GraphSpec> spec) : spec_(std::move(spec)) {
+  GraphModule(std::shared_ptr<const GraphSpec> spec, Checked checked) : spec_(std::move(spec)) {
     const auto& nodes = spec_->nodes;
     const size_t n = nodes.size();
     steps_.resize(n);
@@ -130,7 +130,7 @@ class GraphModule final : public Module {
     if (!batched[static_cast<size_t>(spec_->output)])
       throw UsageError(where(nodes[static_cast<size_t>(spec_->output)]) +
                        " is the model's output but does not depend on its input");
-    place_state(with_state);
+    place_state(with_state, checked);
     check_readers();
   }
 
@@ -258,7 +258,7 @@ class GraphModule final : public Module {
 
   // The leaves with parameters under their module paths, in the order of the file's state list
   // (PyTorch's state_dict order: a module's own entries, then its children's, in registration order).
-  void place_state(std::map<std::string, std::unique_ptr<Module>>& with_state) {
+  void place_state(std::map<std::string, std::unique_ptr<Module>>& with_state, Checked checked) {
     std::set<std::string> placed;
     std::vector<const StateDecl*> own_state;  // the entries the tree holds (a tied name is another's)
     for (const StateDecl& s : spec_->state) {
@@ -301,10 +301,12 @@ class GraphModule final : public Module {
       if (dot == std::string::npos)
         throw UsageError("model file " + spec_->path + ": state entry '" + s.name +
                          "' belongs to the model's root module, and no node uses it as a parameter");
-      // a leaf's own children (MultiheadAttention's out_proj) come with it
-      const bool inside_placed = std::any_of(placed.begin(), placed.end(), [&](const std::string& p) {
-        return path.size() > p.size() && path.compare(0, p.size() + 1, p + ".") == 0;
-      });
+      // a leaf's own children (MultiheadAttention's out_proj) come with it: a placed module is one of
+      // the path's ancestors (each looked up, not every placed one compared: a plan builds the
+      // tree once per replica)
+      bool inside_placed = false;
+      for (size_t at = path.find('.'); at != std::string::npos && !inside_placed; at = path.find('.', at + 1))
+        inside_placed = placed.count(path.substr(0, at)) > 0;
       if (placed.count(path) || inside_placed) continue;
       auto it = with_state.find(path);
       if (it == with_state.end())
@@ -329,7 +331,8 @@ class GraphModule final : public Module {
     if (!with_state.empty())
       throw UsageError("model file " + spec_->path + ": module '" + with_state.begin()->first +
                        "' has parameters, but the file's state has none of them");
-    // The tree's state against the file's, entry by entry.
+    // The tree's state against the file's, entry by entry (once per file).
+    if (checked == Checked::Already) return;
     ModelLayout layout;
     try {
       layout = ModelLayout::of(*this);
@@ -390,8 +393,8 @@ class GraphModule final : public Module {
 
 }  // namespace
 
-std::unique_ptr<Module> make_graph_module(std::shared_ptr<const GraphSpec> spec) {
-  return std::make_unique<GraphModule>(std::move(spec));
+std::unique_ptr<Module> make_graph_module(std::shared_ptr<const GraphSpec> spec, Checked checked) {
+  return std::make_unique<GraphModule>(std::move(spec), checked);
 }
 
 }  // namespace dp

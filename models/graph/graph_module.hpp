@@ -22,6 +22,9 @@ namespace dp {
 // The graph of a checked file: UsageError naming the node for an unknown op, bad attributes, a
 // shape that does not follow from the input's, a module with parameters run twice, a value no
 // node reads; and naming the entry where the modules' state differs from the file's.
-std::unique_ptr<Module> make_graph_module(std::shared_ptr<const GraphSpec> spec);
+// `Checked::Already`: a spec whose graph was built and checked before (a model's every later tree,
+// one per replica and per plan) skips the walk that compares the modules' state with the file's.
+enum class Checked { Not, Already };
+std::unique_ptr<Module> make_graph_module(std::shared_ptr<const GraphSpec> spec, Checked checked = Checked::Not);
 
 }  // namespace dp

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <sstream>
+#include <type_traits>
 
 #include "core/bounded_json.hpp"
 #include "runtime/device.hpp"
@@ -80,6 +81,12 @@ std::array<int64_t, 2> pair_attr(const GraphNode& n, const char* key, int64_t fa
 
 void require(const GraphNode& n, bool ok, const std::string& what) {
   if (!ok) bad_attr(n, what);
+}
+// The same, the message made only when it is said (a model builds its tree once per replica).
+template <typename Message>
+  requires std::is_invocable_r_v<std::string, Message>
+void require(const GraphNode& n, bool ok, Message&& what) {
+  if (!ok) bad_attr(n, what());
 }
 
 // Zero-copy reshape of the per-sample dims (flatten, view, reshape): the node's recorded shape.
@@ -438,14 +445,13 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   }
   if (op == "conv2d") {
     require(n, !n.attrs.contains("padding_mode") || attr(n, "padding_mode") == "zeros",
-            "padding_mode " + (n.attrs.contains("padding_mode") ? short_dump(attr(n, "padding_mode")) : "") +
-                " is not run by dp (zeros is)");
+            [&] { return "padding_mode " + short_dump(attr(n, "padding_mode")) + " is not run by dp (zeros is)"; });
     if (n.attrs.contains("padding"))
       require(n, !n.attrs.at("padding").is_string(),
-              "padding " + short_dump(n.attrs.at("padding")) + " is not run by dp (give it in numbers)");
+              [&] { return "padding " + short_dump(n.attrs.at("padding")) + " is not run by dp (give it in numbers)"; });
     const int64_t in = int_attr(n, "in_channels"), out = int_attr(n, "out_channels"), groups = int_attr_or(n, "groups", 1);
     require(n, groups >= 1 && in % groups == 0 && out % groups == 0,
-            "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")");
+            [&] { return "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")"; });
     // The kernel and padding may differ between height and width (Inception's 1x7); stride and
     // dilation are square.
     return make_conv2d(in, out, pair_attr(n, "kernel_size", 0), square_attr(n, "stride", 1), pair_attr(n, "padding", 0),
@@ -462,7 +468,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   if (op == "layer_norm") {
     const json& shape = attr(n, "normalized_shape");
     require(n, shape.is_array() && shape.size() == 1 && shape[0].is_number_integer(),
-            "normalized_shape " + short_dump(shape) + ": dp normalises over the last dimension only");
+            [&] { return "normalized_shape " + short_dump(shape) + ": dp normalises over the last dimension only"; });
     require(n, bool_attr(n, "elementwise_affine", true), "elementwise_affine=False is not run by dp yet");
     return make_layernorm(shape[0].get<int64_t>(), static_cast<float>(number_attr(n, "eps", 1e-5)),
                           bool_attr(n, "bias", true));
@@ -481,7 +487,8 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   if (op == "gelu") {
     const json none = "none";
     const json& form = n.attrs.contains("approximate") ? attr(n, "approximate") : none;
-    require(n, form == "none" || form == "tanh", "approximate " + short_dump(form) + " is not GELU's (none or tanh)");
+    require(n, form == "none" || form == "tanh",
+            [&] { return "approximate " + short_dump(form) + " is not GELU's (none or tanh)"; });
     return form == "tanh" ? make_activation(Activation::GeluTanh) : make_gelu();
   }
   if (op == "dropout") {
@@ -494,8 +501,10 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     const double p = number_attr(n, "p", 0);
     require(n, p >= 0 && p <= 1, "p must be in [0, 1]");
     require(n, attr(n, "mode") == "row",
-            "mode " + short_dump(attr(n, "mode")) + " is not run by dp: \"batch\" draws one mask for each replica's "
-            "chunk, which DataParallel's split would change (\"row\", a draw a sample, is)");
+            [&] {
+              return "mode " + short_dump(attr(n, "mode")) + " is not run by dp: \"batch\" draws one mask for each "
+                     "replica's chunk, which DataParallel's split would change (\"row\", a draw a sample, is)";
+            });
     // Like dropout's, a site whatever p: a file's later sites keep their numbers.
     const uint32_t site = dropout_site++;
     if (!bool_attr(n, "training", true) || p == 0) return std::make_unique<Identity>();
@@ -590,7 +599,7 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
     for (int64_t x : d) {
       const int64_t k = x < 0 ? x + in_rank : x;
       require(n, k >= 1 && k < in_rank && !seen[static_cast<size_t>(k)],
-              "dim " + short_dump(dims) + ": dp takes the mean over distinct per-sample dimensions");
+              [&] { return "dim " + short_dump(dims) + ": dp takes the mean over distinct per-sample dimensions"; });
       seen[static_cast<size_t>(k)] = true;
     }
     bool trailing = true;

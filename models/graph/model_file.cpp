@@ -224,7 +224,7 @@ ModelDef model_def_of(std::shared_ptr<const GraphSpec> spec) {
                      "' has shape " + shape_str(out) + " per sample; cross-entropy needs [classes]");
   }
   def.classes = out.back();
-  def.make = [spec] { return make_graph_module(spec); };
+  def.make = [spec] { return make_graph_module(spec, Checked::Already); };  // checked above
   def.file = spec;
   return def;
 }
