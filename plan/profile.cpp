@@ -1,5 +1,7 @@
 #include "plan/profile.hpp"
 
+#include <optional>
+
 #include "core/error.hpp"
 #include "engine/batch_view.hpp"
 
@@ -72,6 +74,32 @@ void profile_batches(DataParallel& dp, BatchSource& loader, int64_t accumulate, 
     if (!e.out_of_memory) throw;
     run.out_of_memory = OutOfMemorySeen{e.what(), e.device, e.request, e.phase, e.in_use};
   }
+}
+
+MemprofRun profile_run(DataParallel& dp, BatchSource& batches, int64_t accumulate, int64_t batch, ProfileRecording rec) {
+  MemprofRun run;
+  run.recomputed = recomputed_text(dp);
+  run.recomputed_blocks = dp.recomputed_blocks();
+  if (rec.trace) {
+    run.tracer = std::make_shared<Tracer>();
+    dp.set_tracer(run.tracer.get());
+  }
+  std::optional<OpCostRecording> costs;
+  if (rec.op_costs) costs.emplace(dp.devices());
+  profile_batches(dp, batches, accumulate, run, [&] {
+    if (costs) costs->clear();
+  });
+  if (costs) costs->keep_in(run);
+  if (run.chunks.empty()) run.chunks = dp.chunk_sizes(batch);
+  if (run.tracer) dp.set_tracer(nullptr);
+  return run;
+}
+
+std::string recomputed_text(const DataParallel& dp) {
+  const int64_t n = dp.recomputed_blocks(), all = dp.blocks();
+  if (n == 0) return "";
+  if (n == all) return "every block (" + std::to_string(all) + ")";
+  return "the first " + std::to_string(n) + " of " + std::to_string(all) + " blocks";
 }
 
 }  // namespace dp

@@ -76,6 +76,20 @@ class OpCostRecording {
 // Adds a finished step to the run: its split, what each device sent, its per-phase memory.
 void add_step(MemprofRun& run, const StepResult& r, int devices);
 
+// What a profile keeps beyond the peaks: the steps' trace (for a page or a trace file), and the
+// last step's op costs (dp plan --roofline).
+struct ProfileRecording {
+  bool trace = false;
+  bool op_costs = false;
+};
+
+// Steps `dp` over the batches, `accumulate` micro-batches a step, into a fresh run: its recompute
+// and split noted (the split of `batch` when no step finished), the trace and op costs kept as asked.
+MemprofRun profile_run(DataParallel& dp, BatchSource& batches, int64_t accumulate, int64_t batch, ProfileRecording rec);
+
+// What recompute recomputes: "" when off, "every block (8)", "the first 4 of 8 blocks".
+std::string recomputed_text(const DataParallel& dp);
+
 // Steps `dp` over the loader's batches, `accumulate` micro-batches a step (a phase's peak is its
 // highest over them), into `run`; an out-of-memory ends the steps and is kept in the run (what was
 // measured before it stands).

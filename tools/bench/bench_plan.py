@@ -1,9 +1,11 @@
 """dp plan's own cost (targets: GPT-2 small on meta:8 at batch 64, one plan < 5 s and < 1 GiB
 resident on the 2-core machine; --compare < 60 s; the planner's memory independent of the planned
 device memory; torchvision's resnet50 at 3x224x224 (a model file) on meta:8, --max-batch under 80
-GiB < 10 s and < 1 GiB, with --compare < 60 s): wall time and peak resident memory (getrusage of the
-child) of each, median of repeats; and dp memprof on host:2 against dp plan on meta:2 for the same
-small run (what the math costs). Prints Markdown.
+GiB < 10 s and < 1 GiB, with --compare < 60 s, and --compare --max-batch within 5x of one
+strategy's plan): wall time and peak resident memory (getrusage of the child) of each, median of
+repeats (the runs interleaved, so a slow stretch of the machine touches every row alike); and dp
+memprof on host:2 against dp plan on meta:2 for the same small run (what the math costs). Prints
+Markdown.
 
 usage: bench_plan.py [--dp build/dp] [--repeats 3]
 """
@@ -30,8 +32,8 @@ def resnet50_file(env):
 def main():
     a, env, dp = start()
     r50 = resnet50_file(env)
-    big = [dp, "plan", "--model", r50, "--devices", "meta:8", "--batch", "256", "--device-memory", "80GiB",
-           "--max-batch"] if r50 else None
+    one = [dp, "plan", "--model", r50, "--devices", "meta:8", "--batch", "256", "--device-memory", "80GiB"] if r50 else None
+    big = one + ["--max-batch"] if r50 else None
     rows = [("GPT-2 small (163M parameters, untied head), meta:8, batch 64, 80 GiB",
              [dp, "plan"] + GPT2 + ["--device-memory", "80GiB"], "< 5 s, < 1 GiB"),
             ("the same, 800 GiB a device", [dp, "plan"] + GPT2 + ["--device-memory", "800GiB"], "memory independent of it"),
@@ -39,28 +41,36 @@ def main():
              "< 60 s"),
             ("the same, --compare --max-batch", [dp, "plan"] + GPT2 + ["--device-memory", "80GiB", "--compare",
                                                                      "--max-batch"], "< 60 s"),
-            ("torchvision resnet50 at 3x224x224 (a model file), meta:8, batch 256, 80 GiB, --max-batch", big,
-             "< 10 s, < 1 GiB"),
-            ("the same, --compare --max-batch", big + ["--compare"] if big else None, "< 60 s"),
+            ("torchvision resnet50 at 3x224x224 (a model file), meta:8, batch 256, 80 GiB: one plan", one, ""),
+            ("the same, --max-batch", big, "< 10 s, < 1 GiB"),
+            ("the same, --compare --max-batch", big + ["--compare"] if big else None,
+             "< 60 s; within 5x of one plan"),
             ("convnet, batch 128: dp memprof on host:2", [dp, "memprof", "--model", "convnet", "--devices", "host:2"], ""),
             ("convnet, batch 128: dp plan on meta:2", [dp, "plan", "--model", "convnet", "--devices", "meta:2"], "")]
     print("| run | wall (median) | peak resident | target |")
     print("|---|---|---|---|")
-    for name, cmd, target in rows:
-        if cmd is None:
-            print(f"| {name} | not run: no torchvision to export it | | {target} |")
-            continue
-        walls, rss = [], 0
-        for _ in range(a.repeats):
+    walls = [[] for _ in rows]  # by row: two rows share a name ("the same, ...")
+    rss = [0 for _ in rows]
+    for _ in range(a.repeats):
+        for i, (name, cmd, target) in enumerate(rows):
+            if cmd is None:
+                continue
             # Each run in a fresh child of its own, so that the high-water mark is this command's.
             out = subprocess.run(["/usr/bin/python3", "-c",
                                   "import resource,subprocess,sys,time;t=time.monotonic();"
                                   "subprocess.run(sys.argv[1:],stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL);"
                                   "print(time.monotonic()-t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"]
                                  + cmd, capture_output=True, text=True, env=env).stdout.split()
-            walls.append(float(out[0]))
-            rss = max(rss, int(out[1]) * 1024)
-        print(f"| {name} | {statistics.median(walls):.2f} s | {rss / 2**20:.0f} MiB | {target} |")
+            walls[i].append(float(out[0]))
+            rss[i] = max(rss[i], int(out[1]) * 1024)
+    for i, (name, cmd, target) in enumerate(rows):
+        if cmd is None:
+            print(f"| {name} | not run: no torchvision to export it | | {target} |")
+            continue
+        print(f"| {name} | {statistics.median(walls[i]):.2f} s | {rss[i] / 2**20:.0f} MiB | {target} |")
+    if r50:
+        one_plan, compared = statistics.median(walls[4]), statistics.median(walls[6])
+        print(f"\nresnet50: --compare --max-batch takes {compared / one_plan:.1f}x one plan")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include "tools/dp/memory_report.hpp"
 #include "tools/dp/page/page_data.hpp"
 #include "tools/dp/page/page_html.hpp"
+#include "tools/dp/plan_setup.hpp"
 
 namespace dp::cli {
 
@@ -33,26 +34,10 @@ std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::In
 }  // namespace
 
 MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
-  MemprofRun run;
   DataParallel dp(*setup.devices, setup.model, profiling_optimizer(setup), setup_options(setup, o.seed));
-  run.recomputed = recomputed_text(dp);
-  run.recomputed_blocks = dp.recomputed_blocks();
-  if (!o.trace.empty() || !o.html.empty()) {
-    run.tracer = std::make_shared<Tracer>();
-    dp.set_tracer(run.tracer.get());
-  }
   const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps * accumulate);
-  std::optional<OpCostRecording> costs;
-  if (o.count_op_costs) costs.emplace(*setup.devices);
-  profile_batches(dp, *batches, accumulate, run, [&] {
-    if (costs) costs->clear();
-  });
-  if (costs) costs->keep_in(run);
-  if (run.chunks.empty()) run.chunks = dp.chunk_sizes(o.batch);
-  if (run.tracer) {
-    dp.set_tracer(nullptr);
-    if (!o.trace.empty()) write_file_atomically(o.trace, run.tracer->to_json());
-  }
+  MemprofRun run = profile_run(dp, *batches, accumulate, o.batch, {!o.trace.empty() || !o.html.empty(), o.count_op_costs});
+  if (!o.trace.empty()) write_file_atomically(o.trace, run.tracer->to_json());
   return run;
 }
 
@@ -196,16 +181,20 @@ void say_outputs_written(const MemprofOptions& o) {
   if (!written.empty()) std::printf("\nwrote: %s\n", written.c_str());
 }
 
-Plan plan_steps(const MemprofOptions& o, const std::function<void(const Plan&)>& before_steps) {
+Plan plan_steps(const MemprofOptions& o, const std::function<void(const PlannedRun&, const RunSetup&)>& before_steps) {
+  PlanInputs in = load_plan(o);
+  PlannedRun r = plan_variant(in.plan, in.variant, {!o.trace.empty() || !o.html.empty(), o.count_op_costs},
+                              [&](const PlannedRun& ready) {
+                                if (before_steps) before_steps(ready, in.setup);
+                              });
+  if (!o.trace.empty()) write_file_atomically(o.trace, r.run.tracer->to_json());
   Plan p;
-  p.setup = validate_and_make_devices(o);
-  if (!(*p.setup.devices)[0].is_meta())
-    throw UsageError("dp plan plans on meta devices (--devices meta:N: shapes only, no memory held); to measure " +
-                     o.devices + " run dp memprof");
-  const RunData data = prepare_profile(o, p.setup, p.accumulate);
-  p.tokens_per_sample = data.language ? data.context : 0;
-  if (before_steps) before_steps(p);
-  p.run = profile_steps(o, p.setup, data, p.accumulate);
+  p.setup = std::move(in.setup);
+  p.setup.devices = std::move(r.devices);  // the report reads the plan's devices' statistics
+  p.setup.split = std::move(r.split);
+  p.run = std::move(r.run);
+  p.accumulate = r.accumulate;
+  p.tokens_per_sample = in.tokens_per_sample;
   return p;
 }
 

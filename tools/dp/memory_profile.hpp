@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/planner.hpp"
 #include "plan/profile.hpp"
 #include "tools/dp/memory_svg.hpp"
 #include "tools/dp/page/page_html.hpp"
@@ -59,9 +60,10 @@ struct Plan {
   int64_t accumulate = 1;
   int64_t tokens_per_sample = 0;  // a language model's context, 0 otherwise
 };
-// The steps on meta devices (UsageError for other devices). `before_steps` runs once the setup and
-// data are ready (dp plan remembers the run for its remedies there).
-Plan plan_steps(const MemprofOptions& o, const std::function<void(const Plan&)>& before_steps = {});
+// The flags' steps on meta devices (plan/planner.hpp; UsageError for other devices). `before_steps`
+// runs once the plan's devices and data are ready (dp plan remembers the run for its remedies there).
+Plan plan_steps(const MemprofOptions& o,
+                const std::function<void(const PlannedRun&, const RunSetup&)>& before_steps = {});
 // The data for the steps memprof and plan take (a GPT's sizes are final once it is loaded), and the
 // micro-batches a step takes of it.
 RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate);

@@ -5,14 +5,15 @@
 // batch and devices under every strategy (DataParallel's gathered and in-replica loss, DDP, ZeRO
 // 1-3; float32 and bf16; with --recompute where the model has blocks) beside the closed-form model
 // state of each; --max-batch finds the largest batch that fits --device-memory; --roofline GPU says
-// what the step must take at best on that GPU (plan/roofline.hpp), from what each op counts.
+// what the step must take at best on that GPU (plan/roofline.hpp), from what each op counts. The
+// planning is the library's (plan/planner.hpp, its setup from the flags in plan_setup.cpp); this
+// file checks the command's own flags and prints.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
 #include <optional>
 
@@ -22,8 +23,9 @@
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"
+#include "tools/dp/plan_setup.hpp"
 #include "tools/dp/page/page_data.hpp"
-#include "plan/largest_batch.hpp"
+#include "plan/planner.hpp"
 #include "plan/model_state.hpp"
 #include "plan/strategy.hpp"
 #include "tools/dp/remedies.hpp"
@@ -77,64 +79,56 @@ class PlanProgress {
   bool shown_ = false, shown_once_ = false, terminal_ = ::isatty(2) != 0;
 };
 
-// The options of one strategy's plan.
-PlanOptions with_strategy(const PlanOptions& o, const Strategy& s) {
+// The strategy's settings as its report names them (the flags' words).
+PlanOptions labelled(const PlanOptions& o, const ComparedPlan& c) {
   PlanOptions r = o;
-  r.sync = sync_mode_name(s.sync);
-  r.loss = s.loss == LossMode::Gathered ? "gathered" : "in-replica";
-  r.loss_given = s.loss.has_value();
-  r.precision = precision_name(s.precision);
-  r.recompute = s.recompute ? "blocks" : "off";
-  r.json.clear(), r.svg.clear(), r.trace.clear();  // --html stays: each plan keeps its trace for the page
+  r.sync = sync_mode_name(c.variant.sync.mode);
+  r.loss = c.variant.loss == LossMode::Gathered ? "gathered" : "in-replica";
+  r.precision = precision_name(c.variant.precision.precision);
+  r.recompute = c.variant.recompute > 0 ? "blocks" : "off";
   return r;
+}
+
+// A compared plan as the report functions take it: the flags' setup with the strategy's settings,
+// the plan's split, and its devices (their statistics), moved out of the row, which is done with them.
+RunSetup report_setup(const PlanInputs& in, ComparedPlan& c) {
+  RunSetup s;
+  s.model = in.setup.model;
+  s.devices = std::move(c.plan.devices);
+  s.split = c.plan.split;
+  s.loss = c.variant.loss;
+  s.sync = c.variant.sync;
+  s.precision = c.variant.precision;
+  s.optimizer = in.setup.optimizer;
+  s.capacity = in.setup.capacity;
+  s.recompute = c.variant.recompute;
+  return s;
 }
 
 int64_t largest_other_sent(const std::vector<int64_t>& sent) {
   return sent.size() > 1 ? *std::max_element(sent.begin() + 1, sent.end()) : 0;
 }
 
-// "fits (7.52 GiB spare)" / "OOM (needs 3.10 GiB more)" / "" without a capacity.
-std::string verdict(const Plan& p) {
-  if (p.run.out_of_memory) return "OOM at step " + std::to_string(p.run.completed + 1);
-  if (p.setup.capacity == 0) return "-";
-  int64_t peak = 0;
-  for (int i = 0; i < p.setup.devices->size(); ++i) peak = std::max(peak, (*p.setup.devices)[i].allocator().stats().peak);
-  return "fits, " + format_bytes(p.setup.capacity - peak) + " spare";
-}
-
-// The largest global batch (up to 2^20) whose plan fits --device-memory (plan/largest_batch.hpp).
-int64_t max_batch(const PlanOptions& o, PlanProgress& progress, const std::string& what = "") {
-  return largest_fitting_batch(o.batch, [&](int64_t batch) {
-    progress.say((what.empty() ? "" : what + ": ") + "the largest batch, trying " + std::to_string(batch));
-    PlanOptions b = o;
-    b.batch = batch;
-    b.json.clear(), b.svg.clear(), b.trace.clear(), b.html.clear();
-    b.count_op_costs = false;
-    try {
-      return !plan_steps(b).run.out_of_memory.has_value();
-    } catch (const OutOfMemoryError&) {  // not even the model's state (before the first step)
-      return false;
-    }
-  });
+// "fits, 7.52 GiB spare" / "OOM at step 2" / "-" without a capacity.
+std::string verdict(const MemprofRun& run, int64_t peak, int64_t capacity) {
+  if (run.out_of_memory) return "OOM at step " + std::to_string(run.completed + 1);
+  if (capacity == 0) return "-";
+  return "fits, " + format_bytes(capacity - peak) + " spare";
 }
 
 void print_compare(const PlanOptions& o) {
-  const Plan first = plan_steps(with_strategy(o, {"", SyncMode::Reduce, LossMode::Gathered, Precision::FP32, false}));
-  const int n = first.setup.devices->size();
-  const bool has_blocks = first.run.recomputed_blocks > 0 || o.recompute != "off" ||
-                          [&] {
-                            try {
-                              blocks_to_recompute(first.setup.model, kEveryRecomputeUnit);
-                              return true;
-                            } catch (const UsageError&) {
-                              return false;
-                            }
-                          }();
-  const double psi = static_cast<double>(ModelLayout::of(first.setup.model).parameter_count);
-  std::printf("dp plan --compare: %s (%.2fM parameters), batch %lld, %s, %s optimizer%s\n", first.setup.model.name.c_str(),
-              psi / 1e6, static_cast<long long>(o.batch), first.setup.devices->description().c_str(),
-              optimizer_name(first.setup.optimizer),
-              first.setup.capacity ? (", " + format_bytes(first.setup.capacity) + " a device").c_str() : "");
+  // Every strategy's settings checked before anything prints: fp16's loss scale has no row here.
+  if (o.loss_scale_given)
+    throw UsageError("--loss-scale and --loss-scale-growth-interval apply to --precision fp16 (bf16 has float32's "
+                     "range and needs no loss scaling)");
+  PlanInputs in = load_plan(o);
+  for (const Strategy& s : compared_strategies(has_blocks(in.plan.model))) with_strategy(in.variant, s);
+  const int n = in.plan.device_count();
+  const double psi = static_cast<double>(ModelLayout::of(in.plan.model).parameter_count);
+  std::printf("dp plan --compare: %s (%.2fM parameters), batch %lld, %s, %s optimizer%s\n", in.plan.model.name.c_str(),
+              psi / 1e6, static_cast<long long>(o.batch), in.setup.devices->description().c_str(),
+              optimizer_name(in.setup.optimizer),
+              in.setup.capacity ? (", " + format_bytes(in.setup.capacity) + " a device").c_str() : "");
   std::printf("model state: the ZeRO paper's parameters + gradients + optimizer bytes on device 0; "
               "on top: what the plan holds beyond them at device 0's peak (activations, gathered outputs, buffers)\n\n");
   if (!o.roofline.empty())
@@ -144,52 +138,56 @@ void print_compare(const PlanOptions& o) {
               "on top", "verdict", "d0 sends", "other sends", o.max_batch ? "   max batch" : "",
               o.roofline.empty() ? "" : "  roofline step");
   nlohmann::json rows = nlohmann::json::array(), page_runs = nlohmann::json::array();
+  std::optional<PageHeader> header;
   PlanProgress progress;
-  const std::vector<Strategy> all = compared_strategies(has_blocks);
-  for (size_t i = 0; i < all.size(); ++i) {
-    const Strategy& s = all[i];
-    const std::string which = "strategy " + std::to_string(i + 1) + " of " + std::to_string(all.size()) + ", " + s.name;
-    progress.say(which);
-    const PlanOptions so = with_strategy(o, s);
-    const Plan p = plan_steps(so);
-    const int64_t d0 = (*p.setup.devices)[0].allocator().stats().peak, other = largest_other_peak(*p.setup.devices);
-    const double state = model_state_bytes(s.sync, s.precision != Precision::FP32, p.setup.optimizer, psi, n, true);
-    const int64_t sent0 = p.run.sent.empty() ? 0 : p.run.sent[0], sent_other = largest_other_sent(p.run.sent);
-    const int64_t most = o.max_batch ? max_batch(so, progress, which) : -1;
+  CompareOptions options;
+  options.max_batch = o.max_batch;
+  options.recording = {!o.html.empty(), !o.roofline.empty()};  // each plan keeps its trace for the page
+  options.progress = [&](const std::string& what) { progress.say(what); };
+  compare_strategies(in.plan, in.variant, options, [&](ComparedPlan& c) {
     progress.clear();
-    std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s", s.name.c_str(), format_bytes(d0).c_str(),
-                format_bytes(other).c_str(), format_bytes(static_cast<int64_t>(state)).c_str(),
-                format_bytes(d0 - static_cast<int64_t>(state)).c_str(), verdict(p).c_str(), format_bytes(sent0).c_str(),
-                format_bytes(sent_other).c_str());
-    if (o.max_batch) std::printf(" %12lld", static_cast<long long>(most));
+    const PlannedRun& p = c.plan;
+    const int64_t d0 = p.device0_peak(), other = p.largest_other_peak();
+    const int64_t peak = p.peak();
+    const auto state = static_cast<int64_t>(c.model_state_bytes);
+    const int64_t sent0 = p.run.sent.empty() ? 0 : p.run.sent[0], sent_other = largest_other_sent(p.run.sent);
+    std::printf("%-34s %12s %12s %12s %12s %-26s %12s %12s", c.strategy.name.c_str(), format_bytes(d0).c_str(),
+                format_bytes(other).c_str(), format_bytes(state).c_str(), format_bytes(d0 - state).c_str(),
+                verdict(p.run, peak, in.plan.capacity).c_str(), format_bytes(sent0).c_str(), format_bytes(sent_other).c_str());
+    if (o.max_batch) std::printf(" %12lld", static_cast<long long>(c.max_batch));
     std::optional<Roofline> roofline;
-    if (!o.roofline.empty() && !p.run.out_of_memory) roofline = roofline_of_plan(o, p);
+    if (!o.roofline.empty() && !p.run.out_of_memory)
+      roofline = roofline_of(p.run.op_calls, p.run.uncounted_ops, gpu_peaks(o.roofline));
     if (!o.roofline.empty()) std::printf(" %14s", roofline ? format_seconds(roofline->step_seconds).c_str() : "-");
     std::printf("\n");
-    nlohmann::json row{{"strategy", s.name}, {"sync", so.sync}, {"loss", so.loss}, {"precision", so.precision},
+    const PlanOptions so = labelled(o, c);
+    const RunSetup setup = report_setup(in, c);
+    nlohmann::json row{{"strategy", c.strategy.name}, {"sync", so.sync}, {"loss", so.loss}, {"precision", so.precision},
                        {"recompute", so.recompute}, {"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
-                       {"model_state_bytes", static_cast<int64_t>(state)}, {"device0_sends_bytes", sent0},
+                       {"model_state_bytes", state}, {"device0_sends_bytes", sent0},
                        {"largest_other_sends_bytes", sent_other}, {"out_of_memory", p.run.out_of_memory.has_value()},
-                       {"report", memprof_json(so, p.setup, p.run, p.accumulate)}};
-    if (o.max_batch) row["max_batch"] = most;
-    if (roofline) row["roofline"] = roofline_json(*roofline, o.batch, p.tokens_per_sample);
+                       {"report", memprof_json(so, setup, p.run, p.accumulate)}};
+    if (o.max_batch) row["max_batch"] = c.max_batch;
+    if (roofline) row["roofline"] = roofline_json(*roofline, o.batch, in.tokens_per_sample);
     if (!o.html.empty()) {
-      PageRunInput in;
-      in.name = s.name, in.report = row["report"], in.tracer = p.run.tracer.get(), in.timeline = &p.run.timeline;
-      page_runs.push_back(page_run_json(in, n, true));
-      nlohmann::json cells{{"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
-                           {"model_state_bytes", static_cast<int64_t>(state)}, {"verdict", verdict(p)},
-                           {"device0_sends_bytes", sent0}, {"largest_other_sends_bytes", sent_other}};
-      if (o.max_batch) cells["max_batch"] = most;
+      if (!header) header = page_header("plan", o, setup, p.run);
+      PageRunInput page_in;
+      page_in.name = c.strategy.name, page_in.report = row["report"], page_in.tracer = p.run.tracer.get();
+      page_in.timeline = &p.run.timeline;
+      page_runs.push_back(page_run_json(page_in, n, true));
+      nlohmann::json cells{{"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other}, {"model_state_bytes", state},
+                           {"verdict", verdict(p.run, peak, in.plan.capacity)}, {"device0_sends_bytes", sent0},
+                           {"largest_other_sends_bytes", sent_other}};
+      if (o.max_batch) cells["max_batch"] = c.max_batch;
       page_runs.back()["row"] = cells;  // the page's table: the row this strategy has above
     }
     rows.push_back(row);
-  }
+  });
   if (!o.json.empty()) write_file_atomically(o.json, nlohmann::json{{"compare", rows}}.dump(2));
-  if (!o.html.empty()) {
-    PageHeader h = page_header("plan", o, first.setup, first.run);
-    h.title = "dp plan --compare: " + first.setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
-              first.setup.devices->description() + ", " + optimizer_name(first.setup.optimizer) + " optimizer";
+  if (!o.html.empty() && header) {
+    PageHeader h = *header;
+    h.title = "dp plan --compare: " + in.plan.model.name + ", batch " + std::to_string(o.batch) + ", " +
+              in.setup.devices->description() + ", " + optimizer_name(in.setup.optimizer) + " optimizer";
     write_file_atomically(o.html, run_page_html(h, page_runs));
   }
   say_outputs_written(o);
@@ -213,8 +211,8 @@ int run_plan(const PlanOptions& o) {
   }
   std::optional<RemedyRun> remedies;  // an out-of-memory's remedies are this run's
   const Plan p = with_remedies(remedies, [&] {
-    return plan_steps(o, [&](const Plan& ready) {
-      remedies = RemedyRun{o, ready.accumulate, ready.setup.devices->size(), ready.setup.capacity, "plan"};
+    return plan_steps(o, [&](const PlannedRun& ready, const RunSetup& setup) {
+      remedies = RemedyRun{o, ready.accumulate, ready.devices->size(), setup.capacity, "plan"};
     });
   });
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);
@@ -225,7 +223,10 @@ int run_plan(const PlanOptions& o) {
   }
   if (o.max_batch) {
     PlanProgress progress;
-    const int64_t most = max_batch(o, progress);
+    const PlanInputs in = load_plan(o);
+    const int64_t most = largest_batch(in.plan, in.variant, nullptr, [&](int64_t batch) {
+      progress.say("the largest batch, trying " + std::to_string(batch));
+    });
     progress.clear();
     std::printf("\nmax batch: %lld fits %s a device\n", static_cast<long long>(most), format_bytes(p.setup.capacity).c_str());
   }

@@ -62,7 +62,7 @@ void check_ids(const TokenSplit& split, int64_t vocab, const std::string& limit)
                        std::to_string(i) + " is at or above " + limit);
 }
 
-RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bool trains) {
+RunData load_tokens(const RunOptions& o, ModelDef& model, int64_t min_tokens, bool trains) {
   RunData d;
   d.language = true;
   d.context = o.context;
@@ -76,9 +76,9 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bo
                          " takes token files (train.bin, val.bin), a text file or a directory of text files");
     d.tokens = load_token_data(o.data);
   }
-  if (setup.model.file) {  // a token model file: its context and vocabulary are the file's
-    d.context = setup.model.input_shape[0];
-    const int64_t vocab = setup.model.classes;
+  if (model.file) {  // a token model file: its context and vocabulary are the file's
+    d.context = model.input_shape[0];
+    const int64_t vocab = model.classes;
     if (o.data.empty() && vocab < 256) {
       // The generated corpus is bytes: for a smaller vocabulary its ids are folded into it (id mod
       // V), synthetic data all the same (a plan and memprof read only its shape).
@@ -106,7 +106,7 @@ RunData load_tokens(const RunOptions& o, RunSetup& setup, int64_t min_tokens, bo
     cfg.vocab = o.vocab;
   }
   if (trains) check_token_split(d.tokens.train, o.batch, o.context);
-  setup.model = gpt_model(cfg);
+  model = gpt_model(cfg);
   d.description = d.tokens.description;
   return d;
 }
@@ -226,12 +226,17 @@ TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test,
 
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
                       uint64_t generated_seed, int64_t min_tokens, bool trains) {
-  check_data_path(o, setup.model);
-  if (setup.model.language_model()) return load_tokens(o, setup, min_tokens, trains);
   // Meta devices read no pixel: a plan at a real input size draws none, and its batches are shapes.
   const bool meta = setup.devices && (*setup.devices)[0].is_meta();
-  RunData d = load_images(o, setup.model, generated_train, generated_test, generated_seed, !meta, trains);
-  d.shapes_only = meta;
+  return load_run_data(o, setup.model, meta, generated_train, generated_test, generated_seed, min_tokens, trains);
+}
+
+RunData load_run_data(const RunOptions& o, ModelDef& model, bool shapes_only, int64_t generated_train,
+                      int64_t generated_test, uint64_t generated_seed, int64_t min_tokens, bool trains) {
+  check_data_path(o, model);
+  if (model.language_model()) return load_tokens(o, model, min_tokens, trains);
+  RunData d = load_images(o, model, generated_train, generated_test, generated_seed, !shapes_only, trains);
+  d.shapes_only = shapes_only;
   return d;
 }
 

@@ -78,5 +78,9 @@ int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumu
 // (the data's, or --vocab: a token id at or above it is an error).
 RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
                       uint64_t generated_seed, int64_t min_tokens = 0, bool trains = true);
+// The same for `model` (a GPT's sizes set in it); `shapes_only`: for meta devices, images as their
+// sizes alone (no pixel drawn or read).
+RunData load_run_data(const RunOptions& o, ModelDef& model, bool shapes_only, int64_t generated_train,
+                      int64_t generated_test, uint64_t generated_seed, int64_t min_tokens = 0, bool trains = true);
 
 }  // namespace dp::cli

@@ -301,7 +301,9 @@ RunSetup validate_and_make_devices(const RunOptions& o) {
   if (!o.device_memory.empty()) r.capacity = parse_bytes(o.device_memory, "--device-memory");
   if (spec.kind == DeviceSpec::Kind::Host || spec.kind == DeviceSpec::Kind::Meta)
     parse_split(o.split, spec.host_count, o.batch);  // fail before loading
-  r.devices = std::make_unique<DeviceSet>(spec, device_options(o, spec, r.capacity));
+  r.device_spec = spec;
+  r.device_options = device_options(o, spec, r.capacity);
+  r.devices = std::make_unique<DeviceSet>(spec, r.device_options);
   r.split = parse_split(o.split, r.devices->size(), o.batch);
   if (spec.kind == DeviceSpec::Kind::Meta && r.split.mode == SplitPolicy::Mode::Auto)
     throw UsageError("--split auto balances the replicas by their measured speed; meta devices (" + o.devices +
@@ -313,13 +315,6 @@ void refuse_meta_devices(const RunSetup& setup, const std::string& command) {
   if ((*setup.devices)[0].is_meta())
     throw UsageError(command + " runs the step's math; meta devices (" + setup.devices->description() +
                      ") run none: plan its memory with dp plan");
-}
-
-std::string recomputed_text(const DataParallel& dp) {
-  const int64_t n = dp.recomputed_blocks(), all = dp.blocks();
-  if (n == 0) return "";
-  if (n == all) return "every block (" + std::to_string(all) + ")";
-  return "the first " + std::to_string(n) + " of " + std::to_string(all) + " blocks";
 }
 
 DataParallelOptions setup_options(const RunSetup& setup, uint64_t seed) {

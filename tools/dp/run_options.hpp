@@ -11,6 +11,7 @@
 #include "io/atomic_file.hpp"
 #include "io/protected_inputs.hpp"
 #include "data/dataset.hpp"
+#include "plan/profile.hpp"  // recomputed_text
 
 namespace dp::cli {
 
@@ -71,6 +72,8 @@ void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, s
 struct RunSetup {
   ModelDef model;  // the registry's; a GPT's sizes and vocabulary are set when its data is loaded
   std::unique_ptr<DeviceSet> devices;
+  DeviceSpec device_spec;        // what --devices says, and the options the devices were made with
+  DeviceOptions device_options;  // (a plan makes fresh ones for each of its variants)
   SplitPolicy split;
   LossMode loss = LossMode::Gathered;
   SyncOptions sync;
@@ -85,9 +88,6 @@ void refuse_meta_devices(const RunSetup& setup, const std::string& command);
 
 // The DataParallel's options the shared flags set (split, loss, sync, precision, recompute), and the seed.
 DataParallelOptions setup_options(const RunSetup& setup, uint64_t seed);
-
-// What --recompute recomputes: "" when off, "every block (8)", "the first 4 of 8 blocks".
-std::string recomputed_text(const DataParallel& dp);
 
 // The optimizer memprof and demo run with: --optimizer at lr 0.05 (SGD with momentum 0.9, so its
 // state exists as in training).
