@@ -15,7 +15,7 @@
 // only at the end for the loss and statistics it reports; phase times then come from events the
 // streams record at each phase's end. The values that change between steps (learning rate, AdamW's
 // bias corrections, fp16's loss scale, dropout's key) reach the kernels through device memory
-// (engine/step/step_scalars.hpp), so a step can be captured and replayed (DataParallelOptions::graphs).
+// (engine/optim/step_scalars.hpp), so a step can be captured and replayed (DataParallelOptions::graphs).
 //
 // Around the step, in their own files: gradient accumulation (data_parallel_accumulate.cpp),
 // captured steps (data_parallel_graph.cpp), pixels normalised on the devices

@@ -8,7 +8,7 @@
 
 #include "engine/comm/process_group.hpp"
 #include "engine/precision/precision.hpp"
-#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/sync_mode.hpp"
 #include "engine/split/split.hpp"
 #include "engine/step/loss_strategy.hpp"
 #include "engine/step/step_result.hpp"

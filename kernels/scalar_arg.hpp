@@ -1,6 +1,6 @@
 // A float a kernel reads when it runs rather than when it is enqueued: from device memory when
 // `at` is set, else `value`. The step passes its per-step values this way (the learning rate,
-// AdamW's bias corrections, fp16's loss scale; engine/step/step_scalars.hpp), so every kernel
+// AdamW's bias corrections, fp16's loss scale; engine/optim/step_scalars.hpp), so every kernel
 // argument of a step is the same from step to step — what replaying a captured step (a CUDA
 // graph, whose kernel arguments are frozen at capture) needs. On a host device, device memory is
 // this process's memory, so the CPU kernels read it the same way.

@@ -2,7 +2,7 @@
 // each strategy's planned peak (the rest of the peak is activations, gathered outputs, buffers).
 #pragma once
 #include "engine/optim/optimizer.hpp"
-#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/sync_mode.hpp"
 
 namespace dp {
 

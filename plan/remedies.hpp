@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/precision/precision.hpp"
-#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/sync_mode.hpp"
 #include "engine/step/loss_strategy.hpp"
 
 namespace dp {

@@ -2,9 +2,12 @@
 """The layers the build keeps (docs/architecture.md, CMakeLists.txt): every #include of a project
 header must point to the file's own layer or one below it. An include that goes up (kernels/
 including runtime/) or sideways where not allowed (data/ including engine/) fails, naming the
-file, the line and the header. Below tools/dp, a string literal that names a CLI flag ("--split")
-fails too: the library names a setting through core/setting_name.hpp, and the CLI maps it to its
-flag.
+file, the line and the header. Inside engine/ its folders are layers too: comm/, precision/ and
+split/ at the bottom, then optim/, step/, shapes/, and engine/'s own files at the top. An include is
+seen in every spelling: "engine/step/x.hpp" from the root, "../step/x.hpp" or "x.hpp" from the
+including file's folder, and <engine/step/x.hpp>. Below tools/dp, a string literal that names a CLI
+flag ("--split") fails too: the library names a setting through core/setting_name.hpp, and the CLI
+maps it to its flag.
 
 usage: check_layers.py [ROOT]
 """
@@ -24,7 +27,16 @@ ALLOWED = {
     "plan": {"core", "kernels", "runtime", "models", "io", "data", "engine"},
     "tools/dp": {"core", "kernels", "runtime", "models", "io", "data", "engine", "plan"},
 }
-INCLUDE = re.compile(r'\s*#\s*include\s*"([^"]+)"')
+# engine/'s folders, each with those it may include (besides itself); engine/'s own files take any.
+ENGINE_ALLOWED = {
+    "engine/comm": set(),
+    "engine/precision": set(),
+    "engine/split": set(),
+    "engine/optim": {"engine/comm", "engine/precision", "engine/split"},
+    "engine/step": {"engine/comm", "engine/precision", "engine/split", "engine/optim"},
+    "engine/shapes": {"engine/comm", "engine/precision", "engine/split", "engine/optim", "engine/step"},
+}
+INCLUDE = re.compile(r'\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)')
 # A string literal holding a flag, outside comments: "--split", "... (--host-sync phase)".
 LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 FLAG = re.compile(r'--[a-z]')
@@ -36,6 +48,27 @@ def layer_of(path):
         return "tools/dp"
     top = path.split("/", 1)[0]
     return top if top in ALLOWED else None
+
+
+def engine_part(path):
+    """engine/'s folder a repository path lies in ("engine/step"), "engine" for its own files, or None."""
+    parts = path.split("/")
+    if parts[0] != "engine":
+        return None
+    return "engine/" + parts[1] if len(parts) > 2 and "engine/" + parts[1] in ENGINE_ALLOWED else "engine"
+
+
+def included_path(root, including, header, quoted):
+    """The repository path an include names, or None for a header outside the repository (a system
+    one, a generated one). Quoted: the including file's folder first, then the root (the build's
+    include path); angle brackets: the root."""
+    candidates = [os.path.join(os.path.dirname(including), header)] if quoted else []
+    candidates.append(os.path.join(root, header))
+    for c in candidates:
+        c = os.path.normpath(c)
+        if os.path.isfile(c) and c.startswith(root + os.sep):
+            return os.path.relpath(c, root).replace(os.sep, "/")
+    return None
 
 
 def strip_comment(line):
@@ -70,10 +103,19 @@ def main():
                                         bad.append(f"{rel}:{number}: {layer}/ names a flag in {literal} "
                                                    "(name the setting with setting(), core/setting_name.hpp)")
                             continue
-                        to = layer_of(m.group(1))
-                        if to is None or to == layer or to in ALLOWED[layer]:
+                        header = m.group(1) or m.group(2)
+                        target = included_path(root, path, header, m.group(1) is not None)
+                        if target is None:
                             continue
-                        bad.append(f"{rel}:{number}: {layer}/ includes {m.group(1)} ({to}/ is not below {layer}/)")
+                        to = layer_of(target)
+                        if to is not None and to != layer and to not in ALLOWED[layer]:
+                            bad.append(f"{rel}:{number}: {layer}/ includes {header} ({to}/ is not below {layer}/)")
+                            continue
+                        part, to_part = engine_part(rel), engine_part(target)
+                        if (part and to_part and part != "engine" and to_part != part and
+                                to_part not in ENGINE_ALLOWED[part]):
+                            bad.append(f"{rel}:{number}: {part}/ includes {header} ({to_part}/ is not below {part}/ "
+                                       "inside engine/)")
     for b in bad:
         print(b)
     print(f"{files} files, {len(bad)} includes or flags against the layers")

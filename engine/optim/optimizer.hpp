@@ -11,7 +11,7 @@
 
 #include "engine/optim/decay_groups.hpp"
 #include "io/optimizer_state.hpp"
-#include "engine/step/step_scalars.hpp"
+#include "engine/optim/step_scalars.hpp"
 #include "runtime/tensor.hpp"
 #include "kernels/ops/adamw.hpp"
 #include "kernels/ops/sgd.hpp"
@@ -47,7 +47,7 @@ class Optimizer {
   // step steps() + 1) into `s`, which the DataParallel step copies to each device before it runs.
   virtual void fill_scalars(float lr, StepScalars& s) const = 0;
   // One update of params from grads, enqueued on the parameters' stream; its per-step values are
-  // read from `scalars` (that device's copy of what fill_scalars() wrote, engine/step/step_scalars.hpp)
+  // read from `scalars` (that device's copy of what fill_scalars() wrote, engine/optim/step_scalars.hpp)
   // when the update runs, so the kernels' arguments are the same every step.
   // skip_if (an int32 tensor on that device, optional): the update does nothing where it holds a
   // non-zero value when the stream gets there — fp16's verdict, made on the device. The host,

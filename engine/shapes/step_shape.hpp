@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "engine/optim/optimizer.hpp"
-#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/sync_mode.hpp"
 #include "engine/split/split.hpp"
 #include "engine/step/step_engine.hpp"
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/sync_mode.hpp"
 #include "engine/step/step_state.hpp"
 
 namespace dp {

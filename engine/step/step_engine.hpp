@@ -18,7 +18,7 @@
 #include "engine/optim/optimizer.hpp"
 #include "engine/precision/loss_scaler.hpp"
 #include "engine/precision/precision.hpp"
-#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/sync_mode.hpp"
 #include "engine/step/loss_strategy.hpp"
 #include "engine/step/step_result.hpp"
 #include "engine/step/step_state.hpp"

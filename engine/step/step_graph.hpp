@@ -9,7 +9,7 @@
 // pool (runtime/memory.hpp), so no block the graph uses goes to other work while it lives.
 //
 // A replay repeats the captured work with its arguments as captured: values that change from step to
-// step must be read from device memory (engine/step/step_scalars.hpp), and inputs written into the
+// step must be read from device memory (engine/optim/step_scalars.hpp), and inputs written into the
 // host memory the captured copies read, before the launch. Nothing inside may wait for a device on the host
 // (that waits only after the step), time replicas with events or trace.
 #pragma once

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/device.hpp"
-#include "engine/step/step_scalars.hpp"
+#include "engine/optim/step_scalars.hpp"
 #include "runtime/tensor.hpp"
 #include "kernels/ops/loss.hpp"
 

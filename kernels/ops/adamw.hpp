@@ -3,7 +3,7 @@
 //   p −= step_size · m / (√v / bc2_sqrt + ε),  step_size = lr / (1 − β1^t), bc2_sqrt = √(1 − β2^t)
 // The bias corrections are computed by the caller (in double, as PyTorch does in Python). The
 // per-step values (lr, step_size, bc2_sqrt) may be read from device memory when the kernel runs
-// (kernels/scalar_arg.hpp): the step's per-step values, engine/step/step_scalars.hpp.
+// (kernels/scalar_arg.hpp): the step's per-step values, engine/optim/step_scalars.hpp.
 // skip_if (device memory, optional): when it holds a non-zero value the update does nothing —
 // fp16's verdict on inf/NaN gradients, decided on the device without the host.
 #pragma once

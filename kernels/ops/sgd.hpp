@@ -5,7 +5,7 @@
 // non-zero value the update does nothing (fp16's verdict on inf/NaN gradients, made on the device).
 // The kernels take an SgdStep: the settings, with the learning rate a value or read from device
 // memory when the kernel runs (kernels/scalar_arg.hpp; the step's per-step value,
-// engine/step/step_scalars.hpp), as AdamWStep's.
+// engine/optim/step_scalars.hpp), as AdamWStep's.
 #pragma once
 #include <cstdint>
 

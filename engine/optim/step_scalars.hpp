@@ -5,6 +5,7 @@
 // stream copies them into its own device memory first, and the kernels read them there when they
 // run (kernels/scalar_arg.hpp). So no kernel argument differs between two steps of one shape —
 // what replaying a captured step needs (a CUDA graph freezes kernel arguments at capture).
+// Here in optim/, below step/: most of them are the update's, and the optimizers fill them.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "engine/step/step_scalars.hpp"
+#include "engine/optim/step_scalars.hpp"
 
 #include <memory>
 

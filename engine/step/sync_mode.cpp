@@ -1,4 +1,4 @@
-#include "engine/shapes/sync_mode.hpp"
+#include "engine/step/sync_mode.hpp"
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
