@@ -15,22 +15,22 @@
 // whole modules (plan_module_buckets), whose sums over three or more devices are added in another
 // order (equal within float tolerance; on two devices bit for bit).
 //
-// The collectives run on each device's own stream, through a transport (engine/collectives/): a
+// The collectives run on each device's own stream, through a transport (engine/comm/transport.hpp): a
 // bucket's reduce-scatter when its last module has run backward, its all-gather when a module needs
 // it — interleaved with the compute, not beside it. Buckets are reduce-scattered in order on every
 // device; a device with no samples joins the first active device's collectives in the order that
-// device ran them. Gradient accumulation reduce-scatters every micro-batch and sums the owned parts;
-// the gradient norm (clipping) and fp16's inf/NaN verdict are sums over every device's parts. Loading,
+// device ran them (engine/comm/collective_log.hpp). Gradient accumulation reduce-scatters every
+// micro-batch and sums the owned parts; the gradient norm (clipping) and fp16's inf/NaN verdict are
+// sums over every device's parts. The state to and from the host: sharded_state.cpp. Loading,
 // the in-replica loss, the buffers' broadcast and --sync-bn are engine/shapes/chunked_shape.hpp's.
 #pragma once
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "engine/comm/buckets.hpp"
+#include "engine/comm/collective_log.hpp"
 #include "engine/comm/transport.hpp"
 #include "engine/comm/nccl_comms.hpp"
 #include "engine/optim/sharded_optimizer.hpp"
@@ -72,26 +72,6 @@ class ShardedShape final : public ChunkedShape {
 
  private:
   enum class Pass { None, Forward, Backward };
-  // The collectives a device ran in a pass, in order, so that a device with no samples can run the
-  // same ones: appended by the first active device, followed by the others.
-  class CollectiveLog {
-   public:
-    struct Entry {
-      bool gather;  // an all-gather of parameters; else a reduce-scatter of gradients
-      int bucket;
-    };
-    void reset();
-    void append(Entry e);
-    void end();    // the pass is over: followers stop after the last entry
-    void abort();  // a device failed: followers stop with an UpstreamError
-    bool next(size_t i, Entry& e);  // waits for entry i; false after the end
-
-   private:
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    std::vector<Entry> entries_;
-    bool ended_ = false, aborted_ = false;
-  };
   // What one device holds.
   struct Shard {
     Tensor params;                    // zero1/2: the full parameters (the forward's dtype)
@@ -161,7 +141,7 @@ class ShardedShape final : public ChunkedShape {
   std::vector<Shard> shards_;
   ProcessGroup* group_ = nullptr;  // mpirun: the other processes hold the other parts
   int leader_ = 0;                 // this step's first active device
-  CollectiveLog forward_log_, backward_log_;
+  CollectiveLog forward_log_{"ZeRO"}, backward_log_{"ZeRO"};  // what a device with no samples follows
   Tracer* tracer_ = nullptr;
 };
 
