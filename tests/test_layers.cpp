@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <string>
 
 #include "core/error.hpp"
 #include "core/thread_pool.hpp"
@@ -17,6 +19,7 @@
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/window_partition.hpp"
 #include "models/graph/graph_module.hpp"
+#include "models/graph/graph_ops.hpp"
 #include "models/graph/tensor_ops.hpp"
 #include "models/model.hpp"
 
@@ -307,6 +310,44 @@ TEST_CASE("A residual network end to end: gradients of every parameter") {
   gradcheck(*net, {2, 3, 8, 8}, random_vector(384, 17), true, 2e-4f, 2e-2);
 }
 
+TEST_CASE("the op table: each op once, each made by a module or an op of several inputs, all named when one is unknown") {
+  std::set<std::string> names;
+  for (const GraphOp& op : graph_ops()) {
+    CAPTURE(op.name);
+    CHECK(names.insert(op.name).second);
+    CHECK((op.module != nullptr || op.multi != nullptr));
+    CHECK(find_graph_op(op.name) == &op);
+  }
+  CHECK(find_graph_op("swish") == nullptr);
+  CHECK(graph_op_names().size() == graph_ops().size());
+  CHECK(graph_op_names().front() == "linear");
+  CHECK(graph_op_names().back() == "arange");
+  GraphNode unknown;
+  unknown.name = "act", unknown.op = "swish", unknown.inputs = {-1};
+  uint32_t site = 0;
+  CHECK(make_node_module(unknown, site) == nullptr);  // not a module: the op of several inputs says
+  std::string all;
+  for (const std::string& n : graph_op_names()) all += (all.empty() ? "" : ", ") + n;
+  const std::string message = "unknown op 'swish' (dp runs " + all + ")";
+  CHECK_THROWS_WITH_AS(make_multi_input_op(unknown), doctest::Contains(message.c_str()), UsageError);
+  // The two forms of embedding: of ids (a module), of a weight value (two inputs: EmbeddingOf).
+  GraphNode table_of_ids;
+  table_of_ids.op = "embedding", table_of_ids.inputs = {-1};
+  table_of_ids.attrs = {{"num_embeddings", 10}, {"embedding_dim", 4}};
+  CHECK(make_node_module(table_of_ids, site) != nullptr);
+  GraphNode of_weight = table_of_ids;
+  of_weight.inputs = {-1, 0};
+  CHECK(make_node_module(of_weight, site) == nullptr);
+  CHECK(make_multi_input_op(of_weight) != nullptr);
+  // The dropout sites count in the file's order, whichever op holds one.
+  GraphNode dropout;
+  dropout.op = "dropout", dropout.inputs = {-1}, dropout.attrs = {{"p", 0.1}};
+  site = 0;
+  make_node_module(dropout, site);
+  make_node_module(dropout, site);
+  CHECK(site == 2);
+}
+
 TEST_CASE("A model file's graph: gradients through add, cat, reshape and a value read three times") {
   // r = relu(a(x)); s = r + b(r); k = cat(s, c(r)) along channels; fc(flatten(k)). r is read by
   // b, the add and c: its gradient sums three.
@@ -438,7 +479,8 @@ TEST_CASE("A model file's graph: zero padding (F.pad, a node per dimension) pass
   auto graph = make_graph_module(spec);
   gradcheck(*graph, {2, 2, 3, 4}, random_vector(48, 95, -1.f, 1.f), false, 1e-3f, 1e-2);
   // the values: [2, 3] samples, a zero column before and two after (x[1][2] lands at [1][3])
-  auto pad = make_tensor_op({"p", "pad", "", {-1}, {{"dim", 2}, {"before", 1}, {"after", 2}}, {2, 6}, ""});
+  uint32_t no_dropout = 0;
+  auto pad = make_node_module({"p", "pad", "", {-1}, {{"dim", 2}, {"before", 1}, {"after", 2}}, {2, 6}, ""}, no_dropout);
   REQUIRE(pad);
   auto devs = host_devices(1);
   const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};

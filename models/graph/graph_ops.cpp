@@ -403,15 +403,6 @@ class Cat final : public MultiInputOp {
   std::vector<Shape> in_shapes_;
 };
 
-const std::vector<std::string> kSingleInputOps = {
-    "linear", "conv2d", "batch_norm2d", "layer_norm", "embedding", "relu", "relu6", "silu", "sigmoid", "tanh",
-    "hardswish", "hardsigmoid", "gelu", "dropout", "stochastic_depth", "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d", "flatten", "reshape", "identity", "mean", "permute", "narrow", "pad", "select", "softmax",
-    "log_softmax", "parameter", "multihead_attention", "shifted_window_attention", "shifted_window_attention_v2",
-    "relative_position_attention"};
-const std::vector<std::string> kMultiInputOps = {"add", "mul", "cat", "matmul", "expand", "scale", "masked_fill",
-                                                 "arange"};
-
 }  // namespace
 
 const char* const kWithoutBatchRule =
@@ -429,206 +420,290 @@ Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape) {
   return sum;
 }
 
+namespace {
+
+// ---- what runs each op: one function an op (a few share one) ----
+
+std::unique_ptr<Module> linear_node(const GraphNode& n, uint32_t&) {
+  return make_linear(int_attr(n, "in_features"), int_attr(n, "out_features"), bool_attr(n, "bias", true));
+}
+
+std::unique_ptr<Module> conv2d_node(const GraphNode& n, uint32_t&) {
+  require(n, !n.attrs.contains("padding_mode") || attr(n, "padding_mode") == "zeros",
+          [&] { return "padding_mode " + short_dump(attr(n, "padding_mode")) + " is not run by dp (zeros is)"; });
+  if (n.attrs.contains("padding"))
+    require(n, !n.attrs.at("padding").is_string(),
+            [&] { return "padding " + short_dump(n.attrs.at("padding")) + " is not run by dp (give it in numbers)"; });
+  const int64_t in = int_attr(n, "in_channels"), out = int_attr(n, "out_channels"), groups = int_attr_or(n, "groups", 1);
+  require(n, groups >= 1 && in % groups == 0 && out % groups == 0,
+          [&] { return "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")"; });
+  // The kernel and padding may differ between height and width (Inception's 1x7); stride and
+  // dilation are square.
+  return make_conv2d(in, out, pair_attr(n, "kernel_size", 0), square_attr(n, "stride", 1), pair_attr(n, "padding", 0),
+                     bool_attr(n, "bias", true), WeightInit::PyTorchDefault, groups, square_attr(n, "dilation", 1));
+}
+
+std::unique_ptr<Module> batch_norm2d_node(const GraphNode& n, uint32_t&) {
+  const bool track = bool_attr(n, "track_running_stats", true);
+  require(n, !track || !n.attrs.contains("momentum") || attr(n, "momentum").is_number(),
+          "momentum=None (a cumulative average) is not run by dp");
+  return make_batchnorm2d(int_attr(n, "num_features"),
+                          track ? static_cast<float>(number_attr(n, "momentum", 0.1)) : 0.1f,
+                          static_cast<float>(number_attr(n, "eps", 1e-5)), bool_attr(n, "affine", true), track);
+}
+
+std::unique_ptr<Module> layer_norm_node(const GraphNode& n, uint32_t&) {
+  const json& shape = attr(n, "normalized_shape");
+  require(n, shape.is_array() && shape.size() == 1 && shape[0].is_number_integer(),
+          [&] { return "normalized_shape " + short_dump(shape) + ": dp normalises over the last dimension only"; });
+  require(n, bool_attr(n, "elementwise_affine", true), "elementwise_affine=False is not run by dp yet");
+  return make_layernorm(shape[0].get<int64_t>(), static_cast<float>(number_attr(n, "eps", 1e-5)),
+                        bool_attr(n, "bias", true));
+}
+
+// nn.Embedding's default init: N(0, 1)
+std::unique_ptr<Module> embedding_node(const GraphNode& n, uint32_t&) {
+  if (n.inputs.size() == 2) return nullptr;  // of a weight value (tied): EmbeddingOf
+  return make_embedding(int_attr(n, "num_embeddings"), int_attr(n, "embedding_dim"), 1.0);
+}
+
+std::unique_ptr<Module> relu_node(const GraphNode&, uint32_t&) { return make_relu(); }
+
+template <Activation kind>
+std::unique_ptr<Module> activation_node(const GraphNode&, uint32_t&) {
+  return make_activation(kind);
+}
+
+std::unique_ptr<Module> gelu_node(const GraphNode& n, uint32_t&) {
+  const json none = "none";
+  const json& form = n.attrs.contains("approximate") ? attr(n, "approximate") : none;
+  require(n, form == "none" || form == "tanh",
+          [&] { return "approximate " + short_dump(form) + " is not GELU's (none or tanh)"; });
+  return form == "tanh" ? make_activation(Activation::GeluTanh) : make_gelu();
+}
+
+std::unique_ptr<Module> dropout_node(const GraphNode& n, uint32_t& dropout_site) {
+  const double p = number_attr(n, "p", 0.5);
+  require(n, p >= 0 && p < 1, "p must be in [0, 1)");
+  if (!bool_attr(n, "training", true)) return std::make_unique<Identity>();  // F.dropout(training=False)
+  return make_dropout(static_cast<float>(p), dropout_site++);
+}
+
+// torchvision.ops.stochastic_depth / StochasticDepth
+std::unique_ptr<Module> stochastic_depth_node(const GraphNode& n, uint32_t& dropout_site) {
+  const double p = number_attr(n, "p", 0);
+  require(n, p >= 0 && p <= 1, "p must be in [0, 1]");
+  require(n, attr(n, "mode") == "row",
+          [&] {
+            return "mode " + short_dump(attr(n, "mode")) + " is not run by dp: \"batch\" draws one mask for each "
+                   "replica's chunk, which DataParallel's split would change (\"row\", a draw a sample, is)";
+          });
+  // Like dropout's, a site whatever p: a file's later sites keep their numbers.
+  const uint32_t site = dropout_site++;
+  if (!bool_attr(n, "training", true) || p == 0) return std::make_unique<Identity>();
+  return make_stochastic_depth(static_cast<float>(p), site);
+}
+
+// nn.MultiheadAttention as self-attention, batch first
+std::unique_ptr<Module> multihead_attention_node(const GraphNode& n, uint32_t& dropout_site) {
+  require(n, bool_attr(n, "batch_first", false), "batch_first=False is not run by dp (a sample is [L, E])");
+  require(n, bool_attr(n, "self_attention", false), "dp runs it as self-attention only (query, key and value one value)");
+  require(n, !bool_attr(n, "add_bias_kv", false) && !bool_attr(n, "add_zero_attn", false),
+          "add_bias_kv and add_zero_attn are not run by dp");
+  require(n, !bool_attr(n, "need_weights", false), "need_weights=True (returning the weights) is not run by dp");
+  for (const char* k : {"kdim", "vdim"})
+    require(n, !n.attrs.contains(k) || attr(n, k).is_null() || attr(n, k) == attr(n, "embed_dim"),
+            std::string(k) + " other than embed_dim is not run by dp");
+  require(n, !n.attrs.contains("attn_mask") || attr(n, "attn_mask").is_null(), "attn_mask is not run by dp");
+  const double p = number_attr(n, "dropout", 0);
+  require(n, p >= 0 && p < 1, "dropout must be in [0, 1)");
+  const uint32_t site = dropout_site++;  // a dropout site whatever p, as dropout's
+  return make_multihead_attention(int_attr(n, "embed_dim"), int_attr(n, "num_heads"), bool_attr(n, "bias", true),
+                                  static_cast<float>(p), site);
+}
+
+// torchvision's Swin, v1 and v2
+std::unique_ptr<Module> shifted_window_attention_node(const GraphNode& n, uint32_t&) {
+  for (const char* k : {"attention_dropout", "dropout"})
+    require(n, number_attr(n, k, 0) == 0,
+            std::string(k) + " other than 0 is not run by dp (torchvision 0.14 applies it in evaluation too)");
+  const auto window = pair_attr(n, "window_size", 0), shift = pair_attr(n, "shift_size", 0);
+  const int64_t dim = int_attr(n, "dim"), heads = int_attr(n, "num_heads");
+  const bool qkv_bias = bool_attr(n, "qkv_bias", true), proj_bias = bool_attr(n, "proj_bias", true);
+  if (n.op == "shifted_window_attention")
+    return make_shifted_window_attention(dim, window, shift, heads, qkv_bias, proj_bias);
+  return make_shifted_window_attention_v2(dim, window, shift, heads, qkv_bias, proj_bias, int_attr(n, "cpb_hidden"));
+}
+
+// torchvision's MaxViT
+std::unique_ptr<Module> relative_position_attention_node(const GraphNode& n, uint32_t&) {
+  return make_relative_position_attention(int_attr(n, "feat_dim"), int_attr(n, "head_dim"),
+                                          int_attr(n, "max_seq_len"));
+}
+
+std::unique_ptr<Module> max_pool2d_node(const GraphNode& n, uint32_t&) {
+  require(n, square_attr(n, "dilation", 1) == 1, "dilation other than 1 is not run by dp");
+  const int64_t k = square_attr(n, "kernel_size", 0);
+  const json& stride = n.attrs.contains("stride") ? n.attrs.at("stride") : json();
+  const int64_t s = stride.is_null() || (stride.is_array() && stride.empty()) ? k : square_attr(n, "stride", k);
+  return make_maxpool2d(k, s, square_attr(n, "padding", 0), bool_attr(n, "ceil_mode", false));
+}
+
+std::unique_ptr<Module> adaptive_avg_pool2d_node(const GraphNode& n, uint32_t&) {
+  const json& size = attr(n, "output_size");
+  int64_t oh = 0, ow = 0;
+  if (size.is_number_integer()) {
+    oh = ow = size.get<int64_t>();
+  } else if (size.is_array() && size.size() == 2 && size[0].is_number_integer() && size[1].is_number_integer()) {
+    oh = size[0].get<int64_t>(), ow = size[1].get<int64_t>();
+  } else {
+    bad_attr(n, "output_size " + short_dump(size) + " is not a size or a pair of sizes (None keeps a dimension: "
+                "dp does not run it)");
+  }
+  require(n, oh >= 1 && ow >= 1, "output_size must be positive");
+  if (oh == 1 && ow == 1) return make_adaptive_avgpool2d_1x1();  // the global pool
+  return make_adaptive_avgpool2d(oh, ow);
+}
+
+std::unique_ptr<Module> avg_pool2d_node(const GraphNode& n, uint32_t&) {
+  require(n, !n.attrs.contains("divisor_override") || attr(n, "divisor_override").is_null(),
+          "divisor_override is not run by dp");
+  const int64_t k = square_attr(n, "kernel_size", 0);
+  const json& stride = n.attrs.contains("stride") ? n.attrs.at("stride") : json();
+  const int64_t s = stride.is_null() || (stride.is_array() && stride.empty()) ? k : square_attr(n, "stride", k);
+  const int64_t pad = square_attr(n, "padding", 0);
+  require(n, k >= 1 && s >= 1 && pad >= 0 && 2 * pad <= k, "padding must be at most half the kernel");
+  return make_avgpool2d(k, s, pad, bool_attr(n, "ceil_mode", false), bool_attr(n, "count_include_pad", true));
+}
+
+std::unique_ptr<Module> flatten_node(const GraphNode& n, uint32_t&) {
+  if (n.op == "flatten" && int_attr_or(n, "start_dim", 1) == 1 && int_attr_or(n, "end_dim", -1) == -1 &&
+      n.shape.size() == 1)
+    return make_flatten();
+  return std::make_unique<Reshape>(n.shape);
+}
+
+std::unique_ptr<Module> identity_node(const GraphNode&, uint32_t&) { return std::make_unique<Identity>(); }
+
+std::unique_ptr<Module> mean_node(const GraphNode& n, uint32_t& dropout_site) {
+  // dim: the batched value's dimensions (PyTorch's), any of its per-sample ones.
+  const json& dims = attr(n, "dim");
+  std::vector<int64_t> d;
+  if (dims.is_number_integer()) d.push_back(dims.get<int64_t>());
+  else if (dims.is_array())
+    for (const json& x : dims) {
+      if (!x.is_number_integer()) bad_attr(n, "dim " + short_dump(dims) + " is not a list of dimensions");
+      d.push_back(x.get<int64_t>());
+    }
+  else
+    bad_attr(n, "dim " + short_dump(dims) + " is not a dimension or a list of them (a mean over everything: give the dims)");
+  const bool keepdim = bool_attr(n, "keepdim", false);
+  // The input's batched rank: the output's, plus the reduced dims unless kept.
+  const int64_t in_rank = static_cast<int64_t>(n.shape.size()) + 1 + (keepdim ? 0 : static_cast<int64_t>(d.size()));
+  std::vector<bool> seen(static_cast<size_t>(in_rank), false);
+  for (int64_t x : d) {
+    const int64_t k = x < 0 ? x + in_rank : x;
+    require(n, k >= 1 && k < in_rank && !seen[static_cast<size_t>(k)],
+            [&] { return "dim " + short_dump(dims) + ": dp takes the mean over distinct per-sample dimensions"; });
+    seen[static_cast<size_t>(k)] = true;
+  }
+  bool trailing = true;
+  for (int64_t k = in_rank - static_cast<int64_t>(d.size()); k < in_rank; ++k) trailing = trailing && seen[static_cast<size_t>(k)];
+  if (trailing) return std::make_unique<Mean>(static_cast<int64_t>(d.size()), keepdim);
+  // Over other dimensions (a transformer's tokens, x.mean(dim=1) of [B, T, D]): the reduced ones
+  // moved last (a permute, the others keeping their order), the mean over those, then the shape
+  // the file records (keepdim's ones where the reduced dimensions were).
+  json order = json::array({0});
+  for (int64_t k = 1; k < in_rank; ++k)
+    if (!seen[static_cast<size_t>(k)]) order.push_back(k);
+  for (int64_t k = 1; k < in_rank; ++k)
+    if (seen[static_cast<size_t>(k)]) order.push_back(k);
+  GraphNode move = n;
+  move.op = "permute", move.attrs = {{"dims", order}}, move.shape = Shape(static_cast<size_t>(in_rank - 1), 1);
+  auto seq = make_sequential();
+  seq->append(permute_node(move, dropout_site));
+  seq->append(std::make_unique<Mean>(static_cast<int64_t>(d.size()), false));
+  if (keepdim) seq->append(std::make_unique<Reshape>(n.shape));
+  return seq;
+}
+
+std::unique_ptr<MultiInputOp> add_op(const GraphNode&) { return std::make_unique<Add>(); }
+std::unique_ptr<MultiInputOp> mul_op(const GraphNode&) { return std::make_unique<Mul>(); }
+std::unique_ptr<MultiInputOp> cat_op(const GraphNode& n) { return std::make_unique<Cat>(int_attr_or(n, "dim", 0)); }
+
+}  // namespace
+
+// ---- the table: an op's name to what runs it ----
+
+const std::vector<GraphOp>& graph_ops() {
+  static const std::vector<GraphOp> table = {
+      {"linear", linear_node},
+      {"conv2d", conv2d_node},
+      {"batch_norm2d", batch_norm2d_node},
+      {"layer_norm", layer_norm_node},
+      {"embedding", embedding_node, embedding_op},  // of ids (one input), or of a weight value (two)
+      {"relu", relu_node},
+      {"relu6", activation_node<Activation::ReLU6>},
+      {"silu", activation_node<Activation::SiLU>},
+      {"sigmoid", activation_node<Activation::Sigmoid>},
+      {"tanh", activation_node<Activation::Tanh>},
+      {"hardswish", activation_node<Activation::Hardswish>},
+      {"hardsigmoid", activation_node<Activation::Hardsigmoid>},
+      {"gelu", gelu_node},
+      {"dropout", dropout_node},
+      {"stochastic_depth", stochastic_depth_node},
+      {"max_pool2d", max_pool2d_node},
+      {"avg_pool2d", avg_pool2d_node},
+      {"adaptive_avg_pool2d", adaptive_avg_pool2d_node},
+      {"flatten", flatten_node},
+      {"reshape", flatten_node},
+      {"identity", identity_node},
+      {"mean", mean_node},
+      {"permute", permute_node},
+      {"narrow", narrow_node},
+      {"pad", pad_node},
+      {"select", select_node},
+      {"softmax", softmax_node},
+      {"log_softmax", softmax_node},
+      {"parameter", parameter_node},
+      {"multihead_attention", multihead_attention_node},
+      {"shifted_window_attention", shifted_window_attention_node},
+      {"shifted_window_attention_v2", shifted_window_attention_node},
+      {"relative_position_attention", relative_position_attention_node},
+      {"add", nullptr, add_op},
+      {"mul", nullptr, mul_op},
+      {"cat", nullptr, cat_op},
+      {"matmul", nullptr, matmul_op},
+      {"expand", nullptr, expand_op},
+      {"scale", nullptr, scale_op},
+      {"masked_fill", nullptr, masked_fill_op},
+      {"arange", nullptr, arange_op},
+  };
+  return table;
+}
+
+const GraphOp* find_graph_op(const std::string& name) {
+  for (const GraphOp& op : graph_ops())
+    if (name == op.name) return &op;
+  return nullptr;
+}
+
 const std::vector<std::string>& graph_op_names() {
   static const std::vector<std::string> all = [] {
-    std::vector<std::string> v = kSingleInputOps;
-    v.insert(v.end(), kMultiInputOps.begin(), kMultiInputOps.end());
-    return v;
+    std::vector<std::string> names;
+    for (const GraphOp& op : graph_ops()) names.emplace_back(op.name);
+    return names;
   }();
   return all;
 }
 
 std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_site) {
-  const std::string& op = n.op;
-  if (op == "linear") {
-    return make_linear(int_attr(n, "in_features"), int_attr(n, "out_features"), bool_attr(n, "bias", true));
-  }
-  if (op == "conv2d") {
-    require(n, !n.attrs.contains("padding_mode") || attr(n, "padding_mode") == "zeros",
-            [&] { return "padding_mode " + short_dump(attr(n, "padding_mode")) + " is not run by dp (zeros is)"; });
-    if (n.attrs.contains("padding"))
-      require(n, !n.attrs.at("padding").is_string(),
-              [&] { return "padding " + short_dump(n.attrs.at("padding")) + " is not run by dp (give it in numbers)"; });
-    const int64_t in = int_attr(n, "in_channels"), out = int_attr(n, "out_channels"), groups = int_attr_or(n, "groups", 1);
-    require(n, groups >= 1 && in % groups == 0 && out % groups == 0,
-            [&] { return "in_channels and out_channels must be divisible by groups (" + std::to_string(groups) + ")"; });
-    // The kernel and padding may differ between height and width (Inception's 1x7); stride and
-    // dilation are square.
-    return make_conv2d(in, out, pair_attr(n, "kernel_size", 0), square_attr(n, "stride", 1), pair_attr(n, "padding", 0),
-                       bool_attr(n, "bias", true), WeightInit::PyTorchDefault, groups, square_attr(n, "dilation", 1));
-  }
-  if (op == "batch_norm2d") {
-    const bool track = bool_attr(n, "track_running_stats", true);
-    require(n, !track || !n.attrs.contains("momentum") || attr(n, "momentum").is_number(),
-            "momentum=None (a cumulative average) is not run by dp");
-    return make_batchnorm2d(int_attr(n, "num_features"),
-                            track ? static_cast<float>(number_attr(n, "momentum", 0.1)) : 0.1f,
-                            static_cast<float>(number_attr(n, "eps", 1e-5)), bool_attr(n, "affine", true), track);
-  }
-  if (op == "layer_norm") {
-    const json& shape = attr(n, "normalized_shape");
-    require(n, shape.is_array() && shape.size() == 1 && shape[0].is_number_integer(),
-            [&] { return "normalized_shape " + short_dump(shape) + ": dp normalises over the last dimension only"; });
-    require(n, bool_attr(n, "elementwise_affine", true), "elementwise_affine=False is not run by dp yet");
-    return make_layernorm(shape[0].get<int64_t>(), static_cast<float>(number_attr(n, "eps", 1e-5)),
-                          bool_attr(n, "bias", true));
-  }
-  if (op == "embedding" && n.inputs.size() == 2) return nullptr;  // of a weight value (tied): EmbeddingOf
-  if (op == "embedding") {  // nn.Embedding's default init: N(0, 1)
-    return make_embedding(int_attr(n, "num_embeddings"), int_attr(n, "embedding_dim"), 1.0);
-  }
-  if (op == "relu") return make_relu();
-  if (op == "relu6") return make_activation(Activation::ReLU6);
-  if (op == "silu") return make_activation(Activation::SiLU);
-  if (op == "sigmoid") return make_activation(Activation::Sigmoid);
-  if (op == "tanh") return make_activation(Activation::Tanh);
-  if (op == "hardswish") return make_activation(Activation::Hardswish);
-  if (op == "hardsigmoid") return make_activation(Activation::Hardsigmoid);
-  if (op == "gelu") {
-    const json none = "none";
-    const json& form = n.attrs.contains("approximate") ? attr(n, "approximate") : none;
-    require(n, form == "none" || form == "tanh",
-            [&] { return "approximate " + short_dump(form) + " is not GELU's (none or tanh)"; });
-    return form == "tanh" ? make_activation(Activation::GeluTanh) : make_gelu();
-  }
-  if (op == "dropout") {
-    const double p = number_attr(n, "p", 0.5);
-    require(n, p >= 0 && p < 1, "p must be in [0, 1)");
-    if (!bool_attr(n, "training", true)) return std::make_unique<Identity>();  // F.dropout(training=False)
-    return make_dropout(static_cast<float>(p), dropout_site++);
-  }
-  if (op == "stochastic_depth") {  // torchvision.ops.stochastic_depth / StochasticDepth
-    const double p = number_attr(n, "p", 0);
-    require(n, p >= 0 && p <= 1, "p must be in [0, 1]");
-    require(n, attr(n, "mode") == "row",
-            [&] {
-              return "mode " + short_dump(attr(n, "mode")) + " is not run by dp: \"batch\" draws one mask for each "
-                     "replica's chunk, which DataParallel's split would change (\"row\", a draw a sample, is)";
-            });
-    // Like dropout's, a site whatever p: a file's later sites keep their numbers.
-    const uint32_t site = dropout_site++;
-    if (!bool_attr(n, "training", true) || p == 0) return std::make_unique<Identity>();
-    return make_stochastic_depth(static_cast<float>(p), site);
-  }
-  if (op == "multihead_attention") {  // nn.MultiheadAttention as self-attention, batch first
-    require(n, bool_attr(n, "batch_first", false), "batch_first=False is not run by dp (a sample is [L, E])");
-    require(n, bool_attr(n, "self_attention", false), "dp runs it as self-attention only (query, key and value one value)");
-    require(n, !bool_attr(n, "add_bias_kv", false) && !bool_attr(n, "add_zero_attn", false),
-            "add_bias_kv and add_zero_attn are not run by dp");
-    require(n, !bool_attr(n, "need_weights", false), "need_weights=True (returning the weights) is not run by dp");
-    for (const char* k : {"kdim", "vdim"})
-      require(n, !n.attrs.contains(k) || attr(n, k).is_null() || attr(n, k) == attr(n, "embed_dim"),
-              std::string(k) + " other than embed_dim is not run by dp");
-    require(n, !n.attrs.contains("attn_mask") || attr(n, "attn_mask").is_null(), "attn_mask is not run by dp");
-    const double p = number_attr(n, "dropout", 0);
-    require(n, p >= 0 && p < 1, "dropout must be in [0, 1)");
-    const uint32_t site = dropout_site++;  // a dropout site whatever p, as dropout's
-    return make_multihead_attention(int_attr(n, "embed_dim"), int_attr(n, "num_heads"), bool_attr(n, "bias", true),
-                                    static_cast<float>(p), site);
-  }
-  if (op == "shifted_window_attention" || op == "shifted_window_attention_v2") {  // torchvision's Swin, v1 and v2
-    for (const char* k : {"attention_dropout", "dropout"})
-      require(n, number_attr(n, k, 0) == 0,
-              std::string(k) + " other than 0 is not run by dp (torchvision 0.14 applies it in evaluation too)");
-    const auto window = pair_attr(n, "window_size", 0), shift = pair_attr(n, "shift_size", 0);
-    const int64_t dim = int_attr(n, "dim"), heads = int_attr(n, "num_heads");
-    const bool qkv_bias = bool_attr(n, "qkv_bias", true), proj_bias = bool_attr(n, "proj_bias", true);
-    if (op == "shifted_window_attention")
-      return make_shifted_window_attention(dim, window, shift, heads, qkv_bias, proj_bias);
-    return make_shifted_window_attention_v2(dim, window, shift, heads, qkv_bias, proj_bias, int_attr(n, "cpb_hidden"));
-  }
-  if (op == "relative_position_attention") {  // torchvision's MaxViT
-    return make_relative_position_attention(int_attr(n, "feat_dim"), int_attr(n, "head_dim"),
-                                            int_attr(n, "max_seq_len"));
-  }
-  if (op == "max_pool2d") {
-    require(n, square_attr(n, "dilation", 1) == 1, "dilation other than 1 is not run by dp");
-    const int64_t k = square_attr(n, "kernel_size", 0);
-    const json& stride = n.attrs.contains("stride") ? n.attrs.at("stride") : json();
-    const int64_t s = stride.is_null() || (stride.is_array() && stride.empty()) ? k : square_attr(n, "stride", k);
-    return make_maxpool2d(k, s, square_attr(n, "padding", 0), bool_attr(n, "ceil_mode", false));
-  }
-  if (op == "adaptive_avg_pool2d") {
-    const json& size = attr(n, "output_size");
-    int64_t oh = 0, ow = 0;
-    if (size.is_number_integer()) {
-      oh = ow = size.get<int64_t>();
-    } else if (size.is_array() && size.size() == 2 && size[0].is_number_integer() && size[1].is_number_integer()) {
-      oh = size[0].get<int64_t>(), ow = size[1].get<int64_t>();
-    } else {
-      bad_attr(n, "output_size " + short_dump(size) + " is not a size or a pair of sizes (None keeps a dimension: "
-                  "dp does not run it)");
-    }
-    require(n, oh >= 1 && ow >= 1, "output_size must be positive");
-    if (oh == 1 && ow == 1) return make_adaptive_avgpool2d_1x1();  // the global pool
-    return make_adaptive_avgpool2d(oh, ow);
-  }
-  if (op == "avg_pool2d") {
-    require(n, !n.attrs.contains("divisor_override") || attr(n, "divisor_override").is_null(),
-            "divisor_override is not run by dp");
-    const int64_t k = square_attr(n, "kernel_size", 0);
-    const json& stride = n.attrs.contains("stride") ? n.attrs.at("stride") : json();
-    const int64_t s = stride.is_null() || (stride.is_array() && stride.empty()) ? k : square_attr(n, "stride", k);
-    const int64_t pad = square_attr(n, "padding", 0);
-    require(n, k >= 1 && s >= 1 && pad >= 0 && 2 * pad <= k, "padding must be at most half the kernel");
-    return make_avgpool2d(k, s, pad, bool_attr(n, "ceil_mode", false), bool_attr(n, "count_include_pad", true));
-  }
-  if (op == "flatten" || op == "reshape") {
-    if (op == "flatten" && int_attr_or(n, "start_dim", 1) == 1 && int_attr_or(n, "end_dim", -1) == -1 &&
-        n.shape.size() == 1)
-      return make_flatten();
-    return std::make_unique<Reshape>(n.shape);
-  }
-  if (op == "identity") return std::make_unique<Identity>();
-  if (op == "mean") {
-    // dim: the batched value's dimensions (PyTorch's), any of its per-sample ones.
-    const json& dims = attr(n, "dim");
-    std::vector<int64_t> d;
-    if (dims.is_number_integer()) d.push_back(dims.get<int64_t>());
-    else if (dims.is_array())
-      for (const json& x : dims) {
-        if (!x.is_number_integer()) bad_attr(n, "dim " + short_dump(dims) + " is not a list of dimensions");
-        d.push_back(x.get<int64_t>());
-      }
-    else
-      bad_attr(n, "dim " + short_dump(dims) + " is not a dimension or a list of them (a mean over everything: give the dims)");
-    const bool keepdim = bool_attr(n, "keepdim", false);
-    // The input's batched rank: the output's, plus the reduced dims unless kept.
-    const int64_t in_rank = static_cast<int64_t>(n.shape.size()) + 1 + (keepdim ? 0 : static_cast<int64_t>(d.size()));
-    std::vector<bool> seen(static_cast<size_t>(in_rank), false);
-    for (int64_t x : d) {
-      const int64_t k = x < 0 ? x + in_rank : x;
-      require(n, k >= 1 && k < in_rank && !seen[static_cast<size_t>(k)],
-              [&] { return "dim " + short_dump(dims) + ": dp takes the mean over distinct per-sample dimensions"; });
-      seen[static_cast<size_t>(k)] = true;
-    }
-    bool trailing = true;
-    for (int64_t k = in_rank - static_cast<int64_t>(d.size()); k < in_rank; ++k) trailing = trailing && seen[static_cast<size_t>(k)];
-    if (trailing) return std::make_unique<Mean>(static_cast<int64_t>(d.size()), keepdim);
-    // Over other dimensions (a transformer's tokens, x.mean(dim=1) of [B, T, D]): the reduced ones
-    // moved last (a permute, the others keeping their order), the mean over those, then the shape
-    // the file records (keepdim's ones where the reduced dimensions were).
-    json order = json::array({0});
-    for (int64_t k = 1; k < in_rank; ++k)
-      if (!seen[static_cast<size_t>(k)]) order.push_back(k);
-    for (int64_t k = 1; k < in_rank; ++k)
-      if (seen[static_cast<size_t>(k)]) order.push_back(k);
-    GraphNode move = n;
-    move.op = "permute", move.attrs = {{"dims", order}}, move.shape = Shape(static_cast<size_t>(in_rank - 1), 1);
-    auto seq = make_sequential();
-    seq->append(make_tensor_op(move));
-    seq->append(std::make_unique<Mean>(static_cast<int64_t>(d.size()), false));
-    if (keepdim) seq->append(std::make_unique<Reshape>(n.shape));
-    return seq;
-  }
-  return make_tensor_op(n);
+  const GraphOp* op = find_graph_op(n.op);
+  return op && op->module ? op->module(n, dropout_site) : nullptr;
 }
 
 std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& n) {
-  if (n.op == "add") return std::make_unique<Add>();
-  if (n.op == "cat") return std::make_unique<Cat>(int_attr_or(n, "dim", 0));
-  if (n.op == "mul") return std::make_unique<Mul>();
-  if (auto op = make_tensor_multi_op(n)) return op;
+  if (const GraphOp* op = find_graph_op(n.op); op && op->multi) return op->multi(n);
   std::string known;
   for (const std::string& o : graph_op_names()) known += (known.empty() ? "" : ", ") + o;
   throw UsageError(n.describe() + ": unknown op '" + n.op + "' (dp runs " + known + ")");

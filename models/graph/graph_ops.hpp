@@ -39,12 +39,27 @@ class MultiInputOp {
 // sample (add, expand).
 Tensor sum_over_samples(Device& dev, const Tensor& g, const Shape& shape);
 
+// The ops a model file may hold: one entry an op, its name and what runs a node of it. Adding an
+// op is its module (or MultiInputOp), the function that makes it from a node's attributes, and its
+// entry here (docs/architecture.md's recipe).
+struct GraphOp {
+  const char* name;
+  // A node of one input (or none: parameter) runs a module; null when the op reads several inputs
+  // (embedding returns null for its two-input form, F.embedding of a weight value).
+  std::unique_ptr<Module> (*module)(const GraphNode& node, uint32_t& dropout_site) = nullptr;
+  std::unique_ptr<MultiInputOp> (*multi)(const GraphNode& node) = nullptr;  // a node of several inputs
+};
+// Every op, in the order the unknown-op message lists them.
+const std::vector<GraphOp>& graph_ops();
+const GraphOp* find_graph_op(const std::string& name);  // null: no such op
+
 // The module a single-input node runs (null: the op reads several inputs, see make_multi_input_op).
 // `dropout_site` numbers the file's dropout nodes in order (each one's masks are its own).
-// UsageError for an unknown op or attributes outside what dp runs.
+// UsageError for attributes outside what dp runs.
 std::unique_ptr<Module> make_node_module(const GraphNode& node, uint32_t& dropout_site);
+// UsageError for an unknown op (naming every op) or attributes outside what dp runs.
 std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& node);
-// Every op name a file may use.
+// Every op name a file may use (the table's).
 const std::vector<std::string>& graph_op_names();
 
 }  // namespace dp

@@ -499,84 +499,98 @@ class Arange final : public MultiInputOp {
 
 }  // namespace
 
-std::unique_ptr<Module> make_tensor_op(const GraphNode& n) {
+std::unique_ptr<Module> permute_node(const GraphNode& n, uint32_t&) {
   const int64_t rank = static_cast<int64_t>(n.shape.size());  // the output's per-sample rank
-  if (n.op == "permute") {
-    const json& dims = n.attrs.contains("dims") ? n.attrs.at("dims") : json();
-    std::vector<int> order;
-    if (dims.is_array())
-      for (const json& d : dims)
-        if (d.is_number_integer()) order.push_back(static_cast<int>(d.get<int64_t>() < 0 ? d.get<int64_t>() + rank + 1
-                                                                                          : d.get<int64_t>()));
-    std::vector<bool> seen(order.size(), false);
-    bool ok = dims.is_array() && order.size() == dims.size() && static_cast<int64_t>(order.size()) == rank + 1;
-    for (int d : order) {
-      ok = ok && d >= 0 && d < static_cast<int>(order.size()) && !seen[static_cast<size_t>(d)];
-      if (ok) seen[static_cast<size_t>(d)] = true;
-    }
-    if (!ok) bad(n, "\"dims\" " + short_dump(dims) + " is not an order of the value's " + std::to_string(rank + 1) + " dimensions");
-    if (order[0] != 0) bad(n, "\"dims\" " + short_dump(dims) + " moves the batch's dimension 0; dp keeps it first");
-    if (static_cast<int>(order.size()) > kMaxPermuteRank)
-      bad(n, "dp permutes values of at most " + std::to_string(kMaxPermuteRank) + " dimensions");
-    return std::make_unique<Permute>(std::move(order));
+  const json& dims = n.attrs.contains("dims") ? n.attrs.at("dims") : json();
+  std::vector<int> order;
+  if (dims.is_array())
+    for (const json& d : dims)
+      if (d.is_number_integer()) order.push_back(static_cast<int>(d.get<int64_t>() < 0 ? d.get<int64_t>() + rank + 1
+                                                                                        : d.get<int64_t>()));
+  std::vector<bool> seen(order.size(), false);
+  bool ok = dims.is_array() && order.size() == dims.size() && static_cast<int64_t>(order.size()) == rank + 1;
+  for (int d : order) {
+    ok = ok && d >= 0 && d < static_cast<int>(order.size()) && !seen[static_cast<size_t>(d)];
+    if (ok) seen[static_cast<size_t>(d)] = true;
   }
-  if (n.op == "narrow") {
-    const int64_t dim = sample_dim(n, int_of(n, "dim"), rank), start = int_of(n, "start"), length = int_of(n, "length");
-    if (start < 0 || length < 1) bad(n, "start must be 0 or more and length 1 or more");
-    return std::make_unique<Narrow>(dim, start, length);
-  }
-  if (n.op == "pad") {
-    const int64_t dim = sample_dim(n, int_of(n, "dim"), rank), before = int_of(n, "before"), after = int_of(n, "after");
-    if (before < 0 || after < 0 || before + after < 1)
-      bad(n, "before and after are 0 or more, one of them more (a negative pad crops: that is a narrow)");
-    return std::make_unique<ZeroPad>(dim, before, after);
-  }
-  if (n.op == "select") {  // the input has one dimension more than the output
-    const int64_t dim = sample_dim(n, int_of(n, "dim"), rank + 1), index = int_of(n, "index");
-    if (index < 0) bad(n, "index must be 0 or more (count from the start)");
-    return std::make_unique<Narrow>(dim, index, 1, false);
-  }
-  if (n.op == "parameter") {
-    if (!n.attrs.contains("name") || !n.attrs.at("name").is_string() || n.attrs.at("name").get<std::string>().empty())
-      bad(n, "needs the parameter's \"name\" (its attribute on the module)");
-    if (n.shape.empty()) bad(n, "a parameter has a shape of one dimension or more");
-    return std::make_unique<Parameter>(n.attrs.at("name").get<std::string>(), n.shape);
-  }
-  if (n.op == "softmax" || n.op == "log_softmax") {
-    const int64_t dim = n.attrs.contains("dim") ? int_of(n, "dim") : -1;
-    if (sample_dim(n, dim, rank) != rank - 1) bad(n, "dim " + std::to_string(dim) + ": dp takes it over the last dimension");
-    return std::make_unique<Softmax>(n.op == "log_softmax");
-  }
-  return nullptr;
+  if (!ok) bad(n, "\"dims\" " + short_dump(dims) + " is not an order of the value's " + std::to_string(rank + 1) + " dimensions");
+  if (order[0] != 0) bad(n, "\"dims\" " + short_dump(dims) + " moves the batch's dimension 0; dp keeps it first");
+  if (static_cast<int>(order.size()) > kMaxPermuteRank)
+    bad(n, "dp permutes values of at most " + std::to_string(kMaxPermuteRank) + " dimensions");
+  return std::make_unique<Permute>(std::move(order));
 }
 
-std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& n) {
-  if (n.op == "matmul") {
-    if (n.attrs.contains("trans_b") && !n.attrs.at("trans_b").is_boolean()) bad(n, "\"trans_b\" is true or false");
-    return std::make_unique<Matmul>(n.attrs.value("trans_b", false));
-  }
-  if (n.op == "expand") return std::make_unique<Expand>();
-  if (n.op == "embedding") return std::make_unique<EmbeddingOf>();  // F.embedding(ids, weight): two inputs
-  if (n.op == "scale") {
-    if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
-    const double f = n.attrs.at("factor").get<double>();
-    if (!std::isfinite(f)) bad(n, "\"factor\" must be finite");
-    return std::make_unique<Scale>(static_cast<float>(f));
-  }
-  if (n.op == "masked_fill") {
-    if (!n.attrs.contains("mask") || n.attrs.at("mask") != "causal")
-      bad(n, "mask " + (n.attrs.contains("mask") ? short_dump(n.attrs.at("mask")) : std::string("(none)")) +
-                 " is not run by dp (the causal mask, \"causal\": column > row, is)");
-    return std::make_unique<CausalFill>(float_of(n, "value"));
-  }
-  if (n.op == "arange") {
-    const int64_t start = n.attrs.contains("start") ? int_of(n, "start") : 0;
-    const int64_t step = n.attrs.contains("step") ? int_of(n, "step") : 1;
-    const int64_t end = int_of(n, "end");
-    if (start != 0 || step != 1 || end < 1) bad(n, "dp runs arange(0, end) with step 1 and end 1 or more");
-    return std::make_unique<Arange>(end);
-  }
-  return nullptr;
+std::unique_ptr<Module> narrow_node(const GraphNode& n, uint32_t&) {
+  const int64_t rank = static_cast<int64_t>(n.shape.size());  // the output's per-sample rank
+  const int64_t dim = sample_dim(n, int_of(n, "dim"), rank), start = int_of(n, "start"), length = int_of(n, "length");
+  if (start < 0 || length < 1) bad(n, "start must be 0 or more and length 1 or more");
+  return std::make_unique<Narrow>(dim, start, length);
+}
+
+std::unique_ptr<Module> pad_node(const GraphNode& n, uint32_t&) {
+  const int64_t rank = static_cast<int64_t>(n.shape.size());  // the output's per-sample rank
+  const int64_t dim = sample_dim(n, int_of(n, "dim"), rank), before = int_of(n, "before"), after = int_of(n, "after");
+  if (before < 0 || after < 0 || before + after < 1)
+    bad(n, "before and after are 0 or more, one of them more (a negative pad crops: that is a narrow)");
+  return std::make_unique<ZeroPad>(dim, before, after);
+}
+
+// the input has one dimension more than the output
+std::unique_ptr<Module> select_node(const GraphNode& n, uint32_t&) {
+  const int64_t rank = static_cast<int64_t>(n.shape.size());  // the output's per-sample rank
+  const int64_t dim = sample_dim(n, int_of(n, "dim"), rank + 1), index = int_of(n, "index");
+  if (index < 0) bad(n, "index must be 0 or more (count from the start)");
+  return std::make_unique<Narrow>(dim, index, 1, false);
+}
+
+std::unique_ptr<Module> parameter_node(const GraphNode& n, uint32_t&) {
+  if (!n.attrs.contains("name") || !n.attrs.at("name").is_string() || n.attrs.at("name").get<std::string>().empty())
+    bad(n, "needs the parameter's \"name\" (its attribute on the module)");
+  if (n.shape.empty()) bad(n, "a parameter has a shape of one dimension or more");
+  return std::make_unique<Parameter>(n.attrs.at("name").get<std::string>(), n.shape);
+}
+
+std::unique_ptr<Module> softmax_node(const GraphNode& n, uint32_t&) {
+  const int64_t rank = static_cast<int64_t>(n.shape.size());  // the output's per-sample rank
+  const int64_t dim = n.attrs.contains("dim") ? int_of(n, "dim") : -1;
+  if (sample_dim(n, dim, rank) != rank - 1) bad(n, "dim " + std::to_string(dim) + ": dp takes it over the last dimension");
+  return std::make_unique<Softmax>(n.op == "log_softmax");
+}
+
+std::unique_ptr<MultiInputOp> matmul_op(const GraphNode& n) {
+  if (n.attrs.contains("trans_b") && !n.attrs.at("trans_b").is_boolean()) bad(n, "\"trans_b\" is true or false");
+  return std::make_unique<Matmul>(n.attrs.value("trans_b", false));
+}
+
+std::unique_ptr<MultiInputOp> expand_op(const GraphNode&) {
+  return std::make_unique<Expand>();
+}
+
+// F.embedding(ids, weight): two inputs
+std::unique_ptr<MultiInputOp> embedding_op(const GraphNode&) {
+  return std::make_unique<EmbeddingOf>();
+}
+
+std::unique_ptr<MultiInputOp> scale_op(const GraphNode& n) {
+  if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
+  const double f = n.attrs.at("factor").get<double>();
+  if (!std::isfinite(f)) bad(n, "\"factor\" must be finite");
+  return std::make_unique<Scale>(static_cast<float>(f));
+}
+
+std::unique_ptr<MultiInputOp> masked_fill_op(const GraphNode& n) {
+  if (!n.attrs.contains("mask") || n.attrs.at("mask") != "causal")
+    bad(n, "mask " + (n.attrs.contains("mask") ? short_dump(n.attrs.at("mask")) : std::string("(none)")) +
+               " is not run by dp (the causal mask, \"causal\": column > row, is)");
+  return std::make_unique<CausalFill>(float_of(n, "value"));
+}
+
+std::unique_ptr<MultiInputOp> arange_op(const GraphNode& n) {
+  const int64_t start = n.attrs.contains("start") ? int_of(n, "start") : 0;
+  const int64_t step = n.attrs.contains("step") ? int_of(n, "step") : 1;
+  const int64_t end = int_of(n, "end");
+  if (start != 0 || step != 1 || end < 1) bad(n, "dp runs arange(0, end) with step 1 and end 1 or more");
+  return std::make_unique<Arange>(end);
 }
 
 }  // namespace dp

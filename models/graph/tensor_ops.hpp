@@ -8,11 +8,21 @@
 
 namespace dp {
 
-// The module for a single-input tensor op (permute, narrow, select, softmax, log_softmax,
-// parameter: none); null for another op. UsageError for attributes outside what dp runs.
-std::unique_ptr<Module> make_tensor_op(const GraphNode& node);
-// matmul and expand (two inputs), scale and masked_fill (one: in place when the graph gives it over),
-// arange (none); null for another op.
-std::unique_ptr<MultiInputOp> make_tensor_multi_op(const GraphNode& node);
+// What runs each tensor op (the op table's entries, graph_ops.cpp); UsageError for attributes
+// outside what dp runs. Modules of one input (parameter: none):
+std::unique_ptr<Module> permute_node(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<Module> narrow_node(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<Module> pad_node(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<Module> select_node(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<Module> parameter_node(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<Module> softmax_node(const GraphNode& node, uint32_t& dropout_site);  // and log_softmax
+// matmul, expand and embedding of a weight value (two inputs), scale and masked_fill (one: in place
+// when the graph gives it over), arange (none):
+std::unique_ptr<MultiInputOp> matmul_op(const GraphNode& node);
+std::unique_ptr<MultiInputOp> expand_op(const GraphNode& node);
+std::unique_ptr<MultiInputOp> embedding_op(const GraphNode& node);
+std::unique_ptr<MultiInputOp> scale_op(const GraphNode& node);
+std::unique_ptr<MultiInputOp> masked_fill_op(const GraphNode& node);
+std::unique_ptr<MultiInputOp> arange_op(const GraphNode& node);
 
 }  // namespace dp
