@@ -74,7 +74,8 @@ std::string model_prefix(const nlohmann::json& header, const ModelLayout& layout
   for (const auto& t : layout.tied) expected.insert(t.name);
   for (auto it = header.begin(); it != header.end(); ++it)
     if (it.key() != "__metadata__" && !expected.count(it.key().substr(prefix.size())))
-      throw RuntimeError(path + ": unexpected tensor '" + shorten(it.key()) + "' (not in the model's state dict)");
+      throw WeightsMismatch(path + ": unexpected tensor '" + shorten(it.key()) + "' (not in the model's state dict)",
+                            WeightsMismatch::Kind::Unexpected, it.key());
   return prefix;
 }
 
@@ -85,8 +86,9 @@ void read_tensor(const SafetensorsFile& f, const nlohmann::json& t, const StateE
   const auto shape = t.at("shape").get<std::vector<int64_t>>();
   const auto offsets = t.at("data_offsets").get<std::vector<uint64_t>>();
   if (shape != e.shape)
-    throw RuntimeError(path + ": tensor '" + e.name + "' has shape " + shape_str(shape) + ", the model needs " +
-                       shape_str(e.shape));
+    throw WeightsMismatch(path + ": tensor '" + e.name + "' has shape " + shape_str(shape) + ", the model needs " +
+                              shape_str(e.shape),
+                          WeightsMismatch::Kind::Shape, e.name);
   const bool ok_dtype = e.decl.integer ? (dtype == "I64" || dtype == "F32") : dtype == "F32";
   if (!ok_dtype) throw RuntimeError(path + ": tensor '" + e.name + "' has dtype " + dtype + ", expected " + dtype_of(e));
   const uint64_t n = static_cast<uint64_t>(numel(e.shape)), body_len = f.data.size() - f.body;
@@ -131,7 +133,8 @@ ModelState load_safetensors(const std::string& path, const ModelLayout& layout) 
     std::vector<std::string> present;
     for (const std::string& n : names)
       if (f.header.contains(n)) present.push_back(n);
-    if (present.empty()) throw RuntimeError(path + ": missing tensor '" + names[0] + "'");
+    if (present.empty())
+      throw WeightsMismatch(path + ": missing tensor '" + names[0] + "'", WeightsMismatch::Kind::Missing, e.name);
     float* dst = (e.buffer() ? state.buffers.data() : state.params.data()) + e.offset;
     read(present[0], e, dst);
     const size_t n = static_cast<size_t>(numel(e.shape));
@@ -141,8 +144,9 @@ ModelState load_safetensors(const std::string& path, const ModelLayout& layout) 
       as.name = present[k].substr(state.stripped_prefix.size());
       read(present[k], as, other.data());
       if (!std::equal(other.begin(), other.end(), dst))
-        throw RuntimeError(path + ": '" + present[0] + "' and '" + present[k] + "' are one tied parameter in this "
-                           "model, but the file's values differ (weights of the untied model?)");
+        throw WeightsMismatch(path + ": '" + present[0] + "' and '" + present[k] + "' are one tied parameter in this "
+                              "model, but the file's values differ (weights of the untied model?)",
+                              WeightsMismatch::Kind::Tied, e.name);
     }
   }
   return state;
