@@ -7,7 +7,6 @@
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
-#include "plan/largest_batch.hpp"
 #include "plan/model_state.hpp"
 
 namespace dp {
@@ -15,12 +14,14 @@ namespace dp {
 int PlanSetup::device_count() const { return devices.host_count; }
 
 DataParallelOptions PlanVariant::options(SplitPolicy split_policy, uint64_t seed) const {
-  return {.split = std::move(split_policy),
-          .seed = seed,
-          .loss = loss,
-          .sync = sync,
-          .precision = precision,
-          .recompute = recompute};
+  DataParallelOptions o;
+  o.split = std::move(split_policy);
+  o.seed = seed;
+  o.loss = loss;
+  o.sync = sync;
+  o.precision = precision;
+  o.recompute = recompute;
+  return o;
 }
 
 PlanVariant with_strategy(PlanVariant v, const Strategy& s) {
@@ -60,18 +61,17 @@ PlannedRun plan_variant(const PlanSetup& setup, const PlanVariant& v, ProfileRec
   return p;
 }
 
-int64_t largest_batch(const PlanSetup& setup, PlanVariant v, const PlannedRun* known,
+int64_t largest_batch(const PlanSetup& setup, PlanVariant v, std::optional<BatchProbe> known,
                       const std::function<void(int64_t)>& trying) {
   const int64_t start = v.batch;
   return largest_fitting_batch(
       start,
       [&](int64_t batch) -> BatchProbe {
-        if (known && batch == start) return {known->fits(), known->peak()};
+        if (known && batch == start) return *known;
         if (trying) trying(batch);
         v.batch = batch;
         try {
-          const PlannedRun p = plan_variant(setup, v);
-          return {p.fits(), p.peak()};
+          return plan_variant(setup, v).probe();
         } catch (const OutOfMemoryError&) {  // not even the model's state (before the first step)
           return {false, 0};
         }
@@ -111,7 +111,7 @@ void compare_strategies(const PlanSetup& setup, const PlanVariant& base, const C
     c.model_state_bytes = model_state_bytes(s.sync, s.precision != Precision::FP32, setup.optimizer.kind, psi,
                                             setup.device_count(), true);
     if (options.max_batch)
-      c.max_batch = largest_batch(setup, c.variant, &c.plan, [&](int64_t batch) {
+      c.max_batch = largest_batch(setup, c.variant, c.plan.probe(), [&](int64_t batch) {
         progress(which + ": the largest batch, trying " + std::to_string(batch));
       });
     return c;

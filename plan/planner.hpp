@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/data_parallel.hpp"
+#include "plan/largest_batch.hpp"
 #include "plan/profile.hpp"
 #include "plan/strategy.hpp"
 #include "runtime/device_spec.hpp"
@@ -63,6 +65,7 @@ struct PlannedRun {
   int64_t accumulate = 1;
 
   bool fits() const { return !run.out_of_memory; }
+  BatchProbe probe() const { return {fits(), peak()}; }  // what the largest-batch search needs of it
   int64_t device0_peak() const;
   int64_t largest_other_peak() const;  // 0 on one device
   int64_t peak() const;                // the most any device held
@@ -76,8 +79,8 @@ PlannedRun plan_variant(const PlanSetup& setup, const PlanVariant& v, ProfileRec
 
 // The largest global batch (up to 2^20) whose plan fits the devices' capacity
 // (largest_fitting_batch, guided by the plans' peaks). `known`: the plan at v.batch, when made
-// already. `trying` (if any) hears each batch before it is planned.
-int64_t largest_batch(const PlanSetup& setup, PlanVariant v, const PlannedRun* known = nullptr,
+// already (whether it fits, its peak). `trying` (if any) hears each batch before it is planned.
+int64_t largest_batch(const PlanSetup& setup, PlanVariant v, std::optional<BatchProbe> known = std::nullopt,
                       const std::function<void(int64_t)>& trying = {});
 
 // Whether the model has blocks to recompute (--compare then adds recompute's rows).

@@ -286,7 +286,7 @@ TEST_CASE("the planner: a variant's plan on fresh meta devices, and the largest 
   CHECK(plan_variant(setup, v).device0_peak() == first.device0_peak());
   // The largest batch: it fits and one more does not; the guided search, the plain one's answer.
   plans = 0;
-  const int64_t most = largest_batch(setup, v, &first);
+  const int64_t most = largest_batch(setup, v, first.probe());
   const int guided_plans = plans;
   CAPTURE(most);
   REQUIRE(most > v.batch);
@@ -299,8 +299,7 @@ TEST_CASE("the planner: a variant's plan on fresh meta devices, and the largest 
   const int64_t plain = largest_fitting_batch(v.batch, [&](int64_t batch) {
     PlanVariant b = v;
     b.batch = batch;
-    const PlannedRun p = plan_variant(setup, b);
-    return BatchProbe{p.fits(), p.peak()};
+    return plan_variant(setup, b).probe();
   });
   CHECK(plain == most);
   CHECK(guided_plans * 2 < plans);
@@ -330,7 +329,9 @@ TEST_CASE("--compare in the planner: every strategy in order, each as planned al
     CHECK(rows[i].plan.largest_other_peak() == p.largest_other_peak());
     CHECK(rows[i].plan.run.sent == p.run.sent);
     CHECK(rows[i].model_state_bytes > 0);
-    CHECK(rows[i].max_batch == largest_batch(setup, alone));
+    CHECK(rows[i].max_batch > base.batch);
+    if (i == 0 || i == 5 || i == rows.size() - 1)  // (a search is a handful of plans: a few rows, for time)
+      CHECK(rows[i].max_batch == largest_batch(setup, alone));
   }
   // The bf16 rows hold less than their float32 ones; ZeRO-3 less model state than DDP.
   CHECK(rows[6].plan.device0_peak() < rows[0].plan.device0_peak());

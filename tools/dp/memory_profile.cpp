@@ -195,6 +195,8 @@ Plan plan_steps(const MemprofOptions& o, const std::function<void(const PlannedR
   p.run = std::move(r.run);
   p.accumulate = r.accumulate;
   p.tokens_per_sample = in.tokens_per_sample;
+  p.planner = std::move(in.plan);
+  p.variant = in.variant;
   return p;
 }
 

@@ -59,6 +59,8 @@ struct Plan {
   MemprofRun run;
   int64_t accumulate = 1;
   int64_t tokens_per_sample = 0;  // a language model's context, 0 otherwise
+  PlanSetup planner;              // what the plan was made from, for its variants (--max-batch)
+  PlanVariant variant;
 };
 // The flags' steps on meta devices (plan/planner.hpp; UsageError for other devices). `before_steps`
 // runs once the plan's devices and data are ready (dp plan remembers the run for its remedies there).

@@ -223,8 +223,11 @@ int run_plan(const PlanOptions& o) {
   }
   if (o.max_batch) {
     PlanProgress progress;
-    const PlanInputs in = load_plan(o);
-    const int64_t most = largest_batch(in.plan, in.variant, nullptr, [&](int64_t batch) {
+    int64_t peak = 0;  // the plan above: where the search starts
+    for (int i = 0; i < p.setup.devices->size(); ++i)
+      peak = std::max(peak, (*p.setup.devices)[i].allocator().stats().peak);
+    const BatchProbe planned{!p.run.out_of_memory, peak};
+    const int64_t most = largest_batch(p.planner, p.variant, planned, [&](int64_t batch) {
       progress.say("the largest batch, trying " + std::to_string(batch));
     });
     progress.clear();
