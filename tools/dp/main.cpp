@@ -4,12 +4,10 @@
 
 #include <csignal>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 #include <new>
-#include <regex>
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
@@ -17,9 +15,9 @@
 #include "runtime/memory.hpp"
 #include "engine/comm/process_group.hpp"
 #include "dp_version.hpp"
+#include "tools/dp/command_line.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/remedies.hpp"
-#include "tools/dp/suggest.hpp"
 
 namespace {
 
@@ -52,60 +50,9 @@ std::string version_text() {
   return std::string("dp-engine, commit ") + DP_COMMIT + ", built " + backend;
 }
 
-std::vector<std::string> names_of(const std::vector<CLI::App*>& commands) {
-  std::vector<std::string> names;
-  for (const CLI::App* c : commands) names.push_back(c->get_name());
-  return names;
-}
-
-// Every long flag of a command ("--epochs"), for suggestions.
-std::vector<std::string> flags_of(const CLI::App& command) {
-  std::vector<std::string> flags;
-  for (const CLI::Option* o : command.get_options())
-    for (const std::string& name : o->get_lnames()) flags.push_back("--" + name);
-  return flags;
-}
-
-// CLI11's "The following arguments were not expected: b a" lists them reversed and suggests
-// nothing: name the first unknown flag (or stray value) of the command and the closest flag.
-std::string extras_message(CLI::App& app) {
-  const CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
-  const std::vector<std::string> extras = app.remaining(true);
-  const std::string where = "dp " + command->get_name();
-  for (const std::string& e : extras)
-    if (e.rfind("-", 0) == 0) {
-      const std::string flag = e.substr(0, e.find('='));
-      return "unknown option '" + flag + "' for " + where + dp::cli::did_you_mean(flag, flags_of(*command)) +
-             "; see " + where + " --help";
-    }
-  return "unexpected argument '" + (extras.empty() ? std::string() : extras.front()) + "' for " + where +
-         " (a value without its flag?); see " + where + " --help";
-}
-
-// CLI11's wording ("--steps: 1 required INT missing\nRun with --help for more information.") in
-// dp's: what is wrong with which flag, and where the help is.
-std::string parse_error_message(CLI::App& app, const CLI::ParseError& e) {
-  const CLI::App* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
-  const std::string where = command == &app ? "dp --help" : "dp " + command->get_name() + " --help";
-  std::string what = e.what();
-  static const std::regex missing(R"(^(\S+): \d+ required (\S+) missing$)");
-  std::smatch m;
-  if (std::regex_match(what, m, missing)) {
-    const std::string kind = m[2] == "INT" ? "a whole number" : m[2] == "FLOAT" ? "a number" : "a value";
-    what = m[1].str() + " needs a value (" + kind + ")";
-  } else if (what == "A subcommand is required") {
-    what = "a command is required";
-  }
-  return what + "; see " + where;
-}
-
 }  // namespace
 
 
-std::vector<std::string>& dp::cli::command_line() {
-  static std::vector<std::string> line;
-  return line;
-}
 
 int main(int argc, char** argv) {
   configure_openblas(argv);
@@ -116,54 +63,12 @@ int main(int argc, char** argv) {
   dp::cli::command_line().assign(argv, argv + argc);
   // The library's errors name a setting in words ("split"); here they name the flag ("--split").
   dp::name_settings_with([](std::string_view name) { return "--" + std::string(name); });
-  CLI::App app{"dp-engine: single-process multi-device DataParallel training", "dp"};
-  app.require_subcommand(1);
-  auto train = dp::cli::add_train_command(app);
-  auto devices = dp::cli::add_devices_command(app);
-  auto demo = dp::cli::add_demo_command(app);
-  auto memprof = dp::cli::add_memprof_command(app);
-  auto plan = dp::cli::add_plan_command(app);
-  auto eval = dp::cli::add_eval_command(app);
-  app.set_version_flag("--version", version_text(), "print dp's commit and build (CUDA or not), and exit");
-  // A first word that is no command: say so, with the closest command (CLI11 says only that one is required).
-  const std::vector<std::string> commands = names_of(app.get_subcommands({}));
-  // `dp` alone, `dp help` and `dp help COMMAND`: the help, as --help gives it.
-  if (argc == 1 || (argc <= 3 && std::string(argv[1]) == "help")) {
-    CLI::App* about = &app;
-    if (argc == 3) {
-      if (std::find(commands.begin(), commands.end(), std::string(argv[2])) == commands.end()) {
-        std::fprintf(stderr, "error: unknown command '%s'%s (dp --help)\n", argv[2],
-                     dp::cli::did_you_mean(argv[2], commands).c_str());
-        return 2;
-      }
-      about = app.get_subcommand(argv[2]);
-    }
-    std::printf("%s", about->help().c_str());
-    return argc == 1 ? 2 : 0;  // a bare `dp` ran nothing: not a success
-  }
-  if (argc >= 2 && argv[1][0] != '-' &&
-      std::find(commands.begin(), commands.end(), std::string(argv[1])) == commands.end()) {
-    std::string known;
-    for (const std::string& c : commands) known += (known.empty() ? "" : ", ") + c;
-    std::fprintf(stderr, "error: unknown command '%s'%s; the commands: %s (dp --help)\n", argv[1],
-                 dp::cli::did_you_mean(argv[1], commands).c_str(), known.c_str());
-    return 2;
-  }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ExtrasError&) {
-    std::fprintf(stderr, "error: %s\n", extras_message(app).c_str());
-    return 2;
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    // In dp's words, as every other error: "error: ...; see dp train --help".
-    std::fprintf(stderr, "error: %s\n", parse_error_message(app, e).c_str());
-    return 2;
+  dp::cli::DpCommandLine cli = dp::cli::make_command_line(version_text());
+  const dp::cli::ParsedCommandLine parsed = dp::cli::parse_command_line(cli, argc, argv);
+  if (!parsed.run) {
+    std::fputs(parsed.out.c_str(), stdout);
+    std::fputs(parsed.err.c_str(), stderr);
+    return parsed.exit_code;
   }
   // Under mpirun an error on this rank ends the whole job rather than leaving the others waiting.
   auto failed = [](int code) {
@@ -171,12 +76,7 @@ int main(int argc, char** argv) {
     return code;
   };
   try {
-    if (app.got_subcommand("train")) return train();
-    if (app.got_subcommand("devices")) return devices();
-    if (app.got_subcommand("demo")) return demo();
-    if (app.got_subcommand("memprof")) return memprof();
-    if (app.got_subcommand("plan")) return plan();
-    if (app.got_subcommand("eval")) return eval();
+    return parsed.run();
   } catch (const dp::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return failed(2);
