@@ -28,25 +28,25 @@ def commit(repo, message):
 def main():
     repo = tempfile.mkdtemp()
     subprocess.run(["git", "init", "-q", repo], check=True)
-    write(repo, "engine/step/sync_mode.hpp", "enum class SyncMode { Reduce, AllReduce };\n")
-    write(repo, "engine/shapes/a.cpp", "a\n")
-    write(repo, "models/graph/graph_ops.cpp", 'const std::vector<std::string> kSingleInputOps = {"relu", "linear"};\n')
-    write(repo, "kernels/activation_math.hpp", "enum class Activation : int32_t { ReLU6, SiLU };\n")
-    commit(repo, "the start")
-    write(repo, "engine/step/sync_mode.hpp", "enum class SyncMode { Reduce, AllReduce, Zero1 };\n")
-    write(repo, "engine/shapes/a.cpp", "a changed\n")
-    write(repo, "engine/shapes/sharded.cpp", "new\n")
-    write(repo, "tests/test_zero.cpp", "t\n")
-    write(repo, "docs/zero.md", "d\n")
-    commit(repo, "ZeRO-1")
-    write(repo, "engine/step/sync_mode.hpp", "// a comment\nenum class SyncMode { Reduce, AllReduce, Zero1 };\n")
-    commit(repo, "a comment: adds no strategy")
-    write(repo, "models/graph/graph_ops.cpp", 'static const std::vector<GraphOp> table = {\n    {"relu", relu_node},\n'
-                                             '    {"linear", linear_node},\n    {"pad", pad_node},\n};\n')
-    commit(repo, "the table, and pad")
-    write(repo, "kernels/activation_math.hpp", "enum class Activation : int32_t { ReLU6, SiLU, Tanh };\n")
-    write(repo, "models/tanh.cpp", "m\n")
-    commit(repo, "Tanh")
+    history = [  # (message, {path: text}) a commit each
+        ("the start", {"engine/step/sync_mode.hpp": "enum class SyncMode { Reduce, AllReduce };\n",
+                       "engine/shapes/a.cpp": "a\n",
+                       "models/graph/graph_ops.cpp": 'const std::vector<std::string> kSingleInputOps = {"relu", "linear"};\n',
+                       "kernels/activation_math.hpp": "enum class Activation : int32_t { ReLU6, SiLU };\n"}),
+        ("ZeRO-1", {"engine/step/sync_mode.hpp": "enum class SyncMode { Reduce, AllReduce, Zero1 };\n",
+                    "engine/shapes/a.cpp": "a changed\n", "engine/shapes/sharded.cpp": "new\n",
+                    "tests/test_zero.cpp": "t\n", "docs/zero.md": "d\n"}),
+        ("a comment: adds no strategy",
+         {"engine/step/sync_mode.hpp": "// a comment\nenum class SyncMode { Reduce, AllReduce, Zero1 };\n"}),
+        ("the table, and pad", {"models/graph/graph_ops.cpp": 'static const std::vector<GraphOp> table = {\n'
+                                '    {"relu", relu_node},\n    {"linear", linear_node},\n    {"pad", pad_node},\n};\n'}),
+        ("Tanh", {"kernels/activation_math.hpp": "enum class Activation : int32_t { ReLU6, SiLU, Tanh };\n",
+                  "models/tanh.cpp": "m\n"}),
+    ]
+    for message, files in history:
+        for path, text in files.items():
+            write(repo, path, text)
+        commit(repo, message)
     out = subprocess.run(["/usr/bin/python3", SCRIPT, "--repo", repo], capture_output=True, text=True)
     print(out.stdout + out.stderr)
     lines = {line.split(" (")[0].split(":")[0]: line for line in out.stdout.splitlines()}
