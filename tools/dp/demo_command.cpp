@@ -15,6 +15,7 @@
 #include "io/atomic_file.hpp"
 #include "engine/comm/process_group.hpp"
 #include "data/loader.hpp"
+#include "tools/dp/flags/flag_table.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/demo_story.hpp"
 #include "tools/dp/memory_profile.hpp"
@@ -28,17 +29,6 @@ namespace dp::cli {
 namespace {
 
 // The shared run flags, with defaults that show PyTorch's chunking at a glance.
-struct DemoOptions : RunOptions {
-  DemoOptions() {
-    devices = "host:4";
-    model = "tiny";
-    batch = 10;
-  }
-  int steps = 1;
-  int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
-  std::string trace, json, html;
-};
-
 std::string dev_name(int i) { return "d" + std::to_string(i); }
 
 // Bytes a phase moved on each link; from = -1 is the host (the load phase's upload).
@@ -197,7 +187,7 @@ void narrate_micro_batches(const DataParallel& dp, const std::vector<StepResult>
 }
 
 // The run's first lines: the model, batch, devices, split and precision, and what --accumulate does.
-void print_demo_header(const DemoOptions& o, const DataParallel& dp, const ModelDef& model, const DeviceSet& devices,
+void print_demo_header(const Flags& o, const DataParallel& dp, const ModelDef& model, const DeviceSet& devices,
                        int64_t accumulate) {
   std::printf("dp demo: %s of '%s' (%s) with batch %lld on %s, --split %s, --precision %s\n",
               step_title(dp.sync_mode()).c_str(), model.name.c_str(), model.summary.c_str(), static_cast<long long>(o.batch),
@@ -322,7 +312,7 @@ void report_demo_memory(const DataParallel& dp, DeviceSet& devices, int64_t accu
   report["memory"] = memory;
 }
 
-int run_demo(const DemoOptions& o) {
+int run_demo(const Flags& o) {
   if (ProcessGroup::launched_by_mpirun())
     throw UsageError("dp demo looks at one process's devices; run it without mpirun (dp train runs across processes)");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
@@ -380,21 +370,9 @@ int run_demo(const DemoOptions& o) {
 }  // namespace
 
 Run add_demo_command(CLI::App& app) {
-  auto o = std::make_shared<DemoOptions>();
+  auto o = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("demo", "One DataParallel step, narrated phase by phase");
-  add_run_options(cmd, *o);
-  cmd->add_option("--steps", o->steps, "steps to run (the first is narrated)")->capture_default_str();
-  cmd->add_option("--accumulate", o->accumulate,
-                  "gradient accumulation: each step sums the gradients of this many batches of --batch (dp train's "
-                  "--accumulate), each micro-batch narrated")
-      ->capture_default_str();
-  cmd->add_option("--trace", o->trace, "write a Chrome/Perfetto trace (JSON)")->check(path_flag());
-  cmd->add_option("--json", o->json, "write the narrated steps as JSON")->check(path_flag());
-  cmd->add_option("--html", o->html,
-                  "write a page to open in a browser: the step's lanes per device, memory bars that follow a time "
-                  "scrubber, each phase's tensors on hover")
-      ->check(path_flag());
-  group_options(cmd);
+  add_flags(cmd, Command::Demo, *o);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_demo(*o);

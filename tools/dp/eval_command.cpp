@@ -14,6 +14,7 @@
 #include "io/atomic_file.hpp"
 #include "io/checkpoint.hpp"
 #include "engine/comm/process_group.hpp"
+#include "tools/dp/flags/flag_table.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/model_identity.hpp"
 #include "tools/dp/model_weights.hpp"
@@ -25,15 +26,7 @@ namespace dp::cli {
 
 namespace {
 
-struct EvalOptions : RunOptions {
-  std::string weights, json;
-  int64_t eval_windows = 64;
-  int64_t sample = 0;
-  std::string prompt;
-  double temperature = 0.8;
-};
-
-int run_eval(EvalOptions o, const std::set<std::string>& given) {
+int run_eval(Flags o, const std::set<std::string>& given) {
   // The model and its sizes from the weights' own record (dp train's --save, a checkpoint).
   if (const auto id = identity_of_weights(o.weights)) apply_identity(*id, given, o);
   if (ProcessGroup::launched_by_mpirun())
@@ -94,25 +87,9 @@ int run_eval(EvalOptions o, const std::set<std::string>& given) {
 }  // namespace
 
 Run add_eval_command(CLI::App& app) {
-  auto o = std::make_shared<EvalOptions>();
+  auto o = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("eval", "Saved weights on the held-out data (and, for a GPT, a sample)");
-  add_run_options(cmd, *o);
-  cmd->add_option("--weights,--init", o->weights,
-                  "the weights: safetensors (--save, --save-best), a checkpoint, or --checkpoint's directory (its newest)")
-      ->required()
-      ->check(path_flag());
-  cmd->add_option("--eval-windows", o->eval_windows, "gpt: validation windows, evenly spaced")->capture_default_str();
-  CLI::Option* sample = cmd->add_option("--sample", o->sample, "gpt: print this many tokens generated from the weights");
-  cmd->add_option("--prompt", o->prompt, "gpt: what --sample continues (text; token ids for token files)")
-      ->needs(sample);  // a prompt alone would be ignored
-  cmd->add_option("--temperature", o->temperature, "gpt: --sample's temperature (0: the most likely token)")
-      ->capture_default_str();
-  cmd->add_option("--json", o->json, "write the result as JSON")->check(path_flag());
-  // Training-only flags mean nothing here: not offered (dp eval evaluates on device 0).
-  for (const char* flag : {"--optimizer", "--sync", "--bucket-mb", "--sync-bn", "--loss-scale",
-                           "--loss-scale-growth-interval", "--recompute", "--split", "--loss", "--device-speed"})
-    if (CLI::Option* opt = cmd->get_option_no_throw(flag)) cmd->remove_option(opt);
-  group_options(cmd);
+  add_flags(cmd, Command::Eval, *o);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     std::set<std::string> given;

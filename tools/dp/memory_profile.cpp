@@ -33,7 +33,7 @@ std::string loss_name(const RunSetup& setup) { return setup.loss == LossMode::In
 
 }  // namespace
 
-MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
+MemprofRun profile_steps(const Flags& o, const RunSetup& setup, const RunData& data, int64_t accumulate) {
   DataParallel dp(*setup.devices, setup.model, profiling_optimizer(setup), setup_options(setup, o.seed));
   const std::unique_ptr<BatchSource> batches = data.batches(o.batch, false, o.seed, 1 << 20, o.steps * accumulate);
   MemprofRun run = profile_run(dp, *batches, accumulate, o.batch, {!o.trace.empty() || !o.html.empty(), o.count_op_costs});
@@ -41,7 +41,7 @@ MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const R
   return run;
 }
 
-void print_memprof_table(const std::string& command, const MemprofOptions& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate) {
+void print_memprof_table(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate) {
   DeviceSet& devices = *setup.devices;
   const int n = devices.size();
   std::printf("dp %s: %s, batch %lld%s, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
@@ -75,7 +75,7 @@ void print_memprof_table(const std::string& command, const MemprofOptions& o, co
   }
 }
 
-nlohmann::json memprof_json(const RunOptions& o, const RunSetup& setup, const MemprofRun& run,
+nlohmann::json memprof_json(const Flags& o, const RunSetup& setup, const MemprofRun& run,
                             int64_t accumulate) {
   DeviceSet& devices = *setup.devices;
   nlohmann::json devs = nlohmann::json::array();
@@ -121,14 +121,14 @@ nlohmann::json memprof_json(const RunOptions& o, const RunSetup& setup, const Me
   return report;
 }
 
-std::string run_title(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run) {
+std::string run_title(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run) {
   return "dp " + command + ": " + setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
          setup.devices->description() + ", split " + setup.split.text + ", sync " + o.sync +
          (setup.precision.mixed() ? ", " + o.precision : "") +
          (run.recomputed_blocks > 0 ? ", recompute " + run.recomputed : "");
 }
 
-std::string memprof_svg(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
+std::string memprof_svg(const std::string& command, const Flags& o, const RunSetup& setup,
                         const MemprofRun& run) {
   const DeviceSet& devices = *setup.devices;
   std::vector<std::string> names;
@@ -136,7 +136,7 @@ std::string memprof_svg(const std::string& command, const MemprofOptions& o, con
   return memory_svg(run_title(command, o, setup, run), names, run.timeline, setup.capacity);
 }
 
-PageHeader page_header(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run) {
+PageHeader page_header(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run) {
   PageHeader h;
   h.title = run_title(command, o, setup, run);
   for (int i = 0; i < setup.devices->size(); ++i) h.device_names.push_back((*setup.devices)[i].name());
@@ -145,7 +145,7 @@ PageHeader page_header(const std::string& command, const RunOptions& o, const Ru
   return h;
 }
 
-std::string memprof_page(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run,
+std::string memprof_page(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run,
                          int64_t accumulate, const nlohmann::json& stories) {
   PageRunInput in;
   in.stories = stories;
@@ -157,23 +157,7 @@ std::string memprof_page(const std::string& command, const RunOptions& o, const 
   return run_page_html(h, nlohmann::json::array({page_run_json(in, setup.devices->size(), h.phase_axis)}));
 }
 
-void add_memprof_options(CLI::App* cmd, MemprofOptions& o) {
-  add_run_options(cmd, o);
-  cmd->add_option("--steps", o.steps, "steps to profile")->capture_default_str();
-  cmd->add_option("--accumulate", o.accumulate,
-                  "gradient accumulation: each step sums the gradients of this many batches of --batch (dp train's "
-                  "--accumulate)")
-      ->capture_default_str();
-  cmd->add_option("--json", o.json, "write the report as JSON")->check(path_flag());
-  cmd->add_option("--svg", o.svg, "write a chart of memory over the step's phases")->check(path_flag());
-  cmd->add_option("--trace", o.trace, "write a Chrome/Perfetto trace with memory counters")->check(path_flag());
-  cmd->add_option("--html", o.html,
-                  "write a page to open in a browser: a lane per device, memory bars by category that follow a time "
-                  "scrubber")
-      ->check(path_flag());
-}
-
-void say_outputs_written(const MemprofOptions& o) {
+void say_outputs_written(const Flags& o) {
   std::string written;
   for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"--json", o.json}, {"--svg", o.svg},
                                    {"--trace", o.trace}, {"--html", o.html}})
@@ -181,7 +165,7 @@ void say_outputs_written(const MemprofOptions& o) {
   if (!written.empty()) std::printf("\nwrote: %s\n", written.c_str());
 }
 
-Plan plan_steps(const MemprofOptions& o, const std::function<void(const PlannedRun&, const RunSetup&)>& before_steps) {
+Plan plan_steps(const Flags& o, const std::function<void(const PlannedRun&, const RunSetup&)>& before_steps) {
   PlanInputs in = load_plan(o);
   PlannedRun r = plan_variant(in.plan, in.variant, {!o.trace.empty() || !o.html.empty(), o.count_op_costs},
                               [&](const PlannedRun& ready) {
@@ -200,7 +184,7 @@ Plan plan_steps(const MemprofOptions& o, const std::function<void(const PlannedR
   return p;
 }
 
-RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate) {
+RunData prepare_profile(const Flags& o, RunSetup& setup, int64_t& accumulate) {
   // The samples to generate for the batches of --batch the run asks for (saturating).
   const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
   RunData data = load_run_data(o, setup, samples, 1, 1234, samples * o.context + 1);

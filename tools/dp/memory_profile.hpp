@@ -19,40 +19,33 @@
 
 namespace dp::cli {
 
-struct MemprofOptions : RunOptions {
-  int steps = 2;
-  int64_t accumulate = 1;  // micro-batches per step (gradient accumulation)
-  std::string json, svg, trace, html;
-  bool count_op_costs = false;  // keep the last step's op costs in the run (dp plan --roofline)
-};
-
 // After a report's files are written: one line naming each ("wrote: --json r.json, --html m.html").
-void say_outputs_written(const MemprofOptions& o);
+void say_outputs_written(const Flags& o);
 
 // Runs the steps, keeping the per-phase timeline, and stops at an out-of-memory (the report is
 // still made for what was measured).
-MemprofRun profile_steps(const MemprofOptions& o, const RunSetup& setup, const RunData& data, int64_t accumulate);
+MemprofRun profile_steps(const Flags& o, const RunSetup& setup, const RunData& data, int64_t accumulate);
 // The table: the run's settings, the split, each device's peak and what was in use at it, and
 // device 0's excess. `command`: "memprof" or "plan".
-void print_memprof_table(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
+void print_memprof_table(const std::string& command, const Flags& o, const RunSetup& setup,
                          const MemprofRun& run, int64_t accumulate);
 // The --json report (memprof's schema): the settings, each device's peaks, the split, the timeline
 // and the out-of-memory (null when none). dp demo's page embeds one too.
-nlohmann::json memprof_json(const RunOptions& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate);
+nlohmann::json memprof_json(const Flags& o, const RunSetup& setup, const MemprofRun& run, int64_t accumulate);
 // "dp memprof: resnet8, batch 64, host:4, split even, …": the charts' and the page's title.
-std::string run_title(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run);
+std::string run_title(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run);
 // The --svg chart of memory over the timeline's phases.
-std::string memprof_svg(const std::string& command, const MemprofOptions& o, const RunSetup& setup,
+std::string memprof_svg(const std::string& command, const Flags& o, const RunSetup& setup,
                         const MemprofRun& run);
 // The page's title, devices, capacity and axis for a run.
-PageHeader page_header(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run);
+PageHeader page_header(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run);
 // The --html page of one run (its trace must have been kept: --html set when it ran).
 // `stories`: dp demo's narration per "step/phase/micro-batch", shown beside a hovered phase.
-std::string memprof_page(const std::string& command, const RunOptions& o, const RunSetup& setup, const MemprofRun& run,
+std::string memprof_page(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run,
                          int64_t accumulate, const nlohmann::json& stories = nlohmann::json::object());
 // The options shared by memprof and plan (the run options, --steps, --accumulate, --json, --svg,
 // --trace, --html) on a subcommand.
-void add_memprof_options(CLI::App* cmd, MemprofOptions& o);
+void add_memprof_options(CLI::App* cmd, Flags& o);
 // One plan: its setup (devices fresh, so their statistics are its own) and the steps' profile.
 struct Plan {
   RunSetup setup;
@@ -64,10 +57,10 @@ struct Plan {
 };
 // The flags' steps on meta devices (plan/planner.hpp; UsageError for other devices). `before_steps`
 // runs once the plan's devices and data are ready (dp plan remembers the run for its remedies there).
-Plan plan_steps(const MemprofOptions& o,
+Plan plan_steps(const Flags& o,
                 const std::function<void(const PlannedRun&, const RunSetup&)>& before_steps = {});
 // The data for the steps memprof and plan take (a GPT's sizes are final once it is loaded), and the
 // micro-batches a step takes of it.
-RunData prepare_profile(const MemprofOptions& o, RunSetup& setup, int64_t& accumulate);
+RunData prepare_profile(const Flags& o, RunSetup& setup, int64_t& accumulate);
 
 }  // namespace dp::cli

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "engine/comm/process_group.hpp"
+#include "tools/dp/flags/flag_table.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/remedies.hpp"
@@ -17,7 +18,7 @@ namespace dp::cli {
 
 namespace {
 
-int run_memprof(const MemprofOptions& o) {
+int run_memprof(const Flags& o) {
   if (ProcessGroup::launched_by_mpirun())
     throw UsageError("dp memprof looks at one process's devices; run it without mpirun (dp train runs across processes)");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
@@ -46,10 +47,9 @@ int run_memprof(const MemprofOptions& o) {
 }  // namespace
 
 Run add_memprof_command(CLI::App& app) {
-  auto o = std::make_shared<MemprofOptions>();
+  auto o = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("memprof", "Per-device memory of the DataParallel step: peaks, the GPU0 excess, OOM");
-  add_memprof_options(cmd, *o);
-  group_options(cmd);
+  add_flags(cmd, Command::Memprof, *o);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     return run_memprof(*o);

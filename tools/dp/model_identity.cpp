@@ -15,18 +15,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The GPT's size flags: where RunOptions keeps each, and its key in a checkpoint's state.json
+// The GPT's size flags: where Flags keeps each, and its key in a checkpoint's state.json
 // ("gpt": {...}); safetensors metadata names each after its flag (key_of).
 struct SizeFlag {
   const char* flag;
-  int64_t RunOptions::*member;
+  int64_t Flags::*member;
   const char* state_key;
 };
-const SizeFlag kSizes[] = {{"--gpt-layers", &RunOptions::gpt_layers, "layers"},
-                           {"--gpt-heads", &RunOptions::gpt_heads, "heads"},
-                           {"--gpt-dim", &RunOptions::gpt_dim, "dim"},
-                           {"--context", &RunOptions::context, "context"},
-                           {"--vocab", &RunOptions::vocab, "vocab"}};
+const SizeFlag kSizes[] = {{"--gpt-layers", &Flags::gpt_layers, "layers"},
+                           {"--gpt-heads", &Flags::gpt_heads, "heads"},
+                           {"--gpt-dim", &Flags::gpt_dim, "dim"},
+                           {"--context", &Flags::context, "context"},
+                           {"--vocab", &Flags::vocab, "vocab"}};
 
 std::optional<ModelIdentity> from_state(const std::string& dir) {
   nlohmann::json state;
@@ -76,7 +76,7 @@ std::string recorded_model_name(const ModelDef& model) {
   return ec ? model.file->path : resolved.string();
 }
 
-SafetensorsMetadata identity_metadata(const ModelDef& model, const RunOptions& o) {
+SafetensorsMetadata identity_metadata(const ModelDef& model, const Flags& o) {
   (void)o;
   SafetensorsMetadata m{{"dp.model", recorded_model_name(model)}};
   if (model.file) m["dp.model-hash"] = model.file->content_hash;
@@ -123,7 +123,7 @@ std::optional<ModelIdentity> identity_of_weights(const std::string& path) {
   return id;
 }
 
-void apply_identity(const ModelIdentity& id, const std::set<std::string>& given, RunOptions& o) {
+void apply_identity(const ModelIdentity& id, const std::set<std::string>& given, Flags& o) {
   if (!id.hash.empty()) {  // a model file: what it is, not where it was
     const std::string what = "the model file " + id.model + " (content " + id.hash + ")";
     if (given.count("--model")) {

@@ -25,7 +25,7 @@ struct ModelIdentity {
 std::string recorded_model_name(const ModelDef& model);
 
 // The metadata dp train writes beside the weights.
-SafetensorsMetadata identity_metadata(const ModelDef& model, const RunOptions& o);
+SafetensorsMetadata identity_metadata(const ModelDef& model, const Flags& o);
 
 // The identity a weights file or checkpoint (or --checkpoint's directory: its newest; or a
 // checkpoint's model.safetensors: its state.json) records; none for a file without it (PyTorch's,
@@ -35,6 +35,6 @@ std::optional<ModelIdentity> identity_of_weights(const std::string& path);
 // Fills the flags not `given` from the identity; a given flag that differs is a UsageError naming
 // both values. A model file: --model, when given, must be the same file's content (any path); when
 // not, the recorded path, else the same name beside the weights, if its content is the model's.
-void apply_identity(const ModelIdentity& id, const std::set<std::string>& given, RunOptions& o);
+void apply_identity(const ModelIdentity& id, const std::set<std::string>& given, Flags& o);
 
 }  // namespace dp::cli

@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "engine/comm/process_group.hpp"
+#include "tools/dp/flags/flag_table.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/memory_profile.hpp"
 #include "tools/dp/memory_report.hpp"
@@ -36,14 +37,8 @@ namespace dp::cli {
 
 namespace {
 
-struct PlanOptions : MemprofOptions {
-  bool compare = false;
-  bool max_batch = false;
-  std::string roofline;  // a GPU's name or its peaks (plan/roofline.hpp)
-};
-
 // The plan's roofline on --roofline's GPU (the last planned step's ops).
-Roofline roofline_of_plan(const PlanOptions& o, const Plan& p) {
+Roofline roofline_of_plan(const Flags& o, const Plan& p) {
   return roofline_of(p.run.op_calls, p.run.uncounted_ops, gpu_peaks(o.roofline));
 }
 
@@ -80,8 +75,8 @@ class PlanProgress {
 };
 
 // The strategy's settings as its report names them (the flags' words).
-PlanOptions labelled(const PlanOptions& o, const ComparedPlan& c) {
-  PlanOptions r = o;
+Flags labelled(const Flags& o, const ComparedPlan& c) {
+  Flags r = o;
   r.sync = sync_mode_name(c.variant.sync.mode);
   r.loss = c.variant.loss == LossMode::Gathered ? "gathered" : "in-replica";
   r.precision = precision_name(c.variant.precision.precision);
@@ -116,7 +111,7 @@ std::string verdict(const MemprofRun& run, int64_t peak, int64_t capacity) {
   return "fits, " + format_bytes(capacity - peak) + " spare";
 }
 
-void print_compare(const PlanOptions& o) {
+void print_compare(const Flags& o) {
   // Every strategy's settings checked before anything prints: fp16's loss scale has no row here.
   if (o.loss_scale_given)
     throw UsageError("--loss-scale and --loss-scale-growth-interval apply to --precision fp16 (bf16 has float32's "
@@ -160,7 +155,7 @@ void print_compare(const PlanOptions& o) {
       roofline = roofline_of(p.run.op_calls, p.run.uncounted_ops, gpu_peaks(o.roofline));
     if (!o.roofline.empty()) std::printf(" %14s", roofline ? format_seconds(roofline->step_seconds).c_str() : "-");
     std::printf("\n");
-    const PlanOptions so = labelled(o, c);
+    const Flags so = labelled(o, c);
     const RunSetup setup = report_setup(in, c);
     nlohmann::json row{{"strategy", c.strategy.name}, {"sync", so.sync}, {"loss", so.loss}, {"precision", so.precision},
                        {"recompute", so.recompute}, {"device0_peak_bytes", d0}, {"largest_other_peak_bytes", other},
@@ -193,7 +188,7 @@ void print_compare(const PlanOptions& o) {
   say_outputs_written(o);
 }
 
-int run_plan(const PlanOptions& o) {
+int run_plan(const Flags& o) {
   if (ProcessGroup::launched_by_mpirun())
     throw UsageError("dp plan looks at one process's devices; run it without mpirun");
   if (o.steps <= 0) throw UsageError("--steps must be > 0");
@@ -252,25 +247,12 @@ int run_plan(const PlanOptions& o) {
 }  // namespace
 
 Run add_plan_command(CLI::App& app) {
-  auto o = std::make_shared<PlanOptions>();
-  o->devices = "meta:2";
+  auto o = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand(
       "plan", "Per-device memory of the step at any size, without running it (meta devices: dp memprof's report)");
-  add_memprof_options(cmd, *o);
-  cmd->add_flag("--compare", o->compare,
-                "plan every strategy (DataParallel, in-replica loss, DDP, ZeRO 1-3; fp32 and bf16; recompute where "
-                "the model has blocks) beside its closed-form model state");
-  cmd->add_flag("--max-batch", o->max_batch, "the largest global batch that fits --device-memory (bisection over plans)");
-  cmd->add_option("--roofline", o->roofline,
-                  "the step's lower bound on a GPU: each op's FLOPs and bytes at the GPU's peaks, per phase and op "
-                  "(A100, A100-40GB, H100, H100-PCIe, H200, or peaks: bf16=989T,fp32=67T,memory=4.8T,link=450G)");
-  group_options(cmd);
-  // What a plan takes from the shared flags: meta devices only, so the flags that tune how host or
-  // CUDA devices compute are still parsed (and refused with their reason) but not offered in --help.
-  cmd->get_option("--devices")->description("meta:N: N devices planned without memory or math (dp memprof measures "
-                                            "host and CUDA devices)");
-  for (const char* refused : {"--device-speed", "--tf32", "--cudnn"})
-    cmd->get_option(refused)->group("");
+  // Meta devices only: the flags that tune how host or CUDA devices compute are parsed (and refused
+  // with their reason) but not listed.
+  add_flags(cmd, Command::Plan, *o);
   return [o, cmd] {
     note_given_flags(cmd, *o);
     o->count_op_costs = !o->roofline.empty();

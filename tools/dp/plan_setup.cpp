@@ -25,7 +25,7 @@ class OwningBatches : public BatchSource {
 };
 
 // The data for `o`'s steps at its batch (memprof's: prepare_profile), and the micro-batches a step takes.
-std::shared_ptr<const RunData> plan_data(const MemprofOptions& o, ModelDef& model, int64_t& accumulate) {
+std::shared_ptr<const RunData> plan_data(const Flags& o, ModelDef& model, int64_t& accumulate) {
   const int64_t samples = generated_samples_for(o, o.steps, o.accumulate);
   auto data = std::make_shared<const RunData>(load_run_data(o, model, true, samples, 1, 1234, samples * o.context + 1));
   accumulate = std::min(o.accumulate, data->batches_per_epoch(o.batch));
@@ -34,7 +34,7 @@ std::shared_ptr<const RunData> plan_data(const MemprofOptions& o, ModelDef& mode
 
 }  // namespace
 
-PlanInputs load_plan(const MemprofOptions& o) {
+PlanInputs load_plan(const Flags& o) {
   PlanInputs in;
   in.setup = validate_and_make_devices(o);
   if (!(*in.setup.devices)[0].is_meta())
@@ -58,7 +58,7 @@ PlanInputs load_plan(const MemprofOptions& o) {
     std::shared_ptr<const RunData> data = first;
     int64_t accumulate = first_accumulate;
     if (batch != o.batch) {
-      MemprofOptions b = o;
+      Flags b = o;
       b.batch = batch;
       ModelDef sized = model;
       data = plan_data(b, sized, accumulate);

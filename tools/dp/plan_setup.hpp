@@ -17,6 +17,6 @@ struct PlanInputs {
 };
 
 // UsageError for devices other than meta:N, and for what the flags or the data refuse.
-PlanInputs load_plan(const MemprofOptions& o);
+PlanInputs load_plan(const Flags& o);
 
 }  // namespace dp::cli

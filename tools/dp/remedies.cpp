@@ -25,7 +25,7 @@ std::string generic_remedies() {
 }
 
 RunRequest request_of(const RemedyRun& r) {
-  const RunOptions& o = r.options;
+  const Flags& o = r.options;
   RunRequest q;
   q.sync = parse_sync_mode(o.sync);
   q.loss = parse_loss_mode(o.loss);
@@ -51,7 +51,7 @@ std::string flags_of(const Remedy& remedy) {
 }
 
 // The change on the options.
-void apply(const Remedy& remedy, MemprofOptions& m) {
+void apply(const Remedy& remedy, Flags& m) {
   switch (remedy.kind) {
     case RemedyKind::InReplicaLoss: m.loss = "in-replica", m.loss_given = true; break;
     case RemedyKind::BalanceMemorySplit: m.split = "balance-memory"; break;
@@ -73,8 +73,8 @@ struct Planned {
 // The steps the failing run takes, with one change, on meta devices. UsageError when the change
 // does not apply to this model (no blocks to recompute, say).
 Planned plan_with(const RemedyRun& r, const Remedy& remedy) {
-  MemprofOptions m;
-  static_cast<RunOptions&>(m) = r.options;
+  Flags m;
+  static_cast<Flags&>(m) = r.options;
   m.devices = "meta:" + std::to_string(r.devices);
   m.steps = 2;  // the steady state: the optimizer state appears after the first
   m.accumulate = r.accumulate;

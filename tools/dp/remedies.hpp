@@ -18,7 +18,7 @@ namespace dp::cli {
 // The run an out-of-memory belongs to: its options, micro-batches a step, device count and
 // capacity per device (0: none given), and the command ("train", "memprof", "plan", "demo").
 struct RemedyRun {
-  RunOptions options;
+  Flags options;
   int64_t accumulate = 1;
   int devices = 1;
   int64_t capacity = 0;

@@ -62,7 +62,7 @@ void check_ids(const TokenSplit& split, int64_t vocab, const std::string& limit)
                        std::to_string(i) + " is at or above " + limit);
 }
 
-RunData load_tokens(const RunOptions& o, ModelDef& model, int64_t min_tokens, bool trains) {
+RunData load_tokens(const Flags& o, ModelDef& model, int64_t min_tokens, bool trains) {
   RunData d;
   d.language = true;
   d.context = o.context;
@@ -112,7 +112,7 @@ RunData load_tokens(const RunOptions& o, ModelDef& model, int64_t min_tokens, bo
 }
 
 // An image folder's samples at the model's size, with --resize, --crop-scale and --crop-ratio.
-ImageFolderOptions image_folder_options(const RunOptions& o, const ModelDef& model) {
+ImageFolderOptions image_folder_options(const Flags& o, const ModelDef& model) {
   if (model.input_shape.size() != 3 || (model.input_shape[0] != 1 && model.input_shape[0] != 3))
     throw UsageError("--data " + o.data + " is an image folder, and model " + model.name + " takes " +
                      shape_str(model.input_shape) + " samples: images become 1 or 3 channels");
@@ -134,7 +134,7 @@ ImageFolderOptions image_folder_options(const RunOptions& o, const ModelDef& mod
 }
 
 // --mean and --std: Normalize's statistics for uint8 images, one value per channel.
-void use_given_statistics(const RunOptions& o, TrainTest& data) {
+void use_given_statistics(const Flags& o, TrainTest& data) {
   if (o.mean.empty() && o.std.empty()) return;
   const Dataset& train = data.train;
   if (o.mean.size() != o.std.size())
@@ -154,7 +154,7 @@ void use_given_statistics(const RunOptions& o, TrainTest& data) {
   }
 }
 
-RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
+RunData load_images(const Flags& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
                     uint64_t generated_seed, bool drawn, bool trains) {
   RunData d;
   if (!o.data.empty() && is_token_data(o.data))
@@ -195,7 +195,7 @@ RunData load_images(const RunOptions& o, const ModelDef& model, int64_t generate
 
 // --data before anything is read: a path that does not exist is a usage error (exit 2); a file
 // given to an image model says what it looks like and what --data takes.
-void check_data_path(const RunOptions& o, const ModelDef& model) {
+void check_data_path(const Flags& o, const ModelDef& model) {
   if (o.data.empty()) return;
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -224,14 +224,14 @@ TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test,
   return generate_images(model.input_shape, model.classes, train, test, seed, drawn);
 }
 
-RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
+RunData load_run_data(const Flags& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
                       uint64_t generated_seed, int64_t min_tokens, bool trains) {
   // Meta devices read no pixel: a plan at a real input size draws none, and its batches are shapes.
   const bool meta = setup.devices && (*setup.devices)[0].is_meta();
   return load_run_data(o, setup.model, meta, generated_train, generated_test, generated_seed, min_tokens, trains);
 }
 
-RunData load_run_data(const RunOptions& o, ModelDef& model, bool shapes_only, int64_t generated_train,
+RunData load_run_data(const Flags& o, ModelDef& model, bool shapes_only, int64_t generated_train,
                       int64_t generated_test, uint64_t generated_seed, int64_t min_tokens, bool trains) {
   check_data_path(o, model);
   if (model.language_model()) return load_tokens(o, model, min_tokens, trains);
@@ -285,7 +285,7 @@ int loader_threads_for(const std::string& text, bool cuda) {
   return n;
 }
 
-int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumulate) {
+int64_t generated_samples_for(const Flags& o, int64_t steps, int64_t accumulate) {
   const int64_t cap = std::max<int64_t>(o.batch, 16384);
   const int64_t batches = accumulate > std::numeric_limits<int64_t>::max() / steps ? std::numeric_limits<int64_t>::max()
                                                                                   : steps * accumulate;

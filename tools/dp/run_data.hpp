@@ -69,18 +69,18 @@ TrainTest generate_for_model(const ModelDef& model, int64_t train, int64_t test,
 // (unless --generated-size says): that many, or for long runs (where the product may not
 // even fit) at most max(batch, 16384), which the loader goes round again — the memory profile does
 // not depend on which samples a step takes.
-int64_t generated_samples_for(const RunOptions& o, int64_t steps, int64_t accumulate);
+int64_t generated_samples_for(const Flags& o, int64_t steps, int64_t accumulate);
 
 // --data (or the generated default: `generated_train` / `generated_test` samples, or for a GPT a
 // corpus of --generated-size bytes, at least `min_tokens`), checked against the model and, for a
 // command that trains, --batch (dp eval's batch only groups the held-out samples).
 // For a GPT it also fixes setup.model's sizes: --gpt-* flags, --context, and the vocabulary
 // (the data's, or --vocab: a token id at or above it is an error).
-RunData load_run_data(const RunOptions& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
+RunData load_run_data(const Flags& o, RunSetup& setup, int64_t generated_train, int64_t generated_test,
                       uint64_t generated_seed, int64_t min_tokens = 0, bool trains = true);
 // The same for `model` (a GPT's sizes set in it); `shapes_only`: for meta devices, images as their
 // sizes alone (no pixel drawn or read).
-RunData load_run_data(const RunOptions& o, ModelDef& model, bool shapes_only, int64_t generated_train,
+RunData load_run_data(const Flags& o, ModelDef& model, bool shapes_only, int64_t generated_train,
                       int64_t generated_test, uint64_t generated_seed, int64_t min_tokens = 0, bool trains = true);
 
 }  // namespace dp::cli

@@ -10,11 +10,6 @@
 
 namespace dp::cli {
 
-CLI::Validator path_flag() {
-  return CLI::Validator([](std::string& v) { return v.empty() ? std::string("an empty path names no file") : std::string(); },
-                        "PATH");
-}
-
 namespace {
 // --recompute: off (0), blocks (every one), blocks:N (the first N, N >= 1).
 int64_t parse_recompute(const std::string& text) {
@@ -29,21 +24,9 @@ int64_t parse_recompute(const std::string& text) {
   throw UsageError("--recompute must be off, blocks or blocks:N with N >= 1, not '" + text + "'");
 }
 
-// CLI11 clamps an out-of-range integer to the type's limit; a seed must be taken as written.
-CLI::Validator seed_value() {
-  return CLI::Validator(
-      [](std::string& v) {
-        uint64_t x = 0;
-        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-        if (ec != std::errc() || end != v.data() + v.size())
-          return std::string("must be a whole number from 0 to 18446744073709551615");
-        return std::string();
-      },
-      "UINT64");
-}
 }  // namespace
 
-void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs) {
+void check_outputs(const Flags& o, const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs) {
   for (const auto& out : outputs)
     if (!out.path.empty()) check_writable(out.path, out.what);
   namespace fs = std::filesystem;
@@ -66,128 +49,7 @@ void check_outputs(const RunOptions& o, const std::vector<NamedPath>& outputs, s
   check_outside_folders(outputs, folders);
 }
 
-void add_run_options(CLI::App* cmd, RunOptions& o) {
-  // A flag given twice: the later one wins, for these options and every one the command adds after.
-  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  cmd->add_option("--model", o.model,
-                  "a built-in (mlp, convnet, resnet18, resnet8, gpt, tiny) or a model file, NAME.json, exported from "
-                  "PyTorch by tools/export_model.py (docs/model-format.md)")
-      ->capture_default_str();
-  cmd->add_option("--data", o.data,
-                  "images: an image folder (a subfolder of JPEG and PNG files per class; or train/ and val/ such "
-                  "folders), tensor files (train.safetensors, or train_images.npy and train_labels.npy), or a "
-                  "directory of MNIST-style IDX or CIFAR-10 binary files; gpt: a directory with train.bin and "
-                  "val.bin, a text file or a directory of text files (default: generated data)")
-      ->check(path_flag());
-  cmd->add_flag("--skip-bad-images", o.skip_bad_images,
-                "image folders: decode every file once while reading the folder, and leave out (and list) those "
-                "that fail instead of stopping");
-  cmd->add_option("--mean", o.mean,
-                  "uint8 images: Normalize's mean per channel, e.g. 0.5,0.5,0.5 (default: the data set's; ImageNet's "
-                  "for image folders and tensor files of 3 channels)")
-      ->delimiter(',');
-  cmd->add_option("--std", o.std, "uint8 images: Normalize's standard deviation per channel, with --mean")
-      ->delimiter(',');
-  cmd->add_option("--resize", o.resize,
-                  "image folders: evaluation's Resize of the short side before the centre crop to the model's size "
-                  "(default: the size x 256/224, ImageNet's 256 for 224)");
-  cmd->add_option("--crop-scale", o.crop_scale,
-                  "image folders with --augment: RandomResizedCrop's area range, LO,HI of the image")
-      ->delimiter(',')
-      ->expected(2)
-      ->capture_default_str();
-  cmd->add_option("--crop-ratio", o.crop_ratio,
-                  "image folders with --augment: RandomResizedCrop's aspect-ratio range, LO,HI")
-      ->delimiter(',')
-      ->expected(2)
-      ->capture_default_str();
-  cmd->add_option("--devices", o.devices, "host:N, cuda, cuda:0,1, cuda:0x4 or auto")->capture_default_str();
-  cmd->add_option("--batch", o.batch, "global batch size (gpt and token model files: 32 unless given)")->capture_default_str();
-  cmd->add_option("--split", o.split, "even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory")
-      ->capture_default_str();
-  cmd->add_option("--loss", o.loss, "gathered (DataParallel: logits gathered on device 0) or in-replica")
-      ->capture_default_str();
-  cmd->add_option("--sync", o.sync,
-                  "reduce (DataParallel's: gradients summed on device 0), allreduce (resident replicas, buckets "
-                  "all-reduced during backward, every device updating its own copy), or zero1, zero2, zero3 (ZeRO: "
-                  "allreduce's shape with the optimizer state, then the gradients, then the parameters sharded)")
-      ->capture_default_str();
-  cmd->add_option("--bucket-mb", o.bucket_mb, "allreduce and zero1-3: gradient bucket size in MiB")->capture_default_str();
-  cmd->add_flag("--sync-bn", o.sync_bn,
-                "allreduce and zero1-3: BatchNorm statistics over the whole batch (SyncBatchNorm)");
-  cmd->add_option("--precision", o.precision,
-                  "fp32, bf16 or fp16: 16-bit replicas, activations, gathered outputs and gradient transfers around "
-                  "float32 master weights and optimizer state (autocast's recipe); fp16 scales the loss")
-      ->capture_default_str();
-  cmd->add_option("--loss-scale", o.loss_scale, "fp16: initial loss scale (GradScaler's init_scale)")
-      ->capture_default_str();
-  cmd->add_option("--loss-scale-growth-interval", o.loss_scale_growth_interval,
-                  "fp16: clean steps before the loss scale doubles (GradScaler's growth_interval)")
-      ->capture_default_str();
-  cmd->add_option("--optimizer", o.optimizer, "sgd or adamw (torch.optim semantics; state on device 0; gpt's default: adamw)")
-      ->capture_default_str();
-  cmd->add_option("--seed", o.seed, "initialisation and shuffling seed")->capture_default_str()->check(seed_value());
-  cmd->add_option("--threads-per-device", o.threads_per_device, "kernel threads per host device")
-      ->capture_default_str();
-  cmd->add_option("--device-speed", o.device_speed, "host devices' speeds, e.g. 1,0.25 (0.25 = 4x slower)")
-      ->delimiter(',');
-  cmd->add_option("--device-memory", o.device_memory, "capacity of every device, e.g. 512MiB (default: unlimited)");
-  cmd->add_flag("--tf32", o.tf32, "CUDA devices: allow TF32 tensor cores (float32 otherwise)");
-  cmd->add_option("--cudnn", o.cudnn,
-                  "CUDA devices, convolutions' algorithms: deterministic (the heuristics' first deterministic one: "
-                  "runs repeat bit for bit), heuristic (their first, atomics allowed: PyTorch's default) or benchmark "
-                  "(every deterministic one timed once per shape, the fastest kept)")
-      ->capture_default_str();
-  cmd->add_option("--generated-size", o.generated_train,
-                  "training samples of the generated dataset (gpt: bytes of the generated corpus, default 1000000; "
-                  "memprof and demo: as many as their steps take)")
-      ->capture_default_str();
-  cmd->add_option("--gpt-layers", o.gpt_layers, "gpt: transformer blocks")->capture_default_str();
-  cmd->add_option("--gpt-heads", o.gpt_heads, "gpt: attention heads")->capture_default_str();
-  cmd->add_option("--gpt-dim", o.gpt_dim, "gpt: embedding width (a multiple of the heads)")->capture_default_str();
-  cmd->add_option("--context", o.context, "gpt: tokens per sample (T)")->capture_default_str();
-  cmd->add_option("--vocab", o.vocab, "gpt: vocabulary size (default: the data's; may only raise it)");
-  cmd->add_option("--dropout", o.dropout,
-                  "gpt: nanoGPT's dropout probability in training (after the embeddings, on the attention "
-                  "probabilities, after attention and the MLP); 0: none")
-      ->capture_default_str();
-  cmd->add_option("--recompute", o.recompute,
-                  "off, blocks or blocks:N: activation checkpointing, each replica keeping only its blocks' inputs "
-                  "(ResNet BasicBlocks, GPT Blocks; blocks:N the first N) until backward runs each one's forward "
-                  "again; the same training bit for bit, less activation memory, one more forward")
-      ->capture_default_str();
-}
-
-void group_options(CLI::App* cmd) {
-  static const std::vector<std::pair<const char*, std::vector<const char*>>> groups = {
-      {"Model", {"--model", "--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout",
-                 "--recompute", "--init", "--weights"}},
-      {"Data", {"--data", "--skip-bad-images", "--resize", "--crop-scale", "--crop-ratio", "--mean", "--std", "--generated-size",
-                "--augment", "--no-shuffle", "--loader-threads", "--normalise-on", "--eval-windows"}},
-      {"Devices and split", {"--devices", "--batch", "--split", "--loss", "--threads-per-device", "--device-speed",
-                             "--host-sync", "--upload-ahead"}},
-      {"Optimization", {"--epochs", "--steps", "--accumulate", "--optimizer", "--lr", "--momentum", "--dampening",
-                        "--nesterov", "--weight-decay", "--weight-decay-params", "--betas", "--eps", "--lr-schedule",
-                        "--warmup-steps", "--min-lr", "--clip-grad-norm", "--label-smoothing", "--seed"}},
-      {"Precision and memory", {"--precision", "--loss-scale", "--loss-scale-growth-interval", "--device-memory"}},
-      {"Distributed (DDP, ZeRO, mpirun)", {"--sync", "--bucket-mb", "--sync-bn"}},
-      {"Checkpoints and outputs", {"--checkpoint", "--checkpoint-every", "--keep-checkpoints", "--checkpoint-errors",
-                                   "--resume", "--save", "--save-best", "--metrics", "--trace", "--trace-steps",
-                                   "--json", "--svg", "--html", "--eval", "--eval-every", "--sample", "--prompt",
-                                   "--temperature"}},
-      {"CUDA only", {"--tf32", "--cudnn", "--cuda-graphs"}},
-  };
-  for (CLI::Option* opt : cmd->get_options()) {
-    std::string group;
-    for (const auto& [name, flags] : groups)
-      for (const char* flag : flags)
-        if (opt->check_lname(flag + 2)) group = name;
-    if (!group.empty()) opt->group(group);
-    else if (opt->get_lnames().empty() || opt->get_lnames()[0] != "help") opt->group("dp " + cmd->get_name());
-  }
-}
-
-void note_given_flags(const CLI::App* cmd, RunOptions& o) {
+void note_given_flags(const CLI::App* cmd, Flags& o) {
   // A flag a command does not offer (dp eval drops the training-only ones) was not given.
   auto given = [cmd](const char* flag) {
     const CLI::Option* opt = cmd->get_option_no_throw(flag);
@@ -204,7 +66,7 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o) {
       return false;
     }
   };
-  if (!given("--batch") && o.batch == RunOptions{}.batch && (o.model == "gpt" || language_file())) o.batch = 32;
+  if (!given("--batch") && o.batch == Flags{}.batch && (o.model == "gpt" || language_file())) o.batch = 32;
   o.generated_size_given = given("--generated-size");
   o.optimizer_given = given("--optimizer");
   o.loss_given = given("--loss");
@@ -215,7 +77,7 @@ void note_given_flags(const CLI::App* cmd, RunOptions& o) {
 
 namespace {
 // The model and its own options: the GPT's shape flags (refused on other models) and --recompute.
-void check_model_options(const RunOptions& o, RunSetup& r) {
+void check_model_options(const Flags& o, RunSetup& r) {
   r.model = find_model(o.model);
   if (r.model.file && o.gpt_flags_given) {
     throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; a model "
@@ -240,7 +102,7 @@ void check_model_options(const RunOptions& o, RunSetup& r) {
 
 // How the step trains: where the loss is computed, how gradients meet, the precision and its
 // loss scaling, and the optimizer; each combination that cannot work refused by name.
-void choose_step_semantics(const RunOptions& o, RunSetup& r) {
+void choose_step_semantics(const Flags& o, RunSetup& r) {
   r.loss = parse_loss_mode(o.loss);
   r.sync.mode = parse_sync_mode(o.sync);
   if (!(o.bucket_mb > 0) || o.bucket_mb > 65536) throw UsageError("--bucket-mb must be > 0 (MiB)");
@@ -267,13 +129,13 @@ void choose_step_semantics(const RunOptions& o, RunSetup& r) {
 
 // What the devices are given: host threads and speeds, the GPU math (TF32, cuDNN algorithms, the
 // Linear GEMM library), the MPI local rank that picks a process's GPU, and the capacity.
-DeviceOptions device_options(const RunOptions& o, const DeviceSpec& spec, int64_t capacity) {
+DeviceOptions device_options(const Flags& o, const DeviceSpec& spec, int64_t capacity) {
   if (!o.device_speed.empty() && spec.kind == DeviceSpec::Kind::Cuda)
     throw UsageError("--device-speed simulates slow host devices; it does not apply to cuda devices");
   if (spec.kind == DeviceSpec::Kind::Meta) {  // dp plan: no kernels, no time
     if (!o.device_speed.empty())
       throw UsageError("--device-speed slows host devices down; meta devices (" + o.devices + ") run nothing to slow");
-    if (o.tf32 || o.cudnn != RunOptions{}.cudnn)
+    if (o.tf32 || o.cudnn != Flags{}.cudnn)
       throw UsageError(std::string(o.tf32 ? "--tf32" : "--cudnn") + " chooses CUDA's kernels; meta devices (" +
                        o.devices + ") run none: a plan allocates as host devices do");
   }
@@ -291,7 +153,7 @@ DeviceOptions device_options(const RunOptions& o, const DeviceSpec& spec, int64_
 }
 }  // namespace
 
-RunSetup validate_and_make_devices(const RunOptions& o) {
+RunSetup validate_and_make_devices(const Flags& o) {
   RunSetup r;
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.generated_train <= 0) throw UsageError("--generated-size must be > 0");

@@ -12,7 +12,7 @@
 
 namespace dp::cli {
 
-nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimizer, const TrainOptions& o,
+nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimizer, const Flags& o,
                             const ProcessGroup* group) {
   nlohmann::json identity{{"model", recorded_model_name(model)}, {"optimizer", optimizer_name(optimizer)},
                           {"batch", o.batch}};

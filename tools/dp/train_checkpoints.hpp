@@ -23,7 +23,7 @@ struct BestEval {
 
 // What a checkpoint must agree on to continue this run: the model (a GPT's sizes), optimizer,
 // batch, processes (the data's shards depend on them) and --accumulate (a step's batches do).
-nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimizer, const TrainOptions& o,
+nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimizer, const Flags& o,
                             const ProcessGroup* group);
 
 // A snapshot of the run after `step` steps, taken between steps: weights, optimizer state, and

@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
 #include "io/safetensors.hpp"
+#include "tools/dp/flags/flag_table.hpp"
 #include "tools/dp/commands.hpp"
 #include "tools/dp/progress.hpp"
 #include "tools/dp/run_data.hpp"
@@ -63,7 +64,7 @@ class TrainLoop {
   void say(const std::string& result);
 
   TrainRun& run_;
-  const TrainOptions& o_;
+  const Flags& o_;
   DataParallel& dp_;
   Progress progress_;
   RunTally tally_;  // this run's steps, for the summary
@@ -249,7 +250,7 @@ void TrainLoop::say(const std::string& result) {
   std::fflush(stdout);
 }
 
-int run_train(const TrainOptions& given) {
+int run_train(const Flags& given) {
   std::optional<RemedyRun> remedies;  // this run's, once its DataParallel is made
   return with_remedies(remedies, [&] {
     TrainRun run(given, remedies);
@@ -262,10 +263,9 @@ int run_train(const TrainOptions& given) {
 }  // namespace
 
 Run add_train_command(CLI::App& app) {
-  auto o = std::make_shared<TrainOptions>();
+  auto o = std::make_shared<Flags>();
   auto* cmd = app.add_subcommand("train", "Train a model with the DataParallel step");
-  add_train_options(cmd, *o);
-  group_options(cmd);
+  add_flags(cmd, Command::Train, *o);
   return [o, cmd] {
     note_given_train_flags(cmd, *o);
     return run_train(*o);

@@ -10,7 +10,7 @@
 
 namespace dp::cli {
 
-TrainEvaluations::TrainEvaluations(const RunData& data, const TrainOptions& o, std::ofstream& metrics, BestEval best,
+TrainEvaluations::TrainEvaluations(const RunData& data, const Flags& o, std::ofstream& metrics, BestEval best,
                                    bool writes)
     : data_(data), o_(o), metrics_(metrics), best_(best), writes_(writes) {}
 

@@ -21,7 +21,7 @@ class TrainEvaluations {
   // `best`: the lowest loss so far (a resumed run's checkpoint's).
   // `writes`: whether this process writes --save-best's weights (rank 0; under ZeRO the others
   // still gather them with it).
-  TrainEvaluations(const RunData& data, const TrainOptions& o, std::ofstream& metrics, BestEval best, bool writes = true);
+  TrainEvaluations(const RunData& data, const Flags& o, std::ofstream& metrics, BestEval best, bool writes = true);
 
   // A training step's loss, for the mean reported with the next evaluation.
   void add_training_loss(double loss);
@@ -35,7 +35,7 @@ class TrainEvaluations {
 
  private:
   const RunData& data_;
-  const TrainOptions& o_;
+  const Flags& o_;
   std::ofstream& metrics_;
   BestEval best_;
   bool writes_;

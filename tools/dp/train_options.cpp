@@ -33,7 +33,7 @@ void check_checkpoint_dir(const std::string& dir, bool resuming) {
 
 }  // namespace
 
-TrainChoices check_train_options(const TrainOptions& o) {
+TrainChoices check_train_options(const Flags& o) {
   if (o.batch <= 0) throw UsageError("--batch must be > 0");
   if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
   if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
@@ -92,98 +92,7 @@ HostSync host_sync_for(const TrainChoices& c, bool cuda) {
   return cuda || c.graphs ? HostSync::PerStep : HostSync::PerPhase;
 }
 
-void add_train_options(CLI::App* cmd, TrainOptions& o) {
-  add_run_options(cmd, o);
-  cmd->add_option("--epochs", o.epochs, "passes over the training set (with --steps and no --epochs: as many as the steps take)")
-      ->capture_default_str();
-  cmd->add_option("--steps", o.steps, "stop after this many optimizer steps (with --epochs too: at whichever comes first)");
-  cmd->add_option("--accumulate", o.accumulate,
-                  "gradient accumulation: each optimizer step sums the gradients of this many batches of --batch "
-                  "(the last step of an epoch: those left), as one batch that many times larger, in a micro-batch's "
-                  "memory plus one gradient buffer")
-      ->capture_default_str();
-  cmd->add_option("--lr", o.lr, "learning rate (gpt with AdamW: 0.001 unless given)")->capture_default_str();
-  cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  cmd->add_option("--dampening", o.dampening, "SGD dampening")->capture_default_str();
-  cmd->add_flag("--nesterov", o.nesterov, "Nesterov momentum");
-  cmd->add_option("--weight-decay", o.weight_decay, "SGD: L2 penalty (default 0); AdamW: decoupled decay (default 0.01)");
-  cmd->add_option("--weight-decay-params", o.weight_decay_params,
-                  "which parameters --weight-decay applies to: all, or matrices (those of 2+ dimensions: not biases "
-                  "or norms; nanoGPT's groups, gpt's default)");
-  cmd->add_option("--betas", o.betas, "AdamW: beta1,beta2")->delimiter(',')->capture_default_str();
-  cmd->add_option("--eps", o.eps, "AdamW: epsilon")->capture_default_str();
-  cmd->add_option("--lr-schedule", o.lr_schedule, "constant, cosine, or step:N,G (times G every N steps)")
-      ->capture_default_str();
-  cmd->add_option("--warmup-steps", o.warmup_steps, "linear warm-up steps (any schedule)")->capture_default_str();
-  cmd->add_option("--min-lr", o.min_lr, "cosine: the final learning rate")->capture_default_str();
-  cmd->add_option("--host-sync", o.host_sync,
-                  "step: enqueue the whole step, the host waits once at its end (phase times from stream events); "
-                  "phase: wait after every phase, as DataParallel joins its threads (and as dp memprof does: the "
-                  "same allocations in the same order); auto: phase on host devices, step on CUDA devices and "
-                  "with --cuda-graphs on")
-      ->capture_default_str();
-  cmd->add_option("--upload-ahead", o.upload_ahead,
-                  "upload the next batch while a step runs (a copy stream, pinned staging memory on GPUs; one "
-                  "more batch on device 0): auto (on for CUDA devices, except with --host-sync phase, whose "
-                  "memory is then dp memprof's), on, off")
-      ->capture_default_str();
-  cmd->add_option("--loader-threads", o.loader_threads,
-                  "threads making each training batch (normalising, --augment): a number, or auto (a quarter of "
-                  "the cores, 1 to 4, on CUDA devices; 1 on host devices, whose step uses every core)")
-      ->capture_default_str();
-  cmd->add_option("--normalise-on", o.normalise_on,
-                  "where images' pixels become the model's float32: host (the loader's threads), device (the "
-                  "loader sends uint8 pixels, a quarter of the bytes, and the loading device looks them up: the same "
-                  "bits), auto (device on CUDA devices)")
-      ->capture_default_str();
-  cmd->add_option("--cuda-graphs", o.cuda_graphs,
-                  "on: capture a batch shape's whole step once (its second step) and replay it: one CUDA graph "
-                  "launch a step on GPUs, a replay of the streams' recorded tasks on host devices; off: every step "
-                  "enqueued as usual")
-      ->capture_default_str();
-  cmd->add_option("--clip-grad-norm", o.clip_grad_norm, "scale gradients to this global L2 norm at most (0: off)")
-      ->capture_default_str();
-  cmd->add_option("--label-smoothing", o.label_smoothing,
-                  "the training loss's target is (1 - e)·onehot + e/classes (CrossEntropyLoss's; 0: off)")
-      ->capture_default_str();
-  cmd->add_flag("--no-shuffle", o.no_shuffle, "take samples in file order");
-  cmd->add_flag("--augment", o.augment,
-                "training only: CIFAR and IDX data, a random crop of the 4-pixel-padded image and a horizontal flip; "
-                "image folders, RandomResizedCrop (--crop-scale, --crop-ratio) and a horizontal flip");
-  cmd->add_option("--init", o.init, "initial weights (safetensors, PyTorch state-dict names)")->check(path_flag());
-  cmd->add_option("--save", o.save, "write the final weights here (safetensors, atomically)")->check(path_flag());
-  cmd->add_option("--trace", o.trace, "write a Chrome/Perfetto trace of some steps (--trace-steps)")->check(path_flag());
-  cmd->add_option("--trace-steps", o.trace_steps, "A:B, the steps --trace covers (default: the run's 2nd to 4th)");
-  cmd->add_option("--save-best", o.save_best,
-                  "write the weights here after each evaluation (--eval, --eval-every) whose held-out loss is the "
-                  "lowest so far")
-      ->check(path_flag());
-  cmd->add_option("--metrics", o.metrics, "one JSON object per step (JSON lines)")->check(path_flag());
-  cmd->add_flag("--eval", o.eval, "evaluate on the test set (gpt: validation windows) after each epoch");
-  cmd->add_option("--eval-every", o.eval_every,
-                  "also evaluate after every N optimizer steps (nanoGPT's eval_interval; 0: off)")
-      ->capture_default_str();
-  cmd->add_option("--eval-windows", o.eval_windows, "gpt: validation windows an evaluation takes, evenly spaced")
-      ->capture_default_str();
-  CLI::Option* sample = cmd->add_option("--sample", o.sample, "gpt: after training, print this many generated tokens");
-  cmd->add_option("--prompt", o.prompt, "gpt: what --sample continues (text; token ids for token files)")
-      ->needs(sample);  // a prompt alone would be ignored
-  cmd->add_option("--temperature", o.temperature, "gpt: --sample's temperature (0: the most likely token)")
-      ->capture_default_str();
-  cmd->add_option("--checkpoint", o.checkpoint, "write checkpoints into this directory (step-NNNNNNNN each)")
-      ->check(path_flag());
-  cmd->add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints (also at the end and on Ctrl-C)")
-      ->capture_default_str();
-  cmd->add_option("--keep-checkpoints", o.keep_checkpoints, "how many checkpoints to keep")->capture_default_str();
-  cmd->add_option("--checkpoint-errors", o.checkpoint_errors,
-                  "a checkpoint that cannot be written (a full disk, a file-size limit): stop (exit 1) or warn and "
-                  "train on; either way the checkpoints already written are untouched")
-      ->capture_default_str();
-  cmd->add_option("--resume", o.resume, "continue from a checkpoint (its directory, or --checkpoint's: the newest)")
-      ->check(path_flag());
-}
-
-void note_given_train_flags(const CLI::App* cmd, TrainOptions& o) {
+void note_given_train_flags(const CLI::App* cmd, Flags& o) {
   note_given_flags(cmd, o);
   o.steps_given = cmd->count("--steps") > 0;
   o.epochs_given = cmd->count("--epochs") > 0;

@@ -17,7 +17,7 @@ namespace {
 
 // Under mpirun: every rank joins the job's process group and checks that it runs rank 0's
 // command line (a mismatch is an error on every rank, not a hang in a collective later).
-ProcessGroup* join_process_group(const TrainOptions& o) {
+ProcessGroup* join_process_group(const Flags& o) {
   if (!ProcessGroup::launched_by_mpirun()) return nullptr;
   if (!replicas_resident(parse_sync_mode(o.sync)))
     throw UsageError("under mpirun, dp train trains across processes with --sync allreduce or zero1-3 only "
@@ -36,7 +36,7 @@ ProcessGroup* join_process_group(const TrainOptions& o) {
 
 // Rank 0 alone reports and writes (progress, results, metrics, --save, checkpoints, samples):
 // the other ranks' options lose their outputs, and their stdout goes to /dev/null.
-TrainOptions for_this_rank(TrainOptions o, const ProcessGroup* group) {
+Flags for_this_rank(Flags o, const ProcessGroup* group) {
   if (!group || group->rank() == 0) return o;
   o.metrics.clear(), o.trace.clear(), o.trace_steps.clear();
   // ZeRO's state is every process's: every rank takes part in what gathers it (checkpoints, --save,
@@ -54,18 +54,18 @@ TrainOptions for_this_rank(TrainOptions o, const ProcessGroup* group) {
 // memory. A step that waits per phase runs memprof's allocations in memprof's order (its memory is
 // memprof's on any device), so auto leaves the batch ahead out there. A replayed step copies the
 // next batch into page-locked memory while its graph runs.
-bool uploads_ahead(const TrainOptions& o, const TrainChoices& choices, bool cuda) {
+bool uploads_ahead(const Flags& o, const TrainChoices& choices, bool cuda) {
   if (o.upload_ahead != "auto") return o.upload_ahead == "on";
   return cuda && host_sync_for(choices, cuda) != HostSync::PerPhase;
 }
 
-std::optional<TrainTrace> trace_for(const TrainOptions& o) {
+std::optional<TrainTrace> trace_for(const Flags& o) {
   if (o.trace.empty()) return std::nullopt;
   return TrainTrace(o.trace, o.trace_steps);
 }
 
 // The data checked for what the run will ask of it (evaluation), then --sample's prompt.
-std::vector<int32_t> checked_prompt(const TrainOptions& o, const RunData& data, const ModelDef& model) {
+std::vector<int32_t> checked_prompt(const Flags& o, const RunData& data, const ModelDef& model) {
   if (o.eval || o.eval_every > 0) data.check_evaluable(o.eval_windows);
   return o.sample > 0 ? prompt_tokens(o.prompt, data.tokens, model.classes) : std::vector<int32_t>{};
 }
@@ -87,7 +87,7 @@ std::string weight_decay_text(const OptimizerConfig& opt) {
 
 }  // namespace
 
-TrainRun::TrainRun(const TrainOptions& given, std::optional<RemedyRun>& remedies)
+TrainRun::TrainRun(const Flags& given, std::optional<RemedyRun>& remedies)
     : group(join_process_group(given)),
       o(for_this_rank(given, group)),
       primary(!group || group->rank() == 0),

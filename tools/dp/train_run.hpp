@@ -31,7 +31,7 @@ namespace dp::cli {
 struct TrainRun {
   // `remedies` is set to this run once its DataParallel is made: an out-of-memory from then on
   // gets the remedies planned for it (tools/dp/remedies.hpp).
-  TrainRun(const TrainOptions& given, std::optional<RemedyRun>& remedies);
+  TrainRun(const Flags& given, std::optional<RemedyRun>& remedies);
   TrainRun(const TrainRun&) = delete;
   TrainRun& operator=(const TrainRun&) = delete;
 
@@ -39,7 +39,7 @@ struct TrainRun {
   void print_header() const;
 
   ProcessGroup* group;  // under mpirun, else null
-  TrainOptions o;       // as given, less the outputs of the ranks other than 0
+  Flags o;       // as given, less the outputs of the ranks other than 0
   bool primary;         // rank 0 (or no mpirun): the one that reports and writes
   TrainChoices choices;
   std::optional<TrainTrace> trace;  // --trace; made before the DataParallel it traces
