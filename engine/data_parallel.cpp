@@ -19,13 +19,6 @@
 
 namespace dp {
 
-HostSync parse_host_sync(const std::string& text) {
-  if (text == "phase") return HostSync::PerPhase;
-  if (text == "step") return HostSync::PerStep;
-  throw UsageError(setting("host-sync") + " '" + text +
-                   "': expected phase (wait after every phase) or step (once per step)");
-}
-
 namespace {
 
 // Before any state is made: what no shape can run.

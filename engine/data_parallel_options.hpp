@@ -17,7 +17,7 @@
 namespace dp {
 
 // Written with designated initializers, in this order:
-//   DataParallel dp(devices, model, optimizer, {.split = parse_split(...), .seed = 7, .graphs = true});
+//   DataParallel dp(devices, model, optimizer, {.split = three_to_one, .seed = 7, .graphs = true});
 struct DataParallelOptions {
   SplitPolicy split;                   // --split (even by default)
   uint64_t seed = 0;                   // the initial state's and dropout's draws

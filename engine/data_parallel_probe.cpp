@@ -35,8 +35,10 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   // first: the probes count them as held.
   const Tensor held = accumulating ? Tensor::zeros(devices_[0], {layout().parameter_count}, MemCategory::Gradients)
                                    : Tensor();
-  const auto even = split_sizes(parse_split("even", n, batch), batch, n);
-  const auto shifted = split_sizes(parse_split("gpu0:" + std::to_string(even[0] / 2), n, batch), batch, n);
+  const auto even = split_sizes(SplitPolicy{}, batch, n);
+  SplitPolicy less_on_0;
+  less_on_0.mode = SplitPolicy::Mode::Gpu0, less_on_0.gpu0 = even[0] / 2;
+  const auto shifted = split_sizes(less_on_0, batch, n);
   // Uploading ahead, a step also holds the next batch on device 0: the probes stage theirs too.
   const NextBatch same{input, targets, batch, nullptr};
   auto probe = [&](const std::vector<int64_t>& chunks) {

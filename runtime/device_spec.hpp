@@ -1,4 +1,4 @@
-// --devices: host:N (simulated), meta:N (shapes only: dp plan), cuda (all GPUs), cuda:0,1 (listed
+// The devices of a run (--devices): host:N (simulated), meta:N (shapes only: dp plan), cuda (all GPUs), cuda:0,1 (listed
 // GPUs), cuda:0x4 (four logical devices on GPU 0; terms combine: cuda:0x2,1x2), auto (all GPUs,
 // else host:2).
 #pragma once
@@ -13,10 +13,7 @@ struct DeviceSpec {
   int host_count = 0;            // Host and Meta: the device count
   bool all_gpus = false;         // Cuda: "cuda"
   std::vector<int> cuda_gpus;    // Cuda: physical GPU of each logical device, in order
-  std::string text;
+  std::string text;              // how the devices are described ("host:2", --devices as given)
 };
-
-// Throws UsageError naming what is wrong.
-DeviceSpec parse_device_spec(const std::string& text);
 
 }  // namespace dp

@@ -57,36 +57,6 @@ std::string format_breakdown(const CategoryBytes& bytes) {
   return first ? std::string("nothing") : os.str();
 }
 
-int64_t parse_bytes(const std::string& text, const std::string& what) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw UsageError(what + " '" + text + "': expected a size like 512MiB, 1.5GiB or a byte count");
-  }
-  std::string unit = text.substr(pos);
-  unit.erase(0, unit.find_first_not_of(' '));
-  // Any case, as people type them (80gb, 512Mib): every unit here is a power of 1024.
-  std::string u = unit;
-  for (char& c : u) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 0;
-  if (u.empty() || u == "b") scale = 1;
-  else if (u == "k" || u == "kib" || u == "kb") scale = 1024.0;
-  else if (u == "m" || u == "mib" || u == "mb") scale = 1024.0 * 1024;
-  else if (u == "g" || u == "gib" || u == "gb") scale = 1024.0 * 1024 * 1024;
-  else if (u == "t" || u == "tib" || u == "tb") scale = 1024.0 * 1024 * 1024 * 1024;
-  if (scale == 0) throw UsageError(what + " '" + text + "': unknown unit '" + unit + "' (use B, KiB, MiB, GiB or TiB)");
-  const double bytes = value * scale;
-  if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.0e18)
-    throw UsageError(what + " '" + text + "': must be a positive size");
-  // "1.5" is no byte count: the user almost surely meant a unit.
-  if (scale == 1 && bytes != std::floor(bytes))
-    throw UsageError(what + " '" + text + "': a byte count is a whole number (did you mean " + text + "GiB or " +
-                     text + "MiB?)");
-  return static_cast<int64_t>(bytes);
-}
-
 CachingAllocator::CachingAllocator(int device, std::string device_name, RawMemory& raw, int64_t capacity)
     : device_(device), device_name_(std::move(device_name)), raw_(raw), capacity_(capacity) {}
 

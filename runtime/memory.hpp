@@ -60,8 +60,6 @@ struct MemoryStats {
 };
 
 std::string format_bytes(int64_t bytes);        // "2.59 GiB"
-// "1073741824", "512MiB", "1.5 GiB", "64K" (binary units); UsageError naming the text otherwise.
-int64_t parse_bytes(const std::string& text, const std::string& what);
 std::string format_breakdown(const CategoryBytes& bytes);  // "parameters 0.4, ..." (GiB)
 
 // Raw memory source of one backend: host memory for simulated devices (engine/host), cudaMalloc

@@ -16,8 +16,14 @@
 
 #include "runtime/device.hpp"
 #include "runtime/tensor.hpp"
+#include "tools/dp/flags/flag_values.hpp"
 
 namespace dp::test {
+
+// A run's settings in the words a user types (--split chunks:5,7, --sync zero2): the CLI's parsers,
+// which the tests of the step use to name their cases.
+using cli::parse_bytes, cli::parse_decay_params, cli::parse_device_spec, cli::parse_host_sync, cli::parse_loss_mode, cli::parse_lr_schedule,
+    cli::parse_optimizer, cli::parse_precision, cli::parse_split, cli::parse_sync_mode;
 
 inline DeviceSet host_devices(int n, std::vector<int64_t> capacity = {}, int threads = 1) {
   DeviceSpec spec;

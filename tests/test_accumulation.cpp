@@ -59,7 +59,7 @@ TEST_CASE("gradient accumulation: micro-batches update as their concatenation, i
       sync.ring_on_device_streams = variant == 2;
       const LossMode loss = mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered;
       auto devs_one = host_devices(3), devs_acc = host_devices(3);
-      const DataParallelOptions options{.split = parse_split("even", 3, 12),
+      const DataParallelOptions options{.split = SplitPolicy{},
                                         .seed = 5,
                                         .loss = loss,
                                         .sync = sync,
@@ -91,8 +91,8 @@ TEST_CASE("gradient accumulation: micro-batches update as their concatenation, i
 TEST_CASE("gradient accumulation: one micro-batch is the plain step, bit for bit") {
   const ModelDef& model = find_model("convnet");
   auto devs_a = host_devices(2), devs_b = host_devices(2);
-  DataParallel a(devs_a, model, sgd(), {.split = parse_split("even", 2, 6), .seed = 2});
-  DataParallel b(devs_b, model, sgd(), {.split = parse_split("even", 2, 6), .seed = 2});
+  DataParallel a(devs_a, model, sgd(), {.split = SplitPolicy{}, .seed = 2});
+  DataParallel b(devs_b, model, sgd(), {.split = SplitPolicy{}, .seed = 2});
   for (int s = 0; s < 2; ++s) {
     const Batch d = data_for(model, 6, 20 + s);
     const StepResult ra = a.step(d.images.data(), d.labels.data(), 6), rb = b.step(cut(model, d, {6}));
@@ -109,8 +109,8 @@ TEST_CASE("gradient accumulation: BatchNorm's running statistics take every micr
   const ModelDef& model = find_model("convnet");
   const Batch d = data_for(model, 12, 30);
   auto devs_a = host_devices(2), devs_b = host_devices(2);
-  DataParallel a(devs_a, model, sgd(0.f), {.split = parse_split("even", 2, 4), .seed = 4});
-  DataParallel b(devs_b, model, sgd(0.f), {.split = parse_split("even", 2, 4), .seed = 4});
+  DataParallel a(devs_a, model, sgd(0.f), {.split = SplitPolicy{}, .seed = 4});
+  DataParallel b(devs_b, model, sgd(0.f), {.split = SplitPolicy{}, .seed = 4});
   const auto micro = cut(model, d, {4, 4, 4});
   for (const auto& m : micro) a.step(static_cast<const float*>(m.input), m.targets, m.batch);
   b.step(micro);
@@ -126,7 +126,7 @@ TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, cli
     p.precision = Precision::FP16;
     p.loss_scale.init_scale = std::ldexp(1.0, 100);  // every gradient overflows float16
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 3),
+    DataParallel dp(devs, model, sgd(), {.split = SplitPolicy{},
                                          .seed = 6,
                                          .loss = LossMode::Gathered,
                                          .precision = p});
@@ -140,8 +140,8 @@ TEST_CASE("gradient accumulation: fp16's overflow skips the whole step once, cli
   }
   SUBCASE("clipping") {
     auto devs_a = host_devices(2), devs_b = host_devices(2);
-    DataParallel a(devs_a, model, sgd(0.5f), {.split = parse_split("even", 2, 9), .seed = 6, .clip_grad_norm = 0.05});
-    DataParallel b(devs_b, model, sgd(0.5f), {.split = parse_split("even", 2, 3), .seed = 6, .clip_grad_norm = 0.05});
+    DataParallel a(devs_a, model, sgd(0.5f), {.split = SplitPolicy{}, .seed = 6, .clip_grad_norm = 0.05});
+    DataParallel b(devs_b, model, sgd(0.5f), {.split = SplitPolicy{}, .seed = 6, .clip_grad_norm = 0.05});
     const StepResult ra = a.step(d.images.data(), d.labels.data(), 9), rb = b.step(cut(model, d, {3, 3, 3}));
     REQUIRE(ra.grad_norm > 0.05);  // the clip bites
     CHECK(std::abs(rb.grad_norm - ra.grad_norm) <= 1e-5 * ra.grad_norm);
@@ -154,8 +154,8 @@ TEST_CASE("gradient accumulation: a bad micro-batch is refused before anything r
   Batch d = data_for(model, 8, 50);
   d.labels[7] = 10;  // a label outside the 10 classes, in the last micro-batch
   auto devs_a = host_devices(2), devs_b = host_devices(2);
-  DataParallel a(devs_a, model, sgd(), {.split = parse_split("even", 2, 4), .seed = 7});
-  DataParallel b(devs_b, model, sgd(), {.split = parse_split("even", 2, 4), .seed = 7});
+  DataParallel a(devs_a, model, sgd(), {.split = SplitPolicy{}, .seed = 7});
+  DataParallel b(devs_b, model, sgd(), {.split = SplitPolicy{}, .seed = 7});
   const auto params = a.parameters(), buffers = a.buffers();
   CHECK_THROWS_WITH_AS(a.step(cut(model, d, {4, 4})), doctest::Contains("sample 3 has a label 10"), RuntimeError);
   CHECK(a.parameters() == params);
@@ -176,7 +176,7 @@ TEST_CASE("gradient accumulation: device 0 holds a micro-batch's peak plus one g
   int64_t parameters = 0;
   auto peak_of = [&](const std::vector<int64_t>& sizes, bool ahead = false) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 64),
+    DataParallel dp(devs, model, sgd(), {.split = SplitPolicy{},
                                          .seed = 8,
                                          .upload_micro_batches_ahead = ahead});
     parameters = dp.layout().parameter_count;
@@ -208,7 +208,7 @@ TEST_CASE("gradient accumulation under allreduce: one all-reduce a step (DDP's n
       sync.mode = SyncMode::AllReduce;
       sync.bucket_bytes = 64 << 10;  // several buckets
       sync.ring_on_device_streams = on_streams;
-      DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 3, 12),
+      DataParallel dp(devs, model, sgd(), {.split = SplitPolicy{},
                                            .seed = 9,
                                            .loss = LossMode::InReplica,
                                            .sync = sync});
@@ -236,7 +236,7 @@ TEST_CASE("gradient accumulation: each micro-batch's own result, for dp demo") {
   const ModelDef& model = find_model("mlp");
   const Batch d = data_for(model, 12, 41);
   auto devs = host_devices(3);
-  DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 3, 5), .seed = 7});
+  DataParallel dp(devs, model, sgd(), {.split = SplitPolicy{}, .seed = 7});
   std::vector<StepResult> each;
   const StepResult total = dp.step(cut(model, d, {5, 3, 4}), &each);
   REQUIRE(each.size() == 3);

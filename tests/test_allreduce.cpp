@@ -395,7 +395,7 @@ TEST_CASE("allreduce: every device's resident copy stays equal to device 0's, me
     auto devs2 = host_devices(n);
     SyncOptions so{SyncMode::AllReduce, 100 << 10};
     so.ring_on_device_streams = true;
-    DataParallel streams(devs2, mlp, sgd(), {.split = parse_split("even", n, 24),
+    DataParallel streams(devs2, mlp, sgd(), {.split = SplitPolicy{},
                                              .seed = 1,
                                              .loss = LossMode::InReplica,
                                              .sync = so});
@@ -419,7 +419,7 @@ TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, no d
   // them onto device 0 made its backward wait for every other forward (the gap mpirun runs once showed).
   const int n = 3;
   auto devs = host_devices(n);
-  DataParallel dp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", n, 12),
+  DataParallel dp(devs, find_model("mlp"), sgd(), {.split = SplitPolicy{},
                                                    .seed = 1,
                                                    .loss = LossMode::InReplica,
                                                    .sync = {SyncMode::AllReduce, 1 << 20}});
@@ -435,7 +435,7 @@ TEST_CASE("allreduce: nothing crosses a link in the gather and loss phases, no d
   for (int d = 0; d < n; ++d) CHECK(devs[d].allocator().stats().peak_by_category[static_cast<int>(MemCategory::Loss)] == 0);
   // The reported loss is still the mean over the whole batch: the faithful step's.
   auto devs1 = host_devices(n);
-  DataParallel faithful(devs1, find_model("mlp"), sgd(), {.split = parse_split("even", n, 12),
+  DataParallel faithful(devs1, find_model("mlp"), sgd(), {.split = SplitPolicy{},
                                                           .seed = 1,
                                                           .loss = LossMode::Gathered});
   CHECK(r.loss == doctest::Approx(faithful.step(x.data(), y.data(), 12).loss).epsilon(1e-5));
@@ -474,7 +474,7 @@ TEST_CASE("--sync-bn: BatchNorm over every replica's chunk is BatchNorm over the
   CHECK(differs > 1e-3);
   auto devs = host_devices(2);
   CHECK_THROWS_AS(DataParallel(devs, convnet, sgd(),
-                               {.split = parse_split("even", 2, 4),
+                               {.split = SplitPolicy{},
                                 .seed = 1,
                                 .sync = {SyncMode::Reduce, 1 << 20, true}}),
                   UsageError);

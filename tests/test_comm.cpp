@@ -8,6 +8,7 @@
 #include "engine/comm/comm.hpp"
 #include "core/error.hpp"
 #include "engine/split/split.hpp"
+#include "engine/split/splitter.hpp"
 #include "kernels/ops/memory.hpp"
 #include "helpers.hpp"
 
@@ -25,7 +26,7 @@ std::vector<Device*> all_of(DeviceSet& d) {
 }  // namespace
 
 TEST_CASE("split: even is PyTorch chunk(), with fewer chunks when the batch is small") {
-  auto even = parse_split("even", 4, 10);
+  auto even = SplitPolicy{};
   CHECK(split_sizes(even, 10, 4) == std::vector<int64_t>{3, 3, 3, 1});
   CHECK(split_sizes(even, 9, 4) == std::vector<int64_t>{3, 3, 3, 0});
   CHECK(split_sizes(even, 3, 4) == std::vector<int64_t>{1, 1, 1, 0});
@@ -86,6 +87,30 @@ TEST_CASE("split: malformed specs are usage errors naming the problem") {
   bad("chunks:1,x", 2, 10, "not a number");
 }
 
+TEST_CASE("split: a policy's text and its typed record round-trip, and a checkpoint's record is matched by value") {
+  for (const std::string text : {"even", "auto", "balance-memory", "chunks:5,20,7,4", "ratios:1,0.25,3,2", "gpu0:2"}) {
+    INFO(text);
+    const SplitPolicy p = parse_split(text, 4, 36);
+    CHECK(split_text(p) == text);
+    CHECK(split_from_json(split_json(p)) == p);
+    CHECK(parse_split(split_text(p), 4, 36) == p);
+    Splitter s(p, 4);
+    CHECK(s.same_policy(s.state()));
+  }
+  // Spelt differently, the same policy; a checkpoint recorded before the typed fields, by its text.
+  CHECK(parse_split("ratios:4.0,1", 2, 10) == parse_split("ratios:4,1", 2, 10));
+  Splitter ratios(parse_split("ratios:4,1", 2, 10), 2);
+  CHECK(ratios.same_policy({{"mode", "ratios"}, {"ratios", {4.0, 1.0}}, {"policy", "ratios:4.0,1"}}));
+  CHECK(ratios.same_policy({{"policy", "ratios:4,1"}}));
+  CHECK_FALSE(ratios.same_policy({{"policy", "even"}}));
+  CHECK_FALSE(ratios.same_policy({{"mode", "ratios"}, {"ratios", {1.0, 1.0}}}));
+  CHECK_THROWS_AS(split_from_json({{"mode", "fastest"}}), RuntimeError);
+  // A policy made in code is checked as one parsed is.
+  CHECK_THROWS_WITH_AS(check_split({.mode = SplitPolicy::Mode::Ratios, .ratios = {1}}, 2, 10),
+                       doctest::Contains("'ratios:1': 1 ratios for 2 devices"), UsageError);
+  CHECK_NOTHROW(check_split({.mode = SplitPolicy::Mode::Gpu0, .gpu0 = 4}, 3, 10));
+}
+
 TEST_CASE("scatter and gather round-trip exactly on 1..8 devices, odd sizes") {
   for (int n = 1; n <= 8; ++n) {
     auto devs = host_devices(n);
@@ -95,7 +120,7 @@ TEST_CASE("scatter and gather round-trip exactly on 1..8 devices, odd sizes") {
       std::vector<float> v(static_cast<size_t>(b * 3));
       std::iota(v.begin(), v.end(), 0.f);
       Tensor src = tensor_from(devs[0], {b, 3}, v, MemCategory::Inputs);
-      auto sizes = split_sizes(parse_split("even", n, b), b, n);
+      auto sizes = split_sizes(SplitPolicy{}, b, n);
       auto parts = scatter(src, sizes, all_of(devs), MemCategory::Inputs);
       devs.synchronize();
       int64_t row = 0;

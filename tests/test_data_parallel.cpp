@@ -142,7 +142,7 @@ TEST_CASE("N devices give the same training as one device: the GPT, gathered and
 
 TEST_CASE("a model refuses the other kind of input: images for the GPT, token ids for a classifier") {
   auto devs = host_devices(1);
-  DataParallel mlp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", 1, 2), .seed = 1});
+  DataParallel mlp(devs, find_model("mlp"), sgd(), {.split = SplitPolicy{}, .seed = 1});
   const std::vector<int32_t> ids(2 * 784, 0), labels(2, 0);
   CHECK_THROWS_WITH_AS(mlp.step(ids.data(), labels.data(), 2), doctest::Contains("takes float32 images, not token ids"),
                        RuntimeError);
@@ -150,7 +150,7 @@ TEST_CASE("a model refuses the other kind of input: images for the GPT, token id
   cfg.vocab = 8, cfg.context = 4, cfg.layers = 1, cfg.heads = 1, cfg.dim = 4;
   const ModelDef gpt = gpt_model(cfg);
   auto devs2 = host_devices(1);
-  DataParallel lm(devs2, gpt, sgd(), {.split = parse_split("even", 1, 2), .seed = 1});
+  DataParallel lm(devs2, gpt, sgd(), {.split = SplitPolicy{}, .seed = 1});
   const std::vector<float> images(8, 0.f);
   CHECK_THROWS_WITH_AS(lm.step(images.data(), labels.data(), 2), doctest::Contains("takes int32 token ids, not images"),
                        RuntimeError);
@@ -166,7 +166,7 @@ TEST_CASE("a label outside the classes or a token outside the vocabulary is refu
     auto devs = host_devices(2);
     SyncOptions so;
     so.mode = mode;
-    DataParallel dp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", 2, 4),
+    DataParallel dp(devs, find_model("mlp"), sgd(), {.split = SplitPolicy{},
                                                      .seed = 1,
                                                      .loss = LossMode::Gathered,
                                                      .sync = so});
@@ -188,7 +188,7 @@ TEST_CASE("a label outside the classes or a token outside the vocabulary is refu
   cfg.vocab = 8, cfg.context = 4, cfg.layers = 1, cfg.heads = 1, cfg.dim = 4;
   const ModelDef gpt = gpt_model(cfg);  // the engine keeps a reference to its model
   auto devs = host_devices(2);
-  DataParallel lm(devs, gpt, sgd(), {.split = parse_split("even", 2, 2), .seed = 1});
+  DataParallel lm(devs, gpt, sgd(), {.split = SplitPolicy{}, .seed = 1});
   const auto before = lm.parameters();
   std::vector<int32_t> tokens{1, 2, 3, 4, 5, 6, 8, 7}, targets{2, 3, 4, 5, 6, 7, 7, 1};
   CHECK_THROWS_WITH_AS(lm.step(tokens.data(), targets.data(), 2),
@@ -204,7 +204,7 @@ TEST_CASE("a label outside the classes or a token outside the vocabulary is refu
 TEST_CASE("options out of range are refused at construction, naming the value, and nothing is left on the devices") {
   auto devs = host_devices(2);
   const auto refused = [&](DataParallelOptions o, const char* says) {
-    o.split = parse_split("even", 2, 4);
+    o.split = SplitPolicy{};
     CHECK_THROWS_WITH_AS(DataParallel(devs, find_model("convnet"), sgd(), o), doctest::Contains(says), UsageError);
     for (int i = 0; i < devs.size(); ++i) CHECK(devs[i].allocator().stats().in_use == 0);
   };
@@ -217,7 +217,7 @@ TEST_CASE("options out of range are refused at construction, naming the value, a
   for (int64_t capacity = 4 << 10;; capacity += capacity / 2) {
     auto small = host_devices(2, {capacity});
     try {
-      DataParallel made(small, find_model("convnet"), sgd(), {.split = parse_split("even", 2, 4)});
+      DataParallel made(small, find_model("convnet"), sgd(), {.split = SplitPolicy{}});
       break;
     } catch (const OutOfMemoryError&) {
       ++failures;
@@ -232,14 +232,14 @@ TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running
   auto x = random_vector(static_cast<size_t>(batch * 784), 77);
   std::vector<int32_t> y = {1, 2, 3, 4, 5, 6, 7, 8};
   auto devs2 = host_devices(2);
-  DataParallel two(devs2, find_model("convnet"), sgd(), {.split = parse_split("even", 2, batch), .seed = 9});
+  DataParallel two(devs2, find_model("convnet"), sgd(), {.split = SplitPolicy{}, .seed = 9});
   const StepResult r2 = two.step(x.data(), y.data(), batch);
   CHECK(r2.chunks == std::vector<int64_t>{4, 4});
 
   // The same first step on each chunk alone, on one device, from the same initial weights.
   auto chunk_step = [&](int64_t begin) {
     auto devs1 = host_devices(1);
-    DataParallel one(devs1, find_model("convnet"), sgd(), {.split = parse_split("even", 1, 4), .seed = 9});
+    DataParallel one(devs1, find_model("convnet"), sgd(), {.split = SplitPolicy{}, .seed = 9});
     StepResult r = one.step(x.data() + begin * 784, y.data() + begin, 4);
     return std::make_pair(r.loss, one.buffers());
   };
@@ -258,7 +258,7 @@ TEST_CASE("BatchNorm in replicas: per-chunk statistics, only replica 0's running
 TEST_CASE("an exception inside one replica names the replica and device, after every worker stopped") {
   auto devs = host_devices(3);
   const int64_t batch = 12;
-  DataParallel dp(devs, find_model("convnet"), sgd(), {.split = parse_split("even", 3, batch), .seed = 1});
+  DataParallel dp(devs, find_model("convnet"), sgd(), {.split = SplitPolicy{}, .seed = 1});
   auto x = random_vector(static_cast<size_t>(batch * 784), 3);
   std::vector<int32_t> y(batch, 1);
   dp.step(x.data(), y.data(), batch);
@@ -288,7 +288,7 @@ TEST_CASE("an exception inside one replica names the replica and device, after e
 TEST_CASE("between steps only device 0 holds memory: master parameters, gradients, optimizer state") {
   auto devs = host_devices(4);
   const int64_t batch = 16;
-  DataParallel dp(devs, find_model("mlp"), sgd(), {.split = parse_split("even", 4, batch), .seed = 1});
+  DataParallel dp(devs, find_model("mlp"), sgd(), {.split = SplitPolicy{}, .seed = 1});
   auto x = random_vector(static_cast<size_t>(batch * 784), 3);
   std::vector<int32_t> y(batch, 2);
   dp.step(x.data(), y.data(), batch);
@@ -307,7 +307,7 @@ TEST_CASE("between steps only device 0 holds memory: master parameters, gradient
 
 TEST_CASE("evaluation uses running statistics on device 0 and counts hits") {
   auto devs = host_devices(2);
-  DataParallel dp(devs, find_model("convnet"), sgd(), {.split = parse_split("even", 2, 4), .seed = 1});
+  DataParallel dp(devs, find_model("convnet"), sgd(), {.split = SplitPolicy{}, .seed = 1});
   auto x = random_vector(4 * 784, 8);
   std::vector<int32_t> y = {0, 1, 2, 3};
   dp.step(x.data(), y.data(), 4);  // running statistics that are not the initial ones
@@ -320,7 +320,7 @@ TEST_CASE("evaluation uses running statistics on device 0 and counts hits") {
   CHECK(dp.parameters() == params);
   // The loss uses the running statistics: it differs from the training-mode loss of the batch.
   auto devs1 = host_devices(1);
-  DataParallel same(devs1, find_model("convnet"), sgd(), {.split = parse_split("even", 1, 4), .seed = 1});
+  DataParallel same(devs1, find_model("convnet"), sgd(), {.split = SplitPolicy{}, .seed = 1});
   same.load_state(params, buffers);
   CHECK(same.evaluate(x.data(), y.data(), 4).loss_sum == doctest::Approx(a.loss_sum).epsilon(1e-6));
   const double train_loss = same.step(x.data(), y.data(), 4).loss * 4;

@@ -153,10 +153,10 @@ TEST_CASE("waiting once per step: phase times from the streams' events, no per-p
 
 TEST_CASE("the library waits per phase unless told") {
   auto devs = host_devices(2);
-  DataParallel faithful(devs, find_model("mlp"), SgdConfig{}, {.split = parse_split("even", 2, 8), .seed = 1});
+  DataParallel faithful(devs, find_model("mlp"), SgdConfig{}, {.split = SplitPolicy{}, .seed = 1});
   CHECK(faithful.host_sync() == HostSync::PerPhase);
   DataParallel told(devs, find_model("mlp"), SgdConfig{},
-                    {.split = parse_split("even", 2, 8), .seed = 1, .host_sync = HostSync::PerStep});
+                    {.split = SplitPolicy{}, .seed = 1, .host_sync = HostSync::PerStep});
   CHECK(told.host_sync() == HostSync::PerStep);
   CHECK(parse_host_sync("step") == HostSync::PerStep);
   CHECK(parse_host_sync("phase") == HostSync::PerPhase);
@@ -173,7 +173,7 @@ TEST_CASE("waiting once per step: a failed device is named as the cause, and the
     CAPTURE(mode);
     const ModelDef& model = find_model(mode >= 4 ? "convnet" : "mlp");
     auto devs = host_devices(3);
-    DataParallel dp(devs, model, SgdConfig{0.1f, 0.9f}, {.split = parse_split("even", 3, 12),
+    DataParallel dp(devs, model, SgdConfig{0.1f, 0.9f}, {.split = SplitPolicy{},
                                                          .seed = 5,
                                                          .loss = mode >= 2 ? LossMode::InReplica : LossMode::Gathered,
                                                          .sync = ar,
@@ -211,7 +211,7 @@ TEST_CASE("waiting once per step: a failed device is named as the cause, and the
 TEST_CASE("waiting once per step: the trace's host track shows the phases on the streams' timeline") {
   const ModelDef& model = find_model("mlp");
   auto devs = host_devices(2);
-  DataParallel dp(devs, model, SgdConfig{}, {.split = parse_split("even", 2, 8),
+  DataParallel dp(devs, model, SgdConfig{}, {.split = SplitPolicy{},
                                              .seed = 1,
                                              .host_sync = HostSync::PerStep});
   Tracer tracer;
@@ -246,7 +246,7 @@ TEST_CASE("waiting once per step keeps each device's memory peak (allocations ma
       for (int m = 0; m < 2; ++m) {
         const ModelDef& model = find_model(name);
         auto devs = host_devices(4);
-        DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 4, 32),
+        DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = SplitPolicy{},
                                                               .seed = 1,
                                                               .loss = loss,
                                                               .host_sync = m ? HostSync::PerStep : HostSync::PerPhase});

@@ -62,7 +62,7 @@ TEST_CASE("categories add up to the total at every instant, and the allocator re
   SUBCASE("every phase of every step, then after the run and after an out-of-memory") {
     auto devs = host_devices(3);
     {
-      DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = parse_split("even", 3, 24), .seed = 1});
+      DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = SplitPolicy{}, .seed = 1});
       auto b = make(24, 1);
       for (int s = 0; s < 2; ++s) {
         StepResult r = dp.step(b.x.data(), b.y.data(), 24);
@@ -83,7 +83,7 @@ TEST_CASE("device 0's excess over the others is what the faithful step predicts 
   const int n = 4;
   const int64_t B = 64, c = B / n, K = 10, sample = 784 * 4;
   auto devs = host_devices(n);
-  DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = parse_split("even", n, B), .seed = 1});
+  DataParallel dp(devs, find_model("convnet"), momentum_sgd(), {.split = SplitPolicy{}, .seed = 1});
   const int64_t P = dp.layout().parameter_count * 4;
   auto b = make(B, 2);
   dp.step(b.x.data(), b.y.data(), B);  // the first step creates the optimizer state
@@ -237,7 +237,7 @@ TEST_CASE("a GPT's hotspot: the gathered logits [B, T, V] twice on device 0, in-
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<int32_t>(i * 37 % 2048), y[i] = static_cast<int32_t>(i * 11 % 2048);
   auto run = [&](LossMode mode) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, gpt, momentum_sgd(), {.split = parse_split("even", 2, B), .seed = 7, .loss = mode});
+    DataParallel dp(devs, gpt, momentum_sgd(), {.split = SplitPolicy{}, .seed = 7, .loss = mode});
     for (int s = 0; s < 2; ++s) dp.step(x.data(), y.data(), B);
     return std::pair{devs[0].allocator().stats(), devs[1].allocator().stats()};
   };

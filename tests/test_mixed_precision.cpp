@@ -135,7 +135,7 @@ TEST_CASE("mixed precision: replicas, gradients and their transfers are 16-bit, 
     CAPTURE(precision_text);
     const ModelDef& model = find_model("convnet");
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, sgd(), {.split = SplitPolicy{},
                                          .seed = 5,
                                          .loss = LossMode::Gathered,
                                          .precision = precision(p)});
@@ -170,7 +170,7 @@ TEST_CASE("mixed precision: replicas, gradients and their transfers are 16-bit, 
     for (auto& w : moved) w *= 0.5f;
     dp.load_state(moved, dp.buffers());
     auto devs_fresh = host_devices(2);
-    DataParallel fresh(devs_fresh, model, sgd(), {.split = parse_split("even", 2, 8),
+    DataParallel fresh(devs_fresh, model, sgd(), {.split = SplitPolicy{},
                                                   .seed = 5,
                                                   .loss = LossMode::Gathered,
                                                   .precision = precision(p)});
@@ -193,7 +193,7 @@ TEST_CASE("mixed precision: the master gradient is the float32 sum of the replic
     const ImageBatch b = batch_for(model, B, 3);
     const auto opts = precision(p, 1024);  // fp16: the same scale everywhere
     auto devs2 = host_devices(2);
-    DataParallel two(devs2, model, sgd(), {.split = parse_split("even", 2, B),
+    DataParallel two(devs2, model, sgd(), {.split = SplitPolicy{},
                                            .seed = 7,
                                            .loss = LossMode::Gathered,
                                            .precision = opts});
@@ -202,7 +202,7 @@ TEST_CASE("mixed precision: the master gradient is the float32 sum of the replic
     std::vector<std::vector<float>> halves;
     for (int64_t part = 0; part < 2; ++part) {
       auto devs1 = host_devices(1);
-      DataParallel one(devs1, model, sgd(), {.split = parse_split("even", 1, B / 2),
+      DataParallel one(devs1, model, sgd(), {.split = SplitPolicy{},
                                              .seed = 7,
                                              .loss = LossMode::Gathered,
                                              .precision = opts});
@@ -239,7 +239,7 @@ TEST_CASE("mixed precision: training follows float32 within 16-bit precision, th
     for (Precision p : {Precision::FP32, Precision::BF16, Precision::FP16}) {
       auto devs = host_devices(2);
       OptimizerConfig opt = sgd(0.01f);  // a stable run: a diverging one amplifies any difference
-      DataParallel dp(devs, model, opt, {.split = parse_split("even", 2, B),
+      DataParallel dp(devs, model, opt, {.split = SplitPolicy{},
                                          .seed = 11,
                                          .loss = LossMode::Gathered,
                                          .precision = precision(p)});
@@ -276,7 +276,7 @@ TEST_CASE("fp16 loss scaling: an overflow skips the step, halves the scale, leav
   opt.sgd.lr = 1e-3f;
   // 2^40 times the loss gradient cannot be a float16 (its largest is 65504): every replica's gradients
   // overflow, and the scale halves some 25 times before they fit (each a step: kept few).
-  DataParallel dp(devs, model, opt, {.split = parse_split("even", 2, 8),
+  DataParallel dp(devs, model, opt, {.split = SplitPolicy{},
                                      .seed = 3,
                                      .loss = LossMode::Gathered,
                                      .precision = precision(Precision::FP16, std::ldexp(1.0, 40), 3)});
@@ -317,7 +317,7 @@ TEST_CASE("fp16 loss scaling: a skipped first step leaves SGD without momentum, 
     auto devs = host_devices(2);
     SyncOptions sync;
     sync.mode = mode;
-    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, sgd(), {.split = SplitPolicy{},
                                          .seed = 3,
                                          .loss = mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
                                          .sync = sync,
@@ -344,7 +344,7 @@ TEST_CASE("fp16 loss scaling: unscaled gradients do not depend on the scale") {
   std::vector<std::vector<float>> g;
   for (double scale : {64.0, 4096.0}) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, sgd(), {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, sgd(), {.split = SplitPolicy{},
                                          .seed = 1,
                                          .loss = LossMode::Gathered,
                                          .precision = precision(Precision::FP16, scale)});
@@ -524,7 +524,7 @@ TEST_CASE("mixed precision, allreduce: an fp16 overflow skips the step on every 
   OptimizerConfig opt;
   opt.kind = OptimizerConfig::Kind::AdamW;
   opt.sgd.lr = 1e-3f;
-  DataParallel dp(devs, model, opt, {.split = parse_split("even", 3, 9),
+  DataParallel dp(devs, model, opt, {.split = SplitPolicy{},
                                      .seed = 3,
                                      .loss = LossMode::InReplica,
                                      .sync = allreduce(),
@@ -545,7 +545,7 @@ TEST_CASE("mixed precision, allreduce: an fp16 overflow skips the step on every 
   // Evaluation runs on device 0's 16-bit copy, rounded after every update: it sees the new weights,
   // as a fresh engine loaded with them does.
   auto devs_fresh = host_devices(1);
-  DataParallel fresh(devs_fresh, model, opt, {.split = parse_split("even", 1, 9),
+  DataParallel fresh(devs_fresh, model, opt, {.split = SplitPolicy{},
                                               .seed = 3,
                                               .loss = LossMode::InReplica,
                                               .precision = precision(Precision::FP16)});

@@ -78,6 +78,10 @@ TEST_CASE("learning-rate schedules: warm-up, cosine to min_lr, step decay") {
     CHECK_THROWS_AS(parse_lr_schedule(bad, 1, 0, 0, 10), UsageError);
   CHECK_THROWS_AS(parse_lr_schedule("cosine", 0.1, 0.2, 0, 10), UsageError);
   CHECK_THROWS_AS(parse_lr_schedule("constant", 0.1, 0, -1, 10), UsageError);
+  // As a checkpoint records it.
+  CHECK(schedule_text(parse_lr_schedule("step:1000,0.50", 1, 0, 0, 10)) == "step:1000,0.5");
+  CHECK(schedule_text(parse_lr_schedule("cosine", 1, 0, 0, 10)) == "cosine");
+  CHECK(schedule_text(LrSchedule{}) == "constant");
 }
 
 TEST_CASE("the gradient norm's sum of squares: within 1e-13 of a long-double serial sum, the same bits on any thread count, inf and NaN kept") {
@@ -101,7 +105,7 @@ TEST_CASE("the gradient norm's sum of squares: within 1e-13 of a long-double ser
 TEST_CASE("clipping scales device 0's gradients to the global norm, the norm is reported") {
   auto run = [](double clip, bool report) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, find_model("tiny"), SgdConfig{0.f, 0.f, 0.f, 0.f, false}, {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, find_model("tiny"), SgdConfig{0.f, 0.f, 0.f, 0.f, false}, {.split = SplitPolicy{},
                                                                                      .seed = 1,
                                                                                      .clip_grad_norm = clip,
                                                                                      .report_grad_norm = report});
@@ -126,7 +130,7 @@ TEST_CASE("AdamW's state (two buffers) lives on device 0 only, in the optimizer 
   OptimizerConfig c;
   c.kind = OptimizerConfig::Kind::AdamW;
   c.sgd.lr = 1e-3f;
-  DataParallel dp(devs, find_model("mlp"), c, {.split = parse_split("even", 2, 8), .seed = 1});
+  DataParallel dp(devs, find_model("mlp"), c, {.split = SplitPolicy{}, .seed = 1});
   auto x = random_vector(8 * 784, 3);
   std::vector<int32_t> y = {0, 1, 2, 3, 4, 5, 6, 7};
   dp.step(x.data(), y.data(), 8);

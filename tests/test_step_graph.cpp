@@ -256,7 +256,7 @@ TEST_CASE("captured steps: what a capture cannot hold runs as usual and says why
     return r;
   };
   SUBCASE("waiting per phase") {
-    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = SplitPolicy{},
                                                           .seed = 1,
                                                           .graphs = true});
     for (const auto& r : three_steps(dp)) {
@@ -276,7 +276,7 @@ TEST_CASE("captured steps: what a capture cannot hold runs as usual and says why
     }
   }
   SUBCASE("tracing") {
-    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = SplitPolicy{},
                                                           .seed = 1,
                                                           .host_sync = HostSync::PerStep,
                                                           .graphs = true});
@@ -289,7 +289,7 @@ TEST_CASE("captured steps: what a capture cannot hold runs as usual and says why
   SUBCASE("--sync allreduce") {
     SyncOptions sync;
     sync.mode = SyncMode::AllReduce;
-    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = SplitPolicy{},
                                                           .seed = 1,
                                                           .loss = LossMode::InReplica,
                                                           .sync = sync,
@@ -350,7 +350,7 @@ TEST_CASE("captured steps: a restored optimizer state is not the captured one, a
   const auto batches = make_batches(model, 8, 6, 5);
   auto train = [&](bool graphs) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, OptimizerConfig{SgdConfig{0.05f, 0.9f}}, {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, OptimizerConfig{SgdConfig{0.05f, 0.9f}}, {.split = SplitPolicy{},
                                                                            .seed = 1,
                                                                            .host_sync = HostSync::PerStep,
                                                                            .graphs = graphs});
@@ -415,7 +415,7 @@ TEST_CASE("captured steps on host devices: a replay makes none of the host's ste
   // gathered outputs, reduce buffers) and the tasks make the activations.
   auto third_step_allocations = [&](bool graphs, GraphUse expect) {
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 8),
+    DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = SplitPolicy{},
                                                           .seed = 1,
                                                           .host_sync = HostSync::PerStep,
                                                           .graphs = graphs});

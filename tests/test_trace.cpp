@@ -27,7 +27,7 @@ Traced traced_step(const char* model_name, int n, SyncMode mode, int batch) {
   auto devs = host_devices(n);
   SyncOptions sync;
   sync.mode = mode;
-  DataParallel dp(devs, model, SgdConfig{}, {.split = parse_split("even", n, batch),
+  DataParallel dp(devs, model, SgdConfig{}, {.split = SplitPolicy{},
                                              .seed = 1,
                                              .loss = LossMode::Gathered,
                                              .sync = sync});

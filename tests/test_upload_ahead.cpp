@@ -228,7 +228,7 @@ TEST_CASE("a copy uploaded ahead that failed is reported as the cause of the ste
     const ModelDef& model = find_model("mlp");
     const auto batches = make_batches(model, 8, 3, 6);
     auto devs = host_devices(2);
-    DataParallel dp(devs, model, SgdConfig{}, {.split = parse_split("even", 2, 8), .seed = 1, .host_sync = sync});
+    DataParallel dp(devs, model, SgdConfig{}, {.split = SplitPolicy{}, .seed = 1, .host_sync = sync});
     // A transfer that fails on device 0's copy stream: the upload ahead queued behind it is skipped.
     devs[0].copy_stream().enqueue([] { throw RuntimeError("injected copy failure"); });
     upload_ahead_on(dp, batches[1]);

@@ -13,8 +13,7 @@ enum class ConvAlgorithms {
   Benchmark,      // every deterministic algorithm timed once per geometry, the fastest kept
                   // (PyTorch's cudnn.benchmark with cudnn.deterministic)
 };
-// "deterministic" | "heuristic" | "benchmark"; UsageError otherwise.
-ConvAlgorithms parse_conv_algorithms(const std::string& text);
+// "deterministic" | "heuristic" | "benchmark" (--cudnn's words).
 const char* conv_algorithms_name(ConvAlgorithms a);
 
 // How a float32 Linear runs its three products (16-bit operands always take cublasGemmEx).
@@ -26,8 +25,7 @@ enum class LinearGemm {
              // offers no algorithm. Slower than Cublas on the mlp (RESULTS.md, the H100 run of 2026-11-27 with float32 Linear through cuBLASLt).
   LtSplitK,  // Lt with split-K allowed (a separate reduce kernel where cuBLASLt picks it)
 };
-// "cublas" | "lt" | "lt-splitk"; UsageError otherwise, naming `what` (where the text came from).
-LinearGemm parse_linear_gemm(const std::string& text, const std::string& what);
+// "cublas" | "lt" | "lt-splitk" (DP_LINEAR_GEMM's words).
 const char* linear_gemm_name(LinearGemm g);
 
 struct GpuMath {

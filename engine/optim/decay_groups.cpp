@@ -5,13 +5,6 @@
 
 namespace dp {
 
-DecayParams parse_decay_params(const std::string& text) {
-  if (text == "all") return DecayParams::All;
-  if (text == "matrices") return DecayParams::Matrices;
-  throw UsageError(setting("weight-decay-params") + " '" + text +
-                   "': expected all (every parameter) or matrices (those of 2+ dimensions, nanoGPT's groups)");
-}
-
 const char* decay_params_name(DecayParams which) { return which == DecayParams::Matrices ? "matrices" : "all"; }
 
 std::vector<DecayRun> decay_runs(const ModelLayout& layout, DecayParams which) {

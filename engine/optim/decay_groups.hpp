@@ -13,7 +13,6 @@
 namespace dp {
 
 enum class DecayParams { All, Matrices };
-DecayParams parse_decay_params(const std::string& text);  // "all" | "matrices"; UsageError otherwise
 const char* decay_params_name(DecayParams which);
 
 // [begin, end) of the flat parameter array, and whether weight decay applies there.

@@ -11,12 +11,6 @@
 
 namespace dp {
 
-OptimizerConfig::Kind parse_optimizer(const std::string& text) {
-  if (text == "sgd") return OptimizerConfig::Kind::Sgd;
-  if (text == "adamw") return OptimizerConfig::Kind::AdamW;
-  throw UsageError(setting("optimizer") + " '" + text + "': expected sgd or adamw");
-}
-
 const char* optimizer_name(OptimizerConfig::Kind kind) { return kind == OptimizerConfig::Kind::AdamW ? "adamw" : "sgd"; }
 
 void validate(const OptimizerConfig& cfg) {

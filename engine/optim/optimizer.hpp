@@ -33,7 +33,6 @@ struct OptimizerConfig {
   float lr() const { return sgd.lr; }
 };
 
-OptimizerConfig::Kind parse_optimizer(const std::string& text);  // "sgd" | "adamw"; UsageError otherwise
 const char* optimizer_name(OptimizerConfig::Kind kind);
 // UsageError for settings PyTorch rejects (lr < 0 or not finite, nesterov without momentum,
 // betas outside [0, 1), eps <= 0, ...).

@@ -1,9 +1,9 @@
 #include "engine/optim/schedule.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <numbers>
-#include <sstream>
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
@@ -23,33 +23,29 @@ double LrSchedule::at(int64_t s) const {
   return lr;
 }
 
-LrSchedule parse_lr_schedule(const std::string& text, double lr, double min_lr, int64_t warmup, int64_t total_steps) {
-  LrSchedule s;
-  s.text = text;
-  s.lr = lr;
-  s.min_lr = min_lr;
-  s.warmup = warmup;
-  s.total = total_steps;
-  if (warmup < 0) throw UsageError(setting("warmup-steps") + " must be >= 0");
-  if (!std::isfinite(min_lr) || min_lr < 0) throw UsageError(setting("min-lr") + " must be a finite number >= 0");
-  if (text == "constant") return s;
-  if (text == "cosine") {
-    s.kind = LrSchedule::Kind::Cosine;
-    if (min_lr > lr) throw UsageError(setting("min-lr") + " must not exceed " + setting("lr"));
-    return s;
+void check_lr_schedule(const LrSchedule& s, const std::string& as_written) {
+  if (s.warmup < 0) throw UsageError(setting("warmup-steps") + " must be >= 0");
+  if (!std::isfinite(s.min_lr) || s.min_lr < 0) throw UsageError(setting("min-lr") + " must be a finite number >= 0");
+  if (s.kind == LrSchedule::Kind::Cosine && s.min_lr > s.lr)
+    throw UsageError(setting("min-lr") + " must not exceed " + setting("lr"));
+  if (s.kind == LrSchedule::Kind::Step) {
+    if (s.step_every <= 0) throw UsageError(setting("lr-schedule") + " '" + as_written + "': N must be > 0");
+    if (!std::isfinite(s.gamma) || s.gamma < 0)
+      throw UsageError(setting("lr-schedule") + " '" + as_written + "': G must be a finite number >= 0");
   }
-  if (text.rfind("step:", 0) == 0) {
-    s.kind = LrSchedule::Kind::Step;
-    std::istringstream in(text.substr(5));
-    char comma = 0;
-    if (!(in >> s.step_every >> comma >> s.gamma) || comma != ',' || !in.eof())
-      throw UsageError(setting("lr-schedule") + " '" + text + "': expected step:N,G (e.g. step:1000,0.5)");
-    if (s.step_every <= 0) throw UsageError(setting("lr-schedule") + " '" + text + "': N must be > 0");
-    if (!std::isfinite(s.gamma) || s.gamma < 0) throw UsageError(setting("lr-schedule") + " '" + text +
-                                                                 "': G must be a finite number >= 0");
-    return s;
+}
+
+std::string schedule_text(const LrSchedule& s) {
+  switch (s.kind) {
+    case LrSchedule::Kind::Constant: return "constant";
+    case LrSchedule::Kind::Cosine: return "cosine";
+    case LrSchedule::Kind::Step: {
+      char gamma[32];
+      const auto end = std::to_chars(gamma, gamma + sizeof gamma, s.gamma).ptr;  // the shortest exact form
+      return "step:" + std::to_string(s.step_every) + "," + std::string(gamma, end);
+    }
   }
-  throw UsageError(setting("lr-schedule") + " '" + text + "': expected constant, cosine or step:N,G");
+  return "constant";
 }
 
 }  // namespace dp

@@ -18,11 +18,13 @@ struct LrSchedule {
   int64_t warmup = 0, total = 1;
   int64_t step_every = 1;
   double gamma = 1;
-  std::string text = "constant";
   double at(int64_t s) const;
 };
 
-// UsageError naming the problem (an unknown kind, N <= 0, G not finite or < 0, warm-up < 0, ...).
-LrSchedule parse_lr_schedule(const std::string& text, double lr, double min_lr, int64_t warmup, int64_t total_steps);
+// UsageError naming the problem (N <= 0, G not finite or < 0, warm-up < 0, min_lr above lr for
+// cosine, ...); `as_written`: the schedule as its user gave it, for the message.
+void check_lr_schedule(const LrSchedule& s, const std::string& as_written);
+// The schedule as --lr-schedule writes it: constant, cosine, step:N,G.
+std::string schedule_text(const LrSchedule& s);
 
 }  // namespace dp

@@ -5,15 +5,6 @@
 
 namespace dp {
 
-Precision parse_precision(const std::string& text) {
-  if (text == "fp32") return Precision::FP32;
-  if (text == "bf16") return Precision::BF16;
-  if (text == "fp16") return Precision::FP16;
-  throw UsageError(setting("precision") + " '" + text +
-                   "': expected fp32, bf16 (bfloat16 replicas and activations) or fp16 "
-                   "(float16, with dynamic loss scaling)");
-}
-
 const char* precision_name(Precision p) {
   switch (p) {
     case Precision::BF16: return "bf16";

@@ -22,8 +22,7 @@
 namespace dp {
 
 enum class Precision { FP32, BF16, FP16 };
-Precision parse_precision(const std::string& text);  // "fp32", "bf16", "fp16"; UsageError otherwise
-const char* precision_name(Precision p);            // the same words
+const char* precision_name(Precision p);  // "fp32", "bf16", "fp16"
 // What replicas, activations and gathered outputs are stored in.
 DType storage_dtype(Precision p);
 

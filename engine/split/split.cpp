@@ -11,27 +11,6 @@
 
 namespace dp {
 
-namespace {
-
-template <typename T>
-std::vector<T> parse_list(const std::string& body, const std::string& whole) {
-  std::vector<T> out;
-  std::stringstream ss(body);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    T v{};
-    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || p != item.data() + item.size())
-      throw UsageError(setting("split") + " '" + whole + "': '" + item + "' is not a number");
-    out.push_back(v);
-  }
-  if (out.empty() || (!body.empty() && body.back() == ','))
-    throw UsageError(setting("split") + " '" + whole + "': empty list");
-  return out;
-}
-
-}  // namespace
-
 std::vector<int64_t> largest_remainder(const std::vector<double>& weights, int64_t total) {
   const double sum = std::accumulate(weights.begin(), weights.end(), 0.0);
   std::vector<int64_t> out(weights.size(), 0);
@@ -49,64 +28,109 @@ std::vector<int64_t> largest_remainder(const std::vector<double>& weights, int64
   return out;
 }
 
-SplitPolicy parse_split(const std::string& text, int n, int64_t batch) {
-  SplitPolicy p;
-  p.text = text;
-  auto body_of = [&](const char* prefix) { return text.substr(std::string(prefix).size()); };
-  if (text == "even") return p;
-  if (text == "auto") {
-    p.mode = SplitPolicy::Mode::Auto;
-    return p;
+namespace {
+
+const char* mode_name(SplitPolicy::Mode m) {
+  switch (m) {
+    case SplitPolicy::Mode::Even: return "even";
+    case SplitPolicy::Mode::Chunks: return "chunks";
+    case SplitPolicy::Mode::Ratios: return "ratios";
+    case SplitPolicy::Mode::Gpu0: return "gpu0";
+    case SplitPolicy::Mode::Auto: return "auto";
+    case SplitPolicy::Mode::BalanceMemory: return "balance-memory";
   }
-  if (text == "balance-memory") {
-    p.mode = SplitPolicy::Mode::BalanceMemory;
-    return p;
+  return "even";
+}
+
+template <typename T>
+std::string list_text(const std::vector<T>& values) {
+  std::string text;
+  for (const T v : values) {
+    char digits[32];
+    const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;  // the shortest exact form
+    text += (text.empty() ? "" : ",") + std::string(digits, end);
   }
-  if (text.rfind("chunks:", 0) == 0) {
-    p.mode = SplitPolicy::Mode::Chunks;
-    p.chunks = parse_list<int64_t>(body_of("chunks:"), text);
-    if (static_cast<int>(p.chunks.size()) > n)
-      throw UsageError(setting("split") + " '" + text + "': " + std::to_string(p.chunks.size()) + " chunks for " +
-                       std::to_string(n) + " devices");
-    for (auto c : p.chunks)
-      if (c <= 0) throw UsageError(setting("split") + " '" + text + "': chunk sizes must be positive");
-    const int64_t sum = std::accumulate(p.chunks.begin(), p.chunks.end(), int64_t{0});
-    if (sum != batch)
-      throw UsageError(setting("split") + " '" + text + "': chunks sum to " + std::to_string(sum) +
-                       ", not the batch size " +
-                       std::to_string(batch));
-    return p;
+  return text;
+}
+
+}  // namespace
+
+std::string split_text(const SplitPolicy& p) {
+  switch (p.mode) {
+    case SplitPolicy::Mode::Chunks: return "chunks:" + list_text(p.chunks);
+    case SplitPolicy::Mode::Ratios: return "ratios:" + list_text(p.ratios);
+    case SplitPolicy::Mode::Gpu0: return "gpu0:" + std::to_string(p.gpu0);
+    default: return mode_name(p.mode);
   }
-  if (text.rfind("ratios:", 0) == 0) {
-    p.mode = SplitPolicy::Mode::Ratios;
-    p.ratios = parse_list<double>(body_of("ratios:"), text);
-    if (static_cast<int>(p.ratios.size()) != n)
-      throw UsageError(setting("split") + " '" + text + "': " + std::to_string(p.ratios.size()) + " ratios for " +
-                       std::to_string(n) + " devices (one per device)");
-    double sum = 0;
-    for (double r : p.ratios) {
-      if (!std::isfinite(r) || r < 0) throw UsageError(setting("split") + " '" + text +
-                                                       "': ratios must be finite and >= 0");
-      sum += r;
+}
+
+void check_split(const SplitPolicy& p, int n, int64_t batch, const std::string& as_written) {
+  const std::string text = as_written.empty() ? split_text(p) : as_written;
+  switch (p.mode) {
+    case SplitPolicy::Mode::Even:
+    case SplitPolicy::Mode::Auto:
+    case SplitPolicy::Mode::BalanceMemory: return;
+    case SplitPolicy::Mode::Chunks: {
+      if (p.chunks.empty()) throw UsageError(setting("split") + " '" + text + "': empty list");
+      if (static_cast<int>(p.chunks.size()) > n)
+        throw UsageError(setting("split") + " '" + text + "': " + std::to_string(p.chunks.size()) + " chunks for " +
+                         std::to_string(n) + " devices");
+      for (auto c : p.chunks)
+        if (c <= 0) throw UsageError(setting("split") + " '" + text + "': chunk sizes must be positive");
+      const int64_t sum = std::accumulate(p.chunks.begin(), p.chunks.end(), int64_t{0});
+      if (sum != batch)
+        throw UsageError(setting("split") + " '" + text + "': chunks sum to " + std::to_string(sum) +
+                         ", not the batch size " + std::to_string(batch));
+      return;
     }
-    if (sum <= 0) throw UsageError(setting("split") + " '" + text + "': at least one ratio must be positive");
-    return p;
+    case SplitPolicy::Mode::Ratios: {
+      if (p.ratios.empty()) throw UsageError(setting("split") + " '" + text + "': empty list");
+      if (static_cast<int>(p.ratios.size()) != n)
+        throw UsageError(setting("split") + " '" + text + "': " + std::to_string(p.ratios.size()) + " ratios for " +
+                         std::to_string(n) + " devices (one per device)");
+      double sum = 0;
+      for (double r : p.ratios) {
+        if (!std::isfinite(r) || r < 0)
+          throw UsageError(setting("split") + " '" + text + "': ratios must be finite and >= 0");
+        sum += r;
+      }
+      if (sum <= 0) throw UsageError(setting("split") + " '" + text + "': at least one ratio must be positive");
+      return;
+    }
+    case SplitPolicy::Mode::Gpu0:
+      if (p.gpu0 < 0) throw UsageError(setting("split") + " '" + text + "': device 0's share must be >= 0");
+      if (p.gpu0 > batch)
+        throw UsageError(setting("split") + " '" + text + "': device 0's share " + std::to_string(p.gpu0) +
+                         " is larger than the batch size " + std::to_string(batch));
+      if (n == 1 && p.gpu0 != batch)
+        throw UsageError(setting("split") + " '" + text + "': with one device, device 0 must take the whole batch");
+      return;
   }
-  if (text.rfind("gpu0:", 0) == 0) {
-    p.mode = SplitPolicy::Mode::Gpu0;
-    auto v = parse_list<int64_t>(body_of("gpu0:"), text);
-    if (v.size() != 1) throw UsageError(setting("split") + " '" + text + "': expected one number, gpu0:K");
-    p.gpu0 = v[0];
-    if (p.gpu0 < 0) throw UsageError(setting("split") + " '" + text + "': device 0's share must be >= 0");
-    if (p.gpu0 > batch)
-      throw UsageError(setting("split") + " '" + text + "': device 0's share " + std::to_string(p.gpu0) +
-                       " is larger than the batch size " + std::to_string(batch));
-    if (n == 1 && p.gpu0 != batch)
-      throw UsageError(setting("split") + " '" + text + "': with one device, device 0 must take the whole batch");
+}
+
+nlohmann::json split_json(const SplitPolicy& p) {
+  nlohmann::json j{{"mode", mode_name(p.mode)}};
+  if (p.mode == SplitPolicy::Mode::Chunks) j["chunks"] = p.chunks;
+  if (p.mode == SplitPolicy::Mode::Ratios) j["ratios"] = p.ratios;
+  if (p.mode == SplitPolicy::Mode::Gpu0) j["gpu0"] = p.gpu0;
+  return j;
+}
+
+SplitPolicy split_from_json(const nlohmann::json& j) {
+  try {
+    SplitPolicy p;
+    const std::string mode = j.at("mode").get<std::string>();
+    for (const auto m : {SplitPolicy::Mode::Even, SplitPolicy::Mode::Chunks, SplitPolicy::Mode::Ratios,
+                         SplitPolicy::Mode::Gpu0, SplitPolicy::Mode::Auto, SplitPolicy::Mode::BalanceMemory})
+      if (mode == mode_name(m)) p.mode = m;
+    if (mode != mode_name(p.mode)) throw RuntimeError("unknown split mode '" + mode + "'");
+    if (p.mode == SplitPolicy::Mode::Chunks) p.chunks = j.at("chunks").get<std::vector<int64_t>>();
+    if (p.mode == SplitPolicy::Mode::Ratios) p.ratios = j.at("ratios").get<std::vector<double>>();
+    if (p.mode == SplitPolicy::Mode::Gpu0) p.gpu0 = j.at("gpu0").get<int64_t>();
     return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw RuntimeError(std::string("a malformed split policy (") + e.what() + ")");
   }
-  throw UsageError(setting("split") + " '" + text +
-                   "': unknown mode (expected even, chunks:A,B,.., ratios:R0,R1,.., gpu0:K, auto or balance-memory)");
 }
 
 std::vector<int64_t> split_sizes(const SplitPolicy& p, int64_t batch, int n) {

@@ -11,6 +11,7 @@
 //                 (DataParallel::probe_memory); even until probed
 #pragma once
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,17 @@ struct SplitPolicy {
   std::vector<int64_t> chunks;
   std::vector<double> ratios;
   int64_t gpu0 = 0;
-  std::string text = "even";
+  bool operator==(const SplitPolicy&) const = default;
 };
 
-// Validates against the device count and the batch size; throws UsageError naming the problem.
-SplitPolicy parse_split(const std::string& text, int num_devices, int64_t batch);
+// Checks the policy against the device count and the batch size: UsageError naming the problem
+// (`as_written`: the policy as its user gave it, for the message; split_text's by default).
+void check_split(const SplitPolicy& policy, int num_devices, int64_t batch, const std::string& as_written = "");
+// The policy as --split writes it: even, chunks:4,4, ratios:1,0.25, gpu0:2, auto, balance-memory.
+std::string split_text(const SplitPolicy& policy);
+// Its typed fields, as a checkpoint records them, and back (RuntimeError for a malformed record).
+nlohmann::json split_json(const SplitPolicy& policy);
+SplitPolicy split_from_json(const nlohmann::json& j);
 
 // Chunk size per device (length num_devices, zeros for devices that sit the step out).
 std::vector<int64_t> split_sizes(const SplitPolicy& policy, int64_t batch, int num_devices);

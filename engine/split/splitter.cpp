@@ -30,7 +30,8 @@ std::string Splitter::observe(const std::vector<int64_t>& chunks, const std::vec
 }
 
 nlohmann::json Splitter::state() const {
-  nlohmann::json j{{"policy", policy_.text}};
+  nlohmann::json j = split_json(policy_);  // mode, chunks, ratios, gpu0
+  j["policy"] = split_text(policy_);
   if (balancer_) {
     const auto st = balancer_->state();
     j["auto"] = {{"weights", st.weights},
@@ -44,10 +45,9 @@ nlohmann::json Splitter::state() const {
 
 void Splitter::restore(const nlohmann::json& j) {
   try {
-    if (j.at("policy").get<std::string>() != policy_.text)
+    if (!same_policy(j))
       throw RuntimeError("the checkpoint was made with " + setting("split") + " " +
-                         j.at("policy").get<std::string>() + ", not " +
-                         policy_.text);
+                         j.at("policy").get<std::string>() + ", not " + split_text(policy_));
     if (balancer_ && j.contains("auto"))
       balancer_->restore({j["auto"].at("weights").get<std::vector<double>>(),
                           j["auto"].at("seconds_per_sample").get<std::vector<double>>(),
@@ -61,6 +61,12 @@ void Splitter::restore(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     throw RuntimeError(std::string("the checkpoint's split state is malformed (") + e.what() + ")");
   }
+}
+
+bool Splitter::same_policy(const nlohmann::json& j) const {
+  if (!j.is_object()) return false;
+  if (j.contains("mode")) return split_from_json(j) == policy_;
+  return j.contains("policy") && j["policy"].is_string() && j["policy"].get<std::string>() == split_text(policy_);
 }
 
 }  // namespace dp

@@ -29,9 +29,13 @@ class Splitter {
   // such a step runs as usual, not captured or replayed.
   bool wants_measurement(int64_t step) const;
   bool settled() const;  // `auto`'s split has held (true for the other policies)
-  // What the policy has learnt (auto's measured speeds, balance-memory's chunks), for checkpoints.
+  // What the policy has learnt (auto's measured speeds, balance-memory's chunks), for checkpoints,
+  // beside the policy itself (split_json's fields, and its text for a reader).
   nlohmann::json state() const;
   void restore(const nlohmann::json& state);  // RuntimeError when it does not fit this policy
+  // Whether `state` was recorded under this policy (a record without typed fields, made before
+  // they were kept: by its text).
+  bool same_policy(const nlohmann::json& state) const;
 
  private:
   SplitPolicy policy_;

@@ -11,12 +11,6 @@
 
 namespace dp {
 
-LossMode parse_loss_mode(const std::string& text) {
-  if (text == "gathered") return LossMode::Gathered;
-  if (text == "in-replica") return LossMode::InReplica;
-  throw UsageError(setting("loss") + " '" + text + "': expected gathered (DataParallel's) or in-replica");
-}
-
 namespace {
 
 // Logits [..., classes] are cross-entropy rows over their last dimension: [B, K] for a

@@ -16,7 +16,6 @@
 namespace dp {
 
 enum class LossMode { Gathered, InReplica };
-LossMode parse_loss_mode(const std::string& text);  // "gathered" | "in-replica"; UsageError otherwise
 
 class LossStrategy {
  public:

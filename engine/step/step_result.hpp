@@ -42,7 +42,6 @@ struct EvalResult {
 
 // When the host waits for the devices during a step (engine/data_parallel.hpp's top comment).
 enum class HostSync { PerPhase, PerStep };
-HostSync parse_host_sync(const std::string& text);  // "phase" | "step"; UsageError otherwise
 
 // One batch of any input form, as a view: a micro-batch of an accumulated step, or a whole step's
 // batch (DataParallel::step, upload_ahead and evaluate take either).

@@ -17,7 +17,6 @@ inline bool sharded(SyncMode mode) { return mode >= SyncMode::Zero1; }
 inline int zero_stage(SyncMode mode) {
   return sharded(mode) ? static_cast<int>(mode) - static_cast<int>(SyncMode::Zero1) + 1 : 0;
 }
-SyncMode parse_sync_mode(const std::string& text);  // UsageError for anything else
 const char* sync_mode_name(SyncMode mode);          // "reduce", "allreduce"
 
 struct SyncOptions {

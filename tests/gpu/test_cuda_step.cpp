@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 using namespace dp;
+using dp::test::parse_device_spec, dp::test::parse_split;
 
 namespace {
 
@@ -153,7 +154,7 @@ TEST_CASE("gradient accumulation on cuda:0x4 matches host:4 (reduce and allreduc
           SgdConfig sgd;
           sgd.lr = 0.01f;
           sgd.momentum = 0.9f;
-          DataParallel dp(devs, m, sgd, {.split = parse_split("even", 4, batch),
+          DataParallel dp(devs, m, sgd, {.split = SplitPolicy{},
                                          .seed = 11,
                                          .loss = mode == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
                                          .sync = sync,
@@ -305,7 +306,7 @@ TEST_CASE("uploading ahead on cuda:0x2 (copy stream, pinned staging) gives the s
   }
   auto run = [&](bool ahead, int64_t& taken) {
     auto devs = devices("cuda:0x2");
-    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 2, batch), .seed = 5});
+    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = SplitPolicy{}, .seed = 5});
     std::vector<double> losses;
     for (size_t k = 0; k < batches.size(); ++k) {
       if (ahead && k + 1 < batches.size())
@@ -348,7 +349,7 @@ TEST_CASE("pixels on cuda:0x2 (--normalise-on device) give the steps of float32 
       auto devs = devices("cuda:0x2");
       SyncOptions sync;
       sync.mode = w.sync;
-      DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 2, batch),
+      DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = SplitPolicy{},
                                                             .seed = 5,
                                                             .loss = w.sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
                                                             .sync = sync,
@@ -494,7 +495,7 @@ TEST_CASE("cuda:0x4 allocates what host:4 allocates, device by device and catego
         SyncOptions so;
         so.mode = sync;
         DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f},
-                        {.split = parse_split("even", 4, batch), .seed = 3, .sync = so, .host_sync = HostSync::PerPhase});
+                        {.split = SplitPolicy{}, .seed = 3, .sync = so, .host_sync = HostSync::PerPhase});
         for (const auto& b : batches) test::step_on(dp, *b);
         std::vector<CategoryBytes> out;
         for (int i = 0; i < devs.size(); ++i) out.push_back(devs[i].allocator().stats().peak_by_category);
@@ -518,7 +519,7 @@ TEST_CASE("--device-memory bounds cuda:0: out of memory is an OutOfMemoryError, 
     opts.capacity = {int64_t{8} << 20};  // 8 MiB: resnet8 at batch 256 needs far more
     DeviceSet devs(parse_device_spec("cuda:0x2"), opts);
     const ModelDef& model = find_model("resnet8");
-    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 2, 256), .seed = 3});
+    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = SplitPolicy{}, .seed = 3});
     const auto batches = test::make_batches(model, 256, 1, 3);
     // The step names the replica and device (the CLI maps it to exit 3 with its remedies)
     CHECK_THROWS_WITH(test::step_on(dp, *batches[0]), doctest::Contains("ran out of memory"));
@@ -648,7 +649,7 @@ TEST_CASE("a dropped capture on cuda:0x2 gives its GPU memory back: the pools re
   auto devs = devices("cuda:0x2");
   const ModelDef model = test::model_of("convnet");
   const auto batches = test::make_batches(model, 16, 4, 3);
-  DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = parse_split("even", 2, 16),
+  DataParallel dp(devs, model, SgdConfig{0.05f, 0.9f}, {.split = SplitPolicy{},
                                                         .seed = 1,
                                                         .host_sync = HostSync::PerStep,
                                                         .graphs = true});
@@ -679,7 +680,7 @@ TEST_CASE("fp16 on cuda:0x2 decides inf/NaN on the GPU: one host wait per step, 
       OptimizerConfig opt;
       opt.kind = OptimizerConfig::Kind::AdamW;
       opt.sgd.lr = 0.003f;
-      DataParallel dp(devs, model, opt, {.split = parse_split("even", 2, 8),
+      DataParallel dp(devs, model, opt, {.split = SplitPolicy{},
                                          .seed = 9,
                                          .loss = sync == SyncMode::AllReduce ? LossMode::InReplica : LossMode::Gathered,
                                          .sync = so,
@@ -734,7 +735,7 @@ TEST_CASE("replica times on a GPU are the GPU's own (CUDA events), so --split au
   const ModelDef& model = find_model("resnet8");
   auto replica_seconds = [&](int64_t batch) {
     auto devs = devices("cuda:0");
-    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = parse_split("even", 1, batch), .seed = 3});
+    DataParallel dp(devs, model, SgdConfig{0.01f, 0.9f}, {.split = SplitPolicy{}, .seed = 3});
     const auto batches = test::make_batches(model, batch, 3, 1);
     StepResult r;
     for (const auto& b : batches) r = test::step_on(dp, *b);  // the last: warm

@@ -18,8 +18,10 @@
 #include "runtime/device.hpp"
 #include "runtime/device_spec.hpp"
 #include "tools/bench/bench_cli.hpp"
+#include "tools/dp/flags/flag_values.hpp"
 
 using namespace dp;
+using dp::cli::parse_device_spec;
 using Clock = std::chrono::steady_clock;
 
 namespace {

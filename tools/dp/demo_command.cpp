@@ -191,7 +191,7 @@ void print_demo_header(const Flags& o, const DataParallel& dp, const ModelDef& m
                        int64_t accumulate) {
   std::printf("dp demo: %s of '%s' (%s) with batch %lld on %s, --split %s, --precision %s\n",
               step_title(dp.sync_mode()).c_str(), model.name.c_str(), model.summary.c_str(), static_cast<long long>(o.batch),
-              devices.description().c_str(), dp.split().text.c_str(), precision_name(dp.precision()));
+              devices.description().c_str(), o.split.c_str(), precision_name(dp.precision()));
   if (accumulate > 1)
     std::printf("--accumulate %lld: one optimizer step over %lld micro-batches of %lld, each run through the whole "
                 "step but the update; the gradients are summed and the step updates once.\n",
@@ -328,7 +328,7 @@ int run_demo(const Flags& o) {
   const ModelDef& model = setup.model;
   DeviceSet& devices = *setup.devices;
   // An out-of-memory gets this run's remedies.
-  return with_remedies(RemedyRun{o, accumulate, devices.size(), setup.capacity, "demo"}, [&] {
+  return with_remedies(remedy_run(o, setup, devices.size(), accumulate, "demo"), [&] {
     DataParallel dp(devices, model, profiling_optimizer(setup), setup_options(setup, o.seed));
     MemprofRun run;  // the steps' memory and trace, for --html
     run.recomputed = recomputed_text(dp);
@@ -345,7 +345,7 @@ int run_demo(const Flags& o) {
                           {"devices", devices.size()},
                           {"batch", o.batch},
                           {"accumulate", accumulate},
-                          {"split", dp.split().text},
+                          {"split", o.split},
                           {"precision", precision_name(dp.precision())}};
     nlohmann::json steps = nlohmann::json::array(), stories = nlohmann::json::object();
     int step = 0;

@@ -122,9 +122,8 @@ void tell_load(PhaseStory& load, const StepFacts& f) {
 }
 
 void tell_scatter(PhaseStory& sc, const StepFacts& f) {
-  const std::string& split_text = f.dp.split().text;
   std::ostringstream t;
-  if (split_text == "even") {
+  if (f.dp.split().mode == SplitPolicy::Mode::Even) {
     const int64_t chunk = (f.B + f.n - 1) / f.n;
     t << "The batch is cut along dim 0 like torch.chunk(" << f.B << ", " << f.n << "): chunks of ceil(" << f.B << "/"
       << f.n << ") = " << chunk << " samples, the last one takes what is left: " << join_sizes(f.r.chunks) << ".";
@@ -132,7 +131,7 @@ void tell_scatter(PhaseStory& sc, const StepFacts& f) {
       t << " Only " << f.active.size() << " chunks come out, so only " << f.active.size()
         << " replicas run and the remaining device(s) sit this step out (PyTorch's fewer-chunks rule).";
   } else {
-    t << "The batch is cut along dim 0 by --split " << split_text << ": " << join_sizes(f.r.chunks) << ".";
+    t << "The batch is cut along dim 0 by --split " << split_text(f.dp.split()) << ": " << join_sizes(f.r.chunks) << ".";
   }
   t << " Chunk 0 stays on device 0 as a view (no copy); every other chunk is copied device 0 -> device i.";
   sc.text = t.str();

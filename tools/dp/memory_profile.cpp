@@ -47,7 +47,7 @@ void print_memprof_table(const std::string& command, const Flags& o, const RunSe
   std::printf("dp %s: %s, batch %lld%s, %s, split %s, sync %s, loss %s, precision %s, %d step(s)%s\n",
               command.c_str(), setup.model.name.c_str(), static_cast<long long>(o.batch),
               accumulate > 1 ? (" x " + std::to_string(accumulate) + " micro-batches a step").c_str() : "",
-              devices.description().c_str(), setup.split.text.c_str(), o.sync.c_str(), loss_name(setup).c_str(),
+              devices.description().c_str(), o.split.c_str(), o.sync.c_str(), loss_name(setup).c_str(),
               o.precision.c_str(), run.completed,
               setup.capacity ? (", capacity " + format_bytes(setup.capacity) + " per device").c_str() : "");
   if (accumulate < o.accumulate)
@@ -93,7 +93,7 @@ nlohmann::json memprof_json(const Flags& o, const RunSetup& setup, const Memprof
                            {"devices", devs},
                            {"gpu0_excess", gpu0_excess(devices)},
                            {"split", run.chunks},
-                           {"split_mode", setup.split.text},
+                           {"split_mode", o.split},
                            {"loss", loss_name(setup)},
                            {"sync", o.sync},
                            {"precision", o.precision},
@@ -123,7 +123,7 @@ nlohmann::json memprof_json(const Flags& o, const RunSetup& setup, const Memprof
 
 std::string run_title(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run) {
   return "dp " + command + ": " + setup.model.name + ", batch " + std::to_string(o.batch) + ", " +
-         setup.devices->description() + ", split " + setup.split.text + ", sync " + o.sync +
+         setup.devices->description() + ", split " + o.split + ", sync " + o.sync +
          (setup.precision.mixed() ? ", " + o.precision : "") +
          (run.recomputed_blocks > 0 ? ", recompute " + run.recomputed : "");
 }

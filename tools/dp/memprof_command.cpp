@@ -28,7 +28,7 @@ int run_memprof(const Flags& o) {
   refuse_meta_devices(setup, "dp memprof");
   int64_t accumulate = 1;
   const RunData data = prepare_profile(o, setup, accumulate);
-  const RemedyRun remedies{o, accumulate, setup.devices->size(), setup.capacity, "memprof"};
+  const RemedyRun remedies = remedy_run(o, setup, setup.devices->size(), accumulate, "memprof");
   const MemprofRun run = with_remedies(remedies, [&] { return profile_steps(o, setup, data, accumulate); });
 
   print_memprof_table("memprof", o, setup, run, accumulate);

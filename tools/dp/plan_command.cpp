@@ -207,7 +207,7 @@ int run_plan(const Flags& o) {
   std::optional<RemedyRun> remedies;  // an out-of-memory's remedies are this run's
   const Plan p = with_remedies(remedies, [&] {
     return plan_steps(o, [&](const PlannedRun& ready, const RunSetup& setup) {
-      remedies = RemedyRun{o, ready.accumulate, ready.devices->size(), setup.capacity, "plan"};
+      remedies = remedy_run(o, setup, ready.devices->size(), ready.accumulate, "plan");
     });
   });
   print_memprof_table("plan", o, p.setup, p.run, p.accumulate);

@@ -1,3 +1,4 @@
+#include "tools/dp/flags/flag_values.hpp"
 #include "tools/dp/plan_setup.hpp"
 
 #include <algorithm>

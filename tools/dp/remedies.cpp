@@ -1,3 +1,4 @@
+#include "tools/dp/flags/flag_values.hpp"
 #include "tools/dp/remedies.hpp"
 
 #include <algorithm>
@@ -22,18 +23,6 @@ std::string generic_remedies() {
          "step); --split balance-memory or gpu0:K (less on device 0); --loss in-replica (no gathered outputs on "
          "device 0); --precision bf16; --recompute blocks (models with blocks); --sync zero2 or zero3 (sharded "
          "state); dp plan --compare shows each of them for this model\n";
-}
-
-RunRequest request_of(const RemedyRun& r) {
-  const Flags& o = r.options;
-  RunRequest q;
-  q.sync = parse_sync_mode(o.sync);
-  q.loss = parse_loss_mode(o.loss);
-  q.precision = parse_precision(o.precision);
-  q.recompute = o.recompute != "off";
-  q.split_balances_memory = o.split == "balance-memory";
-  q.batch = o.batch, q.accumulate = r.accumulate, q.devices = r.devices;
-  return q;
 }
 
 // The flags that make a remedy's one change.
@@ -75,9 +64,9 @@ struct Planned {
 Planned plan_with(const RemedyRun& r, const Remedy& remedy) {
   Flags m;
   static_cast<Flags&>(m) = r.options;
-  m.devices = "meta:" + std::to_string(r.devices);
+  m.devices = "meta:" + std::to_string(r.request.devices);
   m.steps = 2;  // the steady state: the optimizer state appears after the first
-  m.accumulate = r.accumulate;
+  m.accumulate = r.request.accumulate;
   m.device_speed.clear(), m.tf32 = false, m.cudnn = "deterministic";  // how kernels run: nothing to plan
   if (m.split == "auto") m.split = "even";                                 // speed is not planned
   m.device_memory = r.capacity > 0 ? std::to_string(r.capacity) : "";
@@ -99,10 +88,10 @@ Planned plan_with(const RemedyRun& r, const Remedy& remedy) {
 
 std::string planned_remedies(const RemedyRun& r) {
   std::string text = "remedies, each planned for this run with that one change (its steps as dp memprof runs them, on meta:" +
-                     std::to_string(r.devices) +
+                     std::to_string(r.request.devices) +
                      (r.capacity > 0 ? ", " + format_bytes(r.capacity) + " a device" : std::string()) + "):\n";
   int fitting = 0, planned = 0;
-  for (const Remedy& remedy : remedies_for(request_of(r))) {
+  for (const Remedy& remedy : remedies_for(r.request)) {
     Planned p;
     try {
       p = plan_with(r, remedy);
@@ -137,6 +126,17 @@ std::string planned_remedies(const RemedyRun& r) {
 }
 
 }  // namespace
+
+RemedyRun remedy_run(const Flags& o, const RunSetup& setup, int devices, int64_t accumulate, std::string command) {
+  RunRequest q;
+  q.sync = setup.sync.mode;
+  q.loss = setup.loss;
+  q.precision = setup.precision.precision;
+  q.recompute = setup.recompute > 0;
+  q.split_balances_memory = setup.split.mode == SplitPolicy::Mode::BalanceMemory;
+  q.batch = o.batch, q.accumulate = accumulate, q.devices = devices;
+  return {o, q, setup.capacity, std::move(command)};
+}
 
 std::string out_of_memory_remedies(const std::optional<RemedyRun>& run) {
   // Across processes each rank plans its own devices only: the generic list there.

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "plan/remedies.hpp"
 #include "tools/dp/run_options.hpp"
 
 namespace dp::cli {
@@ -18,12 +19,13 @@ namespace dp::cli {
 // The run an out-of-memory belongs to: its options, micro-batches a step, device count and
 // capacity per device (0: none given), and the command ("train", "memprof", "plan", "demo").
 struct RemedyRun {
-  Flags options;
-  int64_t accumulate = 1;
-  int devices = 1;
+  Flags options;       // the failing run's flags, which each remedy plans with one change
+  RunRequest request;  // what they came to (remedies_for's input)
   int64_t capacity = 0;
   std::string command;
 };
+// The run `setup` made from `o`, on `devices` devices, `accumulate` micro-batches a step.
+RemedyRun remedy_run(const Flags& o, const RunSetup& setup, int devices, int64_t accumulate, std::string command);
 
 // The remedies planned for `run` (the generic list without one, or under mpirun, where each rank
 // sees its own devices only); ends with '\n'.

@@ -1,3 +1,4 @@
+#include "tools/dp/flags/flag_values.hpp"
 #include "tools/dp/run_options.hpp"
 
 #include <algorithm>
@@ -9,22 +10,6 @@
 #include "engine/comm/process_group.hpp"
 
 namespace dp::cli {
-
-namespace {
-// --recompute: off (0), blocks (every one), blocks:N (the first N, N >= 1).
-int64_t parse_recompute(const std::string& text) {
-  if (text == "off") return 0;
-  if (text == "blocks") return kEveryRecomputeUnit;
-  int64_t n = 0;
-  const char* digits = text.data() + 7;
-  if (text.rfind("blocks:", 0) == 0 && text.size() > 7) {
-    const auto [end, ec] = std::from_chars(digits, text.data() + text.size(), n);
-    if (ec == std::errc() && end == text.data() + text.size() && n >= 1) return n;
-  }
-  throw UsageError("--recompute must be off, blocks or blocks:N with N >= 1, not '" + text + "'");
-}
-
-}  // namespace
 
 void check_outputs(const Flags& o, const std::vector<NamedPath>& outputs, std::vector<NamedPath> inputs) {
   for (const auto& out : outputs)
@@ -144,10 +129,10 @@ DeviceOptions device_options(const Flags& o, const DeviceSpec& spec, int64_t cap
   dev_opts.speed = o.device_speed;
   dev_opts.gpu_math.allow_tf32 = o.tf32;
   if (ProcessGroup::launched_by_mpirun()) dev_opts.local_rank = std::max(0, ProcessGroup::local_rank());
-  dev_opts.gpu_math.conv = cuda::parse_conv_algorithms(o.cudnn);
+  dev_opts.gpu_math.conv = parse_conv_algorithms(o.cudnn);
   // Which library runs float32 Linear on CUDA devices: a knob for measuring, not a flag (README).
   if (const char* gemm = std::getenv("DP_LINEAR_GEMM"); gemm && *gemm)
-    dev_opts.gpu_math.linear = cuda::parse_linear_gemm(gemm, "DP_LINEAR_GEMM");
+    dev_opts.gpu_math.linear = parse_linear_gemm(gemm, "DP_LINEAR_GEMM");
   if (capacity > 0) dev_opts.capacity = {capacity};
   return dev_opts;
 }

@@ -32,7 +32,7 @@ Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json
   c.state["epoch"] = step / steps_per_epoch + 1;            // of the next step
   c.state["position_in_epoch"] = step % steps_per_epoch;   // its batch index
   c.state["seed"] = seed;
-  c.state["schedule"] = {{"kind", schedule.text}, {"lr", schedule.lr}, {"min_lr", schedule.min_lr},
+  c.state["schedule"] = {{"kind", schedule_text(schedule)}, {"lr", schedule.lr}, {"min_lr", schedule.min_lr},
                          {"warmup_steps", schedule.warmup}, {"total_steps", schedule.total}};
   c.state["split"] = dp.splitter().state();
   c.state["precision"] = precision_name(dp.precision());
@@ -73,8 +73,7 @@ static nlohmann::json expected_of(const nlohmann::json& identity, const std::str
   return expect;
 }
 
-Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate,
-                   const SplitPolicy& split) {
+Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate) {
   Resumed r;
   std::vector<std::string> skipped;
   Checkpoint c = load_checkpoint(from, dp.layout(), expected_of(identity, from), &r.dir, &skipped);
@@ -85,7 +84,8 @@ Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::js
                        ", this run has 1 (add --accumulate " + short_dump(c.state["accumulate"]) + ")");
   dp.load_state(c.model.params, c.model.buffers);
   dp.restore_optimizer(c.optimizer);
-  if (c.state.value("split", nlohmann::json{}).value("policy", "") == split.text) dp.splitter().restore(c.state["split"]);
+  // The split's learnt state continues under the same policy (a changed --split starts afresh).
+  if (c.state.contains("split") && dp.splitter().same_policy(c.state["split"])) dp.splitter().restore(c.state["split"]);
   if (dp.loss_scaler().enabled() && c.state.contains("loss_scale"))  // fp16 continues with its scale
     dp.loss_scaler().restore({c.state["loss_scale"].at("scale").get<double>(),
                               c.state["loss_scale"].at("growth_tracker").get<int64_t>()});

@@ -40,8 +40,7 @@ struct Resumed {
 };
 // --resume: loads the checkpoint (the newest in a directory of them) into dp — weights, optimizer
 // state, the split when the policy is the same, fp16's loss scale, the step dropout draws from.
-Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate,
-                   const SplitPolicy& split);
+Resumed resume_run(DataParallel& dp, const std::string& from, const nlohmann::json& identity, int64_t accumulate);
 
 // --checkpoint's writes: each checkpoint is a host snapshot taken between steps (fast), then
 // written and fsynced by a background thread while training goes on, one write at a time.

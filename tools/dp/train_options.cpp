@@ -1,4 +1,5 @@
 // dp train's flags and their checks.
+#include "tools/dp/flags/flag_values.hpp"
 #include "tools/dp/train_options.hpp"
 
 #include <cmath>

@@ -1,5 +1,6 @@
 // A dp train run prepared: checks, process group, devices, data, DataParallel, its first state,
 // metrics and loader, and the header that describes them.
+#include "tools/dp/flags/flag_values.hpp"
 #include "tools/dp/train_run.hpp"
 
 #include <algorithm>
@@ -100,7 +101,7 @@ TrainRun::TrainRun(const Flags& given, std::optional<RemedyRun>& remedies)
       ahead(uploads_ahead(o, choices, dp.devices()[0].is_cuda())) {
   refuse_meta_devices(setup, "dp train");
   if (o.sample > 0) check_samplable(dp);  // before training, not after it
-  remedies = RemedyRun{o, o.accumulate, setup.devices->size(), setup.capacity, "train"};
+  remedies = remedy_run(o, setup, setup.devices->size(), o.accumulate, "train");
   load_start();
   if (trace) trace->start(first_step);
   open_metrics();
@@ -135,7 +136,7 @@ void TrainRun::load_start() {
   }
   identity = run_identity(setup.model, choices.optimizer.kind, o, group);
   if (o.resume.empty()) return;
-  const Resumed resumed = resume_run(dp, o.resume, identity, o.accumulate, setup.split);
+  const Resumed resumed = resume_run(dp, o.resume, identity, o.accumulate);
   first_step = resumed.step;
   resumed_dir = resumed.dir;
   best = resumed.best;
@@ -181,7 +182,7 @@ void TrainRun::print_header() const {
   std::fprintf(stderr, "dp train: %s on %s%s (%s split%s), batch %lld%s%s%s%s, %s lr %g%s%s, %lld steps over %s\n",
                model.language_model() ? model.summary.c_str() : model.name.c_str(), dp.devices().description().c_str(),
                group ? (" in each of " + std::to_string(group->size()) + " processes").c_str() : "",
-               setup.split.text.c_str(),
+               o.split.c_str(),
                replicas_resident(dp.sync_mode()) ? (std::string(", --sync ") + sync_mode_name(dp.sync_mode())).c_str() : "",
                static_cast<long long>(o.batch), group ? " per process" : "",
                plan.per_step > 1 ? (" x " + std::to_string(plan.per_step) + " micro-batches a step").c_str() : "",
