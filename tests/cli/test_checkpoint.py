@@ -121,6 +121,21 @@ with tempfile.TemporaryDirectory() as tmp:
           (chunks(bm)[:1], chunks(am)[5:6]))
     if chunks(bm) == chunks(am)[5:]:
         check("auto: the same splits give bitwise the same weights", open(ast, "rb").read() == open(bst, "rb").read())
+    check("auto: the policy is recorded as typed fields and as text",
+          state["split"].get("mode") == "auto" and state["split"].get("policy") == "auto", state.get("split"))
+    # A checkpoint recorded before the typed fields (the policy as text only) resumes the same way;
+    # one recorded under another policy does not hand its speeds to this one.
+    for name, record, same in [("text only", {"policy": "auto"}, True), ("another policy", {"mode": "even"}, False)]:
+        old = os.path.join(tmp, "ck-auto-" + name.replace(" ", "-"), "step-00000005")
+        shutil.copytree(os.path.join(ck, "step-00000005"), old)
+        st = json.load(open(os.path.join(old, "state.json")))
+        st["split"] = {**{k: v for k, v in st["split"].items() if k not in ("mode", "policy")}, **record}
+        json.dump(st, open(os.path.join(old, "state.json"), "w"))
+        om = os.path.join(tmp, "auto-" + name.replace(" ", "-") + ".jsonl")
+        rc, _, err = run(auto + ["--resume", old, "--metrics", om])
+        check(f"auto, a record with {name}: resumed", rc == 0, err)
+        check(f"auto, a record with {name}: its speeds " + ("restored" if same else "not taken"),
+              (chunks(om)[0] == chunks(bm)[0]) == same, (chunks(om)[:1], chunks(bm)[:1]))
 
     # ---- Ctrl-C and SIGTERM
     slow = ["train", "--model", "mlp", "--devices", "host:2", "--batch", "64", "--steps", "100000", "--generated-size",

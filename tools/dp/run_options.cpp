@@ -108,8 +108,7 @@ void choose_step_semantics(const Flags& o, RunSetup& r) {
                        "device 0, which only --sync reduce does");
     r.loss = LossMode::InReplica;
   }
-  // A GPT trains with AdamW unless told otherwise (SGD barely moves it), so its profile has AdamW's state.
-  r.optimizer = parse_optimizer(r.model.language_model() && !o.optimizer_given ? "adamw" : o.optimizer);
+  r.optimizer = optimizer_kind(o, r.model.language_model());
 }
 
 // What the devices are given: host threads and speeds, the GPU math (TF32, cuDNN algorithms, the
@@ -156,6 +155,10 @@ RunSetup validate_and_make_devices(const Flags& o) {
     throw UsageError("--split auto balances the replicas by their measured speed; meta devices (" + o.devices +
                      ") run nothing to time: plan an even, chunks:, ratios: or gpu0: split");
   return r;
+}
+
+OptimizerConfig::Kind optimizer_kind(const Flags& o, bool language_model) {
+  return language_model && !o.optimizer_given ? OptimizerConfig::Kind::AdamW : parse_optimizer(o.optimizer);
 }
 
 void refuse_meta_devices(const RunSetup& setup, const std::string& command) {

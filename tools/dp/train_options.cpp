@@ -50,8 +50,7 @@ TrainChoices check_train_options(const Flags& o) {
   c.language = find_model(o.model).language_model();
   if (o.sample > 0 && !c.language) throw UsageError("--sample generates text; it needs a language model (--model gpt)");
   OptimizerConfig& opt = c.optimizer;
-  // A GPT trains with AdamW at 1e-3 unless told otherwise (nanoGPT's choice; SGD barely moves it).
-  opt.kind = parse_optimizer(c.language && !o.optimizer_given ? "adamw" : o.optimizer);
+  opt.kind = optimizer_kind(o, c.language);  // a GPT's: AdamW at 1e-3 unless told otherwise
   opt.sgd.lr = c.language && !o.lr_given && opt.kind == OptimizerConfig::Kind::AdamW ? 1e-3f : o.lr;
   opt.sgd.momentum = o.momentum;
   opt.sgd.dampening = o.dampening;
