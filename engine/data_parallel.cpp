@@ -41,16 +41,16 @@ void check_options(const DataParallelOptions& o, const ModelDef& model) {
 
 DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, const OptimizerConfig& optimizer,
                            DataParallelOptions options)
-    : StepEngine(devices, model, optimizer.lr(), options.seed, options.sync, options.precision),
+    : engine_(devices, model, optimizer.lr(), options.seed, options.sync, options.precision),
       splitter_(std::move(options.split), devices.size()) {
-  check_step_shape(sync_, devices_, splitter_.policy());
-  check_options(options, model_);
+  check_step_shape(engine_.policy.sync, engine_.replicas.devices, splitter_.policy());
+  check_options(options, engine_.replicas.model);
   try {
     make_state(optimizer, options);
   } catch (...) {
     // Work may be enqueued on the streams (uploads of the initial state): done before the state goes.
     try {
-      devices_.synchronize();
+      engine_.replicas.devices.synchronize();
     } catch (...) {
       // The construction's own error is the one to report.
     }
@@ -60,33 +60,33 @@ DataParallel::DataParallel(DeviceSet& devices, const ModelDef& model, const Opti
 
 void DataParallel::make_state(const OptimizerConfig& optimizer, DataParallelOptions& options) {
   std::vector<float> params, buffers;  // none drawn on meta devices: no bytes to hold them
-  init_master_state(params, buffers);
-  blocks_ = recompute_units(model_);
+  engine_.init_master_state(params, buffers);
+  blocks_ = recompute_units(engine_.replicas.model);
   apply_recompute(options.recompute);
-  shape_ = make_step_shape(*this, options.loss, optimizer);
-  if (devices_[0].is_meta())
+  shape_ = make_step_shape(engine_, options.loss, optimizer);
+  if (engine_.replicas.devices[0].is_meta())
     shape_->load_state(HostState(static_cast<const float*>(nullptr), static_cast<size_t>(layout().parameter_count)),
                        HostState(static_cast<const float*>(nullptr), static_cast<size_t>(layout().buffer_count)));
   else
     load_state(params, buffers);
-  make_slots();
-  clip_ = options.clip_grad_norm;
-  report_norm_ = options.report_grad_norm;
-  label_smoothing_ = static_cast<float>(options.label_smoothing);
-  host_sync_ = options.host_sync;
+  engine_.make_slots();
+  engine_.policy.clip = options.clip_grad_norm;
+  engine_.policy.report_norm = options.report_grad_norm;
+  engine_.policy.label_smoothing = static_cast<float>(options.label_smoothing);
+  engine_.policy.host_sync = options.host_sync;
   graphs_ = options.graphs;
   micro_ahead_ = options.upload_micro_batches_ahead;
-  placement_ = options.sample_placement;
+  engine_.process.placement = options.sample_placement;
   if (options.process_group) {
     shape_->set_process_group(options.process_group);
-    group_ = options.process_group;
+    engine_.process.group = options.process_group;
   }
   if (!options.pixel_table.empty()) upload_pixel_table(std::move(options.pixel_table));
 }
 
 DataParallel::~DataParallel() {
   try {
-    devices_.synchronize();
+    engine_.replicas.devices.synchronize();
   } catch (...) {
     // The error was reported by the step that raised it; nothing is left to run.
   }
@@ -96,18 +96,18 @@ DataParallel::~DataParallel() {
 std::vector<int64_t> DataParallel::chunk_sizes(int64_t batch) const { return splitter_.chunk_sizes(batch); }
 
 void DataParallel::apply_recompute(int64_t blocks) {
-  const int64_t n = blocks_to_recompute(model_, blocks);
-  for (auto& net : nets_) net->root().set_recompute(n);
+  const int64_t n = blocks_to_recompute(engine_.replicas.model, blocks);
+  for (auto& net : engine_.replicas.nets) net->root().set_recompute(n);
   recompute_ = n;
 }
 
 void DataParallel::set_tracer(Tracer* tracer) {
-  tracer_ = tracer;
-  devices_.set_tracer(tracer);
+  engine_.process.tracer = tracer;
+  engine_.replicas.devices.set_tracer(tracer);
   if (tracer) {
     tracer->set_track_name(Tracer::kHostTrack, "host: step phases");
-    for (int i = 0; i < devices_.size(); ++i) {
-      tracer->set_track_name(i, "device " + std::to_string(i) + " (" + devices_[i].name() + ") stream");
+    for (int i = 0; i < engine_.replicas.devices.size(); ++i) {
+      tracer->set_track_name(i, "device " + std::to_string(i) + " (" + engine_.replicas.devices[i].name() + ") stream");
       tracer->set_track_name(Device::kCopyTraceTrack + i, "device " + std::to_string(i) + " copy stream (upload ahead)");
     }
   }
@@ -123,34 +123,34 @@ void DataParallel::check_usable() const {
 void DataParallel::check_batch(const void* input, const int32_t* targets, int64_t batch) const {
   // Before anything is enqueued: a GPU reports a bad label or token only at the step's end, after
   // the update it spoiled.
-  const int64_t limit = model_.classes;
+  const int64_t limit = engine_.replicas.model.classes;
   auto check = [&](const int32_t* values, int64_t per_sample, const std::string& what, const std::string& range) {
     for (int64_t i = 0; i < batch * per_sample; ++i)
       if (values[i] < 0 || values[i] >= limit)
         throw RuntimeError("sample " + std::to_string(i / per_sample) + " has a " + what + " " +
                            std::to_string(values[i]) + " outside " + range + "[0, " + std::to_string(limit) + ")");
   };
-  if (model_.language_model())
-    check(static_cast<const int32_t*>(input), numel(model_.input_shape), "token", "the vocabulary ");
-  check(targets, model_.targets_per_sample(), model_.language_model() ? "target token" : "label", "");
+  if (engine_.replicas.model.language_model())
+    check(static_cast<const int32_t*>(input), numel(engine_.replicas.model.input_shape), "token", "the vocabulary ");
+  check(targets, engine_.replicas.model.targets_per_sample(), engine_.replicas.model.language_model() ? "target token" : "label", "");
 }
 
 void DataParallel::check_input(DType dtype) const {
-  if (dtype == DType::U8 && model_.input_dtype == DType::F32) {
+  if (dtype == DType::U8 && engine_.replicas.model.input_dtype == DType::F32) {
     if (!takes_pixels())
-      throw RuntimeError("model " + model_.name + " takes float32 images: uint8 pixels need their normalisation "
+      throw RuntimeError("model " + engine_.replicas.model.name + " takes float32 images: uint8 pixels need their normalisation "
                          "first (a pixel table, " + setting("normalise-on") + " device)");
     return;
   }
-  if (dtype != model_.input_dtype)
-    throw RuntimeError("model " + model_.name + " takes " +
-                       (model_.language_model() ? "int32 token ids" : "float32 images") + ", not " +
+  if (dtype != engine_.replicas.model.input_dtype)
+    throw RuntimeError("model " + engine_.replicas.model.name + " takes " +
+                       (engine_.replicas.model.language_model() ? "int32 token ids" : "float32 images") + ", not " +
                        (dtype == DType::I32 ? "token ids" : "images"));
 }
 
 void DataParallel::check_step_input(DType dtype) const {
   check_input(dtype);
-  if (dtype != wire_dtype())
+  if (dtype != engine_.wire_dtype())
     throw RuntimeError("this DataParallel takes its batches as uint8 pixels (it has a pixel table), not float32 images");
 }
 
@@ -166,7 +166,7 @@ std::string DataParallel::prepare_step(const void* input, DType dtype, const int
   check_usable();
   if (batch <= 0) throw RuntimeError("step: empty batch");
   check_batch(input, targets, batch);
-  return splitter_.needs_memory_probe() ? probe_memory(input, targets, batch, micro_.count > 1) : "";
+  return splitter_.needs_memory_probe() ? probe_memory(input, targets, batch, engine_.progress.micro.count > 1) : "";
 }
 
 StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t* targets, int64_t batch) {
@@ -175,7 +175,7 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
   next_.reset();
   StepResult r = run_step(input, targets, batch, chunk_sizes(batch), next ? &*next : nullptr);
   ++steps_run_;
-  ++steps_done_;
+  ++engine_.progress.steps_done;
   r.split_change = probed.empty() ? splitter_.observe(r.chunks, r.replica_seconds) : probed;
   return r;
 }
@@ -183,15 +183,15 @@ StepResult DataParallel::step_any(const void* input, DType dtype, const int32_t*
 StepResult DataParallel::new_result(int64_t batch, const std::vector<int64_t>& chunks) {
   StepResult result;
   result.batch = batch;
-  result.targets = batch * model_.targets_per_sample();
-  if (group_) {  // the loss is the mean over every process's samples
+  result.targets = batch * engine_.replicas.model.targets_per_sample();
+  if (engine_.process.group) {  // the loss is the mean over every process's samples
     double counts[2] = {static_cast<double>(batch), static_cast<double>(result.targets)};
-    group_->allreduce_sum(counts, 2);
+    engine_.process.group->allreduce_sum(counts, 2);
     result.batch = static_cast<int64_t>(counts[0]);
     result.targets = static_cast<int64_t>(counts[1]);
   }
   result.chunks = chunks;
-  if (scaler_.enabled()) result.loss_scale = scaler_.scale();
+  if (engine_.scaling.scaler.enabled()) result.loss_scale = engine_.scaling.scaler.scale();
   return result;
 }
 
@@ -204,18 +204,18 @@ StepResult DataParallel::run_step(const void* input, const int32_t* targets, int
   result.graph = note.graph;
   result.graph_note = note.graph_note;
   const bool per_phase = host_sync() == HostSync::PerPhase;
-  StepRecorder rec(devices_, tracer_, result, per_phase);
+  StepRecorder rec(engine_.replicas.devices, engine_.process.tracer, result, per_phase);
   // Everything the step creates is held in `s` and released when the step ends (or unwinds),
   // after the streams have been joined.
-  Step s(*this, batch, micro_.loss_rows > 0 ? micro_.loss_rows : result.targets, chunks);
-  ReplicaTimer timer(devices_);
+  Step s(*this, batch, engine_.progress.micro.loss_rows > 0 ? engine_.progress.micro.loss_rows : result.targets, chunks);
+  ReplicaTimer timer(engine_.replicas.devices);
   // A next batch that a replay will take goes to its staging memory (after the step is enqueued,
   // while the devices run it), not onto the devices.
   const NextBatch* replayed_next = next && next_is_replayed(*next) ? next : nullptr;
   enqueue_step(s, result, rec, &timer, input, targets, replayed_next ? nullptr : next);
   if (replayed_next) stage_for_replay(*replayed_next);
   try {
-    join_replicas(all_devices());  // waiting once per step: the only wait (and fp16's verdict before an update)
+    engine_.join_replicas(engine_.all_devices());  // waiting once per step: the only wait (and fp16's verdict before an update)
     s.joined = true;
   } catch (const std::exception& e) {
     // Waiting per step, the update was enqueued before the failure was seen: the devices skipped
@@ -256,19 +256,19 @@ void DataParallel::enqueue_step(Step& s, StepResult& result, StepRecorder& rec, 
 
 std::vector<int> DataParallel::write_step_scalars(const std::vector<int64_t>& chunks, int64_t loss_rows) {
   StepScalars v;
-  shape_->optimizer().fill_scalars(static_cast<float>(lr_), v);  // the replicas' optimizers have the same count
+  shape_->optimizer().fill_scalars(static_cast<float>(engine_.policy.learning_rate), v);  // the replicas' optimizers have the same count
   // GradScaler's reciprocal: float32 of 1/scale computed in double.
-  if (scaler_.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(scaler_.scale()));
+  if (engine_.scaling.scaler.enabled()) v.inv_loss_scale = static_cast<float>(1.0 / static_cast<double>(engine_.scaling.scaler.scale()));
   // d(mean loss)/d(row loss sum), times fp16's loss scale (1 without): what the loss gradient is scaled by.
-  v.loss_grad_scale = scaler_.scale() / static_cast<float>(loss_rows);
-  const uint64_t key = dropout_key(seed_, steps_done_);
+  v.loss_grad_scale = engine_.scaling.scaler.scale() / static_cast<float>(loss_rows);
+  const uint64_t key = dropout_key(engine_.policy.seed, engine_.progress.steps_done);
   v.dropout_key[0] = static_cast<uint32_t>(key), v.dropout_key[1] = static_cast<uint32_t>(key >> 32);
   // The last step has been joined: no stream still reads a slot's scalars.
   std::vector<int> taking_part;
-  for (int d = 0; d < devices_.size(); ++d) {
+  for (int d = 0; d < engine_.replicas.devices.size(); ++d) {
     const auto k = static_cast<size_t>(d);
     if (!shape_->takes_part(d, chunks)) continue;
-    slots_[k]->scalars = v;
+    engine_.replicas.slots[k]->scalars = v;
     taking_part.push_back(d);
   }
   return taking_part;
@@ -278,8 +278,8 @@ void DataParallel::enqueue_step_scalars(StepState& s) {
   // Their device copies are the step's (between steps, DataParallel holds nothing outside device 0).
   for (int d : write_step_scalars(s.chunks, s.loss_rows)) {
     const auto k = static_cast<size_t>(d);
-    s.step_scalars[k] = make_step_scalars(devices_[d]);
-    dp::enqueue_step_scalars(s.step_scalars[k], &slots_[k]->scalars);
+    s.step_scalars[k] = make_step_scalars(engine_.replicas.devices[d]);
+    dp::enqueue_step_scalars(s.step_scalars[k], &engine_.replicas.slots[k]->scalars);
   }
 }
 
@@ -289,23 +289,23 @@ void DataParallel::stage_next(const NextBatch& next) {
   // On a device with a capacity, the next batch must fit beside the highest use seen so far (the
   // step's peak comes after this point). Until two steps have shown that peak (the optimizer's
   // state appears at the end of the first), no upload ahead.
-  const int64_t per_sample = static_cast<int64_t>(numel(model_.input_shape) * dtype_size(wire_dtype())) +
-                             model_.targets_per_sample() * static_cast<int64_t>(sizeof(int32_t));
-  for (int d = 0; d < devices_.size(); ++d) {
+  const int64_t per_sample = static_cast<int64_t>(numel(engine_.replicas.model.input_shape) * dtype_size(engine_.wire_dtype())) +
+                             engine_.replicas.model.targets_per_sample() * static_cast<int64_t>(sizeof(int32_t));
+  for (int d = 0; d < engine_.replicas.devices.size(); ++d) {
     const int64_t rows = key.chunks.empty() ? (d == 0 ? next.batch : 0) : key.chunks[static_cast<size_t>(d)];
-    const CachingAllocator& alloc = devices_[d].allocator();
+    const CachingAllocator& alloc = engine_.replicas.devices[d].allocator();
     if (rows > 0 && alloc.capacity() > 0 &&
         (steps_run_ < 2 || alloc.stats().peak + rows * per_sample + 1024 > alloc.capacity()))
       return;  // the next step loads its batch itself
   }
   std::vector<UploadAhead::Piece> pieces;
   try {
-    pieces = shape_->loads_chunks() ? chunk_pieces(next.input, next.targets, key.chunks)
-                                    : batch_pieces(next.input, next.targets, next.batch);
+    pieces = shape_->loads_chunks() ? engine_.chunk_pieces(next.input, next.targets, key.chunks)
+                                    : engine_.batch_pieces(next.input, next.targets, next.batch);
   } catch (const OutOfMemoryError&) {
     return;  // no room for it beside this step: the next step loads its batch itself
   }
-  upload_ahead_.stage(std::move(key), std::move(pieces), next.owner);
+  engine_.inputs.upload_ahead.stage(std::move(key), std::move(pieces), next.owner);
 }
 
 void DataParallel::upload_ahead(const MicroBatch& b, std::shared_ptr<const void> owner) {
@@ -324,7 +324,7 @@ void DataParallel::upload_ahead(const int32_t* tokens, const int32_t* targets, i
 
 void DataParallel::cancel_upload_ahead() {
   next_.reset();
-  upload_ahead_.drop();
+  engine_.inputs.upload_ahead.drop();
   if (captured_) captured_->ahead.reset();
 }
 
@@ -332,23 +332,23 @@ void DataParallel::report(StepState& s, StepResult& r) {
   shape_->loss_strategy().read_sums(s);
   // fp16: this process's verdict (its deciding devices must agree), then every process's. Before the
   // last micro-batch of an accumulated step there is no update, so nothing to decide.
-  const bool updated = last_micro_batch();
-  const bool skip = updated && scaler_.enabled() &&
+  const bool updated = engine_.last_micro_batch();
+  const bool skip = updated && engine_.scaling.scaler.enabled() &&
                     devices_skipped(s, shape_->deciding_devices());
-  if (group_) {  // every process's sums, and how many processes skipped, in one collective
+  if (engine_.process.group) {  // every process's sums, and how many processes skipped, in one collective
     double sums[3] = {s.loss_sum, static_cast<double>(s.correct), skip ? 1.0 : 0.0};
-    group_->allreduce_sum(sums, 3);
+    engine_.process.group->allreduce_sum(sums, 3);
     s.loss_sum = sums[0];
     s.correct = static_cast<int64_t>(sums[1]);
-    if (sums[2] != 0 && sums[2] != group_->size())
+    if (sums[2] != 0 && sums[2] != engine_.process.group->size())
       throw RuntimeError("allreduce: processes disagree on inf/NaN in the all-reduced gradients (" +
-                         std::to_string(static_cast<int>(sums[2])) + " of " + std::to_string(group_->size()) +
+                         std::to_string(static_cast<int>(sums[2])) + " of " + std::to_string(engine_.process.group->size()) +
                          " skipped the update): their copies of the model now differ");
   }
-  if (scaler_.enabled() && updated) settle_loss_scale(skip);
+  if (engine_.scaling.scaler.enabled() && updated) settle_loss_scale(skip);
   r.skipped = skip;
   // The gradient norm, as device 0's stream computed it (none for a skipped step).
-  if ((clip_ > 0 || report_norm_) && updated && !skip) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
+  if ((engine_.policy.clip > 0 || engine_.policy.report_norm) && updated && !skip) r.grad_norm = std::sqrt(s.slots[0]->grad_sq_sum);
   r.loss = s.loss_sum / static_cast<double>(s.loss_rows);
   r.correct = s.correct;
 }
@@ -371,7 +371,7 @@ void DataParallel::settle_loss_scale(bool skip) {
     shape_->optimizer().undo_step();
     shape_->undo_step();
   }
-  scaler_.update(skip);
+  engine_.scaling.scaler.update(skip);
 }
 
 EvalResult DataParallel::evaluate(const float* images, const int32_t* labels, int64_t batch) {
@@ -384,57 +384,57 @@ EvalResult DataParallel::evaluate(const int32_t* tokens, const int32_t* targets,
 EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const int32_t* targets, int64_t batch) {
   check_input(dtype);
   if (batch <= 0) throw RuntimeError("evaluate: empty batch");
-  Device& d0 = devices_[0];
-  const Tensor uploaded = Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, dtype);
-  Tensor target = Tensor::empty(d0, with_batch(batch, model_.target_shape), MemCategory::Inputs, DType::I32);
+  Device& d0 = engine_.replicas.devices[0];
+  const Tensor uploaded = Tensor::empty(d0, with_batch(batch, engine_.replicas.model.input_shape), MemCategory::Inputs, dtype);
+  Tensor target = Tensor::empty(d0, with_batch(batch, engine_.replicas.model.target_shape), MemCategory::Inputs, DType::I32);
   upload_async(uploaded, input_data);
   upload_async(target, targets);
   Tensor pixels;  // held until device 0 is joined below
-  const Tensor input = model_input(0, uploaded, pixels);
+  const Tensor input = engine_.model_input(0, uploaded, pixels);
   EvalResult out;
   out.count = target.numel();
   // Mixed precision evaluates as it trains: on a 16-bit copy of the master parameters.
   const Tensor params = shape_->inference_parameters();
   d0.stream().enqueue([&] {
-    nets_[0]->bind(params, Tensor(), buffers_);
-    Tensor logits = nets_[0]->forward(d0, input, false);
-    nets_[0]->clear_cache();
-    out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), out.count, model_.classes, {}, 0.f, &out.correct);
-    nets_[0]->unbind();
+    engine_.replicas.nets[0]->bind(params, Tensor(), engine_.master.buffers);
+    Tensor logits = engine_.replicas.nets[0]->forward(d0, input, false);
+    engine_.replicas.nets[0]->clear_cache();
+    out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), out.count, engine_.replicas.model.classes, {}, 0.f, &out.correct);
+    engine_.replicas.nets[0]->unbind();
   });
-  join_device0();
+  engine_.join_device0();
   return out;
 }
 
 std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length, int32_t pad) {
   check_input(DType::I32);
-  const int64_t T = model_.input_shape.at(0);
+  const int64_t T = engine_.replicas.model.input_shape.at(0);
   if (length < 1 || length > T)
     throw RuntimeError("logits: " + std::to_string(length) + " tokens; the model takes 1 to " + std::to_string(T));
   // A model file runs at its exported length only: the tokens, then `pad` up to T (a causal model's
   // first `length` rows do not see it).
-  const int64_t run = model_.file ? T : length;
+  const int64_t run = engine_.replicas.model.file ? T : length;
   std::vector<int32_t> padded(tokens, tokens + length);
   padded.resize(static_cast<size_t>(run), pad);
-  Device& d0 = devices_[0];
+  Device& d0 = engine_.replicas.devices[0];
   Tensor input = Tensor::empty(d0, {1, run}, MemCategory::Inputs, DType::I32);
   upload_async(input, padded.data());
-  std::vector<float> out(static_cast<size_t>(run * model_.classes));
+  std::vector<float> out(static_cast<size_t>(run * engine_.replicas.model.classes));
   const Tensor params = shape_->inference_parameters();
   d0.stream().enqueue([&] {
-    nets_[0]->bind(params, Tensor(), buffers_);
-    Tensor logits = nets_[0]->forward(d0, input, false);
-    nets_[0]->clear_cache();
+    engine_.replicas.nets[0]->bind(params, Tensor(), engine_.master.buffers);
+    Tensor logits = engine_.replicas.nets[0]->forward(d0, input, false);
+    engine_.replicas.nets[0]->clear_cache();
     if (logits.dtype() != DType::F32) {  // 16-bit logits, widened for the host
       Tensor wide = Tensor::empty(d0, logits.shape(), MemCategory::Workspace);
       convert(d0.exec(), wide.buf(), logits.buf(), logits.numel());
       logits = wide;
     }
     download(d0.exec(), out.data(), logits.data(), out.size() * sizeof(float));
-    nets_[0]->unbind();
+    engine_.replicas.nets[0]->unbind();
   });
-  join_device0();
-  out.resize(static_cast<size_t>(length * model_.classes));
+  engine_.join_device0();
+  out.resize(static_cast<size_t>(length * engine_.replicas.model.classes));
   return out;
 }
 
@@ -447,7 +447,7 @@ void DataParallel::load_state(const std::vector<float>& params, const std::vecto
 
 void DataParallel::restore_optimizer(const Optimizer::Saved& state) {
   drop_captured_step();  // the restored state may sit at other addresses than the captured update's
-  shape_->optimizer().restore(state, params_);
+  shape_->optimizer().restore(state, engine_.master.parameters);
   shape_->restore_optimizer(state);
 }
 

@@ -39,8 +39,8 @@
 
 namespace dp {
 
-// Built on a StepEngine (privately: what the phases share is not the caller's business).
-class DataParallel : private StepEngine {
+// Drives a StepEngine of its own (what the phases share is not the caller's business).
+class DataParallel {
  public:
   // Master state on device 0, initialised with PyTorch's default distributions from options.seed;
   // the step shape's own state (allreduce: a resident copy and an optimizer on every device) after
@@ -66,8 +66,8 @@ class DataParallel : private StepEngine {
   // all-reduced: DDP's no_sync). The result is the optimizer step's; `each` gets every
   // micro-batch's own (its loss: its rows' loss sum over the step's rows).
   StepResult step(const std::vector<MicroBatch>& micro_batches, std::vector<StepResult>* each = nullptr);
-  using StepEngine::takes_pixels;
-  const std::vector<float>& pixel_table() const { return pixel_table_; }  // empty: the steps take float32 images
+  bool takes_pixels() const { return engine_.takes_pixels(); }
+  const std::vector<float>& pixel_table() const { return engine_.inputs.pixel_table; }  // empty: the steps take float32 images
 
   // Upload this batch while the next step() runs, on each device's copy stream through staging
   // memory (engine/step/upload_ahead.hpp), so the step after finds it there. `owner` keeps the host
@@ -78,7 +78,7 @@ class DataParallel : private StepEngine {
   void upload_ahead(const uint8_t* pixels, const int32_t* labels, int64_t batch, std::shared_ptr<const void> owner);
   void upload_ahead(const MicroBatch& batch, std::shared_ptr<const void> owner);
   void cancel_upload_ahead();  // drop a batch no step will take (waits for its copies)
-  const UploadAhead& uploads_ahead() const { return upload_ahead_; }
+  const UploadAhead& uploads_ahead() const { return engine_.inputs.upload_ahead; }
 
   // Forward in eval mode (running statistics) on device 0 with the master parameters.
   EvalResult evaluate(const float* images, const int32_t* labels, int64_t batch);
@@ -89,32 +89,32 @@ class DataParallel : private StepEngine {
   // model file, whose length is fixed at export, runs on the tokens followed by `pad` up to T.
   std::vector<float> logits(const int32_t* tokens, int64_t length, int32_t pad = 0);
 
-  const ModelDef& model() const { return model_; }
+  const ModelDef& model() const { return engine_.replicas.model; }
   Optimizer& optimizer() { return shape_->optimizer(); }
   void restore_optimizer(const Optimizer::Saved& state);  // onto every optimizer the shape keeps
-  void set_learning_rate(double lr) { lr_ = lr; }          // for the next updates (a schedule's)
+  void set_learning_rate(double lr) { engine_.policy.learning_rate = lr; }          // for the next updates (a schedule's)
   // Optimizer steps taken (fp16's skipped ones too). Dropout draws step k's masks from (seed, k),
   // so a run resumed at step k sets this to k to draw what the uninterrupted run drew.
-  int64_t steps_done() const { return steps_done_; }
-  void set_steps_done(int64_t steps) { steps_done_ = steps; }
+  int64_t steps_done() const { return engine_.progress.steps_done; }
+  void set_steps_done(int64_t steps) { engine_.progress.steps_done = steps; }
   int64_t recomputed_blocks() const { return recompute_; }  // 0: off
   int64_t blocks() const { return blocks_; }                // the model's recompute units
   int64_t sync_bn_allreduces() const { return shape_->sync_bn_allreduces(); }  // --sync-bn's so far
-  using StepEngine::layout;
-  DeviceSet& devices() { return devices_; }
-  const DeviceSet& devices() const { return devices_; }
+  const ModelLayout& layout() const { return engine_.layout(); }
+  DeviceSet& devices() { return engine_.replicas.devices; }
+  const DeviceSet& devices() const { return engine_.replicas.devices; }
   const SplitPolicy& split() const { return splitter_.policy(); }
   Splitter& splitter() { return splitter_; }
   LossMode loss_mode() const { return shape_->loss_strategy().mode(); }
   SyncMode sync_mode() const { return shape_->mode(); }
-  int64_t bucket_bytes() const { return sync_.bucket_bytes; }  // --bucket-mb's, for those who tell the step
-  Precision precision() const { return precision_.precision; }
-  LossScaler& loss_scaler() { return scaler_; }  // fp16's dynamic loss scale; it goes into checkpoints
-  SamplePlacement sample_placement() const { return placement_; }
+  int64_t bucket_bytes() const { return engine_.policy.sync.bucket_bytes; }  // --bucket-mb's, for those who tell the step
+  Precision precision() const { return engine_.policy.precision.precision; }
+  LossScaler& loss_scaler() { return engine_.scaling.scaler; }  // fp16's dynamic loss scale; it goes into checkpoints
+  SamplePlacement sample_placement() const { return engine_.process.placement; }
   std::vector<int64_t> chunk_sizes(int64_t batch) const;  // the next step's, for a batch of this size
   // Phases as slices on the tracer's host track, device work on the device tracks (null stops).
   void set_tracer(Tracer* tracer);
-  using StepEngine::host_sync;
+  HostSync host_sync() const { return engine_.host_sync(); }
   // Captured steps on or off from the next step (DataParallelOptions::graphs says how a run
   // starts); off drops the captured step.
   void set_graphs(bool on);
@@ -196,6 +196,7 @@ class DataParallel : private StepEngine {
   void drop_captured_step();  // the devices must be idle
   GraphKey graph_key(int64_t batch, const std::vector<int64_t>& chunks) const;
 
+  StepEngine engine_;  // the devices, networks, master state and policy the phases share
   Splitter splitter_;
   std::unique_ptr<StepShape> shape_;
   int64_t recompute_ = 0;  // blocks recomputed

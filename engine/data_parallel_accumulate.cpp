@@ -69,26 +69,26 @@ StepResult DataParallel::step(const std::vector<MicroBatch>& micro, std::vector<
   std::string probed;
   const int64_t rows = prepare_micro_batches(micro, probed);
   StepResult total = run_micro_batches(micro, rows, probed, each);
-  ++steps_done_;
+  ++engine_.progress.steps_done;
   return total;
 }
 
 int64_t DataParallel::prepare_micro_batches(const std::vector<MicroBatch>& micro, std::string& probed) {
   int64_t rows = 0;  // the loss is the mean over all of them (every process's, under mpirun)
-  micro_.count = static_cast<int>(micro.size());  // for the memory probe, if one runs: the gradients held count
+  engine_.progress.micro.count = static_cast<int>(micro.size());  // for the memory probe, if one runs: the gradients held count
   try {
     for (const MicroBatch& m : micro) {
       const std::string planned = prepare_step(m.input, m.dtype, m.targets, m.batch);
       if (probed.empty()) probed = planned;
-      rows += m.batch * model_.targets_per_sample();
+      rows += m.batch * engine_.replicas.model.targets_per_sample();
     }
   } catch (...) {
-    micro_ = {};
+    engine_.progress.micro = {};
     throw;
   }
-  if (group_) {
+  if (engine_.process.group) {
     double sum = static_cast<double>(rows);
-    group_->allreduce_sum(&sum, 1);
+    engine_.process.group->allreduce_sum(&sum, 1);
     rows = static_cast<int64_t>(sum);
   }
   return rows;
@@ -97,14 +97,14 @@ int64_t DataParallel::prepare_micro_batches(const std::vector<MicroBatch>& micro
 StepResult DataParallel::run_micro_batches(const std::vector<MicroBatch>& micro, int64_t rows,
                                            const std::string& probed, std::vector<StepResult>* each) {
   const int count = static_cast<int>(micro.size());
-  accumulated_grads_.resize(static_cast<size_t>(devices_.size()));
+  engine_.progress.held_gradients.resize(static_cast<size_t>(engine_.replicas.devices.size()));
   const std::optional<NextBatch> after = std::move(next_);  // given to upload_ahead(): the next step's
   next_.reset();
   StepResult total;
   try {
     int64_t first_sample = 0;
     for (int i = 0; i < count; ++i) {
-      micro_ = {i, count, rows, first_sample};
+      engine_.progress.micro = {i, count, rows, first_sample};
       first_sample += micro[static_cast<size_t>(i)].batch;
       const MicroBatch& m = micro[static_cast<size_t>(i)];
       // The next micro-batch is uploaded while this one runs, if asked, as the next step's batch is.
@@ -124,11 +124,11 @@ StepResult DataParallel::run_micro_batches(const std::vector<MicroBatch>& micro,
       add_micro_step(total, std::move(r), i, count);
     }
   } catch (...) {
-    micro_ = {};
-    for (auto& g : accumulated_grads_) g = Tensor();  // a failed step's part-sum is not the next one's
+    engine_.progress.micro = {};
+    for (auto& g : engine_.progress.held_gradients) g = Tensor();  // a failed step's part-sum is not the next one's
     throw;
   }
-  micro_ = {};
+  engine_.progress.micro = {};
   return total;
 }
 

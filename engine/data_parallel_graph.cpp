@@ -37,15 +37,15 @@ void DataParallel::drop_captured_step() {
 }
 
 DataParallel::GraphKey DataParallel::graph_key(int64_t batch, const std::vector<int64_t>& chunks) const {
-  return {batch, chunks, clip_, report_norm_};
+  return {batch, chunks, engine_.policy.clip, engine_.policy.report_norm};
 }
 
 std::string DataParallel::graph_blocker() const {
   if (!graphs_stopped_.empty()) return graphs_stopped_;
   if (std::string why = shape_->graph_blocker(); !why.empty()) return why;
   if (host_sync() == HostSync::PerPhase) return "the host waits after every phase (" + setting("host-sync") + " phase)";
-  if (micro_.count > 1) return "gradients are accumulated over micro-batches (" + setting("accumulate") + ")";
-  if (tracer_) return "the step is traced";
+  if (engine_.progress.micro.count > 1) return "gradients are accumulated over micro-batches (" + setting("accumulate") + ")";
+  if (engine_.process.tracer) return "the step is traced";
   if (splitter_.wants_measurement(steps_run_))  // its replica times come from steps run as usual
     return splitter_.settled() ? setting("split") + " auto re-measures the replicas' speeds every " +
                                      std::to_string(AutoBalancer::kRemeasureEvery) + "th step"
@@ -92,16 +92,16 @@ void DataParallel::stop_graphs(const std::string& why) {
 std::optional<StepResult> DataParallel::capture_step(const void* input, const int32_t* targets, int64_t batch,
                                                      const std::vector<int64_t>& chunks, const NextBatch* next) {
   drop_captured_step();
-  upload_ahead_.drop();  // a launch uploads its batch from its own staging memory
+  engine_.inputs.upload_ahead.drop();  // a launch uploads its batch from its own staging memory
   StepResult result = new_result(batch, chunks);
   auto state = std::make_unique<Step>(*this, batch, result.targets, chunks);
   // The captured input (each launch uploads its batch there first) and the staging memory for it.
-  auto pieces = batch_pieces(input, targets, batch);
+  auto pieces = engine_.batch_pieces(input, targets, batch);
   (takes_pixels() ? state->pixels[0] : state->input) = pieces[0].dst;  // pixels: the graph looks them up
   state->target = pieces[1].dst;
   state->loaded_by_launch = true;
   // Page-locked on a GPU, which may run short: then no capture, as when capturing fails.
-  RawMemory& staging = devices_[0].staging_memory();
+  RawMemory& staging = engine_.replicas.devices[0].staging_memory();
   std::array<CapturedStep::Staged, 2> staged;
   try {
     for (auto& set : staged) {
@@ -117,13 +117,13 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   const int64_t steps_before = shape_->optimizer().steps();
   std::unique_ptr<StepGraph> graph;
   try {
-    StepRecorder rec(devices_, nullptr, result, /*per_phase=*/false);  // the links each phase uses
+    StepRecorder rec(engine_.replicas.devices, nullptr, result, /*per_phase=*/false);  // the links each phase uses
     std::vector<Device*> devices;
-    for (int i = 0; i < devices_.size(); ++i) devices.push_back(&devices_[i]);
+    for (int i = 0; i < engine_.replicas.devices.size(); ++i) devices.push_back(&engine_.replicas.devices[i]);
     graph = std::make_unique<StepGraph>(std::move(devices));
     enqueue_step(*state, result, rec, nullptr, nullptr, nullptr, nullptr);
     graph->end();
-    join_replicas(all_devices());  // device 0's first: on CUDA the others leave the capture with it
+    engine_.join_replicas(engine_.all_devices());  // device 0's first: on CUDA the others leave the capture with it
     graph->finish();
   } catch (const std::exception& e) {
     graph.reset();  // ends what is still open and joins: nothing captured ran
@@ -141,7 +141,7 @@ std::optional<StepResult> DataParallel::capture_step(const void* input, const in
   captured_->current = 0;
   captured_->state = std::move(state);
   captured_->graph = std::move(graph);
-  captured_->grads = grads_;
+  captured_->grads = engine_.master.gradients;
   captured_->link_bytes = result.link_bytes;
   result.graph = GraphUse::Captured;
   // Its scalars are in the slots and its batch staged: run it (the update is counted already).
@@ -152,7 +152,7 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets, 
                                      const NextBatch* next) {
   CapturedStep& c = *captured_;
   Step& s = *c.state;
-  upload_ahead_.drop();  // a batch uploaded ahead by a step run as usual: this one uploads its own
+  engine_.inputs.upload_ahead.drop();  // a batch uploaded ahead by a step run as usual: this one uploads its own
   StepResult r = new_result(s.batch, s.chunks);
   write_step_scalars(s.chunks, s.loss_rows);  // the update's values at the count before it
   // The other set: the last launch's upload from it is done (that step was joined).
@@ -164,10 +164,10 @@ StepResult DataParallel::replay_step(const void* input, const int32_t* targets, 
   shape_->optimizer().count_replayed_step();  // the update captured with the step runs in the replay
   // The same bytes cross the same links as in the captured step.
   r.link_bytes = c.link_bytes;
-  const int n = devices_.size();
+  const int n = engine_.replicas.devices.size();
   for (const auto& moved : c.link_bytes)
     for (size_t j = 0; j < moved.size(); ++j)
-      if (moved[j]) devices_[static_cast<int>(j) % n].count_received(static_cast<int>(j) / n, moved[j]);
+      if (moved[j]) engine_.replicas.devices[static_cast<int>(j) % n].count_received(static_cast<int>(j) / n, moved[j]);
   r.graph = GraphUse::Replayed;
   return launch_captured(std::move(r), next);
 }
@@ -199,18 +199,18 @@ StepResult DataParallel::launch_captured(StepResult r, const NextBatch* next) {
     c.ahead = UploadAhead::Key{next->input, next->targets, next->batch, {}};
   }
   try {
-    join_replicas(all_devices());
+    engine_.join_replicas(engine_.all_devices());
   } catch (const std::exception& e) {
     broken_ = e.what();  // as a step waiting per step: its update was counted
     throw;
   }
-  r.lr = lr_;
+  r.lr = engine_.policy.learning_rate;
   s.loss_sum = 0;  // read from the slots afresh (in-replica adds the replicas')
   s.correct = 0;
   report(s, r);
   // What the capture left in the DataParallel: the master gradients it wrote, and no inference
   // copy of the master it changed (mixed precision).
-  grads_ = c.grads;
+  engine_.master.gradients = c.grads;
   shape_->drop_inference_parameters();
   return r;
 }

@@ -11,18 +11,18 @@
 namespace dp {
 
 void DataParallel::upload_pixel_table(std::vector<float> table) {
-  const int64_t channels = model_.input_shape[0];  // checked: a table for the model's channels
-  pixel_table_ = std::move(table);
+  const int64_t channels = engine_.replicas.model.input_shape[0];  // checked: a table for the model's channels
+  engine_.inputs.pixel_table = std::move(table);
   // On each device that loads batches: device 0 (DataParallel's shape), every device (allreduce).
-  const int loading = shape_->loads_chunks() ? devices_.size() : 1;
-  pixel_tables_.assign(static_cast<size_t>(devices_.size()), Tensor());
+  const int loading = shape_->loads_chunks() ? engine_.replicas.devices.size() : 1;
+  engine_.inputs.pixel_tables.assign(static_cast<size_t>(engine_.replicas.devices.size()), Tensor());
   for (int d = 0; d < loading; ++d) {
-    pixel_tables_[static_cast<size_t>(d)] =
-        Tensor::empty(devices_[d], {channels * 256}, MemCategory::Inputs, DType::F32);
-    upload_async(pixel_tables_[static_cast<size_t>(d)], pixel_table_.data());
+    engine_.inputs.pixel_tables[static_cast<size_t>(d)] =
+        Tensor::empty(engine_.replicas.devices[d], {channels * 256}, MemCategory::Inputs, DType::F32);
+    upload_async(engine_.inputs.pixel_tables[static_cast<size_t>(d)], engine_.inputs.pixel_table.data());
   }
-  // The copies read pixel_table_: done before the constructor returns.
-  for (int d = 0; d < loading; ++d) devices_[d].stream().synchronize();
+  // The copies read engine_.inputs.pixel_table: done before the constructor returns.
+  for (int d = 0; d < loading; ++d) engine_.replicas.devices[d].stream().synchronize();
 }
 
 StepResult DataParallel::step(const uint8_t* pixels, const int32_t* labels, int64_t batch) {

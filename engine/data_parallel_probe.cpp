@@ -11,7 +11,7 @@
 namespace dp {
 
 std::string DataParallel::probe_memory(const void* input, const int32_t* targets, int64_t batch, bool accumulating) {
-  const int n = devices_.size();
+  const int n = engine_.replicas.devices.size();
   if (n == 1) {
     splitter_.set_memory_plan({{batch}, ""});
     return "";
@@ -24,16 +24,16 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   // And waiting after every phase, as memprof does: waiting once per step, a block the host has
   // released returns when its stream gets there, so the peaks (and the plan, and every bit of the
   // run after it) would depend on how the threads happened to run.
-  const HostSync sync = std::exchange(host_sync_, HostSync::PerPhase);
-  const MicroStep micro = std::exchange(micro_, MicroStep{});  // the probes are whole steps, updating
+  const HostSync sync = std::exchange(engine_.policy.host_sync, HostSync::PerPhase);
+  const StepEngine::MicroStep micro = std::exchange(engine_.progress.micro, StepEngine::MicroStep{});  // the probes are whole steps, updating
   const auto saved_params = parameters(), saved_buffers = buffers();
   const auto saved_optimizer = shape_->optimizer().save();
-  const auto saved_scale = scaler_.state();
+  const auto saved_scale = engine_.scaling.scaler.state();
   std::vector<int64_t> capacity(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) capacity[i] = devices_[i].allocator().capacity(), devices_[i].allocator().set_capacity(0);
+  for (int i = 0; i < n; ++i) capacity[i] = engine_.replicas.devices[i].allocator().capacity(), engine_.replicas.devices[i].allocator().set_capacity(0);
   // Accumulating, the gradients summed so far wait on device 0 through every micro-batch after the
   // first: the probes count them as held.
-  const Tensor held = accumulating ? Tensor::zeros(devices_[0], {layout().parameter_count}, MemCategory::Gradients)
+  const Tensor held = accumulating ? Tensor::zeros(engine_.replicas.devices[0], {layout().parameter_count}, MemCategory::Gradients)
                                    : Tensor();
   const auto even = split_sizes(SplitPolicy{}, batch, n);
   SplitPolicy less_on_0;
@@ -42,25 +42,25 @@ std::string DataParallel::probe_memory(const void* input, const int32_t* targets
   // Uploading ahead, a step also holds the next batch on device 0: the probes stage theirs too.
   const NextBatch same{input, targets, batch, nullptr};
   auto probe = [&](const std::vector<int64_t>& chunks) {
-    for (int i = 0; i < n; ++i) devices_[i].allocator().reset_peak();
+    for (int i = 0; i < n; ++i) engine_.replicas.devices[i].allocator().reset_peak();
     run_step(input, targets, batch, chunks, next_ ? &same : nullptr);  // updating, so the optimizer state exists
     std::vector<double> peaks(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) peaks[i] = static_cast<double>(devices_[i].allocator().stats().peak);
+    for (int i = 0; i < n; ++i) peaks[i] = static_cast<double>(engine_.replicas.devices[i].allocator().stats().peak);
     return peaks;
   };
   probe(even);  // warm-up: the optimizer state appears at the end of the first step
   const auto pa = probe(even), pb = probe(shifted);
-  upload_ahead_.drop();
+  engine_.inputs.upload_ahead.drop();
   load_state(saved_params, saved_buffers);
-  shape_->optimizer().restore(saved_optimizer, params_);
-  if (scaler_.enabled()) scaler_.restore(saved_scale);
+  shape_->optimizer().restore(saved_optimizer, engine_.master.parameters);
+  if (engine_.scaling.scaler.enabled()) engine_.scaling.scaler.restore(saved_scale);
   for (int i = 0; i < n; ++i) {
-    devices_[i].allocator().set_capacity(capacity[i]);
-    devices_[i].allocator().reset_peak();  // the probes are not part of the run's profile
+    engine_.replicas.devices[i].allocator().set_capacity(capacity[i]);
+    engine_.replicas.devices[i].allocator().reset_peak();  // the probes are not part of the run's profile
   }
   graphs_ = graphs;
-  host_sync_ = sync;
-  micro_ = micro;
+  engine_.policy.host_sync = sync;
+  engine_.progress.micro = micro;
   drop_captured_step();
   const MemoryPlan plan = plan_memory_balance(even, pa, shifted, pb, batch);
   splitter_.set_memory_plan(plan);

@@ -16,12 +16,12 @@ namespace dp {
 struct DataParallel::Step : StepState {
   DataParallel& dp;
   Step(DataParallel& owner, int64_t batch, int64_t loss_rows, std::vector<int64_t> chunks)
-      : StepState(owner.devices_.size(), batch, loss_rows, std::move(chunks)), dp(owner) {
-    for (int i = 0; i < owner.devices_.size(); ++i) devices.push_back(&owner.devices_[i]);
-    slots = owner.slots_;
-    sample_output_shape = owner.model_.output_shape();
-    output_dtype = owner.precision_.mixed() ? storage_dtype(owner.precision_.precision) : DType::F32;
-    label_smoothing = owner.label_smoothing_;
+      : StepState(owner.engine_.replicas.devices.size(), batch, loss_rows, std::move(chunks)), dp(owner) {
+    for (int i = 0; i < owner.engine_.replicas.devices.size(); ++i) devices.push_back(&owner.engine_.replicas.devices[i]);
+    slots = owner.engine_.replicas.slots;
+    sample_output_shape = owner.engine_.replicas.model.output_shape();
+    output_dtype = owner.engine_.policy.precision.mixed() ? storage_dtype(owner.engine_.policy.precision.precision) : DType::F32;
+    label_smoothing = owner.engine_.policy.label_smoothing;
   }
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
@@ -31,13 +31,13 @@ struct DataParallel::Step : StepState {
     if (!joined) {  // unwinding: let nothing wait for an all-reduce that will not come, then join
       dp.shape_->abandon_step();
       try {
-        dp.devices_.synchronize();
+        dp.engine_.replicas.devices.synchronize();
       } catch (...) {
       }
       dp.shape_->after_abandoned_step();
-      dp.upload_ahead_.drop();  // the next batch is loaded again if a step is run on it
+      dp.engine_.inputs.upload_ahead.drop();  // the next batch is loaded again if a step is run on it
     }
-    for (auto& net : dp.nets_) {
+    for (auto& net : dp.engine_.replicas.nets) {
       net->clear_cache();  // a step that failed part-way leaves activations cached
       net->unbind();
     }

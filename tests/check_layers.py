@@ -7,7 +7,9 @@ split/ at the bottom, then optim/, step/, shapes/, and engine/'s own files at th
 seen in every spelling: "engine/step/x.hpp" from the root, "../step/x.hpp" or "x.hpp" from the
 including file's folder, and <engine/step/x.hpp>. Below tools/dp, a string literal that names a CLI
 flag ("--split") fails too: the library names a setting through core/setting_name.hpp, and the CLI
-maps it to its flag.
+maps it to its flag. A step shape (engine/shapes/) reads the StepEngine's state through its
+accessors and changes it through its methods: a reach into one of its parts (`e_.master.gradients`)
+fails as well.
 
 usage: check_layers.py [ROOT]
 """
@@ -40,6 +42,8 @@ INCLUDE = re.compile(r'\s*#\s*include\s*(?:"([^"]+)"|<([^>]+)>)')
 # A string literal holding a flag, outside comments: "--split", "... (--host-sync phase)".
 LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 FLAG = re.compile(r'--[a-z]')
+# A shape reaching into the StepEngine's parts (engine/step/step_engine.hpp).
+ENGINE_PART = re.compile(r'\be_\s*\.\s*(replicas|master|policy|scaling|progress|inputs|process)\b')
 
 
 def layer_of(path):
@@ -97,6 +101,9 @@ def main():
                     for number, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
                         if not m:
+                            if rel.startswith("engine/shapes/") and ENGINE_PART.search(strip_comment(line)):
+                                bad.append(f"{rel}:{number}: a step shape reaches into the StepEngine's state "
+                                           "(read it through the accessors, change it through the methods)")
                             if layer != "tools/dp":
                                 for literal in LITERAL.findall(strip_comment(line)):
                                     if FLAG.search(literal):

@@ -17,49 +17,45 @@ namespace dp {
 
 StepEngine::StepEngine(DeviceSet& devices, const ModelDef& model, double learning_rate, uint64_t seed,
                        SyncOptions sync, PrecisionOptions precision)
-    : devices_(devices),
-      model_(model),
-      lr_(learning_rate),
-      sync_(sync),
-      precision_(precision),
-      scaler_(precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler()),
-      seed_(seed) {}
+    : replicas{devices, model, {}, {}},
+      policy{.learning_rate = learning_rate, .sync = sync, .precision = precision, .seed = seed},
+      scaling{precision.scales_loss() ? LossScaler(precision.loss_scale) : LossScaler(), {}} {}
 
 StepEngine::~StepEngine() {
-  for (auto& n : nets_) n->unbind();
-  for (size_t i = 0; i < slots_.size(); ++i)
-    devices_[static_cast<int>(i)].staging_memory().release(slots_[i], sizeof(HostSlots));
+  for (auto& n : replicas.nets) n->unbind();
+  for (size_t i = 0; i < replicas.slots.size(); ++i)
+    replicas.devices[static_cast<int>(i)].staging_memory().release(replicas.slots[i], sizeof(HostSlots));
 }
 
 void StepEngine::init_master_state(std::vector<float>& params, std::vector<float>& buffers) {
-  for (int i = 0; i < devices_.size(); ++i) nets_.push_back(std::make_unique<Network>(model_));
+  for (int i = 0; i < replicas.devices.size(); ++i) replicas.nets.push_back(std::make_unique<Network>(replicas.model));
   const ModelLayout& lay = layout();
-  buffers_ = Tensor::empty(devices_[0], {lay.buffer_count}, MemCategory::Parameters);
-  if (devices_[0].is_meta()) return;  // no values to draw: a plan moves no bytes
+  master.buffers = Tensor::empty(replicas.devices[0], {lay.buffer_count}, MemCategory::Parameters);
+  if (replicas.devices[0].is_meta()) return;  // no values to draw: a plan moves no bytes
   params.assign(static_cast<size_t>(lay.parameter_count), 0.f);
   buffers.assign(static_cast<size_t>(lay.buffer_count), 0.f);
-  init_state(lay, params.data(), buffers.data(), seed_);
+  init_state(lay, params.data(), buffers.data(), policy.seed);
 }
 
 void StepEngine::make_master_parameters() {
-  params_ = Tensor::empty(devices_[0], {layout().parameter_count}, MemCategory::Parameters);
+  master.parameters = Tensor::empty(replicas.devices[0], {layout().parameter_count}, MemCategory::Parameters);
 }
 
 void StepEngine::make_master_gradients() {
-  grads_ = Tensor::zeros(devices_[0], {layout().parameter_count}, MemCategory::Gradients);
+  master.gradients = Tensor::zeros(replicas.devices[0], {layout().parameter_count}, MemCategory::Gradients);
 }
 
 void StepEngine::make_slots() {
-  for (int i = 0; i < devices_.size(); ++i) {
-    void* p = devices_[i].staging_memory().allocate(sizeof(HostSlots));
-    if (!p) throw RuntimeError("no host memory for the step's results of " + devices_[i].name());
-    slots_.push_back(new (p) HostSlots());
+  for (int i = 0; i < replicas.devices.size(); ++i) {
+    void* p = replicas.devices[i].staging_memory().allocate(sizeof(HostSlots));
+    if (!p) throw RuntimeError("no host memory for the step's results of " + replicas.devices[i].name());
+    replicas.slots.push_back(new (p) HostSlots());
   }
 }
 
-void StepEngine::join_replicas(const std::vector<int>& replicas) { join_replicas(replicas, nullptr, -1); }
+void StepEngine::join_replicas(const std::vector<int>& ids) { join_replicas(ids, nullptr, -1); }
 
-void StepEngine::join_replicas(const std::vector<int>& replicas, std::exception_ptr error, int error_replica) {
+void StepEngine::join_replicas(const std::vector<int>& ids, std::exception_ptr error, int error_replica) {
   // Wait for every replica before raising anything: no worker may still be running. A cause
   // wins over an UpstreamError (a stream that stopped because it waited for the failed one).
   std::exception_ptr first;
@@ -75,15 +71,15 @@ void StepEngine::join_replicas(const std::vector<int>& replicas, std::exception_
     }
   };
   if (error) note(error, error_replica);
-  for (int r : replicas) {
+  for (int r : ids) {
     try {
-      devices_[r].stream().synchronize();
+      replicas.devices[r].stream().synchronize();
     } catch (...) {
       note(std::current_exception(), r);
     }
     // The all-reduce's ring enqueued on the comm streams: its own failure is the cause of an
     // update that stopped, and nothing of it may still run once the step has been joined.
-    if (Stream* comm = devices_[r].comm_stream_if_made()) try {
+    if (Stream* comm = replicas.devices[r].comm_stream_if_made()) try {
         comm->synchronize();
       } catch (...) {
         note(std::current_exception(), r);
@@ -91,8 +87,8 @@ void StepEngine::join_replicas(const std::vector<int>& replicas, std::exception_
   }
   if (!first) return;
   if (!first_is_cause)  // stopped for a copy uploaded ahead (engine/step/upload_ahead.hpp)?
-    for (int r : replicas)
-      if (Stream* copies = devices_[r].copy_stream_if_made()) try {
+    for (int r : ids)
+      if (Stream* copies = replicas.devices[r].copy_stream_if_made()) try {
           copies->synchronize();
         } catch (...) {
           note(std::current_exception(), r);
@@ -102,31 +98,31 @@ void StepEngine::join_replicas(const std::vector<int>& replicas, std::exception_
   } catch (const ReplicaError&) {
     throw;
   } catch (const OutOfMemoryError& e) {
-    throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), true, e.request, e.phase, e.in_use);
+    throw ReplicaError(first_replica, replicas.devices[first_replica].index(), e.what(), true, e.request, e.phase, e.in_use);
   } catch (const std::exception& e) {
-    throw ReplicaError(first_replica, devices_[first_replica].index(), e.what(), false);
+    throw ReplicaError(first_replica, replicas.devices[first_replica].index(), e.what(), false);
   }
 }
 
 void StepEngine::join_device0() {
   try {
-    devices_[0].stream().synchronize();
+    replicas.devices[0].stream().synchronize();
   } catch (...) {
     // Device 0 may have stopped for another device's failure (waiting per step): find the cause.
     std::vector<int> others;
-    for (int i = 1; i < devices_.size(); ++i) others.push_back(i);
+    for (int i = 1; i < replicas.devices.size(); ++i) others.push_back(i);
     join_replicas(others, std::current_exception(), 0);
   }
 }
 
 std::vector<int> StepEngine::all_devices() const {
-  std::vector<int> all(static_cast<size_t>(devices_.size()));
-  for (int i = 0; i < devices_.size(); ++i) all[static_cast<size_t>(i)] = i;
+  std::vector<int> all(static_cast<size_t>(replicas.devices.size()));
+  for (int i = 0; i < replicas.devices.size(); ++i) all[static_cast<size_t>(i)] = i;
   return all;
 }
 
-void StepEngine::end_phase(const std::vector<int>& replicas) {
-  if (host_sync_ == HostSync::PerPhase) join_replicas(replicas);
+void StepEngine::end_phase(const std::vector<int>& ids) {
+  if (policy.host_sync == HostSync::PerPhase) join_replicas(ids);
 }
 
 // Replica r's forward on its stream (engine/shapes/ call it in their forward phase, each replica on
@@ -142,19 +138,19 @@ void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, LossS
     });
   // Dropout draws the masks of the samples this replica takes, by their place in the step's
   // whole batch: after the micro-batches before this one, and the chunks of the devices before it.
-  int64_t first_sample = micro_.first_sample;
+  int64_t first_sample = progress.micro.first_sample;
   for (int d = 0; d < r; ++d) first_sample += s.chunks[static_cast<size_t>(d)];
   const DropoutSource dropout{0, dropout_key_on_device(s.step_scalars[static_cast<size_t>(r)]), first_sample,
-                              placement_};
+                              process.placement};
   stream.enqueue(
       [this, r, &s, grads, &loss, dropout, group, bind = std::move(bind)] {
         if (bind)
           bind();
         else
-          nets_[r]->bind(s.params[r], grads, s.buffers[r]);
-        nets_[r]->set_dropout_source(dropout);
+          replicas.nets[r]->bind(s.params[r], grads, s.buffers[r]);
+        replicas.nets[r]->set_dropout_source(dropout);
         try {
-          s.outputs[r] = nets_[r]->forward(*s.devices[r], s.inputs[r], true);
+          s.outputs[r] = replicas.nets[r]->forward(*s.devices[r], s.inputs[r], true);
         } catch (...) {
           if (group) group->abort();  // --sync-bn: the others wait for this replica
           throw;
@@ -171,43 +167,43 @@ void StepEngine::enqueue_forward(StepState& s, int r, const Tensor& grads, LossS
 // the optimizer's kernels read. Without loss scaling a non-finite gradient is applied, as PyTorch
 // applies it.
 void StepEngine::enqueue_unscale_and_clip(const StepState& s, int d, const Tensor& grads, const Tensor& found_inf) {
-  Device& dev = devices_[d];
+  Device& dev = replicas.devices[d];
   const Tensor& scalars = s.step_scalars[static_cast<size_t>(d)];
   const ScalarArg inv_scale = scalar_on_device(scalars, offsetof(StepScalars, inv_loss_scale));
   dev.stream().enqueue(
-      [this, &dev, grads, found_inf, scalars, inv_scale, slot = slots_[static_cast<size_t>(d)]] {
+      [this, &dev, grads, found_inf, scalars, inv_scale, slot = replicas.slots[static_cast<size_t>(d)]] {
         const int64_t n = grads.numel();
         if (found_inf.defined()) scale(dev.exec(), grads.buf(), inv_scale, n);
-        sum_squares_and_clip(dev.exec(), grads.buf(), n, clip_, &slot->grad_sq_sum, found_inf.buf());
+        sum_squares_and_clip(dev.exec(), grads.buf(), n, policy.clip, &slot->grad_sq_sum, found_inf.buf());
       },
       dev.stream().label([&] {
-        return TaskLabel{found_inf.defined() ? "unscale gradients, inf/NaN check" + std::string(clip_ > 0 ? ", clipping" : "")
-                         : clip_ > 0         ? "gradient norm and clipping"
+        return TaskLabel{found_inf.defined() ? "unscale gradients, inf/NaN check" + std::string(policy.clip > 0 ? ", clipping" : "")
+                         : policy.clip > 0         ? "gradient norm and clipping"
                                              : "gradient norm",
                          "update"};
       }));
 }
 
 const Tensor& StepEngine::found_inf_flag(int d) {
-  if (found_inf_.empty()) found_inf_.resize(static_cast<size_t>(devices_.size()));
-  Tensor& flag = found_inf_[static_cast<size_t>(d)];
-  if (!flag.defined()) flag = Tensor::zeros(devices_[d], {1}, MemCategory::Gradients, DType::I32);
+  if (scaling.found_inf.empty()) scaling.found_inf.resize(static_cast<size_t>(replicas.devices.size()));
+  Tensor& flag = scaling.found_inf[static_cast<size_t>(d)];
+  if (!flag.defined()) flag = Tensor::zeros(replicas.devices[d], {1}, MemCategory::Gradients, DType::I32);
   return flag;
 }
 
 const Tensor& StepEngine::accumulated_gradients(int d) const {
   static const Tensor none;
-  return static_cast<size_t>(d) < accumulated_grads_.size() ? accumulated_grads_[static_cast<size_t>(d)] : none;
+  return static_cast<size_t>(d) < progress.held_gradients.size() ? progress.held_gradients[static_cast<size_t>(d)] : none;
 }
 
 void StepEngine::make_master_gradients_for_reduce() {
-  if (!grads_.defined()) grads_ = Tensor::empty(devices_[0], {layout().parameter_count}, MemCategory::Gradients);
+  if (!master.gradients.defined()) master.gradients = Tensor::empty(replicas.devices[0], {layout().parameter_count}, MemCategory::Gradients);
 }
 
 Tensor StepEngine::accumulate_gradients(int d, Tensor* replica_grads, bool add) {
-  Device& dev = devices_[d];
-  Tensor& grads = replica_grads ? *replica_grads : grads_;
-  Tensor& held = accumulated_grads_.at(static_cast<size_t>(d));
+  Device& dev = replicas.devices[d];
+  Tensor& grads = replica_grads ? *replica_grads : master.gradients;
+  Tensor& held = progress.held_gradients.at(static_cast<size_t>(d));
   if (held.defined() && add)  // the sum in PyTorch's order: ((g0 + g1) + g2) ..., float addition commuting
     dev.stream().enqueue([grads, held, &dev] { add_inplace(dev.exec(), grads.buf(), held.buf(), grads.numel()); },
                          {"add the micro-batches' gradients before", "update"});
@@ -219,9 +215,9 @@ Tensor StepEngine::accumulate_gradients(int d, Tensor* replica_grads, bool add) 
 }
 
 Tensor StepEngine::low_precision_parameters() {
-  Device& d0 = devices_[0];
-  Tensor low = Tensor::empty(d0, params_.shape(), MemCategory::Parameters, storage_dtype(precision_.precision));
-  d0.stream().enqueue([low, master = params_, &d0] { convert(d0.exec(), low.buf(), master.buf(), master.numel()); },
+  Device& d0 = replicas.devices[0];
+  Tensor low = Tensor::empty(d0, master.parameters.shape(), MemCategory::Parameters, storage_dtype(policy.precision.precision));
+  d0.stream().enqueue([low, master = master.parameters, &d0] { convert(d0.exec(), low.buf(), master.buf(), master.numel()); },
                       d0.stream().label([&] {
                         return TaskLabel{std::string("round parameters to ") + dtype_name(low.dtype()), "replicate"};
                       }));
@@ -229,8 +225,8 @@ Tensor StepEngine::low_precision_parameters() {
 }
 
 Tensor StepEngine::images_from_pixels(int d, const Tensor& pixels) {
-  Device& dev = devices_[d];
-  const Tensor& table = pixel_tables_.at(static_cast<size_t>(d));
+  Device& dev = replicas.devices[d];
+  const Tensor& table = inputs.pixel_tables.at(static_cast<size_t>(d));
   if (!table.defined()) throw RuntimeError("images_from_pixels: no table on " + dev.name());
   Tensor images = Tensor::empty(dev, pixels.shape(), MemCategory::Inputs, DType::F32);
   const Shape& shape = pixels.shape();  // [batch, C, H, W]
@@ -251,26 +247,26 @@ Tensor StepEngine::model_input(int d, const Tensor& uploaded, Tensor& keep) {
 }
 
 std::vector<UploadAhead::Piece> StepEngine::batch_pieces(const void* input, const int32_t* targets, int64_t batch) {
-  Device& d0 = devices_[0];
-  return {{Tensor::empty(d0, with_batch(batch, model_.input_shape), MemCategory::Inputs, wire_dtype()), input},
-          {Tensor::empty(d0, with_batch(batch, model_.target_shape), MemCategory::Inputs, DType::I32), targets}};
+  Device& d0 = replicas.devices[0];
+  return {{Tensor::empty(d0, with_batch(batch, replicas.model.input_shape), MemCategory::Inputs, wire_dtype()), input},
+          {Tensor::empty(d0, with_batch(batch, replicas.model.target_shape), MemCategory::Inputs, DType::I32), targets}};
 }
 
 std::vector<UploadAhead::Piece> StepEngine::chunk_pieces(const void* input, const int32_t* targets,
                                                          const std::vector<int64_t>& chunks) {
-  const size_t in_bytes = static_cast<size_t>(numel(model_.input_shape)) * dtype_size(wire_dtype());
-  const size_t target_bytes = static_cast<size_t>(model_.targets_per_sample()) * sizeof(int32_t);
+  const size_t in_bytes = static_cast<size_t>(numel(replicas.model.input_shape)) * dtype_size(wire_dtype());
+  const size_t target_bytes = static_cast<size_t>(replicas.model.targets_per_sample()) * sizeof(int32_t);
   std::vector<UploadAhead::Piece> pieces;
   int64_t first = 0;
-  for (int d = 0; d < devices_.size(); ++d) {
+  for (int d = 0; d < replicas.devices.size(); ++d) {
     const int64_t rows = chunks[static_cast<size_t>(d)];
     if (rows == 0) continue;
-    Shape in_shape = model_.input_shape, target_shape = model_.target_shape;
+    Shape in_shape = replicas.model.input_shape, target_shape = replicas.model.target_shape;
     in_shape.insert(in_shape.begin(), rows);
     target_shape.insert(target_shape.begin(), rows);
-    pieces.push_back({Tensor::empty(devices_[d], in_shape, MemCategory::Inputs, wire_dtype()),
+    pieces.push_back({Tensor::empty(replicas.devices[d], in_shape, MemCategory::Inputs, wire_dtype()),
                       static_cast<const char*>(input) + static_cast<size_t>(first) * in_bytes});
-    pieces.push_back({Tensor::empty(devices_[d], target_shape, MemCategory::Inputs, DType::I32),
+    pieces.push_back({Tensor::empty(replicas.devices[d], target_shape, MemCategory::Inputs, DType::I32),
                       reinterpret_cast<const char*>(targets) + static_cast<size_t>(first) * target_bytes});
     first += rows;
   }

@@ -2,10 +2,12 @@
 // master state on device 0, the precision and fp16's loss scale, each device's host slots, the
 // micro-batch being run, and the helpers the phases share (joins, a replica's forward, the norm and
 // clipping, gradient accumulation, the tensors a batch is loaded into).
-// DataParallel (engine/data_parallel.hpp) is built on one and drives the step: the state is its
-// (protected). A StepShape enqueues the phases' work through the public interface: it reads the
-// state, and changes it only through the methods named for what they do (make_master_gradients,
-// drop_master_gradients, accumulate_gradients); the optimizer and the loss are the shape's own.
+// The state is in plain parts (the replicas, the master state, the policy, fp16's scaling, the run's
+// progress, the inputs, the process), each a value of its own. DataParallel (engine/data_parallel.hpp)
+// owns an engine and drives the step: it reads and writes the parts. A StepShape enqueues the
+// phases' work through the methods: it reads the state through the accessors, and changes it only
+// through the methods named for what they do (make_master_gradients, drop_master_gradients,
+// accumulate_gradients); the optimizer and the loss are the shape's own.
 #pragma once
 #include <cstdint>
 #include <exception>
@@ -51,41 +53,41 @@ class StepEngine {
   void make_master_gradients();
   // Mixed precision: the master gradients exist only from the reduce to the update; dropped before
   // the step's peak, made again (uninitialised: the reduce writes all of them) for the reduce.
-  void drop_master_gradients() { grads_ = Tensor(); }
+  void drop_master_gradients() { master.gradients = Tensor(); }
   void make_master_gradients_for_reduce();
 
-  const ModelLayout& layout() const { return nets_[0]->layout(); }
-  HostSync host_sync() const { return host_sync_; }
-  DeviceSet& devices() const { return devices_; }
-  const ModelDef& model() const { return model_; }
-  Network& net(int d) const { return *nets_[static_cast<size_t>(d)]; }  // device d's
+  const ModelLayout& layout() const { return replicas.nets[0]->layout(); }
+  HostSync host_sync() const { return policy.host_sync; }
+  DeviceSet& devices() const { return replicas.devices; }
+  const ModelDef& model() const { return replicas.model; }
+  Network& net(int d) const { return *replicas.nets[static_cast<size_t>(d)]; }  // device d's
   // The master state on device 0 (a shape that keeps it elsewhere: undefined).
-  const Tensor& master_parameters() const { return params_; }
-  const Tensor& master_gradients() const { return grads_; }
-  const Tensor& master_buffers() const { return buffers_; }
-  const SyncOptions& sync() const { return sync_; }
-  const PrecisionOptions& precision_options() const { return precision_; }
-  const LossScaler& scaler() const { return scaler_; }
-  double learning_rate() const { return lr_; }
-  double clip_norm() const { return clip_; }        // 0: no clipping
-  bool reports_norm() const { return report_norm_; }  // ‖g‖₂ computed without clipping too
-  float label_smoothing() const { return label_smoothing_; }
-  Tracer* tracer() const { return tracer_; }
-  ProcessGroup* process_group() const { return group_; }
-  HostSlots& slots(int d) const { return *slots_[static_cast<size_t>(d)]; }
-  UploadAhead& uploads_ahead() { return upload_ahead_; }
-  const UploadAhead& uploads_ahead() const { return upload_ahead_; }
+  const Tensor& master_parameters() const { return master.parameters; }
+  const Tensor& master_gradients() const { return master.gradients; }
+  const Tensor& master_buffers() const { return master.buffers; }
+  const SyncOptions& sync() const { return policy.sync; }
+  const PrecisionOptions& precision_options() const { return policy.precision; }
+  const LossScaler& scaler() const { return scaling.scaler; }
+  double learning_rate() const { return policy.learning_rate; }
+  double clip_norm() const { return policy.clip; }        // 0: no clipping
+  bool reports_norm() const { return policy.report_norm; }  // ‖g‖₂ computed without clipping too
+  float label_smoothing() const { return policy.label_smoothing; }
+  Tracer* tracer() const { return process.tracer; }
+  ProcessGroup* process_group() const { return process.group; }
+  HostSlots& slots(int d) const { return *replicas.slots[static_cast<size_t>(d)]; }
+  UploadAhead& uploads_ahead() { return inputs.upload_ahead; }
+  const UploadAhead& uploads_ahead() const { return inputs.upload_ahead; }
   // Gradient accumulation: the running micro-batch, and device d's gradients summed so far.
   struct MicroStep {
     int index = 0, count = 1;
     int64_t loss_rows = 0;
     int64_t first_sample = 0;  // the samples of the micro-batches before this one
   };
-  const MicroStep& micro() const { return micro_; }
+  const MicroStep& micro() const { return progress.micro; }
   const Tensor& accumulated_gradients(int d) const;  // undefined when none are held
   std::vector<int> all_devices() const;  // 0 .. n-1
   // Accumulating: whether the running micro-batch is its optimizer step's last (or only) one.
-  bool last_micro_batch() const { return micro_.index + 1 == micro_.count; }
+  bool last_micro_batch() const { return progress.micro.index + 1 == progress.micro.count; }
 
   // Synchronise the streams of the given replicas; raise the first error (a cause before an
   // UpstreamError, its consequence) as a ReplicaError.
@@ -121,8 +123,8 @@ class StepEngine {
 
   // What a batch's input crosses to the devices as: uint8 pixels given a pixel table, else
   // what the model takes.
-  bool takes_pixels() const { return !pixel_table_.empty(); }
-  DType wire_dtype() const { return takes_pixels() ? DType::U8 : model_.input_dtype; }
+  bool takes_pixels() const { return !inputs.pixel_table.empty(); }
+  DType wire_dtype() const { return takes_pixels() ? DType::U8 : replicas.model.input_dtype; }
   // On device d's stream: `pixels`, as uploaded, looked up into a new float32 tensor of images.
   Tensor images_from_pixels(int d, const Tensor& pixels);
   // The uploaded input of device d in the form the model takes: itself, or its pixels expanded
@@ -134,7 +136,6 @@ class StepEngine {
   std::vector<UploadAhead::Piece> chunk_pieces(const void* input, const int32_t* targets,
                                                const std::vector<int64_t>& chunks);
 
- protected:
   // One network per device, the master buffers on device 0, and the model's initial state drawn from
   // PyTorch's default distributions with the seed, as host copies (for load_state; none on meta
   // devices).
@@ -142,36 +143,59 @@ class StepEngine {
   // Each device's host slots (page-locked on a GPU).
   void make_slots();
 
-  // The state: DataParallel's, which drives the step.
-  DeviceSet& devices_;
-  const ModelDef& model_;
-  double lr_;
-  double clip_ = 0;
-  float label_smoothing_ = 0;
-  bool report_norm_ = false;
-  Tracer* tracer_ = nullptr;
-  HostSync host_sync_ = HostSync::PerPhase;
-  std::vector<std::unique_ptr<Network>> nets_;  // one per device; nets_[0] runs on the master
-  Tensor params_, grads_, buffers_;             // master state on device 0
-  SyncOptions sync_;
-  PrecisionOptions precision_;
-  LossScaler scaler_;
-  // Per device, what its stream reports after the step (StepState::slots): staging memory,
-  // page-locked on a GPU so the copies into it do not wait.
-  std::vector<HostSlots*> slots_;
-  std::vector<Tensor> found_inf_;  // fp16: per device, its verdict on this step's gradients
-  ProcessGroup* group_ = nullptr;
-  int64_t steps_done_ = 0;  // optimizer steps
-  uint64_t seed_ = 0;       // dropout's keys derive from it
-  // Gradient accumulation: which micro-batch of the optimizer step the running step is, and the
-  // loss rows of them all (0: the step's own); per device, the gradients summed so far.
-  MicroStep micro_;
-  std::vector<Tensor> accumulated_grads_;
-  SamplePlacement placement_{};  // where this process's samples sit in the step's batch (mpirun)
-  UploadAhead upload_ahead_;
-  // DataParallelOptions::pixel_table: the table on the host, and its copy on each device that loads batches.
-  std::vector<float> pixel_table_;
-  std::vector<Tensor> pixel_tables_;
+  // The state, in parts: DataParallel (which owns the engine and drives the step) reads and writes
+  // them; a shape reads them through the accessors above and changes them only through the
+  // methods named for what they do.
+  struct Replicas {  // the devices and what runs on each
+    DeviceSet& devices;
+    const ModelDef& model;
+    std::vector<std::unique_ptr<Network>> nets;  // one per device; nets[0] runs on the master
+    // Per device, what its stream reports after the step (StepState::slots): staging memory,
+    // page-locked on a GPU so the copies into it do not wait.
+    std::vector<HostSlots*> slots;
+  };
+  struct Master {  // the master state on device 0
+    Tensor parameters, gradients, buffers;
+  };
+  struct Policy {  // how the steps run: set at construction, the learning rate by a schedule
+    double learning_rate;
+    double clip = 0;  // 0: no clipping
+    float label_smoothing = 0;
+    bool report_norm = false;
+    HostSync host_sync = HostSync::PerPhase;
+    SyncOptions sync;
+    PrecisionOptions precision;
+    uint64_t seed = 0;  // the initial state's, and dropout's keys derive from it
+  };
+  struct Scaling {  // fp16's loss scale, and per device its verdict on this step's gradients
+    LossScaler scaler;
+    std::vector<Tensor> found_inf;
+  };
+  struct Progress {  // where the run is
+    int64_t steps_done = 0;  // optimizer steps
+    // Gradient accumulation: which micro-batch of the optimizer step the running step is, and the
+    // loss rows of them all (0: the step's own); per device, the gradients summed so far.
+    MicroStep micro;
+    std::vector<Tensor> held_gradients;
+  };
+  struct Inputs {  // how batches reach the devices
+    UploadAhead upload_ahead;
+    // DataParallelOptions::pixel_table: the table on the host, and its copy on each device that loads batches.
+    std::vector<float> pixel_table;
+    std::vector<Tensor> pixel_tables;
+  };
+  struct Process {  // this process among an mpirun job's, and what records its work
+    ProcessGroup* group = nullptr;
+    SamplePlacement placement{};  // where this process's samples sit in the step's batch
+    Tracer* tracer = nullptr;
+  };
+  Replicas replicas;
+  Master master;
+  Policy policy;
+  Scaling scaling;
+  Progress progress;
+  Inputs inputs;
+  Process process;
 };
 
 }  // namespace dp
