@@ -64,6 +64,8 @@ with tempfile.TemporaryDirectory() as tmp:
         state = json.load(open(os.path.join(ck, "step-00000009", "state.json")))
         check(f"{name}: state.json", state["step"] == 9 and state["epoch"] == 2 and state["position_in_epoch"] == 2 and
               state["format"] == 1 and state["model"] == "mlp" and "command" in state and "split" in state, state)
+        check(f"{name}: every flag's value recorded by keyword", state["settings"]["batch"] == 8 and
+              state["settings"]["model"] == "mlp" and state["settings"]["epochs"] == 2, state.get("settings"))
         want = losses(whole_m)
         for at in (3, 9):
             st, m = os.path.join(tmp, f"{name}-{at}.st"), os.path.join(tmp, f"{name}-{at}.jsonl")

@@ -25,8 +25,9 @@ nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimiz
   return identity;
 }
 
-Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json& identity, int64_t steps_per_epoch,
-                            uint64_t seed, const LrSchedule& schedule, const BestEval& best) {
+Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json& identity,
+                            const nlohmann::json& settings, int64_t steps_per_epoch, uint64_t seed,
+                            const LrSchedule& schedule, const BestEval& best) {
   Checkpoint c{{dp.parameters(), dp.buffers(), ""}, dp.optimizer().save(), {}};
   c.state = identity;
   c.state["epoch"] = step / steps_per_epoch + 1;            // of the next step
@@ -43,6 +44,7 @@ Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json
   c.state["devices"] = dp.devices().description();
   if (best.after_step >= 0) c.state["best_eval"] = {{"test_loss", best.loss}, {"after_step", best.after_step}};
   c.state["command"] = command_line();
+  c.state["settings"] = settings;
   return c;
 }
 

@@ -28,9 +28,10 @@ nlohmann::json run_identity(const ModelDef& model, OptimizerConfig::Kind optimiz
 
 // A snapshot of the run after `step` steps, taken between steps: weights, optimizer state, and
 // where the run stands (epoch and batch, schedule, split, loss scale, best evaluation, command;
-// write_checkpoint adds the step).
-Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json& identity, int64_t steps_per_epoch,
-                            uint64_t seed, const LrSchedule& schedule, const BestEval& best);
+// write_checkpoint adds the step), and `settings`: every flag's value (settings_json), a record.
+Checkpoint checkpoint_after(DataParallel& dp, int64_t step, const nlohmann::json& identity,
+                            const nlohmann::json& settings, int64_t steps_per_epoch, uint64_t seed,
+                            const LrSchedule& schedule, const BestEval& best);
 
 // Where a resumed run continues from.
 struct Resumed {

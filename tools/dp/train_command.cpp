@@ -190,8 +190,8 @@ void TrainLoop::evaluate(const std::string& when, int epoch) {
 // A snapshot now (between steps), written in the background; none when this step's is on disk.
 void TrainLoop::save_checkpoint() {
   if (o_.checkpoint.empty() || checkpointed_step_ == step_) return;
-  Checkpoint c = checkpoint_after(dp_, step_, run_.identity, run_.plan.steps_per_epoch(), o_.seed, run_.schedule,
-                                  evaluations_.best());
+  Checkpoint c = checkpoint_after(dp_, step_, run_.identity, settings_json(o_, Command::Train),
+                                  run_.plan.steps_per_epoch(), o_.seed, run_.schedule, evaluations_.best());
   if (run_.primary) checkpoints_.write(dp_.layout(), step_, std::move(c));  // (ZeRO: every rank gathered it)
   checkpointed_step_ = step_;
 }

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "core/error.hpp"
+
 namespace dp::cli {
 
 namespace {
@@ -336,6 +338,36 @@ void add_flags(CLI::App* cmd, Command c, Flags& values) {
     const bool hidden = (row.hidden_in & bit(c)) != 0;
     opt->group(hidden ? "" : row.group.empty() ? "dp " + cmd->get_name() : std::string(row.group));
   }
+}
+
+nlohmann::json settings_json(const Flags& values, Command c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const FlagRow& row : kTable)
+    if (takes(row, c)) std::visit([&](auto member) { j[keyword_of(row.names)] = values.*member; }, row.member);
+  return j;
+}
+
+Flags read_settings(const nlohmann::json& settings, Command c) {
+  Flags values = defaults_for(c);
+  for (const FlagRow& row : kTable) {
+    const std::string key = keyword_of(row.names);
+    if (!takes(row, c) || !settings.contains(key)) continue;
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(values.*member)>;
+          try {
+            values.*member = settings[key].template get<T>();
+          } catch (const nlohmann::json::exception&) {
+            throw RuntimeError("the settings' " + key + " is not a " + (std::is_same_v<T, bool> ? "true or false"
+                                                                        : std::is_same_v<T, std::string> ? "text"
+                                                                        : std::is_arithmetic_v<T>        ? "number"
+                                                                                                         : "list") +
+                               ": " + settings[key].dump());
+          }
+        },
+        row.member);
+  }
+  return values;
 }
 
 std::string keyword_of(std::string_view names) {

@@ -4,6 +4,7 @@
 // docs/flags.md all come from it; a Python binding's keyword names are its names in snake_case.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -48,6 +49,13 @@ inline bool takes(const FlagRow& row, Command c) { return (row.commands & static
 // Registers every flag `c` takes on `cmd`, bound to `values` (set to defaults_for(c) first), under
 // its heading; a flag given twice takes its last value.
 void add_flags(CLI::App* cmd, Command c, Flags& values);
+
+// Every flag `c` takes with its value, by keyword (keyword_of): numbers, switches, text and lists
+// as JSON (a checkpoint's "settings").
+nlohmann::json settings_json(const Flags& values, Command c);
+// The values a settings record holds, over defaults_for(c); keys it does not know are left alone
+// (another version's flags). RuntimeError naming a key whose value has the wrong type.
+Flags read_settings(const nlohmann::json& settings, Command c);
 
 // docs/flags.md: every heading's flags, with their type, commands, defaults and help.
 std::string flags_markdown();
