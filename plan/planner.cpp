@@ -52,8 +52,9 @@ PlannedRun plan_variant(const PlanSetup& setup, const PlanVariant& v, ProfileRec
   p.devices = std::make_unique<DeviceSet>(setup.devices, setup.device_options);
   if (!(*p.devices)[0].is_meta())
     throw UsageError("a plan runs on meta devices (shapes only, no memory held), not " + p.devices->description());
-  p.split = setup.split(p.devices->size(), v.batch);
-  PlanBatches data = setup.batches(v.batch);
+  if (v.split) check_split(*v.split, p.devices->size(), v.batch);
+  p.split = v.split ? *v.split : setup.split(p.devices->size(), v.batch);
+  PlanBatches data = setup.batches(v.batch, v.accumulate);
   p.accumulate = data.accumulate;
   if (ready) ready(p);
   DataParallel dp(*p.devices, setup.model, setup.optimizer, v.options(p.split, setup.seed));

@@ -34,8 +34,9 @@ struct PlanSetup {
   OptimizerConfig optimizer;      // what the steps update with
   uint64_t seed = 0;
   int steps = 2;                  // the steady state: the optimizer state appears after the first
-  // The data and the split at a batch size (each may refuse it: UsageError).
-  std::function<PlanBatches(int64_t batch)> batches;
+  // The data at a batch size with `accumulate` micro-batches a step (0: as many as the setup's own
+  // run takes), and the split at a batch size (each may refuse it: UsageError).
+  std::function<PlanBatches(int64_t batch, int64_t accumulate)> batches;
   std::function<SplitPolicy(int devices, int64_t batch)> split;
 
   int device_count() const;
@@ -44,6 +45,8 @@ struct PlanSetup {
 // How one plan of a setup differs from another: the batch and the step's semantics.
 struct PlanVariant {
   int64_t batch = 1;
+  int64_t accumulate = 0;            // micro-batches a step (0: the setup's)
+  std::optional<SplitPolicy> split;  // none: the setup's at the batch
   LossMode loss = LossMode::Gathered;
   SyncOptions sync;
   PrecisionOptions precision;

@@ -239,7 +239,7 @@ PlanSetup resnet8_setup(int64_t capacity, std::atomic<int>* plans = nullptr) {
   s.optimizer.kind = OptimizerConfig::Kind::Sgd;
   s.optimizer.sgd.lr = 0.05f, s.optimizer.sgd.momentum = 0.9f;
   s.steps = 2;
-  s.batches = [steps = s.steps, plans](int64_t batch) {
+  s.batches = [steps = s.steps, plans](int64_t batch, int64_t) {
     if (plans) ++*plans;
     return PlanBatches{std::make_unique<ShapeLoader>(batch * steps, batch, 1, steps), 1};
   };

@@ -55,12 +55,13 @@ PlanInputs load_plan(const Flags& o) {
   p.steps = o.steps;
   // Another batch makes its data again, as a plan of that batch would (generated data is sized by it).
   // (The planner calls this from several threads: each call its own copy of the model.)
-  p.batches = [o, model = in.setup.model, first, first_accumulate](int64_t batch) {
+  p.batches = [o, model = in.setup.model, first, first_accumulate](int64_t batch, int64_t micro_batches) {
     std::shared_ptr<const RunData> data = first;
     int64_t accumulate = first_accumulate;
-    if (batch != o.batch) {
+    if (batch != o.batch || (micro_batches > 0 && micro_batches != o.accumulate)) {
       Flags b = o;
       b.batch = batch;
+      if (micro_batches > 0) b.accumulate = micro_batches;
       ModelDef sized = model;
       data = plan_data(b, sized, accumulate);
     }

@@ -13,6 +13,7 @@
 #include "engine/comm/process_group.hpp"
 #include "plan/remedies.hpp"
 #include "tools/dp/memory_profile.hpp"
+#include "tools/dp/plan_setup.hpp"
 
 namespace dp::cli {
 
@@ -39,18 +40,6 @@ std::string flags_of(const Remedy& remedy) {
   return "";
 }
 
-// The change on the options.
-void apply(const Remedy& remedy, Flags& m) {
-  switch (remedy.kind) {
-    case RemedyKind::InReplicaLoss: m.loss = "in-replica", m.loss_given = true; break;
-    case RemedyKind::BalanceMemorySplit: m.split = "balance-memory"; break;
-    case RemedyKind::Bfloat16: m.precision = "bf16"; break;
-    case RemedyKind::RecomputeBlocks: m.recompute = "blocks"; break;
-    case RemedyKind::HalfBatch: m.batch = remedy.batch, m.accumulate = remedy.accumulate; break;
-    case RemedyKind::ShardEverything: m.sync = "zero3"; break;
-  }
-}
-
 struct Planned {
   bool fits = false;
   int64_t largest = 0;  // the largest device peak
@@ -59,29 +48,61 @@ struct Planned {
   int64_t oom_held = 0, oom_request = 0;
 };
 
-// The steps the failing run takes, with one change, on meta devices. UsageError when the change
-// does not apply to this model (no blocks to recompute, say).
-Planned plan_with(const RemedyRun& r, const Remedy& remedy) {
-  Flags m;
-  static_cast<Flags&>(m) = r.options;
+// The failing run as dp plan would plan it: meta devices of its count and capacity, its steady
+// state (the optimizer state appears after the first step), nothing of how kernels run or of
+// measured speed. Loaded once: every remedy is a variant of it.
+PlanInputs plan_of_run(const RemedyRun& r) {
+  Flags m = r.options;
   m.devices = "meta:" + std::to_string(r.request.devices);
-  m.steps = 2;  // the steady state: the optimizer state appears after the first
+  m.steps = 2;
   m.accumulate = r.request.accumulate;
-  m.device_speed.clear(), m.tf32 = false, m.cudnn = "deterministic";  // how kernels run: nothing to plan
-  if (m.split == "auto") m.split = "even";                                 // speed is not planned
+  m.device_speed.clear(), m.tf32 = false, m.cudnn = "deterministic";
+  if (m.split == "auto") m.split = "even";
   m.device_memory = r.capacity > 0 ? std::to_string(r.capacity) : "";
-  apply(remedy, m);
-  const Plan plan = plan_steps(m);
-  const RunSetup& setup = plan.setup;
-  const MemprofRun& run = plan.run;
+  m.trace.clear(), m.html.clear(), m.count_op_costs = false;
+  return load_plan(m);
+}
+
+// The run's variant with the remedy's one change. UsageError when the change does not apply to
+// this model or contradicts a flag given (no blocks to recompute; --loss gathered given, which the
+// sharded shape cannot keep; fp16's loss-scale flags given, which bf16 has no use for).
+PlanVariant with_remedy(PlanVariant v, const Remedy& remedy, const PlanInputs& run, const Flags& o) {
+  switch (remedy.kind) {
+    case RemedyKind::InReplicaLoss: v.loss = LossMode::InReplica; break;
+    case RemedyKind::BalanceMemorySplit:
+      v.split = SplitPolicy();
+      v.split->mode = SplitPolicy::Mode::BalanceMemory;
+      break;
+    case RemedyKind::Bfloat16:
+      if (o.loss_scale_given) throw UsageError("the loss scale's flags apply to fp16");
+      v.precision.precision = Precision::BF16;
+      break;
+    case RemedyKind::RecomputeBlocks:
+      blocks_to_recompute(run.setup.model, kEveryRecomputeUnit);  // UsageError without blocks
+      v.recompute = kEveryRecomputeUnit;
+      break;
+    case RemedyKind::HalfBatch: v.batch = remedy.batch, v.accumulate = remedy.accumulate; break;
+    case RemedyKind::ShardEverything:
+      if (o.loss_given && v.loss == LossMode::Gathered) throw UsageError("the sharded shape computes the loss in the replicas");
+      v.sync.mode = SyncMode::Zero3, v.loss = LossMode::InReplica;
+      break;
+  }
+  return v;
+}
+
+// The run's steps with one remedy's change, on meta devices.
+Planned plan_with(const PlanInputs& run, const PlanVariant& v) {
+  const PlannedRun plan = plan_variant(run.plan, v);
+  DeviceSet& devices = *plan.devices;
+  const std::optional<OutOfMemorySeen>& oom = plan.run.out_of_memory;
   Planned p;
-  p.fits = !run.out_of_memory.has_value();
-  for (int i = 0; i < setup.devices->size(); ++i)
-    if (const int64_t peak = (*setup.devices)[i].allocator().stats().peak; peak > p.largest) p.largest = peak, p.device = i;
-  if (run.out_of_memory && run.out_of_memory->device >= 0 && run.out_of_memory->device < setup.devices->size()) {
-    p.oom_device = run.out_of_memory->device;
-    p.oom_held = (*setup.devices)[p.oom_device].allocator().stats().peak;
-    p.oom_request = run.out_of_memory->request;
+  p.fits = !oom.has_value();
+  for (int i = 0; i < devices.size(); ++i)
+    if (const int64_t peak = devices[i].allocator().stats().peak; peak > p.largest) p.largest = peak, p.device = i;
+  if (oom && oom->device >= 0 && oom->device < devices.size()) {
+    p.oom_device = oom->device;
+    p.oom_held = devices[p.oom_device].allocator().stats().peak;
+    p.oom_request = oom->request;
   }
   return p;
 }
@@ -91,10 +112,11 @@ std::string planned_remedies(const RemedyRun& r) {
                      std::to_string(r.request.devices) +
                      (r.capacity > 0 ? ", " + format_bytes(r.capacity) + " a device" : std::string()) + "):\n";
   int fitting = 0, planned = 0;
+  const PlanInputs run = plan_of_run(r);  // UsageError: no remedy can be planned (the generic list)
   for (const Remedy& remedy : remedies_for(r.request)) {
     Planned p;
     try {
-      p = plan_with(r, remedy);
+      p = plan_with(run, with_remedy(run.variant, remedy, run, r.options));
     } catch (const UsageError&) {
       continue;  // does not apply to this model or mode
     } catch (const OutOfMemoryError& e) {  // not even the model's state, before the first step
