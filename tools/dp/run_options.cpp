@@ -139,7 +139,7 @@ DeviceOptions device_options(const Flags& o, const DeviceSpec& spec, int64_t cap
 
 RunSetup validate_and_make_devices(const Flags& o) {
   RunSetup r;
-  if (o.batch <= 0) throw UsageError("--batch must be > 0");
+  check_batch(o);
   if (o.generated_train <= 0) throw UsageError("--generated-size must be > 0");
   check_model_options(o, r);
   const DeviceSpec spec = parse_device_spec(o.devices);
@@ -155,6 +155,10 @@ RunSetup validate_and_make_devices(const Flags& o) {
     throw UsageError("--split auto balances the replicas by their measured speed; meta devices (" + o.devices +
                      ") run nothing to time: plan an even, chunks:, ratios: or gpu0: split");
   return r;
+}
+
+void check_batch(const Flags& o) {
+  if (o.batch <= 0) throw UsageError("--batch must be > 0");
 }
 
 OptimizerConfig::Kind optimizer_kind(const Flags& o, bool language_model) {

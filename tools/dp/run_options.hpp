@@ -43,6 +43,10 @@ RunSetup validate_and_make_devices(const Flags& o);
 // UsageError for a command that runs the math (train, demo, eval) on meta devices (dp plan's).
 void refuse_meta_devices(const RunSetup& setup, const std::string& command);
 
+// --batch, which every command takes: UsageError unless positive (dp train checks it first of all,
+// before its outputs are made).
+void check_batch(const Flags& o);
+
 // --optimizer, whose default depends on the model: a language model trains with AdamW unless told
 // otherwise (nanoGPT's choice; SGD barely moves it), so its profile has AdamW's state too.
 OptimizerConfig::Kind optimizer_kind(const Flags& o, bool language_model);

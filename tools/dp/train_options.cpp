@@ -35,7 +35,7 @@ void check_checkpoint_dir(const std::string& dir, bool resuming) {
 }  // namespace
 
 TrainChoices check_train_options(const Flags& o) {
-  if (o.batch <= 0) throw UsageError("--batch must be > 0");
+  check_batch(o);
   if (o.epochs <= 0) throw UsageError("--epochs must be > 0");
   if (o.steps_given && o.steps <= 0) throw UsageError("--steps must be > 0");
   if (o.accumulate < 1) throw UsageError("--accumulate must be >= 1 (micro-batches per optimizer step)");
