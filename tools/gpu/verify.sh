@@ -462,7 +462,7 @@ stage_sanitize() {
   # and this run's, written to $OUT/sanitized.txt for appending to it.
   SANITIZE_RECORDED=${DP_SANITIZE_RECORDED:-tools/gpu/sanitized.txt}
   SANITIZE_CLEAN="$out/sanitized.txt"
-  SOURCES_CASES=$(tools/gpu/source_hash.sh CMakeLists.txt core kernels runtime models data io engine tests/gpu tests/helpers.hpp \
+  SOURCES_CASES=$(tools/gpu/source_hash.sh CMakeLists.txt core kernels runtime models data io engine tools/dp/flags tests/gpu tests/helpers.hpp \
     tests/step_batches.hpp tests/conv_wgrad_cases.hpp tests/doctest_main.hpp)
   SOURCES_TRAIN=$(tools/gpu/source_hash.sh CMakeLists.txt core kernels runtime models data io engine plan tools/dp)
   export SANITIZE_RECORDED SANITIZE_CLEAN SOURCES_CASES SOURCES_TRAIN
