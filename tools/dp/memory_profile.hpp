@@ -43,9 +43,6 @@ PageHeader page_header(const std::string& command, const Flags& o, const RunSetu
 // `stories`: dp demo's narration per "step/phase/micro-batch", shown beside a hovered phase.
 std::string memprof_page(const std::string& command, const Flags& o, const RunSetup& setup, const MemprofRun& run,
                          int64_t accumulate, const nlohmann::json& stories = nlohmann::json::object());
-// The options shared by memprof and plan (the run options, --steps, --accumulate, --json, --svg,
-// --trace, --html) on a subcommand.
-void add_memprof_options(CLI::App* cmd, Flags& o);
 // One plan: its setup (devices fresh, so their statistics are its own) and the steps' profile.
 struct Plan {
   RunSetup setup;

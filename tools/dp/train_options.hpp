@@ -11,8 +11,6 @@
 
 namespace dp::cli {
 
-// Registers train's flags (the shared ones too) on `cmd`.
-void add_train_options(CLI::App* cmd, Flags& o);
 // Called when the command runs: records which flags were given (their defaults depend on it).
 void note_given_train_flags(const CLI::App* cmd, Flags& o);
 
