@@ -71,9 +71,6 @@ class StepEngine {
   double learning_rate() const { return policy.learning_rate; }
   double clip_norm() const { return policy.clip; }        // 0: no clipping
   bool reports_norm() const { return policy.report_norm; }  // ‖g‖₂ computed without clipping too
-  float label_smoothing() const { return policy.label_smoothing; }
-  Tracer* tracer() const { return process.tracer; }
-  ProcessGroup* process_group() const { return process.group; }
   HostSlots& slots(int d) const { return *replicas.slots[static_cast<size_t>(d)]; }
   UploadAhead& uploads_ahead() { return inputs.upload_ahead; }
   const UploadAhead& uploads_ahead() const { return inputs.upload_ahead; }
