@@ -4,7 +4,6 @@
 #include <charconv>
 #include <cmath>
 #include <numeric>
-#include <sstream>
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
@@ -48,7 +47,8 @@ std::string list_text(const std::vector<T>& values) {
   for (const T v : values) {
     char digits[32];
     const auto end = std::to_chars(digits, digits + sizeof digits, v).ptr;  // the shortest exact form
-    text += (text.empty() ? "" : ",") + std::string(digits, end);
+    if (!text.empty()) text += ',';
+    text.append(digits, end);
   }
   return text;
 }

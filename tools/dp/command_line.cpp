@@ -113,13 +113,7 @@ ParsedCommandLine parse_command_line(DpCommandLine& cli, int argc, const char* c
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError&) {
     return ends(2, "", "error: " + extras_message(app) + "\n");
-  } catch (const CLI::CallForHelp& e) {
-    const int code = app.exit(e, out, err);
-    return ends(code, out.str(), err.str());
-  } catch (const CLI::CallForAllHelp& e) {
-    const int code = app.exit(e, out, err);
-    return ends(code, out.str(), err.str());
-  } catch (const CLI::CallForVersion& e) {
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version: CLI11 writes them
     const int code = app.exit(e, out, err);
     return ends(code, out.str(), err.str());
   } catch (const CLI::ParseError& e) {

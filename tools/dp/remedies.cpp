@@ -59,7 +59,6 @@ PlanInputs plan_of_run(const RemedyRun& r) {
   m.device_speed.clear(), m.tf32 = false, m.cudnn = "deterministic";
   if (m.split == "auto") m.split = "even";
   m.device_memory = r.capacity > 0 ? std::to_string(r.capacity) : "";
-  m.trace.clear(), m.html.clear(), m.count_op_costs = false;
   return load_plan(m);
 }
 
