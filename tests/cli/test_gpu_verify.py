@@ -1,4 +1,4 @@
-"""The GPU check script, tools/gpu/verify.sh, run here without a GPU: a GPU run is time-boxed and
+"""The GPU check script, tools/gpu/verify.py, run here without a GPU: a GPU run is time-boxed and
 cannot be spent finding a bug in its plumbing. In a scratch copy of the tree whose build-gpu holds
 this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - tests: every GPU case runs in its own process and, with no GPU, fails (DP_REQUIRE_GPU=1), each
@@ -17,6 +17,8 @@ this build's binaries, with a stand-in compute-sanitizer on the PATH:
 - capabilities: tools/gpu/capabilities.py on host devices (the plan equal to memprof, ZeRO's stages
   within tolerance of host:4 and allreduce, a missing model file named, nanoGPT's model file's one
   update within its spread), and its stage failing without a GPU, naming what failed;
+- mpi: the MPI suite's count in the summary, its own skip (a dp without MPI) a SKIP line, its failure
+  the stage's;
 - a stage left with too little time is skipped and says so; an unknown stage is an error;
 - the profile's helpers: kernel_times.py reads Nsight Compute's CSV in either unit spelling and
   names an unknown unit; phase_table.py puts real runs' phases side by side in the step's order;
@@ -118,7 +120,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     def verify(args, out, seconds=0, timeout=300, unsupported=False, findings="", options=False, clean_poisoned=False,
                internal="", internal_ours=False, internal_none=False, settings=None, path_first=None):
-        # settings: the caller's variables for verify.sh (DP_SANITIZE_MATCH, ...), for this call only;
+        # settings: the caller's variables for verify.py (DP_SANITIZE_MATCH, ...), for this call only;
         # path_first: a folder of stand-ins searched before the others
         path = os.pathsep.join([*([path_first] if path_first else []), fake, os.environ["PATH"]])
         env = dict(os.environ, **{"DP_PACK_LOGS": "0", "DP_SANITIZE_RECORDED": "/dev/null", **(settings or {})}, OUT=out, PATH=path, DP_SANITIZE_JOBS="4",
@@ -128,7 +130,7 @@ with tempfile.TemporaryDirectory() as tmp:
                    FAKE_SANITIZER_OPTIONS="1" if options else "", FAKE_SANITIZER_CLEAN_POISONED="1" if clean_poisoned else "",
                    FAKE_SANITIZER_UNSUPPORTED="1" if unsupported else "", FAKE_SANITIZER_FINDINGS=findings)
         t0 = time.monotonic()
-        p = subprocess.run(["bash", os.path.join(tree, "tools", "gpu", "verify.sh")] + args, env=env,
+        p = subprocess.run([sys.executable, os.path.join(tree, "tools", "gpu", "verify.py")] + args, env=env,
                            capture_output=True, text=True, timeout=timeout)
         summary = os.path.join(out, "summary.txt")
         return p, open(summary).read() if os.path.exists(summary) else "", time.monotonic() - t0
@@ -192,14 +194,16 @@ with tempfile.TemporaryDirectory() as tmp:
             and not any("--kernel-name-exclude" in line for line in races if line not in step_races)
             and any("--tool racecheck" in line and "dp train" not in line and "cuda:0x" not in line for line in races),
             races[:5])
-    library = re.search(r"LIBRARY_KERNELS='([^']+)'", open(os.path.join(ROOT, "tools", "gpu", "verify.sh")).read())
+    sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
+    import verify_sanitize  # noqa: E402
+    library = verify_sanitize.LIBRARY_KERNELS
     ours = sorted({m.group(1) for path in glob.glob(os.path.join(ROOT, "kernels", "**", "*.cu*"), recursive=True)
                    + glob.glob(os.path.join(ROOT, "engine", "**", "*.cu*"), recursive=True)
                    for m in re.finditer(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s+)?(?:void\s+)?(\w+)\s*\(",
                                         open(path).read())})
     c.check("sanitize: no kernel of dp's has a name the libraries' pattern matches",
-            library is not None and len(ours) > 30 and not [k for k in ours if re.search(library.group(1), k)],
-            (library and library.group(1), [k for k in ours if library and re.search(library.group(1), k)], len(ours)))
+            len(ours) > 30 and not [k for k in ours if re.search(library, k)],
+            (library, [k for k in ours if re.search(library, k)], len(ours)))
     timed = runs_of("replica times on a GPU")
     c.check("sanitize: the case that compares the GPU's times runs under memcheck only",
             len(timed) == 1 and "--tool memcheck" in timed[0], timed)
@@ -500,6 +504,30 @@ with tempfile.TemporaryDirectory() as tmp:
     c.check("prime before tests: the cases wait for it, then stop it, saying why",
             "stopped after waiting 2 s: the GPU cases have the GPU to themselves" in prime_log
             and "PASS prime: " in summary and "FAIL tests (exit " in summary and secs < 200, (summary, prime_log))
+
+    # ---- mpi: the MPI suite's verdict in the summary, its own skip (no MPI in this build) a SKIP line;
+    # stand-ins for mpirun and for python3 running the suite
+    mpi_bin = os.path.join(tmp, "mpi-stand-ins")
+    os.makedirs(mpi_bin)
+    with open(os.path.join(mpi_bin, "python3"), "w") as f:
+        f.write('#!/bin/sh\ncase "$*" in *tests/cli/test_mpi.py*build-gpu/dp*) echo "$FAKE_MPI_SAYS"; exit "$FAKE_MPI_EXIT";; esac\n'
+                'exec /usr/bin/python3 "$@"\n')
+    with open(os.path.join(mpi_bin, "mpirun"), "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    for name in ("python3", "mpirun"):
+        os.chmod(os.path.join(mpi_bin, name), 0o755)
+    p, summary, _ = verify(["mpi"], os.path.join(tmp, "out-mpi"), path_first=mpi_bin,
+                           settings={"FAKE_MPI_SAYS": "3 passed, 0 failed", "FAKE_MPI_EXIT": "0"})
+    c.check("mpi: the suite's count in the summary", p.returncode == 0
+            and re.search(r"^PASS mpi: tests/cli/test_mpi.py in [0-9]+ s: 3 passed, 0 failed$", summary, re.M), summary)
+    p, summary, _ = verify(["mpi"], os.path.join(tmp, "out-mpi-skip"), path_first=mpi_bin,
+                           settings={"FAKE_MPI_SAYS": "SKIP: this dp was built without MPI", "FAKE_MPI_EXIT": "77"})
+    c.check("mpi: the suite skipping itself is a SKIP line saying why", p.returncode == 0
+            and "SKIP mpi: SKIP: this dp was built without MPI" in summary, summary)
+    p, summary, _ = verify(["mpi"], os.path.join(tmp, "out-mpi-fail"), path_first=mpi_bin,
+                           settings={"FAKE_MPI_SAYS": "2 passed, 1 failed", "FAKE_MPI_EXIT": "1"})
+    c.check("mpi: a failed suite fails the stage", p.returncode == 1 and "FAIL mpi (exit 1): " in summary
+            and "2 passed, 1 failed" in summary, summary)
 
     # ---- too little time for a stage; a bad stage
     p, summary, _ = verify(["--within", "20", "tests"], os.path.join(tmp, "out-skip"))

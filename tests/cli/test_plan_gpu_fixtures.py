@@ -1,5 +1,5 @@
 """dp plan against the GPU's own memory: each memprof report a GPU run recorded in
-tests/fixtures/gpu-memprof (`dp memprof --devices cuda:0xN`, written by tools/gpu/verify.sh) is held
+tests/fixtures/gpu-memprof (`dp memprof --devices cuda:0xN`, written by tools/gpu/verify.py) is held
 to `dp plan --devices meta:N` with the same flags, on any machine.
 
 What must agree: each device's peak of every category, and, phase by phase, each device's peak and

@@ -41,7 +41,7 @@ Table 1 also times dp with --cuda-graphs on, and the GPT (its defaults, AdamW on
 Tables 1, 8 and 9 state a time budget for each row (fewer steps, one warm-up): a run is cut at its
 share, a repeat that would not fit is not started, so they end in a known time (1 and 8: under 3
 minutes on an H200). PyTorch's side runs in one server process (torch_speed.py --serve), imported
-once; DP_DEADLINE (verify.sh's clock) leaves out what would run past it.
+once; DP_DEADLINE (verify.py's clock) leaves out what would run past it.
 
 Samples/s: dp's by the wall clock over the steps after the warm-up (its metrics' time_s: the work
 between steps, such as loading the next batch from host memory, included; until 2026-11-26 the
@@ -74,14 +74,14 @@ class RunFailed(Exception):
 
 
 def deadline_left():
-    """Seconds before verify.sh's deadline (DP_DEADLINE, epoch seconds; 0 or unset: none)."""
+    """Seconds before verify.py's deadline (DP_DEADLINE, epoch seconds; 0 or unset: none)."""
     end = int(os.environ.get("DP_DEADLINE", "0") or 0)
     return end - time.time() if end else float("inf")
 
 
 class Budget:
     """A table row's time budget, which it states: each run in it is cut at what is left, and a repeat
-    that would not fit is not started. None of it past verify.sh's deadline."""
+    that would not fit is not started. None of it past verify.py's deadline."""
 
     def __init__(self, seconds):
         self.seconds, self.start = seconds, time.monotonic()
@@ -420,7 +420,7 @@ def real_sizes(a, env):
     print("One warm-up step, then the timed steps. PyTorch's GPT: nanoGPT's, with its attention as dp computes it\n"
           "(explicit: scores, mask, softmax) and as nanoGPT runs it on a PyTorch that has it (`sdpa`:\n"
           "scaled_dot_product_attention, flash attention); torch.compile runs the sdpa model. A compile cell's\n"
-          "warm-up is the compilation, read from the cache tools/gpu/verify.sh's prime fills ahead, where it did.\n"
+          "warm-up is the compilation, read from the cache tools/gpu/verify.py's prime fills ahead, where it did.\n"
           "`dp, nanoGPT's file`: nanoGPT's model.py exported as a model file at the same sizes (AdamW, as the\n"
           "built-in GPT), in the same interleaved repeats; `file / built-in` is its speed over dp's own GPT's.\n")
     print("| model | precision | batch | dp samples/s | PyTorch eager | dp / eager | eager, sdpa | dp / sdpa | "
@@ -493,7 +493,7 @@ def real_sizes(a, env):
 
 def prime(a, env):
     """Fills torch.compile's cache with table 9's compiled models (--compile's precisions), one process
-    each, side by side: run ahead (verify.sh's prime), so the table's compile cells read it."""
+    each, side by side: run ahead (verify.py's prime), so the table's compile cells read it."""
     jobs = []
     precisions = ("fp32", "bf16") if a.compile == "all" else () if a.compile == "none" else (a.compile,)
     for precision in precisions:

@@ -1,4 +1,4 @@
-"""dp's newer capabilities on a GPU, in one invocation (tools/gpu/verify.sh's `capabilities` stage).
+"""dp's newer capabilities on a GPU, in one invocation (tools/gpu/verify.py's `capabilities` stage).
 Each part prints a Markdown table and one verdict line ("PASS part: ..." or "FAIL part: ...");
 standard library only, but for the model file's export (done on the build machine) and PyTorch's
 side of `memory`.
@@ -399,7 +399,7 @@ def main():
     a = ap.parse_args()
     a.dp = os.path.abspath(a.dp)
     env = dict(os.environ)
-    env.setdefault("OPENBLAS_CORETYPE", coretype())  # verify.sh sets it; run alone, this CPU's
+    env.setdefault("OPENBLAS_CORETYPE", coretype())  # verify.py sets it; run alone, this CPU's
     parts = {"plan": plan_part, "zero": zero_part, "file": file_part, "memory": memory_part}
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -3,7 +3,7 @@
 # CMake, ninja and g++, but no apt and no network): the header-only libraries (nlohmann-json,
 # CLI11, doctest) with their CMake configs, zlib, and OpenBLAS with its Fortran runtime, into
 # .gpu-kit/kit.tar.xz (ignored by git; about 10 MB), MNIST (../shared/data/mnist, or
-# DP_MNIST) into .gpu-kit/mnist for verify.sh's epoch, and torchvision's resnet50 exported as a
+# DP_MNIST) into .gpu-kit/mnist for verify.py's epoch, and torchvision's resnet50 exported as a
 # model file (.gpu-kit/resnet50.json, 3x64x64, 10 classes) for its capabilities stage, and again at
 # its native size (.gpu-kit/resnet50-224.json, 3x224x224) for the bench's real sizes; nanoGPT's
 # model.py likewise (.gpu-kit/nanogpt.json small, .gpu-kit/nanogpt-gpt2.json at GPT-2 small's
@@ -32,7 +32,7 @@ mnist=${DP_MNIST:-../shared/data/mnist}
 if compgen -G "$mnist/*-ubyte.gz" >/dev/null; then
   mkdir -p .gpu-kit/mnist && cp "$mnist"/*-ubyte.gz .gpu-kit/mnist/ && du -sh .gpu-kit/mnist
 else
-  echo "no MNIST at $mnist (DP_MNIST names another folder): verify.sh's equal stage will miss its epoch" >&2
+  echo "no MNIST at $mnist (DP_MNIST names another folder): verify.py's equal stage will miss its epoch" >&2
 fi
 if /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
   /usr/bin/python3 tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' --input 3x64x64 \
@@ -40,7 +40,7 @@ if /usr/bin/python3 -c "import torchvision" 2>/dev/null; then
   /usr/bin/python3 tools/export_model.py torchvision.models:resnet50 --kwargs '{"num_classes": 10}' --input 3x224x224 \
     --out .gpu-kit/resnet50-224.json
 else
-  echo "no torchvision here (apt-get install python3-torchvision): verify.sh's capabilities stage will miss its model file" >&2
+  echo "no torchvision here (apt-get install python3-torchvision): verify.py's capabilities stage will miss its model file" >&2
 fi
 # nanoGPT's model.py GPT (untied: dp refuses a tied one), at --model gpt's defaults for the capabilities
 # stage's one update, and at GPT-2 small's sizes for the bench's real sizes (about a minute: the model

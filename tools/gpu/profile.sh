@@ -4,7 +4,7 @@
 # default and its deterministic algorithms), and each side's wall time per step, dp's for each
 # --cudnn choice. Appends to $OUT/profile.txt and keeps Nsight Compute's CSV beside it
 # (ncu-MODEL-BATCH[xN].csv.gz, in $OUT/ncu-csv.tar), so a table that fails to read loses no GPU time. Exit 1 when a part
-# failed (tools/gpu/verify.sh profile runs it).
+# failed (tools/gpu/verify.py profile runs it).
 # A spec phases:MODEL:BATCH instead: DataParallel's overhead phase by phase, the mean time of each
 # phase of a step on cuda:0x1 and on cuda:0x4 at that global batch (tools/gpu/phase_table.py).
 # A spec replicas:MODEL:BATCH: DataParallel's GPU work, the kernel time per step on cuda:0x4 at

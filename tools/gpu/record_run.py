@@ -1,4 +1,4 @@
-"""Records a GPU run of tools/gpu/verify.sh from what came back ($OUT: summary.txt, the stage logs,
+"""Records a GPU run of tools/gpu/verify.py from what came back ($OUT: summary.txt, the stage logs,
 or logs.tar.gz holding them), as generated text rather than prose written by hand:
 
 - README.md's "On GPUs" table gets the run's row on top (GPU, driver and CUDA, date, what passed:
@@ -122,7 +122,7 @@ def update_readme(path, row):
 
 
 def section(date, gpu, driver_cuda, summary_stages, files):
-    out = [f"\n## {date} — GPU run ({gpu}): tools/gpu/verify.sh, recorded by tools/gpu/record_run.py\n",
+    out = [f"\n## {date} — GPU run ({gpu}): tools/gpu/verify.py, recorded by tools/gpu/record_run.py\n",
            f"GPU {gpu}, driver and CUDA {driver_cuda}.\n", "| stage | result | what |", "|---|---|---|"]
     for verdict, stage, what in summary_stages:
         out.append(f"| {stage} | {verdict} | {what.replace('|', '/')} |")
@@ -147,11 +147,11 @@ def main():
     a = ap.parse_args()
     files = outputs(a.out_dir)
     if "summary.txt" not in files:
-        sys.exit(f"record_run.py: {a.out_dir} holds no summary.txt (verify.sh writes it)")
+        sys.exit(f"record_run.py: {a.out_dir} holds no summary.txt (verify.py writes it)")
     summary_stages = stages(files["summary.txt"])
     gpu, driver_cuda = machine(files, summary_stages)
     if gpu is None:
-        print(f"record_run.py: {a.out_dir}'s summary has no probe line: run verify.sh with its probe stage", file=sys.stderr)
+        print(f"record_run.py: {a.out_dir}'s summary has no probe line: run verify.py with its probe stage", file=sys.stderr)
         sys.exit(2)
     readme = os.path.join(a.root, "README.md")
     update_readme(readme, f"| {gpu} | {driver_cuda} | {a.date} | {passed_text(summary_stages)} |")

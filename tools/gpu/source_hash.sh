@@ -2,7 +2,7 @@
 # One hash of every file the binaries are compiled from (C++, CUDA, CMake, and what the build embeds:
 # the run page), in a fixed order: the GPU machine compares it with the one tools/gpu/prebuild.sh
 # recorded, so binaries built here run there only if they were built from exactly this tree (no
-# git there: the working tree travels bare). Given paths, the hash of those alone (verify.sh's
+# git there: the working tree travels bare). Given paths, the hash of those alone (verify.py's
 # sanitizer records: the sources one run checks); a path that is not there counts as empty.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
