@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "core/error.hpp"
 
@@ -172,11 +173,29 @@ void set_second_interrupt_note(const std::string& line) {
 }
 int pending_interrupt() { return g_pending.load(); }
 
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
 void install_output_cleanup() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : kCleanupSignals) ::sigaction(sig, &sa, nullptr);
+}
+
+struct OutputCleanupScope::Saved {
+  struct sigaction handlers[std::size(kCleanupSignals)];
+};
+
+OutputCleanupScope::OutputCleanupScope() : saved_(std::make_unique<Saved>()) {
+  for (size_t i = 0; i < std::size(kCleanupSignals); ++i) ::sigaction(kCleanupSignals[i], nullptr, &saved_->handlers[i]);
+  install_output_cleanup();
+}
+
+OutputCleanupScope::~OutputCleanupScope() {
+  for (size_t i = 0; i < std::size(kCleanupSignals); ++i) ::sigaction(kCleanupSignals[i], &saved_->handlers[i], nullptr);
+  g_defer.store(false);
+  g_pending.store(0);
+  g_note.store(-1);
 }
 
 }  // namespace dp

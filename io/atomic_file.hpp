@@ -7,6 +7,7 @@
 // every exit path, SIGINT and SIGTERM included (install_output_cleanup).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -34,5 +35,20 @@ constexpr int64_t kSamePressNs = 300'000'000;
 // The one line a second press prints before the process ends: what was saved.
 void set_second_interrupt_note(const std::string& line);
 int pending_interrupt();  // 0, or the signal that arrived
+
+// For a program that runs commands in its own process (the Python package): the CLI's handling of
+// SIGINT, SIGTERM and SIGHUP (install_output_cleanup; a command may defer them) while the scope
+// lives; then the program's own handlers back, and nothing deferred or pending.
+class OutputCleanupScope {
+ public:
+  OutputCleanupScope();
+  ~OutputCleanupScope();
+  OutputCleanupScope(const OutputCleanupScope&) = delete;
+  OutputCleanupScope& operator=(const OutputCleanupScope&) = delete;
+
+ private:
+  struct Saved;
+  std::unique_ptr<Saved> saved_;
+};
 
 }  // namespace dp

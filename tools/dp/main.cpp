@@ -1,5 +1,5 @@
 // dp: the dp-engine command line. Exit codes: 0 ok, 1 runtime error, 2 usage error,
-// 3 out of memory.
+// 3 out of memory (tools/dp/command_failure.hpp).
 #include <unistd.h>
 
 #include <csignal>
@@ -7,17 +7,16 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-#include <new>
 
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
 #include "io/atomic_file.hpp"
 #include "runtime/memory.hpp"
 #include "engine/comm/process_group.hpp"
-#include "dp_version.hpp"
+#include "tools/dp/command_failure.hpp"
 #include "tools/dp/command_line.hpp"
 #include "tools/dp/commands.hpp"
-#include "tools/dp/remedies.hpp"
+#include "tools/dp/version_text.hpp"
 
 namespace {
 
@@ -41,15 +40,6 @@ void configure_openblas(char** argv) {
   execv("/proc/self/exe", argv);  // on failure, carry on with the settings we have
 }
 
-std::string version_text() {
-#ifdef DP_BUILD_CUDA
-  const std::string backend = std::string("with CUDA ") + DP_BUILD_CUDA;
-#else
-  const std::string backend = "without CUDA (host and meta devices only)";
-#endif
-  return std::string("dp-engine, commit ") + DP_COMMIT + ", built " + backend;
-}
-
 }  // namespace
 
 
@@ -63,42 +53,21 @@ int main(int argc, char** argv) {
   dp::cli::command_line().assign(argv, argv + argc);
   // The library's errors name a setting in words ("split"); here they name the flag ("--split").
   dp::name_settings_with([](std::string_view name) { return "--" + std::string(name); });
-  dp::cli::DpCommandLine cli = dp::cli::make_command_line(version_text());
+  dp::cli::DpCommandLine cli = dp::cli::make_command_line(dp::cli::version_text());
   const dp::cli::ParsedCommandLine parsed = dp::cli::parse_command_line(cli, argc, argv);
   if (!parsed.run) {
     std::fputs(parsed.out.c_str(), stdout);
     std::fputs(parsed.err.c_str(), stderr);
     return parsed.exit_code;
   }
-  // Under mpirun an error on this rank ends the whole job rather than leaving the others waiting.
-  auto failed = [](int code) {
-    dp::ProcessGroup::end_job_after_error(code);
-    return code;
-  };
   try {
     return parsed.run();
-  } catch (const dp::UsageError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return failed(2);
-  } catch (const dp::cli::OutOfMemoryExit& e) {  // with its run's remedies
+  } catch (...) {
+    const dp::cli::CommandFailure failure = dp::cli::failure_of(std::current_exception());
     std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n%s", e.what(), e.remedies().c_str());
-    return failed(3);
-  } catch (const dp::OutOfMemoryError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n%s", e.what(), dp::cli::out_of_memory_remedies().c_str());
-    return failed(3);
-  } catch (const dp::ReplicaError& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n%s", e.what(), e.out_of_memory ? dp::cli::out_of_memory_remedies().c_str() : "");
-    return failed(e.out_of_memory ? 3 : 1);
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: the host ran out of memory (std::bad_alloc); try a smaller --batch, data set or "
-                         "--generated-size\n");
-    return failed(1);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return failed(1);
+    std::fprintf(stderr, "error: %s\n%s", failure.message.c_str(), failure.remedies.c_str());
+    // Under mpirun an error on this rank ends the whole job rather than leaving the others waiting.
+    dp::ProcessGroup::end_job_after_error(failure.exit_code);
+    return failure.exit_code;
   }
-  return 2;
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -36,11 +37,17 @@ std::string counted(int64_t n, const std::string& noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
+namespace {
+std::atomic<bool> g_step_progress{true};
+}  // namespace
+
+void show_step_progress(bool on) { g_step_progress.store(on); }
+
 Progress::Progress(int64_t total_steps, bool terminal, bool quiet)
     : total_(total_steps), terminal_(terminal), quiet_(quiet), start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 void Progress::update(int64_t step, int epoch, double loss, double samples_per_s) {
-  if (quiet_) return;
+  if (quiet_ || !g_step_progress.load()) return;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(total_ - step) : -1;

@@ -13,6 +13,10 @@ std::string rate_text(double per_second);
 // "1 step", "2 steps".
 std::string counted(int64_t n, const std::string& noun);
 
+// Whether training prints its step lines (on by default): a program that runs dp's commands in its own
+// process and shows progress its own way (the Python package: a tqdm bar, or nothing) turns them off.
+void show_step_progress(bool on);
+
 class Progress {
  public:
   // quiet: prints nothing (the ranks other than 0 under mpirun).
