@@ -18,17 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-enum class Kind { U8, I32, I64, F32 };
+using Kind = TensorKind;
 
 size_t kind_size(Kind k) { return k == Kind::U8 ? 1 : k == Kind::I64 ? 8 : 4; }
 
-// One tensor found in a file: where its bytes are, their type and shape.
-struct Found {
-  const char* data = nullptr;
-  Kind kind = Kind::U8;
-  std::vector<int64_t> shape;
-  std::string where;  // "train.safetensors's images", for messages
-};
+using Found = TensorView;  // one tensor found in a file
 
 int64_t count_of(const std::vector<int64_t>& shape) {
   int64_t n = 1;
@@ -245,6 +239,20 @@ TrainTest load_tensor_dir(const std::string& dir) {
     t.train = pair("train");
     if (fs::exists(root / "val_images.npy")) t.test = pair("val");
   }
+  return train_and_validation(std::move(t.train), std::move(t.test), "tensor files in " + dir,
+                              dir + " (no " + (fs::exists(root / "train.safetensors") ? "val.safetensors" : "val_images.npy") +
+                                  ")");
+}
+
+Dataset dataset_from_tensors(const TensorView& images, const TensorView& labels, const std::string& source) {
+  return make_dataset(images, labels, source);
+}
+
+TrainTest train_and_validation(Dataset train, Dataset validation, const std::string& what,
+                               const std::string& no_validation) {
+  TrainTest t;
+  t.train = std::move(train);
+  t.test = std::move(validation);
   const Dataset& a = t.train;
   Dataset& b = t.test;
   if (b.count > 0 &&
@@ -253,10 +261,10 @@ TrainTest load_tensor_dir(const std::string& dir) {
                        ") in shape or dtype");
   if (b.count == 0) {
     b.channels = a.channels, b.rows = a.rows, b.cols = a.cols, b.float_samples = a.float_samples;
-    b.source = dir + " (no " + (fs::exists(root / "train.safetensors") ? "val.safetensors" : "val_images.npy") + ")";
+    b.source = no_validation;
   }
   b.mean = a.mean, b.std = a.std;
-  t.description = "tensor files in " + dir + " (" + std::to_string(a.count) + " training, " + std::to_string(b.count) +
+  t.description = what + " (" + std::to_string(a.count) + " training, " + std::to_string(b.count) +
                   " validation samples of " + std::to_string(a.channels) + "x" + std::to_string(a.rows) + "x" +
                   std::to_string(a.cols) + ", " + (a.float_samples ? "float32" : "uint8") + ")";
   return t;

@@ -8,7 +8,9 @@
 // val files the test set is empty (--eval then says so). RuntimeError naming the file and what is
 // wrong: a dtype or shape it cannot hold, a count that differs, a negative label, a short file.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/dataset.hpp"
 
@@ -20,5 +22,22 @@ TrainTest load_tensor_dir(const std::string& dir);
 
 Dataset read_safetensors_samples(const std::string& path);
 Dataset read_npy_pair(const std::string& images_path, const std::string& labels_path);
+
+// Tensors in memory (a file's, or the Python package's arrays): where the bytes are, their element
+// type, their shape, and what to call them in a message ("train.safetensors's images").
+enum class TensorKind { U8, I32, I64, F32 };
+struct TensorView {
+  const char* data = nullptr;
+  TensorKind kind = TensorKind::U8;
+  std::vector<int64_t> shape;
+  std::string where;
+};
+// One split from its images and labels, checked and copied as a tensor file's are.
+Dataset dataset_from_tensors(const TensorView& images, const TensorView& labels, const std::string& source);
+// The training and validation splits as one data set described as `what` (with the counts and the
+// sample's shape): the validation split must match the training one's shape and dtype, and takes its
+// statistics; an empty one takes its shape and is named `no_validation` in messages.
+TrainTest train_and_validation(Dataset train, Dataset validation, const std::string& what,
+                               const std::string& no_validation);
 
 }  // namespace dp

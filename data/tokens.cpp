@@ -105,6 +105,19 @@ TokenData text_token_data(const std::string& text, const std::string& source) {
   return d;
 }
 
+TokenData token_ids(TokenSplit train, TokenSplit val, const std::string& what) {
+  TokenData d;
+  d.train = std::move(train);
+  d.val = std::move(val);
+  if (d.train.tokens.empty()) throw RuntimeError(d.train.source + ": no tokens");
+  for (const auto* split : {&d.train, &d.val})
+    for (uint16_t t : split->tokens) d.max_id = std::max<int32_t>(d.max_id, t);
+  d.vocab = (d.max_id + 1 + 63) / 64 * 64;
+  d.description = what + ": " + std::to_string(d.train.tokens.size()) + " training and " +
+                  std::to_string(d.val.tokens.size()) + " validation tokens, largest id " + std::to_string(d.max_id);
+  return d;
+}
+
 TokenData load_token_data(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return text_token_data(read_file(path), path);
@@ -113,16 +126,8 @@ TokenData load_token_data(const std::string& path) {
   if (fs::exists(dir / "train.bin", ec)) {
     if (!fs::exists(dir / "val.bin", ec))
       throw RuntimeError(setting("data") + " " + path + ": has train.bin but no val.bin (nanoGPT's layout has both)");
-    TokenData d;
-    d.train = {read_token_file((dir / "train.bin").string()), (dir / "train.bin").string()};
-    d.val = {read_token_file((dir / "val.bin").string()), (dir / "val.bin").string()};
-    if (d.train.tokens.empty()) throw RuntimeError(d.train.source + ": no tokens");
-    for (const auto* split : {&d.train, &d.val})
-      for (uint16_t t : split->tokens) d.max_id = std::max<int32_t>(d.max_id, t);
-    d.vocab = (d.max_id + 1 + 63) / 64 * 64;
-    d.description = path + ": " + std::to_string(d.train.tokens.size()) + " training and " +
-                    std::to_string(d.val.tokens.size()) + " validation tokens, largest id " + std::to_string(d.max_id);
-    return d;
+    return token_ids({read_token_file((dir / "train.bin").string()), (dir / "train.bin").string()},
+                     {read_token_file((dir / "val.bin").string()), (dir / "val.bin").string()}, path);
   }
   if (has_image_files(dir))
     throw RuntimeError(setting("data") + " " + path +

@@ -40,6 +40,10 @@ bool is_token_data(const std::string& path);
 // --data for a language model (see the top of this file). RuntimeError for a missing val.bin, an
 // empty text, a directory of image files, or no text files at all.
 TokenData load_token_data(const std::string& path);
+// Token ids as given (a train.bin and val.bin pair, or the Python package's arrays) described as
+// `what`: the vocabulary their largest id rounded up to a multiple of 64. RuntimeError for no
+// training tokens.
+TokenData token_ids(TokenSplit train, TokenSplit val, const std::string& what);
 // Bytes of a text, split 90/10 (V = 256).
 TokenData text_token_data(const std::string& text, const std::string& source);
 // The generated default: about `bytes` bytes of sentences (a newline ends each paragraph).

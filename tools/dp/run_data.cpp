@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "data/image_folder.hpp"
+#include "data/memory_data.hpp"
 #include "data/shape_loader.hpp"
 #include "engine/batch_view.hpp"
 #include "data/token_loader.hpp"
@@ -70,6 +71,8 @@ RunData load_tokens(const Flags& o, ModelDef& model, int64_t min_tokens, bool tr
     const int64_t bytes = std::max(o.generated_size_given ? o.generated_train : kDefaultCorpusBytes,
                                    (min_tokens * 10 + 8) / 9 + 64);  // the training split is 90%
     d.tokens = generate_corpus(bytes, 1234);
+  } else if (is_memory_data(o.data)) {
+    d.tokens = memory_data(o.data)->tokens;  // check_data_path made sure they are tokens
   } else {
     if (!is_token_data(o.data))
       throw UsageError("--data " + o.data + " holds image data; --model " + o.model +
@@ -157,12 +160,13 @@ void use_given_statistics(const Flags& o, TrainTest& data) {
 RunData load_images(const Flags& o, const ModelDef& model, int64_t generated_train, int64_t generated_test,
                     uint64_t generated_seed, bool drawn, bool trains) {
   RunData d;
-  if (!o.data.empty() && is_token_data(o.data))
+  if (!o.data.empty() && !is_memory_data(o.data) && is_token_data(o.data))
     throw UsageError("--data " + o.data + " holds text or token files; --model " + model.name +
                        " takes images (use --model gpt for a language model)");
   // --generated-size, when given, is the size (memprof and demo otherwise take what their steps need).
   if (o.generated_size_given) generated_train = o.generated_train;
   d.images = o.data.empty() ? generate_for_model(model, generated_train, generated_test, generated_seed, drawn)
+              : is_memory_data(o.data)     ? memory_data(o.data)->images
               : holds_image_folder(o.data) ? load_image_folder(o.data, image_folder_options(o, model))
                                            : load_data_dir(o.data);
   if (!d.images.skipped.empty()) {
@@ -197,6 +201,13 @@ RunData load_images(const Flags& o, const ModelDef& model, int64_t generated_tra
 // given to an image model says what it looks like and what --data takes.
 void check_data_path(const Flags& o, const ModelDef& model) {
   if (o.data.empty()) return;
+  if (is_memory_data(o.data)) {  // arrays handed over in memory: images or tokens, as the model takes
+    const bool tokens = memory_data(o.data)->language;
+    if (tokens != model.language_model())
+      throw UsageError("--data " + o.data + " holds " + (tokens ? "token ids" : "images") + "; --model " + model.name +
+                       " takes " + (tokens ? "images" : "token ids"));
+    return;
+  }
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path path(o.data);

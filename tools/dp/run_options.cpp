@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.hpp"
+#include "data/memory_data.hpp"
 #include "engine/comm/process_group.hpp"
 
 namespace dp::cli {
@@ -25,7 +26,7 @@ void check_outputs(const Flags& o, const std::vector<NamedPath>& outputs, std::v
     folders.push_back({"--data", o.data});
     for (const auto& entry : fs::directory_iterator(o.data, ec))
       if (entry.is_regular_file(ec)) inputs.push_back({"--data file " + entry.path().filename().string(), entry.path().string()});
-  } else if (!o.data.empty()) {
+  } else if (!o.data.empty() && !is_memory_data(o.data)) {
     inputs.push_back({"--data", o.data});
   }
   for (const auto& in : inputs)
