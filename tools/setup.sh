@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what dp-engine needs (Debian packages) when it is missing, then configures and builds.
-#   tools/setup.sh                      release build of dp in build/ (CUDA too when nvcc and a GPU are found)
+#   tools/setup.sh                      release build of dp in build/ (CUDA too when nvcc and a GPU are found),
+#                                       and the Python package dp_engine for /usr/bin/python3 (build/python)
 #   tools/setup.sh --tests              the same build with every test binary, CUDA's where nvcc is found
 #                                       (tools/test.sh)
 #   tools/setup.sh --sanitize address   ASan+UBSan build of the unit tests in build-asan/
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=""
-targets=(--target dp_cli)
+targets=(--target dp_cli dp_engine_core)
 case "${1:-}" in
   --sanitize) sanitize="${2:?--sanitize needs address or thread}" ;;
   --tests) targets=() ;;
@@ -23,18 +24,22 @@ esac
 
 packages=(build-essential cmake ninja-build pkg-config ccache doctest-dev libcli11-dev nlohmann-json3-dev libopenblas-dev zlib1g-dev
           libturbojpeg0-dev libpng-dev python3 openmpi-bin libopenmpi-dev)
+# The Python package (python/): pybind11 and Python's headers to build it, NumPy to hand it arrays.
+[[ -z "$sanitize" ]] && packages+=(pybind11-dev python3-dev python3-numpy)
 # PyTorch: the exporter's (tools/export_model.py) and the cross-checks'; dp itself runs without it.
-[[ "${1:-}" == "--tests" ]] && packages+=(python3-torch python3-torchvision)
+# The Python package's tests: pytest, its progress bar and tables, and its notebook run by nbclient.
+[[ "${1:-}" == "--tests" ]] && packages+=(python3-torch python3-torchvision python3-pytest python3-tqdm python3-pandas
+                                         python3-nbclient python3-ipykernel)
 # libFuzzer: clang's, with its runtime.
 [[ "$sanitize" == "fuzz" ]] && packages+=(clang libclang-rt-14-dev)
+sudo=""
+[[ $(id -u) -eq 0 ]] || sudo="sudo"
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  sudo=""
-  [[ $(id -u) -eq 0 ]] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -63,6 +68,13 @@ case "$sanitize" in
   "")
     configure build c++ -DCMAKE_BUILD_TYPE=Release -DDP_CUDA="$cuda"
     cmake --build build -j"$jobs" "${targets[@]}"
+    # `import dp_engine` for Debian's python3: a .pth file in its site folder names build/python.
+    site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+    if [[ "$(cat "$site/dp_engine.pth" 2>/dev/null)" != "$PWD/build/python" ]]; then
+      $sudo mkdir -p "$site"
+      echo "$PWD/build/python" | $sudo tee "$site/dp_engine.pth" >/dev/null
+      echo "setup: /usr/bin/python3 imports dp_engine from $PWD/build/python ($site/dp_engine.pth)"
+    fi
     ;;
   address | thread)
     dir="build-${sanitize/address/asan}"

@@ -42,8 +42,6 @@ void configure_openblas(char** argv) {
 
 }  // namespace
 
-
-
 int main(int argc, char** argv) {
   configure_openblas(argv);
   dp::install_output_cleanup();  // a signal never leaves a half-written temporary behind

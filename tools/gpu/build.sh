@@ -81,7 +81,7 @@ if [[ $mode != --from-source && $mode != --configure-only ]] && prebuilt_fits; t
 [[ -f build-gpu/PREBUILT.txt ]] && rm -rf build-gpu
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
-cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDP_PYTHON_PACKAGE=OFF \
   -DCMAKE_PREFIX_PATH="$kit" -DCMAKE_INCLUDE_PATH="$includes" -DCMAKE_LIBRARY_PATH="$kit/lib" -DZLIB_ROOT="$kit" \
   "${flags[@]}"
 write_env

@@ -14,7 +14,10 @@ hash=$(tools/gpu/source_hash.sh)
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 [[ -f $dir/CMakeCache.txt ]] ||
-  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDP_MPI=OFF >/dev/null
+  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DDP_MPI=OFF \
+    -DDP_PYTHON_PACKAGE=OFF >/dev/null
+# The GPU machine's binaries link the image libraries statically: no Python module (position-independent) here.
+grep -q '^DP_PYTHON_PACKAGE:BOOL=OFF' "$dir/CMakeCache.txt" || cmake -S . -B "$dir" -DDP_PYTHON_PACKAGE=OFF >/dev/null
 grep -q '^DP_CUDA:BOOL=ON' "$dir/CMakeCache.txt" || { echo "prebuild: no CUDA compiler here (DP_CUDA is off)" >&2; exit 1; }
 targets=(dp_cli dp_tests dp_gpu_tests comm_bandwidth layer_timing)
 cmake --build "$dir" -j"$(nproc)" --target "${targets[@]}"
