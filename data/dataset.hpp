@@ -30,6 +30,13 @@ struct Dataset {
   bool float_samples = false;
   std::vector<float> values;    // count * channels * rows * cols (float32 sources)
   std::shared_ptr<const SampleDecoder> decoder;  // set: images stays empty, samples are decoded
+  // Samples held elsewhere, read where they are (the Python package's arrays, kept alive by `owner`
+  // as long as a copy of this data set is): set, images and values stay empty.
+  std::shared_ptr<const void> owner;
+  const uint8_t* held_images = nullptr;
+  const float* held_values = nullptr;
+  const uint8_t* pixel_data() const { return held_images ? held_images : images.data(); }
+  const float* value_data() const { return held_values ? held_values : values.data(); }
   std::vector<int32_t> labels;  // count, each >= 0
   int64_t classes = 0;          // the classes the source names (an image folder's), 0: not named
   // Normalisation per channel: (x/255 − mean) / std. MNIST's by default.

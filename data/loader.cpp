@@ -78,7 +78,7 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
   if (data.float_samples) {  // a tensor file's float32 samples: the model's input as they are
     if (pixels_only || augment) throw RuntimeError(data.source + ": float32 samples have no pixels to send or augment");
     for (int64_t i = 0; i < count; ++i) {
-      std::copy_n(data.values.data() + indices[i] * px, px, b.images.data() + i * px);
+      std::copy_n(data.value_data() + indices[i] * px, px, b.images.data() + i * px);
       b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
     }
     return b;
@@ -90,7 +90,7 @@ Batch make_batch(const Dataset& data, const int64_t* indices, int64_t count, con
     // A decoded sample (an image folder's) is made the same way, by its decoder.
     std::vector<uint8_t> scratch((augment || data.decoder) && !pixels_only ? static_cast<size_t>(px) : 0);
     for (int64_t i = begin; i < end; ++i) {
-      const uint8_t* pixels = data.decoder ? nullptr : data.images.data() + indices[i] * px;
+      const uint8_t* pixels = data.decoder ? nullptr : data.pixel_data() + indices[i] * px;
       b.labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(indices[i])];
       uint8_t* stored = pixels_only ? b.pixels.data() + i * px : scratch.data();
       if (augment) {

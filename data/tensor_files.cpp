@@ -46,7 +46,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 // The samples and labels of one split, checked against each other.
-Dataset make_dataset(const Found& images, const Found& labels, const std::string& source) {
+// `owner` set: the samples are read where they are, kept alive by it; else copied.
+Dataset make_dataset(const Found& images, const Found& labels, const std::string& source,
+                     std::shared_ptr<const void> owner = nullptr) {
   if (images.kind != Kind::U8 && images.kind != Kind::F32)
     throw RuntimeError(images.where + ": images must be uint8 or float32");
   if (images.shape.size() != 3 && images.shape.size() != 4)
@@ -67,11 +69,15 @@ Dataset make_dataset(const Found& images, const Found& labels, const std::string
     throw RuntimeError(labels.where + ": " + std::to_string(labels.shape[0]) + " labels for " +
                        std::to_string(d.count) + " images");
   const size_t n = static_cast<size_t>(count_of(images.shape));
-  if (images.kind == Kind::U8) {
+  d.float_samples = images.kind == Kind::F32;
+  if (!d.float_samples) use_default_statistics(d);
+  if (owner) {  // read where they are
+    d.owner = std::move(owner);
+    if (d.float_samples) d.held_values = reinterpret_cast<const float*>(images.data);
+    else d.held_images = reinterpret_cast<const uint8_t*>(images.data);
+  } else if (!d.float_samples) {
     d.images.assign(reinterpret_cast<const uint8_t*>(images.data), reinterpret_cast<const uint8_t*>(images.data) + n);
-    use_default_statistics(d);
   } else {
-    d.float_samples = true;
     d.values.resize(n);
     std::memcpy(d.values.data(), images.data, n * sizeof(float));
   }
@@ -244,8 +250,9 @@ TrainTest load_tensor_dir(const std::string& dir) {
                                   ")");
 }
 
-Dataset dataset_from_tensors(const TensorView& images, const TensorView& labels, const std::string& source) {
-  return make_dataset(images, labels, source);
+Dataset dataset_from_tensors(const TensorView& images, const TensorView& labels, const std::string& source,
+                             std::shared_ptr<const void> owner) {
+  return make_dataset(images, labels, source, std::move(owner));
 }
 
 TrainTest train_and_validation(Dataset train, Dataset validation, const std::string& what,

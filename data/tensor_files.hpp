@@ -9,6 +9,7 @@
 // wrong: a dtype or shape it cannot hold, a count that differs, a negative label, a short file.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,11 @@ struct TensorView {
   std::vector<int64_t> shape;
   std::string where;
 };
-// One split from its images and labels, checked and copied as a tensor file's are.
-Dataset dataset_from_tensors(const TensorView& images, const TensorView& labels, const std::string& source);
+// One split from its images and labels, checked as a tensor file's are; the samples copied, or with
+// `owner` (what keeps their memory alive: the Python package's arrays) read where they are. The
+// labels are copied (as int32).
+Dataset dataset_from_tensors(const TensorView& images, const TensorView& labels, const std::string& source,
+                             std::shared_ptr<const void> owner = nullptr);
 // The training and validation splits as one data set described as `what` (with the counts and the
 // sample's shape): the validation split must match the training one's shape and dtype, and takes its
 // statistics; an empty one takes its shape and is named `no_validation` in messages.

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "data/loader.hpp"
+#include "data/memory_data.hpp"
 #include "data/tensor_files.hpp"
 #include "helpers.hpp"
 
@@ -182,6 +183,53 @@ TEST_CASE("tensor files: what a file cannot hold is an error naming the file and
     f << "tail";
   }
   fails("train.safetensors: not a valid safetensors file: 4 bytes after the last tensor's data");
+}
+
+TEST_CASE("tensors in memory: the samples read where they are give the batches a copy gives, kept alive by the data set") {
+  std::vector<uint8_t> pixels(6 * 2 * 3 * 3);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7);
+  std::vector<float> values(6 * 2 * 3 * 3);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i);
+  const std::vector<int64_t> labels{0, 1, 2, 0, 1, 2};
+  const TensorView y{reinterpret_cast<const char*>(labels.data()), TensorKind::I64, {6}, "labels"};
+  for (const bool floats : {false, true}) {
+    const TensorView x{floats ? reinterpret_cast<const char*>(values.data()) : reinterpret_cast<const char*>(pixels.data()),
+                       floats ? TensorKind::F32 : TensorKind::U8, {6, 2, 3, 3}, "images"};
+    auto owner = std::make_shared<int>(1);
+    std::weak_ptr<int> alive = owner;
+    const Dataset copied = dataset_from_tensors(x, y, "copied");
+    Dataset held = dataset_from_tensors(x, y, "held", std::move(owner));
+    CHECK(held.images.empty());
+    CHECK(held.values.empty());
+    CHECK((floats ? static_cast<const void*>(held.value_data()) : static_cast<const void*>(held.pixel_data())) ==
+          static_cast<const void*>(x.data));
+    CHECK(held.mean == copied.mean);
+    CHECK(held.float_samples == floats);
+    BatchLoader a(copied, 4, true, 3, 2, 0), b(held, 4, true, 3, 2, 0);
+    for (auto p = a.next(), q = b.next(); p || q; p = a.next(), q = b.next()) {
+      REQUIRE((p && q));
+      CHECK(p->images == q->images);
+      CHECK(p->labels == q->labels);
+    }
+    {
+      const Dataset another = held;  // a copy keeps the memory's owner too
+      held = Dataset{};
+      CHECK_FALSE(alive.expired());
+    }
+    CHECK(alive.expired());
+  }
+}
+
+TEST_CASE("data in memory: --data memory:NAME finds what was put under NAME until it is dropped") {
+  auto data = std::make_shared<MemoryData>();
+  data->language = true;
+  put_memory_data("t1", data);
+  CHECK(is_memory_data("memory:t1"));
+  CHECK_FALSE(is_memory_data("data/memory:t1"));
+  CHECK(memory_data("memory:t1") == data);
+  drop_memory_data("t1");
+  CHECK_THROWS_WITH_AS(memory_data("memory:t1"), doctest::Contains("no data set was handed over in memory under the name 't1'"),
+                       UsageError);
 }
 
 }  // namespace test_tensor_files

@@ -43,8 +43,15 @@ Held held(const py::array& given, const std::string& what) {
 
 Dataset split(const py::array& images, const py::array& labels, const std::string& source, const std::string& name) {
   const Held x = held(images, name + " images"), y = held(labels, name + " labels");
-  py::gil_scoped_release release;  // the copy into dp's data set
-  return dataset_from_tensors(x.view, y.view, source + " (" + name + ")");
+  // The samples are read where they are: the array (made contiguous first where it was not) is kept
+  // alive as long as a copy of dp's data set is, and let go under the GIL by whichever thread drops
+  // the last one.
+  std::shared_ptr<const void> owner(new py::array(x.array), [](const void* array) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<const py::array*>(array);
+  });
+  py::gil_scoped_release release;  // the labels' copy
+  return dataset_from_tensors(x.view, y.view, source + " (" + name + ")", std::move(owner));
 }
 
 TokenSplit token_split(const py::array& given, const std::string& source) {

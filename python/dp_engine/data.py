@@ -2,7 +2,10 @@
 an image folder, train.bin and val.bin, a text), or arrays handed to dp in memory (--data memory:NAME):
 images (N, C, H, W) or (N, H, W) with labels (N,), as NumPy arrays, torch tensors or a TensorDataset;
 token ids (T,) for a language model. Arrays are checked as tensor files are (uint8 pixels normalised by
-the loader, float32 samples taken as given) and copied once into dp's data set, which makes the batches."""
+the loader, float32 samples taken as given) and read where they are: the batches are the one copy (a CPU
+tensor's memory is a NumPy array's; a strided array is made contiguous, other floats narrowed to float32,
+first). Token ids are copied as uint16, as dp keeps them. An array must not change while a call reads it."""
+import atexit
 import itertools
 import os
 
@@ -11,6 +14,14 @@ import numpy as np
 from dp_engine import _core
 
 _names = itertools.count()
+_live = set()  # the names handed over and not dropped yet: dropped at exit, while Python still runs
+
+
+@atexit.register
+def _drop_all():
+    for name in list(_live):
+        _core.drop_data(name)
+        _live.discard(name)
 
 
 def as_array(x):
@@ -54,7 +65,7 @@ def is_path(data):
 def path_of(data):
     """--data for a path: a train.bin names its folder (nanoGPT's layout, with val.bin beside it)."""
     path = os.fspath(data)
-    return os.path.dirname(path) or "." if os.path.basename(path) == "train.bin" else path
+    return (os.path.dirname(path) or ".") if os.path.basename(path) == "train.bin" else path
 
 
 class InMemory:
@@ -80,10 +91,12 @@ class InMemory:
                 raise TypeError("data: (images, labels), a TensorDataset, token ids (T,), or a path; not an array of "
                                 f"shape {ids.shape}")
             _core.put_tokens(self.name, ids, None if self.test_data is None else as_array(self.test_data), "token arrays")
+        _live.add(self.name)
         return "memory:" + self.name
 
     def __exit__(self, *exc):
         _core.drop_data(self.name)
+        _live.discard(self.name)
         return False
 
 

@@ -1,6 +1,7 @@
 """The other forms a call takes: dp eval of a module against the command line's of its weights, a
 TensorDataset as a pair, a run's summary page, a model file by path, keywords that name files."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -73,3 +74,23 @@ def test_a_model_file_by_path(tmp_path):
                                                                         batch=16).peak(0)
     text = repr(dp.plan(Tiny(), input="2x6x6", devices="meta:2"))
     assert "dp plan: Tiny.json" in text and "dp_engine-" not in text  # the module by name, not its scratch folder
+
+
+def test_arrays_are_read_where_they_are(tmp_path):
+    """A data set of 235 MB handed over and trained on: the process's peak grows by less than a copy of it
+    would add (measured after a first, small run has set up what every run needs)."""
+    import subprocess
+    import sys
+    code = ("import resource, numpy as np, dp_engine as dp\n"
+            "small = np.ones((640, 1, 28, 28), np.uint8), np.arange(640) % 10\n"
+            "dp.train('mlp', data=small, devices='host:1', batch=64, steps=2)  # what a first run sets up\n"
+            "x = np.zeros((300000, 1, 28, 28), np.uint8); x[:, 0, 0, 0] = 1; y = np.arange(300000) % 10\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "dp.train('mlp', data=(x, y), devices='host:1', batch=64, steps=2)\n"
+            "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    import dp_engine
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dp_engine.__file__))))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    before, after = (int(v) * 1024 for v in p.stdout.split())
+    assert after - before < 100 * 2**20, (before / 2**20, after / 2**20)  # not another 235 MB
