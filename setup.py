@@ -26,7 +26,10 @@ class CMakeExtension(build_ext):
         shutil.copy(os.path.join(build, "python", "dp_engine", built), target)
 
 
+# setuptools' own folders beside CMake's, not in build/ (tools/setup.sh's tree)
+os.makedirs(os.path.join(ROOT, "build-pip"), exist_ok=True)
 setup(
+    options={"build": {"build_base": "build-pip/setuptools"}, "egg_info": {"egg_base": "build-pip"}},
     packages=["dp_engine", "dp_export"],
     package_dir={"dp_engine": "python/dp_engine", "dp_export": "tools/dp_export"},
     package_data={"dp_engine": ["*.pyi", "py.typed"]},
