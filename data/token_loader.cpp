@@ -43,7 +43,7 @@ Batch make_token_batch(const TokenSplit& split, const int64_t* starts, int64_t c
   b.tokens.resize(static_cast<size_t>(count * context));
   b.labels.resize(static_cast<size_t>(count * context));
   for (int64_t j = 0; j < count; ++j) {
-    const uint16_t* w = split.tokens.data() + starts[j];
+    const uint16_t* w = split.ids().data() + starts[j];
     std::copy(w, w + context, b.tokens.begin() + j * context);
     std::copy(w + 1, w + context + 1, b.labels.begin() + j * context);
   }
@@ -51,7 +51,7 @@ Batch make_token_batch(const TokenSplit& split, const int64_t* starts, int64_t c
 }
 
 void check_token_split(const TokenSplit& split, int64_t batch, int64_t context) {
-  const auto n = static_cast<int64_t>(split.tokens.size());
+  const auto n = static_cast<int64_t>(split.ids().size());
   if (n < context + 1)
     throw RuntimeError(split.source + ": " + std::to_string(n) + " tokens, shorter than one window of " +
                        setting("context") + " " +
@@ -67,7 +67,7 @@ TokenLoader::TokenLoader(const TokenSplit& split, int64_t batch, int64_t context
     : split_(split), batch_(batch), context_(context), shuffle_(shuffle), seed_(seed), epochs_(epochs),
       max_steps_(max_steps), step_(first_step), shard_(shard) {
   check_token_split(split, batch * shard.count, context);
-  steps_per_epoch_ = token_steps_per_epoch(static_cast<int64_t>(split.tokens.size()), batch * shard.count, context);
+  steps_per_epoch_ = token_steps_per_epoch(static_cast<int64_t>(split.ids().size()), batch * shard.count, context);
 }
 
 int64_t TokenLoader::total_steps() const {
@@ -78,7 +78,7 @@ int64_t TokenLoader::total_steps() const {
 std::optional<Batch> TokenLoader::next() {
   if (step_ >= total_steps()) return std::nullopt;
   // Windows are cheap to cut (a copy of B·T ids): made here, with no prefetch thread.
-  const auto starts = window_starts(static_cast<int64_t>(split_.tokens.size()), batch_ * shard_.count, context_, step_,
+  const auto starts = window_starts(static_cast<int64_t>(split_.ids().size()), batch_ * shard_.count, context_, step_,
                                    shuffle_, seed_);
   // This process's windows: every count-th of the step's, from its rank's (as BatchLoader's shards).
   std::vector<int64_t> mine(static_cast<size_t>(batch_));

@@ -109,12 +109,12 @@ TokenData token_ids(TokenSplit train, TokenSplit val, const std::string& what) {
   TokenData d;
   d.train = std::move(train);
   d.val = std::move(val);
-  if (d.train.tokens.empty()) throw RuntimeError(d.train.source + ": no tokens");
+  if (d.train.ids().empty()) throw RuntimeError(d.train.source + ": no tokens");
   for (const auto* split : {&d.train, &d.val})
-    for (uint16_t t : split->tokens) d.max_id = std::max<int32_t>(d.max_id, t);
+    for (uint16_t t : split->ids()) d.max_id = std::max<int32_t>(d.max_id, t);
   d.vocab = (d.max_id + 1 + 63) / 64 * 64;
-  d.description = what + ": " + std::to_string(d.train.tokens.size()) + " training and " +
-                  std::to_string(d.val.tokens.size()) + " validation tokens, largest id " + std::to_string(d.max_id);
+  d.description = what + ": " + std::to_string(d.train.ids().size()) + " training and " +
+                  std::to_string(d.val.ids().size()) + " validation tokens, largest id " + std::to_string(d.max_id);
   return d;
 }
 
@@ -192,7 +192,7 @@ TokenData generate_corpus(int64_t bytes, uint64_t seed) {
   return d;
 }
 
-double unigram_entropy(const std::vector<uint16_t>& tokens) {
+double unigram_entropy(std::span<const uint16_t> tokens) {
   if (tokens.empty()) return 0;
   std::vector<int64_t> counts(65536, 0);
   for (uint16_t t : tokens) ++counts[t];

@@ -6,6 +6,8 @@
 //   - a generated default corpus: sentences from a small English grammar, deterministic per seed.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,12 @@ namespace dp {
 struct TokenSplit {
   std::vector<uint16_t> tokens;
   std::string source;  // for messages
+  // Ids held elsewhere, read where they are (the Python package's uint16 arrays, kept alive by
+  // `owner` as long as a copy of this split is): set, tokens stays empty.
+  std::shared_ptr<const void> owner;
+  const uint16_t* held = nullptr;
+  size_t held_count = 0;
+  std::span<const uint16_t> ids() const { return held ? std::span(held, held_count) : std::span(tokens); }
 };
 
 struct TokenData {
@@ -50,6 +58,6 @@ TokenData text_token_data(const std::string& text, const std::string& source);
 TokenData generate_corpus(int64_t bytes, uint64_t seed);
 
 // Entropy of the ids' frequencies in nats: the loss of the best model that ignores context.
-double unigram_entropy(const std::vector<uint16_t>& tokens);
+double unigram_entropy(std::span<const uint16_t> tokens);
 
 }  // namespace dp

@@ -203,7 +203,30 @@ TEST_CASE("the generated corpus is deterministic text of sentences, with a unigr
   const double h = unigram_entropy(a.train.tokens);
   CHECK(h > 2.5);
   CHECK(h < 3.3);
-  CHECK(unigram_entropy({1, 2, 3, 4}) == doctest::Approx(std::log(4.0)));
+  CHECK(unigram_entropy(std::vector<uint16_t>{1, 2, 3, 4}) == doctest::Approx(std::log(4.0)));
+}
+
+TEST_CASE("token ids held elsewhere: read where they are, the same windows and vocabulary as a copy's") {
+  const std::vector<uint16_t> ids = iota_tokens(200), val = iota_tokens(40);
+  auto owner = std::make_shared<int>(1);
+  std::weak_ptr<int> alive = owner;
+  TokenSplit held{{}, "held"};
+  held.owner = std::move(owner);
+  held.held = ids.data(), held.held_count = ids.size();
+  const TokenData a = token_ids(TokenSplit{ids, "copied"}, TokenSplit{val, "val"}, "copied"),
+                  b = token_ids(held, TokenSplit{val, "val"}, "held");
+  CHECK(b.train.tokens.empty());
+  CHECK(b.train.ids().data() == ids.data());
+  CHECK((a.vocab == b.vocab && a.max_id == b.max_id));
+  TokenLoader p(a.train, 2, 10, true, 3, 2, 0), q(b.train, 2, 10, true, 3, 2, 0);
+  for (auto x = p.next(), y = q.next(); x || y; x = p.next(), y = q.next()) {
+    REQUIRE((x && y));
+    CHECK(x->tokens == y->tokens);
+    CHECK(x->labels == y->labels);
+  }
+  CHECK(unigram_entropy(a.train.ids()) == unigram_entropy(b.train.ids()));
+  held = TokenSplit{};
+  CHECK_FALSE(alive.expired());  // b's copy of the split keeps it
 }
 
 }  // namespace test_tokens

@@ -41,15 +41,18 @@ Held held(const py::array& given, const std::string& what) {
   return h;
 }
 
+// An array kept alive as long as a copy of the data set reading it is, let go under the GIL by
+// whichever thread drops the last one.
+std::shared_ptr<const void> kept(const py::array& array) {
+  return std::shared_ptr<const void>(new py::array(array), [](const void* held) {
+    py::gil_scoped_acquire gil;
+    delete static_cast<const py::array*>(held);
+  });
+}
+
 Dataset split(const py::array& images, const py::array& labels, const std::string& source, const std::string& name) {
   const Held x = held(images, name + " images"), y = held(labels, name + " labels");
-  // The samples are read where they are: the array (made contiguous first where it was not) is kept
-  // alive as long as a copy of dp's data set is, and let go under the GIL by whichever thread drops
-  // the last one.
-  std::shared_ptr<const void> owner(new py::array(x.array), [](const void* array) {
-    py::gil_scoped_acquire gil;
-    delete static_cast<const py::array*>(array);
-  });
+  std::shared_ptr<const void> owner = kept(x.array);  // the samples are read where they are
   py::gil_scoped_release release;  // the labels' copy
   return dataset_from_tensors(x.view, y.view, source + " (" + name + ")", std::move(owner));
 }
@@ -61,9 +64,16 @@ TokenSplit token_split(const py::array& given, const std::string& source) {
   if (kind != 'i' && kind != 'u')
     throw UsageError(source + ": token ids are integers, not " + py::repr(any.dtype()).cast<std::string>());
   if (any.ndim() != 1) throw UsageError(source + ": token ids are one sequence [T]");
-  const auto ids = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(any);  // exact for integers
   TokenSplit s;
   s.source = source;
+  if (kind == 'u' && any.dtype().itemsize() == 2) {  // uint16, as dp keeps them: read where they are
+    const auto held = py::array_t<uint16_t, py::array::c_style>::ensure(any);
+    s.owner = kept(held);
+    s.held = held.data();
+    s.held_count = static_cast<size_t>(held.shape(0));
+    return s;
+  }
+  const auto ids = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(any);  // exact for integers
   s.tokens.resize(static_cast<size_t>(ids.shape(0)));
   const int64_t* id = ids.data();
   for (size_t i = 0; i < s.tokens.size(); ++i) {

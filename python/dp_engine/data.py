@@ -4,7 +4,8 @@ images (N, C, H, W) or (N, H, W) with labels (N,), as NumPy arrays, torch tensor
 token ids (T,) for a language model. Arrays are checked as tensor files are (uint8 pixels normalised by
 the loader, float32 samples taken as given) and read where they are: the batches are the one copy (a CPU
 tensor's memory is a NumPy array's; a strided array is made contiguous, other floats narrowed to float32,
-first). Token ids are copied as uint16, as dp keeps them. An array must not change while a call reads it."""
+first). Token ids are read where they are when they are uint16, as dp keeps them, and copied as uint16
+otherwise. An array must not change while a call reads it."""
 import atexit
 import itertools
 import os

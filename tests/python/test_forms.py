@@ -94,3 +94,25 @@ def test_arrays_are_read_where_they_are(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     before, after = (int(v) * 1024 for v in p.stdout.split())
     assert after - before < 100 * 2**20, (before / 2**20, after / 2**20)  # not another 235 MB
+
+
+def test_uint16_token_ids_are_read_where_they_are(tmp_path):
+    """200 MB of uint16 token ids (nanoGPT's train.bin as np.memmap gives them) trained on without a copy;
+    the same ids as int64 are copied, as uint16."""
+    import subprocess
+    import sys
+    code = ("import resource, numpy as np, dp_engine as dp\n"
+            "def run(ids):\n"
+            "    dp.train('gpt', data=ids, test_data=ids[:4096], devices='host:1', batch=4, steps=1, gpt_layers=1,\n"
+            "             gpt_dim=32, gpt_heads=2, context=16)\n"
+            "run(np.arange(65536, dtype=np.uint16) % 64)  # what a first run sets up\n"
+            "ids = (np.arange(100_000_000) % 64).astype(np.uint16)\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "run(ids)\n"
+            "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    import dp_engine
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dp_engine.__file__))))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    before, after = (int(v) * 1024 for v in p.stdout.split())
+    assert after - before < 80 * 2**20, (before / 2**20, after / 2**20)  # not another 191 MB

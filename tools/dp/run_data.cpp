@@ -43,7 +43,7 @@ EvalResult evaluate_images(DataParallel& dp, const Dataset& test, int64_t batch)
 
 EvalResult evaluate_tokens(DataParallel& dp, const TokenSplit& val, int64_t context, int64_t batch, int64_t windows) {
   EvalResult total;
-  const auto starts = evaluation_starts(static_cast<int64_t>(val.tokens.size()), context, windows);
+  const auto starts = evaluation_starts(static_cast<int64_t>(val.ids().size()), context, windows);
   for (size_t begin = 0; begin < starts.size(); begin += static_cast<size_t>(batch)) {
     const auto n = static_cast<int64_t>(std::min(starts.size() - begin, static_cast<size_t>(batch)));
     Batch b = make_token_batch(val, starts.data() + begin, n, context);
@@ -57,9 +57,10 @@ EvalResult evaluate_tokens(DataParallel& dp, const TokenSplit& val, int64_t cont
 
 // `limit` says where the vocabulary comes from: "--vocab 96", "the model file's vocabulary of 96".
 void check_ids(const TokenSplit& split, int64_t vocab, const std::string& limit) {
-  for (size_t i = 0; i < split.tokens.size(); ++i)
-    if (split.tokens[i] >= vocab)
-      throw UsageError(split.source + ": token id " + std::to_string(split.tokens[i]) + " at position " +
+  const std::span<const uint16_t> ids = split.ids();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= vocab)
+      throw UsageError(split.source + ": token id " + std::to_string(ids[i]) + " at position " +
                        std::to_string(i) + " is at or above " + limit);
 }
 
@@ -304,7 +305,7 @@ int64_t generated_samples_for(const Flags& o, int64_t steps, int64_t accumulate)
 }
 
 int64_t RunData::batches_per_epoch(int64_t batch, Shard shard) const {
-  if (language) return token_steps_per_epoch(static_cast<int64_t>(tokens.train.tokens.size()), batch * shard.count, context);
+  if (language) return token_steps_per_epoch(static_cast<int64_t>(tokens.train.ids().size()), batch * shard.count, context);
   return BatchLoader::batches_per_epoch(images.train.count, batch, shard);
 }
 
@@ -315,11 +316,11 @@ EvalReport RunData::report(const EvalResult& r) const {
   if (language) {
     // What was scored: each window predicts its context's tokens; windows overlap when the
     // validation split is shorter than all of them end to end.
-    const int64_t windows = context > 0 ? r.count / context : 0, held = static_cast<int64_t>(tokens.val.tokens.size());
+    const int64_t windows = context > 0 ? r.count / context : 0, held = static_cast<int64_t>(tokens.val.ids().size());
     std::snprintf(line, sizeof line,
                   "validation loss %.4f (perplexity %.2f; unigram entropy %.4f), next-token accuracy %.2f%% over %lld "
                   "predictions (%lld %swindows of %lld from the %lld validation tokens)",
-                  out.loss, std::exp(out.loss), unigram_entropy(tokens.train.tokens), 100 * out.accuracy,
+                  out.loss, std::exp(out.loss), unigram_entropy(tokens.train.ids()), 100 * out.accuracy,
                   static_cast<long long>(r.count), static_cast<long long>(windows),
                   windows * context + 1 > held ? "overlapping " : "", static_cast<long long>(context),
                   static_cast<long long>(held));
@@ -337,7 +338,7 @@ void RunData::check_evaluable(int64_t eval_windows) const {
     return;
   }
   if (eval_windows < 1) throw UsageError("--eval-windows must be > 0");
-  const auto n = static_cast<int64_t>(tokens.val.tokens.size());
+  const auto n = static_cast<int64_t>(tokens.val.ids().size());
   if (n < context + 1)
     throw RuntimeError(tokens.val.source + ": " + std::to_string(n) + " validation tokens, shorter than one window of --context " +
                        std::to_string(context) + " + 1 (--eval and --eval-every need one)");

@@ -17,7 +17,7 @@ std::vector<int32_t> prompt_tokens(const std::string& prompt, const TokenData& d
     for (unsigned char c : prompt.empty() ? std::string("\n") : prompt) ids.push_back(c);
     return ids;
   }
-  if (prompt.empty()) return {data.val.tokens.empty() ? 0 : static_cast<int32_t>(data.val.tokens[0])};
+  if (prompt.empty()) return {data.val.ids().empty() ? 0 : static_cast<int32_t>(data.val.ids()[0])};
   std::string text = prompt;
   std::replace(text.begin(), text.end(), ',', ' ');
   std::istringstream in(text);
