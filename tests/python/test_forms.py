@@ -76,43 +76,37 @@ def test_a_model_file_by_path(tmp_path):
     assert "dp plan: Tiny.json" in text and "dp_engine-" not in text  # the module by name, not its scratch folder
 
 
-def test_arrays_are_read_where_they_are(tmp_path):
+def peak_growth(first, measured):
+    """How much the peak resident memory of a fresh Python grows while `measured` runs (after `first`
+    has set up what every run needs); both are lines of code with numpy as np and dp_engine as dp."""
+    import subprocess
+    import sys
+    import dp_engine
+    code = ("import resource, numpy as np, dp_engine as dp\n" + first + "\n"
+            "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024\n"
+            "before = peak()\n" + measured + "\nprint(peak() - before)\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dp_engine.__file__))))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return int(p.stdout.split()[-1])
+
+
+def test_arrays_are_read_where_they_are():
     """A data set of 235 MB handed over and trained on: the process's peak grows by less than a copy of it
-    would add (measured after a first, small run has set up what every run needs)."""
-    import subprocess
-    import sys
-    code = ("import resource, numpy as np, dp_engine as dp\n"
-            "small = np.ones((640, 1, 28, 28), np.uint8), np.arange(640) % 10\n"
-            "dp.train('mlp', data=small, devices='host:1', batch=64, steps=2)  # what a first run sets up\n"
-            "x = np.zeros((300000, 1, 28, 28), np.uint8); x[:, 0, 0, 0] = 1; y = np.arange(300000) % 10\n"
-            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "dp.train('mlp', data=(x, y), devices='host:1', batch=64, steps=2)\n"
-            "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
-    import dp_engine
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dp_engine.__file__))))
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    before, after = (int(v) * 1024 for v in p.stdout.split())
-    assert after - before < 100 * 2**20, (before / 2**20, after / 2**20)  # not another 235 MB
+    would add."""
+    grown = peak_growth("dp.train('mlp', data=(np.ones((640, 1, 28, 28), np.uint8), np.arange(640) % 10), "
+                        "devices='host:1', batch=64, steps=2)\n"
+                        "x = np.zeros((300000, 1, 28, 28), np.uint8); x[:, 0, 0, 0] = 1; y = np.arange(300000) % 10",
+                        "dp.train('mlp', data=(x, y), devices='host:1', batch=64, steps=2)")
+    assert grown < 100 * 2**20, grown / 2**20  # not another 235 MB
 
 
-def test_uint16_token_ids_are_read_where_they_are(tmp_path):
-    """200 MB of uint16 token ids (nanoGPT's train.bin as np.memmap gives them) trained on without a copy;
-    the same ids as int64 are copied, as uint16."""
-    import subprocess
-    import sys
-    code = ("import resource, numpy as np, dp_engine as dp\n"
-            "def run(ids):\n"
-            "    dp.train('gpt', data=ids, test_data=ids[:4096], devices='host:1', batch=4, steps=1, gpt_layers=1,\n"
-            "             gpt_dim=32, gpt_heads=2, context=16)\n"
-            "run(np.arange(65536, dtype=np.uint16) % 64)  # what a first run sets up\n"
-            "ids = (np.arange(100_000_000) % 64).astype(np.uint16)\n"
-            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-            "run(ids)\n"
-            "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
-    import dp_engine
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(dp_engine.__file__))))
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    before, after = (int(v) * 1024 for v in p.stdout.split())
-    assert after - before < 80 * 2**20, (before / 2**20, after / 2**20)  # not another 191 MB
+def test_uint16_token_ids_are_read_where_they_are():
+    """200 MB of uint16 token ids (nanoGPT's train.bin as np.memmap gives them) trained on without a copy
+    (ids of another integer type are copied, as uint16)."""
+    run = ("def run(ids):\n"
+           "    dp.train('gpt', data=ids, test_data=ids[:4096], devices='host:1', batch=4, steps=1, gpt_layers=1,\n"
+           "             gpt_dim=32, gpt_heads=2, context=16)")
+    grown = peak_growth(run + "\nrun(np.arange(65536, dtype=np.uint16) % 64)\n"
+                        "ids = (np.arange(100_000_000) % 64).astype(np.uint16)", "run(ids)")
+    assert grown < 80 * 2**20, grown / 2**20  # not another 191 MB
