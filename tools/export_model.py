@@ -31,7 +31,7 @@ import sys
 # and to_json from here as before.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from dp_export.errors import ExportError  # noqa: E402
-from dp_export.export import export  # noqa: E402
+from dp_export.export import export, parse_input  # noqa: E402
 from dp_export.tracing import first_line, user_line  # noqa: E402
 from dp_export.writing import refuse_overwriting, replace_atomically, to_json, write_weights  # noqa: E402
 
@@ -69,19 +69,6 @@ def load_callable(spec):
     if not hasattr(module, name):
         raise ExportError(f"'{where}' has no '{name}'")
     return getattr(module, name)
-
-
-def parse_input(text):
-    if text.startswith("tokens:"):
-        t = text[len("tokens:"):]
-        if not t.isdigit() or int(t) < 1:
-            raise ExportError(f"--input {text}: tokens:T takes a positive T")
-        return "tokens", [int(t)]
-    parts = text.lower().split("x")
-    if not all(p.isdigit() and int(p) > 0 for p in parts) or len(parts) not in (1, 3):
-        raise ExportError(f"--input {text}: give one sample's shape as CxHxW (e.g. 3x32x32), F for a vector of F "
-                          "features, or tokens:T")
-    return "image", [int(p) for p in parts]
 
 
 def main(argv=None):

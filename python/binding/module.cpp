@@ -7,7 +7,6 @@
 
 #include <exception>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "data/memory_data.hpp"
@@ -32,17 +31,15 @@ cli::Command command_of(const std::string& name) {
 }
 
 // The kind of a flag's value, as the Python side checks a keyword's: switch, int, float, text, floats.
-const char* kind_of(const cli::FlagMember& member) {
-  return std::visit(
-      [](auto m) -> const char* {
-        using T = std::remove_reference_t<decltype(std::declval<cli::Flags>().*m)>;
-        if constexpr (std::is_same_v<T, bool>) return "switch";
-        else if constexpr (std::is_integral_v<T>) return "int";
-        else if constexpr (std::is_floating_point_v<T>) return "float";
-        else if constexpr (std::is_same_v<T, std::string>) return "text";
-        else return "floats";
-      },
-      member);
+const char* kind_name(cli::FlagKind kind) {
+  switch (kind) {
+    case cli::FlagKind::Switch: return "switch";
+    case cli::FlagKind::WholeNumber: return "int";
+    case cli::FlagKind::Number: return "float";
+    case cli::FlagKind::Text: return "text";
+    case cli::FlagKind::Numbers: break;
+  }
+  return "floats";
 }
 
 // Every row of the flag table: its keyword, its flag, the kind of its value, the commands that take
@@ -59,7 +56,7 @@ py::list flag_rows() {
     py::dict d;
     d["keyword"] = cli::keyword_of(row.names);
     d["flag"] = names.substr(0, names.find(','));
-    d["kind"] = kind_of(row.member);
+    d["kind"] = kind_name(cli::kind_of(row));
     d["commands"] = commands;
     d["hidden_in"] = hidden;
     d["values"] = row.values;

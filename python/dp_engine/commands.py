@@ -4,12 +4,12 @@ CLI's report as an object (results.py); a failure raises DpError (OutOfMemoryErr
 CLI's message."""
 import contextlib
 import json
-from typing import Any, Optional, Sequence, Union
 import os
 import signal
 import sys
 import tempfile
 import threading
+from typing import Any, Optional, Sequence, Union
 
 from dp_engine import _core, flags
 from dp_engine.data import InMemory, is_path, path_of, sample_shape

@@ -26,13 +26,13 @@ def input_of(input, data_shape=None):
     if input is None:
         raise TypeError("a torch module needs input=: one sample's shape, (C, H, W) or \"tokens:T\" for a language "
                         "model (or image arrays as data, whose samples' shape it takes)")
-    if isinstance(input, str):
-        if input.startswith("tokens:") and input[7:].isdigit() and int(input[7:]) > 0:
-            return "tokens", [int(input[7:])], input
-        parts = input.lower().split("x")
-        if all(p.isdigit() and int(p) > 0 for p in parts) and len(parts) in (1, 3):
-            return "image", [int(p) for p in parts], input
-        raise TypeError(f"input={input!r}: one sample's shape as (C, H, W), (F,), \"CxHxW\" or \"tokens:T\"")
+    if isinstance(input, str):  # the exporter's own words: export_model.py's --input
+        from dp_export.errors import ExportError
+        from dp_export.export import parse_input
+        try:
+            return (*parse_input(input, "input="), input)
+        except ExportError as e:
+            raise TypeError(str(e)) from None
     shape = [int(d) for d in input]
     if len(shape) not in (1, 3) or min(shape) < 1:
         raise TypeError(f"input={input!r}: one sample's shape as (C, H, W) or (F,), each at least 1")

@@ -72,6 +72,8 @@ def test_a_model_file_by_path(tmp_path):
     model, _, _ = export_module(Tiny(), (2, 6, 6), str(tmp_path))
     assert dp.plan(model, devices="meta:2", batch=16).peak(0) == dp.plan(Tiny(), input=(2, 6, 6), devices="meta:2",
                                                                         batch=16).peak(0)
+    with pytest.raises(TypeError, match="input= 2x6: give one sample's shape as CxHxW"):  # the exporter's words
+        dp.plan(Tiny(), input="2x6", devices="meta:2")
     text = repr(dp.plan(Tiny(), input="2x6x6", devices="meta:2"))
     assert "dp plan: Tiny.json" in text and "dp_engine-" not in text  # the module by name, not its scratch folder
 

@@ -12,6 +12,20 @@ from dp_export.tracing import (HINTS, NotASize, SizeTracer, check_runs_on, descr
 FORMAT, VERSION = "dp-model", 1
 
 
+def parse_input(text, name="--input"):
+    """(kind, shape) of one sample written as CxHxW, F or tokens:T; ExportError naming `name` otherwise."""
+    if text.startswith("tokens:"):
+        t = text[len("tokens:"):]
+        if not t.isdigit() or int(t) < 1:
+            raise ExportError(f"{name} {text}: tokens:T takes a positive T")
+        return "tokens", [int(t)]
+    parts = text.lower().split("x")
+    if not all(p.isdigit() and int(p) > 0 for p in parts) or len(parts) not in (1, 3):
+        raise ExportError(f"{name} {text}: give one sample's shape as CxHxW (e.g. 3x32x32), F for a vector of F "
+                          "features, or tokens:T")
+    return "image", [int(p) for p in parts]
+
+
 def export(model, kind, shape, name, source, input_text=None):
     import torch
     import torch.fx

@@ -57,6 +57,7 @@ line per stage (PASS, FAIL or SKIP) and is printed last. Exit status: the number
 import concurrent.futures
 import fnmatch
 import glob
+import json
 import os
 import re
 import shutil
@@ -310,7 +311,6 @@ def stage_equal(v):
 
 def best_accuracy(metrics):
     """The best test accuracy in a --metrics file (None when it has none or is not there)."""
-    import json
     values = []
     for line in read(metrics).splitlines():
         try:

@@ -40,17 +40,14 @@ std::string value_text(const FlagMember& member, const Flags& values) {
 }
 
 std::string kind_text(const FlagRow& row) {
-  return std::visit(
-      [&](auto m) -> std::string {
-        using T = std::decay_t<decltype(Flags{}.*m)>;
-        if constexpr (std::is_same_v<T, bool>) return "switch";
-        if constexpr (std::is_same_v<T, std::string>) return row.check == FlagCheck::Path ? "path" : "text";
-        if constexpr (std::is_same_v<T, std::vector<double>> || std::is_same_v<T, std::vector<float>>)
-          return row.values == 2 ? "number,number" : "numbers, comma-separated";
-        if constexpr (std::is_floating_point_v<T>) return "number";
-        return "whole number";
-      },
-      row.member);
+  switch (kind_of(row)) {
+    case FlagKind::Switch: return "switch";
+    case FlagKind::Text: return row.check == FlagCheck::Path ? "path" : "text";
+    case FlagKind::Numbers: return row.values == 2 ? "number,number" : "numbers, comma-separated";
+    case FlagKind::Number: return "number";
+    case FlagKind::WholeNumber: break;
+  }
+  return "whole number";
 }
 
 // The default each command starts from; where commands differ, the others after the first's.

@@ -370,6 +370,19 @@ Flags read_settings(const nlohmann::json& settings, Command c) {
   return values;
 }
 
+FlagKind kind_of(const FlagRow& row) {
+  return std::visit(
+      [](auto m) {
+        using T = std::decay_t<decltype(Flags{}.*m)>;
+        if constexpr (std::is_same_v<T, bool>) return FlagKind::Switch;
+        else if constexpr (std::is_same_v<T, std::string>) return FlagKind::Text;
+        else if constexpr (std::is_integral_v<T>) return FlagKind::WholeNumber;
+        else if constexpr (std::is_floating_point_v<T>) return FlagKind::Number;
+        else return FlagKind::Numbers;
+      },
+      row.member);
+}
+
 std::string keyword_of(std::string_view names) {
   std::string name(names.substr(0, names.find(',')));
   name.erase(0, name.find_first_not_of('-'));

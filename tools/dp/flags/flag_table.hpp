@@ -63,4 +63,8 @@ std::string flags_markdown();
 // The flag's long name for a Python keyword: "--loss-scale" -> "loss_scale".
 std::string keyword_of(std::string_view names);
 
+// What a flag's value is, by its member's type: docs/flags.md says it, the Python package checks it.
+enum class FlagKind { Switch, WholeNumber, Number, Text, Numbers };
+FlagKind kind_of(const FlagRow& row);
+
 }  // namespace dp::cli
