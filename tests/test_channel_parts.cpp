@@ -1,7 +1,8 @@
 // The index arithmetic of the CUDA per-channel sums (kernels/channel_parts.hpp), checked on the
 // host: every value of every channel is read exactly once, by the part that owns it, at its place
 // in the [N, C, HW] tensor — the same walk the kernel takes, block by block and thread by thread.
-// And LayerNorm's parts of the rows (kernels/layernorm_parts.hpp): each row in one part.
+// And LayerNorm's and Linear's bias gradient's parts of the rows (kernels/layernorm_parts.hpp,
+// kernels/column_parts.hpp): each row in one part.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "kernels/channel_parts.hpp"
+#include "kernels/column_parts.hpp"
 #include "kernels/layernorm_parts.hpp"
 
 namespace test_channel_parts {  // one namespace a file: unity builds compile several files as one
@@ -66,6 +68,30 @@ TEST_CASE("LayerNorm's parts of the rows cover every row once, in order, each pa
     }
     CHECK(layernorm_parts::scratch_bytes(rows, 768) == static_cast<size_t>(2 * P * 768 * 8));
   }
+}
+
+TEST_CASE("Linear's bias gradient: parts of the rows cover every row once, in order, one part and no scratch for few rows") {
+  for (int64_t rows : {int64_t{0}, int64_t{1}, int64_t{1024}, int64_t{1025}, int64_t{8192}, int64_t{33000}, int64_t{1} << 20}) {
+    CAPTURE(rows);
+    const int64_t P = column_parts::parts_for(rows);
+    CHECK(P >= 1);
+    CHECK(P <= column_parts::kMaxParts);
+    CHECK((P == column_parts::kMaxParts || rows <= P * column_parts::kRowsPerPart));
+    CHECK(column_parts::part_begin(rows, 0, P) == 0);
+    CHECK(column_parts::part_begin(rows, P, P) == rows);
+    int64_t covered = 0;
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t begin = column_parts::part_begin(rows, p, P), end = column_parts::part_begin(rows, p + 1, P);
+      CHECK(begin == covered);
+      CHECK(end - begin >= rows / P);
+      CHECK(end - begin <= rows / P + 1);
+      covered = end;
+    }
+    CHECK(covered == rows);
+    CHECK(column_parts::scratch_bytes(rows, 768) == (P > 1 ? static_cast<size_t>(P * 768 * 8) : size_t{0}));
+  }
+  CHECK(column_parts::parts_for(1024) == 1);  // a classifier's batch: the one-part kernel, as before
+  CHECK(column_parts::parts_for(8192) == 8);  // GPT-2 small's step at batch 8 (8192 rows): 8 parts x 24 column blocks
 }
 
 }  // namespace test_channel_parts

@@ -2,6 +2,7 @@
 // (GpuMath::linear). cuBLAS is column-major; a row-major [r, c] matrix is the column-major [c, r]
 // one, so each row-major product below is written as its transpose.
 #include "core/cuda/check.cuh"
+#include "core/scratch.hpp"
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/gemm_lt.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -37,8 +38,11 @@ void linear_forward(Context& c, float* out, const float* in, const float* w, con
                             dim(I), &one, out, dim(O)));
 }
 
-void linear_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
-                     int64_t B, int64_t I, int64_t O) {
+void linear_backward(Context& c, ScratchMemory& alloc, float* din, float* dw, float* db, const float* dout,
+                     const float* in, const float* w, int64_t B, int64_t I, int64_t O) {
+  // The bias gradient's partial sums (column_parts.hpp), held whichever way it is summed: the
+  // same memory as a plan's.
+  const ScopedBlock parts(alloc, db ? column_parts::scratch_bytes(B, O) : 0);
   const float one = 1.f, zero = 0.f;
   cublasHandle_t h = c.handles().cublas;
   // din[B,I] = dout[B,O]·W[O,I]  <=>  din^T[I,B] = W^T[I,O]·dout^T[O,B]
@@ -58,7 +62,7 @@ void linear_backward(Context& c, float* din, float* dw, float* db, const float* 
   if (!(uses_lt(c) && B > 0 && lt_matmul(c, weight_grad)))
     DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, dim(I), dim(O), dim(B), &one, in, dim(I), dout, dim(O), &zero,
                               dw, dim(I)));
-  if (db) column_sum(c, db, dout, B, O);
+  if (db) column_sum(c, db, dout, B, O, parts.at<double>());
 }
 
 }  // namespace dp::cuda

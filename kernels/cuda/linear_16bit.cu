@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
+#include "core/scratch.hpp"
 #include "kernels/cuda/column_sum.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -49,16 +50,17 @@ void linear_forward(Context& c, DType t, void* out, const void* in, const void* 
   gemm(c, t, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w, I, in, I, b != nullptr, out, O);
 }
 
-void linear_backward(Context& c, DType t, void* din, void* dw, void* db, const void* dout, const void* in,
-                     const void* w, int64_t B, int64_t I, int64_t O) {
+void linear_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+                     const void* in, const void* w, int64_t B, int64_t I, int64_t O) {
   // din[B,I] = dout[B,O]·W[O,I]  <=>  din^T[I,B] = W^T[I,O]·dout^T[O,B]
   if (din && B > 0) gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, I, dout, O, false, din, I);
   // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]
   gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, false, dw, I);
   if (!db) return;
+  const ScopedBlock parts(alloc, column_parts::scratch_bytes(B, O));  // column_sum.cuh
   with_float_type(t, "linear_backward", [&](auto tag) {
     using T = decltype(tag);
-    column_sum(c, static_cast<T*>(db), static_cast<const T*>(dout), B, O);
+    column_sum(c, static_cast<T*>(db), static_cast<const T*>(dout), B, O, parts.at<double>());
   });
 }
 

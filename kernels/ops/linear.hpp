@@ -1,10 +1,15 @@
 // Linear: out[B,O] = in[B,I] · W[O,I]^T + b[O]   (PyTorch's layout: weight [out, in])
 // Backward: din (may be absent) = dout · W;  dw = dout^T · in;  db = Σ_rows dout.  Written, not
 // accumulated. CPU: OpenBLAS SGEMM; CUDA: cuBLAS (TF32 only when the context allows it); 16-bit
-// operands on CUDA: cublasGemmEx on the tensor cores (kernels/cuda/linear_16bit.cu).
+// operands on CUDA: cublasGemmEx on the tensor cores (kernels/cuda/linear_16bit.cu). db over many
+// rows is summed in parts on every SM (kernels/column_parts.hpp), their scratch held on every device.
 #pragma once
 #include <cstdint>
 
+#include <optional>
+
+#include "core/scratch.hpp"
+#include "kernels/column_parts.hpp"
 #include "kernels/exec.hpp"
 #include "kernels/operands.hpp"
 
@@ -18,13 +23,14 @@ void linear_backward(ThreadPool& pool, float* din, float* dw, float* db, const f
 namespace cuda {
 void linear_forward(Context& c, float* out, const float* in, const float* w, const float* b, int64_t B, int64_t I,
                     int64_t O);
-void linear_backward(Context& c, float* din, float* dw, float* db, const float* dout, const float* in, const float* w,
-                     int64_t B, int64_t I, int64_t O);
+// The bias gradient's partial sums over many rows (kernels/column_parts.hpp) from `alloc`.
+void linear_backward(Context& c, ScratchMemory& alloc, float* din, float* dw, float* db, const float* dout,
+                     const float* in, const float* w, int64_t B, int64_t I, int64_t O);
 // Every present operand of 16-bit type t: float32 accumulation, one rounding on store.
 void linear_forward(Context& c, DType t, void* out, const void* in, const void* w, const void* b, int64_t B,
                     int64_t I, int64_t O);
-void linear_backward(Context& c, DType t, void* din, void* dw, void* db, const void* dout, const void* in,
-                     const void* w, int64_t B, int64_t I, int64_t O);
+void linear_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+                     const void* in, const void* w, int64_t B, int64_t I, int64_t O);
 }  // namespace cuda
 
 inline void linear_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, int64_t B, int64_t I, int64_t O) {
@@ -41,11 +47,14 @@ inline void linear_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, B
                             int64_t O) {
 #if DP_WITH_CUDA
   if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w}); t != DType::F32)
-    return cuda::linear_backward(*ex.cuda, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, B, I, O);
+    return cuda::linear_backward(*ex.cuda, *ex.scratch, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, B, I, O);
 #endif
   Operands o(ex, "linear_backward");
   o.flops(((din.ptr ? 2.0 : 0.0) + (dw.ptr ? 2.0 : 0.0)) * B * I * O + (db.ptr ? 1.0 * B * O : 0.0), true);
-  DP_DISPATCH(ex, linear_backward, o.out(din, B * I), o.out(dw, O * I), o.out(db, O), o.in(dout, B * O), o.in(in, B * I),
+  // The CUDA bias gradient's partial sums, held on every device for the op's span: a plan's memory is a GPU's.
+  std::optional<ScopedBlock> held;
+  if (!ex.on_cuda() && ex.scratch && db.ptr) held.emplace(*ex.scratch, column_parts::scratch_bytes(B, O));
+  DP_DISPATCH_WITH_SCRATCH(ex, linear_backward, o.out(din, B * I), o.out(dw, O * I), o.out(db, O), o.in(dout, B * O), o.in(in, B * I),
               o.in(w, O * I), B, I, O);
   o.finish();
 }

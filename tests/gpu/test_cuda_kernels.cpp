@@ -24,6 +24,7 @@
 #include "kernels/ops/batchnorm.hpp"
 #include "kernels/ops/broadcast_mul.hpp"
 #include "kernels/conv_wgrad_parts.hpp"
+#include "kernels/column_parts.hpp"
 #include "kernels/layernorm_parts.hpp"
 #include "kernels/ops/conv2d.hpp"
 #include "kernels/ops/convert.hpp"
@@ -140,6 +141,8 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
       CAPTURE(cuda::linear_gemm_name(gemm));
       CAPTURE(offset);
       cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Deterministic, gemm});
+      CudaMallocMemory raw;
+      CachingAllocator alloc(0, "cuda:0", raw, 0);
       auto d_in = to_device(c, in), d_w = to_device(c, w), d_dout = to_device(c, dout);
       cuda::DeviceBuffer d_b(c, (O + 1) * 4), d_db(c, (O + 1) * 4);
       d_b.upload(c, b.data(), 0);  // (nothing: the bias goes at its offset below)
@@ -149,7 +152,8 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
       for (const auto* buf : {&d_out, &d_din, &d_dw, &d_db})
         DP_CUDA_CHECK(cudaMemsetAsync(buf->get<void>(), 0xff, buf->bytes(), c.handles().stream));
       cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get() + offset, B, I, O);
-      cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get() + offset, d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+      cuda::linear_backward(c, alloc, d_din.get(), d_dw.get(), d_db.get() + offset, d_dout.get(), d_in.get(), d_w.get(), B,
+                            I, O);
       CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < kTol);
       CHECK(rel_error(to_host<float>(c, d_din, din.size()), din) < kTol);
       CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
@@ -159,7 +163,7 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
       DP_CUDA_CHECK(cudaMemsetAsync(d_out.get<void>(), 0xff, d_out.bytes(), c.handles().stream));
       DP_CUDA_CHECK(cudaMemsetAsync(d_dw.get<void>(), 0xff, d_dw.bytes(), c.handles().stream));
       cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), nullptr, B, I, O);
-      cuda::linear_backward(c, nullptr, d_dw.get(), nullptr, d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+      cuda::linear_backward(c, alloc, nullptr, d_dw.get(), nullptr, d_dout.get(), d_in.get(), d_w.get(), B, I, O);
       CHECK(rel_error(to_host<float>(c, d_out, out.size()), out_nobias) < kTol);
       CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
     }
@@ -175,12 +179,14 @@ TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASL
   for (auto gemm : {cuda::LinearGemm::Cublas, cuda::LinearGemm::Lt}) {
     CAPTURE(cuda::linear_gemm_name(gemm));
     cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Deterministic, gemm});
+    CudaMallocMemory raw;
+    CachingAllocator alloc(0, "cuda:0", raw, 0);
     auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b), d_dout = to_device(c, dout);
     auto d_w16 = to_device(c, w16), d_in16 = to_device(c, in16);
     cuda::DeviceBuffer d_out(c, B * O * 4), d_din(c, B * I * 4), d_dw(c, O * I * 4), d_db(c, O * 4), d_out16(c, B * O * 2);
     auto run_float32 = [&] {
       cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
-      cuda::linear_backward(c, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+      cuda::linear_backward(c, alloc, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
     };
     auto run = [&] {
       run_float32();
@@ -1647,6 +1653,48 @@ TEST_CASE("SyncBatchNorm's pieces (--sync-bn) match the CPU reference") {
   CHECK(rel_error(to_host<float>(c, d_sdy, C), sdy) < kTol);
   CHECK(rel_error(to_host<float>(c, d_sdyx, C), sdyx) < kTol);
   CHECK(rel_error(to_host<float>(c, d_dx, dx.size()), dx) < kTol);
+}
+
+TEST_CASE("Linear's bias gradient over many rows is summed in parts on every SM: the CPU reference, the same bits "
+          "every run, the plan's scratch and no more, float32 and 16-bit") {
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  configure_host_blas();
+  CudaMallocMemory raw;
+  const Exec host{&pool, nullptr, nullptr};
+  for (const auto [B, O] : {std::pair<int64_t, int64_t>{33000, 100}, {5000, 768}, {1024, 40}}) {  // 33, 5 and 1 part
+    CAPTURE(B);
+    const int64_t I = 8;
+    const auto in = random_vector(static_cast<size_t>(B * I), 40), w = random_vector(static_cast<size_t>(O * I), 41),
+               dout = random_vector(static_cast<size_t>(B * O), 42);
+    std::vector<float> din(static_cast<size_t>(B * I)), dw(static_cast<size_t>(O * I)), db(static_cast<size_t>(O));
+    cpu::linear_backward(pool, din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, I, O);
+    CachingAllocator alloc(0, "cuda:0", raw, 0);
+    const Exec gpu{nullptr, &c, &alloc};
+    auto d_in = to_device(c, in), d_w = to_device(c, w), d_dout = to_device(c, dout);
+    cuda::DeviceBuffer d_din(c, din.size() * 4), d_dw(c, dw.size() * 4), d_db(c, db.size() * 4);
+    std::vector<float> first;
+    for (int run = 0; run < 2; ++run) {
+      DP_CUDA_CHECK(cudaMemsetAsync(d_db.get<void>(), 0xff, d_db.bytes(), c.handles().stream));  // NaN: unwritten shows
+      linear_backward(gpu, Buf{d_din.get(), DType::F32}, Buf{d_dw.get(), DType::F32}, Buf{d_db.get(), DType::F32},
+                      Buf{d_dout.get(), DType::F32}, Buf{d_in.get(), DType::F32}, Buf{d_w.get(), DType::F32}, B, I, O);
+      const auto got = to_host<float>(c, d_db, db.size());
+      CHECK(rel_error(got, db) < kTol);
+      if (run == 0) first = got;
+      else CHECK(got == first);
+    }
+    CHECK(alloc.stats().peak == column_parts::scratch_bytes(B, O));
+    for (DType t : {DType::BF16, DType::F16}) {
+      const std::string type = dtype_name(t);
+      CAPTURE(type);
+      Pair16 in16(c, round_16bit(in, t), t), w16(c, round_16bit(w, t), t), dout16(c, round_16bit(dout, t), t),
+          din16(c, din.size(), t), dw16(c, dw.size(), t), db16(c, db.size(), t);
+      linear_backward(host, din16.h(), dw16.h(), db16.h(), dout16.h(), in16.h(), w16.h(), B, I, O);
+      linear_backward(gpu, din16.d(), dw16.d(), db16.d(), dout16.d(), in16.d(), w16.d(), B, I, O);
+      // both sum the same 16-bit values in double, exactly (53 bits hold these sums), and round once: the same bits
+      CHECK(to_host<uint16_t>(c, db16.dev, db.size()) == db16.host);
+    }
+  }
 }
 
 TEST_CASE("16-bit linear, conv2d, ReLU, add and pooling run natively on the GPU and match the CPU rounding reference") {
