@@ -46,7 +46,8 @@ class CausalSelfAttention final : public Module {
     Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations, qkv_.dtype());
     drop_ = training && dropout_ > 0 ? dropout_mask(source_, dropout_, site_) : DropoutMask{};
     Tensor scratch =
-        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false, drop_.on())}, MemCategory::Workspace);
+        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), false, drop_.on())},
+                      MemCategory::Workspace);
     attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), drop_);
     return resid_dropout_->forward(dev, c_proj_->forward(dev, y, training), training);
   }
@@ -55,7 +56,8 @@ class CausalSelfAttention final : public Module {
     const AttentionShape s{qkv_.dim(0), qkv_.dim(1), c_, heads_};
     Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations, qkv_.dtype());
     Tensor scratch =
-        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, true, drop_.on())}, MemCategory::Workspace);
+        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), true, drop_.on())},
+                      MemCategory::Workspace);
     attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf(), drop_);
     qkv_ = att_ = Tensor();
     return c_attn_->backward(dev, dqkv, need_grad_in);

@@ -59,7 +59,8 @@ class MultiheadAttention final : public Module {
     Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations, qkv_.dtype());
     drop_ = training && dropout_ > 0 ? dropout_mask(source_, dropout_, site_) : DropoutMask{};
     Tensor scratch =
-        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false, drop_.on())}, MemCategory::Workspace);
+        Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), false, drop_.on())},
+                      MemCategory::Workspace);
     attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), drop_);
     return out_proj_->forward(dev, y, training);
   }
@@ -70,7 +71,8 @@ class MultiheadAttention final : public Module {
     Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations, qkv_.dtype());
     {
       Tensor scratch =
-          Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, true, drop_.on())}, MemCategory::Workspace);
+          Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), true, drop_.on())},
+                        MemCategory::Workspace);
       attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf(), drop_);
     }
     qkv_ = att_ = Tensor();

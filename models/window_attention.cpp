@@ -49,7 +49,8 @@ class BiasedWindowAttention {
     att_ = Tensor::empty(dev, {s.B, heads_, s.T, s.T}, MemCategory::Activations, qkv_.dtype());
     Tensor y = Tensor::empty(dev, {s.B, s.T, c_}, MemCategory::Activations, qkv_.dtype());
     {
-      Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, false)}, MemCategory::Workspace);
+      Tensor scratch =
+          Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), false)}, MemCategory::Workspace);
       attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), {}, bias.buf());
     }
     return proj.forward(dev, y, training);
@@ -65,7 +66,8 @@ class BiasedWindowAttention {
     {
       Tensor dscores = Tensor::empty(dev, att_.shape(), MemCategory::Activations, att_.dtype());
       {
-        Tensor scratch = Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, true)}, MemCategory::Workspace);
+        Tensor scratch =
+            Tensor::empty(dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), true)}, MemCategory::Workspace);
         attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf(), {},
                            dscores.buf());
       }

@@ -1,13 +1,15 @@
-// Attention with cuBLAS strided-batched GEMMs over the B·H heads (llm.c's layout): q, k, v
-// are first permuted from qkv [B, T, 3C] to [B·H, T, hs] in the caller's scratch; a warp per row
-// does the masked softmax and its backward. cuBLAS is column-major: each row-major product below
-// is written as its transpose (see kernels/cuda/linear.cu). With dropout, the dropped probabilities
-// are formed in scratch by dropout's own kernel (kernels/cuda/dropout.cu), over each sample's
-// [H, T, T] probabilities as the CPU reference draws them.
+// Attention on float32 operands with cuBLAS strided-batched GEMMs over the B·H heads (llm.c's
+// layout, attention_layout.cuh): q, k, v are first permuted from qkv [B, T, 3C] to [B·H, T, hs] in
+// the caller's scratch; a warp per row does the masked softmax and its backward. cuBLAS is
+// column-major: each row-major product below is written as its transpose (see
+// kernels/cuda/linear.cu). With dropout, the dropped probabilities are formed in scratch by
+// dropout's own kernel (kernels/cuda/dropout.cu), over each sample's [H, T, T] probabilities as the
+// CPU reference draws them. 16-bit operands: attention_16bit.cu.
 #include <algorithm>
 #include <cmath>
 
 #include "core/cuda/check.cuh"
+#include "kernels/cuda/attention_layout.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/dropout.hpp"
@@ -16,37 +18,9 @@ namespace dp::cuda {
 
 namespace {
 
-
-// qkv [B, T, 3, H, hs] -> q, k, v [B, H, T, hs]
-__global__ void permute_qkv_kernel(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t H,
-                                   int64_t hs) {
-  const int64_t n = B * H * T * hs, C = H * hs;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t d = i % hs, t = i / hs % T, h = i / (hs * T) % H, b = i / (hs * T * H);
-    const int64_t src = (b * T + t) * 3 * C + h * hs + d;
-    q[i] = qkv[src];
-    k[i] = qkv[src + C];
-    v[i] = qkv[src + 2 * C];
-  }
-}
-
-// [B, H, T, hs] <-> [B, T, C] (rows of C with stride `ld`, starting at column `col`)
-__global__ void heads_to_rows_kernel(float* rows, const float* heads, int64_t B, int64_t T, int64_t H, int64_t hs,
-                                     int64_t ld, int64_t col) {
-  const int64_t n = B * H * T * hs;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t d = i % hs, t = i / hs % T, h = i / (hs * T) % H, b = i / (hs * T * H);
-    rows[(b * T + t) * ld + col + h * hs + d] = heads[i];
-  }
-}
-
-__global__ void rows_to_heads_kernel(float* heads, const float* rows, int64_t B, int64_t T, int64_t H, int64_t hs) {
-  const int64_t n = B * H * T * hs, C = H * hs;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t d = i % hs, t = i / hs % T, h = i / (hs * T) % H, b = i / (hs * T * H);
-    heads[i] = rows[(b * T + t) * C + h * hs + d];
-  }
-}
+using attention_layout::heads_to_rows;
+using attention_layout::rows_to_heads;
+using attention_layout::split_qkv;
 
 // In place on att [B·H·T rows of T]: row t keeps columns <= t (causal; else all), softmax over
 // them, zeros after.
@@ -101,7 +75,7 @@ void attention_forward(Context& c, float* out, float* att, const float* qkv, con
   cudaStream_t st = c.handles().stream;
   cublasHandle_t h = c.handles().cublas;
   float *q = scratch, *k = q + BTC, *v = k + BTC, *y = v + BTC;
-  permute_qkv_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(q, k, v, qkv, B, T, H, hs);
+  split_qkv<float><<<blocks_for(BTC), kThreads, 0, st>>>(q, k, v, qkv, B, T, H, hs);
   DP_CUDA_CHECK_LAUNCH();
   const float scale = s.score_scale(), one = 1.f, zero = 0.f;
   // att = scale · q·kᵀ   (column-major: attᵀ = k·qᵀ)
@@ -124,7 +98,7 @@ void attention_forward(Context& c, float* out, float* att, const float* qkv, con
   // y = att·v   (column-major: yᵀ = vᵀ·attᵀ)
   DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_N, i32(hs), i32(T), i32(T), &one, v, i32(hs),
                                           T * hs, weights, i32(T), T * T, &zero, y, i32(hs), T * hs, i32(BH)));
-  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(out, y, B, T, H, hs, s.C, 0);
+  heads_to_rows<float><<<blocks_for(BTC), kThreads, 0, st>>>(out, y, B, T, H, hs, s.C, 0);
   DP_CUDA_CHECK_LAUNCH();
 }
 
@@ -135,9 +109,9 @@ void attention_backward(Context& c, float* dqkv, const float* dout, const float*
   cudaStream_t st = c.handles().stream;
   cublasHandle_t h = c.handles().cublas;
   float *q = scratch, *k = q + BTC, *v = k + BTC, *dy = v + BTC, *dscore = dy + BTC;
-  permute_qkv_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(q, k, v, qkv, B, T, H, hs);
+  split_qkv<float><<<blocks_for(BTC), kThreads, 0, st>>>(q, k, v, qkv, B, T, H, hs);
   DP_CUDA_CHECK_LAUNCH();
-  rows_to_heads_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dy, dout, B, T, H, hs);
+  rows_to_heads<float><<<blocks_for(BTC), kThreads, 0, st>>>(dy, dout, B, T, H, hs);
   DP_CUDA_CHECK_LAUNCH();
   const float scale = s.score_scale(), one = 1.f, zero = 0.f;
   // datt = dy·vᵀ
@@ -162,11 +136,11 @@ void attention_backward(Context& c, float* dqkv, const float* dout, const float*
                                           T * hs, dscore, i32(T), T * T, &zero, dy, i32(hs), T * hs, i32(BH)));
   DP_CUDA_CHECK(cublasSgemmStridedBatched(h, CUBLAS_OP_N, CUBLAS_OP_T, i32(hs), i32(T), i32(T), &one, q, i32(hs),
                                           T * hs, dscore, i32(T), T * T, &zero, k, i32(hs), T * hs, i32(BH)));
-  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, dy, B, T, H, hs, 3 * C, 0);
+  heads_to_rows<float><<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, dy, B, T, H, hs, 3 * C, 0);
   DP_CUDA_CHECK_LAUNCH();
-  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, k, B, T, H, hs, 3 * C, C);
+  heads_to_rows<float><<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, k, B, T, H, hs, 3 * C, C);
   DP_CUDA_CHECK_LAUNCH();
-  heads_to_rows_kernel<<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, v, B, T, H, hs, 3 * C, 2 * C);
+  heads_to_rows<float><<<blocks_for(BTC), kThreads, 0, st>>>(dqkv, v, B, T, H, hs, 3 * C, 2 * C);
   DP_CUDA_CHECK_LAUNCH();
 }
 

@@ -231,9 +231,21 @@ float AttentionShape::score_scale() const {
   return scale > 0 ? scale : 1.f / std::sqrt(static_cast<float>(hs()));
 }
 
-int64_t attention_scratch_floats(const Exec&, const AttentionShape& s, bool backward, bool dropout) {
-  return 4 * s.B * s.T * s.C + ((backward ? 1 : 0) + (dropout ? 1 : 0)) * s.B * s.H * s.T * s.T;
+int64_t attention_scratch_floats(const Exec&, const AttentionShape& s, DType element, bool backward, bool dropout) {
+  const int64_t elements = 4 * s.B * s.T * s.C + ((backward ? 1 : 0) + (dropout ? 1 : 0)) * s.B * s.H * s.T * s.T;
+  const auto size = static_cast<int64_t>(dtype_size(element));
+  return (elements * size + 3) / 4;
 }
+
+namespace {
+// Scratch sized for 16-bit elements serves the native 16-bit kernels only: a CUDA device handed a
+// 16-bit qkv among operands of another type (which the float32 kernels would take, with float32
+// scratch) says so instead of overrunning it.
+void check_attention_types(const Exec& ex, const char* op, Buf qkv) {
+  if (ex.on_cuda() && qkv.dtype != DType::F32)
+    throw RuntimeError(std::string(op) + ": a 16-bit qkv needs every operand of its type on a CUDA device");
+}
+}  // namespace
 
 // `scratch` serves the CUDA kernels only (a CPU-only build leaves it unused).
 void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const AttentionShape& s, [[maybe_unused]] Buf scratch,
@@ -241,6 +253,11 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
   constexpr const char* op = "attention_forward";
   if ((s.bias_blocks > 0) != (bias.ptr != nullptr))
     throw RuntimeError(std::string(op) + ": a bias is given exactly when the shape has bias blocks");
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {out, att, qkv, bias}); t != DType::F32)
+    return cuda::attention_forward(*ex.cuda, t, out.ptr, att.ptr, qkv.ptr, s, scratch.ptr, drop, bias.ptr);
+#endif
+  check_attention_types(ex, op, qkv);
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
   // q·kᵀ and att·v over every score (the causal half included, as the kernels compute it), the softmax
@@ -262,6 +279,12 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
 void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s,
                         [[maybe_unused]] Buf scratch, const DropoutMask& drop, Buf dscores) {
   constexpr const char* op = "attention_backward";
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {dqkv, dout, qkv, att, dscores}); t != DType::F32)
+    return cuda::attention_backward(*ex.cuda, t, dqkv.ptr, dout.ptr, qkv.ptr, att.ptr, s, scratch.ptr, drop,
+                                    dscores.ptr);
+#endif
+  check_attention_types(ex, op, qkv);
   Operands o(ex, op);
   const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
   // the gradients of att (d·vᵀ), v (attᵀ·d), q and k (two more products), the softmax's backward

@@ -1574,6 +1574,69 @@ TEST_CASE("attention forward and backward match the CPU reference, causal or not
   }
 }
 
+TEST_CASE("16-bit attention runs natively (tensor cores, the softmax over the 16-bit scores in att): the CPU reference on "
+          "the widened operands within 16-bit rounding, the same bits every run") {
+  // The native path rounds the scores, the probabilities and the score gradients to 16 bits where
+  // the reference keeps float32 (att's rounding is the reference's too), so it is held within a
+  // few of the type's units of the largest value, not bit for bit.
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
+  auto d_key = to_device(c, std::vector<uint32_t>(key, key + 2));
+  for (DType t : {DType::BF16, DType::F16})
+    for (int variant = 0; variant < 4; ++variant) {  // causal; not causal; a bias and a scale; causal and long rows
+      const std::string type = dtype_name(t);
+      CAPTURE(type);
+      CAPTURE(variant);
+      AttentionShape s{3, 17, 64, 4};
+      if (variant == 3) s = AttentionShape{2, 75, 64, 2};  // a row longer than a warp's two passes
+      s.causal = variant == 0 || variant == 3;
+      if (variant == 2) s.scale = 0.3f, s.bias_blocks = 2;
+      const int64_t BTC = s.B * s.T * s.C, scores = s.score_count();
+      const bool biased = s.bias_blocks > 0;
+      Pair16 qkv(c, round_16bit(random_vector(static_cast<size_t>(3 * BTC), 90, -2.f, 2.f), t), t),
+          dy(c, random_16bit(static_cast<size_t>(BTC), 91, t), t),
+          bias(c, random_16bit(static_cast<size_t>(std::max<int64_t>(1, s.bias_blocks * s.H * s.T * s.T)), 92, t), t);
+      const auto wq = qkv.host_values(), wdy = dy.host_values(), wbias = bias.host_values();
+      for (float p : {0.f, 0.3f}) {
+        CAPTURE(p);
+        DropoutMask on_host{p, 4, 0x123456789abcdef0ull, nullptr, 5}, on_device = on_host;
+        on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
+        std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(scores)),
+            dqkv(static_cast<size_t>(3 * BTC)), dscores(static_cast<size_t>(scores));
+        cpu::attention_forward(pool, y.data(), att.data(), wq.data(), s, on_host, biased ? wbias.data() : nullptr);
+        // backward from the probabilities as stored (rounded), as a 16-bit run's backward reads them
+        const auto att16 = widen(round_16bit(att, t), t);
+        cpu::attention_backward(pool, dqkv.data(), wdy.data(), wq.data(), att16.data(), s, on_host,
+                                biased ? dscores.data() : nullptr);
+        std::vector<std::vector<float>> runs;
+        for (int run = 0; run < 2; ++run) {
+          Pair16 d_y(c, y.size(), t), d_att(c, att.size(), t), d_dqkv(c, dqkv.size(), t), d_ds(c, dscores.size(), t);
+          const auto scratch_bytes = static_cast<size_t>(4 * BTC + 2 * scores) * dtype_size(t);
+          cuda::DeviceBuffer scratch(c, scratch_bytes);
+          cuda::attention_forward(c, t, d_y.dev.get(), d_att.dev.get(), qkv.dev.get(), s, scratch.get(), on_device,
+                                  biased ? bias.dev.get() : nullptr);
+          cuda::attention_backward(c, t, d_dqkv.dev.get(), dy.dev.get(), qkv.dev.get(), d_att.dev.get(), s,
+                                   scratch.get(), on_device, biased ? d_ds.dev.get() : nullptr);
+          const double tol = t == DType::BF16 ? 3e-2 : 6e-3;  // about 3x the rounding a NumPy emulation shows
+          std::vector<float> all;
+          for (auto [got, want, name] : {std::tuple{d_y.device_values(c), &y, "out"},
+                                         std::tuple{d_att.device_values(c), &att, "att"},
+                                         std::tuple{d_dqkv.device_values(c), &dqkv, "dqkv"},
+                                         std::tuple{d_ds.device_values(c), &dscores, "dscores"}}) {
+            if (std::string(name) == "dscores" && !biased) continue;
+            CAPTURE(name);
+            CHECK(std::all_of(got.begin(), got.end(), [](float v) { return std::isfinite(v); }));  // all written
+            CHECK(rel_error(got, *want) < tol);
+            all.insert(all.end(), got.begin(), got.end());
+          }
+          runs.push_back(std::move(all));
+        }
+        CHECK(runs[0] == runs[1]);
+      }
+    }
+}
+
 TEST_CASE("dropout drops the CPU reference's elements, its key read from device memory, float32 and 16-bit") {
   cuda::Context c(0);
   ThreadPool pool(1);
