@@ -11,8 +11,9 @@
 // directly does not have, so the memory profile stays a GPU's. On CUDA devices it comes
 // from the device's allocator, counted as workspace — for the ops without a native 16-bit kernel
 // there: the matrix products, convolutions, ReLU, pooling, the adds, LayerNorm, GELU, softmax,
-// dropout and the embedding lookup read and write 16 bits directly (native_16bit below); BatchNorm, attention and the loss compute in
-// float32 (autocast's) through this widening.
+// dropout, the embedding lookup and its backward, attention and the loss read and write 16 bits
+// directly (native_16bit below); the others (BatchNorm among them) compute in float32 (autocast's)
+// through this widening.
 #pragma once
 #include "core/scratch.hpp"
 #include <cstdint>

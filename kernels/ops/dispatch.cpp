@@ -178,6 +178,11 @@ std::unique_ptr<ScopedBlock> loss_scratch_elsewhere(const Exec& ex, int64_t B) {
 
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars, float label_smoothing) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {logits, dlogits}); t != DType::F32)
+    return cuda::softmax_xent_into(*ex.cuda, *ex.scratch, t, logits.ptr, labels.i32("softmax_xent"), B, K, dlogits.ptr,
+                                   grad_scale, out, scalars.f32("softmax_xent (scalars)"), label_smoothing);
+#endif
   const auto held = loss_scratch_elsewhere(ex, B);
   Operands o(ex, "softmax_xent");
   o.flops(6.0 * B * K), o.cost().reads(labels, B);
@@ -206,7 +211,13 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
                     int64_t* correct, float label_smoothing) {
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
-  // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs.
+  // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs
+  // (on a GPU the 16-bit kernel reads each row before it writes it).
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {logits, dlogits}); t != DType::F32)
+    return cuda::softmax_xent(*ex.cuda, *ex.scratch, t, logits.ptr, labels.i32("softmax_xent"), B, K, dlogits.ptr,
+                              grad_scale, correct, label_smoothing);
+#endif
   const auto held = loss_scratch_elsewhere(ex, B);
   Operands o(ex, "softmax_xent");
   o.flops(6.0 * B * K), o.cost().reads(labels, B);

@@ -41,6 +41,13 @@ double softmax_xent(Context& c, ScratchMemory& alloc, const float* logits, const
 void softmax_xent_into(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                        int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
                        float label_smoothing = 0.f);
+// Logits and dlogits of float type t (bfloat16, float16: read and written natively, the float32
+// arithmetic on the loaded values, each gradient rounded once).
+double softmax_xent(Context& c, ScratchMemory& alloc, DType t, const void* logits, const int32_t* labels, int64_t B,
+                    int64_t K, void* dlogits, float grad_scale, int64_t* correct, float label_smoothing = 0.f);
+void softmax_xent_into(Context& c, ScratchMemory& alloc, DType t, const void* logits, const int32_t* labels, int64_t B,
+                       int64_t K, void* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
+                       float label_smoothing = 0.f);
 }  // namespace cuda
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,

@@ -61,6 +61,9 @@ void embedding_forward(Context& c, float* out, const int32_t* ids, const float* 
 // the sort's scratch comes from `alloc` (workspace).
 void embedding_backward(Context& c, ScratchMemory& alloc, float* dtable, const float* dout, const int32_t* ids,
                         int64_t rows, int64_t V, int64_t C);
+// dtable and dout of 16-bit type t: the same float32 sums, rounded once.
+void embedding_backward(Context& c, ScratchMemory& alloc, DType t, void* dtable, const void* dout, const int32_t* ids,
+                        int64_t rows, int64_t V, int64_t C);
 void positions(Context& c, int32_t* ids, int64_t T);
 }  // namespace cuda
 
@@ -130,6 +133,11 @@ inline void embedding_forward(const Exec& ex, Buf out, Buf ids, Buf table, int64
   o.finish();
 }
 inline void embedding_backward(const Exec& ex, Buf dtable, Buf dout, Buf ids, int64_t rows, int64_t V, int64_t C) {
+#if DP_WITH_CUDA
+  if (const DType t = native_16bit(ex, {dtable, dout}); t != DType::F32)
+    return cuda::embedding_backward(*ex.cuda, *ex.scratch, t, dtable.ptr, dout.ptr, ids.i32("embedding_backward"), rows,
+                                    V, C);
+#endif
   Operands o(ex, "embedding_backward");
   o.flops(1.0 * rows * C);
   o.cost().reads(ids, rows);

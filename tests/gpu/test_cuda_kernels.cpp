@@ -1067,6 +1067,42 @@ TEST_CASE("softmax cross-entropy matches the CPU reference, a bad label is an er
                     doctest::Contains("sample 17"));
 }
 
+TEST_CASE("16-bit softmax cross-entropy runs natively: the float32 kernel on the widened logits, its loss to the bit and "
+          "its gradient rounded once, in place too") {
+  cuda::Context c(0);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  for (DType t : {DType::BF16, DType::F16})
+    for (const auto [B, K] : {std::pair<int64_t, int64_t>{300, 10}, {67, 1000}, {5, 50257}}) {
+      const std::string type = dtype_name(t);
+      CAPTURE(type);
+      CAPTURE(K);
+      const auto z16 = round_16bit(random_vector(static_cast<size_t>(B * K), 80 + static_cast<uint64_t>(K), -4.f, 4.f), t);
+      const auto z = widen(z16, t);
+      std::vector<int32_t> y(static_cast<size_t>(B));
+      for (int64_t i = 0; i < B; ++i) y[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7) % K);
+      auto d_y = to_device(c, y), d_z = to_device(c, z);
+      for (float smoothing : {0.f, 0.1f}) {
+        CAPTURE(smoothing);
+        cuda::DeviceBuffer d_dz(c, z.size() * 4);
+        int64_t want_hits = 0, got_hits = -1;
+        const double want = cuda::softmax_xent(c, alloc, d_z.get(), d_y.get<int32_t>(), B, K, d_dz.get(), 1.f / B,
+                                               &want_hits, smoothing);
+        const auto want_grad = round_16bit(to_host<float>(c, d_dz, z.size()), t);
+        Pair16 logits(c, z16, t), grad(c, z.size(), t);
+        const double got = cuda::softmax_xent(c, alloc, t, logits.dev.get(), d_y.get<int32_t>(), B, K, grad.dev.get(),
+                                              1.f / B, &got_hits, smoothing);
+        CHECK(got == want);
+        CHECK(got_hits == want_hits);
+        CHECK(to_host<uint16_t>(c, grad.dev, z.size()) == want_grad);
+        // in place, the gradient over the logits
+        CHECK(cuda::softmax_xent(c, alloc, t, logits.dev.get(), d_y.get<int32_t>(), B, K, logits.dev.get(), 1.f / B,
+                                 nullptr, smoothing) == want);
+        CHECK(to_host<uint16_t>(c, logits.dev, z.size()) == want_grad);
+      }
+    }
+}
+
 TEST_CASE("the sum of squares (clipping, fp16's check) matches the CPU reference, repeats its bits, keeps inf and NaN") {
   cuda::Context c(0);
   ThreadPool pool(1);
@@ -1531,6 +1567,29 @@ TEST_CASE("Embedding's backward sums a token's rows in row order: bit for bit th
       cuda::embedding_backward(c, alloc, d_tab.get(), d_dy.get(), d_ids.get<int32_t>(), rows, V, C);
       CHECK(to_host<float>(c, d_tab, want.size()) == want);
     }
+  }
+}
+
+TEST_CASE("Embedding's backward on 16-bit gradients runs natively: the float32 kernel's sums on the widened rows, "
+          "rounded once") {
+  cuda::Context c(0);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  const int64_t rows = 3000, V = 70000, C = 48;
+  std::mt19937 gen(7);
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  for (auto& id : ids) id = static_cast<int32_t>(gen() % 300 * 233 % V);  // repeated ids: sums of several rows
+  auto d_ids = to_device(c, ids);
+  for (DType t : {DType::BF16, DType::F16}) {
+    const std::string type = dtype_name(t);
+    CAPTURE(type);
+    Pair16 dy(c, random_16bit(static_cast<size_t>(rows * C), 56, t), t), table(c, static_cast<size_t>(V * C), t);
+    auto d_dy = to_device(c, dy.host_values());
+    cuda::DeviceBuffer d_want(c, static_cast<size_t>(V * C) * 4);
+    cuda::embedding_backward(c, alloc, d_want.get(), d_dy.get(), d_ids.get<int32_t>(), rows, V, C);
+    const auto want = round_16bit(to_host<float>(c, d_want, static_cast<size_t>(V * C)), t);
+    cuda::embedding_backward(c, alloc, t, table.dev.get(), dy.dev.get(), d_ids.get<int32_t>(), rows, V, C);
+    CHECK(to_host<uint16_t>(c, table.dev, static_cast<size_t>(V * C)) == want);  // untouched rows zero on both
   }
 }
 
