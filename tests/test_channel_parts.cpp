@@ -12,6 +12,7 @@
 #include "kernels/channel_parts.hpp"
 #include "kernels/column_parts.hpp"
 #include "kernels/layernorm_parts.hpp"
+#include "kernels/row_parts.hpp"
 
 namespace test_channel_parts {  // one namespace a file: unity builds compile several files as one
 
@@ -52,42 +53,40 @@ TEST_CASE("the per-channel sums' parts and walks read every value of a channel o
   CHECK(channel_parts::parts_for(4096, 4096) == channel_parts::kMaxParts);
 }
 
+namespace {
+// P parts of `rows` (row_parts.hpp) within their limits, each row in exactly one, in order, each
+// part near its share.
+void check_row_parts(int64_t rows, int64_t P, int64_t rows_per_part, int64_t max_parts) {
+  CAPTURE(rows);
+  CHECK(P >= 1);
+  CHECK(P <= max_parts);
+  CHECK((P == max_parts || rows <= P * rows_per_part));
+  CHECK(row_parts::part_begin(rows, 0, P) == 0);
+  CHECK(row_parts::part_begin(rows, P, P) == rows);
+  int64_t covered = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t begin = row_parts::part_begin(rows, p, P), end = row_parts::part_begin(rows, p + 1, P);
+    CHECK(begin == covered);
+    CHECK(end - begin >= rows / P);
+    CHECK(end - begin <= rows / P + 1);
+    covered = end;
+  }
+  CHECK(covered == rows);
+}
+}  // namespace
+
 TEST_CASE("LayerNorm's parts of the rows cover every row once, in order, each part near its share") {
   for (int64_t rows : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{8192}, int64_t{16383}, int64_t{1} << 20}) {
-    CAPTURE(rows);
     const int64_t P = layernorm_parts::parts_for(rows);
-    CHECK(P >= 1);
-    CHECK(P <= layernorm_parts::kMaxParts);
-    CHECK((P == layernorm_parts::kMaxParts || rows <= P * layernorm_parts::kRowsPerPart));
-    CHECK(layernorm_parts::part_begin(rows, 0, P) == 0);
-    CHECK(layernorm_parts::part_begin(rows, P, P) == rows);
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t size = layernorm_parts::part_begin(rows, p + 1, P) - layernorm_parts::part_begin(rows, p, P);
-      CHECK(size >= rows / P);
-      CHECK(size <= rows / P + 1);
-    }
+    check_row_parts(rows, P, layernorm_parts::kRowsPerPart, layernorm_parts::kMaxParts);
     CHECK(layernorm_parts::scratch_bytes(rows, 768) == static_cast<size_t>(2 * P * 768 * 8));
   }
 }
 
 TEST_CASE("Linear's bias gradient: parts of the rows cover every row once, in order, one part and no scratch for few rows") {
   for (int64_t rows : {int64_t{0}, int64_t{1}, int64_t{1024}, int64_t{1025}, int64_t{8192}, int64_t{33000}, int64_t{1} << 20}) {
-    CAPTURE(rows);
     const int64_t P = column_parts::parts_for(rows);
-    CHECK(P >= 1);
-    CHECK(P <= column_parts::kMaxParts);
-    CHECK((P == column_parts::kMaxParts || rows <= P * column_parts::kRowsPerPart));
-    CHECK(column_parts::part_begin(rows, 0, P) == 0);
-    CHECK(column_parts::part_begin(rows, P, P) == rows);
-    int64_t covered = 0;
-    for (int64_t p = 0; p < P; ++p) {
-      const int64_t begin = column_parts::part_begin(rows, p, P), end = column_parts::part_begin(rows, p + 1, P);
-      CHECK(begin == covered);
-      CHECK(end - begin >= rows / P);
-      CHECK(end - begin <= rows / P + 1);
-      covered = end;
-    }
-    CHECK(covered == rows);
+    check_row_parts(rows, P, column_parts::kRowsPerPart, column_parts::kMaxParts);
     CHECK(column_parts::scratch_bytes(rows, 768) == (P > 1 ? static_cast<size_t>(P * 768 * 8) : size_t{0}));
   }
   CHECK(column_parts::parts_for(1024) == 1);  // a classifier's batch: the one-part kernel, as before

@@ -1593,25 +1593,48 @@ TEST_CASE("Embedding's backward on 16-bit gradients runs natively: the float32 k
   }
 }
 
+namespace {
+// The attention cases' shapes: 0 causal; 1 not causal (a ViT's); 2 not causal with a bias and a
+// scale (Swin's; samples 0 and 2 share bias block 0); 3 causal with rows longer than a warp's two
+// passes.
+AttentionShape attention_case(int variant) {
+  AttentionShape s = variant == 3 ? AttentionShape{2, 75, 64, 2} : AttentionShape{3, 17, 64, 4};
+  s.causal = variant == 0 || variant == 3;
+  if (variant == 2) s.scale = 0.3f, s.bias_blocks = 2;
+  return s;
+}
+
+// One dropout mask twice: for the CPU reference (its key a value) and for the kernels (the key read
+// from device memory when they run, as a step passes it).
+struct MaskPair {
+  DropoutMask on_host, on_device;
+};
+MaskPair attention_masks(float p, const cuda::DeviceBuffer& key) {
+  MaskPair m{DropoutMask{p, 4, 0x123456789abcdef0ull, nullptr, 5}, {}};
+  m.on_device = m.on_host;
+  m.on_device.key = 0, m.on_device.key_at = key.get<uint32_t>();
+  return m;
+}
+cuda::DeviceBuffer attention_mask_key(cuda::Context& c) {
+  const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
+  return to_device(c, std::vector<uint32_t>(key, key + 2));
+}
+}  // namespace
+
 TEST_CASE("attention forward and backward match the CPU reference, causal or not (a ViT's), with and without dropout, "
           "with a bias and its scores' gradient (Swin's, MaxViT's)") {
   cuda::Context c(0);
   ThreadPool pool(1);
+  const auto d_key = attention_mask_key(c);
   for (int variant = 0; variant < 3; ++variant) {  // causal; not causal; not causal with a bias and a scale
     CAPTURE(variant);
-    AttentionShape s{3, 17, 64, 4};
-    s.causal = variant == 0;
-    if (variant == 2) s.scale = 0.3f, s.bias_blocks = 2;  // samples 0 and 2 share block 0
+    const AttentionShape s = attention_case(variant);
     const int64_t BTC = s.B * s.T * s.C, scores = s.score_count();
     auto qkv = random_vector(static_cast<size_t>(3 * BTC), 60), dy = random_vector(static_cast<size_t>(BTC), 61);
     auto bias = random_vector(static_cast<size_t>(s.bias_blocks * s.H * s.T * s.T), 62);
-    // The dropout key in device memory, as a step passes it (read when the kernels run).
-    const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
-    auto d_key = to_device(c, std::vector<uint32_t>(key, key + 2));
     for (float p : {0.f, 0.3f}) {
       CAPTURE(p);
-      DropoutMask on_host{p, 4, 0x123456789abcdef0ull, nullptr, 5}, on_device = on_host;
-      on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
+      const auto [on_host, on_device] = attention_masks(p, d_key);
       std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(scores)),
           dqkv(static_cast<size_t>(3 * BTC)), dscores(static_cast<size_t>(scores));
       const bool biased = s.bias_blocks > 0;
@@ -1640,17 +1663,13 @@ TEST_CASE("16-bit attention runs natively (tensor cores, the softmax over the 16
   // few of the type's units of the largest value, not bit for bit.
   cuda::Context c(0);
   ThreadPool pool(1);
-  const uint32_t key[2] = {0x9abcdef0u, 0x12345678u};
-  auto d_key = to_device(c, std::vector<uint32_t>(key, key + 2));
+  const auto d_key = attention_mask_key(c);
   for (DType t : {DType::BF16, DType::F16})
-    for (int variant = 0; variant < 4; ++variant) {  // causal; not causal; a bias and a scale; causal and long rows
+    for (int variant = 0; variant < 4; ++variant) {  // attention_case's four
       const std::string type = dtype_name(t);
       CAPTURE(type);
       CAPTURE(variant);
-      AttentionShape s{3, 17, 64, 4};
-      if (variant == 3) s = AttentionShape{2, 75, 64, 2};  // a row longer than a warp's two passes
-      s.causal = variant == 0 || variant == 3;
-      if (variant == 2) s.scale = 0.3f, s.bias_blocks = 2;
+      const AttentionShape s = attention_case(variant);
       const int64_t BTC = s.B * s.T * s.C, scores = s.score_count();
       const bool biased = s.bias_blocks > 0;
       Pair16 qkv(c, round_16bit(random_vector(static_cast<size_t>(3 * BTC), 90, -2.f, 2.f), t), t),
@@ -1659,8 +1678,7 @@ TEST_CASE("16-bit attention runs natively (tensor cores, the softmax over the 16
       const auto wq = qkv.host_values(), wdy = dy.host_values(), wbias = bias.host_values();
       for (float p : {0.f, 0.3f}) {
         CAPTURE(p);
-        DropoutMask on_host{p, 4, 0x123456789abcdef0ull, nullptr, 5}, on_device = on_host;
-        on_device.key = 0, on_device.key_at = d_key.get<uint32_t>();
+        const auto [on_host, on_device] = attention_masks(p, d_key);
         std::vector<float> y(static_cast<size_t>(BTC)), att(static_cast<size_t>(scores)),
             dqkv(static_cast<size_t>(3 * BTC)), dscores(static_cast<size_t>(scores));
         cpu::attention_forward(pool, y.data(), att.data(), wq.data(), s, on_host, biased ? wbias.data() : nullptr);
