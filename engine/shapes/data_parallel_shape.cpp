@@ -113,11 +113,10 @@ void DataParallelShape::backward(StepState& s) {
       s.grads[r] = Tensor::empty(*s.devices[r], {e_.layout().parameter_count}, MemCategory::Gradients,
                                  s.params[r].dtype());
     // The output gradient the host scattered (gathered loss) goes with the task, which releases it
-    // when done; in-replica it does not exist yet (the forward's task makes it: not to be touched
-    // here) and the task takes it from s. A task never drops what the host made: a replayed
-    // recording (engine/step/step_graph.hpp) runs it again.
-    const Tensor scattered =
-        loss_->mode() == LossMode::Gathered ? std::exchange(s.grad_outputs[r], Tensor()) : Tensor();
+    // when done; in-replica, or gathered on one device, it does not exist yet (the forward's or the
+    // loss's task makes it: not to be touched here) and the task takes it from s. A task never
+    // drops what the host made: a replayed recording (engine/step/step_graph.hpp) runs it again.
+    const Tensor scattered = loss_->gradients_on_host(s) ? std::exchange(s.grad_outputs[r], Tensor()) : Tensor();
     Stream& stream = s.devices[r]->stream();
     stream.enqueue(
         [this, r, &s, scattered] {

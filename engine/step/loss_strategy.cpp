@@ -26,6 +26,14 @@ void check_labels(const LossSums& sums, int device) {
 int64_t classes_of(const Tensor& logits) { return logits.dim(static_cast<int>(logits.shape().size()) - 1); }
 int64_t rows_of(const Tensor& logits) { return logits.numel() / classes_of(logits); }
 
+// Where the loss writes the gradient of a module's output: over the output itself when nothing
+// else holds it, so a device never holds two [rows, classes] tensors (for a language model's
+// vocabulary most of its activations); a tensor of its own when something does — a last module
+// that reads its own output in backward (a final ReLU, sigmoid or softmax keeps it).
+Tensor output_gradient(const Tensor& out) {
+  return out.only_holder() ? out : Tensor::empty(out.device(), out.shape(), MemCategory::Activations, out.dtype());
+}
+
 class GatheredLoss final : public LossStrategy {
   static bool one_device(const StepState& s) { return s.devices.size() == 1; }
 
@@ -47,18 +55,27 @@ class GatheredLoss final : public LossStrategy {
   }
   void allocate_loss_gradient(StepState& s) const override {
     // Stored like the gathered logits (16-bit under mixed precision); on one device, where nothing
-    // is gathered, the output's gradient is an activation.
-    s.grad_logits = Tensor::empty(*s.devices[0], s.output_shape(s.batch),
-                                  one_device(s) ? MemCategory::Activations : MemCategory::GatheredOutputs, s.output_dtype);
+    // is gathered, compute writes it over the module's output.
+    if (!one_device(s))
+      s.grad_logits =
+          Tensor::empty(*s.devices[0], s.output_shape(s.batch), MemCategory::GatheredOutputs, s.output_dtype);
     s.loss = Tensor::empty(*s.devices[0], {2}, MemCategory::Loss);  // [loss sum, hits] on device 0
   }
   void compute(StepState& s) const override {
     Device& d0 = *s.devices[0];
-    // On one device the module's output: made by now (this runs on device 0's stream, after its
-    // forward) and released once read, in stream order.
-    const Tensor logits = one_device(s) ? std::exchange(s.outputs[0], Tensor()) : s.gathered;
-    softmax_xent_into(d0.exec(), logits.buf(), s.target.buf(), rows_of(logits), classes_of(logits), s.grad_logits.buf(),
-                      s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
+    if (one_device(s)) {
+      // The module's output, made by now (this runs on device 0's stream, after its forward); its
+      // gradient, over it where it may be (the loss reads each row before it writes that row's
+      // gradient), for backward's task on this stream to take.
+      const Tensor out = std::exchange(s.outputs[0], Tensor());
+      Tensor grad = output_gradient(out);
+      softmax_xent_into(d0.exec(), out.buf(), s.target.buf(), rows_of(out), classes_of(out), grad.buf(),
+                        s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
+      s.grad_outputs[0] = std::move(grad);
+      return;
+    }
+    softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
+                      s.grad_logits.buf(), s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
   }
   void read_sums(StepState& s) const override {
     s.loss_sum = s.slots[0]->loss.loss;
@@ -66,8 +83,10 @@ class GatheredLoss final : public LossStrategy {
     check_labels(s.slots[0]->loss, 0);
   }
   void distribute_gradient(StepState& s) const override {
+    if (one_device(s)) return;  // compute left it in s.grad_outputs[0], on device 0's stream
     s.grad_outputs = scatter(s.grad_logits, s.chunks, s.devices, MemCategory::Activations);
   }
+  bool gradients_on_host(const StepState& s) const override { return !one_device(s); }
 };
 
 class InReplicaLoss final : public LossStrategy {
@@ -76,12 +95,11 @@ class InReplicaLoss final : public LossStrategy {
   LossMode mode() const override { return LossMode::InReplica; }
   bool scatters_targets() const override { return true; }
   void after_forward(StepState& s, int r) const override {
-    // Loss sum on this chunk; its gradient already scaled for the mean over the whole batch.
-    // The gradient overwrites the logits (nothing else reads them), so a replica never holds two
-    // [rows, classes] tensors: for a language model's vocabulary that is most of its activations.
+    // Loss sum on this chunk; its gradient already scaled for the mean over the whole batch, over
+    // the logits where nothing else holds them (output_gradient).
     Device& dev = *s.devices[static_cast<size_t>(r)];
     const Tensor& out = s.outputs[static_cast<size_t>(r)];
-    s.grad_outputs[r] = out;
+    s.grad_outputs[r] = output_gradient(out);
     if (gathers_) s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
     // [loss sum, hits] as float32 into the scalars device 0 gathers; the exact sums (doubles, for
     // the reported loss) into this replica's slot, read once the step is done.
@@ -111,6 +129,7 @@ class InReplicaLoss final : public LossStrategy {
     }
   }
   void distribute_gradient(StepState&) const override {}  // already where the backward runs
+  bool gradients_on_host(const StepState&) const override { return false; }
 
  private:
   bool gathers_;

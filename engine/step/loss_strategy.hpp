@@ -3,10 +3,13 @@
 //   gathered    DataParallel's: the replicas' logits are gathered on device 0, the mean
 //               cross-entropy over the whole batch is computed there, and its gradient is
 //               scattered back with the same chunk sizes (device 0 holds all the logits twice).
+//               On one device nothing is gathered (DataParallel calls the module itself) and
+//               the gradient is written as in-replica's.
 //   in-replica  each replica computes its chunk's loss sum and the gradient of its outputs,
-//               already scaled for the mean over the whole batch, in place of the outputs; only
+//               already scaled for the mean over the whole batch, in place of the outputs
+//               unless something else holds them (a last module reading its output); only
 //               [loss sum, hits] scalars reach device 0. The same gradients, without the gathered
-//               outputs, and without a second [rows, classes] tensor on any device.
+//               outputs, and usually without a second [rows, classes] tensor on any device.
 #pragma once
 #include <memory>
 #include <string>
@@ -38,6 +41,10 @@ class LossStrategy {
   virtual void read_sums(StepState& s) const = 0;
   // Phase 7, before the replicas' backward: each replica's output gradient in s.grad_outputs.
   virtual void distribute_gradient(StepState& s) const = 0;
+  // Whether distribute_gradient put the output gradients in s.grad_outputs on the host (the
+  // replicas' backward tasks take them with them); otherwise a task on the replica's stream puts
+  // it there and its backward task takes it when it runs.
+  virtual bool gradients_on_host(const StepState& s) const = 0;
 };
 
 // gather_to_device0: in-replica, whether device 0 gathers each replica's [loss sum, hits] (DataParallel's

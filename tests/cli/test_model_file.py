@@ -287,6 +287,27 @@ with tempfile.TemporaryDirectory() as tmp:
            ["train", "--model", at("small.json"), "--init", at("r8.safetensors"), "--steps", "1"], 2,
            "not those of the module")
 
+    # ---- a last module that reads its own output in backward (a final ReLU): the loss's gradient
+    # must not overwrite that output (it once did with --loss in-replica, and on one device)
+    with open(at("relu_last.py"), "w") as f:
+        f.write("import torch.nn as nn\n\ndef net():\n    return nn.Sequential(nn.Flatten(), nn.Linear(12, 8), "
+                "nn.ReLU(), nn.Linear(8, 4), nn.ReLU())\n")
+    rc, out, err = export([at("relu_last.py") + ":net", "--input", "3x2x2", "--out", at("relu_last.json")])
+    check("a model ending in ReLU exports", rc == 0, err)
+    weights = {}
+    for devices in ("host:1", "host:2"):
+        for loss in ("gathered", "in-replica"):
+            path = at(f"relu_last_{devices[-1]}_{loss}.safetensors")
+            rc, out, err = run(["train", "--model", at("relu_last.json"), "--devices", devices, "--batch", "16",
+                                "--steps", "4", "--generated-size", "64", "--lr", "0.5", "--loss", loss,
+                                "--save", path])
+            weights[(devices, loss)] = read(path) if rc == 0 else None
+            check(f"a model ending in ReLU trains on {devices}, --loss {loss}", rc == 0, err)
+    for devices in ("host:1", "host:2"):
+        check(f"a model ending in ReLU on {devices}: the same weights with the loss gathered and in-replica",
+              weights[(devices, "gathered")] is not None
+              and weights[(devices, "gathered")] == weights[(devices, "in-replica")])
+
     # ---- a token model: its context and vocabulary are the file's
     with open(at("tok.py"), "w") as f:
         f.write("import torch.nn as nn\n\nclass Tok(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
