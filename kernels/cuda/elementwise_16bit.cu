@@ -13,24 +13,18 @@ namespace dp::cuda {
 
 namespace {
 
+// ReLU as unrolled.cuh's pattern: kUnroll loads in flight a thread (2-byte loads one at a time
+// left memory idle between them).
 template <typename T>
 __global__ void relu_forward_kernel(T* out, const T* in, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = load_float(in[i]);
-    out[i] = store_as<T>(v > 0.f || isnan(v) ? v : 0.f);  // NaN stays NaN, as in PyTorch
-  }
+  unrolled_map<int64_t, 1>(out, {in}, n, [](const float(&x)[1], int64_t) {
+    return x[0] > 0.f || isnan(x[0]) ? x[0] : 0.f;  // NaN stays NaN, as in PyTorch
+  });
 }
 
 template <typename T>
 __global__ void relu_backward_kernel(T* din, const T* dout, const T* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    din[i] = store_as<T>(load_float(out[i]) > 0.f ? load_float(dout[i]) : 0.f);
-}
-
-template <typename Y, typename X>
-__global__ void add_kernel(Y* y, const X* x, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = store_as<Y>(load_float(y[i]) + load_float(x[i]));
+  unrolled_map<int64_t, 2>(din, {dout, out}, n, [](const float(&x)[2], int64_t) { return x[1] > 0.f ? x[0] : 0.f; });
 }
 
 // Up to kMaxSources pointers by value: the launch carries them, nothing to upload (a captured
@@ -84,7 +78,7 @@ void relu_forward(Context& c, DType t, void* out, const void* in, int64_t n) {
   if (n == 0) return;
   with_float_type(t, "relu_forward", [&](auto tag) {
     using T = decltype(tag);
-    relu_forward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<T*>(out),
+    relu_forward_kernel<<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(static_cast<T*>(out),
                                                                             static_cast<const T*>(in), n);
     DP_CUDA_CHECK_LAUNCH();
   });
@@ -94,7 +88,7 @@ void relu_backward(Context& c, DType t, void* din, const void* dout, const void*
   if (n == 0) return;
   with_float_type(t, "relu_backward", [&](auto tag) {
     using T = decltype(tag);
-    relu_backward_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(
+    relu_backward_kernel<<<blocks_for(n, kUnroll), kThreads, 0, c.handles().stream>>>(
         static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(out), n);
     DP_CUDA_CHECK_LAUNCH();
   });
@@ -106,7 +100,10 @@ void add_inplace(Context& c, DType ty, void* y, DType tx, const void* x, int64_t
     with_float_type(tx, "add_inplace", [&](auto xtag) {
       using Y = decltype(ytag);
       using X = decltype(xtag);
-      add_kernel<<<blocks_for(n), kThreads, 0, c.handles().stream>>>(static_cast<Y*>(y), static_cast<const X*>(x), n);
+      // one source of add_many's unrolled sum: y rounded from y + x, as before
+      Sources one{};
+      one.x[0] = x, one.count = 1;
+      launch_add_many<Y, X>(c.handles().stream, static_cast<Y*>(y), one, n);
       DP_CUDA_CHECK_LAUNCH();
     });
   });

@@ -1335,14 +1335,17 @@ TEST_CASE("LayerNorm without a bias (a null beta and dbeta: nanoGPT's bias=False
   CHECK(rel_error(to_host<float>(c, d_dg, C), dg) < kTol);
 }
 
-TEST_CASE("LayerNorm's backward over many parts of the rows matches the CPU reference, the same bits every run") {
+TEST_CASE("LayerNorm's backward over parts of the rows matches the CPU reference, in one pass and in two, the same bits every run") {
   // Rows over several parts (kernels/layernorm_parts.hpp), one not a multiple of a part's share, and
-  // columns not a multiple of a block's 32; a GPT's LayerNorm at C = 768 over 2000 rows.
+  // columns not a multiple of a block's 32; a GPT's LayerNorm at C = 768 over 2000 rows; every
+  // width of row the one-pass kernel holds in registers (4, 8, 16, 24 and 32 columns a lane: 70,
+  // 129, 500, 768, 769 and 1,024), and rows wider than it holds (1,025, 2,000: dx, then the parts).
   cuda::Context c(0);
   ThreadPool pool(2);
   CudaMallocMemory raw;
   CachingAllocator alloc(0, "cuda:0", raw, 0);
-  for (const auto& [rows, C] : std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {200, 70}, {2000, 768}, {33000, 40}}) {
+  for (const auto& [rows, C] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 5}, {200, 70}, {130, 129}, {300, 500}, {2000, 768}, {100, 769}, {33000, 40}, {300, 1024}, {300, 1025}, {70, 2000}}) {
     CAPTURE(rows);
     CAPTURE(C);
     auto x = random_vector(static_cast<size_t>(rows * C), 60 + rows, -2.f, 2.f), gamma = random_vector(C, 61),
