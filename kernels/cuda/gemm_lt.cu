@@ -1,4 +1,4 @@
-// cuBLASLt products for float32 Linear (gemm_lt.cuh): each context's plans, built on a shape's
+// cuBLASLt products for Linear, float32 and 16-bit (gemm_lt.cuh): each context's plans, built on a shape's
 // first call, and the call itself in the context's cuBLAS workspace (so a captured step allocates
 // nothing here either).
 #include "kernels/cuda/gemm_lt.cuh"
@@ -8,6 +8,8 @@
 #include <array>
 #include <map>
 #include <memory>
+
+#include "kernels/cuda/half.cuh"
 
 namespace dp::cuda {
 
@@ -68,19 +70,21 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e) {
 int64_t rows(cublasOperation_t t, int64_t r, int64_t c) { return t == CUBLAS_OP_N ? r : c; }
 
 void build(LtPlan& plan, cublasLtHandle_t lt, Context& c, const LtProduct& p) {
-  const bool tf32 = c.allow_tf32(), split_k = c.linear_gemm() == LinearGemm::LtSplitK;
+  // TF32 is a float32 product's option; 16-bit operands run on the tensor cores as they are
+  const bool tf32 = c.allow_tf32() && p.type == DType::F32, split_k = c.linear_gemm() == LinearGemm::LtSplitK;
+  const cudaDataType_t type = cublas_type(p.type);
   DP_CUDA_CHECK(cublasLtMatmulDescCreate(&plan.desc, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
   set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(p.ta));
   set(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(p.tb));
   set(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(lt_epilogue(p.epilogue)));
   if (p.epilogue != LtEpilogue::None) {
-    set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
-    set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(p.bias));
+    set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(type));
+    set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   }
   // op(A) is m x k, op(B) k x n, D m x n; each stored column-major with its leading dimension.
-  DP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, rows(p.ta, p.m, p.k), rows(p.ta, p.k, p.m), p.lda));
-  DP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, rows(p.tb, p.k, p.n), rows(p.tb, p.n, p.k), p.ldb));
-  DP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.d, CUDA_R_32F, p.m, p.n, p.ldd));
+  DP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.a, type, rows(p.ta, p.m, p.k), rows(p.ta, p.k, p.m), p.lda));
+  DP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.b, type, rows(p.tb, p.k, p.n), rows(p.tb, p.n, p.k), p.ldb));
+  DP_CUDA_CHECK(cublasLtMatrixLayoutCreate(&plan.d, type, p.m, p.n, p.ldd));
   Preference pref;
   set(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(c.handles().cublas_workspace_bytes));
   // Without split-K, each product is one kernel (no reduce after it) and a run repeats its bits.
@@ -105,9 +109,9 @@ void build(LtPlan& plan, cublasLtHandle_t lt, Context& c, const LtProduct& p) {
 
 struct LtPlans {
   cublasLtHandle_t handle = nullptr;
-  // shape, leading dimensions, operations, epilogue, operand alignments: what the algorithm
-  // depends on beyond what the context fixes (the GPU, TF32, split-K)
-  std::map<std::array<int64_t, 12>, std::unique_ptr<LtPlan>> plans;
+  // shape, leading dimensions, operations, epilogue, operand alignments, storage type: what the
+  // algorithm depends on beyond what the context fixes (the GPU, TF32, split-K)
+  std::map<std::array<int64_t, 13>, std::unique_ptr<LtPlan>> plans;
   ~LtPlans() {
     plans.clear();  // the descriptors before the handle
     if (handle) cublasLtDestroy(handle);
@@ -130,9 +134,9 @@ bool lt_matmul(Context& c, const LtProduct& p) {
   // The bias vector has no alignment preference: take the fused way only where it is 16-byte aligned
   // (parameters and gradients are 64-byte aligned in their flat buffers).
   if (p.epilogue != LtEpilogue::None && alignment(p.bias) < 16) return false;
-  const std::array<int64_t, 12> key{p.m, p.n, p.k, p.lda, p.ldb, p.ldd, static_cast<int64_t>(p.ta),
+  const std::array<int64_t, 13> key{p.m, p.n, p.k, p.lda, p.ldb, p.ldd, static_cast<int64_t>(p.ta),
                                     static_cast<int64_t>(p.tb), static_cast<int64_t>(p.epilogue),
-                                    alignment(p.a), alignment(p.b), alignment(p.d)};
+                                    alignment(p.a), alignment(p.b), alignment(p.d), static_cast<int64_t>(p.type)};
   auto& slot = all.plans[key];
   if (!slot) {
     auto plan = std::make_unique<LtPlan>();
@@ -141,7 +145,7 @@ bool lt_matmul(Context& c, const LtProduct& p) {
   }
   const LtPlan& plan = *slot;
   if (!plan.usable) return false;
-  if (p.epilogue != LtEpilogue::None) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<void*>(p.bias));
+  if (p.epilogue != LtEpilogue::None) set(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   const float one = 1.f, zero = 0.f;
   // The algorithm's workspace fits the context's: the heuristics were given that as the most.
   DP_CUDA_CHECK(cublasLtMatmul(all.handle, plan.desc, &one, p.a, plan.a, p.b, plan.b, &zero, p.d, plan.d, p.d, plan.d,

@@ -1,13 +1,15 @@
-// A float32 product through cuBLASLt (GpuMath::linear lt / lt-splitk): column-major, as cuBLAS's,
-// with an epilogue that adds a bias to the result or sums a bias gradient from the B operand, so
-// Linear needs no kernels of its own around its GEMMs (cuBLASLt may run the bias gradient as a
-// kernel of its own: it does in float32 on an H100). One plan per product shape, operand
-// alignment and epilogue, kept by the context (its descriptors and the heuristics' algorithm: the
-// heuristics cost tens of microseconds a query).
+// A product through cuBLASLt (GpuMath::linear lt / lt-splitk), float32 or 16-bit storage with
+// float32 accumulation: column-major, as cuBLAS's, with an epilogue that adds a bias to the result
+// or sums a bias gradient from the B operand, so Linear needs no kernels of its own around its
+// GEMMs (cuBLASLt may run the bias gradient as a kernel of its own: it does in float32 on an
+// H100). One plan per product shape, storage type, operand alignment and epilogue, kept by the
+// context (its descriptors and the heuristics' algorithm: the heuristics cost tens of microseconds
+// a query).
 #pragma once
 #include <cstdint>
 
 #include "core/cuda/check.cuh"
+#include "kernels/buffer.hpp"  // DType
 
 namespace dp::cuda {
 
@@ -20,14 +22,15 @@ enum class LtEpilogue {
 struct LtProduct {
   cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
   int64_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
+  const void* a = nullptr;
   int64_t lda = 0;
-  const float* b = nullptr;
+  const void* b = nullptr;
   int64_t ldb = 0;
-  float* d = nullptr;  // D = op(A)·op(B), written (beta 0)
+  void* d = nullptr;  // D = op(A)·op(B), written (beta 0)
   int64_t ldd = 0;
   LtEpilogue epilogue = LtEpilogue::None;
-  float* bias = nullptr;
+  void* bias = nullptr;       // of the storage type: 16-bit sums rounded once, as D
+  DType type = DType::F32;    // every operand's, D's and the bias's; float32 accumulation
 };
 
 // Enqueues the product on the context's stream and returns true; false (nothing enqueued) when

@@ -1,12 +1,16 @@
 // Linear on 16-bit operands (mixed precision on a GPU): cublasGemmEx with bfloat16 or float16
 // inputs and output, float32 accumulation on the tensor cores, one rounding on store — autocast's
-// matrix product, without widening copies. The layout is linear.cu's: cuBLAS is column-major, so
-// each row-major product is written as its transpose.
+// matrix product, without widening copies. Under DP_LINEAR_GEMM=lt (GpuMath::linear) the products
+// go through cuBLASLt, as float32's do, with the bias added in the forward GEMM's epilogue (no bias
+// rows written first and read again by a beta = 1 GEMM) and its gradient from the bias-gradient
+// epilogue. The layout is linear.cu's: cuBLAS is column-major, so each row-major product is written
+// as its transpose.
 #include <algorithm>
 
 #include "core/cuda/check.cuh"
 #include "core/scratch.hpp"
 #include "kernels/cuda/column_sum.cuh"
+#include "kernels/cuda/gemm_lt.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/ops/linear.hpp"
@@ -24,6 +28,8 @@ __global__ void bias_rows_kernel(T* out, const T* b, int64_t B, int64_t O) {
 
 int dim(int64_t v) { return static_cast<int>(v); }
 
+bool uses_lt(Context& c) { return c.linear_gemm() != LinearGemm::Cublas; }
+
 // C = A·B (+ C when accumulate), column-major, 16-bit storage, float32 compute.
 void gemm(Context& c, DType t, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
           const void* a, int64_t lda, const void* b, int64_t ldb, bool accumulate, void* out, int64_t ldc) {
@@ -38,6 +44,9 @@ void gemm(Context& c, DType t, cublasOperation_t ta, cublasOperation_t tb, int64
 void linear_forward(Context& c, DType t, void* out, const void* in, const void* w, const void* b, int64_t B,
                     int64_t I, int64_t O) {
   if (B == 0) return;
+  if (uses_lt(c) && lt_matmul(c, {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w, I, in, I, out, O,
+                                  b ? LtEpilogue::Bias : LtEpilogue::None, const_cast<void*>(b), t}))
+    return;
   with_float_type(t, "linear_forward", [&](auto tag) {
     using T = decltype(tag);
     if (b) {
@@ -52,12 +61,25 @@ void linear_forward(Context& c, DType t, void* out, const void* in, const void* 
 
 void linear_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
                      const void* in, const void* w, int64_t B, int64_t I, int64_t O) {
+  // The bias gradient's partial sums (column_parts.hpp), held whichever way it is summed: the
+  // same memory as a plan's.
+  const ScopedBlock parts(alloc, db ? column_parts::scratch_bytes(B, O) : 0);
   // din[B,I] = dout[B,O]·W[O,I]  <=>  din^T[I,B] = W^T[I,O]·dout^T[O,B]
-  if (din && B > 0) gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, I, dout, O, false, din, I);
-  // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]
-  gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, false, dw, I);
+  if (din && B > 0 && !(uses_lt(c) && lt_matmul(c, {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, I, dout, O, din, I,
+                                                    LtEpilogue::None, nullptr, t})))
+    gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, I, dout, O, false, din, I);
+  // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]; db[O] = Σ_r dout[r,:], the
+  // sum over the product's k of its B operand: cuBLASLt's BGRADB epilogue.
+  const LtProduct weight_grad{CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, dw, I, LtEpilogue::None, nullptr, t};
+  if (uses_lt(c) && B > 0 && db) {
+    LtProduct fused = weight_grad;
+    fused.epilogue = LtEpilogue::BiasGradB;
+    fused.bias = db;
+    if (lt_matmul(c, fused)) return;
+  }
+  if (!(uses_lt(c) && B > 0 && lt_matmul(c, weight_grad)))
+    gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, false, dw, I);
   if (!db) return;
-  const ScopedBlock parts(alloc, column_parts::scratch_bytes(B, O));  // column_sum.cuh
   with_float_type(t, "linear_backward", [&](auto tag) {
     using T = decltype(tag);
     column_sum(c, static_cast<T*>(db), static_cast<const T*>(dout), B, O, parts.at<double>());

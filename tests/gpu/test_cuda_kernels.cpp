@@ -123,6 +123,21 @@ struct Pair16 {
   std::vector<float> device_values(cuda::Context& c) const { return widen(to_host<uint16_t>(c, dev, host.size()), t); }
 };
 
+// A captured graph's nodes counted by type (kernels, allocations, ...).
+std::map<cudaGraphNodeType, int> graph_nodes_by_type(cudaGraph_t graph) {
+  size_t count = 0;
+  DP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  std::vector<cudaGraphNode_t> nodes(count);
+  DP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
+  std::map<cudaGraphNodeType, int> by_type;
+  for (cudaGraphNode_t n : nodes) {
+    cudaGraphNodeType type;
+    DP_CUDA_CHECK(cudaGraphNodeGetType(n, &type));
+    ++by_type[type];
+  }
+  return by_type;
+}
+
 }  // namespace
 
 TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32), through cuBLAS and cuBLASLt") {
@@ -170,6 +185,84 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
   }
 }
 
+TEST_CASE("16-bit Linear through cuBLAS and cuBLASLt (the bias in the forward's epilogue, its gradient from the weight gradient's) matches the CPU rounding reference, the same bits every run") {
+  // The CPU reference widens, computes in float32 and rounds: a result may round to the neighbouring
+  // 16-bit value, within two units of the largest. O = 65 leaves D's leading dimension odd and a
+  // bias at offset 1 is 2 bytes past an aligned block: cuBLASLt may decline either (the product then
+  // takes cuBLAS's way) and the result must not change. 2,000 rows: the bias gradient over parts
+  // where cuBLASLt does not sum it. I = 136: every row of W and of the input 16-byte aligned.
+  ThreadPool pool(1);
+  configure_host_blas();
+  const Exec host{&pool, nullptr, nullptr};
+  const int64_t I = 136;
+  for (DType t : {DType::BF16, DType::F16}) {
+    const std::string type = dtype_name(t);
+    CAPTURE(type);
+    const double tol = 4 * (t == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11));
+    for (const auto [B, O] : {std::pair<int64_t, int64_t>{37, 64}, {37, 65}, {2000, 48}}) {
+      CAPTURE(B);
+      CAPTURE(O);
+      const auto in = random_16bit(B * I, 81, t), w = random_16bit(O * I, 82, t), b = random_16bit(O, 83, t),
+                 dout = random_16bit(B * O, 84, t);
+      std::vector<uint16_t> out(B * O), din(B * I), dw(O * I), db(O);
+      std::vector<uint16_t> in_h = in, w_h = w, b_h = b, dout_h = dout;
+      linear_forward(host, Buf{out.data(), t}, Buf{in_h.data(), t}, Buf{w_h.data(), t}, Buf{b_h.data(), t}, B, I, O);
+      linear_backward(host, Buf{din.data(), t}, Buf{dw.data(), t}, Buf{db.data(), t}, Buf{dout_h.data(), t},
+                      Buf{in_h.data(), t}, Buf{w_h.data(), t}, B, I, O);
+      std::map<cuda::LinearGemm, int> forward_kernels;
+      for (auto gemm : {cuda::LinearGemm::Cublas, cuda::LinearGemm::Lt, cuda::LinearGemm::LtSplitK}) {
+        for (int64_t offset : {0, 1}) {
+          CAPTURE(cuda::linear_gemm_name(gemm));
+          CAPTURE(offset);
+          cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Deterministic, gemm});
+          CudaMallocMemory raw;
+          CachingAllocator alloc(0, "cuda:0", raw, 0);
+          const Exec gpu{nullptr, &c, &alloc};
+          Pair16 d_in(c, in, t), d_w(c, w, t), d_dout(c, dout, t), d_out(c, out.size(), t), d_din(c, din.size(), t),
+              d_dw(c, dw.size(), t);
+          std::vector<uint16_t> b_at(static_cast<size_t>(O + 1), 0x7FFF), db_nan(static_cast<size_t>(O + 1), 0x7FFF);
+          std::copy(b.begin(), b.end(), b_at.begin() + offset);
+          auto d_b = to_device(c, b_at), d_db = to_device(c, db_nan);
+          const Buf bias{d_b.get<uint16_t>() + offset, t}, dbias{d_db.get<uint16_t>() + offset, t};
+          std::vector<std::vector<uint16_t>> first;
+          for (int run = 0; run < 2; ++run) {
+            linear_forward(gpu, d_out.d(), d_in.d(), d_w.d(), bias, B, I, O);
+            linear_backward(gpu, d_din.d(), d_dw.d(), dbias, d_dout.d(), d_in.d(), d_w.d(), B, I, O);
+            const auto got_db = to_host<uint16_t>(c, d_db, static_cast<size_t>(O + 1));
+            std::vector<std::vector<uint16_t>> got{to_host<uint16_t>(c, d_out.dev, out.size()),
+                                                   to_host<uint16_t>(c, d_din.dev, din.size()),
+                                                   to_host<uint16_t>(c, d_dw.dev, dw.size()),
+                                                   std::vector<uint16_t>(got_db.begin() + offset, got_db.begin() + offset + O)};
+            if (run == 1) {
+              CHECK(got == first);
+              break;
+            }
+            first = got;
+            CHECK(rel_error(widen(got[0], t), widen(out, t)) <= tol);
+            CHECK(rel_error(widen(got[1], t), widen(din, t)) <= tol);
+            CHECK(rel_error(widen(got[2], t), widen(dw, t)) <= tol);
+            CHECK(rel_error(widen(got[3], t), widen(db, t)) <= tol);
+          }
+          if (offset != 0 || O % 8 != 0) continue;
+          // The forward with its bias, captured: cuBLASLt's epilogue leaves cuBLAS's bias rows kernel out
+          cudaGraph_t graph = nullptr;
+          DP_CUDA_CHECK(cudaStreamBeginCapture(c.handles().stream, cudaStreamCaptureModeRelaxed));
+          linear_forward(gpu, d_out.d(), d_in.d(), d_w.d(), bias, B, I, O);
+          DP_CUDA_CHECK(cudaStreamEndCapture(c.handles().stream, &graph));
+          forward_kernels[gemm] = graph_nodes_by_type(graph)[cudaGraphNodeTypeKernel];
+          DP_CUDA_CHECK(cudaGraphDestroy(graph));
+        }
+      }
+      if (O % 8 == 0) {
+        MESSAGE(type << " Linear forward with a bias at " << B << " x " << O << ", kernels: cuBLAS "
+                     << forward_kernels[cuda::LinearGemm::Cublas] << ", cuBLASLt " << forward_kernels[cuda::LinearGemm::Lt]);
+        CHECK(forward_kernels[cuda::LinearGemm::Lt] == 1);
+        CHECK(forward_kernels[cuda::LinearGemm::Lt] < forward_kernels[cuda::LinearGemm::Cublas]);
+      }
+    }
+  }
+}
+
 TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASLt work in the context's workspace), and replay the eager bits") {
   const int64_t B = 64, I = 256, O = 128;
   const auto in = random_vector(B * I, 11), w = random_vector(O * I, 12), b = random_vector(O, 13),
@@ -202,19 +295,6 @@ TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASL
       for (uint16_t h : to_host<uint16_t>(c, d_out16, B * O)) r.push_back(bf16_to_float(h));
       return r;
     };
-    auto nodes_of = [](cudaGraph_t graph) {
-      size_t count = 0;
-      DP_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count));
-      std::vector<cudaGraphNode_t> nodes(count);
-      DP_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count));
-      std::map<cudaGraphNodeType, int> by_type;
-      for (cudaGraphNode_t n : nodes) {
-        cudaGraphNodeType type;
-        DP_CUDA_CHECK(cudaGraphNodeGetType(n, &type));
-        ++by_type[type];
-      }
-      return by_type;
-    };
     // Every output filled with NaN (all bits set) first: an output the eager run leaves unwritten
     // differs from the replay's, which starts from zeros. Without the fill, initcheck flags the read
     // of the bf16 output, whose Hopper GEMM stores (TMA) it does not follow.
@@ -233,7 +313,7 @@ TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASL
       DP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
       run();
       DP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-      auto by_type = nodes_of(graph);
+      auto by_type = graph_nodes_by_type(graph);
       CHECK(by_type[cudaGraphNodeTypeKernel] >= 4);
       CHECK(by_type[cudaGraphNodeTypeMemAlloc] + by_type[cudaGraphNodeTypeMemFree] == 0);
       cudaGraphExec_t exec = nullptr;
@@ -248,7 +328,7 @@ TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASL
     DP_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
     run_float32();
     DP_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
-    kernels[gemm] = nodes_of(graph)[cudaGraphNodeTypeKernel];
+    kernels[gemm] = graph_nodes_by_type(graph)[cudaGraphNodeTypeKernel];
     DP_CUDA_CHECK(cudaGraphDestroy(graph));
   }
   // cuBLASLt adds the bias in the forward GEMM's epilogue (dp's bias rows kernel is gone) and, with

@@ -422,20 +422,22 @@ def real_sizes(a, env):
           "scaled_dot_product_attention, flash attention); torch.compile runs the sdpa model. A compile cell's\n"
           "warm-up is the compilation, read from the cache tools/gpu/verify.py's prime fills ahead, where it did.\n"
           "`dp, nanoGPT's file`: nanoGPT's model.py exported as a model file at the same sizes (AdamW, as the\n"
-          "built-in GPT), in the same interleaved repeats; `file / built-in` is its speed over dp's own GPT's.\n")
+          "built-in GPT), in the same interleaved repeats; `file / built-in` is its speed over dp's own GPT's.\n"
+          "`dp, cuBLASLt`: the built-in GPT in 16 bits with `DP_LINEAR_GEMM=lt` (Linear's bias in the GEMM's\n"
+          "epilogue), in the same repeats; `Lt / dp` its speed over the default's (cuBLAS).\n")
     print("| model | precision | batch | dp samples/s | PyTorch eager | dp / eager | eager, sdpa | dp / sdpa | "
           "torch.compile | dp / compile | compile warm-up s | dp, nanoGPT's file | file / built-in | file / eager | "
-          "steps | budget s | took s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "dp, cuBLASLt | Lt / dp | steps | budget s | took s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     if os.path.exists(a.real_model_file):
         rows += [("resnet50", a.real_model_file, "torchvision:resnet50", precision, 2 if a.small else 128, 10, seconds)
                  for precision, seconds in (("fp32", 45), ("bf16", 35))]
     else:
         print(f"| resnet50 | | | not run: {a.real_model_file} is missing (tools/gpu/kit.sh exports it) |"
-              + " |" * 13)
+              + " |" * 15)
     rows += [(gpt_label, "gpt", "gpt", precision, 2 if a.small else 8, steps, seconds)
-             for precision, steps, seconds in (("fp32", 6, 65), ("bf16", 10, 45))]
+             for precision, steps, seconds in (("fp32", 6, 65), ("bf16", 10, 55))]
     for label, ours, theirs, precision, batch, steps, seconds in rows:
         gpt = ours == "gpt"
         budget = Budget(seconds)
@@ -456,6 +458,10 @@ def real_sizes(a, env):
                                                   warmup=1, timeout=t)
             else:
                 file_cell = f"not run: {a.real_gpt_file} is missing (tools/gpu/kit.sh exports it)"
+            if precision != "fp32":
+                lt_env = {**env, "DP_LINEAR_GEMM": "lt"}
+                runs["lt"] = lambda t: dp_speed(a, lt_env, ours, a.gpu, batch, dp_extra, steps=steps, warmup=1,
+                                                timeout=t)
         speed, _ = interleaved(a, runs, budget)
         if "file" in speed:
             file_cell = cell(speed["file"])
@@ -475,6 +481,7 @@ def real_sizes(a, env):
               f"{ratio(speed['dp'], speed['eager'])} | {cell(speed['sdpa']) if gpt else 'n/a'} | "
               f"{ratio(speed['dp'], speed.get('sdpa'))} | {compiled_cell} | {ratio(speed['dp'], compiled)} | {warm} | "
               f"{file_cell} | {ratio(speed.get('file'), speed['dp'])} | {ratio(speed.get('file'), speed['eager'])} | "
+              f"{cell(speed['lt']) if 'lt' in speed else 'n/a'} | {ratio(speed.get('lt'), speed['dp'])} | "
               f"{steps} | {seconds} | {budget.took():.0f} |", flush=True)
     seconds = 50
     budget = Budget(seconds)
