@@ -12,13 +12,16 @@ thread_local int uncounted_scopes = 0;
 UncountedOps::UncountedOps() { ++uncounted_scopes; }
 UncountedOps::~UncountedOps() { --uncounted_scopes; }
 
-OpCounter::OpCounter(const Exec& ex, const char* op) : log_(ex.costs) {
+OpCounter::OpCounter(const Exec& ex, const char* op) : ex_(ex), log_(ex.costs) {
   cost_.op = op;
+  timed_ = log_ && open_counters == 0 && uncounted_scopes == 0;
+  if (timed_) log_->op_started(ex_);  // before the count: a throw here leaves nothing open
   ++open_counters;
 }
 
 OpCounter::~OpCounter() {
   --open_counters;
+  if (timed_) log_->op_ended(ex_);
   if (!log_ || uncounted_scopes > 0) return;
   cost_.half = any_float_ && all_half_;
   log_->add(cost_);

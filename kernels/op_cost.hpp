@@ -31,6 +31,11 @@ class OpCostLog {
   virtual void add(const OpCost& cost) = 0;
   // An op that ran without saying what it costs (a kernels/ops wrapper missing its OpCounter).
   virtual void uncounted(const char* op) = 0;
+  // A log that times the ops (dp train --op-times, runtime/op_times.hpp) hears when each outermost
+  // counted op starts and ends, on the thread that runs it and with the Exec it runs on; the op's
+  // add() follows its end. An op counted inside another is timed as part of it.
+  virtual void op_started(const Exec& /*ex*/) {}
+  virtual void op_ended(const Exec& /*ex*/) {}
 };
 
 // Counts one op call; records it into ex.costs when it goes out of scope (nothing without a log).
@@ -56,7 +61,9 @@ class OpCounter {
 
  private:
   void operand(Buf b, int64_t n, int times);
+  const Exec& ex_;
   OpCostLog* log_;
+  bool timed_ = false;  // the outermost counter on its thread: its log hears it start and end
   OpCost cost_;
   bool any_float_ = false, all_half_ = true;
 };

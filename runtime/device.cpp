@@ -105,6 +105,14 @@ void Device::replace_staging_memory(std::unique_ptr<RawMemory> memory) {
 
 void Device::set_op_costs(OpCostLog* log) { exec_.costs = copy_exec_.costs = comm_exec_.costs = log; }
 
+DeviceQueue* Device::queue_of(const Exec& ex) {
+  if (!cuda_ || !ex.cuda) return nullptr;
+  if (ex.cuda == &cuda_->context()) return &cuda_->queue();
+  if (ex.cuda == &cuda_->copy_context()) return &cuda_->copy_queue();
+  if (ex.cuda == &cuda_->comm_context()) return &cuda_->comm_queue();
+  return nullptr;
+}
+
 void Device::set_tracer(Tracer* tracer) {
   tracer_ = tracer;
   stream_.set_tracer(tracer, index_);

@@ -92,6 +92,9 @@ class Device {
   // Count what every op run on this device costs into `log` (null stops); kernels/op_cost.hpp.
   // Only while the device is idle (its streams read the log's pointer).
   void set_op_costs(OpCostLog* log);
+  // The accelerator's queue behind one of this device's Execs (exec, copy_exec, comm_exec): where
+  // an op run through it can be timed on the device (runtime/op_times.hpp). Null on host devices.
+  DeviceQueue* queue_of(const Exec& ex);
 
  private:
   // A stream beside the compute stream, made on first use: on a GPU over `queue`, traced on track

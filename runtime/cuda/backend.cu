@@ -142,7 +142,14 @@ class CudaQueue final : public DeviceQueue {
       std::lock_guard lock(pool->m);
       if (!pool->free.empty()) e = pool->free.back(), pool->free.pop_back();
     }
-    if (!e) DP_CUDA_CHECK(cudaEventCreateWithFlags(&e, pool->flags));
+    if (!e) {  // on this queue's GPU, whichever the calling thread has current (an op timed on the host thread)
+      int current = 0;
+      DP_CUDA_CHECK(cudaGetDevice(&current));
+      if (current != c_.gpu()) DP_CUDA_CHECK(cudaSetDevice(c_.gpu()));
+      const cudaError_t made = cudaEventCreateWithFlags(&e, pool->flags);
+      if (current != c_.gpu()) DP_CUDA_CHECK(cudaSetDevice(current));
+      DP_CUDA_CHECK(made);
+    }
     std::shared_ptr<void> event(e, [pool](void* p) {
       std::lock_guard lock(pool->m);
       pool->free.push_back(static_cast<cudaEvent_t>(p));

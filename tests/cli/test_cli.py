@@ -161,6 +161,37 @@ with tempfile.TemporaryDirectory() as tmp:
     check("DP_LINEAR_GEMM lt on host devices: runs, the same losses as without it",
           plain[0] == 0 and lt[0] == 0 and step_losses(os.path.join(tmp, "gemm_lt.jsonl")) ==
           step_losses(os.path.join(tmp, "gemm_plain.jsonl")) != [], (plain[2], lt[2]))
+    # --op-times: every op of the steps after the first timed per phase and op, device 0's table on
+    # stdout, every device's rows in the file; the training unchanged, bit for bit
+    ops_path, ops_save, plain_save = (os.path.join(tmp, n) for n in ("ops.json", "ops.safetensors", "plain.safetensors"))
+    ops_small = small + ["--steps", "4"]
+    plain = run(ops_small + ["--save", plain_save, "--metrics", os.path.join(tmp, "ops_plain.jsonl")])
+    rc, out, err = run(ops_small + ["--save", ops_save, "--metrics", os.path.join(tmp, "ops_timed.jsonl"),
+                                    "--op-times", ops_path, "--roofline", "H100"])
+    check("--op-times runs, its table on stdout", rc == 0 and plain[0] == 0 and "op times on host:0 (the host's clock), "
+          "steps 2 to 4: a step took " in out and "at roofline on H100" in out and "forward    linear_forward (fp32)" in out,
+          out + err)
+    check("--op-times: the same training, bit for bit", open(ops_save, "rb").read() == open(plain_save, "rb").read()
+          and step_losses(os.path.join(tmp, "ops_timed.jsonl")) == step_losses(os.path.join(tmp, "ops_plain.jsonl")))
+    ops = json.load(open(ops_path))
+    dev0 = ops["devices"][0]
+    forward_linear = [r for r in dev0["ops"] if (r["phase"], r["op"]) == ("forward", "linear_forward")]
+    check("--op-times: steps 2 to 4, both devices, each op's calls, time and roofline a step",
+          ops["steps"] == {"first": 2, "last": 4, "count": 3} and [d["device"] for d in ops["devices"]] == ["host:0", "host:1"]
+          and ops["roofline"] == "H100" and all(d["timing"] == "host clock" for d in ops["devices"])
+          and len(forward_linear) == 1 and forward_linear[0]["calls"] == 3 and forward_linear[0]["seconds"] > 0
+          and 0 < forward_linear[0]["roofline_seconds"] < forward_linear[0]["seconds"] and forward_linear[0]["flops"] > 0
+          and 0 < dev0["seconds"] <= ops["step_seconds"] * 1.01
+          and abs(dev0["seconds"] - sum(r["seconds"] for r in dev0["ops"])) < 1e-9, ops)
+    expect("--roofline on train without --op-times", small + ["--roofline", "H100"], 2,
+           "--roofline puts each op's time at best beside its measured time: add --op-times FILE")
+    expect("--op-times with --cuda-graphs on", small + ["--op-times", ops_path, "--cuda-graphs", "on"], 2,
+           "a step replayed from a CUDA graph (--cuda-graphs on) has none to time")
+    expect("--op-times --roofline of an unknown GPU", small + ["--op-times", ops_path, "--roofline", "Z100"], 2, "Z100")
+    rc, out, err = run(small + ["--steps", "1", "--op-times", ops_path])
+    check("--op-times over one step times that step", rc == 0 and "steps 1 to 1" in out
+          and json.load(open(ops_path))["steps"]["count"] == 1, out + err)
+
     # Waiting once per step (the default) or after every phase: the same training, bit for bit.
     runs = {}
     for sync in ("phase", "step"):

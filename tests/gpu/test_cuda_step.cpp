@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "data/loader.hpp"
 #include "engine/comm/nccl_comms.hpp"
 #include "kernels/ops/memory.hpp"
+#include "runtime/op_times.hpp"
 #include "tests/helpers.hpp"
 #include "tests/step_batches.hpp"
 
@@ -416,6 +418,55 @@ TEST_CASE("--sync allreduce on cuda:0x4 (the ring through the GPU's copies) matc
         CHECK(cuda_losses[s] == doctest::Approx(host_losses[s]).epsilon(tol));
       CHECK(test::worst_relative(gpu, host) < tol);
     }
+}
+
+TEST_CASE("op times on cuda:0x2 (dp train --op-times): every op of a step timed by the GPU's events, the calls host:2 makes") {
+  // The GPU's timing events around each op on its own stream (compute, copy or comm): every call of
+  // two steps after the first timed, in a second at most, and the same ops in the same phases, as
+  // many times, as the same run on host devices makes.
+  const ModelDef model = test::model_of("gpt");
+  const auto batches = test::make_batches(model, 8, 3, 5);
+  auto timed = [&](const std::string& spec) {
+    auto devs = devices(spec);
+    std::vector<std::unique_ptr<DeviceOpTimes>> logs;
+    for (int i = 0; i < devs.size(); ++i) {
+      logs.push_back(std::make_unique<DeviceOpTimes>(devs[i]));
+      devs[i].set_op_costs(logs.back().get());
+    }
+    OptimizerConfig opt;
+    opt.kind = OptimizerConfig::Kind::AdamW;
+    opt.sgd.lr = 1e-3f;
+    std::vector<std::map<std::pair<std::string, std::string>, int>> counts(2);
+    std::vector<double> seconds(2, 0.0);
+    {
+      DataParallel dp(devs, model, opt, {.seed = 3});
+      test::step_on(dp, *batches[0]);
+      devs.synchronize();
+      for (auto& l : logs) l->arm(true);
+      test::step_on(dp, *batches[1]);
+      test::step_on(dp, *batches[2]);
+      devs.synchronize();
+      for (size_t d = 0; d < 2; ++d) {
+        for (const TimedCall& c : logs[d]->take_finished()) {
+          ++counts[d][{c.phase, c.cost.op}];
+          CHECK(c.seconds >= 0);
+          CHECK(c.seconds < 1.0);
+          seconds[d] += c.seconds;
+        }
+        CHECK(logs[d]->take_finished().empty());
+      }
+      for (auto& l : logs) l->arm(false);
+    }
+    for (int i = 0; i < devs.size(); ++i) devs[i].set_op_costs(nullptr);
+    for (size_t d = 0; d < 2; ++d) CHECK(seconds[d] > 0);
+    return counts;
+  };
+  const auto gpu = timed("cuda:0x2"), host = timed("host:2");
+  for (size_t d = 0; d < 2; ++d) {
+    CAPTURE(d);
+    CHECK(gpu[d] == host[d]);
+    CHECK(gpu[d].at({"forward", "linear_forward"}) == 2 * 9);  // two steps, 2 blocks of 4 Linears and lm_head
+  }
 }
 
 TEST_CASE("the same run twice on cuda:0x2 gives the same bits (mlp, convnet, resnet8, gpt, SGD and AdamW)") {

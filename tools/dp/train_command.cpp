@@ -113,6 +113,7 @@ int TrainLoop::train() {
   }
   dp_.cancel_upload_ahead();  // interrupted: the batch uploaded ahead is not trained on
   if (run_.trace) say(run_.trace->finish(dp_, step_));  // the run ended inside the window
+  if (run_.op_times) say(run_.op_times->finish(step_));
   if (!interrupted) interrupted = pending_interrupt();
   if (interrupted) return end_interrupted(interrupted);
   finish();
@@ -137,11 +138,13 @@ void TrainLoop::train_step(const MicroBatches& micro) {
   }
   dp_.set_learning_rate(run_.schedule.at(step_));
   if (run_.trace) run_.trace->before_step(dp_, step_ + 1);
+  if (run_.op_times) run_.op_times->before_step(step_ + 1);
   const auto t0 = std::chrono::steady_clock::now();
   const StepResult r = step_on(dp_, micro);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++step_;
   record_step(r, micro.size(), epoch, seconds);
+  if (run_.op_times) run_.op_times->after_step(step_);
   // An epoch's last step (or the run's) evaluates once: as the epoch's, with --eval.
   const bool epoch_ends = step_ % run_.plan.steps_per_epoch() == 0 || step_ == run_.total;
   if (o_.eval_every > 0 && step_ % o_.eval_every == 0 && !(o_.eval && epoch_ends))

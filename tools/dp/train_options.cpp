@@ -44,6 +44,11 @@ TrainChoices check_train_options(const Flags& o) {
   if (o.eval_windows < 1) throw UsageError("--eval-windows must be > 0");
   if (o.eval_every < 0) throw UsageError("--eval-every must be >= 0 (optimizer steps; 0: off)");
   if (!o.trace_steps.empty() && o.trace.empty()) throw UsageError("--trace-steps says which steps --trace FILE traces: add --trace");
+  if (!o.roofline.empty() && o.op_times.empty())
+    throw UsageError("--roofline puts each op's time at best beside its measured time: add --op-times FILE");
+  if (!o.op_times.empty() && o.cuda_graphs == "on")
+    throw UsageError("--op-times times each op of a step; a step replayed from a CUDA graph (--cuda-graphs on) has "
+                     "none to time: leave one of them out");
   if (!o.save_best.empty() && !o.eval && o.eval_every == 0)
     throw UsageError("--save-best keeps the weights of the best evaluation: add --eval or --eval-every N");
   TrainChoices c;
@@ -82,7 +87,8 @@ TrainChoices check_train_options(const Flags& o) {
   if (!o.checkpoint.empty()) check_checkpoint_dir(o.checkpoint, !o.resume.empty());
   if (!o.resume.empty() && !std::filesystem::is_directory(o.resume))
     throw UsageError("--resume " + o.resume + ": not a directory");
-  check_outputs(o, {{"--save", o.save}, {"--save-best", o.save_best}, {"--metrics", o.metrics}, {"--trace", o.trace}},
+  check_outputs(o, {{"--save", o.save}, {"--save-best", o.save_best}, {"--metrics", o.metrics}, {"--trace", o.trace},
+                   {"--op-times", o.op_times}},
                 {{"--init", o.init}, {"--resume", o.resume}});
   return c;
 }

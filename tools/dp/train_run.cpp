@@ -39,7 +39,7 @@ ProcessGroup* join_process_group(const Flags& o) {
 // the other ranks' options lose their outputs, and their stdout goes to /dev/null.
 Flags for_this_rank(Flags o, const ProcessGroup* group) {
   if (!group || group->rank() == 0) return o;
-  o.metrics.clear(), o.trace.clear(), o.trace_steps.clear();
+  o.metrics.clear(), o.trace.clear(), o.trace_steps.clear(), o.op_times.clear(), o.roofline.clear();
   // ZeRO's state is every process's: every rank takes part in what gathers it (checkpoints, --save,
   // --save-best's evaluations, --sample), and rank 0 alone writes it (TrainRun::primary).
   if (!sharded(parse_sync_mode(o.sync))) {
@@ -63,6 +63,11 @@ bool uploads_ahead(const Flags& o, const TrainChoices& choices, bool cuda) {
 std::optional<TrainTrace> trace_for(const Flags& o) {
   if (o.trace.empty()) return std::nullopt;
   return TrainTrace(o.trace, o.trace_steps);
+}
+
+std::unique_ptr<TrainOpTimes> op_times_for(const Flags& o) {
+  if (o.op_times.empty()) return nullptr;
+  return std::make_unique<TrainOpTimes>(o.op_times, o.roofline);
 }
 
 // The data checked for what the run will ask of it (evaluation), then --sample's prompt.
@@ -94,6 +99,7 @@ TrainRun::TrainRun(const Flags& given, std::optional<RemedyRun>& remedies)
       primary(!group || group->rank() == 0),
       choices(check_train_options(o)),
       trace(trace_for(o)),
+      op_times(op_times_for(o)),
       setup(validate_and_make_devices(o)),
       data(load_run_data(o, setup, o.generated_train, o.generated_test, 1234)),  // a GPT's sizes are final now
       prompt(checked_prompt(o, data, setup.model)),
@@ -106,6 +112,7 @@ TrainRun::TrainRun(const Flags& given, std::optional<RemedyRun>& remedies)
   if (trace) trace->start(first_step);
   open_metrics();
   place_loader();
+  if (op_times) op_times->attach(dp.devices(), first_step, total);
 }
 
 DataParallelOptions TrainRun::step_options() const {

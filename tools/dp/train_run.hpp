@@ -20,6 +20,7 @@
 #include "tools/dp/run_data.hpp"
 #include "tools/dp/run_options.hpp"
 #include "tools/dp/train_checkpoints.hpp"
+#include "tools/dp/train_op_times.hpp"
 #include "tools/dp/train_options.hpp"
 #include "tools/dp/train_trace.hpp"
 
@@ -43,6 +44,7 @@ struct TrainRun {
   bool primary;         // rank 0 (or no mpirun): the one that reports and writes
   TrainChoices choices;
   std::optional<TrainTrace> trace;  // --trace; made before the DataParallel it traces
+  std::unique_ptr<TrainOpTimes> op_times;  // --op-times; made before the devices it times
   RunSetup setup;
   RunData data;
   std::vector<int32_t> prompt;  // --sample's

@@ -13,7 +13,12 @@
 # A spec loader:MODEL:BATCH: the wall time per step on cuda:0 with the batches normalised by the
 # loader (--normalise-on host) and as pixels normalised on the GPU (device), eager and captured:
 # what making and moving the batches costs the run.
+# A spec ops:MODEL[@PRECISION]:BATCH: dp train --op-times on cuda:0 (each op's GPU time a step, per
+# phase and op, beside its time at roofline on this GPU, and the step's wall time: what the step
+# spends outside dp's ops), no Nsight Compute, so real sizes fit; MODEL gpt2 is GPT-2 small at
+# context 1024, resnet50 the kit's model file at 3x224x224; the JSON goes into ncu-csv.tar.
 #   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024 replicas:convnet:1024 loader:mlp:1024
+#   tools/gpu/profile.sh ops:gpt2@bf16:8 ops:resnet50@bf16:128
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 source build-gpu/env.sh
@@ -117,16 +122,39 @@ kernels_part() {
   done
 }
 
-# A spec is [KIND:]MODEL:BATCH, KIND replicas, loader or phases (none: the kernels part).
+ops_part() {
+  local name=${model%@*} precision=fp32 gpu
+  [[ $model == *@* ]] && precision=${model#*@}
+  local -a flags
+  case $name in
+    gpt2) flags=(--model gpt --gpt-layers 12 --gpt-heads 12 --gpt-dim 768 --context 1024 --vocab 50257) ;;
+    resnet50) flags=(--model .gpu-kit/resnet50-224.json --generated-size $((batch * 6))) ;;
+    gpt) flags=(--model gpt) ;;
+    *) flags=(--model "$name" --generated-size $((batch * 6))) ;;
+  esac
+  gpu=$(roofline_gpu)
+  local json="ops-$name-$precision-$batch.json"
+  echo "######## Op times: $name, batch $batch, $precision, cuda:0 (dp train --op-times${gpu:+ --roofline $gpu}, 6 steps)"
+  if build-gpu/dp train "${flags[@]}" --devices cuda:0 --batch "$batch" --steps 6 --precision "$precision" \
+    --op-times "/tmp/$json" ${gpu:+--roofline "$gpu"} >/tmp/ops.txt 2>/tmp/ops.err; then
+    sed -n '/^op times/,/^trained/p' /tmp/ops.txt | grep -v '^trained'
+    tar -rf "$out/ncu-csv.tar" -C /tmp "$json"
+  else
+    failed=1
+    tail -5 /tmp/ops.err
+  fi
+}
+
+# A spec is [KIND:]MODEL:BATCH, KIND replicas, loader, phases or ops (none: the kernels part).
 for spec in "$@"; do
   kind=kernels
   [[ $spec == *:*:* ]] && kind=${spec%%:*} spec=${spec#*:}
   model=${spec%%:*} batch=${spec##*:}
   case $kind in
-    replicas | loader | phases | kernels) "${kind}_part" >>"$log" 2>&1 ;;
-    *) echo "profile.sh: no part '$kind' (replicas, loader, phases, or MODEL:BATCH alone)" >&2; failed=1 ;;
+    replicas | loader | phases | ops | kernels) "${kind}_part" >>"$log" 2>&1 ;;
+    *) echo "profile.sh: no part '$kind' (replicas, loader, phases, ops, or MODEL:BATCH alone)" >&2; failed=1 ;;
   esac
 done
-echo "---- $out/profile.txt"; grep -E "^(####|==|kernel time|[0-9.]+ ms per)" "$out/profile.txt"
+echo "---- $out/profile.txt"; grep -E "^(####|==|kernel time|op times|[0-9.]+ ms per)" "$out/profile.txt"
 exit $failed
 

@@ -190,6 +190,12 @@ const std::vector<FlagRow> kTable = {
      .help = "write a Chrome/Perfetto trace of some steps (--trace-steps)"},
     {.names = "--trace-steps", .member = &F::trace_steps, .group = kOutputs, .commands = kTrain,
      .help = "A:B, the steps --trace covers (default: the run's 2nd to 4th)"},
+    {.names = "--op-times", .member = &F::op_times, .group = kOutputs, .commands = kTrain, .check = Path,
+     .help = "write each op's time a step (JSON) over the steps after the first, per phase and op: a GPU's own "
+             "time for its kernels, a host device's clock; device 0's table on stdout (docs/train.md)"},
+    {.names = "--roofline", .member = &F::roofline, .group = kOutputs, .commands = kTrain,
+     .help = "with --op-times: each op's time at best on this GPU beside its measured time (a GPU or its peaks, "
+             "as dp plan --roofline)"},
     {.names = "--save-best", .member = &F::save_best, .group = kOutputs, .commands = kTrain, .check = Path,
      .help = "write the weights here after each evaluation (--eval, --eval-every) whose held-out loss is the "
              "lowest so far"},

@@ -79,6 +79,7 @@ struct Flags {
   std::string checkpoint_errors = "stop";  // or warn: a checkpoint that cannot be written, and training goes on
   std::string save, save_best, metrics;
   std::string trace, trace_steps;  // --trace FILE (train: of the steps --trace-steps A:B)
+  std::string op_times;            // train: --op-times FILE, each op's measured time a step
   std::string json, svg, html;
   bool eval = false;
   int64_t eval_every = 0;  // also evaluate after every this many optimizer steps (0: off)
@@ -93,7 +94,7 @@ struct Flags {
 
   // dp plan's own.
   bool compare = false, max_batch = false;
-  std::string roofline;  // a GPU's name or its peaks (plan/roofline.hpp)
+  std::string roofline;  // a GPU's name or its peaks (plan/roofline.hpp); train: beside --op-times
 
   // Not flags: what the command knows once parsed. Which flags were given (their defaults depend
   // on it), and whether a plan keeps its ops' costs (for --roofline).

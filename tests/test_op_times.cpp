@@ -1,0 +1,108 @@
+// Each op's measured time (runtime/op_times.hpp, dp train --op-times): a device's log times the
+// outermost counted op on each thread and tags it with the allocator's phase; an op counted inside
+// another is listed untimed (its time is the outer one's); nothing is kept while disarmed; a train
+// run's steps after the first give every op of the step a time.
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "doctest_main.hpp"
+#include "engine/data_parallel.hpp"
+#include "kernels/ops/memory.hpp"
+#include "runtime/device.hpp"
+#include "runtime/op_times.hpp"
+#include "step_batches.hpp"
+
+namespace test_op_times {
+
+using namespace dp;
+
+TEST_CASE("a device's op times: the outermost op on each thread timed, tagged with its phase; nothing while disarmed") {
+  DeviceSpec spec;
+  spec.kind = DeviceSpec::Kind::Host;
+  spec.host_count = 1;
+  DeviceSet devs(spec, DeviceOptions{});
+  Device& dev = devs[0];
+  DeviceOpTimes log(dev);
+  dev.set_op_costs(&log);
+  std::vector<float> buf(1 << 16, 1.f);
+  const Exec& ex = dev.exec();
+  zero(ex, buf.data(), buf.size() * sizeof(float));
+  CHECK(log.take_finished().empty());  // disarmed
+
+  log.arm(true);
+  dev.allocator().set_phase("forward");
+  zero(ex, buf.data(), buf.size() * sizeof(float));
+  {  // an op counted inside another: listed, untimed; the outer one timed
+    OpCounter outer(ex, "outer");
+    zero(ex, buf.data(), 64);
+  }
+  dev.allocator().set_phase("backward");
+  std::thread other([&] { zero(dev.comm_exec(), buf.data(), 64); });  // another stream's thread
+  other.join();
+  const auto calls = log.take_finished();
+  REQUIRE(calls.size() == 4);
+  CHECK(std::string(calls[0].cost.op) == "zero");
+  CHECK(calls[0].phase == "forward");
+  CHECK(calls[0].seconds >= 0);
+  CHECK(calls[0].cost.bytes == doctest::Approx(buf.size() * sizeof(float)));
+  CHECK(std::string(calls[1].cost.op) == "zero");
+  CHECK(calls[1].seconds == -1);  // inside "outer"
+  CHECK(std::string(calls[2].cost.op) == "outer");
+  CHECK(calls[2].seconds >= 0);
+  CHECK(calls[3].phase == "backward");
+  CHECK(calls[3].seconds >= 0);
+  CHECK(log.take_finished().empty());  // taken once
+
+  log.arm(false);
+  zero(ex, buf.data(), 64);
+  CHECK(log.take_finished().empty());
+  dev.set_op_costs(nullptr);
+}
+
+TEST_CASE("op times of a GPT's steps on host:2: every op of a step timed, on each device, in the step's phases") {
+  const ModelDef model = test::model_of("gpt");
+  const auto batches = test::make_batches(model, 8, 3, 5);
+  DeviceSpec spec;
+  spec.kind = DeviceSpec::Kind::Host;
+  spec.host_count = 2;
+  DeviceSet devs(spec, DeviceOptions{});
+  std::vector<std::unique_ptr<DeviceOpTimes>> logs;
+  for (int i = 0; i < devs.size(); ++i) {
+    logs.push_back(std::make_unique<DeviceOpTimes>(devs[i]));
+    devs[i].set_op_costs(logs.back().get());
+  }
+  OptimizerConfig opt;
+  opt.kind = OptimizerConfig::Kind::AdamW;
+  opt.sgd.lr = 1e-3f;
+  {
+    DataParallel dp(devs, model, opt, {.seed = 3});
+    test::step_on(dp, *batches[0]);
+    devs.synchronize();
+    for (auto& l : logs) l->arm(true);
+    test::step_on(dp, *batches[1]);
+    test::step_on(dp, *batches[2]);
+    devs.synchronize();
+    for (int d = 0; d < devs.size(); ++d) {
+      CAPTURE(d);
+      const auto calls = logs[static_cast<size_t>(d)]->take_finished();
+      int linear_forward = 0, attention_backward = 0, untimed = 0;
+      double seconds = 0;
+      for (const auto& c : calls) {
+        if (c.seconds < 0) ++untimed;
+        else seconds += c.seconds;
+        linear_forward += std::string(c.cost.op) == "linear_forward" && c.phase == "forward";
+        attention_backward += std::string(c.cost.op) == "attention_backward" && c.phase == "backward";
+      }
+      // two steps of test::model_of's GPT: 2 blocks of 4 Linears (qkv, proj, fc, fc2) and lm_head
+      CHECK(linear_forward == 2 * 9);
+      CHECK(attention_backward == 2 * 2);
+      CHECK(untimed == 0);
+      CHECK(seconds > 0);
+    }
+    for (auto& l : logs) l->arm(false);
+  }
+  for (int i = 0; i < devs.size(); ++i) devs[i].set_op_costs(nullptr);
+}
+
+}  // namespace test_op_times
