@@ -17,7 +17,7 @@ namespace test_op_times {
 
 using namespace dp;
 
-TEST_CASE("a device's op times: the outermost op on each thread timed, tagged with its phase; nothing while disarmed") {
+TEST_CASE("a device's op times: the outermost op on each thread timed, tagged with its phase, nothing while disarmed") {
   DeviceSpec spec;
   spec.kind = DeviceSpec::Kind::Host;
   spec.host_count = 1;

@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "engine/optim/schedule.hpp"
 #include "helpers.hpp"
+#include "kernels/ops/adamw.hpp"
 #include "kernels/ops/elementwise.hpp"
 
 namespace test_optim {  // one namespace a file: unity builds compile several files as one
@@ -242,6 +243,39 @@ TEST_CASE("weight decay on the matrices only: nanoGPT's parameter groups") {
       CHECK_THROWS_WITH_AS(make_optimizer(c, runs)->step(longer, longer, 0.1f),
                            doctest::Contains("weight decay runs cover [0, 8), the parameters [0, 9)"), RuntimeError);
     }
+  }
+  SUBCASE("more runs than one AdamW op takes (DecaySpans::kMax): the same update over several ops") {
+    auto devs = host_devices(1);
+    std::vector<DecayRun> runs;
+    int64_t n = 0;
+    for (int k = 0; k < 2 * DecaySpans::kMax + 22; ++k) {  // a GPT-2's hundred-odd runs, of 1 to 9 elements
+      const int64_t len = 1 + (k * 5) % 9;
+      runs.push_back({n, n + len, k % 2 == 0});
+      n += len;
+    }
+    std::vector<float> p0(static_cast<size_t>(n)), g0(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) p0[i] = 0.01f * static_cast<float>(i % 17) - 0.08f, g0[i] = 0.03f * static_cast<float>(i % 11) - 0.15f;
+    OptimizerConfig c;
+    c.kind = OptimizerConfig::Kind::AdamW;
+    c.sgd.lr = 0.1f;
+    c.sgd.weight_decay = 0.3f;
+    OptimizerConfig no_decay = c;
+    no_decay.sgd.weight_decay = 0.f;
+    auto grouped = make_optimizer(c, runs), decayed = make_optimizer(c), plain = make_optimizer(no_decay);
+    Tensor a = tensor_from(devs[0], {n}, p0, MemCategory::Parameters), b = tensor_from(devs[0], {n}, p0, MemCategory::Parameters),
+           z = tensor_from(devs[0], {n}, p0, MemCategory::Parameters);
+    for (int t = 0; t < 2; ++t) {
+      Tensor g = tensor_from(devs[0], {n}, g0, MemCategory::Gradients);
+      grouped->step(a, g, 0.1f);
+      decayed->step(b, g, 0.1f);
+      plain->step(z, g, 0.1f);
+    }
+    const auto got = a.to_host(), with = b.to_host(), without = z.to_host();
+    for (const DecayRun& r : runs)
+      for (int64_t i = r.begin; i < r.end; ++i) {
+        CAPTURE(i);
+        CHECK(got[static_cast<size_t>(i)] == (r.decay ? with : without)[static_cast<size_t>(i)]);
+      }
   }
 }
 

@@ -21,6 +21,17 @@ struct AdamWStep {
   ScalarArg bc2_sqrt;   // √(1 − β2^t)
 };
 
+// torch.optim's parameter groups over one flat buffer: consecutive spans of elements, each with
+// the step's weight decay or none, updated in one call (on a GPU one launch: the spans travel in
+// the launch, each element finds its own; a GPT has a hundred spans, matrices and the rest, where a
+// launch each cost more than the update). Span k covers [end[k − 1], end[k]) (from 0).
+struct DecaySpans {
+  static constexpr int kMax = 64;
+  int count = 0;
+  int64_t end[kMax] = {};
+  bool decay[kMax] = {};
+};
+
 namespace cpu {
 void adamw_update(ThreadPool& pool, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                   const AdamWStep& s, int64_t n, const int32_t* skip_if = nullptr);
@@ -28,6 +39,9 @@ void adamw_update(ThreadPool& pool, float* param, const float* grad, float* exp_
 namespace cuda {
 void adamw_update(Context& c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const AdamWStep& s,
                   int64_t n, const int32_t* skip_if = nullptr);
+// Every span of `spans` (its last end is the element count), s.weight_decay where a span decays.
+void adamw_update(Context& c, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, const AdamWStep& s,
+                  const DecaySpans& spans, const int32_t* skip_if = nullptr);
 }  // namespace cuda
 
 inline void adamw_update(const Exec& ex, Buf param, Buf grad, Buf exp_avg, Buf exp_avg_sq, const AdamWStep& s,
@@ -38,6 +52,30 @@ inline void adamw_update(const Exec& ex, Buf param, Buf grad, Buf exp_avg, Buf e
   c.flops(16.0 * n);
   DP_DISPATCH(ex, adamw_update, param.f32(op), grad.f32(op), exp_avg.f32(op), exp_avg_sq.f32(op), s, n,
               skip_if.i32(op));
+}
+
+// The spans' elements in one op: one launch on a GPU; elsewhere the reference a span at a time
+// (weight decay 0 where a span has none: the same bits either way).
+inline void adamw_update(const Exec& ex, Buf param, Buf grad, Buf exp_avg, Buf exp_avg_sq, const AdamWStep& s,
+                         const DecaySpans& spans, Buf skip_if = {}) {
+  constexpr const char* op = "adamw_update";
+  const int64_t n = spans.count > 0 ? spans.end[spans.count - 1] : 0;
+  OpCounter c(ex, op);
+  c.updates(param, n), c.reads(grad, n), c.updates(exp_avg, n), c.updates(exp_avg_sq, n), c.reads(skip_if, 1);
+  c.flops(16.0 * n);
+#if DP_WITH_CUDA
+  if (ex.on_cuda())
+    return cuda::adamw_update(*ex.cuda, param.f32(op), grad.f32(op), exp_avg.f32(op), exp_avg_sq.f32(op), s, spans,
+                              skip_if.i32(op));
+#endif
+  for (int k = 0; k < spans.count; ++k) {
+    const int64_t begin = k > 0 ? spans.end[k - 1] : 0;
+    AdamWStep t = s;
+    if (!spans.decay[k]) t.weight_decay = 0.f;
+    auto at = [begin](Buf b) { return b.ptr ? Buf{static_cast<float*>(b.ptr) + begin, b.dtype} : b; };
+    DP_DISPATCH(ex, adamw_update, at(param).f32(op), at(grad).f32(op), at(exp_avg).f32(op), at(exp_avg_sq).f32(op), t,
+                spans.end[k] - begin, skip_if.i32(op));
+  }
 }
 
 }  // namespace dp

@@ -1266,6 +1266,51 @@ TEST_CASE("an optimizer update told to skip (fp16's verdict on the device) chang
   CHECK(rel_error(to_host<float>(c, d_v, n), v) < 1e-6);
 }
 
+TEST_CASE("AdamW over decay spans in one launch gives the bits of one launch a span, and the CPU reference's update") {
+  // torch.optim's parameter groups over one flat buffer (kernels/ops/adamw.hpp): spans of one
+  // element, of thousands, decaying and not, and as many spans as a launch takes.
+  cuda::Context c(0);
+  ThreadPool pool(1);
+  const AdamWStep s{1e-2f, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.05f};
+  for (int count : {1, 5, DecaySpans::kMax}) {
+    CAPTURE(count);
+    DecaySpans spans;
+    spans.count = count;
+    int64_t end = 0;
+    for (int k = 0; k < count; ++k) {
+      end += k % 7 == 3 ? 1 : 100 + 37 * (k % 5) + (count == 5 ? 3000 : 0);
+      spans.end[k] = end, spans.decay[k] = k % 2 == 0;
+    }
+    const size_t n = static_cast<size_t>(end);
+    auto p = random_vector(n, 110), g = random_vector(n, 111), m = random_vector(n, 112), v = random_vector(n, 113, 0.f, 1.f);
+    auto one = [&](bool per_span) {
+      auto d_p = to_device(c, p), d_g = to_device(c, g), d_m = to_device(c, m), d_v = to_device(c, v);
+      if (!per_span) {
+        cuda::adamw_update(c, d_p.get(), d_g.get(), d_m.get(), d_v.get(), s, spans);
+      } else {
+        for (int k = 0; k < count; ++k) {
+          const int64_t b = k > 0 ? spans.end[k - 1] : 0;
+          AdamWStep t = s;
+          if (!spans.decay[k]) t.weight_decay = 0.f;
+          cuda::adamw_update(c, d_p.get() + b, d_g.get() + b, d_m.get() + b, d_v.get() + b, t, spans.end[k] - b);
+        }
+      }
+      return std::vector<std::vector<float>>{to_host<float>(c, d_p, n), to_host<float>(c, d_m, n), to_host<float>(c, d_v, n)};
+    };
+    const auto fused = one(false);
+    CHECK(fused == one(true));
+    // the host's op: the reference a span at a time
+    auto hp = p, hm = m, hv = v;
+    const Exec host{&pool, nullptr, nullptr};
+    adamw_update(host, Buf{hp.data(), DType::F32}, Buf{g.data(), DType::F32}, Buf{hm.data(), DType::F32},
+                 Buf{hv.data(), DType::F32}, s, spans);
+    CHECK(rel_error(fused[0], hp) < 1e-6);
+    CHECK(rel_error(fused[1], hm) < 1e-6);
+    CHECK(rel_error(fused[2], hv) < 1e-6);
+    CHECK(hp != p);
+  }
+}
+
 TEST_CASE("per-step values read from device memory (lr, bias corrections, scales) give the by-value kernels' bits") {
   // What a replayed step relies on: the kernels read these when they run (kernels/scalar_arg.hpp).
   cuda::Context c(0);
