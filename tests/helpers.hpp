@@ -15,10 +15,22 @@
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "runtime/op_times.hpp"
 #include "runtime/tensor.hpp"
 #include "tools/dp/flags/flag_values.hpp"
 
 namespace dp::test {
+
+// dp train --op-times' logs (runtime/op_times.hpp) attached to every device of `devs`, disarmed;
+// detach them (set_op_costs(nullptr)) before they go.
+inline std::vector<std::unique_ptr<DeviceOpTimes>> attach_op_times(DeviceSet& devs) {
+  std::vector<std::unique_ptr<DeviceOpTimes>> logs;
+  for (int i = 0; i < devs.size(); ++i) {
+    logs.push_back(std::make_unique<DeviceOpTimes>(devs[i]));
+    devs[i].set_op_costs(logs.back().get());
+  }
+  return logs;
+}
 
 // A run's settings in the words a user types (--split chunks:5,7, --sync zero2): the CLI's parsers,
 // which the tests of the step use to name their cases.

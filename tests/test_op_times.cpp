@@ -11,6 +11,7 @@
 #include "kernels/ops/memory.hpp"
 #include "runtime/device.hpp"
 #include "runtime/op_times.hpp"
+#include "helpers.hpp"
 #include "step_batches.hpp"
 
 namespace test_op_times {
@@ -67,11 +68,7 @@ TEST_CASE("op times of a GPT's steps on host:2: every op of a step timed, on eac
   spec.kind = DeviceSpec::Kind::Host;
   spec.host_count = 2;
   DeviceSet devs(spec, DeviceOptions{});
-  std::vector<std::unique_ptr<DeviceOpTimes>> logs;
-  for (int i = 0; i < devs.size(); ++i) {
-    logs.push_back(std::make_unique<DeviceOpTimes>(devs[i]));
-    devs[i].set_op_costs(logs.back().get());
-  }
+  const auto logs = test::attach_op_times(devs);
   OptimizerConfig opt;
   opt.kind = OptimizerConfig::Kind::AdamW;
   opt.sgd.lr = 1e-3f;

@@ -153,4 +153,14 @@ bool lt_matmul(Context& c, const LtProduct& p) {
   return true;
 }
 
+LtDone lt_weight_gradient(Context& c, const LtProduct& weight_grad, void* db) {
+  if (db) {
+    LtProduct fused = weight_grad;
+    fused.epilogue = LtEpilogue::BiasGradB;
+    fused.bias = db;
+    if (lt_matmul(c, fused)) return LtDone::WeightAndBias;
+  }
+  return lt_matmul(c, weight_grad) ? LtDone::Weight : LtDone::Nothing;
+}
+
 }  // namespace dp::cuda

@@ -37,4 +37,9 @@ struct LtProduct {
 // cuBLASLt has no algorithm for it, so the caller does it another way. Errors throw.
 bool lt_matmul(Context& c, const LtProduct& p);
 
+// Linear's weight gradient (epilogue None) through cuBLASLt, with the bias gradient `db` (null:
+// none) from the bias-gradient epilogue where cuBLASLt takes it: what was done, the rest the caller's.
+enum class LtDone { Nothing, Weight, WeightAndBias };
+LtDone lt_weight_gradient(Context& c, const LtProduct& weight_grad, void* db);
+
 }  // namespace dp::cuda

@@ -53,13 +53,9 @@ void linear_backward(Context& c, ScratchMemory& alloc, float* din, float* dw, fl
   // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]; db[O] = Σ_r dout[r,:], the
   // sum over the product's k of its B operand: cuBLASLt's BGRADB epilogue.
   const LtProduct weight_grad{CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, dw, I};
-  if (uses_lt(c) && B > 0 && db) {
-    LtProduct fused = weight_grad;
-    fused.epilogue = LtEpilogue::BiasGradB;
-    fused.bias = db;
-    if (lt_matmul(c, fused)) return;
-  }
-  if (!(uses_lt(c) && B > 0 && lt_matmul(c, weight_grad)))
+  const LtDone done = uses_lt(c) && B > 0 ? lt_weight_gradient(c, weight_grad, db) : LtDone::Nothing;
+  if (done == LtDone::WeightAndBias) return;
+  if (done == LtDone::Nothing)
     DP_CUDA_CHECK(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, dim(I), dim(O), dim(B), &one, in, dim(I), dout, dim(O), &zero,
                               dw, dim(I)));
   if (db) column_sum(c, db, dout, B, O, parts.at<double>());

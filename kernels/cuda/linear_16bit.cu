@@ -71,14 +71,9 @@ void linear_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void*
   // dW[O,I] = dout^T[O,B]·in[B,I]  <=>  dW^T[I,O] = in^T[I,B]·dout[B,O]; db[O] = Σ_r dout[r,:], the
   // sum over the product's k of its B operand: cuBLASLt's BGRADB epilogue.
   const LtProduct weight_grad{CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, dw, I, LtEpilogue::None, nullptr, t};
-  if (uses_lt(c) && B > 0 && db) {
-    LtProduct fused = weight_grad;
-    fused.epilogue = LtEpilogue::BiasGradB;
-    fused.bias = db;
-    if (lt_matmul(c, fused)) return;
-  }
-  if (!(uses_lt(c) && B > 0 && lt_matmul(c, weight_grad)))
-    gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, false, dw, I);
+  const LtDone done = uses_lt(c) && B > 0 ? lt_weight_gradient(c, weight_grad, db) : LtDone::Nothing;
+  if (done == LtDone::WeightAndBias) return;
+  if (done == LtDone::Nothing) gemm(c, t, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, in, I, dout, O, false, dw, I);
   if (!db) return;
   with_float_type(t, "linear_backward", [&](auto tag) {
     using T = decltype(tag);

@@ -428,11 +428,7 @@ TEST_CASE("op times on cuda:0x2 (dp train --op-times): every op of a step timed 
   const auto batches = test::make_batches(model, 8, 3, 5);
   auto timed = [&](const std::string& spec) {
     auto devs = devices(spec);
-    std::vector<std::unique_ptr<DeviceOpTimes>> logs;
-    for (int i = 0; i < devs.size(); ++i) {
-      logs.push_back(std::make_unique<DeviceOpTimes>(devs[i]));
-      devs[i].set_op_costs(logs.back().get());
-    }
+    const auto logs = test::attach_op_times(devs);
     OptimizerConfig opt;
     opt.kind = OptimizerConfig::Kind::AdamW;
     opt.sgd.lr = 1e-3f;
