@@ -130,4 +130,29 @@ using dp::step_on;  // engine/batch_view.hpp's
 // The batch the next step_on() will be given, to upload while the current step runs.
 inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const Batch>& b) { upload_ahead(dp, b); }
 
+// The ops of the steps after the first of `model` trained with AdamW on `devs`, one step a batch,
+// each device's calls as its op-times log took them (runtime/op_times.hpp; dp train --op-times).
+inline std::vector<std::vector<TimedCall>> timed_steps(DeviceSet& devs, const ModelDef& model,
+                                                       const std::vector<std::shared_ptr<const Batch>>& batches) {
+  const auto logs = attach_op_times(devs);
+  OptimizerConfig opt;
+  opt.kind = OptimizerConfig::Kind::AdamW;
+  opt.sgd.lr = 1e-3f;
+  std::vector<std::vector<TimedCall>> calls;
+  {
+    DataParallel dp(devs, model, opt, {.seed = 3});
+    for (size_t b = 0; b < batches.size(); ++b) {
+      if (b == 1) {
+        devs.synchronize();
+        for (const auto& l : logs) l->arm(true);
+      }
+      step_on(dp, *batches[b]);
+    }
+    devs.synchronize();
+    for (const auto& l : logs) calls.push_back(l->take_finished()), l->arm(false);
+  }
+  for (int i = 0; i < devs.size(); ++i) devs[i].set_op_costs(nullptr);
+  return calls;
+}
+
 }  // namespace dp::test

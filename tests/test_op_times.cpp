@@ -63,43 +63,28 @@ TEST_CASE("a device's op times: the outermost op on each thread timed, tagged wi
 
 TEST_CASE("op times of a GPT's steps on host:2: every op of a step timed, on each device, in the step's phases") {
   const ModelDef model = test::model_of("gpt");
-  const auto batches = test::make_batches(model, 8, 3, 5);
   DeviceSpec spec;
   spec.kind = DeviceSpec::Kind::Host;
   spec.host_count = 2;
   DeviceSet devs(spec, DeviceOptions{});
-  const auto logs = test::attach_op_times(devs);
-  OptimizerConfig opt;
-  opt.kind = OptimizerConfig::Kind::AdamW;
-  opt.sgd.lr = 1e-3f;
-  {
-    DataParallel dp(devs, model, opt, {.seed = 3});
-    test::step_on(dp, *batches[0]);
-    devs.synchronize();
-    for (auto& l : logs) l->arm(true);
-    test::step_on(dp, *batches[1]);
-    test::step_on(dp, *batches[2]);
-    devs.synchronize();
-    for (int d = 0; d < devs.size(); ++d) {
-      CAPTURE(d);
-      const auto calls = logs[static_cast<size_t>(d)]->take_finished();
-      int linear_forward = 0, attention_backward = 0, untimed = 0;
-      double seconds = 0;
-      for (const auto& c : calls) {
-        if (c.seconds < 0) ++untimed;
-        else seconds += c.seconds;
-        linear_forward += std::string(c.cost.op) == "linear_forward" && c.phase == "forward";
-        attention_backward += std::string(c.cost.op) == "attention_backward" && c.phase == "backward";
-      }
-      // two steps of test::model_of's GPT: 2 blocks of 4 Linears (qkv, proj, fc, fc2) and lm_head
-      CHECK(linear_forward == 2 * 9);
-      CHECK(attention_backward == 2 * 2);
-      CHECK(untimed == 0);
-      CHECK(seconds > 0);
+  const auto calls = test::timed_steps(devs, model, test::make_batches(model, 8, 3, 5));
+  REQUIRE(calls.size() == 2);
+  for (size_t d = 0; d < calls.size(); ++d) {
+    CAPTURE(d);
+    int linear_forward = 0, attention_backward = 0, untimed = 0;
+    double seconds = 0;
+    for (const auto& c : calls[d]) {
+      if (c.seconds < 0) ++untimed;
+      else seconds += c.seconds;
+      linear_forward += std::string(c.cost.op) == "linear_forward" && c.phase == "forward";
+      attention_backward += std::string(c.cost.op) == "attention_backward" && c.phase == "backward";
     }
-    for (auto& l : logs) l->arm(false);
+    // two steps of test::model_of's GPT: 2 blocks of 4 Linears (qkv, proj, fc, fc2) and lm_head
+    CHECK(linear_forward == 2 * 9);
+    CHECK(attention_backward == 2 * 2);
+    CHECK(untimed == 0);
+    CHECK(seconds > 0);
   }
-  for (int i = 0; i < devs.size(); ++i) devs[i].set_op_costs(nullptr);
 }
 
 }  // namespace test_op_times

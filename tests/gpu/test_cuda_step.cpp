@@ -428,33 +428,18 @@ TEST_CASE("op times on cuda:0x2 (dp train --op-times): every op of a step timed 
   const auto batches = test::make_batches(model, 8, 3, 5);
   auto timed = [&](const std::string& spec) {
     auto devs = devices(spec);
-    const auto logs = test::attach_op_times(devs);
-    OptimizerConfig opt;
-    opt.kind = OptimizerConfig::Kind::AdamW;
-    opt.sgd.lr = 1e-3f;
-    std::vector<std::map<std::pair<std::string, std::string>, int>> counts(2);
-    std::vector<double> seconds(2, 0.0);
-    {
-      DataParallel dp(devs, model, opt, {.seed = 3});
-      test::step_on(dp, *batches[0]);
-      devs.synchronize();
-      for (auto& l : logs) l->arm(true);
-      test::step_on(dp, *batches[1]);
-      test::step_on(dp, *batches[2]);
-      devs.synchronize();
-      for (size_t d = 0; d < 2; ++d) {
-        for (const TimedCall& c : logs[d]->take_finished()) {
-          ++counts[d][{c.phase, c.cost.op}];
-          CHECK(c.seconds >= 0);
-          CHECK(c.seconds < 1.0);
-          seconds[d] += c.seconds;
-        }
-        CHECK(logs[d]->take_finished().empty());
+    std::vector<std::map<std::pair<std::string, std::string>, int>> counts;
+    for (const auto& device_calls : test::timed_steps(devs, model, batches)) {
+      double seconds = 0;
+      auto& count = counts.emplace_back();
+      for (const TimedCall& c : device_calls) {
+        ++count[{c.phase, c.cost.op}];
+        CHECK(c.seconds >= 0);
+        CHECK(c.seconds < 1.0);
+        seconds += c.seconds;
       }
-      for (auto& l : logs) l->arm(false);
+      CHECK(seconds > 0);
     }
-    for (int i = 0; i < devs.size(); ++i) devs[i].set_op_costs(nullptr);
-    for (size_t d = 0; d < 2; ++d) CHECK(seconds[d] > 0);
     return counts;
   };
   const auto gpu = timed("cuda:0x2"), host = timed("host:2");
