@@ -33,9 +33,10 @@ class OpCostLog {
   virtual void uncounted(const char* op) = 0;
   // A log that times the ops (dp train --op-times, runtime/op_times.hpp) hears when each outermost
   // counted op starts and ends, on the thread that runs it and with the Exec it runs on; the op's
-  // add() follows its end. An op counted inside another is timed as part of it.
+  // add() follows its end. An op counted inside another is timed as part of it. op_ended runs in a
+  // destructor, maybe while the op's own error unwinds: it must not throw.
   virtual void op_started(const Exec& /*ex*/) {}
-  virtual void op_ended(const Exec& /*ex*/) {}
+  virtual void op_ended(const Exec& /*ex*/) noexcept {}
 };
 
 // Counts one op call; records it into ex.costs when it goes out of scope (nothing without a log).

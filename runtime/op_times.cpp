@@ -14,14 +14,21 @@ void DeviceOpTimes::op_started(const Exec& ex) {
   open_[std::this_thread::get_id()] = std::move(o);
 }
 
-void DeviceOpTimes::op_ended(const Exec& ex) {
+void DeviceOpTimes::op_ended(const Exec& ex) noexcept {
   if (!armed_) return;
   DeviceQueue* queue = device_.queue_of(ex);
-  std::shared_ptr<void> end = queue ? queue->record_timed() : nullptr;  // after its last kernel
+  std::shared_ptr<void> end;
+  bool recorded = true;
+  try {  // a counter's destructor calls this, maybe while the op's own error unwinds: never throw
+    if (queue) end = queue->record_timed();  // after its last kernel
+  } catch (...) {  // the device failed (the op's error, or one before it): the op goes untimed
+    recorded = false;
+  }
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
   const auto it = open_.find(std::this_thread::get_id());
   if (it == open_.end()) return;  // armed while it ran
+  if (!recorded) return void(open_.erase(it));
   it->second.end = std::move(end);
   it->second.host_seconds = std::chrono::duration<double>(now - it->second.began).count();
   it->second.ended = true;

@@ -37,7 +37,7 @@ class DeviceOpTimes final : public OpCostLog {
   void add(const OpCost& cost) override;
   void uncounted(const char* /*op*/) override {}
   void op_started(const Exec& ex) override;
-  void op_ended(const Exec& ex) override;
+  void op_ended(const Exec& ex) noexcept override;
   // The calls recorded so far whose times are known, in the order they were recorded: those before
   // the first whose device has not passed its end yet (after the device synchronizes, all of them).
   std::vector<TimedCall> take_finished();
