@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "io/atomic_file.hpp"
 #include "tools/dp/roofline_report.hpp"
@@ -109,11 +110,10 @@ std::string TrainOpTimes::table(int64_t last, double wall) const {
   std::vector<const Row*> rows;
   for (const Row& r : d.rows) rows.push_back(&r);
   // the longest first within each phase, the phases in the order they ran
+  std::map<std::string, size_t> phase_order;
+  for (const Row& r : d.rows) phase_order.emplace(r.phase, phase_order.size());
   std::stable_sort(rows.begin(), rows.end(), [&](const Row* a, const Row* b) {
-    auto phase_at = [&](const Row* r) {
-      return std::find_if(d.rows.begin(), d.rows.end(), [&](const Row& x) { return x.phase == r->phase; }) - d.rows.begin();
-    };
-    const auto pa = phase_at(a), pb = phase_at(b);
+    const size_t pa = phase_order.at(a->phase), pb = phase_order.at(b->phase);
     return pa != pb ? pa < pb : a->seconds > b->seconds;
   });
   std::string out;
