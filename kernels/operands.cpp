@@ -72,7 +72,7 @@ Exec Operands::uncounted() const {
 }
 
 float* Operands::widen(Buf b, int64_t n, bool read, bool write) {
-  if (!b.ptr || ex_.meta) return nullptr;  // a meta device runs no kernel to hand it to
+  if (!b.ptr || ex_.meta || native_ != DType::F32) return nullptr;  // no kernel to hand it to, or one that takes b itself
   if (b.dtype == DType::F32) return static_cast<float*>(b.ptr);
   if (b.dtype != DType::BF16 && b.dtype != DType::F16)
     throw RuntimeError(std::string(op_) + ": expected a float tensor, got " + dtype_name(b.dtype));

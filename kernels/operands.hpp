@@ -51,6 +51,17 @@ class Operands {
   // The op's arithmetic (matrix: a matrix product); cost() for operands that are not widened.
   void flops(double n, bool matrix = false) { cost_.flops(n, matrix); }
   OpCounter& cost() { return cost_; }
+  // An op with a native 16-bit CUDA kernel declares its operands here either way, so it is counted
+  // (and timed, `dp train --op-times`) alike on both paths: with native() not F32 (the candidates
+  // all of one 16-bit type on a CUDA device, native_16bit; or keep_native(t) for an op with a rule
+  // of its own), in, out and inout count the operands but hand back nullptr, and the op calls its
+  // native kernel on the buffers themselves.
+  Operands(const Exec& ex, const char* op, std::initializer_list<Buf> native_candidates)
+      : Operands(ex, op) {
+    native_ = native_16bit(ex, native_candidates);
+  }
+  void keep_native(DType t) { native_ = t; }
+  DType native() const { return native_; }
   // Round every written 16-bit operand from its scratch. Call after the kernel.
   void finish();
 
@@ -75,6 +86,7 @@ class Operands {
   const char* op_;
   OpCounter cost_;
   std::vector<Scratch> scratch_;
+  DType native_ = DType::F32;  // F32: widen
 };
 
 }  // namespace dp

@@ -133,14 +133,17 @@ inline void upload_ahead_on(DataParallel& dp, const std::shared_ptr<const Batch>
 // The ops of the steps after the first of `model` trained with AdamW on `devs`, one step a batch,
 // each device's calls as its op-times log took them (runtime/op_times.hpp; dp train --op-times).
 inline std::vector<std::vector<TimedCall>> timed_steps(DeviceSet& devs, const ModelDef& model,
-                                                       const std::vector<std::shared_ptr<const Batch>>& batches) {
+                                                       const std::vector<std::shared_ptr<const Batch>>& batches,
+                                                       Precision precision = Precision::FP32) {
   const auto logs = attach_op_times(devs);
   OptimizerConfig opt;
   opt.kind = OptimizerConfig::Kind::AdamW;
   opt.sgd.lr = 1e-3f;
+  PrecisionOptions p;
+  p.precision = precision;
   std::vector<std::vector<TimedCall>> calls;
   {
-    DataParallel dp(devs, model, opt, {.seed = 3});
+    DataParallel dp(devs, model, opt, {.seed = 3, .precision = p});
     for (size_t b = 0; b < batches.size(); ++b) {
       if (b == 1) {
         devs.synchronize();

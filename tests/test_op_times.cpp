@@ -8,6 +8,7 @@
 
 #include "doctest_main.hpp"
 #include "engine/data_parallel.hpp"
+#include "kernels/operands.hpp"
 #include "kernels/ops/memory.hpp"
 #include "runtime/device.hpp"
 #include "runtime/op_times.hpp"
@@ -58,6 +59,43 @@ TEST_CASE("a device's op times: the outermost op on each thread timed, tagged wi
   log.arm(false);
   zero(ex, buf.data(), 64);
   CHECK(log.take_finished().empty());
+  dev.set_op_costs(nullptr);
+}
+
+TEST_CASE("an op's native 16-bit path is counted and timed as its widening path: the same operands, no copies") {
+  // On a GPU most ops hand 16-bit operands to their own kernels (Operands::native); the op is still
+  // one timed call with the bytes and FLOPs of its widening path, so --op-times and its roofline
+  // column see it alike on both paths.
+  DeviceSpec spec;
+  spec.kind = DeviceSpec::Kind::Host;
+  spec.host_count = 1;
+  DeviceSet devs(spec, DeviceOptions{});
+  Device& dev = devs[0];
+  DeviceOpTimes log(dev);
+  dev.set_op_costs(&log);
+  log.arm(true);
+  std::vector<uint16_t> a(100, 0x3f80), b(100);  // bfloat16 ones
+  const Exec& ex = dev.exec();
+  for (const bool native : {false, true}) {
+    Operands o(ex, "op");
+    if (native) o.keep_native(DType::BF16);
+    CHECK(o.native() == (native ? DType::BF16 : DType::F32));
+    o.flops(100);
+    float* y = o.out(Buf{b.data(), DType::BF16}, 100);
+    const float* x = o.in(Buf{a.data(), DType::BF16}, 100);
+    CHECK((y == nullptr) == native);  // native: the kernel takes the buffers themselves
+    CHECK((x == nullptr) == native);
+    if (!native) CHECK(x[7] == 1.f);
+    o.finish();
+  }
+  const auto calls = log.take_finished();
+  REQUIRE(calls.size() == 2);
+  for (const auto& c : calls) {
+    CHECK(c.seconds >= 0);
+    CHECK(c.cost.bytes == doctest::Approx(400));
+    CHECK(c.cost.flops == doctest::Approx(100));
+    CHECK(c.cost.half);
+  }
   dev.set_op_costs(nullptr);
 }
 

@@ -325,27 +325,36 @@ void conv2d_backward(Context& c, ScratchMemory& alloc, float* din, float* dw, fl
   if (din) run_backward_data(c, alloc, p, din, dout, w);
 }
 
-bool conv2d_forward(Context& c, ScratchMemory& alloc, DType t, void* out, const void* in, const void* w,
-                    const void* b, const ConvShape& g) {
+bool conv2d_16bit_usable(Context& c, ScratchMemory& alloc, const ConvShape& g, DType t) {
+  return plan_for(c, alloc, g, t).usable;
+}
+
+namespace {
+const ConvPlan& usable_plan(Context& c, ScratchMemory& alloc, const ConvShape& g, DType t, const char* op) {
   const ConvPlan& p = plan_for(c, alloc, g, t);
-  if (!p.usable) return false;
+  if (!p.usable) throw RuntimeError(std::string(op) + ": cuDNN has no 16-bit algorithm for this geometry");
+  return p;
+}
+}  // namespace
+
+void conv2d_forward(Context& c, ScratchMemory& alloc, DType t, void* out, const void* in, const void* w,
+                    const void* b, const ConvShape& g) {
+  const ConvPlan& p = usable_plan(c, alloc, g, t, "conv2d_forward");
   run_forward(c, alloc, p, out, in, w);
-  if (!b) return true;
+  if (!b) return;
   const int64_t HW = g.OH() * g.OW(), total = g.N * g.K * HW;
-  if (total == 0) return true;
+  if (total == 0) return;
   with_float_type(t, "conv2d_forward", [&](auto tag) {
     using T = decltype(tag);
     add_channel_bias_kernel<<<blocks_for(total), kThreads, 0, c.handles().stream>>>(
         static_cast<T*>(out), static_cast<const T*>(b), total, g.K, HW);
     DP_CUDA_CHECK_LAUNCH();
   });
-  return true;
 }
 
-bool conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+void conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
                      const void* in, const void* w, const ConvShape& g) {
-  const ConvPlan& p = plan_for(c, alloc, g, t);
-  if (!p.usable) return false;
+  const ConvPlan& p = usable_plan(c, alloc, g, t, "conv2d_backward");
   run_backward_filter(c, alloc, p, dw, dout, in);
   if (db)
     with_float_type(t, "conv2d_backward", [&](auto tag) {
@@ -353,7 +362,6 @@ bool conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void*
       bias_grad(c, alloc, static_cast<T*>(db), static_cast<const T*>(dout), g);
     });
   if (din) run_backward_data(c, alloc, p, din, dout, w);
-  return true;
 }
 
 }  // namespace dp::cuda

@@ -23,24 +23,34 @@ void activation_backward(Context& c, Activation a, float* din, const float* dout
 }  // namespace cuda
 
 inline void activation_forward(const Exec& ex, Activation a, Buf out, Buf in, int64_t n) {
-#if DP_WITH_CUDA
-  if (ex.on_cuda() && !ex.meta && out.dtype == in.dtype)
-    return cuda::activation_forward(*ex.cuda, a, out.dtype, out.ptr, in.ptr, n);
-#endif
   Operands o(ex, "activation_forward");
   o.flops(4.0 * n);
-  DP_DISPATCH(ex, activation_forward, a, o.out(out, n), o.in(in, n), n);
+#if DP_WITH_CUDA
+  const bool native = ex.on_cuda() && !ex.meta && out.dtype == in.dtype;  // float32 too
+  if (native) o.keep_native(out.dtype);
+#endif
+  float* y = o.out(out, n);
+  const float* x = o.in(in, n);
+#if DP_WITH_CUDA
+  if (native) return cuda::activation_forward(*ex.cuda, a, out.dtype, out.ptr, in.ptr, n);
+#endif
+  DP_DISPATCH(ex, activation_forward, a, y, x, n);
   o.finish();
 }
 
 inline void activation_backward(const Exec& ex, Activation a, Buf din, Buf dout, Buf in, int64_t n) {
-#if DP_WITH_CUDA
-  if (ex.on_cuda() && !ex.meta && din.dtype == dout.dtype && din.dtype == in.dtype)
-    return cuda::activation_backward(*ex.cuda, a, din.dtype, din.ptr, dout.ptr, in.ptr, n);
-#endif
   Operands o(ex, "activation_backward");
   o.flops(6.0 * n);
-  DP_DISPATCH(ex, activation_backward, a, o.out(din, n), o.in(dout, n), o.in(in, n), n);
+#if DP_WITH_CUDA
+  const bool native = ex.on_cuda() && !ex.meta && din.dtype == dout.dtype && din.dtype == in.dtype;
+  if (native) o.keep_native(din.dtype);
+#endif
+  float* dx = o.out(din, n);
+  const float *dy = o.in(dout, n), *x = o.in(in, n);
+#if DP_WITH_CUDA
+  if (native) return cuda::activation_backward(*ex.cuda, a, din.dtype, din.ptr, dout.ptr, in.ptr, n);
+#endif
+  DP_DISPATCH(ex, activation_backward, a, dx, dy, x, n);
   o.finish();
 }
 

@@ -27,14 +27,14 @@ void batched_matmul(Context& c, DType t, void* out, const void* a, const void* b
 }  // namespace cuda
 
 inline void batched_matmul(const Exec& ex, Buf out, Buf a, Buf b, const MatmulShape& s) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, a, b}); t != DType::F32)
-    return cuda::batched_matmul(*ex.cuda, t, out.ptr, a.ptr, b.ptr, s);
-#endif
-  Operands o(ex, "batched_matmul");
+  Operands o(ex, "batched_matmul", {out, a, b});
   o.flops(2.0 * s.batch * s.M * s.N * s.K, true);
-  DP_DISPATCH(ex, batched_matmul, o.out(out, s.batch * s.M * s.N), o.in(a, s.batch * s.M * s.K),
-              o.in(b, s.batch * s.K * s.N), s);
+  float* y = o.out(out, s.batch * s.M * s.N);
+  const float *pa = o.in(a, s.batch * s.M * s.K), *pb = o.in(b, s.batch * s.K * s.N);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::batched_matmul(*ex.cuda, o.native(), out.ptr, a.ptr, b.ptr, s);
+#endif
+  DP_DISPATCH(ex, batched_matmul, y, pa, pb, s);
   o.finish();
 }
 

@@ -24,25 +24,27 @@ void plane_dot(Context& c, float* out, const float* g, const float* a, int64_t p
 
 // out[p, s] = a[p, s] · (b_per_plane ? b[p] : b[p, s]) over `planes` planes of `size` elements.
 inline void mul_planes(const Exec& ex, Buf out, Buf a, Buf b, int64_t planes, int64_t size, bool b_per_plane) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, a, b}); t != DType::F32)
-    return cuda::mul_planes(*ex.cuda, t, out.ptr, a.ptr, b.ptr, planes, size, b_per_plane);
-#endif
-  Operands o(ex, "mul_planes");
+  Operands o(ex, "mul_planes", {out, a, b});
   o.flops(1.0 * planes * size);
-  DP_DISPATCH(ex, mul_planes, o.out(out, planes * size), o.in(a, planes * size),
-              o.in(b, b_per_plane ? planes : planes * size), planes, size, b_per_plane);
+  float* y = o.out(out, planes * size);
+  const float *pa = o.in(a, planes * size), *pb = o.in(b, b_per_plane ? planes : planes * size);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::mul_planes(*ex.cuda, o.native(), out.ptr, a.ptr, b.ptr, planes, size, b_per_plane);
+#endif
+  DP_DISPATCH(ex, mul_planes, y, pa, pb, planes, size, b_per_plane);
   o.finish();
 }
 // out[p] = Σ_s g[p, s] · a[p, s].
 inline void plane_dot(const Exec& ex, Buf out, Buf g, Buf a, int64_t planes, int64_t size) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, g, a}); t != DType::F32)
-    return cuda::plane_dot(*ex.cuda, t, out.ptr, g.ptr, a.ptr, planes, size);
-#endif
-  Operands o(ex, "plane_dot");
+  Operands o(ex, "plane_dot", {out, g, a});
   o.flops(2.0 * planes * size);
-  DP_DISPATCH(ex, plane_dot, o.out(out, planes), o.in(g, planes * size), o.in(a, planes * size), planes, size);
+  float* y = o.out(out, planes);
+  const float *pg = o.in(g, planes * size), *pa = o.in(a, planes * size);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::plane_dot(*ex.cuda, o.native(), out.ptr, g.ptr, a.ptr, planes, size);
+#endif
+  DP_DISPATCH(ex, plane_dot, y, pg, pa, planes, size);
   o.finish();
 }
 

@@ -51,11 +51,12 @@ void conv2d_backward(Context& c, ScratchMemory& alloc, float* din, float* dw, fl
 bool conv2d_weight_grad_direct(Context& c, ScratchMemory& alloc, float* dw, const float* dout, const float* in,
                                const ConvShape& s);
 // Every present operand of 16-bit type t, on the tensor cores (float32 accumulation, one rounding
-// on store; a bias is added in a second rounding, as PyTorch's cuDNN path does). False, having
-// done nothing, when cuDNN offers no algorithm for this geometry in 16 bits.
-bool conv2d_forward(Context& c, ScratchMemory& alloc, DType t, void* out, const void* in, const void* w,
+// on store; a bias is added in a second rounding, as PyTorch's cuDNN path does), where
+// conv2d_16bit_usable says cuDNN offers an algorithm for this geometry in 16 bits.
+bool conv2d_16bit_usable(Context& c, ScratchMemory& alloc, const ConvShape& s, DType t);
+void conv2d_forward(Context& c, ScratchMemory& alloc, DType t, void* out, const void* in, const void* w,
                     const void* b, const ConvShape& s);
-bool conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
+void conv2d_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void* dw, void* db, const void* dout,
                      const void* in, const void* w, const ConvShape& s);
 }  // namespace cuda
 

@@ -94,20 +94,21 @@ double conv_flops(const ConvShape& s) { return 2.0 * static_cast<double>(s.out_n
 }  // namespace
 
 void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvShape& s, Buf workspace) {
+  Operands o(ex, "conv2d_forward");
 #if DP_WITH_CUDA
   // cuDNN's workspace and dp's partial sums from the layer's workspace (conv2d_workspace_bytes)
   std::optional<RegionScratch> region;
   if (ex.on_cuda()) region.emplace(workspace.ptr, conv2d_workspace_bytes(s, false), *ex.scratch);
-  if (const DType t = native_16bit(ex, {out, in, w, b});
-      t != DType::F32 && cuda::conv2d_forward(*ex.cuda, *region, t, out.ptr, in.ptr, w.ptr, b.ptr, s))
-    return;
+  if (const DType t = native_16bit(ex, {out, in, w, b}); t != DType::F32 && cuda::conv2d_16bit_usable(*ex.cuda, *region, s, t))
+    o.keep_native(t);
 #endif
-  Operands o(ex, "conv2d_forward");
   o.flops(conv_flops(s) + (b.ptr ? static_cast<double>(s.out_numel()) : 0.0), true);
   float* y = o.out(out, s.out_numel());
   const float *x = o.in(in, s.in_numel()), *wt = o.in(w, s.weight_numel()), *bias = o.in(b, s.K);
   if (ex.meta) return;
 #if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::conv2d_forward(*ex.cuda, *region, o.native(), out.ptr, in.ptr, w.ptr, b.ptr, s);
   if (ex.on_cuda()) {
     cuda::conv2d_forward(*ex.cuda, *region, y, x, wt, bias, s);
     return o.finish();
@@ -119,14 +120,14 @@ void conv2d_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, const ConvSha
 
 void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, const ConvShape& s,
                      Buf workspace) {
+  Operands o(ex, "conv2d_backward");
 #if DP_WITH_CUDA
   std::optional<RegionScratch> region;
   if (ex.on_cuda()) region.emplace(workspace.ptr, conv2d_workspace_bytes(s, true), *ex.scratch);
   if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w});
-      t != DType::F32 && cuda::conv2d_backward(*ex.cuda, *region, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s))
-    return;
+      t != DType::F32 && cuda::conv2d_16bit_usable(*ex.cuda, *region, s, t))
+    o.keep_native(t);
 #endif
-  Operands o(ex, "conv2d_backward");
   o.flops(((din.ptr ? 1.0 : 0.0) + (dw.ptr ? 1.0 : 0.0)) * conv_flops(s) + (db.ptr ? static_cast<double>(s.out_numel()) : 0.0),
           true);
   const int64_t in_n = s.in_numel(), out_n = s.out_numel(), w_n = s.weight_numel();
@@ -135,6 +136,8 @@ void conv2d_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, 
   const float *dy = o.in(dout, out_n), *x = o.in(in, in_n, dw.ptr ? in_n : 0), *wt = o.in(w, w_n, din.ptr ? w_n : 0);
   if (ex.meta) return;
 #if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::conv2d_backward(*ex.cuda, *region, o.native(), din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, s);
   if (ex.on_cuda()) {
     cuda::conv2d_backward(*ex.cuda, *region, dx, dwt, dbias, dy, x, wt, s);
     return o.finish();
@@ -178,17 +181,17 @@ std::unique_ptr<ScopedBlock> loss_scratch_elsewhere(const Exec& ex, int64_t B) {
 
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars, float label_smoothing) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {logits, dlogits}); t != DType::F32)
-    return cuda::softmax_xent_into(*ex.cuda, *ex.scratch, t, logits.ptr, labels.i32("softmax_xent"), B, K, dlogits.ptr,
-                                   grad_scale, out, scalars.f32("softmax_xent (scalars)"), label_smoothing);
-#endif
   const auto held = loss_scratch_elsewhere(ex, B);
-  Operands o(ex, "softmax_xent");
+  Operands o(ex, "softmax_xent", {logits, dlogits});
   o.flops(6.0 * B * K), o.cost().reads(labels, B);
   const float* x = o.in(logits, B * K);
   float* dx = o.out(dlogits, B * K);
   if (ex.meta) return void(*out = LossSums{});
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::softmax_xent_into(*ex.cuda, *ex.scratch, o.native(), logits.ptr, labels.i32("softmax_xent"), B, K,
+                                   dlogits.ptr, grad_scale, out, scalars.f32("softmax_xent (scalars)"), label_smoothing);
+#endif
   const int32_t* y = labels.i32("softmax_xent");
   float* sc = scalars.f32("softmax_xent (scalars)");
 #if DP_WITH_CUDA
@@ -213,17 +216,17 @@ double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
   // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs
   // (on a GPU the 16-bit kernel reads each row before it writes it).
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {logits, dlogits}); t != DType::F32)
-    return cuda::softmax_xent(*ex.cuda, *ex.scratch, t, logits.ptr, labels.i32("softmax_xent"), B, K, dlogits.ptr,
-                              grad_scale, correct, label_smoothing);
-#endif
   const auto held = loss_scratch_elsewhere(ex, B);
-  Operands o(ex, "softmax_xent");
+  Operands o(ex, "softmax_xent", {logits, dlogits});
   o.flops(6.0 * B * K), o.cost().reads(labels, B);
   const float* x = o.in(logits, B * K);
   float* dx = o.out(dlogits, B * K);
   if (ex.meta) return 0;
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::softmax_xent(*ex.cuda, *ex.scratch, o.native(), logits.ptr, labels.i32("softmax_xent"), B, K,
+                              dlogits.ptr, grad_scale, correct, label_smoothing);
+#endif
   const int32_t* y = labels.i32("softmax_xent");
   double sum = 0;
 #if DP_WITH_CUDA
@@ -264,12 +267,8 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
   constexpr const char* op = "attention_forward";
   if ((s.bias_blocks > 0) != (bias.ptr != nullptr))
     throw RuntimeError(std::string(op) + ": a bias is given exactly when the shape has bias blocks");
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, att, qkv, bias}); t != DType::F32)
-    return cuda::attention_forward(*ex.cuda, t, out.ptr, att.ptr, qkv.ptr, s, scratch.ptr, drop, bias.ptr);
-#endif
-  check_attention_types(ex, op, qkv);
-  Operands o(ex, op);
+  Operands o(ex, op, {out, att, qkv, bias});
+  if (o.native() == DType::F32) check_attention_types(ex, op, qkv);
   const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
   // q·kᵀ and att·v over every score (the causal half included, as the kernels compute it), the softmax
   o.flops(4.0 * s.B * s.T * s.T * s.C, true), o.flops(5.0 * att_n);
@@ -278,6 +277,8 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
   const float* b = s.bias_blocks > 0 ? o.in(bias, s.bias_blocks * s.H * s.T * s.T) : nullptr;
   if (ex.meta) return;
 #if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::attention_forward(*ex.cuda, o.native(), out.ptr, att.ptr, qkv.ptr, s, scratch.ptr, drop, bias.ptr);
   if (ex.on_cuda()) {
     cuda::attention_forward(*ex.cuda, y, a, x, s, scratch.f32(op), drop, b);
     return o.finish();
@@ -290,13 +291,8 @@ void attention_forward(const Exec& ex, Buf out, Buf att, Buf qkv, const Attentio
 void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, const AttentionShape& s,
                         [[maybe_unused]] Buf scratch, const DropoutMask& drop, Buf dscores) {
   constexpr const char* op = "attention_backward";
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {dqkv, dout, qkv, att, dscores}); t != DType::F32)
-    return cuda::attention_backward(*ex.cuda, t, dqkv.ptr, dout.ptr, qkv.ptr, att.ptr, s, scratch.ptr, drop,
-                                    dscores.ptr);
-#endif
-  check_attention_types(ex, op, qkv);
-  Operands o(ex, op);
+  Operands o(ex, op, {dqkv, dout, qkv, att, dscores});
+  if (o.native() == DType::F32) check_attention_types(ex, op, qkv);
   const int64_t btc = s.B * s.T * s.C, att_n = s.score_count();
   // the gradients of att (d·vᵀ), v (attᵀ·d), q and k (two more products), the softmax's backward
   o.flops(8.0 * s.B * s.T * s.T * s.C, true), o.flops(4.0 * att_n);
@@ -305,6 +301,9 @@ void attention_backward(const Exec& ex, Buf dqkv, Buf dout, Buf qkv, Buf att, co
   const float *dy = o.in(dout, btc), *x = o.in(qkv, 3 * btc), *a = o.in(att, att_n);
   if (ex.meta) return;
 #if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::attention_backward(*ex.cuda, o.native(), dqkv.ptr, dout.ptr, qkv.ptr, att.ptr, s, scratch.ptr, drop,
+                                    dscores.ptr);
   if (ex.on_cuda()) {
     cuda::attention_backward(*ex.cuda, dx, dy, x, a, s, scratch.f32(op), drop, ds);
     return o.finish();

@@ -27,14 +27,16 @@ void dropout_apply(Context& c, DType t, void* out, const void* in, int64_t sampl
 // 16-bit operands compute in float32 and round once: natively on a GPU, through Operands on a CPU.
 inline void dropout_apply(const Exec& ex, Buf out, Buf in, int64_t samples, int64_t per_sample,
                           const DropoutMask& mask) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32)
-    return cuda::dropout_apply(*ex.cuda, t, out.ptr, in.ptr, samples, per_sample, mask);
-#endif
-  Operands o(ex, "dropout");
+  Operands o(ex, "dropout", {out, in});
   const int64_t n = samples * per_sample;
   o.flops(2.0 * n);
-  DP_DISPATCH(ex, dropout_apply, o.out(out, n), o.in(in, n), samples, per_sample, mask);
+  float* y = o.out(out, n);
+  const float* x = o.in(in, n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::dropout_apply(*ex.cuda, o.native(), out.ptr, in.ptr, samples, per_sample, mask);
+#endif
+  DP_DISPATCH(ex, dropout_apply, y, x, samples, per_sample, mask);
   o.finish();
 }
 

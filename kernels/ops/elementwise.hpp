@@ -43,33 +43,43 @@ void add_many_inplace(Context& c, DType ty, void* y, DType tx, const std::vector
 }  // namespace cuda
 
 inline void relu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::relu_forward(*ex.cuda, t, out.ptr, in.ptr, n);
-#endif
-  Operands o(ex, "relu_forward");
+  Operands o(ex, "relu_forward", {out, in});
   o.flops(1.0 * n);
-  DP_DISPATCH(ex, relu_forward, o.out(out, n), o.in(in, n), n);
+  float* y = o.out(out, n);
+  const float* x = o.in(in, n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::relu_forward(*ex.cuda, o.native(), out.ptr, in.ptr, n);
+#endif
+  DP_DISPATCH(ex, relu_forward, y, x, n);
   o.finish();
 }
 inline void relu_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t n) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {din, dout, out}); t != DType::F32)
-    return cuda::relu_backward(*ex.cuda, t, din.ptr, dout.ptr, out.ptr, n);
-#endif
-  Operands o(ex, "relu_backward");
+  Operands o(ex, "relu_backward", {din, dout, out});
   o.flops(1.0 * n);
-  DP_DISPATCH(ex, relu_backward, o.out(din, n), o.in(dout, n), o.in(out, n), n);
+  float* dx = o.out(din, n);
+  const float *dy = o.in(dout, n), *y = o.in(out, n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::relu_backward(*ex.cuda, o.native(), din.ptr, dout.ptr, out.ptr, n);
+#endif
+  DP_DISPATCH(ex, relu_backward, dx, dy, y, n);
   o.finish();
 }
 inline void add_inplace(const Exec& ex, Buf y, Buf x, int64_t n) {
-#if DP_WITH_CUDA
-  auto is_float = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
-  if (ex.on_cuda() && is_float(y.dtype) && is_float(x.dtype) && (y.dtype != DType::F32 || x.dtype != DType::F32))
-    return cuda::add_inplace(*ex.cuda, y.dtype, y.ptr, x.dtype, x.ptr, n);
-#endif
   Operands o(ex, "add_inplace");
   o.flops(1.0 * n);
-  DP_DISPATCH(ex, add_inplace, o.inout(y, n), o.in(x, n), n);
+#if DP_WITH_CUDA
+  // any mix of float types with a 16-bit one (the reduce adds 16-bit gradients into float32 ones)
+  auto is_float = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+  const bool native = ex.on_cuda() && is_float(y.dtype) && is_float(x.dtype) &&
+                      (y.dtype != DType::F32 || x.dtype != DType::F32);
+  if (native) o.keep_native(y.dtype != DType::F32 ? y.dtype : x.dtype);
+#endif
+  float* py = o.inout(y, n);
+  const float* px = o.in(x, n);
+#if DP_WITH_CUDA
+  if (native) return cuda::add_inplace(*ex.cuda, y.dtype, y.ptr, x.dtype, x.ptr, n);
+#endif
+  DP_DISPATCH(ex, add_inplace, py, px, n);
   o.finish();
 }
 // y += x for each x of xs (one dtype), in order. On a GPU one kernel (cuda::add_many_inplace); on

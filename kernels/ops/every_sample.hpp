@@ -30,40 +30,47 @@ void sum_samples(Context& c, float* out, const float* in, int64_t rows, int64_t 
 
 // y[r, i] += x[i] over `rows` samples of n elements.
 inline void add_every_sample(const Exec& ex, Buf y, Buf x, int64_t rows, int64_t n) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {y, x}); t != DType::F32)
-    return cuda::add_every_sample(*ex.cuda, t, y.ptr, x.ptr, rows, n);
-#endif
-  Operands o(ex, "add_every_sample");
+  Operands o(ex, "add_every_sample", {y, x});
   o.flops(1.0 * rows * n);
-  DP_DISPATCH(ex, add_every_sample, o.inout(y, rows * n), o.in(x, n), rows, n);
+  float* py = o.inout(y, rows * n);
+  const float* px = o.in(x, n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::add_every_sample(*ex.cuda, o.native(), y.ptr, x.ptr, rows, n);
+#endif
+  DP_DISPATCH(ex, add_every_sample, py, px, rows, n);
   o.finish();
 }
 // out[r, p, s] = a[r, p, s] · (b_per_plane ? b[p] : b[p, s]): every sample of planes × size by b.
 inline void mul_every_sample(const Exec& ex, Buf out, Buf a, Buf b, int64_t rows, int64_t planes, int64_t size,
                              bool b_per_plane) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, a, b}); t != DType::F32)
-    return cuda::mul_every_sample(*ex.cuda, t, out.ptr, a.ptr, b.ptr, rows, planes, size, b_per_plane);
-#endif
-  Operands o(ex, "mul_every_sample");
+  Operands o(ex, "mul_every_sample", {out, a, b});
   const int64_t n = rows * planes * size;
   o.flops(1.0 * n);
-  DP_DISPATCH(ex, mul_every_sample, o.out(out, n), o.in(a, n), o.in(b, b_per_plane ? planes : planes * size), rows,
-              planes, size, b_per_plane);
+  float* y = o.out(out, n);
+  const float *pa = o.in(a, n), *pb = o.in(b, b_per_plane ? planes : planes * size);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::mul_every_sample(*ex.cuda, o.native(), out.ptr, a.ptr, b.ptr, rows, planes, size, b_per_plane);
+#endif
+  DP_DISPATCH(ex, mul_every_sample, y, pa, pb, rows, planes, size, b_per_plane);
   o.finish();
 }
 // out[i] = Σ_r in[r, i], in double in a fixed order, rounded once to float32 (out is float32; in
 // any float type).
 inline void sum_samples(const Exec& ex, Buf out, Buf in, int64_t rows, int64_t n) {
   constexpr const char* op = "sum_samples";
-#if DP_WITH_CUDA
-  if (ex.on_cuda() && !ex.meta && in.dtype != DType::F32)
-    return cuda::sum_samples(*ex.cuda, in.dtype, out.f32(op), in.ptr, rows, n);
-#endif
   Operands o(ex, op);
   o.flops(1.0 * rows * n);
-  DP_DISPATCH(ex, sum_samples, o.out(out, n), o.in(in, rows * n), rows, n);
+#if DP_WITH_CUDA
+  const bool native = ex.on_cuda() && !ex.meta && in.dtype != DType::F32;  // a 16-bit in into float32 out
+  if (native) o.keep_native(in.dtype);
+#endif
+  float* y = o.out(out, n);
+  const float* x = o.in(in, rows * n);
+#if DP_WITH_CUDA
+  if (native) return cuda::sum_samples(*ex.cuda, in.dtype, out.f32(op), in.ptr, rows, n);
+#endif
+  DP_DISPATCH(ex, sum_samples, y, x, rows, n);
   o.finish();
 }
 

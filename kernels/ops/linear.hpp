@@ -34,28 +34,31 @@ void linear_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void*
 }  // namespace cuda
 
 inline void linear_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, int64_t B, int64_t I, int64_t O) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in, w, b}); t != DType::F32)
-    return cuda::linear_forward(*ex.cuda, t, out.ptr, in.ptr, w.ptr, b.ptr, B, I, O);
-#endif
-  Operands o(ex, "linear_forward");
+  Operands o(ex, "linear_forward", {out, in, w, b});
   o.flops(2.0 * B * I * O + (b.ptr ? 1.0 * B * O : 0.0), true);
-  DP_DISPATCH(ex, linear_forward, o.out(out, B * O), o.in(in, B * I), o.in(w, O * I), o.in(b, O), B, I, O);
+  float* y = o.out(out, B * O);
+  const float *x = o.in(in, B * I), *pw = o.in(w, O * I), *pb = o.in(b, O);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::linear_forward(*ex.cuda, o.native(), out.ptr, in.ptr, w.ptr, b.ptr, B, I, O);
+#endif
+  DP_DISPATCH(ex, linear_forward, y, x, pw, pb, B, I, O);
   o.finish();
 }
 inline void linear_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, int64_t B, int64_t I,
                             int64_t O) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {din, dw, db, dout, in, w}); t != DType::F32)
-    return cuda::linear_backward(*ex.cuda, *ex.scratch, t, din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, B, I, O);
-#endif
-  Operands o(ex, "linear_backward");
+  Operands o(ex, "linear_backward", {din, dw, db, dout, in, w});
   o.flops(((din.ptr ? 2.0 : 0.0) + (dw.ptr ? 2.0 : 0.0)) * B * I * O + (db.ptr ? 1.0 * B * O : 0.0), true);
+  float *dx = o.out(din, B * I), *pdw = o.out(dw, O * I), *pdb = o.out(db, O);
+  const float *dy = o.in(dout, B * O), *x = o.in(in, B * I), *pw = o.in(w, O * I);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::linear_backward(*ex.cuda, *ex.scratch, o.native(), din.ptr, dw.ptr, db.ptr, dout.ptr, in.ptr, w.ptr, B,
+                                 I, O);
+#endif
   // The CUDA bias gradient's partial sums, held on every device for the op's span: a plan's memory is a GPU's.
   std::optional<ScopedBlock> held;
   if (!ex.on_cuda() && ex.scratch && db.ptr) held.emplace(*ex.scratch, column_parts::scratch_bytes(B, O));
-  DP_DISPATCH_WITH_SCRATCH(ex, linear_backward, o.out(din, B * I), o.out(dw, O * I), o.out(db, O), o.in(dout, B * O), o.in(in, B * I),
-              o.in(w, O * I), B, I, O);
+  DP_DISPATCH_WITH_SCRATCH(ex, linear_backward, dx, pdw, pdb, dy, x, pw, B, I, O);
   o.finish();
 }
 

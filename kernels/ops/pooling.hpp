@@ -57,68 +57,77 @@ void avgpool2d_backward(Context& c, float* din, const float* dout, const AvgPool
 }  // namespace cuda
 
 inline void maxpool2d_forward(const Exec& ex, Buf out, Buf argmax, Buf in, const PoolShape& s) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32)
-    return cuda::maxpool2d_forward(*ex.cuda, t, out.ptr, argmax.i32("maxpool2d_forward"), in.ptr, s);
-#endif
-  Operands o(ex, "maxpool2d_forward");
+  Operands o(ex, "maxpool2d_forward", {out, in});
   o.flops(1.0 * s.out_numel() * s.k * s.k);
   o.cost().writes(argmax, s.out_numel());
-  DP_DISPATCH(ex, maxpool2d_forward, o.out(out, s.out_numel()), argmax.i32("maxpool2d_forward"), o.in(in, s.in_numel()),
-              s);
+  float* y = o.out(out, s.out_numel());
+  const float* x = o.in(in, s.in_numel());
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::maxpool2d_forward(*ex.cuda, o.native(), out.ptr, argmax.i32("maxpool2d_forward"), in.ptr, s);
+#endif
+  DP_DISPATCH(ex, maxpool2d_forward, y, argmax.i32("maxpool2d_forward"), x, s);
   o.finish();
 }
 inline void maxpool2d_backward(const Exec& ex, Buf din, Buf dout, Buf argmax, const PoolShape& s) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {din, dout}); t != DType::F32)
-    return cuda::maxpool2d_backward(*ex.cuda, t, din.ptr, dout.ptr, argmax.i32("maxpool2d_backward"), s);
-#endif
-  Operands o(ex, "maxpool2d_backward");
+  Operands o(ex, "maxpool2d_backward", {din, dout});
   o.flops(1.0 * s.out_numel());
   o.cost().reads(argmax, s.out_numel());
-  DP_DISPATCH(ex, maxpool2d_backward, o.out(din, s.in_numel()), o.in(dout, s.out_numel()),
-              argmax.i32("maxpool2d_backward"), s);
+  float* dx = o.out(din, s.in_numel());
+  const float* dy = o.in(dout, s.out_numel());
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::maxpool2d_backward(*ex.cuda, o.native(), din.ptr, dout.ptr, argmax.i32("maxpool2d_backward"), s);
+#endif
+  DP_DISPATCH(ex, maxpool2d_backward, dx, dy, argmax.i32("maxpool2d_backward"), s);
   o.finish();
 }
 // planes = N·C; HW = H·W.
 inline void global_avgpool_forward(const Exec& ex, Buf out, Buf in, int64_t planes, int64_t HW) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32)
-    return cuda::global_avgpool_forward(*ex.cuda, t, out.ptr, in.ptr, planes, HW);
-#endif
-  Operands o(ex, "global_avgpool_forward");
+  Operands o(ex, "global_avgpool_forward", {out, in});
   o.flops(1.0 * planes * HW);
-  DP_DISPATCH(ex, global_avgpool_forward, o.out(out, planes), o.in(in, planes * HW), planes, HW);
+  float* y = o.out(out, planes);
+  const float* x = o.in(in, planes * HW);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::global_avgpool_forward(*ex.cuda, o.native(), out.ptr, in.ptr, planes, HW);
+#endif
+  DP_DISPATCH(ex, global_avgpool_forward, y, x, planes, HW);
   o.finish();
 }
 inline void global_avgpool_backward(const Exec& ex, Buf din, Buf dout, int64_t planes, int64_t HW) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {din, dout}); t != DType::F32)
-    return cuda::global_avgpool_backward(*ex.cuda, t, din.ptr, dout.ptr, planes, HW);
-#endif
-  Operands o(ex, "global_avgpool_backward");
+  Operands o(ex, "global_avgpool_backward", {din, dout});
   o.flops(1.0 * planes * HW);
-  DP_DISPATCH(ex, global_avgpool_backward, o.out(din, planes * HW), o.in(dout, planes), planes, HW);
+  float* dx = o.out(din, planes * HW);
+  const float* dy = o.in(dout, planes);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::global_avgpool_backward(*ex.cuda, o.native(), din.ptr, dout.ptr, planes, HW);
+#endif
+  DP_DISPATCH(ex, global_avgpool_backward, dx, dy, planes, HW);
   o.finish();
 }
 
 inline void avgpool2d_forward(const Exec& ex, Buf out, Buf in, const AvgPoolShape& s) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::avgpool2d_forward(*ex.cuda, t, out.ptr, in.ptr, s);
-#endif
-  Operands o(ex, "avgpool2d_forward");
+  Operands o(ex, "avgpool2d_forward", {out, in});
   o.flops(s.adaptive ? 1.0 * s.in_numel() : 1.0 * s.out_numel() * s.k * s.k);
-  DP_DISPATCH(ex, avgpool2d_forward, o.out(out, s.out_numel()), o.in(in, s.in_numel()), s);
+  float* y = o.out(out, s.out_numel());
+  const float* x = o.in(in, s.in_numel());
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::avgpool2d_forward(*ex.cuda, o.native(), out.ptr, in.ptr, s);
+#endif
+  DP_DISPATCH(ex, avgpool2d_forward, y, x, s);
   o.finish();
 }
 inline void avgpool2d_backward(const Exec& ex, Buf din, Buf dout, const AvgPoolShape& s) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {din, dout}); t != DType::F32)
-    return cuda::avgpool2d_backward(*ex.cuda, t, din.ptr, dout.ptr, s);
-#endif
-  Operands o(ex, "avgpool2d_backward");
+  Operands o(ex, "avgpool2d_backward", {din, dout});
   o.flops(s.adaptive ? 1.0 * s.in_numel() : 1.0 * s.out_numel() * s.k * s.k);
-  DP_DISPATCH(ex, avgpool2d_backward, o.out(din, s.in_numel()), o.in(dout, s.out_numel()), s);
+  float* dx = o.out(din, s.in_numel());
+  const float* dy = o.in(dout, s.out_numel());
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::avgpool2d_backward(*ex.cuda, o.native(), din.ptr, dout.ptr, s);
+#endif
+  DP_DISPATCH(ex, avgpool2d_backward, dx, dy, s);
   o.finish();
 }
 

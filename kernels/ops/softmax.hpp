@@ -34,33 +34,36 @@ void causal_fill(Context& c, DType t, void* x, int64_t matrices, int64_t rows, i
 }  // namespace cuda
 
 inline void softmax_forward(const Exec& ex, Buf out, Buf in, int64_t rows, int64_t n, bool log) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32)
-    return cuda::softmax_forward(*ex.cuda, t, out.ptr, in.ptr, rows, n, log);
-#endif
-  Operands o(ex, "softmax_forward");
+  Operands o(ex, "softmax_forward", {out, in});
   o.flops(5.0 * rows * n);
-  DP_DISPATCH(ex, softmax_forward, o.out(out, rows * n), o.in(in, rows * n), rows, n, log);
+  float* y = o.out(out, rows * n);
+  const float* x = o.in(in, rows * n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::softmax_forward(*ex.cuda, o.native(), out.ptr, in.ptr, rows, n, log);
+#endif
+  DP_DISPATCH(ex, softmax_forward, y, x, rows, n, log);
   o.finish();
 }
 inline void softmax_backward(const Exec& ex, Buf din, Buf dout, Buf out, int64_t rows, int64_t n, bool log) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {din, dout, out}); t != DType::F32)
-    return cuda::softmax_backward(*ex.cuda, t, din.ptr, dout.ptr, out.ptr, rows, n, log);
-#endif
-  Operands o(ex, "softmax_backward");
+  Operands o(ex, "softmax_backward", {din, dout, out});
   o.flops(3.0 * rows * n);
-  DP_DISPATCH(ex, softmax_backward, o.out(din, rows * n), o.in(dout, rows * n), o.in(out, rows * n), rows, n, log);
+  float* dx = o.out(din, rows * n);
+  const float *dy = o.in(dout, rows * n), *y = o.in(out, rows * n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::softmax_backward(*ex.cuda, o.native(), din.ptr, dout.ptr, out.ptr, rows, n, log);
+#endif
+  DP_DISPATCH(ex, softmax_backward, dx, dy, y, rows, n, log);
   o.finish();
 }
 // In place; value may be −inf (a 16-bit x holds it too).
 inline void causal_fill(const Exec& ex, Buf x, int64_t matrices, int64_t rows, int64_t cols, float value) {
+  Operands o(ex, "causal_fill", {x});  // no arithmetic: the masked scores are written
+  float* px = o.inout(x, matrices * rows * cols);
 #if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {x}); t != DType::F32)
-    return cuda::causal_fill(*ex.cuda, t, x.ptr, matrices, rows, cols, value);
+  if (o.native() != DType::F32) return cuda::causal_fill(*ex.cuda, o.native(), x.ptr, matrices, rows, cols, value);
 #endif
-  Operands o(ex, "causal_fill");  // no arithmetic: the masked scores are written
-  DP_DISPATCH(ex, causal_fill, o.inout(x, matrices * rows * cols), matrices, rows, cols, value);
+  DP_DISPATCH(ex, causal_fill, px, matrices, rows, cols, value);
   o.finish();
 }
 

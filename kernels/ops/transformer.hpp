@@ -75,74 +75,84 @@ inline DType layernorm_native(const Exec& ex, std::initializer_list<Buf> values,
 
 inline void layernorm_forward(const Exec& ex, Buf out, Buf mean, Buf rstd, Buf in, Buf gamma, Buf beta, int64_t rows,
                               int64_t C, float eps) {
-#if DP_WITH_CUDA
-  if (const DType t = layernorm_native(ex, {out, in, gamma, beta}, mean, rstd); t != DType::F32)
-    return cuda::layernorm_forward(*ex.cuda, t, out.ptr, mean.f32("layernorm_forward"), rstd.f32("layernorm_forward"),
-                                   in.ptr, gamma.ptr, beta.ptr, rows, C, eps);
-#endif
   Operands o(ex, "layernorm_forward");
+  o.keep_native(layernorm_native(ex, {out, in, gamma, beta}, mean, rstd));
   o.flops(8.0 * rows * C);
-  DP_DISPATCH(ex, layernorm_forward, o.out(out, rows * C), o.out(mean, rows), o.out(rstd, rows), o.in(in, rows * C),
-              o.in(gamma, C), o.in(beta, C), rows, C, eps);
+  float *y = o.out(out, rows * C), *m = o.out(mean, rows), *r = o.out(rstd, rows);
+  const float *x = o.in(in, rows * C), *g = o.in(gamma, C), *b = o.in(beta, C);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::layernorm_forward(*ex.cuda, o.native(), out.ptr, mean.f32("layernorm_forward"),
+                                   rstd.f32("layernorm_forward"), in.ptr, gamma.ptr, beta.ptr, rows, C, eps);
+#endif
+  DP_DISPATCH(ex, layernorm_forward, y, m, r, x, g, b, rows, C, eps);
   o.finish();
 }
 inline void layernorm_backward(const Exec& ex, Buf din, Buf dgamma, Buf dbeta, Buf dout, Buf in, Buf gamma, Buf mean,
                                Buf rstd, int64_t rows, int64_t C) {
-#if DP_WITH_CUDA
-  if (const DType t = layernorm_native(ex, {din, dgamma, dbeta, dout, in, gamma}, mean, rstd); t != DType::F32)
-    return cuda::layernorm_backward(*ex.cuda, *ex.scratch, t, din.ptr, dgamma.ptr, dbeta.ptr, dout.ptr, in.ptr, gamma.ptr,
-                                    mean.f32("layernorm_backward"), rstd.f32("layernorm_backward"), rows, C);
-#endif
   Operands o(ex, "layernorm_backward");
+  o.keep_native(layernorm_native(ex, {din, dgamma, dbeta, dout, in, gamma}, mean, rstd));
   o.flops(14.0 * rows * C);
+  float *dx = o.out(din, rows * C), *dg = o.out(dgamma, C), *db = o.out(dbeta, C);
+  const float *dy = o.in(dout, rows * C), *x = o.in(in, rows * C), *g = o.in(gamma, C), *m = o.in(mean, rows),
+              *r = o.in(rstd, rows);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::layernorm_backward(*ex.cuda, *ex.scratch, o.native(), din.ptr, dgamma.ptr, dbeta.ptr, dout.ptr, in.ptr,
+                                    gamma.ptr, mean.f32("layernorm_backward"), rstd.f32("layernorm_backward"), rows, C);
+#endif
   // The CUDA kernel's partial sums, held on every device for the op's span: a plan's memory is a GPU's.
   std::optional<ScopedBlock> held;
   if (!ex.on_cuda() && ex.scratch) held.emplace(*ex.scratch, layernorm_parts::scratch_bytes(rows, C));
-  DP_DISPATCH_WITH_SCRATCH(ex, layernorm_backward, o.out(din, rows * C), o.out(dgamma, C), o.out(dbeta, C), o.in(dout, rows * C),
-              o.in(in, rows * C), o.in(gamma, C), o.in(mean, rows), o.in(rstd, rows), rows, C);
+  DP_DISPATCH_WITH_SCRATCH(ex, layernorm_backward, dx, dg, db, dy, x, g, m, r, rows, C);
   o.finish();
 }
 inline void gelu_forward(const Exec& ex, Buf out, Buf in, int64_t n) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, in}); t != DType::F32) return cuda::gelu_forward(*ex.cuda, t, out.ptr, in.ptr, n);
-#endif
-  Operands o(ex, "gelu_forward");
+  Operands o(ex, "gelu_forward", {out, in});
   o.flops(8.0 * n);
-  DP_DISPATCH(ex, gelu_forward, o.out(out, n), o.in(in, n), n);
+  float* y = o.out(out, n);
+  const float* x = o.in(in, n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::gelu_forward(*ex.cuda, o.native(), out.ptr, in.ptr, n);
+#endif
+  DP_DISPATCH(ex, gelu_forward, y, x, n);
   o.finish();
 }
 inline void gelu_backward(const Exec& ex, Buf din, Buf dout, Buf in, int64_t n) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {din, dout, in}); t != DType::F32)
-    return cuda::gelu_backward(*ex.cuda, t, din.ptr, dout.ptr, in.ptr, n);
-#endif
-  Operands o(ex, "gelu_backward");
+  Operands o(ex, "gelu_backward", {din, dout, in});
   o.flops(14.0 * n);
-  DP_DISPATCH(ex, gelu_backward, o.out(din, n), o.in(dout, n), o.in(in, n), n);
+  float* dx = o.out(din, n);
+  const float *dy = o.in(dout, n), *x = o.in(in, n);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32) return cuda::gelu_backward(*ex.cuda, o.native(), din.ptr, dout.ptr, in.ptr, n);
+#endif
+  DP_DISPATCH(ex, gelu_backward, dx, dy, x, n);
   o.finish();
 }
 inline void embedding_forward(const Exec& ex, Buf out, Buf ids, Buf table, int64_t rows, int64_t V, int64_t C) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {out, table}); t != DType::F32)
-    return cuda::embedding_forward(*ex.cuda, t, out.ptr, ids.i32("embedding_forward"), table.ptr, rows, V, C);
-#endif
-  Operands o(ex, "embedding_forward");
+  Operands o(ex, "embedding_forward", {out, table});
   o.cost().reads(ids, rows);
-  DP_DISPATCH(ex, embedding_forward, o.out(out, rows * C), ids.i32("embedding_forward"),
-              o.in(table, V * C, std::min(rows, V) * C), rows, V, C);
+  float* y = o.out(out, rows * C);
+  const float* t = o.in(table, V * C, std::min(rows, V) * C);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::embedding_forward(*ex.cuda, o.native(), out.ptr, ids.i32("embedding_forward"), table.ptr, rows, V, C);
+#endif
+  DP_DISPATCH(ex, embedding_forward, y, ids.i32("embedding_forward"), t, rows, V, C);
   o.finish();
 }
 inline void embedding_backward(const Exec& ex, Buf dtable, Buf dout, Buf ids, int64_t rows, int64_t V, int64_t C) {
-#if DP_WITH_CUDA
-  if (const DType t = native_16bit(ex, {dtable, dout}); t != DType::F32)
-    return cuda::embedding_backward(*ex.cuda, *ex.scratch, t, dtable.ptr, dout.ptr, ids.i32("embedding_backward"), rows,
-                                    V, C);
-#endif
-  Operands o(ex, "embedding_backward");
+  Operands o(ex, "embedding_backward", {dtable, dout});
   o.flops(1.0 * rows * C);
   o.cost().reads(ids, rows);
-  DP_DISPATCH_WITH_SCRATCH(ex, embedding_backward, o.out(dtable, V * C), o.in(dout, rows * C),
-                           ids.i32("embedding_backward"), rows, V, C);
+  float* dt = o.out(dtable, V * C);
+  const float* dy = o.in(dout, rows * C);
+#if DP_WITH_CUDA
+  if (o.native() != DType::F32)
+    return cuda::embedding_backward(*ex.cuda, *ex.scratch, o.native(), dtable.ptr, dout.ptr,
+                                    ids.i32("embedding_backward"), rows, V, C);
+#endif
+  DP_DISPATCH_WITH_SCRATCH(ex, embedding_backward, dt, dy, ids.i32("embedding_backward"), rows, V, C);
   o.finish();
 }
 inline void positions(const Exec& ex, Buf ids, int64_t T) {

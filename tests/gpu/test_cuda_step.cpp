@@ -423,13 +423,16 @@ TEST_CASE("--sync allreduce on cuda:0x4 (the ring through the GPU's copies) matc
 TEST_CASE("op times on cuda:0x2 (dp train --op-times): every op of a step timed by the GPU's events, the calls host:2 makes") {
   // The GPU's timing events around each op on its own stream (compute, copy or comm): every call of
   // two steps after the first timed, in a second at most, and the same ops in the same phases, as
-  // many times, as the same run on host devices makes.
+  // many times, as the same run on host devices makes — in bfloat16 too, where most ops take their
+  // native 16-bit kernels (counted and timed as their widening path is).
   const ModelDef model = test::model_of("gpt");
   const auto batches = test::make_batches(model, 8, 3, 5);
+  for (const Precision precision : {Precision::FP32, Precision::BF16}) {
+  CAPTURE(static_cast<int>(precision));
   auto timed = [&](const std::string& spec) {
     auto devs = devices(spec);
     std::vector<std::map<std::pair<std::string, std::string>, int>> counts;
-    for (const auto& device_calls : test::timed_steps(devs, model, batches)) {
+    for (const auto& device_calls : test::timed_steps(devs, model, batches, precision)) {
       double seconds = 0;
       auto& count = counts.emplace_back();
       for (const TimedCall& c : device_calls) {
@@ -447,6 +450,8 @@ TEST_CASE("op times on cuda:0x2 (dp train --op-times): every op of a step timed 
     CAPTURE(d);
     CHECK(gpu[d] == host[d]);
     CHECK(gpu[d].at({"forward", "linear_forward"}) == 2 * 9);  // two steps, 2 blocks of 4 Linears and lm_head
+    CHECK(gpu[d].at({"forward", "attention_forward"}) == 2 * 2);
+  }
   }
 }
 
