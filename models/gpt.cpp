@@ -29,10 +29,10 @@ Tensor residual_forward(Device& dev, const Tensor& x, Tensor fx) {
 
 class Block final : public Module {
  public:
-  Block(int64_t c, int64_t heads, int64_t layers, float dropout, uint32_t first_site) {
+  Block(int64_t c, int64_t heads, int64_t layers, float dropout, uint32_t first_site, bool fused_attention) {
     const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(layers));
     ln_1_ = &add("ln_1", make_layernorm(c));
-    attn_ = &add("attn", make_causal_self_attention(c, heads, proj_std, dropout, first_site));
+    attn_ = &add("attn", make_causal_self_attention(c, heads, proj_std, dropout, first_site, fused_attention));
     ln_2_ = &add("ln_2", make_layernorm(c));
     auto mlp = make_sequential();
     mlp->append("c_fc", make_linear(c, 4 * c, true, 0.02));
@@ -72,7 +72,8 @@ class Transformer final : public Module {
     drop_ = &add("drop", make_dropout(g.dropout, 0));
     auto h = make_sequential();
     for (int64_t i = 0; i < g.layers; ++i)
-      h->append(std::make_unique<Block>(g.dim, g.heads, g.layers, g.dropout, static_cast<uint32_t>(3 * i + 1)));
+      h->append(std::make_unique<Block>(g.dim, g.heads, g.layers, g.dropout, static_cast<uint32_t>(3 * i + 1),
+                                        g.fused_attention));
     h_ = &add("h", std::move(h));
     ln_f_ = &add("ln_f", make_layernorm(g.dim));
   }

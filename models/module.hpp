@@ -211,9 +211,10 @@ std::unique_ptr<Module> make_embedding(int64_t vocab, int64_t dim, double init_s
 // nanoGPT's CausalSelfAttention over [T, C] samples: children c_attn, c_proj and resid_dropout
 // (models/attention.cpp); c_proj's weights drawn with proj_std (nanoGPT: 0.02/√(2·layers)). With
 // dropout p > 0, the attention probabilities drop at site `site` (attn_dropout, inside the
-// attention kernel) and c_proj's output at site + 1 (resid_dropout).
+// attention kernel) and c_proj's output at site + 1 (resid_dropout). fused: the flash kernels
+// where they apply (kernels/ops/attention_fused.hpp: 16-bit, no dropout, heads of 32 or 64).
 std::unique_ptr<Module> make_causal_self_attention(int64_t channels, int64_t heads, double proj_std = 0.02,
-                                                   float dropout = 0, uint32_t site = 0);
+                                                   float dropout = 0, uint32_t site = 0, bool fused = false);
 // PyTorch's nn.MultiheadAttention as self-attention over [L, E] samples (batch first), no causal
 // mask (models/multihead_attention.cpp): own in_proj_weight and in_proj_bias, child out_proj;
 // dropout p > 0 on the probabilities at site `site`.
@@ -248,6 +249,9 @@ std::unique_ptr<Module> make_relative_position_attention(int64_t dim, int64_t he
 struct GptConfig {
   int64_t vocab = 256, context = 128, layers = 4, heads = 4, dim = 256;
   float dropout = 0;
+  // Attention through the fused (flash) kernels where they apply: the same weights and the same
+  // function, each block keeping O(T) instead of its [heads, T, T] probabilities for backward.
+  bool fused_attention = false;
 };
 std::unique_ptr<Module> make_gpt(const GptConfig& cfg);
 

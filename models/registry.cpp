@@ -65,6 +65,7 @@ ModelDef gpt_model(const GptConfig& g) {
     p << g.dropout;
     def.summary += ", dropout " + p.str();
   }
+  if (g.fused_attention) def.summary += ", fused attention";
   def.input_shape = {g.context};
   def.classes = g.vocab;
   def.make = [g] { return make_gpt(g); };

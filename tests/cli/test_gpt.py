@@ -1,5 +1,6 @@
 """The GPT from the command line: token files, text and the generated corpus; evaluation and
---sample; exact resume with shuffled windows, and with dropout; --recompute bit for bit; memprof's hotspot in both loss modes; bad input
+--sample; exact resume with shuffled windows, and with dropout; --recompute bit for bit; memprof's hotspot in both loss modes;
+--attention fused (the explicit run's losses within bfloat16's precision, the probabilities no longer kept); bad input
 (an odd-sized .bin, an id at or above --vocab, --context beyond an --init file's wpe, an empty text,
 a corpus shorter than one window, flags for the wrong model).
 
@@ -138,6 +139,30 @@ with tempfile.TemporaryDirectory() as tmp:
     # What is left is the master state (parameters, gradients, optimizer state), large beside this tiny model's
     # activations; tools/bench/RESULTS.md has the figures at full sizes.
     check("memprof: in-replica loss lowers it", in_replica < gathered - 1, (gathered, in_replica))
+    # ---- --attention fused: flash attention's kernels (bf16, heads of 32), the same function in less memory
+    wide = ["--gpt-layers", "2", "--gpt-heads", "2", "--gpt-dim", "64", "--context", "32", "--precision", "bf16"]
+    att = {}
+    for a in ("explicit", "fused"):
+        m = os.path.join(tmp, f"att-{a}.jsonl")
+        rc, out, err = run(base[:-len(SMALL)] + wide + ["--data", tok, "--steps", "4", "--attention", a, "--metrics", m])
+        check(f"--attention {a} trains", rc == 0, err)
+        att[a] = losses(m) if rc == 0 else []
+    check("--attention fused: named in the header", "fused attention on host:2" in err, err)
+    check("--attention fused: the explicit run's losses within bfloat16's precision, not its bits",
+          len(att["fused"]) == 4 and att["fused"] != att["explicit"] and
+          all(abs(a - b) <= 1e-2 * b for a, b in zip(att["fused"], att["explicit"])), att)
+    peaks = {}
+    for a in ("explicit", "fused"):
+        j = os.path.join(tmp, f"plan-{a}.json")
+        rc, _, err = run(["plan", "--model", "gpt", "--devices", "meta:2", "--batch", "8", "--vocab", "320",
+                          "--attention", a, "--json", j] + wide)
+        check(f"plan --attention {a}", rc == 0, err)
+        peaks[a] = json.load(open(j))["devices"][1]["at_peak"]["activations"] if rc == 0 else 0
+    # each of 2 blocks keeps [4 samples, 2 heads, 32, 32] bf16 probabilities explicit, [4, 2, 32] float32 fused
+    check("plan --attention fused: each block's probabilities no longer kept",
+          peaks["explicit"] - peaks["fused"] == 2 * (4 * 2 * 32 * 32 * 2 - 4 * 2 * 32 * 4), peaks)
+    expect("--attention flash", base + ["--attention", "flash"], 2, "--attention 'flash': expected explicit or fused")
+    expect("--attention with mlp", ["train", "--model", "mlp", "--attention", "fused"], 2, "--model mlp takes none")
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok] + SMALL)
     check("demo narrates a GPT step", rc == 0 and "token ids" in out and "[3, 8, 320]" in out, out + err)
     check("demo: the loss gradient divides by the batch's tokens", "divided by 24 tokens" in out, out)

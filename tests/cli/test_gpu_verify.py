@@ -652,11 +652,12 @@ with tempfile.TemporaryDirectory() as tmp:
 rows = [[x.strip() for x in line.strip("|").split("|")] for line in p.stdout.splitlines()
         if line.startswith("| tiny GPT |")]
 c.check("bench table 9 (--small): dp's GPT, PyTorch's and nanoGPT's file timed in each precision's row, "
-        "the file's ratios given; the 16-bit row's cuBLASLt run timed beside them",
-        p.returncode == 0 and len(rows) == 2 and all(len(r) == 19 and re.fullmatch(r"[0-9]+", r[3])
+        "the file's ratios given; the 16-bit row's cuBLASLt and fused-attention runs timed beside them",
+        p.returncode == 0 and len(rows) == 2 and all(len(r) == 22 and re.fullmatch(r"[0-9]+", r[3])
                                                      and re.fullmatch(r"[0-9]+", r[4]) and re.fullmatch(r"[0-9]+", r[11])
                                                      and r[12].endswith("x") and r[13].endswith("x") for r in rows)
         and rows[0][14:16] == ["n/a", "-"] and re.fullmatch(r"[0-9]+", rows[1][14]) and rows[1][15].endswith("x")
+        and rows[0][16:18] == ["n/a", "-"] and re.fullmatch(r"[0-9]+", rows[1][16]) and rows[1][17].endswith("x")
         and "| resnet50 | | | not run: " in p.stdout and "tools/gpu/kit.sh" in p.stdout
         and re.search(r"^\| zero2 \| [0-9]+ \| [0-9.]+x \|", p.stdout, re.M), p.stdout[-3000:] + p.stderr[-1000:])
 p = subprocess.run(bench[:-2] + ["--prime", "--compile", "none"], capture_output=True, text=True, timeout=60)

@@ -38,6 +38,7 @@
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/transformer.hpp"
 #include "kernels/ops/attention.hpp"
+#include "kernels/ops/attention_fused.hpp"
 #include "kernels/ops/activation.hpp"
 #include "kernels/ops/adamw.hpp"
 #include "kernels/ops/dropout.hpp"
@@ -1840,6 +1841,76 @@ TEST_CASE("16-bit attention runs natively (tensor cores, the softmax over the 16
         CHECK(runs[0] == runs[1]);
       }
     }
+}
+
+TEST_CASE("fused (flash) attention matches its CPU reference within 16-bit rounding: causal or not, sequences that are "
+          "and are not whole tiles, heads of 32 and 64, aligned and unaligned rows, every element written, the same bits "
+          "every run") {
+  // The kernels round the probabilities and the score gradients to 16 bits before their products
+  // (the reference keeps float32), as the native explicit path does: the same tolerances.
+  cuda::Context c(0);
+  ThreadPool pool(2);
+  const AttentionShape shapes[] = {{2, 64, 128, 2}, {3, 70, 128, 4}, {1, 200, 256, 4}, {2, 1, 64, 2}, {1, 130, 64, 1}};
+  for (DType t : {DType::BF16, DType::F16})
+    for (const AttentionShape& base : shapes)
+      for (const bool causal : {true, false})
+        for (const int64_t offset : {0, 1}) {  // elements: 1 leaves every row unaligned (no 16-byte loads)
+          AttentionShape s = base;
+          s.causal = causal;
+          const std::string type = dtype_name(t);
+          CAPTURE(type);
+          CAPTURE(s.T);
+          CAPTURE(s.C);
+          CAPTURE(causal);
+          CAPTURE(offset);
+          const int64_t BTC = s.B * s.T * s.C, rows = s.B * s.H * s.T;
+          Pair16 qkv(c, round_16bit(random_vector(static_cast<size_t>(3 * BTC + offset), 93, -2.f, 2.f), t), t),
+              dy(c, random_16bit(static_cast<size_t>(BTC + offset), 94, t), t);
+          const auto wq_all = qkv.host_values(), wdy_all = dy.host_values();
+          const std::vector<float> wq(wq_all.begin() + offset, wq_all.end()), wdy(wdy_all.begin() + offset, wdy_all.end());
+          std::vector<float> y(static_cast<size_t>(BTC)), lse(static_cast<size_t>(rows)), dqkv(static_cast<size_t>(3 * BTC));
+          cpu::attention_fused_forward(pool, y.data(), lse.data(), wq.data(), s);
+          // backward from the output as stored (rounded), as the kernels read it
+          const auto y16 = widen(round_16bit(y, t), t);
+          cpu::attention_fused_backward(pool, dqkv.data(), wdy.data(), wq.data(), y16.data(), lse.data(), s);
+          const size_t step = dtype_size(t) * static_cast<size_t>(offset);
+          auto at = [step](const cuda::DeviceBuffer& b) { return b.get<unsigned char>() + step; };
+          std::vector<std::vector<float>> runs;
+          for (int run = 0; run < 2; ++run) {
+            Pair16 d_y(c, static_cast<size_t>(BTC + offset), t), d_dqkv(c, static_cast<size_t>(3 * BTC + offset), t);
+            cuda::DeviceBuffer d_lse(c, static_cast<size_t>(rows) * 4), scratch(c, static_cast<size_t>(rows) * 4);
+            DP_CUDA_CHECK(cudaMemset(d_lse.get(), 0xFF, static_cast<size_t>(rows) * 4));  // NaN: unwritten shows
+            cuda::attention_fused_forward(c, t, at(d_y.dev), static_cast<float*>(d_lse.get()), at(qkv.dev), s);
+            cuda::attention_fused_backward(c, t, at(d_dqkv.dev), at(dy.dev), at(qkv.dev), at(d_y.dev),
+                                           static_cast<const float*>(d_lse.get()), static_cast<float*>(scratch.get()), s);
+            const auto got_y_all = d_y.device_values(c), got_dqkv_all = d_dqkv.device_values(c);
+            const std::vector<float> got_y(got_y_all.begin() + offset, got_y_all.end()),
+                got_dqkv(got_dqkv_all.begin() + offset, got_dqkv_all.end()),
+                got_lse = to_host<float>(c, d_lse, static_cast<size_t>(rows));
+            const double tol = t == DType::BF16 ? 3e-2 : 6e-3;
+            for (auto [got, want, name, bound] : {std::tuple{&got_y, &y, "out", tol}, std::tuple{&got_dqkv, &dqkv, "dqkv", tol},
+                                                  std::tuple{&got_lse, &lse, "lse", 1e-4}}) {
+              CAPTURE(name);
+              CHECK(std::all_of(got->begin(), got->end(), [](float v) { return std::isfinite(v); }));  // all written
+              CHECK(rel_error(*got, *want) < bound);
+            }
+            std::vector<float> all = got_y;
+            all.insert(all.end(), got_dqkv.begin(), got_dqkv.end());
+            all.insert(all.end(), got_lse.begin(), got_lse.end());
+            runs.push_back(std::move(all));
+          }
+          CHECK(runs[0] == runs[1]);
+        }
+  {  // the op on a CUDA device: float32 operands refused by name (the fused kernels are 16-bit)
+    CudaMallocMemory raw;
+    CachingAllocator fresh(0, "cuda:0", raw, 0);
+    const Exec gpu{nullptr, &c, &fresh};
+    const AttentionShape s{1, 4, 64, 2};
+    cuda::DeviceBuffer b(c, 4096);
+    CHECK_THROWS_WITH_AS(attention_fused_forward(gpu, Buf{b.get(), DType::F32}, Buf{b.get(), DType::F32},
+                                                 Buf{b.get(), DType::F32}, s),
+                         doctest::Contains("16-bit operands"), RuntimeError);
+  }
 }
 
 TEST_CASE("dropout drops the CPU reference's elements, its key read from device memory, float32 and 16-bit") {

@@ -235,10 +235,11 @@ namespace {
 void check_mixed_precision_against_host(Precision p, const std::string& model_name) {
   GptConfig cfg;
   cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
+  if (model_name == "gpt-fused") cfg.dim = 64, cfg.fused_attention = true;  // heads of 32: the flash kernels
   const std::string precision_text = precision_name(p);
   CAPTURE(model_name);
   CAPTURE(precision_text);
-  const ModelDef model = model_name == "gpt" ? gpt_model(cfg) : find_model(model_name);
+  const ModelDef model = model_name.starts_with("gpt") ? gpt_model(cfg) : find_model(model_name);
   const int64_t batch = 12;
   PrecisionOptions prec;
   prec.precision = p;
@@ -290,6 +291,7 @@ DP_MIXED_PRECISION_CASE(BF16, "bf16", "mlp")
 DP_MIXED_PRECISION_CASE(BF16, "bf16", "convnet")
 DP_MIXED_PRECISION_CASE(BF16, "bf16", "resnet8")
 DP_MIXED_PRECISION_CASE(BF16, "bf16", "gpt")
+DP_MIXED_PRECISION_CASE(BF16, "bf16", "gpt-fused")
 DP_MIXED_PRECISION_CASE(FP16, "fp16", "mlp")
 DP_MIXED_PRECISION_CASE(FP16, "fp16", "convnet")
 DP_MIXED_PRECISION_CASE(FP16, "fp16", "resnet8")

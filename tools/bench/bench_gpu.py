@@ -424,20 +424,22 @@ def real_sizes(a, env):
           "`dp, nanoGPT's file`: nanoGPT's model.py exported as a model file at the same sizes (AdamW, as the\n"
           "built-in GPT), in the same interleaved repeats; `file / built-in` is its speed over dp's own GPT's.\n"
           "`dp, cuBLASLt`: the built-in GPT in 16 bits with `DP_LINEAR_GEMM=lt` (Linear's bias in the GEMM's\n"
-          "epilogue), in the same repeats; `Lt / dp` its speed over the default's (cuBLAS).\n")
+          "epilogue), in the same repeats; `Lt / dp` its speed over the default's (cuBLAS). `dp, fused attention`:\n"
+          "the built-in GPT in 16 bits with `--attention fused` (dp's flash kernels), in the same repeats; `fused / dp`\n"
+          "its speed over the explicit attention's, `fused / sdpa` over PyTorch's flash attention.\n")
     print("| model | precision | batch | dp samples/s | PyTorch eager | dp / eager | eager, sdpa | dp / sdpa | "
           "torch.compile | dp / compile | compile warm-up s | dp, nanoGPT's file | file / built-in | file / eager | "
-          "dp, cuBLASLt | Lt / dp | steps | budget s | took s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "dp, cuBLASLt | Lt / dp | dp, fused attention | fused / dp | fused / sdpa | steps | budget s | took s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     if os.path.exists(a.real_model_file):
         rows += [("resnet50", a.real_model_file, "torchvision:resnet50", precision, 2 if a.small else 128, 10, seconds)
                  for precision, seconds in (("fp32", 45), ("bf16", 35))]
     else:
         print(f"| resnet50 | | | not run: {a.real_model_file} is missing (tools/gpu/kit.sh exports it) |"
-              + " |" * 15)
+              + " |" * 18)
     rows += [(gpt_label, "gpt", "gpt", precision, 2 if a.small else 8, steps, seconds)
-             for precision, steps, seconds in (("fp32", 6, 65), ("bf16", 10, 55))]
+             for precision, steps, seconds in (("fp32", 6, 65), ("bf16", 10, 65))]
     for label, ours, theirs, precision, batch, steps, seconds in rows:
         gpt = ours == "gpt"
         budget = Budget(seconds)
@@ -462,6 +464,8 @@ def real_sizes(a, env):
                 lt_env = {**env, "DP_LINEAR_GEMM": "lt"}
                 runs["lt"] = lambda t: dp_speed(a, lt_env, ours, a.gpu, batch, dp_extra, steps=steps, warmup=1,
                                                 timeout=t)
+                runs["fused"] = lambda t: dp_speed(a, env, ours, a.gpu, batch, (*dp_extra, "--attention", "fused"),
+                                                   steps=steps, warmup=1, timeout=t)
         speed, _ = interleaved(a, runs, budget)
         if "file" in speed:
             file_cell = cell(speed["file"])
@@ -482,6 +486,8 @@ def real_sizes(a, env):
               f"{ratio(speed['dp'], speed.get('sdpa'))} | {compiled_cell} | {ratio(speed['dp'], compiled)} | {warm} | "
               f"{file_cell} | {ratio(speed.get('file'), speed['dp'])} | {ratio(speed.get('file'), speed['eager'])} | "
               f"{cell(speed['lt']) if 'lt' in speed else 'n/a'} | {ratio(speed.get('lt'), speed['dp'])} | "
+              f"{cell(speed['fused']) if 'fused' in speed else 'n/a'} | {ratio(speed.get('fused'), speed['dp'])} | "
+              f"{ratio(speed.get('fused'), speed.get('sdpa'))} | "
               f"{steps} | {seconds} | {budget.took():.0f} |", flush=True)
     seconds = 50
     budget = Budget(seconds)

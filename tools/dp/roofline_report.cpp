@@ -1,5 +1,6 @@
 #include "tools/dp/roofline_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace dp::cli {
@@ -43,12 +44,15 @@ std::string roofline_table(const Roofline& r, int64_t batch, int64_t tokens_per_
   const DeviceRoofline& d = r.devices[static_cast<size_t>(r.slowest)];
   line("\ndevice " + std::to_string(r.slowest) + " (the slowest), the last planned step:");
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%-10s %-28s %6s %12s %10s %9s %-8s %10s %6s", "phase", "op", "calls", "GFLOP",
+  auto label = [](const RooflineRow& row) { return row.op + (row.matrix ? (row.half ? " (16-bit)" : " (fp32)") : ""); };
+  int width = 28;  // the op column: its longest name
+  for (const RooflineRow& row : d.rows) width = std::max(width, static_cast<int>(label(row).size()));
+  std::snprintf(buf, sizeof buf, "%-10s %-*s %6s %12s %10s %9s %-8s %10s %6s", "phase", width, "op", "calls", "GFLOP",
                 "GB moved", "link GB", "bound", "time", "share");
   line(buf);
   for (const RooflineRow& row : d.rows) {
-    const std::string op = row.op + (row.matrix ? (row.half ? " (16-bit)" : " (fp32)") : "");
-    std::snprintf(buf, sizeof buf, "%-10s %-28s %6lld %12s %10s %9s %-8s %10s %5.1f%%", row.phase.c_str(), op.c_str(),
+    const std::string op = label(row);
+    std::snprintf(buf, sizeof buf, "%-10s %-*s %6lld %12s %10s %9s %-8s %10s %5.1f%%", row.phase.c_str(), width, op.c_str(),
                   static_cast<long long>(row.calls), giga(row.flops).c_str(), giga(row.bytes).c_str(),
                   giga(row.link_bytes).c_str(), bound_name(row.bound()), format_seconds(row.seconds).c_str(),
                   d.seconds > 0 ? 100.0 * row.seconds / d.seconds : 0.0);

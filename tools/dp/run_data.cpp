@@ -101,6 +101,7 @@ RunData load_tokens(const Flags& o, ModelDef& model, int64_t min_tokens, bool tr
   GptConfig cfg;
   cfg.layers = o.gpt_layers, cfg.heads = o.gpt_heads, cfg.dim = o.gpt_dim, cfg.context = o.context;
   cfg.dropout = o.dropout;
+  cfg.fused_attention = parse_fused_attention(o.attention);
   cfg.vocab = d.tokens.vocab;
   if (o.vocab > 0) {
     if (o.vocab <= d.tokens.max_id) {

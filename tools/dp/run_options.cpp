@@ -57,7 +57,7 @@ void note_given_flags(const CLI::App* cmd, Flags& o) {
   o.optimizer_given = given("--optimizer");
   o.loss_given = given("--loss");
   o.loss_scale_given = given("--loss-scale") || given("--loss-scale-growth-interval");
-  for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout"})
+  for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout", "--attention"})
     if (given(flag)) o.gpt_flags_given = true;
 }
 
@@ -66,7 +66,7 @@ namespace {
 void check_model_options(const Flags& o, RunSetup& r) {
   r.model = find_model(o.model);
   if (r.model.file && o.gpt_flags_given) {
-    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; a model "
+    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab, --dropout and --attention are the gpt's; a model "
                      "file (" + o.model + ") has its own shape (export it again to change it)");
   } else if (r.model.language_model()) {
     if (o.gpt_layers < 1 || o.gpt_heads < 1 || o.gpt_dim < 1 || o.context < 1)
@@ -76,8 +76,9 @@ void check_model_options(const Flags& o, RunSetup& r) {
                        std::to_string(o.gpt_heads));
     if (o.vocab < 0 || o.vocab > 65536) throw UsageError("--vocab must be from 1 to 65536 (token ids are uint16)");
     if (!(o.dropout >= 0 && o.dropout < 1)) throw UsageError("--dropout must be in [0, 1) (0: none)");
+    parse_fused_attention(o.attention);  // a bad value refused before the data loads
   } else if (o.gpt_flags_given) {
-    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; --model " +
+    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab, --dropout and --attention are the gpt's; --model " +
                      o.model + " takes none of them");
   }
   // Refused before the data loads when the model has no blocks; blocks:N against the count once

@@ -125,11 +125,13 @@ std::string TrainOpTimes::table(int64_t last, double wall) const {
   out += line;
   if (gpu_) out += ", " + format_seconds(roofline) + " at roofline on " + gpu_->name;
   out += "; " + path_ + " has every device's\n";
-  std::snprintf(line, sizeof line, "%-10s %-28s %7s %10s %6s%s\n", "phase", "op", "calls", "time", "share",
+  int width = 28;  // the op column: its longest name
+  for (const Row* r : rows) width = std::max(width, static_cast<int>(op_label(r->op, r->matrix, r->half).size()));
+  std::snprintf(line, sizeof line, "%-10s %-*s %7s %10s %6s%s\n", "phase", width, "op", "calls", "time", "share",
                 gpu_ ? "   at roofline  of time" : "");
   out += line;
   for (const Row* r : rows) {
-    std::snprintf(line, sizeof line, "%-10s %-28s %7.4g %10s %5.1f%%", r->phase.c_str(),
+    std::snprintf(line, sizeof line, "%-10s %-*s %7.4g %10s %5.1f%%", r->phase.c_str(), width,
                   op_label(r->op, r->matrix, r->half).c_str(), static_cast<double>(r->calls + r->inner_calls) / steps,
                   format_seconds(r->seconds / steps).c_str(), total > 0 ? 100 * r->seconds / steps / total : 0.0);
     out += line;

@@ -135,6 +135,12 @@ LossMode parse_loss_mode(const std::string& text) {
   throw UsageError(setting("loss") + " '" + text + "': expected gathered (DataParallel's) or in-replica");
 }
 
+bool parse_fused_attention(const std::string& text) {
+  if (text == "explicit") return false;
+  if (text == "fused") return true;
+  throw UsageError(setting("attention") + " '" + text + "': expected explicit or fused");
+}
+
 Precision parse_precision(const std::string& text) {
   if (text == "fp32") return Precision::FP32;
   if (text == "bf16") return Precision::BF16;

@@ -24,6 +24,7 @@ SplitPolicy parse_split(const std::string& text, int num_devices, int64_t batch)
 SyncMode parse_sync_mode(const std::string& text);             // reduce, allreduce, zero1, zero2, zero3
 LossMode parse_loss_mode(const std::string& text);             // gathered, in-replica
 Precision parse_precision(const std::string& text);            // fp32, bf16, fp16
+bool parse_fused_attention(const std::string& text);           // explicit (false), fused (true)
 OptimizerConfig::Kind parse_optimizer(const std::string& text);  // sgd, adamw
 DecayParams parse_decay_params(const std::string& text);       // all, matrices
 HostSync parse_host_sync(const std::string& text);             // phase, step

@@ -18,6 +18,7 @@ struct Flags {
   std::string model = "convnet";
   int64_t gpt_layers = 4, gpt_heads = 4, gpt_dim = 256, context = 128, vocab = 0;
   float dropout = 0;  // nanoGPT's dropout: a training-time property of the model (none in evaluation)
+  std::string attention = "explicit";  // or fused: the flash kernels where they apply (GptConfig::fused_attention)
   std::string recompute = "off";  // blocks or blocks:N: activation checkpointing (DataParallelOptions::recompute)
   std::string init;               // train: initial weights
   std::string weights;            // eval: the weights evaluated
