@@ -16,9 +16,10 @@
 # A spec ops:MODEL[@PRECISION]:BATCH: dp train --op-times on cuda:0 (each op's GPU time a step, per
 # phase and op, beside its time at roofline on this GPU, and the step's wall time: what the step
 # spends outside dp's ops), no Nsight Compute, so real sizes fit; MODEL gpt2 is GPT-2 small at
-# context 1024, resnet50 the kit's model file at 3x224x224; the JSON goes into ncu-csv.tar.
+# context 1024 (gpt2-fused: with --attention fused), resnet50 the kit's model file at 3x224x224;
+# the JSON goes into ncu-csv.tar.
 #   tools/gpu/profile.sh convnet:128 convnet:1024 resnet18:256 phases:mlp:1024 replicas:convnet:1024 loader:mlp:1024
-#   tools/gpu/profile.sh ops:gpt2@bf16:8 ops:resnet50@bf16:128
+#   tools/gpu/profile.sh ops:gpt2@bf16:8 ops:gpt2-fused@bf16:8 ops:resnet50@bf16:128
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 source build-gpu/env.sh
@@ -128,6 +129,8 @@ ops_part() {
   local -a flags
   case $name in
     gpt2) flags=(--model gpt --gpt-layers 12 --gpt-heads 12 --gpt-dim 768 --context 1024 --vocab 50257) ;;
+    gpt2-fused) flags=(--model gpt --gpt-layers 12 --gpt-heads 12 --gpt-dim 768 --context 1024 --vocab 50257
+                       --attention fused) ;;
     resnet50) flags=(--model .gpu-kit/resnet50-224.json --generated-size $((batch * 6))) ;;
     gpt) flags=(--model gpt) ;;
     *) flags=(--model "$name" --generated-size $((batch * 6))) ;;
