@@ -4,16 +4,13 @@
 // — causal or not, sequences that are and are not whole tiles, heads of 32 and 64, bfloat16 and
 // float16, with and without the 16-byte loads, every element written. Launched as
 // attention_fused.cu launches them (its grid, block and shared memory sizes).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
-#include <cstring>
-#include <string>
 #include <vector>
 
 #include "core/thread_pool.hpp"
-#include "kernels/half.hpp"
 #include "kernels/ops/attention_fused.hpp"
+#include "emulated_values.hpp"
 #include "warp_emulation.hpp"
 
 namespace dp::cuda::attention_fused_kernels {
@@ -21,51 +18,11 @@ namespace wmma = nvcuda::wmma;
 }
 #include "kernels/cuda/attention_fused_kernels.cuh"
 
-namespace {
+namespace test_attention_fused_emulated {
 
 using namespace dp;
 using namespace dp::cuda::attention_fused_kernels;
-
-std::vector<float> random_values(size_t n, uint64_t seed, float lo, float hi) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (float& x : v) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    x = lo + (hi - lo) * static_cast<float>(s >> 40) / static_cast<float>(1 << 24);
-  }
-  return v;
-}
-
-template <typename T>
-std::vector<T> rounded(const std::vector<float>& v) {
-  std::vector<T> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = cuda::store_as<T>(v[i]);
-  return out;
-}
-template <typename T>
-std::vector<float> widened(const std::vector<T>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = cuda::load_float(v[i]);
-  return out;
-}
-// NaN patterns: an element nothing writes shows
-template <typename T>
-std::vector<T> unwritten(size_t n) {
-  std::vector<T> v(n);
-  std::memset(v.data(), 0xFF, n * sizeof(T));
-  return v;
-}
-
-// max |a − b| over the largest |b| (at least 1); NaN counts as everything
-double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double err = 0, scale = 1;
-  for (size_t i = 0; i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    err = std::max(err, std::abs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return err / scale;
-}
+using namespace dp::emulated;
 
 template <typename T, int HS>
 void check_shape(const AttentionShape& s, bool vector) {
@@ -123,9 +80,9 @@ void check_all(const char* type) {
     }
 }
 
-}  // namespace
-
 TEST_CASE("the fused attention's CUDA kernels, emulated on the CPU, give the CPU reference's output, lse and gradients") {
   check_all<emu::bfloat16>("bfloat16");
   check_all<emu::float16>("float16");
 }
+
+}  // namespace test_attention_fused_emulated

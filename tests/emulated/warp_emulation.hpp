@@ -26,6 +26,9 @@
 #define __device__
 #define __host__
 #define __launch_bounds__(n)
+// A kernel's static shared arrays: one for every thread of the running block (blocks run one at a
+// time), as a GPU gives each block its own.
+#define __shared__ static
 
 namespace dp::emu {
 
