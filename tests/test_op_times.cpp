@@ -19,14 +19,19 @@ namespace test_op_times {
 
 using namespace dp;
 
-TEST_CASE("a device's op times: the outermost op on each thread timed, tagged with its phase, nothing while disarmed") {
-  DeviceSpec spec;
-  spec.kind = DeviceSpec::Kind::Host;
-  spec.host_count = 1;
-  DeviceSet devs(spec, DeviceOptions{});
+// One host device whose ops a log times (disarmed until the test arms it).
+struct TimedDevice {
+  DeviceSet devs = test::host_devices(1);
   Device& dev = devs[0];
-  DeviceOpTimes log(dev);
-  dev.set_op_costs(&log);
+  DeviceOpTimes log{dev};
+  TimedDevice() { dev.set_op_costs(&log); }
+  ~TimedDevice() { dev.set_op_costs(nullptr); }
+};
+
+TEST_CASE("a device's op times: the outermost op on each thread timed, tagged with its phase, nothing while disarmed") {
+  TimedDevice timed;
+  Device& dev = timed.dev;
+  DeviceOpTimes& log = timed.log;
   std::vector<float> buf(1 << 16, 1.f);
   const Exec& ex = dev.exec();
   zero(ex, buf.data(), buf.size() * sizeof(float));
@@ -59,23 +64,17 @@ TEST_CASE("a device's op times: the outermost op on each thread timed, tagged wi
   log.arm(false);
   zero(ex, buf.data(), 64);
   CHECK(log.take_finished().empty());
-  dev.set_op_costs(nullptr);
 }
 
 TEST_CASE("an op's native 16-bit path is counted and timed as its widening path: the same operands, no copies") {
   // On a GPU most ops hand 16-bit operands to their own kernels (Operands::native); the op is still
   // one timed call with the bytes and FLOPs of its widening path, so --op-times and its roofline
   // column see it alike on both paths.
-  DeviceSpec spec;
-  spec.kind = DeviceSpec::Kind::Host;
-  spec.host_count = 1;
-  DeviceSet devs(spec, DeviceOptions{});
-  Device& dev = devs[0];
-  DeviceOpTimes log(dev);
-  dev.set_op_costs(&log);
+  TimedDevice timed;
+  DeviceOpTimes& log = timed.log;
   log.arm(true);
   std::vector<uint16_t> a(100, 0x3f80), b(100);  // bfloat16 ones
-  const Exec& ex = dev.exec();
+  const Exec& ex = timed.dev.exec();
   for (const bool native : {false, true}) {
     Operands o(ex, "op");
     if (native) o.keep_native(DType::BF16);
@@ -96,7 +95,6 @@ TEST_CASE("an op's native 16-bit path is counted and timed as its widening path:
     CHECK(c.cost.flops == doctest::Approx(100));
     CHECK(c.cost.half);
   }
-  dev.set_op_costs(nullptr);
 }
 
 TEST_CASE("op times of a GPT's steps on host:2: every op of a step timed, on each device, in the step's phases") {

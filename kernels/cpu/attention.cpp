@@ -4,11 +4,10 @@
 #include <cblas.h>
 
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "core/thread_pool.hpp"
-#include "kernels/cpu/fast_math.hpp"
+#include "kernels/cpu/attention_rows.hpp"
 #include "kernels/ops/attention.hpp"
 
 namespace dp::cpu {
@@ -48,15 +47,7 @@ void attention_forward(ThreadPool& pool, float* out, float* att, const float* qk
         const int64_t last = s.last_key(t);
         if (bias_h)
           for (int64_t j = 0; j <= last; ++j) row[j] += bias_h[t * T + j];
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, row[j]);
-        // One exp per score (the vectorised one, fast_math.hpp), summed in double.
-        for (int64_t j = 0; j <= last; ++j) row[j] = fast_exp(row[j] - mx);
-        double sum = 0;
-        for (int64_t j = 0; j <= last; ++j) sum += row[j];
-        const auto inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
-        for (int64_t j = last + 1; j < T; ++j) row[j] = 0.f;
+        softmax_row(row, last, T);
       }
       const float* weights = a;
       if (drop.on()) drop_head(dropped.data(), a, b, h, T, drop, key), weights = dropped.data();

@@ -5,10 +5,10 @@
 #include <cblas.h>
 
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "core/thread_pool.hpp"
+#include "kernels/cpu/attention_rows.hpp"
 #include "kernels/cpu/fast_math.hpp"
 #include "kernels/ops/attention_fused.hpp"
 
@@ -36,19 +36,7 @@ void attention_fused_forward(ThreadPool& pool, float* out, float* lse, const flo
       const float* q = qkv + b * T * ld + h * hs;
       float* a = att.data();
       head_products(a, q, q + C, T, hs, ld, scale);
-      for (int64_t t = 0; t < T; ++t) {
-        float* row = a + t * T;
-        const int64_t last = s.last_key(t);
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, row[j]);
-        for (int64_t j = 0; j <= last; ++j) row[j] = fast_exp(row[j] - mx);
-        double sum = 0;
-        for (int64_t j = 0; j <= last; ++j) sum += row[j];
-        const auto inv = static_cast<float>(1.0 / sum);
-        for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
-        for (int64_t j = last + 1; j < T; ++j) row[j] = 0.f;
-        lse[p * T + t] = mx + static_cast<float>(std::log(sum));
-      }
+      for (int64_t t = 0; t < T; ++t) lse[p * T + t] = softmax_row(a + t * T, s.last_key(t), T);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i32(T), i32(hs), i32(T), 1.f, a, i32(T), q + 2 * C, i32(ld),
                   0.f, out + b * T * C + h * hs, i32(C));
     }

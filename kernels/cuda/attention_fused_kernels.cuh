@@ -245,6 +245,28 @@ __device__ void score_gradients(const float* s, const float* dp, T* dsw, T* pw, 
   }
 }
 
+// The backward kernels' shared memory (backward_smem): four tiles — the two of the block's own
+// rows, loaded once, and the two its loop streams — a streamed tile's lse and D, and each warp's
+// two float32 and two 16-bit [16][64] blocks.
+template <typename T, int HS>
+struct BackwardShared {
+  T *held_a, *held_b, *streamed_a, *streamed_b;
+  float *lse, *dd, *s, *dp;
+  T *pw, *dsw;
+  __device__ explicit BackwardShared(unsigned char* smem) {
+    constexpr size_t kTileBytes = tile_bytes<T, HS>();
+    held_a = reinterpret_cast<T*>(smem), held_b = reinterpret_cast<T*>(smem + kTileBytes);
+    streamed_a = reinterpret_cast<T*>(smem + 2 * kTileBytes), streamed_b = reinterpret_cast<T*>(smem + 3 * kTileBytes);
+    lse = reinterpret_cast<float*>(smem + 4 * kTileBytes), dd = lse + kTile;
+    unsigned char* rest = smem + 4 * kTileBytes + align128(2 * kTile * sizeof(float));
+    const int warp = threadIdx.x / 32;
+    s = reinterpret_cast<float*>(rest) + warp * 16 * kScoreLd;
+    dp = reinterpret_cast<float*>(rest + warp_scores_bytes()) + warp * 16 * kScoreLd;
+    pw = reinterpret_cast<T*>(rest + 2 * warp_scores_bytes()) + warp * 16 * kProbLd;
+    dsw = reinterpret_cast<T*>(rest + 2 * warp_scores_bytes() + warp_probs_bytes<T>()) + warp * 16 * kProbLd;
+  }
+};
+
 // dK and dV of 64 keys: every query tile that sees them.
 template <typename T, int HS>
 __global__ void __launch_bounds__(kBlockThreads) fused_backward_kv(T* dqkv, const T* dout, const T* qkv, const float* lse,
@@ -255,19 +277,10 @@ __global__ void __launch_bounds__(kBlockThreads) fused_backward_kv(T* dqkv, cons
 #else
   DP_DYNAMIC_SHARED(smem);
   constexpr int kLd = HS + kPad16;
-  constexpr size_t kTileBytes = tile_bytes<T, HS>();
-  T* ks = reinterpret_cast<T*>(smem);
-  T* vs = reinterpret_cast<T*>(smem + kTileBytes);
-  T* qs = reinterpret_cast<T*>(smem + 2 * kTileBytes);
-  T* dos = reinterpret_cast<T*>(smem + 3 * kTileBytes);
-  float* lse_s = reinterpret_cast<float*>(smem + 4 * kTileBytes);
-  float* dd_s = lse_s + kTile;
-  unsigned char* rest = smem + 4 * kTileBytes + align128(2 * kTile * sizeof(float));
+  const BackwardShared<T, HS> sh(smem);
+  T *ks = sh.held_a, *vs = sh.held_b, *qs = sh.streamed_a, *dos = sh.streamed_b, *pw = sh.pw, *dsw = sh.dsw;
+  float *lse_s = sh.lse, *dd_s = sh.dd, *s = sh.s, *dp = sh.dp;
   const int warp = threadIdx.x / 32;
-  float* s = reinterpret_cast<float*>(rest) + warp * 16 * kScoreLd;
-  float* dp = reinterpret_cast<float*>(rest + warp_scores_bytes()) + warp * 16 * kScoreLd;
-  T* pw = reinterpret_cast<T*>(rest + 2 * warp_scores_bytes()) + warp * 16 * kProbLd;
-  T* dsw = reinterpret_cast<T*>(rest + 2 * warp_scores_bytes() + warp_probs_bytes<T>()) + warp * 16 * kProbLd;
 
   const int64_t bh = blockIdx.x, k0 = int64_t{blockIdx.y} * kTile, ld = 3 * C;
   const Head hd = head_of(bh, seq, H, C, HS);
@@ -311,18 +324,10 @@ __global__ void __launch_bounds__(kBlockThreads) fused_backward_q(T* dqkv, const
 #else
   DP_DYNAMIC_SHARED(smem);
   constexpr int kLd = HS + kPad16;
-  constexpr size_t kTileBytes = tile_bytes<T, HS>();
-  T* qs = reinterpret_cast<T*>(smem);
-  T* dos = reinterpret_cast<T*>(smem + kTileBytes);
-  T* ks = reinterpret_cast<T*>(smem + 2 * kTileBytes);
-  T* vs = reinterpret_cast<T*>(smem + 3 * kTileBytes);
-  float* lse_s = reinterpret_cast<float*>(smem + 4 * kTileBytes);
-  float* dd_s = lse_s + kTile;
-  unsigned char* rest = smem + 4 * kTileBytes + align128(2 * kTile * sizeof(float));
+  const BackwardShared<T, HS> sh(smem);
+  T *qs = sh.held_a, *dos = sh.held_b, *ks = sh.streamed_a, *vs = sh.streamed_b, *dsw = sh.dsw;
+  float *lse_s = sh.lse, *dd_s = sh.dd, *s = sh.s, *dp = sh.dp;
   const int warp = threadIdx.x / 32;
-  float* s = reinterpret_cast<float*>(rest) + warp * 16 * kScoreLd;
-  float* dp = reinterpret_cast<float*>(rest + warp_scores_bytes()) + warp * 16 * kScoreLd;
-  T* dsw = reinterpret_cast<T*>(rest + 2 * warp_scores_bytes()) + warp * 16 * kProbLd;
 
   const int64_t bh = blockIdx.x, q0 = int64_t{blockIdx.y} * kTile, ld = 3 * C;
   const Head hd = head_of(bh, seq, H, C, HS);
