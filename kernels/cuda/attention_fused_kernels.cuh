@@ -267,6 +267,16 @@ struct BackwardShared {
   }
 };
 
+// The lse and D of a head's queries [first, first + 64) into shared memory (0 past the sequence).
+__device__ inline void load_row_stats(float* lse_s, float* dd_s, const float* lse, const float* dd, int64_t first,
+                                      int64_t seq) {
+  for (int i = threadIdx.x; i < kTile; i += kBlockThreads) {
+    const bool in = first + i < seq;
+    lse_s[i] = in ? lse[first + i] : 0.f;
+    dd_s[i] = in ? dd[first + i] : 0.f;
+  }
+}
+
 // dK and dV of 64 keys: every query tile that sees them.
 template <typename T, int HS>
 __global__ void __launch_bounds__(kBlockThreads) fused_backward_kv(T* dqkv, const T* dout, const T* qkv, const float* lse,
@@ -295,11 +305,7 @@ __global__ void __launch_bounds__(kBlockThreads) fused_backward_kv(T* dqkv, cons
     __syncthreads();
     load_tile<T, HS>(qs, qkv + hd.q, ld, q0, seq, vector);
     load_tile<T, HS>(dos, dout + hd.out, C, q0, seq, vector);
-    for (int i = threadIdx.x; i < kTile; i += kBlockThreads) {
-      const bool in = q0 + i < seq;
-      lse_s[i] = in ? lse[hd.rows + q0 + i] : 0.f;
-      dd_s[i] = in ? dd[hd.rows + q0 + i] : 0.f;
-    }
+    load_row_stats(lse_s, dd_s, lse + hd.rows, dd + hd.rows, q0, seq);
     __syncthreads();
     rows_times_tile_t<T, HS>(s, ks + warp * 16 * kLd, kLd, qs);    // sᵀ = k·qᵀ
     rows_times_tile_t<T, HS>(dp, vs + warp * 16 * kLd, kLd, dos);  // dpᵀ = v·doutᵀ
@@ -333,11 +339,7 @@ __global__ void __launch_bounds__(kBlockThreads) fused_backward_q(T* dqkv, const
   const Head hd = head_of(bh, seq, H, C, HS);
   load_tile<T, HS>(qs, qkv + hd.q, ld, q0, seq, vector);
   load_tile<T, HS>(dos, dout + hd.out, C, q0, seq, vector);
-  for (int i = threadIdx.x; i < kTile; i += kBlockThreads) {
-    const bool in = q0 + i < seq;
-    lse_s[i] = in ? lse[hd.rows + q0 + i] : 0.f;
-    dd_s[i] = in ? dd[hd.rows + q0 + i] : 0.f;
-  }
+  load_row_stats(lse_s, dd_s, lse + hd.rows, dd + hd.rows, q0, seq);
   Accumulator dq[HS / 16];
   for (auto& f : dq) wmma::fill_fragment(f, 0.f);
 
