@@ -3,11 +3,15 @@
 // intrinsics, and tests/emulated with a CPU emulation of a block's threads, warps and WMMA
 // (tests/emulated/warp_emulation.hpp), which runs these very kernels on host memory: their
 // indexing, tiling and synchronisation checked against a reference without a GPU. The includer
-// provides wmma (nvcuda::wmma's fragments), load_float and store_as (half.cuh), the intrinsics, and
+// provides wmma (nvcuda::wmma's fragments), the intrinsics (half.cuh comes with it under nvcc), and
 // DP_DYNAMIC_SHARED(name): the block's dynamic shared memory as unsigned char* name.
 #pragma once
 #include <cmath>
 #include <cstdint>
+
+#if defined(__CUDACC__)
+#include "kernels/cuda/half.cuh"  // load_float, store_as (tests/emulated: warp_emulation.hpp's)
+#endif
 
 namespace dp::cuda::attention_fused_kernels {
 

@@ -1,10 +1,14 @@
 // LayerNorm's kernels (transformer.cu has what they compute and launches them), in a header of
 // their own so that tests/emulated runs them on the CPU too (warp_emulation.hpp): their indexing,
 // the parts and the warps' tree checked against the CPU reference without a GPU. The includer
-// provides load_float and store_as (half.cuh) and CUDA's intrinsics.
+// provides CUDA's intrinsics (half.cuh comes with it under nvcc).
 #pragma once
 #include <cmath>
 #include <cstdint>
+
+#if defined(__CUDACC__)
+#include "kernels/cuda/half.cuh"  // load_float, store_as (tests/emulated: warp_emulation.hpp's)
+#endif
 #include <type_traits>
 
 #include "kernels/layernorm_parts.hpp"
