@@ -11,10 +11,13 @@
 //
 // Include after every other header: it defines CUDA's keywords and names as macros.
 #pragma once
+#include <array>
+#include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <type_traits>
@@ -48,7 +51,8 @@ struct Block {
   std::barrier<> all;
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   unsigned char* shared;
-  std::vector<float> exchange;  // a lane's value for a shuffle
+  using Slot = std::array<unsigned char, 8>;
+  std::vector<Slot> exchange;  // a lane's value for a shuffle
 };
 
 inline thread_local dim3 thread_idx, block_idx, block_dim, grid_dim;
@@ -102,15 +106,37 @@ using __half = dp::emu::float16;
 
 inline void __syncthreads() { dp::emu::block->all.arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { dp::emu::warp_barrier().arrive_and_wait(); }
-inline float __shfl_xor_sync(unsigned, float v, int offset) {
-  auto* b = dp::emu::block;
-  const int me = dp::emu::thread_rank(), lane = me % 32;
-  b->exchange[static_cast<size_t>(me)] = v;
-  dp::emu::warp_barrier().arrive_and_wait();
-  const float got = b->exchange[static_cast<size_t>(me - lane + (lane ^ offset))];
-  dp::emu::warp_barrier().arrive_and_wait();
+namespace dp::emu {
+// Every lane's v, then each lane's value from lane source(lane) of its warp (its own when that is
+// outside the warp).
+template <typename V, typename Source>
+V exchange(V v, Source source) {
+  static_assert(sizeof(V) <= sizeof(Block::Slot));
+  Block* b = block;
+  const int me = thread_rank(), lane = me % 32;
+  std::memcpy(b->exchange[static_cast<size_t>(me)].data(), &v, sizeof(V));
+  warp_barrier().arrive_and_wait();
+  const int from = source(lane);
+  V got = v;
+  if (from >= 0 && from < 32) std::memcpy(&got, b->exchange[static_cast<size_t>(me - lane + from)].data(), sizeof(V));
+  warp_barrier().arrive_and_wait();
   return got;
 }
+}  // namespace dp::emu
+
+template <typename V>
+V __shfl_xor_sync(unsigned, V v, int offset) {
+  return dp::emu::exchange(v, [offset](int lane) { return lane ^ offset; });
+}
+template <typename V>
+V __shfl_down_sync(unsigned, V v, unsigned delta) {
+  return dp::emu::exchange(v, [delta](int lane) { return lane + static_cast<int>(delta); });
+}
+template <typename V>
+V __shfl_sync(unsigned, V v, int source) {
+  return dp::emu::exchange(v, [source](int) { return source; });
+}
+inline int atomicExch(int* address, int value) { return std::atomic_ref<int>(*address).exchange(value); }
 [[noreturn]] inline void __trap() { std::abort(); }
 struct uint4 {
   uint32_t x, y, z, w;
