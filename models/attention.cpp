@@ -44,6 +44,9 @@ class CausalSelfAttention final : public Module {
   }
   Tensor forward_impl(Device& dev, const Tensor& in, bool training) override {
     const AttentionShape s{in.dim(0), in.dim(1), c_, heads_};
+    // what the last forward kept goes: an evaluation (no dropout: fused) before a training forward
+    // with dropout (explicit) must not leave backward a fused path's lse
+    att_ = y_ = lse_ = Tensor();
     qkv_ = c_attn_->forward(dev, in, training);
     Tensor y = Tensor::empty(dev, in.shape(), MemCategory::Activations, qkv_.dtype());
     drop_ = training && dropout_ > 0 ? dropout_mask(source_, dropout_, site_) : DropoutMask{};

@@ -161,6 +161,17 @@ with tempfile.TemporaryDirectory() as tmp:
     # each of 2 blocks keeps [4 samples, 2 heads, 32, 32] bf16 probabilities explicit, [4, 2, 32] float32 fused
     check("plan --attention fused: each block's probabilities no longer kept",
           peaks["explicit"] - peaks["fused"] == 2 * (4 * 2 * 32 * 32 * 2 - 4 * 2 * 32 * 4), peaks)
+    # with --dropout the training forward stays explicit (the fused kernels take no dropout), while an
+    # evaluation (which does not drop) takes the fused one: the training is the explicit run's, bit for bit
+    same = []
+    for a in ("explicit", "fused"):
+        st = os.path.join(tmp, f"drop-{a}.safetensors")
+        rc, out, err = run(base[:-len(SMALL)] + wide + ["--data", tok, "--steps", "3", "--dropout", "0.1", "--eval-every",
+                                                        "1", "--eval-windows", "4", "--attention", a, "--save", st])
+        check(f"--attention {a} with --dropout and evaluations trains", rc == 0, err)
+        same.append(open(st, "rb").read() if rc == 0 else a)
+    check("--attention fused with --dropout: the explicit run's weights, an evaluation's fused pass between steps "
+          "notwithstanding", same[0] == same[1])
     expect("--attention flash", base + ["--attention", "flash"], 2, "--attention 'flash': expected explicit or fused")
     expect("--attention with mlp", ["train", "--model", "mlp", "--attention", "fused"], 2, "--model mlp takes none")
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok] + SMALL)
