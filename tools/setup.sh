@@ -80,9 +80,10 @@ case "$sanitize" in
     dir="build-${sanitize/address/asan}"
     dir="${dir/thread/tsan}"
     # CPU-only: the sanitizers watch the host backend's threads and queues, through the unit tests
-    # (what tools/test.sh --sanitize runs), unity builds at -O1 with line tables (CMakeLists.txt).
+    # (what tools/test.sh --sanitize runs), unity builds at -O1 with line tables (CMakeLists.txt);
+    # and the CUDA kernels emulated on the CPU (tests/emulated: TSan watches their shared memory).
     configure "$dir" c++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDP_CUDA=OFF -DDP_SANITIZE="$sanitize"
-    cmake --build "$dir" -j"$jobs" --target dp_tests dp_fuzz_replay
+    cmake --build "$dir" -j"$jobs" --target dp_tests dp_emulated_tests dp_fuzz_replay
     ;;
   fuzz)
     # The library with libFuzzer's coverage, ASan and UBSan (a unity build at -O1, as above), and one
