@@ -20,16 +20,16 @@ namespace test_op_times {
 using namespace dp;
 
 // One host device whose ops a log times (disarmed until the test arms it).
-struct TimedDevice {
+struct OpTimesOnHost {
   DeviceSet devs = test::host_devices(1);
   Device& dev = devs[0];
   DeviceOpTimes log{dev};
-  TimedDevice() { dev.set_op_costs(&log); }
-  ~TimedDevice() { dev.set_op_costs(nullptr); }
+  OpTimesOnHost() { dev.set_op_costs(&log); }
+  ~OpTimesOnHost() { dev.set_op_costs(nullptr); }
 };
 
 TEST_CASE("a device's op times: the outermost op on each thread timed, tagged with its phase, nothing while disarmed") {
-  TimedDevice timed;
+  OpTimesOnHost timed;
   Device& dev = timed.dev;
   DeviceOpTimes& log = timed.log;
   std::vector<float> buf(1 << 16, 1.f);
@@ -70,7 +70,7 @@ TEST_CASE("an op's native 16-bit path is counted and timed as its widening path:
   // On a GPU most ops hand 16-bit operands to their own kernels (Operands::native); the op is still
   // one timed call with the bytes and FLOPs of its widening path, so --op-times and its roofline
   // column see it alike on both paths.
-  TimedDevice timed;
+  OpTimesOnHost timed;
   DeviceOpTimes& log = timed.log;
   log.arm(true);
   std::vector<uint16_t> a(100, 0x3f80), b(100);  // bfloat16 ones
