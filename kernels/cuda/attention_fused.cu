@@ -18,8 +18,6 @@
 //
 // The kernels are attention_fused_kernels.cuh's (a header so that tests/emulated runs them on the
 // CPU too); this file launches them.
-#include <mma.h>
-
 #include <cstdint>
 #include <mutex>
 #include <set>
@@ -27,20 +25,10 @@
 #include <type_traits>
 
 #include "core/cuda/check.cuh"
+#include "kernels/cuda/attention_fused_kernels.cuh"
 #include "kernels/cuda/half.cuh"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/attention_fused.hpp"
-
-namespace dp::cuda {
-
-namespace attention_fused_kernels {
-namespace wmma = nvcuda::wmma;
-}  // namespace attention_fused_kernels
-
-}  // namespace dp::cuda
-
-#define DP_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
-#include "kernels/cuda/attention_fused_kernels.cuh"
 
 namespace dp::cuda {
 

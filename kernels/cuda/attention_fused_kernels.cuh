@@ -2,18 +2,24 @@
 // A header of its own so that two builds include it: attention_fused.cu with CUDA's WMMA and
 // intrinsics, and tests/emulated with a CPU emulation of a block's threads, warps and WMMA
 // (tests/emulated/warp_emulation.hpp), which runs these very kernels on host memory: their
-// indexing, tiling and synchronisation checked against a reference without a GPU. The includer
-// provides wmma (nvcuda::wmma's fragments), the intrinsics (half.cuh comes with it under nvcc), and
-// DP_DYNAMIC_SHARED(name): the block's dynamic shared memory as unsigned char* name.
+// indexing, tiling and synchronisation checked against a reference without a GPU. Under nvcc it
+// brings CUDA's own; the emulation includes warp_emulation.hpp first, which provides nvcuda::wmma,
+// load_float, store_as, the intrinsics and DP_DYNAMIC_SHARED.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
 #if defined(__CUDACC__)
-#include "kernels/cuda/half.cuh"  // load_float, store_as (tests/emulated: warp_emulation.hpp's)
+#include <mma.h>
+
+#include "kernels/cuda/half.cuh"  // load_float, store_as
+// the block's dynamic shared memory as unsigned char* name
+#define DP_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
 
 namespace dp::cuda::attention_fused_kernels {
+
+namespace wmma = nvcuda::wmma;
 
 constexpr int kTile = 64;          // rows a block owns; keys (or queries) a step of its loop takes
 constexpr int kWarps = 4;          // 16 of the block's rows each

@@ -13,9 +13,6 @@
 #include "emulated_values.hpp"
 #include "warp_emulation.hpp"
 
-namespace dp::cuda::attention_fused_kernels {
-namespace wmma = nvcuda::wmma;
-}
 #include "kernels/cuda/attention_fused_kernels.cuh"
 
 namespace test_attention_fused_emulated {
