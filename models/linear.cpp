@@ -12,7 +12,8 @@ namespace {
 
 class Linear final : public Module {
  public:
-  Linear(int64_t in, int64_t out, bool bias, double init_std) : in_(in), out_(out), bias_(bias), std_(init_std) {}
+  Linear(int64_t in, int64_t out, bool bias, double init_std, int64_t stored = 0)
+      : in_(in), out_(out), stored_(stored > 0 ? stored : out), bias_(bias), std_(init_std) {}
   // Bias entries [begin, begin + count) read as zero and given no gradient.
   void silence_bias(int64_t begin, int64_t count) { silent_begin_ = begin, silent_count_ = count; }
   std::string describe() const override {
@@ -20,13 +21,14 @@ class Linear final : public Module {
     os << "Linear(in_features=" << in_ << ", out_features=" << out_ << (bias_ ? "" : ", bias=False") << ")";
     return os.str();
   }
-  // Over the last dimension, as PyTorch's: [..., in] -> [..., out] (a transformer's [B, T, C]).
+  // Over the last dimension, as PyTorch's: [..., in] -> [..., out] (a transformer's [B, T, C]); with
+  // padded rows [..., stored], the columns past `out` zero.
   Shape output_shape(const Shape& in) const override {
     if (in.empty() || in.back() != in_)
       throw RuntimeError(describe() + " expects inputs of shape [..., " + std::to_string(in_) + "], got " +
                          shape_str(in));
     Shape out = in;
-    out.back() = out_;
+    out.back() = stored_;
     return out;
   }
   std::vector<ParamDecl> params() const override {
@@ -44,20 +46,20 @@ class Linear final : public Module {
     const int64_t B = in.numel() / in_;  // rows: every leading dimension
     input_ = in;
     Shape shape = in.shape();
-    shape.back() = out_;
+    shape.back() = stored_;
     // Mixed precision: a 16-bit replica gives a 16-bit output (float32 accumulation, rounded once).
     Tensor out = Tensor::empty(dev, shape, MemCategory::Activations, values_[0].dtype());
     // the bias as read: with a silent span, a copy with it zero
     const Tensor bias = !bias_ ? Tensor() : silent_count_ > 0 ? with_silent_span_zero(dev, values_[1]) : values_[1];
-    linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? bias.buf() : Buf{}, B, in_, out_);
+    linear_forward(dev.exec(), out.buf(), in.buf(), values_[0].buf(), bias_ ? bias.buf() : Buf{}, B, in_, out_, stored_);
     return out;
   }
   Tensor backward_impl(Device& dev, const Tensor& grad_out, bool need_grad_in) override {
-    const int64_t B = grad_out.numel() / out_;
+    const int64_t B = grad_out.numel() / stored_;
     Tensor grad_in;
     if (need_grad_in) grad_in = Tensor::empty(dev, input_.shape(), MemCategory::Activations, input_.dtype());
     linear_backward(dev.exec(), grad_in.buf(), grads_[0].buf(), bias_ ? grads_[1].buf() : Buf{}, grad_out.buf(), input_.buf(),
-                    values_[0].buf(), B, in_, out_);
+                    values_[0].buf(), B, in_, out_, stored_);
     if (silent_count_ > 0) zero_span(dev, grads_[1]);
     input_ = Tensor();
     return grad_in;
@@ -77,6 +79,7 @@ class Linear final : public Module {
   }
 
   int64_t in_, out_;
+  int64_t stored_;  // the output rows' width: out, or more with padding
   bool bias_;
   double std_;
   int64_t silent_begin_ = 0, silent_count_ = 0;
@@ -87,6 +90,14 @@ class Linear final : public Module {
 
 std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias, double init_std) {
   return std::make_unique<Linear>(in, out, bias, init_std);
+}
+
+std::unique_ptr<Module> make_linear_with_padded_rows(int64_t in, int64_t out, int64_t stored, bool bias,
+                                                     double init_std) {
+  if (stored < out)
+    throw RuntimeError("Linear(" + std::to_string(in) + ", " + std::to_string(out) + "): output rows " +
+                       std::to_string(stored) + " wide cannot hold its outputs");
+  return std::make_unique<Linear>(in, out, bias, init_std, stored);
 }
 
 std::unique_ptr<Module> make_linear_with_silent_bias(int64_t in, int64_t out, int64_t begin, int64_t count) {
