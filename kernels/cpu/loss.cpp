@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -34,12 +35,13 @@ double row_exp_sum(const float* z, int64_t K, float mx, float* e) {
 }  // namespace
 
 double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64_t K, float* dlogits,
-                    float grad_scale, int64_t* correct, float label_smoothing) {
+                    float grad_scale, int64_t* correct, float label_smoothing, int64_t pitch) {
+  const int64_t ld = pitch > 0 ? pitch : K;
   const double eps = label_smoothing, off = eps / static_cast<double>(K);  // the target's share of every class
   double total = 0;
   int64_t hits = 0;
   for (int64_t r = 0; r < B; ++r) {
-    const float* z = logits + r * K;
+    const float* z = logits + r * ld;
     const int32_t y = labels[r];
     if (y < 0 || y >= K)
       throw RuntimeError("label " + std::to_string(y) + " of sample " + std::to_string(r) + " is outside [0, " +
@@ -52,7 +54,7 @@ double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64
     double zsum = 0;        // label smoothing: Σ_k z_k, for mean_k(−log p_k) = lse − mean(z)
     if (eps > 0)
       for (int64_t j = 0; j < K; ++j) zsum += z[j];
-    float* g = dlogits ? dlogits + r * K : nullptr;
+    float* g = dlogits ? dlogits + r * ld : nullptr;
     const double sum = row_exp_sum(z, K, mx, g);
     const double lse = std::log(sum) + mx;
     total += eps > 0 ? (1.0 - eps) * (lse - zy) + eps * (lse - zsum / static_cast<double>(K)) : lse - zy;
@@ -67,6 +69,7 @@ double softmax_xent(const float* logits, const int32_t* labels, int64_t B, int64
       for (int64_t j = 0; j < K; ++j) g[j] *= scale;
       g[y] = static_cast<float>((ey / sum - 1.0) * grad_scale);  // in double: p_y is often close to 1
     }
+    if (g) std::fill(g + K, g + ld, 0.f);  // the padding's
   }
   if (correct) *correct = hits;
   return total;

@@ -34,7 +34,7 @@ struct XentOnDevice {
   const int32_t* bad_row;  // 1 + the first bad row, or 0
 };
 XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, DType t, const void* logits, const int32_t* labels,
-                          int64_t B, int64_t K, void* dlogits, ScalarArg grad_scale, float* scalars,
+                          int64_t B, int64_t K, int64_t pitch, void* dlogits, ScalarArg grad_scale, float* scalars,
                           float label_smoothing) {
   const size_t doubles = static_cast<size_t>(B + 2) * sizeof(double);
   auto* row_loss = scratch.at<double>();
@@ -47,9 +47,9 @@ XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, DType t, const void*
     const unsigned blocks = static_cast<unsigned>((B + kRowsPerBlock - 1) / kRowsPerBlock);
     with_float_type(t, "softmax_xent", [&](auto tag) {
       using T = decltype(tag);
-      xent_rows_kernel<T><<<blocks, kRowsPerBlock * kWarp, 0, s>>>(static_cast<const T*>(logits), labels, B, K,
-                                                                   static_cast<T*>(dlogits), grad_scale, row_loss,
-                                                                   row_hit, bad_label, label_smoothing);
+      xent_rows_kernel<T><<<blocks, kRowsPerBlock * kWarp, 0, s>>>(
+          static_cast<const T*>(logits), labels, B, K, pitch > 0 ? pitch : K, static_cast<T*>(dlogits), grad_scale,
+          row_loss, row_hit, bad_label, label_smoothing);
     });
     DP_CUDA_CHECK_LAUNCH();
   }
@@ -61,9 +61,11 @@ XentOnDevice enqueue_xent(Context& c, ScopedBlock& scratch, DType t, const void*
 }  // namespace
 
 double softmax_xent(Context& c, ScratchMemory& alloc, DType t, const void* logits, const int32_t* labels, int64_t B,
-                    int64_t K, void* dlogits, float grad_scale, int64_t* correct, float label_smoothing) {
+                    int64_t K, void* dlogits, float grad_scale, int64_t* correct, float label_smoothing,
+                    int64_t pitch) {
   ScopedBlock scratch(alloc, softmax_xent_scratch_bytes(B));
-  const XentOnDevice d = enqueue_xent(c, scratch, t, logits, labels, B, K, dlogits, grad_scale, nullptr, label_smoothing);
+  const XentOnDevice d =
+      enqueue_xent(c, scratch, t, logits, labels, B, K, pitch, dlogits, grad_scale, nullptr, label_smoothing);
   cudaStream_t s = c.handles().stream;
   double sums[2] = {0, 0};
   int32_t bad = 0;
@@ -76,16 +78,17 @@ double softmax_xent(Context& c, ScratchMemory& alloc, DType t, const void* logit
 }
 
 double softmax_xent(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
-                    int64_t K, float* dlogits, float grad_scale, int64_t* correct, float label_smoothing) {
-  return softmax_xent(c, alloc, DType::F32, logits, labels, B, K, dlogits, grad_scale, correct, label_smoothing);
+                    int64_t K, float* dlogits, float grad_scale, int64_t* correct, float label_smoothing,
+                    int64_t pitch) {
+  return softmax_xent(c, alloc, DType::F32, logits, labels, B, K, dlogits, grad_scale, correct, label_smoothing, pitch);
 }
 
 void softmax_xent_into(Context& c, ScratchMemory& alloc, DType t, const void* logits, const int32_t* labels, int64_t B,
                        int64_t K, void* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
-                       float label_smoothing) {
+                       float label_smoothing, int64_t pitch) {
   ScopedBlock scratch(alloc, softmax_xent_scratch_bytes(B));
   const XentOnDevice d =
-      enqueue_xent(c, scratch, t, logits, labels, B, K, dlogits, grad_scale, scalars, label_smoothing);
+      enqueue_xent(c, scratch, t, logits, labels, B, K, pitch, dlogits, grad_scale, scalars, label_smoothing);
   // LossSums is {double, double, int32}: the two sums and the flag, in two copies.
   cudaStream_t s = c.handles().stream;
   DP_CUDA_CHECK(cudaMemcpyAsync(&out->loss, d.sums, 2 * sizeof(double), cudaMemcpyDeviceToHost, s));
@@ -95,8 +98,9 @@ void softmax_xent_into(Context& c, ScratchMemory& alloc, DType t, const void* lo
 
 void softmax_xent_into(Context& c, ScratchMemory& alloc, const float* logits, const int32_t* labels, int64_t B,
                        int64_t K, float* dlogits, ScalarArg grad_scale, LossSums* out, float* scalars,
-                       float label_smoothing) {
-  softmax_xent_into(c, alloc, DType::F32, logits, labels, B, K, dlogits, grad_scale, out, scalars, label_smoothing);
+                       float label_smoothing, int64_t pitch) {
+  softmax_xent_into(c, alloc, DType::F32, logits, labels, B, K, dlogits, grad_scale, out, scalars, label_smoothing,
+                    pitch);
 }
 
 }  // namespace dp::cuda

@@ -67,15 +67,16 @@ __device__ RowSummary summarize_row(const T* z, int64_t K, int lane) {
 
 // Logits and their gradient of storage type T (half.cuh): float32 arithmetic on the loaded
 // values, each gradient rounded once on store. One read of the row for the max, the argmax and
-// the sum, one more for the gradient.
+// the sum, one more for the gradient. Rows `ld` apart (≥ K: the columns past K padding, their
+// gradient written zero).
 template <typename T>
-__global__ void xent_rows_kernel(const T* logits, const int32_t* labels, int64_t B, int64_t K, T* dlogits,
-                                 ScalarArg scale_arg, double* row_loss, int32_t* row_hit, int32_t* bad_label,
-                                 float label_smoothing) {
+__global__ void xent_rows_kernel(const T* logits, const int32_t* labels, int64_t B, int64_t K, int64_t ld,
+                                 T* dlogits, ScalarArg scale_arg, double* row_loss, int32_t* row_hit,
+                                 int32_t* bad_label, float label_smoothing) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t r = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / kWarp;
   if (r >= B) return;  // the whole warp: r is the same on every lane
-  const T* z = logits + r * K;
+  const T* z = logits + r * ld;
   const int32_t y = labels[r];
   if (y < 0 || y >= K) {  // reported on the host after the kernel
     if (lane == 0) {
@@ -101,9 +102,11 @@ __global__ void xent_rows_kernel(const T* logits, const int32_t* labels, int64_t
   }
   if (!dlogits) return;
   const double grad_scale = scale_arg.get();
+  T* g = dlogits + r * ld;
   for (int64_t j = lane; j < K; j += kWarp)  // each lane rewrites only what it read
-    dlogits[r * K + j] = store_as<T>(static_cast<float>(
+    g[j] = store_as<T>(static_cast<float>(
         (expf(load_float(z[j]) - row.mx) / row.sum - (j == y ? 1.0 - eps : 0.0) - off) * grad_scale));
+  for (int64_t j = K + lane; j < ld; j += kWarp) g[j] = store_as<T>(0.f);
 }
 
 // sums[0] = Σ row_loss, sums[1] = Σ row_hit: each thread a strided share, then a tree; `scalars`

@@ -177,26 +177,34 @@ std::unique_ptr<ScopedBlock> loss_scratch_elsewhere(const Exec& ex, int64_t B) {
   if (ex.on_cuda() || !ex.scratch) return nullptr;
   return std::make_unique<ScopedBlock>(*ex.scratch, softmax_xent_scratch_bytes(B));
 }
+int64_t logits_row_stride(int64_t K, int64_t pitch) {
+  if (pitch != 0 && pitch < K)
+    throw RuntimeError("softmax_xent: rows " + std::to_string(pitch) + " apart hold no " + std::to_string(K) +
+                       " classes");
+  return pitch == 0 ? K : pitch;
+}
 }  // namespace
 
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
-                       LossSums* out, Buf scalars, float label_smoothing) {
+                       LossSums* out, Buf scalars, float label_smoothing, int64_t pitch) {
+  const int64_t ld = logits_row_stride(K, pitch);
   const auto held = loss_scratch_elsewhere(ex, B);
   Operands o(ex, "softmax_xent", {logits, dlogits});
   o.flops(6.0 * B * K), o.cost().reads(labels, B);
-  const float* x = o.in(logits, B * K);
-  float* dx = o.out(dlogits, B * K);
+  const float* x = o.in(logits, B * ld, B * K);
+  float* dx = o.out(dlogits, B * ld);
   if (ex.meta) return void(*out = LossSums{});
 #if DP_WITH_CUDA
   if (o.native() != DType::F32)
     return cuda::softmax_xent_into(*ex.cuda, *ex.scratch, o.native(), logits.ptr, labels.i32("softmax_xent"), B, K,
-                                   dlogits.ptr, grad_scale, out, scalars.f32("softmax_xent (scalars)"), label_smoothing);
+                                   dlogits.ptr, grad_scale, out, scalars.f32("softmax_xent (scalars)"), label_smoothing,
+                                   ld);
 #endif
   const int32_t* y = labels.i32("softmax_xent");
   float* sc = scalars.f32("softmax_xent (scalars)");
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    cuda::softmax_xent_into(*ex.cuda, *ex.scratch, x, y, B, K, dx, grad_scale, out, sc, label_smoothing);
+    cuda::softmax_xent_into(*ex.cuda, *ex.scratch, x, y, B, K, dx, grad_scale, out, sc, label_smoothing, ld);
     return o.finish();
   }
 #endif
@@ -204,7 +212,7 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
   // failing the task before anything after it), then write the sums.
   LossSums sums;
   int64_t correct = 0;
-  sums.loss = cpu::softmax_xent(x, y, B, K, dx, grad_scale.get(), &correct, label_smoothing);
+  sums.loss = cpu::softmax_xent(x, y, B, K, dx, grad_scale.get(), &correct, label_smoothing, ld);
   sums.hits = static_cast<double>(correct);
   if (sc) sc[0] = static_cast<float>(sums.loss), sc[1] = static_cast<float>(sums.hits);
   *out = sums;
@@ -212,31 +220,32 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
 }
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
-                    int64_t* correct, float label_smoothing) {
+                    int64_t* correct, float label_smoothing, int64_t pitch) {
+  const int64_t ld = logits_row_stride(K, pitch);
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
   // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs
   // (on a GPU the 16-bit kernel reads each row before it writes it).
   const auto held = loss_scratch_elsewhere(ex, B);
   Operands o(ex, "softmax_xent", {logits, dlogits});
   o.flops(6.0 * B * K), o.cost().reads(labels, B);
-  const float* x = o.in(logits, B * K);
-  float* dx = o.out(dlogits, B * K);
+  const float* x = o.in(logits, B * ld, B * K);
+  float* dx = o.out(dlogits, B * ld);
   if (ex.meta) return 0;
 #if DP_WITH_CUDA
   if (o.native() != DType::F32)
     return cuda::softmax_xent(*ex.cuda, *ex.scratch, o.native(), logits.ptr, labels.i32("softmax_xent"), B, K,
-                              dlogits.ptr, grad_scale, correct, label_smoothing);
+                              dlogits.ptr, grad_scale, correct, label_smoothing, ld);
 #endif
   const int32_t* y = labels.i32("softmax_xent");
   double sum = 0;
 #if DP_WITH_CUDA
   if (ex.on_cuda()) {
-    sum = cuda::softmax_xent(*ex.cuda, *ex.scratch, x, y, B, K, dx, grad_scale, correct, label_smoothing);
+    sum = cuda::softmax_xent(*ex.cuda, *ex.scratch, x, y, B, K, dx, grad_scale, correct, label_smoothing, ld);
     o.finish();
     return sum;
   }
 #endif
-  sum = cpu::softmax_xent(x, y, B, K, dx, grad_scale, correct, label_smoothing);
+  sum = cpu::softmax_xent(x, y, B, K, dx, grad_scale, correct, label_smoothing, ld);
   o.finish();
   return sum;
 }
