@@ -1,6 +1,7 @@
 #include "engine/data_parallel.hpp"
 #include "engine/data_parallel_step.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -399,7 +400,9 @@ EvalResult DataParallel::evaluate_any(const void* input_data, DType dtype, const
     engine_.replicas.nets[0]->bind(params, Tensor(), engine_.master.buffers);
     Tensor logits = engine_.replicas.nets[0]->forward(d0, input, false);
     engine_.replicas.nets[0]->clear_cache();
-    out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), out.count, engine_.replicas.model.classes, {}, 0.f, &out.correct);
+    const ModelDef& m = engine_.replicas.model;
+    out.loss_sum = softmax_xent(d0.exec(), logits.buf(), target.buf(), out.count, m.classes, {}, 0.f, &out.correct,
+                                0.f, m.stored_classes());
     engine_.replicas.nets[0]->unbind();
   });
   engine_.join_device0();
@@ -419,7 +422,8 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length, i
   Device& d0 = engine_.replicas.devices[0];
   Tensor input = Tensor::empty(d0, {1, run}, MemCategory::Inputs, DType::I32);
   upload_async(input, padded.data());
-  std::vector<float> out(static_cast<size_t>(run * engine_.replicas.model.classes));
+  const int64_t V = engine_.replicas.model.classes, width = engine_.replicas.model.stored_classes();
+  std::vector<float> out(static_cast<size_t>(run * width));
   const Tensor params = shape_->inference_parameters();
   d0.stream().enqueue([&] {
     engine_.replicas.nets[0]->bind(params, Tensor(), engine_.master.buffers);
@@ -434,7 +438,10 @@ std::vector<float> DataParallel::logits(const int32_t* tokens, int64_t length, i
     engine_.replicas.nets[0]->unbind();
   });
   engine_.join_device0();
-  out.resize(static_cast<size_t>(length * engine_.replicas.model.classes));
+  // The first `length` rows, each its V classes (a padded row's columns past V are not logits).
+  for (int64_t r = 1; r < length; ++r)
+    std::copy_n(out.begin() + r * width, V, out.begin() + r * V);
+  out.resize(static_cast<size_t>(length * V));
   return out;
 }
 

@@ -20,6 +20,7 @@ struct DataParallel::Step : StepState {
     for (int i = 0; i < owner.engine_.replicas.devices.size(); ++i) devices.push_back(&owner.engine_.replicas.devices[i]);
     slots = owner.engine_.replicas.slots;
     sample_output_shape = owner.engine_.replicas.model.output_shape();
+    classes = owner.engine_.replicas.model.classes;
     output_dtype = owner.engine_.policy.precision.mixed() ? storage_dtype(owner.engine_.policy.precision.precision) : DType::F32;
     label_smoothing = owner.engine_.policy.label_smoothing;
   }

@@ -1,7 +1,7 @@
 // nanoGPT's GPT, with its state-dict names (lm_head untied from wte):
 //   x = drop(wte(ids) + wpe(0..T−1))
 //   per block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x)),  mlp = dropout(c_proj(gelu(c_fc(x))))
-//   logits = lm_head(ln_f(x))
+//   logits = lm_head(ln_f(x)), its rows padded to gpt_logits_width(vocab) (zero columns past the vocabulary)
 // Dropout sites are numbered 0 for drop, then 3 per block i: 3i+1 the attention probabilities,
 // 3i+2 attention's resid_dropout, 3i+3 the MLP's (each site draws masks of its own).
 // Initialisation as nanoGPT's: N(0, 0.02) for Linear and Embedding weights, c_proj weights
@@ -123,8 +123,14 @@ std::unique_ptr<Module> make_gpt(const GptConfig& g) {
   if (!(g.dropout >= 0 && g.dropout < 1)) throw UsageError(setting("dropout") + " must be in [0, 1)");
   auto gpt = make_sequential();
   gpt->append("transformer", std::make_unique<Transformer>(g));
-  gpt->append("lm_head", make_linear(g.dim, g.vocab, false, 0.02));
+  gpt->append("lm_head", make_linear_with_padded_rows(g.dim, g.vocab, gpt_logits_width(g.vocab), false, 0.02));
   return gpt;
+}
+
+int64_t gpt_logits_width(int64_t vocab) {
+  constexpr int64_t kAlign = 64;
+  const int64_t padded = (vocab + kAlign - 1) / kAlign * kAlign;
+  return (padded - vocab) * kAlign <= vocab ? padded : vocab;
 }
 
 }  // namespace dp

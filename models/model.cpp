@@ -31,7 +31,7 @@ const ModelDef& find_model(const std::string& name) {
 
 Shape ModelDef::output_shape() const {
   Shape out = target_shape;
-  out.push_back(classes);
+  out.push_back(stored_classes());
   return out;
 }
 

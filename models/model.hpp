@@ -24,11 +24,15 @@ struct ModelDef {
   Shape target_shape = {};         // per sample: {} one label, or {T} a next token per position
   float dropout = 0;               // the GPT's dropout probability in training (0: none)
   std::shared_ptr<const GraphSpec> file = nullptr;  // a model file's graph (--model net.json); null: a built-in
+  // The output's last dimension as stored when its rows are padded (the GPT's logits,
+  // gpt_logits_width): the columns past `classes` are zero padding, never a class. 0: classes.
+  int64_t output_width = 0;
 
   bool language_model() const { return input_dtype == DType::I32; }
   // Cross-entropy rows per sample: the loss is the mean over batch · targets_per_sample() rows.
   int64_t targets_per_sample() const { return numel(target_shape); }
-  Shape output_shape() const;  // per sample: target_shape + [classes]
+  int64_t stored_classes() const { return output_width > 0 ? output_width : classes; }
+  Shape output_shape() const;  // per sample: target_shape + [stored_classes()]
 };
 
 const std::vector<ModelDef>& model_registry();  // models/registry.cpp

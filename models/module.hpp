@@ -170,6 +170,11 @@ enum class WeightInit {
 };
 // init_std 0: PyTorch's default init; > 0: N(0, init_std) weights and zero bias (nanoGPT's).
 std::unique_ptr<Module> make_linear(int64_t in, int64_t out, bool bias = true, double init_std = 0);
+// A Linear whose output rows are stored `stored` (≥ out) wide, the columns past `out` zero padding
+// that its backward never reads: a language model's logits aligned for the GEMMs and the loss
+// (gpt_logits_width). Its parameters are make_linear's.
+std::unique_ptr<Module> make_linear_with_padded_rows(int64_t in, int64_t out, int64_t stored, bool bias,
+                                                     double init_std);
 // A Linear with a bias whose entries [begin, begin + count) read as zero and get no gradient (Swin
 // V2's qkv: torchvision zeroes the key bias for every forward, so it never acts and never learns).
 std::unique_ptr<Module> make_linear_with_silent_bias(int64_t in, int64_t out, int64_t begin, int64_t count);
@@ -243,7 +248,8 @@ std::unique_ptr<Module> make_shifted_window_attention_v2(int64_t dim, std::array
 std::unique_ptr<Module> make_relative_position_attention(int64_t dim, int64_t head_dim, int64_t tokens);
 
 // nanoGPT's GPT (models/gpt.cpp): transformer.{wte, wpe, drop, h.i.{ln_1, attn, ln_2, mlp}, ln_f} and
-// an lm_head without bias, not tied to wte. Samples are [T] int32 token ids; the output is [T, V].
+// an lm_head without bias, not tied to wte. Samples are [T] int32 token ids; the output is [T, V],
+// its rows stored gpt_logits_width(V) wide.
 // dropout: nanoGPT's config.dropout, at its four places (after the embeddings, on the attention
 // probabilities, after attention's and the MLP's projections); 0: none.
 struct GptConfig {
@@ -254,5 +260,11 @@ struct GptConfig {
   bool fused_attention = false;
 };
 std::unique_ptr<Module> make_gpt(const GptConfig& cfg);
+// The logits' row width for a vocabulary of V: V rounded up to a multiple of 64 where that adds at
+// most V/64 columns (GPT-2's 50257: 50304), else V. Aligned rows let the lm_head's GEMMs and the
+// loss use tensor-core tiles and vector loads (an odd V leaves every row misaligned in 16 bits);
+// the padding is never a class: the loss, evaluation and sampling read V columns of each row, and
+// every output and file keeps V (the lm_head's weight is [V, C]).
+int64_t gpt_logits_width(int64_t vocab);
 
 }  // namespace dp

@@ -68,6 +68,7 @@ ModelDef gpt_model(const GptConfig& g) {
   if (g.fused_attention) def.summary += ", fused attention";
   def.input_shape = {g.context};
   def.classes = g.vocab;
+  def.output_width = gpt_logits_width(g.vocab);
   def.make = [g] { return make_gpt(g); };
   def.input_dtype = DType::I32;
   def.target_shape = {g.context};

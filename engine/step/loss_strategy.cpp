@@ -13,8 +13,9 @@ namespace dp {
 
 namespace {
 
-// Logits [..., classes] are cross-entropy rows over their last dimension: [B, K] for a
-// classifier, [B, T, V] for a language model (a row per token).
+// Logits [..., width] are cross-entropy rows over their last dimension: [B, K] for a classifier,
+// [B, T, V] for a language model (a row per token) — of s.classes each, `width` apart (the GPT's
+// rows padded past V: ModelDef::output_width).
 
 // A label outside the classes, found on a GPU after the fact (the step validates labels on the
 // host before it starts, so this is a defence, not the usual report).
@@ -23,8 +24,8 @@ void check_labels(const LossSums& sums, int device) {
     throw RuntimeError("the loss on device " + std::to_string(device) + " found a label outside the classes (row " +
                        std::to_string(sums.bad_row - 1) + " of its chunk)");
 }
-int64_t classes_of(const Tensor& logits) { return logits.dim(static_cast<int>(logits.shape().size()) - 1); }
-int64_t rows_of(const Tensor& logits) { return logits.numel() / classes_of(logits); }
+int64_t width_of(const Tensor& logits) { return logits.dim(static_cast<int>(logits.shape().size()) - 1); }
+int64_t rows_of(const Tensor& logits) { return logits.numel() / width_of(logits); }
 
 // Where the loss writes the gradient of a module's output: over the output itself when nothing
 // else holds it, so a device never holds two [rows, classes] tensors (for a language model's
@@ -69,13 +70,14 @@ class GatheredLoss final : public LossStrategy {
       // gradient), for backward's task on this stream to take.
       const Tensor out = std::exchange(s.outputs[0], Tensor());
       Tensor grad = output_gradient(out);
-      softmax_xent_into(d0.exec(), out.buf(), s.target.buf(), rows_of(out), classes_of(out), grad.buf(),
-                        s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
+      softmax_xent_into(d0.exec(), out.buf(), s.target.buf(), rows_of(out), s.classes, grad.buf(),
+                        s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing, width_of(out));
       s.grad_outputs[0] = std::move(grad);
       return;
     }
-    softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), classes_of(s.gathered),
-                      s.grad_logits.buf(), s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing);
+    softmax_xent_into(d0.exec(), s.gathered.buf(), s.target.buf(), rows_of(s.gathered), s.classes,
+                      s.grad_logits.buf(), s.loss_grad_scale_on(0), &s.slots[0]->loss, s.loss.buf(), s.label_smoothing,
+                      width_of(s.gathered));
   }
   void read_sums(StepState& s) const override {
     s.loss_sum = s.slots[0]->loss.loss;
@@ -103,9 +105,9 @@ class InReplicaLoss final : public LossStrategy {
     if (gathers_) s.scalars[r] = Tensor::empty(dev, {2}, MemCategory::Loss);
     // [loss sum, hits] as float32 into the scalars device 0 gathers; the exact sums (doubles, for
     // the reported loss) into this replica's slot, read once the step is done.
-    softmax_xent_into(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), classes_of(out),
-                      s.grad_outputs[r].buf(), s.loss_grad_scale_on(r), &s.slots[static_cast<size_t>(r)]->loss,
-                      s.scalars[r].buf(), s.label_smoothing);
+    softmax_xent_into(dev.exec(), out.buf(), s.targets[r].buf(), rows_of(out), s.classes, s.grad_outputs[r].buf(),
+                      s.loss_grad_scale_on(r), &s.slots[static_cast<size_t>(r)]->loss, s.scalars[r].buf(),
+                      s.label_smoothing, width_of(out));
     s.outputs[r] = Tensor();
   }
   void gather(StepState& s) const override {

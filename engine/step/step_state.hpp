@@ -31,6 +31,9 @@ struct StepState {
   // What a replica's forward returns per sample ({classes}, or {T, V} for a language model) and
   // its dtype: the step enqueues the gather before any output exists.
   Shape sample_output_shape;
+  // The classes a cross-entropy row has: the output's last dimension, or fewer when its rows are
+  // padded (the GPT's logits: ModelDef::output_width).
+  int64_t classes = 0;
   DType output_dtype = DType::F32;
   float label_smoothing = 0;  // the training loss's (CrossEntropyLoss's label_smoothing)
   Shape output_shape(int64_t rows) const;
