@@ -3,6 +3,7 @@
 // error inside one replica; memory left behind.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/data_parallel.hpp"
@@ -100,9 +101,9 @@ TEST_CASE("N devices give the same training as one device: a residual network wi
 
 namespace {
 // A GPT on random windows: token ids and next-token targets [batch, T].
-Run train_gpt(int n, const std::string& split, int64_t batch, LossMode loss, int steps = 3) {
+Run train_gpt(int n, const std::string& split, int64_t batch, LossMode loss, int steps = 3, int64_t vocab = 37) {
   GptConfig cfg;
-  cfg.vocab = 37, cfg.context = 6, cfg.layers = 2, cfg.heads = 2, cfg.dim = 8;
+  cfg.vocab = vocab, cfg.context = 6, cfg.layers = 2, cfg.heads = 2, cfg.dim = 8;
   const ModelDef model = gpt_model(cfg);
   auto devs = host_devices(n);
   AdamWConfig adamw;
@@ -116,7 +117,7 @@ Run train_gpt(int n, const std::string& split, int64_t batch, LossMode loss, int
   for (int s = 0; s < steps; ++s) {
     std::vector<int32_t> x(static_cast<size_t>(batch * cfg.context)), y(x.size());
     for (size_t i = 0; i < x.size(); ++i)
-      x[i] = static_cast<int32_t>((i * 13 + s * 5) % 37), y[i] = static_cast<int32_t>((i * 7 + s) % 37);
+      x[i] = static_cast<int32_t>((i * 13 + s * 5) % vocab), y[i] = static_cast<int32_t>((i * 7 + s) % vocab);
     StepResult res = dp.step(x.data(), y.data(), batch);
     CHECK(res.targets == batch * cfg.context);
     r.losses.push_back(res.loss);
@@ -138,6 +139,41 @@ TEST_CASE("N devices give the same training as one device: the GPT, gathered and
       for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
       check_close(many.params, one.params, 2e-5);
     }
+}
+
+TEST_CASE("a GPT whose logits' rows are padded (vocabulary 3000, rows 3008 wide): the loss over its 3000 classes, "
+          "the same on N devices, logits of V per position") {
+  GptConfig cfg;
+  cfg.vocab = 3000, cfg.context = 6, cfg.layers = 1, cfg.heads = 2, cfg.dim = 8;
+  const ModelDef gpt = gpt_model(cfg);
+  REQUIRE(gpt.stored_classes() == 3008);
+  auto devs = host_devices(1);
+  DataParallel lm(devs, gpt, sgd(), {.split = SplitPolicy{}, .seed = 1});
+  std::vector<int32_t> x(12), y(12);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<int32_t>(i * 251 % 3000), y[i] = static_cast<int32_t>((i * 977 + 2999) % 3000);
+  // The cross-entropy of logits() (V a position) in double: what the loss must give, not the 3008-way one.
+  double want = 0;
+  for (int s = 0; s < 2; ++s) {
+    const auto z = lm.logits(x.data() + 6 * s, 6);
+    REQUIRE(z.size() == 6 * 3000);
+    for (int64_t t = 0; t < 6; ++t) {
+      const float* row = z.data() + t * 3000;
+      const double top = *std::max_element(row, row + 3000);
+      double sum = 0;
+      for (int64_t j = 0; j < 3000; ++j) sum += std::exp(static_cast<double>(row[j]) - top);
+      want += std::log(sum) + top - row[y[static_cast<size_t>(6 * s + t)]];
+    }
+  }
+  CHECK(lm.evaluate(x.data(), y.data(), 2).loss_sum == doctest::Approx(want).epsilon(1e-6));
+  CHECK(lm.step(x.data(), y.data(), 2).loss == doctest::Approx(want / 12).epsilon(1e-6));
+  const Run one = train_gpt(1, "even", 5, LossMode::Gathered, 2, 3000);
+  for (LossMode loss : {LossMode::Gathered, LossMode::InReplica}) {
+    CAPTURE(static_cast<int>(loss));
+    const Run many = train_gpt(2, "chunks:3,2", 5, loss, 2, 3000);
+    for (size_t s = 0; s < one.losses.size(); ++s) CHECK(many.losses[s] == doctest::Approx(one.losses[s]).epsilon(1e-5));
+    check_close(many.params, one.params, 2e-5);
+  }
 }
 
 TEST_CASE("a model refuses the other kind of input: images for the GPT, token ids for a classifier") {

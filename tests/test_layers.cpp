@@ -167,6 +167,45 @@ TEST_CASE("Linear gradients match finite differences") {
   gradcheck(*layer, {4, 7}, random_vector(28, 1));
 }
 
+TEST_CASE("Linear with padded output rows: the plain Linear's outputs and zero columns past them, its gradients, "
+          "the padding never read") {
+  const int64_t B = 6, I = 7, O = 5, W = 8;
+  for (const bool bias : {true, false}) {
+    CAPTURE(bias);
+    auto plain = make_linear(I, O, bias, 0);
+    auto padded = make_linear_with_padded_rows(I, O, W, bias, 0);
+    CHECK(padded->output_shape({3, I}) == Shape{3, W});
+    CHECK(padded->describe() == plain->describe());  // the user's Linear: the padding is storage
+    CHECK(ModelLayout::of(*padded).parameter_count == ModelLayout::of(*plain).parameter_count);
+    auto devs = host_devices(1);
+    Device& dev = devs[0];
+    Bound bp = bind_random(*plain, dev, 5), bw = bind_random(*padded, dev, 5);  // the same values
+    const Tensor in = tensor_from(dev, {B, I}, random_vector(B * I, 6));
+    const auto y = to_vector(plain->forward(dev, in, true)), yw = to_vector(padded->forward(dev, in, true));
+    REQUIRE(yw.size() == static_cast<size_t>(B * W));
+    const auto dy = random_vector(B * O, 8);
+    std::vector<float> dyw(static_cast<size_t>(B * W), NAN);  // NaN in the padding: a read of it would show
+    for (int64_t r = 0; r < B; ++r)
+      for (int64_t j = 0; j < W; ++j) {
+        const auto at = static_cast<size_t>(r * W + j);
+        if (j < O) {
+          CHECK(yw[at] == y[static_cast<size_t>(r * O + j)]);
+          dyw[at] = dy[static_cast<size_t>(r * O + j)];
+        } else {
+          CHECK(yw[at] == 0.f);
+        }
+      }
+    const auto dx = to_vector(plain->backward(dev, tensor_from(dev, {B, O}, dy), true));
+    const auto dxw = to_vector(padded->backward(dev, tensor_from(dev, {B, W}, dyw), true));
+    CHECK(dxw == dx);
+    CHECK(to_vector(bw.grads) == to_vector(bp.grads));
+    for (Module* m : {plain.get(), padded.get()}) m->bind({}, {});
+    gradcheck(*padded, {4, I}, random_vector(4 * I, 9));
+  }
+  CHECK_THROWS_WITH_AS(make_linear_with_padded_rows(I, O, O - 1, false, 0), doctest::Contains("cannot hold"),
+                       RuntimeError);
+}
+
 TEST_CASE("Conv2d gradients match finite differences (padding, stride)") {
   SUBCASE("3x3, stride 1, padding 1") {
     auto layer = make_conv2d(2, 3, 3, 1, 1);
@@ -892,6 +931,41 @@ TEST_CASE("softmax cross-entropy: value and gradient") {
                        doctest::Contains("label 4"), RuntimeError);
 }
 
+TEST_CASE("softmax cross-entropy over rows padded past their classes: the padding never read, its gradient zero") {
+  const int64_t B = 5, K = 4, W = 7;
+  const auto logits = random_vector(B * K, 10, -3.f, 3.f);
+  const std::vector<int32_t> labels = {0, 3, 1, 2, 3};
+  for (const float smoothing : {0.f, 0.1f}) {
+    CAPTURE(smoothing);
+    std::vector<float> grad(B * K);
+    int64_t hits = 0;
+    const double want = cpu::softmax_xent(logits.data(), labels.data(), B, K, grad.data(), 0.5f, &hits, smoothing);
+    std::vector<float> wide(B * W, NAN);  // NaN in the padding: a read of it would show
+    for (int64_t r = 0; r < B; ++r) std::copy_n(logits.begin() + r * K, K, wide.begin() + r * W);
+    for (const bool in_place : {false, true}) {
+      auto z = wide;
+      std::vector<float> separate(B * W, 5.f);
+      float* g = in_place ? z.data() : separate.data();
+      int64_t got_hits = 0;
+      CHECK(cpu::softmax_xent(z.data(), labels.data(), B, K, g, 0.5f, &got_hits, smoothing, W) == want);
+      CHECK(got_hits == hits);
+      for (int64_t r = 0; r < B; ++r)
+        for (int64_t j = 0; j < W; ++j) CHECK(g[r * W + j] == (j < K ? grad[static_cast<size_t>(r * K + j)] : 0.f));
+    }
+    // The op, on a host device: the same, and rows closer together than their classes refused.
+    auto devs = host_devices(1);
+    Device& dev = devs[0];
+    const Tensor z = tensor_from(dev, {B, W}, wide);
+    Tensor y = Tensor::empty(dev, {B}, MemCategory::Inputs, DType::I32);
+    std::copy(labels.begin(), labels.end(), y.data<int32_t>());
+    Tensor g = Tensor::empty(dev, {B, W}, MemCategory::Activations);
+    CHECK(softmax_xent(dev.exec(), z.buf(), y.buf(), B, K, g.buf(), 0.5f, nullptr, smoothing, W) == want);
+    CHECK(to_vector(g)[W - 1] == 0.f);
+    CHECK_THROWS_WITH_AS(softmax_xent(dev.exec(), z.buf(), y.buf(), B, K, g.buf(), 0.5f, nullptr, smoothing, K - 1),
+                         doctest::Contains("rows 3 apart hold no 4 classes"), RuntimeError);
+  }
+}
+
 TEST_CASE("softmax cross-entropy with label smoothing: PyTorch's formula and its gradient, in place too") {
   // CrossEntropyLoss(label_smoothing=ε): (1 − ε)·(−log p_y) + ε·mean_k(−log p_k) per row.
   const int64_t B = 4;
@@ -1329,6 +1403,40 @@ TEST_CASE("GPT: nanoGPT's state-dict names and sizes, gradients of every paramet
     gpt->clear_cache();
     for (Module* m : param_modules(*gpt)) m->bind({}, {});
   }
+}
+
+TEST_CASE("GPT: a vocabulary that is not a multiple of 64 has its logits' rows padded to one, where that costs at "
+          "most 1/64 more, and the parameters keep V rows") {
+  CHECK(gpt_logits_width(50257) == 50304);  // GPT-2's
+  CHECK(gpt_logits_width(50304) == 50304);
+  CHECK(gpt_logits_width(256) == 256);
+  CHECK(gpt_logits_width(65) == 65);       // 63 more columns: not worth it
+  CHECK(gpt_logits_width(1000) == 1000);   // 24 more: over 1000/64
+  CHECK(gpt_logits_width(3000) == 3008);   // 8 more: under 3000/64
+  CHECK(gpt_logits_width(4033) == 4096);
+  CHECK(gpt_logits_width(190) == 192);
+  CHECK(gpt_logits_width(126) == 126);
+  const ModelDef def = gpt_model(GptConfig{4100, 4, 1, 2, 8, 0});
+  CHECK(def.classes == 4100);
+  CHECK(def.output_shape() == Shape{4, 4160});
+  const ModelLayout big = ModelLayout::of(def);
+  CHECK(big.entries.front().shape == Shape{4100, 8});  // wte
+  CHECK(big.entries.back().shape == Shape{4100, 8});   // lm_head: V rows, as nanoGPT's and every file's
+  // Finite differences through the padded rows (V = 190, rows 192 wide: a loss of few outputs keeps
+  // float32's differences precise).
+  const GptConfig g{190, 4, 1, 2, 8, 0};
+  auto gpt = make_gpt(g);
+  CHECK(gpt->output_shape({4}) == Shape{4, 192});
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  Bound b = bind_random(*gpt, dev, 79);
+  const Tensor ids = token_ids(dev, {1, 189, 5, 0, 170, 2, 1, 1, 3, 4, 0, 6});
+  const auto out = to_vector(check_token_gradients(*gpt, dev, b, ids, 80));
+  REQUIRE(out.size() == static_cast<size_t>(12 * 192));
+  for (int64_t r = 0; r < 12; ++r)
+    for (int64_t j = 190; j < 192; ++j) CHECK(out[static_cast<size_t>(r * 192 + j)] == 0.f);
+  gpt->clear_cache();
+  for (Module* m : param_modules(*gpt)) m->bind({}, {});
 }
 
 }  // namespace test_layers

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -147,9 +148,9 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
   const int64_t B = 37, I = 129, O = 65;
   auto in = random_vector(B * I, 1), w = random_vector(O * I, 2), b = random_vector(O, 3), dout = random_vector(B * O, 4);
   std::vector<float> out(B * O), din(B * I), dw(O * I), db(O), out_nobias(B * O), dw_nobias(O * I);
-  cpu::linear_forward(pool, out.data(), in.data(), w.data(), b.data(), B, I, O);
-  cpu::linear_backward(pool, din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, I, O);
-  cpu::linear_forward(pool, out_nobias.data(), in.data(), w.data(), nullptr, B, I, O);
+  cpu::linear_forward(pool, out.data(), in.data(), w.data(), b.data(), B, I, O, O);
+  cpu::linear_backward(pool, din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, I, O, O);
+  cpu::linear_forward(pool, out_nobias.data(), in.data(), w.data(), nullptr, B, I, O, O);
   for (auto gemm : {cuda::LinearGemm::Cublas, cuda::LinearGemm::Lt, cuda::LinearGemm::LtSplitK}) {
     // offset 1: the bias and its gradient 4 bytes past an aligned block (cuBLASLt's fused way
     // wants 16; the product falls back to cuBLAS's way and must still be right)
@@ -167,9 +168,9 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
       // NaN first: an output left unwritten fails the comparison
       for (const auto* buf : {&d_out, &d_din, &d_dw, &d_db})
         DP_CUDA_CHECK(cudaMemsetAsync(buf->get<void>(), 0xff, buf->bytes(), c.handles().stream));
-      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get() + offset, B, I, O);
+      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get() + offset, B, I, O, O);
       cuda::linear_backward(c, alloc, d_din.get(), d_dw.get(), d_db.get() + offset, d_dout.get(), d_in.get(), d_w.get(), B,
-                            I, O);
+                            I, O, O);
       CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < kTol);
       CHECK(rel_error(to_host<float>(c, d_din, din.size()), din) < kTol);
       CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
@@ -178,8 +179,8 @@ TEST_CASE("linear forward and backward match the CPU reference (float32, no TF32
       // no bias: forward without one, backward without its gradient (the first layer: no din either)
       DP_CUDA_CHECK(cudaMemsetAsync(d_out.get<void>(), 0xff, d_out.bytes(), c.handles().stream));
       DP_CUDA_CHECK(cudaMemsetAsync(d_dw.get<void>(), 0xff, d_dw.bytes(), c.handles().stream));
-      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), nullptr, B, I, O);
-      cuda::linear_backward(c, alloc, nullptr, d_dw.get(), nullptr, d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), nullptr, B, I, O, O);
+      cuda::linear_backward(c, alloc, nullptr, d_dw.get(), nullptr, d_dout.get(), d_in.get(), d_w.get(), B, I, O, O);
       CHECK(rel_error(to_host<float>(c, d_out, out.size()), out_nobias) < kTol);
       CHECK(rel_error(to_host<float>(c, d_dw, dw.size()), dw) < kTol);
     }
@@ -264,6 +265,69 @@ TEST_CASE("16-bit Linear through cuBLAS and cuBLASLt (the bias in the forward's 
   }
 }
 
+namespace {
+// Linear with output rows W wide (a GPT's padded logits) on the GPU, values stored as S (float, or
+// a 16-bit type's bits), against the CPU reference of the compact layout: the first O columns
+// within `tol`, the padding written zero over stale NaNs, dout's padding (NaN) never read.
+template <typename S>
+void check_padded_linear(DType t, double tol) {
+  ThreadPool pool(1);
+  configure_host_blas();
+  const Exec host{&pool, nullptr, nullptr};
+  const int64_t B = 37, I = 136, O = 65, W = 128;
+  auto values = [&](int64_t n, uint64_t seed) {
+    if constexpr (std::is_same_v<S, float>) return random_vector(static_cast<size_t>(n), seed);
+    else return random_16bit(static_cast<size_t>(n), seed, t);
+  };
+  auto wide = [&](const std::vector<S>& v) {
+    if constexpr (std::is_same_v<S, float>) return v;
+    else return widen(v, t);
+  };
+  S nan_bits;
+  if constexpr (std::is_same_v<S, float>) nan_bits = NAN;
+  else nan_bits = 0x7FFF;
+  auto in = values(B * I, 91), w = values(O * I, 92), b = values(O, 93), dout = values(B * O, 94);
+  std::vector<S> out(B * O), din(B * I), dw(O * I), db(O);
+  linear_forward(host, Buf{out.data(), t}, Buf{in.data(), t}, Buf{w.data(), t}, Buf{b.data(), t}, B, I, O);
+  linear_backward(host, Buf{din.data(), t}, Buf{dw.data(), t}, Buf{db.data(), t}, Buf{dout.data(), t},
+                  Buf{in.data(), t}, Buf{w.data(), t}, B, I, O);
+  std::vector<S> dout_padded(static_cast<size_t>(B * W), nan_bits);
+  for (int64_t r = 0; r < B; ++r) std::copy_n(dout.begin() + r * O, O, dout_padded.begin() + r * W);
+  for (auto gemm : {cuda::LinearGemm::Cublas, cuda::LinearGemm::Lt}) {
+    CAPTURE(cuda::linear_gemm_name(gemm));
+    cuda::Context c(0, cuda::GpuMath{false, cuda::ConvAlgorithms::Deterministic, gemm});
+    CudaMallocMemory raw;
+    CachingAllocator alloc(0, "cuda:0", raw, 0);
+    const Exec gpu{nullptr, &c, &alloc};
+    auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b), d_dout = to_device(c, dout_padded);
+    auto d_out = to_device(c, std::vector<S>(static_cast<size_t>(B * W), nan_bits));
+    auto d_din = to_device(c, din), d_dw = to_device(c, dw), d_db = to_device(c, db);
+    auto dev = [&](cuda::DeviceBuffer& d) { return Buf{d.get<void>(), t}; };
+    linear_forward(gpu, dev(d_out), dev(d_in), dev(d_w), dev(d_b), B, I, O, W);
+    linear_backward(gpu, dev(d_din), dev(d_dw), dev(d_db), dev(d_dout), dev(d_in), dev(d_w), B, I, O, W);
+    const auto got = to_host<S>(c, d_out, static_cast<size_t>(B * W));
+    std::vector<S> rows;
+    bool padding_zero = true;
+    for (int64_t r = 0; r < B; ++r) {
+      rows.insert(rows.end(), got.begin() + r * W, got.begin() + r * W + O);
+      for (int64_t j = O; j < W; ++j) padding_zero = padding_zero && got[static_cast<size_t>(r * W + j)] == S{};
+    }
+    CHECK(padding_zero);
+    CHECK(rel_error(wide(rows), wide(out)) <= tol);
+    CHECK(rel_error(wide(to_host<S>(c, d_din, din.size())), wide(din)) <= tol);
+    CHECK(rel_error(wide(to_host<S>(c, d_dw, dw.size())), wide(dw)) <= tol);
+    CHECK(rel_error(wide(to_host<S>(c, d_db, db.size())), wide(db)) <= tol);
+  }
+}
+}  // namespace
+
+TEST_CASE("Linear with padded output rows (a GPT's logits) on the GPU: the CPU reference in the first columns, zeros "
+          "past them, the output gradient's padding never read, float32 and 16-bit, cuBLAS and cuBLASLt") {
+  check_padded_linear<float>(DType::F32, kTol);
+  check_padded_linear<uint16_t>(DType::BF16, 4 * std::ldexp(1.0, -8));
+  check_padded_linear<uint16_t>(DType::F16, 4 * std::ldexp(1.0, -11));
+}
+
 TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASLt work in the context's workspace), and replay the eager bits") {
   const int64_t B = 64, I = 256, O = 128;
   const auto in = random_vector(B * I, 11), w = random_vector(O * I, 12), b = random_vector(O, 13),
@@ -279,12 +343,12 @@ TEST_CASE("GEMMs captured into a CUDA graph allocate nothing (cuBLAS and cuBLASL
     auto d_w16 = to_device(c, w16), d_in16 = to_device(c, in16);
     cuda::DeviceBuffer d_out(c, B * O * 4), d_din(c, B * I * 4), d_dw(c, O * I * 4), d_db(c, O * 4), d_out16(c, B * O * 2);
     auto run_float32 = [&] {
-      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
-      cuda::linear_backward(c, alloc, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O);
+      cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O, O);
+      cuda::linear_backward(c, alloc, d_din.get(), d_dw.get(), d_db.get(), d_dout.get(), d_in.get(), d_w.get(), B, I, O, O);
     };
     auto run = [&] {
       run_float32();
-      cuda::linear_forward(c, DType::BF16, d_out16.get(), d_in16.get(), d_w16.get(), nullptr, B, I, O);
+      cuda::linear_forward(c, DType::BF16, d_out16.get(), d_in16.get(), d_w16.get(), nullptr, B, I, O, O);
     };
     auto results = [&] {
       auto r = to_host<float>(c, d_out, B * O);
@@ -374,10 +438,10 @@ TEST_CASE("linear with TF32 stays within 1e-3") {
   const int64_t B = 64, I = 256, O = 128;
   auto in = random_vector(B * I, 5), w = random_vector(O * I, 6), b = random_vector(O, 7);
   std::vector<float> out(B * O);
-  cpu::linear_forward(pool, out.data(), in.data(), w.data(), b.data(), B, I, O);
+  cpu::linear_forward(pool, out.data(), in.data(), w.data(), b.data(), B, I, O, O);
   auto d_in = to_device(c, in), d_w = to_device(c, w), d_b = to_device(c, b);
   cuda::DeviceBuffer d_out(c, out.size() * 4);
-  cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O);
+  cuda::linear_forward(c, d_out.get(), d_in.get(), d_w.get(), d_b.get(), B, I, O, O);
   CHECK(rel_error(to_host<float>(c, d_out, out.size()), out) < 1e-3);
 }
 
@@ -1182,6 +1246,53 @@ TEST_CASE("16-bit softmax cross-entropy runs natively: the float32 kernel on the
         CHECK(to_host<uint16_t>(c, logits.dev, z.size()) == want_grad);
       }
     }
+}
+
+TEST_CASE("softmax cross-entropy over rows padded past their classes (GPT-2's 50257 in rows of 50304): the compact "
+          "rows' loss and gradient to the bit, the padding never read and its gradient zero, float32 and 16-bit") {
+  cuda::Context c(0);
+  CudaMallocMemory raw;
+  CachingAllocator alloc(0, "cuda:0", raw, 0);
+  const Exec gpu{nullptr, &c, &alloc};
+  const int64_t B = 7, K = 50257, W = 50304;
+  std::vector<int32_t> y(static_cast<size_t>(B));
+  for (int64_t i = 0; i < B; ++i) y[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % K);
+  auto d_y = to_device(c, y);
+  const Buf labels{d_y.get<void>(), DType::I32};
+  for (DType t : {DType::F32, DType::BF16}) {
+    const std::string type = dtype_name(t);
+    CAPTURE(type);
+    const size_t es = dtype_size(t);
+    const auto z = random_vector(static_cast<size_t>(B * K), 95, -4.f, 4.f);
+    std::vector<uint8_t> compact(static_cast<size_t>(B * K) * es), padded(static_cast<size_t>(B * W) * es, 0xff);
+    for (int64_t i = 0; i < B * K; ++i) {  // 0xff bytes: NaN in the padding, a read of it would show
+      const uint16_t h = t == DType::BF16 ? float_to_bf16(z[static_cast<size_t>(i)]) : 0;
+      std::memcpy(compact.data() + i * es, t == DType::F32 ? static_cast<const void*>(&z[static_cast<size_t>(i)]) : &h, es);
+    }
+    for (int64_t r = 0; r < B; ++r)
+      std::memcpy(padded.data() + r * W * es, compact.data() + r * K * es, static_cast<size_t>(K) * es);
+    for (float smoothing : {0.f, 0.1f}) {
+      CAPTURE(smoothing);
+      auto d_c = to_device(c, compact), d_p = to_device(c, padded), d_gc = to_device(c, compact),
+           d_gp = to_device(c, padded);
+      int64_t hits_c = -1, hits_p = -2;
+      const double want = softmax_xent(gpu, Buf{d_c.get<void>(), t}, labels, B, K, Buf{d_gc.get<void>(), t}, 1.f / B,
+                                       &hits_c, smoothing);
+      const double got = softmax_xent(gpu, Buf{d_p.get<void>(), t}, labels, B, K, Buf{d_gp.get<void>(), t}, 1.f / B,
+                                      &hits_p, smoothing, W);
+      CHECK(got == want);
+      CHECK(hits_p == hits_c);
+      const auto gc = to_host<uint8_t>(c, d_gc, compact.size()), gp = to_host<uint8_t>(c, d_gp, padded.size());
+      bool rows_same = true, padding_zero = true;
+      for (int64_t r = 0; r < B; ++r) {
+        rows_same = rows_same && std::memcmp(gp.data() + r * W * es, gc.data() + r * K * es, static_cast<size_t>(K) * es) == 0;
+        for (size_t i = static_cast<size_t>(K) * es; i < static_cast<size_t>(W) * es; ++i)
+          padding_zero = padding_zero && gp[static_cast<size_t>(r * W) * es + i] == 0;
+      }
+      CHECK(rows_same);
+      CHECK(padding_zero);
+    }
+  }
 }
 
 TEST_CASE("the sum of squares (clipping, fp16's check) matches the CPU reference, repeats its bits, keeps inf and NaN") {
@@ -2007,7 +2118,7 @@ TEST_CASE("Linear's bias gradient over many rows is summed in parts on every SM:
     const auto in = random_vector(static_cast<size_t>(B * I), 40), w = random_vector(static_cast<size_t>(O * I), 41),
                dout = random_vector(static_cast<size_t>(B * O), 42);
     std::vector<float> din(static_cast<size_t>(B * I)), dw(static_cast<size_t>(O * I)), db(static_cast<size_t>(O));
-    cpu::linear_backward(pool, din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, I, O);
+    cpu::linear_backward(pool, din.data(), dw.data(), db.data(), dout.data(), in.data(), w.data(), B, I, O, O);
     CachingAllocator alloc(0, "cuda:0", raw, 0);
     const Exec gpu{nullptr, &c, &alloc};
     auto d_in = to_device(c, in), d_w = to_device(c, w), d_dout = to_device(c, dout);

@@ -189,9 +189,10 @@ TEST_CASE("gradient accumulation on cuda:0x4 matches host:4 (reduce and allreduc
       }
 }
 
-TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica loss, uneven chunks, dropout)") {
-  GptConfig cfg;
-  cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
+TEST_CASE("the GPT on cuda:0x4 matches host:4 (AdamW, gathered and in-replica loss, uneven chunks, dropout, its "
+          "logits' rows padded)") {
+  GptConfig cfg;  // vocabulary 127: the logits' rows 128 wide (gpt_logits_width), gathered and scattered so
+  cfg.vocab = 127, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
   const int64_t batch = 9;
   // With dropout the GPU draws the host's masks (the key read from device memory by its kernels).
   for (auto [dropout, loss] : {std::pair{0.f, LossMode::Gathered}, std::pair{0.f, LossMode::InReplica},
@@ -233,8 +234,8 @@ namespace {
 // both precisions together ran past 233 s (H100, 2026-11-27), and resnet8's 16-bit convolutions fail that
 // tool itself (H100, 2026-11-27), which must not leave the other models unchecked.
 void check_mixed_precision_against_host(Precision p, const std::string& model_name) {
-  GptConfig cfg;
-  cfg.vocab = 96, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
+  GptConfig cfg;  // vocabulary 127: 16-bit logits in rows of 128 (gpt_logits_width)
+  cfg.vocab = 127, cfg.context = 16, cfg.layers = 2, cfg.heads = 2, cfg.dim = 32;
   if (model_name == "gpt-fused") cfg.dim = 64, cfg.fused_attention = true;  // heads of 32: the flash kernels
   const std::string precision_text = precision_name(p);
   CAPTURE(model_name);

@@ -86,6 +86,11 @@ CASES = [
      + GPT_FLAGS),
     ("gpt", 2, 4, "even", 2, ["--optimizer", "sgd", "--lr", "0.3", "--momentum", "0.9", "--loss", "in-replica",
                               "--dropout", "0.1", "--accumulate", "2"] + GPT_FLAGS),
+    # A vocabulary of 4100 (GPT-2's 50257 in small): dp stores the logits' rows 4160 wide (aligned
+    # for the GEMMs), a loss over 4100 classes — label smoothing's ε/V would show 4160 — gathered
+    # over uneven chunks and scattered back.
+    ("gpt", 3, 5, "chunks:1,3,1", 2, ["--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--vocab", "4100",
+                                      "--label-smoothing", "0.1"] + GPT_FLAGS),
     # --recompute blocks (activation checkpointing) is the identity on the arithmetic: the plain
     # PyTorch step is the reference. BatchNorm's running statistics updated once per forward, not
     # twice as under torch.utils.checkpoint; dropout's masks drawn again in the repeat.
@@ -144,7 +149,7 @@ def run_case(dp, work, case, idx):
         example = torch.zeros(2, context, dtype=torch.long) if gpt else torch.zeros(2, 3, size, size)
         model = hash_dropout.with_dp_masks(model, example)
     else:
-        model = ref.make_model(model_name, dict(vocab=GPT_VOCAB, context=context, layers=int(flag("--gpt-layers", 0)),
+        model = ref.make_model(model_name, dict(vocab=int(flag("--vocab", GPT_VOCAB)), context=context, layers=int(flag("--gpt-layers", 0)),
                                                 heads=int(flag("--gpt-heads", 0)), dim=int(flag("--gpt-dim", 0)),
                                                 dropout=float(flag("--dropout", 0))))
         dp_model = model_name
