@@ -368,7 +368,7 @@ TEST_CASE("the op table: each op once, each made by a module or an op of several
   std::string all;
   for (const std::string& n : graph_op_names()) all += (all.empty() ? "" : ", ") + n;
   const std::string message = "unknown op 'swish' (dp runs " + all + ")";
-  CHECK_THROWS_WITH_AS(make_multi_input_op(unknown), doctest::Contains(message.c_str()), UsageError);
+  CHECK_THROWS_WITH_AS(make_multi_input_op(unknown, site), doctest::Contains(message.c_str()), UsageError);
   // The two forms of embedding: of ids (a module), of a weight value (two inputs: EmbeddingOf).
   GraphNode table_of_ids;
   table_of_ids.op = "embedding", table_of_ids.inputs = {-1};
@@ -377,7 +377,7 @@ TEST_CASE("the op table: each op once, each made by a module or an op of several
   GraphNode of_weight = table_of_ids;
   of_weight.inputs = {-1, 0};
   CHECK(make_node_module(of_weight, site) == nullptr);
-  CHECK(make_multi_input_op(of_weight) != nullptr);
+  CHECK(make_multi_input_op(of_weight, site) != nullptr);
   // The dropout sites count in the file's order, whichever op holds one.
   GraphNode dropout;
   dropout.op = "dropout", dropout.inputs = {-1}, dropout.attrs = {{"p", 0.1}};
@@ -530,9 +530,11 @@ TEST_CASE("A model file's graph: zero padding (F.pad, a node per dimension) pass
   CHECK(to_vector(back) == x);
 }
 
-TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views, permute, matmul, scale, causal masked_fill, softmax), positions and log_softmax: gradients match finite differences") {
-  // h = wte(x) + wpe(arange(4)); q, k, v = c_attn(h).split(8, 2) as [2 heads, 4, 4];
-  // y = softmax(causal(q @ kᵀ · 0.5)) @ v, back to [4, 8]; log_softmax(c_proj(y)).
+namespace {
+// h = wte(x) + wpe(arange(4)); q, k, v = c_attn(h).split(8, 2) as [2 heads, 4, 4];
+// y = dropout(softmax(causal(q @ kᵀ · 0.5))) @ v — from its ops, or (sdpa) as one
+// scaled_dot_product_attention node — back to [4, 8]; log_softmax(c_proj(y)).
+std::shared_ptr<GraphSpec> nanogpt_attention_graph(bool sdpa, double dropout = 0) {
   auto spec = graph_spec({4});
   spec->tokens = true;
   const nlohmann::json none = nlohmann::json::object();
@@ -550,18 +552,31 @@ TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views,
     return node(name, "permute", "", {v}, {{"dims", {0, 2, 1, 3}}}, {2, 4, 4});
   };
   const int q = heads("q", 0), k = heads("k", 8), v = heads("v", 16);
-  const int kt = node("kt", "permute", "", {k}, {{"dims", {0, 1, -1, -2}}}, {2, 4, 4});
-  const int s = node("s", "matmul", "", {q, kt}, none, {2, 4, 4});
-  const int sc = node("sc", "scale", "", {s}, {{"factor", 0.5}}, {2, 4, 4});
-  const int m = node("m", "masked_fill", "", {sc}, {{"mask", "causal"}, {"value", "-inf"}}, {2, 4, 4});
-  const int p = node("p", "softmax", "", {m}, {{"dim", -1}}, {2, 4, 4});
-  const int y = node("y", "matmul", "", {p, v}, none, {2, 4, 4});
+  int y = -1;
+  if (sdpa) {  // F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True): one node
+    y = node("y", "scaled_dot_product_attention", "", {q, k, v},
+             {{"is_causal", true}, {"dropout_p", dropout}, {"scale", nullptr}}, {2, 4, 4});
+  } else {
+    const int kt = node("kt", "permute", "", {k}, {{"dims", {0, 1, -1, -2}}}, {2, 4, 4});
+    const int s = node("s", "matmul", "", {q, kt}, none, {2, 4, 4});
+    const int sc = node("sc", "scale", "", {s}, {{"factor", 0.5}}, {2, 4, 4});
+    const int m = node("m", "masked_fill", "", {sc}, {{"mask", "causal"}, {"value", "-inf"}}, {2, 4, 4});
+    int p = node("p", "softmax", "", {m}, {{"dim", -1}}, {2, 4, 4});
+    if (dropout > 0) p = node("pd", "dropout", "", {p}, {{"p", dropout}}, {2, 4, 4});
+    y = node("y", "matmul", "", {p, v}, none, {2, 4, 4});
+  }
   const int yt = node("yt", "permute", "", {y}, {{"dims", {0, 2, 1, 3}}}, {4, 2, 4});
   const int yr = node("yr", "reshape", "", {yt}, none, {4, 8});
   const int o = node("o", "linear", "c_proj", {yr}, {{"in_features", 8}, {"out_features", 8}}, {4, 8});
   spec->output = node("ls", "log_softmax", "", {o}, {{"dim", -1}}, {4, 8});
   spec->state = {{"wte.weight", {11, 8}, false},   {"wpe.weight", {6, 8}, false},     {"c_attn.weight", {24, 8}, false},
                  {"c_attn.bias", {24}, false},     {"c_proj.weight", {8, 8}, false},  {"c_proj.bias", {8}, false}};
+  return spec;
+}
+}  // namespace
+
+TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views, permute, matmul, scale, causal masked_fill, softmax), positions and log_softmax: gradients match finite differences") {
+  auto spec = nanogpt_attention_graph(false);
   auto graph = make_graph_module(spec);
 
   auto devs = host_devices(1);
@@ -586,6 +601,44 @@ TEST_CASE("A model file's graph: nanoGPT's attention from its ops (split, views,
   for (int64_t i = 0; i < 3 * 8; ++i) CHECK(first[static_cast<size_t>(i)] == second[static_cast<size_t>(i)]);
   CHECK(first[3 * 8] != second[3 * 8]);
   for (Module* mod : param_modules(*graph)) mod->bind({}, {});
+}
+
+TEST_CASE("A model file's graph: F.scaled_dot_product_attention as one node gives its ops' outputs and gradients "
+          "(causal, dropout's masks too), matches finite differences, and refuses what it cannot run") {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  for (const double dropout : {0.0, 0.3}) {
+    CAPTURE(dropout);
+    auto ops = make_graph_module(nanogpt_attention_graph(false, dropout));
+    auto node = make_graph_module(nanogpt_attention_graph(true, dropout));
+    Bound bo = bind_random(*ops, dev, 93), bn = bind_random(*node, dev, 93);  // the same values
+    const Tensor ids = token_ids(dev);
+    const auto yo = to_vector(ops->forward(dev, ids, true)), yn = to_vector(node->forward(dev, ids, true));
+    CHECK(test::worst_relative(yn, yo) < 1e-6);
+    const auto r = random_vector(yo.size(), 94);
+    ops->backward(dev, tensor_from(dev, {3, 4, 8}, r), false);
+    node->backward(dev, tensor_from(dev, {3, 4, 8}, r), false);
+    CHECK(test::worst_relative(to_vector(bn.grads), to_vector(bo.grads)) < 1e-5);
+    if (dropout == 0) check_token_gradients(*node, dev, bn, ids, 95);
+    for (Module* m : {ops.get(), node.get()}) {
+      m->clear_cache();
+      for (Module* leaf : param_modules(*m)) leaf->bind({}, {});
+    }
+  }
+  auto refused = [](nlohmann::json attrs, std::vector<int> inputs_of_qkv, const char* why) {
+    auto spec = graph_spec({2, 4, 4});
+    const nlohmann::json none = nlohmann::json::object();
+    const int x = add_node(*spec, "x", "identity", "", {-1}, none, {2, 4, 4});
+    const int half = add_node(*spec, "half", "narrow", "", {-1}, {{"dim", 3}, {"start", 0}, {"length", 2}}, {2, 4, 2});
+    std::vector<int> in;
+    for (int i : inputs_of_qkv) in.push_back(i == 0 ? x : half);
+    spec->output = add_node(*spec, "y", "scaled_dot_product_attention", "", in, attrs, {2, 4, 4});
+    CHECK_THROWS_WITH_AS(make_graph_module(spec), doctest::Contains(why), UsageError);
+  };
+  refused({{"is_causal", true}}, {0, 0, 1}, "of one shape [heads, T, E]");
+  refused({{"is_causal", true}}, {0, 0}, "reads query, key and value");
+  refused({{"dropout_p", 1.5}}, {0, 0, 0}, "dropout_p must be in [0, 1)");
+  refused({{"is_causal", 1}}, {0, 0, 0}, "\"is_causal\" is not true or false");
 }
 
 TEST_CASE("A model file's graph: tied weights (nanoGPT's wte and lm_head one parameter), a LayerNorm without a "

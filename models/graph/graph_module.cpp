@@ -108,7 +108,7 @@ class GraphModule final : public Module {
           owned_.push_back(std::move(m));
         }
       } else {
-        st.multi = make_multi_input_op(node);
+        st.multi = make_multi_input_op(node, dropout_site);
         std::vector<bool> in_batched;
         for (int j : node.inputs) in_batched.push_back(j < 0 || batched[static_cast<size_t>(j)]);
         try {
@@ -172,7 +172,7 @@ class GraphModule final : public Module {
         std::vector<Tensor> operands;
         for (int j : st.inputs) operands.push_back(value(j));
         if (overwrite) values[static_cast<size_t>(a)] = Tensor();
-        values[i] = st.multi->forward(dev, operands, overwrite);
+        values[i] = st.multi->forward(dev, operands, overwrite, training);
       }
       for (int j : st.inputs)
         if (j >= 0 && last_reader_[static_cast<size_t>(j)] == static_cast<int>(i)) values[static_cast<size_t>(j)] = Tensor();
@@ -216,6 +216,8 @@ class GraphModule final : public Module {
   void set_dropout_source(const DropoutSource* source) override {
     Module::set_dropout_source(source);
     for (auto& m : owned_) m->set_dropout_source(source);
+    for (Step& st : steps_)
+      if (st.multi) st.multi->set_dropout_source(source);
   }
 
  private:

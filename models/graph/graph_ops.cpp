@@ -15,6 +15,7 @@
 #include "kernels/ops/every_sample.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/ops/pooling.hpp"
+#include "models/graph/attention_op.hpp"
 #include "models/graph/tensor_ops.hpp"
 
 namespace dp {
@@ -210,7 +211,7 @@ class Mul final : public EverySampleOp {
                        " (dp multiplies values of one shape, or by one value per plane: [C, 1, 1] over [C, H, W])");
     return big;
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool, bool) override {
     a_ = in[0], b_ = in[1];
     if (const int u = unbatched_operand(batched_); u >= 0) {  // every sample by the same value
       const Tensor& big = u == 0 ? b_ : a_;
@@ -306,7 +307,7 @@ class Add final : public EverySampleOp {
     throw UsageError("add's inputs have shapes " + shape_str(in[0]) + " and " + shape_str(in[1]) +
                      " (dp adds values of one shape, or one without the batch dimension to every sample)");
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first, bool) override {
     const int small = unbatched_operand(batched_);
     const size_t big = small == 0 ? 1 : 0;
     Tensor out = in[big];
@@ -358,7 +359,7 @@ class Cat final : public MultiInputOp {
     }
     return out;
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool, bool) override {
     std::vector<Shape> shapes;
     for (const Tensor& t : in) shapes.push_back(Shape(t.shape().begin() + 1, t.shape().end()));
     Shape out_shape{in[0].dim(0)};
@@ -627,9 +628,9 @@ std::unique_ptr<Module> mean_node(const GraphNode& n, uint32_t& dropout_site) {
   return seq;
 }
 
-std::unique_ptr<MultiInputOp> add_op(const GraphNode&) { return std::make_unique<Add>(); }
-std::unique_ptr<MultiInputOp> mul_op(const GraphNode&) { return std::make_unique<Mul>(); }
-std::unique_ptr<MultiInputOp> cat_op(const GraphNode& n) { return std::make_unique<Cat>(int_attr_or(n, "dim", 0)); }
+std::unique_ptr<MultiInputOp> add_op(const GraphNode&, uint32_t&) { return std::make_unique<Add>(); }
+std::unique_ptr<MultiInputOp> mul_op(const GraphNode&, uint32_t&) { return std::make_unique<Mul>(); }
+std::unique_ptr<MultiInputOp> cat_op(const GraphNode& n, uint32_t&) { return std::make_unique<Cat>(int_attr_or(n, "dim", 0)); }
 
 }  // namespace
 
@@ -670,6 +671,7 @@ const std::vector<GraphOp>& graph_ops() {
       {"shifted_window_attention", shifted_window_attention_node},
       {"shifted_window_attention_v2", shifted_window_attention_node},
       {"relative_position_attention", relative_position_attention_node},
+      {"scaled_dot_product_attention", nullptr, scaled_dot_product_attention_op},
       {"add", nullptr, add_op},
       {"mul", nullptr, mul_op},
       {"cat", nullptr, cat_op},
@@ -702,8 +704,8 @@ std::unique_ptr<Module> make_node_module(const GraphNode& n, uint32_t& dropout_s
   return op && op->module ? op->module(n, dropout_site) : nullptr;
 }
 
-std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& n) {
-  if (const GraphOp* op = find_graph_op(n.op); op && op->multi) return op->multi(n);
+std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& n, uint32_t& dropout_site) {
+  if (const GraphOp* op = find_graph_op(n.op); op && op->multi) return op->multi(n, dropout_site);
   std::string known;
   for (const std::string& o : graph_op_names()) known += (known.empty() ? "" : ", ") + o;
   throw UsageError(n.describe() + ": unknown op '" + n.op + "' (dp runs " + known + ")");

@@ -21,10 +21,13 @@ class MultiInputOp {
   // UsageError (naming the problem; the caller adds the node) for inputs it cannot take.
   virtual Shape output_shape(const std::vector<Shape>& in) const = 0;
   // overwrite_first: the first input is this op's to write over (no other reader or holder).
-  virtual Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first) = 0;
+  // training: a training forward (dropout drops), not an evaluation.
+  virtual Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite_first, bool training) = 0;
   // One gradient per input; undefined where need[i] is false.
   virtual std::vector<Tensor> backward(Device& dev, const Tensor& grad_out, const std::vector<bool>& need) = 0;
   virtual void clear_cache() {}
+  // Where an op that drops (its own dropout site) draws its masks, as Module::set_dropout_source.
+  virtual void set_dropout_source(const DropoutSource*) {}
   // Which inputs have the batch dimension, told before output_shape. By default every one must
   // (UsageError: kWithoutBatchRule); the ops that apply a value without it to every sample (add,
   // mul, expand) take it, and tell their inputs apart by this.
@@ -47,7 +50,8 @@ struct GraphOp {
   // A node of one input (or none: parameter) runs a module; null when the op reads several inputs
   // (embedding returns null for its two-input form, F.embedding of a weight value).
   std::unique_ptr<Module> (*module)(const GraphNode& node, uint32_t& dropout_site) = nullptr;
-  std::unique_ptr<MultiInputOp> (*multi)(const GraphNode& node) = nullptr;  // a node of several inputs
+  // A node of several inputs (`dropout_site` as the module's: an op that drops takes the next one).
+  std::unique_ptr<MultiInputOp> (*multi)(const GraphNode& node, uint32_t& dropout_site) = nullptr;
 };
 // Every op, in the order the unknown-op message lists them.
 const std::vector<GraphOp>& graph_ops();
@@ -58,7 +62,7 @@ const GraphOp* find_graph_op(const std::string& name);  // null: no such op
 // UsageError for attributes outside what dp runs.
 std::unique_ptr<Module> make_node_module(const GraphNode& node, uint32_t& dropout_site);
 // UsageError for an unknown op (naming every op) or attributes outside what dp runs.
-std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& node);
+std::unique_ptr<MultiInputOp> make_multi_input_op(const GraphNode& node, uint32_t& dropout_site);
 // Every op name a file may use (the table's).
 const std::vector<std::string>& graph_op_names();
 

@@ -257,7 +257,7 @@ class Expand final : public MultiInputOp {
                        "batch it takes; got " + (in.empty() ? std::string("nothing") : shape_str(in[0])));
     return Shape(in[0].begin() + 1, in[0].end());
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool, bool) override {
     shape_ = in[0].shape();
     Shape out_shape{in[1].dim(0)};
     out_shape.insert(out_shape.end(), shape_.begin() + 1, shape_.end());
@@ -280,7 +280,7 @@ class Scale final : public MultiInputOp {
  public:
   explicit Scale(float factor) : factor_(factor) {}
   Shape output_shape(const std::vector<Shape>& in) const override { return one_input("scale", in); }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite, bool) override {
     return scaled(dev, in[0], overwrite);
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
@@ -307,7 +307,7 @@ class CausalFill final : public MultiInputOp {
                                        shape_str(s));
     return s;
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool overwrite, bool) override {
     return filled(dev, overwrite ? in[0] : copy_of(dev, in[0]), value_);
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>& need) override {
@@ -395,7 +395,7 @@ class Matmul final : public MultiInputOp {
     out.back() = b[b.size() - (trans_b_ ? 2 : 1)];
     return out;
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool, bool) override {
     a_ = in[0], b_ = in[1];
     const MatmulShape s = shape_of(a_, b_);
     Shape out_shape = a_.shape();
@@ -450,7 +450,7 @@ class EmbeddingOf final : public MultiInputOp {
     out.push_back(in[1][1]);
     return out;
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool, bool) override {
     if (in[0].dtype() != DType::I32) throw RuntimeError("embedding takes int32 token ids");
     ids_ = in[0];
     const int64_t V = in[1].shape()[0], C = in[1].shape()[1];
@@ -486,7 +486,7 @@ class Arange final : public MultiInputOp {
     if (!in.empty()) throw UsageError("arange reads no values");
     return {end_};
   }
-  Tensor forward(Device& dev, const std::vector<Tensor>&, bool) override {
+  Tensor forward(Device& dev, const std::vector<Tensor>&, bool, bool) override {
     Tensor ids = Tensor::empty(dev, {end_}, MemCategory::Inputs, DType::I32);
     positions(dev.exec(), ids.buf(), end_);  // made on the device: a captured step makes them again
     return ids;
@@ -557,35 +557,35 @@ std::unique_ptr<Module> softmax_node(const GraphNode& n, uint32_t&) {
   return std::make_unique<Softmax>(n.op == "log_softmax");
 }
 
-std::unique_ptr<MultiInputOp> matmul_op(const GraphNode& n) {
+std::unique_ptr<MultiInputOp> matmul_op(const GraphNode& n, uint32_t&) {
   if (n.attrs.contains("trans_b") && !n.attrs.at("trans_b").is_boolean()) bad(n, "\"trans_b\" is true or false");
   return std::make_unique<Matmul>(n.attrs.value("trans_b", false));
 }
 
-std::unique_ptr<MultiInputOp> expand_op(const GraphNode&) {
+std::unique_ptr<MultiInputOp> expand_op(const GraphNode&, uint32_t&) {
   return std::make_unique<Expand>();
 }
 
 // F.embedding(ids, weight): two inputs
-std::unique_ptr<MultiInputOp> embedding_op(const GraphNode&) {
+std::unique_ptr<MultiInputOp> embedding_op(const GraphNode&, uint32_t&) {
   return std::make_unique<EmbeddingOf>();
 }
 
-std::unique_ptr<MultiInputOp> scale_op(const GraphNode& n) {
+std::unique_ptr<MultiInputOp> scale_op(const GraphNode& n, uint32_t&) {
   if (!n.attrs.contains("factor") || !n.attrs.at("factor").is_number()) bad(n, "needs a number \"factor\"");
   const double f = n.attrs.at("factor").get<double>();
   if (!std::isfinite(f)) bad(n, "\"factor\" must be finite");
   return std::make_unique<Scale>(static_cast<float>(f));
 }
 
-std::unique_ptr<MultiInputOp> masked_fill_op(const GraphNode& n) {
+std::unique_ptr<MultiInputOp> masked_fill_op(const GraphNode& n, uint32_t&) {
   if (!n.attrs.contains("mask") || n.attrs.at("mask") != "causal")
     bad(n, "mask " + (n.attrs.contains("mask") ? short_dump(n.attrs.at("mask")) : std::string("(none)")) +
                " is not run by dp (the causal mask, \"causal\": column > row, is)");
   return std::make_unique<CausalFill>(float_of(n, "value"));
 }
 
-std::unique_ptr<MultiInputOp> arange_op(const GraphNode& n) {
+std::unique_ptr<MultiInputOp> arange_op(const GraphNode& n, uint32_t&) {
   const int64_t start = n.attrs.contains("start") ? int_of(n, "start") : 0;
   const int64_t step = n.attrs.contains("step") ? int_of(n, "step") : 1;
   const int64_t end = int_of(n, "end");

@@ -18,11 +18,11 @@ std::unique_ptr<Module> parameter_node(const GraphNode& node, uint32_t& dropout_
 std::unique_ptr<Module> softmax_node(const GraphNode& node, uint32_t& dropout_site);  // and log_softmax
 // matmul, expand and embedding of a weight value (two inputs), scale and masked_fill (one: in place
 // when the graph gives it over), arange (none):
-std::unique_ptr<MultiInputOp> matmul_op(const GraphNode& node);
-std::unique_ptr<MultiInputOp> expand_op(const GraphNode& node);
-std::unique_ptr<MultiInputOp> embedding_op(const GraphNode& node);
-std::unique_ptr<MultiInputOp> scale_op(const GraphNode& node);
-std::unique_ptr<MultiInputOp> masked_fill_op(const GraphNode& node);
-std::unique_ptr<MultiInputOp> arange_op(const GraphNode& node);
+std::unique_ptr<MultiInputOp> matmul_op(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<MultiInputOp> expand_op(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<MultiInputOp> embedding_op(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<MultiInputOp> scale_op(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<MultiInputOp> masked_fill_op(const GraphNode& node, uint32_t& dropout_site);
+std::unique_ptr<MultiInputOp> arange_op(const GraphNode& node, uint32_t& dropout_site);
 
 }  // namespace dp

@@ -1,0 +1,127 @@
+// F.scaled_dot_product_attention(q, k, v, is_causal, dropout_p, scale) as one node (op
+// "scaled_dot_product_attention"), run by the GPT's attention op (kernels/ops/attention.hpp)
+// rather than the ops of its definition: the scale, the causal mask and the softmax in one kernel
+// over the scores, the probabilities kept once for backward (the decomposed nodes kept the scores
+// at each of their steps), on the tensor cores in 16 bits, nanoGPT's attn_dropout drawn inside it.
+//
+// q, k and v [B, H, T, E] (self-attention: one shape) are packed into the layout that op reads,
+// c_attn's [B, T, 3·H·E] — stacked [3, B, H, T, E], then one permute to [B, T, 3, H, E] — and its
+// output [B, T, H·E] permuted back to [B, H, T, E]; backward mirrors it. The copies are O(B·T·C),
+// small beside attention's O(B·H·T²).
+#include "models/graph/attention_op.hpp"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/ops/attention.hpp"
+#include "kernels/ops/memory.hpp"
+#include "kernels/ops/permute.hpp"
+#include "runtime/device.hpp"
+
+namespace dp {
+
+namespace {
+
+[[noreturn]] void bad(const GraphNode& n, const std::string& what) { throw UsageError(n.describe() + ": " + what); }
+
+class ScaledDotProductAttention final : public MultiInputOp {
+ public:
+  ScaledDotProductAttention(bool causal, float p, float scale, uint32_t site)
+      : causal_(causal), p_(p), scale_(scale), site_(site) {}
+  Shape output_shape(const std::vector<Shape>& in) const override {
+    if (in.size() != 3)
+      throw UsageError("scaled_dot_product_attention reads query, key and value: " + std::to_string(in.size()) +
+                       " inputs");
+    if (in[0].size() != 3 || in[1] != in[0] || in[2] != in[0])
+      throw UsageError("scaled_dot_product_attention runs self-attention over query, key and value of one shape "
+                       "[heads, T, E] per sample; got " + shape_str(in[0]) + ", " + shape_str(in[1]) + ", " +
+                       shape_str(in[2]));
+    return in[0];
+  }
+  void set_dropout_source(const DropoutSource* source) override { source_ = source; }
+  Tensor forward(Device& dev, const std::vector<Tensor>& in, bool, bool training) override {
+    const Tensor& q = in[0];
+    for (const Tensor& x : in)
+      if (x.dtype() != q.dtype()) throw RuntimeError("scaled_dot_product_attention: query, key and value of one type");
+    const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), E = q.dim(3);
+    const AttentionShape s = shape(B, H, T, E);
+    // The stack, then c_attn's layout.
+    Tensor stacked = Tensor::empty(dev, {3, B, H, T, E}, MemCategory::Workspace, q.dtype());
+    for (int j = 0; j < 3; ++j)
+      copy_between(dev.exec(), stacked.slice_flat(j * q.numel(), q.shape()).data<void>(), in[j].data<void>(),
+                   q.bytes(), dev.exec());
+    qkv_ = Tensor::empty(dev, {B, T, 3 * H * E}, MemCategory::Activations, q.dtype());
+    permute(dev.exec(), qkv_.buf(), stacked.buf(), PermuteShape::of({3, B, H, T, E}, {1, 3, 0, 2, 4}));
+    stacked = Tensor();
+    drop_ = training && p_ > 0 ? dropout_mask(source_, p_, site_) : DropoutMask{};
+    att_ = Tensor::empty(dev, {B, H, T, T}, MemCategory::Activations, q.dtype());
+    Tensor y = Tensor::empty(dev, {B, T, H * E}, MemCategory::Activations, q.dtype());
+    {
+      const Tensor scratch = Tensor::empty(
+          dev, {attention_scratch_floats(dev.exec(), s, q.dtype(), false, drop_.on())}, MemCategory::Workspace);
+      attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), drop_);
+    }
+    Tensor out = Tensor::empty(dev, q.shape(), MemCategory::Activations, q.dtype());
+    permute(dev.exec(), out.buf(), y.buf(), PermuteShape::of({B, T, H, E}, {0, 2, 1, 3}));
+    return out;
+  }
+  std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>&) override {
+    const int64_t B = g.dim(0), H = g.dim(1), T = g.dim(2), E = g.dim(3);
+    const AttentionShape s = shape(B, H, T, E);
+    Tensor dy = Tensor::empty(dev, {B, T, H * E}, MemCategory::Activations, g.dtype());
+    permute(dev.exec(), dy.buf(), g.buf(), PermuteShape::of({B, H, T, E}, {0, 2, 1, 3}));
+    Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations, qkv_.dtype());
+    {
+      const Tensor scratch = Tensor::empty(
+          dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), true, drop_.on())}, MemCategory::Workspace);
+      attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf(), drop_);
+    }
+    qkv_ = att_ = dy = Tensor();
+    // [B, T, 3, H, E] back to the stack [3, B, H, T, E]: the three gradients, views of it.
+    Tensor stacked = Tensor::empty(dev, {3, B, H, T, E}, MemCategory::Activations, g.dtype());
+    permute(dev.exec(), stacked.buf(), dqkv.buf(), PermuteShape::of({B, T, 3, H, E}, {2, 0, 3, 1, 4}));
+    const Shape one{B, H, T, E};
+    const int64_t n = g.numel();
+    return {stacked.slice_flat(0, one), stacked.slice_flat(n, one), stacked.slice_flat(2 * n, one)};
+  }
+  void clear_cache() override { qkv_ = att_ = Tensor(); }
+
+ private:
+  AttentionShape shape(int64_t B, int64_t H, int64_t T, int64_t E) const {
+    AttentionShape s{B, T, H * E, H};
+    s.causal = causal_;
+    s.scale = scale_;
+    return s;
+  }
+
+  bool causal_;
+  float p_, scale_;  // scale 0: 1/√E
+  uint32_t site_;
+  const DropoutSource* source_ = nullptr;
+  Tensor qkv_, att_;  // for backward: the packed operands, the probabilities
+  DropoutMask drop_;  // the last training forward's (off: none)
+};
+
+}  // namespace
+
+std::unique_ptr<MultiInputOp> scaled_dot_product_attention_op(const GraphNode& n, uint32_t& dropout_site) {
+  const auto number = [&](const char* key, double fallback) {
+    if (!n.attrs.contains(key) || n.attrs.at(key).is_null()) return fallback;
+    if (!n.attrs.at(key).is_number()) bad(n, std::string("\"") + key + "\" is not a number");
+    return n.attrs.at(key).get<double>();
+  };
+  bool causal = false;
+  if (n.attrs.contains("is_causal")) {
+    if (!n.attrs.at("is_causal").is_boolean()) bad(n, "\"is_causal\" is not true or false");
+    causal = n.attrs.at("is_causal").get<bool>();
+  }
+  const double p = number("dropout_p", 0), scale = number("scale", 0);
+  if (!(p >= 0 && p < 1)) bad(n, "dropout_p must be in [0, 1)");
+  if (!(scale >= 0)) bad(n, "scale must be positive (or absent: 1/sqrt(E))");
+  const uint32_t site = dropout_site++;  // a dropout site whatever p, as dropout's
+  return std::make_unique<ScaledDotProductAttention>(causal, static_cast<float>(p), static_cast<float>(scale), site);
+}
+
+}  // namespace dp
