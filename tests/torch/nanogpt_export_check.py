@@ -4,7 +4,8 @@ tril buffer, masked_fill, softmax and dropout, forward(idx, targets) computing i
 exported with tools/export_model.py --input tokens:T --weights; dp trains the file and --model gpt
 from those weights on the same token data, split unevenly over devices, without dropout and with
 it; and model.py's other path, F.scaled_dot_product_attention(is_causal=True) with dropout (PyTorch
-2.x's function; on 1.13, which has none, a stand-in with its signature). Per-step losses and every weight after the steps agree to float32 rounding: the file's matmul,
+2.x's function; on 1.13, which has none, a stand-in with its signature), exported as one node a
+layer that dp runs on --model gpt's attention kernels. Per-step losses and every weight after the steps agree to float32 rounding: the file's matmul,
 scale, masked_fill, softmax and dropout nodes compute what the fused attention kernel does, in the
 same order (the same exp, sums and masks), but the kernel scales q·kᵀ inside the GEMM (alpha),
 the file after it — the same bits with OpenBLAS's SkylakeX kernels (which apply alpha to the
@@ -62,7 +63,7 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # model.py's explicit attention, without dropout and with it; its other path,
     # F.scaled_dot_product_attention(is_causal=True) (PyTorch 2.x's; a stand-in with its signature
-    # on 1.13), exported as the ops of its definition.
+    # on 1.13), exported as one scaled_dot_product_attention node a layer.
     for spec, dropout in (("untied", 0.0), ("untied", 0.1), ("flash_untied", 0.1)):
         config = dict(block_size=T, vocab_size=VOCAB, n_layer=LAYERS, n_head=HEADS, n_embd=DIM, dropout=dropout)
         model_file = os.path.join(tmp, f"{spec}{dropout}.json")
@@ -79,6 +80,11 @@ with tempfile.TemporaryDirectory() as tmp:
         if spec == "untied":  # (the flash path registers no mask)
             check(f"{case}: the causal-mask buffers are kept as state no node reads",
                   "transformer.h.0.attn.bias" in st_io.load(weights) and '"unread": true' in open(model_file).read())
+        else:  # one node a layer, which dp runs on its GPT's attention kernels
+            ops = [n["op"] for n in json.load(open(model_file))["nodes"]]
+            check(f"{case}: one scaled_dot_product_attention node a layer, no softmax or matmul",
+                  ops.count("scaled_dot_product_attention") == LAYERS and "softmax" not in ops and "matmul" not in ops,
+                  f"{sorted(set(ops))}")
         # --model gpt has no mask buffers: its start is the same weights without them
         gpt_init = os.path.join(tmp, f"gpt-{spec}{dropout}.safetensors")
         st_io.save({k: v for k, v in st_io.load(weights).items() if not k.endswith(".attn.bias")}, gpt_init)

@@ -138,10 +138,12 @@ def is_sdpa(target):
 
 
 def sdpa_nodes(node, shapes, values, where):
-    """F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale) as the ops
-    of its definition: kᵀ, q @ kᵀ, the scale (1/√E by default), the causal mask (is_causal, or an
-    attn_mask that is the causal one), softmax, dropout (a dropout site whatever dropout_p, so the
-    sites after it keep their numbers), @ v. A mask other than the causal one is refused."""
+    """F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale): for
+    self-attention (q, k and v of one shape [B, H, T, E]) one scaled_dot_product_attention node,
+    which dp runs on its GPT's attention kernels; otherwise the ops of its definition: kᵀ, q @ kᵀ,
+    the scale (1/√E by default), the causal mask, softmax, dropout, @ v. Either way the causal mask
+    is is_causal or an attn_mask that is the causal one (another is refused), and dropout is a
+    dropout site whatever dropout_p, so the sites after it keep their numbers."""
     import math
     import torch
     import torch.fx
@@ -160,7 +162,13 @@ def sdpa_nodes(node, shapes, values, where):
             raise ExportError(f"F.scaled_dot_product_attention (node '{node.name}'){at}: its attn_mask is not the "
                               "causal one; dp runs is_causal=True or that mask")
         causal = True
-    k_shape = list(shapes[k.name].shape)[1:]
+    q_shape, k_shape = list(shapes[q.name].shape), list(shapes[k.name].shape)
+    if len(q_shape) == 4 and q_shape == k_shape == list(shapes[v.name].shape):
+        scale = given.get("scale")
+        attrs = {"is_causal": causal, "dropout_p": p, "scale": None if scale is None else float(scale)}
+        return [{"name": node.name, "op": "scaled_dot_product_attention", "module": "",
+                 "inputs": [q.name, k.name, v.name], "attrs": attrs, "shape": shape, "where": where}]
+    k_shape = k_shape[1:]
     kt_shape = k_shape[:-2] + [k_shape[-1], k_shape[-2]]
     rank = len(k_shape) + 1
     dims = list(range(rank))
