@@ -7,7 +7,9 @@
 // q, k and v [B, H, T, E] (self-attention: one shape) are packed into the layout that op reads,
 // c_attn's [B, T, 3·H·E] — stacked [3, B, H, T, E], then one permute to [B, T, 3, H, E] — and its
 // output [B, T, H·E] permuted back to [B, H, T, E]; backward mirrors it. The copies are O(B·T·C),
-// small beside attention's O(B·H·T²).
+// small beside attention's O(B·H·T²). With the node's "fused" (dp train --attention fused,
+// with_fused_attention): the flash kernels where attention_fused_applies, as --model gpt's blocks
+// take them — each row's log-sum-exp and the packed output kept instead of the probabilities.
 #include "models/graph/attention_op.hpp"
 
 #include <string>
@@ -16,8 +18,10 @@
 
 #include "core/error.hpp"
 #include "kernels/ops/attention.hpp"
+#include "kernels/ops/attention_fused.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/ops/permute.hpp"
+#include "models/graph/graph_module.hpp"
 #include "runtime/device.hpp"
 
 namespace dp {
@@ -28,8 +32,8 @@ namespace {
 
 class ScaledDotProductAttention final : public MultiInputOp {
  public:
-  ScaledDotProductAttention(bool causal, float p, float scale, uint32_t site)
-      : causal_(causal), p_(p), scale_(scale), site_(site) {}
+  ScaledDotProductAttention(bool causal, float p, float scale, uint32_t site, bool fused)
+      : causal_(causal), p_(p), scale_(scale), site_(site), fused_(fused) {}
   Shape output_shape(const std::vector<Shape>& in) const override {
     if (in.size() != 3)
       throw UsageError("scaled_dot_product_attention reads query, key and value: " + std::to_string(in.size()) +
@@ -56,9 +60,14 @@ class ScaledDotProductAttention final : public MultiInputOp {
     permute(dev.exec(), qkv_.buf(), stacked.buf(), PermuteShape::of({3, B, H, T, E}, {1, 3, 0, 2, 4}));
     stacked = Tensor();
     drop_ = training && p_ > 0 ? dropout_mask(source_, p_, site_) : DropoutMask{};
-    att_ = Tensor::empty(dev, {B, H, T, T}, MemCategory::Activations, q.dtype());
+    att_ = y_ = lse_ = Tensor();  // the last forward's (an evaluation's fused path before a training one's)
     Tensor y = Tensor::empty(dev, {B, T, H * E}, MemCategory::Activations, q.dtype());
-    {
+    if (fused_ && attention_fused_applies(s, q.dtype(), drop_.on())) {
+      lse_ = Tensor::empty(dev, {B, H, T}, MemCategory::Activations, DType::F32);
+      attention_fused_forward(dev.exec(), y.buf(), lse_.buf(), qkv_.buf(), s);
+      y_ = y;  // backward's Σ dout·out reads the packed output
+    } else {
+      att_ = Tensor::empty(dev, {B, H, T, T}, MemCategory::Activations, q.dtype());
       const Tensor scratch = Tensor::empty(
           dev, {attention_scratch_floats(dev.exec(), s, q.dtype(), false, drop_.on())}, MemCategory::Workspace);
       attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), drop_);
@@ -73,12 +82,15 @@ class ScaledDotProductAttention final : public MultiInputOp {
     Tensor dy = Tensor::empty(dev, {B, T, H * E}, MemCategory::Activations, g.dtype());
     permute(dev.exec(), dy.buf(), g.buf(), PermuteShape::of({B, H, T, E}, {0, 2, 1, 3}));
     Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations, qkv_.dtype());
-    {
+    if (lse_.defined()) {
+      const Tensor scratch = Tensor::empty(dev, {attention_fused_scratch_floats(s)}, MemCategory::Workspace);
+      attention_fused_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), y_.buf(), lse_.buf(), s, scratch.buf());
+    } else {
       const Tensor scratch = Tensor::empty(
           dev, {attention_scratch_floats(dev.exec(), s, qkv_.dtype(), true, drop_.on())}, MemCategory::Workspace);
       attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf(), drop_);
     }
-    qkv_ = att_ = dy = Tensor();
+    qkv_ = att_ = y_ = lse_ = dy = Tensor();
     // [B, T, 3, H, E] back to the stack [3, B, H, T, E]: the three gradients, views of it.
     Tensor stacked = Tensor::empty(dev, {3, B, H, T, E}, MemCategory::Activations, g.dtype());
     permute(dev.exec(), stacked.buf(), dqkv.buf(), PermuteShape::of({B, T, 3, H, E}, {2, 0, 3, 1, 4}));
@@ -86,7 +98,7 @@ class ScaledDotProductAttention final : public MultiInputOp {
     const int64_t n = g.numel();
     return {stacked.slice_flat(0, one), stacked.slice_flat(n, one), stacked.slice_flat(2 * n, one)};
   }
-  void clear_cache() override { qkv_ = att_ = Tensor(); }
+  void clear_cache() override { qkv_ = att_ = y_ = lse_ = Tensor(); }
 
  private:
   AttentionShape shape(int64_t B, int64_t H, int64_t T, int64_t E) const {
@@ -99,8 +111,10 @@ class ScaledDotProductAttention final : public MultiInputOp {
   bool causal_;
   float p_, scale_;  // scale 0: 1/√E
   uint32_t site_;
+  bool fused_;
   const DropoutSource* source_ = nullptr;
   Tensor qkv_, att_;  // for backward: the packed operands, the probabilities
+  Tensor y_, lse_;    // fused: the packed output and each row's log-sum-exp, instead of att_
   DropoutMask drop_;  // the last training forward's (off: none)
 };
 
@@ -112,16 +126,35 @@ std::unique_ptr<MultiInputOp> scaled_dot_product_attention_op(const GraphNode& n
     if (!n.attrs.at(key).is_number()) bad(n, std::string("\"") + key + "\" is not a number");
     return n.attrs.at(key).get<double>();
   };
-  bool causal = false;
-  if (n.attrs.contains("is_causal")) {
-    if (!n.attrs.at("is_causal").is_boolean()) bad(n, "\"is_causal\" is not true or false");
-    causal = n.attrs.at("is_causal").get<bool>();
-  }
+  const auto flag = [&](const char* key) {
+    if (!n.attrs.contains(key)) return false;
+    if (!n.attrs.at(key).is_boolean()) bad(n, std::string("\"") + key + "\" is not true or false");
+    return n.attrs.at(key).get<bool>();
+  };
+  const bool causal = flag("is_causal"), fused = flag("fused");
   const double p = number("dropout_p", 0), scale = number("scale", 0);
   if (!(p >= 0 && p < 1)) bad(n, "dropout_p must be in [0, 1)");
   if (!(scale >= 0)) bad(n, "scale must be positive (or absent: 1/sqrt(E))");
   const uint32_t site = dropout_site++;  // a dropout site whatever p, as dropout's
-  return std::make_unique<ScaledDotProductAttention>(causal, static_cast<float>(p), static_cast<float>(scale), site);
+  return std::make_unique<ScaledDotProductAttention>(causal, static_cast<float>(p), static_cast<float>(scale), site,
+                                                     fused);
+}
+
+ModelDef with_fused_attention(const ModelDef& file_model) {
+  if (!file_model.file) throw UsageError("--attention fused: " + file_model.name + " is not a model file");
+  auto spec = std::make_shared<GraphSpec>(*file_model.file);
+  int64_t taken = 0;
+  for (GraphNode& node : spec->nodes)
+    if (node.op == "scaled_dot_product_attention") node.attrs["fused"] = true, ++taken;
+  if (taken == 0)
+    throw UsageError("--attention fused: model file " + file_model.name + " has no scaled_dot_product_attention "
+                     "node (its attention was exported as separate ops; F.scaled_dot_product_attention, PyTorch "
+                     "2.x's, exports as one)");
+  ModelDef def = file_model;
+  def.summary += ", fused attention";
+  def.file = spec;
+  def.make = [spec] { return make_graph_module(spec, Checked::Already); };
+  return def;
 }
 
 }  // namespace dp

@@ -173,7 +173,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check("--attention fused with --dropout: the explicit run's weights, an evaluation's fused pass between steps "
           "notwithstanding", same[0] == same[1])
     expect("--attention flash", base + ["--attention", "flash"], 2, "--attention 'flash': expected explicit or fused")
-    expect("--attention with mlp", ["train", "--model", "mlp", "--attention", "fused"], 2, "--model mlp takes none")
+    expect("--attention with mlp", ["train", "--model", "mlp", "--attention", "fused"], 2, "--model mlp takes no attention")
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok] + SMALL)
     check("demo narrates a GPT step", rc == 0 and "token ids" in out and "[3, 8, 320]" in out, out + err)
     check("demo: the loss gradient divides by the batch's tokens", "divided by 24 tokens" in out, out)

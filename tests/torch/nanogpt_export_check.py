@@ -164,5 +164,41 @@ with tempfile.TemporaryDirectory() as tmp:
               and torch.equal(saved["lm_head.weight"], saved["transformer.wte.weight"])
               and not torch.equal(saved["lm_head.weight"], st_io.load(weights)["lm_head.weight"]))
 
+    # --attention fused on the flash path's nodes: heads of 32 in bf16 take the flash kernels as
+    # --model gpt's blocks do (the same kernels: the same bits); a file whose attention was exported
+    # as its ops has no node to take them, and says so.
+    wide = dict(block_size=T, vocab_size=VOCAB, n_layer=LAYERS, n_head=2, n_embd=64, dropout=0.0)
+    flash_file, flash_weights = os.path.join(tmp, "flash64.json"), os.path.join(tmp, "flash64.safetensors")
+    r = subprocess.run([sys.executable, EXPORT, f"{MODEL}:flash_untied", "--kwargs", json.dumps(wide), "--input",
+                        f"tokens:{T}", "--out", flash_file, "--weights", flash_weights], capture_output=True, text=True)
+    check("heads of 32 on model.py's flash path: exports", r.returncode == 0, r.stderr)
+    runs = {}
+    for label, model_args in (("file", ["--model", flash_file]),
+                              ("gpt", ["--model", "gpt", "--vocab", str(VOCAB), "--context", str(T), "--gpt-layers",
+                                       str(LAYERS), "--gpt-heads", "2", "--gpt-dim", "64"])):
+        for attention in ("explicit", "fused"):
+            out, metrics = (os.path.join(tmp, f"{label}-{attention}{ext}") for ext in (".safetensors", ".jsonl"))
+            p = subprocess.run([DP, "train", *model_args, "--init", flash_weights, "--data", data, "--devices", "host:2",
+                                "--batch", "4", "--steps", "3", "--no-shuffle", "--precision", "bf16", "--attention",
+                                attention, "--optimizer", "adamw", "--lr", "0.003", "--momentum", "0", "--save", out,
+                                "--metrics", metrics], capture_output=True, text=True)
+            check(f"--model {label} --attention {attention} in bf16 trains", p.returncode == 0 and
+                  ("fused attention" in p.stderr) == (attention == "fused"), p.stderr[-2000:])
+            if p.returncode == 0:
+                runs[(label, attention)] = (losses(metrics), st_io.load(out))
+    if len(runs) == 4:
+        (lf, wf), (lg, wg) = runs[("file", "fused")], runs[("gpt", "fused")]
+        check("--attention fused: the file's nodes train as --model gpt's blocks, losses and weights bit for bit",
+              lf == lg and all(torch.equal(w, wg[k]) for k, w in wf.items()), f"{lf} vs {lg}")
+        (le, we), (lge, wge) = runs[("file", "explicit")], runs[("gpt", "explicit")]
+        check("--attention explicit in bf16: the file's node trains as --model gpt's blocks, bit for bit",
+              le == lge and all(torch.equal(w, wge[k]) for k, w in we.items()), f"{le} vs {lge}")
+        check("--attention fused: the flash kernels taken (the explicit losses within bfloat16's precision, "
+              "not their bits)", lf != le and all(abs(a - b) <= 2e-2 * abs(b) for a, b in zip(lf, le)), f"{lf} vs {le}")
+    p = subprocess.run([DP, "train", "--model", os.path.join(tmp, "untied0.0.json"), "--data", data, "--steps", "1",
+                        "--attention", "fused"], capture_output=True, text=True)
+    check("--attention fused on a file whose attention is its ops: refused, saying why",
+          p.returncode == 2 and "has no scaled_dot_product_attention node" in p.stderr, p.stderr[-2000:])
+
 print("nanoGPT's model.py as a model file: " + ("all checks passed" if failed == 0 else f"{failed} FAILED"))
 sys.exit(1 if failed else 0)

@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "data/memory_data.hpp"
 #include "engine/comm/process_group.hpp"
+#include "models/graph/attention_op.hpp"
 
 namespace dp::cli {
 
@@ -57,17 +58,23 @@ void note_given_flags(const CLI::App* cmd, Flags& o) {
   o.optimizer_given = given("--optimizer");
   o.loss_given = given("--loss");
   o.loss_scale_given = given("--loss-scale") || given("--loss-scale-growth-interval");
-  for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout", "--attention"})
+  for (const char* flag : {"--gpt-layers", "--gpt-heads", "--gpt-dim", "--context", "--vocab", "--dropout"})
     if (given(flag)) o.gpt_flags_given = true;
+  o.attention_given = given("--attention");
 }
 
 namespace {
 // The model and its own options: the GPT's shape flags (refused on other models) and --recompute.
 void check_model_options(const Flags& o, RunSetup& r) {
   r.model = find_model(o.model);
+  if (o.attention_given && !r.model.language_model())
+    throw UsageError("--attention is the gpt's and a token model file's; --model " + o.model + " takes no attention");
   if (r.model.file && o.gpt_flags_given) {
-    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab, --dropout and --attention are the gpt's; a model "
+    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; a model "
                      "file (" + o.model + ") has its own shape (export it again to change it)");
+  } else if (r.model.file) {
+    // A token model file's scaled_dot_product_attention nodes (UsageError for a file without one).
+    if (parse_fused_attention(o.attention)) r.model = with_fused_attention(r.model);
   } else if (r.model.language_model()) {
     if (o.gpt_layers < 1 || o.gpt_heads < 1 || o.gpt_dim < 1 || o.context < 1)
       throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim and --context must be > 0");
@@ -78,7 +85,7 @@ void check_model_options(const Flags& o, RunSetup& r) {
     if (!(o.dropout >= 0 && o.dropout < 1)) throw UsageError("--dropout must be in [0, 1) (0: none)");
     parse_fused_attention(o.attention);  // a bad value refused before the data loads
   } else if (o.gpt_flags_given) {
-    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab, --dropout and --attention are the gpt's; --model " +
+    throw UsageError("--gpt-layers, --gpt-heads, --gpt-dim, --context, --vocab and --dropout are the gpt's; --model " +
                      o.model + " takes none of them");
   }
   // Refused before the data loads when the model has no blocks; blocks:N against the count once

@@ -110,9 +110,10 @@ const std::vector<FlagRow> kTable = {
      .help = "gpt: nanoGPT's dropout probability in training (after the embeddings, on the attention "
              "probabilities, after attention and the MLP); 0: none"},
     {.names = "--attention", .member = &F::attention, .group = kModel, .commands = kAll, .shows_default = true,
-     .help = "gpt: explicit (each block keeps its [heads, T, T] probabilities for backward, as nanoGPT without "
-             "flash) or fused (flash attention: each row's log-sum-exp kept instead and the probabilities "
-             "recomputed in backward; in bf16 and fp16, heads of 32 or 64 and no --dropout, else explicit)"},
+     .help = "gpt and a token model file's scaled_dot_product_attention: explicit (each block keeps its "
+             "[heads, T, T] probabilities for backward, as nanoGPT without flash) or fused (flash attention: each "
+             "row's log-sum-exp kept instead and the probabilities recomputed in backward; in bf16 and fp16, heads "
+             "of 32 or 64 and no dropout, else explicit)"},
     {.names = "--recompute", .member = &F::recompute, .group = kModel, .commands = kRunning, .shows_default = true,
      .help = "off, blocks or blocks:N: activation checkpointing, each replica keeping only its blocks' inputs "
              "(ResNet BasicBlocks, GPT Blocks; blocks:N the first N) until backward runs each one's forward "

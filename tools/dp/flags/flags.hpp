@@ -100,7 +100,7 @@ struct Flags {
   // Not flags: what the command knows once parsed. Which flags were given (their defaults depend
   // on it), and whether a plan keeps its ops' costs (for --roofline).
   bool generated_size_given = false, optimizer_given = false, loss_given = false, loss_scale_given = false;
-  bool gpt_flags_given = false, steps_given = false, epochs_given = false, lr_given = false,
+  bool gpt_flags_given = false, attention_given = false, steps_given = false, epochs_given = false, lr_given = false,
        weight_decay_given = false;
   bool count_op_costs = false;
 };
