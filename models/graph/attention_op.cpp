@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/setting_name.hpp"
 #include "kernels/ops/attention.hpp"
 #include "kernels/ops/attention_fused.hpp"
 #include "kernels/ops/memory.hpp"
@@ -141,13 +142,14 @@ std::unique_ptr<MultiInputOp> scaled_dot_product_attention_op(const GraphNode& n
 }
 
 ModelDef with_fused_attention(const ModelDef& file_model) {
-  if (!file_model.file) throw UsageError("--attention fused: " + file_model.name + " is not a model file");
+  const std::string fused = setting("attention") + " fused";
+  if (!file_model.file) throw UsageError(fused + ": " + file_model.name + " is not a model file");
   auto spec = std::make_shared<GraphSpec>(*file_model.file);
   int64_t taken = 0;
   for (GraphNode& node : spec->nodes)
     if (node.op == "scaled_dot_product_attention") node.attrs["fused"] = true, ++taken;
   if (taken == 0)
-    throw UsageError("--attention fused: model file " + file_model.name + " has no scaled_dot_product_attention "
+    throw UsageError(fused + ": model file " + file_model.name + " has no scaled_dot_product_attention "
                      "node (its attention was exported as separate ops; F.scaled_dot_product_attention, PyTorch "
                      "2.x's, exports as one)");
   ModelDef def = file_model;
