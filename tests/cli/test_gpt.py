@@ -177,6 +177,10 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok] + SMALL)
     check("demo narrates a GPT step", rc == 0 and "token ids" in out and "[3, 8, 320]" in out, out + err)
     check("demo: the loss gradient divides by the batch's tokens", "divided by 24 tokens" in out, out)
+    rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--data", tok, "--vocab",
+                        "4100"] + SMALL)
+    check("demo: a vocabulary padded in the logits' rows says so", rc == 0 and "[3, 8, 4160]" in out and
+          "stored 4160 wide: the 4100 classes" in out, out + err)
     rc, out, err = run(["demo", "--model", "gpt", "--devices", "host:2", "--batch", "3", "--accumulate", "2",
                         "--data", tok] + SMALL)
     check("demo narrates accumulated micro-batches", rc == 0 and "Micro-batch 2 of 2" in out

@@ -163,6 +163,10 @@ void tell_replicate(PhaseStory& rep, const StepFacts& f) {
 void tell_forward(PhaseStory& fw, const StepFacts& f) {
   fw.text = "Each replica runs the model forward on its own chunk, on its own device stream, all at once.";
   for (int i : f.active) fw.tensors.push_back({"output " + std::to_string(i), f.outputs(f.r.chunks[i]), i, f.low});
+  if (f.m.stored_classes() != f.m.classes)
+    fw.text += " Each row of logits is stored " + std::to_string(f.m.stored_classes()) + " wide: the " +
+               std::to_string(f.m.classes) + " classes, then zeros that align the rows for the matrix products and "
+               "the loss (never a class).";
   if (f.mixed)
     fw.text += " Matrix products and convolutions take " + f.low_name +
                " operands and accumulate in float32; BatchNorm, LayerNorm and softmax compute in float32; every "
