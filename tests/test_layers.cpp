@@ -14,6 +14,7 @@
 #include "helpers.hpp"
 #include "kernels/ops/cosine_attention.hpp"
 #include "kernels/ops/dropout.hpp"
+#include "kernels/ops/linear.hpp"
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/relative_position.hpp"
 #include "kernels/ops/sgd.hpp"
@@ -204,6 +205,13 @@ TEST_CASE("Linear with padded output rows: the plain Linear's outputs and zero c
   }
   CHECK_THROWS_WITH_AS(make_linear_with_padded_rows(I, O, O - 1, false, 0), doctest::Contains("cannot hold"),
                        RuntimeError);
+  // The op itself: a stride under the columns refused by name before anything runs.
+  auto devs = host_devices(1);
+  const Tensor x = tensor_from(devs[0], {B, I}, random_vector(B * I, 10));
+  const Tensor w = tensor_from(devs[0], {O, I}, random_vector(O * I, 11));
+  Tensor y = Tensor::empty(devs[0], {B, W}, MemCategory::Activations);
+  CHECK_THROWS_WITH_AS(linear_forward(devs[0].exec(), y.buf(), x.buf(), w.buf(), Buf{}, B, I, O, O - 1),
+                       doctest::Contains("linear_forward: rows 4 apart hold no 5 columns"), RuntimeError);
 }
 
 TEST_CASE("Conv2d gradients match finite differences (padding, stride)") {
@@ -1015,7 +1023,7 @@ TEST_CASE("softmax cross-entropy over rows padded past their classes: the paddin
     CHECK(softmax_xent(dev.exec(), z.buf(), y.buf(), B, K, g.buf(), 0.5f, nullptr, smoothing, W) == want);
     CHECK(to_vector(g)[W - 1] == 0.f);
     CHECK_THROWS_WITH_AS(softmax_xent(dev.exec(), z.buf(), y.buf(), B, K, g.buf(), 0.5f, nullptr, smoothing, K - 1),
-                         doctest::Contains("rows 3 apart hold no 4 classes"), RuntimeError);
+                         doctest::Contains("softmax_xent: rows 3 apart hold no 4 columns"), RuntimeError);
   }
 }
 

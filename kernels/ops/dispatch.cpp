@@ -18,6 +18,7 @@
 #include "kernels/ops/loss.hpp"
 #include "kernels/ops/memory.hpp"
 #include "kernels/operands.hpp"
+#include "kernels/row_stride.hpp"
 #include "core/thread_pool.hpp"
 
 namespace dp {
@@ -177,17 +178,11 @@ std::unique_ptr<ScopedBlock> loss_scratch_elsewhere(const Exec& ex, int64_t B) {
   if (ex.on_cuda() || !ex.scratch) return nullptr;
   return std::make_unique<ScopedBlock>(*ex.scratch, softmax_xent_scratch_bytes(B));
 }
-int64_t logits_row_stride(int64_t K, int64_t pitch) {
-  if (pitch != 0 && pitch < K)
-    throw RuntimeError("softmax_xent: rows " + std::to_string(pitch) + " apart hold no " + std::to_string(K) +
-                       " classes");
-  return pitch == 0 ? K : pitch;
-}
 }  // namespace
 
 void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, ScalarArg grad_scale,
                        LossSums* out, Buf scalars, float label_smoothing, int64_t pitch) {
-  const int64_t ld = logits_row_stride(K, pitch);
+  const int64_t ld = row_stride("softmax_xent", K, pitch);
   const auto held = loss_scratch_elsewhere(ex, B);
   Operands o(ex, "softmax_xent", {logits, dlogits});
   o.flops(6.0 * B * K), o.cost().reads(labels, B);
@@ -221,7 +216,7 @@ void softmax_xent_into(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_
 
 double softmax_xent(const Exec& ex, Buf logits, Buf labels, int64_t B, int64_t K, Buf dlogits, float grad_scale,
                     int64_t* correct, float label_smoothing, int64_t pitch) {
-  const int64_t ld = logits_row_stride(K, pitch);
+  const int64_t ld = row_stride("softmax_xent", K, pitch);
   // The loss computes in float32 from 16-bit logits (autocast's); a 16-bit dlogits is the float32
   // gradient rounded once. dlogits may be logits itself: both are widened before the kernel runs
   // (on a GPU the 16-bit kernel reads each row before it writes it).

@@ -11,13 +11,12 @@
 #include <cstdint>
 
 #include <optional>
-#include <string>
 
-#include "core/error.hpp"
 #include "core/scratch.hpp"
 #include "kernels/column_parts.hpp"
 #include "kernels/exec.hpp"
 #include "kernels/operands.hpp"
+#include "kernels/row_stride.hpp"
 
 namespace dp {
 namespace cpu {
@@ -39,16 +38,9 @@ void linear_backward(Context& c, ScratchMemory& alloc, DType t, void* din, void*
                      const void* in, const void* w, int64_t B, int64_t I, int64_t O, int64_t ldo);
 }  // namespace cuda
 
-inline int64_t linear_row_stride(int64_t O, int64_t ldo) {
-  if (ldo != 0 && ldo < O)
-    throw RuntimeError("Linear: an output row stride of " + std::to_string(ldo) + " under its " + std::to_string(O) +
-                     " columns");
-  return ldo == 0 ? O : ldo;
-}
-
 inline void linear_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, int64_t B, int64_t I, int64_t O,
                            int64_t ldo = 0) {
-  ldo = linear_row_stride(O, ldo);
+  ldo = row_stride("linear_forward", O, ldo);
   Operands o(ex, "linear_forward", {out, in, w, b});
   o.flops(2.0 * B * I * O + (b.ptr ? 1.0 * B * O : 0.0), true);
   float* y = o.out(out, B * ldo);
@@ -62,7 +54,7 @@ inline void linear_forward(const Exec& ex, Buf out, Buf in, Buf w, Buf b, int64_
 }
 inline void linear_backward(const Exec& ex, Buf din, Buf dw, Buf db, Buf dout, Buf in, Buf w, int64_t B, int64_t I,
                             int64_t O, int64_t ldo = 0) {
-  ldo = linear_row_stride(O, ldo);
+  ldo = row_stride("linear_backward", O, ldo);
   Operands o(ex, "linear_backward", {din, dw, db, dout, in, w});
   o.flops(((din.ptr ? 2.0 : 0.0) + (dw.ptr ? 2.0 : 0.0)) * B * I * O + (db.ptr ? 1.0 * B * O : 0.0), true);
   float *dx = o.out(din, B * I), *pdw = o.out(dw, O * I), *pdb = o.out(db, O);
