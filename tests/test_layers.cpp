@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <string>
@@ -19,6 +20,7 @@
 #include "kernels/ops/relative_position.hpp"
 #include "kernels/ops/sgd.hpp"
 #include "kernels/ops/window_partition.hpp"
+#include "models/graph/attention_layout.hpp"
 #include "models/graph/graph_module.hpp"
 #include "models/graph/graph_ops.hpp"
 #include "models/graph/tensor_ops.hpp"
@@ -541,8 +543,9 @@ TEST_CASE("A model file's graph: zero padding (F.pad, a node per dimension) pass
 namespace {
 // h = wte(x) + wpe(arange(4)); q, k, v = c_attn(h).split(8, 2) as [2 heads, 4, 4];
 // y = dropout(softmax(causal(q @ kᵀ · 0.5))) @ v — from its ops, or (sdpa) as one
-// scaled_dot_product_attention node — back to [4, 8]; log_softmax(c_proj(y)).
-std::shared_ptr<GraphSpec> nanogpt_attention_graph(bool sdpa, double dropout = 0) {
+// scaled_dot_product_attention node — back to [4, 8] (contiguous: through an identity, as
+// .contiguous() exports); log_softmax(c_proj(y)).
+std::shared_ptr<GraphSpec> nanogpt_attention_graph(bool sdpa, double dropout = 0, bool contiguous = false) {
   auto spec = graph_spec({4});
   spec->tokens = true;
   const nlohmann::json none = nlohmann::json::object();
@@ -573,7 +576,8 @@ std::shared_ptr<GraphSpec> nanogpt_attention_graph(bool sdpa, double dropout = 0
     if (dropout > 0) p = node("pd", "dropout", "", {p}, {{"p", dropout}}, {2, 4, 4});
     y = node("y", "matmul", "", {p, v}, none, {2, 4, 4});
   }
-  const int yt = node("yt", "permute", "", {y}, {{"dims", {0, 2, 1, 3}}}, {4, 2, 4});
+  int yt = node("yt", "permute", "", {y}, {{"dims", {0, 2, 1, 3}}}, {4, 2, 4});
+  if (contiguous) yt = node("yc", "identity", "", {yt}, none, {4, 2, 4});
   const int yr = node("yr", "reshape", "", {yt}, none, {4, 8});
   const int o = node("o", "linear", "c_proj", {yr}, {{"in_features", 8}, {"out_features", 8}}, {4, 8});
   spec->output = node("ls", "log_softmax", "", {o}, {{"dim", -1}}, {4, 8});
@@ -647,6 +651,70 @@ TEST_CASE("A model file's graph: F.scaled_dot_product_attention as one node give
   refused({{"is_causal", true}}, {0, 0}, "reads query, key and value");
   refused({{"dropout_p", 1.5}}, {0, 0, 0}, "dropout_p must be in [0, 1)");
   refused({{"is_causal", 1}}, {0, 0, 0}, "\"is_causal\" is not true or false");
+}
+
+TEST_CASE("A model file's attention read where c_attn writes it: the folded graph gives the file's outputs and "
+          "gradients (dropout's masks, the fused kernels too), and a chain that differs anywhere stays as it is") {
+  auto devs = host_devices(1);
+  Device& dev = devs[0];
+  for (const bool contiguous : {false, true})
+    for (const double dropout : {0.0, 0.3})
+      for (const bool fused : {false, true}) {
+        CAPTURE(contiguous);
+        CAPTURE(dropout);
+        CAPTURE(fused);
+        auto spec = nanogpt_attention_graph(true, dropout, contiguous);
+        if (fused)
+          for (GraphNode& n : spec->nodes)
+            if (n.op == "scaled_dot_product_attention") n.attrs["fused"] = true;
+        const FoldedAttention folded = fold_attention_layout(spec);
+        REQUIRE(folded.folded == 1);
+        // dropped: three narrows, reshapes and permutes, y's permute, (identity,) reshape
+        CHECK(folded.spec->nodes.size() == spec->nodes.size() - (contiguous ? 12 : 11));
+        const GraphNode& att = *std::find_if(folded.spec->nodes.begin(), folded.spec->nodes.end(),
+                                             [](const GraphNode& n) { return n.op == "scaled_dot_product_attention"; });
+        CHECK(att.shape == Shape{4, 8});
+        CHECK(att.attrs.at("packed_heads") == 2);
+        CHECK(folded.spec->nodes[static_cast<size_t>(att.inputs.at(0))].name == "qkv");
+        auto file = make_graph_module(spec), fold = make_graph_module(folded.spec);
+        Bound bf = bind_random(*file, dev, 96), bo = bind_random(*fold, dev, 96);  // the same values
+        const Tensor ids = token_ids(dev);
+        const auto yf = to_vector(file->forward(dev, ids, true)), yo = to_vector(fold->forward(dev, ids, true));
+        CHECK(yo == yf);  // the copies dropped move values, never round them
+        const auto r = random_vector(yf.size(), 97);
+        file->backward(dev, tensor_from(dev, {3, 4, 8}, r), false);
+        fold->backward(dev, tensor_from(dev, {3, 4, 8}, r), false);
+        CHECK(to_vector(bo.grads) == to_vector(bf.grads));
+        if (dropout == 0 && !fused) check_token_gradients(*fold, dev, bo, ids, 98);
+        for (Module* m : {file.get(), fold.get()}) {
+          m->clear_cache();
+          for (Module* leaf : param_modules(*m)) leaf->bind({}, {});
+        }
+      }
+  // Not folded: the decomposed attention; k and v read from each other's columns; q read elsewhere
+  // too; y reshaped to another shape than [T, C]; a folded node's attribute in the file.
+  CHECK(fold_attention_layout(nanogpt_attention_graph(false)).folded == 0);
+  auto changed = [](const std::function<void(GraphSpec&)>& change) {
+    auto spec = nanogpt_attention_graph(true);
+    change(*spec);
+    const FoldedAttention f = fold_attention_layout(spec);
+    CHECK(f.spec == spec);
+    return f.folded;
+  };
+  const auto named = [](GraphSpec& s, const char* name) -> GraphNode& {
+    return *std::find_if(s.nodes.begin(), s.nodes.end(), [&](const GraphNode& n) { return n.name == name; });
+  };
+  const auto index_of = [](GraphSpec& s, const char* name) {
+    return static_cast<int>(std::find_if(s.nodes.begin(), s.nodes.end(), [&](const GraphNode& n) { return n.name == name; }) -
+                            s.nodes.begin());
+  };
+  CHECK(changed([&](GraphSpec& s) { named(s, "k_part").attrs["start"] = 16, named(s, "v_part").attrs["start"] = 8; }) == 0);
+  CHECK(changed([&](GraphSpec& s) {
+          add_node(s, "again", "identity", "", {index_of(s, "q")}, nlohmann::json::object(), {2, 4, 4});
+        }) == 0);
+  CHECK(changed([&](GraphSpec& s) { named(s, "q").attrs["dims"] = {0, 2, 3, 1}; }) == 0);
+  CHECK(changed([&](GraphSpec& s) { named(s, "yr").shape = {32}; }) == 0);
+  CHECK(changed([&](GraphSpec& s) { named(s, "y").attrs["packed_heads"] = 2; }) == 0);
 }
 
 TEST_CASE("A model file's graph: tied weights (nanoGPT's wte and lm_head one parameter), a LayerNorm without a "

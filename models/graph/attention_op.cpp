@@ -4,10 +4,11 @@
 // over the scores, the probabilities kept once for backward (the decomposed nodes kept the scores
 // at each of their steps), on the tensor cores in 16 bits, nanoGPT's attn_dropout drawn inside it.
 //
-// q, k and v [B, H, T, E] (self-attention: one shape) are packed into the layout that op reads,
-// c_attn's [B, T, 3·H·E] — stacked [3, B, H, T, E], then one permute to [B, T, 3, H, E] — and its
-// output [B, T, H·E] permuted back to [B, H, T, E]; backward mirrors it. The copies are O(B·T·C),
-// small beside attention's O(B·H·T²). With the node's "fused" (dp train --attention fused,
+// That op reads c_attn's layout [B, T, 3·H·E]. A node folded by fold_attention_layout
+// ("packed_heads", attention_layout.hpp) reads it as c_attn wrote it and returns [B, T, H·E];
+// otherwise q, k and v [B, H, T, E] (self-attention: one shape) are packed into it — stacked
+// [3, B, H, T, E], then one permute to [B, T, 3, H, E] — and the output permuted back to
+// [B, H, T, E]; backward mirrors it. The copies are O(B·T·C), small beside attention's O(B·H·T²). With the node's "fused" (dp train --attention fused,
 // with_fused_attention): the flash kernels where attention_fused_applies, as --model gpt's blocks
 // take them — each row's log-sum-exp and the packed output kept instead of the probabilities.
 #include "models/graph/attention_op.hpp"
@@ -33,9 +34,15 @@ namespace {
 
 class ScaledDotProductAttention final : public MultiInputOp {
  public:
-  ScaledDotProductAttention(bool causal, float p, float scale, uint32_t site, bool fused)
-      : causal_(causal), p_(p), scale_(scale), site_(site), fused_(fused) {}
+  ScaledDotProductAttention(bool causal, float p, float scale, uint32_t site, bool fused, int64_t heads)
+      : causal_(causal), p_(p), scale_(scale), site_(site), fused_(fused), heads_(heads) {}
   Shape output_shape(const std::vector<Shape>& in) const override {
+    if (heads_ > 0) {  // folded: qkv [T, 3C] in, y [T, C] out
+      if (in.size() != 1 || in[0].size() != 2 || in[0][1] % (3 * heads_) != 0)
+        throw UsageError("scaled_dot_product_attention with packed_heads " + std::to_string(heads_) +
+                         " reads one value [T, 3·C] per sample, C a multiple of the heads");
+      return {in[0][0], in[0][1] / 3};
+    }
     if (in.size() != 3)
       throw UsageError("scaled_dot_product_attention reads query, key and value: " + std::to_string(in.size()) +
                        " inputs");
@@ -47,41 +54,37 @@ class ScaledDotProductAttention final : public MultiInputOp {
   }
   void set_dropout_source(const DropoutSource* source) override { source_ = source; }
   Tensor forward(Device& dev, const std::vector<Tensor>& in, bool, bool training) override {
-    const Tensor& q = in[0];
     for (const Tensor& x : in)
-      if (x.dtype() != q.dtype()) throw RuntimeError("scaled_dot_product_attention: query, key and value of one type");
-    const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), E = q.dim(3);
-    const AttentionShape s = shape(B, H, T, E);
-    // The stack, then c_attn's layout.
-    Tensor stacked = Tensor::empty(dev, {3, B, H, T, E}, MemCategory::Workspace, q.dtype());
-    for (int j = 0; j < 3; ++j)
-      copy_between(dev.exec(), stacked.slice_flat(j * q.numel(), q.shape()).data<void>(), in[j].data<void>(),
-                   q.bytes(), dev.exec());
-    qkv_ = Tensor::empty(dev, {B, T, 3 * H * E}, MemCategory::Activations, q.dtype());
-    permute(dev.exec(), qkv_.buf(), stacked.buf(), PermuteShape::of({3, B, H, T, E}, {1, 3, 0, 2, 4}));
-    stacked = Tensor();
+      if (x.dtype() != in[0].dtype()) throw RuntimeError("scaled_dot_product_attention: query, key and value of one type");
+    qkv_ = heads_ > 0 ? in[0] : packed(dev, in);  // folded: c_attn's output as it lies (held, never written)
+    const DType type = qkv_.dtype();
+    const AttentionShape s = shape(qkv_.dim(0), qkv_.dim(1), qkv_.dim(2) / 3);
     drop_ = training && p_ > 0 ? dropout_mask(source_, p_, site_) : DropoutMask{};
     att_ = y_ = lse_ = Tensor();  // the last forward's (an evaluation's fused path before a training one's)
-    Tensor y = Tensor::empty(dev, {B, T, H * E}, MemCategory::Activations, q.dtype());
-    if (fused_ && attention_fused_applies(s, q.dtype(), drop_.on())) {
-      lse_ = Tensor::empty(dev, {B, H, T}, MemCategory::Activations, DType::F32);
+    Tensor y = Tensor::empty(dev, {s.B, s.T, s.C}, MemCategory::Activations, type);
+    if (fused_ && attention_fused_applies(s, type, drop_.on())) {
+      lse_ = Tensor::empty(dev, {s.B, s.H, s.T}, MemCategory::Activations, DType::F32);
       attention_fused_forward(dev.exec(), y.buf(), lse_.buf(), qkv_.buf(), s);
       y_ = y;  // backward's Σ dout·out reads the packed output
     } else {
-      att_ = Tensor::empty(dev, {B, H, T, T}, MemCategory::Activations, q.dtype());
+      att_ = Tensor::empty(dev, {s.B, s.H, s.T, s.T}, MemCategory::Activations, type);
       const Tensor scratch = Tensor::empty(
-          dev, {attention_scratch_floats(dev.exec(), s, q.dtype(), false, drop_.on())}, MemCategory::Workspace);
+          dev, {attention_scratch_floats(dev.exec(), s, type, false, drop_.on())}, MemCategory::Workspace);
       attention_forward(dev.exec(), y.buf(), att_.buf(), qkv_.buf(), s, scratch.buf(), drop_);
     }
-    Tensor out = Tensor::empty(dev, q.shape(), MemCategory::Activations, q.dtype());
-    permute(dev.exec(), out.buf(), y.buf(), PermuteShape::of({B, T, H, E}, {0, 2, 1, 3}));
+    if (heads_ > 0) return y;
+    Tensor out = Tensor::empty(dev, {s.B, s.H, s.T, s.C / s.H}, MemCategory::Activations, type);
+    permute(dev.exec(), out.buf(), y.buf(), PermuteShape::of({s.B, s.T, s.H, s.C / s.H}, {0, 2, 1, 3}));
     return out;
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>&) override {
-    const int64_t B = g.dim(0), H = g.dim(1), T = g.dim(2), E = g.dim(3);
-    const AttentionShape s = shape(B, H, T, E);
-    Tensor dy = Tensor::empty(dev, {B, T, H * E}, MemCategory::Activations, g.dtype());
-    permute(dev.exec(), dy.buf(), g.buf(), PermuteShape::of({B, H, T, E}, {0, 2, 1, 3}));
+    const AttentionShape s = shape(qkv_.dim(0), qkv_.dim(1), qkv_.dim(2) / 3);
+    const int64_t B = s.B, H = s.H, T = s.T, E = s.C / s.H;
+    Tensor dy = g;  // folded: y's gradient already in [B, T, C]
+    if (heads_ == 0) {
+      dy = Tensor::empty(dev, {B, T, H * E}, MemCategory::Activations, g.dtype());
+      permute(dev.exec(), dy.buf(), g.buf(), PermuteShape::of({B, H, T, E}, {0, 2, 1, 3}));
+    }
     Tensor dqkv = Tensor::empty(dev, qkv_.shape(), MemCategory::Activations, qkv_.dtype());
     if (lse_.defined()) {
       const Tensor scratch = Tensor::empty(dev, {attention_fused_scratch_floats(s)}, MemCategory::Workspace);
@@ -92,6 +95,7 @@ class ScaledDotProductAttention final : public MultiInputOp {
       attention_backward(dev.exec(), dqkv.buf(), dy.buf(), qkv_.buf(), att_.buf(), s, scratch.buf(), drop_);
     }
     qkv_ = att_ = y_ = lse_ = dy = Tensor();
+    if (heads_ > 0) return {dqkv};
     // [B, T, 3, H, E] back to the stack [3, B, H, T, E]: the three gradients, views of it.
     Tensor stacked = Tensor::empty(dev, {3, B, H, T, E}, MemCategory::Activations, g.dtype());
     permute(dev.exec(), stacked.buf(), dqkv.buf(), PermuteShape::of({B, T, 3, H, E}, {2, 0, 3, 1, 4}));
@@ -102,8 +106,21 @@ class ScaledDotProductAttention final : public MultiInputOp {
   void clear_cache() override { qkv_ = att_ = y_ = lse_ = Tensor(); }
 
  private:
-  AttentionShape shape(int64_t B, int64_t H, int64_t T, int64_t E) const {
-    AttentionShape s{B, T, H * E, H};
+  // q, k and v [B, H, T, E] stacked [3, B, H, T, E], then permuted into c_attn's [B, T, 3, H, E].
+  Tensor packed(Device& dev, const std::vector<Tensor>& in) {
+    const Tensor& q = in[0];
+    const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), E = q.dim(3);
+    heads_of_packed_ = H;
+    Tensor stacked = Tensor::empty(dev, {3, B, H, T, E}, MemCategory::Workspace, q.dtype());
+    for (int j = 0; j < 3; ++j)
+      copy_between(dev.exec(), stacked.slice_flat(j * q.numel(), q.shape()).data<void>(), in[j].data<void>(),
+                   q.bytes(), dev.exec());
+    Tensor qkv = Tensor::empty(dev, {B, T, 3 * H * E}, MemCategory::Activations, q.dtype());
+    permute(dev.exec(), qkv.buf(), stacked.buf(), PermuteShape::of({3, B, H, T, E}, {1, 3, 0, 2, 4}));
+    return qkv;
+  }
+  AttentionShape shape(int64_t B, int64_t T, int64_t C) const {
+    AttentionShape s{B, T, C, heads_ > 0 ? heads_ : heads_of_packed_};
     s.causal = causal_;
     s.scale = scale_;
     return s;
@@ -113,6 +130,8 @@ class ScaledDotProductAttention final : public MultiInputOp {
   float p_, scale_;  // scale 0: 1/√E
   uint32_t site_;
   bool fused_;
+  int64_t heads_;              // packed_heads: q, k and v read in qkv's layout (0: three inputs)
+  int64_t heads_of_packed_ = 0;  // three inputs: the heads of the last forward's
   const DropoutSource* source_ = nullptr;
   Tensor qkv_, att_;  // for backward: the packed operands, the probabilities
   Tensor y_, lse_;    // fused: the packed output and each row's log-sum-exp, instead of att_
@@ -133,12 +152,18 @@ std::unique_ptr<MultiInputOp> scaled_dot_product_attention_op(const GraphNode& n
     return n.attrs.at(key).get<bool>();
   };
   const bool causal = flag("is_causal"), fused = flag("fused");
+  int64_t heads = 0;
+  if (n.attrs.contains("packed_heads")) {
+    const nlohmann::json& h = n.attrs.at("packed_heads");
+    if (!h.is_number_integer() || h.get<int64_t>() < 1) bad(n, "\"packed_heads\" is a count of heads, 1 or more");
+    heads = h.get<int64_t>();
+  }
   const double p = number("dropout_p", 0), scale = number("scale", 0);
   if (!(p >= 0 && p < 1)) bad(n, "dropout_p must be in [0, 1)");
   if (!(scale >= 0)) bad(n, "scale must be positive (or absent: 1/sqrt(E))");
   const uint32_t site = dropout_site++;  // a dropout site whatever p, as dropout's
   return std::make_unique<ScaledDotProductAttention>(causal, static_cast<float>(p), static_cast<float>(scale), site,
-                                                     fused);
+                                                     fused, heads);
 }
 
 ModelDef with_fused_attention(const ModelDef& file_model) {

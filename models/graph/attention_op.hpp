@@ -2,7 +2,8 @@
 // inputs query, key and value [B, H, T, E] of one shape, attributes is_causal (default false),
 // dropout_p (default 0: a dropout site whatever it is, as dropout's) and scale (absent or null:
 // 1/√E), and dp's own fused (default false: the flash kernels where they apply, which
-// with_fused_attention sets). attention_op.cpp says how it runs.
+// with_fused_attention sets) and packed_heads (set by fold_attention_layout: one input, c_attn's
+// [T, 3C] of that many heads, and the output [T, C]). attention_op.cpp says how it runs.
 #pragma once
 #include <memory>
 

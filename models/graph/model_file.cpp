@@ -12,6 +12,7 @@
 
 #include "core/error.hpp"
 #include "core/bounded_json.hpp"
+#include "models/graph/attention_layout.hpp"
 #include "models/graph/graph_module.hpp"
 
 namespace dp {
@@ -211,6 +212,14 @@ ModelDef model_def_of(std::shared_ptr<const GraphSpec> spec) {
   std::ostringstream summary;
   summary << "model file " << spec->path << " (" << spec->name << "): " << spec->nodes.size() << " nodes, input "
           << shape_str(spec->input_shape) << ", output " << shape_str(out);
+  // What runs: the file's graph with its attention read in c_attn's layout (the same values).
+  const FoldedAttention folded = fold_attention_layout(spec);
+  if (folded.folded > 0) {
+    summary << ", " << folded.folded << " attention node" << (folded.folded > 1 ? "s" : "")
+            << " reading q, k, v where c_attn writes them";
+    spec = folded.spec;
+    make_graph_module(spec);  // checks the fold (a defect of dp's, were it to fail)
+  }
   def.summary = summary.str();
   def.input_shape = spec->input_shape;
   if (spec->tokens) {
