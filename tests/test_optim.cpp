@@ -12,6 +12,7 @@
 #include "engine/optim/schedule.hpp"
 #include "helpers.hpp"
 #include "kernels/ops/adamw.hpp"
+#include "kernels/ops/convert.hpp"
 #include "kernels/ops/elementwise.hpp"
 
 namespace test_optim {  // one namespace a file: unity builds compile several files as one
@@ -183,6 +184,46 @@ TEST_CASE("an update reads its learning rate and bias corrections from device me
     }
     CHECK(enqueued->steps() == 2);
   }
+}
+
+TEST_CASE("an update told to round mixed precision's 16-bit copy: the update's bits, the copy convert() makes of "
+          "them (over decay runs, bfloat16 and float16, after a skipped step the unchanged parameters'), counted") {
+  auto devs = host_devices(1);
+  Device& d = devs[0];
+  const std::vector<DecayRun> runs{{0, 3, true}, {3, 5, false}, {5, 1001, true}};
+  const auto p0 = random_vector(1001, 120), g0 = random_vector(1001, 121);
+  for (const auto kind : {OptimizerConfig::Kind::Sgd, OptimizerConfig::Kind::AdamW})
+    for (const DType type : {DType::BF16, DType::F16})
+      for (const int32_t skipped : {0, 1}) {
+        CAPTURE(optimizer_name(kind));
+        CAPTURE(dtype_name(type));
+        CAPTURE(skipped);
+        OptimizerConfig c;
+        c.kind = kind;
+        c.sgd.lr = 0.1f;
+        c.sgd.momentum = 0.9f;
+        c.sgd.weight_decay = 0.3f;
+        auto rounding = make_optimizer(c, runs), plain = make_optimizer(c, runs);
+        Tensor a = tensor_from(d, {1001}, p0, MemCategory::Parameters), b = tensor_from(d, {1001}, p0, MemCategory::Parameters);
+        Tensor g = tensor_from(d, {1001}, g0, MemCategory::Gradients);
+        Tensor skip = Tensor::zeros(d, {1}, MemCategory::Gradients, DType::I32);
+        Tensor low = Tensor::empty(d, {1001}, MemCategory::Parameters, type), want = Tensor::empty(d, {1001}, MemCategory::Parameters, type);
+        for (int t = 0; t < 2; ++t) {
+          if (t == 1) skip.data<int32_t>()[0] = skipped;
+          StepScalars values;
+          rounding->fill_scalars(0.1f, values);
+          Tensor scalars = make_step_scalars(d);
+          scalars.copy_from_host(&values);
+          std::fill_n(low.data<uint16_t>(), 1001, uint16_t{0xFFFF});  // NaN: a copy not written shows
+          rounding->step(a, g, scalars, skip, low);
+          plain->step(b, g, scalars, skip);
+          d.stream().synchronize();
+          convert(d.exec(), want.buf(), b.buf(), 1001);
+          CHECK(a.to_host() == b.to_host());
+          CHECK(std::equal(low.data<uint16_t>(), low.data<uint16_t>() + 1001, want.data<uint16_t>()));
+        }
+        if (skipped) CHECK(a.to_host() != p0);  // the first step ran, the second kept it
+      }
 }
 
 TEST_CASE("weight decay on the matrices only: nanoGPT's parameter groups") {

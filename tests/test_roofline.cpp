@@ -11,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/thread_pool.hpp"
 #include "doctest_main.hpp"
+#include "kernels/ops/adamw.hpp"
 #include "kernels/ops/elementwise.hpp"
 #include "kernels/ops/linear.hpp"
 #include "plan/profile.hpp"
@@ -99,6 +100,28 @@ TEST_CASE("a linear layer counts 2·B·I·O multiply-adds and its operands' byte
       CHECK(c.half == (t == DType::BF16));
       CHECK(log.uncounted_ops.empty());
     }
+  }
+}
+
+TEST_CASE("AdamW counts mixed precision's 16-bit copy as two bytes a parameter written in its own pass, the same on "
+          "host and meta") {
+  const int64_t n = 1000;
+  ThreadPool pool(1);
+  std::vector<float> p(n, 1.f), g(n, 0.5f), m(n, 0.f), v(n, 0.f);
+  std::vector<uint16_t> low(n);
+  const AdamWStep s{1e-2f, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.05f};
+  DecaySpans spans;
+  spans.count = 1, spans.end[0] = n, spans.decay[0] = true;
+  for (bool meta : {false, true}) {
+    Calls log;
+    Exec ex{&pool};
+    ex.meta = meta, ex.costs = &log;
+    const auto f32 = [](std::vector<float>& x) { return Buf{x.data(), DType::F32}; };
+    adamw_update(ex, f32(p), f32(g), f32(m), f32(v), s, spans, {}, Buf{low.data(), DType::BF16});
+    REQUIRE(log.calls.size() == 1);  // the reference's conversion after the update is not an op of its own
+    CHECK(std::string(log.calls[0].op) == "adamw_update");
+    CHECK(log.calls[0].bytes == static_cast<double>(n * 4 * 7 + n * 2));
+    CHECK(log.uncounted_ops.empty());
   }
 }
 

@@ -9,6 +9,7 @@
 #include "runtime/device.hpp"
 #include "core/error.hpp"
 #include "core/setting_name.hpp"
+#include "kernels/ops/convert.hpp"
 
 namespace dp {
 
@@ -63,9 +64,9 @@ void check_saved(const Optimizer::Saved& s, const std::vector<std::string>& name
   }
 }
 
-// A run's part of a flat buffer (absent stays absent).
+// A run's part of a flat buffer from element `begin` (absent stays absent).
 Buf part(Buf b, int64_t begin) {
-  if (b.ptr) b.ptr = static_cast<float*>(b.ptr) + begin;
+  if (b.ptr) b.ptr = static_cast<char*>(b.ptr) + begin * static_cast<int64_t>(dtype_size(b.dtype));
   return b;
 }
 
@@ -94,13 +95,14 @@ class Sgd final : public Optimizer {
   OptimizerConfig::Kind kind() const override { return OptimizerConfig::Kind::Sgd; }
   using Optimizer::step;
   void fill_scalars(float lr, StepScalars& s) const override { s.lr = lr; }
-  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if) override {
+  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if,
+            const Tensor& low) override {
     Device& dev = params.device();
     const bool first = cfg_.momentum != 0.f && !momentum_.defined();
     if (first) momentum_ = Tensor::empty(dev, params.shape(), MemCategory::Optimizer);
     state_created_by_last_step_ = first;
     dev.stream().enqueue(
-        [params, grads, buf = momentum_, first, cfg = cfg_, runs = runs_.over(params.numel()), scalars, skip_if,
+        [params, grads, buf = momentum_, first, cfg = cfg_, runs = runs_.over(params.numel()), scalars, skip_if, low,
          &dev] {
           for (const DecayRun& run : *runs) {  // torch.optim's parameter groups: weight decay or none
             SgdConfig c = cfg;
@@ -110,6 +112,7 @@ class Sgd final : public Optimizer {
                        SgdStep(c, scalar_on_device(scalars, offsetof(StepScalars, lr))), run.end - run.begin,
                        skip_if.buf());
           }
+          if (low.defined()) convert(dev.exec(), low.buf(), params.buf(), params.numel());  // a pass of its own
         },
         dev.stream().label([&] { return TaskLabel{"sgd update " + std::to_string(params.numel()) + " parameters", "update"}; }));
     ++steps_;
@@ -152,7 +155,8 @@ class AdamW final : public Optimizer {
     s.adamw_step_size = static_cast<float>(lr / (1.0 - std::pow(b1, t)));
     s.adamw_bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(b2, t)));
   }
-  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if) override {
+  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if,
+            const Tensor& low) override {
     Device& dev = params.device();
     state_created_by_last_step_ = !exp_avg_.defined();
     if (!exp_avg_.defined()) exp_avg_ = state_like(params), exp_avg_sq_ = state_like(params);
@@ -165,7 +169,7 @@ class AdamW final : public Optimizer {
                          scalar_on_device(scalars, offsetof(StepScalars, adamw_step_size)),
                          scalar_on_device(scalars, offsetof(StepScalars, adamw_bc2_sqrt))};
     dev.stream().enqueue(
-        [params, grads, m = exp_avg_, v = exp_avg_sq_, step, runs = runs_.over(params.numel()), scalars, skip_if,
+        [params, grads, m = exp_avg_, v = exp_avg_sq_, step, runs = runs_.over(params.numel()), scalars, skip_if, low,
          &dev] {
           // torch.optim's parameter groups (weight decay or none) as decay spans, up to DecaySpans::kMax
           // runs an op: one launch on a GPU for a GPT's hundred runs where it took one a run
@@ -177,10 +181,14 @@ class AdamW final : public Optimizer {
             for (size_t k = 0; k < count; ++k)
               spans.end[k] = (*runs)[first + k].end - begin, spans.decay[k] = (*runs)[first + k].decay;
             adamw_update(dev.exec(), part(params.buf(), begin), part(grads.buf(), begin), part(m.buf(), begin),
-                         part(v.buf(), begin), step, spans, skip_if.buf());
+                         part(v.buf(), begin), step, spans, skip_if.buf(), part(low.buf(), begin));
           }
         },
-        dev.stream().label([&] { return TaskLabel{"adamw update " + std::to_string(params.numel()) + " parameters", "update"}; }));
+        dev.stream().label([&] {
+          return TaskLabel{"adamw update " + std::to_string(params.numel()) + " parameters" +
+                               (low.defined() ? std::string(", rounded to ") + dtype_name(low.dtype()) : ""),
+                           "update"};
+        }));
   }
   Saved save() override {
     Saved s{steps_, {}};

@@ -52,7 +52,10 @@ class Optimizer {
   // non-zero value when the stream gets there — fp16's verdict, made on the device. The host,
   // once it has read the verdict, calls undo_step() for a step skipped that way, so the step count
   // (AdamW's bias correction) and a state first created by that step are as if it never ran.
-  virtual void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if = {}) = 0;
+  // low (optional): mixed precision's 16-bit copy of params, rounded from the updated values (from
+  // the unchanged ones after a skip) as convert() would — by AdamW in its update's own pass.
+  virtual void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if = {},
+                    const Tensor& low = {}) = 0;
   // The same at learning rate lr, the scalars copied to the device for this one update.
   void step(const Tensor& params, const Tensor& grads, float lr, const Tensor& skip_if = {});
   virtual void undo_step();

@@ -44,7 +44,7 @@ void ShardedOptimizer::count_step() {
   state_created_by_last_step_ = false;  // the pieces keep track of their own
 }
 
-void ShardedOptimizer::step(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+void ShardedOptimizer::step(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
   throw RuntimeError("a sharded optimizer updates its pieces one by one (step_piece)");
 }
 

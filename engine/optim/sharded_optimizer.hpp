@@ -35,7 +35,8 @@ class ShardedOptimizer final : public Optimizer {
   // holding zeros outside its own), so every rank must call it at the same point.
   void set_process_group(ProcessGroup* group) { group_ = group; }
   // The pieces step one by one (step_piece): a whole-array step is refused.
-  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if) override;
+  void step(const Tensor& params, const Tensor& grads, const Tensor& scalars, const Tensor& skip_if,
+            const Tensor& low) override;
   void undo_step() override;
   Saved save() override;
   void restore(const Saved& state, const Tensor& like) override;  // `like` unused: each piece's own

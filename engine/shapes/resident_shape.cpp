@@ -219,10 +219,11 @@ void ResidentShape::update(StepState& s, StepResult& r) {
     const Tensor grads = replica_gradients(d);
     const Tensor skip_if = e_.scaler().enabled() ? e_.found_inf_flag(d) : Tensor();
     if (e_.clip_norm() > 0 || (e_.reports_norm() && d == 0) || e_.scaler().enabled()) e_.enqueue_unscale_and_clip(s, d, grads, skip_if);
+    // Mixed precision: the update also rounds the next forward's 16-bit copy (the same after a skip).
+    const Tensor low = resident_low_params_.empty() ? Tensor() : resident_low_params_[static_cast<size_t>(d)];
     (d == 0 ? *optimizer_ : *replica_optimizers_[d]).step(d == 0 ? e_.master_parameters() : resident_params_[d], grads,
-                                                         s.step_scalars[static_cast<size_t>(d)], skip_if);
+                                                         s.step_scalars[static_cast<size_t>(d)], skip_if, low);
   }
-  round_resident_parameters();  // mixed precision: the next forward's 16-bit copies (the same after a skip)
   e_.end_phase(e_.all_devices());
 }
 

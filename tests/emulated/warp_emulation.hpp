@@ -145,13 +145,13 @@ inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return
 
 namespace dp::cuda {  // half.cuh's
 inline float load_float(float v) { return v; }
-inline float load_float(emu::bfloat16 v) { return bf16_to_float(v.bits); }
-inline float load_float(emu::float16 v) { return f16_to_float(v.bits); }
+inline float load_float(emu::bfloat16 v) { return ::dp::bf16_to_float(v.bits); }
+inline float load_float(emu::float16 v) { return ::dp::f16_to_float(v.bits); }
 template <typename T>
 T store_as(float v) {
   if constexpr (std::is_same_v<T, float>) return v;
-  else if constexpr (std::is_same_v<T, emu::bfloat16>) return {float_to_bf16(v)};
-  else return {float_to_f16(v)};
+  else if constexpr (std::is_same_v<T, emu::bfloat16>) return {::dp::float_to_bf16(v)};
+  else return {::dp::float_to_f16(v)};
 }
 }  // namespace dp::cuda
 

@@ -1423,6 +1423,39 @@ TEST_CASE("AdamW over decay spans in one launch gives the bits of one launch a s
   }
 }
 
+TEST_CASE("AdamW writing mixed precision's 16-bit copy in its own pass: the update's bits, and the copy convert() "
+          "makes of them (bfloat16, float16, a skipped step's unchanged parameters)") {
+  cuda::Context c(0);
+  const AdamWStep s{1e-2f, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.05f};
+  DecaySpans spans;
+  spans.count = 3;
+  spans.end[0] = 1000, spans.end[1] = 1001, spans.end[2] = 70001;
+  spans.decay[0] = true, spans.decay[1] = false, spans.decay[2] = true;
+  const size_t n = 70001;
+  auto p = random_vector(n, 114), g = random_vector(n, 115), m = random_vector(n, 116), v = random_vector(n, 117, 0.f, 1.f);
+  for (const DType low : {DType::BF16, DType::F16})
+    for (const int32_t skipped : {0, 1}) {
+      CAPTURE(dtype_name(low));
+      CAPTURE(skipped);
+      auto flag = to_device(c, std::vector<int32_t>{skipped});
+      auto run = [&](bool with_copy) {
+        auto d_p = to_device(c, p), d_g = to_device(c, g), d_m = to_device(c, m), d_v = to_device(c, v);
+        auto d_low = to_device(c, std::vector<uint16_t>(n, 0xFFFF));  // NaN: a copy not written shows
+        cuda::adamw_update(c, d_p.get(), d_g.get(), d_m.get(), d_v.get(), s, spans, flag.get<int32_t>(),
+                           with_copy ? d_low.get<uint16_t>() : nullptr, low);
+        if (!with_copy)  // what the update replaces: a conversion of its own
+          (low == DType::BF16 ? cuda::float_to_bf16 : cuda::float_to_f16)(c, d_low.get<uint16_t>(), d_p.get(), n);
+        return std::make_pair(std::vector<std::vector<float>>{to_host<float>(c, d_p, n), to_host<float>(c, d_m, n),
+                                                              to_host<float>(c, d_v, n)},
+                              to_host<uint16_t>(c, d_low, n));
+      };
+      const auto fused = run(true), separate = run(false);
+      CHECK(fused.first == separate.first);
+      CHECK(fused.second == separate.second);
+      if (skipped) CHECK(fused.first[0] == p);
+    }
+}
+
 TEST_CASE("per-step values read from device memory (lr, bias corrections, scales) give the by-value kernels' bits") {
   // What a replayed step relies on: the kernels read these when they run (kernels/scalar_arg.hpp).
   cuda::Context c(0);
