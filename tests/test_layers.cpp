@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "engine/data_parallel.hpp"
 #include "core/thread_pool.hpp"
 #include "helpers.hpp"
 #include "kernels/ops/cosine_attention.hpp"
@@ -22,6 +23,7 @@
 #include "kernels/ops/window_partition.hpp"
 #include "models/graph/attention_layout.hpp"
 #include "models/graph/graph_module.hpp"
+#include "models/graph/model_file.hpp"
 #include "models/graph/graph_ops.hpp"
 #include "models/graph/tensor_ops.hpp"
 #include "models/model.hpp"
@@ -715,6 +717,57 @@ TEST_CASE("A model file's attention read where c_attn writes it: the folded grap
   CHECK(changed([&](GraphSpec& s) { named(s, "q").attrs["dims"] = {0, 2, 3, 1}; }) == 0);
   CHECK(changed([&](GraphSpec& s) { named(s, "yr").shape = {32}; }) == 0);
   CHECK(changed([&](GraphSpec& s) { named(s, "y").attrs["packed_heads"] = 2; }) == 0);
+}
+
+TEST_CASE("A token model file's logits stored in rows of gpt_logits_width(V): trained, evaluated and sampled as the "
+          "file's unpadded graph, bit for bit, on one device and two") {
+  // ids → wte (V = 190, C = 8) → lm_head (no bias): rows of 192, two zero columns past the classes
+  auto spec = graph_spec({4});
+  spec->tokens = true;
+  const int tok = add_node(*spec, "tok", "embedding", "wte", {-1}, {{"num_embeddings", 190}, {"embedding_dim", 8}}, {4, 8});
+  spec->output = add_node(*spec, "lm_head", "linear", "lm_head", {tok},
+                          {{"in_features", 8}, {"out_features", 190}, {"bias", false}}, {4, 190});
+  spec->state = {{"wte.weight", {190, 8}, false}, {"lm_head.weight", {190, 8}, false}};
+  const ModelDef padded = model_def_of(spec);
+  CHECK(padded.classes == 190);
+  CHECK(padded.stored_classes() == 192);
+  CHECK(padded.summary.find("logits stored in rows of 192 (2 zero columns past the 190 classes)") != std::string::npos);
+  ModelDef plain = padded;  // the file's graph as written
+  plain.output_width = 0;
+  plain.make = [spec] { return make_graph_module(spec); };
+  std::vector<int32_t> x(16), y(16);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<int32_t>(i * 47 % 190), y[i] = static_cast<int32_t>((i * 89 + 189) % 190);
+  for (const int devices : {1, 2}) {
+    CAPTURE(devices);
+    auto run = [&](const ModelDef& m) {
+      auto devs = host_devices(devices);
+      OptimizerConfig adamw;
+      adamw.kind = OptimizerConfig::Kind::AdamW;
+      DataParallel dp(devs, m, adamw, {.split = SplitPolicy{}, .seed = 5});
+      std::vector<float> seen;
+      for (int step = 0; step < 3; ++step) seen.push_back(dp.step(x.data(), y.data(), 4).loss);
+      seen.push_back(static_cast<float>(dp.evaluate(x.data(), y.data(), 4).loss_sum));
+      const auto z = dp.logits(x.data(), 3);
+      CHECK(z.size() == 3 * 190);
+      seen.insert(seen.end(), z.begin(), z.end());
+      const auto p = dp.parameters();
+      seen.insert(seen.end(), p.begin(), p.end());
+      return seen;
+    };
+    CHECK(run(padded) == run(plain));
+  }
+  // a file whose vocabulary needs no padding, or whose output is not a linear, runs as written
+  auto aligned = graph_spec({4});
+  aligned->tokens = true;
+  const int t2 = add_node(*aligned, "tok", "embedding", "wte", {-1}, {{"num_embeddings", 256}, {"embedding_dim", 8}}, {4, 8});
+  aligned->output = add_node(*aligned, "lm_head", "linear", "lm_head", {t2},
+                             {{"in_features", 8}, {"out_features", 256}, {"bias", false}}, {4, 256});
+  aligned->state = {{"wte.weight", {256, 8}, false}, {"lm_head.weight", {256, 8}, false}};
+  CHECK(model_def_of(aligned).output_width == 0);
+  auto softmaxed = std::make_shared<GraphSpec>(*spec);
+  softmaxed->output = add_node(*softmaxed, "ls", "log_softmax", "", {softmaxed->output}, {{"dim", -1}}, {4, 190});
+  CHECK(model_def_of(softmaxed).output_width == 0);
 }
 
 TEST_CASE("A model file's graph: tied weights (nanoGPT's wte and lm_head one parameter), a LayerNorm without a "

@@ -425,8 +425,15 @@ namespace {
 
 // ---- what runs each op: one function an op (a few share one) ----
 
+// stored_features (dp's own, model_def_of sets it on a language model's lm_head): the output rows
+// stored that wide, zero past out_features (gpt_logits_width).
 std::unique_ptr<Module> linear_node(const GraphNode& n, uint32_t&) {
-  return make_linear(int_attr(n, "in_features"), int_attr(n, "out_features"), bool_attr(n, "bias", true));
+  const int64_t in = int_attr(n, "in_features"), out = int_attr(n, "out_features");
+  const bool bias = bool_attr(n, "bias", true);
+  if (!n.attrs.contains("stored_features")) return make_linear(in, out, bias);
+  const int64_t stored = int_attr(n, "stored_features");
+  require(n, stored >= out, "stored_features must be out_features or more");
+  return make_linear_with_padded_rows(in, out, stored, bias, 0);
 }
 
 std::unique_ptr<Module> conv2d_node(const GraphNode& n, uint32_t&) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/bounded_json.hpp"
@@ -198,6 +199,25 @@ std::shared_ptr<const GraphSpec> read_model_file(const std::string& path) {
   return spec;
 }
 
+namespace {
+
+// A language model's logits stored in rows of gpt_logits_width(V), as the built-in GPT's: its
+// output node, a linear of V outputs (the lm_head), writes rows that wide, zero past V. The width
+// (0: unpadded) and the spec that runs so.
+std::pair<int64_t, std::shared_ptr<const GraphSpec>> with_padded_logits(std::shared_ptr<const GraphSpec> spec) {
+  const GraphNode& out = spec->nodes[static_cast<size_t>(spec->output)];
+  const int64_t V = out.shape.empty() ? 0 : out.shape.back();
+  if (!spec->tokens || out.op != "linear" || out.attrs.contains("stored_features") || gpt_logits_width(V) == V)
+    return {0, std::move(spec)};
+  auto padded = std::make_shared<GraphSpec>(*spec);
+  GraphNode& head = padded->nodes[static_cast<size_t>(padded->output)];
+  head.attrs["stored_features"] = gpt_logits_width(V);
+  head.shape.back() = gpt_logits_width(V);
+  return {gpt_logits_width(V), padded};
+}
+
+}  // namespace
+
 ModelDef model_def_of(std::shared_ptr<const GraphSpec> spec) {
   // The graph built once here checks ops, shapes and state (UsageError naming the node), said as
   // the file's: the node's message alone would not say which file holds it.
@@ -212,15 +232,6 @@ ModelDef model_def_of(std::shared_ptr<const GraphSpec> spec) {
   std::ostringstream summary;
   summary << "model file " << spec->path << " (" << spec->name << "): " << spec->nodes.size() << " nodes, input "
           << shape_str(spec->input_shape) << ", output " << shape_str(out);
-  // What runs: the file's graph with its attention read in c_attn's layout (the same values).
-  const FoldedAttention folded = fold_attention_layout(spec);
-  if (folded.folded > 0) {
-    summary << ", " << folded.folded << " attention node" << (folded.folded > 1 ? "s" : "")
-            << " reading q, k, v where c_attn writes them";
-    spec = folded.spec;
-    make_graph_module(spec);  // checks the fold (a defect of dp's, were it to fail)
-  }
-  def.summary = summary.str();
   def.input_shape = spec->input_shape;
   if (spec->tokens) {
     if (out.size() != 2 || out[0] != spec->input_shape[0])
@@ -232,7 +243,25 @@ ModelDef model_def_of(std::shared_ptr<const GraphSpec> spec) {
     throw UsageError("model file " + spec->path + ": the output '" + spec->nodes[static_cast<size_t>(spec->output)].name +
                      "' has shape " + shape_str(out) + " per sample; cross-entropy needs [classes]");
   }
+  // What runs: the file's graph with its attention read in c_attn's layout (the same values) and a
+  // language model's logits in aligned rows (the same V classes).
+  const FoldedAttention folded = fold_attention_layout(spec);
+  if (folded.folded > 0) {
+    summary << ", " << folded.folded << " attention node" << (folded.folded > 1 ? "s" : "")
+            << " reading q, k, v where c_attn writes them";
+    spec = folded.spec;
+  }
+  auto [width, padded] = with_padded_logits(spec);
+  if (width > 0)
+    summary << ", logits stored in rows of " << width << " (" << width - out.back() << " zero columns past the "
+            << out.back() << " classes)";
+  if (folded.folded > 0 || width > 0) {
+    spec = padded;
+    make_graph_module(spec);  // checks what dp changed (a defect of dp's, were it to fail)
+  }
+  def.summary = summary.str();
   def.classes = out.back();
+  def.output_width = width;
   def.make = [spec] { return make_graph_module(spec, Checked::Already); };  // checked above
   def.file = spec;
   return def;
