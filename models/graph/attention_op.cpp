@@ -8,9 +8,10 @@
 // ("packed_heads", attention_layout.hpp) reads it as c_attn wrote it and returns [B, T, H·E];
 // otherwise q, k and v [B, H, T, E] (self-attention: one shape) are packed into it — stacked
 // [3, B, H, T, E], then one permute to [B, T, 3, H, E] — and the output permuted back to
-// [B, H, T, E]; backward mirrors it. The copies are O(B·T·C), small beside attention's O(B·H·T²). With the node's "fused" (dp train --attention fused,
-// with_fused_attention): the flash kernels where attention_fused_applies, as --model gpt's blocks
-// take them — each row's log-sum-exp and the packed output kept instead of the probabilities.
+// [B, H, T, E]; backward mirrors it. The copies are O(B·T·C), small beside attention's O(B·H·T²).
+// With the node's "fused" (dp train --attention fused, with_fused_attention): the flash kernels
+// where attention_fused_applies, as --model gpt's blocks take them — each row's log-sum-exp and
+// the packed output kept instead of the probabilities.
 #include "models/graph/attention_op.hpp"
 
 #include <string>
