@@ -719,15 +719,22 @@ TEST_CASE("A model file's attention read where c_attn writes it: the folded grap
   CHECK(changed([&](GraphSpec& s) { named(s, "y").attrs["packed_heads"] = 2; }) == 0);
 }
 
-TEST_CASE("A token model file's logits stored in rows of gpt_logits_width(V): trained, evaluated and sampled as the "
-          "file's unpadded graph, bit for bit, on one device and two") {
-  // ids → wte (V = 190, C = 8) → lm_head (no bias): rows of 192, two zero columns past the classes
+namespace {
+// ids [4] → wte (V, C = 8) → lm_head (no bias): a token model file's logits
+std::shared_ptr<GraphSpec> lm_head_graph(int64_t V) {
   auto spec = graph_spec({4});
   spec->tokens = true;
-  const int tok = add_node(*spec, "tok", "embedding", "wte", {-1}, {{"num_embeddings", 190}, {"embedding_dim", 8}}, {4, 8});
+  const int tok = add_node(*spec, "tok", "embedding", "wte", {-1}, {{"num_embeddings", V}, {"embedding_dim", 8}}, {4, 8});
   spec->output = add_node(*spec, "lm_head", "linear", "lm_head", {tok},
-                          {{"in_features", 8}, {"out_features", 190}, {"bias", false}}, {4, 190});
-  spec->state = {{"wte.weight", {190, 8}, false}, {"lm_head.weight", {190, 8}, false}};
+                          {{"in_features", 8}, {"out_features", V}, {"bias", false}}, {4, V});
+  spec->state = {{"wte.weight", {V, 8}, false}, {"lm_head.weight", {V, 8}, false}};
+  return spec;
+}
+}  // namespace
+
+TEST_CASE("A token model file's logits stored in rows of gpt_logits_width(V): trained, evaluated and sampled as the "
+          "file's unpadded graph, bit for bit, on one device and two") {
+  auto spec = lm_head_graph(190);  // rows of 192, two zero columns past the classes
   const ModelDef padded = model_def_of(spec);
   CHECK(padded.classes == 190);
   CHECK(padded.stored_classes() == 192);
@@ -758,13 +765,7 @@ TEST_CASE("A token model file's logits stored in rows of gpt_logits_width(V): tr
     CHECK(run(padded) == run(plain));
   }
   // a file whose vocabulary needs no padding, or whose output is not a linear, runs as written
-  auto aligned = graph_spec({4});
-  aligned->tokens = true;
-  const int t2 = add_node(*aligned, "tok", "embedding", "wte", {-1}, {{"num_embeddings", 256}, {"embedding_dim", 8}}, {4, 8});
-  aligned->output = add_node(*aligned, "lm_head", "linear", "lm_head", {t2},
-                             {{"in_features", 8}, {"out_features", 256}, {"bias", false}}, {4, 256});
-  aligned->state = {{"wte.weight", {256, 8}, false}, {"lm_head.weight", {256, 8}, false}};
-  CHECK(model_def_of(aligned).output_width == 0);
+  CHECK(model_def_of(lm_head_graph(256)).output_width == 0);
   auto softmaxed = std::make_shared<GraphSpec>(*spec);
   softmaxed->output = add_node(*softmaxed, "ls", "log_softmax", "", {softmaxed->output}, {{"dim", -1}}, {4, 190});
   CHECK(model_def_of(softmaxed).output_width == 0);
