@@ -51,7 +51,8 @@ class ResidentShape final : public ChunkedShape {
   void after_abandoned_step() override;
 
  private:
-  // Mixed precision: every device rounds its float32 copy into its 16-bit one.
+  // Mixed precision: every device rounds its float32 copy into its 16-bit one (after a load; each
+  // update rounds its own as it writes it).
   void round_resident_parameters();
   // The 16-bit gradients backward writes on each device with samples, to widen.
   LowPrecisionGrads low_precision_gradients(const StepState& s) const;
