@@ -1,5 +1,4 @@
-// Attention read where c_attn writes it. nanoGPT's model.py on its flash path exports its attention
-// as
+// Attention read where c_attn writes it. nanoGPT's model.py on its flash path exports as
 //
 //   qkv = c_attn(x)                                    [T, 3C]
 //   q, k, v = narrow(qkv, 2, j·C, C)                   [T, C] each, a copy
