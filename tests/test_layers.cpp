@@ -766,6 +766,10 @@ TEST_CASE("A token model file's logits stored in rows of gpt_logits_width(V): tr
   }
   // a file whose vocabulary needs no padding, or whose output is not a linear, runs as written
   CHECK(model_def_of(lm_head_graph(256)).output_width == 0);
+  auto narrow = lm_head_graph(190);  // a file's own stored_features narrower than its outputs
+  narrow->nodes.back().attrs["stored_features"] = 100;
+  narrow->nodes.back().shape = {4, 100};
+  CHECK_THROWS_WITH_AS(model_def_of(narrow), doctest::Contains("cannot hold its outputs"), UsageError);
   auto softmaxed = std::make_shared<GraphSpec>(*spec);
   softmaxed->output = add_node(*softmaxed, "ls", "log_softmax", "", {softmaxed->output}, {{"dim", -1}}, {4, 190});
   CHECK(model_def_of(softmaxed).output_width == 0);

@@ -187,7 +187,7 @@ TEST_CASE("an update reads its learning rate and bias corrections from device me
 }
 
 TEST_CASE("an update told to round mixed precision's 16-bit copy: the update's bits, the copy convert() makes of "
-          "them (over decay runs, bfloat16 and float16, after a skipped step the unchanged parameters'), counted") {
+          "them (over decay runs, bfloat16 and float16, after a skipped step the unchanged parameters')") {
   auto devs = host_devices(1);
   Device& d = devs[0];
   const std::vector<DecayRun> runs{{0, 3, true}, {3, 5, false}, {5, 1001, true}};

@@ -59,7 +59,7 @@ class ScaledDotProductAttention final : public MultiInputOp {
       if (x.dtype() != in[0].dtype()) throw RuntimeError("scaled_dot_product_attention: query, key and value of one type");
     qkv_ = heads_ > 0 ? in[0] : packed(dev, in);  // folded: c_attn's output as it lies (held, never written)
     const DType type = qkv_.dtype();
-    const AttentionShape s = shape(qkv_.dim(0), qkv_.dim(1), qkv_.dim(2) / 3);
+    const AttentionShape s = shape(qkv_, heads_ > 0 ? heads_ : in[0].dim(1));
     drop_ = training && p_ > 0 ? dropout_mask(source_, p_, site_) : DropoutMask{};
     att_ = y_ = lse_ = Tensor();  // the last forward's (an evaluation's fused path before a training one's)
     Tensor y = Tensor::empty(dev, {s.B, s.T, s.C}, MemCategory::Activations, type);
@@ -79,7 +79,7 @@ class ScaledDotProductAttention final : public MultiInputOp {
     return out;
   }
   std::vector<Tensor> backward(Device& dev, const Tensor& g, const std::vector<bool>&) override {
-    const AttentionShape s = shape(qkv_.dim(0), qkv_.dim(1), qkv_.dim(2) / 3);
+    const AttentionShape s = shape(qkv_, heads_ > 0 ? heads_ : g.dim(1));  // unfolded: g is [B, H, T, E]
     const int64_t B = s.B, H = s.H, T = s.T, E = s.C / s.H;
     Tensor dy = g;  // folded: y's gradient already in [B, T, C]
     if (heads_ == 0) {
@@ -111,7 +111,6 @@ class ScaledDotProductAttention final : public MultiInputOp {
   Tensor packed(Device& dev, const std::vector<Tensor>& in) {
     const Tensor& q = in[0];
     const int64_t B = q.dim(0), H = q.dim(1), T = q.dim(2), E = q.dim(3);
-    heads_of_packed_ = H;
     Tensor stacked = Tensor::empty(dev, {3, B, H, T, E}, MemCategory::Workspace, q.dtype());
     for (int j = 0; j < 3; ++j)
       copy_between(dev.exec(), stacked.slice_flat(j * q.numel(), q.shape()).data<void>(), in[j].data<void>(),
@@ -120,8 +119,9 @@ class ScaledDotProductAttention final : public MultiInputOp {
     permute(dev.exec(), qkv.buf(), stacked.buf(), PermuteShape::of({3, B, H, T, E}, {1, 3, 0, 2, 4}));
     return qkv;
   }
-  AttentionShape shape(int64_t B, int64_t T, int64_t C) const {
-    AttentionShape s{B, T, C, heads_ > 0 ? heads_ : heads_of_packed_};
+  // The attention over qkv [B, T, 3C] in H heads.
+  AttentionShape shape(const Tensor& qkv, int64_t H) const {
+    AttentionShape s{qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, H};
     s.causal = causal_;
     s.scale = scale_;
     return s;
@@ -131,8 +131,7 @@ class ScaledDotProductAttention final : public MultiInputOp {
   float p_, scale_;  // scale 0: 1/√E
   uint32_t site_;
   bool fused_;
-  int64_t heads_;              // packed_heads: q, k and v read in qkv's layout (0: three inputs)
-  int64_t heads_of_packed_ = 0;  // three inputs: the heads of the last forward's
+  int64_t heads_;  // packed_heads: q, k and v read in qkv's layout (0: three inputs [B, H, T, E])
   const DropoutSource* source_ = nullptr;
   Tensor qkv_, att_;  // for backward: the packed operands, the probabilities
   Tensor y_, lse_;    // fused: the packed output and each row's log-sum-exp, instead of att_

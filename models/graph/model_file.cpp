@@ -206,14 +206,14 @@ namespace {
 // (0: unpadded) and the spec that runs so.
 std::pair<int64_t, std::shared_ptr<const GraphSpec>> with_padded_logits(std::shared_ptr<const GraphSpec> spec) {
   const GraphNode& out = spec->nodes[static_cast<size_t>(spec->output)];
-  const int64_t V = out.shape.empty() ? 0 : out.shape.back();
-  if (!spec->tokens || out.op != "linear" || out.attrs.contains("stored_features") || gpt_logits_width(V) == V)
+  const int64_t V = out.shape.empty() ? 0 : out.shape.back(), width = gpt_logits_width(V);
+  if (!spec->tokens || out.op != "linear" || out.attrs.contains("stored_features") || width == V)
     return {0, std::move(spec)};
   auto padded = std::make_shared<GraphSpec>(*spec);
   GraphNode& head = padded->nodes[static_cast<size_t>(padded->output)];
-  head.attrs["stored_features"] = gpt_logits_width(V);
-  head.shape.back() = gpt_logits_width(V);
-  return {gpt_logits_width(V), padded};
+  head.attrs["stored_features"] = width;
+  head.shape.back() = width;
+  return {width, padded};
 }
 
 }  // namespace

@@ -1453,6 +1453,25 @@ TEST_CASE("AdamW writing mixed precision's 16-bit copy in its own pass: the upda
       CHECK(fused.first == separate.first);
       CHECK(fused.second == separate.second);
       if (skipped) CHECK(fused.first[0] == p);
+      // and the CPU reference's update, its copy rounded on the host
+      ThreadPool pool(1);
+      const Exec host{&pool, nullptr, nullptr};
+      auto hp = p, hm = m, hv = v;
+      std::vector<uint16_t> hlow(n);
+      int32_t hskip = skipped;
+      adamw_update(host, Buf{hp.data(), DType::F32}, Buf{const_cast<float*>(g.data()), DType::F32},
+                   Buf{hm.data(), DType::F32}, Buf{hv.data(), DType::F32}, s, spans, Buf{&hskip, DType::I32},
+                   Buf{hlow.data(), low});
+      CHECK(rel_error(fused.first[0], hp) < 1e-6);
+      CHECK(rel_error(fused.first[1], hm) < 1e-6);
+      CHECK(rel_error(fused.first[2], hv) < 1e-6);
+      size_t off_by_one_unit = 0;  // a float32 rounding apart can round to the neighbouring 16-bit value
+      for (size_t i = 0; i < n; ++i) {
+        const int d = static_cast<int>(fused.second[i]) - static_cast<int>(hlow[i]);
+        CHECK(std::abs(d) <= 1);
+        off_by_one_unit += d != 0;
+      }
+      CHECK(off_by_one_unit <= n / 100);
     }
 }
 
